@@ -1,0 +1,82 @@
+"""The test session's stack: the native servers (default) or containers where a Docker engine answers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+from jqcore.errors import StackError
+from jobq.stack import containers
+from jobq.stack.manager import Endpoints, Stack, StackSpec
+from jobq.stack.procs import alive, free_port, wait_until
+from jobq.stack.servers import kafka_ready
+
+__all__ = ["ContainerTestStack", "NativeTestStack", "TestStack", "start_test_stack"]
+
+
+class TestStack(Protocol):
+    @property
+    def endpoints(self) -> Endpoints: ...
+
+    def check(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class NativeTestStack:
+    """Real binaries on free loopback ports, under ``JOBQ_HOME/stacks/pytest-<pid>``."""
+
+    def __init__(self) -> None:
+        self.stack = Stack(StackSpec(name=f"pytest-{os.getpid()}", redis_mode="both", fixed_ports=False))
+        self.stack.down(purge=True)
+        self.stack = Stack(self.stack.spec)
+        self.stack.up()
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return self.stack.endpoints
+
+    def check(self) -> None:
+        self.stack.check()
+
+    def stop(self) -> None:
+        pids = [s.pid for s in self.stack.servers]
+        self.stack.down(purge=True)
+        left = [p for p in pids if alive(p)]
+        if left:
+            raise StackError(f"`down` left processes behind: {left}")
+
+
+class ContainerTestStack:
+    """The same servers from official images (no Redis Cluster: its tests skip on this path)."""
+
+    def __init__(self) -> None:
+        ports = {"kafka": free_port(), "consul": free_port(), "redis": free_port()}
+        self._containers: list[Any] = []
+        for defn in containers.definitions(ports["kafka"], ports["consul"], ports["redis"]):
+            self._containers.append(containers.build(defn).start())
+        self._endpoints = Endpoints(f"127.0.0.1:{ports['kafka']}", f"127.0.0.1:{ports['consul']}",
+                                    f"redis://127.0.0.1:{ports['redis']}/0")
+        wait_until(lambda: kafka_ready(self._endpoints.kafka_bootstrap, 1), what="kafka container", timeout_s=120)
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return self._endpoints
+
+    def check(self) -> None:
+        for c in self._containers:
+            c.get_wrapped_container().reload()
+            if c.get_wrapped_container().status != "running":
+                raise StackError(f"container {c.image} is {c.get_wrapped_container().status}")
+
+    def stop(self) -> None:
+        for c in self._containers:
+            c.stop()
+
+
+def start_test_stack(backend: str = "auto") -> TestStack:
+    """``native`` | ``containers`` | ``auto`` (containers only where a Docker engine answers)."""
+    if backend not in ("native", "containers", "auto"):
+        raise StackError(f"JOBQ_TEST_BACKEND must be native, containers or auto, not {backend!r}")
+    use_containers = backend == "containers" or (backend == "auto" and containers.docker_available())
+    return ContainerTestStack() if use_containers else NativeTestStack()

@@ -1,0 +1,229 @@
+"""The local stack: Kafka (1 or 3 brokers), Consul, Redis (single and/or a 3-master cluster).
+
+A stack has a name and a folder (``JOBQ_HOME/stacks/<name>``) holding ``state.json`` (ports, pids),
+every server's data and log. ``up`` is idempotent: servers already running are left alone, dead ones are
+restarted on their recorded ports with their data. The default stack (``jobq stack up``) uses fixed
+loopback ports; the test stack picks free ports so it never collides with a running default stack.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import redis
+
+from jqcore.errors import StackError
+from jobq.stack import provision
+from jobq.stack.paths import stack_dir
+from jobq.stack.procs import alive, free_port, log_tail, run_step, spawn, terminate, wait_until
+from jobq.stack.servers import ConsulServer, KafkaBroker, RedisServer, ServerSpec, kafka_ready
+
+__all__ = ["DEFAULT_PORTS", "Endpoints", "Stack", "StackSpec"]
+
+RedisMode = Literal["single", "cluster", "both"]
+
+DEFAULT_PORTS = {"kafka": 29092, "consul": 28500, "redis": 26379, "redis_cluster": 27001}
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    name: str = "default"
+    brokers: int = 1
+    redis_mode: RedisMode = "single"
+    fixed_ports: bool = True
+
+
+@dataclass
+class Endpoints:
+    """How clients reach the stack; ``jobq stack env`` prints these as shell exports."""
+
+    kafka_bootstrap: str
+    consul_addr: str
+    redis_url: str | None
+    redis_cluster_nodes: list[str] = field(default_factory=list)
+
+    def exports(self) -> dict[str, str]:
+        env = {"JOBQ_KAFKA_BOOTSTRAP": self.kafka_bootstrap, "CONSUL_HTTP_ADDR": self.consul_addr}
+        if self.redis_url:
+            env["JOBQ_REDIS_URL"] = self.redis_url
+        if self.redis_cluster_nodes:
+            env["JOBQ_REDIS_CLUSTER_URL"] = f"redis://{self.redis_cluster_nodes[0]}/0"
+            if not self.redis_url:
+                env["JOBQ_REDIS_URL"] = env["JOBQ_REDIS_CLUSTER_URL"]
+                env["JOBQ_REDIS_CLUSTER"] = "1"
+        return env
+
+
+class Stack:
+    """Provision, start, probe and stop one named local stack."""
+
+    def __init__(self, spec: StackSpec, root: Path | None = None) -> None:
+        self.spec = spec
+        self.root = root or stack_dir(spec.name)
+        self.servers: list[ServerSpec] = []
+        self.meta: dict[str, Any] = {}
+        self._load_or_plan()
+
+    # ---- planning and state --------------------------------------------------------------------
+    def _load_or_plan(self) -> None:
+        state = self.root / "state.json"
+        if state.exists():
+            raw = json.loads(state.read_text())
+            if raw.get("spec") == asdict(self.spec):
+                self.servers = [ServerSpec(**s) for s in raw["servers"]]
+                self.meta = raw.get("meta", {})
+                return
+            if any(alive(s.get("pid")) for s in raw["servers"]):
+                raise StackError(f"stack {self.spec.name!r} is running with another shape; `jobq stack down` first")
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.servers = self._plan()
+        self.meta = {"kafka_cluster_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")}
+        self._save()
+
+    def _port(self, kind: str, offset: int) -> int:
+        return DEFAULT_PORTS[kind] + offset if self.spec.fixed_ports else free_port()
+
+    def _plan(self) -> list[ServerSpec]:
+        out: list[ServerSpec] = []
+        for i in range(self.spec.brokers):
+            out.append(ServerSpec(f"kafka-{i + 1}", "kafka", self._port("kafka", 2 * i), str(self.root / f"kafka-{i + 1}"),
+                                  {"controller": self._port("kafka", 2 * i + 1)}))
+        out.append(ServerSpec("consul", "consul", self._port("consul", 0), str(self.root / "consul"),
+                              {"serf_lan": self._port("consul", 1), "serf_wan": self._port("consul", 2),
+                               "server": self._port("consul", 3)}))
+        if self.spec.redis_mode in ("single", "both"):
+            out.append(ServerSpec("redis", "redis", self._port("redis", 0), str(self.root / "redis")))
+        if self.spec.redis_mode in ("cluster", "both"):
+            for i in range(3):
+                out.append(ServerSpec(f"redis-cluster-{i + 1}", "redis-cluster", self._port("redis_cluster", i),
+                                      str(self.root / f"redis-cluster-{i + 1}")))
+        return out
+
+    def _save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        doc = {"spec": asdict(self.spec), "servers": [asdict(s) for s in self.servers], "meta": self.meta}
+        tmp = self.root / "state.json.tmp"
+        tmp.write_text(json.dumps(doc, indent=2))
+        tmp.replace(self.root / "state.json")
+
+    def of_kind(self, kind: str) -> list[ServerSpec]:
+        return [s for s in self.servers if s.kind == kind]
+
+    # ---- endpoints ------------------------------------------------------------------------------
+    @property
+    def endpoints(self) -> Endpoints:
+        single = self.of_kind("redis")
+        return Endpoints(
+            kafka_bootstrap=",".join(f"127.0.0.1:{s.port}" for s in self.of_kind("kafka")),
+            consul_addr=f"127.0.0.1:{self.of_kind('consul')[0].port}",
+            redis_url=f"redis://127.0.0.1:{single[0].port}/0" if single else None,
+            redis_cluster_nodes=[f"127.0.0.1:{s.port}" for s in self.of_kind("redis-cluster")],
+        )
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def provision(self) -> dict[str, Path]:
+        """Fetch/build what the servers need (cached; a no-op the second time)."""
+        return {"kafka": provision.ensure_kafka_jars(), "consul": provision.ensure_consul(),
+                "redis": provision.ensure_redis()}
+
+    def up(self, timeout_s: float = 90.0) -> Endpoints:
+        tools = self.provision()
+        starters: dict[str, Callable[[ServerSpec], list[str]]] = {
+            "kafka": lambda s: self._kafka_command(s, tools["kafka"]),
+            "consul": lambda s: ConsulServer.command(s, tools["consul"]),
+            "redis": lambda s: RedisServer.command(s, tools["redis"]),
+            "redis-cluster": lambda s: RedisServer.command(s, tools["redis"], cluster=True),
+        }
+        for server in self.servers:
+            if not alive(server.pid):
+                server.pid = spawn(starters[server.kind](server), log=server.log, cwd=server.data_dir)
+        self._save()
+        self.wait_ready(timeout_s)
+        if self.of_kind("redis-cluster"):
+            self._form_redis_cluster(timeout_s)
+        return self.endpoints
+
+    def _kafka_command(self, spec: ServerSpec, libs: Path) -> list[str]:
+        brokers = self.of_kind("kafka")
+        voters = ",".join(f"{i + 1}@127.0.0.1:{b.extra_ports['controller']}" for i, b in enumerate(brokers))
+        KafkaBroker.prepare(spec, libs, brokers.index(spec) + 1, voters, self.meta["kafka_cluster_id"])
+        return KafkaBroker.command(spec, libs)
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        for server in self.servers:
+            wait_until(lambda s=server: self._ready(s), what=f"{server.name} on port {server.port}",  # type: ignore[misc]
+                       timeout_s=timeout_s, pid=server.pid, log=server.log)
+
+    def _ready(self, server: ServerSpec) -> bool:
+        if server.kind == "kafka":
+            return kafka_ready(f"127.0.0.1:{server.port}", len(self.of_kind("kafka")))
+        if server.kind == "consul":
+            return ConsulServer.ready(server)
+        return RedisServer.ready(server)
+
+    def _form_redis_cluster(self, timeout_s: float) -> None:
+        nodes = self.of_kind("redis-cluster")
+        first = redis.Redis(host="127.0.0.1", port=nodes[0].port, decode_responses=True)
+
+        def info() -> dict[str, Any]:
+            return dict(first.cluster("INFO"))
+
+        try:
+            if info().get("cluster_state") != "ok":
+                if int(info().get("cluster_known_nodes", 1)) < len(nodes):
+                    run_step("creating the Redis Cluster",
+                             ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
+                              "--cluster-replicas", "0", "--cluster-yes"], timeout_s=60)
+                wait_until(lambda: info().get("cluster_state") == "ok", what="Redis Cluster state ok",
+                           timeout_s=timeout_s)
+        finally:
+            first.close()
+
+    def down(self, purge: bool = False) -> None:
+        for server in reversed(self.servers):
+            terminate(server.pid)
+            server.pid = None
+        if purge:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            self._save()
+
+    def check(self) -> None:
+        """Raise StackError naming every server that has died (with its log tail)."""
+        dead = [s for s in self.servers if not alive(s.pid)]
+        if dead:
+            details = "\n".join(f"--- {s.name} (pid {s.pid}, port {s.port}) log tail:\n{log_tail(s.log, 10)}"
+                                for s in dead)
+            raise StackError(f"stack {self.spec.name!r}: {', '.join(s.name for s in dead)} not running\n{details}")
+
+    def status(self) -> list[dict[str, Any]]:
+        rows = []
+        for s in self.servers:
+            running = alive(s.pid)
+            healthy = False
+            if running:
+                with contextlib.suppress(Exception):
+                    healthy = self._ready(s)
+            rows.append({"name": s.name, "kind": s.kind, "port": s.port, "pid": s.pid if running else None,
+                         "running": running, "healthy": healthy, "log": str(s.log)})
+        return rows
+
+    def restart(self, name: str, timeout_s: float = 90.0) -> float:
+        """Start one stopped server again; return seconds until it answered."""
+        started = time.monotonic()
+        self.up(timeout_s)
+        return time.monotonic() - started
+
+    @staticmethod
+    def environ() -> dict[str, str]:
+        return dict(os.environ)

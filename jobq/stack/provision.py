@@ -1,0 +1,92 @@
+"""Obtaining the servers: Kafka's jars (Maven), Consul (built from its Go module), Redis (Debian).
+
+Each ``ensure_*`` is idempotent and cached under ``JOBQ_HOME``: the second call fetches and builds
+nothing. A failing step raises :class:`StackError` naming the tool, the command, its output tail and
+what to do about it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from jqcore.errors import StackError
+from jobq.stack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, deploy_dir, home
+from jobq.stack.procs import run_step
+
+__all__ = ["ensure_consul", "ensure_kafka_jars", "ensure_redis", "ensure_spark_jars", "require_tool"]
+
+
+def require_tool(name: str, hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise StackError(f"`{name}` is not on PATH. {hint}")
+    return path
+
+
+def _mvn_copy(pom: Path, out: Path, what: str) -> Path:
+    marker = out / ".complete"
+    if marker.exists():
+        return out
+    require_tool("mvn", "Install Maven and a JDK 17+: apt-get install -y maven openjdk-17-jre-headless")
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    run_step(
+        what,
+        ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+         f"-DoutputDirectory={tmp}"],
+        hint="Maven Central must be reachable; rerun once the network is back.",
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    marker.touch()
+    return out
+
+
+def ensure_kafka_jars() -> Path:
+    """The folder of jars that runs Apache Kafka's broker (``java -cp '<dir>/*' kafka.Kafka``)."""
+    require_tool("java", "Install a JDK 17+: apt-get install -y openjdk-17-jre-headless")
+    return _mvn_copy(deploy_dir() / "kafka" / "pom.xml", home() / f"kafka-{KAFKA_VERSION}" / "libs",
+                     "resolving Kafka broker jars")
+
+
+def ensure_spark_jars() -> Path:
+    """Spark's Kafka connector and its dependencies, matching pyspark exactly."""
+    return _mvn_copy(deploy_dir() / "spark" / "pom.xml", home() / f"spark-kafka-{SPARK_VERSION}",
+                     "resolving Spark's Kafka connector jars")
+
+
+def ensure_consul() -> Path:
+    """The Consul agent binary, built once from its Go module through the wrapper in ``deploy/consul``."""
+    binary = home() / "bin" / f"consul-{CONSUL_VERSION}"
+    if binary.exists():
+        return binary
+    require_tool("go", "Install Go >= 1.22 (the machine image ships one in /usr/local/go/bin).")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+    tmp = binary.with_name(binary.name + ".partial")
+    run_step(
+        "building Consul from its Go module (~3-4 min the first time)",
+        ["go", "build", "-trimpath", "-o", str(tmp), "github.com/hashicorp/consul"],
+        cwd=deploy_dir() / "consul", env=env, timeout_s=1800,
+        hint="The Go module proxy must be reachable; deploy/consul/go.sum pins every module.",
+    )
+    tmp.rename(binary)
+    return binary
+
+
+def ensure_redis() -> Path:
+    """Debian's redis-server (installed with apt when missing; the system service is never used)."""
+    found = shutil.which("redis-server")
+    if found:
+        return Path(found)
+    if os.geteuid() != 0:
+        raise StackError("redis-server is missing; install it: sudo apt-get install -y redis-server")
+    run_step("apt-get update", ["apt-get", "update", "-qq"], timeout_s=600)
+    run_step("installing redis-server", ["apt-get", "install", "-y", "-qq", "redis-server"], timeout_s=600,
+             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    # Debian starts the system service on install; jobq never uses it.
+    if shutil.which("systemctl"):
+        run_step("stopping the system redis", ["sh", "-c", "systemctl stop redis-server || true"])
+    return Path(shutil.which("redis-server") or "/usr/bin/redis-server")

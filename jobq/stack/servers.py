@@ -1,0 +1,141 @@
+"""One class per kind of server: how to configure, start and probe it for readiness.
+
+A server is described by a :class:`ServerSpec` (name, ports, data folder) and has a pid once started.
+Readiness is a real request (Kafka metadata listing every broker, Consul's elected leader, Redis PING),
+never an open port.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from jobq.stack.procs import run_step
+
+__all__ = ["ConsulServer", "KafkaBroker", "RedisServer", "ServerSpec", "kafka_ready"]
+
+
+@dataclass
+class ServerSpec:
+    """One process of the stack, as recorded in ``state.json``."""
+
+    name: str
+    kind: str  # "kafka" | "consul" | "redis"
+    port: int
+    data: str
+    extra_ports: dict[str, int] = field(default_factory=dict)
+    pid: int | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.data)
+
+    @property
+    def log(self) -> Path:
+        return self.data_dir / "server.log"
+
+
+def kafka_ready(bootstrap: str, expected_brokers: int, timeout_s: float = 2.0) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=1):
+        pass  # cheap pre-check: librdkafka would log every refused connection
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+    meta = admin.list_topics(timeout=timeout_s)
+    return len(meta.brokers) >= expected_brokers
+
+
+class KafkaBroker:
+    """Apache Kafka in KRaft mode (combined broker + controller)."""
+
+    @staticmethod
+    def properties(spec: ServerSpec, node_id: int, voters: str) -> str:
+        port, cport = spec.port, spec.extra_ports["controller"]
+        return "\n".join([
+            "process.roles=broker,controller",
+            f"node.id={node_id}",
+            f"controller.quorum.voters={voters}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={spec.data_dir / 'log'}",
+            f"num.partitions={3 if voters.count('@') == 1 else 6}",
+            f"offsets.topic.replication.factor={min(3, voters.count('@'))}",
+            f"transaction.state.log.replication.factor={min(3, voters.count('@'))}",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "log.retention.hours=168",
+            "message.max.bytes=2097152",
+            "",
+        ])
+
+    @staticmethod
+    def prepare(spec: ServerSpec, libs: Path, node_id: int, voters: str, cluster_id: str) -> Path:
+        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        props = spec.data_dir / "server.properties"
+        props.write_text(KafkaBroker.properties(spec, node_id, voters))
+        if not (spec.data_dir / "log" / "meta.properties").exists():
+            run_step(f"formatting Kafka storage for {spec.name}",
+                     ["java", "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                      "-c", str(props)], timeout_s=120)
+        return props
+
+    @staticmethod
+    def command(spec: ServerSpec, libs: Path) -> list[str]:
+        log4j = spec.data_dir / "log4j2.properties"
+        log4j.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"
+                         "appender.stdout.type=Console\nappender.stdout.name=STDOUT\n"
+                         "appender.stdout.layout.type=PatternLayout\n"
+                         "appender.stdout.layout.pattern=[%d] %p %m (%c)%n\n")
+        return ["java", "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={spec.data_dir}",
+                "-cp", f"{libs}/*", "kafka.Kafka", str(spec.data_dir / "server.properties")]
+
+
+class ConsulServer:
+    """A Consul agent in dev mode (in-memory server, no DNS, no gRPC), loopback only."""
+
+    @staticmethod
+    def command(spec: ServerSpec, binary: Path) -> list[str]:
+        p = spec.extra_ports
+        return [str(binary), "agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1",
+                "-http-port", str(spec.port), "-grpc-port", "-1", "-grpc-tls-port", "-1", "-dns-port", "-1",
+                "-serf-lan-port", str(p["serf_lan"]), "-serf-wan-port", str(p["serf_wan"]),
+                "-server-port", str(p["server"]), "-node", spec.name, "-log-level", "warn"]
+
+    @staticmethod
+    def ready(spec: ServerSpec) -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{spec.port}/v1/status/leader", timeout=2) as resp:
+            return bool(json.loads(resp.read()))
+
+
+class RedisServer:
+    """redis-server with AOF on and ``noeviction`` (eviction would corrupt queue state silently)."""
+
+    @staticmethod
+    def command(spec: ServerSpec, binary: Path, *, cluster: bool = False, maxmemory: str = "0") -> list[str]:
+        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [str(binary), "--port", str(spec.port), "--bind", "127.0.0.1", "--dir", str(spec.data_dir),
+               "--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
+               "--maxmemory", maxmemory, "--save", "", "--daemonize", "no", "--protected-mode", "yes"]
+        if cluster:
+            cmd += ["--cluster-enabled", "yes", "--cluster-config-file", str(spec.data_dir / "nodes.conf"),
+                    "--cluster-node-timeout", "5000"]
+        return cmd
+
+    @staticmethod
+    def ready(spec: ServerSpec) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=spec.port, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()

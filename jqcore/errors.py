@@ -1,0 +1,116 @@
+"""One error hierarchy for all of jobq.
+
+Every error raised on purpose by jobq code derives from :class:`JobqError`. Each class carries
+
+* ``code`` — a short, stable, machine-readable reason (used in HTTP error bodies and CLI messages);
+* ``retriable`` — whether trying the same operation again later may succeed (backend down, memory full)
+  or never will (bad input, stale lease token).
+
+Handler control flow (``Retry``, ``Cancel``, ``Snooze``) lives here too, because workers written against
+the HTTP API use the same vocabulary as Python handlers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BackendUnavailable",
+    "Cancel",
+    "ConfigError",
+    "EnvelopeError",
+    "FieldError",
+    "HandlerControl",
+    "JobqError",
+    "Retry",
+    "Snooze",
+    "StackError",
+]
+
+
+class JobqError(Exception):
+    """Base of every jobq error."""
+
+    code: str = "jobq_error"
+    retriable: bool = False
+
+    def __init__(self, message: str = "", *, code: str | None = None, retriable: bool | None = None) -> None:
+        super().__init__(message or self.__class__.__doc__ or self.code)
+        if code is not None:
+            self.code = code
+        if retriable is not None:
+            self.retriable = retriable
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.code
+
+
+class ConfigError(JobqError):
+    """A setting is missing, malformed or inconsistent with another one."""
+
+    code = "config_invalid"
+
+
+class StackError(JobqError):
+    """A step of provisioning or running the local stack failed."""
+
+    code = "stack_failed"
+
+
+class BackendUnavailable(JobqError):
+    """Kafka, Redis or Consul did not answer in time; the operation may succeed later."""
+
+    code = "backend_unavailable"
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One problem with one field of an input document."""
+
+    field: str
+    problem: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "problem": self.problem}
+
+
+class EnvelopeError(JobqError):
+    """A job envelope is malformed; ``fields`` names each offending field and the problem."""
+
+    code = "envelope_invalid"
+
+    def __init__(self, fields: list[FieldError] | FieldError, *, code: str | None = None) -> None:
+        self.fields: tuple[FieldError, ...] = (fields,) if isinstance(fields, FieldError) else tuple(fields)
+        summary = "; ".join(f"{f.field}: {f.problem}" for f in self.fields) or "invalid envelope"
+        super().__init__(summary, code=code)
+
+
+class HandlerControl(Exception):  # noqa: N818 - these are signals, not errors
+    """Base of the exceptions a handler raises to steer what happens to its job."""
+
+
+class Retry(HandlerControl):
+    """Fail this attempt and retry after ``delay_s`` seconds (``None``: the job type's backoff)."""
+
+    def __init__(self, delay_s: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay_s = delay_s
+        self.reason = reason
+
+
+class Cancel(HandlerControl):
+    """Stop this job for good; it is never retried."""
+
+    def __init__(self, reason: str = "canceled by handler") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Snooze(HandlerControl):
+    """Put the job back for ``delay_s`` seconds without spending an attempt."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(f"snoozed for {delay_s}s")
+        self.delay_s = delay_s

@@ -1,0 +1,158 @@
+"""Typed settings, read from the environment once at start-up.
+
+Every service builds one settings object from these parts. Names follow ``JOBQ_<SECTION>_<FIELD>``;
+the standard names of the ecosystems are honoured as well (``CONSUL_HTTP_ADDR``, ``CONSUL_HTTP_TOKEN``,
+``REDIS_URL``, ``KAFKA_BOOTSTRAP_SERVERS``). Secrets are :class:`pydantic.SecretStr`: they never appear in
+``repr``, logs or ``jobq stack env``. Cross-field checks run at construction, so a bad combination stops
+the service at start-up with a :class:`~jqcore.errors.ConfigError` naming the setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import orjson
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jqcore.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CONSUL_ADDR",
+    "DEFAULT_KAFKA_BOOTSTRAP",
+    "DEFAULT_REDIS_URL",
+    "ConsulSettings",
+    "KafkaSettings",
+    "LogSettings",
+    "RedisSettings",
+    "load",
+]
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:26379/0"
+DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:29092"
+DEFAULT_CONSUL_ADDR = "127.0.0.1:28500"
+
+
+class RedisSettings(BaseSettings):
+    """Where the execution state lives (``JOBQ_REDIS_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_REDIS_", extra="ignore")
+
+    url: str = Field(DEFAULT_REDIS_URL, validation_alias=AliasChoices("JOBQ_REDIS_URL", "REDIS_URL"))
+    cluster: bool = False
+    """Connect with the Redis Cluster protocol (``url`` names any one node)."""
+    username: str | None = None
+    password: SecretStr | None = None
+    tls: bool = False
+    tls_ca_file: str | None = None
+    socket_timeout_s: float = Field(5.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return v
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``redis.asyncio.Redis.from_url`` (secrets included, never logged)."""
+        kw: dict[str, Any] = {"socket_timeout": self.socket_timeout_s, "socket_connect_timeout": 5.0}
+        if self.username:
+            kw["username"] = self.username
+        if self.password is not None:
+            kw["password"] = self.password.get_secret_value()
+        if self.tls and self.url.startswith("redis://"):
+            kw["ssl"] = True
+        if self.tls_ca_file:
+            kw["ssl_ca_certs"] = self.tls_ca_file
+        return kw
+
+
+class KafkaSettings(BaseSettings):
+    """The Kafka cluster (``JOBQ_KAFKA_*``); ``JOBQ_KAFKA_CONFIG`` passes librdkafka options through."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_KAFKA_", extra="ignore")
+
+    bootstrap: str = Field(
+        DEFAULT_KAFKA_BOOTSTRAP,
+        validation_alias=AliasChoices("JOBQ_KAFKA_BOOTSTRAP", "KAFKA_BOOTSTRAP_SERVERS"),
+    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
+    config: dict[str, str] = Field(default_factory=dict)
+    """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}``."""
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _json(cls, v: object) -> object:
+        if isinstance(v, str | bytes):
+            return orjson.loads(v)
+        return v
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and not (self.sasl_mechanism and self.sasl_username):
+            raise ValueError("SASL protocols need JOBQ_KAFKA_SASL_MECHANISM and JOBQ_KAFKA_SASL_USERNAME")
+        return self
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka configuration common to producers, consumers and admin clients."""
+        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap, "security.protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location:
+            conf["ssl.ca.location"] = self.ssl_ca_location
+        conf.update(self.config)
+        return conf
+
+
+class ConsulSettings(BaseSettings):
+    """The Consul agent (``CONSUL_HTTP_ADDR`` / ``CONSUL_HTTP_TOKEN`` honoured)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CONSUL_", extra="ignore")
+
+    addr: str = Field(DEFAULT_CONSUL_ADDR, validation_alias=AliasChoices("JOBQ_CONSUL_ADDR", "CONSUL_HTTP_ADDR"))
+    token: SecretStr | None = Field(None, validation_alias=AliasChoices("JOBQ_CONSUL_TOKEN", "CONSUL_HTTP_TOKEN"))
+    scheme: Literal["http", "https"] = "http"
+
+    @property
+    def host(self) -> str:
+        return self._split()[0]
+
+    @property
+    def port(self) -> int:
+        return self._split()[1]
+
+    def _split(self) -> tuple[str, int]:
+        addr = self.addr.split("://", 1)[-1]
+        host, _, port = addr.rpartition(":")
+        return (host or "127.0.0.1"), int(port or 8500)
+
+
+class LogSettings(BaseSettings):
+    """Logging (``JOBQ_LOG_LEVEL``, ``JOBQ_LOG_FORMAT``)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore")
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["console", "json"] = "console"
+
+
+def load(cls: type[_S], **overrides: Any) -> _S:
+    """Build a settings object, turning validation failures into one readable ConfigError."""
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid {cls.__name__}: {problems}", code="config_invalid") from exc
