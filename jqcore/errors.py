@@ -87,7 +87,7 @@ class EnvelopeError(JobqError):
         super().__init__(summary, code=code)
 
 
-class HandlerControl(Exception):  # noqa: N818 - these are signals, not errors
+class HandlerControl(Exception):
     """Base of the exceptions a handler raises to steer what happens to its job."""
 
 

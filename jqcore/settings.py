@@ -102,7 +102,10 @@ class KafkaSettings(BaseSettings):
 
     def client_config(self) -> dict[str, str]:
         """librdkafka configuration common to producers, consumers and admin clients."""
-        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap, "security.protocol": self.security_protocol}
+        conf: dict[str, str] = {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": self.security_protocol,
+        }
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:
@@ -120,8 +123,12 @@ class ConsulSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="JOBQ_CONSUL_", extra="ignore")
 
-    addr: str = Field(DEFAULT_CONSUL_ADDR, validation_alias=AliasChoices("JOBQ_CONSUL_ADDR", "CONSUL_HTTP_ADDR"))
-    token: SecretStr | None = Field(None, validation_alias=AliasChoices("JOBQ_CONSUL_TOKEN", "CONSUL_HTTP_TOKEN"))
+    addr: str = Field(
+        DEFAULT_CONSUL_ADDR, validation_alias=AliasChoices("JOBQ_CONSUL_ADDR", "CONSUL_HTTP_ADDR")
+    )
+    token: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("JOBQ_CONSUL_TOKEN", "CONSUL_HTTP_TOKEN")
+    )
     scheme: Literal["http", "https"] = "http"
 
     @property

@@ -10,6 +10,7 @@ from official images through testcontainers instead; CI here has no engine and r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -90,8 +91,11 @@ def make_topic(kafka_admin: AdminClient, prefix: str) -> Iterator[Callable[..., 
 
     def make(suffix: str = "jobs", partitions: int = 3) -> str:
         name = f"{prefix}.{suffix}"
-        futures = kafka_admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
-                                            operation_timeout=15, request_timeout=15)
+        futures = kafka_admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1)],
+            operation_timeout=15,
+            request_timeout=15,
+        )
         futures[name].result(timeout=20)
         made.append(name)
         return name
@@ -99,10 +103,8 @@ def make_topic(kafka_admin: AdminClient, prefix: str) -> Iterator[Callable[..., 
     yield make
     if made:
         for fut in kafka_admin.delete_topics(made, operation_timeout=15, request_timeout=15).values():
-            try:
+            with contextlib.suppress(Exception):
                 fut.result(timeout=20)
-            except Exception:  # noqa: BLE001 - cleanup of a shared broker must not mask the test's result
-                pass
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
-from jqcore.errors import StackError
 from jobq.stack import containers
 from jobq.stack.manager import Endpoints, Stack, StackSpec
 from jobq.stack.procs import alive, free_port, wait_until
 from jobq.stack.servers import kafka_ready
+from jqcore.errors import StackError
 
 __all__ = ["ContainerTestStack", "NativeTestStack", "TestStack", "start_test_stack"]
 
@@ -55,9 +55,14 @@ class ContainerTestStack:
         self._containers: list[Any] = []
         for defn in containers.definitions(ports["kafka"], ports["consul"], ports["redis"]):
             self._containers.append(containers.build(defn).start())
-        self._endpoints = Endpoints(f"127.0.0.1:{ports['kafka']}", f"127.0.0.1:{ports['consul']}",
-                                    f"redis://127.0.0.1:{ports['redis']}/0")
-        wait_until(lambda: kafka_ready(self._endpoints.kafka_bootstrap, 1), what="kafka container", timeout_s=120)
+        self._endpoints = Endpoints(
+            f"127.0.0.1:{ports['kafka']}",
+            f"127.0.0.1:{ports['consul']}",
+            f"redis://127.0.0.1:{ports['redis']}/0",
+        )
+        wait_until(
+            lambda: kafka_ready(self._endpoints.kafka_bootstrap, 1), what="kafka container", timeout_s=120
+        )
 
     @property
     def endpoints(self) -> Endpoints:

@@ -43,10 +43,18 @@ def definitions(kafka_port: int, consul_port: int, redis_port: int) -> list[Cont
     }
     return [
         ContainerDef("kafka", f"apache/kafka:{KAFKA_VERSION}", {9092: kafka_port}, kafka_env),
-        ContainerDef("consul", f"hashicorp/consul:{CONSUL_VERSION}", {8500: consul_port},
-                     command=["agent", "-dev", "-client", "0.0.0.0"]),
-        ContainerDef("redis", REDIS_IMAGE, {6379: redis_port},
-                     command=["redis-server", "--appendonly", "yes", "--maxmemory-policy", "noeviction"]),
+        ContainerDef(
+            "consul",
+            f"hashicorp/consul:{CONSUL_VERSION}",
+            {8500: consul_port},
+            command=["agent", "-dev", "-client", "0.0.0.0"],
+        ),
+        ContainerDef(
+            "redis",
+            REDIS_IMAGE,
+            {6379: redis_port},
+            command=["redis-server", "--appendonly", "yes", "--maxmemory-policy", "noeviction"],
+        ),
     ]
 
 
@@ -70,6 +78,6 @@ def docker_available() -> bool:
         import docker
 
         docker.from_env(timeout=2).ping()
-    except Exception:  # noqa: BLE001 - any failure means "no engine"
+    except Exception:
         return False
     return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -22,11 +23,11 @@ from typing import Any, Literal
 
 import redis
 
-from jqcore.errors import StackError
 from jobq.stack import provision
 from jobq.stack.paths import stack_dir
 from jobq.stack.procs import alive, free_port, log_tail, run_step, spawn, terminate, wait_until
 from jobq.stack.servers import ConsulServer, KafkaBroker, RedisServer, ServerSpec, kafka_ready
+from jqcore.errors import StackError
 
 __all__ = ["DEFAULT_PORTS", "Endpoints", "Stack", "StackSpec"]
 
@@ -84,7 +85,9 @@ class Stack:
                 self.meta = raw.get("meta", {})
                 return
             if any(alive(s.get("pid")) for s in raw["servers"]):
-                raise StackError(f"stack {self.spec.name!r} is running with another shape; `jobq stack down` first")
+                raise StackError(
+                    f"stack {self.spec.name!r} is running with another shape; `jobq stack down` first"
+                )
             shutil.rmtree(self.root, ignore_errors=True)
         self.servers = self._plan()
         self.meta = {"kafka_cluster_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")}
@@ -96,17 +99,40 @@ class Stack:
     def _plan(self) -> list[ServerSpec]:
         out: list[ServerSpec] = []
         for i in range(self.spec.brokers):
-            out.append(ServerSpec(f"kafka-{i + 1}", "kafka", self._port("kafka", 2 * i), str(self.root / f"kafka-{i + 1}"),
-                                  {"controller": self._port("kafka", 2 * i + 1)}))
-        out.append(ServerSpec("consul", "consul", self._port("consul", 0), str(self.root / "consul"),
-                              {"serf_lan": self._port("consul", 1), "serf_wan": self._port("consul", 2),
-                               "server": self._port("consul", 3)}))
+            out.append(
+                ServerSpec(
+                    f"kafka-{i + 1}",
+                    "kafka",
+                    self._port("kafka", 2 * i),
+                    str(self.root / f"kafka-{i + 1}"),
+                    {"controller": self._port("kafka", 2 * i + 1)},
+                )
+            )
+        out.append(
+            ServerSpec(
+                "consul",
+                "consul",
+                self._port("consul", 0),
+                str(self.root / "consul"),
+                {
+                    "serf_lan": self._port("consul", 1),
+                    "serf_wan": self._port("consul", 2),
+                    "server": self._port("consul", 3),
+                },
+            )
+        )
         if self.spec.redis_mode in ("single", "both"):
             out.append(ServerSpec("redis", "redis", self._port("redis", 0), str(self.root / "redis")))
         if self.spec.redis_mode in ("cluster", "both"):
             for i in range(3):
-                out.append(ServerSpec(f"redis-cluster-{i + 1}", "redis-cluster", self._port("redis_cluster", i),
-                                      str(self.root / f"redis-cluster-{i + 1}")))
+                out.append(
+                    ServerSpec(
+                        f"redis-cluster-{i + 1}",
+                        "redis-cluster",
+                        self._port("redis_cluster", i),
+                        str(self.root / f"redis-cluster-{i + 1}"),
+                    )
+                )
         return out
 
     def _save(self) -> None:
@@ -133,8 +159,11 @@ class Stack:
     # ---- lifecycle ------------------------------------------------------------------------------
     def provision(self) -> dict[str, Path]:
         """Fetch/build what the servers need (cached; a no-op the second time)."""
-        return {"kafka": provision.ensure_kafka_jars(), "consul": provision.ensure_consul(),
-                "redis": provision.ensure_redis()}
+        return {
+            "kafka": provision.ensure_kafka_jars(),
+            "consul": provision.ensure_consul(),
+            "redis": provision.ensure_redis(),
+        }
 
     def up(self, timeout_s: float = 90.0) -> Endpoints:
         tools = self.provision()
@@ -161,8 +190,13 @@ class Stack:
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         for server in self.servers:
-            wait_until(lambda s=server: self._ready(s), what=f"{server.name} on port {server.port}",  # type: ignore[misc]
-                       timeout_s=timeout_s, pid=server.pid, log=server.log)
+            wait_until(
+                functools.partial(self._ready, server),
+                what=f"{server.name} on port {server.port}",
+                timeout_s=timeout_s,
+                pid=server.pid,
+                log=server.log,
+            )
 
     def _ready(self, server: ServerSpec) -> bool:
         if server.kind == "kafka":
@@ -181,11 +215,24 @@ class Stack:
         try:
             if info().get("cluster_state") != "ok":
                 if int(info().get("cluster_known_nodes", 1)) < len(nodes):
-                    run_step("creating the Redis Cluster",
-                             ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
-                              "--cluster-replicas", "0", "--cluster-yes"], timeout_s=60)
-                wait_until(lambda: info().get("cluster_state") == "ok", what="Redis Cluster state ok",
-                           timeout_s=timeout_s)
+                    run_step(
+                        "creating the Redis Cluster",
+                        [
+                            "redis-cli",
+                            "--cluster",
+                            "create",
+                            *[f"127.0.0.1:{n.port}" for n in nodes],
+                            "--cluster-replicas",
+                            "0",
+                            "--cluster-yes",
+                        ],
+                        timeout_s=60,
+                    )
+                wait_until(
+                    lambda: info().get("cluster_state") == "ok",
+                    what="Redis Cluster state ok",
+                    timeout_s=timeout_s,
+                )
         finally:
             first.close()
 
@@ -202,9 +249,12 @@ class Stack:
         """Raise StackError naming every server that has died (with its log tail)."""
         dead = [s for s in self.servers if not alive(s.pid)]
         if dead:
-            details = "\n".join(f"--- {s.name} (pid {s.pid}, port {s.port}) log tail:\n{log_tail(s.log, 10)}"
-                                for s in dead)
-            raise StackError(f"stack {self.spec.name!r}: {', '.join(s.name for s in dead)} not running\n{details}")
+            details = "\n".join(
+                f"--- {s.name} (pid {s.pid}, port {s.port}) log tail:\n{log_tail(s.log, 10)}" for s in dead
+            )
+            raise StackError(
+                f"stack {self.spec.name!r}: {', '.join(s.name for s in dead)} not running\n{details}"
+            )
 
     def status(self) -> list[dict[str, Any]]:
         rows = []
@@ -214,8 +264,17 @@ class Stack:
             if running:
                 with contextlib.suppress(Exception):
                     healthy = self._ready(s)
-            rows.append({"name": s.name, "kind": s.kind, "port": s.port, "pid": s.pid if running else None,
-                         "running": running, "healthy": healthy, "log": str(s.log)})
+            rows.append(
+                {
+                    "name": s.name,
+                    "kind": s.kind,
+                    "port": s.port,
+                    "pid": s.pid if running else None,
+                    "running": running,
+                    "healthy": healthy,
+                    "log": str(s.log),
+                }
+            )
         return rows
 
     def restart(self, name: str, timeout_s: float = 90.0) -> float:

@@ -36,12 +36,20 @@ def log_tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text[-lines:])
 
 
-def run_step(what: str, cmd: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-             timeout_s: float = 900, hint: str = "") -> str:
+def run_step(
+    what: str,
+    cmd: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 900,
+    hint: str = "",
+) -> str:
     """Run one provisioning command; on failure raise StackError naming the step, command and output."""
     try:
-        proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
+        proc = subprocess.run(
+            list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except FileNotFoundError as exc:
         raise StackError(f"{what}: command not found: {cmd[0]}. {hint}".strip()) from exc
     except subprocess.TimeoutExpired as exc:
@@ -52,12 +60,21 @@ def run_step(what: str, cmd: Sequence[str], *, cwd: Path | None = None, env: dic
     return proc.stdout
 
 
-def spawn(cmd: Sequence[str], *, log: Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> int:
+def spawn(
+    cmd: Sequence[str], *, log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> int:
     """Start a detached server process writing to ``log``; return its pid."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     return proc.pid
 
 
@@ -86,8 +103,15 @@ def _not_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def wait_until(check: Callable[[], bool], *, what: str, timeout_s: float, pid: int | None = None,
-               log: Path | None = None, interval_s: float = 0.1) -> None:
+def wait_until(
+    check: Callable[[], bool],
+    *,
+    what: str,
+    timeout_s: float,
+    pid: int | None = None,
+    log: Path | None = None,
+    interval_s: float = 0.1,
+) -> None:
     """Poll ``check`` until true; fail early if ``pid`` dies, and at the deadline with the log tail."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -11,9 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
-from jqcore.errors import StackError
 from jobq.stack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, deploy_dir, home
 from jobq.stack.procs import run_step
+from jqcore.errors import StackError
 
 __all__ = ["ensure_consul", "ensure_kafka_jars", "ensure_redis", "ensure_spark_jars", "require_tool"]
 
@@ -34,8 +34,16 @@ def _mvn_copy(pom: Path, out: Path, what: str) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     run_step(
         what,
-        ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
-         f"-DoutputDirectory={tmp}"],
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={tmp}",
+        ],
         hint="Maven Central must be reachable; rerun once the network is back.",
     )
     shutil.rmtree(out, ignore_errors=True)
@@ -47,14 +55,20 @@ def _mvn_copy(pom: Path, out: Path, what: str) -> Path:
 def ensure_kafka_jars() -> Path:
     """The folder of jars that runs Apache Kafka's broker (``java -cp '<dir>/*' kafka.Kafka``)."""
     require_tool("java", "Install a JDK 17+: apt-get install -y openjdk-17-jre-headless")
-    return _mvn_copy(deploy_dir() / "kafka" / "pom.xml", home() / f"kafka-{KAFKA_VERSION}" / "libs",
-                     "resolving Kafka broker jars")
+    return _mvn_copy(
+        deploy_dir() / "kafka" / "pom.xml",
+        home() / f"kafka-{KAFKA_VERSION}" / "libs",
+        "resolving Kafka broker jars",
+    )
 
 
 def ensure_spark_jars() -> Path:
     """Spark's Kafka connector and its dependencies, matching pyspark exactly."""
-    return _mvn_copy(deploy_dir() / "spark" / "pom.xml", home() / f"spark-kafka-{SPARK_VERSION}",
-                     "resolving Spark's Kafka connector jars")
+    return _mvn_copy(
+        deploy_dir() / "spark" / "pom.xml",
+        home() / f"spark-kafka-{SPARK_VERSION}",
+        "resolving Spark's Kafka connector jars",
+    )
 
 
 def ensure_consul() -> Path:
@@ -69,7 +83,9 @@ def ensure_consul() -> Path:
     run_step(
         "building Consul from its Go module (~3-4 min the first time)",
         ["go", "build", "-trimpath", "-o", str(tmp), "github.com/hashicorp/consul"],
-        cwd=deploy_dir() / "consul", env=env, timeout_s=1800,
+        cwd=deploy_dir() / "consul",
+        env=env,
+        timeout_s=1800,
         hint="The Go module proxy must be reachable; deploy/consul/go.sum pins every module.",
     )
     tmp.rename(binary)
@@ -84,8 +100,12 @@ def ensure_redis() -> Path:
     if os.geteuid() != 0:
         raise StackError("redis-server is missing; install it: sudo apt-get install -y redis-server")
     run_step("apt-get update", ["apt-get", "update", "-qq"], timeout_s=600)
-    run_step("installing redis-server", ["apt-get", "install", "-y", "-qq", "redis-server"], timeout_s=600,
-             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    run_step(
+        "installing redis-server",
+        ["apt-get", "install", "-y", "-qq", "redis-server"],
+        timeout_s=600,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
     # Debian starts the system service on install; jobq never uses it.
     if shutil.which("systemctl"):
         run_step("stopping the system redis", ["sh", "-c", "systemctl stop redis-server || true"])

@@ -57,26 +57,28 @@ class KafkaBroker:
     @staticmethod
     def properties(spec: ServerSpec, node_id: int, voters: str) -> str:
         port, cport = spec.port, spec.extra_ports["controller"]
-        return "\n".join([
-            "process.roles=broker,controller",
-            f"node.id={node_id}",
-            f"controller.quorum.voters={voters}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-            "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name=PLAINTEXT",
-            f"log.dirs={spec.data_dir / 'log'}",
-            f"num.partitions={3 if voters.count('@') == 1 else 6}",
-            f"offsets.topic.replication.factor={min(3, voters.count('@'))}",
-            f"transaction.state.log.replication.factor={min(3, voters.count('@'))}",
-            "transaction.state.log.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=false",
-            "log.retention.hours=168",
-            "message.max.bytes=2097152",
-            "",
-        ])
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                f"node.id={node_id}",
+                f"controller.quorum.voters={voters}",
+                f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+                f"log.dirs={spec.data_dir / 'log'}",
+                f"num.partitions={3 if voters.count('@') == 1 else 6}",
+                f"offsets.topic.replication.factor={min(3, voters.count('@'))}",
+                f"transaction.state.log.replication.factor={min(3, voters.count('@'))}",
+                "transaction.state.log.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false",
+                "log.retention.hours=168",
+                "message.max.bytes=2097152",
+                "",
+            ]
+        )
 
     @staticmethod
     def prepare(spec: ServerSpec, libs: Path, node_id: int, voters: str, cluster_id: str) -> Path:
@@ -84,21 +86,45 @@ class KafkaBroker:
         props = spec.data_dir / "server.properties"
         props.write_text(KafkaBroker.properties(spec, node_id, voters))
         if not (spec.data_dir / "log" / "meta.properties").exists():
-            run_step(f"formatting Kafka storage for {spec.name}",
-                     ["java", "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                      "-c", str(props)], timeout_s=120)
+            run_step(
+                f"formatting Kafka storage for {spec.name}",
+                [
+                    "java",
+                    "-cp",
+                    f"{libs}/*",
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(props),
+                ],
+                timeout_s=120,
+            )
         return props
 
     @staticmethod
     def command(spec: ServerSpec, libs: Path) -> list[str]:
         log4j = spec.data_dir / "log4j2.properties"
-        log4j.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"
-                         "appender.stdout.type=Console\nappender.stdout.name=STDOUT\n"
-                         "appender.stdout.layout.type=PatternLayout\n"
-                         "appender.stdout.layout.pattern=[%d] %p %m (%c)%n\n")
-        return ["java", "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
-                f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={spec.data_dir}",
-                "-cp", f"{libs}/*", "kafka.Kafka", str(spec.data_dir / "server.properties")]
+        log4j.write_text(
+            "rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"
+            "appender.stdout.type=Console\nappender.stdout.name=STDOUT\n"
+            "appender.stdout.layout.type=PatternLayout\n"
+            "appender.stdout.layout.pattern=[%d] %p %m (%c)%n\n"
+        )
+        return [
+            "java",
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:+UseG1GC",
+            "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dkafka.logs.dir={spec.data_dir}",
+            "-cp",
+            f"{libs}/*",
+            "kafka.Kafka",
+            str(spec.data_dir / "server.properties"),
+        ]
 
 
 class ConsulServer:
@@ -107,10 +133,33 @@ class ConsulServer:
     @staticmethod
     def command(spec: ServerSpec, binary: Path) -> list[str]:
         p = spec.extra_ports
-        return [str(binary), "agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1",
-                "-http-port", str(spec.port), "-grpc-port", "-1", "-grpc-tls-port", "-1", "-dns-port", "-1",
-                "-serf-lan-port", str(p["serf_lan"]), "-serf-wan-port", str(p["serf_wan"]),
-                "-server-port", str(p["server"]), "-node", spec.name, "-log-level", "warn"]
+        return [
+            str(binary),
+            "agent",
+            "-dev",
+            "-client",
+            "127.0.0.1",
+            "-bind",
+            "127.0.0.1",
+            "-http-port",
+            str(spec.port),
+            "-grpc-port",
+            "-1",
+            "-grpc-tls-port",
+            "-1",
+            "-dns-port",
+            "-1",
+            "-serf-lan-port",
+            str(p["serf_lan"]),
+            "-serf-wan-port",
+            str(p["serf_wan"]),
+            "-server-port",
+            str(p["server"]),
+            "-node",
+            spec.name,
+            "-log-level",
+            "warn",
+        ]
 
     @staticmethod
     def ready(spec: ServerSpec) -> bool:
@@ -124,12 +173,38 @@ class RedisServer:
     @staticmethod
     def command(spec: ServerSpec, binary: Path, *, cluster: bool = False, maxmemory: str = "0") -> list[str]:
         spec.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [str(binary), "--port", str(spec.port), "--bind", "127.0.0.1", "--dir", str(spec.data_dir),
-               "--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
-               "--maxmemory", maxmemory, "--save", "", "--daemonize", "no", "--protected-mode", "yes"]
+        cmd = [
+            str(binary),
+            "--port",
+            str(spec.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(spec.data_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--maxmemory-policy",
+            "noeviction",
+            "--maxmemory",
+            maxmemory,
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+        ]
         if cluster:
-            cmd += ["--cluster-enabled", "yes", "--cluster-config-file", str(spec.data_dir / "nodes.conf"),
-                    "--cluster-node-timeout", "5000"]
+            cmd += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(spec.data_dir / "nodes.conf"),
+                "--cluster-node-timeout",
+                "5000",
+            ]
         return cmd
 
     @staticmethod

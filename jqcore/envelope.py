@@ -1,0 +1,350 @@
+"""Envelope v1: the one contract every producer (gateway, Spark, canary, CLI) and consumer shares.
+
+A job travels as one JSON object, the Kafka record value. :func:`decode` validates it strictly and keeps
+the bytes it was given (``Envelope.raw``); :func:`encode` returns those same bytes when they exist, so the
+relay stores exactly what the producer wrote and ``args`` passes through byte for byte (Slack lost days
+to JSON escaping differences between languages). The JSON Schema of the same contract is
+``jqcore/schema/envelope.v1.json``; golden examples live in ``tests/fixtures/envelopes/``.
+
+Policy on unknown fields: v1 refuses them (``unknown field``). A producer that needs a new field bumps
+``v``; decoders refuse versions they do not know (``envelope_version_unsupported``) instead of guessing.
+
+Every failure is an :class:`~jqcore.errors.EnvelopeError` whose ``fields`` name each field and problem.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from jqcore.errors import EnvelopeError, FieldError
+
+__all__ = [
+    "MAX_ARGS_DEPTH",
+    "MAX_ENVELOPE_BYTES",
+    "MAX_META_ENTRIES",
+    "VERSION",
+    "Envelope",
+    "decode",
+    "encode",
+    "new_envelope",
+    "new_job_id",
+    "now_ms",
+    "record_key",
+    "validate_name",
+]
+
+VERSION = 1
+MAX_ENVELOPE_BYTES = 1_048_576
+"""Largest accepted record value (1 MiB); Kafka's default ``message.max.bytes`` is the same order."""
+MAX_META_ENTRIES = 16
+MAX_ARGS_DEPTH = 64
+MAX_ATTEMPTS_LIMIT = 1000
+MIN_LEASE_MS, MAX_LEASE_MS = 100, 86_400_000
+MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+"""Job ids, kinds, exclusivity values: printable, no spaces, no braces (they end up inside Redis keys)."""
+_QUEUE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_META_KEY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_TRACEPARENT_RE = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+_GRAPH_KEYS = frozenset({"id", "parents", "next"})
+_MAX_META_VALUE = 256
+_MAX_GRAPH_LINKS = 256
+
+_REQUIRED = ("v", "id", "queue", "kind", "args", "priority", "enqueued_at")
+_OPTIONAL = ("run_at", "expires_at", "max_attempts", "lease_ms", "meta", "excl", "graph", "trace", "canary")
+_KNOWN = frozenset(_REQUIRED + _OPTIONAL)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One job, as it travels from a producer through Kafka into Redis and to a worker.
+
+    Times are integer milliseconds since the Unix epoch. ``priority``: lower runs first (EDF); the
+    default is ``enqueued_at`` so a queue is FIFO. ``raw`` holds the exact bytes a decoded envelope came
+    from and is not part of equality.
+    """
+
+    id: str
+    queue: str
+    kind: str
+    args: Any
+    priority: int
+    enqueued_at: int
+    run_at: int | None = None
+    expires_at: int | None = None
+    max_attempts: int | None = None
+    lease_ms: int | None = None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    excl: str | None = None
+    graph: Mapping[str, Any] | None = None
+    trace: str | None = None
+    canary: bool = False
+    v: int = VERSION
+    raw: bytes | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this envelope (optional fields left out when unset)."""
+        out: dict[str, Any] = {
+            "v": self.v,
+            "id": self.id,
+            "queue": self.queue,
+            "kind": self.kind,
+            "args": self.args,
+            "priority": self.priority,
+            "enqueued_at": self.enqueued_at,
+        }
+        for name in _OPTIONAL:
+            value = getattr(self, name)
+            if value is None or value is False or (name == "meta" and not value):
+                continue
+            out[name] = dict(value) if name in ("meta", "graph") else value
+        return out
+
+
+def now_ms() -> int:
+    """The wall clock in integer milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def new_job_id() -> str:
+    """A fresh job id: 26 chars, time-ordered prefix (ms, hex) then 80 random bits."""
+    return f"{now_ms():012x}{secrets.token_hex(7)}"
+
+
+def validate_name(kind: str, value: object) -> str:
+    """Check a queue name (``kind="queue"``) or an id-like value; raise :class:`EnvelopeError`."""
+    problem = _check_name(kind, value)
+    if problem:
+        raise EnvelopeError(FieldError(kind, problem))
+    assert isinstance(value, str)
+    return value
+
+
+def new_envelope(
+    queue: str,
+    kind: str,
+    args: Any = None,
+    *,
+    id: str | None = None,
+    priority: int | None = None,
+    run_at: int | None = None,
+    delay_ms: int | None = None,
+    expires_at: int | None = None,
+    max_attempts: int | None = None,
+    lease_ms: int | None = None,
+    meta: Mapping[str, str] | None = None,
+    excl: str | None = None,
+    graph: Mapping[str, Any] | None = None,
+    trace: str | None = None,
+    canary: bool = False,
+    at_ms: int | None = None,
+) -> Envelope:
+    """Build and validate a new envelope as a producer does (id, priority and times filled in)."""
+    now = now_ms() if at_ms is None else at_ms
+    if delay_ms is not None:
+        if run_at is not None:
+            raise EnvelopeError(FieldError("delay_ms", "give run_at or delay_ms, not both"))
+        if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
+            raise EnvelopeError(FieldError("delay_ms", "must be a non-negative integer"))
+        run_at = now + delay_ms
+    doc: dict[str, Any] = {
+        "v": VERSION,
+        "id": new_job_id() if id is None else id,
+        "queue": queue,
+        "kind": kind,
+        "args": args,
+        "priority": now if priority is None else priority,
+        "enqueued_at": now,
+        "run_at": run_at,
+        "expires_at": expires_at,
+        "max_attempts": max_attempts,
+        "lease_ms": lease_ms,
+        "meta": dict(meta) if meta else None,
+        "excl": excl,
+        "graph": dict(graph) if graph is not None else None,
+        "trace": trace,
+        "canary": canary or None,
+    }
+    return _from_doc({k: v for k, v in doc.items() if v is not None}, raw=None)
+
+
+def encode(env: Envelope) -> bytes:
+    """The record value: the original bytes of a decoded envelope, else its compact JSON."""
+    if env.raw is not None:
+        return env.raw
+    return orjson.dumps(env.to_dict())
+
+
+def decode(data: bytes | bytearray | memoryview | str) -> Envelope:
+    """Parse and validate a record value. Raises only :class:`EnvelopeError`."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if len(raw) > MAX_ENVELOPE_BYTES:
+        raise EnvelopeError(
+            FieldError("$", f"{len(raw)} bytes exceeds the limit of {MAX_ENVELOPE_BYTES}"),
+            code="envelope_oversize",
+        )
+    try:
+        doc = orjson.loads(raw)
+    except (orjson.JSONDecodeError, RecursionError) as exc:
+        raise EnvelopeError(FieldError("$", f"not JSON: {exc}"), code="envelope_not_json") from None
+    if not isinstance(doc, dict):
+        raise EnvelopeError(FieldError("$", f"must be a JSON object, got {_type_name(doc)}"))
+    version = doc.get("v")
+    if version != VERSION:
+        if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+            raise EnvelopeError(
+                FieldError("v", f"version {version} is newer than this decoder ({VERSION})"),
+                code="envelope_version_unsupported",
+            )
+        raise EnvelopeError(FieldError("v", f"must be {VERSION}"))
+    return _from_doc(doc, raw=raw)
+
+
+def record_key(env: Envelope) -> bytes:
+    """Kafka record key: the exclusivity value when set (one partition, in order), else the job id."""
+    return (env.excl if env.excl is not None else env.id).encode()
+
+
+# --- validation ---------------------------------------------------------------------------------------
+
+
+def _type_name(value: object) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_name(name: str, value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, got {_type_name(value)}"
+    pattern = _QUEUE_RE if name == "queue" else _ID_RE
+    if pattern.fullmatch(value) is None:
+        limit = 64 if name == "queue" else 128
+        chars = "a-z 0-9 . _ -" if name == "queue" else "A-Z a-z 0-9 . _ : @ -"
+        return f"must be 1-{limit} characters of [{chars}] starting with a letter or digit"
+    return None
+
+
+def _check_int(lo: int, hi: int) -> Callable[[str, object], str | None]:
+    def check(_: str, value: object) -> str | None:
+        if not _is_int(value):
+            return f"must be an integer, got {_type_name(value)}"
+        assert isinstance(value, int)
+        return None if lo <= value <= hi else f"must be between {lo} and {hi}"
+
+    return check
+
+
+def _check_meta(_: str, value: object) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be an object, got {_type_name(value)}"
+    if len(value) > MAX_META_ENTRIES:
+        return f"at most {MAX_META_ENTRIES} entries"
+    for key, item in value.items():
+        if _META_KEY_RE.fullmatch(key) is None:
+            return f"key {key[:40]!r} must match [a-z][a-z0-9_]{{0,31}}"
+        if not isinstance(item, str) or not 0 < len(item) <= _MAX_META_VALUE or "{" in item or "}" in item:
+            return f"value of {key!r} must be a string of 1-{_MAX_META_VALUE} characters without braces"
+    return None
+
+
+def _check_graph(_: str, value: object) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be an object, got {_type_name(value)}"
+    unknown = set(value) - _GRAPH_KEYS
+    if unknown:
+        return f"unknown keys {sorted(unknown)}; allowed: {sorted(_GRAPH_KEYS)}"
+    if "id" in value and _check_name("id", value["id"]):
+        return "id must be an id-like string"
+    parents = value.get("parents", [])
+    if (
+        not isinstance(parents, list)
+        or len(parents) > _MAX_GRAPH_LINKS
+        or any(_check_name("id", p) for p in parents)
+    ):
+        return f"parents must be a list of at most {_MAX_GRAPH_LINKS} job ids"
+    following = value.get("next", [])
+    if not isinstance(following, list) or len(following) > _MAX_GRAPH_LINKS:
+        return f"next must be a list of at most {_MAX_GRAPH_LINKS} job specs"
+    if any(not isinstance(spec, dict) for spec in following):
+        return "next must hold job objects"
+    return None
+
+
+def _check_args(_: str, value: object) -> str | None:
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        depth = max(depth, level)
+        if depth > MAX_ARGS_DEPTH:
+            return f"nested deeper than {MAX_ARGS_DEPTH} levels"
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return None
+
+
+def _check_str(pattern: re.Pattern[str], text: str) -> Callable[[str, object], str | None]:
+    def check(_: str, value: object) -> str | None:
+        if not isinstance(value, str):
+            return f"must be a string, got {_type_name(value)}"
+        return None if pattern.fullmatch(value) else text
+
+    return check
+
+
+def _check_bool(_: str, value: object) -> str | None:
+    return None if isinstance(value, bool) else f"must be a boolean, got {_type_name(value)}"
+
+
+_TS = _check_int(0, MAX_TS_MS)
+_CHECKS: dict[str, Callable[[str, object], str | None]] = {
+    "v": _check_int(VERSION, VERSION),
+    "id": _check_name,
+    "queue": _check_name,
+    "kind": _check_name,
+    "args": _check_args,
+    "priority": _check_int(INT64_MIN, INT64_MAX),
+    "enqueued_at": _TS,
+    "run_at": _TS,
+    "expires_at": _TS,
+    "max_attempts": _check_int(1, MAX_ATTEMPTS_LIMIT),
+    "lease_ms": _check_int(MIN_LEASE_MS, MAX_LEASE_MS),
+    "meta": _check_meta,
+    "excl": _check_name,
+    "graph": _check_graph,
+    "trace": _check_str(_TRACEPARENT_RE, "must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)"),
+    "canary": _check_bool,
+}
+
+
+def _from_doc(doc: dict[str, Any], raw: bytes | None) -> Envelope:
+    problems = [FieldError(str(k)[:64], "unknown field") for k in doc if k not in _KNOWN]
+    problems += [FieldError(k, "required") for k in _REQUIRED if k not in doc]
+    for name, value in doc.items():
+        check = _CHECKS.get(name)
+        if check is not None and (problem := check(name, value)) is not None:
+            problems.append(FieldError(name, problem))
+    expires_at, run_at = doc.get("expires_at"), doc.get("run_at")
+    if not problems and expires_at is not None and run_at is not None and expires_at <= run_at:
+        problems.append(FieldError("expires_at", "must be later than run_at"))
+    if problems:
+        raise EnvelopeError(problems)
+    values = {k: doc[k] for k in _KNOWN if k in doc}
+    if "meta" not in values:
+        values["meta"] = {}
+    return Envelope(raw=raw, **values)
