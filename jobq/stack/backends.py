@@ -26,10 +26,13 @@ class TestStack(Protocol):
 class NativeTestStack:
     """Real binaries on free loopback ports, under ``JOBQ_HOME/stacks/pytest-<pid>``."""
 
-    def __init__(self) -> None:
-        self.stack = Stack(StackSpec(name=f"pytest-{os.getpid()}", redis_mode="both", fixed_ports=False))
-        self.stack.down(purge=True)
-        self.stack = Stack(self.stack.spec)
+    def __init__(self, reuse: bool = False) -> None:
+        name = "pytest-reused" if reuse else f"pytest-{os.getpid()}"
+        self.reuse = reuse
+        self.stack = Stack(StackSpec(name=name, redis_mode="both", fixed_ports=False))
+        if not reuse:
+            self.stack.down(purge=True)
+            self.stack = Stack(self.stack.spec)
         self.stack.up()
 
     @property
@@ -40,6 +43,8 @@ class NativeTestStack:
         self.stack.check()
 
     def stop(self) -> None:
+        if self.reuse:
+            return
         pids = [s.pid for s in self.stack.servers]
         self.stack.down(purge=True)
         left = [p for p in pids if alive(p)]
@@ -80,8 +85,14 @@ class ContainerTestStack:
 
 
 def start_test_stack(backend: str = "auto") -> TestStack:
-    """``native`` | ``containers`` | ``auto`` (containers only where a Docker engine answers)."""
+    """``native`` | ``containers`` | ``auto`` (containers only where a Docker engine answers) | ``reuse``.
+
+    ``reuse`` is for development loops: a native stack named ``pytest-reused`` that is started when
+    needed and left running after the session, so the next run starts in no time.
+    """
+    if backend == "reuse":
+        return NativeTestStack(reuse=True)
     if backend not in ("native", "containers", "auto"):
-        raise StackError(f"JOBQ_TEST_BACKEND must be native, containers or auto, not {backend!r}")
+        raise StackError(f"JOBQ_TEST_BACKEND must be native, containers, auto or reuse, not {backend!r}")
     use_containers = backend == "containers" or (backend == "auto" and containers.docker_available())
     return ContainerTestStack() if use_containers else NativeTestStack()

@@ -1,0 +1,3 @@
+from jobq.cli import main
+
+main()

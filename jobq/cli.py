@@ -1,0 +1,36 @@
+"""The ``jobq`` command: the one composition root of every jobq part."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from jobq.commands import bench, demo, stack
+from jqcore.errors import JobqError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="jobq",
+    help="jobq: a job queue that never loses an accepted job (HTTP -> Kafka -> Redis -> workers).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(stack.app, name="stack")
+app.command("bench")(bench.bench)
+app.command("demo")(demo.demo)
+
+
+def main() -> None:
+    """Entry point: jobq errors become one readable line and exit code 2, never a traceback."""
+    try:
+        app()
+    except JobqError as exc:
+        Console(stderr=True).print(f"[red]error[/] ({exc.code}): {exc.message}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""``jobq stack up | down | status | logs | env``: the real local servers, on loopback."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from jobq.stack.manager import Stack, StackSpec
+from jobq.stack.procs import log_tail
+
+__all__ = ["app", "open_stack", "print_status"]
+
+app = typer.Typer(help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack.")
+console = Console()
+
+NameOpt = Annotated[str, typer.Option("--name", help="Stack name (folder under JOBQ_HOME/stacks).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+
+
+def open_stack(name: str, brokers: int = 1, redis_cluster: bool = False) -> Stack:
+    """The named stack, keeping the shape it already has when it exists (``up`` may change it)."""
+    return Stack(StackSpec(name=name, brokers=brokers, redis_mode="cluster" if redis_cluster else "single"))
+
+
+def _existing(name: str) -> Stack:
+    from jobq.stack.paths import stack_dir
+
+    state = stack_dir(name) / "state.json"
+    if not state.exists():
+        raise typer.BadParameter(
+            f"no stack named {name!r}; start it with `jobq stack up`", param_hint="--name"
+        )
+    spec = json.loads(state.read_text())["spec"]
+    return Stack(StackSpec(**spec))
+
+
+@app.command()
+def up(
+    name: NameOpt = "default",
+    brokers: Annotated[int, typer.Option(min=1, max=5, help="Kafka brokers (3 for a real cluster).")] = 1,
+    redis_cluster: Annotated[
+        bool, typer.Option("--redis-cluster", help="A 3-master Redis Cluster instead of one Redis.")
+    ] = False,
+) -> None:
+    """Fetch/build what is missing (cached), start every stopped server, wait until each answers."""
+    started = time.monotonic()
+    stack = open_stack(name, brokers, redis_cluster)
+    with console.status("starting servers (the first run downloads jars and builds Consul)..."):
+        stack.up()
+    console.print(f"stack [bold]{name}[/] up in {time.monotonic() - started:.1f}s")
+    print_status(stack)
+
+
+@app.command()
+def down(
+    name: NameOpt = "default",
+    purge: Annotated[bool, typer.Option("--purge", help="Also delete the stack's data and logs.")] = False,
+) -> None:
+    """Stop every server of the stack (TERM, then KILL after a grace period)."""
+    _existing(name).down(purge=purge)
+    console.print(f"stack [bold]{name}[/] stopped" + (" and purged" if purge else ""))
+
+
+def print_status(stack: Stack) -> bool:
+    rows = stack.status()
+    table = Table("server", "port", "pid", "health", "log")
+    for row in rows:
+        health = (
+            "[green]healthy[/]"
+            if row["healthy"]
+            else ("[yellow]starting[/]" if row["running"] else "[red]down[/]")
+        )
+        table.add_row(row["name"], str(row["port"]), str(row["pid"] or "-"), health, row["log"])
+    console.print(table)
+    return all(r["healthy"] for r in rows)
+
+
+@app.command()
+def status(name: NameOpt = "default", as_json: JsonOpt = False) -> None:
+    """Each server with its port, pid and health (exit 1 when any is unhealthy)."""
+    stack = _existing(name)
+    if as_json:
+        rows = stack.status()
+        typer.echo(json.dumps({"stack": name, "servers": rows}, indent=2))
+        healthy = all(r["healthy"] for r in rows)
+    else:
+        healthy = print_status(stack)
+    raise typer.Exit(0 if healthy else 1)
+
+
+@app.command()
+def logs(
+    server: Annotated[str | None, typer.Argument(help="One server (e.g. kafka-1); all when omitted.")] = None,
+    name: NameOpt = "default",
+    lines: Annotated[int, typer.Option("-n", help="Lines per log.")] = 40,
+) -> None:
+    """The tail of each server's log."""
+    stack = _existing(name)
+    chosen = [s for s in stack.servers if server in (None, s.name)]
+    if not chosen:
+        known = ", ".join(s.name for s in stack.servers)
+        raise typer.BadParameter(f"no server {server!r}; known: {known}", param_hint="SERVER")
+    for s in chosen:
+        console.rule(f"{s.name} ({s.log})")
+        typer.echo(log_tail(s.log, lines))
+
+
+@app.command()
+def env(name: NameOpt = "default") -> None:
+    """Shell export lines for every endpoint: eval "$(jobq stack env)"."""
+    for key, value in _existing(name).endpoints.exports().items():
+        typer.echo(f"export {key}={shlex.quote(value)}")

@@ -1,0 +1,89 @@
+"""The lifecycle every long-running part of jobq shares: ``async start()``, idempotent ``async stop()``,
+``async with``. Signals are handled only in mains (:func:`run_until_signal`), never inside services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import Any, Self
+
+__all__ = ["Service", "run_until_signal"]
+
+
+class Service:
+    """Base of gateways, relays, worker pools, canaries.
+
+    Subclasses implement :meth:`_start` and :meth:`_stop`; this class makes ``stop`` idempotent, makes
+    ``start`` after ``stop`` an error, and gives ``async with``.
+    """
+
+    def __init__(self) -> None:
+        self._started = False
+        self._stopped = False
+        self._stop_lock = asyncio.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopped
+
+    async def start(self) -> None:
+        if self._stopped:
+            raise RuntimeError(f"{type(self).__name__} was stopped; create a new one")
+        if self._started:
+            return
+        self._started = True
+        await self._start()
+
+    async def stop(self) -> None:
+        async with self._stop_lock:
+            if self._stopped or not self._started:
+                self._stopped = True
+                return
+            self._stopped = True
+            await self._stop()
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+async def run_until_signal(
+    service: Service, *, on_second_signal: Callable[[], Coroutine[Any, Any, None]] | None = None
+) -> None:
+    """Start ``service``, wait for SIGINT/SIGTERM, stop it; a second signal calls ``on_second_signal``."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    hard_tasks: list[asyncio.Task[None]] = []
+
+    def handle() -> None:
+        if stop_requested.is_set() and on_second_signal is not None:
+            hard_tasks.append(loop.create_task(on_second_signal()))
+        stop_requested.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, handle)
+    try:
+        async with service:
+            await stop_requested.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        for task in hard_tasks:
+            with contextlib.suppress(Exception):
+                await task
