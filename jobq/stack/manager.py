@@ -56,11 +56,9 @@ class Endpoints:
         env = {"JOBQ_KAFKA_BOOTSTRAP": self.kafka_bootstrap, "CONSUL_HTTP_ADDR": self.consul_addr}
         if self.redis_url:
             env["JOBQ_REDIS_URL"] = self.redis_url
-        if self.redis_cluster_nodes:
-            env["JOBQ_REDIS_CLUSTER_URL"] = f"redis://{self.redis_cluster_nodes[0]}/0"
-            if not self.redis_url:
-                env["JOBQ_REDIS_URL"] = env["JOBQ_REDIS_CLUSTER_URL"]
-                env["JOBQ_REDIS_CLUSTER"] = "1"
+        elif self.redis_cluster_nodes:
+            env["JOBQ_REDIS_URL"] = f"redis://{self.redis_cluster_nodes[0]}/0"
+            env["JOBQ_REDIS_CLUSTER"] = "1"
         return env
 
 
