@@ -91,7 +91,11 @@ class Stack:
         self._save()
 
     def _port(self, kind: str, offset: int) -> int:
-        return DEFAULT_PORTS[kind] + offset if self.spec.fixed_ports else free_port()
+        if self.spec.fixed_ports:
+            return DEFAULT_PORTS[kind] + offset
+        if kind == "redis_cluster":  # the cluster bus listens on port + 10000
+            return free_port(below=55535, pair_offset=10000)
+        return free_port()
 
     def _plan(self) -> list[ServerSpec]:
         out: list[ServerSpec] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,11 +22,34 @@ from jqcore.errors import StackError
 __all__ = ["alive", "free_port", "log_tail", "run_step", "spawn", "terminate", "wait_until"]
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
+def free_port(*, below: int | None = None, pair_offset: int | None = None) -> int:
+    """A TCP port on loopback that nothing listens on right now.
+
+    ``below``: the port must be lower (Redis Cluster needs ``port + 10000`` to be a valid port too);
+    ``pair_offset``: ``port + pair_offset`` must be free as well (the cluster bus port).
+    """
+    if below is None and pair_offset is None:
+        return _bind_free(0)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, below or 60000)
+        if _is_free(port) and (pair_offset is None or _is_free(port + pair_offset)):
+            return port
+    raise OSError("no free loopback port pair found")
+
+
+def _bind_free(port: int) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("127.0.0.1", port))
         return int(s.getsockname()[1])
+
+
+def _is_free(port: int) -> bool:
+    try:
+        _bind_free(port)
+    except OSError:
+        return False
+    return True
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
@@ -60,6 +84,9 @@ def run_step(
     return proc.stdout
 
 
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def spawn(
     cmd: Sequence[str], *, log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> int:
@@ -75,6 +102,7 @@ def spawn(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    _CHILDREN[proc.pid] = proc  # keeps Popen from warning "still running" when collected; reaped later
     return proc.pid
 
 
@@ -128,6 +156,16 @@ def wait_until(
 
 def terminate(pid: int | None, *, timeout_s: float = 15.0) -> None:
     """SIGTERM the process group, then SIGKILL it if it lingers. Idempotent."""
+    try:
+        _stop_group(pid, timeout_s)
+    finally:
+        child = _CHILDREN.pop(pid or 0, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=1)
+
+
+def _stop_group(pid: int | None, timeout_s: float) -> None:
     if not pid or not alive(pid):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
