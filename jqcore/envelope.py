@@ -174,7 +174,7 @@ def new_envelope(
         "trace": trace,
         "canary": canary or None,
     }
-    return _from_doc({k: v for k, v in doc.items() if v is not None}, raw=None)
+    return _from_doc({k: v for k, v in doc.items() if v is not None or k == "args"}, raw=None)
 
 
 def encode(env: Envelope) -> bytes:

@@ -1,0 +1,193 @@
+"""The job registry: a decorator binds a stable ``kind`` name to a handler, with per-kind options.
+
+::
+
+    jobs = Registry()
+
+    @jobs.job("email.send", queue="emails", timeout=30, max_attempts=5)
+    async def send_email(to: str, subject: str) -> None: ...
+
+    @jobs.job("report.render", mode="process")       # CPU-bound: runs in a process pool
+    def render(report_id: int) -> dict[str, int]: ...
+
+    class Resize(BaseModel):
+        url: str
+        width: int
+
+    @jobs.job("image.resize", payload=Resize)          # args validated; a failure is permanent
+    def resize(p: Resize) -> None: ...
+
+``args`` maps onto the call: a JSON object becomes keyword arguments, an array positional arguments,
+anything else one positional argument; with ``payload=`` the handler receives the validated model. The
+running job's details are available to a handler through :func:`current_job`. ``kind`` names are
+stable identifiers, never Python qualnames, so renaming a function never strands queued jobs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, ParamSpec, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from jqcore.envelope import validate_name
+from jqcore.errors import JobqError
+
+__all__ = [
+    "Backoff",
+    "JobContext",
+    "JobSpec",
+    "PayloadInvalid",
+    "Registry",
+    "current_job",
+    "set_current_job",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Mode = Literal["async", "thread", "process"]
+Delivery = Literal["at_least_once", "at_most_once"]
+
+
+class PayloadInvalid(JobqError):
+    """The job's ``args`` do not match the handler's payload model (a permanent failure)."""
+
+    code = "payload_invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Retry delays: ``min(cap_s, base_s * factor ** (attempt - 1))`` with full jitter."""
+
+    base_s: float = 1.0
+    factor: float = 2.0
+    cap_s: float = 3600.0
+    jitter: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a running handler may want to know about its job."""
+
+    id: str
+    queue: str
+    kind: str
+    attempt: int
+    max_attempts: int | None
+    meta: Mapping[str, str]
+    enqueued_at: int
+    deadline_s: float | None = None
+
+
+_CURRENT: contextvars.ContextVar[JobContext] = contextvars.ContextVar("jobq_current_job")
+
+
+def current_job() -> JobContext:
+    """The job the calling handler runs for (raises LookupError outside a handler)."""
+    return _CURRENT.get()
+
+
+def set_current_job(ctx: JobContext) -> contextvars.Token[JobContext]:
+    """Used by the pool around a handler call."""
+    return _CURRENT.set(ctx)
+
+
+@dataclass(slots=True)
+class JobSpec(Generic[P, R]):
+    """A registered handler and its options; calling it runs the function directly (tests, scripts)."""
+
+    kind: str
+    fn: Callable[P, R]
+    queue: str = "default"
+    timeout_s: float | None = None
+    max_attempts: int | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    delivery: Delivery = "at_least_once"
+    concurrency: int | None = None
+    mode: Mode = "async"
+    payload: type[BaseModel] | None = None
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def bind(self, args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Positional and keyword arguments for one job's ``args`` (validated against ``payload``)."""
+        if self.payload is not None:
+            try:
+                return (self.payload.model_validate(args),), {}
+            except ValidationError as exc:
+                raise PayloadInvalid(
+                    f"{self.kind}: args do not match {self.payload.__name__}: {exc}"
+                ) from None
+        if isinstance(args, dict):
+            return (), dict(args)
+        if isinstance(args, list):
+            return tuple(args), {}
+        return ((args,) if args is not None else ()), {}
+
+
+class Registry:
+    """Kinds → handlers. One registry per application; workers serve the kinds registered in it."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, JobSpec[Any, Any]] = {}
+
+    def job(
+        self,
+        kind: str,
+        *,
+        queue: str = "default",
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        delivery: Delivery = "at_least_once",
+        concurrency: int | None = None,
+        mode: Mode | None = None,
+        payload: type[BaseModel] | None = None,
+    ) -> Callable[[Callable[P, R]], JobSpec[P, R]]:
+        """Register the decorated function as the handler of ``kind``.
+
+        ``mode`` defaults to ``async`` for coroutine functions and ``thread`` for plain functions;
+        ``process`` runs a plain, picklable, module-level function in the pool's process pool.
+        """
+        validate_name("kind", kind)
+        validate_name("queue", queue)
+        if kind in self._specs:
+            raise ValueError(f"kind {kind!r} is already registered to {self._specs[kind].fn!r}")
+
+        def register(fn: Callable[P, R]) -> JobSpec[P, R]:
+            is_async = inspect.iscoroutinefunction(fn)
+            chosen: Mode = mode or ("async" if is_async else "thread")
+            if (chosen == "async") != is_async:
+                raise ValueError(
+                    f"{kind}: mode {chosen!r} does not fit {'an async' if is_async else 'a sync'} function"
+                )
+            spec = JobSpec(
+                kind,
+                fn,
+                queue,
+                timeout,
+                max_attempts,
+                backoff or Backoff(),
+                delivery,
+                concurrency,
+                chosen,
+                payload,
+            )
+            self._specs[kind] = spec
+            return spec
+
+        return register
+
+    def get(self, kind: str) -> JobSpec[Any, Any] | None:
+        return self._specs.get(kind)
+
+    def kinds(self, queues: set[str] | None = None) -> list[JobSpec[Any, Any]]:
+        """Registered specs, optionally only those of some queues."""
+        return [s for s in self._specs.values() if queues is None or s.queue in queues]
+
+    def queues(self) -> set[str]:
+        return {s.queue for s in self._specs.values()}
