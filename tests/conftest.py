@@ -21,12 +21,12 @@ import redis.asyncio as aioredis
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from jobq.stack.backends import TestStack, start_test_stack
+from jobq.stack.backends import SessionStack, start_test_stack
 from jobq.stack.manager import Endpoints
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[TestStack]:
+def stack() -> Iterator[SessionStack]:
     """The session's shared servers (started once, stopped at the end)."""
     test_stack = start_test_stack(os.environ.get("JOBQ_TEST_BACKEND", "auto"))
     try:
@@ -36,7 +36,7 @@ def stack() -> Iterator[TestStack]:
 
 
 @pytest.fixture(scope="session")
-def endpoints(stack: TestStack) -> Endpoints:
+def endpoints(stack: SessionStack) -> Endpoints:
     return stack.endpoints
 
 
@@ -46,7 +46,7 @@ def _stack_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     if "stack" not in request.fixturenames:
         yield
         return
-    test_stack: TestStack = request.getfixturevalue("stack")
+    test_stack: SessionStack = request.getfixturevalue("stack")
     test_stack.check()
     yield
     if not request.node.get_closest_marker("kills_servers"):

@@ -11,10 +11,10 @@ from jobq.stack.procs import alive, free_port, wait_until
 from jobq.stack.servers import kafka_ready
 from jqcore.errors import StackError
 
-__all__ = ["ContainerTestStack", "NativeTestStack", "TestStack", "start_test_stack"]
+__all__ = ["ContainerTestStack", "NativeTestStack", "SessionStack", "start_test_stack"]
 
 
-class TestStack(Protocol):
+class SessionStack(Protocol):
     @property
     def endpoints(self) -> Endpoints: ...
 
@@ -84,7 +84,7 @@ class ContainerTestStack:
             c.stop()
 
 
-def start_test_stack(backend: str = "auto") -> TestStack:
+def start_test_stack(backend: str = "auto") -> SessionStack:
     """``native`` | ``containers`` | ``auto`` (containers only where a Docker engine answers) | ``reuse``.
 
     ``reuse`` is for development loops: a native stack named ``pytest-reused`` that is started when

@@ -7,7 +7,9 @@ Kafka can advertise the address clients will use.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from jobq.stack.paths import CONSUL_VERSION, KAFKA_VERSION
@@ -74,10 +76,17 @@ def build(defn: ContainerDef) -> Any:
 
 def docker_available() -> bool:
     """True when a Docker engine answers (the client alone is not enough)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not Path(host.removeprefix("unix://")).exists():
+        return False
     try:
         import docker
 
-        docker.from_env(timeout=2).ping()
+        client = docker.from_env(timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
     except Exception:
         return False
     return True

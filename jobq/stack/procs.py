@@ -107,7 +107,14 @@ def spawn(
 
 
 def alive(pid: int | None) -> bool:
+    """True while ``pid`` runs (a zombie child of ours counts as dead and is reaped)."""
     if not pid:
+        return False
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is None:
+            return True
+        del _CHILDREN[pid]
         return False
     try:
         os.kill(pid, 0)
@@ -115,7 +122,6 @@ def alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child of ours counts as dead; reap it.
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:

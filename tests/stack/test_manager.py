@@ -1,0 +1,58 @@
+"""`jobq stack` behaviour: up is idempotent, warm provisioning does nothing, status and env are true."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobq.stack import provision
+from jobq.stack.backends import NativeTestStack, SessionStack
+from jobq.stack.manager import Stack, StackSpec
+from jobq.stack.procs import alive
+
+
+def _native(stack: SessionStack) -> Stack:
+    if not isinstance(stack, NativeTestStack):
+        pytest.skip("native stack only")
+    return stack.stack
+
+
+def test_up_twice_is_harmless_and_status_is_healthy(stack: SessionStack) -> None:
+    native = _native(stack)
+    pids = {s.name: s.pid for s in native.servers}
+    Stack(native.spec).up()
+    rows = Stack(native.spec).status()
+    assert {r["name"]: r["pid"] for r in rows} == pids
+    assert all(r["healthy"] for r in rows), rows
+    kinds = {r["kind"] for r in rows}
+    assert {"kafka", "consul", "redis", "redis-cluster"} <= kinds
+
+
+def test_env_exports_every_endpoint(stack: SessionStack) -> None:
+    exports = stack.endpoints.exports()
+    assert exports["JOBQ_KAFKA_BOOTSTRAP"] == stack.endpoints.kafka_bootstrap
+    assert exports["CONSUL_HTTP_ADDR"] == stack.endpoints.consul_addr
+    assert exports["JOBQ_REDIS_URL"].startswith("redis://127.0.0.1:")
+
+
+def test_warm_provisioning_runs_nothing(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    _native(stack)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"warm provisioning ran a step: {args}")
+
+    monkeypatch.setattr(provision, "run_step", refuse)
+    assert provision.ensure_kafka_jars().is_dir()
+    assert provision.ensure_consul().is_file()
+    assert provision.ensure_redis().is_file()
+
+
+def test_down_leaves_no_process_and_purge_no_folder(prefix: str) -> None:
+    small = Stack(StackSpec(name=f"{prefix}-redis-only", redis_mode="single", fixed_ports=False, brokers=1))
+    # only the cheap servers: start Redis and Consul by hand through the same code path
+    small.servers = [s for s in small.servers if s.kind in ("redis", "consul")]
+    small.up_timed()
+    pids = [s.pid for s in small.servers]
+    assert all(alive(p) for p in pids)
+    small.down(purge=True)
+    assert not any(alive(p) for p in pids)
+    assert not small.root.exists()
