@@ -1,0 +1,318 @@
+"""The engine: one typed async method per Lua transition, over Redis or Redis Cluster.
+
+Every state change is one script call (``lua/<name>.lua``), so there is never a half-done transition.
+Time comes from the caller (``now_ms``; the wall clock by default), which keeps tests in control of it.
+Reads (job by id, depths, dead list) live in :mod:`jqcore.state.reads`; blocking wake-ups and the
+scheduler loop in :mod:`jqcore.state.waiting`.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from jqcore import metrics
+from jqcore.envelope import Envelope, decode, encode
+from jqcore.keys import KINDS_KEY, QUEUES_KEY, QueueKeys
+from jqcore.state import codes
+from jqcore.state.models import ClaimedJob, EnqueueOutcome, EnqueueResult, QueueConfig
+from jqcore.state.scripts import SCRIPT_NAMES, source
+
+__all__ = ["Engine", "RedisClient", "backoff_ms", "now_ms"]
+
+RedisClient = aioredis.Redis | RedisCluster
+Triple = tuple[str, int, str]
+"""(job id, attempt, lease token): what proves a worker owns a running job."""
+
+MAX_ERROR_CHARS = 4000
+MAX_RESULT_BYTES = 65_536
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def backoff_ms(
+    attempt: int, base_ms: int = 1000, cap_ms: int = 3_600_000, rng: random.Random | None = None
+) -> int:
+    """Exponential backoff with jitter: between half and all of ``min(cap, base * 2**(attempt-1))``."""
+    ceiling = min(cap_ms, base_ms * 2 ** max(0, min(attempt - 1, 40)))
+    return int(ceiling / 2 + (rng or random).uniform(0, ceiling / 2))
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Engine:
+    """Typed access to the Lua transitions of every queue in one Redis (or Redis Cluster)."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self.client = client
+        self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
+        self._known_queues: set[str] = set()
+
+    async def _run(self, name: str, queue: str, args: Sequence[Any], now: int | None) -> Any:
+        keys = QueueKeys(queue).script_keys()
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            async with codes.redis_errors(name):
+                return await self._scripts[name](keys=keys, args=[now or now_ms(), *args])
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            metrics.SCRIPT_CALLS.labels(name, outcome).inc()
+            metrics.SCRIPT_TIME.labels(name).observe(time.perf_counter() - started)
+
+    # ---- enqueue -----------------------------------------------------------------------------------
+    async def enqueue_batch(
+        self, envelopes: Sequence[Envelope], *, fence: int = 0, source: str = "", now_ms: int | None = None
+    ) -> EnqueueResult:
+        """Store jobs (grouped per queue, one script call each). ``source`` names the fence's scope
+        (the relay's topic); ``""`` is an unfenced tool write. Raises :class:`codes.FenceRejected`."""
+        by_queue: dict[str, list[Envelope]] = defaultdict(list)
+        for env in envelopes:
+            by_queue[env.queue].append(env)
+        outcomes: list[EnqueueOutcome] = []
+        created: list[str] = []
+        for queue, batch in by_queue.items():
+            reply = await self._run(
+                "enqueue_batch", queue, [source, fence, len(batch), *_job_args(batch)], now_ms
+            )
+            if int(reply[0]) == codes.FENCE_STALE:
+                raise codes.FenceRejected(source, fence, int(reply[1]))
+            if int(reply[1]) == 1:
+                created.append(queue)
+            outcomes += [_outcome(env, _s(raw)) for env, raw in zip(batch, reply[2:], strict=True)]
+            metrics.ENQUEUE_BATCH_SIZE.observe(len(batch))
+        await self._register(by_queue)
+        for o in outcomes:
+            metrics.JOBS_ENQUEUED.labels(o.queue, o.outcome).inc()
+        return EnqueueResult(outcomes, created)
+
+    async def _register(self, queues: Iterable[str]) -> None:
+        new = [q for q in queues if q not in self._known_queues]
+        if not new:
+            return
+        await self.client.sadd(QUEUES_KEY, *new)
+        defaults = await self.client.hgetall(KINDS_KEY)
+        for queue in new:
+            for kind, options in _kind_defaults(defaults).items():
+                await self._configure_kind_in(queue, kind, options)
+        self._known_queues.update(new)
+
+    # ---- worker transitions ----------------------------------------------------------------------------
+    async def claim(
+        self,
+        queue: str,
+        n: int,
+        *,
+        lease_ms: int = 0,
+        filter: Mapping[str, str] | None = None,
+        now_ms: int | None = None,
+    ) -> list[ClaimedJob]:
+        """Up to ``n`` jobs, lowest priority value first, each with a lease and a fresh token."""
+        pairs = "\n".join(f"{k}={v}" for k, v in (filter or {}).items())
+        reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs], now_ms)
+        if int(reply[0]) == codes.PAUSED:
+            return []
+        rows = reply[1:]
+        return [
+            ClaimedJob(decode(rows[i + 1]), int(rows[i + 2]), _s(rows[i + 3]), int(rows[i + 4]))
+            for i in range(0, len(rows), 5)
+        ]
+
+    async def extend(
+        self, queue: str, owned: Sequence[Triple], lease_ms: int, *, now_ms: int | None = None
+    ) -> dict[str, int | str]:
+        """Extend leases; per id the new deadline (ms) or ``stale`` / ``missing`` / ``canceled``."""
+        args: list[Any] = [lease_ms]
+        for job_id, attempt, token in owned:
+            args += [job_id, attempt, token]
+        reply = await self._run("extend", queue, args, now_ms)
+        words = {codes.STALE: "stale", codes.MISSING: "missing", codes.CANCELED: "canceled"}
+        return {t[0]: (int(c) if int(c) > 0 else words[int(c)]) for t, c in zip(owned, reply, strict=True)}
+
+    async def complete(
+        self, queue: str, job: Triple, result: bytes | str | None = None, *, now_ms: int | None = None
+    ) -> None:
+        """Mark a running job completed (raises StaleLease / JobNotFound)."""
+        data = result.encode() if isinstance(result, str) else (result or b"")
+        if len(data) > MAX_RESULT_BYTES:
+            raise codes.QueueConfigInvalid(f"result of {len(data)} bytes exceeds {MAX_RESULT_BYTES}")
+        reply = await self._run("complete", queue, [*job, data], now_ms)
+        codes.check(int(reply[0]), job[0], "complete")
+
+    async def fail(
+        self,
+        queue: str,
+        job: Triple,
+        error: str,
+        *,
+        retry_delay_ms: int | None = None,
+        permanent: bool = False,
+        now_ms: int | None = None,
+    ) -> str:
+        """Record a failed attempt; returns ``retry``, ``errored`` or ``canceled``."""
+        delay = backoff_ms(job[1]) if retry_delay_ms is None else max(0, retry_delay_ms)
+        args = [*job, error[:MAX_ERROR_CHARS], delay, int(permanent)]
+        reply = await self._run("fail", queue, args, now_ms)
+        codes.check(int(reply[0]), job[0], "fail")
+        return _s(reply[1])
+
+    async def snooze(self, queue: str, job: Triple, delay_ms: int, *, now_ms: int | None = None) -> int:
+        """Put a running job back for ``delay_ms`` without spending its attempt; returns run_at."""
+        reply = await self._run("snooze", queue, [*job, max(0, delay_ms)], now_ms)
+        codes.check(int(reply[0]), job[0], "snooze")
+        return int(reply[1])
+
+    async def release(
+        self, queue: str, jobs: Sequence[tuple[str, int, str, bool]], *, now_ms: int | None = None
+    ) -> dict[str, str]:
+        """Give running jobs back (shutdown): (id, attempt, token, started) → released / errored /
+        stale / missing per id."""
+        args: list[Any] = []
+        for job_id, attempt, token, started in jobs:
+            args += [job_id, attempt, token, int(started)]
+        reply = await self._run("release", queue, args, now_ms)
+        words = {1: "released", 2: "errored", 0: "stale", -1: "missing"}
+        return {j[0]: words[int(c)] for j, c in zip(jobs, reply, strict=True)}
+
+    # ---- admin transitions --------------------------------------------------------------------------
+    async def cancel(
+        self, queue: str, job_id: str, reason: str = "canceled", *, now_ms: int | None = None
+    ) -> str:
+        """Cancel/unschedule: ``canceled`` | ``flagged`` (running) | ``tombstoned`` (not yet here) |
+        ``already <state>`` (terminal)."""
+        reply = await self._run("cancel", queue, [job_id, reason], now_ms)
+        code, state = int(reply[0]), _s(reply[1])
+        return {1: "canceled", 2: "flagged", 3: "tombstoned"}.get(code, f"already {state}")
+
+    async def promote_due(
+        self, queue: str, limit: int = 1000, *, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """Delayed → pending for due jobs; returns (promoted, next run_at or -1)."""
+        reply = await self._run("promote_due", queue, [limit], now_ms)
+        return int(reply[0]), int(reply[1])
+
+    async def reap_expired(
+        self, queue: str, limit: int = 1000, *, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """Expired leases; returns (reaped, next lease deadline or -1)."""
+        reply = await self._run("reap_expired", queue, [limit], now_ms)
+        return int(reply[0]), int(reply[1])
+
+    async def gc(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> int:
+        return int(await self._run("gc", queue, [limit], now_ms))
+
+    async def dead_retry(
+        self, queue: str, ids: Sequence[str] = (), limit: int = 1000, *, now_ms: int | None = None
+    ) -> int:
+        return int(await self._run("dead_retry", queue, [limit, *ids], now_ms))
+
+    async def dead_purge(
+        self, queue: str, ids: Sequence[str] = (), limit: int = 1000, *, now_ms: int | None = None
+    ) -> int:
+        return int(await self._run("dead_purge", queue, [limit, *ids], now_ms))
+
+    async def configure_queue(self, queue: str, config: QueueConfig) -> None:
+        """Apply a queue's configuration (validated here; see :class:`QueueConfig`)."""
+        fields = _config_fields(config)
+        await self._run("configure_queue", queue, [x for kv in fields.items() for x in kv], None)
+        await self._register([queue])
+
+    async def pause(self, queue: str, paused: bool = True) -> None:
+        """Stop (or resume) claims; enqueues are still accepted while paused."""
+        await self._run("configure_queue", queue, ["paused", "1" if paused else "0"], None)
+
+    async def configure_kind(
+        self,
+        kind: str,
+        *,
+        queues: Iterable[str] | None = None,
+        concurrency: int | None = None,
+        max_attempts: int | None = None,
+        delivery: str = "at_least_once",
+    ) -> None:
+        """A job type's options in ``queues`` (default: every known queue, and every future one)."""
+        if delivery not in ("at_least_once", "at_most_once"):
+            raise codes.QueueConfigInvalid(
+                f"delivery must be at_least_once or at_most_once, not {delivery!r}"
+            )
+        if (concurrency is not None and concurrency < 1) or (max_attempts is not None and max_attempts < 1):
+            raise codes.QueueConfigInvalid("concurrency and max_attempts must be at least 1")
+        options = {"limit": concurrency, "attempts": max_attempts, "delivery": delivery}
+        if queues is None:
+            await self.client.hset(KINDS_KEY, kind, _encode_kind(options))
+            queues = [_s(q) for q in await self.client.smembers(QUEUES_KEY)]
+        for queue in queues:
+            await self._configure_kind_in(queue, kind, options)
+
+    async def _configure_kind_in(self, queue: str, kind: str, options: Mapping[str, Any]) -> None:
+        args = [kind, *("" if options[n] is None else options[n] for n in ("limit", "attempts", "delivery"))]
+        await self._run("configure_kind", queue, args, None)
+
+    async def queues(self) -> list[str]:
+        return sorted(_s(q) for q in await self.client.smembers(QUEUES_KEY))
+
+
+def _job_args(batch: Sequence[Envelope]) -> list[Any]:
+    args: list[Any] = []
+    for env in batch:
+        meta = "\n".join(f"{k}={v}" for k, v in env.meta.items())
+        opt = ["" if x is None else x for x in (env.run_at, env.expires_at)]
+        args += [env.id, encode(env), env.priority, *opt, env.excl or "", env.kind]
+        args += [
+            "" if env.max_attempts is None else env.max_attempts,
+            "" if env.lease_ms is None else env.lease_ms,
+        ]
+        args.append(meta)
+    return args
+
+
+def _outcome(env: Envelope, raw: str) -> EnqueueOutcome:
+    if raw.startswith("refused:"):
+        return EnqueueOutcome(env.id, env.queue, "refused", raw.removeprefix("refused:"))
+    return EnqueueOutcome(env.id, env.queue, raw)  # type: ignore[arg-type]
+
+
+def _config_fields(config: QueueConfig) -> dict[str, str]:
+    if len(config.filter_keys) > QueueConfig.MAX_FILTER_KEYS:
+        raise codes.QueueConfigInvalid(f"at most {QueueConfig.MAX_FILTER_KEYS} filter keys")
+    if config.mode == "exclusive" and not config.excl_key:
+        raise codes.QueueConfigInvalid("an exclusive queue needs excl_key (the meta key it is exclusive on)")
+    if config.lease_ms < 100 or config.max_attempts < 1 or config.retention_ms < 0:
+        raise codes.QueueConfigInvalid(
+            "lease_ms >= 100, max_attempts >= 1 and retention_ms >= 0 are required"
+        )
+    return {
+        "mode": config.mode,
+        "excl_key": config.excl_key or "",
+        "lease_ms": str(config.lease_ms),
+        "max_attempts": str(config.max_attempts),
+        "filter_keys": ",".join(config.filter_keys),
+        "paused": "1" if config.paused else "0",
+        "retention_ms": str(config.retention_ms),
+        "dead_retention_ms": str(config.dead_retention_ms),
+    }
+
+
+def _encode_kind(options: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={'' if v is None else v}" for k, v in options.items())
+
+
+def _kind_defaults(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for kind, encoded in raw.items():
+        parts = dict(p.split("=", 1) for p in _s(encoded).split(","))
+        out[_s(kind)] = {k: (v or None) for k, v in parts.items()}
+    return out

@@ -1,0 +1,153 @@
+-- _lib.lua: helpers shared by every transition script (prepended to each script at load time, after its
+-- shebang line; it defines locals only and runs nothing on its own).
+--
+-- Conventions for every script:
+--   KEYS[1] = queue prefix "jobq:{q}:"  KEYS[2] = ready  KEYS[3] = delayed  KEYS[4] = running
+--   KEYS[5] = done  KEYS[6] = config. Per-job and per-index keys are derived from KEYS[1]; they carry the
+--   same hash tag, so each script touches exactly one Cluster slot.
+--   ARGV[1] = now (ms since epoch, from the caller).
+-- Job states: delayed, pending, waiting (behind an exclusivity value), parked (kind at its limit),
+--   running, completed, canceled, errored, expired.
+local P = KEYS[1]
+local READY, DELAYED, RUNNING, DONE, CONFIG = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local NOW = tonumber(ARGV[1])
+
+local DAY = 86400000
+local function k(name) return P .. name end
+local function jkey(id) return P .. 'job:' .. id end
+
+local function cfg(field, default)
+  local v = redis.call('HGET', CONFIG, field)
+  if v == false then return default end
+  return v
+end
+
+local function cfgnum(field, default)
+  return tonumber(cfg(field, default)) or default
+end
+
+local function stat(field, n)
+  redis.call('HINCRBY', k('stats'), field, n or 1)
+end
+
+local function touch(key)
+  redis.call('HINCRBY', key, 'version', 1)
+  redis.call('HSET', key, 'updated_at', NOW)
+end
+
+local function wake(n)
+  if n <= 0 then return end
+  local args = {}
+  for i = 1, math.min(n, 64) do args[i] = '1' end
+  redis.call('LPUSH', k('wake'), unpack(args))
+  redis.call('LTRIM', k('wake'), 0, 63)
+end
+
+local function wake_scheduler()
+  redis.call('LPUSH', k('sched'), '1')
+  redis.call('LTRIM', k('sched'), 0, 0)
+end
+
+local function split_lines(s)
+  local out = {}
+  if s and s ~= '' then
+    for part in string.gmatch(s, '[^\n]+') do out[#out + 1] = part end
+  end
+  return out
+end
+
+-- Make a job claimable: the ready set plus its filter indexes.
+local function to_ready(id, key, prio)
+  redis.call('ZADD', READY, prio, id)
+  for _, name in ipairs(split_lines(redis.call('HGET', key, 'idx'))) do
+    redis.call('ZADD', k('idx:' .. name), prio, id)
+  end
+  redis.call('HSET', key, 'state', 'pending')
+end
+
+-- Take a job out of the ready set and its filter indexes.
+local function from_ready(id, key)
+  redis.call('ZREM', READY, id)
+  for _, name in ipairs(split_lines(redis.call('HGET', key, 'idx'))) do
+    redis.call('ZREM', k('idx:' .. name), id)
+  end
+end
+
+-- A due job enters the pending world: behind its exclusivity value's head, or ready. Returns 1 if ready.
+local function admit(id, key)
+  local prio = tonumber(redis.call('HGET', key, 'prio'))
+  local excl = redis.call('HGET', key, 'excl')
+  if excl and excl ~= '' then
+    local head = redis.call('HGET', k('xhead'), excl)
+    if head and head ~= id then
+      redis.call('ZADD', k('xq:' .. excl), prio, id)
+      redis.call('HSET', key, 'state', 'waiting')
+      redis.call('HINCRBY', k('counts'), 'blocked', 1)
+      return 0
+    end
+    redis.call('HSET', k('xhead'), excl, id)
+  end
+  to_ready(id, key, prio)
+  return 1
+end
+
+-- The exclusivity head finished for good: let the next job of that value run. Returns jobs made ready.
+local function release_excl(id, key)
+  local excl = redis.call('HGET', key, 'excl')
+  if not excl or excl == '' or redis.call('HGET', k('xhead'), excl) ~= id then return 0 end
+  local nxt = redis.call('ZPOPMIN', k('xq:' .. excl))
+  if #nxt == 0 then
+    redis.call('HDEL', k('xhead'), excl)
+    return 0
+  end
+  redis.call('HINCRBY', k('counts'), 'blocked', -1)
+  redis.call('HSET', k('xhead'), excl, nxt[1])
+  to_ready(nxt[1], jkey(nxt[1]), tonumber(nxt[2]))
+  return 1
+end
+
+-- A running job left the running set: free its kind slot, unpark one job of that kind. Returns jobs made ready.
+local function release_slot(key)
+  local kind = redis.call('HGET', key, 'kind')
+  if redis.call('HINCRBY', k('kindrun'), kind, -1) < 0 then redis.call('HSET', k('kindrun'), kind, 0) end
+  local nxt = redis.call('ZPOPMIN', k('parked:' .. kind))
+  if #nxt == 0 then return 0 end
+  redis.call('HINCRBY', k('counts'), 'blocked', -1)
+  to_ready(nxt[1], jkey(nxt[1]), tonumber(nxt[2]))
+  return 1
+end
+
+-- Move a job to a terminal state and schedule its removal after the retention period.
+local function finish(id, key, state, reason)
+  redis.call('HSET', key, 'state', state, 'finished_at', NOW)
+  if reason then redis.call('HSET', key, 'reason', reason) end
+  redis.call('HDEL', key, 'token')
+  local retention
+  if state == 'errored' then
+    redis.call('ZADD', k('dead'), NOW, id)
+    retention = cfgnum('dead_retention_ms', 7 * DAY)
+  else
+    retention = cfgnum('retention_ms', DAY)
+  end
+  redis.call('ZADD', DONE, NOW + retention, id)
+  stat(state)
+  touch(key)
+end
+
+-- Append one attempt's outcome to the job's bounded history (JSON array).
+local function record_attempt(key, outcome, err)
+  local raw = redis.call('HGET', key, 'history')
+  local hist = (raw and raw ~= '') and cjson.decode(raw) or {}
+  hist[#hist + 1] = {attempt = tonumber(redis.call('HGET', key, 'attempt')) or 0, at = NOW,
+                     outcome = outcome, error = err}
+  while #hist > 20 do table.remove(hist, 1) end
+  redis.call('HSET', key, 'history', cjson.encode(hist))
+end
+
+-- Check a worker's write: the job runs under this attempt and token. Returns the job's state or an error code.
+local function owned(key, attempt, token)
+  local st = redis.call('HMGET', key, 'state', 'attempt', 'token')
+  if st[1] == false then return 'missing' end
+  if st[1] ~= 'running' or st[2] ~= attempt or st[3] ~= token then return 'stale' end
+  return 'ok'
+end

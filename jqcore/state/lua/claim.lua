@@ -1,0 +1,81 @@
+#!lua flags=allow-oom
+-- claim: hand up to N pending jobs to a worker, lowest priority value first, each with a lease and a
+-- fresh token; every claim spends an attempt. O(log n) per job. Works at maxmemory (allow-oom).
+-- Jobs met on the way whose expires_at passed become 'expired'; jobs whose kind is at its concurrency
+-- limit are parked until a slot frees up. With a filter, only jobs whose declared meta pairs all match.
+-- KEYS: standard (_lib.lua).
+-- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
+--       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)
+-- Returns: {1, id, envelope, attempt, token, deadline, …}  or {-5} when the queue is paused.
+local n, lease_arg, token_prefix, filter = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+if cfg('paused', '0') == '1' then return {-5} end
+local pairs_wanted = split_lines(filter)
+local src = READY
+if #pairs_wanted > 0 then src = k('idx:' .. pairs_wanted[1]) end
+local default_lease = cfgnum('lease_ms', 30000)
+
+local function matches(key)
+  if #pairs_wanted < 2 then return true end
+  local have = {}
+  for _, p in ipairs(split_lines(redis.call('HGET', key, 'idx'))) do have[p] = true end
+  for i = 2, #pairs_wanted do
+    if not have[pairs_wanted[i]] then return false end
+  end
+  return true
+end
+
+local out = {1}
+local claimed, scanned, offset, freed = 0, 0, 0, 0
+local before = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
+local earliest = tonumber(before[2] or '-1')
+local new_earliest = nil
+while claimed < n and scanned < n * 4 + 32 do
+  local ids = redis.call('ZRANGE', src, offset, offset + (n - claimed) - 1)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    scanned = scanned + 1
+    local key = jkey(id)
+    local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt')
+    if f[1] == false then
+      redis.call('ZREM', src, id)
+      redis.call('ZREM', READY, id)
+    elseif not matches(key) then
+      offset = offset + 1
+    else
+      from_ready(id, key)
+      local kind, expires = f[1], tonumber(f[2])
+      local limit = tonumber(redis.call('HGET', k('kinds'), kind .. '|limit') or '')
+      if expires and expires <= NOW then
+        finish(id, key, 'expired', 'expires_at passed before it ran')
+        freed = freed + release_excl(id, key)
+      elseif limit and tonumber(redis.call('HGET', k('kindrun'), kind) or '0') >= limit then
+        redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
+        redis.call('HSET', key, 'state', 'parked')
+        redis.call('HINCRBY', k('counts'), 'blocked', 1)
+      else
+        local lease = lease_arg
+        if lease == 0 then lease = tonumber(f[4]) or default_lease end
+        local deadline = NOW + lease
+        local attempt = tonumber(f[5]) + 1
+        local token = token_prefix .. ':' .. claimed
+        redis.call('HSET', key, 'state', 'running', 'attempt', attempt, 'token', token,
+          'lease_deadline', deadline, 'started_at', NOW)
+        touch(key)
+        redis.call('ZADD', RUNNING, deadline, id)
+        redis.call('HINCRBY', k('kindrun'), kind, 1)
+        claimed = claimed + 1
+        if new_earliest == nil or deadline < new_earliest then new_earliest = deadline end
+        out[#out + 1] = id
+        out[#out + 1] = redis.call('HGET', key, 'env')
+        out[#out + 1] = attempt
+        out[#out + 1] = token
+        out[#out + 1] = deadline
+      end
+    end
+    if claimed >= n then break end
+  end
+end
+if claimed > 0 then stat('claimed', claimed) end
+wake(freed)
+if new_earliest and (earliest < 0 or new_earliest < earliest) then wake_scheduler() end
+return out

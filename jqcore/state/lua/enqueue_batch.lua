@@ -1,0 +1,82 @@
+#!lua
+-- enqueue_batch: store new jobs of one queue, idempotent by job id, refused for a stale fence.
+-- Called by the relay (and tools). The envelope bytes are stored verbatim; Python passes the fields the
+-- engine routes on. The queue is created with default configuration on first use.
+-- KEYS: standard (_lib.lua).
+-- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
+--       9 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
+--       lease_ms|'' followed by meta as "k=v\n…" (so 10 values per job).
+-- Returns: {1, created(0|1), outcome_1 … outcome_N} with outcome one of
+--          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
+--          'refused:<reason>'
+--       or {-3, newest_fence} when the fence is older than the newest seen for this source.
+local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if source ~= '' then
+  local newest = tonumber(redis.call('HGET', k('fences'), source) or '0')
+  if fence < newest then return {-3, newest} end
+  if fence > newest then redis.call('HSET', k('fences'), source, fence) end
+end
+local created = 0
+if redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then created = 1 end
+local exclusive = cfg('mode', 'simple') == 'exclusive'
+local excl_key = cfg('excl_key', '')
+local filter_keys = {}
+for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do filter_keys[name] = true end
+local default_attempts = cfgnum('max_attempts', 10)
+
+local out = {1, created}
+local ready, earliest_delayed = 0, nil
+local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
+local prev_earliest = tonumber(first_delayed[2] or '-1')
+for i = 0, n - 1 do
+  local b = 5 + i * 10
+  local id, env, prio = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
+  local run_at, expires_at, excl = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5]
+  local kind, attempts, lease = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
+  local idx, meta = {}, {}
+  for _, pair in ipairs(split_lines(ARGV[b + 9])) do
+    local eq = string.find(pair, '=', 1, true)
+    local mk = string.sub(pair, 1, eq - 1)
+    meta[mk] = string.sub(pair, eq + 1)
+    if filter_keys[mk] then idx[#idx + 1] = pair end
+  end
+  if exclusive and excl == '' and excl_key ~= '' and meta[excl_key] then excl = meta[excl_key] end
+  local key = jkey(id)
+  local existing = redis.call('HMGET', key, 'state', 'tombstone')
+  if existing[1] ~= false then
+    if existing[2] == '1' then
+      redis.call('HSET', key, 'env', env, 'kind', kind, 'tombstone', '2')
+      out[#out + 1] = 'canceled'
+    else
+      out[#out + 1] = 'duplicate'
+    end
+    stat('duplicates')
+  elseif exclusive and excl == '' then
+    out[#out + 1] = 'refused:exclusive queue needs an exclusivity value (excl or meta.' .. excl_key .. ')'
+    stat('refused')
+  else
+    if attempts == '' then
+      attempts = redis.call('HGET', k('kinds'), kind .. '|attempts') or tostring(default_attempts)
+    end
+    redis.call('HSET', key, 'env', env, 'prio', prio, 'kind', kind, 'excl', exclusive and excl or '',
+      'idx', table.concat(idx, '\n'), 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
+      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'version', 1,
+      'updated_at', NOW)
+    stat('enqueued')
+    if expires_at and expires_at <= NOW then
+      finish(id, key, 'expired', 'expired before it was enqueued')
+      out[#out + 1] = 'expired'
+    elseif run_at and run_at > NOW then
+      redis.call('ZADD', DELAYED, run_at, id)
+      redis.call('HSET', key, 'state', 'delayed')
+      if earliest_delayed == nil or run_at < earliest_delayed then earliest_delayed = run_at end
+      out[#out + 1] = 'delayed'
+    else
+      ready = ready + admit(id, key)
+      out[#out + 1] = 'stored'
+    end
+  end
+end
+wake(ready)
+if earliest_delayed and (prev_earliest < 0 or earliest_delayed < prev_earliest) then wake_scheduler() end
+return out

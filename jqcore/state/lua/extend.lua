@@ -1,0 +1,33 @@
+#!lua flags=allow-oom
+-- extend: push the lease deadline of running jobs out (the worker's lease keeper, in batches).
+-- A job whose cancel was requested is canceled here and reported, so its worker stops it.
+-- KEYS: standard (_lib.lua).
+-- ARGV: [1] now  [2] lease_ms  then triples id, attempt, token.
+-- Returns one code per job: a new deadline (> 0) | 0 stale token/attempt | -1 no such job | -4 canceled.
+local lease = tonumber(ARGV[2])
+local out, freed = {}, 0
+for i = 3, #ARGV, 3 do
+  local id, attempt, token = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local key = jkey(id)
+  local own = owned(key, attempt, token)
+  if own == 'missing' then
+    out[#out + 1] = -1
+  elseif own == 'stale' then
+    out[#out + 1] = 0
+  elseif redis.call('HGET', key, 'cancel') == '1' then
+    redis.call('ZREM', RUNNING, id)
+    freed = freed + release_slot(key)
+    record_attempt(key, 'canceled', 'canceled while running')
+    finish(id, key, 'canceled', 'canceled while running')
+    freed = freed + release_excl(id, key)
+    out[#out + 1] = -4
+  else
+    local deadline = NOW + lease
+    redis.call('ZADD', RUNNING, deadline, id)
+    redis.call('HSET', key, 'lease_deadline', deadline)
+    touch(key)
+    out[#out + 1] = deadline
+  end
+end
+wake(freed)
+return out

@@ -1,0 +1,111 @@
+"""Typed values the engine returns (plain dataclasses; JSON-friendly through ``as_dict``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from jqcore.envelope import Envelope
+
+__all__ = ["ClaimedJob", "EnqueueOutcome", "EnqueueResult", "JobInfo", "QueueConfig", "QueueDepth"]
+
+Outcome = Literal["stored", "delayed", "duplicate", "canceled", "expired", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOutcome:
+    id: str
+    queue: str
+    outcome: Outcome
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    outcomes: list[EnqueueOutcome]
+    created_queues: list[str] = field(default_factory=list)
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for o in self.outcomes if o.outcome == outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job handed to a worker: everything needed to run it and to write its outcome back."""
+
+    envelope: Envelope
+    attempt: int
+    token: str
+    lease_deadline_ms: int
+
+    @property
+    def id(self) -> str:
+        return self.envelope.id
+
+    @property
+    def queue(self) -> str:
+        return self.envelope.queue
+
+
+@dataclass(slots=True)
+class JobInfo:
+    """A job as an admin sees it (live or finished, until GC)."""
+
+    id: str
+    queue: str
+    state: str
+    kind: str | None
+    attempt: int
+    max_attempts: int | None
+    version: int
+    priority: int | None
+    enqueued_at: int | None
+    run_at: int | None
+    started_at: int | None
+    finished_at: int | None
+    lease_deadline: int | None
+    reason: str | None
+    last_error: str | None
+    result: str | None
+    cancel_requested: bool
+    history: list[dict[str, Any]]
+    envelope: bytes | None = field(default=None, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["envelope"] = self.envelope.decode("utf-8", "replace") if self.envelope else None
+        return out
+
+
+@dataclass(slots=True)
+class QueueDepth:
+    pending: int
+    delayed: int
+    running: int
+    blocked: int
+    errored: int
+    finished: int
+    oldest_pending_age_ms: int | None
+    by_filter: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Mode = Literal["simple", "exclusive"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Per-queue options (Timestone): simple or exclusive on a meta key, defaults, filter keys, pause."""
+
+    mode: Mode = "simple"
+    excl_key: str | None = None
+    lease_ms: int = 30_000
+    max_attempts: int = 10
+    filter_keys: tuple[str, ...] = ()
+    paused: bool = False
+    retention_ms: int = 86_400_000
+    dead_retention_ms: int = 7 * 86_400_000
+
+    MAX_FILTER_KEYS = 4

@@ -1,0 +1,124 @@
+"""Admin reads: a job by id, depths per state and per filter, the dead-letter list, queue config.
+
+Reads change nothing, so they are plain commands (pipelined on the queue's slot), not scripts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from jqcore.envelope import now_ms
+from jqcore.keys import QueueKeys
+from jqcore.state.engine import RedisClient
+from jqcore.state.models import JobInfo, QueueConfig, QueueDepth
+
+__all__ = ["dead_list", "depth", "get_job", "queue_config"]
+
+
+def _s(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _b(value: Any) -> bytes | None:
+    return value if isinstance(value, bytes) else None
+
+
+def _i(value: Any) -> int | None:
+    text = _s(value)
+    return int(text) if text not in (None, "") else None
+
+
+async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | None:
+    """The job's state, attempts with their errors, timestamps, result; None once GC removed it."""
+    raw = await client.hgetall(QueueKeys(queue).job(job_id))
+    if not raw:
+        return None
+    h = {_s(k) or "": v for k, v in raw.items()}
+    return JobInfo(
+        id=job_id,
+        queue=queue,
+        state=_s(h.get("state")) or "unknown",
+        kind=_s(h.get("kind")),
+        attempt=_i(h.get("attempt")) or 0,
+        max_attempts=_i(h.get("max_attempts")),
+        version=_i(h.get("version")) or 0,
+        priority=_i(h.get("prio")),
+        enqueued_at=_i(h.get("enqueued_at")),
+        run_at=_i(h.get("run_at")),
+        started_at=_i(h.get("started_at")),
+        finished_at=_i(h.get("finished_at")),
+        lease_deadline=_i(h.get("lease_deadline")) if _s(h.get("state")) == "running" else None,
+        reason=_s(h.get("reason")),
+        last_error=_s(h.get("last_error")),
+        result=_s(h.get("result")),
+        cancel_requested=_s(h.get("cancel")) == "1",
+        history=_history(h.get("history")),
+        envelope=_b(h.get("env")),
+    )
+
+
+def _history(raw: Any) -> list[dict[str, Any]]:
+    text = _s(raw)
+    if not text:
+        return []
+    loaded = json.loads(text)
+    return loaded if isinstance(loaded, list) else []
+
+
+async def depth(
+    client: RedisClient, queue: str, filter: Mapping[str, str] | None = None, *, now: int | None = None
+) -> QueueDepth:
+    """Jobs per state (``by_filter``: pending jobs matching one declared ``meta`` pair)."""
+    keys = QueueKeys(queue)
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.ready)
+    pipe.zcard(keys.delayed)
+    pipe.zcard(keys.running)
+    pipe.hget(keys.counts, "blocked")
+    pipe.zcard(keys.dead)
+    pipe.zcard(keys.done)
+    pipe.zrange(keys.ready, 0, 0)
+    if filter:
+        (k, v), *_ = filter.items()
+        pipe.zcard(keys.index(k, v))
+    res = await pipe.execute()
+    oldest = None
+    if res[6]:
+        enqueued = _i(await client.hget(keys.job(_s(res[6][0]) or ""), "enqueued_at"))
+        oldest = (now or now_ms()) - enqueued if enqueued is not None else None
+    return QueueDepth(
+        pending=int(res[0]),
+        delayed=int(res[1]),
+        running=int(res[2]),
+        blocked=max(0, _i(res[3]) or 0),
+        errored=int(res[4]),
+        finished=int(res[5]) - int(res[4]),
+        oldest_pending_age_ms=oldest,
+        by_filter=int(res[7]) if filter else None,
+    )
+
+
+async def dead_list(client: RedisClient, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+    """Errored jobs, oldest first."""
+    ids = await client.zrange(QueueKeys(queue).dead, offset, offset + limit - 1)
+    jobs = [await get_job(client, queue, _s(i) or "") for i in ids]
+    return [j for j in jobs if j is not None]
+
+
+async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
+    raw = {_s(k): _s(v) for k, v in (await client.hgetall(QueueKeys(queue).config)).items()}
+    base = QueueConfig()
+    return QueueConfig(
+        mode="exclusive" if raw.get("mode") == "exclusive" else "simple",
+        excl_key=raw.get("excl_key") or None,
+        lease_ms=int(raw.get("lease_ms") or base.lease_ms),
+        max_attempts=int(raw.get("max_attempts") or base.max_attempts),
+        filter_keys=tuple(k for k in (raw.get("filter_keys") or "").split(",") if k),
+        paused=raw.get("paused") == "1",
+        retention_ms=int(raw.get("retention_ms") or base.retention_ms),
+        dead_retention_ms=int(raw.get("dead_retention_ms") or base.dead_retention_ms),
+    )

@@ -1,0 +1,113 @@
+"""Waiting without polling: workers block on a queue's wake list; the scheduler sleeps until the next
+due time (a delayed job's ``run_at`` or a lease deadline) or until a script tells it an earlier one
+appeared. An idle pool or scheduler costs one blocking command per ``max_idle_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+
+from redis.asyncio.cluster import RedisCluster
+
+from jqcore.keys import QueueKeys
+from jqcore.lifecycle import Service
+from jqcore.log import get_logger
+from jqcore.state.engine import Engine, RedisClient, now_ms
+
+__all__ = ["Scheduler", "wait_for_work"]
+
+log = get_logger("jqcore.scheduler")
+
+
+async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
+    """Block until one of ``queues`` signals work; return that queue, or None after ``timeout_s``.
+
+    One BLPOP over all wake lists on a single Redis; on a Cluster the lists live in different slots, so
+    each queue is waited on by its own command and the first answer wins.
+    """
+    keys = [QueueKeys(q).wake for q in queues]
+    if not isinstance(client, RedisCluster) or len(keys) == 1:
+        reply = await client.blpop(keys, timeout=timeout_s)
+        return queues[keys.index(_text(reply[0]))] if reply else None
+    tasks = [asyncio.ensure_future(client.blpop([k], timeout=timeout_s)) for k in keys]
+    try:
+        for done in asyncio.as_completed(tasks):
+            reply = await done
+            if reply:
+                return queues[keys.index(_text(reply[0]))]
+        return None
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Scheduler(Service):
+    """Promotes due delayed jobs, reaps expired leases and collects garbage for some queues.
+
+    Any number may run at once (every step is one atomic script); each queue has its own loop, which
+    sleeps in Redis until the earliest due time, so promotion is never early and rarely late by more
+    than a blocking-command round trip.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        queues: Sequence[str],
+        *,
+        max_idle_s: float = 5.0,
+        gc_every_s: float = 60.0,
+        batch: int = 1000,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        super().__init__()
+        self.engine, self.queues = engine, list(queues)
+        self.max_idle_s, self.gc_every_ms, self.batch, self.clock = (
+            max_idle_s,
+            int(gc_every_s * 1000),
+            batch,
+            clock,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _start(self) -> None:
+        self._tasks = [asyncio.create_task(self._loop(q), name=f"scheduler:{q}") for q in self.queues]
+
+    async def _stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self, queue: str) -> None:
+        next_gc = 0
+        while True:
+            try:
+                next_gc = await self._step(queue, next_gc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: log, back off, keep going
+                log.warning("scheduler step failed", queue=queue, error=repr(exc))
+                await asyncio.sleep(1.0)
+
+    async def _step(self, queue: str, next_gc: int) -> int:
+        now = self.clock()
+        promoted, next_due = await self.engine.promote_due(queue, self.batch, now_ms=now)
+        reaped, next_deadline = await self.engine.reap_expired(queue, self.batch, now_ms=now)
+        if now >= next_gc:
+            await self.engine.gc(queue, self.batch, now_ms=now)
+            next_gc = now + self.gc_every_ms
+        if promoted >= self.batch or reaped >= self.batch:
+            return next_gc
+        due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]
+        timeout_s = min(self.max_idle_s, (min(due) - self.clock()) / 1000)
+        if timeout_s >= 0.001:
+            await self.engine.client.blpop([QueueKeys(queue).sched], timeout=timeout_s)
+        return next_gc

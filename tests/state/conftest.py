@@ -1,0 +1,56 @@
+"""Engine fixtures: every state test runs on the single Redis and on the 3-master Redis Cluster."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+from jobq.stack.manager import Endpoints
+from jqcore.envelope import Envelope, new_envelope
+from jqcore.state import Engine
+
+T0 = 1_800_000_000_000
+"""A fixed 'now' (ms): tests drive the clock through ``now_ms``."""
+
+
+@pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
+async def engine(request: pytest.FixtureRequest, endpoints: Endpoints) -> AsyncIterator[Engine]:
+    client: Any
+    if request.param == "single":
+        assert endpoints.redis_url
+        client = aioredis.Redis.from_url(endpoints.redis_url)
+    else:
+        if not endpoints.redis_cluster_nodes:
+            pytest.skip("no Redis Cluster in this stack")
+        nodes = [ClusterNode(h, int(p)) for h, p in (n.rsplit(":", 1) for n in endpoints.redis_cluster_nodes)]
+        client = RedisCluster(startup_nodes=nodes)
+    try:
+        yield Engine(client)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def q(prefix: str) -> str:
+    """This test's queue name."""
+    return f"{prefix}.jobs"
+
+
+def _job(queue: str, kind: str = "noop", **kw: Any) -> Envelope:
+    kw.setdefault("at_ms", T0)
+    return new_envelope(queue, kind, kw.pop("args", {"n": 1}), **kw)
+
+
+@pytest.fixture
+def job() -> Callable[..., Envelope]:
+    """Build an envelope: ``job(queue, kind="noop", **new_envelope options)`` at the fixed clock."""
+    return _job
+
+
+@pytest.fixture
+def t0() -> int:
+    return T0
