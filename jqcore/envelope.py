@@ -156,6 +156,10 @@ def new_envelope(
         if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
             raise EnvelopeError(FieldError("delay_ms", "must be a non-negative integer"))
         run_at = now + delay_ms
+    try:
+        orjson.dumps(args)
+    except orjson.JSONEncodeError as exc:  # else encode() would fail later, far from the producer
+        raise EnvelopeError(FieldError("args", f"not JSON-encodable: {exc}")) from None
     doc: dict[str, Any] = {
         "v": VERSION,
         "id": new_job_id() if id is None else id,
@@ -186,7 +190,10 @@ def encode(env: Envelope) -> bytes:
 
 def decode(data: bytes | bytearray | memoryview | str) -> Envelope:
     """Parse and validate a record value. Raises only :class:`EnvelopeError`."""
-    raw = data.encode() if isinstance(data, str) else bytes(data)
+    try:
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+    except UnicodeEncodeError as exc:  # a str holding lone surrogates is not UTF-8, hence not JSON
+        raise EnvelopeError(FieldError("$", f"not JSON: {exc}"), code="envelope_not_json") from None
     if len(raw) > MAX_ENVELOPE_BYTES:
         raise EnvelopeError(
             FieldError("$", f"{len(raw)} bytes exceeds the limit of {MAX_ENVELOPE_BYTES}"),

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from jqcore.errors import ConfigError
 
@@ -38,7 +38,7 @@ DEFAULT_CONSUL_ADDR = "127.0.0.1:28500"
 class RedisSettings(BaseSettings):
     """Where the execution state lives (``JOBQ_REDIS_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_REDIS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JOBQ_REDIS_", extra="ignore", populate_by_name=True)
 
     url: str = Field(DEFAULT_REDIS_URL, validation_alias=AliasChoices("JOBQ_REDIS_URL", "REDIS_URL"))
     cluster: bool = False
@@ -47,7 +47,8 @@ class RedisSettings(BaseSettings):
     password: SecretStr | None = None
     tls: bool = False
     tls_ca_file: str | None = None
-    socket_timeout_s: float = Field(5.0, gt=0)
+    socket_timeout_s: float = Field(35.0, gt=0)
+    """Per-command socket timeout; blocking waits stay 1 s below it (so idle workers block ~34 s)."""
 
     @field_validator("url")
     @classmethod
@@ -73,7 +74,7 @@ class RedisSettings(BaseSettings):
 class KafkaSettings(BaseSettings):
     """The Kafka cluster (``JOBQ_KAFKA_*``); ``JOBQ_KAFKA_CONFIG`` passes librdkafka options through."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_KAFKA_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JOBQ_KAFKA_", extra="ignore", populate_by_name=True)
 
     bootstrap: str = Field(
         DEFAULT_KAFKA_BOOTSTRAP,
@@ -121,7 +122,7 @@ class KafkaSettings(BaseSettings):
 class ConsulSettings(BaseSettings):
     """The Consul agent (``CONSUL_HTTP_ADDR`` / ``CONSUL_HTTP_TOKEN`` honoured)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_CONSUL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CONSUL_", extra="ignore", populate_by_name=True)
 
     addr: str = Field(
         DEFAULT_CONSUL_ADDR, validation_alias=AliasChoices("JOBQ_CONSUL_ADDR", "CONSUL_HTTP_ADDR")
@@ -130,6 +131,14 @@ class ConsulSettings(BaseSettings):
         None, validation_alias=AliasChoices("JOBQ_CONSUL_TOKEN", "CONSUL_HTTP_TOKEN")
     )
     scheme: Literal["http", "https"] = "http"
+
+    @field_validator("addr")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        host, _, port = v.split("://", 1)[-1].rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:8500")
+        return v
 
     @property
     def host(self) -> str:
@@ -158,6 +167,8 @@ def load(cls: type[_S], **overrides: Any) -> _S:
     """Build a settings object, turning validation failures into one readable ConfigError."""
     try:
         return cls(**overrides)
+    except SettingsError as exc:
+        raise ConfigError(f"invalid {cls.__name__}: {exc}", code="config_invalid") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {err['msg']}" for err in exc.errors()

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore.errors import BackendUnavailable, JobqError
@@ -77,6 +77,8 @@ async def redis_errors(script: str) -> AsyncIterator[None]:
     """Map Redis failures: OOM → :class:`RedisMemoryFull`; connection trouble → BackendUnavailable."""
     try:
         yield
+    except OutOfMemoryError as exc:
+        raise RedisMemoryFull(f"{script}: {exc}") from exc
     except ResponseError as exc:
         if str(exc).startswith("OOM"):
             raise RedisMemoryFull(f"{script}: {exc}") from exc

@@ -16,9 +16,11 @@ from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.state.engine import Engine, RedisClient, now_ms
 
-__all__ = ["Scheduler", "wait_for_work"]
+__all__ = ["Scheduler", "block_limit_s", "wait_for_work"]
 
 log = get_logger("jqcore.scheduler")
+
+REDIS_PY_DEFAULT_TIMEOUT_S = 5.0
 
 
 async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
@@ -28,6 +30,7 @@ async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: f
     each queue is waited on by its own command and the first answer wins.
     """
     keys = [QueueKeys(q).wake for q in queues]
+    timeout_s = block_limit_s(client, timeout_s)
     if not isinstance(client, RedisCluster) or len(keys) == 1:
         reply = await client.blpop(keys, timeout=timeout_s)
         return queues[keys.index(_text(reply[0]))] if reply else None
@@ -42,6 +45,22 @@ async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: f
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def block_limit_s(client: RedisClient, wanted_s: float) -> float:
+    """``wanted_s`` capped below the client's socket timeout, so a blocking command never trips it
+    (redis-py 8 defaults to a 5 s socket timeout; jobq's settings default to 35 s)."""
+    kwargs = (
+        client.connection_kwargs
+        if isinstance(client, RedisCluster)
+        else client.connection_pool.connection_kwargs
+    )
+    socket_timeout = kwargs.get(
+        "socket_timeout", kwargs.get("orig_socket_timeout", REDIS_PY_DEFAULT_TIMEOUT_S)
+    )
+    if not socket_timeout:
+        return wanted_s
+    return max(0.01, min(wanted_s, float(socket_timeout) - 1.0))
 
 
 def _text(value: bytes | str) -> str:
@@ -75,25 +94,32 @@ class Scheduler(Service):
             clock,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     async def _start(self) -> None:
         self._tasks = [asyncio.create_task(self._loop(q), name=f"scheduler:{q}") for q in self.queues]
 
     async def _stop(self) -> None:
+        self._stopping = True  # redis-py may turn a cancellation into ConnectionError: the loop checks this
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
     async def _loop(self, queue: str) -> None:
         next_gc = 0
-        while True:
+        while not self._is_stopping():
             try:
                 next_gc = await self._step(queue, next_gc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis away: log, back off, keep going
+                if self._is_stopping():
+                    return
                 log.warning("scheduler step failed", queue=queue, error=repr(exc))
                 await asyncio.sleep(1.0)
 
@@ -107,7 +133,7 @@ class Scheduler(Service):
         if promoted >= self.batch or reaped >= self.batch:
             return next_gc
         due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]
-        timeout_s = min(self.max_idle_s, (min(due) - self.clock()) / 1000)
+        timeout_s = min(block_limit_s(self.engine.client, self.max_idle_s), (min(due) - self.clock()) / 1000)
         if timeout_s >= 0.001:
             await self.engine.client.blpop([QueueKeys(queue).sched], timeout=timeout_s)
         return next_gc

@@ -1,8 +1,13 @@
-"""Settings: env names (JOBQ_ and the ecosystems' standard ones), secrets, clear errors."""
+"""Settings: defaults, env names (JOBQ_ and the ecosystems' standard ones), secrets, clear errors."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 
 from jqcore.errors import ConfigError
 from jqcore.settings import (
@@ -11,6 +16,7 @@ from jqcore.settings import (
     DEFAULT_REDIS_URL,
     ConsulSettings,
     KafkaSettings,
+    LogSettings,
     RedisSettings,
     load,
 )
@@ -18,79 +24,254 @@ from jqcore.settings import (
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
     for name in list(os.environ):
         if name.startswith(("JOBQ_", "CONSUL_", "REDIS_", "KAFKA_")):
             monkeypatch.delenv(name)
 
 
-def test_defaults() -> None:
-    assert load(RedisSettings).url == DEFAULT_REDIS_URL
-    assert load(KafkaSettings).bootstrap == DEFAULT_KAFKA_BOOTSTRAP
-    assert load(ConsulSettings).addr == DEFAULT_CONSUL_ADDR
+# ---- defaults ------------------------------------------------------------------------------------------
 
 
-def test_standard_names_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONSUL_HTTP_ADDR", "10.1.2.3:8501")
-    monkeypatch.setenv("CONSUL_HTTP_TOKEN", "s3cret-token")
-    monkeypatch.setenv("REDIS_URL", "redis://r:6380/2")
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9092,k2:9092")
+def test_redis_defaults() -> None:
+    settings = load(RedisSettings)
+    assert settings.url == DEFAULT_REDIS_URL
+    assert (settings.cluster, settings.tls) == (False, False)
+    assert (settings.username, settings.password) == (None, None)
+    assert settings.client_kwargs() == {"socket_timeout": 35.0, "socket_connect_timeout": 5.0}
+
+
+def test_kafka_defaults() -> None:
+    settings = load(KafkaSettings)
+    assert settings.bootstrap == DEFAULT_KAFKA_BOOTSTRAP
+    assert settings.config == {}
+    assert settings.client_config() == {
+        "bootstrap.servers": DEFAULT_KAFKA_BOOTSTRAP,
+        "security.protocol": "PLAINTEXT",
+    }
+
+
+def test_consul_and_log_defaults() -> None:
     consul = load(ConsulSettings)
-    assert (consul.host, consul.port) == ("10.1.2.3", 8501)
+    assert consul.addr == DEFAULT_CONSUL_ADDR
+    assert (consul.host, consul.port, consul.scheme, consul.token) == ("127.0.0.1", 28500, "http", None)
+    log = load(LogSettings)
+    assert (log.level, log.format) == ("info", "console")
+
+
+# ---- environment names ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cls", "var", "value", "attr", "expected"),
+    [
+        (RedisSettings, "JOBQ_REDIS_URL", "rediss://r:6380/1", "url", "rediss://r:6380/1"),
+        (RedisSettings, "REDIS_URL", "redis://r:6380/2", "url", "redis://r:6380/2"),
+        (RedisSettings, "JOBQ_REDIS_CLUSTER", "true", "cluster", True),
+        (RedisSettings, "JOBQ_REDIS_USERNAME", "worker", "username", "worker"),
+        (RedisSettings, "JOBQ_REDIS_SOCKET_TIMEOUT_S", "0.5", "socket_timeout_s", 0.5),
+        (KafkaSettings, "JOBQ_KAFKA_BOOTSTRAP", "k:1", "bootstrap", "k:1"),
+        (KafkaSettings, "KAFKA_BOOTSTRAP_SERVERS", "k1:9092,k2:9092", "bootstrap", "k1:9092,k2:9092"),
+        (KafkaSettings, "JOBQ_KAFKA_SECURITY_PROTOCOL", "SSL", "security_protocol", "SSL"),
+        (KafkaSettings, "JOBQ_KAFKA_SSL_CA_LOCATION", "/ca.pem", "ssl_ca_location", "/ca.pem"),
+        (ConsulSettings, "JOBQ_CONSUL_ADDR", "c:1", "addr", "c:1"),
+        (ConsulSettings, "CONSUL_HTTP_ADDR", "10.1.2.3:8501", "addr", "10.1.2.3:8501"),
+        (ConsulSettings, "JOBQ_CONSUL_SCHEME", "https", "scheme", "https"),
+        (LogSettings, "JOBQ_LOG_LEVEL", "debug", "level", "debug"),
+        (LogSettings, "JOBQ_LOG_FORMAT", "json", "format", "json"),
+    ],
+)
+def test_environment_names(
+    monkeypatch: pytest.MonkeyPatch, cls: type[BaseSettings], var: str, value: str, attr: str, expected: Any
+) -> None:
+    monkeypatch.setenv(var, value)
+    assert getattr(load(cls), attr) == expected
+
+
+@pytest.mark.parametrize(
+    ("cls", "standard", "jobq", "attr"),
+    [
+        (RedisSettings, "REDIS_URL", "JOBQ_REDIS_URL", "url"),
+        (KafkaSettings, "KAFKA_BOOTSTRAP_SERVERS", "JOBQ_KAFKA_BOOTSTRAP", "bootstrap"),
+        (ConsulSettings, "CONSUL_HTTP_ADDR", "JOBQ_CONSUL_ADDR", "addr"),
+    ],
+)
+def test_jobq_names_win_over_standard_ones(
+    monkeypatch: pytest.MonkeyPatch, cls: type[BaseSettings], standard: str, jobq: str, attr: str
+) -> None:
+    monkeypatch.setenv(standard, "redis://standard:1/0" if cls is RedisSettings else "standard:1")
+    monkeypatch.setenv(jobq, "redis://jobq:2/0" if cls is RedisSettings else "jobq:2")
+    assert getattr(load(cls), attr) == ("redis://jobq:2/0" if cls is RedisSettings else "jobq:2")
+
+
+def test_consul_standard_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONSUL_HTTP_ADDR", "http://consul.internal:8501")
+    monkeypatch.setenv("CONSUL_HTTP_TOKEN", "s3cret-token")
+    consul = load(ConsulSettings)
+    assert (consul.host, consul.port) == ("consul.internal", 8501)
     assert consul.token is not None
     assert consul.token.get_secret_value() == "s3cret-token"
-    assert "s3cret-token" not in repr(consul)
-    assert load(RedisSettings).url == "redis://r:6380/2"
-    assert load(KafkaSettings).client_config()["bootstrap.servers"] == "k1:9092,k2:9092"
+    monkeypatch.setenv("JOBQ_CONSUL_TOKEN", "jobq-token")
+    token = load(ConsulSettings).token
+    assert token is not None
+    assert token.get_secret_value() == "jobq-token"
 
 
-def test_jobq_names_win_over_standard_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REDIS_URL", "redis://standard:1/0")
-    monkeypatch.setenv("JOBQ_REDIS_URL", "redis://jobq:2/0")
-    assert load(RedisSettings).url == "redis://jobq:2/0"
+def test_overrides_beat_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBQ_REDIS_SOCKET_TIMEOUT_S", "9")
+    assert load(RedisSettings, socket_timeout_s=1.5).socket_timeout_s == 1.5
+
+
+@pytest.mark.parametrize(
+    ("cls", "attr", "value"),
+    [
+        (RedisSettings, "url", "redis://arg:2/0"),
+        (KafkaSettings, "bootstrap", "arg:2"),
+        (ConsulSettings, "addr", "arg:2"),
+    ],
+)
+def test_overrides_of_aliased_fields_by_field_name(cls: type[BaseSettings], attr: str, value: str) -> None:
+    assert getattr(load(cls, **{attr: value}), attr) == value
+
+
+# ---- secrets -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cls", "var", "env"),
+    [
+        (RedisSettings, "JOBQ_REDIS_PASSWORD", {}),
+        (ConsulSettings, "CONSUL_HTTP_TOKEN", {}),
+        (ConsulSettings, "JOBQ_CONSUL_TOKEN", {}),
+        (
+            KafkaSettings,
+            "JOBQ_KAFKA_SASL_PASSWORD",
+            {
+                "JOBQ_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                "JOBQ_KAFKA_SASL_MECHANISM": "PLAIN",
+                "JOBQ_KAFKA_SASL_USERNAME": "u",
+            },
+        ),
+    ],
+)
+def test_secrets_never_show(
+    monkeypatch: pytest.MonkeyPatch, cls: type[BaseSettings], var: str, env: dict[str, str]
+) -> None:
+    secret = "hunter2-do-not-print"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(var, secret)
+    settings = load(cls)
+    for shown in (repr(settings), str(settings), str(settings.model_dump()), settings.model_dump_json()):
+        assert secret not in shown
+
+
+def test_a_secret_does_not_leak_into_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBQ_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("JOBQ_KAFKA_SASL_PASSWORD", "hunter2-do-not-print")
+    with pytest.raises(ConfigError) as info:
+        load(KafkaSettings)
+    assert "hunter2" not in info.value.message
 
 
 def test_redis_acl_and_tls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOBQ_REDIS_USERNAME", "worker")
     monkeypatch.setenv("JOBQ_REDIS_PASSWORD", "pw-123")
     monkeypatch.setenv("JOBQ_REDIS_TLS", "true")
-    settings = load(RedisSettings)
-    kwargs = settings.client_kwargs()
+    monkeypatch.setenv("JOBQ_REDIS_TLS_CA_FILE", "/etc/ca.pem")
+    kwargs = load(RedisSettings).client_kwargs()
     assert kwargs["username"] == "worker"
     assert kwargs["password"] == "pw-123"
     assert kwargs["ssl"] is True
-    assert "pw-123" not in repr(settings)
-    assert "pw-123" not in str(settings.model_dump())
+    assert kwargs["ssl_ca_certs"] == "/etc/ca.pem"
+    monkeypatch.setenv("JOBQ_REDIS_URL", "rediss://r:6380/0")
+    assert "ssl" not in load(RedisSettings).client_kwargs(), "rediss:// already means TLS"
 
 
-def test_kafka_sasl_and_passthrough(monkeypatch: pytest.MonkeyPatch) -> None:
+# ---- Kafka pass-through --------------------------------------------------------------------------------
+
+
+def test_kafka_sasl_and_config_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9093")
     monkeypatch.setenv("JOBQ_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
     monkeypatch.setenv("JOBQ_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
     monkeypatch.setenv("JOBQ_KAFKA_SASL_USERNAME", "gate")
     monkeypatch.setenv("JOBQ_KAFKA_SASL_PASSWORD", "kpw")
-    monkeypatch.setenv("JOBQ_KAFKA_CONFIG", '{"socket.keepalive.enable": "true"}')
-    conf = load(KafkaSettings).client_config()
-    assert conf["security.protocol"] == "SASL_SSL"
-    assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
-    assert conf["sasl.password"] == "kpw"
-    assert conf["socket.keepalive.enable"] == "true"
+    monkeypatch.setenv("JOBQ_KAFKA_SSL_CA_LOCATION", "/ca.pem")
+    monkeypatch.setenv("JOBQ_KAFKA_CONFIG", '{"socket.keepalive.enable": "true", "client.id": "gw-1"}')
+    assert load(KafkaSettings).client_config() == {
+        "bootstrap.servers": "k1:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "gate",
+        "sasl.password": "kpw",
+        "ssl.ca.location": "/ca.pem",
+        "socket.keepalive.enable": "true",
+        "client.id": "gw-1",
+    }
+
+
+def test_kafka_config_pass_through_has_the_last_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBQ_KAFKA_BOOTSTRAP", "typed:1")
+    monkeypatch.setenv("JOBQ_KAFKA_CONFIG", '{"bootstrap.servers": "raw:2"}')
+    assert load(KafkaSettings).client_config()["bootstrap.servers"] == "raw:2"
+
+
+def test_kafka_config_as_an_override_string() -> None:
+    assert load(KafkaSettings, config='{"acks": "all"}').client_config()["acks"] == "all"
+
+
+# ---- bad values ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("cls", "var", "value", "named"),
     [
         (RedisSettings, "JOBQ_REDIS_URL", "http://nope", "JOBQ_REDIS_URL"),
+        (RedisSettings, "REDIS_URL", "localhost:6379", "REDIS_URL"),
         (RedisSettings, "JOBQ_REDIS_SOCKET_TIMEOUT_S", "-1", "socket_timeout_s"),
+        (RedisSettings, "JOBQ_REDIS_SOCKET_TIMEOUT_S", "soon", "socket_timeout_s"),
+        (RedisSettings, "JOBQ_REDIS_CLUSTER", "maybe", "cluster"),
         (KafkaSettings, "JOBQ_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", "SASL"),
         (KafkaSettings, "JOBQ_KAFKA_SECURITY_PROTOCOL", "TLS", "security_protocol"),
+        (KafkaSettings, "JOBQ_KAFKA_CONFIG", '{"linger.ms": 5}', "config"),
+        (KafkaSettings, "JOBQ_KAFKA_CONFIG", "[1, 2]", "config"),
+        (ConsulSettings, "JOBQ_CONSUL_SCHEME", "ftp", "scheme"),
+        (LogSettings, "JOBQ_LOG_LEVEL", "verbose", "level"),
+        (LogSettings, "JOBQ_LOG_FORMAT", "xml", "format"),
     ],
 )
 def test_bad_values_name_the_setting(
-    monkeypatch: pytest.MonkeyPatch, cls: type, var: str, value: str, named: str
+    monkeypatch: pytest.MonkeyPatch, cls: type[BaseSettings], var: str, value: str, named: str
 ) -> None:
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError) as info:
         load(cls)
     assert named in info.value.message
+    assert cls.__name__ in info.value.message
     assert info.value.code == "config_invalid"
+    assert not info.value.retriable
+    assert isinstance(info.value.__cause__, ValidationError)
+
+
+def test_sasl_needs_mechanism_and_username(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBQ_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("JOBQ_KAFKA_SASL_MECHANISM", "PLAIN")
+    with pytest.raises(ConfigError, match="JOBQ_KAFKA_SASL_USERNAME"):
+        load(KafkaSettings)
+    monkeypatch.setenv("JOBQ_KAFKA_SASL_USERNAME", "u")
+    assert load(KafkaSettings).client_config()["sasl.username"] == "u"
+
+
+def test_kafka_config_that_is_not_json_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBQ_KAFKA_CONFIG", "linger.ms=5")
+    with pytest.raises(ConfigError, match="config"):
+        load(KafkaSettings)
+
+
+@pytest.mark.parametrize("addr", ["consul.local", "consul.local:http"])
+def test_a_consul_addr_without_a_numeric_port_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, addr: str
+) -> None:
+    monkeypatch.setenv("CONSUL_HTTP_ADDR", addr)
+    with pytest.raises(ConfigError, match=r"(?i)addr"):
+        load(ConsulSettings)

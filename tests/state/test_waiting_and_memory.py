@@ -1,0 +1,67 @@
+"""Wake-ups instead of polling, the scheduler's timing, and claims at maxmemory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from jqcore.envelope import Envelope, now_ms
+from jqcore.state import Engine
+from jqcore.state.codes import RedisMemoryFull
+from jqcore.state.waiting import Scheduler, wait_for_work
+
+Job = Callable[..., Envelope]
+
+
+async def test_enqueue_wakes_a_waiting_worker(engine: Engine, q: str, job: Job) -> None:
+    other = f"{q}.other"
+    waiter = asyncio.create_task(wait_for_work(engine.client, [other, q], timeout_s=30))
+    await asyncio.sleep(0)  # let the BLPOP be sent before the enqueue (the token would wait anyway)
+    await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
+    assert await asyncio.wait_for(waiter, 30) == q
+    assert await wait_for_work(engine.client, [q], timeout_s=0.05) is None
+
+
+async def test_scheduler_promotes_delayed_jobs_never_early(engine: Engine, q: str, job: Job) -> None:
+    run_at = now_ms() + 400
+    async with Scheduler(engine, [q], max_idle_s=30):
+        await engine.enqueue_batch([job(q, id="later", run_at=run_at, at_ms=now_ms())])
+        assert await wait_for_work(engine.client, [q], timeout_s=30) == q
+        woke = now_ms()
+        [claimed] = await engine.claim(q, 1)
+    assert claimed.id == "later"
+    assert woke >= run_at
+
+
+async def test_scheduler_reaps_an_expired_lease(engine: Engine, q: str, job: Job) -> None:
+    await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
+    [first] = await engine.claim(q, 1, lease_ms=300)
+    await wait_for_work(engine.client, [q], timeout_s=0.01)  # drain the enqueue's wake token
+    async with Scheduler(engine, [q], max_idle_s=30):
+        assert await wait_for_work(engine.client, [q], timeout_s=30) == q
+        [again] = await engine.claim(q, 1)
+    assert (again.id, again.attempt) == ("a", 2)
+    assert now_ms() >= first.lease_deadline_ms
+
+
+async def test_claims_work_at_maxmemory_while_enqueue_is_refused(
+    redis: aioredis.Redis, q: str, job: Job
+) -> None:
+    engine = Engine(redis)
+    await engine.enqueue_batch([job(q, id=f"j{i}", at_ms=now_ms()) for i in range(20)])
+    used = int((await redis.info("memory"))["used_memory"])
+    await redis.config_set("maxmemory", used)
+    try:
+        with pytest.raises(RedisMemoryFull) as info:
+            await engine.enqueue_batch([job(q, id="more", args={"pad": "x" * 100_000}, at_ms=now_ms())])
+        assert info.value.retriable
+        claimed = await engine.claim(q, 20)
+        assert len(claimed) == 20
+        for c in claimed:
+            await engine.complete(q, (c.id, c.attempt, c.token))
+    finally:
+        await redis.config_set("maxmemory", 0)
+    await engine.enqueue_batch([job(q, id="more", at_ms=now_ms())])
