@@ -21,6 +21,8 @@ __all__ = ["Scheduler", "block_limit_s", "wait_for_work"]
 log = get_logger("jqcore.scheduler")
 
 REDIS_PY_DEFAULT_TIMEOUT_S = 5.0
+PRECISE_SLEEP_S = 0.15
+"""Waits shorter than this are local sleeps: more precise than a Redis blocking timeout."""
 
 
 async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
@@ -134,6 +136,10 @@ class Scheduler(Service):
             return next_gc
         due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]
         timeout_s = min(block_limit_s(self.engine.client, self.max_idle_s), (min(due) - self.clock()) / 1000)
-        if timeout_s >= 0.001:
-            await self.engine.client.blpop([QueueKeys(queue).sched], timeout=timeout_s)
+        if timeout_s > PRECISE_SLEEP_S:
+            # Redis times blocked clients out at its own tick (~100 ms at hz 10): wake a little early and
+            # finish the wait below with a precise local sleep. An earlier due time wakes us at once.
+            await self.engine.client.blpop([QueueKeys(queue).sched], timeout=timeout_s - PRECISE_SLEEP_S)
+        elif timeout_s > 0:
+            await asyncio.sleep(timeout_s)
         return next_gc
