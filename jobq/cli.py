@@ -9,6 +9,7 @@ from rich.console import Console
 
 from jobq.commands import bench, demo, stack
 from jqcore.errors import JobqError
+from worker.cli import worker
 
 __all__ = ["app", "main"]
 
@@ -21,6 +22,7 @@ app = typer.Typer(
 app.add_typer(stack.app, name="stack")
 app.command("bench")(bench.bench)
 app.command("demo")(demo.demo)
+app.command("worker")(worker)
 
 
 def main() -> None:

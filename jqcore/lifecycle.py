@@ -63,11 +63,15 @@ class Service:
 
 
 async def run_until_signal(
-    service: Service, *, on_second_signal: Callable[[], Coroutine[Any, Any, None]] | None = None
+    service: Service,
+    *,
+    on_second_signal: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    until: asyncio.Event | None = None,
 ) -> None:
-    """Start ``service``, wait for SIGINT/SIGTERM, stop it; a second signal calls ``on_second_signal``."""
+    """Start ``service``, wait for SIGINT/SIGTERM (or ``until``), stop it; a second signal calls
+    ``on_second_signal``."""
     loop = asyncio.get_running_loop()
-    stop_requested = asyncio.Event()
+    stop_requested = until or asyncio.Event()
     hard_tasks: list[asyncio.Task[None]] = []
 
     def handle() -> None:

@@ -1,0 +1,200 @@
+"""Worker pools against the real Redis: outcomes, retries, control flow, timeouts, modes, leases, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from jobq.stack.manager import Endpoints
+from jqcore.envelope import new_envelope
+from jqcore.errors import Cancel, Snooze
+from jqcore.state import Engine, reads
+from jqcore.state.models import JobInfo
+from worker.examples import cpu_hash
+from worker.pool import Pool, PoolConfig
+from worker.registry import Backoff, Registry, current_job
+
+FAST = Backoff(base_s=0.01, cap_s=0.02, jitter=False)
+
+
+@pytest.fixture
+async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
+    assert endpoints.redis_url
+    client = aioredis.Redis.from_url(endpoints.redis_url)
+    yield Engine(client)
+    await client.aclose()
+
+
+async def enqueue(engine: Engine, queue: str, kind: str, args: object = None, **kw: object) -> str:
+    env = new_envelope(queue, kind, args, **kw)  # type: ignore[arg-type]
+    await engine.enqueue_batch([env])
+    return env.id
+
+
+async def info(engine: Engine, queue: str, job_id: str) -> JobInfo:
+    got = await reads.get_job(engine.client, queue, job_id)
+    assert got is not None
+    return got
+
+
+async def drain(reg: Registry, engine: Engine, queue: str, **kw: object) -> None:
+    """Run a burst pool until nothing is claimable and nothing runs."""
+    async with Pool(reg, engine, PoolConfig([queue], burst=True, **kw)) as pool:  # type: ignore[arg-type]
+        await asyncio.wait_for(pool.drained.wait(), 60)
+
+
+async def test_async_and_sync_handlers_complete_with_results(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+    threads: list[str] = []
+
+    @reg.job("add", queue=q)
+    async def add(a: int, b: int) -> int:
+        assert current_job().kind == "add"
+        return a + b
+
+    @reg.job("shout", queue=q)
+    def shout(text: str) -> str:
+        threads.append(threading.current_thread().name)
+        assert current_job().attempt == 1
+        return text.upper()
+
+    a = await enqueue(engine, q, "add", {"a": 2, "b": 3})
+    s = await enqueue(engine, q, "shout", ["hi"])
+    await drain(reg, engine, q)
+    assert ((await info(engine, q, a)).state, (await info(engine, q, a)).result) == ("completed", "5")
+    assert (await info(engine, q, s)).result == '"HI"'
+    assert threads[0].startswith("jobq")
+
+
+async def test_failures_retry_with_backoff_then_dead_letter(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+
+    @reg.job("boom", queue=q, max_attempts=3, backoff=FAST)
+    async def boom() -> None:
+        raise ValueError(f"broken on attempt {current_job().attempt}")
+
+    job_id = await enqueue(engine, q, "boom")
+    await drain(reg, engine, q)
+    got = await info(engine, q, job_id)
+    assert (got.state, got.attempt) == ("errored", 3)
+    assert "ValueError: broken on attempt 3" in (got.last_error or "")
+    assert [h["outcome"] for h in got.history] == ["failed", "failed", "failed"]
+    assert [j.id for j in await reads.dead_list(engine.client, q)] == [job_id]
+
+
+async def test_cancel_and_snooze_from_handlers(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+
+    @reg.job("refuse", queue=q)
+    async def refuse() -> None:
+        raise Cancel("not today")
+
+    @reg.job("later", queue=q)
+    async def later() -> str:
+        if current_job().attempt == 1 and not later_seen:
+            later_seen.append(1)
+            raise Snooze(0.05)
+        return f"attempt {current_job().attempt}"
+
+    later_seen: list[int] = []
+    r = await enqueue(engine, q, "refuse")
+    s = await enqueue(engine, q, "later")
+    await drain(reg, engine, q)
+    refused = await info(engine, q, r)
+    assert (refused.state, refused.attempt) == ("canceled", 1)
+    snoozed = await info(engine, q, s)
+    assert (snoozed.state, snoozed.result) == ("completed", '"attempt 1"'), "a snooze spends no attempt"
+
+
+async def test_timeout_stops_an_async_job(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+    cancelled = asyncio.Event()
+
+    @reg.job("stuck", queue=q, timeout=0.2, max_attempts=1)
+    async def stuck() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    job_id = await enqueue(engine, q, "stuck")
+    await drain(reg, engine, q)
+    assert cancelled.is_set()
+    got = await info(engine, q, job_id)
+    assert got.state == "errored"
+    assert "timeout after 0.2s" in (got.last_error or "")
+
+
+async def test_process_pool_handler(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+    reg.job("cpu", queue=q, mode="process")(cpu_hash)
+    job_id = await enqueue(engine, q, "cpu", {"rounds": 100})
+    await drain(reg, engine, q, process_workers=1)
+    assert (await info(engine, q, job_id)).result == f'"{cpu_hash(100)}"'
+
+
+async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+
+    @reg.job("long", queue=q)
+    async def long() -> int:
+        await asyncio.sleep(1.2)  # four times the lease
+        return current_job().attempt
+
+    job_id = await enqueue(engine, q, "long")
+    await drain(reg, engine, q, lease_ms=300)
+    got = await info(engine, q, job_id)
+    assert (got.state, got.attempt, got.result) == ("completed", 1, "1")
+
+
+async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+    started = asyncio.Event()
+
+    @reg.job("long", queue=q)
+    async def long() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    job_id = await enqueue(engine, q, "long")
+    pool = Pool(reg, engine, PoolConfig([q], grace_s=0.2))
+    await pool.start()
+    await asyncio.wait_for(started.wait(), 30)
+    await pool.stop()
+    got = await info(engine, q, job_id)
+    assert (got.state, got.attempt) == ("pending", 0), "released, and the attempt refunded"
+
+
+async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.w", Registry()
+    started = asyncio.Event()
+
+    @reg.job("long", queue=q)
+    async def long() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    job_id = await enqueue(engine, q, "long")
+    pool = Pool(reg, engine, PoolConfig([q], lease_ms=300, scheduler=False))
+    await pool.start()
+    await asyncio.wait_for(started.wait(), 30)
+    await pool.hard_stop()
+    assert (await info(engine, q, job_id)).state == "running"
+
+    done = asyncio.Event()
+    reg2 = Registry()
+
+    @reg2.job("long", queue=q)
+    async def long_again() -> int:
+        done.set()
+        return current_job().attempt
+
+    async with Pool(reg2, engine, PoolConfig([q])):
+        await asyncio.wait_for(done.wait(), 30)
+    got = await info(engine, q, job_id)
+    assert got.attempt == 2

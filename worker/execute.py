@@ -1,0 +1,120 @@
+"""Running one claimed job's handler and turning what happened into an :class:`Outcome`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from jqcore import metrics
+from jqcore.errors import Cancel, Retry, Snooze
+from jqcore.state import ClaimedJob
+from jqcore.state.engine import backoff_ms
+from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
+
+__all__ = ["Outcome", "run_handler"]
+
+MAX_RESULT_BYTES = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: Literal["success", "failure", "cancel", "snooze"]
+    label: str
+    """Metric outcome: succeeded, failed, retried, timeout, canceled, snoozed."""
+    result: bytes | None = None
+    error: str | None = None
+    delay_ms: int | None = None
+    permanent: bool = False
+
+
+def _context(job: ClaimedJob, spec: JobSpec[Any, Any] | None) -> JobContext:
+    env = job.envelope
+    return JobContext(
+        id=env.id,
+        queue=env.queue,
+        kind=env.kind,
+        attempt=job.attempt,
+        max_attempts=env.max_attempts or (spec.max_attempts if spec else None),
+        meta=env.meta,
+        enqueued_at=env.enqueued_at,
+        deadline_s=spec.timeout_s if spec else None,
+    )
+
+
+async def _call(spec: JobSpec[Any, Any], job: ClaimedJob, executor_for: Callable[[str], Executor]) -> Any:
+    args, kwargs = spec.bind(job.envelope.args)
+    ctx = _context(job, spec)
+    if spec.mode == "async":
+        set_current_job(ctx)
+        return await spec.fn(*args, **kwargs)
+    loop = asyncio.get_running_loop()
+    if spec.mode == "thread":
+        copied = contextvars.copy_context()
+        copied.run(set_current_job, ctx)
+        return await loop.run_in_executor(
+            executor_for("thread"), functools.partial(copied.run, spec.fn, *args, **kwargs)
+        )
+    return await loop.run_in_executor(executor_for("process"), functools.partial(spec.fn, *args, **kwargs))
+
+
+def _result_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        data = orjson.dumps(value)
+    except TypeError:
+        return None
+    return data if len(data) <= MAX_RESULT_BYTES else None
+
+
+async def run_handler(
+    registry: Registry, job: ClaimedJob, executor_for: Callable[[str], Executor]
+) -> Outcome:
+    """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors."""
+    spec = registry.get(job.envelope.kind)
+    if spec is None:
+        return Outcome(
+            "failure", "failed", error=f"no handler registered for kind {job.envelope.kind!r}", permanent=True
+        )
+    metrics.JOBS_STARTED.labels(job.queue, spec.kind).inc()
+    started = time.perf_counter()
+    try:
+        value = await asyncio.wait_for(_call(spec, job, executor_for), spec.timeout_s)
+        return Outcome("success", "succeeded", result=_result_bytes(value))
+    except Retry as ctl:
+        delay = None if ctl.delay_s is None else int(ctl.delay_s * 1000)
+        return Outcome(
+            "failure", "retried", error=f"Retry: {ctl.reason}", delay_ms=delay or _backoff(spec, job)
+        )
+    except Cancel as ctl:
+        return Outcome("cancel", "canceled", error=f"Cancel: {ctl.reason}")
+    except Snooze as ctl:
+        return Outcome("snooze", "snoozed", delay_ms=int(ctl.delay_s * 1000))
+    except PayloadInvalid as exc:
+        return Outcome("failure", "failed", error=exc.message, permanent=True)
+    except TimeoutError:
+        return Outcome(
+            "failure", "timeout", error=f"timeout after {spec.timeout_s}s", delay_ms=_backoff(spec, job)
+        )
+    except Exception:
+        return Outcome(
+            "failure", "failed", error=traceback.format_exc(limit=20), delay_ms=_backoff(spec, job)
+        )
+    finally:
+        metrics.JOB_RUN_TIME.labels(job.queue, spec.kind).observe(time.perf_counter() - started)
+
+
+def _backoff(spec: JobSpec[Any, Any], job: ClaimedJob) -> int:
+    b = spec.backoff
+    if not b.jitter:
+        return int(min(b.cap_s, b.base_s * b.factor ** max(0, job.attempt - 1)) * 1000)
+    return backoff_ms(job.attempt, int(b.base_s * 1000), int(b.cap_s * 1000))

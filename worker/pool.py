@@ -1,0 +1,260 @@
+"""A worker pool: claims jobs from Redis for its queues and runs their handlers with bounded concurrency.
+
+* **Claims** are batches sized to the free slots; with nothing to do the pool blocks in Redis
+  (:func:`jqcore.state.waiting.wait_for_work`) instead of polling.
+* **Handlers** run as coroutines, in a thread pool (sync functions) or in a process pool
+  (``mode="process"``). A per-job timeout cancels a coroutine; a thread or process cannot be killed from
+  Python, so on timeout its result is discarded, the attempt is failed as ``timeout`` and the function
+  runs on to its end in the background (documented in ``docs/workers.md``).
+* **Outcomes**: return → complete (a JSON-serialisable return value is kept as the result);
+  ``Retry(delay)`` → retry after that delay; ``Cancel`` → canceled, never retried; ``Snooze(delay)`` →
+  back later without spending an attempt; any other exception → failed with its traceback, retried with
+  the kind's backoff until attempts run out (then errored, the dead-letter list).
+* **Leases** are kept alive by :class:`worker.lease.LeaseKeeper`; a job whose lease was lost or which was
+  canceled meanwhile is abandoned (its task cancelled) and never completed by this worker.
+* **Shutdown** (:meth:`Pool.stop`): stop claiming, let running jobs finish within ``grace_s``, then
+  cancel them and release them back to Redis (not counted as an attempt). :meth:`Pool.hard_stop` cancels
+  without releasing: leases expire and the reaper hands the jobs out again, as after SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from jqcore import metrics
+from jqcore.lifecycle import Service
+from jqcore.log import get_logger
+from jqcore.state import ClaimedJob, Engine, reads
+from jqcore.state.waiting import Scheduler, wait_for_work
+from worker.execute import Outcome, run_handler
+from worker.lease import LeaseKeeper
+from worker.registry import Registry
+
+__all__ = ["Pool", "PoolConfig"]
+
+log = get_logger("worker.pool")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    queues: Sequence[str]
+    concurrency: int = 10
+    lease_ms: int = 30_000
+    grace_s: float = 30.0
+    burst: bool = False
+    """Exit once the queues hold nothing pending, delayed, blocked or running (scripts and tests)."""
+    idle_wait_s: float = 30.0
+    scheduler: bool = True
+    """Also promote delayed jobs and reap expired leases for these queues."""
+    process_workers: int = 0
+    """Size of the process pool for ``mode="process"`` handlers (0: the CPU count)."""
+
+
+@dataclass(eq=False)
+class Running:
+    job: ClaimedJob
+    task: asyncio.Task[None] | None = None
+    started: bool = False
+    abandoned: bool = False
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class Pool(Service):
+    """Runs the handlers of ``registry`` for ``config.queues``."""
+
+    def __init__(self, registry: Registry, engine: Engine, config: PoolConfig) -> None:
+        super().__init__()
+        self.registry, self.engine, self.config = registry, engine, config
+        self.in_flight: dict[str, Running] = {}
+        self._slot_freed = asyncio.Event()
+        self.drained = asyncio.Event()
+        self._threads: Executor = ThreadPoolExecutor(
+            max_workers=config.concurrency, thread_name_prefix="jobq"
+        )
+        self._processes: Executor | None = None
+        self._fetcher: asyncio.Task[None] | None = None
+        self._keeper = LeaseKeeper(self)
+        self._scheduler = Scheduler(engine, config.queues) if config.scheduler else None
+        self._stopping = False
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    async def _start(self) -> None:
+        await self._register_kinds()
+        if self._scheduler is not None:
+            await self._scheduler.start()
+        await self._keeper.start()
+        self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
+
+    async def _register_kinds(self) -> None:
+        for spec in self.registry.kinds(set(self.config.queues)):
+            if spec.concurrency or spec.max_attempts or spec.delivery != "at_least_once":
+                await self.engine.configure_kind(
+                    spec.kind,
+                    queues=[spec.queue],
+                    concurrency=spec.concurrency,
+                    max_attempts=spec.max_attempts,
+                    delivery=spec.delivery,
+                )
+
+    async def _stop(self) -> None:
+        self._stopping = True
+        await self._cancel_fetcher()
+        tasks = [r.task for r in self.in_flight.values() if r.task is not None]
+        if tasks:  # asyncio.wait, not wait_for(gather): a timeout must not cancel the jobs themselves
+            await asyncio.wait(tasks, timeout=self.config.grace_s)
+        await self._release_rest()
+        await self._shutdown_helpers()
+
+    async def hard_stop(self) -> None:
+        """Cancel everything without writing back (leases expire; the reaper hands the jobs out again)."""
+        self._stopping = True
+        for run in self.in_flight.values():
+            run.abandoned = True
+            if run.task is not None:
+                run.task.cancel()
+        await self.stop()
+
+    async def _cancel_fetcher(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._fetcher
+
+    async def _release_rest(self) -> None:
+        rest = [r for r in self.in_flight.values() if not r.abandoned]
+        for run in rest:
+            run.abandoned = True
+            if run.task is not None:
+                run.task.cancel()
+        by_queue: dict[str, list[tuple[str, int, str, bool]]] = {}
+        for run in rest:
+            by_queue.setdefault(run.job.queue, []).append(
+                (run.job.id, run.job.attempt, run.job.token, run.started)
+            )
+        for queue, jobs in by_queue.items():
+            outcome = await self.engine.release(queue, jobs)
+            log.info("released jobs at shutdown", queue=queue, jobs=outcome)
+        await asyncio.gather(*(r.task for r in rest if r.task), return_exceptions=True)
+
+    async def _shutdown_helpers(self) -> None:
+        await self._keeper.stop()
+        if self._scheduler is not None:
+            await self._scheduler.stop()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.shutdown(wait=False, cancel_futures=True)
+
+    # ---- claiming -------------------------------------------------------------------------------
+    async def _fetch_loop(self) -> None:
+        while not self._stopping:
+            try:
+                got = await self._fetch_once()
+            except Exception as exc:  # Redis away: back off, keep the running jobs going
+                log.warning("claim failed", error=repr(exc))
+                await asyncio.sleep(1.0)
+                continue
+            if got:
+                continue
+            if self.config.burst and not self.in_flight and await self._queues_empty():
+                self.drained.set()
+                return
+            if self.config.burst:  # something still runs or waits for its time: wake up often
+                await wait_for_work(self.engine.client, list(self.config.queues), 0.2)
+                continue
+            await wait_for_work(self.engine.client, list(self.config.queues), self.config.idle_wait_s)
+
+    async def _queues_empty(self) -> bool:
+        for queue in self.config.queues:
+            d = await reads.depth(self.engine.client, queue)
+            if d.pending or d.delayed or d.running or d.blocked:
+                return False
+        return True
+
+    async def _fetch_once(self) -> int:
+        while len(self.in_flight) >= self.config.concurrency:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+        got = 0
+        for queue in self.config.queues:
+            free = self.config.concurrency - len(self.in_flight)
+            if free <= 0:
+                break
+            for job in await self.engine.claim(queue, free, lease_ms=self.config.lease_ms):
+                self._launch(job)
+                got += 1
+        return got
+
+    def _launch(self, job: ClaimedJob) -> None:
+        run = Running(job)
+        self.in_flight[job.id] = run
+        metrics.JOBS_IN_FLIGHT.labels(job.queue).inc()
+        due = job.envelope.run_at or job.envelope.enqueued_at
+        metrics.JOB_QUEUE_WAIT.labels(job.queue).observe(max(0.0, time.time() - due / 1000))
+        run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
+
+    # ---- running --------------------------------------------------------------------------------
+    def _executor(self, mode: str) -> Executor:
+        if mode == "thread":
+            return self._threads
+        if self._processes is None:
+            self._processes = ProcessPoolExecutor(max_workers=self.config.process_workers or None)
+        return self._processes
+
+    async def _execute(self, run: Running) -> None:
+        job = run.job
+        try:
+            run.started = True
+            outcome = await run_handler(self.registry, job, self._executor)
+            if not run.abandoned:
+                await self._write_back(job, outcome)
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            log.error("writing a job's outcome failed", job_id=job.id, error=repr(exc))
+        finally:
+            self.in_flight.pop(job.id, None)
+            self._slot_freed.set()
+            metrics.JOBS_IN_FLIGHT.labels(job.queue).dec()
+
+    async def _write_back(self, job: ClaimedJob, outcome: Outcome) -> None:
+        owner = (job.id, job.attempt, job.token)
+        kind, queue = job.envelope.kind, job.queue
+        metrics.JOBS_FINISHED.labels(queue, kind, outcome.label).inc()
+        if outcome.kind == "success":
+            await self.engine.complete(queue, owner, outcome.result)
+        elif outcome.kind == "snooze":
+            await self.engine.snooze(queue, owner, outcome.delay_ms or 0)
+        elif outcome.kind == "cancel":
+            await self.engine.cancel(queue, job.id, outcome.error or "canceled by handler")
+            await self.engine.fail(queue, owner, outcome.error or "canceled by handler", permanent=True)
+        else:
+            await self.engine.fail(
+                queue,
+                owner,
+                outcome.error or "failed",
+                retry_delay_ms=outcome.delay_ms,
+                permanent=outcome.permanent or self._attempts_used_up(job),
+            )
+
+    def _attempts_used_up(self, job: ClaimedJob) -> bool:
+        """The handler's ``max_attempts`` counts even for jobs stored before the pool registered its kind
+        (the engine fixes a job's attempt budget at enqueue; the envelope's own value always wins)."""
+        spec = self.registry.get(job.envelope.kind)
+        limit = spec.max_attempts if spec is not None else None
+        return job.envelope.max_attempts is None and limit is not None and job.attempt >= limit
+
+    def abandon(self, job_id: str, why: str) -> None:
+        """The lease keeper lost this job (lease stale, job canceled): stop it, write nothing back."""
+        run = self.in_flight.get(job_id)
+        if run is None:
+            return
+        run.abandoned = True
+        log.warning("abandoning job", job_id=job_id, reason=why)
+        metrics.JOBS_FINISHED.labels(run.job.queue, run.job.envelope.kind, "lost").inc()
+        if run.task is not None:
+            run.task.cancel()
