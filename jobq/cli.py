@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, demo, stack
+from jobq.commands import bench, demo, gate, stack
 from jqcore.errors import JobqError
 from worker.cli import worker
 
@@ -23,6 +23,8 @@ app.add_typer(stack.app, name="stack")
 app.command("bench")(bench.bench)
 app.command("demo")(demo.demo)
 app.command("worker")(worker)
+app.command("gate")(gate.gate)
+app.add_typer(gate.topics_app, name="topics")
 
 
 def main() -> None:

@@ -126,3 +126,8 @@ class QueueKeys:
     def script_keys(self) -> list[str]:
         """``KEYS`` for every script: the prefix first (derived keys), then the fixed keys it touches."""
         return [self.prefix, self.ready, self.delayed, self.running, self.done, self.config]
+
+
+def idempotency_key(digest: str) -> str:
+    """The gateway's record of one ``Idempotency-Key`` (its body hash), outside every queue's slot."""
+    return f"jobq:idem:{digest}"

@@ -12,6 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, His
 __all__ = [
     "CONTENT_TYPE",
     "ENQUEUE_BATCH_SIZE",
+    "GATE_JOBS_PRODUCED",
+    "GATE_PRODUCE_FAILURES",
+    "GATE_REQUESTS",
+    "GATE_REQUEST_TIME",
     "JOBS_ENQUEUED",
     "JOBS_FINISHED",
     "JOBS_IN_FLIGHT",
@@ -20,6 +24,11 @@ __all__ = [
     "JOB_RUN_TIME",
     "LATENCY_BUCKETS",
     "QUEUE_DEPTH",
+    "RELAY_BATCH_TIME",
+    "RELAY_LAG",
+    "RELAY_LEADER",
+    "RELAY_RATE_LIMIT",
+    "RELAY_RECORDS",
     "SCRIPT_CALLS",
     "SCRIPT_TIME",
     "render",
@@ -64,6 +73,33 @@ JOB_QUEUE_WAIT = Histogram(
     ["queue"],
     buckets=LATENCY_BUCKETS,
 )
+
+# --- gateway (HTTP -> Kafka) --------------------------------------------------------------------------
+GATE_REQUESTS = Counter(
+    "jobq_gate_requests_total", "Gateway requests by route and status", ["route", "method", "status"]
+)
+GATE_REQUEST_TIME = Histogram(
+    "jobq_gate_request_seconds", "Gateway request time by route", ["route"], buckets=LATENCY_BUCKETS
+)
+GATE_JOBS_PRODUCED = Counter(
+    "jobq_gate_jobs_produced_total", "Jobs Kafka confirmed for the gateway", ["queue", "topic"]
+)
+GATE_PRODUCE_FAILURES = Counter(
+    "jobq_gate_produce_failures_total", "Enqueue requests refused because Kafka did not confirm", ["topic"]
+)
+
+# --- relay (Kafka -> Redis) ---------------------------------------------------------------------------
+RELAY_RECORDS = Counter(
+    "jobq_relay_records_total",
+    "Stage accounting per topic: records read, jobs written, duplicates, dead-lettered, retried",
+    ["topic", "stage"],
+)
+RELAY_BATCH_TIME = Histogram(
+    "jobq_relay_batch_seconds", "Time to write one batch into Redis", ["topic"], buckets=LATENCY_BUCKETS
+)
+RELAY_LEADER = Gauge("jobq_relay_leader", "1 while this process holds the topic's lock", ["topic"])
+RELAY_RATE_LIMIT = Gauge("jobq_relay_rate_limit_jobs_per_second", "Live rate limit (0: paused)", ["topic"])
+RELAY_LAG = Gauge("jobq_relay_lag_records", "Records behind the partition end", ["topic", "partition"])
 
 
 def render() -> bytes:

@@ -1,0 +1,195 @@
+"""An asyncio face for confluent-kafka's producer: ``await produce(...)`` resolves on the delivery report.
+
+librdkafka batches and retries internally; one background thread serves delivery callbacks and hands
+each result to the event loop. ``acks="all"`` producers are idempotent (no duplicates from internal
+retries, order kept per partition); ``acks="leader"`` trades that for latency (a leader failure before
+replication can lose the write) and is only used for queues that opt in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from jqcore.errors import BackendUnavailable, JobqError
+from jqcore.settings import KafkaSettings
+
+__all__ = ["AsyncProducer", "Delivered", "ProduceFailed", "Record", "TopicMissing", "ensure_topics"]
+
+
+class ProduceFailed(BackendUnavailable):
+    """Kafka did not confirm the write (broker down, timeout, topic missing)."""
+
+    code = "kafka_unavailable"
+
+
+class TopicMissing(JobqError):
+    """The topic a queue routes to does not exist (topics are never created from requests)."""
+
+    code = "topic_missing"
+    retriable = False
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    value: bytes
+    key: bytes | None = None
+    headers: Sequence[tuple[str, bytes]] | None = None
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    topic: str
+    partition: int
+    offset: int
+
+
+class AsyncProducer:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        acks: Literal["all", "leader"] = "all",
+        delivery_timeout_ms: int = 10_000,
+        linger_ms: int = 2,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        conf: dict[str, Any] = {
+            **settings.client_config(),
+            "acks": "all" if acks == "all" else "1",
+            "enable.idempotence": acks == "all",
+            "linger.ms": linger_ms,
+            "message.timeout.ms": delivery_timeout_ms,
+            "compression.type": "lz4",
+            **(extra or {}),
+        }
+        self._producer = Producer(conf)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="kafka-delivery", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    async def produce(self, record: Record) -> Delivered:
+        return (await self.produce_many([record]))[0]
+
+    async def produce_many(self, records: Sequence[Record]) -> list[Delivered]:
+        """Write every record; return once each has its delivery report. Raises :class:`ProduceFailed`
+        (or :class:`TopicMissing`) if any write was not confirmed — the caller must not acknowledge."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Delivered]] = []
+        for rec in records:
+            fut: asyncio.Future[Delivered] = loop.create_future()
+            futures.append(fut)
+            await self._enqueue(rec, self._callback(loop, fut))
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return [r for r in results if isinstance(r, Delivered)]
+
+    async def _enqueue(self, rec: Record, callback: Any) -> None:
+        kwargs: dict[str, Any] = {"value": rec.value, "key": rec.key, "on_delivery": callback}
+        if rec.headers:
+            kwargs["headers"] = list(rec.headers)
+        if rec.partition is not None:
+            kwargs["partition"] = rec.partition
+        while True:
+            try:
+                self._producer.produce(rec.topic, **kwargs)
+                return
+            except BufferError:  # librdkafka's local queue is full: let the delivery thread drain it
+                await asyncio.sleep(0.005)
+            except KafkaException as exc:
+                raise ProduceFailed(f"produce to {rec.topic!r} refused: {exc}") from exc
+
+    @staticmethod
+    def _callback(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Delivered]) -> Any:
+        def done(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                exc: Exception
+                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    exc = TopicMissing(f"topic {msg.topic()!r} does not exist")
+                else:
+                    exc = ProduceFailed(f"Kafka did not confirm the write: {err.str()}")
+                loop.call_soon_threadsafe(_settle, fut, exc)
+            else:
+                d = Delivered(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+                loop.call_soon_threadsafe(_settle, fut, d)
+
+        return done
+
+    def flush(self, timeout_s: float = 10.0) -> int:
+        """Wait for outstanding writes; returns how many are still undelivered."""
+        return int(self._producer.flush(timeout_s))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.flush(timeout_s)
+        self._stop.set()
+        self._thread.join(2.0)
+
+    def partitions(self, topic: str, timeout_s: float = 5.0) -> list[int]:
+        """The topic's partition ids (from broker metadata); raises TopicMissing / ProduceFailed."""
+        try:
+            md = self._producer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
+        t = md.topics.get(topic)
+        if t is None or t.error is not None or not t.partitions:
+            raise TopicMissing(f"topic {topic!r} does not exist")
+        return sorted(t.partitions)
+
+
+def _settle(fut: asyncio.Future[Delivered], result: Delivered | Exception) -> None:
+    if fut.done():
+        return
+    if isinstance(result, Exception):
+        fut.set_exception(result)
+    else:
+        fut.set_result(result)
+
+
+def ensure_topics(
+    settings: KafkaSettings,
+    topics: Sequence[str],
+    *,
+    partitions: int = 3,
+    replication: int = 1,
+    retention_ms: int = 7 * 86_400_000,
+    timeout_s: float = 30.0,
+) -> list[str]:
+    """Create the missing ones of ``topics`` (an operator action, never driven by a request); returns
+    the names created. Existing topics are left as they are."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    conf: dict[str, str | int | float | bool] = {**settings.client_config()}
+    admin = AdminClient(conf)
+    try:
+        existing = set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
+    wanted = [t for t in dict.fromkeys(topics) if t not in existing]
+    if not wanted:
+        return []
+    config = {"retention.ms": str(retention_ms), "min.insync.replicas": str(min(2, replication))}
+    futures = admin.create_topics(
+        [NewTopic(t, partitions, replication, config=config) for t in wanted], operation_timeout=timeout_s
+    )
+    created = []
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ProduceFailed(f"creating topic {name!r} failed: {exc}") from exc
+    return created

@@ -1,0 +1,74 @@
+"""Queue → Kafka topic routing, shared by every producer (gateway, Spark, canary, CLI) and the relay.
+
+Routes are an ordered list of ``fnmatch`` patterns over queue names; the first match names the topic
+(``jobs.<group>``, the brief's queue groups) and the acks the gateway waits for. A queue no route
+matches goes to ``default_topic``; with ``default_topic`` empty such a queue is refused (``queue_unrouted``),
+so a typo never creates work nobody relays. Topics are never created from user input: they exist (created
+by ``jobq topics create`` or the operator) or the produce fails with a clear error.
+
+``JOBQ_ROUTES`` holds the list as JSON::
+
+    [{"queues": "emails*", "topic": "jobs.emails"},
+     {"queues": "clicks", "topic": "jobs.analytics", "acks": "leader"}]
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jqcore.errors import JobqError
+
+__all__ = ["DEFAULT_TOPIC", "QueueUnrouted", "Route", "RoutingSettings"]
+
+DEFAULT_TOPIC = "jobs.default"
+Acks = Literal["all", "leader"]
+
+
+class QueueUnrouted(JobqError):
+    """No route sends this queue to a topic (and there is no default topic)."""
+
+    code = "queue_unrouted"
+
+
+class Route(BaseModel):
+    queues: str = Field(min_length=1)
+    """fnmatch pattern over queue names."""
+    topic: str = Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    acks: Acks = "all"
+    """``all`` (durable, the default) or ``leader`` (lower latency; a leader failure may lose the write)."""
+
+
+class RoutingSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
+
+    routes: list[Route] = Field(default_factory=list)
+    default_topic: str = DEFAULT_TOPIC
+    default_acks: Acks = "all"
+
+    @field_validator("routes", mode="before")
+    @classmethod
+    def _json(cls, v: object) -> object:
+        if isinstance(v, str | bytes):
+            return orjson.loads(v)
+        return v
+
+    def route(self, queue: str) -> tuple[str, Acks]:
+        """(topic, acks) for ``queue``; raises :class:`QueueUnrouted`."""
+        for r in self.routes:
+            if fnmatch.fnmatchcase(queue, r.queues):
+                return r.topic, r.acks
+        if not self.default_topic:
+            raise QueueUnrouted(f"no route sends queue {queue!r} to a topic (see JOBQ_ROUTES)")
+        return self.default_topic, self.default_acks
+
+    def topics(self) -> list[str]:
+        """Every topic a producer may write (what the relay and the canary cover)."""
+        names = [r.topic for r in self.routes]
+        if self.default_topic:
+            names.append(self.default_topic)
+        return list(dict.fromkeys(names))

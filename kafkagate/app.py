@@ -1,0 +1,100 @@
+"""The gateway's aiohttp application: routes, middlewares, health/readiness, metrics, OpenAPI.
+
+``/readyz`` answers 503 while Kafka is unreachable or a routed topic is missing (a load balancer then
+sends enqueues to another gateway); ``/healthz`` only says the process serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from jqcore import metrics
+from jqcore.errors import JobqError
+from kafkagate import claims, jobs, queues
+from kafkagate.http import auth_middleware, error_body, error_middleware, json_response
+from kafkagate.openapi import document
+from kafkagate.state import GATE, Gate
+
+__all__ = ["make_app"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    finally:
+        metrics.GATE_REQUESTS.labels(route, request.method, str(status)).inc()
+        metrics.GATE_REQUEST_TIME.labels(route).observe(time.perf_counter() - started)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    return json_response({"status": "ok", "az": gate.settings.az})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    problems: dict[str, str] = {}
+    producer = gate.producer("all")
+    for topic in gate.routing.topics():
+        try:
+            await asyncio.to_thread(producer.partitions, topic, 2.0)
+        except JobqError as exc:
+            problems[topic] = exc.message
+    if problems:
+        body = error_body(JobqError("Kafka is not ready for every routed topic", code="kafka_not_ready"))
+        body["error"]["topics"] = problems
+        return json_response(body, 503, {"Retry-After": "1"})
+    return json_response({"status": "ready", "az": gate.settings.az, "topics": gate.routing.topics()})
+
+
+async def metrics_route(_: web.Request) -> web.Response:
+    return web.Response(body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return json_response(document())
+
+
+def make_app(gate: Gate) -> web.Application:
+    app = web.Application(
+        client_max_size=gate.settings.max_body_bytes,
+        middlewares=[metrics_middleware, error_middleware, auth_middleware(gate.settings.tokens)],
+    )
+    app[GATE] = gate
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_route)
+    app.router.add_get("/openapi.json", openapi)
+    app.router.add_routes(jobs.routes)
+    app.router.add_routes(queues.routes)
+    app.router.add_routes(claims.routes)
+
+    async def close(_: web.Application) -> None:
+        await gate.close()
+
+    app.on_cleanup.append(close)
+    return app
+
+
+def routes_of(app: web.Application) -> list[tuple[str, str]]:
+    """(method, path) of every route (the OpenAPI test checks the document covers them all)."""
+    out: list[tuple[str, str]] = []
+    for route in app.router.routes():
+        info: Mapping[str, Any] = route.resource.get_info() if route.resource else {}
+        path = info.get("path") or info.get("formatter")
+        if path and route.method != "HEAD":
+            out.append((route.method, path))
+    return out

@@ -1,0 +1,136 @@
+"""The worker API for workers in other languages: claim (batch, lease, filter, long-poll), extend,
+complete, fail. Every write carries the attempt and the lease token; a stale one is a 409 (Rickover)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from jqcore.state import ClaimedJob
+from jqcore.state.waiting import wait_for_work
+from kafkagate.http import ApiError, json_response
+from kafkagate.jobs import engine_call, queue_of
+from kafkagate.queues import parse_model
+from kafkagate.state import GATE
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+class ClaimBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(1, ge=1, le=1000)
+    lease_ms: int = Field(30_000, ge=100, le=86_400_000)
+    filter: dict[str, str] = Field(default_factory=dict)
+    wait_ms: int = Field(0, ge=0)
+    """Long-poll: wait up to this long (capped by the gateway) for work when none is claimable now."""
+
+
+class Owner(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1)
+    token: str = Field(min_length=1, max_length=64)
+
+
+class ExtendBody(Owner):
+    lease_ms: int = Field(30_000, ge=100, le=86_400_000)
+
+
+class CompleteBody(Owner):
+    result: Any = None
+
+
+class FailBody(Owner):
+    error: str = Field(max_length=65_536)
+    retry_in_ms: int | None = Field(None, ge=0)
+    permanent: bool = False
+
+
+def _claimed(job: ClaimedJob) -> dict[str, Any]:
+    env = job.envelope
+    return {
+        "id": env.id,
+        "kind": env.kind,
+        "args": env.args,
+        "meta": dict(env.meta),
+        "attempt": job.attempt,
+        "token": job.token,
+        "lease_deadline_ms": job.lease_deadline_ms,
+        "envelope_b64": base64.b64encode(env.raw or b"").decode(),
+    }
+
+
+@routes.post("/v1/queues/{queue}/claims")
+async def claim(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(ClaimBody, await request.read())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
+    while True:
+        jobs = await engine_call(
+            gate.engine.claim(queue, body.n, lease_ms=body.lease_ms, filter=body.filter or None)
+        )
+        left = deadline - loop.time()
+        if jobs or left <= 0:
+            break
+        await engine_call(wait_for_work(gate.engine.client, [queue], left))
+    return json_response_jobs(jobs)
+
+
+def json_response_jobs(jobs: list[ClaimedJob]) -> web.Response:
+    return json_response({"jobs": [_claimed(j) for j in jobs]})
+
+
+def _owner(request: web.Request, body: Owner) -> tuple[str, int, str]:
+    return request.match_info["id"], body.attempt, body.token
+
+
+@routes.post("/v1/queues/{queue}/jobs/{id}/extend")
+async def extend(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(ExtendBody, await request.read())
+    owner = _owner(request, body)
+    result = await engine_call(gate.engine.extend(queue, [owner], body.lease_ms))
+    outcome = result[owner[0]]
+    if isinstance(outcome, str):
+        status = 404 if outcome == "missing" else 409
+        code = {"missing": "job_not_found", "stale": "lease_stale", "canceled": "job_canceled"}[outcome]
+        raise ApiError(status, code, f"lease of job {owner[0]!r} not extended: {outcome}")
+    return json_response({"id": owner[0], "lease_deadline_ms": outcome})
+
+
+@routes.post("/v1/queues/{queue}/jobs/{id}/complete")
+async def complete(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(CompleteBody, await request.read())
+    data = None if body.result is None else orjson.dumps(body.result)
+    await engine_call(gate.engine.complete(queue, _owner(request, body), data))
+    return json_response({"id": request.match_info["id"], "state": "completed"})
+
+
+@routes.post("/v1/queues/{queue}/jobs/{id}/fail")
+async def fail(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(FailBody, await request.read())
+    outcome = await engine_call(
+        gate.engine.fail(
+            queue,
+            _owner(request, body),
+            body.error,
+            retry_delay_ms=body.retry_in_ms,
+            permanent=body.permanent,
+        )
+    )
+    return json_response({"id": request.match_info["id"], "outcome": outcome})

@@ -1,0 +1,146 @@
+"""Job endpoints: enqueue (into Kafka), look up, cancel / unschedule, replay."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from jqcore import keys
+from jqcore.envelope import decode, new_envelope, validate_name
+from jqcore.errors import BackendUnavailable, EnvelopeError
+from jqcore.log import get_logger
+from jqcore.state import reads
+from kafkagate.enqueue import Parsed, accepted_body, build_records, idempotency_digest, parse_jobs
+from kafkagate.http import ApiError, json_response
+from kafkagate.state import GATE, Gate
+
+__all__ = ["routes"]
+
+log = get_logger("kafkagate.jobs")
+routes = web.RouteTableDef()
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def queue_of(request: web.Request) -> str:
+    queue = request.match_info["queue"]
+    try:
+        return validate_name("queue", queue)
+    except EnvelopeError as exc:
+        raise ApiError(400, "queue_invalid", exc.message, exc.fields) from None
+
+
+async def _read_body(request: web.Request, gate: Gate) -> bytes:
+    if request.content_length is not None and request.content_length > gate.settings.max_body_bytes:
+        raise ApiError(413, "body_too_large", f"the body exceeds {gate.settings.max_body_bytes} bytes")
+    return await request.read()
+
+
+async def _check_idempotency(gate: Gate, digest: str, body_hash: str) -> None:
+    """Refuse a reused key with a different body (best effort: Redis down ⇒ skip, ids stay stable)."""
+    try:
+        client = gate.engine.client
+        stored = await client.set(
+            keys.idempotency_key(digest), body_hash, nx=True, ex=gate.settings.idempotency_ttl_s
+        )
+        if stored:
+            return
+        previous = await client.get(keys.idempotency_key(digest))
+    except Exception as exc:
+        log.warning("idempotency check skipped (Redis unreachable)", error=repr(exc))
+        return
+    if previous is not None and (previous.decode() if isinstance(previous, bytes) else previous) != body_hash:
+        raise ApiError(
+            409, "idempotency_key_reused", f"{IDEMPOTENCY_HEADER} was used before with a different body"
+        )
+
+
+@routes.post("/v1/queues/{queue}/jobs")
+async def enqueue(request: web.Request) -> web.Response:
+    """Enqueue one job or a batch; 202 only after Kafka confirmed every job of the request."""
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = await _read_body(request, gate)
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    digest = None
+    if key is not None:
+        if not key or len(key) > 255:
+            raise ApiError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
+        digest, body_hash = idempotency_digest(key, queue, body)
+        await _check_idempotency(gate, digest, body_hash)
+    parsed = parse_jobs(
+        queue,
+        body,
+        request.content_type,
+        max_batch=gate.settings.max_batch,
+        idempotency=digest,
+        now=int(time.time() * 1000),
+    )
+    records, acks = build_records(parsed, gate.routing, queue)
+    await gate.check_topic(records[0].topic)
+    delivered = await gate.producer(acks).produce_many(records)
+    return json_response(accepted_body(parsed.envelopes, delivered), 202)
+
+
+@routes.get("/v1/queues/{queue}/jobs/{id}")
+async def get_job(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue, job_id = queue_of(request), request.match_info["id"]
+    info = await engine_call(reads.get_job(gate.engine.client, queue, job_id))
+    if info is None:
+        raise ApiError(
+            404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not yet relayed, or GC'd)"
+        )
+    out = info.as_dict()
+    out.pop("envelope", None)
+    if info.envelope:
+        env = decode(info.envelope)
+        out["args"], out["meta"], out["excl"] = env.args, dict(env.meta), env.excl
+    return json_response(out)
+
+
+@routes.delete("/v1/queues/{queue}/jobs/{id}")
+async def cancel_job(request: web.Request) -> web.Response:
+    """Cancel or unschedule; a job still in Kafka is tombstoned and refused when the relay brings it."""
+    gate = request.app[GATE]
+    queue, job_id = queue_of(request), request.match_info["id"]
+    reason = request.query.get("reason", "canceled over HTTP")
+    outcome = await engine_call(gate.engine.cancel(queue, job_id, reason))
+    status = 409 if outcome.startswith("already") else 200
+    if status == 409:
+        raise ApiError(409, "job_finished", f"job {job_id!r} is {outcome}; nothing to cancel")
+    return json_response({"id": job_id, "outcome": outcome}, status)
+
+
+@routes.post("/v1/queues/{queue}/jobs/{id}/replay")
+async def replay_job(request: web.Request) -> web.Response:
+    """A new job (new id) with the same kind, args and meta as a finished or dead one, through Kafka."""
+    gate = request.app[GATE]
+    queue, job_id = queue_of(request), request.match_info["id"]
+    info = await engine_call(reads.get_job(gate.engine.client, queue, job_id))
+    if info is None or info.envelope is None:
+        raise ApiError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
+    if info.state not in ("completed", "errored", "canceled", "expired"):
+        raise ApiError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
+    old = decode(info.envelope)
+    env = new_envelope(
+        queue, old.kind, old.args, meta=old.meta or None, excl=old.excl, max_attempts=old.max_attempts
+    )
+    records, acks = build_records(Parsed([env], [None]), gate.routing, queue)
+    await gate.check_topic(records[0].topic)
+    delivered = await gate.producer(acks).produce_many(records)
+    body = accepted_body([env], delivered)
+    body["replay_of"] = job_id
+    return json_response(body, 202)
+
+
+async def engine_call(awaitable: Any) -> Any:
+    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500."""
+    try:
+        return await awaitable
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise BackendUnavailable(f"Redis unreachable: {exc}") from exc

@@ -1,0 +1,68 @@
+"""``jobq gate`` / ``python -m kafkagate``: serve the gateway until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from jqcore.lifecycle import Service, run_until_signal
+from jqcore.log import get_logger
+from jqcore.redisconn import connect
+from jqcore.routing import RoutingSettings
+from jqcore.settings import KafkaSettings, RedisSettings, load
+from jqcore.state import Engine
+from kafkagate.app import make_app
+from kafkagate.settings import GateSettings
+from kafkagate.state import Gate
+
+__all__ = ["GateService", "run"]
+
+log = get_logger("kafkagate")
+
+
+class GateService(Service):
+    """The gateway as a service: HTTP on ``settings.host:settings.port`` (port 0: any free port)."""
+
+    def __init__(
+        self,
+        settings: GateSettings,
+        routing: RoutingSettings,
+        kafka: KafkaSettings,
+        redis: RedisSettings,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.redis_client = connect(redis)
+        self.gate = Gate(settings, routing, kafka, Engine(self.redis_client))
+        self._runner: web.AppRunner | None = None
+        self.port = settings.port
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(make_app(self.gate), access_log=None, shutdown_timeout=5.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = int(server.sockets[0].getsockname()[1])
+        log.info("gateway serving", host=self.settings.host, port=self.port, az=self.settings.az)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()  # stops accepting, lets running requests finish, closes producers
+        await self.redis_client.aclose()
+
+
+def run(settings: GateSettings | None = None) -> None:
+    service = GateService(
+        settings or load(GateSettings),
+        load(RoutingSettings),
+        load(KafkaSettings),
+        load(RedisSettings),
+    )
+    asyncio.run(run_until_signal(service))

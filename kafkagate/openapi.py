@@ -1,0 +1,175 @@
+"""The gateway's OpenAPI 3.1 document (served at ``/openapi.json``; a test checks it covers every route)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["document"]
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "description": "stable machine-readable reason"},
+                "message": {"type": "string"},
+                "fields": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
+                    },
+                },
+            },
+        }
+    },
+}
+
+_JOB_IN = {
+    "type": "object",
+    "required": ["kind"],
+    "additionalProperties": False,
+    "properties": {
+        "id": {"type": "string", "description": "client job id (the idempotency key end to end)"},
+        "kind": {"type": "string"},
+        "args": {"description": "any JSON"},
+        "priority": {"type": "integer", "description": "lower runs first; default: enqueue time (FIFO)"},
+        "run_at": {"type": "integer", "description": "ms since epoch"},
+        "delay_ms": {"type": "integer", "minimum": 0},
+        "expires_at": {"type": "integer", "description": "ms since epoch; never run after it"},
+        "max_attempts": {"type": "integer", "minimum": 1},
+        "lease_ms": {"type": "integer"},
+        "meta": {"type": "object", "additionalProperties": {"type": "string"}},
+        "excl": {"type": "string", "description": "exclusivity value (exclusive queues)"},
+        "trace": {"type": "string", "description": "W3C traceparent"},
+        "partition": {"type": "integer", "minimum": 0, "description": "explicit partition (canaries)"},
+        "canary": {"type": "boolean"},
+    },
+}
+
+
+def _op(
+    summary: str, ok: str = "200", body: dict[str, Any] | None = None, errors: dict[str, str] | None = None
+) -> dict[str, Any]:
+    responses: dict[str, Any] = {ok: {"description": "success"}}
+    for status, why in {"401": "missing or invalid bearer token", **(errors or {})}.items():
+        responses[status] = {
+            "description": why,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    return op
+
+
+def _model(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
+@cache
+def document() -> dict[str, Any]:
+    from kafkagate.claims import ClaimBody, CompleteBody, ExtendBody, FailBody
+    from kafkagate.queues import DeadBody, KindBody, QueueConfigBody
+
+    q = "/v1/queues/{queue}"
+    job = f"{q}/jobs/{{id}}"
+    batch = {
+        "oneOf": [_JOB_IN, {"type": "object", "properties": {"jobs": {"type": "array", "items": _JOB_IN}}}]
+    }
+    stale = {"409": "stale attempt or lease token", "404": "no such job"}
+    paths: dict[str, Any] = {
+        "/healthz": {
+            "get": {
+                "summary": "the process serves",
+                "security": [],
+                "responses": {"200": {"description": "ok"}},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "summary": "Kafka reachable and every routed topic present",
+                "security": [],
+                "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "security": [],
+                "responses": {"200": {"description": "text"}},
+            }
+        },
+        "/openapi.json": {
+            "get": {"summary": "this document", "security": [], "responses": {"200": {"description": "json"}}}
+        },
+        "/v1/queues": {"get": _op("queues known to the engine")},
+        q: {
+            "get": _op("config, depth per state (depth by filter with ?meta.k=v), oldest pending age"),
+            "put": _op(
+                "configure (simple/exclusive, lease, attempts, filter keys, paused)",
+                body=_model(QueueConfigBody),
+                errors={"400": "invalid config"},
+            ),
+        },
+        f"{q}/jobs": {
+            "post": _op(
+                "enqueue one job, a batch ({jobs: [...]}) or NDJSON; 202 once Kafka confirmed every job",
+                "202",
+                batch,
+                errors={
+                    "400": "invalid job (fields named)",
+                    "404": "queue routed nowhere",
+                    "409": "Idempotency-Key reused with another body",
+                    "413": "too large",
+                    "503": "Kafka did not confirm (Retry-After)",
+                },
+            )
+        },
+        job: {
+            "get": _op(
+                "a job, live or finished: state, attempts with errors, timestamps, result",
+                errors={"404": "no such job"},
+            ),
+            "delete": _op(
+                "cancel / unschedule (a job still in Kafka is tombstoned)", errors={"409": "already finished"}
+            ),
+        },
+        f"{job}/replay": {
+            "post": _op(
+                "a new job from a finished or dead one",
+                "202",
+                errors={"404": "no such job", "409": "not finished"},
+            )
+        },
+        f"{job}/extend": {"post": _op("extend a lease", body=_model(ExtendBody), errors=stale)},
+        f"{job}/complete": {"post": _op("complete an attempt", body=_model(CompleteBody), errors=stale)},
+        f"{job}/fail": {
+            "post": _op("fail an attempt (retry, errored or canceled)", body=_model(FailBody), errors=stale)
+        },
+        f"{q}/claims": {"post": _op("claim jobs (batch, lease, filter, long-poll)", body=_model(ClaimBody))},
+        f"{q}/dead": {
+            "get": _op("dead-letter list (errored jobs)"),
+            "delete": _op("purge dead letters (ids, or oldest up to limit)", body=_model(DeadBody)),
+        },
+        f"{q}/dead/retry": {"post": _op("retry dead letters", body=_model(DeadBody))},
+        "/v1/kinds/{kind}": {
+            "put": _op("job type: concurrency, attempts, delivery strategy", body=_model(KindBody))
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "jobq gateway (kafkagate)", "version": "1"},
+        "security": [{"bearer": []}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": _ERROR, "Job": _JOB_IN},
+        },
+        "paths": paths,
+    }

@@ -1,0 +1,181 @@
+"""Queue administration: config, depths (also by filter), dead letters, job types."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jqcore.envelope import validate_name
+from jqcore.errors import EnvelopeError, FieldError
+from jqcore.state import QueueConfig, reads
+from kafkagate.http import ApiError, json_response
+from kafkagate.jobs import engine_call, queue_of
+from kafkagate.state import GATE
+
+__all__ = ["parse_model", "routes"]
+
+routes = web.RouteTableDef()
+M = TypeVar("M", bound=BaseModel)
+
+
+class QueueConfigBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["simple", "exclusive"] = "simple"
+    excl_key: str | None = None
+    lease_ms: int = Field(30_000, ge=100)
+    max_attempts: int = Field(10, ge=1, le=1000)
+    filter_keys: list[str] = Field(default_factory=list)
+    paused: bool = False
+    retention_ms: int = Field(86_400_000, ge=0)
+    dead_retention_ms: int = Field(7 * 86_400_000, ge=0)
+
+
+class KindBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queues: list[str] | None = None
+    concurrency: int | None = Field(None, ge=1)
+    max_attempts: int | None = Field(None, ge=1, le=1000)
+    delivery: Literal["at_least_once", "at_most_once"] = "at_least_once"
+
+
+class DeadBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(default_factory=list)
+    limit: int = Field(1000, ge=1, le=100_000)
+
+
+def parse_model(model: type[M], body: bytes) -> M:
+    """A request body as ``model``; every bad field named in the 400."""
+    try:
+        return model.model_validate(orjson.loads(body or b"{}"))
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+    except ValidationError as exc:
+        fields = [FieldError(".".join(str(p) for p in e["loc"]) or "$", e["msg"]) for e in exc.errors()]
+        raise ApiError(
+            400, "body_invalid", "; ".join(f"{f.field}: {f.problem}" for f in fields), fields
+        ) from None
+
+
+def _filter(request: web.Request) -> dict[str, str]:
+    pairs = {k[5:]: v for k, v in request.query.items() if k.startswith("meta.")}
+    if len(pairs) > 1:
+        raise ApiError(400, "filter_invalid", "depth by filter takes one meta.KEY=VALUE pair")
+    return pairs
+
+
+@routes.get("/v1/queues")
+async def list_queues(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    return json_response({"queues": await engine_call(gate.engine.queues())})
+
+
+@routes.get("/v1/queues/{queue}")
+async def get_queue(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    config = await engine_call(reads.queue_config(gate.engine.client, queue))
+    depth = await engine_call(reads.depth(gate.engine.client, queue, _filter(request) or None))
+    topic, acks = gate.routing.route(queue)
+    body: dict[str, Any] = {
+        "queue": queue,
+        "topic": topic,
+        "acks": acks,
+        "config": _config_dict(config),
+        "depth": depth.as_dict(),
+    }
+    return json_response(body)
+
+
+def _config_dict(config: QueueConfig) -> dict[str, Any]:
+    return {
+        "mode": config.mode,
+        "excl_key": config.excl_key,
+        "lease_ms": config.lease_ms,
+        "max_attempts": config.max_attempts,
+        "filter_keys": list(config.filter_keys),
+        "paused": config.paused,
+        "retention_ms": config.retention_ms,
+        "dead_retention_ms": config.dead_retention_ms,
+    }
+
+
+@routes.put("/v1/queues/{queue}")
+async def put_queue(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(QueueConfigBody, await request.read())
+    config = QueueConfig(
+        mode=body.mode,
+        excl_key=body.excl_key,
+        lease_ms=body.lease_ms,
+        max_attempts=body.max_attempts,
+        filter_keys=tuple(body.filter_keys),
+        paused=body.paused,
+        retention_ms=body.retention_ms,
+        dead_retention_ms=body.dead_retention_ms,
+    )
+    await engine_call(gate.engine.configure_queue(queue, config))
+    return json_response({"queue": queue, "config": _config_dict(config)})
+
+
+@routes.get("/v1/queues/{queue}/dead")
+async def list_dead(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    try:
+        offset = int(request.query.get("offset", "0"))
+        limit = min(1000, int(request.query.get("limit", "100")))
+    except ValueError:
+        raise ApiError(400, "query_invalid", "offset and limit must be integers") from None
+    jobs = await engine_call(reads.dead_list(gate.engine.client, queue, offset, limit))
+    out = []
+    for j in jobs:
+        d = j.as_dict()
+        d.pop("envelope", None)
+        out.append(d)
+    return json_response({"queue": queue, "jobs": out})
+
+
+@routes.post("/v1/queues/{queue}/dead/retry")
+async def retry_dead(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(DeadBody, await request.read())
+    n = await engine_call(gate.engine.dead_retry(queue, body.ids, body.limit))
+    return json_response({"queue": queue, "retried": n})
+
+
+@routes.delete("/v1/queues/{queue}/dead")
+async def purge_dead(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(DeadBody, await request.read())
+    n = await engine_call(gate.engine.dead_purge(queue, body.ids, body.limit))
+    return json_response({"queue": queue, "purged": n})
+
+
+@routes.put("/v1/kinds/{kind}")
+async def put_kind(request: web.Request) -> web.Response:
+    gate = request.app[GATE]
+    try:
+        kind = validate_name("kind", request.match_info["kind"])
+    except EnvelopeError as exc:
+        raise ApiError(400, "kind_invalid", exc.message, exc.fields) from None
+    body = parse_model(KindBody, await request.read())
+    await engine_call(
+        gate.engine.configure_kind(
+            kind,
+            queues=body.queues,
+            concurrency=body.concurrency,
+            max_attempts=body.max_attempts,
+            delivery=body.delivery,
+        )
+    )
+    return json_response({"kind": kind, **body.model_dump()})

@@ -1,0 +1,35 @@
+"""The gateway's settings (``JOBQ_GATE_*``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["GateSettings"]
+
+
+class GateSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBQ_GATE_", extra="ignore", populate_by_name=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(28080, ge=0, lt=65536)
+    az: str = "local"
+    """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
+    tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    """Accepted bearer tokens, comma-separated in the environment. Empty refuses every request except
+    the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
+    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    max_batch: int = Field(10_000, gt=0)
+    produce_timeout_ms: int = Field(10_000, ge=1000)
+    """How long Kafka may take to confirm a write before the request gets a 503."""
+    idempotency_ttl_s: int = Field(86_400, gt=0)
+    claim_wait_max_ms: int = Field(30_000, ge=0)
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [t.strip() for t in v.split(",") if t.strip()]
+        return v

@@ -1,0 +1,52 @@
+"""What every gateway handler shares: settings, routing, the Kafka producers and the engine."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aiohttp import web
+
+from jqcore.kafka import AsyncProducer
+from jqcore.routing import RoutingSettings
+from jqcore.settings import KafkaSettings
+from jqcore.state import Engine
+from kafkagate.settings import GateSettings
+
+__all__ = ["GATE", "Gate"]
+
+
+@dataclass
+class Gate:
+    settings: GateSettings
+    routing: RoutingSettings
+    kafka: KafkaSettings
+    engine: Engine
+    _producers: dict[str, AsyncProducer] = field(default_factory=dict)
+    _topics_seen: dict[str, float] = field(default_factory=dict)
+
+    async def check_topic(self, topic: str) -> None:
+        """Refuse fast (TopicMissing) when a routed topic does not exist, instead of letting the write
+        wait out its delivery timeout. A topic seen in the last minute is not looked up again."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._topics_seen.get(topic, -1e9) < 60:
+            return
+        await asyncio.to_thread(self.producer("all").partitions, topic, 5.0)
+        self._topics_seen[topic] = loop.time()
+
+    def producer(self, acks: Literal["all", "leader"]) -> AsyncProducer:
+        """One idempotent ``acks=all`` producer, and a ``leader`` one created when a queue first needs it."""
+        if acks not in self._producers:
+            self._producers[acks] = AsyncProducer(
+                self.kafka, acks=acks, delivery_timeout_ms=self.settings.produce_timeout_ms
+            )
+        return self._producers[acks]
+
+    async def close(self) -> None:
+        for p in self._producers.values():
+            await asyncio.to_thread(p.close, 5.0)
+        self._producers.clear()
+
+
+GATE = web.AppKey("gate", Gate)

@@ -1,0 +1,147 @@
+"""Job, queue, dead-letter, job-type and worker endpoints of the gateway against the real Redis.
+
+The relay is not part of these tests: jobs are put into Redis through the engine (as the relay does)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from jobq.stack.manager import Endpoints
+from jqcore.envelope import new_envelope
+from jqcore.state import Engine
+from kafkagate.app import make_app, routes_of
+from kafkagate.openapi import document
+
+
+@pytest.fixture
+async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
+    client = aioredis.Redis.from_url(endpoints.redis_url or "")
+    yield Engine(client)
+    await client.aclose()
+
+
+async def put(engine: Engine, queue: str, kind: str = "k", **kw: Any) -> str:
+    env = new_envelope(queue, kind, kw.pop("args", None), **kw)
+    await engine.enqueue_batch([env])
+    return env.id
+
+
+async def test_get_cancel_and_replay_a_job(gw: Any, engine: Engine) -> None:
+    q = gw.queue
+    job_id = await put(engine, q, args={"x": 1}, meta={"tenant": "a"})
+    status, body = await gw.call("GET", f"/v1/queues/{q}/jobs/{job_id}")
+    assert status == 200
+    assert (body["state"], body["args"], body["meta"]) == ("pending", {"x": 1}, {"tenant": "a"})
+    status, body = await gw.call("DELETE", f"/v1/queues/{q}/jobs/{job_id}")
+    assert (status, body["outcome"]) == (200, "canceled")
+    status, body = await gw.call("DELETE", f"/v1/queues/{q}/jobs/{job_id}")
+    assert (status, body["error"]["code"]) == (409, "job_finished")
+    status, body = await gw.call("DELETE", f"/v1/queues/{q}/jobs/not-yet-here")
+    assert (status, body["outcome"]) == (200, "tombstoned"), "a job still in Kafka is unscheduled too"
+    status, body = await gw.call("POST", f"/v1/queues/{q}/jobs/{job_id}/replay")
+    assert status == 202
+    assert body["replay_of"] == job_id
+    assert body["ids"][0] != job_id
+    status, body = await gw.call("GET", f"/v1/queues/{q}/jobs/nope")
+    assert (status, body["error"]["code"]) == (404, "job_not_found")
+
+
+async def test_queue_config_depth_by_filter_and_pause(gw: Any, engine: Engine) -> None:
+    q = gw.queue
+    status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"filter_keys": ["region"], "lease_ms": 5000})
+    assert status == 200, body
+    for region in ("eu", "eu", "us"):
+        await put(engine, q, meta={"region": region})
+    status, body = await gw.call("GET", f"/v1/queues/{q}?meta.region=eu")
+    assert status == 200
+    assert (body["depth"]["pending"], body["depth"]["by_filter"]) == (3, 2)
+    assert body["config"]["filter_keys"] == ["region"]
+    assert body["topic"] == gw.topic
+    status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"mode": "exclusive"})
+    assert (status, body["error"]["code"]) == (400, "queue_config_invalid")
+    status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"lease_ms": "long", "colour": 1})
+    assert (status, body["error"]["code"]) == (400, "body_invalid")
+    assert {f["field"] for f in body["error"]["fields"]} == {"lease_ms", "colour"}
+    status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"paused": True, "filter_keys": ["region"]})
+    assert status == 200
+    status, body = await gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 5})
+    assert (status, body["jobs"]) == (200, []), "a paused queue hands nothing out"
+
+
+async def test_worker_api_claim_extend_complete_fail_and_stale_writes(gw: Any, engine: Engine) -> None:
+    q = gw.queue
+    a = await put(engine, q, priority=1, max_attempts=1)
+    b = await put(engine, q, priority=2)
+    status, body = await gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 1, "lease_ms": 10_000})
+    assert status == 200
+    (job,) = body["jobs"]
+    assert (job["id"], job["attempt"]) == (a, 1)
+    owner = {"attempt": 1, "token": job["token"]}
+    status, _ = await gw.call("POST", f"/v1/queues/{q}/jobs/{a}/extend", json={**owner, "lease_ms": 20_000})
+    assert status == 200
+    status, body = await gw.call(
+        "POST", f"/v1/queues/{q}/jobs/{a}/complete", json={"attempt": 1, "token": "forged", "result": 1}
+    )
+    assert (status, body["error"]["code"]) == (409, "lease_stale")
+    status, _ = await gw.call(
+        "POST", f"/v1/queues/{q}/jobs/{a}/complete", json={**owner, "result": {"ok": 1}}
+    )
+    assert status == 200
+    status, body = await gw.call("GET", f"/v1/queues/{q}/jobs/{a}")
+    assert (body["state"], body["result"]) == ("completed", '{"ok":1}')
+
+    status, body = await gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 10, "wait_ms": 5000})
+    (job,) = body["jobs"]
+    assert job["id"] == b
+    status, body = await gw.call(
+        "POST",
+        f"/v1/queues/{q}/jobs/{b}/fail",
+        json={"attempt": 1, "token": job["token"], "error": "boom", "permanent": True},
+    )
+    assert (status, body["outcome"]) == (200, "errored")
+    status, body = await gw.call("GET", f"/v1/queues/{q}/dead")
+    assert [j["id"] for j in body["jobs"]] == [b]
+    status, body = await gw.call("POST", f"/v1/queues/{q}/dead/retry", json={"ids": [b]})
+    assert (status, body["retried"]) == (200, 1)
+    status, body = await gw.call("GET", f"/v1/queues/{q}/jobs/{b}")
+    assert body["state"] == "pending"
+
+
+async def test_long_poll_claim_wakes_when_work_arrives(gw: Any, engine: Engine) -> None:
+    import asyncio
+
+    q = gw.queue
+    claim = asyncio.create_task(gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 1, "wait_ms": 20_000}))
+    await asyncio.sleep(0)  # let the request go out; the claim finds nothing and blocks in Redis
+    job_id = await put(engine, q)
+    status, body = await asyncio.wait_for(claim, 25)
+    assert status == 200
+    assert [j["id"] for j in body["jobs"]] == [job_id]
+
+
+async def test_dead_purge_and_kinds(gw: Any, engine: Engine) -> None:
+    q = gw.queue
+    status, body = await gw.call(
+        "PUT", f"/v1/kinds/{q}.report", json={"concurrency": 1, "max_attempts": 2, "delivery": "at_most_once"}
+    )
+    assert status == 200, body
+    status, body = await gw.call("PUT", f"/v1/kinds/{q}.report", json={"delivery": "sometimes"})
+    assert (status, body["error"]["code"]) == (400, "body_invalid")
+    status, body = await gw.call("DELETE", f"/v1/queues/{q}/dead", json={"limit": 10})
+    assert (status, body["purged"]) == (200, 0)
+
+
+def test_openapi_documents_every_route() -> None:
+    from jqcore.routing import RoutingSettings
+    from kafkagate.settings import GateSettings
+    from kafkagate.state import Gate
+
+    app = make_app(Gate(GateSettings(), RoutingSettings(), None, None))  # type: ignore[arg-type]
+    doc = document()
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert set(routes_of(app)) <= documented
+    assert documented <= set(routes_of(app))

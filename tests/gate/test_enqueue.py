@@ -1,0 +1,146 @@
+"""POST /v1/queues/{queue}/jobs against the real broker: 202 only after Kafka has the jobs, bad input refused
+whole with every field named, auth, idempotency keys, routing, Kafka unreachable ⇒ 503."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+
+from jqcore.envelope import decode
+from jqcore.routing import Route, RoutingSettings
+from kafkagate.main import GateService
+
+
+async def test_one_job_is_in_kafka_when_the_202_comes(
+    gw: Any, topic_reader: Callable[..., list[Any]]
+) -> None:
+    status, body = await gw.call(
+        "POST",
+        f"/v1/queues/{gw.queue}/jobs",
+        json={"kind": "email.send", "args": {"to": "a@example.com", "n": 1.5e300}, "meta": {"tenant": "t1"}},
+    )
+    assert status == 202, body
+    (job_id,) = body["ids"]
+    assert body["jobs"][0]["topic"] == gw.topic
+    (msg,) = topic_reader(gw.topic, 1)
+    env = decode(msg.value())
+    assert (env.id, env.queue, env.kind, dict(env.meta)) == (job_id, gw.queue, "email.send", {"tenant": "t1"})
+    assert env.args == {"to": "a@example.com", "n": 1.5e300}
+    assert msg.key() == job_id.encode()
+    assert dict(msg.headers() or [])["jobq-queue"] == gw.queue.encode()
+    assert (msg.partition(), msg.offset()) == (body["jobs"][0]["partition"], body["jobs"][0]["offset"])
+
+
+async def test_batch_and_ndjson_and_exclusive_keys(gw: Any, topic_reader: Callable[..., list[Any]]) -> None:
+    jobs = [{"kind": "k", "args": [i], "excl": "user-7" if i % 2 else None} for i in range(20)]
+    status, body = await gw.call("POST", f"/v1/queues/{gw.queue}/jobs", json={"jobs": jobs})
+    assert status == 202, body
+    ndjson = b"\n".join(orjson.dumps({"kind": "k", "id": f"nd-{i}", "delay_ms": 60_000}) for i in range(5))
+    status, nd = await gw.call(
+        "POST",
+        f"/v1/queues/{gw.queue}/jobs",
+        data=ndjson,
+        headers={"Content-Type": "application/x-ndjson"},
+    )
+    assert status == 202, nd
+    assert nd["ids"] == [f"nd-{i}" for i in range(5)]
+    msgs = topic_reader(gw.topic, 25)
+    assert {decode(m.value()).id for m in msgs} == set(body["ids"]) | set(nd["ids"])
+    excl_partitions = {m.partition() for m in msgs if m.key() == b"user-7"}
+    assert len(excl_partitions) == 1, "one exclusivity value lands in one partition"
+    delayed = [decode(m.value()) for m in msgs if decode(m.value()).id.startswith("nd-")]
+    assert all(e.run_at is not None and e.run_at - e.enqueued_at == 60_000 for e in delayed)
+
+
+async def test_bad_jobs_refuse_the_whole_request_and_name_each_field(
+    gw: Any, topic_end: Callable[[str], int]
+) -> None:
+    before = topic_end(gw.topic)
+    jobs: list[Any] = [
+        {"kind": "ok"},
+        {"kind": "ok", "priority": "high"},
+        {"args": 1},
+        {"kind": "ok", "colour": "red"},
+        {"kind": "ok", "run_at": 1, "delay_ms": 5},
+        "not an object",
+    ]
+    status, body = await gw.call("POST", f"/v1/queues/{gw.queue}/jobs", json={"jobs": jobs})
+    assert status == 400
+    assert body["error"]["code"] == "envelope_invalid"
+    fields = {f["field"] for f in body["error"]["fields"]}
+    assert {"jobs[1].priority", "jobs[2].kind", "jobs[3].colour", "jobs[4].delay_ms", "jobs[5].$"} <= fields
+    assert not any(f.startswith("jobs[0]") for f in fields)
+    for raw, code in [(b"{not json", "body_not_json"), (b"", "body_empty"), (b'{"jobs": 3}', "body_invalid")]:
+        status, body = await gw.call(
+            "POST", f"/v1/queues/{gw.queue}/jobs", data=raw, headers={"Content-Type": "application/json"}
+        )
+        assert (status, body["error"]["code"]) == (400, code)
+    status, body = await gw.call("POST", "/v1/queues/Bad Queue!/jobs", json={"kind": "k"})
+    assert (status, body["error"]["code"]) == (400, "queue_invalid")
+    assert topic_end(gw.topic) == before, "nothing of a refused request reached Kafka"
+
+
+async def test_auth_is_required_except_for_probes(gw: Any) -> None:
+    async with aiohttp.ClientSession() as anon:
+        async with anon.post(f"{gw.url}/v1/queues/{gw.queue}/jobs", json={"kind": "k"}) as r:
+            assert (r.status, (await r.json())["error"]["code"]) == (401, "unauthenticated")
+        async with anon.post(
+            f"{gw.url}/v1/queues/{gw.queue}/jobs",
+            json={"kind": "k"},
+            headers={"Authorization": "Bearer nope"},
+        ) as r:
+            assert (r.status, (await r.json())["error"]["code"]) == (401, "token_invalid")
+        for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+            async with anon.get(gw.url + path) as r:
+                assert r.status == 200, path
+
+
+async def test_idempotency_key_gives_the_same_ids_and_refuses_another_body(gw: Any) -> None:
+    path, key = f"/v1/queues/{gw.queue}/jobs", {"Idempotency-Key": f"order-{gw.queue}"}
+    body = {"jobs": [{"kind": "charge", "args": {"cents": 100}}, {"kind": "receipt"}]}
+    s1, first = await gw.call("POST", path, json=body, headers=key)
+    s2, second = await gw.call("POST", path, json=body, headers=key)
+    assert (s1, s2) == (202, 202)
+    assert first["ids"] == second["ids"]
+    s3, third = await gw.call(
+        "POST", path, json={"jobs": [{"kind": "charge", "args": {"cents": 999}}]}, headers=key
+    )
+    assert (s3, third["error"]["code"]) == (409, "idempotency_key_reused")
+
+
+async def test_unrouted_queue_and_missing_topic(
+    prefix: str, make_gate: Callable[..., GateService], token: str
+) -> None:
+    routing = RoutingSettings(
+        routes=[Route(queues=f"{prefix}.a*", topic=f"{prefix}.absent")], default_topic=""
+    )
+    async with (
+        make_gate(routing) as svc,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
+    ):
+        async with http.post(f"{svc.url}/v1/queues/{prefix}.zzz/jobs", json={"kind": "k"}) as r:
+            assert (r.status, (await r.json())["error"]["code"]) == (404, "queue_unrouted")
+        async with http.post(f"{svc.url}/v1/queues/{prefix}.a1/jobs", json={"kind": "k"}) as r:
+            assert (r.status, (await r.json())["error"]["code"]) == (503, "topic_missing")
+        async with http.get(f"{svc.url}/readyz") as r:
+            body = await r.json()
+            assert (r.status, body["error"]["code"]) == (503, "kafka_not_ready")
+            assert f"{prefix}.absent" in body["error"]["topics"]
+
+
+async def test_kafka_unreachable_is_a_503_with_retry_after(
+    prefix: str, make_gate: Callable[..., GateService], token: str
+) -> None:
+    """No broker listens on the address: the request must fail (never a 2xx) once the produce times out."""
+    routing = RoutingSettings(default_topic=f"{prefix}.jobs")
+    dead = make_gate(routing, bootstrap="127.0.0.1:1", produce_timeout_ms=1000)
+    auth = {"Authorization": f"Bearer {token}"}
+    async with dead as svc, aiohttp.ClientSession(headers=auth) as http:
+        r = await http.post(f"{svc.url}/v1/queues/{prefix}.q/jobs", json={"kind": "k"})
+        body = await r.json()
+        assert r.status == 503, body
+        assert body["error"]["code"] in ("kafka_unavailable", "topic_missing")
+        assert r.headers["Retry-After"] == "1"
