@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, demo, gate, stack
+from jobq.commands import bench, demo, gate, relay, stack
 from jqcore.errors import JobqError
 from worker.cli import worker
 
@@ -24,6 +24,7 @@ app.command("bench")(bench.bench)
 app.command("demo")(demo.demo)
 app.command("worker")(worker)
 app.command("gate")(gate.gate)
+app.command("relay")(relay.relay)
 app.add_typer(gate.topics_app, name="topics")
 
 

@@ -102,6 +102,7 @@ class Elector(Service):
         self._session: str | None = None
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._step_down = asyncio.Event()
 
     # ---- what callers use ---------------------------------------------------------------------
     def trusted_term(self) -> Term | None:
@@ -109,6 +110,11 @@ class Elector(Service):
         if self.role is Role.LEADER and self._term is not None and self.clock() < self._trusted_until:
             return self._term
         return None
+
+    def step_down(self) -> None:
+        """End the current term now (the engine refused its fence: someone newer writes); campaign again."""
+        if self.role is Role.LEADER:
+            self._step_down.set()
 
     @property
     def trusted_until(self) -> float:
@@ -188,8 +194,12 @@ class Elector(Service):
     async def _lead(self) -> None:
         """Renew every ttl/3; return when the term is over (session or key lost, or trust expired)."""
         next_renewal = self.clock() + self.config.ttl_s / 3
+        self._step_down.clear()
         while True:
-            await asyncio.sleep(max(0.0, next_renewal - self.clock()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._step_down.wait(), max(0.0, next_renewal - self.clock()))
+            if self._step_down.is_set():
+                return
             outcome = await self._renew()
             if outcome is True:
                 next_renewal = self.clock() + self.config.ttl_s / 3

@@ -99,6 +99,15 @@ class Engine:
             metrics.JOBS_ENQUEUED.labels(o.queue, o.outcome).inc()
         return EnqueueResult(outcomes, created)
 
+    async def raise_fence(self, queues: Iterable[str], *, fence: int, source: str) -> None:
+        """Record ``fence`` as the newest for ``source`` in each queue (a new relay term does this before
+        its first write, so a stale holder is refused even in queues the new one has not written yet).
+        Raises :class:`codes.FenceRejected` when a newer fence is already there."""
+        for queue in queues:
+            reply = await self._run("enqueue_batch", queue, [source, fence, 0], None)
+            if int(reply[0]) == codes.FENCE_STALE:
+                raise codes.FenceRejected(source, fence, int(reply[1]))
+
     async def _register(self, queues: Iterable[str]) -> None:
         new = [q for q in queues if q not in self._known_queues]
         if not new:

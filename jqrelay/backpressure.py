@@ -1,0 +1,55 @@
+"""Redis memory backpressure (the future work Slack named): slow down, then stop, relaying as Redis's
+memory headroom shrinks, so a Redis near ``maxmemory`` never refuses a relay write and workers keep
+draining. Enqueues into Kafka are untouched: Kafka absorbs the backlog until Redis has room again.
+
+Below ``slow_at`` (fraction of maxmemory) the relay runs free; between ``slow_at`` and ``stop_at`` it
+pauses before each batch for a time growing linearly up to one second; at ``stop_at`` or above it stops
+until usage is back under ``slow_at`` (hysteresis, so it does not flap). Without ``maxmemory`` there is
+no limit to approach and the guard stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from jqcore.log import get_logger
+from jqcore.state.engine import RedisClient
+
+__all__ = ["MemoryGuard"]
+
+log = get_logger("jqrelay.backpressure")
+
+
+class MemoryGuard:
+    def __init__(self, client: RedisClient, slow_at: float, stop_at: float, sample_s: float = 0.5) -> None:
+        self.client, self.slow_at, self.stop_at, self.sample_s = client, slow_at, stop_at, sample_s
+        self.usage = 0.0
+        self.stopped = False
+        self._sampled_at = 0.0
+
+    async def _sample(self) -> float:
+        now = time.monotonic()
+        if now - self._sampled_at >= self.sample_s:
+            info = await self.client.info("memory")
+            used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+            self.usage = used / limit if limit else 0.0
+            self._sampled_at = now
+        return self.usage
+
+    async def wait_for_room(self) -> None:
+        """Return when a batch may be written (sleeping first if memory is getting tight)."""
+        while True:
+            usage = await self._sample()
+            if self.stopped and usage < self.slow_at:
+                log.info("Redis memory back under the slow mark; relaying again", usage=round(usage, 3))
+                self.stopped = False
+            if not self.stopped and usage >= self.stop_at:
+                log.warning("Redis memory at the stop mark; relaying paused", usage=round(usage, 3))
+                self.stopped = True
+            if self.stopped:
+                await asyncio.sleep(self.sample_s)
+                continue
+            if usage > self.slow_at:
+                await asyncio.sleep((usage - self.slow_at) / (self.stop_at - self.slow_at))
+            return

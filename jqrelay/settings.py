@@ -1,0 +1,55 @@
+"""The relay's settings (``JOBQ_RELAY_*``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["RelaySettings"]
+
+
+class RelaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
+
+    topics: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
+    holder: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    """This process's name in the Consul locks (shown by ``jobq status``)."""
+    kv_prefix: str = "jobq"
+    """Consul KV root: locks at ``<prefix>/locks/<topic>``, rate limits at ``<prefix>/rates/<topic>``."""
+    group_prefix: str = "jobq-relay"
+    """Kafka consumer group per topic: ``<group_prefix>.<topic>`` (offsets are committed there)."""
+    batch: int = Field(500, ge=1, le=50_000)
+    """Records per consume call, written with one engine call per queue."""
+    session_ttl_s: int = Field(15, ge=10, le=86_400)
+    lock_delay_s: int = Field(5, ge=0, le=60)
+    shadow: bool = False
+    """Read and count, write nothing into Redis, commit under a separate group (double-write migrations)."""
+    memory_slow_at: float = Field(0.80, gt=0, lt=1)
+    """Redis used/maxmemory above which the relay slows down..."""
+    memory_stop_at: float = Field(0.90, gt=0, lt=1)
+    """...and above which it stops writing until workers drained below ``memory_slow_at``."""
+    metrics_port: int | None = None
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [t.strip() for t in v.split(",") if t.strip()]
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> RelaySettings:
+        if self.memory_slow_at >= self.memory_stop_at:
+            raise ValueError("JOBQ_RELAY_MEMORY_SLOW_AT must be below JOBQ_RELAY_MEMORY_STOP_AT")
+        return self
+
+    def lock_key(self, topic: str) -> str:
+        return f"{self.kv_prefix}/locks/{topic}"
+
+    def rate_key(self, topic: str) -> str:
+        return f"{self.kv_prefix}/rates/{topic}"

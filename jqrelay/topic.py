@@ -1,0 +1,255 @@
+"""Relaying one topic from Kafka into Redis while this process holds the topic's lock.
+
+Per term (see :mod:`jqrelay.elector`):
+
+1. assign **all** partitions at the group's committed offsets (manual assignment: no group rebalances;
+   the Consul lock decides who reads);
+2. raise the term's fence in every known queue before the first write;
+3. loop: wait for Redis memory room → consume a batch (capped by the live rate limit) → wait for the rate
+   limiter → check the term is still trusted → write the batch with one engine call per queue (fenced;
+   Redis errors are retried with backoff forever, nothing is committed meanwhile) → send malformed or
+   refused records to ``<topic>.dead`` with the reason in headers (confirmed by Kafka) → commit each
+   partition's offset only now, after Redis accepted everything up to it.
+
+A refused fence ends the term at once (someone newer writes). Record values are handed to Redis as the
+bytes Kafka holds; nothing is re-encoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import consul.aio
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from jqcore import metrics
+from jqcore.envelope import Envelope, decode
+from jqcore.errors import BackendUnavailable, EnvelopeError
+from jqcore.kafka import AsyncProducer, Record
+from jqcore.lifecycle import Service
+from jqcore.log import get_logger
+from jqcore.settings import KafkaSettings
+from jqcore.state import Engine
+from jqcore.state.codes import FenceRejected
+from jqrelay.backpressure import MemoryGuard
+from jqrelay.elector import Elector, ElectorConfig, Role, Term
+from jqrelay.limits import RateLimit
+from jqrelay.settings import RelaySettings
+
+__all__ = ["TopicRelay", "dead_topic"]
+
+log = get_logger("jqrelay.topic")
+
+
+def dead_topic(topic: str) -> str:
+    return f"{topic}.dead"
+
+
+class TermEnded(Exception):
+    """The term stopped being trusted in the middle of a batch: write nothing more, commit nothing."""
+
+
+@dataclass
+class Batch:
+    envelopes: list[Envelope]
+    dead: list[tuple[Message, str]]
+    offsets: dict[int, int]
+    source: dict[str, Message]
+    """The record each envelope came from (for dead-lettering what the engine refuses)."""
+
+
+class TopicRelay(Service):
+    def __init__(
+        self,
+        topic: str,
+        settings: RelaySettings,
+        kafka: KafkaSettings,
+        engine: Engine,
+        consul_client: consul.aio.Consul,
+        dead_producer: AsyncProducer,
+        guard: MemoryGuard,
+    ) -> None:
+        super().__init__()
+        self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
+        self.dead_producer, self.guard = dead_producer, guard
+        self.elector = Elector(
+            consul_client,
+            settings.lock_key(topic),
+            settings.holder,
+            ElectorConfig(ttl_s=settings.session_ttl_s, lock_delay_s=settings.lock_delay_s),
+        )
+        self.limit = RateLimit(consul_client, settings.rate_key(topic), topic)
+        self.counts: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    async def _start(self) -> None:
+        await self.limit.start()
+        await self.elector.start()
+        self._task = asyncio.create_task(self._run(), name=f"relay:{self.topic}")
+
+    async def _stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.elector.stop()
+        await self.limit.stop()
+
+    def _count(self, stage: str, n: int = 1) -> None:
+        if n:
+            self.counts[stage] = self.counts.get(stage, 0) + n
+            metrics.RELAY_RECORDS.labels(self.topic, stage).inc(n)
+
+    async def _run(self) -> None:
+        while True:
+            await self.elector.wait_role(Role.LEADER)
+            term = self.elector.trusted_term()
+            if term is None:  # the term ended between the wake-up and now
+                await self.elector.wait_role(Role.LOST, Role.CANDIDATE, Role.WAITING)
+                continue
+            metrics.RELAY_LEADER.labels(self.topic).set(1)
+            log.info("relaying", topic=self.topic, fence=term.fence, holder=self.settings.holder)
+            try:
+                await self._lead(term)
+            except FenceRejected as exc:
+                log.warning("fence refused; stepping down", topic=self.topic, error=str(exc))
+                self.elector.step_down()
+            except TermEnded:
+                log.warning("term ended mid-batch; nothing committed", topic=self.topic)
+            except Exception as exc:  # Kafka trouble: drop this term's consumer, start over if still leader
+                log.error("relay loop failed", topic=self.topic, error=repr(exc))
+                await asyncio.sleep(1)
+            finally:
+                metrics.RELAY_LEADER.labels(self.topic).set(0)
+            if self.elector.trusted_term() == term:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await self.elector.wait_role(Role.LOST, Role.CANDIDATE, Role.WAITING, timeout_s=1)
+
+    def _trusted(self, term: Term) -> bool:
+        return self.elector.trusted_term() == term
+
+    # ---- one term -------------------------------------------------------------------------------
+    def _consumer(self) -> Consumer:
+        group = f"{self.settings.group_prefix}.{self.topic}" + (".shadow" if self.settings.shadow else "")
+        conf: dict[str, Any] = {
+            **self.kafka.client_config(),
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+        }
+        consumer = Consumer(conf)
+        md = consumer.list_topics(self.topic, timeout=10)
+        parts = sorted(md.topics[self.topic].partitions) if self.topic in md.topics else []
+        if not parts:
+            consumer.close()
+            raise BackendUnavailable(f"topic {self.topic!r} has no partitions (does it exist?)")
+        committed = consumer.committed([TopicPartition(self.topic, p) for p in parts], timeout=10)
+        consumer.assign(committed)  # OFFSET_INVALID (nothing committed) falls back to auto.offset.reset
+        return consumer
+
+    async def _lead(self, term: Term) -> None:
+        consumer = await asyncio.to_thread(self._consumer)
+        try:
+            if not self.settings.shadow:
+                await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
+            while self._trusted(term):
+                if not self.settings.shadow:
+                    await self.guard.wait_for_room()
+                n = self.limit.batch_cap(self.settings.batch)
+                msgs = await asyncio.to_thread(consumer.consume, n, 0.5)
+                if not msgs:
+                    continue
+                await self.limit.acquire(len(msgs))
+                batch = self._parse(msgs)
+                if not self._trusted(term):
+                    raise TermEnded
+                if self.settings.shadow:
+                    self._count("shadow", len(batch.envelopes))
+                else:
+                    await self._write(batch, term)
+                    await self._dead_letter(batch.dead)
+                if not self._trusted(term):
+                    raise TermEnded
+                offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
+                await asyncio.to_thread(consumer.commit, offsets=offsets, asynchronous=False)
+        finally:
+            await asyncio.to_thread(consumer.close)
+
+    def _parse(self, msgs: Sequence[Message]) -> Batch:
+        batch = Batch([], [], {}, {})
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise BackendUnavailable(f"consume error on {self.topic}: {err.str()}")
+                continue
+            self._count("read")
+            batch.offsets[msg.partition() or 0] = max(
+                batch.offsets.get(msg.partition() or 0, -1), msg.offset() or 0
+            )
+            try:
+                env = decode(msg.value() or b"")
+            except EnvelopeError as exc:
+                batch.dead.append((msg, f"{exc.code}: {exc.message}"))
+                continue
+            batch.envelopes.append(env)
+            batch.source[env.id] = msg
+        return batch
+
+    async def _write(self, batch: Batch, term: Term) -> None:
+        if not batch.envelopes:
+            return
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(BackendUnavailable),
+            wait=wait_exponential(multiplier=0.1, max=5),
+            reraise=True,
+        ):
+            with attempt:
+                if not self._trusted(term):
+                    raise TermEnded
+                with metrics.RELAY_BATCH_TIME.labels(self.topic).time():
+                    result = await self.engine.enqueue_batch(
+                        batch.envelopes, fence=term.fence, source=self.topic
+                    )
+        written = result.count("stored") + result.count("delayed")
+        self._count("written", written)
+        self._count("duplicate", result.count("duplicate"))
+        self._count("unscheduled", result.count("canceled") + result.count("expired"))
+        for o in result.outcomes:
+            if o.outcome == "refused":
+                batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
+
+    async def _dead_letter(self, dead: Sequence[tuple[Message, str]]) -> None:
+        """Malformed and refused records go to ``<topic>.dead``, bytes unchanged, reason in headers;
+        Kafka must confirm before the offsets move past them (retried forever, like Redis writes)."""
+        if not dead:
+            return
+        records = [
+            Record(
+                dead_topic(self.topic),
+                msg.value() or b"",
+                msg.key(),
+                [
+                    ("jobq-reason", reason.encode()[:1000]),
+                    ("jobq-source", f"{self.topic}/{msg.partition()}/{msg.offset()}".encode()),
+                ],
+            )
+            for msg, reason in dead
+        ]
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(BackendUnavailable), wait=wait_exponential(multiplier=0.1, max=5)
+        ):
+            with attempt:
+                await self.dead_producer.produce_many(records)
+        self._count("dead", len(records))
+        for _, reason in dead:
+            log.warning("record dead-lettered", topic=self.topic, reason=reason)
