@@ -165,3 +165,34 @@ async def test_shadow_mode_reads_and_counts_but_writes_nothing(
     async with make_relay(topic, shadow=True) as relay:
         await eventually(lambda: _value(relay.relays[0].counts.get("shadow", 0)), lambda n: n == 40)
     assert await pending(engine, queue) == 0
+
+
+async def test_memory_backpressure_stops_then_resumes_relaying(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    producer: AsyncProducer,
+    engine: Engine,
+    eventually: Eventually,
+) -> None:
+    """Used memory above the stop mark (of a temporary 1 GiB maxmemory): the relay writes nothing;
+    once there is room again (maxmemory raised) it relays everything; Kafka accepted throughout."""
+    topic, queue = make_topic("jobs"), f"{prefix}.q"
+    client = engine.client
+    used = int((await client.info("memory"))["used_memory"])
+    gib = 1 << 30
+    assert used / gib > 0.0002, "the shared Redis holds some data"
+    await client.config_set("maxmemory", gib)
+    try:
+        relay = make_relay(topic, memory_slow_at=used / gib / 4, memory_stop_at=used / gib / 2)
+        async with relay:
+            await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=30)
+            await produce_jobs(producer, topic, queue, 30)
+            guard = relay.relays[0].guard
+            await eventually(lambda: _value(guard.stopped), lambda s: s is True)
+            assert await pending(engine, queue) == 0
+            await client.config_set("maxmemory", 1 << 50)
+            await eventually(lambda: pending(engine, queue), lambda n: n == 30)
+            assert guard.stopped is False
+    finally:
+        await client.config_set("maxmemory", 0)

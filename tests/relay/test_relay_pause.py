@@ -1,0 +1,106 @@
+"""A relay process paused (SIGSTOP) past its Consul session and then resumed gets not one job accepted;
+the relay that took over writes everything exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import consul
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobq.stack.manager import Endpoints
+from jobq.stack.procs import free_port
+from jqcore.envelope import encode, new_envelope, record_key
+from jqcore.kafka import AsyncProducer, Record
+from jqcore.state import Engine, reads
+from jqrelay.elector import Role
+from jqrelay.main import RelayService
+
+pytestmark = pytest.mark.faults
+
+
+def relay_metrics(port: int, topic: str) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.labels.get("topic") != topic:
+                continue
+            if s.name == "jobq_relay_records_total":
+                out[s.labels["stage"]] = s.value
+            elif s.name == "jobq_relay_leader":
+                out["leader"] = s.value
+    return out
+
+
+async def produce(producer: AsyncProducer, topic: str, queue: str, n: int) -> None:
+    envs = [new_envelope(queue, "k", i) for i in range(n)]
+    await producer.produce_many([Record(topic, encode(e), record_key(e)) for e in envs])
+
+
+async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
+    endpoints: Endpoints,
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    producer: AsyncProducer,
+    engine: Engine,
+    eventually: Callable[..., Awaitable[Any]],
+) -> None:
+    topic, queue = make_topic("jobs"), f"{prefix}.q"
+    port = free_port()
+    env = {
+        **os.environ,
+        "JOBQ_RELAY_TOPICS": topic,
+        "JOBQ_RELAY_HOLDER": "relay-paused",
+        "JOBQ_RELAY_KV_PREFIX": f"jobq-test/{prefix}",
+        "JOBQ_RELAY_GROUP_PREFIX": f"{prefix}-relay",
+        "JOBQ_RELAY_SESSION_TTL_S": "10",
+        "JOBQ_RELAY_LOCK_DELAY_S": "0",
+        "JOBQ_RELAY_METRICS_PORT": str(port),
+        "JOBQ_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+        "JOBQ_REDIS_URL": endpoints.redis_url or "",
+        "CONSUL_HTTP_ADDR": endpoints.consul_addr,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jqrelay"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    host, cport = endpoints.consul_addr.rsplit(":", 1)
+    kv = consul.Consul(host=host, port=int(cport)).kv
+    lock_key = f"jobq-test/{prefix}/locks/{topic}"
+    try:
+        await eventually(lambda: asyncio.to_thread(kv.get, lock_key), lambda r: r[1] and r[1].get("Session"))
+        await produce(producer, topic, queue, 50)
+        await eventually(lambda: _depth(engine, queue), lambda n: n == 50)
+        before = await asyncio.to_thread(relay_metrics, port, topic)
+        assert before["written"] == 50 and before["leader"] == 1
+
+        proc.send_signal(signal.SIGSTOP)
+        await produce(producer, topic, queue, 50)  # fetched by nobody yet; the paused relay may hold some
+        async with make_relay(topic, "relay-new") as other:
+            await other.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
+            await eventually(lambda: _depth(engine, queue), lambda n: n == 100)
+            proc.send_signal(signal.SIGCONT)
+            after = await eventually(
+                lambda: asyncio.to_thread(relay_metrics, port, topic), lambda m: m.get("leader") == 0, 60
+            )
+            assert after.get("written", 0) == 50, "the resumed relay got nothing accepted"
+            assert other.relays[0].counts.get("written") == 50
+            assert other.relays[0].counts.get("duplicate", 0) == 0
+            assert await _depth(engine, queue) == 100
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(30)
+
+
+async def _depth(engine: Engine, queue: str) -> int:
+    return (await reads.depth(engine.client, queue)).pending
