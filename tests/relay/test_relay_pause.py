@@ -81,7 +81,8 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
         await produce(producer, topic, queue, 50)
         await eventually(lambda: _depth(engine, queue), lambda n: n == 50)
         before = await asyncio.to_thread(relay_metrics, port, topic)
-        assert before["written"] == 50 and before["leader"] == 1
+        assert before["written"] == 50
+        assert before["leader"] == 1
 
         proc.send_signal(signal.SIGSTOP)
         await produce(producer, topic, queue, 50)  # fetched by nobody yet; the paused relay may hold some
