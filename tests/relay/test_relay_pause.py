@@ -70,7 +70,7 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
         "JOBQ_REDIS_URL": endpoints.redis_url or "",
         "CONSUL_HTTP_ADDR": endpoints.consul_addr,
     }
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 (starting it is instant; the test awaits its effects)
         [sys.executable, "-m", "jqrelay"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     host, cport = endpoints.consul_addr.rsplit(":", 1)
