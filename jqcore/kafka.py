@@ -19,7 +19,15 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.settings import KafkaSettings
 
-__all__ = ["AsyncProducer", "Delivered", "ProduceFailed", "Record", "TopicMissing", "ensure_topics"]
+__all__ = [
+    "AsyncProducer",
+    "Delivered",
+    "ProduceFailed",
+    "Record",
+    "TopicMissing",
+    "ensure_topics",
+    "topic_partitions",
+]
 
 
 class ProduceFailed(BackendUnavailable):
@@ -193,3 +201,17 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ProduceFailed(f"creating topic {name!r} failed: {exc}") from exc
     return created
+
+
+def topic_partitions(
+    settings: KafkaSettings, topics: Sequence[str], timeout_s: float = 10.0
+) -> dict[str, list[int]]:
+    """Partition ids per existing topic (missing topics are left out)."""
+    from confluent_kafka.admin import AdminClient
+
+    conf: dict[str, str | int | float | bool] = {**settings.client_config()}
+    try:
+        md = AdminClient(conf).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
+    return {t: sorted(md.topics[t].partitions) for t in topics if t in md.topics and md.topics[t].partitions}

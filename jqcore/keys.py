@@ -131,3 +131,7 @@ class QueueKeys:
 def idempotency_key(digest: str) -> str:
     """The gateway's record of one ``Idempotency-Key`` (its body hash), outside every queue's slot."""
     return f"jobq:idem:{digest}"
+
+
+CANARY_HEALTH_KEY = "jobq:canary:health"
+"""Hash: ``<topic>/<partition>`` → JSON of the last canary probe (written by the canary, read by status)."""

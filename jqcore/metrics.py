@@ -10,6 +10,9 @@ from __future__ import annotations
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 __all__ = [
+    "CANARY_HEALTHY",
+    "CANARY_LATENCY",
+    "CANARY_SENT",
     "CONTENT_TYPE",
     "ENQUEUE_BATCH_SIZE",
     "GATE_JOBS_PRODUCED",
@@ -100,6 +103,20 @@ RELAY_BATCH_TIME = Histogram(
 RELAY_LEADER = Gauge("jobq_relay_leader", "1 while this process holds the topic's lock", ["topic"])
 RELAY_RATE_LIMIT = Gauge("jobq_relay_rate_limit_jobs_per_second", "Live rate limit (0: paused)", ["topic"])
 RELAY_LAG = Gauge("jobq_relay_lag_records", "Records behind the partition end", ["topic", "partition"])
+
+# --- canary ---------------------------------------------------------------------------------------------
+CANARY_SENT = Counter("jobq_canary_sent_total", "Heartbeat jobs sent", ["topic", "partition"])
+CANARY_LATENCY = Histogram(
+    "jobq_canary_latency_seconds",
+    "Heartbeat latency per hop: gate (HTTP->Kafka ack), relay (Kafka->Redis), worker (Redis->started), total",
+    ["topic", "partition", "stage"],
+    buckets=LATENCY_BUCKETS,
+)
+CANARY_HEALTHY = Gauge(
+    "jobq_canary_healthy",
+    "1 when the partition's last heartbeat arrived in time, 0 when late or missing",
+    ["topic", "partition"],
+)
 
 
 def render() -> bytes:

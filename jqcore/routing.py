@@ -23,9 +23,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.errors import JobqError
 
-__all__ = ["DEFAULT_TOPIC", "QueueUnrouted", "Route", "RoutingSettings"]
+__all__ = ["CANARY_KIND", "CANARY_PREFIX", "DEFAULT_TOPIC", "QueueUnrouted", "Route", "RoutingSettings"]
 
 DEFAULT_TOPIC = "jobs.default"
+CANARY_PREFIX = "canary."
+CANARY_KIND = "jobq.canary"
+"""The heartbeat job's kind (every worker pool runs it without registering it)."""
 Acks = Literal["all", "leader"]
 
 
@@ -58,7 +61,10 @@ class RoutingSettings(BaseSettings):
         return v
 
     def route(self, queue: str) -> tuple[str, Acks]:
-        """(topic, acks) for ``queue``; raises :class:`QueueUnrouted`."""
+        """(topic, acks) for ``queue``; raises :class:`QueueUnrouted`. ``canary.<topic>`` queues go to
+        ``<topic>`` (the heartbeat canary reaches every topic this way)."""
+        if queue.startswith(CANARY_PREFIX) and queue[len(CANARY_PREFIX) :] in self.topics():
+            return queue[len(CANARY_PREFIX) :], "all"
         for r in self.routes:
             if fnmatch.fnmatchcase(queue, r.queues):
                 return r.topic, r.acks

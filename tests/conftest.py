@@ -10,10 +10,12 @@ from official images through testcontainers instead; CI here has no engine and r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import consul
 import pytest
@@ -23,6 +25,13 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from jobq.stack.backends import SessionStack, start_test_stack
 from jobq.stack.manager import Endpoints
+from jqcore.kafka import AsyncProducer
+from jqcore.routing import RoutingSettings
+from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
+from jqrelay.main import RelayService
+from jqrelay.settings import RelaySettings
+from kafkagate.main import GateService
+from kafkagate.settings import GateSettings
 
 
 @pytest.fixture(scope="session")
@@ -111,3 +120,93 @@ def make_topic(kafka_admin: AdminClient, prefix: str) -> Iterator[Callable[..., 
 def consul_client(endpoints: Endpoints) -> consul.Consul:
     host, port = endpoints.consul_addr.rsplit(":", 1)
     return consul.Consul(host=host, port=int(port))
+
+
+# ---- services of the pipeline, started in-process on the session stack -------------------------
+TOKEN = "test-token-0123456789"
+
+
+def start_settings(port: int = 0, **kw: Any) -> GateSettings:
+    return GateSettings(
+        port=port, tokens=[TOKEN], produce_timeout_ms=kw.pop("produce_timeout_ms", 10_000), **kw
+    )
+
+
+@pytest.fixture
+def token() -> str:
+    return TOKEN
+
+
+@pytest.fixture
+def make_gate(endpoints: Endpoints) -> Callable[..., GateService]:
+    """A GateService on a free port; ``bootstrap`` / ``produce_timeout_ms`` override the real broker's."""
+
+    def make(routing: RoutingSettings, bootstrap: str | None = None, **settings: Any) -> GateService:
+        return GateService(
+            start_settings(**settings),
+            routing,
+            KafkaSettings(bootstrap=bootstrap or endpoints.kafka_bootstrap),
+            RedisSettings(url=endpoints.redis_url or ""),
+        )
+
+    return make
+
+
+@pytest.fixture
+def relay_settings(prefix: str) -> Callable[..., RelaySettings]:
+    def make(topic: str, holder: str = "relay-a", **kw: Any) -> RelaySettings:
+        return RelaySettings(
+            topics=[topic],
+            holder=holder,
+            kv_prefix=f"jobq-test/{prefix}",
+            group_prefix=f"{prefix}-relay",
+            session_ttl_s=10,
+            lock_delay_s=0,
+            batch=kw.pop("batch", 200),
+            **kw,
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_relay(
+    endpoints: Endpoints, relay_settings: Callable[..., RelaySettings]
+) -> Callable[..., RelayService]:
+    def make(topic: str, holder: str = "relay-a", **kw: Any) -> RelayService:
+        return RelayService(
+            relay_settings(topic, holder, **kw),
+            KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+            RedisSettings(url=endpoints.redis_url or ""),
+            ConsulSettings(addr=endpoints.consul_addr),
+        )
+
+    return make
+
+
+@pytest.fixture
+async def producer(endpoints: Endpoints) -> AsyncIterator[AsyncProducer]:
+    p = AsyncProducer(KafkaSettings(bootstrap=endpoints.kafka_bootstrap))
+    yield p
+    await asyncio.to_thread(p.close, 5.0)
+
+
+@pytest.fixture
+def eventually() -> Callable[..., Awaitable[Any]]:
+    """Await ``probe()`` until ``ok(value)`` (bounded); the relay runs in the background, so the test
+    watches the state it produces rather than sleeping a guessed time."""
+
+    async def wait(
+        probe: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool], timeout_s: float = 60
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            value = await probe()
+            if ok(value):
+                return value
+            if loop.time() > deadline:
+                raise AssertionError(f"condition not reached in {timeout_s}s; last value: {value!r}")
+            await asyncio.sleep(0.05)
+
+    return wait

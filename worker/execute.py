@@ -18,6 +18,7 @@ from jqcore import metrics
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.state import ClaimedJob
 from jqcore.state.engine import backoff_ms
+from worker.builtin import builtin
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
 
 __all__ = ["Outcome", "run_handler"]
@@ -80,7 +81,7 @@ async def run_handler(
     registry: Registry, job: ClaimedJob, executor_for: Callable[[str], Executor]
 ) -> Outcome:
     """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors."""
-    spec = registry.get(job.envelope.kind)
+    spec = registry.get(job.envelope.kind) or builtin.get(job.envelope.kind)
     if spec is None:
         return Outcome(
             "failure", "failed", error=f"no handler registered for kind {job.envelope.kind!r}", permanent=True

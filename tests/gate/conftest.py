@@ -12,11 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jobq.stack.manager import Endpoints
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import KafkaSettings, RedisSettings
 from kafkagate.main import GateService
-from kafkagate.settings import GateSettings
-
-TOKEN = "test-token-0123456789"
 
 
 @dataclass
@@ -36,36 +32,10 @@ class Gw:
             return resp.status, body
 
 
-def start_settings(port: int = 0, **kw: Any) -> GateSettings:
-    return GateSettings(
-        port=port, tokens=[TOKEN], produce_timeout_ms=kw.pop("produce_timeout_ms", 10_000), **kw
-    )
-
-
 @pytest.fixture
 def routing_for(prefix: str) -> Callable[[str], RoutingSettings]:
     def make(topic: str) -> RoutingSettings:
         return RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
-
-    return make
-
-
-@pytest.fixture
-def token() -> str:
-    return TOKEN
-
-
-@pytest.fixture
-def make_gate(endpoints: Endpoints) -> Callable[..., GateService]:
-    """A GateService on a free port; ``bootstrap`` / ``produce_timeout_ms`` override the real broker's."""
-
-    def make(routing: RoutingSettings, bootstrap: str | None = None, **settings: Any) -> GateService:
-        return GateService(
-            start_settings(**settings),
-            routing,
-            KafkaSettings(bootstrap=bootstrap or endpoints.kafka_bootstrap),
-            RedisSettings(url=endpoints.redis_url or ""),
-        )
 
     return make
 
@@ -77,10 +47,11 @@ async def gw(
     make_topic: Callable[..., str],
     routing_for: Callable[[str], RoutingSettings],
     make_gate: Callable[..., GateService],
+    token: str,
 ) -> AsyncIterator[Gw]:
     topic = make_topic("jobs", partitions=3)
     service = make_gate(routing_for(topic))
-    async with service, aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+    async with service, aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
         yield Gw(service, http, topic, f"{prefix}.q")
 
 

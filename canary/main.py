@@ -1,0 +1,48 @@
+"""``jobq canary`` / ``python -m canary``: send heartbeats to every partition of every routed topic."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import start_http_server
+
+from canary.monitor import Canary
+from canary.settings import CanarySettings
+from jqcore.client import Gateway, JobqClient
+from jqcore.kafka import topic_partitions
+from jqcore.lifecycle import run_until_signal
+from jqcore.redisconn import connect
+from jqcore.routing import RoutingSettings
+from jqcore.settings import KafkaSettings, RedisSettings, load
+
+__all__ = ["gateways", "run"]
+
+
+def gateways(settings: CanarySettings) -> list[Gateway]:
+    out = []
+    for item in settings.gateways:
+        url, _, az = item.partition("@")
+        out.append(Gateway(url, az))
+    return out
+
+
+async def serve(settings: CanarySettings) -> None:
+    routing, kafka = load(RoutingSettings), load(KafkaSettings)
+    parts = await asyncio.to_thread(topic_partitions, kafka, routing.topics())
+    redis = connect(load(RedisSettings))
+    try:
+        async with JobqClient(
+            gateways(settings), settings.token.get_secret_value(), az=settings.az
+        ) as client:
+            canary = Canary(
+                client, redis, parts, interval_s=settings.interval_s, late_after_s=settings.late_after_s
+            )
+            await run_until_signal(canary)
+    finally:
+        await redis.aclose()
+
+
+def run(settings: CanarySettings | None = None, metrics_port: int | None = None) -> None:
+    if metrics_port is not None:
+        start_http_server(metrics_port, addr="127.0.0.1")
+    asyncio.run(serve(settings or load(CanarySettings)))

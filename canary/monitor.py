@@ -1,0 +1,154 @@
+"""Heartbeat canaries (Slack): every interval, one heartbeat job through the gateway to **every partition
+of every topic**; workers run the built-in ``jobq.canary`` handler; the monitor times each hop and flags
+a partition whose heartbeat is late or missing.
+
+Hops, from the probe's own timestamps and the job's: ``gate`` (request sent → Kafka's ack, the 202),
+``relay`` (ack → stored in Redis), ``worker`` (stored → started by a worker), ``total`` (sent → done).
+Heartbeats travel in queues ``canary.<topic>`` (routed to ``<topic>``), so they never count as user jobs
+in any user queue's metrics. Each partition's last result is kept in Redis for ``jobq status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from jqcore import keys, metrics
+from jqcore.client import JobqClient
+from jqcore.errors import JobqError
+from jqcore.lifecycle import Service
+from jqcore.log import get_logger
+from jqcore.routing import CANARY_KIND, CANARY_PREFIX
+from jqcore.state.engine import RedisClient
+
+__all__ = ["Canary", "Probe"]
+
+log = get_logger("canary")
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Probe:
+    topic: str
+    partition: int
+    id: str
+    sent_at: int
+    acked_at: int
+
+
+class Canary(Service):
+    def __init__(
+        self,
+        client: JobqClient,
+        redis: RedisClient,
+        partitions: dict[str, list[int]],
+        *,
+        interval_s: float = 60.0,
+        late_after_s: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.client, self.redis, self.partitions = client, redis, partitions
+        self.interval_s, self.late_after_s = interval_s, late_after_s
+        self.outstanding: dict[tuple[str, int], Probe] = {}
+        self.health: dict[tuple[str, int], dict[str, Any]] = {}
+        self.rounds = 0
+        self._round_done = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._send_loop(), name="canary:send"),
+            asyncio.create_task(self._check_loop(), name="canary:check"),
+        ]
+
+    async def _stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def wait_round(self, timeout_s: float) -> None:
+        """Wait until every partition's heartbeat of a round came back (or was flagged)."""
+        self._round_done.clear()
+        await asyncio.wait_for(self._round_done.wait(), timeout_s)
+
+    async def _send_loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            await self.send_round()
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    async def send_round(self) -> None:
+        for topic, parts in self.partitions.items():
+            for p in parts:
+                if (topic, p) in self.outstanding:  # the previous one is still out: it will be flagged
+                    continue
+                sent = _ms()
+                try:
+                    ans = await self.client.enqueue_one(
+                        CANARY_PREFIX + topic, CANARY_KIND, {"sent_at": sent}, partition=p, canary=True
+                    )
+                except (JobqError, OSError) as exc:
+                    await self._record(
+                        topic, p, {"ok": False, "problem": f"gateway refused: {exc}", "at": sent}
+                    )
+                    continue
+                acked = _ms()
+                metrics.CANARY_SENT.labels(topic, str(p)).inc()
+                metrics.CANARY_LATENCY.labels(topic, str(p), "gate").observe((acked - sent) / 1000)
+                self.outstanding[(topic, p)] = Probe(topic, p, ans["id"], sent, acked)
+
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            with contextlib.suppress(Exception):
+                await self.check_once()
+
+    async def check_once(self) -> None:
+        for key, probe in list(self.outstanding.items()):
+            info = await self.client.get_job(CANARY_PREFIX + probe.topic, probe.id)
+            now = _ms()
+            if info is not None and info.get("state") == "completed":
+                del self.outstanding[key]
+                await self._arrived(probe, info)
+            elif now - probe.sent_at > self.late_after_s * 1000:
+                del self.outstanding[key]
+                where = f"in Redis, {info.get('state')}" if info else "not in Redis (not relayed)"
+                await self._record(
+                    probe.topic, probe.partition, {"ok": False, "problem": f"late: {where}", "at": now}
+                )
+        if not self.outstanding:
+            self.rounds += 1
+            self._round_done.set()
+
+    async def _arrived(self, probe: Probe, info: dict[str, Any]) -> None:
+        stored, started, done = info.get("enqueued_at"), info.get("started_at"), info.get("finished_at")
+        stages = {
+            "gate": probe.acked_at - probe.sent_at,
+            "relay": max(0, (stored or probe.acked_at) - probe.acked_at),
+            "worker": max(0, (started or 0) - (stored or 0)) if started and stored else None,
+            "total": (done or _ms()) - probe.sent_at,
+        }
+        for stage, ms in stages.items():
+            if ms is not None and stage != "gate":
+                metrics.CANARY_LATENCY.labels(probe.topic, str(probe.partition), stage).observe(ms / 1000)
+        await self._record(probe.topic, probe.partition, {"ok": True, "ms": stages, "at": _ms()})
+
+    async def _record(self, topic: str, partition: int, result: dict[str, Any]) -> None:
+        self.health[(topic, partition)] = result
+        metrics.CANARY_HEALTHY.labels(topic, str(partition)).set(1 if result["ok"] else 0)
+        if not result["ok"]:
+            log.warning(
+                "canary flagged a partition", topic=topic, partition=partition, problem=result["problem"]
+            )
+        with contextlib.suppress(Exception):
+            await self.redis.hset(keys.CANARY_HEALTH_KEY, f"{topic}/{partition}", orjson.dumps(result))

@@ -1,0 +1,146 @@
+"""The whole path on the real stack: HTTP (gateway) → Kafka → relay (Consul lock) → Redis → worker pool,
+and the heartbeat canary proving it per partition."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from canary.monitor import Canary
+from jobq.stack.manager import Endpoints
+from jqcore.client import Gateway, JobqClient
+from jqcore.routing import CANARY_PREFIX, Route, RoutingSettings
+from jqcore.state import Engine
+from jqrelay.main import RelayService
+from kafkagate.main import GateService
+from worker.pool import Pool, PoolConfig
+from worker.registry import Registry, current_job
+
+
+@dataclass
+class Pipeline:
+    topic: str
+    queue: str
+    client: JobqClient
+    engine: Engine
+    registry: Registry
+    gates: list[GateService]
+
+
+@pytest.fixture
+async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
+    client = aioredis.Redis.from_url(endpoints.redis_url or "")
+    yield Engine(client)
+    await client.aclose()
+
+
+@pytest.fixture
+async def pipeline(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_gate: Callable[..., GateService],
+    make_relay: Callable[..., RelayService],
+    engine: Engine,
+    token: str,
+) -> AsyncIterator[Pipeline]:
+    topic = make_topic("jobs", partitions=3)
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
+    gate_a, gate_b = make_gate(routing, az="az-a"), make_gate(routing, az="az-b")
+    relay = make_relay(topic)
+    relay.settings.topics[:] = [topic]
+    async with gate_a, gate_b, relay:
+        gws = [Gateway(gate_a.url, "az-a"), Gateway(gate_b.url, "az-b")]
+        async with JobqClient(gws, token, az="az-a") as client:
+            yield Pipeline(topic, f"{prefix}.q", client, engine, Registry(), [gate_a, gate_b])
+
+
+async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pipeline) -> None:
+    seen: list[int] = []
+    done = asyncio.Event()
+    n = 200
+
+    @pipeline.registry.job("e2e.add", queue=pipeline.queue)
+    async def add(i: int) -> int:
+        seen.append(i)
+        if len(seen) >= n:
+            done.set()
+        return i * 2
+
+    ids = await pipeline.client.enqueue(
+        pipeline.queue, [{"kind": "e2e.add", "args": {"i": i}} for i in range(n)]
+    )
+    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue], concurrency=20)):
+        await asyncio.wait_for(done.wait(), 60)
+    assert sorted(seen) == list(range(n)), "each job ran exactly once"
+    job = await pipeline.client.get_job(pipeline.queue, ids[7])
+    assert job is not None and (job["state"], job["result"]) == ("completed", "14")
+
+
+async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline) -> None:
+    order: list[str] = []
+    done = asyncio.Event()
+
+    @pipeline.registry.job("e2e.rec", queue=pipeline.queue)
+    async def rec(name: str) -> None:
+        order.append(name)
+        if len(order) == 4:
+            done.set()
+
+    q = pipeline.queue
+    await pipeline.client.enqueue(
+        q,
+        [
+            {"kind": "e2e.rec", "args": {"name": "later"}, "delay_ms": 1500},
+            {"kind": "e2e.rec", "args": {"name": "low"}, "priority": 900},
+            {"kind": "e2e.rec", "args": {"name": "high"}, "priority": 1},
+            {"kind": "e2e.rec", "args": {"name": "mid"}, "priority": 500},
+        ],
+    )
+    depth = await _until(lambda: pipeline.client.queue(q), lambda b: b["depth"]["pending"] == 3, 60)
+    assert depth["depth"]["delayed"] == 1
+    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([q], concurrency=1)):
+        await asyncio.wait_for(done.wait(), 30)
+    assert order == ["high", "mid", "low", "later"]
+
+
+async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
+    pipeline: Pipeline, endpoints: Endpoints
+) -> None:
+    redis = pipeline.engine.client
+    canary_queue = CANARY_PREFIX + pipeline.topic
+    parts = {pipeline.topic: [0, 1, 2]}
+    async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
+        canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=30)
+        await canary.send_round()
+        assert {k[1] for k in canary.outstanding} == {0, 1, 2}
+        await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+    assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
+    assert all(canary.health[(pipeline.topic, p)]["ms"]["total"] >= 0 for p in (0, 1, 2))
+
+    # no worker serves the canary queue now: the next heartbeat is flagged late, stuck in Redis
+    late = Canary(pipeline.client, redis, {pipeline.topic: [1]}, interval_s=3600, late_after_s=1.0)
+    await late.send_round()
+    await _until(_wrap(late.check_once), lambda _: not late.outstanding, 30)
+    result = late.health[(pipeline.topic, 1)]
+    assert result["ok"] is False and "late: in Redis, pending" in result["problem"]
+
+
+def _wrap(fn: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    return fn
+
+
+async def _until(probe: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool], timeout_s: float) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = await probe()
+        if ok(value):
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"not reached in {timeout_s}s: {value!r}")
+        await asyncio.sleep(0.1)
