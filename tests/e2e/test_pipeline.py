@@ -19,7 +19,7 @@ from jqcore.state import Engine
 from jqrelay.main import RelayService
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
-from worker.registry import Registry, current_job
+from worker.registry import Registry
 
 
 @dataclass
@@ -78,7 +78,8 @@ async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pip
         await asyncio.wait_for(done.wait(), 60)
     assert sorted(seen) == list(range(n)), "each job ran exactly once"
     job = await pipeline.client.get_job(pipeline.queue, ids[7])
-    assert job is not None and (job["state"], job["result"]) == ("completed", "14")
+    assert job is not None
+    assert (job["state"], job["result"]) == ("completed", "14")
 
 
 async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline) -> None:
@@ -127,7 +128,8 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
     await late.send_round()
     await _until(_wrap(late.check_once), lambda _: not late.outstanding, 30)
     result = late.health[(pipeline.topic, 1)]
-    assert result["ok"] is False and "late: in Redis, pending" in result["problem"]
+    assert result["ok"] is False
+    assert "late: in Redis, pending" in result["problem"]
 
 
 def _wrap(fn: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
