@@ -82,10 +82,23 @@ class Canary(Service):
         await asyncio.wait_for(self._round_done.wait(), timeout_s)
 
     async def _send_loop(self) -> None:
+        await self._gateways_ready()
         while True:
             started = time.monotonic()
             await self.send_round()
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    async def _gateways_ready(self, timeout_s: float = 60.0) -> None:
+        """At start, wait (bounded) for a gateway to answer /readyz, so a fleet starting together does
+        not flag every partition in its first round."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            try:
+                await self.client.request("GET", "/readyz")
+                return
+            except (JobqError, OSError):
+                await asyncio.sleep(0.5)
 
     async def send_round(self) -> None:
         for topic, parts in self.partitions.items():
@@ -98,9 +111,8 @@ class Canary(Service):
                         CANARY_PREFIX + topic, CANARY_KIND, {"sent_at": sent}, partition=p, canary=True
                     )
                 except (JobqError, OSError) as exc:
-                    await self._record(
-                        topic, p, {"ok": False, "problem": f"gateway refused: {exc}", "at": sent}
-                    )
+                    problem = f"gateway: {getattr(exc, 'code', type(exc).__name__)}"
+                    await self._record(topic, p, {"ok": False, "problem": problem, "at": sent})
                     continue
                 acked = _ms()
                 metrics.CANARY_SENT.labels(topic, str(p)).inc()

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, demo, gate, relay, stack
+from jobq.commands import bench, demo, gate, relay, stack, status
 from jqcore.errors import JobqError
 from worker.cli import worker
 
@@ -25,6 +25,7 @@ app.command("demo")(demo.demo)
 app.command("worker")(worker)
 app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
+app.command("status")(status.status)
 app.add_typer(gate.topics_app, name="topics")
 
 

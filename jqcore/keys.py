@@ -135,3 +135,11 @@ def idempotency_key(digest: str) -> str:
 
 CANARY_HEALTH_KEY = "jobq:canary:health"
 """Hash: ``<topic>/<partition>`` → JSON of the last canary probe (written by the canary, read by status)."""
+
+
+PRESENCE_KEY = "jobq:presence:{role}"
+"""Sorted set per role (``gate``, ``worker``): member = process name, score = last heartbeat (ms)."""
+
+
+def presence_key(role: str) -> str:
+    return PRESENCE_KEY.format(role=role)

@@ -41,6 +41,7 @@ from typing import Any
 
 import consul
 import consul.aio
+import orjson
 
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
@@ -181,7 +182,8 @@ class Elector(Service):
                 behavior="release",
             )
         sent = self.clock()
-        acquired = await self.client.kv.put(self.key, self.holder, acquire=self._session)
+        value = orjson.dumps({"holder": self.holder, "since": round(time.time(), 3)}).decode()
+        acquired = await self.client.kv.put(self.key, value, acquire=self._session)
         _, entry = await self.client.kv.get(self.key) if acquired else (None, None)
         if not entry or entry.get("Session") != self._session:
             await self._resign()  # an unrenewed session would expire while we wait; start fresh

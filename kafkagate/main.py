@@ -8,6 +8,7 @@ from aiohttp import web
 
 from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
+from jqcore.presence import Presence, process_name
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, RedisSettings, load
@@ -36,6 +37,7 @@ class GateService(Service):
         self.redis_client = connect(redis)
         self.gate = Gate(settings, routing, kafka, Engine(self.redis_client))
         self._runner: web.AppRunner | None = None
+        self._presence = Presence(self.redis_client, "gate", process_name(settings.az))
         self.port = settings.port
 
     async def _start(self) -> None:
@@ -46,6 +48,7 @@ class GateService(Service):
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
             self.port = int(server.sockets[0].getsockname()[1])
+        await self._presence.start()
         log.info("gateway serving", host=self.settings.host, port=self.port, az=self.settings.az)
 
     @property
@@ -53,6 +56,7 @@ class GateService(Service):
         return f"http://{self.settings.host}:{self.port}"
 
     async def _stop(self) -> None:
+        await self._presence.stop()
         if self._runner is not None:
             await self._runner.cleanup()  # stops accepting, lets running requests finish, closes producers
         await self.redis_client.aclose()

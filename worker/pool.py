@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from jqcore import metrics
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
+from jqcore.presence import Presence, process_name
 from jqcore.state import ClaimedJob, Engine, reads
 from jqcore.state.waiting import Scheduler, wait_for_work
 from worker.execute import Outcome, run_handler
@@ -81,6 +82,7 @@ class Pool(Service):
         self._keeper = LeaseKeeper(self)
         self._scheduler = Scheduler(engine, config.queues) if config.scheduler else None
         self._stopping = False
+        self._presence = Presence(engine.client, "worker", process_name(",".join(config.queues)))
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -88,6 +90,7 @@ class Pool(Service):
         if self._scheduler is not None:
             await self._scheduler.start()
         await self._keeper.start()
+        await self._presence.start()
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
     async def _register_kinds(self) -> None:
@@ -143,6 +146,7 @@ class Pool(Service):
 
     async def _shutdown_helpers(self) -> None:
         await self._keeper.stop()
+        await self._presence.stop()
         if self._scheduler is not None:
             await self._scheduler.stop()
         self._threads.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,234 @@
+"""``jobq status``: one screen for the whole pipeline (``--json`` for machines, ``--watch`` to follow).
+
+Kafka: per topic and partition the end offset, the relay group's committed offset, the lag in records
+and in seconds (age of the oldest unrelayed record). Consul: who holds each topic's lock and since when.
+Redis: every queue's depth per state, oldest pending age, dead letters; canary health per partition;
+how many gateways and worker pools announced themselves in the last 20 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+import consul
+import orjson
+import typer
+from confluent_kafka import Consumer, TopicPartition
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from jqcore import keys
+from jqcore.presence import count_alive
+from jqcore.redisconn import connect
+from jqcore.routing import RoutingSettings
+from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings, load
+from jqcore.state import reads
+from jqcore.state.engine import Engine
+from jqrelay.settings import RelaySettings
+
+__all__ = ["collect", "status"]
+
+
+def _kafka(kafka: KafkaSettings, topics: list[str], group_prefix: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for topic in topics:
+        group = f"{group_prefix}.{topic}"
+        c = Consumer(
+            {**kafka.client_config(), "group.id": group, "enable.auto.commit": False, "log_level": 0}
+        )
+        try:
+            md = c.list_topics(topic, timeout=5).topics.get(topic)
+            if md is None or md.error is not None:
+                rows.append({"topic": topic, "partition": None, "problem": "topic missing"})
+                continue
+            parts = [TopicPartition(topic, p) for p in sorted(md.partitions)]
+            for tp in c.committed(parts, timeout=5):
+                low, high = c.get_watermark_offsets(tp, timeout=5)
+                done = tp.offset if tp.offset >= 0 else low
+                lag = max(0, high - done)
+                rows.append(
+                    {
+                        "topic": topic,
+                        "partition": tp.partition,
+                        "end": high,
+                        "committed": done,
+                        "lag": lag,
+                        "lag_s": _lag_seconds(c, tp, done) if lag else 0.0,
+                    }
+                )
+        finally:
+            c.close()
+    return rows
+
+
+def _lag_seconds(c: Consumer, tp: TopicPartition, offset: int) -> float | None:
+    """Age of the oldest record not yet relayed (its Kafka timestamp)."""
+    c.assign([TopicPartition(tp.topic, tp.partition, offset)])
+    for msg in c.consume(1, 2.0):
+        if msg.error() is None:
+            _, ts = msg.timestamp()
+            return round(max(0.0, time.time() - ts / 1000), 1)
+    return None
+
+
+def _locks(consul_settings: ConsulSettings, topics: list[str], kv_prefix: str) -> list[dict[str, Any]]:
+    token = consul_settings.token.get_secret_value() if consul_settings.token else None
+    c = consul.Consul(
+        host=consul_settings.host, port=consul_settings.port, scheme=consul_settings.scheme, token=token
+    )
+    rows = []
+    for topic in topics:
+        _, entry = c.kv.get(f"{kv_prefix}/locks/{topic}")
+        row: dict[str, Any] = {"topic": topic, "holder": None, "since_s": None, "fence": None}
+        if entry and entry.get("Session"):
+            try:
+                value = orjson.loads(entry.get("Value") or b"{}")
+            except orjson.JSONDecodeError:
+                value = {"holder": (entry.get("Value") or b"").decode()}
+            row.update(
+                holder=value.get("holder"),
+                since_s=round(time.time() - value["since"], 1) if "since" in value else None,
+                fence=entry.get("LockIndex"),
+            )
+        rows.append(row)
+    return rows
+
+
+async def _redis(redis: RedisSettings) -> dict[str, Any]:
+    client = connect(redis)
+    try:
+        engine = Engine(client)
+        queues = []
+        for q in await engine.queues():
+            d = await reads.depth(client, q)
+            queues.append({"queue": q, **d.as_dict()})
+        raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
+        canary = {
+            (k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())
+        }
+        return {
+            "queues": queues,
+            "canary": canary,
+            "gateways": await count_alive(client, "gate"),
+            "workers": await count_alive(client, "worker"),
+        }
+    finally:
+        await client.aclose()
+
+
+def collect() -> dict[str, Any]:
+    routing, relay = load(RoutingSettings), load(RelaySettings)
+    topics = relay.topics or routing.topics()
+    out: dict[str, Any] = {"at": round(time.time(), 3), "topics": topics}
+    for name, fn in (
+        ("kafka", lambda: _kafka(load(KafkaSettings), topics, relay.group_prefix)),
+        ("locks", lambda: _locks(load(ConsulSettings), topics, relay.kv_prefix)),
+        ("redis", lambda: asyncio.run(_redis(load(RedisSettings)))),
+    ):
+        try:
+            out[name] = fn()
+        except Exception as exc:  # one backend down must not hide the others
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def render(s: dict[str, Any]) -> Group:
+    return Group(_kafka_table(s.get("kafka")), _locks_table(s.get("locks")), *_redis_tables(s.get("redis")))
+
+
+def _kafka_table(kafka: Any) -> Table:
+    t = Table(title="Kafka → relay (lag per partition)", expand=False)
+    for col in ("topic", "partition", "end", "committed", "lag", "lag s"):
+        t.add_column(col, justify="right" if col not in ("topic",) else "left")
+    if isinstance(kafka, list):
+        for r in kafka:
+            t.add_row(
+                r["topic"],
+                str(r.get("partition")),
+                *(str(r.get(k, "")) for k in ("end", "committed", "lag", "lag_s")),
+            )
+    else:
+        t.add_row("[red]unreachable[/]", "", "", "", "", str(kafka))
+    return t
+
+
+def _locks_table(locks: Any) -> Table:
+    t = Table(title="Relay locks (Consul)")
+    for col in ("topic", "holder", "held for s", "fence"):
+        t.add_column(col)
+    if isinstance(locks, list):
+        for r in locks:
+            holder = r["holder"] or "[red]nobody[/]"
+            t.add_row(r["topic"], holder, str(r["since_s"] or ""), str(r["fence"] or ""))
+    else:
+        t.add_row("[red]unreachable[/]", str(locks), "", "")
+    return t
+
+
+def _redis_tables(redis: Any) -> list[Any]:
+    parts: list[Any] = []
+    if isinstance(redis, dict) and "queues" in redis:
+        seen = f"gateways: {len(redis['gateways'])}   worker pools: {len(redis['workers'])}"
+        t = Table(title=f"Queues (Redis)   {seen}")
+        for col in (
+            "queue",
+            "pending",
+            "delayed",
+            "running",
+            "blocked",
+            "dead",
+            "finished",
+            "oldest pending s",
+        ):
+            t.add_column(col, justify="left" if col == "queue" else "right")
+        for q in redis["queues"]:
+            age = q["oldest_pending_age_ms"]
+            dead = q["errored"]
+            t.add_row(
+                q["queue"],
+                str(q["pending"]),
+                str(q["delayed"]),
+                str(q["running"]),
+                str(q["blocked"]),
+                f"[red]{dead}[/]" if dead else "0",
+                str(q["finished"]),
+                f"{age / 1000:.1f}" if age is not None else "",
+            )
+        parts.append(t)
+        t = Table(title="Canary (last heartbeat per partition)")
+        for col in ("partition", "health", "total ms", "gate ms", "relay ms", "worker ms", "age s"):
+            t.add_column(col)
+        for part, r in redis["canary"].items():
+            ms = r.get("ms") or {}
+            health = "[green]ok[/]" if r.get("ok") else f"[red]{str(r.get('problem'))[:48]}[/]"
+            age = f"{time.time() - r['at'] / 1000:.0f}" if "at" in r else ""
+            t.add_row(part, health, *(str(ms.get(k, "")) for k in ("total", "gate", "relay", "worker")), age)
+        parts.append(t)
+    else:
+        parts.append(f"[red]Redis unreachable:[/] {redis}")
+    return parts
+
+
+def status(
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON document (for machines).")] = False,
+    watch: Annotated[float, typer.Option(help="Refresh every WATCH seconds (0: print once).")] = 0.0,
+) -> None:
+    """Show the pipeline: Kafka lag per partition, relay lock holders, queue depths, canary health.
+
+    Reads the same settings as the services (JOBQ_KAFKA_*, JOBQ_REDIS_*, CONSUL_HTTP_ADDR, JOBQ_ROUTES);
+    `eval "$(jobq stack env)"` points it at the local stack.
+    """
+    console = Console()
+    if json:
+        console.print_json(orjson.dumps(collect()).decode())
+        return
+    if not watch:
+        console.print(render(collect()))
+        return
+    with Live(render(collect()), console=console, refresh_per_second=1) as live:
+        while True:
+            time.sleep(watch)
+            live.update(render(collect()))
