@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, demo, gate, relay, stack, status
+from jobq.commands import bench, canary, demo, gate, relay, stack, status
 from jqcore.errors import JobqError
 from worker.cli import worker
 
@@ -26,6 +26,7 @@ app.command("worker")(worker)
 app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
 app.command("status")(status.status)
+app.command("canary")(canary.canary)
 app.add_typer(gate.topics_app, name="topics")
 
 

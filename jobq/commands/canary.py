@@ -1,0 +1,30 @@
+"""``jobq canary``: run the heartbeat canary."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from canary.main import run
+from canary.settings import CanarySettings
+from jqcore.log import configure
+from jqcore.settings import load
+
+__all__ = ["canary"]
+
+
+def canary(
+    interval: Annotated[float | None, typer.Option(help="Seconds between rounds (default 60).")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")
+    ] = None,
+) -> None:
+    """Send one heartbeat job through the gateway to every partition of every routed topic each interval,
+    time each hop, and flag late or missing partitions (metrics jobq_canary_*, and `jobq status`).
+
+    Gateways and token: JOBQ_CANARY_GATEWAYS (url[@az],...) and JOBQ_CANARY_TOKEN.
+    """
+    configure()
+    overrides = {"interval_s": interval} if interval is not None else {}
+    run(load(CanarySettings, **overrides), metrics_port)
