@@ -33,6 +33,7 @@ from typing import Any, Generic, Literal, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from jqcore.client import JobqClient
 from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
 
@@ -112,6 +113,23 @@ class JobSpec(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
+
+    def message(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        """The API job for a call with these arguments; add ``delay_ms``, ``priority``, ``meta``, ``excl``,
+        ``id``... before sending: ``client.enqueue(spec.queue, [{**spec.message(x), "delay_ms": 500}])``."""
+        if args and kwargs:
+            raise TypeError(
+                f"{self.kind}: pass positional or keyword arguments, not both (args is one JSON value)"
+            )
+        value: Any = kwargs if kwargs or not args else list(args)
+        if self.payload is not None and len(args) == 1 and isinstance(args[0], BaseModel):
+            value = args[0].model_dump(mode="json")
+        return {"kind": self.kind, "args": value}
+
+    async def enqueue(self, client: JobqClient, /, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue one job of this kind on its queue through the gateway; returns its id (Kafka has it)."""
+        (job_id,) = await client.enqueue(self.queue, [self.message(*args, **kwargs)])
+        return job_id
 
     def bind(self, args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Positional and keyword arguments for one job's ``args`` (validated against ``payload``)."""
