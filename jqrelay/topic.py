@@ -158,6 +158,7 @@ class TopicRelay(Service):
 
     async def _lead(self, term: Term) -> None:
         consumer = await asyncio.to_thread(self._consumer)
+        polling: asyncio.Future[list[Message]] | None = None
         try:
             if not self.settings.shadow:
                 await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
@@ -165,7 +166,8 @@ class TopicRelay(Service):
                 if not self.settings.shadow:
                     await self.guard.wait_for_room()
                 n = self.limit.batch_cap(self.settings.batch)
-                msgs = await asyncio.to_thread(consumer.consume, n, 0.5)
+                polling = asyncio.ensure_future(asyncio.to_thread(consumer.consume, n, 0.5))
+                msgs = await asyncio.shield(polling)  # a stop must not close the consumer mid-consume
                 if not msgs:
                     continue
                 await self.limit.acquire(len(msgs))
@@ -182,6 +184,8 @@ class TopicRelay(Service):
                 offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
                 await asyncio.to_thread(consumer.commit, offsets=offsets, asynchronous=False)
         finally:
+            if polling is not None and not polling.done():
+                await asyncio.wait([polling])
             await asyncio.to_thread(consumer.close)
 
     def _parse(self, msgs: Sequence[Message]) -> Batch:

@@ -33,7 +33,12 @@ class NativeTestStack:
         if not reuse:
             self.stack.down(purge=True)
             self.stack = Stack(self.stack.spec)
-        self.stack.up()
+        try:
+            self.stack.up()
+        except BaseException:
+            if not reuse:  # a half-started stack must not outlive the failed session
+                self.stack.down(purge=True)
+            raise
 
     @property
     def endpoints(self) -> Endpoints:

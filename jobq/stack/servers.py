@@ -94,8 +94,7 @@ class KafkaBroker:
                     f"{libs}/*",
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    cluster_id,
+                    f"--cluster-id={cluster_id}",  # one token: a random id may start with "-"
                     "-c",
                     str(props),
                 ],
