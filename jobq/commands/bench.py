@@ -15,6 +15,7 @@ __all__ = ["SCENARIOS", "bench"]
 SCENARIOS: dict[str, str] = {
     "stack": "loadtest.stack_bench",
     "engine": "loadtest.engine_bench",
+    "drain": "loadtest.drain_bench",
 }
 """Scenario name → module exposing ``run(quick: bool) -> loadtest.report.Report``."""
 

@@ -143,7 +143,7 @@ async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, p
 
     @reg.job("long", queue=q)
     async def long() -> int:
-        await asyncio.sleep(1.2)  # four times the lease
+        await asyncio.sleep(1.5)  # five times the lease
         return current_job().attempt
 
     job_id = await enqueue(engine, q, "long")

@@ -1,0 +1,124 @@
+"""``jobq bench drain``: drain pre-enqueued no-op jobs with 2 real worker processes (``python -m worker``).
+
+The jobs are stored into a paused queue on a throw-away Redis, the two workers start (``--burst``) and
+settle, then the queue is resumed and the clock runs until both workers exited (every job completed).
+Reported: jobs/s, and CPU seconds per 1k jobs of the worker processes (user + system, from rusage) and
+of Redis (from ``INFO cpu``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import redis.asyncio as aioredis
+
+from jobq.stack.manager import Stack, StackSpec
+from jqcore.envelope import new_envelope, now_ms
+from jqcore.state import Engine, reads
+from loadtest.report import Report
+
+__all__ = ["run"]
+
+WORKERS = 2
+
+
+async def _fill(url: str, queue: str, n: int) -> None:
+    client = aioredis.Redis.from_url(url, socket_timeout=90)
+    engine = Engine(client)
+    await engine.pause(queue, True)
+    t = now_ms()
+    for i in range(0, n, 1000):
+        await engine.enqueue_batch(
+            [new_envelope(queue, "demo.noop", None, id=f"d{j}", at_ms=t) for j in range(i, min(n, i + 1000))]
+        )
+    await client.aclose()
+
+
+async def _redis_cpu(url: str) -> float:
+    client = aioredis.Redis.from_url(url)
+    info = await client.info("cpu")
+    await client.aclose()
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def _resume_and_count(url: str, queue: str) -> int:
+    client = aioredis.Redis.from_url(url)
+    await Engine(client).pause(queue, False)
+    await client.aclose()
+    return 0
+
+
+async def _finished(url: str, queue: str) -> int:
+    client = aioredis.Redis.from_url(url)
+    d = await reads.depth(client, queue)
+    await client.aclose()
+    return d.finished
+
+
+def _round(url: str, n: int, rep: int, concurrency: int) -> dict[str, float]:
+    queue = f"drain{os.getpid()}r{rep}"
+    asyncio.run(_fill(url, queue, n))
+    env = {**os.environ, "JOBQ_REDIS_URL": url, "JOBQ_LOG_LEVEL": "warning"}
+    args = [
+        "--queues",
+        queue,
+        "--burst",
+        "--concurrency",
+        str(concurrency),
+        "--app",
+        "worker.examples:registry",
+    ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "worker", *args], env=env, stdout=subprocess.DEVNULL)
+        for _ in range(WORKERS)
+    ]
+    time.sleep(2.0)  # let both workers import and block on the paused queue before the clock starts
+    redis_cpu = asyncio.run(_redis_cpu(url))
+    started = time.perf_counter()
+    asyncio.run(_resume_and_count(url, queue))
+    codes = [p.wait() for p in procs]
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    redis_cpu = asyncio.run(_redis_cpu(url)) - redis_cpu
+    if any(codes) or asyncio.run(_finished(url, queue)) != n:
+        raise RuntimeError(f"drain failed: exit codes {codes}")
+    worker_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {
+        "drain": n / elapsed,
+        "worker CPU s per 1k jobs": worker_cpu / n * 1000,
+        "redis CPU s per 1k jobs": redis_cpu / n * 1000,
+    }
+
+
+UNITS = {"drain": "jobs/s", "worker CPU s per 1k jobs": "s", "redis CPU s per 1k jobs": "s"}
+
+
+def run(quick: bool = False) -> Report:
+    n, reps, concurrency = (10_000, 1, 50) if quick else (100_000, 3, 50)
+    report = Report(
+        "drain", {"jobs": n, "reps": reps, "worker_processes": WORKERS, "concurrency": concurrency}
+    )
+    stack = Stack(StackSpec(name=f"bench-drain-{os.getpid()}", redis_mode="single", fixed_ports=False))
+    stack.servers = [s for s in stack.servers if s.kind == "redis"]
+    samples: dict[str, list[float]] = {}
+    try:
+        stack.up_timed()
+        url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
+        for rep in range(reps):
+            for name, value in _round(url, n, rep, concurrency).items():
+                samples.setdefault(name, []).append(value)
+    finally:
+        stack.down(purge=True)
+    for name, values in samples.items():
+        report.add(name, UNITS[name], values)
+    report.notes.append(
+        f"{n} demo.noop jobs, {WORKERS} worker processes x concurrency {concurrency}, "
+        "worker CPU includes process start-up"
+    )
+    return report
