@@ -31,6 +31,7 @@ from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.state import ClaimedJob, Engine, reads
+from jqcore.state.codes import StaleLease
 from jqcore.state.waiting import Scheduler, wait_for_work
 from worker.execute import Outcome, run_handler
 from worker.lease import LeaseKeeper
@@ -62,6 +63,8 @@ class Running:
     task: asyncio.Task[None] | None = None
     started: bool = False
     abandoned: bool = False
+    writing: bool = False
+    """The outcome is being written: an extend racing it sees ``stale`` and must not abandon the job."""
     started_at: float = field(default_factory=time.monotonic)
 
 
@@ -215,9 +218,13 @@ class Pool(Service):
             run.started = True
             outcome = await run_handler(self.registry, job, self._executor)
             if not run.abandoned:
+                run.writing = True
                 await self._write_back(job, outcome)
         except asyncio.CancelledError:
             pass
+        except StaleLease:  # the lease expired and the job was handed out again: that attempt owns it now
+            log.warning("lease lost before the outcome was written; outcome dropped", job_id=job.id)
+            metrics.JOBS_FINISHED.labels(job.queue, job.envelope.kind, "lost").inc()
         except Exception as exc:
             log.error("writing a job's outcome failed", job_id=job.id, error=repr(exc))
         finally:
@@ -255,7 +262,7 @@ class Pool(Service):
     def abandon(self, job_id: str, why: str) -> None:
         """The lease keeper lost this job (lease stale, job canceled): stop it, write nothing back."""
         run = self.in_flight.get(job_id)
-        if run is None:
+        if run is None or run.writing:  # finished meanwhile: its own write tells whether the lease held
             return
         run.abandoned = True
         log.warning("abandoning job", job_id=job_id, reason=why)
