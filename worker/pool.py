@@ -30,7 +30,7 @@ from jqcore import metrics
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
-from jqcore.state import ClaimedJob, Engine, reads
+from jqcore.state import ClaimedJob, Engine, codes, reads
 from jqcore.state.codes import StaleLease
 from jqcore.state.waiting import Scheduler, wait_for_work
 from worker.execute import Outcome, run_handler
@@ -85,6 +85,9 @@ class Pool(Service):
         self._keeper = LeaseKeeper(self)
         self._scheduler = Scheduler(engine, config.queues) if config.scheduler else None
         self._stopping = False
+        self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
+        self._completions_ready = asyncio.Event()
+        self._completer: asyncio.Task[None] | None = None
         self._presence = Presence(engine.client, "worker", process_name(",".join(config.queues)))
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -94,6 +97,7 @@ class Pool(Service):
             await self._scheduler.start()
         await self._keeper.start()
         await self._presence.start()
+        self._completer = asyncio.create_task(self._complete_loop(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
     async def _register_kinds(self) -> None:
@@ -148,6 +152,10 @@ class Pool(Service):
         await asyncio.gather(*(r.task for r in rest if r.task), return_exceptions=True)
 
     async def _shutdown_helpers(self) -> None:
+        if self._completer is not None:  # every job task is done by now: nothing waits on it any more
+            self._completer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._completer
         await self._keeper.stop()
         await self._presence.stop()
         if self._scheduler is not None:
@@ -237,7 +245,7 @@ class Pool(Service):
         kind, queue = job.envelope.kind, job.queue
         metrics.JOBS_FINISHED.labels(queue, kind, outcome.label).inc()
         if outcome.kind == "success":
-            await self.engine.complete(queue, owner, outcome.result)
+            await self._complete(job, outcome.result)
         elif outcome.kind == "snooze":
             await self.engine.snooze(queue, owner, outcome.delay_ms or 0)
         elif outcome.kind == "cancel":
@@ -251,6 +259,36 @@ class Pool(Service):
                 retry_delay_ms=outcome.delay_ms,
                 permanent=outcome.permanent or self._attempts_used_up(job),
             )
+
+    async def _complete(self, job: ClaimedJob, result: bytes | None) -> None:
+        """Completions are coalesced: while one batch is on its way to Redis the next ones gather, so a
+        busy pool sends one pipelined round trip for many jobs (each completion still its own script)."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._completions.append((job, result, fut))
+        self._completions_ready.set()
+        codes.check(await fut, job.id, "complete")
+
+    async def _complete_loop(self) -> None:
+        while True:
+            await self._completions_ready.wait()
+            self._completions_ready.clear()
+            batch, self._completions = self._completions, []
+            by_queue: dict[str, list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]]] = {}
+            for item in batch:
+                by_queue.setdefault(item[0].queue, []).append(item)
+            for queue, items in by_queue.items():
+                try:
+                    results = await self.engine.complete_many(
+                        queue, [((j.id, j.attempt, j.token), r) for j, r, _ in items]
+                    )
+                except Exception as exc:
+                    for _, _, fut in items:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (_, _, fut), code in zip(items, results, strict=True):
+                    if not fut.done():
+                        fut.set_result(code)
 
     def _attempts_used_up(self, job: ClaimedJob) -> bool:
         """The handler's ``max_attempts`` counts even for jobs stored before the pool registered its kind

@@ -1,0 +1,26 @@
+"""complete_many: one round trip for many completions, each still checked on its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jqcore.envelope import Envelope
+from jqcore.state import Engine, reads
+from jqcore.state.codes import MISSING, STALE
+
+
+async def test_completes_each_job_and_reports_stale_and_missing_ones(
+    engine: Engine, q: str, job: Callable[..., Envelope]
+) -> None:
+    await engine.enqueue_batch([job(q) for _ in range(5)])
+    claimed = await engine.claim(q, 5, lease_ms=30_000)
+    owners = [(c.id, c.attempt, c.token) for c in claimed]
+    forged = (owners[4][0], owners[4][1], "forged")
+    codes = await engine.complete_many(
+        q, [*((o, b'"ok"') for o in owners[:4]), (forged, None), (("nope", 1, "x"), None)]
+    )
+    assert codes[4:] == [STALE, MISSING]
+    assert all(c not in (STALE, MISSING) for c in codes[:4])
+    states = [(await reads.get_job(engine.client, q, o[0])) for o in owners]
+    assert [s.state for s in states if s] == ["completed"] * 4 + ["running"]
+    assert states[0] is not None and states[0].result == '"ok"'
