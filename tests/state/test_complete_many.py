@@ -23,4 +23,5 @@ async def test_completes_each_job_and_reports_stale_and_missing_ones(
     assert all(c not in (STALE, MISSING) for c in codes[:4])
     states = [(await reads.get_job(engine.client, q, o[0])) for o in owners]
     assert [s.state for s in states if s] == ["completed"] * 4 + ["running"]
-    assert states[0] is not None and states[0].result == '"ok"'
+    assert states[0] is not None
+    assert states[0].result == '"ok"'
