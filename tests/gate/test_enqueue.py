@@ -144,3 +144,44 @@ async def test_kafka_unreachable_is_a_503_with_retry_after(
         assert r.status == 503, body
         assert body["error"]["code"] in ("kafka_unavailable", "topic_missing")
         assert r.headers["Retry-After"] == "1"
+
+
+async def test_client_prefers_its_own_az_and_fails_over_without_loss_or_duplicates(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_gate: Callable[..., GateService],
+    token: str,
+    topic_reader: Callable[..., list[Any]],
+    topic_end: Callable[[str], int],
+) -> None:
+    from jqcore.client import Gateway, JobqClient
+
+    topic = make_topic("jobs")
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
+    gate_a, gate_b = make_gate(routing, az="az-a"), make_gate(routing, az="az-b")
+    await gate_a.start()
+    await gate_b.start()
+    try:
+        gws = [Gateway(gate_b.url, "az-b"), Gateway(gate_a.url, "az-a")]
+        async with JobqClient(gws, token, az="az-a") as client:
+            zones = set()
+            for i in range(20):
+                body = await client.request(
+                    "POST", f"/v1/queues/{prefix}.q/jobs", json={"kind": "k", "args": i}
+                )
+                zones.add(body["az"])
+            assert zones == {"az-a"}, "the client's own zone first"
+            await gate_a.stop()  # the own-zone gateway dies: the client fails over
+            for i in range(20, 40):
+                body = await client.request(
+                    "POST", f"/v1/queues/{prefix}.q/jobs", json={"kind": "k", "args": i}
+                )
+                assert body["az"] == "az-b"
+            ids = await client.enqueue(f"{prefix}.q", [{"kind": "k", "args": i} for i in range(40, 50)])
+            assert len(ids) == 10
+    finally:
+        await gate_a.stop()
+        await gate_b.stop()
+    assert topic_end(topic) == 50, "exactly 50 records in Kafka"
+    values = [decode(m.value()).args for m in topic_reader(topic, 50)]
+    assert sorted(values) == list(range(50)), "every job once: nothing lost, nothing twice"
