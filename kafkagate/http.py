@@ -82,9 +82,40 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return json_response({"error": {"code": code, "message": exc.reason}}, exc.status)
 
 
+SCOPES = ("enqueue", "read", "worker", "admin")
+"""``enqueue``: POST jobs; ``read``: GET anything; ``worker``: claims, extend, complete, fail;
+``admin``: cancel, replay, queue and job-type configuration, dead letters."""
+
+
+def required_scope(method: str, path_template: str) -> str:
+    """The scope a route needs (by the route's template, e.g. ``/v1/queues/{queue}/jobs``)."""
+    if method == "GET":
+        return "read"
+    if method == "POST" and path_template.endswith("/jobs"):
+        return "enqueue"
+    if path_template.endswith(("/claims", "/extend", "/complete", "/fail")):
+        return "worker"
+    return "admin"
+
+
+def parse_tokens(tokens: Sequence[SecretStr]) -> list[tuple[bytes, frozenset[str]]]:
+    """``secret`` (every scope) or ``secret:scope+scope`` per configured token."""
+    out = []
+    for t in tokens:
+        secret, _, scopes = t.get_secret_value().partition(":")
+        granted = frozenset(scopes.split("+")) if scopes else frozenset(SCOPES)
+        unknown = granted - set(SCOPES)
+        if unknown:
+            raise ConfigError(
+                f"JOBQ_GATE_TOKENS: unknown scope(s) {sorted(unknown)}; known: {', '.join(SCOPES)}"
+            )
+        out.append((secret.encode(), granted))
+    return out
+
+
 def auth_middleware(tokens: Sequence[SecretStr]) -> Middleware:
-    """Bearer tokens compared in constant time; the probe and documentation endpoints stay open."""
-    secrets = [t.get_secret_value().encode() for t in tokens]
+    """Bearer tokens compared in constant time, each with its scopes; probes and documentation stay open."""
+    known = parse_tokens(tokens)
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -95,8 +126,19 @@ def auth_middleware(tokens: Sequence[SecretStr]) -> Middleware:
         if scheme.lower() != "bearer" or not token:
             raise ApiError(401, "unauthenticated", "send Authorization: Bearer <token>")
         given = token.strip().encode()
-        if not any(hmac.compare_digest(given, s) for s in secrets):
+        granted: frozenset[str] | None = None
+        for secret, scopes in known:  # compare against every token: timing does not reveal which matched
+            if hmac.compare_digest(given, secret):
+                granted = scopes
+        if granted is None:
             raise ApiError(401, "token_invalid", "the bearer token is not accepted")
+        resource = request.match_info.route.resource
+        template = resource.canonical if resource is not None else request.path
+        needed = required_scope(request.method, template)
+        if needed not in granted:
+            raise ApiError(
+                403, "scope_missing", f"this token lacks the {needed!r} scope for {request.method} {template}"
+            )
         return await handler(request)
 
     return auth

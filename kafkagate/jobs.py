@@ -83,9 +83,9 @@ async def enqueue(request: web.Request) -> web.Response:
     records, acks = build_records(parsed, gate.routing, queue)
     await gate.check_topic(records[0].topic)
     delivered = await gate.producer(acks).produce_many(records)
-    body = accepted_body(parsed.envelopes, delivered)
-    body["az"] = gate.settings.az  # which zone's gateway took it (clients prefer their own)
-    return json_response(body, 202)
+    accepted = accepted_body(parsed.envelopes, delivered)
+    accepted["az"] = gate.settings.az  # which zone's gateway took it (clients prefer their own)
+    return json_response(accepted, 202)
 
 
 @routes.get("/v1/queues/{queue}/jobs/{id}")

@@ -18,7 +18,8 @@ class GateSettings(BaseSettings):
     az: str = "local"
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
     tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
-    """Accepted bearer tokens, comma-separated in the environment. Empty refuses every request except
+    """Accepted bearer tokens, comma-separated; ``secret:enqueue+read`` limits one to scopes (enqueue, read,
+    worker, admin; none given: all). Empty refuses every request except
     the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_batch: int = Field(10_000, gt=0)

@@ -127,9 +127,8 @@ TOKEN = "test-token-0123456789"
 
 
 def start_settings(port: int = 0, **kw: Any) -> GateSettings:
-    return GateSettings(
-        port=port, tokens=[TOKEN], produce_timeout_ms=kw.pop("produce_timeout_ms", 10_000), **kw
-    )
+    kw.setdefault("tokens", [TOKEN])
+    return GateSettings(port=port, produce_timeout_ms=kw.pop("produce_timeout_ms", 10_000), **kw)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from jqcore.envelope import decode
 from jqcore.routing import Route, RoutingSettings
@@ -185,3 +186,40 @@ async def test_client_prefers_its_own_az_and_fails_over_without_loss_or_duplicat
     assert topic_end(topic) == 50, "exactly 50 records in Kafka"
     values = [decode(m.value()).args for m in topic_reader(topic, 50)]
     assert sorted(values) == list(range(50)), "every job once: nothing lost, nothing twice"
+
+
+async def test_token_scopes_limit_what_a_token_may_do(
+    prefix: str, make_gate: Callable[..., GateService], make_topic: Callable[..., str]
+) -> None:
+    from pydantic import SecretStr
+
+    topic = make_topic("jobs")
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
+    tokens = [SecretStr("producer:enqueue"), SecretStr("viewer:read"), SecretStr("ops:admin+read")]
+    q = f"/v1/queues/{prefix}.q"
+    async with make_gate(routing, tokens=tokens) as svc, aiohttp.ClientSession() as http:
+
+        async def call(token: str, method: str, path: str, **kw: Any) -> tuple[int, str | None]:
+            async with http.request(
+                method, svc.url + path, headers={"Authorization": f"Bearer {token}"}, **kw
+            ) as r:
+                body = await r.json()
+                return r.status, body.get("error", {}).get("code") if isinstance(body, dict) else None
+
+        assert (await call("producer", "POST", f"{q}/jobs", json={"kind": "k"}))[0] == 202
+        assert await call("producer", "GET", q) == (403, "scope_missing")
+        assert (await call("viewer", "GET", q))[0] == 200
+        assert await call("viewer", "POST", f"{q}/jobs", json={"kind": "k"}) == (403, "scope_missing")
+        assert await call("viewer", "POST", f"{q}/claims", json={}) == (403, "scope_missing")
+        assert (await call("ops", "PUT", q, json={"paused": True}))[0] == 200
+        assert await call("ops", "POST", f"{q}/jobs", json={"kind": "k"}) == (403, "scope_missing")
+
+
+def test_unknown_scope_is_a_config_error() -> None:
+    from pydantic import SecretStr
+
+    from jqcore.errors import ConfigError
+    from kafkagate.http import parse_tokens
+
+    with pytest.raises(ConfigError, match="unknown scope"):
+        parse_tokens([SecretStr("t:enqueue+everything")])
