@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
@@ -71,6 +72,19 @@ def _op(
 
 def _model(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema()
+
+
+_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"}
+_PATH_PARAMS: dict[str, dict[str, Any]] = {
+    "queue": {
+        "name": "queue",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$"},
+    },
+    "id": {"name": "id", "in": "path", "required": True, "schema": _NAME},
+    "kind": {"name": "kind", "in": "path", "required": True, "schema": _NAME},
+}
 
 
 @cache
@@ -163,6 +177,16 @@ def document() -> dict[str, Any]:
             "put": _op("job type: concurrency, attempts, delivery strategy", body=_model(KindBody))
         },
     }
+    for path, ops in paths.items():
+        params = [_PATH_PARAMS[name] for name in re.findall(r"{(\w+)}", path)]
+        for op in ops.values():
+            if params:
+                op["parameters"] = [*params, *op.get("parameters", [])]
+    paths[f"{q}/dead"]["get"]["parameters"] += [
+        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+    ]
+    paths[job]["delete"]["parameters"].append({"name": "reason", "in": "query", "schema": {"type": "string"}})
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobq gateway (kafkagate)", "version": "1"},
