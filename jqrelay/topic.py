@@ -196,7 +196,6 @@ class TopicRelay(Service):
                 if err.code() != KafkaError._PARTITION_EOF:
                     raise BackendUnavailable(f"consume error on {self.topic}: {err.str()}")
                 continue
-            self._count("read")
             batch.offsets[msg.partition() or 0] = max(
                 batch.offsets.get(msg.partition() or 0, -1), msg.offset() or 0
             )
@@ -207,6 +206,7 @@ class TopicRelay(Service):
                 continue
             batch.envelopes.append(env)
             batch.source[env.id] = msg
+        self._count("read", len(batch.envelopes) + len(batch.dead))
         return batch
 
     async def _write(self, batch: Batch, term: Term) -> None:

@@ -16,6 +16,7 @@ SCENARIOS: dict[str, str] = {
     "stack": "loadtest.stack_bench",
     "engine": "loadtest.engine_bench",
     "drain": "loadtest.drain_bench",
+    "relay": "loadtest.relay_bench",
 }
 """Scenario name → module exposing ``run(quick: bool) -> loadtest.report.Report``."""
 

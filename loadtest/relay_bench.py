@@ -1,0 +1,146 @@
+"""``jobq bench relay``: Kafka → Redis through the relay, on a throw-away stack (Kafka, Consul, Redis).
+
+* throughput with limits off: N envelopes are produced first, then one relay process (in-process here)
+  takes the topic's lock and relays; measured from its first written batch to the last job in Redis;
+* rate-limit accuracy: a limit is set in Consul KV, records keep arriving, and the achieved rate over a
+  window after warm-up is compared with the setting (the goal is within ±5 %).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import consul
+import redis.asyncio as aioredis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from jobq.stack.manager import Endpoints, Stack, StackSpec
+from jqcore.envelope import encode, new_envelope, now_ms, record_key
+from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
+from jqcore.state import reads
+from jqrelay.elector import Role
+from jqrelay.main import RelayService
+from jqrelay.settings import RelaySettings
+from loadtest.report import Report
+
+__all__ = ["run"]
+
+PARTITIONS = 3
+
+
+def _topic(ep: Endpoints, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": ep.kafka_bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+
+
+def _produce(ep: Endpoints, topic: str, queue: str, first: int, n: int) -> None:
+    p = Producer({"bootstrap.servers": ep.kafka_bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    t = now_ms()
+    for i in range(first, first + n):
+        env = new_envelope(queue, "noop", None, id=f"b{i}", at_ms=t)
+        while True:
+            try:
+                p.produce(topic, encode(env), record_key(env))
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(120)
+
+
+def _relay(ep: Endpoints, topic: str, tag: str, batch: int) -> RelayService:
+    settings = RelaySettings.model_validate(
+        {
+            "topics": [topic],
+            "holder": f"bench-{tag}",
+            "kv_prefix": f"jobq-bench/{tag}",
+            "group_prefix": f"bench-{tag}",
+            "batch": batch,
+            "lock_delay_s": 0,
+        }
+    )
+    return RelayService(
+        settings,
+        KafkaSettings(bootstrap=ep.kafka_bootstrap),
+        RedisSettings.model_validate({"url": ep.redis_url or ""}),
+        ConsulSettings.model_validate({"addr": ep.consul_addr}),
+    )
+
+
+async def _pending(client: aioredis.Redis, queue: str) -> int:
+    return (await reads.depth(client, queue)).pending
+
+
+async def _throughput(ep: Endpoints, n: int, tag: str) -> float:
+    topic, queue = f"bench.{tag}", f"bench.{tag}"
+    await asyncio.to_thread(_topic, ep, topic)
+    await asyncio.to_thread(_produce, ep, topic, queue, 0, n)
+    client = aioredis.Redis.from_url(ep.redis_url or "")
+    relay = _relay(ep, topic, tag, batch=2000)
+    async with relay:
+        counts = relay.relays[0].counts
+        while not counts.get("written"):  # noqa: ASYNC110 (the relay's state, sampled)
+            await asyncio.sleep(0.005)
+        started = time.perf_counter()
+        first = counts["written"]
+        while await _pending(client, queue) < n:  # noqa: ASYNC110 (Redis state, sampled)
+            await asyncio.sleep(0.02)
+        elapsed = time.perf_counter() - started
+    await client.aclose()
+    return (n - first) / elapsed
+
+
+async def _rate_accuracy(ep: Endpoints, rate: float, seconds: float, tag: str) -> float:
+    topic, queue = f"bench.{tag}", f"bench.{tag}"
+    await asyncio.to_thread(_topic, ep, topic)
+    host, port = ep.consul_addr.rsplit(":", 1)
+    consul.Consul(host=host, port=int(port)).kv.put(f"jobq-bench/{tag}/rates/{topic}", str(rate))
+    total = int(rate * (seconds + 4) * 1.5)
+    await asyncio.to_thread(_produce, ep, topic, queue, 0, total)
+    client = aioredis.Redis.from_url(ep.redis_url or "")
+    async with _relay(ep, topic, tag, batch=500) as relay:
+        await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=30)
+        while await _pending(client, queue) < rate:  # noqa: ASYNC110 (warm-up: one second's worth)
+            await asyncio.sleep(0.01)
+        a, t0 = await _pending(client, queue), time.perf_counter()
+        await asyncio.sleep(seconds)
+        b, t1 = await _pending(client, queue), time.perf_counter()
+    await client.aclose()
+    return (b - a) / (t1 - t0)
+
+
+async def _round(ep: Endpoints, quick: bool, rep: int) -> dict[str, float]:
+    n, rate, window = (20_000, 500.0, 3.0) if quick else (200_000, 2000.0, 10.0)
+    tag = f"{os.getpid()}r{rep}"
+    through = await _throughput(ep, n, f"t{tag}")
+    achieved = await _rate_accuracy(ep, rate, window, f"l{tag}")
+    return {
+        "relay throughput, limits off": through,
+        f"achieved rate at a {rate:g}/s limit": achieved,
+        "rate error": abs(achieved - rate) / rate * 100,
+    }
+
+
+UNITS = {"relay throughput, limits off": "jobs/s", "rate error": "%"}
+
+
+def run(quick: bool = False) -> Report:
+    reps = 1 if quick else 3
+    report = Report("relay", {"reps": reps, "quick": quick, "partitions": PARTITIONS})
+    stack = Stack(StackSpec(name=f"bench-relay-{os.getpid()}", redis_mode="single", fixed_ports=False))
+    samples: dict[str, list[float]] = {}
+    try:
+        ep = stack.up()
+        for rep in range(reps):
+            for name, value in asyncio.run(_round(ep, quick, rep)).items():
+                samples.setdefault(name, []).append(value)
+    finally:
+        stack.down(purge=True)
+    for name, values in samples.items():
+        report.add(name, UNITS.get(name, "jobs/s"), values)
+    report.notes.append(
+        "one relay process (in-process), batches of 2000 records, 3 partitions, no-op envelopes"
+    )
+    return report
