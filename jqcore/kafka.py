@@ -19,7 +19,13 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.settings import KafkaSettings
 
+CONSUME_WAIT_S = 0.19
+"""Longest wait per ``Consumer.consume`` call. confluent-kafka ≥ 2.13 splits waits of 200 ms or more into
+GIL-re-acquiring chunks, which was seen to hang ``consume`` for good in a worker thread; under 200 ms it
+takes the direct librdkafka path. Callers loop instead of waiting longer."""
+
 __all__ = [
+    "CONSUME_WAIT_S",
     "AsyncProducer",
     "Delivered",
     "ProduceFailed",

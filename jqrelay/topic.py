@@ -18,7 +18,6 @@ bytes Kafka holds; nothing is re-encoded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +43,10 @@ from jqrelay.settings import RelaySettings
 __all__ = ["TopicRelay", "dead_topic"]
 
 log = get_logger("jqrelay.topic")
+
+STOP_TIMEOUT_S = 15.0
+IDLE_POLL_S = 0.01
+"""Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile)."""
 
 
 def dead_topic(topic: str) -> str:
@@ -86,6 +89,7 @@ class TopicRelay(Service):
         self.limit = RateLimit(consul_client, settings.rate_key(topic), topic)
         self.counts: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -94,10 +98,16 @@ class TopicRelay(Service):
         self._task = asyncio.create_task(self._run(), name=f"relay:{self.topic}")
 
     async def _stop(self) -> None:
+        """Cooperative: the loop sees the flag within one idle poll (or one batch) and closes its consumer.
+        Cancelling is only the fallback: a cancel racing a timeout inside ``asyncio.wait_for`` can be
+        swallowed on Python 3.11, which left a relay unable to stop."""
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            done, _ = await asyncio.wait([self._task], timeout=STOP_TIMEOUT_S)
+            if not done:
+                log.warning("relay loop did not stop in time; cancelling", topic=self.topic)
+                self._task.cancel()
+                await asyncio.wait([self._task], timeout=STOP_TIMEOUT_S)
         await self.elector.stop()
         await self.limit.stop()
 
@@ -107,11 +117,11 @@ class TopicRelay(Service):
             metrics.RELAY_RECORDS.labels(self.topic, stage).inc(n)
 
     async def _run(self) -> None:
-        while True:
-            await self.elector.wait_role(Role.LEADER)
+        while not self._stopping:
+            if await self._wait_role(Role.LEADER) is not Role.LEADER:
+                continue
             term = self.elector.trusted_term()
             if term is None:  # the term ended between the wake-up and now
-                await self.elector.wait_role(Role.LOST, Role.CANDIDATE, Role.WAITING)
                 continue
             metrics.RELAY_LEADER.labels(self.topic).set(1)
             log.info("relaying", topic=self.topic, fence=term.fence, holder=self.settings.holder)
@@ -129,11 +139,18 @@ class TopicRelay(Service):
                 metrics.RELAY_LEADER.labels(self.topic).set(0)
             if self.elector.trusted_term() == term:
                 continue
-            with contextlib.suppress(TimeoutError):
-                await self.elector.wait_role(Role.LOST, Role.CANDIDATE, Role.WAITING, timeout_s=1)
+            await self._wait_role(Role.LOST, Role.CANDIDATE, Role.WAITING, Role.STOPPED)
+
+    async def _wait_role(self, *roles: Role) -> Role | None:
+        """The elector's role once it is one of ``roles`` — or None after a second (to look at the stop
+        flag again). Short waits, never an unbounded one, so a stop is always noticed."""
+        try:
+            return await self.elector.wait_role(*roles, timeout_s=1.0)
+        except TimeoutError:
+            return None
 
     def _trusted(self, term: Term) -> bool:
-        return self.elector.trusted_term() == term
+        return not self._stopping and self.elector.trusted_term() == term
 
     # ---- one term -------------------------------------------------------------------------------
     def _consumer(self) -> Consumer:
@@ -157,8 +174,11 @@ class TopicRelay(Service):
         return consumer
 
     async def _lead(self, term: Term) -> None:
-        consumer = await asyncio.to_thread(self._consumer)
-        polling: asyncio.Future[list[Message]] | None = None
+        # The consumer is only touched from the event loop, with non-blocking calls: librdkafka fetches in
+        # its own threads, ``consume(n, 0)`` takes what has arrived, and commits are asynchronous (their
+        # reports arrive through later consume calls; a lost commit only means a re-read, deduplicated).
+        # Blocking consume() calls in worker threads were seen to hang for good on confluent-kafka 2.16.
+        consumer = self._consumer()
         try:
             if not self.settings.shadow:
                 await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
@@ -166,9 +186,9 @@ class TopicRelay(Service):
                 if not self.settings.shadow:
                     await self.guard.wait_for_room()
                 n = self.limit.batch_cap(self.settings.batch)
-                polling = asyncio.ensure_future(asyncio.to_thread(consumer.consume, n, 0.5))
-                msgs = await asyncio.shield(polling)  # a stop must not close the consumer mid-consume
+                msgs = consumer.consume(n, 0)
                 if not msgs:
+                    await asyncio.sleep(IDLE_POLL_S)
                     continue
                 await self.limit.acquire(len(msgs))
                 batch = self._parse(msgs)
@@ -182,11 +202,9 @@ class TopicRelay(Service):
                 if not self._trusted(term):
                     raise TermEnded
                 offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
-                await asyncio.to_thread(consumer.commit, offsets=offsets, asynchronous=False)
+                consumer.commit(offsets=offsets, asynchronous=True)
         finally:
-            if polling is not None and not polling.done():
-                await asyncio.wait([polling])
-            await asyncio.to_thread(consumer.close)
+            consumer.close()
 
     def _parse(self, msgs: Sequence[Message]) -> Batch:
         batch = Batch([], [], {}, {})

@@ -66,7 +66,7 @@ def read_topic(bootstrap: str, topic: str, n: int, timeout_s: float = 30) -> lis
     deadline = time.monotonic() + timeout_s
     try:
         while len(out) < n and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
+            for msg in consumer.consume(1000, 0.19):
                 assert msg.error() is None, msg.error()
                 out.append(msg)
     finally:

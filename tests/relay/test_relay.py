@@ -79,8 +79,8 @@ def read_all(endpoints: Endpoints, topic: str, n: int) -> list[Any]:
     c.assign([TopicPartition(topic, p, 0) for p in parts])
     out: list[Any] = []
     try:
-        for _ in range(60):
-            out += [m for m in c.consume(100, 0.5) if m.error() is None]
+        for _ in range(150):
+            out += [m for m in c.consume(100, 0.19) if m.error() is None]
             if len(out) >= n:
                 break
     finally:
@@ -89,6 +89,7 @@ def read_all(endpoints: Endpoints, topic: str, n: int) -> list[Any]:
 
 
 async def test_two_relays_one_holder_and_a_fenced_takeover(
+    endpoints: Endpoints,
     prefix: str,
     make_topic: Callable[..., str],
     make_relay: Callable[..., RelayService],
@@ -104,6 +105,10 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
         first, second = (a, b) if ea.role is Role.LEADER else (b, a)
         await produce_jobs(producer, topic, queue, 100)
         await eventually(lambda: pending(engine, queue), lambda n: n == 100)
+        group = f"{prefix}-relay.{topic}"
+        await eventually(  # written *and* committed: the next holder starts after them
+            lambda: asyncio.to_thread(committed_total, endpoints, group, topic), lambda t: t[0] == t[1] == 100
+        )
         fence_before = first.relays[0].elector.trusted_term()
         assert fence_before is not None
         await first.stop()  # releases the lock: the other takes over at once (lock-delay 0 here)
