@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client import start_http_server
-
 from canary.monitor import Canary
 from canary.settings import CanarySettings
+from jqcore import metrics
 from jqcore.client import Gateway, JobqClient
 from jqcore.kafka import topic_partitions
 from jqcore.lifecycle import run_until_signal
@@ -44,5 +43,5 @@ async def serve(settings: CanarySettings) -> None:
 
 def run(settings: CanarySettings | None = None, metrics_port: int | None = None) -> None:
     if metrics_port is not None:
-        start_http_server(metrics_port, addr="127.0.0.1")
+        metrics.serve(metrics_port)
     asyncio.run(serve(settings or load(CanarySettings)))

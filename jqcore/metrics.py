@@ -7,7 +7,15 @@ from here and expose them with :func:`start_http_server` or :func:`render` in th
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 
 __all__ = [
     "CANARY_HEALTHY",
@@ -35,6 +43,7 @@ __all__ = [
     "SCRIPT_CALLS",
     "SCRIPT_TIME",
     "render",
+    "serve",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -117,6 +126,13 @@ CANARY_HEALTHY = Gauge(
     "1 when the partition's last heartbeat arrived in time, 0 when late or missing",
     ["topic", "partition"],
 )
+
+
+def serve(port: int) -> None:
+    """Serve this process's metrics on ``JOBQ_METRICS_HOST:port`` (a background thread)."""
+    from jqcore.settings import MetricsSettings, load
+
+    start_http_server(port, addr=load(MetricsSettings).host)
 
 
 def render() -> bytes:

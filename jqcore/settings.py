@@ -24,6 +24,7 @@ __all__ = [
     "ConsulSettings",
     "KafkaSettings",
     "LogSettings",
+    "MetricsSettings",
     "RedisSettings",
     "load",
 ]
@@ -161,6 +162,15 @@ class LogSettings(BaseSettings):
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["console", "json"] = "console"
+
+
+class MetricsSettings(BaseSettings):
+    """Where relays, workers and canaries serve ``/metrics`` (``JOBQ_METRICS_HOST``); the port is each
+    command's ``--metrics-port``. Loopback by default; ``0.0.0.0`` in containers."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_METRICS_", extra="ignore")
+
+    host: str = "127.0.0.1"
 
 
 def load(cls: type[_S], **overrides: Any) -> _S:

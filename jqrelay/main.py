@@ -10,8 +10,8 @@ import asyncio
 from typing import Any
 
 import consul.aio
-from prometheus_client import start_http_server
 
+from jqcore import metrics
 from jqcore.errors import ConfigError
 from jqcore.kafka import AsyncProducer, ensure_topics
 from jqcore.lifecycle import Service, run_until_signal
@@ -81,7 +81,7 @@ class RelayService(Service):
 def run(settings: RelaySettings | None = None) -> None:
     settings = settings or load(RelaySettings)
     if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, addr="127.0.0.1")
+        metrics.serve(settings.metrics_port)
 
     async def main() -> None:
         service = RelayService(

@@ -93,6 +93,7 @@ class TopicRelay(Service):
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
+        metrics.RELAY_LEADER.labels(self.topic).set(0)  # standbys report 0, so "nobody leads" is visible
         await self.limit.start()
         await self.elector.start()
         self._task = asyncio.create_task(self._run(), name=f"relay:{self.topic}")

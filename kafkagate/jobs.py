@@ -9,9 +9,9 @@ from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jqcore import keys
+from jqcore import keys, metrics
 from jqcore.envelope import decode, new_envelope, validate_name
-from jqcore.errors import BackendUnavailable, EnvelopeError
+from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
 from jqcore.log import get_logger
 from jqcore.state import reads
 from kafkagate.enqueue import Parsed, accepted_body, build_records, idempotency_digest, parse_jobs
@@ -82,7 +82,12 @@ async def enqueue(request: web.Request) -> web.Response:
     )
     records, acks = build_records(parsed, gate.routing, queue)
     await gate.check_topic(records[0].topic)
-    delivered = await gate.producer(acks).produce_many(records)
+    try:
+        delivered = await gate.producer(acks).produce_many(records)
+    except JobqError:
+        metrics.GATE_PRODUCE_FAILURES.labels(records[0].topic).inc()
+        raise
+    metrics.GATE_JOBS_PRODUCED.labels(queue, records[0].topic).inc(len(records))
     accepted = accepted_body(parsed.envelopes, delivered)
     accepted["az"] = gate.settings.az  # which zone's gateway took it (clients prefer their own)
     return json_response(accepted, 202)

@@ -12,8 +12,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prometheus_client import start_http_server
-
+from jqcore import metrics
 from jqcore.errors import ConfigError
 from jqcore.lifecycle import run_until_signal
 from jqcore.log import get_logger
@@ -81,5 +80,5 @@ async def serve(options: WorkerOptions, redis: RedisSettings | None = None) -> N
 
 def run(options: WorkerOptions) -> None:
     if options.metrics_port is not None:
-        start_http_server(options.metrics_port, addr="127.0.0.1")
+        metrics.serve(options.metrics_port)
     asyncio.run(serve(options))

@@ -177,6 +177,8 @@ class Registry:
             raise ValueError(f"kind {kind!r} is already registered to {self._specs[kind].fn!r}")
 
         def register(fn: Callable[P, R]) -> JobSpec[P, R]:
+            if kind in self._specs:  # again when applied: a decorator made earlier must not overwrite
+                raise ValueError(f"kind {kind!r} is already registered to {self._specs[kind].fn!r}")
             is_async = inspect.iscoroutinefunction(fn)
             chosen: Mode = mode or ("async" if is_async else "thread")
             if (chosen == "async") != is_async:

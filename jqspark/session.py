@@ -1,0 +1,103 @@
+"""A local Spark session that can write to Kafka: the connector jars from the cache, loopback only.
+
+The Kafka connector (``spark-sql-kafka-0-10_2.13``) must match pyspark exactly; ``jobq`` resolves it once
+with Maven (``jobq.stack.provision.ensure_spark_jars()``, cached under ``JOBQ_HOME``) and the caller passes
+that folder here, so no job ever downloads anything at run time. Jars that pyspark already ships in its own
+``jars/`` folder (scala-library, slf4j, hadoop-client, lz4, snappy...) are left out: two versions of one
+library on the class path is a failure waiting for the wrong class to load first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from jqcore.errors import JobqError
+
+__all__ = ["BOOTSTRAP_CONF", "SparkSetupError", "connector_jars", "spark_session"]
+
+BOOTSTRAP_CONF = "spark.jobq.kafka.bootstrap"
+"""Session setting holding the Kafka bootstrap servers that ``write_batch``/``write_stream`` default to."""
+
+_CONNECTOR = "spark-sql-kafka-0-10_2.13"
+_VERSIONED = re.compile(r"^(?P<artifact>.+)-\d[^-]*(?:-[A-Za-z][^-]*)?$")
+
+
+class SparkSetupError(JobqError):
+    """The Spark session cannot be set up as asked (typically: the connector jars are missing)."""
+
+    code = "spark_setup"
+
+
+def _artifact(jar: str) -> str:
+    stem = jar.removesuffix(".jar")
+    match = _VERSIONED.match(stem)
+    return match.group("artifact") if match else stem
+
+
+def _bundled() -> set[str]:
+    folder = Path(pyspark.__file__).resolve().parent / "jars"
+    return {_artifact(p.name) for p in folder.glob("*.jar")}
+
+
+def connector_jars(jars: str | Path | Iterable[str | Path]) -> list[str]:
+    """Absolute paths for ``spark.jars``: the folder's ``*.jar`` (or the files given), minus the artifacts
+    pyspark already bundles. Raises :class:`SparkSetupError` when the Kafka connector is not among them."""
+    if isinstance(jars, str | Path):
+        root = Path(jars)
+        files = sorted(root.glob("*.jar")) if root.is_dir() else [root]
+    else:
+        files = [Path(j) for j in jars]
+    bundled = _bundled()
+    chosen = [str(p.resolve()) for p in files if _artifact(p.name) not in bundled]
+    if not any(_artifact(Path(p).name) == _CONNECTOR for p in chosen):
+        raise SparkSetupError(
+            f"no {_CONNECTOR} jar in {jars}: resolve it with `jobq.stack.provision.ensure_spark_jars()` "
+            f"(Maven, deploy/spark/pom.xml); it must match pyspark {pyspark.__version__} exactly"
+        )
+    return chosen
+
+
+def spark_session(
+    app_name: str,
+    bootstrap: str | None = None,
+    *,
+    jars: str | Path | Iterable[str | Path],
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    log_level: str = "WARN",
+) -> SparkSession:
+    """A Spark session with the Kafka connector, bound to loopback, without the web UI.
+
+    ``bootstrap`` (Kafka's ``host:port,...``) is remembered in the session (``spark.jobq.kafka.bootstrap``)
+    as the default of :func:`jqspark.write_batch` / :func:`jqspark.write_stream`. ``jars`` is the folder
+    ``ensure_spark_jars()`` returns. ``conf`` entries override the defaults set here. Like every
+    ``getOrCreate``, this returns the already running session of the process if there is one (its jars and
+    settings then stay as they were): start one session per process and share it.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = {
+        "spark.jars": ",".join(connector_jars(jars)),
+        "spark.ui.enabled": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    }
+    if bootstrap:
+        settings[BOOTSTRAP_CONF] = bootstrap
+    settings.update(conf or {})
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(log_level)
+    return session

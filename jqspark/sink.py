@@ -1,0 +1,102 @@
+"""Writing the records of :func:`jqspark.to_kafka_records` into Kafka: a batch (backfill) or a stream.
+
+Both use Spark's Kafka sink with a durable, idempotent producer (``acks=all``,
+``enable.idempotence=true``): a write Spark reports done is on every in-sync replica, and the producer's
+own retries never duplicate a record. The sink is still at-least-once across failures: a streaming batch
+whose Kafka write finished but whose checkpoint commit did not is written again on restart, and a batch
+job run twice writes twice. The deterministic job ids make those copies harmless (the engine stores the
+first and counts the rest as duplicates). Routes with ``acks=leader`` are written with ``acks=all`` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming.query import StreamingQuery
+
+from jqspark.records import RECORD_COLUMNS
+from jqspark.session import BOOTSTRAP_CONF, SparkSetupError
+
+__all__ = ["PRODUCER_DEFAULTS", "kafka_options", "write_batch", "write_stream"]
+
+PRODUCER_DEFAULTS: dict[str, str] = {
+    "kafka.acks": "all",
+    "kafka.enable.idempotence": "true",
+    "kafka.linger.ms": "5",
+}
+"""Producer settings every write starts from (``options`` may add to them, e.g. ``kafka.batch.size``)."""
+
+_REQUIRED = frozenset({"topic", "value"})
+_ALLOWED = frozenset({*RECORD_COLUMNS, "partition"})
+
+
+def kafka_options(
+    records: DataFrame, bootstrap: str | None, options: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The sink's options: bootstrap servers (given, else the session's ``spark.jobq.kafka.bootstrap``),
+    the durable producer defaults, then ``options``. ``acks`` other than ``all`` is refused: it would
+    drop the guarantee the gateway gives for the same jobs."""
+    servers = bootstrap or records.sparkSession.conf.get(BOOTSTRAP_CONF, None)
+    if not servers:
+        raise SparkSetupError(
+            "no Kafka bootstrap servers: pass bootstrap=, or create the session with "
+            "jqspark.spark_session(app, bootstrap)"
+        )
+    opts = {"kafka.bootstrap.servers": servers, **PRODUCER_DEFAULTS, **(options or {})}
+    if opts["kafka.acks"] not in ("all", "-1"):
+        raise ValueError(f"kafka.acks must be all, not {opts['kafka.acks']!r}")
+    return opts
+
+
+def _check_columns(records: DataFrame) -> None:
+    columns = set(records.columns)
+    if not columns >= _REQUIRED or not columns <= _ALLOWED:
+        raise ValueError(
+            f"records need the columns {sorted(_REQUIRED)} and at most {sorted(_ALLOWED)} "
+            f"(see jqspark.to_kafka_records), got {sorted(columns)}"
+        )
+
+
+def write_batch(
+    records: DataFrame, *, bootstrap: str | None = None, options: Mapping[str, str] | None = None
+) -> None:
+    """Write a batch DataFrame of records (``df.write.format("kafka")``); returns once Kafka has them."""
+    if records.isStreaming:
+        raise ValueError("write_batch needs a batch DataFrame; use write_stream for a streaming one")
+    _check_columns(records)
+    records.write.format("kafka").options(**kafka_options(records, bootstrap, options)).save()
+
+
+def write_stream(
+    records: DataFrame,
+    *,
+    checkpoint: str | Path,
+    bootstrap: str | None = None,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> StreamingQuery:
+    """Start a streaming query writing records into Kafka (``writeStream.format("kafka")``).
+
+    ``checkpoint`` is the query's progress (source offsets and committed batches): keep it for the life
+    of the pipeline, and restart with the same one to resume where it stopped. ``trigger`` is passed to
+    ``DataStreamWriter.trigger`` (``{"processingTime": "2 seconds"}``, ``{"availableNow": True}``);
+    default: the next batch as soon as the previous one is done.
+    """
+    if not records.isStreaming:
+        raise ValueError("write_stream needs a streaming DataFrame; use write_batch for a batch one")
+    _check_columns(records)
+    writer = (
+        records.writeStream.format("kafka")
+        .options(**kafka_options(records, bootstrap, options))
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode("append")
+    )
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer.start()
