@@ -17,6 +17,7 @@ SCENARIOS: dict[str, str] = {
     "engine": "loadtest.engine_bench",
     "drain": "loadtest.drain_bench",
     "relay": "loadtest.relay_bench",
+    "gate": "loadtest.gate_bench",
     "spark": "loadtest.spark_bench",
 }
 """Scenario name → module exposing ``run(quick: bool) -> loadtest.report.Report``."""

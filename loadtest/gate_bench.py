@@ -1,0 +1,173 @@
+"""``jobq bench gate``: HTTP enqueue through a gateway process into Kafka (acks=all), on a throw-away stack.
+
+* single-job enqueue at saturation: 64 concurrent clients in a closed loop → requests/s;
+* open-loop latency at a fixed arrival rate (2,500 req/s; ``--quick``: 500): each request is due at
+  ``t0 + i / rate`` and its latency is measured from that due time, so a stalled gateway shows up in the
+  percentiles instead of silently slowing the load (no coordinated omission); HDR histogram p50/p99;
+* batch enqueue: 1,000 jobs per request, 4 concurrent clients → jobs/s.
+
+The load generator runs in this process and shares the machine's two cores with the gateway and Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import aiohttp
+import orjson
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from hdrh.histogram import HdrHistogram
+
+from jobq.stack.manager import Endpoints, Stack, StackSpec
+from jobq.stack.procs import free_port
+from loadtest.report import Report
+
+__all__ = ["run"]
+
+TOKEN = "bench-token"
+TOPIC = "bench.gate"
+
+
+def _gateway(ep: Endpoints) -> tuple[subprocess.Popen[bytes], str]:
+    admin = AdminClient({"bootstrap.servers": ep.kafka_bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(30)
+    port = free_port()
+    env = {
+        **os.environ,
+        "JOBQ_GATE_PORT": str(port),
+        "JOBQ_GATE_TOKENS": TOKEN,
+        "JOBQ_KAFKA_BOOTSTRAP": ep.kafka_bootstrap,
+        "JOBQ_REDIS_URL": ep.redis_url or "",
+        "JOBQ_DEFAULT_TOPIC": TOPIC,
+        "JOBQ_LOG_LEVEL": "warning",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "kafkagate"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/readyz", timeout=2)
+            return proc, url
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the gateway did not become ready") from None
+            time.sleep(0.2)
+
+
+async def _saturation(http: aiohttp.ClientSession, url: str, seconds: float, clients: int) -> float:
+    body = orjson.dumps({"kind": "noop", "args": {"n": 1}})
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                if r.status == 202:
+                    done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done / (time.perf_counter() - started)
+
+
+async def _open_loop(
+    http: aiohttp.ClientSession, url: str, rate: float, seconds: float
+) -> tuple[float, float, float]:
+    hist = HdrHistogram(1, 60_000_000, 3)  # microseconds
+    body = orjson.dumps({"kind": "noop"})
+    errors = 0
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() + 0.1
+    total = int(rate * seconds)
+
+    async def one(due: float) -> None:
+        nonlocal errors
+        try:
+            async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                if r.status != 202:
+                    errors += 1
+        except aiohttp.ClientError:
+            errors += 1
+        hist.record_value(max(1, int((loop.time() - due) * 1_000_000)))
+
+    tasks = []
+    for i in range(total):
+        due = t0 + i / rate
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(due)))
+    await asyncio.gather(*tasks)
+    return (
+        hist.get_value_at_percentile(50) / 1000,
+        hist.get_value_at_percentile(99) / 1000,
+        errors / total * 100,
+    )
+
+
+async def _batches(http: aiohttp.ClientSession, url: str, seconds: float, clients: int, size: int) -> float:
+    body = orjson.dumps({"jobs": [{"kind": "noop", "args": i} for i in range(size)]})
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                if r.status == 202:
+                    done += size
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done / (time.perf_counter() - started)
+
+
+async def _round(base: str, quick: bool) -> dict[str, float]:
+    seconds, rate = (2.0, 500.0) if quick else (10.0, 2500.0)
+    url = f"{base}/v1/queues/bench/jobs"
+    conn = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(connector=conn, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        out = {"single enqueue at saturation": await _saturation(http, url, seconds, 64)}
+        p50, p99, err = await _open_loop(http, url, rate, seconds)
+        out[f"p50 at {rate:g} req/s"], out[f"p99 at {rate:g} req/s"] = p50, p99
+        out[f"errors at {rate:g} req/s"] = err
+        out["batch enqueue (1000/request)"] = await _batches(http, url, seconds, 4, 1000)
+    return out
+
+
+UNITS = {"single enqueue at saturation": "req/s", "batch enqueue (1000/request)": "jobs/s"}
+
+
+def run(quick: bool = False) -> Report:
+    reps = 1 if quick else 3
+    report = Report("gate", {"reps": reps, "quick": quick, "acks": "all", "partitions": 3})
+    stack = Stack(StackSpec(name=f"bench-gate-{os.getpid()}", redis_mode="single", fixed_ports=False))
+    samples: dict[str, list[float]] = {}
+    proc = None
+    try:
+        ep = stack.up()
+        proc, base = _gateway(ep)
+        for _ in range(reps):
+            for name, value in asyncio.run(_round(base, quick)).items():
+                samples.setdefault(name, []).append(value)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+        stack.down(purge=True)
+    for name, values in samples.items():
+        unit = UNITS.get(name, "%" if name.startswith("errors") else "ms")
+        report.add(name, unit, values)
+    report.notes.append(
+        "one gateway process; the load generator shares the 2 cores; latency from each request's due time"
+    )
+    return report
