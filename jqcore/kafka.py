@@ -98,18 +98,15 @@ class AsyncProducer:
 
     async def produce_many(self, records: Sequence[Record]) -> list[Delivered]:
         """Write every record; return once each has its delivery report. Raises :class:`ProduceFailed`
-        (or :class:`TopicMissing`) if any write was not confirmed — the caller must not acknowledge."""
+        (or :class:`TopicMissing`) if any write was not confirmed — the caller must not acknowledge.
+
+        The delivery thread collects the reports of one call and wakes the event loop once, when the
+        last arrives (not once per record: a 1,000-job request is one wake-up)."""
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[Delivered]] = []
-        for rec in records:
-            fut: asyncio.Future[Delivered] = loop.create_future()
-            futures.append(fut)
-            await self._enqueue(rec, self._callback(loop, fut))
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return [r for r in results if isinstance(r, Delivered)]
+        waiter = _Waiter(loop, len(records))
+        for i, rec in enumerate(records):
+            await self._enqueue(rec, waiter.callback(i))
+        return await waiter.future
 
     async def _enqueue(self, rec: Record, callback: Any) -> None:
         kwargs: dict[str, Any] = {"value": rec.value, "key": rec.key, "on_delivery": callback}
@@ -125,22 +122,6 @@ class AsyncProducer:
                 await asyncio.sleep(0.005)
             except KafkaException as exc:
                 raise ProduceFailed(f"produce to {rec.topic!r} refused: {exc}") from exc
-
-    @staticmethod
-    def _callback(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Delivered]) -> Any:
-        def done(err: KafkaError | None, msg: Message) -> None:
-            if err is not None:
-                exc: Exception
-                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                    exc = TopicMissing(f"topic {msg.topic()!r} does not exist")
-                else:
-                    exc = ProduceFailed(f"Kafka did not confirm the write: {err.str()}")
-                loop.call_soon_threadsafe(_settle, fut, exc)
-            else:
-                d = Delivered(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
-                loop.call_soon_threadsafe(_settle, fut, d)
-
-        return done
 
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait for outstanding writes; returns how many are still undelivered."""
@@ -163,7 +144,41 @@ class AsyncProducer:
         return sorted(t.partitions)
 
 
-def _settle(fut: asyncio.Future[Delivered], result: Delivered | Exception) -> None:
+class _Waiter:
+    """The delivery reports of one ``produce_many`` call, gathered on the delivery thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[list[Delivered]] = loop.create_future()
+        self.results: list[Delivered | None] = [None] * n
+        self.left = n
+        self.error: Exception | None = None
+        self.lock = threading.Lock()
+        if n == 0:
+            self.future.set_result([])
+
+    def callback(self, index: int) -> Any:
+        def done(err: KafkaError | None, msg: Message) -> None:
+            with self.lock:
+                if err is not None and self.error is None:
+                    if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                        self.error = TopicMissing(f"topic {msg.topic()!r} does not exist")
+                    else:
+                        self.error = ProduceFailed(f"Kafka did not confirm the write: {err.str()}")
+                elif err is None:
+                    self.results[index] = Delivered(
+                        msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+                    )
+                self.left -= 1
+                if self.left:
+                    return
+            outcome: list[Delivered] | Exception = self.error or [r for r in self.results if r is not None]
+            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+
+        return done
+
+
+def _settle(fut: asyncio.Future[list[Delivered]], result: list[Delivered] | Exception) -> None:
     if fut.done():
         return
     if isinstance(result, Exception):
