@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["Service", "run_until_signal"]
+__all__ = ["Service", "cancel_and_wait", "run_until_signal"]
 
 
 class Service:
@@ -60,6 +60,15 @@ class Service:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a helper task of a service and wait until it has finished (its cancellation swallowed)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def run_until_signal(

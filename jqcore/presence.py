@@ -10,7 +10,7 @@ import socket
 import time
 
 from jqcore.keys import presence_key
-from jqcore.lifecycle import Service
+from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.state.engine import RedisClient
 
 __all__ = ["Presence", "count_alive", "process_name"]
@@ -36,10 +36,7 @@ class Presence(Service):
             await asyncio.sleep(self.every_s)
 
     async def _stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):
             await self.client.zrem(self.key, self.name)
 

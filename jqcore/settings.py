@@ -9,11 +9,19 @@ the service at start-up with a :class:`~jqcore.errors.ConfigError` naming the se
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from jqcore.errors import ConfigError
 
@@ -21,6 +29,8 @@ __all__ = [
     "DEFAULT_CONSUL_ADDR",
     "DEFAULT_KAFKA_BOOTSTRAP",
     "DEFAULT_REDIS_URL",
+    "CommaList",
+    "CommaSecrets",
     "ConsulSettings",
     "KafkaSettings",
     "LogSettings",
@@ -30,6 +40,18 @@ __all__ = [
 ]
 
 _S = TypeVar("_S", bound=BaseSettings)
+
+
+def _comma_split(v: object) -> object:
+    if isinstance(v, str):
+        return [t.strip() for t in v.split(",") if t.strip()]
+    return v
+
+
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_split)]
+"""A list setting written ``a,b,c`` in the environment (a Python list is accepted too)."""
+CommaSecrets = Annotated[list[SecretStr], NoDecode, BeforeValidator(_comma_split)]
+"""The same for secrets (never shown in ``repr`` or logs)."""
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:26379/0"
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:29092"

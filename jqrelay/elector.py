@@ -43,7 +43,7 @@ import consul
 import consul.aio
 import orjson
 
-from jqcore.lifecycle import Service
+from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 
 __all__ = ["Elector", "ElectorConfig", "Role", "Term", "describe"]
@@ -136,10 +136,7 @@ class Elector(Service):
         self._task = asyncio.create_task(self._run(), name=f"elector:{self.key}")
 
     async def _stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._resign()
         await self._set_role(Role.STOPPED)
 

@@ -11,7 +11,7 @@ import consul.aio
 from aiolimiter import AsyncLimiter
 
 from jqcore import metrics
-from jqcore.lifecycle import Service
+from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 
 __all__ = ["RateLimit"]
@@ -35,10 +35,7 @@ class RateLimit(Service):
             await asyncio.wait_for(self._loaded.wait(), 5)
 
     async def _stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _watch(self) -> None:
         index: int | None = None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jqcore.settings import CommaList
 
 __all__ = ["RelaySettings"]
 
@@ -15,7 +16,7 @@ __all__ = ["RelaySettings"]
 class RelaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
 
-    topics: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    topics: CommaList = Field(default_factory=list)
     """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
     holder: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """This process's name in the Consul locks (shown by ``jobq status``)."""
@@ -34,13 +35,6 @@ class RelaySettings(BaseSettings):
     memory_stop_at: float = Field(0.90, gt=0, lt=1)
     """...and above which it stops writing until workers drained below ``memory_slow_at``."""
     metrics_port: int | None = None
-
-    @field_validator("topics", mode="before")
-    @classmethod
-    def _split(cls, v: object) -> object:
-        if isinstance(v, str):
-            return [t.strip() for t in v.split(",") if t.strip()]
-        return v
 
     @model_validator(mode="after")
     def _order(self) -> RelaySettings:

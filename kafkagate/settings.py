@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from jqcore.settings import CommaSecrets
 
 __all__ = ["GateSettings"]
 
@@ -17,7 +17,7 @@ class GateSettings(BaseSettings):
     port: int = Field(28080, ge=0, lt=65536)
     az: str = "local"
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
-    tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    tokens: CommaSecrets = Field(default_factory=list)
     """Accepted bearer tokens, comma-separated; ``secret:enqueue+read`` limits one to scopes (enqueue, read,
     worker, admin; none given: all). Empty refuses every request except
     the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
@@ -27,10 +27,3 @@ class GateSettings(BaseSettings):
     """How long Kafka may take to confirm a write before the request gets a 503."""
     idempotency_ttl_s: int = Field(86_400, gt=0)
     claim_wait_max_ms: int = Field(30_000, ge=0)
-
-    @field_validator("tokens", mode="before")
-    @classmethod
-    def _split(cls, v: object) -> object:
-        if isinstance(v, str):
-            return [t.strip() for t in v.split(",") if t.strip()]
-        return v

@@ -9,10 +9,9 @@ Every ``lease_ms / 3`` it sends one ``extend`` per queue for all the pool's runn
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING
 
-from jqcore.lifecycle import Service
+from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 
 if TYPE_CHECKING:
@@ -34,10 +33,7 @@ class LeaseKeeper(Service):
         self._task = asyncio.create_task(self._loop(), name="worker:lease-keeper")
 
     async def _stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         while True:

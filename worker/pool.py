@@ -20,14 +20,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from jqcore import metrics
-from jqcore.lifecycle import Service
+from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.state import ClaimedJob, Engine, codes, reads
@@ -130,10 +129,7 @@ class Pool(Service):
         await self.stop()
 
     async def _cancel_fetcher(self) -> None:
-        if self._fetcher is not None:
-            self._fetcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._fetcher
+        await cancel_and_wait(self._fetcher)
 
     async def _release_rest(self) -> None:
         rest = [r for r in self.in_flight.values() if not r.abandoned]
@@ -152,10 +148,7 @@ class Pool(Service):
         await asyncio.gather(*(r.task for r in rest if r.task), return_exceptions=True)
 
     async def _shutdown_helpers(self) -> None:
-        if self._completer is not None:  # every job task is done by now: nothing waits on it any more
-            self._completer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._completer
+        await cancel_and_wait(self._completer)
         await self._keeper.stop()
         await self._presence.stop()
         if self._scheduler is not None:
