@@ -30,6 +30,7 @@ class Pipeline:
     engine: Engine
     registry: Registry
     gates: list[GateService]
+    relay: RelayService
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ async def pipeline(
     async with gate_a, gate_b, relay:
         gws = [Gateway(gate_a.url, "az-a"), Gateway(gate_b.url, "az-b")]
         async with JobqClient(gws, token, az="az-a") as client:
-            yield Pipeline(topic, f"{prefix}.q", client, engine, Registry(), [gate_a, gate_b])
+            yield Pipeline(topic, f"{prefix}.q", client, engine, Registry(), [gate_a, gate_b], relay)
 
 
 async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pipeline) -> None:
@@ -147,3 +148,30 @@ async def _until(probe: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool],
         if loop.time() > deadline:
             raise AssertionError(f"not reached in {timeout_s}s: {value!r}")
         await asyncio.sleep(0.1)
+
+
+async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_again(
+    pipeline: Pipeline, make_relay: Callable[..., RelayService]
+) -> None:
+    redis = pipeline.engine.client
+    parts = {pipeline.topic: [0, 1, 2]}
+    canary_queue = CANARY_PREFIX + pipeline.topic
+    relay = pipeline.relay
+    async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
+        canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=2.0)
+        await canary.send_round()
+        await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+        assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
+
+        await relay.stop()  # every partition of the topic loses its relay
+        await canary.send_round()
+        await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+        for p in (0, 1, 2):
+            health = canary.health[(pipeline.topic, p)]
+            assert health["ok"] is False, health
+            assert "not in Redis (not relayed)" in health["problem"], health
+
+        async with make_relay(pipeline.topic, "relay-again"):
+            await canary.send_round()
+            await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+            assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
