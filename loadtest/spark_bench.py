@@ -1,4 +1,5 @@
-"""``jobq bench spark``: rows/s of a Spark batch write of jobs into Kafka (``jqspark.write_batch``).
+"""``jobq bench spark``: rows/s of a Spark batch write of jobs into Kafka (``jqspark.write_batch``), and of a
+streaming query (``jqspark.write_stream``, file source, ``availableNow`` trigger) doing the same.
 
 A throw-away Kafka broker (only Kafka: no Consul or Redis is started) and one local[2] Spark session.
 Each repetition turns N generated rows (``spark.range``: a counter and a short text as ``args``) into
@@ -12,7 +13,9 @@ end offsets. A warm-up write of N/4 rows (not timed) creates the producer and wa
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -22,7 +25,7 @@ from pyspark.sql import functions as sf
 from jobq.stack.manager import Stack, StackSpec
 from jobq.stack.provision import ensure_spark_jars
 from jqcore.routing import RoutingSettings
-from jqspark import PRODUCER_DEFAULTS, spark_session, to_kafka_records, write_batch
+from jqspark import PRODUCER_DEFAULTS, spark_session, to_kafka_records, write_batch, write_stream
 from loadtest.report import Report
 
 __all__ = ["run"]
@@ -66,6 +69,32 @@ def _round(spark: SparkSession, bootstrap: str, topic: str, n: int, first: int) 
     return {"batch write to Kafka": n / write_s, "envelope build only (noop sink)": n / build_s}
 
 
+def _stream_round(spark: SparkSession, bootstrap: str, topic: str, n: int, first: int, tmp: Path) -> float:
+    """A streaming query (file source, ``availableNow``) turning N parquet rows into jobs in Kafka."""
+    source = tmp / f"rows-{first}"
+    rows = spark.range(first, first + n).withColumn("text", sf.concat(sf.lit("row-"), sf.col("id")))
+    rows.write.parquet(str(source))
+    stream = spark.readStream.schema(rows.schema).parquet(str(source))
+    records = to_kafka_records(
+        stream,
+        routing=RoutingSettings(default_topic=topic),
+        queue=QUEUE,
+        kind="bench.noop",
+        args_cols=["id", "text"],
+    )
+    before = _end_offsets(bootstrap, topic)
+    started = time.perf_counter()
+    query = write_stream(
+        records, checkpoint=tmp / f"checkpoint-{first}", bootstrap=bootstrap, trigger={"availableNow": True}
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    written = _end_offsets(bootstrap, topic) - before
+    if written != n:
+        raise RuntimeError(f"spark bench (streaming): {written} records reached the topic, {n} expected")
+    return n / elapsed
+
+
 def run(quick: bool = False) -> Report:
     n, reps = (20_000, 1) if quick else (200_000, 3)
     report = Report(
@@ -88,6 +117,10 @@ def run(quick: bool = False) -> Report:
             for rep in range(reps):
                 for name, value in _round(spark, bootstrap, topic, n, rep * n).items():
                     samples.setdefault(name, []).append(value)
+            with tempfile.TemporaryDirectory(prefix="jobq-bench-spark-") as tmp:
+                for rep in range(reps):
+                    rate = _stream_round(spark, bootstrap, topic, n, (reps + rep) * n, Path(tmp))
+                    samples.setdefault("streaming query to Kafka (availableNow)", []).append(rate)
         finally:
             if owned:
                 spark.stop()

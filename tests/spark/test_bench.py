@@ -20,6 +20,10 @@ def test_spark_scenario_runs_and_saves_a_report(
     report = spark_bench.run(quick=True)  # its own Kafka broker; the session's Spark is reused
     saved = json.loads((report.save() / "results.json").read_text())
     figures = saved["figures"]
-    assert set(figures) == {"batch write to Kafka", "envelope build only (noop sink)"}
+    assert set(figures) == {
+        "batch write to Kafka",
+        "envelope build only (noop sink)",
+        "streaming query to Kafka (availableNow)",
+    }
     assert all(f["median"] > 0 for f in figures.values())
     assert not spark.sparkContext._jsc.sc().isStopped(), "the caller's session is left running"
