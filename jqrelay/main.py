@@ -23,7 +23,7 @@ from jqcore.state import Engine
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import describe
 from jqrelay.settings import RelaySettings
-from jqrelay.topic import TopicRelay, dead_topic
+from jqrelay.topic import TopicRelay, dead_topic, retry_topic
 
 __all__ = ["RelayService", "run"]
 
@@ -60,7 +60,8 @@ class RelayService(Service):
         ]
 
     async def _start(self) -> None:
-        await asyncio.to_thread(ensure_topics, self.kafka, [dead_topic(t) for t in self.topics])
+        extra = [name(t) for t in self.topics for name in (dead_topic, retry_topic)]
+        await asyncio.to_thread(ensure_topics, self.kafka, extra)
         for relay in self.relays:
             await relay.start()
         log.info(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import consul.aio
@@ -35,12 +35,13 @@ from jqcore.log import get_logger
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.codes import FenceRejected
+from jqcore.state.models import EnqueueResult
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.limits import RateLimit
 from jqrelay.settings import RelaySettings
 
-__all__ = ["TopicRelay", "dead_topic"]
+__all__ = ["TopicRelay", "dead_topic", "retry_topic"]
 
 log = get_logger("jqrelay.topic")
 
@@ -50,7 +51,14 @@ IDLE_POLL_S = 0.01
 
 
 def dead_topic(topic: str) -> str:
+    """Malformed records and jobs the engine refuses for good, with the reason in headers."""
     return f"{topic}.dead"
+
+
+def retry_topic(topic: str) -> str:
+    """Jobs whose queue failed the write for a reason of its own (e.g. a damaged queue key): kept
+    here, bytes unchanged, so the partition keeps flowing; re-relayed once the queue is repaired."""
+    return f"{topic}.retry"
 
 
 class TermEnded(Exception):
@@ -64,6 +72,8 @@ class Batch:
     offsets: dict[int, int]
     source: dict[str, Message]
     """The record each envelope came from (for dead-lettering what the engine refuses)."""
+    retry: list[tuple[Message, str]] = field(default_factory=list)
+    """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
 
 
 class TopicRelay(Service):
@@ -200,6 +210,7 @@ class TopicRelay(Service):
                 else:
                     await self._write(batch, term)
                     await self._dead_letter(batch.dead)
+                    await self._dead_letter(batch.retry, retry=True)
                 if not self._trusted(term):
                     raise TermEnded
                 offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
@@ -231,6 +242,36 @@ class TopicRelay(Service):
     async def _write(self, batch: Batch, term: Term) -> None:
         if not batch.envelopes:
             return
+        try:
+            result = await self._enqueue(batch.envelopes, term)
+        except (BackendUnavailable, FenceRejected, TermEnded):
+            raise
+        except Exception as exc:  # one queue's state refuses the script: isolate it, keep the partition going
+            log.error("batch write failed; writing queue by queue", topic=self.topic, error=repr(exc))
+            result = EnqueueResult([])
+            by_queue: dict[str, list[Envelope]] = {}
+            for env in batch.envelopes:
+                by_queue.setdefault(env.queue, []).append(env)
+            for queue, envs in by_queue.items():
+                try:
+                    part = await self._enqueue(envs, term)
+                except (BackendUnavailable, FenceRejected, TermEnded):
+                    raise
+                except Exception as queue_exc:
+                    reason = f"queue {queue!r} refused the write: {queue_exc!r}"
+                    batch.retry += [(batch.source[e.id], reason) for e in envs]
+                    continue
+                result.outcomes.extend(part.outcomes)
+        written = result.count("stored") + result.count("delayed")
+        self._count("written", written)
+        self._count("duplicate", result.count("duplicate"))
+        self._count("unscheduled", result.count("canceled") + result.count("expired"))
+        for o in result.outcomes:
+            if o.outcome == "refused":
+                batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
+
+    async def _enqueue(self, envelopes: Sequence[Envelope], term: Term) -> EnqueueResult:
+        """One fenced engine call, retried with backoff for as long as Redis is unreachable."""
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(BackendUnavailable),
             wait=wait_exponential(multiplier=0.1, max=5),
@@ -240,25 +281,17 @@ class TopicRelay(Service):
                 if not self._trusted(term):
                     raise TermEnded
                 with metrics.RELAY_BATCH_TIME.labels(self.topic).time():
-                    result = await self.engine.enqueue_batch(
-                        batch.envelopes, fence=term.fence, source=self.topic
-                    )
-        written = result.count("stored") + result.count("delayed")
-        self._count("written", written)
-        self._count("duplicate", result.count("duplicate"))
-        self._count("unscheduled", result.count("canceled") + result.count("expired"))
-        for o in result.outcomes:
-            if o.outcome == "refused":
-                batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
+                    return await self.engine.enqueue_batch(envelopes, fence=term.fence, source=self.topic)
+        raise AssertionError("unreachable: tenacity either returns or re-raises")
 
-    async def _dead_letter(self, dead: Sequence[tuple[Message, str]]) -> None:
+    async def _dead_letter(self, dead: Sequence[tuple[Message, str]], *, retry: bool = False) -> None:
         """Malformed and refused records go to ``<topic>.dead``, bytes unchanged, reason in headers;
         Kafka must confirm before the offsets move past them (retried forever, like Redis writes)."""
         if not dead:
             return
         records = [
             Record(
-                dead_topic(self.topic),
+                retry_topic(self.topic) if retry else dead_topic(self.topic),
                 msg.value() or b"",
                 msg.key(),
                 [
@@ -273,6 +306,6 @@ class TopicRelay(Service):
         ):
             with attempt:
                 await self.dead_producer.produce_many(records)
-        self._count("dead", len(records))
+        self._count("retried" if retry else "dead", len(records))
         for _, reason in dead:
-            log.warning("record dead-lettered", topic=self.topic, reason=reason)
+            log.warning("record sent on", topic=self.topic, to=records[0].topic, reason=reason)

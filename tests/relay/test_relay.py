@@ -11,7 +11,7 @@ import consul
 from confluent_kafka import Consumer, TopicPartition
 
 from jobq.stack.manager import Endpoints
-from jqcore.envelope import encode, new_envelope, record_key
+from jqcore.envelope import decode, encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine, reads
 from jqrelay.elector import Role
@@ -201,3 +201,30 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
             assert guard.stopped is False
     finally:
         await client.config_set("maxmemory", 0)
+
+
+async def test_a_queue_that_refuses_writes_sends_its_jobs_to_the_retry_topic_and_the_rest_flows(
+    endpoints: Endpoints,
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    producer: AsyncProducer,
+    engine: Engine,
+    eventually: Eventually,
+) -> None:
+    """A poison queue (its stats key damaged: every script on it fails with WRONGTYPE) must neither block
+    the partition nor lose its jobs: they land in ``<topic>.retry`` with the reason, unchanged."""
+    topic, good, bad = make_topic("jobs", partitions=1), f"{prefix}.good", f"{prefix}.bad"
+    await engine.client.set(f"jobq:{{{bad}}}:stats", b"not a hash")
+    try:
+        await produce_jobs(producer, topic, good, 20)
+        bad_ids = await produce_jobs(producer, topic, bad, 5)
+        await produce_jobs(producer, topic, good, 20)
+        async with make_relay(topic) as relay:
+            await eventually(lambda: pending(engine, good), lambda n: n == 40)
+            await eventually(lambda: _value(relay.relays[0].counts.get("retried", 0)), lambda n: n == 5)
+        retried = await asyncio.to_thread(read_all, endpoints, f"{topic}.retry", 5)
+        assert sorted(decode(m.value()).id for m in retried) == sorted(bad_ids)
+        assert all(b"refused the write" in dict(m.headers())["jobq-reason"] for m in retried)
+    finally:
+        await engine.client.delete(f"jobq:{{{bad}}}:stats")
