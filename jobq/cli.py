@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, canary, demo, gate, relay, spark, stack, status
+from jobq.commands import bench, canary, demo, gate, reconcile, relay, spark, stack, status
 from jqcore.errors import JobqError
 from worker.cli import worker
 
@@ -27,6 +27,7 @@ app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
 app.command("status")(status.status)
 app.command("canary")(canary.canary)
+app.command("reconcile")(reconcile.reconcile)
 app.add_typer(gate.topics_app, name="topics")
 app.add_typer(spark.app, name="spark")
 

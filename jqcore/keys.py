@@ -143,3 +143,9 @@ PRESENCE_KEY = "jobq:presence:{role}"
 
 def presence_key(role: str) -> str:
     return PRESENCE_KEY.format(role=role)
+
+
+def stages_key(topic: str) -> str:
+    """Hash of a topic's stage counters (produced by gateways; read, written, duplicate, dead... by the
+    relay), summed over every process, for ``jobq reconcile``."""
+    return f"jobq:stages:{topic}"

@@ -26,7 +26,7 @@ import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from jqcore import metrics
+from jqcore import metrics, stages
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
 from jqcore.kafka import AsyncProducer, Record
@@ -100,6 +100,7 @@ class TopicRelay(Service):
         self.counts: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._unsaved: dict[str, int] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -125,7 +126,19 @@ class TopicRelay(Service):
     def _count(self, stage: str, n: int = 1) -> None:
         if n:
             self.counts[stage] = self.counts.get(stage, 0) + n
+            self._unsaved[stage] = self._unsaved.get(stage, 0) + n
             metrics.RELAY_RECORDS.labels(self.topic, stage).inc(n)
+
+    async def _save_counts(self) -> None:
+        """Add this batch's stage counts to the shared ones in Redis (kept for the next try on failure)."""
+        if not self._unsaved:
+            return
+        try:
+            await stages.add(self.engine.client, self.topic, self._unsaved)
+        except Exception as exc:
+            log.warning("stage counters not saved yet", topic=self.topic, error=repr(exc))
+            return
+        self._unsaved = {}
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -215,6 +228,7 @@ class TopicRelay(Service):
                     raise TermEnded
                 offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
                 consumer.commit(offsets=offsets, asynchronous=True)
+                await self._save_counts()
         finally:
             consumer.close()
 

@@ -88,6 +88,7 @@ async def enqueue(request: web.Request) -> web.Response:
         metrics.GATE_PRODUCE_FAILURES.labels(records[0].topic).inc()
         raise
     metrics.GATE_JOBS_PRODUCED.labels(queue, records[0].topic).inc(len(records))
+    gate.count_produced(records[0].topic, len(records))
     accepted = accepted_body(parsed.envelopes, delivered)
     accepted["az"] = gate.settings.az  # which zone's gateway took it (clients prefer their own)
     return json_response(accepted, 202)

@@ -183,7 +183,7 @@ def document() -> dict[str, Any]:
             if params:
                 op["parameters"] = [*params, *op.get("parameters", [])]
     paths[f"{q}/dead"]["get"]["parameters"] += [
-        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 2**53}},
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
     ]
     paths[job]["delete"]["parameters"].append({"name": "reason", "in": "query", "schema": {"type": "string"}})

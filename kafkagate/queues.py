@@ -18,6 +18,8 @@ from kafkagate.state import GATE
 __all__ = ["parse_model", "routes"]
 
 routes = web.RouteTableDef()
+MAX_OFFSET = 2**53
+"""Largest dead-list offset accepted (Redis ranges are 64-bit; a bigger one is a client error)."""
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -134,6 +136,8 @@ async def list_dead(request: web.Request) -> web.Response:
         limit = min(1000, int(request.query.get("limit", "100")))
     except ValueError:
         raise ApiError(400, "query_invalid", "offset and limit must be integers") from None
+    if not (0 <= offset <= MAX_OFFSET and limit >= 1):
+        raise ApiError(400, "query_invalid", f"offset must be 0..{MAX_OFFSET} and limit at least 1")
     jobs = await engine_call(reads.dead_list(gate.engine.client, queue, offset, limit))
     out = []
     for j in jobs:

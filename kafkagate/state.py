@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import Literal
 
 from aiohttp import web
 
+from jqcore import stages
 from jqcore.kafka import AsyncProducer
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings
@@ -25,6 +27,19 @@ class Gate:
     engine: Engine
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics_seen: dict[str, float] = field(default_factory=dict)
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def count_produced(self, topic: str, n: int) -> None:
+        """Add to the shared ``produced`` counter in Redis without waiting (dropped if Redis is away:
+        enqueues never depend on Redis)."""
+
+        async def add() -> None:
+            with contextlib.suppress(Exception):
+                await stages.add(self.engine.client, topic, {"produced": n})
+
+        task = asyncio.create_task(add())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def check_topic(self, topic: str) -> None:
         """Refuse fast (TopicMissing) when a routed topic does not exist, instead of letting the write

@@ -122,3 +122,9 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         retention_ms=int(raw.get("retention_ms") or base.retention_ms),
         dead_retention_ms=int(raw.get("dead_retention_ms") or base.dead_retention_ms),
     )
+
+
+async def queue_stats(client: RedisClient, queue: str) -> dict[str, int]:
+    """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, canceled, ...)."""
+    raw = await client.hgetall(QueueKeys(queue).stats)
+    return {(_s(k) or ""): int(v) for k, v in raw.items()}

@@ -31,6 +31,7 @@ class Pipeline:
     registry: Registry
     gates: list[GateService]
     relay: RelayService
+    routing: RoutingSettings
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ async def pipeline(
     async with gate_a, gate_b, relay:
         gws = [Gateway(gate_a.url, "az-a"), Gateway(gate_b.url, "az-b")]
         async with JobqClient(gws, token, az="az-a") as client:
-            yield Pipeline(topic, f"{prefix}.q", client, engine, Registry(), [gate_a, gate_b], relay)
+            yield Pipeline(topic, f"{prefix}.q", client, engine, Registry(), [gate_a, gate_b], relay, routing)
 
 
 async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pipeline) -> None:
@@ -175,3 +176,41 @@ async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_aga
             await canary.send_round()
             await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
             assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
+
+
+async def test_reconcile_accounts_for_every_job_end_to_end(pipeline: Pipeline, endpoints: Endpoints) -> None:
+    from jobq.commands.reconcile import collect
+    from jqcore.settings import KafkaSettings, RedisSettings
+
+    done = asyncio.Event()
+    seen: list[int] = []
+
+    @pipeline.registry.job("e2e.count", queue=pipeline.queue)
+    async def count(i: int) -> None:
+        seen.append(i)
+        if len(seen) == 30:
+            done.set()
+
+    await pipeline.client.enqueue(
+        pipeline.queue, [{"kind": "e2e.count", "args": {"i": i}} for i in range(30)]
+    )
+    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue])):
+        await asyncio.wait_for(done.wait(), 60)
+
+    def snapshot() -> dict[str, Any]:
+        rows = collect(
+            pipeline.routing,
+            pipeline.relay.settings,
+            KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+            RedisSettings(url=endpoints.redis_url or ""),
+        )
+        return rows[0]
+
+    async def row() -> dict[str, Any]:
+        return await asyncio.to_thread(snapshot)
+
+    got = await _until(row, lambda r: r["written"] == 30 and r["produced"] == 30, 30)
+    assert got["appended"] == 30
+    assert got["read"] == 30
+    assert all(got["checks"].values()), got["checks"]
+    assert got["queues"][pipeline.queue]["completed"] == 30
