@@ -21,6 +21,8 @@ from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 
+Eventually = Callable[..., Awaitable[Any]]
+
 
 @dataclass
 class Pipeline:
@@ -85,7 +87,7 @@ async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pip
     assert (job["state"], job["result"]) == ("completed", "14")
 
 
-async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline) -> None:
+async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline, eventually: Eventually) -> None:
     order: list[str] = []
     done = asyncio.Event()
 
@@ -105,7 +107,7 @@ async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline) -> Non
             {"kind": "e2e.rec", "args": {"name": "mid"}, "priority": 500},
         ],
     )
-    depth = await _until(lambda: pipeline.client.queue(q), lambda b: b["depth"]["pending"] == 3, 60)
+    depth = await eventually(lambda: pipeline.client.queue(q), lambda b: b["depth"]["pending"] == 3, 60)
     assert depth["depth"]["delayed"] == 1
     async with Pool(pipeline.registry, pipeline.engine, PoolConfig([q], concurrency=1)):
         await asyncio.wait_for(done.wait(), 30)
@@ -113,7 +115,7 @@ async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline) -> Non
 
 
 async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
-    pipeline: Pipeline, endpoints: Endpoints
+    pipeline: Pipeline, endpoints: Endpoints, eventually: Eventually
 ) -> None:
     redis = pipeline.engine.client
     canary_queue = CANARY_PREFIX + pipeline.topic
@@ -122,37 +124,21 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
         canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=30)
         await canary.send_round()
         assert {k[1] for k in canary.outstanding} == {0, 1, 2}
-        await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+        await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
     assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
     assert all(canary.health[(pipeline.topic, p)]["ms"]["total"] >= 0 for p in (0, 1, 2))
 
     # no worker serves the canary queue now: the next heartbeat is flagged late, stuck in Redis
     late = Canary(pipeline.client, redis, {pipeline.topic: [1]}, interval_s=3600, late_after_s=1.0)
     await late.send_round()
-    await _until(_wrap(late.check_once), lambda _: not late.outstanding, 30)
+    await eventually(late.check_once, lambda _: not late.outstanding, 30)
     result = late.health[(pipeline.topic, 1)]
     assert result["ok"] is False
     assert "late: in Redis, pending" in result["problem"]
 
 
-def _wrap(fn: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-    return fn
-
-
-async def _until(probe: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool], timeout_s: float) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = await probe()
-        if ok(value):
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"not reached in {timeout_s}s: {value!r}")
-        await asyncio.sleep(0.1)
-
-
 async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_again(
-    pipeline: Pipeline, make_relay: Callable[..., RelayService]
+    pipeline: Pipeline, make_relay: Callable[..., RelayService], eventually: Eventually
 ) -> None:
     redis = pipeline.engine.client
     parts = {pipeline.topic: [0, 1, 2]}
@@ -161,12 +147,12 @@ async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_aga
     async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
         canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=2.0)
         await canary.send_round()
-        await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+        await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
         assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
 
         await relay.stop()  # every partition of the topic loses its relay
         await canary.send_round()
-        await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+        await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
         for p in (0, 1, 2):
             health = canary.health[(pipeline.topic, p)]
             assert health["ok"] is False, health
@@ -174,11 +160,13 @@ async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_aga
 
         async with make_relay(pipeline.topic, "relay-again"):
             await canary.send_round()
-            await _until(_wrap(canary.check_once), lambda _: not canary.outstanding, 60)
+            await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
             assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
 
 
-async def test_reconcile_accounts_for_every_job_end_to_end(pipeline: Pipeline, endpoints: Endpoints) -> None:
+async def test_reconcile_accounts_for_every_job_end_to_end(
+    pipeline: Pipeline, endpoints: Endpoints, eventually: Eventually
+) -> None:
     from jobq.commands.reconcile import collect
     from jqcore.settings import KafkaSettings, RedisSettings
 
@@ -209,7 +197,7 @@ async def test_reconcile_accounts_for_every_job_end_to_end(pipeline: Pipeline, e
     async def row() -> dict[str, Any]:
         return await asyncio.to_thread(snapshot)
 
-    got = await _until(row, lambda r: r["written"] == 30 and r["produced"] == 30, 30)
+    got = await eventually(row, lambda r: r["written"] == 30 and r["produced"] == 30, 30)
     assert got["appended"] == 30
     assert got["read"] == 30
     assert all(got["checks"].values()), got["checks"]

@@ -4,7 +4,7 @@ The relay is not part of these tests: jobs are put into Redis through the engine
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -111,12 +111,19 @@ async def test_worker_api_claim_extend_complete_fail_and_stale_writes(gw: Any, e
     assert body["state"] == "pending"
 
 
-async def test_long_poll_claim_wakes_when_work_arrives(gw: Any, engine: Engine) -> None:
+async def test_long_poll_claim_wakes_when_work_arrives(
+    gw: Any, engine: Engine, eventually: Callable[..., Awaitable[Any]]
+) -> None:
     import asyncio
 
     q = gw.queue
+    blocked_before = int((await engine.client.info("clients"))["blocked_clients"])
     claim = asyncio.create_task(gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 1, "wait_ms": 20_000}))
-    await asyncio.sleep(0)  # let the request go out; the claim finds nothing and blocks in Redis
+
+    async def blocked() -> int:
+        return int((await engine.client.info("clients"))["blocked_clients"])
+
+    await eventually(blocked, lambda n: n > blocked_before)  # the claim found nothing and waits in Redis
     job_id = await put(engine, q)
     status, body = await asyncio.wait_for(claim, 25)
     assert status == 200
