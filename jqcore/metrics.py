@@ -38,6 +38,7 @@ __all__ = [
     "RELAY_BATCH_TIME",
     "RELAY_LAG",
     "RELAY_LEADER",
+    "RELAY_QUEUE_RATE_LIMIT",
     "RELAY_RATE_LIMIT",
     "RELAY_RECORDS",
     "SCRIPT_CALLS",
@@ -111,6 +112,9 @@ RELAY_BATCH_TIME = Histogram(
 )
 RELAY_LEADER = Gauge("jobq_relay_leader", "1 while this process holds the topic's lock", ["topic"])
 RELAY_RATE_LIMIT = Gauge("jobq_relay_rate_limit_jobs_per_second", "Live rate limit (0: paused)", ["topic"])
+RELAY_QUEUE_RATE_LIMIT = Gauge(
+    "jobq_relay_queue_rate_limit_jobs_per_second", "Live per-queue limit (0: paused, -1: none)", ["queue"]
+)
 RELAY_LAG = Gauge("jobq_relay_lag_records", "Records behind the partition end", ["topic", "partition"])
 
 # --- canary ---------------------------------------------------------------------------------------------

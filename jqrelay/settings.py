@@ -21,7 +21,8 @@ class RelaySettings(BaseSettings):
     holder: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """This process's name in the Consul locks (shown by ``jobq status``)."""
     kv_prefix: str = "jobq"
-    """Consul KV root: locks at ``<prefix>/locks/<topic>``, rate limits at ``<prefix>/rates/<topic>``."""
+    """Consul KV root: locks at ``<prefix>/locks/<topic>``, rate limits at ``<prefix>/rates/<topic>`` (per
+topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
     group_prefix: str = "jobq-relay"
     """Kafka consumer group per topic: ``<group_prefix>.<topic>`` (offsets are committed there)."""
     batch: int = Field(500, ge=1, le=50_000)
@@ -47,3 +48,7 @@ class RelaySettings(BaseSettings):
 
     def rate_key(self, topic: str) -> str:
         return f"{self.kv_prefix}/rates/{topic}"
+
+    def queue_rates_folder(self) -> str:
+        """Per-queue limits: one key per queue, ``<prefix>/queue-rates/<queue>``."""
+        return f"{self.kv_prefix}/queue-rates/"

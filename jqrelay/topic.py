@@ -5,11 +5,12 @@ Per term (see :mod:`jqrelay.elector`):
 1. assign **all** partitions at the group's committed offsets (manual assignment: no group rebalances;
    the Consul lock decides who reads);
 2. raise the term's fence in every known queue before the first write;
-3. loop: wait for Redis memory room → consume a batch (capped by the live rate limit) → wait for the rate
-   limiter → check the term is still trusted → write the batch with one engine call per queue (fenced;
-   Redis errors are retried with backoff forever, nothing is committed meanwhile) → send malformed or
-   refused records to ``<topic>.dead`` with the reason in headers (confirmed by Kafka) → commit each
-   partition's offset only now, after Redis accepted everything up to it.
+3. loop: wait for Redis memory room → consume a batch (capped by the live rate limits) → wait for the
+   topic's and the batch's queues' rate limiters (:mod:`jqrelay.limits`) → check the term is still
+   trusted → write the batch with one engine call per queue (fenced; Redis errors are retried with
+   backoff forever, nothing is committed meanwhile) → send malformed or refused records to
+   ``<topic>.dead`` with the reason in headers (confirmed by Kafka) → commit each partition's offset only
+   now, after Redis accepted everything up to it.
 
 A refused fence ends the term at once (someone newer writes). Record values are handed to Redis as the
 bytes Kafka holds; nothing is re-encoded.
@@ -38,7 +39,7 @@ from jqcore.state.codes import FenceRejected
 from jqcore.state.models import EnqueueResult
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
-from jqrelay.limits import RateLimit
+from jqrelay.limits import QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
 
 __all__ = ["TopicRelay", "dead_topic", "retry_topic"]
@@ -97,6 +98,7 @@ class TopicRelay(Service):
             ElectorConfig(ttl_s=settings.session_ttl_s, lock_delay_s=settings.lock_delay_s),
         )
         self.limit = RateLimit(consul_client, settings.rate_key(topic), topic)
+        self.queue_limits = QueueRateLimits(consul_client, settings.queue_rates_folder(), topic)
         self.counts: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -106,6 +108,7 @@ class TopicRelay(Service):
     async def _start(self) -> None:
         metrics.RELAY_LEADER.labels(self.topic).set(0)  # standbys report 0, so "nobody leads" is visible
         await self.limit.start()
+        await self.queue_limits.start()
         await self.elector.start()
         self._task = asyncio.create_task(self._run(), name=f"relay:{self.topic}")
 
@@ -121,6 +124,7 @@ class TopicRelay(Service):
                 self._task.cancel()
                 await asyncio.wait([self._task], timeout=STOP_TIMEOUT_S)
         await self.elector.stop()
+        await self.queue_limits.stop()
         await self.limit.stop()
 
     def _count(self, stage: str, n: int = 1) -> None:
@@ -209,13 +213,17 @@ class TopicRelay(Service):
             while self._trusted(term):
                 if not self.settings.shadow:
                     await self.guard.wait_for_room()
-                n = self.limit.batch_cap(self.settings.batch)
+                n = self.queue_limits.batch_cap(self.limit.batch_cap(self.settings.batch))
                 msgs = consumer.consume(n, 0)
                 if not msgs:
                     await asyncio.sleep(IDLE_POLL_S)
                     continue
-                await self.limit.acquire(len(msgs))
                 batch = self._parse(msgs)
+                trusted = lambda: self._trusted(term)  # noqa: E731 - the limiters ask it while they wait
+                if not await self.limit.acquire(len(msgs), trusted):
+                    raise TermEnded
+                if not await self.queue_limits.acquire((e.queue for e in batch.envelopes), trusted):
+                    raise TermEnded
                 if not self._trusted(term):
                     raise TermEnded
                 if self.settings.shadow:

@@ -28,7 +28,8 @@ def relay(
     """Relay jobs from Kafka into Redis for every topic whose Consul lock this process wins.
 
     Offsets are committed only after Redis accepted every job up to them; writes are fenced by the lock's
-    LockIndex; live rate limits come from Consul KV <prefix>/rates/<topic> (jobs/s, 0 pauses).
+    LockIndex; live rate limits come from Consul KV <prefix>/rates/<topic> and
+    <prefix>/queue-rates/<queue> (jobs/s, 0 pauses).
     """
     configure()
     overrides: dict[str, object] = {"shadow": shadow} if shadow else {}

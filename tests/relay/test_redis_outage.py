@@ -24,7 +24,9 @@ from jqrelay.main import RelayService
 
 pytestmark = [pytest.mark.faults, pytest.mark.kills_servers]
 
-OUTAGE_S = 10
+OUTAGE_S = 30
+PER_SECOND = 20
+"""Jobs produced into Kafka every second of the outage (load never stops)."""
 
 
 def committed(endpoints: Endpoints, group: str, topic: str) -> int:
@@ -78,15 +80,18 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
                 lambda: _value(relay.relays[0].counts.get("read", 0)), lambda n: n == 300, 30
             )
             assert read_during == 300
-            await asyncio.sleep(OUTAGE_S)  # the outage itself: the relay retries meanwhile
+            for second in range(OUTAGE_S):  # the outage itself, under load; the relay retries meanwhile
+                await send(300 + second * PER_SECOND, PER_SECOND)
+                await asyncio.sleep(1)
             assert await asyncio.to_thread(committed, endpoints, group, topic) == before, (
                 "no offset committed for jobs Redis never took"
             )
         finally:
             await asyncio.to_thread(stack.stack.up)
-        await eventually(depth, lambda n: n == 300, 90)
+        total = 300 + OUTAGE_S * PER_SECOND
+        await eventually(depth, lambda n: n == total, 90)
         await eventually(
-            lambda: asyncio.to_thread(committed, endpoints, group, topic), lambda c: c == 300, 60
+            lambda: asyncio.to_thread(committed, endpoints, group, topic), lambda c: c == total, 60
         )
 
 

@@ -157,6 +157,39 @@ async def _value(v: Any) -> Any:
     return v
 
 
+async def test_a_queue_rate_limit_holds_that_queue_live_and_the_topic_keeps_flowing_without_it(
+    endpoints: Endpoints,
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    producer: AsyncProducer,
+    engine: Engine,
+    eventually: Eventually,
+) -> None:
+    topic, slow, fast = make_topic("jobs"), f"{prefix}.slow", f"{prefix}.fast"
+    host, port = endpoints.consul_addr.rsplit(":", 1)
+    kv = consul.Consul(host=host, port=int(port)).kv
+    slow_key = f"jobq-test/{prefix}/queue-rates/{slow}"
+    kv.put(slow_key, "0")
+    async with make_relay(topic) as relay:
+        limits = relay.relays[0].queue_limits
+        await eventually(lambda: _value(limits.rates()), lambda r: r == {slow: 0})
+        await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=30)
+        await produce_jobs(producer, topic, fast, 40)
+        await eventually(lambda: pending(engine, fast), lambda n: n == 40, 30)  # no slow job: not held
+        await produce_jobs(producer, topic, slow, 20)
+        await eventually(lambda: _value(limits.waiting), lambda q: q == slow, 30)
+        assert await pending(engine, slow) == 0, "a paused queue's jobs are held at the relay"
+        assert relay.relays[0].counts.get("written") == 40
+        kv.put(slow_key, "25")
+        await eventually(lambda: pending(engine, slow), lambda n: n == 20, 30)
+        kv.delete(slow_key)
+        await eventually(lambda: _value(limits.rates()), lambda r: r == {})
+        await produce_jobs(producer, topic, slow, 10)
+        await eventually(lambda: pending(engine, slow), lambda n: n == 30, 30)
+    assert relay.relays[0].counts.get("written") == 70
+
+
 async def test_shadow_mode_reads_and_counts_but_writes_nothing(
     prefix: str,
     make_topic: Callable[..., str],
