@@ -159,7 +159,10 @@ class TopicRelay(Service):
                 log.warning("fence refused; stepping down", topic=self.topic, error=str(exc))
                 self.elector.step_down()
             except TermEnded:
-                log.warning("term ended mid-batch; nothing committed", topic=self.topic)
+                if self._stopping:
+                    log.info("stopped mid-batch; nothing committed for it", topic=self.topic)
+                else:
+                    log.warning("term ended mid-batch; nothing committed", topic=self.topic)
             except Exception as exc:  # Kafka trouble: drop this term's consumer, start over if still leader
                 log.error("relay loop failed", topic=self.topic, error=repr(exc))
                 await asyncio.sleep(1)
