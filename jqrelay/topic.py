@@ -127,6 +127,10 @@ class TopicRelay(Service):
         await self.queue_limits.stop()
         await self.limit.stop()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def _count(self, stage: str, n: int = 1) -> None:
         if n:
             self.counts[stage] = self.counts.get(stage, 0) + n
@@ -159,7 +163,7 @@ class TopicRelay(Service):
                 log.warning("fence refused; stepping down", topic=self.topic, error=str(exc))
                 self.elector.step_down()
             except TermEnded:
-                if self._stopping:
+                if self.stopping:
                     log.info("stopped mid-batch; nothing committed for it", topic=self.topic)
                 else:
                     log.warning("term ended mid-batch; nothing committed", topic=self.topic)
