@@ -6,6 +6,10 @@ canary; it enqueues a demo workload over HTTP (plain, delayed, prioritized, excl
 jobs, so the dead-letter list fills) and shows it flowing with the status screen. Ctrl-C stops every
 process cleanly (workers release what they run; nothing accepted is lost). ``--once`` exits 0 as soon
 as every demo job reached its expected state (1 otherwise, after ``--timeout``).
+
+The demo's folder (``--workdir``, default ``JOBQ_HOME/demo/<time>``) holds every process's log,
+``pids.json`` (the child processes) and ``jobs.json`` (queue, id and expected final state of every demo
+job), so a restarted demo can be checked against the jobs an interrupted one had enqueued.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import orjson
 import typer
 from rich.console import Console
 
-from jobq.commands.stack import open_stack, print_status
+from jobq.commands.stack import existing_stack, open_stack, print_status
 from jobq.commands.status import collect, render
 from jobq.stack.paths import home
 from jobq.stack.procs import free_port
@@ -73,6 +77,9 @@ class Processes:
         )
         log.close()
         self.procs.append((name, proc))
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.procs}
 
     def dead(self) -> list[str]:
         return [f"{n} (exit {p.returncode})" for n, p in self.procs if p.poll() is not None]
@@ -173,11 +180,18 @@ def demo(
     timeout: Annotated[
         float, typer.Option(help="With --once: give up (exit 1) after this many seconds.")
     ] = 300.0,
+    stack_name: Annotated[
+        str, typer.Option("--stack", help="Run on this stack (other than `default`, it must exist).")
+    ] = "default",
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Folder for logs, pids.json and jobs.json (default: JOBQ_HOME/demo/<time>)."),
+    ] = None,
 ) -> None:
     """Bring the whole stack up, run gateways, relays, workers and the canary, and show a demo workload."""
     console = Console()
     started = time.monotonic()
-    stack = open_stack("default")
+    stack = open_stack("default") if stack_name == "default" else existing_stack(stack_name)
     with console.status(
         "starting Kafka, Consul and Redis (the first run downloads jars and builds Consul)..."
     ):
@@ -188,7 +202,7 @@ def demo(
     env = _env(stack.endpoints.exports())
     os.environ.update({k: v for k, v in env.items() if k.startswith(("JOBQ_", "CONSUL_"))})
     ensure_topics(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), [*TOPICS], partitions=3)
-    folder = home() / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    folder = workdir or home() / "demo" / time.strftime("%Y%m%d-%H%M%S")
     procs = Processes(folder, env)
     ports = [free_port(), free_port()]
     gateways = [
@@ -209,8 +223,10 @@ def demo(
             "JOBQ_CANARY_LATE_AFTER_S": "20",
         }
         procs.start("canary", "canary", **canary_env)
+        (folder / "pids.json").write_bytes(orjson.dumps(procs.pids()))
         console.print(f"processes started; logs in {folder}")
         jobs = asyncio.run(_enqueue(gateways))
+        (folder / "jobs.json").write_bytes(orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")
         ok = _follow(console, procs, gateways, jobs, once=once, duration=duration, timeout=timeout)
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from rich.table import Table
 from jobq.stack.manager import Stack, StackSpec
 from jobq.stack.procs import log_tail
 
-__all__ = ["app", "open_stack", "print_status"]
+__all__ = ["app", "existing_stack", "open_stack", "print_status"]
 
 app = typer.Typer(help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack.")
 console = Console()
@@ -28,7 +28,7 @@ def open_stack(name: str, brokers: int = 1, redis_cluster: bool = False) -> Stac
     return Stack(StackSpec(name=name, brokers=brokers, redis_mode="cluster" if redis_cluster else "single"))
 
 
-def _existing(name: str) -> Stack:
+def existing_stack(name: str) -> Stack:
     from jobq.stack.paths import stack_dir
 
     state = stack_dir(name) / "state.json"
@@ -63,7 +63,7 @@ def down(
     purge: Annotated[bool, typer.Option("--purge", help="Also delete the stack's data and logs.")] = False,
 ) -> None:
     """Stop every server of the stack (TERM, then KILL after a grace period)."""
-    _existing(name).down(purge=purge)
+    existing_stack(name).down(purge=purge)
     console.print(f"stack [bold]{name}[/] stopped" + (" and purged" if purge else ""))
 
 
@@ -84,7 +84,7 @@ def print_status(stack: Stack) -> bool:
 @app.command()
 def status(name: NameOpt = "default", as_json: JsonOpt = False) -> None:
     """Each server with its port, pid and health (exit 1 when any is unhealthy)."""
-    stack = _existing(name)
+    stack = existing_stack(name)
     if as_json:
         rows = stack.status()
         typer.echo(json.dumps({"stack": name, "servers": rows}, indent=2))
@@ -101,7 +101,7 @@ def logs(
     lines: Annotated[int, typer.Option("-n", help="Lines per log.")] = 40,
 ) -> None:
     """The tail of each server's log."""
-    stack = _existing(name)
+    stack = existing_stack(name)
     chosen = [s for s in stack.servers if server in (None, s.name)]
     if not chosen:
         known = ", ".join(s.name for s in stack.servers)
@@ -114,5 +114,5 @@ def logs(
 @app.command()
 def env(name: NameOpt = "default") -> None:
     """Shell export lines for every endpoint: eval "$(jobq stack env)"."""
-    for key, value in _existing(name).endpoints.exports().items():
+    for key, value in existing_stack(name).endpoints.exports().items():
         typer.echo(f"export {key}={shlex.quote(value)}")
