@@ -20,22 +20,23 @@ import urllib.request
 
 import aiohttp
 import orjson
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from hdrh.histogram import HdrHistogram
 
-from jobq.stack.manager import Endpoints, Stack, StackSpec
+from jobq.stack.manager import Endpoints
 from jobq.stack.procs import free_port
+from jqcore.kafka import ensure_topics
+from jqcore.settings import KafkaSettings
 from loadtest.report import Report
+from loadtest.stacks import bench_stack
 
 __all__ = ["run"]
 
 TOKEN = "bench-token"
-TOPIC = "bench.gate"
+TOPIC = f"bench.gate{os.getpid()}"
 
 
 def _gateway(ep: Endpoints) -> tuple[subprocess.Popen[bytes], str]:
-    admin = AdminClient({"bootstrap.servers": ep.kafka_bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(30)
+    ensure_topics(KafkaSettings(bootstrap=ep.kafka_bootstrap), [TOPIC], partitions=3)
     port = free_port()
     env = {
         **os.environ,
@@ -134,23 +135,19 @@ async def _round(base: str, quick: bool) -> dict[str, float]:
 UNITS = {"single enqueue at saturation": "req/s", "batch enqueue (1000/request)": "jobs/s"}
 
 
-def run(quick: bool = False) -> Report:
+def run(quick: bool = False, endpoints: Endpoints | None = None) -> Report:
     reps = 1 if quick else 3
     report = Report("gate", {"reps": reps, "quick": quick, "acks": "all", "partitions": 3})
-    stack = Stack(StackSpec(name=f"bench-gate-{os.getpid()}", redis_mode="single", fixed_ports=False))
     samples: dict[str, list[float]] = {}
-    proc = None
-    try:
-        ep = stack.up()
+    with bench_stack("gate", endpoints) as ep:
         proc, base = _gateway(ep)
-        for _ in range(reps):
-            for name, value in asyncio.run(_round(base, quick)).items():
-                samples.setdefault(name, []).append(value)
-    finally:
-        if proc is not None:
+        try:
+            for _ in range(reps):
+                for name, value in asyncio.run(_round(base, quick)).items():
+                    samples.setdefault(name, []).append(value)
+        finally:
             proc.terminate()
             proc.wait(30)
-        stack.down(purge=True)
     for name, values in samples.items():
         unit = UNITS.get(name, "%" if name.startswith("errors") else "ms")
         report.add(name, unit, values)

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from jobq.stack.manager import Endpoints, Stack, StackSpec
+from jobq.stack.manager import Endpoints
 from jqcore.envelope import encode, new_envelope, now_ms, record_key
 from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
 from jqcore.state import reads
@@ -25,6 +25,7 @@ from jqrelay.elector import Role
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from loadtest.report import Report
+from loadtest.stacks import bench_stack
 
 __all__ = ["run"]
 
@@ -130,18 +131,14 @@ async def _round(ep: Endpoints, quick: bool, rep: int) -> dict[str, float]:
 UNITS = {"relay throughput, limits off": "jobs/s", "topic rate error": "%", "queue rate error": "%"}
 
 
-def run(quick: bool = False) -> Report:
+def run(quick: bool = False, endpoints: Endpoints | None = None) -> Report:
     reps = 1 if quick else 3
     report = Report("relay", {"reps": reps, "quick": quick, "partitions": PARTITIONS})
-    stack = Stack(StackSpec(name=f"bench-relay-{os.getpid()}", redis_mode="single", fixed_ports=False))
     samples: dict[str, list[float]] = {}
-    try:
-        ep = stack.up()
+    with bench_stack("relay", endpoints) as ep:
         for rep in range(reps):
             for name, value in asyncio.run(_round(ep, quick, rep)).items():
                 samples.setdefault(name, []).append(value)
-    finally:
-        stack.down(purge=True)
     for name, values in samples.items():
         report.add(name, UNITS.get(name, "jobs/s"), values)
     report.notes.append(

@@ -19,6 +19,7 @@ SCENARIOS: dict[str, str] = {
     "relay": "loadtest.relay_bench",
     "gate": "loadtest.gate_bench",
     "spark": "loadtest.spark_bench",
+    "e2e": "loadtest.e2e_bench",
 }
 """Scenario name → module exposing ``run(quick: bool) -> loadtest.report.Report``."""
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import drain_bench, engine_bench
+from jobq.stack.manager import Endpoints
+from loadtest import drain_bench, e2e_bench, engine_bench, gate_bench, relay_bench
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +32,17 @@ def test_engine_scenario_runs_and_saves_a_report() -> None:
     figures = {f.name: f for f in report.figures}
     assert figures["enqueue_batch"].median > 0
     assert figures["lateness min"].median >= 0, "a delayed job was claimed before its time"
+
+
+def test_gate_relay_and_e2e_scenarios_run_on_the_session_stack(endpoints: Endpoints) -> None:
+    """The Kafka scenarios with tiny sizes on the session's servers (their own topics, queues and keys)."""
+    for module in (gate_bench, relay_bench, e2e_bench):
+        report = module.run(quick=True, endpoints=endpoints)
+        folder = report.save()
+        assert (folder / "report.md").exists()
+        figures = {f.name: f.median for f in report.figures}
+        rates = [v for k, v in figures.items() if k.startswith(("batch", "relay throughput", "sustained"))]
+        assert rates, figures
+        assert all(v > 0 for v in rates), figures
+    e2e = {f.name: f.median for f in report.figures}
+    assert e2e["enqueue→started p50 at 200/s"] >= e2e["accepted→started p50 at 200/s"] > 0
