@@ -47,8 +47,10 @@ __all__ = ["TopicRelay", "dead_topic", "retry_topic"]
 log = get_logger("jqrelay.topic")
 
 STOP_TIMEOUT_S = 15.0
-IDLE_POLL_S = 0.01
-"""Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile)."""
+IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
+"""Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
+1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
+to 10 ms on an idle one (≈100 cheap calls/s)."""
 
 
 def dead_topic(topic: str) -> str:
@@ -217,14 +219,17 @@ class TopicRelay(Service):
         try:
             if not self.settings.shadow:
                 await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
+            idle = IDLE_POLL_MIN_S
             while self._trusted(term):
                 if not self.settings.shadow:
                     await self.guard.wait_for_room()
                 n = self.queue_limits.batch_cap(self.limit.batch_cap(self.settings.batch))
                 msgs = consumer.consume(n, 0)
                 if not msgs:
-                    await asyncio.sleep(IDLE_POLL_S)
+                    await asyncio.sleep(idle)
+                    idle = min(idle * 1.5, IDLE_POLL_MAX_S)
                     continue
+                idle = IDLE_POLL_MIN_S
                 batch = self._parse(msgs)
                 trusted = lambda: self._trusted(term)  # noqa: E731 - the limiters ask it while they wait
                 if not await self.limit.acquire(len(msgs), trusted):
