@@ -16,7 +16,9 @@ from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from kafkagate.settings import GateSettings
 
-__all__ = ["GATE", "Gate"]
+__all__ = ["GATE", "PRODUCED_FLUSH_S", "Gate"]
+
+PRODUCED_FLUSH_S = 0.5
 
 
 @dataclass
@@ -27,19 +29,29 @@ class Gate:
     engine: Engine
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics_seen: dict[str, float] = field(default_factory=dict)
-    _background: set[asyncio.Task[None]] = field(default_factory=set)
+    _produced: dict[str, int] = field(default_factory=dict)
+    _flusher: asyncio.Task[None] | None = None
 
     def count_produced(self, topic: str, n: int) -> None:
-        """Add to the shared ``produced`` counter in Redis without waiting (dropped if Redis is away:
-        enqueues never depend on Redis)."""
+        """Add to the shared ``produced`` counter in Redis: summed here and written every
+        :data:`PRODUCED_FLUSH_S` (one command per topic, not one per request); kept for the next flush
+        while Redis is away — enqueues never depend on Redis."""
+        self._produced[topic] = self._produced.get(topic, 0) + n
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_loop(), name="gate:produced")
 
-        async def add() -> None:
-            with contextlib.suppress(Exception):
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PRODUCED_FLUSH_S)
+            await self._flush()
+
+    async def _flush(self) -> None:
+        pending, self._produced = self._produced, {}
+        for topic, n in pending.items():
+            try:
                 await stages.add(self.engine.client, topic, {"produced": n})
-
-        task = asyncio.create_task(add())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+            except Exception:
+                self._produced[topic] = self._produced.get(topic, 0) + n
 
     async def check_topic(self, topic: str) -> None:
         """Refuse fast (TopicMissing) when a routed topic does not exist, instead of letting the write
@@ -59,6 +71,13 @@ class Gate:
         return self._producers[acks]
 
     async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+            self._flusher = None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._flush(), 2.0)
         for p in self._producers.values():
             await asyncio.to_thread(p.close, 5.0)
         self._producers.clear()
