@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,12 +21,17 @@ from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.settings import KafkaSettings
 
 CONSUME_WAIT_S = 0.19
-"""Longest wait per ``Consumer.consume`` call. confluent-kafka ≥ 2.13 splits waits of 200 ms or more into
-GIL-re-acquiring chunks, which was seen to hang ``consume`` for good in a worker thread; under 200 ms it
-takes the direct librdkafka path. Callers loop instead of waiting longer."""
+"""Longest wait per blocking librdkafka call (``consume``, ``flush``, ``list_topics``). confluent-kafka
+≥ 2.13 splits waits of 200 ms or more into GIL-re-acquiring chunks, which was seen to hang ``consume``
+for good in a worker thread (and is the suspect of a once-seen gateway request that never ended); under
+200 ms it takes the direct librdkafka path. Callers loop instead of waiting longer."""
+
+REPORT_GRACE_S = 5.0
+"""How long past its delivery timeout a produce waits for librdkafka's report before giving up."""
 
 __all__ = [
     "CONSUME_WAIT_S",
+    "REPORT_GRACE_S",
     "AsyncProducer",
     "Delivered",
     "ProduceFailed",
@@ -85,6 +91,7 @@ class AsyncProducer:
             **(extra or {}),
         }
         self._producer = Producer(conf)
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="kafka-delivery", daemon=True)
         self._thread.start()
@@ -106,7 +113,10 @@ class AsyncProducer:
         waiter = _Waiter(loop, len(records))
         for i, rec in enumerate(records):
             await self._enqueue(rec, waiter.callback(i))
-        return await waiter.future
+        try:  # librdkafka reports every record within its delivery timeout; this only guards a stuck call
+            return await asyncio.wait_for(waiter.future, self._delivery_timeout_s + REPORT_GRACE_S)
+        except TimeoutError:
+            raise ProduceFailed("Kafka gave no delivery report in time") from None
 
     async def _enqueue(self, rec: Record, callback: Any) -> None:
         kwargs: dict[str, Any] = {"value": rec.value, "key": rec.key, "on_delivery": callback}
@@ -125,7 +135,11 @@ class AsyncProducer:
 
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait for outstanding writes; returns how many are still undelivered."""
-        return int(self._producer.flush(timeout_s))
+        deadline = time.monotonic() + timeout_s
+        while True:  # short waits only (see CONSUME_WAIT_S): long ones were seen to hang
+            left = int(self._producer.flush(min(CONSUME_WAIT_S, max(0.0, deadline - time.monotonic()))))
+            if not left or time.monotonic() >= deadline:
+                return left
 
     def close(self, timeout_s: float = 10.0) -> None:
         self.flush(timeout_s)
@@ -134,10 +148,14 @@ class AsyncProducer:
 
     def partitions(self, topic: str, timeout_s: float = 5.0) -> list[int]:
         """The topic's partition ids (from broker metadata); raises TopicMissing / ProduceFailed."""
-        try:
-            md = self._producer.list_topics(topic, timeout=timeout_s)
-        except KafkaException as exc:
-            raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
+        deadline = time.monotonic() + timeout_s
+        while True:  # short waits only (see CONSUME_WAIT_S): long ones were seen to hang
+            try:
+                md = self._producer.list_topics(topic, timeout=CONSUME_WAIT_S)
+                break
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
         t = md.topics.get(topic)
         if t is None or t.error is not None or not t.partitions:
             raise TopicMissing(f"topic {topic!r} does not exist")

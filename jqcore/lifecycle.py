@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import signal
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
+from jqcore.log import get_logger
+
 __all__ = ["Service", "cancel_and_wait", "run_until_signal"]
+
+SLOW_STOP_S = 30.0
+"""A stop still running after this long logs every pending task's stack (what it waits for)."""
+RECANCEL_S = 0.5
+"""How often :func:`cancel_and_wait` repeats a cancel a task did not act on."""
 
 
 class Service:
@@ -44,7 +52,11 @@ class Service:
                 self._stopped = True
                 return
             self._stopped = True
-            await self._stop()
+            watchdog = asyncio.get_running_loop().call_later(SLOW_STOP_S, _report_slow_stop, self)
+            try:
+                await self._stop()
+            finally:
+                watchdog.cancel()
 
     async def _start(self) -> None:
         raise NotImplementedError
@@ -62,11 +74,28 @@ class Service:
         await self.stop()
 
 
+def _report_slow_stop(service: Service) -> None:
+    stacks = []
+    for task in asyncio.all_tasks():
+        out = io.StringIO()
+        task.print_stack(limit=8, file=out)
+        stacks.append(out.getvalue())
+    get_logger("jqcore.lifecycle").error(
+        "stop is taking long; pending tasks follow", service=type(service).__name__, tasks=stacks
+    )
+
+
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancel a helper task of a service and wait until it has finished (its cancellation swallowed)."""
+    """Cancel a helper task of a service and wait until it has finished (its cancellation swallowed).
+
+    The cancel is repeated every :data:`RECANCEL_S` while the task runs on: a library that turns a
+    cancellation into an ordinary exception (redis-py can, mid-command) lets a ``while True`` loop that
+    suppresses errors carry on — seen as a gateway whose presence heartbeat kept it from ever stopping."""
     if task is None:
         return
-    task.cancel()
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=RECANCEL_S)
     with contextlib.suppress(asyncio.CancelledError):
         await task
 

@@ -10,7 +10,7 @@ from typing import Literal
 from aiohttp import web
 
 from jqcore import stages
-from jqcore.kafka import AsyncProducer
+from jqcore.kafka import AsyncProducer, ProduceFailed
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
@@ -19,6 +19,7 @@ from kafkagate.settings import GateSettings
 __all__ = ["GATE", "PRODUCED_FLUSH_S", "Gate"]
 
 PRODUCED_FLUSH_S = 0.5
+METADATA_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -59,7 +60,11 @@ class Gate:
         loop = asyncio.get_running_loop()
         if loop.time() - self._topics_seen.get(topic, -1e9) < 60:
             return
-        await asyncio.to_thread(self.producer("all").partitions, topic, 5.0)
+        lookup = asyncio.to_thread(self.producer("all").partitions, topic, METADATA_TIMEOUT_S)
+        try:  # librdkafka honours its timeout; this bound only guards the request against a stuck call
+            await asyncio.wait_for(lookup, METADATA_TIMEOUT_S + 2)
+        except TimeoutError:
+            raise ProduceFailed(f"no metadata for {topic!r} from Kafka in time") from None
         self._topics_seen[topic] = loop.time()
 
     def producer(self, acks: Literal["all", "leader"]) -> AsyncProducer:
