@@ -45,6 +45,7 @@ from jqcore.kafka import ensure_topics
 from jqcore.keys import QueueKeys
 from jqcore.settings import KafkaSettings
 from jqcore.state import reads
+from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
 from loadtest.stacks import bench_stack
 
@@ -172,29 +173,32 @@ class Sent:
     accepted_ms: float
 
 
-async def _open_loop(http: aiohttp.ClientSession, pipe: Pipeline, rate: float, seconds: float) -> list[Sent]:
-    """One job per request, each due at ``t0 + i / rate``; returns the accepted ones with their times."""
-    body = orjson.dumps({"kind": "demo.noop"})
+async def _open_loop(pipe: Pipeline, rate: float, seconds: float) -> list[Sent]:
+    """One job per request, each due at ``t0 + i / rate``; returns the accepted ones with their times.
+    Requests go over :class:`RawHttp` (64 keep-alive connections) so the generator's lag stays small."""
+    host, port = pipe.url.removeprefix("http://").rsplit(":", 1)
     loop = asyncio.get_running_loop()
     start_loop = loop.time() + 0.2
     start_epoch_ms = (time.time() + 0.2) * 1000
     sent: list[Sent] = []
+    async with RawHttp(host, int(port), 64, {"Authorization": f"Bearer {TOKEN}"}) as http:
+        request = http.request("POST", f"/v1/queues/{pipe.queue}/jobs", orjson.dumps({"kind": "demo.noop"}))
 
-    async def one(i: int) -> None:
-        async with http.post(pipe.jobs_url, data=body, headers={"Content-Type": "application/json"}) as r:
-            answer = await r.read()
-            if r.status != 202:
-                raise RuntimeError(f"enqueue refused: {r.status} {answer[:200]!r}")
-        job_id = orjson.loads(answer)["jobs"][0]["id"]
-        sent.append(Sent(job_id, start_epoch_ms + i / rate * 1000, time.time() * 1000))
+        async def one(i: int) -> None:
+            status, answer = await http.send(request)
+            accepted_ms = time.time() * 1000
+            if status != 202:
+                raise RuntimeError(f"enqueue refused: {status} {answer[:200]!r}")
+            job_id = orjson.loads(answer)["jobs"][0]["id"]
+            sent.append(Sent(job_id, start_epoch_ms + i / rate * 1000, accepted_ms))
 
-    tasks = []
-    for i in range(int(rate * seconds)):
-        delay = start_loop + i / rate - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i)))
-    await asyncio.gather(*tasks)
+        tasks = []
+        for i in range(int(rate * seconds)):
+            delay = start_loop + i / rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*tasks)
     return sent
 
 
@@ -219,9 +223,7 @@ async def latency(pipe: Pipeline, rate: float, seconds: float) -> dict[str, floa
     """Open-loop latency figures (ms) at ``rate`` jobs/s for ``seconds``."""
     client = aioredis.Redis.from_url(pipe.ep.redis_url or "")
     before = await _finished(client, pipe.queue)
-    conn = aiohttp.TCPConnector(limit=512)
-    async with aiohttp.ClientSession(connector=conn, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-        sent = await _open_loop(http, pipe, rate, seconds)
+    sent = await _open_loop(pipe, rate, seconds)
     await _wait_finished(pipe, client, before + len(sent), 120)
     times = await _job_times(client, pipe.queue, [s.id for s in sent])
     await client.aclose()
