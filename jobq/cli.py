@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, canary, demo, gate, reconcile, relay, spark, stack, status
+from jobq.commands import bench, canary, demo, gate, reconcile, relay, replay, spark, stack, status
 from jqcore.errors import JobqError
 from worker.cli import worker
 
@@ -28,6 +28,7 @@ app.command("relay")(relay.relay)
 app.command("status")(status.status)
 app.command("canary")(canary.canary)
 app.command("reconcile")(reconcile.reconcile)
+app.command("replay")(replay.replay)
 app.add_typer(gate.topics_app, name="topics")
 app.add_typer(spark.app, name="spark")
 

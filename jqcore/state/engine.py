@@ -262,6 +262,13 @@ class Engine:
     ) -> int:
         return int(await self._run("dead_purge", queue, [limit, *ids], now_ms))
 
+    async def forget(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> list[str]:
+        """Delete finished jobs now so their ids can be enqueued again; per id ``forgotten``,
+        ``active`` (not finished: left alone) or ``missing``."""
+        if not ids:
+            return []
+        return [_s(o) for o in await self._run("forget", queue, list(ids), now_ms)]
+
     async def configure_queue(self, queue: str, config: QueueConfig) -> None:
         """Apply a queue's configuration (validated here; see :class:`QueueConfig`)."""
         fields = _config_fields(config)

@@ -21,6 +21,7 @@ SCRIPT_NAMES = (
     "gc",
     "dead_retry",
     "dead_purge",
+    "forget",
     "configure_queue",
     "configure_kind",
 )
