@@ -97,6 +97,8 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    artifacts: dict[str, Callable[[Path], None]] = field(default_factory=dict)
+    """File name → a function that writes it (plots) into the report folder when it is saved."""
 
     def add(self, name: str, unit: str, samples: list[float]) -> Figure:
         fig = Figure(name, unit, list(samples))
@@ -123,6 +125,7 @@ class Report:
             samples = ", ".join(f"{s:.4g}" for s in f.samples)
             lines.append(f"| {f.name} | {f.median:.4g} | {f.unit} | ±{f.spread:.1%} | {samples} |")
         lines += ["", *(f"- {n}" for n in self.notes)]
+        lines += ["", *(f"![{name}]({name})" for name in self.artifacts)]
         return "\n".join(lines) + "\n"
 
     def save(self, root: Path | None = None) -> Path:
@@ -131,4 +134,6 @@ class Report:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "results.json").write_text(json.dumps(self.as_dict(), indent=2))
         (folder / "report.md").write_text(self.markdown())
+        for name, write in self.artifacts.items():
+            write(folder / name)
         return folder

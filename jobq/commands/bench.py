@@ -20,6 +20,7 @@ SCENARIOS: dict[str, str] = {
     "gate": "loadtest.gate_bench",
     "spark": "loadtest.spark_bench",
     "e2e": "loadtest.e2e_bench",
+    "peers": "loadtest.peers_bench",
 }
 """Scenario name → module exposing ``run(quick: bool) -> loadtest.report.Report``."""
 

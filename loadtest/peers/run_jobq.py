@@ -1,0 +1,67 @@
+"""jobq's Redis stage (runs in jobq's own .venv): enqueue_batch as the relay writes (1,000 per call for
+the bulk enqueue, one per call at a fixed rate), workers `python -m worker --concurrency 50`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import common
+import redis.asyncio as aioredis
+
+from jqcore.envelope import new_envelope
+from jqcore.state import Engine
+
+QUEUE = "bench"
+
+
+def _engine() -> Engine:
+    return Engine(aioredis.Redis.from_url(common.QUEUE_REDIS))
+
+
+def enqueue(n: float) -> None:
+    async def go() -> None:
+        engine = _engine()
+        for i in range(0, int(n), 1000):
+            batch = [new_envelope(QUEUE, "bench.noop", {"due": 0}) for _ in range(min(1000, int(n) - i))]
+            await engine.enqueue_batch(batch)
+        await engine.client.aclose()
+
+    asyncio.run(go())
+
+
+def rate(r: float, s: float) -> None:
+    async def go() -> None:
+        engine = _engine()
+        t0 = time.time() + 0.2
+        for i in range(int(r * s)):
+            due = t0 + i / r
+            if (wait := due - time.time()) > 0:
+                await asyncio.sleep(wait)
+            await engine.enqueue_batch([new_envelope(QUEUE, "bench.noop", {"due": due * 1000})])
+        await engine.client.aclose()
+
+    asyncio.run(go())
+
+
+def delayed(n: float, d: float) -> None:
+    async def go() -> None:
+        engine = _engine()
+        due = int((time.time() + d) * 1000)
+        batch = [new_envelope(QUEUE, "bench.noop", {"due": due}, run_at=due) for _ in range(int(n))]
+        await engine.enqueue_batch(batch)
+        await engine.client.aclose()
+
+    asyncio.run(go())
+
+
+def worker() -> None:
+    env = {**os.environ, "JOBQ_REDIS_URL": common.QUEUE_REDIS, "JOBQ_LOG_LEVEL": "warning"}
+    args = ["-m", "worker", "--queues", QUEUE, "--concurrency", "50", "--app", "jobq_app:registry"]
+    os.execve(sys.executable, [sys.executable, *args], env)
+
+
+if __name__ == "__main__":
+    common.main({"enqueue": enqueue, "rate": rate, "delayed": delayed, "worker": worker})

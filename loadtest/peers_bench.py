@@ -1,0 +1,326 @@
+"""``jobq bench peers``: jobq side by side with celery, rq, dramatiq, arq, huey, taskiq (list and stream
+brokers) and saq, in one run, on one dedicated Redis.
+
+Every peer runs from its own virtualenv (created once with uv under ``JOBQ_HOME/peers/<peer>-<hash>``,
+exact versions pinned below) through a small runner in ``loadtest/peers/run_<peer>.py`` that uses the
+peer's documented API and CLI (settings in each runner's docstring). jobq's Redis stage runs the same
+way from jobq's own environment (``run_jobq.py``); its full Kafka path is ``jobq bench e2e``.
+
+Same conditions for every system: the same queue Redis (flushed between systems), a separate
+measurement Redis, the same no-op task (one RPUSH of its start latency when due, one INCR), 2 worker
+processes. Scenarios, in order, per system:
+
+1. **enqueue** N jobs from one client process with the peer's best way (bulk where it has one);
+2. **drain** those N jobs: 2 workers start; the rate is taken from the first 1 % done to the last
+   (start-up excluded, the same for everyone); completions are sampled for the throughput plot;
+3. **latency** at a fixed arrival rate (open loop; each job carries its due time; a late send keeps it,
+   so no coordinated omission): p50/p99/max of start − due;
+4. **delayed lateness**: jobs scheduled ``delay`` seconds ahead with the peer's delay API; start −
+   scheduled time (negative = early). taskiq needs a separate scheduler process: not measured.
+
+Ratios are to the best peer. Everything shares this machine's 2 cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from rich.progress import Progress
+
+from jobq.stack.paths import home
+from jobq.stack.procs import free_port
+from loadtest.report import Report
+
+__all__ = ["PEERS", "run"]
+
+PEERS_DIR = Path(__file__).parent / "peers"
+PEERS: dict[str, list[str]] = {
+    "celery": ["celery[redis]==5.7.0"],
+    "rq": ["rq==3.0.0"],
+    "dramatiq": ["dramatiq[redis]==2.2.1"],
+    "arq": ["arq==0.28.0"],
+    "huey": ["huey==3.5.4", "redis"],
+    "taskiq-list": ["taskiq==0.13.0", "taskiq-redis==1.2.4"],
+    "taskiq-stream": ["taskiq==0.13.0", "taskiq-redis==1.2.4"],
+    "saq": ["saq==0.26.4", "typing-extensions"],
+}
+"""Peer → pinned requirements (its venv also gets ``redis`` for the measurement)."""
+WORKERS = 2
+
+
+@dataclass
+class Sizes:
+    jobs: int
+    rate: float
+    seconds: float
+    delayed: int
+    delay_s: float
+
+
+@dataclass
+class Outcome:
+    figures: dict[str, float] = field(default_factory=dict)
+    series: list[tuple[float, int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def peer_python(peer: str) -> Path:
+    """The peer's venv python (created and cached on first use)."""
+    if peer == "jobq":
+        return Path(sys.executable)
+    reqs = [*PEERS[peer], "redis"]
+    tag = hashlib.sha256("\n".join(sorted(set(reqs))).encode()).hexdigest()[:10]
+    venv = home() / "peers" / f"{peer.split('-')[0]}-{tag}"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        uv = Path(sys.executable).parent / "uv"
+        subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+        subprocess.run([str(uv), "pip", "install", "-q", "--python", str(python), *reqs], check=True)
+    return python
+
+
+def _env(peer: str, queue_url: str, metric_url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "QUEUE_REDIS": queue_url,
+        "METRIC_REDIS": metric_url,
+        "TASKIQ_BROKER": peer.removeprefix("taskiq-"),
+        "PYTHONPATH": str(PEERS_DIR),
+    }
+
+
+def _runner(peer: str) -> str:
+    return f"run_{peer.split('-')[0]}.py"
+
+
+def _role(peer: str, env: dict[str, str], *args: float | str, timeout: float = 600) -> float | None:
+    """Run one role of the peer's runner; its own elapsed seconds, or None if unsupported."""
+    cmd = [str(peer_python(peer)), _runner(peer), *(str(a) for a in args)]
+    done = subprocess.run(cmd, cwd=PEERS_DIR, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode == 3:
+        return None
+    if done.returncode != 0:
+        raise RuntimeError(f"{peer} {args[0]} failed: {done.stderr[-2000:]}")
+    return float(done.stdout.strip().splitlines()[-1].split()[1])
+
+
+def _wait_done(
+    m: redis.Redis, n: int, timeout_s: float, procs: list[subprocess.Popen[bytes]]
+) -> list[tuple[float, int]]:
+    """Sample the done counter until ``n``; [(seconds since start, done)]."""
+    started = time.perf_counter()
+    series: list[tuple[float, int]] = []
+    while True:
+        done = int(m.get("done") or 0)
+        series.append((time.perf_counter() - started, done))
+        if done >= n:
+            return series
+        if time.perf_counter() - started > timeout_s:
+            raise RuntimeError(f"only {done}/{n} jobs done in {timeout_s:g}s")
+        if dead := [p.args for p in procs if p.poll() is not None]:
+            raise RuntimeError(f"a worker exited: {dead}")
+        time.sleep(0.05)
+
+
+def _percentiles(values: list[float]) -> tuple[float, float, float]:
+    values = sorted(values)
+    if not values:
+        return float("nan"), float("nan"), float("nan")
+    n = len(values)
+    return values[min(n - 1, n // 2)], values[min(n - 1, int(0.99 * n))], values[-1]
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome:
+    q, m = redis.Redis.from_url(queue_url), redis.Redis.from_url(metric_url)
+    q.flushall()
+    m.flushall()
+    env = _env(peer, queue_url, metric_url)
+    out = Outcome()
+    elapsed = _role(peer, env, "enqueue", sizes.jobs)
+    assert elapsed is not None
+    out.figures["enqueue"] = sizes.jobs / elapsed
+    procs = [
+        subprocess.Popen(
+            [str(peer_python(peer)), _runner(peer), "worker"],
+            cwd=PEERS_DIR,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(WORKERS)
+    ]
+    try:
+        series = _wait_done(m, sizes.jobs, 60 + sizes.jobs / 50, procs)
+        first = next((t, n) for t, n in series if n >= max(1, sizes.jobs // 100))
+        out.figures["drain"] = (sizes.jobs - first[1]) / max(1e-6, series[-1][0] - first[0])
+        out.series = [(t - first[0], n) for t, n in series if t >= first[0]]
+        m.flushall()
+        _role(peer, env, "rate", sizes.rate, sizes.seconds)
+        _wait_done(m, int(sizes.rate * sizes.seconds), 120, procs)
+        lat = [float(v) for v in m.lrange("lat", 0, -1)]
+        out.figures["latency p50"], out.figures["latency p99"], out.figures["latency max"] = _percentiles(lat)
+        m.flushall()
+        if _role(peer, env, "delayed", sizes.delayed, sizes.delay_s) is None:
+            out.notes.append(f"{peer}: delayed jobs not measured (needs a separate scheduler process)")
+        else:
+            _wait_done(m, sizes.delayed, sizes.delay_s + 60, procs)
+            late = [float(v) for v in m.lrange("lat", 0, -1)]
+            p50, p99, worst = _percentiles(late)
+            out.figures |= {"lateness p50": p50, "lateness p99": p99, "lateness max": worst}
+            out.figures["early starts"] = sum(1 for v in late if v < 0)
+    finally:
+        _stop(procs)
+    return out
+
+
+def _redis(port: int, folder: Path) -> subprocess.Popen[bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis(port=port).ping()
+            return proc
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+SYSTEMS = ["jobq", *PEERS]
+
+
+def run(quick: bool = False, systems: list[str] | None = None) -> Report:
+    sizes = Sizes(300, 100.0, 1.0, 10, 1.0) if quick else Sizes(50_000, 500.0, 10.0, 200, 3.0)
+    reps = 1 if quick else 3
+    chosen = systems or SYSTEMS
+    report = Report("peers", {"reps": reps, "worker_processes": WORKERS, **sizes.__dict__})
+    folder = home() / "peers" / f"redis-{os.getpid()}"
+    qport, mport = free_port(), free_port()
+    servers = [_redis(qport, folder / "queue"), _redis(mport, folder / "metrics")]
+    urls = (f"redis://127.0.0.1:{qport}/0", f"redis://127.0.0.1:{mport}/0")
+    samples: dict[str, dict[str, list[float]]] = {}
+    series: dict[str, list[tuple[float, int]]] = {}
+    try:
+        with Progress() as progress:
+            setup = progress.add_task("peer virtualenvs", total=len(chosen))
+            for peer in chosen:
+                peer_python(peer)
+                progress.advance(setup)
+            task = progress.add_task("systems x repetitions", total=len(chosen) * reps)
+            for _ in range(reps):
+                for peer in chosen:
+                    try:
+                        got = measure(peer, urls[0], urls[1], sizes)
+                    except Exception as exc:
+                        report.notes.append(f"{peer} failed: {exc!r}"[:500])
+                        got = Outcome()
+                    for name, value in got.figures.items():
+                        samples.setdefault(peer, {}).setdefault(name, []).append(value)
+                    report.notes += [n for n in got.notes if n not in report.notes]
+                    if got.series:
+                        series[peer] = got.series
+                    progress.advance(task)
+    finally:
+        for s in servers:
+            s.terminate()
+            s.wait(10)
+    for peer, figures in samples.items():
+        for name, values in figures.items():
+            unit = "jobs/s" if name in ("enqueue", "drain") else ("jobs" if name == "early starts" else "ms")
+            report.add(f"{name} {peer}", unit, values)
+    report.notes += _ratios(report)
+    report.artifacts["throughput.png"] = lambda path: _plot_drain(series, path)
+    report.artifacts["latency.png"] = lambda path: _plot_latency(report, path)
+    return report
+
+
+def _ratios(report: Report) -> list[str]:
+    med = {f.name: f.median for f in report.figures}
+    lines = []
+    for name, better in (("drain", max), ("enqueue", max), ("latency p50", min), ("latency p99", min)):
+        peers = {p: med[f"{name} {p}"] for p in PEERS if f"{name} {p}" in med}
+        if not peers or f"{name} jobq" not in med:
+            continue
+        best = better(peers, key=lambda p: peers[p])
+        ratio = med[f"{name} jobq"] / peers[best]
+        ours = med[f"{name} jobq"]
+        lines.append(f"{name}: jobq {ours:.4g} vs best peer {best} {peers[best]:.4g} → ratio {ratio:.2f}")
+    return lines
+
+
+def _plot_drain(series: dict[str, list[tuple[float, int]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for peer, points in sorted(series.items()):
+        ax.plot([t for t, _ in points], [n for _, n in points], label=peer)
+    ax.set_xlabel("seconds since 1 % done")
+    ax.set_ylabel("jobs done")
+    ax.set_title("drain with 2 worker processes (last repetition)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_latency(report: Report, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = {f.name: f.median for f in report.figures}
+    systems = [s for s in SYSTEMS if f"latency p50 {s}" in med]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.27
+    for i, q in enumerate(("p50", "p99", "max")):
+        xs = [x + i * width for x in range(len(systems))]
+        ax.bar(xs, [med[f"latency {q} {s}"] for s in systems], width, label=q)
+    ax.set_xticks([x + width for x in range(len(systems))], systems, rotation=30)
+    ax.set_yscale("log")
+    ax.set_ylabel("enqueue → start (ms)")
+    ax.set_title("start latency at a fixed arrival rate (medians over repetitions)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
