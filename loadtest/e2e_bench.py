@@ -47,7 +47,7 @@ from jqcore.settings import KafkaSettings
 from jqcore.state import reads
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
-from loadtest.stacks import bench_stack
+from loadtest.stacks import bench_stack, stop_processes
 
 __all__ = ["Pipeline", "pipeline", "run"]
 
@@ -120,23 +120,12 @@ async def pipeline(
         await _warm_up(pipe)
         yield pipe
     finally:
-        await asyncio.to_thread(_stop, pipe.procs)
+        await asyncio.to_thread(stop_processes, pipe.procs)
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 async def _warm_up(pipe: Pipeline) -> None:

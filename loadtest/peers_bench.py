@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from rich.progress import Progress
 from jobq.stack.paths import home
 from jobq.stack.procs import free_port
 from loadtest.report import Report
+from loadtest.stacks import stop_processes
 
 __all__ = ["PEERS", "run"]
 
@@ -138,18 +138,6 @@ def _percentiles(values: list[float]) -> tuple[float, float, float]:
     return values[min(n - 1, n // 2)], values[min(n - 1, int(0.99 * n))], values[-1]
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome:
     q, m = redis.Redis.from_url(queue_url), redis.Redis.from_url(metric_url)
     q.flushall()
@@ -190,7 +178,7 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
             out.figures |= {"lateness p50": p50, "lateness p99": p99, "lateness max": worst}
             out.figures["early starts"] = sum(1 for v in late if v < 0)
     finally:
-        _stop(procs)
+        stop_processes(procs, 15)
     return out
 
 

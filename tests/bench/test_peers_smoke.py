@@ -3,16 +3,7 @@ still work, the report and its plots are written (no speed asserted)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from loadtest import peers_bench
-
-
-@pytest.fixture(autouse=True)
-def _results_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JOBQ_RESULTS_DIR", str(tmp_path))
 
 
 def test_every_peer_and_jobq_drain_and_the_report_has_its_plots() -> None:

@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
-import pytest
 
 from jobq.stack.manager import Endpoints
 from loadtest import drain_bench, e2e_bench, engine_bench, gate_bench, relay_bench
-
-
-@pytest.fixture(autouse=True)
-def _results_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JOBQ_RESULTS_DIR", str(tmp_path))
 
 
 def test_drain_scenario_runs_and_saves_a_report() -> None:
