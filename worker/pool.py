@@ -161,12 +161,12 @@ class Pool(Service):
     async def _fetch_loop(self) -> None:
         while not self._stopping:
             try:
-                got = await self._fetch_once()
+                more = await self._fetch_once()
             except Exception as exc:  # Redis away: back off, keep the running jobs going
                 log.warning("claim failed", error=repr(exc))
                 await asyncio.sleep(1.0)
                 continue
-            if got:
+            if more:
                 continue
             if self.config.burst and not self.in_flight and await self._queues_empty():
                 self.drained.set()
@@ -183,19 +183,23 @@ class Pool(Service):
                 return False
         return True
 
-    async def _fetch_once(self) -> int:
+    async def _fetch_once(self) -> bool:
+        """Claim up to the free slots; True when a queue filled them all (it may hold more). A claim
+        that came back short found the claimable jobs exhausted: the pool then blocks on the wake list
+        instead of asking again (every enqueue, completion and promotion pushes a wake token)."""
         while len(self.in_flight) >= self.config.concurrency:
             self._slot_freed.clear()
             await self._slot_freed.wait()
-        got = 0
         for queue in self.config.queues:
             free = self.config.concurrency - len(self.in_flight)
             if free <= 0:
-                break
-            for job in await self.engine.claim(queue, free, lease_ms=self.config.lease_ms):
+                return True
+            jobs = await self.engine.claim(queue, free, lease_ms=self.config.lease_ms)
+            for job in jobs:
                 self._launch(job)
-                got += 1
-        return got
+            if len(jobs) == free:
+                return True
+        return False
 
     def _launch(self, job: ClaimedJob) -> None:
         run = Running(job)

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 
 from jqcore import metrics
 from jqcore.envelope import Envelope, decode, encode
@@ -173,14 +174,9 @@ class Engine:
         keys = QueueKeys(queue).script_keys()
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         started = time.perf_counter()
-        pipe = self.client.pipeline(transaction=False)
-        for job, result in items:
-            data = result or b""
-            if len(data) > MAX_RESULT_BYTES:
-                data = b""
-            await self._scripts["complete"](keys=keys, args=[now, *job, data], client=pipe)
+        calls = [[now, *job, b"" if len(r or b"") > MAX_RESULT_BYTES else (r or b"")] for job, r in items]
         async with codes.redis_errors("complete"):
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self._pipelined("complete", keys, calls)
         metrics.SCRIPT_CALLS.labels("complete", "ok").inc(len(items))
         metrics.SCRIPT_TIME.labels("complete").observe(time.perf_counter() - started)
         out: list[int] = []
@@ -189,6 +185,30 @@ class Engine:
                 raise reply
             out.append(int(reply[0]))
         return out
+
+    async def _pipelined(self, name: str, keys: Sequence[str], calls: Sequence[Sequence[Any]]) -> list[Any]:
+        """One round trip of EVALSHA calls. (redis-py's own script pipelining asks SCRIPT EXISTS before
+        every execute, a second round trip.) Calls refused with NOSCRIPT (a restarted or flushed Redis)
+        did not run: the script is loaded and only those are sent again."""
+        assert isinstance(self.client, aioredis.Redis)
+        script = self._scripts[name]
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                pipe.evalsha(script.sha, len(keys), *keys, *calls[i])
+            got = await pipe.execute(raise_on_error=False)
+            again = [
+                i for i, r in zip(todo, got, strict=True) if isinstance(r, NoScriptError) and not attempt
+            ]
+            for i, reply in zip(todo, got, strict=True):
+                replies[i] = reply
+            if not again:
+                break
+            await self.client.script_load(script.script)
+            todo = again
+        return replies
 
     async def fail(
         self,

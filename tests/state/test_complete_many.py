@@ -25,3 +25,18 @@ async def test_completes_each_job_and_reports_stale_and_missing_ones(
     assert [s.state for s in states if s] == ["completed"] * 4 + ["running"]
     assert states[0] is not None
     assert states[0].result == '"ok"'
+
+
+async def test_a_flushed_script_cache_is_reloaded_and_each_job_completed_once(
+    engine: Engine, q: str, job: Callable[..., Envelope]
+) -> None:
+    await engine.enqueue_batch([job(q) for _ in range(3)])
+    claimed = await engine.claim(q, 3, lease_ms=30_000)
+    await engine.client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
+    owners = [(c.id, c.attempt, c.token) for c in claimed]
+    codes = await engine.complete_many(q, [(o, None) for o in owners])
+    assert all(c not in (STALE, MISSING) for c in codes)
+    states = [await reads.get_job(engine.client, q, o[0]) for o in owners]
+    assert [s.state for s in states if s] == ["completed"] * 3
+    depth = await reads.depth(engine.client, q)
+    assert (depth.finished, depth.running) == (3, 0)

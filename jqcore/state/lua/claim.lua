@@ -3,6 +3,8 @@
 -- fresh token; every claim spends an attempt. O(log n) per job. Works at maxmemory (allow-oom).
 -- Jobs met on the way whose expires_at passed become 'expired'; jobs whose kind is at its concurrency
 -- limit are parked until a slot frees up. With a filter, only jobs whose declared meta pairs all match.
+-- A claim that stops at its scan budget with jobs still ready pushes a wake token: a worker whose claim
+-- came back short may block on the wake list, and must not miss jobs it simply did not reach.
 -- KEYS: standard (_lib.lua).
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)
@@ -76,6 +78,7 @@ while claimed < n and scanned < n * 4 + 32 do
   end
 end
 if claimed > 0 then stat('claimed', claimed) end
+if claimed < n and #pairs_wanted == 0 and redis.call('ZCARD', READY) > 0 then freed = freed + 1 end
 wake(freed)
 if new_earliest and (earliest < 0 or new_earliest < earliest) then wake_scheduler() end
 return out
