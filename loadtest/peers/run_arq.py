@@ -46,12 +46,7 @@ def enqueue(n: float) -> None:
 def rate(r: float, s: float) -> None:
     async def go() -> None:
         pool = await create_pool(REDIS)
-        t0 = time.time() + 0.2
-        for i in range(int(r * s)):
-            due = t0 + i / r
-            if (wait := due - time.time()) > 0:
-                await asyncio.sleep(wait)
-            await pool.enqueue_job("noop", due * 1000)
+        await common.async_open_loop(r, s, lambda due: pool.enqueue_job("noop", due))
         await pool.aclose()
 
     _run(go)

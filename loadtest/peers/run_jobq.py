@@ -35,12 +35,9 @@ def enqueue(n: float) -> None:
 def rate(r: float, s: float) -> None:
     async def go() -> None:
         engine = _engine()
-        t0 = time.time() + 0.2
-        for i in range(int(r * s)):
-            due = t0 + i / r
-            if (wait := due - time.time()) > 0:
-                await asyncio.sleep(wait)
-            await engine.enqueue_batch([new_envelope(QUEUE, "bench.noop", {"due": due * 1000})])
+        await common.async_open_loop(
+            r, s, lambda due: engine.enqueue_batch([new_envelope(QUEUE, "bench.noop", {"due": due})])
+        )
         await engine.client.aclose()
 
     asyncio.run(go())

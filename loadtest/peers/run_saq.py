@@ -36,12 +36,7 @@ def enqueue(n: float) -> None:
 def rate(r: float, s: float) -> None:
     async def go() -> None:
         await queue.connect()
-        t0 = time.time() + 0.2
-        for i in range(int(r * s)):
-            due = t0 + i / r
-            if (wait := due - time.time()) > 0:
-                await asyncio.sleep(wait)
-            await queue.enqueue("noop", due=due * 1000)
+        await common.async_open_loop(r, s, lambda due: queue.enqueue("noop", due=due))
         await queue.disconnect()
 
     asyncio.run(go())

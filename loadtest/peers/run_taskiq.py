@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 
 import common
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
@@ -34,12 +33,7 @@ def enqueue(n: float) -> None:
 def rate(r: float, s: float) -> None:
     async def go() -> None:
         await broker.startup()
-        t0 = time.time() + 0.2
-        for i in range(int(r * s)):
-            due = t0 + i / r
-            if (wait := due - time.time()) > 0:
-                await asyncio.sleep(wait)
-            await noop.kiq(due * 1000)
+        await common.async_open_loop(r, s, lambda due: noop.kiq(due))
         await broker.shutdown()
 
     asyncio.run(go())
