@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -250,6 +251,7 @@ def run(quick: bool = False, systems: list[str] | None = None) -> Report:
         for s in servers:
             s.terminate()
             s.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
     for peer, figures in samples.items():
         for name, values in figures.items():
             unit = "jobs/s" if name in ("enqueue", "drain") else ("jobs" if name == "early starts" else "ms")
@@ -263,7 +265,13 @@ def run(quick: bool = False, systems: list[str] | None = None) -> Report:
 def _ratios(report: Report) -> list[str]:
     med = {f.name: f.median for f in report.figures}
     lines = []
-    for name, better in (("drain", max), ("enqueue", max), ("latency p50", min), ("latency p99", min)):
+    for name, better in (
+        ("drain", max),
+        ("enqueue", max),
+        ("latency p50", min),
+        ("latency p99", min),
+        ("lateness p99", min),
+    ):
         peers = {p: med[f"{name} {p}"] for p in PEERS if f"{name} {p}" in med}
         if not peers or f"{name} jobq" not in med:
             continue
@@ -283,7 +291,7 @@ def _plot_drain(series: dict[str, list[tuple[float, int]]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for peer, points in sorted(series.items()):
         ax.plot([t for t, _ in points], [n for _, n in points], label=peer)
-    ax.set_xlabel("seconds since 1 % done")
+    ax.set_xlabel("seconds since the last sample under 1 % done")
     ax.set_ylabel("jobs done")
     ax.set_title("drain with 2 worker processes (last repetition)")
     ax.legend()
