@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,14 +116,22 @@ def _role(peer: str, env: dict[str, str], *args: float | str, timeout: float = 6
 
 
 def _wait_done(
-    m: redis.Redis, n: int, timeout_s: float, procs: list[subprocess.Popen[bytes]]
+    m: redis.Redis,
+    n: int,
+    timeout_s: float,
+    procs: list[subprocess.Popen[bytes]],
+    mark: tuple[int, Callable[[int], None]] | None = None,
 ) -> list[tuple[float, int]]:
-    """Sample the done counter until ``n``; [(seconds since start, done)]."""
+    """Sample the done counter until ``n``; [(seconds since start, done)]. ``mark = (k, f)`` calls
+    ``f(done)`` once, at the first sample with at least ``k`` done."""
     started = time.perf_counter()
     series: list[tuple[float, int]] = []
     while True:
         done = int(m.get("done") or 0)
         series.append((time.perf_counter() - started, done))
+        if mark is not None and done >= mark[0]:
+            mark[1](done)
+            mark = None
         if done >= n:
             return series
         if time.perf_counter() - started > timeout_s:
@@ -130,6 +139,26 @@ def _wait_done(
         if dead := [p.args for p in procs if p.poll() is not None]:
             raise RuntimeError(f"a worker exited: {dead}")
         time.sleep(0.02)
+
+
+def _tree_cpu_s(pids: Sequence[int]) -> float:
+    """CPU seconds (user + system, and of reaped children) of these processes and every descendant."""
+    total, todo = 0.0, list(pids)
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # gone meanwhile
+            continue
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _percentiles(values: list[float]) -> tuple[float, float, float]:
@@ -160,8 +189,19 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
         )
         for _ in range(WORKERS)
     ]
+    pids = [p.pid for p in procs]
+    cpu: list[tuple[int, float, float]] = []  # (done, workers' CPU s, Redis CPU s) once 1 % is done
     try:
-        series = _wait_done(m, sizes.jobs, 60 + sizes.jobs / 50, procs)
+        series = _wait_done(
+            m,
+            sizes.jobs,
+            60 + sizes.jobs / 50,
+            procs,
+            (max(1, sizes.jobs // 100), lambda done: cpu.append((done, _tree_cpu_s(pids), _redis_cpu_s(q)))),
+        )
+        if (jobs := sizes.jobs - cpu[0][0]) >= 1000:  # start-up excluded, as for the rate
+            out.figures["worker CPU per 1k jobs"] = (_tree_cpu_s(pids) - cpu[0][1]) / jobs * 1000
+            out.figures["Redis CPU per 1k jobs"] = (_redis_cpu_s(q) - cpu[0][2]) / jobs * 1000
         first = [(t, n) for t, n in series if n < max(1, sizes.jobs // 100)][-1]
         out.figures["drain"] = (sizes.jobs - first[1]) / max(1e-6, series[-1][0] - first[0])
         out.series = [(t - first[0], n) for t, n in series if t >= first[0]]
@@ -254,7 +294,8 @@ def run(quick: bool = False, systems: list[str] | None = None) -> Report:
         shutil.rmtree(folder, ignore_errors=True)
     for peer, figures in samples.items():
         for name, values in figures.items():
-            unit = "jobs/s" if name in ("enqueue", "drain") else ("jobs" if name == "early starts" else "ms")
+            unit = {"enqueue": "jobs/s", "drain": "jobs/s", "early starts": "jobs"}.get(name, "ms")
+            unit = "s" if "CPU" in name else unit
             report.add(f"{name} {peer}", unit, values)
     report.notes += _ratios(report)
     report.artifacts["throughput.png"] = lambda path: _plot_drain(series, path)
