@@ -30,7 +30,9 @@ from typing import Annotated
 import orjson
 import typer
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from redis.exceptions import ResponseError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from jqcore.envelope import Envelope, decode
@@ -256,7 +258,16 @@ def replay(
     if dry_run:
         _dry_run(records)
     else:
-        asyncio.run(_write(records, load(RedisSettings), force))
+        try:
+            asyncio.run(_write(records, load(RedisSettings), force))
+        except ResponseError as exc:  # e.g. a damaged queue key: every script on that queue fails
+            written = sum(r.written for r in ranges)
+            Console(stderr=True).print(
+                f"[red]error[/] (replay_refused): Redis refused a write: {escape(str(exc))}. {written} "
+                "job(s) were written before it and stay written; repair the queue and run the same replay "
+                "again (dedup makes a rerun safe)."
+            )
+            raise typer.Exit(2) from exc
     _report(topic, ranges, dry_run=dry_run, as_json=as_json)
 
 

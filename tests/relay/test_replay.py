@@ -122,8 +122,10 @@ async def test_the_retry_topic_replays_after_the_queue_is_repaired(
     damaged = QueueKeys(queue).stats
     await engine.client.set(damaged, b"not a hash")  # what the relay met: every script on it fails
     await produce(producer, retry, queue, [f"r{i}" for i in range(4)])
-    code, _ = await replay("--topic", retry, "--from", "0", "--json")
-    assert code != 0, "the queue is still damaged: the write fails loudly"
+    code, out = await replay("--topic", retry, "--from", "0", "--json")
+    assert code == 2, "the queue is still damaged: the write fails loudly"
+    assert "replay_refused" in out, out
+    assert "WRONGTYPE" in out, out
     await engine.client.delete(damaged)  # the repair
     code, doc = await replay("--topic", retry, "--from", "0", "--json")
     assert code == 0, doc
