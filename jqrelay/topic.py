@@ -19,7 +19,7 @@ bytes Kafka holds; nothing is re-encoded.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,8 +276,9 @@ class TopicRelay(Service):
     async def _write(self, batch: Batch, term: Term) -> None:
         if not batch.envelopes:
             return
+        origins = {i: f"{self.topic}/{m.partition()}/{m.offset()}" for i, m in batch.source.items()}
         try:
-            result = await self._enqueue(batch.envelopes, term)
+            result = await self._enqueue(batch.envelopes, term, origins)
         except (BackendUnavailable, FenceRejected, TermEnded):
             raise
         except Exception as exc:  # one queue's state refuses the script: isolate it, keep the partition going
@@ -288,7 +289,7 @@ class TopicRelay(Service):
                 by_queue.setdefault(env.queue, []).append(env)
             for queue, envs in by_queue.items():
                 try:
-                    part = await self._enqueue(envs, term)
+                    part = await self._enqueue(envs, term, origins)
                 except (BackendUnavailable, FenceRejected, TermEnded):
                     raise
                 except Exception as queue_exc:
@@ -304,7 +305,9 @@ class TopicRelay(Service):
             if o.outcome == "refused":
                 batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
 
-    async def _enqueue(self, envelopes: Sequence[Envelope], term: Term) -> EnqueueResult:
+    async def _enqueue(
+        self, envelopes: Sequence[Envelope], term: Term, origins: Mapping[str, str]
+    ) -> EnqueueResult:
         """One fenced engine call, retried with backoff for as long as Redis is unreachable."""
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(BackendUnavailable),
@@ -315,7 +318,9 @@ class TopicRelay(Service):
                 if not self._trusted(term):
                     raise TermEnded
                 with metrics.RELAY_BATCH_TIME.labels(self.topic).time():
-                    return await self.engine.enqueue_batch(envelopes, fence=term.fence, source=self.topic)
+                    return await self.engine.enqueue_batch(
+                        envelopes, fence=term.fence, source=self.topic, origins=origins
+                    )
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
     async def _dead_letter(self, dead: Sequence[tuple[Message, str]], *, retry: bool = False) -> None:

@@ -27,7 +27,8 @@ class ClaimBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     n: int = Field(1, ge=1, le=1000)
-    lease_ms: int = Field(30_000, ge=100, le=86_400_000)
+    lease_ms: int | None = Field(None, ge=100, le=86_400_000)
+    """Omitted: each job's own ``lease_ms``, else the queue's default lease."""
     filter: dict[str, str] = Field(default_factory=dict)
     wait_ms: int = Field(0, ge=0)
     """Long-poll: wait up to this long (capped by the gateway) for work when none is claimable now."""
@@ -41,7 +42,8 @@ class Owner(BaseModel):
 
 
 class ExtendBody(Owner):
-    lease_ms: int = Field(30_000, ge=100, le=86_400_000)
+    lease_ms: int | None = Field(None, ge=100, le=86_400_000)
+    """Omitted: the job's own ``lease_ms``, else the queue's default lease."""
 
 
 class CompleteBody(Owner):
@@ -64,6 +66,7 @@ def _claimed(job: ClaimedJob) -> dict[str, Any]:
         "attempt": job.attempt,
         "token": job.token,
         "lease_deadline_ms": job.lease_deadline_ms,
+        "lease_ms": job.lease_ms,
         "envelope_b64": base64.b64encode(env.raw or b"").decode(),
     }
 
@@ -77,7 +80,7 @@ async def claim(request: web.Request) -> web.Response:
     deadline = loop.time() + min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     while True:
         jobs = await engine_call(
-            gate.engine.claim(queue, body.n, lease_ms=body.lease_ms, filter=body.filter or None)
+            gate.engine.claim(queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None)
         )
         left = deadline - loop.time()
         if jobs or left <= 0:
@@ -100,7 +103,7 @@ async def extend(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = parse_model(ExtendBody, await request.read())
     owner = _owner(request, body)
-    result = await engine_call(gate.engine.extend(queue, [owner], body.lease_ms))
+    result = await engine_call(gate.engine.extend(queue, [owner], body.lease_ms or 0))
     outcome = result[owner[0]]
     if isinstance(outcome, str):
         status = 404 if outcome == "missing" else 409

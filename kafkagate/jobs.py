@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -118,25 +119,43 @@ async def cancel_job(request: web.Request) -> web.Response:
     queue, job_id = queue_of(request), request.match_info["id"]
     reason = request.query.get("reason", "canceled over HTTP")
     outcome = await engine_call(gate.engine.cancel(queue, job_id, reason))
-    status = 409 if outcome.startswith("already") else 200
-    if status == 409:
-        raise ApiError(409, "job_finished", f"job {job_id!r} is {outcome}; nothing to cancel")
-    return json_response({"id": job_id, "outcome": outcome}, status)
+    if outcome.startswith("already "):  # idempotent: say what it is; nothing was changed
+        state = outcome.removeprefix("already ")
+        return json_response({"id": job_id, "outcome": f"already_{state}", "state": state, "changed": False})
+    return json_response({"id": job_id, "outcome": outcome, "changed": True})
 
 
 @routes.post("/v1/queues/{queue}/jobs/{id}/replay")
 async def replay_job(request: web.Request) -> web.Response:
-    """A new job (new id) with the same kind, args and meta as a finished or dead one, through Kafka."""
+    """A new job (new id) with the same kind, args and meta as a finished or dead one, through Kafka.
+    With an ``Idempotency-Key`` header the new id is derived from (job, key): the same replay sent twice
+    is one new job."""
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is not None and not 0 < len(key) <= 255:
+        raise ApiError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
     info = await engine_call(reads.get_job(gate.engine.client, queue, job_id))
     if info is None or info.envelope is None:
         raise ApiError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
     if info.state not in ("completed", "errored", "canceled", "expired"):
         raise ApiError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
     old = decode(info.envelope)
+    new_id = None
+    if key is not None:
+        new_id = "rp-" + hashlib.sha256(f"{queue}\0{job_id}\0{key}".encode()).hexdigest()[:40]
+        done = await engine_call(reads.get_job(gate.engine.client, queue, new_id))
+        if done is not None:  # this replay was made before (and reached Redis): the same answer again
+            again = {"ids": [new_id], "replay_of": job_id, "state": done.state, "changed": False}
+            return json_response(again)
     env = new_envelope(
-        queue, old.kind, old.args, meta=old.meta or None, excl=old.excl, max_attempts=old.max_attempts
+        queue,
+        old.kind,
+        old.args,
+        id=new_id,
+        meta=old.meta or None,
+        excl=old.excl,
+        max_attempts=old.max_attempts,
     )
     records, acks = build_records(Parsed([env], [None]), gate.routing, queue)
     await gate.check_topic(records[0].topic)

@@ -90,7 +90,7 @@ _PATH_PARAMS: dict[str, dict[str, Any]] = {
 @cache
 def document() -> dict[str, Any]:
     from kafkagate.claims import ClaimBody, CompleteBody, ExtendBody, FailBody
-    from kafkagate.queues import DeadBody, KindBody, QueueConfigBody
+    from kafkagate.queues import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
 
     q = "/v1/queues/{queue}"
     job = f"{q}/jobs/{{id}}"
@@ -127,8 +127,14 @@ def document() -> dict[str, Any]:
         q: {
             "get": _op("config, depth per state (depth by filter with ?meta.k=v), oldest pending age"),
             "put": _op(
-                "configure (simple/exclusive, lease, attempts, filter keys, paused)",
+                "replace the whole configuration (simple/exclusive, lease, attempts, filter keys, paused,"
+                " retention, dedup policy)",
                 body=_model(QueueConfigBody),
+                errors={"400": "invalid config", "409": "would turn an exclusive queue simple (name mode)"},
+            ),
+            "patch": _op(
+                "change only the fields given; the others keep their values",
+                body=_model(QueuePatchBody),
                 errors={"400": "invalid config"},
             ),
         },
@@ -152,12 +158,13 @@ def document() -> dict[str, Any]:
                 errors={"404": "no such job"},
             ),
             "delete": _op(
-                "cancel / unschedule (a job still in Kafka is tombstoned)", errors={"409": "already finished"}
+                "cancel / unschedule (a job still in Kafka is tombstoned); a finished job answers 200 with"
+                " outcome already_<state> and changed=false"
             ),
         },
         f"{job}/replay": {
             "post": _op(
-                "a new job from a finished or dead one",
+                "a new job from a finished or dead one (Idempotency-Key: the same replay twice is one job)",
                 "202",
                 errors={"404": "no such job", "409": "not finished"},
             )
@@ -167,14 +174,22 @@ def document() -> dict[str, Any]:
         f"{job}/fail": {
             "post": _op("fail an attempt (retry, errored or canceled)", body=_model(FailBody), errors=stale)
         },
-        f"{q}/claims": {"post": _op("claim jobs (batch, lease, filter, long-poll)", body=_model(ClaimBody))},
+        f"{q}/claims": {
+            "post": _op(
+                "claim jobs (batch, lease, filter, long-poll)",
+                body=_model(ClaimBody),
+                errors={"400": "filter on a key the queue does not index"},
+            )
+        },
         f"{q}/dead": {
             "get": _op("dead-letter list (errored jobs)"),
             "delete": _op("purge dead letters (ids, or oldest up to limit)", body=_model(DeadBody)),
         },
         f"{q}/dead/retry": {"post": _op("retry dead letters", body=_model(DeadBody))},
+        "/v1/kinds": {"get": _op("every configured job type, its defaults and per-queue options")},
         "/v1/kinds/{kind}": {
-            "put": _op("job type: concurrency, attempts, delivery strategy", body=_model(KindBody))
+            "get": _op("one job type", errors={"404": "not configured"}),
+            "put": _op("job type: concurrency, attempts, delivery strategy", body=_model(KindBody)),
         },
     }
     for path, ops in paths.items():
@@ -187,6 +202,13 @@ def document() -> dict[str, Any]:
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
     ]
     paths[job]["delete"]["parameters"].append({"name": "reason", "in": "query", "schema": {"type": "string"}})
+    paths[f"{job}/replay"]["post"]["parameters"].append(
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+        }
+    )
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobq gateway (kafkagate)", "version": "1"},

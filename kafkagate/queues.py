@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 import orjson
@@ -34,6 +35,25 @@ class QueueConfigBody(BaseModel):
     paused: bool = False
     retention_ms: int = Field(86_400_000, ge=0)
     dead_retention_ms: int = Field(7 * 86_400_000, ge=0)
+    dedup: Literal["active", "finished"] = "active"
+    dedup_window_ms: int = Field(86_400_000, ge=0)
+
+
+class QueuePatchBody(BaseModel):
+    """A partial update: only the fields given change; the others keep their current values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["simple", "exclusive"] | None = None
+    excl_key: str | None = None
+    lease_ms: int | None = Field(None, ge=100)
+    max_attempts: int | None = Field(None, ge=1, le=1000)
+    filter_keys: list[str] | None = None
+    paused: bool | None = None
+    retention_ms: int | None = Field(None, ge=0)
+    dead_retention_ms: int | None = Field(None, ge=0)
+    dedup: Literal["active", "finished"] | None = None
+    dedup_window_ms: int | None = Field(None, ge=0)
 
 
 class KindBody(BaseModel):
@@ -105,24 +125,43 @@ def _config_dict(config: QueueConfig) -> dict[str, Any]:
         "paused": config.paused,
         "retention_ms": config.retention_ms,
         "dead_retention_ms": config.dead_retention_ms,
+        "dedup": config.dedup,
+        "dedup_window_ms": config.dedup_window_ms,
     }
 
 
 @routes.put("/v1/queues/{queue}")
 async def put_queue(request: web.Request) -> web.Response:
+    """Replace the whole configuration (fields not given take their defaults). Refused (409) when it
+    would silently turn an exclusive queue into a simple one: send ``mode`` explicitly, or PATCH."""
     gate = request.app[GATE]
     queue = queue_of(request)
     body = parse_model(QueueConfigBody, await request.read())
-    config = QueueConfig(
-        mode=body.mode,
-        excl_key=body.excl_key,
-        lease_ms=body.lease_ms,
-        max_attempts=body.max_attempts,
-        filter_keys=tuple(body.filter_keys),
-        paused=body.paused,
-        retention_ms=body.retention_ms,
-        dead_retention_ms=body.dead_retention_ms,
-    )
+    current = await engine_call(reads.queue_config(gate.engine.client, queue))
+    if current.mode == "exclusive" and "mode" not in body.model_fields_set:
+        raise ApiError(
+            409,
+            "queue_config_would_reset",
+            f"queue {queue!r} is exclusive on {current.excl_key!r}; PUT replaces the whole configuration and"
+            " this document does not name a mode (it would become simple). Send mode explicitly, or use"
+            " PATCH to change only some fields",
+        )
+    config = QueueConfig(**{**body.model_dump(), "filter_keys": tuple(body.filter_keys)})
+    await engine_call(gate.engine.configure_queue(queue, config))
+    return json_response({"queue": queue, "config": _config_dict(config)})
+
+
+@routes.patch("/v1/queues/{queue}")
+async def patch_queue(request: web.Request) -> web.Response:
+    """Change only the fields given (e.g. ``{"paused": true}``); the rest keep their current values."""
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = parse_model(QueuePatchBody, await request.read())
+    changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
+    if "filter_keys" in changes:
+        changes["filter_keys"] = tuple(changes["filter_keys"])
+    current = await engine_call(reads.queue_config(gate.engine.client, queue))
+    config = replace(current, **changes)
     await engine_call(gate.engine.configure_queue(queue, config))
     return json_response({"queue": queue, "config": _config_dict(config)})
 
@@ -165,13 +204,17 @@ async def purge_dead(request: web.Request) -> web.Response:
     return json_response({"queue": queue, "purged": n})
 
 
+def kind_of(request: web.Request) -> str:
+    try:
+        return validate_name("kind", request.match_info["kind"])
+    except EnvelopeError as exc:
+        raise ApiError(400, "kind_invalid", exc.message, exc.fields) from None
+
+
 @routes.put("/v1/kinds/{kind}")
 async def put_kind(request: web.Request) -> web.Response:
     gate = request.app[GATE]
-    try:
-        kind = validate_name("kind", request.match_info["kind"])
-    except EnvelopeError as exc:
-        raise ApiError(400, "kind_invalid", exc.message, exc.fields) from None
+    kind = kind_of(request)
     body = parse_model(KindBody, await request.read())
     await engine_call(
         gate.engine.configure_kind(
@@ -183,3 +226,26 @@ async def put_kind(request: web.Request) -> web.Response:
         )
     )
     return json_response({"kind": kind, **body.model_dump()})
+
+
+async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
+    gate = request.app[GATE]
+    queues = await engine_call(gate.engine.queues())
+    found: dict[str, dict[str, Any]] = await engine_call(reads.kinds(gate.engine.client, queues))
+    return found
+
+
+@routes.get("/v1/kinds")
+async def list_kinds(request: web.Request) -> web.Response:
+    """Every configured job type: defaults for all queues, and per queue its options and running count."""
+    found = await _kinds(request)
+    return json_response({"kinds": [{"kind": k, **v} for k, v in sorted(found.items())]})
+
+
+@routes.get("/v1/kinds/{kind}")
+async def get_kind(request: web.Request) -> web.Response:
+    kind = kind_of(request)
+    found = (await _kinds(request)).get(kind)
+    if found is None:
+        raise ApiError(404, "kind_not_found", f"no job type {kind!r} is configured (PUT /v1/kinds/{kind})")
+    return json_response({"kind": kind, **found})

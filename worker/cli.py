@@ -12,7 +12,7 @@ from jqcore.errors import JobqError
 from jqcore.log import configure
 from worker.main import WorkerOptions, run
 
-__all__ = ["main", "worker"]
+__all__ = ["main", "parse_filter", "worker"]
 
 
 def worker(
@@ -26,8 +26,23 @@ def worker(
     ] = 0,
     burst: Annotated[bool, typer.Option(help="Exit 0 once the queues hold nothing to do.")] = False,
     lease_ms: Annotated[
-        int, typer.Option(min=100, help="Lease per claim; renewed every third of it.")
-    ] = 30_000,
+        int | None,
+        typer.Option(
+            min=100,
+            help="Lease per claim, renewed every third of it [default: the job's own, else the queue's]",
+        ),
+    ] = None,
+    filter: Annotated[
+        list[str] | None,
+        typer.Option(help="Claim only jobs with this meta KEY=VALUE (repeatable; KEY must be a filter key)."),
+    ] = None,
+    unknown_kind_retry: Annotated[
+        float, typer.Option(min=0, help="Seconds before a job of a kind this pool lacks is claimable again.")
+    ] = 5.0,
+    unknown_kind_dead_after: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds of no pool running a kind before its jobs are dead-lettered."),
+    ] = 3600.0,
     grace: Annotated[
         float, typer.Option(min=0, help="Seconds running jobs get to finish on SIGTERM before release.")
     ] = 30.0,
@@ -51,9 +66,22 @@ def worker(
             burst=burst,
             lease_ms=lease_ms,
             grace_s=grace,
+            filter=parse_filter(filter or []),
+            unknown_kind_retry_ms=int(unknown_kind_retry * 1000),
+            unknown_kind_dead_after_ms=int(unknown_kind_dead_after * 1000),
             metrics_port=metrics_port,
         )
     )
+
+
+def parse_filter(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key or not value:
+            raise typer.BadParameter(f"--filter {pair!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def main() -> None:

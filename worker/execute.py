@@ -28,9 +28,9 @@ MAX_RESULT_BYTES = 65_536
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    kind: Literal["success", "failure", "cancel", "snooze"]
+    kind: Literal["success", "failure", "cancel", "snooze", "unhandled"]
     label: str
-    """Metric outcome: succeeded, failed, retried, timeout, canceled, snoozed."""
+    """Metric outcome: succeeded, failed, retried, timeout, canceled, snoozed, handed_back."""
     result: bytes | None = None
     error: str | None = None
     delay_ms: int | None = None
@@ -82,10 +82,8 @@ async def run_handler(
 ) -> Outcome:
     """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors."""
     spec = registry.get(job.envelope.kind) or builtin.get(job.envelope.kind)
-    if spec is None:
-        return Outcome(
-            "failure", "failed", error=f"no handler registered for kind {job.envelope.kind!r}", permanent=True
-        )
+    if spec is None:  # a rolling deploy: another pool (or the next version) knows this kind
+        return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
     metrics.JOBS_STARTED.labels(job.queue, spec.kind).inc()
     started = time.perf_counter()
     try:

@@ -1,14 +1,16 @@
 """The lease keeper: extends the leases of a pool's running jobs in batches, well before they expire.
 
-Every ``lease_ms / 3`` it sends one ``extend`` per queue for all the pool's running jobs there, so a
-10-minute job with a 30 s lease is never reaped. A job whose extend comes back ``stale`` or ``missing``
-(the lease was lost: the worker stalled past its deadline and the reaper handed the job out again) or
-``canceled`` is abandoned: its task is cancelled and nothing is written back for it.
+A third of the way into each job's lease it sends one ``extend`` per queue (and lease length) for the
+pool's running jobs due then, so a 10-minute job with a 30 s lease is never reaped. A job whose extend
+comes back ``stale`` or ``missing`` (the lease was lost: the worker stalled past its deadline and the
+reaper handed the job out again) or ``canceled`` is abandoned: its task is cancelled and nothing is
+written back for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from jqcore.lifecycle import Service, cancel_and_wait
@@ -21,13 +23,23 @@ __all__ = ["LeaseKeeper"]
 
 log = get_logger("worker.lease")
 
+DEFAULT_LEASE_MS = 30_000
+"""Used only for a claim that reported no lease length (extend then asks for the job's own)."""
+
 
 class LeaseKeeper(Service):
+    """Extends each running job's lease once a third of it has passed (each job keeps the lease its claim
+    got: the pool's, the job's own or the queue's default), in one ``extend`` per queue and lease length."""
+
+    MIN_TICK_S = 0.05
+    MAX_TICK_S = 5.0
+
     def __init__(self, pool: Pool) -> None:
         super().__init__()
         self.pool = pool
-        self.interval_s = pool.config.lease_ms / 3000
         self._task: asyncio.Task[None] | None = None
+        self._due: dict[str, float] = {}
+        """job id → monotonic time at which its lease is next extended."""
 
     async def _start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="worker:lease-keeper")
@@ -37,19 +49,44 @@ class LeaseKeeper(Service):
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(self._next_tick())
             try:
-                await self.extend_all()
+                await self.extend_all(only_due=True)
             except Exception as exc:  # Redis away: the next round tries again before the lease runs out
                 log.warning("lease extension failed", error=repr(exc))
 
-    async def extend_all(self) -> None:
-        by_queue: dict[str, list[tuple[str, int, str]]] = {}
+    def _next_tick(self) -> float:
+        if not self._due:
+            return self.MIN_TICK_S * 4
+        wait = min(self._due.values()) - time.monotonic()
+        return min(self.MAX_TICK_S, max(self.MIN_TICK_S, wait))
+
+    def _track(self) -> None:
+        live = {run.job.id: run for run in self.pool.in_flight.values() if not run.abandoned}
+        for job_id in list(self._due):
+            if job_id not in live:
+                del self._due[job_id]
+        for job_id, run in live.items():
+            if job_id not in self._due:
+                self._due[job_id] = run.started_at + _lease_s(run.job.lease_ms) / 3
+
+    async def extend_all(self, only_due: bool = False) -> None:
+        self._track()
+        now = time.monotonic()
+        groups: dict[tuple[str, int], list[tuple[str, int, str]]] = {}
         for run in list(self.pool.in_flight.values()):
-            if not run.abandoned:
-                by_queue.setdefault(run.job.queue, []).append((run.job.id, run.job.attempt, run.job.token))
-        for queue, owned in by_queue.items():
-            result = await self.pool.engine.extend(queue, owned, self.pool.config.lease_ms)
+            if run.abandoned or (only_due and self._due.get(run.job.id, 0) > now):
+                continue
+            lease = run.job.lease_ms if run.job.lease_ms > 0 else 0
+            groups.setdefault((run.job.queue, lease), []).append((run.job.id, run.job.attempt, run.job.token))
+        for (queue, lease), owned in groups.items():
+            result = await self.pool.engine.extend(queue, owned, lease)
             for job_id, outcome in result.items():
                 if isinstance(outcome, str):
                     self.pool.abandon(job_id, f"extend: {outcome}")
+                else:
+                    self._due[job_id] = now + _lease_s(lease) / 3
+
+
+def _lease_s(lease_ms: int) -> float:
+    return (lease_ms if lease_ms > 0 else DEFAULT_LEASE_MS) / 1000

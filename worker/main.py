@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jqcore import metrics
@@ -34,9 +34,12 @@ class WorkerOptions:
     concurrency: int = 10
     processes: int = 0
     burst: bool = False
-    lease_ms: int = 30_000
+    lease_ms: int | None = None
     grace_s: float = 30.0
     metrics_port: int | None = None
+    filter: Mapping[str, str] | None = None
+    unknown_kind_retry_ms: int = 5_000
+    unknown_kind_dead_after_ms: int = 3_600_000
 
 
 def load_registry(spec: str) -> Registry:
@@ -68,6 +71,9 @@ async def serve(options: WorkerOptions, redis: RedisSettings | None = None) -> N
         grace_s=options.grace_s,
         burst=options.burst,
         process_workers=options.processes,
+        filter=options.filter or None,
+        unknown_kind_retry_ms=options.unknown_kind_retry_ms,
+        unknown_kind_dead_after_ms=options.unknown_kind_dead_after_ms,
     )
     pool = Pool(registry, Engine(client), config)
     log.info("worker starting", queues=list(options.queues), concurrency=options.concurrency)

@@ -10,6 +10,9 @@
   ``Retry(delay)`` → retry after that delay; ``Cancel`` → canceled, never retried; ``Snooze(delay)`` →
   back later without spending an attempt; any other exception → failed with its traceback, retried with
   the kind's backoff until attempts run out (then errored, the dead-letter list).
+* **Unknown kinds** (a rolling deploy: a job of a kind this pool's version does not know) are handed
+  back with the attempt refunded and claimable again after ``unknown_kind_retry_ms``; only when no pool
+  ran it for ``unknown_kind_dead_after_ms`` is it dead-lettered.
 * **Leases** are kept alive by :class:`worker.lease.LeaseKeeper`; a job whose lease was lost or which was
   canceled meanwhile is abandoned (its task cancelled) and never completed by this worker.
 * **Shutdown** (:meth:`Pool.stop`): stop claiming, let running jobs finish within ``grace_s``, then
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -45,7 +48,8 @@ log = get_logger("worker.pool")
 class PoolConfig:
     queues: Sequence[str]
     concurrency: int = 10
-    lease_ms: int = 30_000
+    lease_ms: int | None = None
+    """Lease per claim; ``None``: each job's own ``lease_ms``, else the queue's default."""
     grace_s: float = 30.0
     burst: bool = False
     """Exit once the queues hold nothing pending, delayed, blocked or running (scripts and tests)."""
@@ -54,6 +58,11 @@ class PoolConfig:
     """Also promote delayed jobs and reap expired leases for these queues."""
     process_workers: int = 0
     """Size of the process pool for ``mode="process"`` handlers (0: the CPU count)."""
+    filter: Mapping[str, str] | None = None
+    """Claim only jobs whose ``meta`` has all these pairs (each key must be one of the queue's
+    ``filter_keys``)."""
+    unknown_kind_retry_ms: int = 5_000
+    unknown_kind_dead_after_ms: int = 3_600_000
 
 
 @dataclass(eq=False)
@@ -194,7 +203,9 @@ class Pool(Service):
             free = self.config.concurrency - len(self.in_flight)
             if free <= 0:
                 return True
-            jobs = await self.engine.claim(queue, free, lease_ms=self.config.lease_ms)
+            jobs = await self.engine.claim(
+                queue, free, lease_ms=self.config.lease_ms or 0, filter=self.config.filter
+            )
             for job in jobs:
                 self._launch(job)
             if len(jobs) == free:
@@ -245,6 +256,11 @@ class Pool(Service):
             await self._complete(job, outcome.result)
         elif outcome.kind == "snooze":
             await self.engine.snooze(queue, owner, outcome.delay_ms or 0)
+        elif outcome.kind == "unhandled":
+            then = await self.engine.hand_back(
+                queue, owner, self.config.unknown_kind_retry_ms, self.config.unknown_kind_dead_after_ms
+            )
+            log.warning("no handler for this kind; job handed back", job_id=job.id, kind=kind, then=then)
         elif outcome.kind == "cancel":
             await self.engine.cancel(queue, job.id, outcome.error or "canceled by handler")
             await self.engine.fail(queue, owner, outcome.error or "canceled by handler", permanent=True)

@@ -179,14 +179,17 @@ async def _write(records: list[tuple[PartitionRange, Message]], redis: RedisSett
     try:
         for i in range(0, len(records), BATCH):
             chunk: list[tuple[PartitionRange, Envelope]] = []
+            origins: dict[str, str] = {}  # the same record the relay read: dedup absorbs it unless --force
             for r, msg in records[i : i + BATCH]:
                 try:
                     chunk.append((r, decode(msg.value() or b"")))
                 except EnvelopeError:
                     r.malformed += 1
+                    continue
+                origins[chunk[-1][1].id] = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
             if force:
                 await _forget(engine, chunk)
-            result = await engine.enqueue_batch([env for _, env in chunk])
+            result = await engine.enqueue_batch([env for _, env in chunk], origins=origins)
             where = {env.id: r for r, env in chunk}
             for o in result.outcomes:
                 r = where[o.id]

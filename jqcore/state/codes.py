@@ -14,11 +14,13 @@ from jqcore.errors import BackendUnavailable, JobqError
 __all__ = [
     "CANCELED",
     "FENCE_STALE",
+    "FILTER_UNKNOWN",
     "MISSING",
     "OK",
     "PAUSED",
     "STALE",
     "FenceRejected",
+    "FilterInvalid",
     "JobNotFound",
     "QueueConfigInvalid",
     "RedisMemoryFull",
@@ -27,25 +29,28 @@ __all__ = [
     "redis_errors",
 ]
 
-OK, STALE, MISSING, FENCE_STALE, CANCELED, PAUSED = 1, 0, -1, -3, -4, -5
+OK, STALE, MISSING, FENCE_STALE, CANCELED, PAUSED, FILTER_UNKNOWN = 1, 0, -1, -3, -4, -5, -6
 
 
 class StaleLease(JobqError):
     """The write names an attempt or lease token that no longer owns the job (a late or lost worker)."""
 
     code = "lease_stale"
+    http_status = 409
 
 
 class JobNotFound(JobqError):
     """No job with this id in the queue (never enqueued, or removed by GC)."""
 
     code = "job_not_found"
+    http_status = 404
 
 
 class FenceRejected(JobqError):
     """A relay write carried a fence older than the newest one seen: the writer was deposed."""
 
     code = "fence_stale"
+    http_status = 409
 
     def __init__(self, source: str, fence: int, newest: int) -> None:
         super().__init__(f"fence {fence} for {source!r} is older than {newest}")
@@ -56,12 +61,21 @@ class QueueConfigInvalid(JobqError):
     """A queue or job-type configuration value is not acceptable."""
 
     code = "queue_config_invalid"
+    http_status = 400
+
+
+class FilterInvalid(JobqError):
+    """A claim filters on a meta key the queue does not index (not among its ``filter_keys``)."""
+
+    code = "filter_key_not_indexed"
+    http_status = 400
 
 
 class RedisMemoryFull(BackendUnavailable):
     """Redis refused a write at maxmemory (noeviction); nothing was changed. Retry later."""
 
     code = "redis_memory_full"
+    http_status = 503
 
 
 def check(code: int, job_id: str, what: str) -> None:

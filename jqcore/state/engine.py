@@ -40,6 +40,9 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_now_ms = now_ms  # for methods whose ``now_ms`` parameter shadows the function
+
+
 def backoff_ms(
     attempt: int, base_ms: int = 1000, cap_ms: int = 3_600_000, rng: random.Random | None = None
 ) -> int:
@@ -76,10 +79,19 @@ class Engine:
 
     # ---- enqueue -----------------------------------------------------------------------------------
     async def enqueue_batch(
-        self, envelopes: Sequence[Envelope], *, fence: int = 0, source: str = "", now_ms: int | None = None
+        self,
+        envelopes: Sequence[Envelope],
+        *,
+        fence: int = 0,
+        source: str = "",
+        origins: Mapping[str, str] | None = None,
+        now_ms: int | None = None,
     ) -> EnqueueResult:
         """Store jobs (grouped per queue, one script call each). ``source`` names the fence's scope
-        (the relay's topic); ``""`` is an unfenced tool write. Raises :class:`codes.FenceRejected`."""
+        (the relay's topic); ``""`` is an unfenced tool write. ``origins`` maps a job id to the Kafka
+        record it was read from (``topic/partition/offset``): the same record read again is always a
+        duplicate, a new record with a finished job's id follows the queue's dedup policy (an unknown
+        origin counts as a re-read). Raises :class:`codes.FenceRejected`."""
         by_queue: dict[str, list[Envelope]] = defaultdict(list)
         for env in envelopes:
             by_queue[env.queue].append(env)
@@ -87,7 +99,7 @@ class Engine:
         created: list[str] = []
         for queue, batch in by_queue.items():
             reply = await self._run(
-                "enqueue_batch", queue, [source, fence, len(batch), *_job_args(batch)], now_ms
+                "enqueue_batch", queue, [source, fence, len(batch), *_job_args(batch, origins or {})], now_ms
             )
             if int(reply[0]) == codes.FENCE_STALE:
                 raise codes.FenceRejected(source, fence, int(reply[1]))
@@ -130,21 +142,36 @@ class Engine:
         filter: Mapping[str, str] | None = None,
         now_ms: int | None = None,
     ) -> list[ClaimedJob]:
-        """Up to ``n`` jobs, lowest priority value first, each with a lease and a fresh token."""
+        """Up to ``n`` jobs, lowest priority value first, each with a lease and a fresh token.
+        ``lease_ms=0``: each job's own ``lease_ms``, else the queue's default. Raises
+        :class:`codes.FilterInvalid` for a filter on a key the queue does not index."""
         pairs = "\n".join(f"{k}={v}" for k, v in (filter or {}).items())
-        reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs], now_ms)
+        now = now_ms if now_ms is not None else _now_ms()
+        reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs], now)
         if int(reply[0]) == codes.PAUSED:
             return []
+        if int(reply[0]) == codes.FILTER_UNKNOWN:
+            raise codes.FilterInvalid(
+                f"queue {queue!r} does not index meta key {_s(reply[1])!r}; declare it in the queue's"
+                " filter_keys to claim by it"
+            )
         rows = reply[1:]
         return [
-            ClaimedJob(decode(rows[i + 1]), int(rows[i + 2]), _s(rows[i + 3]), int(rows[i + 4]))
+            ClaimedJob(
+                decode(rows[i + 1]),
+                int(rows[i + 2]),
+                _s(rows[i + 3]),
+                int(rows[i + 4]),
+                int(rows[i + 4]) - now,
+            )
             for i in range(0, len(rows), 5)
         ]
 
     async def extend(
         self, queue: str, owned: Sequence[Triple], lease_ms: int, *, now_ms: int | None = None
     ) -> dict[str, int | str]:
-        """Extend leases; per id the new deadline (ms) or ``stale`` / ``missing`` / ``canceled``."""
+        """Extend leases (``lease_ms=0``: each job's own lease, else the queue's default); per id the new
+        deadline (ms) or ``stale`` / ``missing`` / ``canceled``."""
         args: list[Any] = [lease_ms]
         for job_id, attempt, token in owned:
             args += [job_id, attempt, token]
@@ -232,6 +259,16 @@ class Engine:
         reply = await self._run("snooze", queue, [*job, max(0, delay_ms)], now_ms)
         codes.check(int(reply[0]), job[0], "snooze")
         return int(reply[1])
+
+    async def hand_back(
+        self, queue: str, job: Triple, delay_ms: int, dead_after_ms: int, *, now_ms: int | None = None
+    ) -> str:
+        """Give back a job this pool has no handler for, attempt refunded, claimable again after
+        ``delay_ms``; ``errored`` once pools kept handing it back for ``dead_after_ms``. Returns
+        ``handed_back`` or ``errored``."""
+        reply = await self._run("hand_back", queue, [*job, max(0, delay_ms), max(0, dead_after_ms)], now_ms)
+        codes.check(int(reply[0]), job[0], "hand_back")
+        return _s(reply[1])
 
     async def release(
         self, queue: str, jobs: Sequence[tuple[str, int, str, bool]], *, now_ms: int | None = None
@@ -330,7 +367,7 @@ class Engine:
         return sorted(_s(q) for q in await self.client.smembers(QUEUES_KEY))
 
 
-def _job_args(batch: Sequence[Envelope]) -> list[Any]:
+def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any]:
     args: list[Any] = []
     for env in batch:
         meta = "\n".join(f"{k}={v}" for k, v in env.meta.items())
@@ -340,7 +377,7 @@ def _job_args(batch: Sequence[Envelope]) -> list[Any]:
             "" if env.max_attempts is None else env.max_attempts,
             "" if env.lease_ms is None else env.lease_ms,
         ]
-        args.append(meta)
+        args += [meta, origins.get(env.id, "")]
     return args
 
 
@@ -359,6 +396,10 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         raise codes.QueueConfigInvalid(
             "lease_ms >= 100, max_attempts >= 1 and retention_ms >= 0 are required"
         )
+    if config.dedup not in ("active", "finished"):
+        raise codes.QueueConfigInvalid(f"dedup must be active or finished, not {config.dedup!r}")
+    if config.dedup_window_ms < 0:
+        raise codes.QueueConfigInvalid("dedup_window_ms must be >= 0")
     return {
         "mode": config.mode,
         "excl_key": config.excl_key or "",
@@ -368,6 +409,8 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         "paused": "1" if config.paused else "0",
         "retention_ms": str(config.retention_ms),
         "dead_retention_ms": str(config.dead_retention_ms),
+        "dedup": config.dedup,
+        "dedup_window_ms": str(config.dedup_window_ms),
     }
 
 

@@ -37,6 +37,8 @@ class ClaimedJob:
     attempt: int
     token: str
     lease_deadline_ms: int
+    lease_ms: int = 0
+    """The lease this claim got (the claimer's, else the job's own ``lease_ms``, else the queue's)."""
 
     @property
     def id(self) -> str:
@@ -69,6 +71,13 @@ class JobInfo:
     result: str | None
     cancel_requested: bool
     history: list[dict[str, Any]]
+    origin: str | None = None
+    """The Kafka record it came from (``topic/partition/offset``), when the relay wrote it."""
+    duplicates: int = 0
+    """Enqueues of this id that were dropped as duplicates (see the queue's dedup policy)."""
+    last_duplicate_at: int | None = None
+    handed_back_since: int | None = None
+    """Set while pools without a handler for its kind keep handing it back (rolling deploys)."""
     envelope: bytes | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -93,6 +102,7 @@ class QueueDepth:
 
 
 Mode = Literal["simple", "exclusive"]
+Dedup = Literal["active", "finished"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,5 +117,11 @@ class QueueConfig:
     paused: bool = False
     retention_ms: int = 86_400_000
     dead_retention_ms: int = 7 * 86_400_000
+    dedup: Dedup = "active"
+    """``active``: an id is a duplicate while its job is queued or running (Slack's rule); once it
+    finished, enqueuing it again runs it again. ``finished``: also for ``dedup_window_ms`` after it
+    finished (at most ``retention_ms``: the window needs the finished job's record). Either way the same
+    Kafka record read twice (a relay re-read, a replay) is absorbed."""
+    dedup_window_ms: int = 86_400_000
 
     MAX_FILTER_KEYS = 4

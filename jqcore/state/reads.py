@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from jqcore.envelope import now_ms
-from jqcore.keys import QueueKeys
+from jqcore.keys import KINDS_KEY, QueueKeys
 from jqcore.state.engine import RedisClient
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth
 
-__all__ = ["dead_list", "depth", "get_job", "queue_config"]
+__all__ = ["dead_list", "depth", "get_job", "kinds", "queue_config", "queue_stats"]
 
 
 def _s(value: Any) -> str | None:
@@ -58,6 +58,10 @@ async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | Non
         cancel_requested=_s(h.get("cancel")) == "1",
         history=_history(h.get("history")),
         envelope=_b(h.get("env")),
+        origin=_s(h.get("origin")) or None,
+        duplicates=_i(h.get("dups")) or 0,
+        last_duplicate_at=_i(h.get("dup_at")),
+        handed_back_since=_i(h.get("unhandled_since")) if _s(h.get("state")) == "delayed" else None,
     )
 
 
@@ -66,7 +70,12 @@ def _history(raw: Any) -> list[dict[str, Any]]:
     if not text:
         return []
     loaded = json.loads(text)
-    return loaded if isinstance(loaded, list) else []
+    if not isinstance(loaded, list):
+        return []
+    # the lease token of a finished write is kept for idempotent retries (Lua's acked()); never shown
+    return [
+        {k: v for k, v in h.items() if k not in ("token", "after")} for h in loaded if isinstance(h, dict)
+    ]
 
 
 async def depth(
@@ -121,6 +130,8 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         paused=raw.get("paused") == "1",
         retention_ms=int(raw.get("retention_ms") or base.retention_ms),
         dead_retention_ms=int(raw.get("dead_retention_ms") or base.dead_retention_ms),
+        dedup="finished" if raw.get("dedup") == "finished" else "active",
+        dedup_window_ms=int(raw.get("dedup_window_ms") or base.dedup_window_ms),
     )
 
 
@@ -128,3 +139,32 @@ async def queue_stats(client: RedisClient, queue: str) -> dict[str, int]:
     """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, canceled, ...)."""
     raw = await client.hgetall(QueueKeys(queue).stats)
     return {(_s(k) or ""): int(v) for k, v in raw.items()}
+
+
+def _kind_options(fields: Mapping[str, str | None]) -> dict[str, Any]:
+    limit, attempts = fields.get("limit"), fields.get("attempts")
+    return {
+        "concurrency": int(limit) if limit else None,
+        "max_attempts": int(attempts) if attempts else None,
+        "delivery": fields.get("delivery") or "at_least_once",
+    }
+
+
+async def kinds(client: RedisClient, queues: list[str]) -> dict[str, dict[str, Any]]:
+    """Every configured job type: its defaults for every queue (``defaults``, None when it was only set
+    for some queues) and, per queue where it has options, those options and how many of it run now."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, encoded in (await client.hgetall(KINDS_KEY)).items():
+        parts = dict(p.split("=", 1) for p in (_s(encoded) or "").split(",") if "=" in p)
+        out[_s(kind) or ""] = {"defaults": _kind_options(parts), "queues": {}}
+    for queue in queues:
+        keys = QueueKeys(queue)
+        per_kind: dict[str, dict[str, str | None]] = {}
+        for field, value in (await client.hgetall(keys.kinds)).items():
+            kind, _, name = (_s(field) or "").rpartition("|")
+            per_kind.setdefault(kind, {})[name] = _s(value)
+        running = {_s(k) or "": int(v) for k, v in (await client.hgetall(keys.kindrun)).items()}
+        for kind, fields in per_kind.items():
+            entry = out.setdefault(kind, {"defaults": None, "queues": {}})
+            entry["queues"][queue] = {**_kind_options(fields), "running": max(0, running.get(kind, 0))}
+    return out

@@ -14,6 +14,7 @@ SCRIPT_NAMES = (
     "complete",
     "fail",
     "snooze",
+    "hand_back",
     "release",
     "cancel",
     "promote_due",

@@ -45,8 +45,10 @@ async def test_complete_keeps_result_and_rejects_stale_writes(
     assert info is not None
     assert (info.state, info.result, info.finished_at) == ("completed", '{"ok":true}', t0 + 5)
     assert info.version > 1
-    with pytest.raises(StaleLease):
-        await engine.complete(q, own(c), now_ms=t0 + 6)
+    await engine.complete(q, own(c), now_ms=t0 + 6)  # retried after a lost answer: the same success
+    again = await reads.get_job(engine.client, q, "a")
+    assert again is not None
+    assert (again.version, again.finished_at) == (info.version, t0 + 5), "a retried complete changes nothing"
     dup = await engine.enqueue_batch([job(q, id="a")], now_ms=t0 + 7)
     assert dup.outcomes[0].outcome == "duplicate"
 
@@ -70,8 +72,11 @@ async def test_fail_retries_with_delay_then_dead_letters(engine: Engine, q: str,
     assert (await engine.promote_due(q, now_ms=t0 + 500))[0] == 1
     c2 = await one(engine, q, t0 + 500)
     assert c2.attempt == 2
-    with pytest.raises(StaleLease):
-        await engine.fail(q, own(c1), "late write from attempt 1", now_ms=t0 + 501)
+    with pytest.raises(StaleLease):  # a late write from attempt 1 never lands on attempt 2
+        await engine.complete(q, own(c1), now_ms=t0 + 501)
+    # attempt 1's own fail sent again (its answer was lost) gets its first answer; attempt 2 is untouched
+    assert await engine.fail(q, own(c1), "boom 1", retry_delay_ms=500, now_ms=t0 + 501) == "retry"
+    assert await state(engine, q, "a") == "running"
     assert await engine.fail(q, own(c2), "boom 2", now_ms=t0 + 600) == "errored"
     info = await reads.get_job(engine.client, q, "a")
     assert info is not None

@@ -134,14 +134,38 @@ local function finish(id, key, state, reason)
   touch(key)
 end
 
--- Append one attempt's outcome to the job's bounded history (JSON array).
-local function record_attempt(key, outcome, err)
+-- A finished job is enqueued again (the dedup policy allows it): drop what belonged to its finished run.
+-- The record keeps its version (it only grows) and attempt history; the caller stores the new job.
+local function reopen(id, key)
+  redis.call('ZREM', DONE, id)
+  redis.call('ZREM', k('dead'), id)
+  redis.call('HDEL', key, 'result', 'reason', 'last_error', 'finished_at', 'started_at', 'cancel',
+    'tombstone', 'token', 'lease_deadline', 'dups', 'dup_at', 'unhandled_since')
+end
+
+-- Append one attempt's outcome to the job's bounded history (JSON array). A worker's own write (complete,
+-- fail) also records its lease token and what followed ('completed', 'retry:<run_at>', 'errored',
+-- 'canceled'), so the same write retried after a lost answer gets the same answer (see acked()).
+local function record_attempt(key, outcome, err, token, after)
   local raw = redis.call('HGET', key, 'history')
   local hist = (raw and raw ~= '') and cjson.decode(raw) or {}
   hist[#hist + 1] = {attempt = tonumber(redis.call('HGET', key, 'attempt')) or 0, at = NOW,
-                     outcome = outcome, error = err}
+                     outcome = outcome, error = err, token = token, after = after}
   while #hist > 20 do table.remove(hist, 1) end
   redis.call('HSET', key, 'history', cjson.encode(hist))
+end
+
+-- The recorded outcome of a worker write made by this attempt and token ('completed', 'retry:<run_at>',
+-- 'errored', 'canceled'), or nil when that pair never wrote one (a stale or foreign pair).
+local function acked(key, attempt, token)
+  local raw = redis.call('HGET', key, 'history')
+  if not raw or raw == '' then return nil end
+  local hist = cjson.decode(raw)
+  for i = #hist, 1, -1 do
+    local h = hist[i]
+    if h.token == token and tostring(h.attempt) == attempt and h.after then return h.after end
+  end
+  return nil
 end
 
 -- Check a worker's write: the job runs under this attempt and token. Returns the job's state or an error code.

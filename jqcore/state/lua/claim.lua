@@ -8,10 +8,19 @@
 -- KEYS: standard (_lib.lua).
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)
--- Returns: {1, id, envelope, attempt, token, deadline, …}  or {-5} when the queue is paused.
+-- Returns: {1, id, envelope, attempt, token, deadline, …}  or {-5} when the queue is paused, or
+--          {-6, key} when the filter names a key the queue does not index (not in filter_keys).
 local n, lease_arg, token_prefix, filter = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 if cfg('paused', '0') == '1' then return {-5} end
 local pairs_wanted = split_lines(filter)
+if #pairs_wanted > 0 then
+  local indexed = {}
+  for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do indexed[name] = true end
+  for _, pair in ipairs(pairs_wanted) do
+    local name = string.sub(pair, 1, (string.find(pair, '=', 1, true) or 0) - 1)
+    if not indexed[name] then return {-6, name} end
+  end
+end
 local src = READY
 if #pairs_wanted > 0 then src = k('idx:' .. pairs_wanted[1]) end
 local default_lease = cfgnum('lease_ms', 30000)

@@ -2,13 +2,20 @@
 -- enqueue_batch: store new jobs of one queue, idempotent by job id, refused for a stale fence.
 -- Called by the relay (and tools). The envelope bytes are stored verbatim; Python passes the fields the
 -- engine routes on. The queue is created with default configuration on first use.
+-- Dedup (the queue's 'dedup' policy): an id that is delayed, pending, waiting, parked or running is
+-- always a duplicate. A finished id (completed, errored, canceled, expired) is a duplicate when the
+-- record carries the same origin (the same Kafka record read again: a relay re-read or a replay), when
+-- the origin is unknown (''), or under policy 'finished' while the finish is younger than
+-- dedup_window_ms. Otherwise (policy 'active', the default: Slack's "while queued or running") the
+-- finished job is enqueued again: a new run under the same id ('reopened'). A dropped duplicate is
+-- counted on the job record (dups, dup_at) so a reader can see what happened to it.
 -- KEYS: standard (_lib.lua).
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
---       9 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
---       lease_ms|'' followed by meta as "k=v\n…" (so 10 values per job).
+--       11 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
+--       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown).
 -- Returns: {1, created(0|1), outcome_1 … outcome_N} with outcome one of
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
---          'refused:<reason>'
+--          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
 --       or {-3, newest_fence} when the fence is older than the newest seen for this source.
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
@@ -23,16 +30,28 @@ local excl_key = cfg('excl_key', '')
 local filter_keys = {}
 for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do filter_keys[name] = true end
 local default_attempts = cfgnum('max_attempts', 10)
+local dedup_finished = cfg('dedup', 'active') == 'finished'
+local dedup_window = cfgnum('dedup_window_ms', DAY)
+local TERMINAL = {completed = true, errored = true, canceled = true, expired = true}
+
+-- May this existing record be enqueued again as a new run? (see the header)
+local function reopens(key, state, origin)
+  if not TERMINAL[state] or origin == '' then return false end
+  local f = redis.call('HMGET', key, 'origin', 'finished_at')
+  if f[1] == origin then return false end
+  if dedup_finished and NOW - (tonumber(f[2]) or 0) < dedup_window then return false end
+  return true
+end
 
 local out = {1, created}
 local ready, earliest_delayed = 0, nil
 local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 local prev_earliest = tonumber(first_delayed[2] or '-1')
 for i = 0, n - 1 do
-  local b = 5 + i * 10
+  local b = 5 + i * 11
   local id, env, prio = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
   local run_at, expires_at, excl = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5]
-  local kind, attempts, lease = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
+  local kind, attempts, lease, origin = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 10]
   local idx, meta = {}, {}
   for _, pair in ipairs(split_lines(ARGV[b + 9])) do
     local eq = string.find(pair, '=', 1, true)
@@ -43,11 +62,18 @@ for i = 0, n - 1 do
   if exclusive and excl == '' and excl_key ~= '' and meta[excl_key] then excl = meta[excl_key] end
   local key = jkey(id)
   local existing = redis.call('HMGET', key, 'state', 'tombstone')
+  if existing[1] ~= false and existing[2] ~= '1' and reopens(key, existing[1], origin) then
+    reopen(id, key)
+    stat('reopened')
+    existing = {false}
+  end
   if existing[1] ~= false then
     if existing[2] == '1' then
-      redis.call('HSET', key, 'env', env, 'kind', kind, 'tombstone', '2')
+      redis.call('HSET', key, 'env', env, 'kind', kind, 'tombstone', '2', 'origin', origin)
       out[#out + 1] = 'canceled'
     else
+      redis.call('HINCRBY', key, 'dups', 1)
+      redis.call('HSET', key, 'dup_at', NOW)
       out[#out + 1] = 'duplicate'
     end
     stat('duplicates')
@@ -60,8 +86,9 @@ for i = 0, n - 1 do
     end
     redis.call('HSET', key, 'env', env, 'prio', prio, 'kind', kind, 'excl', exclusive and excl or '',
       'idx', table.concat(idx, '\n'), 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
-      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'version', 1,
-      'updated_at', NOW)
+      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'updated_at', NOW,
+      'origin', origin)
+    redis.call('HINCRBY', key, 'version', 1)
     stat('enqueued')
     if expires_at and expires_at <= NOW then
       finish(id, key, 'expired', 'expired before it was enqueued')

@@ -2,9 +2,11 @@
 -- extend: push the lease deadline of running jobs out (the worker's lease keeper, in batches).
 -- A job whose cancel was requested is canceled here and reported, so its worker stops it.
 -- KEYS: standard (_lib.lua).
--- ARGV: [1] now  [2] lease_ms  then triples id, attempt, token.
+-- ARGV: [1] now  [2] lease_ms (0 = each job's own lease_ms, else the queue's default)
+--       then triples id, attempt, token.
 -- Returns one code per job: a new deadline (> 0) | 0 stale token/attempt | -1 no such job | -4 canceled.
-local lease = tonumber(ARGV[2])
+local lease_arg = tonumber(ARGV[2])
+local default_lease = cfgnum('lease_ms', 30000)
 local out, freed = {}, 0
 for i = 3, #ARGV, 3 do
   local id, attempt, token = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -22,6 +24,8 @@ for i = 3, #ARGV, 3 do
     freed = freed + release_excl(id, key)
     out[#out + 1] = -4
   else
+    local lease = lease_arg
+    if lease == 0 then lease = tonumber(redis.call('HGET', key, 'lease_ms')) or default_lease end
     local deadline = NOW + lease
     redis.call('ZADD', RUNNING, deadline, id)
     redis.call('HSET', key, 'lease_deadline', deadline)

@@ -1,0 +1,41 @@
+#!lua flags=allow-oom
+-- hand_back: a pool claimed a job whose kind it has no handler for (a rolling deploy: the new kind's
+-- workers are not all up yet). The attempt is refunded and the job waits as 'delayed' for the given
+-- delay, so a pool that knows the kind claims it next. Only when no pool has run it for dead_after ms
+-- since it was first handed back (in a row) does it become errored (the dead-letter list).
+-- KEYS: standard (_lib.lua).
+-- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
+-- Returns: {1, 'handed_back', run_at} | {1, 'errored'} | {0} stale | {-1} no such job.
+local id, attempt, token = ARGV[2], ARGV[3], ARGV[4]
+local delay, dead_after = tonumber(ARGV[5]), tonumber(ARGV[6])
+local key = jkey(id)
+local own = owned(key, attempt, token)
+if own == 'missing' then return {-1} end
+if own == 'stale' then return {0} end
+local kind = redis.call('HGET', key, 'kind')
+local raw = redis.call('HGET', key, 'history')
+local hist = (raw and raw ~= '') and cjson.decode(raw) or {}
+local since = tonumber(redis.call('HGET', key, 'unhandled_since') or '')
+if since == nil or #hist == 0 or hist[#hist].outcome ~= 'handed_back' then since = NOW end
+redis.call('ZREM', RUNNING, id)
+local freed = release_slot(key)
+local why = 'no handler for kind ' .. kind .. ' in the pool that claimed it'
+record_attempt(key, 'handed_back', why)
+redis.call('HSET', key, 'unhandled_since', since)
+stat('handed_back')
+if NOW - since >= dead_after then
+  finish(id, key, 'errored', 'no pool ran kind ' .. kind .. ' for ' .. (NOW - since) .. ' ms')
+  freed = freed + release_excl(id, key)
+  wake(freed)
+  return {1, 'errored'}
+end
+redis.call('HINCRBY', key, 'attempt', -1)
+redis.call('HDEL', key, 'token')
+local run_at = NOW + delay
+local first = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
+redis.call('ZADD', DELAYED, run_at, id)
+redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at)
+touch(key)
+if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
+wake(freed)
+return {1, 'handed_back', run_at}
