@@ -104,7 +104,9 @@ async def _redis(redis: RedisSettings) -> dict[str, Any]:
         queues = []
         for q in await engine.queues():
             d = await reads.depth(client, q)
-            queues.append({"queue": q, **d.as_dict()})
+            stats = await reads.queue_stats(client, q)
+            counted = {k: stats.get(k, 0) for k in ("handed_back", "duplicates", "reopened")}
+            queues.append({"queue": q, **d.as_dict(), **counted})
         raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
         canary = {
             (k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())
@@ -181,9 +183,15 @@ def _redis_tables(redis: Any) -> list[Any]:
             "blocked",
             "dead",
             "finished",
+            "handed back",
+            "dup dropped",
             "oldest pending s",
         ):
-            t.add_column(col, justify="left" if col == "queue" else "right")
+            if col == "queue":  # never cut a queue name to "demo.de…": the numbers wrap instead
+                width = max([len(q["queue"]) for q in redis["queues"]] + [5])
+                t.add_column(col, no_wrap=True, min_width=width)
+            else:
+                t.add_column(col, justify="right")
         for q in redis["queues"]:
             age = q["oldest_pending_age_ms"]
             dead = q["errored"]
@@ -195,6 +203,8 @@ def _redis_tables(redis: Any) -> list[Any]:
                 str(q["blocked"]),
                 f"[red]{dead}[/]" if dead else "0",
                 str(q["finished"]),
+                f"[yellow]{q['handed_back']}[/]" if q.get("handed_back") else "0",
+                str(q.get("duplicates", 0)),
                 f"{age / 1000:.1f}" if age is not None else "",
             )
         parts.append(t)

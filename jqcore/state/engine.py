@@ -356,6 +356,9 @@ class Engine:
         if queues is None:
             await self.client.hset(KINDS_KEY, kind, _encode_kind(options))
             queues = [_s(q) for q in await self.client.smembers(QUEUES_KEY)]
+        else:
+            queues = list(queues)
+            await self._register(queues)
         for queue in queues:
             await self._configure_kind_in(queue, kind, options)
 

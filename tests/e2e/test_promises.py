@@ -1,0 +1,131 @@
+"""Promises across the whole path (HTTP → Kafka → relay → Redis → pools) on the real stack: the dedup
+policies as documented, and a rolling deploy that never burns a job of a kind an old pool lacks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from jobq.stack.manager import Endpoints
+from jqcore.client import JobqClient
+from jqcore.routing import Route, RoutingSettings
+from jqcore.state import Engine, QueueConfig, reads
+from jqrelay.main import RelayService
+from kafkagate.main import GateService
+from worker.pool import Pool, PoolConfig
+from worker.registry import Registry
+
+Eventually = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class Path:
+    queue: str
+    client: JobqClient
+    engine: Engine
+
+
+@pytest.fixture
+async def path(
+    prefix: str,
+    endpoints: Endpoints,
+    make_topic: Callable[..., str],
+    make_gate: Callable[..., GateService],
+    make_relay: Callable[..., RelayService],
+    token: str,
+) -> AsyncIterator[Path]:
+    topic = make_topic("jobs", partitions=2)
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
+    redis = aioredis.Redis.from_url(endpoints.redis_url or "")
+    async with make_gate(routing) as gate, make_relay(topic), JobqClient([gate.url], token) as client:
+        yield Path(f"{prefix}.q", client, Engine(redis))
+    await redis.aclose()
+
+
+async def job_state(path: Path, job_id: str) -> reads.JobInfo | None:
+    return await reads.get_job(path.engine.client, path.queue, job_id)
+
+
+def has(state: str, completed: int = 0) -> Callable[[reads.JobInfo | None], bool]:
+    def ok(info: reads.JobInfo | None) -> bool:
+        if info is None or info.state != state:
+            return False
+        return completed == 0 or sum(h["outcome"] == "completed" for h in info.history) >= completed
+
+    return ok
+
+
+async def run_once(path: Path, registry: Registry) -> None:
+    """Drain the queue with a burst pool."""
+    pool = Pool(registry, path.engine, PoolConfig([path.queue], concurrency=4, burst=True))
+    async with pool:
+        await asyncio.wait_for(pool.drained.wait(), 60)
+
+
+async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_visibly(
+    path: Path, eventually: Eventually
+) -> None:
+    runs: list[str] = []
+    registry = Registry()
+
+    @registry.job("p.work", queue=path.queue)
+    async def work(tag: str) -> None:
+        runs.append(tag)
+
+    await path.client.enqueue_one(path.queue, "p.work", {"tag": "first"}, id="same")
+    await eventually(lambda: job_state(path, "same"), has("pending"))
+    await path.client.enqueue_one(path.queue, "p.work", {"tag": "while-queued"}, id="same")
+    await eventually(lambda: job_state(path, "same"), lambda i: i is not None and i.duplicates == 1)
+    await run_once(path, registry)
+    assert runs == ["first"], "a duplicate while queued never runs"
+
+    # default policy ('active'): the same id enqueued after it finished is a new run, not a silent drop
+    await path.client.enqueue_one(path.queue, "p.work", {"tag": "again"}, id="same")
+    await eventually(lambda: job_state(path, "same"), has("pending"))
+    await run_once(path, registry)
+    assert runs == ["first", "again"]
+
+    # policy 'finished': within the window a re-enqueue is dropped, counted and visible on the job
+    await path.engine.configure_queue(path.queue, QueueConfig(dedup="finished", dedup_window_ms=3_600_000))
+    await path.client.enqueue_one(path.queue, "p.work", {"tag": "dropped"}, id="same")
+    seen = await eventually(lambda: job_state(path, "same"), lambda i: i is not None and i.duplicates >= 1)
+    assert seen.state == "completed"
+    stats = await reads.queue_stats(path.engine.client, path.queue)
+    assert stats["duplicates"] >= 2
+    assert stats["reopened"] == 1
+    assert runs == ["first", "again"]
+
+
+async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(
+    path: Path, eventually: Eventually
+) -> None:
+    old, new = Registry(), Registry()
+    ran: list[int] = []
+
+    @old.job("deploy.old", queue=path.queue)
+    async def old_kind() -> None:
+        return None
+
+    @new.job("deploy.new", queue=path.queue)
+    async def new_kind(n: int) -> None:
+        ran.append(n)
+
+    old_pool = Pool(old, path.engine, PoolConfig([path.queue], unknown_kind_retry_ms=200))
+    async with old_pool:
+        await path.client.enqueue_one(path.queue, "deploy.new", {"n": 1}, id="rolled")
+        handed = await eventually(
+            lambda: job_state(path, "rolled"), lambda i: i is not None and i.handed_back_since is not None
+        )
+        assert handed.attempt == 0, "handing back spends no attempt"
+        async with Pool(new, path.engine, PoolConfig([path.queue])):
+            done = await eventually(lambda: job_state(path, "rolled"), has("completed"), 60)
+    assert ran == [1]
+    assert done.attempt == 1
+    assert any(h["outcome"] == "handed_back" for h in done.history)
+    stats = await reads.queue_stats(path.engine.client, path.queue)
+    assert stats["handed_back"] >= 1
