@@ -43,6 +43,10 @@ def worker(
         float,
         typer.Option(min=0, help="Seconds of no pool running a kind before its jobs are dead-lettered."),
     ] = 3600.0,
+    scheduler_only: Annotated[
+        bool,
+        typer.Option(help="Only keep the queues' timers (promote due jobs, reap leases); claim nothing."),
+    ] = False,
     grace: Annotated[
         float, typer.Option(min=0, help="Seconds running jobs get to finish on SIGTERM before release.")
     ] = 30.0,
@@ -66,6 +70,7 @@ def worker(
             burst=burst,
             lease_ms=lease_ms,
             grace_s=grace,
+            scheduler_only=scheduler_only,
             filter=parse_filter(filter or []),
             unknown_kind_retry_ms=int(unknown_kind_retry * 1000),
             unknown_kind_dead_after_ms=int(unknown_kind_dead_after * 1000),

@@ -40,6 +40,7 @@ class WorkerOptions:
     filter: Mapping[str, str] | None = None
     unknown_kind_retry_ms: int = 5_000
     unknown_kind_dead_after_ms: int = 3_600_000
+    scheduler_only: bool = False
 
 
 def load_registry(spec: str) -> Registry:
@@ -74,6 +75,7 @@ async def serve(options: WorkerOptions, redis: RedisSettings | None = None) -> N
         filter=options.filter or None,
         unknown_kind_retry_ms=options.unknown_kind_retry_ms,
         unknown_kind_dead_after_ms=options.unknown_kind_dead_after_ms,
+        claim=not options.scheduler_only,
     )
     pool = Pool(registry, Engine(client), config)
     log.info("worker starting", queues=list(options.queues), concurrency=options.concurrency)

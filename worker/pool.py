@@ -63,6 +63,9 @@ class PoolConfig:
     ``filter_keys``)."""
     unknown_kind_retry_ms: int = 5_000
     unknown_kind_dead_after_ms: int = 3_600_000
+    claim: bool = True
+    """False: keep the queues' timers only (promote, reap), claim nothing — for queues worked over HTTP
+    until the scheduler service exists."""
 
 
 @dataclass(eq=False)
@@ -106,7 +109,8 @@ class Pool(Service):
         await self._keeper.start()
         await self._presence.start()
         self._completer = asyncio.create_task(self._complete_loop(), name="worker:completer")
-        self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
+        if self.config.claim:
+            self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
     async def _register_kinds(self) -> None:
         for spec in self.registry.kinds(set(self.config.queues)):
