@@ -103,6 +103,7 @@ class Pool(Service):
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
+        await self._check_filter()
         await self._register_kinds()
         if self._scheduler is not None:
             await self._scheduler.start()
@@ -111,6 +112,16 @@ class Pool(Service):
         self._completer = asyncio.create_task(self._complete_loop(), name="worker:completer")
         if self.config.claim:
             self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
+
+    async def _check_filter(self) -> None:
+        """Refuse to start with a filter on a key a queue does not index (it would claim nothing, ever)."""
+        for queue in self.config.queues if self.config.filter else ():
+            indexed = (await reads.queue_config(self.engine.client, queue)).filter_keys
+            missing = sorted(set(self.config.filter or {}) - set(indexed))
+            if missing:
+                raise codes.FilterInvalid(
+                    f"queue {queue!r} does not index {missing} (its filter_keys: {list(indexed)})"
+                )
 
     async def _register_kinds(self) -> None:
         for spec in self.registry.kinds(set(self.config.queues)):

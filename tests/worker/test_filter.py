@@ -1,0 +1,61 @@
+"""A Python pool claims by metadata filter, like the HTTP claim API, and refuses a key the queue does
+not index instead of silently claiming nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from jobq.stack.manager import Endpoints
+from jqcore.envelope import new_envelope
+from jqcore.state import Engine, QueueConfig, reads
+from jqcore.state.codes import FilterInvalid
+from worker.cli import parse_filter
+from worker.pool import Pool, PoolConfig
+from worker.registry import Registry
+
+
+@pytest.fixture
+async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
+    client = aioredis.Redis.from_url(endpoints.redis_url or "")
+    yield Engine(client)
+    await client.aclose()
+
+
+async def test_a_pool_with_a_filter_runs_only_matching_jobs(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.f", Registry()
+    await engine.configure_queue(q, QueueConfig(filter_keys=("region",)))
+    ran: list[str] = []
+    eu_done = asyncio.Event()
+
+    @reg.job("where", queue=q)
+    async def where(region: str) -> None:
+        ran.append(region)
+        if ran.count("eu") == 2:
+            eu_done.set()
+
+    envs = [new_envelope(q, "where", {"region": r}, meta={"region": r}) for r in ("eu", "us", "eu")]
+    await engine.enqueue_batch(envs)
+    async with Pool(reg, engine, PoolConfig([q], filter={"region": "eu"})):
+        await asyncio.wait_for(eu_done.wait(), 30)
+    assert sorted(ran) == ["eu", "eu"]
+    assert (await reads.depth(engine.client, q)).pending == 1, "the us job waits for a pool that wants it"
+
+
+async def test_a_filter_on_an_unindexed_key_is_refused(engine: Engine, prefix: str) -> None:
+    q = f"{prefix}.f"
+    await engine.configure_queue(q, QueueConfig(filter_keys=("region",)))
+    with pytest.raises(FilterInvalid, match="tier"):
+        await engine.claim(q, 1, filter={"tier": "gold"})
+    with pytest.raises(FilterInvalid, match="tier"):  # a pool says so at start instead of idling forever
+        async with Pool(Registry(), engine, PoolConfig([q], filter={"tier": "gold"})):
+            pass
+
+
+def test_filter_option_parsing() -> None:
+    assert parse_filter(["region=eu", "tier=a=b"]) == {"region": "eu", "tier": "a=b"}
+    with pytest.raises(Exception, match="KEY=VALUE"):
+        parse_filter(["region"])
