@@ -135,7 +135,10 @@ async def _enqueue(gateways: list[Gateway]) -> list[tuple[str, str, str]]:
     async with JobqClient(gateways, TOKEN, az="az-a") as client:
         await _until_ready(client)
         await client.request(
-            "PUT", "/v1/queues/demo.exclusive", json={"mode": "exclusive", "excl_key": "account"}
+            "PATCH",
+            "/v1/queues/demo.exclusive",
+            json={"mode": "exclusive", "excl_key": "account"},
+            idempotent=True,
         )
         out = []
         for queue, job, expected in _workload():
