@@ -26,6 +26,7 @@ import orjson
 from jqcore.errors import EnvelopeError, FieldError
 
 __all__ = [
+    "KAFKA_MAX_MESSAGE_BYTES",
     "MAX_ARGS_DEPTH",
     "MAX_ENVELOPE_BYTES",
     "MAX_META_ENTRIES",
@@ -42,7 +43,17 @@ __all__ = [
 
 VERSION = 1
 MAX_ENVELOPE_BYTES = 1_048_576
-"""Largest accepted record value (1 MiB); Kafka's default ``message.max.bytes`` is the same order."""
+"""Largest job: the envelope's JSON bytes, which are the Kafka record value (1 MiB). The gateway refuses a
+bigger job with 413 ``job_too_large`` before producing anything; :func:`decode` refuses it as
+``envelope_oversize``. One of a set chosen together with :data:`KAFKA_MAX_MESSAGE_BYTES`."""
+KAFKA_MAX_MESSAGE_BYTES = 2_097_152
+"""The one Kafka-side size limit (2 MiB): every jobq producer's ``message.max.bytes``, the
+``max.message.bytes`` of the topics jobq creates (``jobq topics create``, the relay's retry/dead topics)
+and the local stack brokers' ``message.max.bytes``. Twice :data:`MAX_ENVELOPE_BYTES`, so the largest job
+still fits with everything Kafka adds around its value: the key (≤ 128 bytes), the headers, record and
+batch framing, and lz4's growth of incompressible data (≤ 0.4 %). librdkafka's ``batch.size`` (1,000,000)
+keeps batches of smaller jobs under it too. Kafka's own defaults (1,000,000 in librdkafka, ~1 MiB on a
+broker) would refuse jobs the envelope allows."""
 MAX_META_ENTRIES = 16
 MAX_ARGS_DEPTH = 64
 MAX_ATTEMPTS_LIMIT = 1000

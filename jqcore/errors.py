@@ -4,7 +4,10 @@ Every error raised on purpose by jobq code derives from :class:`JobqError`. Each
 
 * ``code`` — a short, stable, machine-readable reason (used in HTTP error bodies and CLI messages);
 * ``retriable`` — whether trying the same operation again later may succeed (backend down, memory full)
-  or never will (bad input, stale lease token).
+  or never will (bad input, stale lease token);
+* ``http_status`` — the status an HTTP API answers it with. The gateway reads these two attributes and
+  nothing else: a 503 (with ``Retry-After``) is given to retriable errors only, so a client told to retry
+  can succeed by retrying, and a request that can never succeed gets a 4xx (or a 500 for a server bug).
 
 Handler control flow (``Retry``, ``Cancel``, ``Snooze``) lives here too, because workers written against
 the HTTP API use the same vocabulary as Python handlers.
@@ -33,6 +36,7 @@ class JobqError(Exception):
 
     code: str = "jobq_error"
     retriable: bool = False
+    http_status: int = 500
 
     def __init__(self, message: str = "", *, code: str | None = None, retriable: bool | None = None) -> None:
         super().__init__(message or self.__class__.__doc__ or self.code)
@@ -50,6 +54,7 @@ class ConfigError(JobqError):
     """A setting is missing, malformed or inconsistent with another one."""
 
     code = "config_invalid"
+    http_status = 500  # a setting is the operator's to fix, never the client's
 
 
 class StackError(JobqError):
@@ -63,6 +68,7 @@ class BackendUnavailable(JobqError):
 
     code = "backend_unavailable"
     retriable = True
+    http_status = 503
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class EnvelopeError(JobqError):
     """A job envelope is malformed; ``fields`` names each offending field and the problem."""
 
     code = "envelope_invalid"
+    http_status = 400
 
     def __init__(self, fields: list[FieldError] | FieldError, *, code: str | None = None) -> None:
         self.fields: tuple[FieldError, ...] = (fields,) if isinstance(fields, FieldError) else tuple(fields)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
 from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.settings import KafkaSettings
 
@@ -34,8 +35,10 @@ __all__ = [
     "REPORT_GRACE_S",
     "AsyncProducer",
     "Delivered",
+    "PartitionInvalid",
     "ProduceFailed",
     "Record",
+    "RecordTooLarge",
     "TopicMissing",
     "ensure_topics",
     "topic_partitions",
@@ -52,7 +55,39 @@ class TopicMissing(JobqError):
     """The topic a queue routes to does not exist (topics are never created from requests)."""
 
     code = "topic_missing"
-    retriable = False
+    retriable = True
+    """The request is not at fault and succeeds unchanged once the topic exists: an operator runs ``jobq
+    topics create``, or a topic just created reaches the broker's metadata a moment later. Hence a 503 with
+    ``Retry-After``, like Kafka being down (``/readyz`` says not ready meanwhile)."""
+    http_status = 503
+
+
+_SIZE_ERRORS = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
+_PARTITION_ERRORS = (KafkaError._UNKNOWN_PARTITION,)
+_TOPIC_ERRORS = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+
+
+class RecordTooLarge(JobqError):
+    """Kafka refused a record as too large: the topic's ``max.message.bytes`` (or the broker's) is below
+    jobq's size limits, e.g. a topic created outside jobq. Retrying the same record never succeeds."""
+
+    code = "job_too_large"
+    http_status = 413
+
+    def __init__(self, message: str = "", *, index: int = 0, size: int = 0) -> None:
+        super().__init__(message)
+        self.index, self.size = index, size
+
+
+class PartitionInvalid(JobqError):
+    """A record names a partition the topic does not have."""
+
+    code = "partition_invalid"
+    http_status = 400
+
+    def __init__(self, message: str = "", *, index: int = 0, partition: int = 0) -> None:
+        super().__init__(message)
+        self.index, self.partition = index, partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +123,7 @@ class AsyncProducer:
             "linger.ms": linger_ms,
             "message.timeout.ms": delivery_timeout_ms,
             "compression.type": "lz4",
+            "message.max.bytes": KAFKA_MAX_MESSAGE_BYTES,
             **(extra or {}),
         }
         self._producer = Producer(conf)
@@ -105,20 +141,21 @@ class AsyncProducer:
 
     async def produce_many(self, records: Sequence[Record]) -> list[Delivered]:
         """Write every record; return once each has its delivery report. Raises :class:`ProduceFailed`
-        (or :class:`TopicMissing`) if any write was not confirmed — the caller must not acknowledge.
+        (or :class:`TopicMissing`) if any write was not confirmed — the caller must not acknowledge;
+        :class:`RecordTooLarge` / :class:`PartitionInvalid` when Kafka refused a record for good.
 
         The delivery thread collects the reports of one call and wakes the event loop once, when the
         last arrives (not once per record: a 1,000-job request is one wake-up)."""
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop, len(records))
         for i, rec in enumerate(records):
-            await self._enqueue(rec, waiter.callback(i))
+            await self._enqueue(rec, waiter.callback(i), i)
         try:  # librdkafka reports every record within its delivery timeout; this only guards a stuck call
             return await asyncio.wait_for(waiter.future, self._delivery_timeout_s + REPORT_GRACE_S)
         except TimeoutError:
             raise ProduceFailed("Kafka gave no delivery report in time") from None
 
-    async def _enqueue(self, rec: Record, callback: Any) -> None:
+    async def _enqueue(self, rec: Record, callback: Any, index: int) -> None:
         kwargs: dict[str, Any] = {"value": rec.value, "key": rec.key, "on_delivery": callback}
         if rec.headers:
             kwargs["headers"] = list(rec.headers)
@@ -131,7 +168,10 @@ class AsyncProducer:
             except BufferError:  # librdkafka's local queue is full: let the delivery thread drain it
                 await asyncio.sleep(0.005)
             except KafkaException as exc:
-                raise ProduceFailed(f"produce to {rec.topic!r} refused: {exc}") from exc
+                err = exc.args[0]
+                raise _refusal(err, rec.topic, index, len(rec.value), rec.partition) or ProduceFailed(
+                    f"produce to {rec.topic!r} refused: {exc}"
+                ) from exc
 
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait for outstanding writes; returns how many are still undelivered."""
@@ -179,10 +219,10 @@ class _Waiter:
         def done(err: KafkaError | None, msg: Message) -> None:
             with self.lock:
                 if err is not None and self.error is None:
-                    if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                        self.error = TopicMissing(f"topic {msg.topic()!r} does not exist")
-                    else:
-                        self.error = ProduceFailed(f"Kafka did not confirm the write: {err.str()}")
+                    topic, value = msg.topic() or "", msg.value() or b""
+                    self.error = _refusal(err, topic, index, len(value), msg.partition()) or ProduceFailed(
+                        f"Kafka did not confirm the write: {err.str()}"
+                    )
                 elif err is None:
                     self.results[index] = Delivered(
                         msg.topic() or "", msg.partition() or 0, msg.offset() or 0
@@ -194,6 +234,25 @@ class _Waiter:
             self.loop.call_soon_threadsafe(_settle, self.future, outcome)
 
         return done
+
+
+def _refusal(err: KafkaError, topic: str, index: int, size: int, partition: int | None) -> JobqError | None:
+    """The jobq error for a librdkafka refusal of this record or its topic (None: Kafka failed)."""
+    code = err.code()
+    if code in _TOPIC_ERRORS:
+        return TopicMissing(f"topic {topic!r} does not exist")
+    if code in _SIZE_ERRORS:
+        return RecordTooLarge(
+            f"Kafka refused record {index} ({size} bytes) for topic {topic!r} as too large: {err.str()} "
+            f"(a Kafka limit, e.g. the topic's max.message.bytes, is below jobq's {KAFKA_MAX_MESSAGE_BYTES})",
+            index=index,
+            size=size,
+        )
+    if code in _PARTITION_ERRORS:
+        return PartitionInvalid(
+            f"topic {topic!r} has no partition {partition}", index=index, partition=partition or 0
+        )
+    return None
 
 
 def _settle(fut: asyncio.Future[list[Delivered]], result: list[Delivered] | Exception) -> None:
@@ -227,7 +286,11 @@ def ensure_topics(
     wanted = [t for t in dict.fromkeys(topics) if t not in existing]
     if not wanted:
         return []
-    config = {"retention.ms": str(retention_ms), "min.insync.replicas": str(min(2, replication))}
+    config = {
+        "retention.ms": str(retention_ms),
+        "min.insync.replicas": str(min(2, replication)),
+        "max.message.bytes": str(KAFKA_MAX_MESSAGE_BYTES),  # the broker's default (~1 MiB) is too small
+    }
     futures = admin.create_topics(
         [NewTopic(t, partitions, replication, config=config) for t in wanted], operation_timeout=timeout_s
     )

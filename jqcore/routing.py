@@ -36,6 +36,7 @@ class QueueUnrouted(JobqError):
     """No route sends this queue to a topic (and there is no default topic)."""
 
     code = "queue_unrouted"
+    http_status = 404
 
 
 class Route(BaseModel):

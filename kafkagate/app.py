@@ -16,6 +16,7 @@ from aiohttp import web
 from jqcore import metrics
 from jqcore.errors import JobqError
 from kafkagate import claims, jobs, queues
+from kafkagate.body import body_middleware
 from kafkagate.http import auth_middleware, error_body, error_middleware, json_response
 from kafkagate.openapi import document
 from kafkagate.state import GATE, Gate
@@ -71,7 +72,15 @@ async def openapi(request: web.Request) -> web.Response:
 def make_app(gate: Gate) -> web.Application:
     app = web.Application(
         client_max_size=gate.settings.max_body_bytes,
-        middlewares=[metrics_middleware, error_middleware, auth_middleware(gate.settings.tokens)],
+        middlewares=[
+            metrics_middleware,
+            error_middleware,
+            auth_middleware(gate.settings.tokens),
+            body_middleware,
+        ],
+        # bodies are decoded by kafkagate.body, which answers every coding with a JSON status; aiohttp's
+        # parser would refuse br/zstd with a text page before any middleware and pass unknown ones through
+        handler_args={"auto_decompress": False},
     )
     app[GATE] = gate
     app.router.add_get("/healthz", healthz)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.state import ClaimedJob
 from jqcore.state.waiting import wait_for_work
+from kafkagate.body import read_body
 from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
@@ -75,7 +76,7 @@ def _claimed(job: ClaimedJob) -> dict[str, Any]:
 async def claim(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(ClaimBody, await request.read())
+    body = parse_model(ClaimBody, await read_body(request))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     while True:
@@ -101,7 +102,7 @@ def _owner(request: web.Request, body: Owner) -> tuple[str, int, str]:
 async def extend(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(ExtendBody, await request.read())
+    body = parse_model(ExtendBody, await read_body(request))
     owner = _owner(request, body)
     result = await engine_call(gate.engine.extend(queue, [owner], body.lease_ms or 0))
     outcome = result[owner[0]]
@@ -116,7 +117,7 @@ async def extend(request: web.Request) -> web.Response:
 async def complete(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(CompleteBody, await request.read())
+    body = parse_model(CompleteBody, await read_body(request))
     data = None if body.result is None else orjson.dumps(body.result)
     await engine_call(gate.engine.complete(queue, _owner(request, body), data))
     return json_response({"id": request.match_info["id"], "state": "completed"})
@@ -126,7 +127,7 @@ async def complete(request: web.Request) -> web.Response:
 async def fail(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(FailBody, await request.read())
+    body = parse_model(FailBody, await read_body(request))
     outcome = await engine_call(
         gate.engine.fail(
             queue,

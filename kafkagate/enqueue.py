@@ -3,7 +3,9 @@
 A request is one job (a JSON object), a batch (``{"jobs": [...]}``) or NDJSON (one job per line). Each
 job's client fields are checked by :func:`jqcore.envelope.new_envelope`; a problem anywhere refuses the
 whole request (400, every offending field named as ``jobs[i].field``) before anything is written, so a
-client never has to guess which half of a batch went in.
+client never has to guess which half of a batch went in. The same holds for a job whose Kafka record would
+exceed ``MAX_ENVELOPE_BYTES`` (413 ``job_too_large``), an explicit partition the topic does not have (400
+``partition_invalid``) and a job for an exclusive queue without an exclusivity value (400 ``excl_missing``).
 
 ``Idempotency-Key``: jobs without a client id get ids derived from the key (``ik-<hash>-<index>``), so a
 retried request produces the same ids and the engine's dedup absorbs it even when the first attempt did
@@ -14,6 +16,7 @@ depend on Redis), and the deterministic ids still prevent a double run.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,13 +24,23 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore.envelope import Envelope, encode, new_envelope, record_key
+from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encode, new_envelope, record_key
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.kafka import Record
 from jqcore.routing import RoutingSettings
+from jqcore.state import QueueConfig
 from kafkagate.http import ApiError
 
-__all__ = ["CLIENT_FIELDS", "Parsed", "build_records", "parse_jobs"]
+__all__ = [
+    "CLIENT_FIELDS",
+    "Parsed",
+    "build_records",
+    "check_exclusive",
+    "check_partitions",
+    "needs_exclusivity",
+    "parse_jobs",
+    "too_large",
+]
 
 CLIENT_FIELDS = frozenset(
     {
@@ -53,6 +66,15 @@ CLIENT_FIELDS = frozenset(
 class Parsed:
     envelopes: list[Envelope]
     partitions: list[int | None]
+    single: bool = False
+    """One job sent as a bare object: its problems name fields without a ``jobs[i].`` prefix."""
+
+    def where(self, index: int) -> str:
+        """How errors name job ``index`` (``jobs[3]``, or ``$`` for a single job)."""
+        return "$" if self.single else f"jobs[{index}]"
+
+    def field(self, index: int, name: str) -> str:
+        return name if self.single else f"jobs[{index}].{name}"
 
 
 def _documents(body: bytes, content_type: str) -> list[Any]:
@@ -98,11 +120,61 @@ def parse_jobs(
         except EnvelopeError as exc:
             problems += [FieldError(where + f.field, f.problem) for f in exc.fields]
             continue
-        envelopes.append(env)
+        envelopes.append(dataclasses.replace(env, raw=encode(env)))  # the record value, encoded once
         partitions.append(partition)
     if problems:
         raise EnvelopeError(problems)
-    return Parsed(envelopes, partitions)
+    parsed = Parsed(envelopes, partitions, single)
+    sizes = {i: len(env.raw or b"") for i, env in enumerate(envelopes)}
+    oversize = {i: n for i, n in sizes.items() if n > MAX_ENVELOPE_BYTES}
+    if oversize:
+        raise too_large(parsed, oversize, MAX_ENVELOPE_BYTES)
+    return parsed
+
+
+def too_large(parsed: Parsed, sizes: Mapping[int, int], limit: int | None) -> ApiError:
+    """413 ``job_too_large`` naming each job, its record size and the limit (None: Kafka's, unknown)."""
+    why = f"the limit is {limit} bytes" if limit is not None else "Kafka refused it as too large"
+    fields = [FieldError(parsed.where(i), f"{n} bytes as a Kafka record; {why}") for i, n in sizes.items()]
+    return ApiError(
+        413,
+        "job_too_large",
+        "; ".join(f"{f.field}: {f.problem}" for f in fields),
+        fields,
+        details={"limit_bytes": limit, "jobs": [{"index": i, "bytes": n} for i, n in sizes.items()]},
+    )
+
+
+def check_partitions(parsed: Parsed, count: int) -> None:
+    """400 ``partition_invalid`` for each explicit partition the topic (``count`` partitions) lacks."""
+    problems = [
+        FieldError(parsed.field(i, "partition"), f"the topic has partitions 0-{count - 1}")
+        for i, p in enumerate(parsed.partitions)
+        if p is not None and p >= count
+    ]
+    if problems:
+        raise EnvelopeError(problems, code="partition_invalid")
+
+
+def needs_exclusivity(parsed: Parsed) -> bool:
+    """Whether some job has no ``excl`` (only then does the queue's mode matter)."""
+    return any(env.excl is None for env in parsed.envelopes)
+
+
+def check_exclusive(parsed: Parsed, config: QueueConfig | None) -> None:
+    """400 ``excl_missing`` for each job without an exclusivity value (``excl``, else ``meta[excl_key]``)
+    when the queue is exclusive — the relay would dead-letter it. ``config`` None (Redis did not answer):
+    nothing is checked."""
+    if config is None or config.mode != "exclusive":
+        return
+    key = config.excl_key
+    problems = [
+        FieldError(parsed.field(i, "excl"), f"the queue is exclusive: give excl or meta.{key}")
+        for i, env in enumerate(parsed.envelopes)
+        if env.excl is None and not (key and env.meta.get(key))
+    ]
+    if problems:
+        raise EnvelopeError(problems, code="excl_missing")
 
 
 def _one(queue: str, doc: Any, index: int, idempotency: str | None, now: int) -> tuple[Envelope, int | None]:

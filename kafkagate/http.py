@@ -1,12 +1,15 @@
 """HTTP plumbing of the gateway: the error body, the mapping from jobq errors to statuses, auth.
 
-Every error answers ``{"error": {"code", "message", "fields"?}}`` with a stable machine-readable ``code``.
+Every error answers ``{"error": {"code", "message", "fields"?, ...}}`` with a stable machine-readable
+``code``: jobq errors with the status their class declares (``http_status``; a 503 with ``Retry-After``
+only when ``retriable``), aiohttp's own refusals (404, 405, 413, ...) in the same shape, and anything
+unexpected as a 500 ``internal_error`` whose traceback is logged — never aiohttp's text page.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -14,12 +17,12 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import SecretStr
 
-from jqcore.errors import BackendUnavailable, ConfigError, EnvelopeError, FieldError, JobqError
-from jqcore.kafka import TopicMissing
-from jqcore.routing import QueueUnrouted
-from jqcore.state.codes import FenceRejected, JobNotFound, QueueConfigInvalid, StaleLease
+from jqcore.errors import ConfigError, EnvelopeError, FieldError, JobqError
+from jqcore.log import get_logger
 
-__all__ = ["ApiError", "auth_middleware", "error_middleware", "json_response"]
+__all__ = ["ApiError", "auth_middleware", "error_middleware", "http_status", "json_response"]
+
+log = get_logger("kafkagate.http")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -30,11 +33,20 @@ class ApiError(JobqError):
     """An HTTP-level refusal with its status (bad JSON, missing field, unknown route parameter...)."""
 
     def __init__(
-        self, status: int, code: str, message: str, fields: Sequence[FieldError] = (), **headers: str
+        self,
+        status: int,
+        code: str,
+        message: str,
+        fields: Sequence[FieldError] = (),
+        *,
+        details: Mapping[str, Any] | None = None,
+        **headers: str,
     ) -> None:
-        super().__init__(message, code=code)
-        self.status = status
+        super().__init__(message, code=code, retriable=status == 503)
+        self.status = self.http_status = status
         self.fields = tuple(fields)
+        self.details = dict(details or {})
+        """More machine-readable facts, merged into the error object (e.g. ``limit_bytes``)."""
         self.headers = headers
 
 
@@ -44,18 +56,23 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     )
 
 
+def http_status(exc: JobqError) -> int:
+    """The status ``exc`` declares (its class's ``http_status``, or one set on the instance)."""
+    return int(exc.http_status)
+
+
 def _status(exc: JobqError) -> tuple[int, dict[str, str]]:
-    if isinstance(exc, ApiError):
-        return exc.status, exc.headers
-    if isinstance(exc, EnvelopeError | QueueConfigInvalid | ConfigError):
-        return 400, {}
-    if isinstance(exc, QueueUnrouted | JobNotFound):
-        return 404, {}
-    if isinstance(exc, StaleLease | FenceRejected):
-        return 409, {}
-    if isinstance(exc, TopicMissing | BackendUnavailable):
-        return 503, {"Retry-After": "1"}
-    return 500, {}
+    """Status and headers: a retriable server-side failure is a 503 with ``Retry-After``; a 503 is never
+    given to an error that retrying cannot fix (it becomes a 500)."""
+    status = http_status(exc)
+    if exc.retriable and status >= 500:
+        status = 503
+    elif status == 503:
+        status = 500
+    headers = dict(exc.headers) if isinstance(exc, ApiError) else {}
+    if status == 503:
+        headers.setdefault("Retry-After", "1")
+    return status, headers
 
 
 def error_body(exc: JobqError) -> dict[str, Any]:
@@ -63,7 +80,35 @@ def error_body(exc: JobqError) -> dict[str, Any]:
     fields = exc.fields if isinstance(exc, EnvelopeError | ApiError) else ()
     if fields:
         err["fields"] = [f.as_dict() for f in fields]
+    if isinstance(exc, ApiError):
+        err.update({k: v for k, v in exc.details.items() if k not in err})
     return {"error": err}
+
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    411: "length_required",
+    413: "body_too_large",
+    414: "uri_too_long",
+    415: "content_type_unsupported",
+    429: "too_many_requests",
+    431: "headers_too_large",
+}
+"""Codes for aiohttp's own refusals (``web.HTTPException``); any other status is ``http_<status>``."""
+
+
+def _http_exception(exc: web.HTTPException) -> web.Response:
+    status = exc.status
+    code = HTTP_CODES.get(status, "internal_error" if status == 500 else f"http_{status}")
+    headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
+    if status == 503:
+        headers.setdefault("Retry-After", "1")
+    return json_response({"error": {"code": code, "message": exc.text or exc.reason}}, status, headers)
 
 
 @web.middleware
@@ -76,10 +121,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:  # aiohttp's own 404/405/413: same body shape
         if exc.status < 400:
             raise
-        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
-            exc.status, "http_error"
+        return _http_exception(exc)
+    except web.RequestPayloadError as exc:  # the body's framing broke (bad chunks): the connection did too
+        response = json_response(
+            {"error": {"code": "body_undecodable", "message": f"the body could not be read: {exc}"}}, 400
         )
-        return json_response({"error": {"code": code, "message": exc.reason}}, exc.status)
+        response.force_close()
+        return response
+    except Exception:
+        log.exception("unexpected error answering a request", method=request.method, path=request.path)
+        body = {"error": {"code": "internal_error", "message": "unexpected error; the gateway logged it"}}
+        return json_response(body, 500)
 
 
 SCOPES = ("enqueue", "read", "worker", "admin")

@@ -12,10 +12,23 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import keys, metrics
 from jqcore.envelope import decode, new_envelope, validate_name
-from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
+from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
+from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
+from jqcore.routing import Acks
 from jqcore.state import reads
-from kafkagate.enqueue import Parsed, accepted_body, build_records, idempotency_digest, parse_jobs
+from kafkagate.body import read_body
+from kafkagate.enqueue import (
+    Parsed,
+    accepted_body,
+    build_records,
+    check_exclusive,
+    check_partitions,
+    idempotency_digest,
+    needs_exclusivity,
+    parse_jobs,
+    too_large,
+)
 from kafkagate.http import ApiError, json_response
 from kafkagate.state import GATE, Gate
 
@@ -35,10 +48,9 @@ def queue_of(request: web.Request) -> str:
         raise ApiError(400, "queue_invalid", exc.message, exc.fields) from None
 
 
-async def _read_body(request: web.Request, gate: Gate) -> bytes:
-    if request.content_length is not None and request.content_length > gate.settings.max_body_bytes:
-        raise ApiError(413, "body_too_large", f"the body exceeds {gate.settings.max_body_bytes} bytes")
-    return await request.read()
+async def _read_body(request: web.Request) -> bytes:
+    """The decoded body (its size, media type and coding are checked by ``kafkagate.body``)."""
+    return await read_body(request)
 
 
 async def _check_idempotency(gate: Gate, digest: str, body_hash: str) -> None:
@@ -60,19 +72,42 @@ async def _check_idempotency(gate: Gate, digest: str, body_hash: str) -> None:
         )
 
 
+async def _idempotency(request: web.Request, gate: Gate, queue: str, body: bytes) -> str | None:
+    """The digest naming the request's ``Idempotency-Key`` (None without one), after the reuse check."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not key or len(key) > 255:
+        raise ApiError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
+    digest, body_hash = idempotency_digest(key, queue, body)
+    await _check_idempotency(gate, digest, body_hash)
+    return digest
+
+
+async def _produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks) -> list[Delivered]:
+    """Write the records; Kafka's refusals of a record name its job, backend failures are counted."""
+    try:
+        return await gate.producer(acks).produce_many(records)
+    except RecordTooLarge as exc:  # a topic whose max.message.bytes is below jobq's set (made elsewhere)
+        log.warning("Kafka refused a record as too large", topic=records[0].topic, error=exc.message)
+        raise too_large(parsed, {exc.index: exc.size}, None) from None
+    except PartitionInvalid as exc:  # the metadata the gateway checked against was out of date
+        where = parsed.field(exc.index, "partition")
+        problem = FieldError(where, f"the topic has no partition {exc.partition}")
+        raise EnvelopeError(problem, code="partition_invalid") from None
+    except JobqError as exc:
+        if exc.retriable:
+            metrics.GATE_PRODUCE_FAILURES.labels(records[0].topic).inc()
+        raise
+
+
 @routes.post("/v1/queues/{queue}/jobs")
 async def enqueue(request: web.Request) -> web.Response:
     """Enqueue one job or a batch; 202 only after Kafka confirmed every job of the request."""
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = await _read_body(request, gate)
-    key = request.headers.get(IDEMPOTENCY_HEADER)
-    digest = None
-    if key is not None:
-        if not key or len(key) > 255:
-            raise ApiError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
-        digest, body_hash = idempotency_digest(key, queue, body)
-        await _check_idempotency(gate, digest, body_hash)
+    body = await _read_body(request)
+    digest = await _idempotency(request, gate, queue, body)
     parsed = parse_jobs(
         queue,
         body,
@@ -82,12 +117,11 @@ async def enqueue(request: web.Request) -> web.Response:
         now=int(time.time() * 1000),
     )
     records, acks = build_records(parsed, gate.routing, queue)
-    await gate.check_topic(records[0].topic)
-    try:
-        delivered = await gate.producer(acks).produce_many(records)
-    except JobqError:
-        metrics.GATE_PRODUCE_FAILURES.labels(records[0].topic).inc()
-        raise
+    wanted = [p for p in parsed.partitions if p is not None]
+    check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists
+    if needs_exclusivity(parsed):
+        check_exclusive(parsed, await gate.queue_config(queue))
+    delivered = await _produce(gate, parsed, records, acks)
     metrics.GATE_JOBS_PRODUCED.labels(queue, records[0].topic).inc(len(records))
     gate.count_produced(records[0].topic, len(records))
     accepted = accepted_body(parsed.envelopes, delivered)

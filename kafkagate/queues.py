@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.state import QueueConfig, reads
+from kafkagate.body import read_body
 from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.state import GATE
@@ -136,7 +137,7 @@ async def put_queue(request: web.Request) -> web.Response:
     would silently turn an exclusive queue into a simple one: send ``mode`` explicitly, or PATCH."""
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(QueueConfigBody, await request.read())
+    body = parse_model(QueueConfigBody, await read_body(request))
     current = await engine_call(reads.queue_config(gate.engine.client, queue))
     if current.mode == "exclusive" and "mode" not in body.model_fields_set:
         raise ApiError(
@@ -156,7 +157,7 @@ async def patch_queue(request: web.Request) -> web.Response:
     """Change only the fields given (e.g. ``{"paused": true}``); the rest keep their current values."""
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(QueuePatchBody, await request.read())
+    body = parse_model(QueuePatchBody, await read_body(request))
     changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
     if "filter_keys" in changes:
         changes["filter_keys"] = tuple(changes["filter_keys"])
@@ -190,7 +191,7 @@ async def list_dead(request: web.Request) -> web.Response:
 async def retry_dead(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(DeadBody, await request.read())
+    body = parse_model(DeadBody, await read_body(request))
     n = await engine_call(gate.engine.dead_retry(queue, body.ids, body.limit))
     return json_response({"queue": queue, "retried": n})
 
@@ -199,7 +200,7 @@ async def retry_dead(request: web.Request) -> web.Response:
 async def purge_dead(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(DeadBody, await request.read())
+    body = parse_model(DeadBody, await read_body(request))
     n = await engine_call(gate.engine.dead_purge(queue, body.ids, body.limit))
     return json_response({"queue": queue, "purged": n})
 
@@ -215,7 +216,7 @@ def kind_of(request: web.Request) -> str:
 async def put_kind(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     kind = kind_of(request)
-    body = parse_model(KindBody, await request.read())
+    body = parse_model(KindBody, await read_body(request))
     await engine_call(
         gate.engine.configure_kind(
             kind,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jqcore.envelope import MAX_ENVELOPE_BYTES
 from jqcore.settings import CommaSecrets
 
 __all__ = ["GateSettings"]
@@ -21,9 +22,15 @@ class GateSettings(BaseSettings):
     """Accepted bearer tokens, comma-separated; ``secret:enqueue+read`` limits one to scopes (enqueue, read,
     worker, admin; none given: all). Empty refuses every request except
     the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
-    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
+    """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one
+    largest job (``MAX_ENVELOPE_BYTES``, 1 MiB), so every job the envelope allows can be sent; a job whose
+    record would exceed that is a 413 ``job_too_large`` whatever the body limit."""
     max_batch: int = Field(10_000, gt=0)
     produce_timeout_ms: int = Field(10_000, ge=1000)
     """How long Kafka may take to confirm a write before the request gets a 503."""
     idempotency_ttl_s: int = Field(86_400, gt=0)
     claim_wait_max_ms: int = Field(30_000, ge=0)
+    queue_config_ttl_s: float = Field(5.0, ge=0)
+    """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
+    without an exclusivity value); 0 reads it on every enqueue."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -11,15 +12,26 @@ from aiohttp import web
 
 from jqcore import stages
 from jqcore.kafka import AsyncProducer, ProduceFailed
+from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings
-from jqcore.state import Engine
+from jqcore.state import Engine, QueueConfig, reads
 from kafkagate.settings import GateSettings
 
 __all__ = ["GATE", "PRODUCED_FLUSH_S", "Gate"]
 
+log = get_logger("kafkagate.state")
+
 PRODUCED_FLUSH_S = 0.5
 METADATA_TIMEOUT_S = 5.0
+TOPIC_TTL_S = 60.0
+"""How long a topic's existence and partition count are reused before Kafka is asked again."""
+PARTITIONS_RECHECK_S = 5.0
+"""A partition beyond the cached count is looked up again if the count is older than this (a topic may
+have grown); a stream of bad partitions therefore costs at most one metadata request per topic per 5 s."""
+QUEUE_CONFIG_TIMEOUT_S = 0.5
+"""Longest an enqueue waits for Redis to give a queue's configuration; beyond it the check is skipped."""
+QUEUE_CONFIG_CACHE_MAX = 10_000
 
 
 @dataclass
@@ -29,7 +41,9 @@ class Gate:
     kafka: KafkaSettings
     engine: Engine
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
-    _topics_seen: dict[str, float] = field(default_factory=dict)
+    _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """topic → (when seen, partition count)."""
+    _queue_configs: dict[str, tuple[float, QueueConfig | None]] = field(default_factory=dict)
     _produced: dict[str, int] = field(default_factory=dict)
     _flusher: asyncio.Task[None] | None = None
 
@@ -54,18 +68,50 @@ class Gate:
             except Exception:
                 self._produced[topic] = self._produced.get(topic, 0) + n
 
-    async def check_topic(self, topic: str) -> None:
+    async def check_topic(self, topic: str, max_age_s: float = TOPIC_TTL_S) -> int:
         """Refuse fast (TopicMissing) when a routed topic does not exist, instead of letting the write
-        wait out its delivery timeout. A topic seen in the last minute is not looked up again."""
+        wait out its delivery timeout; returns its partition count (partitions are ``0..n-1``). What was
+        learnt in the last ``max_age_s`` is not looked up again."""
         loop = asyncio.get_running_loop()
-        if loop.time() - self._topics_seen.get(topic, -1e9) < 60:
-            return
+        seen = self._topics.get(topic)
+        if seen is not None and loop.time() - seen[0] < max_age_s:
+            return seen[1]
         lookup = asyncio.to_thread(self.producer("all").partitions, topic, METADATA_TIMEOUT_S)
         try:  # librdkafka honours its timeout; this bound only guards the request against a stuck call
-            await asyncio.wait_for(lookup, METADATA_TIMEOUT_S + 2)
+            partitions = await asyncio.wait_for(lookup, METADATA_TIMEOUT_S + 2)
         except TimeoutError:
             raise ProduceFailed(f"no metadata for {topic!r} from Kafka in time") from None
-        self._topics_seen[topic] = loop.time()
+        self._topics[topic] = (loop.time(), len(partitions))
+        return len(partitions)
+
+    async def partition_count(self, topic: str, wanted: Collection[int]) -> int:
+        """The topic's partition count for checking explicit ``wanted`` partitions: a partition beyond
+        the cached count makes a fresh lookup (at most every :data:`PARTITIONS_RECHECK_S`)."""
+        count = await self.check_topic(topic)
+        if any(p >= count for p in wanted):
+            count = await self.check_topic(topic, PARTITIONS_RECHECK_S)
+        return count
+
+    async def queue_config(self, queue: str) -> QueueConfig | None:
+        """The queue's configuration, reused for ``JOBQ_GATE_QUEUE_CONFIG_TTL_S``; None when Redis did
+        not answer within :data:`QUEUE_CONFIG_TIMEOUT_S` (the caller skips its check: enqueues never
+        depend on Redis). A failure is remembered like an answer, so an outage costs one wait per queue
+        and TTL, not one per request."""
+        now = asyncio.get_running_loop().time()
+        cached = self._queue_configs.get(queue)
+        if cached is not None and now - cached[0] < self.settings.queue_config_ttl_s:
+            return cached[1]
+        config: QueueConfig | None = None
+        try:
+            config = await asyncio.wait_for(
+                reads.queue_config(self.engine.client, queue), QUEUE_CONFIG_TIMEOUT_S
+            )
+        except Exception as exc:  # Redis down, slow or refusing: skip the check, never the enqueue
+            log.warning("queue configuration unavailable; check skipped", queue=queue, error=repr(exc))
+        if len(self._queue_configs) >= QUEUE_CONFIG_CACHE_MAX:  # queue names come from requests
+            self._queue_configs.clear()
+        self._queue_configs[queue] = (now, config)
+        return config
 
     def producer(self, acks: Literal["all", "leader"]) -> AsyncProducer:
         """One idempotent ``acks=all`` producer, and a ``leader`` one created when a queue first needs it."""

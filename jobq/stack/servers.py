@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 
 from jobq.stack.procs import run_step
+from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
 
 __all__ = ["ConsulServer", "KafkaBroker", "RedisServer", "ServerSpec", "kafka_ready"]
 
@@ -75,7 +76,7 @@ class KafkaBroker:
                 "group.initial.rebalance.delay.ms=0",
                 "auto.create.topics.enable=false",
                 "log.retention.hours=168",
-                "message.max.bytes=2097152",
+                f"message.max.bytes={KAFKA_MAX_MESSAGE_BYTES}",  # jqcore.envelope: the one Kafka limit
                 "",
             ]
         )

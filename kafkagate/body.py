@@ -1,0 +1,127 @@
+"""Request bodies: which media types and content codings the API takes, and reading them safely.
+
+The gateway decodes request bodies itself (aiohttp's automatic decompression is off, see
+:func:`kafkagate.app.make_app`): aiohttp refuses a coding it cannot decode (``br`` without Brotli,
+``zstd``) in its HTTP parser, before any middleware, with a text page, and passes an unknown one through
+as if it were identity. Here every body of a matched route passes :func:`body_middleware` before its
+handler runs, and a request the API cannot read is a 4xx with a code:
+
+* ``Content-Type`` other than the route's media types (a missing one means JSON), or a charset other
+  than UTF-8 (JSON is UTF-8, RFC 8259) ⇒ 415 ``content_type_unsupported``;
+* ``Content-Encoding`` other than ``identity``, ``gzip``, ``deflate`` ⇒ 415 ``content_encoding_unsupported``;
+* a body that does not decompress (or a broken chunked framing) ⇒ 400 ``body_undecodable``;
+* more than the body limit on the wire or once decompressed ⇒ 413 ``body_too_large``.
+
+Handlers read the decoded bytes with :func:`read_body`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable
+
+from aiohttp import hdrs, web
+
+from kafkagate.http import ApiError
+
+__all__ = ["ENCODINGS", "JSON", "NDJSON", "body_middleware", "inflate", "read_body"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+MERGE_PATCH = "application/merge-patch+json"
+ENCODINGS = ("identity", "gzip", "deflate")
+CHARSETS = frozenset({"utf-8", "utf8"})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+BODY = web.RequestKey("jobq.body", bytes)
+
+
+def accepted_types(method: str, path_template: str) -> tuple[str, ...]:
+    """Media types a route's body may have: JSON everywhere, NDJSON too for enqueues, JSON merge patch
+    (RFC 7396) too for PATCH."""
+    if method == "POST" and path_template.endswith("/jobs"):
+        return (JSON, NDJSON)
+    if method == "PATCH":
+        return (JSON, MERGE_PATCH)
+    return (JSON,)
+
+
+def check_content_type(request: web.Request, accepted: tuple[str, ...]) -> None:
+    if not request.headers.get(hdrs.CONTENT_TYPE, "").strip():
+        return  # no Content-Type: the body is read as JSON
+    if request.content_type not in accepted:
+        raise ApiError(
+            415,
+            "content_type_unsupported",
+            f"Content-Type {request.content_type!r} is not accepted here; send {' or '.join(accepted)} "
+            "(or no Content-Type: JSON)",
+        )
+    charset = request.charset
+    if charset is not None and charset.lower() not in CHARSETS:
+        raise ApiError(415, "content_type_unsupported", f"charset {charset!r}: JSON bodies must be UTF-8")
+
+
+def content_encoding(request: web.Request) -> str:
+    """The body's one content coding (``identity`` when none is named); 415 for any other."""
+    given = ",".join(request.headers.getall(hdrs.CONTENT_ENCODING, []))
+    coding = given.strip().lower() or "identity"
+    if coding not in ENCODINGS:
+        raise ApiError(
+            415,
+            "content_encoding_unsupported",
+            f"Content-Encoding {given[:64]!r} is not accepted; use one of {', '.join(ENCODINGS)}",
+        )
+    return coding
+
+
+def inflate(raw: bytes, coding: str, limit: int) -> bytes:
+    """Decompress a ``gzip`` (one or more members) or ``deflate`` (zlib, or the raw deflate some clients
+    send) body; never more than ``limit`` bytes are produced (413 beyond), so a small bomb stays small."""
+    if coding == "identity":
+        return raw
+    if coding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    else:  # RFC 9110's deflate is zlib (RFC 1950); a first byte without the deflate method is raw deflate
+        wbits = zlib.MAX_WBITS if raw[:1] and raw[0] & 0x0F == 8 else -zlib.MAX_WBITS
+    out, data = bytearray(), raw
+    try:
+        while data:
+            d = zlib.decompressobj(wbits)
+            out += d.decompress(data, limit + 1 - len(out))
+            if len(out) > limit:
+                raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes once decompressed")
+            if not d.eof:
+                raise ApiError(400, "body_undecodable", f"the {coding} body is truncated")
+            data = d.unused_data
+            if data and coding != "gzip":
+                raise ApiError(400, "body_undecodable", f"bytes follow the end of the {coding} stream")
+    except zlib.error as exc:
+        raise ApiError(400, "body_undecodable", f"the body is not valid {coding}: {exc}") from None
+    return bytes(out)
+
+
+@web.middleware
+async def body_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Check a matched route's body headers, then read and decode the body once for its handler."""
+    if request.match_info.http_exception is not None or request.method not in BODY_METHODS:
+        return await handler(request)
+    limit = request.client_max_size
+    if request.content_length is not None and request.content_length > limit:
+        message = f"Content-Length {request.content_length} exceeds the limit of {limit} bytes"
+        raise ApiError(413, "body_too_large", message)
+    if not request.body_exists:
+        request[BODY] = b""
+        return await handler(request)
+    resource = request.match_info.route.resource
+    template = resource.canonical if resource is not None else request.path
+    check_content_type(request, accepted_types(request.method, template))
+    coding = content_encoding(request)
+    request[BODY] = inflate(await request.read(), coding, limit)
+    return await handler(request)
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request body, decoded by :func:`body_middleware`."""
+    body = request.get(BODY)
+    return body if body is not None else await request.read()
