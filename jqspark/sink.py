@@ -5,7 +5,9 @@ Both use Spark's Kafka sink with a durable, idempotent producer (``acks=all``,
 own retries never duplicate a record. The sink is still at-least-once across failures: a streaming batch
 whose Kafka write finished but whose checkpoint commit did not is written again on restart, and a batch
 job run twice writes twice. The deterministic job ids make those copies harmless (the engine stores the
-first and counts the rest as duplicates). Routes with ``acks=leader`` are written with ``acks=all`` too.
+first and counts the rest as duplicates while it is queued or running; give Spark-fed queues the
+``finished`` dedup policy to absorb copies that arrive after the job finished). Routes with
+``acks=leader`` are written with ``acks=all`` too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.query import StreamingQuery
 
+from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
 from jqspark.records import RECORD_COLUMNS
 from jqspark.session import BOOTSTRAP_CONF, SparkSetupError
 
@@ -26,6 +29,8 @@ PRODUCER_DEFAULTS: dict[str, str] = {
     "kafka.acks": "all",
     "kafka.enable.idempotence": "true",
     "kafka.linger.ms": "5",
+    # the largest job (1 MiB envelope) plus key, headers and framing: the same limit as every jobq producer
+    "kafka.max.request.size": str(KAFKA_MAX_MESSAGE_BYTES),
 }
 """Producer settings every write starts from (``options`` may add to them, e.g. ``kafka.batch.size``)."""
 
