@@ -80,7 +80,7 @@ async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pip
     )
     ids.append(await add.enqueue(pipeline.client, i=n - 1))  # the registry's sugar, same path
     async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue], concurrency=20)):
-        await asyncio.wait_for(done.wait(), 60)
+        await asyncio.wait_for(done.wait(), 120)
     assert sorted(seen) == list(range(n)), "each job ran exactly once"
     job = await pipeline.client.get_job(pipeline.queue, ids[7])
     assert job is not None
@@ -98,10 +98,13 @@ async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline, eventu
             done.set()
 
     q = pipeline.queue
+    # The delay must outlast the trip through gateway, Kafka and relay (else the job arrives already due
+    # and is stored pending) and the pool's start (else it competes with "low" on priority): generous,
+    # since both take longer on a loaded machine.
     await pipeline.client.enqueue(
         q,
         [
-            {"kind": "e2e.rec", "args": {"name": "later"}, "delay_ms": 1500},
+            {"kind": "e2e.rec", "args": {"name": "later"}, "delay_ms": 8000},
             {"kind": "e2e.rec", "args": {"name": "low"}, "priority": 900},
             {"kind": "e2e.rec", "args": {"name": "high"}, "priority": 1},
             {"kind": "e2e.rec", "args": {"name": "mid"}, "priority": 500},
@@ -110,7 +113,7 @@ async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline, eventu
     depth = await eventually(lambda: pipeline.client.queue(q), lambda b: b["depth"]["pending"] == 3, 60)
     assert depth["depth"]["delayed"] == 1
     async with Pool(pipeline.registry, pipeline.engine, PoolConfig([q], concurrency=1)):
-        await asyncio.wait_for(done.wait(), 30)
+        await asyncio.wait_for(done.wait(), 60)
     assert order == ["high", "mid", "low", "later"]
 
 
@@ -121,17 +124,20 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
     canary_queue = CANARY_PREFIX + pipeline.topic
     parts = {pipeline.topic: [0, 1, 2]}
     async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
-        canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=30)
+        canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=60)
         await canary.send_round()
         assert {k[1] for k in canary.outstanding} == {0, 1, 2}
-        await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
+        await eventually(canary.check_once, lambda _: not canary.outstanding, 120)
     assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
     assert all(canary.health[(pipeline.topic, p)]["ms"]["total"] >= 0 for p in (0, 1, 2))
 
     # no worker serves the canary queue now: the next heartbeat is flagged late, stuck in Redis
     late = Canary(pipeline.client, redis, {pipeline.topic: [1]}, interval_s=3600, late_after_s=1.0)
     await late.send_round()
-    await eventually(late.check_once, lambda _: not late.outstanding, 30)
+    probe = late.outstanding[(pipeline.topic, 1)]
+    # first let the relay store it (how long that takes is not the point): then "late" means "in Redis"
+    await eventually(lambda: pipeline.client.get_job(canary_queue, probe.id), lambda j: j is not None, 60)
+    await eventually(late.check_once, lambda _: not late.outstanding, 60)
     result = late.health[(pipeline.topic, 1)]
     assert result["ok"] is False
     assert "late: in Redis, pending" in result["problem"]
@@ -145,23 +151,27 @@ async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_aga
     canary_queue = CANARY_PREFIX + pipeline.topic
     relay = pipeline.relay
     async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
-        canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=2.0)
-        await canary.send_round()
-        await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
-        assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
+        # Green rounds get a patient canary: a heartbeat is only green if it completes before it is
+        # declared late, and the whole path takes longer on a loaded machine. The red round (no relay
+        # at all) gets a quick one: nothing can reach Redis, however long it waits.
+        green = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=60)
+        await green.send_round()
+        await eventually(green.check_once, lambda _: not green.outstanding, 120)
+        assert all(green.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), green.health
 
         await relay.stop()  # every partition of the topic loses its relay
-        await canary.send_round()
-        await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
+        red = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=2.0)
+        await red.send_round()
+        await eventually(red.check_once, lambda _: not red.outstanding, 60)
         for p in (0, 1, 2):
-            health = canary.health[(pipeline.topic, p)]
+            health = red.health[(pipeline.topic, p)]
             assert health["ok"] is False, health
             assert "not in Redis (not relayed)" in health["problem"], health
 
         async with make_relay(pipeline.topic, "relay-again"):
-            await canary.send_round()
-            await eventually(canary.check_once, lambda _: not canary.outstanding, 60)
-            assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
+            await green.send_round()
+            await eventually(green.check_once, lambda _: not green.outstanding, 120)
+            assert all(green.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), green.health
 
 
 async def test_reconcile_accounts_for_every_job_end_to_end(
@@ -183,7 +193,7 @@ async def test_reconcile_accounts_for_every_job_end_to_end(
         pipeline.queue, [{"kind": "e2e.count", "args": {"i": i}} for i in range(30)]
     )
     async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue])):
-        await asyncio.wait_for(done.wait(), 60)
+        await asyncio.wait_for(done.wait(), 120)
 
     def snapshot() -> dict[str, Any]:
         rows = collect(
@@ -197,7 +207,7 @@ async def test_reconcile_accounts_for_every_job_end_to_end(
     async def row() -> dict[str, Any]:
         return await asyncio.to_thread(snapshot)
 
-    got = await eventually(row, lambda r: r["written"] == 30 and r["produced"] == 30, 30)
+    got = await eventually(row, lambda r: r["written"] == 30 and r["produced"] == 30, 60)
     assert got["appended"] == 30
     assert got["read"] == 30
     assert all(got["checks"].values()), got["checks"]

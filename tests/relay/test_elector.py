@@ -26,14 +26,14 @@ async def test_one_leader_then_fenced_takeover(aio_consul: consul.aio.Consul, pr
     a = Elector(aio_consul, key, "relay-a", FAST)
     b = Elector(aio_consul, key, "relay-b", FAST)
     async with a:
-        assert await a.wait_role(Role.LEADER, timeout_s=10) is Role.LEADER
+        assert await a.wait_role(Role.LEADER, timeout_s=60) is Role.LEADER
         first = a.trusted_term()
         assert first is not None
         async with b:
-            assert await b.wait_role(Role.WAITING, timeout_s=10) is Role.WAITING
+            assert await b.wait_role(Role.WAITING, timeout_s=60) is Role.WAITING
             assert b.trusted_term() is None
             await a.stop()
-            assert await b.wait_role(Role.LEADER, timeout_s=15) is Role.LEADER
+            assert await b.wait_role(Role.LEADER, timeout_s=60) is Role.LEADER
             second = b.trusted_term()
             assert second is not None
             assert second.fence > first.fence
@@ -49,7 +49,7 @@ async def test_trust_window_closes_before_the_session_could_expire(
     now = [1000.0]
     elector = Elector(aio_consul, f"jobq-test/{prefix}/trust", "relay-t", FAST, clock=lambda: now[0])
     async with elector:
-        await elector.wait_role(Role.LEADER, timeout_s=10)
+        await elector.wait_role(Role.LEADER, timeout_s=60)
         assert elector.trusted_term() is not None
         assert elector.trusted_until <= 1000.0 + FAST.ttl_s
         now[0] = elector.trusted_until  # e.g. the process was paused: no renewal happened meanwhile

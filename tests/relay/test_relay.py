@@ -62,14 +62,19 @@ async def test_relay_writes_jobs_dead_letters_bad_records_and_commits_after_redi
         await eventually(
             lambda: asyncio.to_thread(committed_total, endpoints, group, topic), lambda t: t[0] == t[1] == 303
         )
+        # Committed means written, dead-lettered and counted. The guarantees, not one particular run: each
+        # job written exactly once, and every record read accounted for. (A term that ends early, e.g.
+        # the loop starved past its trust window on a loaded machine, re-reads its uncommitted batch:
+        # more reads, duplicates and dead letters, never a second write.)
         counts = relay.relays[0].counts
-        assert counts["read"] == 303
-        assert counts["written"] == 300
-        assert counts["duplicate"] == 1
-        assert counts["dead"] == 2
+        assert counts["written"] == 300, counts
+        duplicate, dead = counts.get("duplicate", 0), counts.get("dead", 0)
+        assert counts["read"] == counts["written"] + duplicate + dead, counts
+        assert duplicate >= 1, counts
+        assert dead >= 2, counts
     dead = await asyncio.to_thread(read_all, endpoints, f"{topic}.dead", 2)
-    reasons = sorted(dict(m.headers())["jobq-reason"].decode().split(":")[0] for m in dead)
-    assert reasons == ["envelope_invalid", "envelope_not_json"]
+    reasons = {dict(m.headers())["jobq-reason"].decode().split(":")[0] for m in dead}
+    assert reasons == {"envelope_invalid", "envelope_not_json"}
     assert {m.value() for m in dead} == {b"{not json", b'{"v": 1, "id": "no-queue"}'}, "bytes unchanged"
 
 
@@ -112,7 +117,7 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
         fence_before = first.relays[0].elector.trusted_term()
         assert fence_before is not None
         await first.stop()  # releases the lock: the other takes over at once (lock-delay 0 here)
-        await second.relays[0].elector.wait_role(Role.LEADER, timeout_s=30)
+        await second.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
         term = second.relays[0].elector.trusted_term()
         assert term is not None
         assert term.fence > fence_before.fence
@@ -142,15 +147,15 @@ async def test_live_rate_limit_pauses_and_resumes_without_restart(
     async with make_relay(topic) as relay:
         limit = relay.relays[0].limit
         await eventually(lambda: _value(limit.rate), lambda r: r == 0)
-        await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=30)
+        await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
         await produce_jobs(producer, topic, queue, 50)
         await asyncio.sleep(1.0)  # the one bounded wait: proving *absence* needs a window
         assert await pending(engine, queue) == 0, "rate 0 pauses the relay"
         kv.put(rate_key, "20")
         await eventually(lambda: _value(limit.rate), lambda r: r == 20)
-        await eventually(lambda: pending(engine, queue), lambda n: n >= 10, 30)
+        await eventually(lambda: pending(engine, queue), lambda n: n >= 10, 60)
         kv.put(rate_key, "")  # unlimited
-        await eventually(lambda: pending(engine, queue), lambda n: n == 50, 30)
+        await eventually(lambda: pending(engine, queue), lambda n: n == 50, 60)
 
 
 async def _value(v: Any) -> Any:
@@ -174,19 +179,19 @@ async def test_a_queue_rate_limit_holds_that_queue_live_and_the_topic_keeps_flow
     async with make_relay(topic) as relay:
         limits = relay.relays[0].queue_limits
         await eventually(lambda: _value(limits.rates()), lambda r: r == {slow: 0})
-        await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=30)
+        await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
         await produce_jobs(producer, topic, fast, 40)
-        await eventually(lambda: pending(engine, fast), lambda n: n == 40, 30)  # no slow job: not held
+        await eventually(lambda: pending(engine, fast), lambda n: n == 40, 60)  # no slow job: not held
         await produce_jobs(producer, topic, slow, 20)
-        await eventually(lambda: _value(limits.waiting), lambda q: q == slow, 30)
+        await eventually(lambda: _value(limits.waiting), lambda q: q == slow, 60)
         assert await pending(engine, slow) == 0, "a paused queue's jobs are held at the relay"
         assert relay.relays[0].counts.get("written") == 40
         kv.put(slow_key, "25")
-        await eventually(lambda: pending(engine, slow), lambda n: n == 20, 30)
+        await eventually(lambda: pending(engine, slow), lambda n: n == 20, 60)
         kv.delete(slow_key)
         await eventually(lambda: _value(limits.rates()), lambda r: r == {})
         await produce_jobs(producer, topic, slow, 10)
-        await eventually(lambda: pending(engine, slow), lambda n: n == 30, 30)
+        await eventually(lambda: pending(engine, slow), lambda n: n == 30, 60)
     assert relay.relays[0].counts.get("written") == 70
 
 
@@ -201,7 +206,8 @@ async def test_shadow_mode_reads_and_counts_but_writes_nothing(
     topic, queue = make_topic("jobs"), f"{prefix}.q"
     await produce_jobs(producer, topic, queue, 40)
     async with make_relay(topic, shadow=True) as relay:
-        await eventually(lambda: _value(relay.relays[0].counts.get("shadow", 0)), lambda n: n == 40)
+        # at least: a term that ends early re-reads (and re-counts) its uncommitted batch
+        await eventually(lambda: _value(relay.relays[0].counts.get("shadow", 0)), lambda n: n >= 40)
     assert await pending(engine, queue) == 0
 
 
@@ -224,7 +230,7 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
     try:
         relay = make_relay(topic, memory_slow_at=used / gib / 4, memory_stop_at=used / gib / 2)
         async with relay:
-            await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=30)
+            await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
             await produce_jobs(producer, topic, queue, 30)
             guard = relay.relays[0].guard
             await eventually(lambda: _value(guard.stopped), lambda s: s is True)

@@ -4,20 +4,18 @@ the relay that took over writes everything exactly once."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import consul
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobq.stack.manager import Endpoints
-from jobq.stack.procs import free_port
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine, reads
@@ -51,56 +49,60 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
     prefix: str,
     make_topic: Callable[..., str],
     make_relay: Callable[..., RelayService],
+    relay_process: Callable[..., Awaitable[tuple[subprocess.Popen[bytes], int]]],
     producer: AsyncProducer,
     engine: Engine,
     eventually: Callable[..., Awaitable[Any]],
 ) -> None:
     topic, queue = make_topic("jobs"), f"{prefix}.q"
-    port = free_port()
-    env = {
-        **os.environ,
-        "JOBQ_RELAY_TOPICS": topic,
-        "JOBQ_RELAY_HOLDER": "relay-paused",
-        "JOBQ_RELAY_KV_PREFIX": f"jobq-test/{prefix}",
-        "JOBQ_RELAY_GROUP_PREFIX": f"{prefix}-relay",
-        "JOBQ_RELAY_SESSION_TTL_S": "10",
-        "JOBQ_RELAY_LOCK_DELAY_S": "0",
-        "JOBQ_RELAY_METRICS_PORT": str(port),
-        "JOBQ_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
-        "JOBQ_REDIS_URL": endpoints.redis_url or "",
-        "CONSUL_HTTP_ADDR": endpoints.consul_addr,
-    }
-    proc = subprocess.Popen(  # noqa: ASYNC220 (starting it is instant; the test awaits its effects)
-        [sys.executable, "-m", "jqrelay"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    proc, port = await relay_process(
+        "relay-paused", [topic], JOBQ_RELAY_SESSION_TTL_S="10", JOBQ_RELAY_LOCK_DELAY_S="0"
     )
     host, cport = endpoints.consul_addr.rsplit(":", 1)
     kv = consul.Consul(host=host, port=int(cport)).kv
     lock_key = f"jobq-test/{prefix}/locks/{topic}"
     try:
-        await eventually(lambda: asyncio.to_thread(kv.get, lock_key), lambda r: r[1] and r[1].get("Session"))
+        await eventually(
+            lambda: asyncio.to_thread(kv.get, lock_key), lambda r: r[1] and r[1].get("Session"), 120
+        )
         await produce(producer, topic, queue, 50)
         await eventually(lambda: _depth(engine, queue), lambda n: n == 50)
-        before = await asyncio.to_thread(relay_metrics, port, topic)
+        # The relay counts a write after Redis answered and commits after that, asynchronously: wait for
+        # both (pausing it before its commit reached Kafka would make the next holder re-read the 50).
+        before = await eventually(
+            lambda: asyncio.to_thread(relay_metrics, port, topic),
+            lambda m: m.get("written") == 50 and m.get("leader") == 1,
+        )
+        group = f"{prefix}-relay.{topic}"
+        await eventually(lambda: asyncio.to_thread(committed, endpoints, group, topic), lambda c: c == 50)
         assert before["written"] == 50
-        assert before["leader"] == 1
 
         proc.send_signal(signal.SIGSTOP)
         await produce(producer, topic, queue, 50)  # fetched by nobody yet; the paused relay may hold some
         async with make_relay(topic, "relay-new") as other:
-            await other.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
+            # Consul ends the paused holder's session after its TTL (up to twice it), then the lock moves
+            await other.relays[0].elector.wait_role(Role.LEADER, timeout_s=120)
             await eventually(lambda: _depth(engine, queue), lambda n: n == 100)
             proc.send_signal(signal.SIGCONT)
             after = await eventually(
-                lambda: asyncio.to_thread(relay_metrics, port, topic), lambda m: m.get("leader") == 0, 60
+                lambda: asyncio.to_thread(relay_metrics, port, topic), lambda m: m.get("leader") == 0, 120
             )
             assert after.get("written", 0) == 50, "the resumed relay got nothing accepted"
             assert other.relays[0].counts.get("written") == 50
             assert other.relays[0].counts.get("duplicate", 0) == 0
             assert await _depth(engine, queue) == 100
     finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.terminate()
-        proc.wait(30)
+        proc.send_signal(signal.SIGCONT)  # the fixture stops it
+
+
+def committed(endpoints: Endpoints, group: str, topic: str) -> int:
+    """The sum of ``group``'s committed offsets over the topic's partitions."""
+    c = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": group, "log_level": 0})
+    try:
+        parts = [TopicPartition(topic, p) for p in c.list_topics(topic, timeout=10).topics[topic].partitions]
+        return sum(max(0, tp.offset) for tp in c.committed(parts, timeout=10))
+    finally:
+        c.close()
 
 
 async def _depth(engine: Engine, queue: str) -> int:

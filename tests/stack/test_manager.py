@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from jobq.stack import provision
@@ -19,10 +21,17 @@ def _native(stack: SessionStack) -> Stack:
 def test_up_twice_is_harmless_and_status_is_healthy(stack: SessionStack) -> None:
     native = _native(stack)
     pids = {s.name: s.pid for s in native.servers}
-    Stack(native.spec).up()
+    Stack(native.spec).up(timeout_s=180)
     rows = Stack(native.spec).status()
     assert {r["name"]: r["pid"] for r in rows} == pids
+    # One health probe is one request with a short timeout of its own (Kafka's: 2 s of metadata), which a
+    # loaded machine can miss once; a server that is really unhealthy stays so for the whole wait.
+    deadline = time.monotonic() + 60
+    while not all(r["healthy"] for r in rows) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        rows = Stack(native.spec).status()
     assert all(r["healthy"] for r in rows), rows
+    assert {r["name"]: r["pid"] for r in rows} == pids
     kinds = {r["kind"] for r in rows}
     assert {"kafka", "consul", "redis", "redis-cluster"} <= kinds
 
@@ -50,7 +59,7 @@ def test_down_leaves_no_process_and_purge_no_folder(prefix: str) -> None:
     small = Stack(StackSpec(name=f"{prefix}-redis-only", redis_mode="single", fixed_ports=False, brokers=1))
     # only the cheap servers: start Redis and Consul by hand through the same code path
     small.servers = [s for s in small.servers if s.kind in ("redis", "consul")]
-    small.up_timed()
+    small.up_timed(timeout_s=180)
     pids = [s.pid for s in small.servers]
     assert all(alive(p) for p in pids)
     small.down(purge=True)

@@ -143,11 +143,13 @@ async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, p
 
     @reg.job("long", queue=q)
     async def long() -> int:
-        await asyncio.sleep(1.5)  # five times the lease
+        await asyncio.sleep(4.5)  # three times the lease
         return current_job().attempt
 
+    # The keeper extends a third into each lease; the rest is headroom for a loop that is late on a
+    # loaded machine (with a 300 ms lease a 200 ms stall was enough to have the job reaped).
     job_id = await enqueue(engine, q, "long")
-    await drain(reg, engine, q, lease_ms=300)
+    await drain(reg, engine, q, lease_ms=1500)
     got = await info(engine, q, job_id)
     assert (got.state, got.attempt, got.result) == ("completed", 1, "1")
 
@@ -180,7 +182,8 @@ async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, 
         await asyncio.sleep(60)
 
     job_id = await enqueue(engine, q, "long")
-    pool = Pool(reg, engine, PoolConfig([q], lease_ms=300, scheduler=False))
+    # short enough that the next pool reaps it soon, long enough that the keeper is never late for it
+    pool = Pool(reg, engine, PoolConfig([q], lease_ms=1000, scheduler=False))
     await pool.start()
     await asyncio.wait_for(started.wait(), 30)
     await pool.hard_stop()
@@ -195,6 +198,6 @@ async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, 
         return current_job().attempt
 
     async with Pool(reg2, engine, PoolConfig([q])):
-        await asyncio.wait_for(done.wait(), 30)
+        await asyncio.wait_for(done.wait(), 60)
     got = await info(engine, q, job_id)
     assert got.attempt == 2

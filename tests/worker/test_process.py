@@ -49,7 +49,7 @@ def start_worker(
     return proc
 
 
-async def until_state(engine: Engine, queue: str, job_id: str, state: str, timeout_s: float = 30) -> JobInfo:
+async def until_state(engine: Engine, queue: str, job_id: str, state: str, timeout_s: float = 90) -> JobInfo:
     """Wait (bounded) until the job reaches ``state``; the worker process gives us no other event."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -62,7 +62,7 @@ async def until_state(engine: Engine, queue: str, job_id: str, state: str, timeo
         await asyncio.sleep(0.05)
 
 
-async def exit_code(proc: subprocess.Popen[bytes], timeout_s: float = 30) -> int:
+async def exit_code(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> int:
     return await asyncio.wait_for(asyncio.to_thread(proc.wait), timeout_s)
 
 
@@ -85,17 +85,18 @@ async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
     engine: Engine, endpoints: Endpoints, prefix: str, spawn: list[subprocess.Popen[bytes]]
 ) -> None:
     q = f"{prefix}.proc"
-    env = new_envelope(q, "demo.sleep", {"seconds": 1})
+    # long enough that the kill lands while it runs, even if this test is descheduled for a while
+    env = new_envelope(q, "demo.sleep", {"seconds": 3})
     await engine.enqueue_batch([env])
     first = start_worker(spawn, endpoints, "--queues", q, "--lease-ms", "1000")
     await until_state(engine, q, env.id, "running")
     first.kill()
     await exit_code(first)
     second = start_worker(spawn, endpoints, "--queues", q, "--lease-ms", "1000", "--burst")
-    assert await exit_code(second, 60) == 0, (second.stdout.read() if second.stdout else b"").decode()
+    assert await exit_code(second, 120) == 0, (second.stdout.read() if second.stdout else b"").decode()
     got = await reads.get_job(engine.client, q, env.id)
     assert got is not None
-    assert (got.state, got.attempt, got.result) == ("completed", 2, "1")
+    assert (got.state, got.attempt, got.result) == ("completed", 2, "3")
 
 
 @pytest.mark.parametrize(
