@@ -8,10 +8,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from confluent_kafka import Consumer, TopicPartition
 
 from jobq.stack.manager import Endpoints
+from jqcore.envelope import new_envelope
 from jqcore.routing import Route, RoutingSettings
+from jqcore.state import Engine
 from kafkagate.main import GateService
 
 
@@ -91,3 +94,25 @@ def topic_reader(endpoints: Endpoints) -> Callable[..., list[Any]]:
 @pytest.fixture
 def topic_end(endpoints: Endpoints) -> Callable[[str], int]:
     return lambda topic: end_offsets(endpoints.kafka_bootstrap, topic)
+
+
+@pytest.fixture
+async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
+    client = aioredis.Redis.from_url(endpoints.redis_url or "")
+    yield Engine(client)
+    await client.aclose()
+
+
+Put = Callable[..., Any]
+
+
+@pytest.fixture
+def put(engine: Engine) -> Put:
+    """``await put(queue, kind="k", **envelope options)``: a job put into Redis as the relay would."""
+
+    async def store(queue: str, kind: str = "k", **kw: Any) -> str:
+        env = new_envelope(queue, kind, kw.pop("args", None), **kw)
+        await engine.enqueue_batch([env])
+        return env.id
+
+    return store

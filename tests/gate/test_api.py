@@ -4,35 +4,17 @@ The relay is not part of these tests: jobs are put into Redis through the engine
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
-import redis.asyncio as aioredis
-
-from jobq.stack.manager import Endpoints
-from jqcore.envelope import new_envelope
 from jqcore.state import Engine
 from kafkagate.app import make_app, routes_of
 from kafkagate.openapi import document
 
 
-@pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    client = aioredis.Redis.from_url(endpoints.redis_url or "")
-    yield Engine(client)
-    await client.aclose()
-
-
-async def put(engine: Engine, queue: str, kind: str = "k", **kw: Any) -> str:
-    env = new_envelope(queue, kind, kw.pop("args", None), **kw)
-    await engine.enqueue_batch([env])
-    return env.id
-
-
-async def test_get_cancel_and_replay_a_job(gw: Any, engine: Engine) -> None:
+async def test_get_cancel_and_replay_a_job(gw: Any, engine: Engine, put: Any) -> None:
     q = gw.queue
-    job_id = await put(engine, q, args={"x": 1}, meta={"tenant": "a"})
+    job_id = await put(q, args={"x": 1}, meta={"tenant": "a"})
     status, body = await gw.call("GET", f"/v1/queues/{q}/jobs/{job_id}")
     assert status == 200
     assert (body["state"], body["args"], body["meta"]) == ("pending", {"x": 1}, {"tenant": "a"})
@@ -50,12 +32,12 @@ async def test_get_cancel_and_replay_a_job(gw: Any, engine: Engine) -> None:
     assert (status, body["error"]["code"]) == (404, "job_not_found")
 
 
-async def test_queue_config_depth_by_filter_and_pause(gw: Any, engine: Engine) -> None:
+async def test_queue_config_depth_by_filter_and_pause(gw: Any, engine: Engine, put: Any) -> None:
     q = gw.queue
     status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"filter_keys": ["region"], "lease_ms": 5000})
     assert status == 200, body
     for region in ("eu", "eu", "us"):
-        await put(engine, q, meta={"region": region})
+        await put(q, meta={"region": region})
     status, body = await gw.call("GET", f"/v1/queues/{q}?meta.region=eu")
     assert status == 200
     assert (body["depth"]["pending"], body["depth"]["by_filter"]) == (3, 2)
@@ -72,10 +54,12 @@ async def test_queue_config_depth_by_filter_and_pause(gw: Any, engine: Engine) -
     assert (status, body["jobs"]) == (200, []), "a paused queue hands nothing out"
 
 
-async def test_worker_api_claim_extend_complete_fail_and_stale_writes(gw: Any, engine: Engine) -> None:
+async def test_worker_api_claim_extend_complete_fail_and_stale_writes(
+    gw: Any, engine: Engine, put: Any
+) -> None:
     q = gw.queue
-    a = await put(engine, q, priority=1, max_attempts=1)
-    b = await put(engine, q, priority=2)
+    a = await put(q, priority=1, max_attempts=1)
+    b = await put(q, priority=2)
     status, body = await gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 1, "lease_ms": 10_000})
     assert status == 200
     (job,) = body["jobs"]
@@ -112,7 +96,7 @@ async def test_worker_api_claim_extend_complete_fail_and_stale_writes(gw: Any, e
 
 
 async def test_long_poll_claim_wakes_when_work_arrives(
-    gw: Any, engine: Engine, eventually: Callable[..., Awaitable[Any]]
+    gw: Any, engine: Engine, eventually: Callable[..., Awaitable[Any]], put: Any
 ) -> None:
     import asyncio
 
@@ -124,7 +108,7 @@ async def test_long_poll_claim_wakes_when_work_arrives(
         return int((await engine.client.info("clients"))["blocked_clients"])
 
     await eventually(blocked, lambda n: n > blocked_before)  # the claim found nothing and waits in Redis
-    job_id = await put(engine, q)
+    job_id = await put(q)
     status, body = await asyncio.wait_for(claim, 25)
     assert status == 200
     assert [j["id"] for j in body["jobs"]] == [job_id]

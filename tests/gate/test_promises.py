@@ -6,28 +6,10 @@ Jobs are put into Redis through the engine (as the relay does); the relay is not
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-import redis.asyncio as aioredis
-
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
-
-
-@pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    client = aioredis.Redis.from_url(endpoints.redis_url or "")
-    yield Engine(client)
-    await client.aclose()
-
-
-async def put(engine: Engine, queue: str, kind: str = "k", **kw: Any) -> str:
-    env = new_envelope(queue, kind, kw.pop("args", None), **kw)
-    await engine.enqueue_batch([env])
-    return env.id
 
 
 async def claim(gw: Any, **body: Any) -> dict[str, Any]:
@@ -37,10 +19,10 @@ async def claim(gw: Any, **body: Any) -> dict[str, Any]:
     return dict(job)
 
 
-async def test_retried_complete_and_fail_get_the_same_answer(gw: Any, engine: Engine) -> None:
+async def test_retried_complete_and_fail_get_the_same_answer(gw: Any, engine: Engine, put: Any) -> None:
     q = gw.queue
-    a = await put(engine, q, priority=1)
-    b = await put(engine, q, priority=2, max_attempts=3)
+    a = await put(q, priority=1)
+    b = await put(q, priority=2, max_attempts=3)
     job = await claim(gw)
     owner = {"attempt": job["attempt"], "token": job["token"]}
     for _ in range(2):  # the first answer was lost; the worker sends the same write again
@@ -60,12 +42,12 @@ async def test_retried_complete_and_fail_get_the_same_answer(gw: Any, engine: En
     assert (body["state"], body["attempt"], len(body["history"])) == ("delayed", 1, 1), "one failure recorded"
 
 
-async def test_lease_defaults_apply_when_the_claimer_asks_for_none(gw: Any, engine: Engine) -> None:
+async def test_lease_defaults_apply_when_the_claimer_asks_for_none(gw: Any, engine: Engine, put: Any) -> None:
     q = gw.queue
     status, _ = await gw.call("PUT", f"/v1/queues/{q}", json={"lease_ms": 4_000})
     assert status == 200
-    await put(engine, q, priority=1, lease_ms=90_000)
-    await put(engine, q, priority=2)
+    await put(q, priority=1, lease_ms=90_000)
+    await put(q, priority=2)
     own_lease = await claim(gw)
     queue_lease = await claim(gw)
     assert (own_lease["lease_ms"], queue_lease["lease_ms"]) == (90_000, 4_000)
@@ -76,7 +58,7 @@ async def test_lease_defaults_apply_when_the_claimer_asks_for_none(gw: Any, engi
     )
     assert status == 200
     assert body["lease_deadline_ms"] - queue_lease["lease_deadline_ms"] < 4_000 + 60_000
-    await put(engine, q, priority=3, lease_ms=90_000)
+    await put(q, priority=3, lease_ms=90_000)
     asked = await claim(gw, lease_ms=1_000)
     assert asked["lease_ms"] == 1_000, "a claimer that asks for a lease gets it"
 
@@ -110,10 +92,10 @@ async def test_patch_changes_one_setting_and_put_refuses_to_drop_exclusivity(gw:
     assert (status, body["config"]["dedup"], body["config"]["dedup_window_ms"]) == (200, "finished", 600)
 
 
-async def test_claim_by_an_unindexed_key_is_a_400(gw: Any, engine: Engine) -> None:
+async def test_claim_by_an_unindexed_key_is_a_400(gw: Any, engine: Engine, put: Any) -> None:
     q = gw.queue
     await gw.call("PUT", f"/v1/queues/{q}", json={"filter_keys": ["region"]})
-    await put(engine, q, meta={"region": "eu", "tier": "gold"})
+    await put(q, meta={"region": "eu", "tier": "gold"})
     status, body = await gw.call("POST", f"/v1/queues/{q}/claims", json={"filter": {"tier": "gold"}})
     assert (status, body["error"]["code"]) == (400, "filter_key_not_indexed")
     job = await claim(gw, filter={"region": "eu"})
@@ -140,9 +122,9 @@ async def test_job_types_can_be_read_back(gw: Any, prefix: str) -> None:
     assert kind in {k["kind"] for k in body["kinds"]}
 
 
-async def test_replay_with_an_idempotency_key_makes_one_new_job(gw: Any, engine: Engine) -> None:
+async def test_replay_with_an_idempotency_key_makes_one_new_job(gw: Any, engine: Engine, put: Any) -> None:
     q = gw.queue
-    job_id = await put(engine, q)
+    job_id = await put(q)
     await gw.call("DELETE", f"/v1/queues/{q}/jobs/{job_id}")
     headers = {"Idempotency-Key": "replay-once"}
     status, first = await gw.call("POST", f"/v1/queues/{q}/jobs/{job_id}/replay", headers=headers)
@@ -158,7 +140,7 @@ async def test_replay_with_an_idempotency_key_makes_one_new_job(gw: Any, engine:
     assert other["ids"][0] != new_id
 
 
-async def test_a_scheduler_only_pool_keeps_an_http_queues_timers(gw: Any, engine: Engine) -> None:
+async def test_a_scheduler_only_pool_keeps_an_http_queues_timers(gw: Any, engine: Engine, put: Any) -> None:
     """Until the scheduler service exists, a pool claiming nothing promotes an HTTP queue's delayed jobs."""
     from jqcore.envelope import now_ms
     from worker.pool import Pool, PoolConfig
@@ -166,7 +148,7 @@ async def test_a_scheduler_only_pool_keeps_an_http_queues_timers(gw: Any, engine
 
     q = gw.queue
     due = now_ms() + 300
-    job_id = await put(engine, q, run_at=due)
+    job_id = await put(q, run_at=due)
     async with Pool(Registry(), engine, PoolConfig([q], claim=False)):
         status, body = await gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 1, "wait_ms": 20_000})
     assert status == 200
