@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -193,6 +194,7 @@ def demo(
 ) -> None:
     """Bring the whole stack up, run gateways, relays, workers and the canary, and show a demo workload."""
     console = Console()
+    signal.signal(signal.SIGINT, _on_sigint)  # before any asyncio.run: it then keeps this handler
     started = time.monotonic()
     stack = open_stack("default") if stack_name == "default" else existing_stack(stack_name)
     with console.status(
@@ -226,10 +228,10 @@ def demo(
             "JOBQ_CANARY_LATE_AFTER_S": "20",
         }
         procs.start("canary", "canary", **canary_env)
-        (folder / "pids.json").write_bytes(orjson.dumps(procs.pids()))
+        _write_atomic(folder / "pids.json", orjson.dumps(procs.pids()))
         console.print(f"processes started; logs in {folder}")
         jobs = asyncio.run(_enqueue(gateways))
-        (folder / "jobs.json").write_bytes(orjson.dumps(jobs))
+        _write_atomic(folder / "jobs.json", orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")
         ok = _follow(console, procs, gateways, jobs, once=once, duration=duration, timeout=timeout)
     except KeyboardInterrupt:
@@ -244,6 +246,23 @@ def demo(
         raise typer.Exit(1)
 
 
+_STOP = threading.Event()
+"""Set by Ctrl-C. ``asyncio.run`` turns SIGINT into a task cancellation, which a library may swallow
+(on Python 3.11 a lost Ctrl-C left the demo running): the demo installs its own handler, so the interrupt
+is both raised and remembered, and the status loop checks the flag between polls."""
+
+
+def _on_sigint(_signum: int, _frame: object) -> None:
+    _STOP.set()
+    raise KeyboardInterrupt
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
 def _follow(
     console: Console,
     procs: Processes,
@@ -256,6 +275,8 @@ def _follow(
 ) -> bool:
     started = time.monotonic()
     while True:
+        if _STOP.is_set():
+            raise KeyboardInterrupt
         tally = asyncio.run(_states(gateways, jobs))
         console.print(render(collect()))
         console.print(f"demo jobs in their expected state: {tally['ok']}/{len(jobs)}  others: {tally}")
@@ -271,4 +292,5 @@ def _follow(
             return False
         if duration and elapsed > duration:
             return True
-        time.sleep(2)
+        if _STOP.wait(2):
+            raise KeyboardInterrupt

@@ -94,6 +94,9 @@ async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_vi
     await path.engine.configure_queue(path.queue, QueueConfig(dedup="finished", dedup_window_ms=3_600_000))
     await path.client.enqueue_one(path.queue, "p.work", {"tag": "dropped"}, id="same")
     seen = await eventually(lambda: job_state(path, "same"), lambda i: i is not None and i.duplicates >= 1)
+    await eventually(
+        lambda: reads.queue_stats(path.engine.client, path.queue), lambda st: st.get("duplicates", 0) >= 2
+    )
     assert seen.state == "completed"
     stats = await reads.queue_stats(path.engine.client, path.queue)
     assert stats["duplicates"] >= 2
