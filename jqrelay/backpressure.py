@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore.log import get_logger
 from jqcore.state.engine import RedisClient
@@ -27,6 +31,7 @@ class MemoryGuard:
         self.usage = 0.0
         self.stopped = False
         self._sampled_at = 0.0
+        self._unreachable_since: float | None = None
 
     async def _sample(self) -> float:
         now = time.monotonic()
@@ -37,10 +42,32 @@ class MemoryGuard:
             self._sampled_at = now
         return self.usage
 
-    async def wait_for_room(self) -> None:
-        """Return when a batch may be written (sleeping first if memory is getting tight)."""
-        while True:
+    async def _sample_or_wait(self) -> float | None:
+        """The usage, or None after a backoff pause while Redis does not answer (logged once per outage:
+        the relay holds its batch and commits nothing meanwhile, as with a failed write)."""
+        try:
             usage = await self._sample()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            now = time.monotonic()
+            if self._unreachable_since is None:
+                self._unreachable_since = now
+                log.warning("Redis unreachable; relaying waits for it", error=repr(exc))
+            await asyncio.sleep(min(5.0, 0.1 + (now - self._unreachable_since) / 4))
+            return None
+        if self._unreachable_since is not None:
+            log.info("Redis reachable again", after_s=round(time.monotonic() - self._unreachable_since, 1))
+            self._unreachable_since = None
+        return usage
+
+    async def wait_for_room(self, keep_waiting: Callable[[], bool] = lambda: True) -> bool:
+        """True when a batch may be written (sleeping first if memory is getting tight); False as soon as
+        ``keep_waiting()`` says to give up (the term ended, the relay stops) while waiting."""
+        while True:
+            if not keep_waiting():
+                return False
+            usage = await self._sample_or_wait()
+            if usage is None:
+                continue
             if self.stopped and usage < self.slow_at:
                 log.info("Redis memory back under the slow mark; relaying again", usage=round(usage, 3))
                 self.stopped = False
@@ -52,4 +79,4 @@ class MemoryGuard:
                 continue
             if usage > self.slow_at:
                 await asyncio.sleep((usage - self.slow_at) / (self.stop_at - self.slow_at))
-            return
+            return True

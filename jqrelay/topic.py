@@ -221,8 +221,10 @@ class TopicRelay(Service):
                 await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
             idle = IDLE_POLL_MIN_S
             while self._trusted(term):
-                if not self.settings.shadow:
-                    await self.guard.wait_for_room()
+                if not self.settings.shadow and not await self.guard.wait_for_room(
+                    lambda: self._trusted(term) and not self.stopping
+                ):
+                    break
                 n = self.queue_limits.batch_cap(self.limit.batch_cap(self.settings.batch))
                 msgs = consumer.consume(n, 0)
                 if not msgs:

@@ -125,8 +125,9 @@ class Engine:
         new = [q for q in queues if q not in self._known_queues]
         if not new:
             return
-        await self.client.sadd(QUEUES_KEY, *new)
-        defaults = await self.client.hgetall(KINDS_KEY)
+        async with codes.redis_errors("register"):  # Redis away here is an outage, not a refusing queue
+            await self.client.sadd(QUEUES_KEY, *new)
+            defaults = await self.client.hgetall(KINDS_KEY)
         for queue in new:
             for kind, options in _kind_defaults(defaults).items():
                 await self._configure_kind_in(queue, kind, options)
@@ -367,7 +368,8 @@ class Engine:
         await self._run("configure_kind", queue, args, None)
 
     async def queues(self) -> list[str]:
-        return sorted(_s(q) for q in await self.client.smembers(QUEUES_KEY))
+        async with codes.redis_errors("queues"):
+            return sorted(_s(q) for q in await self.client.smembers(QUEUES_KEY))
 
 
 def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any]:

@@ -3,8 +3,9 @@ backoff, and once Redis is back everything arrives exactly once; the gateway sid
 
 What the relay does meanwhile depends on timing, and the test accepts both: if a batch was read before
 the relay noticed the outage, it holds that batch and retries writing it (``read`` > 100, never higher
-than one batch allows); if it noticed while idle (its memory guard asks Redis every 0.5 s), it ends the
-term and starts over every second without reading ("relay loop failed"). How much it reads depends on
+than one batch allows); if it noticed while idle (its memory guard asks Redis every 0.5 s), the guard
+waits for Redis with backoff ("Redis unreachable; relaying waits for it"), or a term that starts during
+the outage fails and starts over ("relay loop failed"). How much it reads depends on
 batch boundaries, so no count of reads is asserted; the guarantees are."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+import jqrelay.backpressure
 import jqrelay.topic
 from jobq.stack.backends import NativeTestStack, SessionStack
 from jobq.stack.manager import Endpoints
@@ -81,6 +83,12 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
     redis_server = stack.stack.of_kind("redis")[0]
     relay_log = LogRecorder(jqrelay.topic.log)
     monkeypatch.setattr(jqrelay.topic, "log", relay_log)
+    guard_log = LogRecorder(jqrelay.backpressure.log)
+    monkeypatch.setattr(jqrelay.backpressure, "log", guard_log)
+
+    def met_outage() -> int:
+        waits = guard_log.events.count("Redis unreachable; relaying waits for it")
+        return relay_log.events.count("relay loop failed") + waits
 
     async def depth() -> int:
         try:
@@ -108,12 +116,12 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
             wait_until, lambda: not alive(redis_server.pid), what="Redis to stop", timeout_s=60
         )
         try:
-            failures_before = relay_log.events.count("relay loop failed")
+            failures_before = met_outage()
             await send(100, 200)  # Kafka keeps accepting while Redis is away
-            # The signal that the relay met the outage: it holds a batch it cannot write, or its term
-            # loop fails on Redis and starts over. Either way it must not write or commit.
+            # The signal that the relay met the outage: it holds a batch it cannot write, its memory
+            # guard waits for Redis, or its term loop fails and starts over. It must not write or commit.
             await eventually(
-                lambda: _value((counts.get("read", 0), relay_log.events.count("relay loop failed"))),
+                lambda: _value((counts.get("read", 0), met_outage())),
                 lambda v: v[0] > 100 or v[1] > failures_before,
                 60,
             )
