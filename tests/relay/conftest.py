@@ -12,10 +12,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from confluent_kafka import Consumer, TopicPartition
 
 from jobq.stack.manager import Endpoints
 from jobq.stack.procs import free_port
 from jqcore.state import Engine
+
+Offsets = Callable[[str, str], Awaitable[tuple[int, int]]]
+"""``await offsets(group, topic)``: (sum of the group's committed offsets, sum of end offsets)."""
 
 RelayProcess = tuple[subprocess.Popen[bytes], int]
 """A ``python -m jqrelay`` process and the port of its ``/metrics``."""
@@ -26,6 +30,27 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
     client = aioredis.Redis.from_url(endpoints.redis_url or "")
     yield Engine(client)
     await client.aclose()
+
+
+def _offsets(endpoints: Endpoints, group: str, topic: str) -> tuple[int, int]:
+    c = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": group, "log_level": 0})
+    try:
+        parts = [TopicPartition(topic, p) for p in c.list_topics(topic, timeout=10).topics[topic].partitions]
+        done = sum(max(0, tp.offset) for tp in c.committed(parts, timeout=10))
+        ends = sum(c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts)
+        return done, ends
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def offsets(endpoints: Endpoints) -> Offsets:
+    """Committed and end offsets of a consumer group over a topic (read in a thread)."""
+
+    async def read(group: str, topic: str) -> tuple[int, int]:
+        return await asyncio.to_thread(_offsets, endpoints, group, topic)
+
+    return read
 
 
 @pytest.fixture

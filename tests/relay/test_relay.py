@@ -30,18 +30,6 @@ async def pending(engine: Engine, queue: str) -> int:
     return (await reads.depth(engine.client, queue)).pending
 
 
-def committed_total(endpoints: Endpoints, group: str, topic: str) -> tuple[int, int]:
-    """(sum of committed offsets of ``group``, sum of end offsets) over the topic's partitions."""
-    c = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": group, "log_level": 0})
-    try:
-        parts = [TopicPartition(topic, p) for p in c.list_topics(topic, timeout=10).topics[topic].partitions]
-        done = sum(max(0, tp.offset) for tp in c.committed(parts, timeout=10))
-        ends = sum(c.get_watermark_offsets(tp, timeout=10)[1] for tp in parts)
-        return done, ends
-    finally:
-        c.close()
-
-
 async def test_relay_writes_jobs_dead_letters_bad_records_and_commits_after_redis(
     endpoints: Endpoints,
     prefix: str,
@@ -50,6 +38,7 @@ async def test_relay_writes_jobs_dead_letters_bad_records_and_commits_after_redi
     producer: AsyncProducer,
     engine: Engine,
     eventually: Eventually,
+    offsets: Callable[..., Any],
 ) -> None:
     topic, queue = make_topic("jobs"), f"{prefix}.q"
     ids = await produce_jobs(producer, topic, queue, 300)
@@ -59,9 +48,7 @@ async def test_relay_writes_jobs_dead_letters_bad_records_and_commits_after_redi
     async with make_relay(topic) as relay:
         await eventually(lambda: pending(engine, queue), lambda n: n == 300)
         group = f"{prefix}-relay.{topic}"
-        await eventually(
-            lambda: asyncio.to_thread(committed_total, endpoints, group, topic), lambda t: t[0] == t[1] == 303
-        )
+        await eventually(lambda: offsets(group, topic), lambda t: t[0] == t[1] == 303)
         # Committed means written, dead-lettered and counted. The guarantees, not one particular run: each
         # job written exactly once, and every record read accounted for. (A term that ends early, e.g.
         # the loop starved past its trust window on a loaded machine, re-reads its uncommitted batch:
@@ -101,6 +88,7 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
     producer: AsyncProducer,
     engine: Engine,
     eventually: Eventually,
+    offsets: Callable[..., Any],
 ) -> None:
     topic, queue = make_topic("jobs"), f"{prefix}.q"
     a, b = make_relay(topic, "relay-a"), make_relay(topic, "relay-b")
@@ -112,7 +100,7 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
         await eventually(lambda: pending(engine, queue), lambda n: n == 100)
         group = f"{prefix}-relay.{topic}"
         await eventually(  # written *and* committed: the next holder starts after them
-            lambda: asyncio.to_thread(committed_total, endpoints, group, topic), lambda t: t[0] == t[1] == 100
+            lambda: offsets(group, topic), lambda t: t[0] == t[1] == 100
         )
         fence_before = first.relays[0].elector.trusted_term()
         assert fence_before is not None

@@ -12,7 +12,6 @@ from typing import Any
 
 import consul
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobq.stack.manager import Endpoints
@@ -53,6 +52,7 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
     producer: AsyncProducer,
     engine: Engine,
     eventually: Callable[..., Awaitable[Any]],
+    offsets: Callable[..., Any],
 ) -> None:
     topic, queue = make_topic("jobs"), f"{prefix}.q"
     proc, port = await relay_process(
@@ -74,7 +74,7 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
             lambda m: m.get("written") == 50 and m.get("leader") == 1,
         )
         group = f"{prefix}-relay.{topic}"
-        await eventually(lambda: asyncio.to_thread(committed, endpoints, group, topic), lambda c: c == 50)
+        await eventually(lambda: offsets(group, topic), lambda c: c[0] == 50)
         assert before["written"] == 50
 
         proc.send_signal(signal.SIGSTOP)
@@ -93,16 +93,6 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
             assert await _depth(engine, queue) == 100
     finally:
         proc.send_signal(signal.SIGCONT)  # the fixture stops it
-
-
-def committed(endpoints: Endpoints, group: str, topic: str) -> int:
-    """The sum of ``group``'s committed offsets over the topic's partitions."""
-    c = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": group, "log_level": 0})
-    try:
-        parts = [TopicPartition(topic, p) for p in c.list_topics(topic, timeout=10).topics[topic].partitions]
-        return sum(max(0, tp.offset) for tp in c.committed(parts, timeout=10))
-    finally:
-        c.close()
 
 
 async def _depth(engine: Engine, queue: str) -> int:

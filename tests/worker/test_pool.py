@@ -117,7 +117,7 @@ async def test_timeout_stops_an_async_job(engine: Engine, prefix: str) -> None:
     @reg.job("stuck", queue=q, timeout=0.2, max_attempts=1)
     async def stuck() -> None:
         try:
-            await asyncio.sleep(60)
+            await asyncio.Event().wait()  # runs until the timeout cancels it
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -138,12 +138,20 @@ async def test_process_pool_handler(engine: Engine, prefix: str) -> None:
     assert (await info(engine, q, job_id)).result == f'"{cpu_hash(100)}"'
 
 
+async def extended_three_times(engine: Engine, queue: str, job_id: str) -> None:
+    """Return once the job's lease deadline has moved three times (each move is one extend)."""
+    deadlines: set[int | None] = set()
+    while len(deadlines) < 4:  # the claim's deadline plus three extended ones
+        deadlines.add((await info(engine, queue, job_id)).lease_deadline)
+        await asyncio.sleep(0.05)
+
+
 async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, prefix: str) -> None:
     q, reg = f"{prefix}.w", Registry()
 
     @reg.job("long", queue=q)
     async def long() -> int:
-        await asyncio.sleep(4.5)  # three times the lease
+        await extended_three_times(engine, q, current_job().id)  # outlives three leases
         return current_job().attempt
 
     # The keeper extends a third into each lease; the rest is headroom for a loop that is late on a
@@ -161,7 +169,7 @@ async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str
     @reg.job("long", queue=q)
     async def long() -> None:
         started.set()
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # runs until the pool stops it
 
     job_id = await enqueue(engine, q, "long")
     pool = Pool(reg, engine, PoolConfig([q], grace_s=0.2))
@@ -179,7 +187,7 @@ async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, 
     @reg.job("long", queue=q)
     async def long() -> None:
         started.set()
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # runs until the pool stops it
 
     job_id = await enqueue(engine, q, "long")
     # short enough that the next pool reaps it soon, long enough that the keeper is never late for it
