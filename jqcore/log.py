@@ -18,6 +18,24 @@ from jqcore.settings import LogSettings
 __all__ = ["configure", "get_logger"]
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the moment of writing, not when logging was set up: a
+    stream captured at set-up (by a test runner, a ``CliRunner``) may be closed by the time a later log
+    line comes, and writing to it would raise in the caller."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+_STDERR = _CurrentStderr()
+
+
 def configure(settings: LogSettings | None = None) -> None:
     """Route structlog and stdlib logging to stderr in the configured format and level."""
     settings = settings or LogSettings()
@@ -37,10 +55,10 @@ def configure(settings: LogSettings | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_STDERR),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, stream=_STDERR, format="%(levelname)s %(name)s: %(message)s")
 
 
 def get_logger(name: str) -> Any:
