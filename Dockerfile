@@ -1,5 +1,5 @@
 # jobq's one image; every role is a `jobq` subcommand (see docker-compose.yml):
-#   jobq gate | jobq relay | jobq worker --queues a,b | jobq canary | jobq topics create --partitions 6
+#   jobq gate | jobq relay | jobq worker --app mod:registry --queues a,b | jobq canary | jobq topics create --partitions 6
 # The gateway's health probe is GET /healthz on JOBQ_GATE_PORT (28080); it is declared on the gate services
 # in docker-compose.yml rather than here, since the same image also runs relays, workers and the canary.
 
@@ -9,8 +9,8 @@ WORKDIR /src
 RUN python -m venv /opt/jobq
 
 # Dependencies first, so this layer stays cached while only the code changes: jobq's runtime requirements
-# (pyproject.toml), every version pinned by requirements.lock. The lock also pins the dev tools (pytest,
-# mypy, ruff, ...); they stay out of the image.
+# (pyproject.toml's dependencies), every version pinned by requirements.lock. The lock also pins the extras
+# (dev: pytest, mypy, ruff, ...; bench: matplotlib, hdrhistogram; spark); they stay out of the image.
 COPY requirements.lock pyproject.toml ./
 RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' > runtime.txt \
  && /opt/jobq/bin/pip install --constraint requirements.lock --requirement runtime.txt

@@ -20,19 +20,16 @@ import orjson
 
 from jqcore import keys, metrics
 from jqcore.client import JobqClient
+from jqcore.clock import now_ms
 from jqcore.errors import JobqError
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
+from jqcore.redisconn import RedisClient
 from jqcore.routing import CANARY_KIND, CANARY_PREFIX
-from jqcore.state.engine import RedisClient
 
 __all__ = ["Canary", "Probe"]
 
 log = get_logger("canary")
-
-
-def _ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
@@ -105,7 +102,7 @@ class Canary(Service):
             for p in parts:
                 if (topic, p) in self.outstanding:  # the previous one is still out: it will be flagged
                     continue
-                sent = _ms()
+                sent = now_ms()
                 try:
                     ans = await self.client.enqueue_one(
                         CANARY_PREFIX + topic, CANARY_KIND, {"sent_at": sent}, partition=p, canary=True
@@ -114,7 +111,7 @@ class Canary(Service):
                     problem = f"gateway: {getattr(exc, 'code', type(exc).__name__)}"
                     await self._record(topic, p, {"ok": False, "problem": problem, "at": sent})
                     continue
-                acked = _ms()
+                acked = now_ms()
                 metrics.CANARY_SENT.labels(topic, str(p)).inc()
                 metrics.CANARY_LATENCY.labels(topic, str(p), "gate").observe((acked - sent) / 1000)
                 self.outstanding[(topic, p)] = Probe(topic, p, ans["id"], sent, acked)
@@ -128,7 +125,7 @@ class Canary(Service):
     async def check_once(self) -> None:
         for key, probe in list(self.outstanding.items()):
             info = await self.client.get_job(CANARY_PREFIX + probe.topic, probe.id)
-            now = _ms()
+            now = now_ms()
             if info is not None and info.get("state") == "completed":
                 del self.outstanding[key]
                 await self._arrived(probe, info)
@@ -148,12 +145,12 @@ class Canary(Service):
             "gate": probe.acked_at - probe.sent_at,
             "relay": max(0, (stored or probe.acked_at) - probe.acked_at),
             "worker": max(0, (started or 0) - (stored or 0)) if started and stored else None,
-            "total": (done or _ms()) - probe.sent_at,
+            "total": (done or now_ms()) - probe.sent_at,
         }
         for stage, ms in stages.items():
             if ms is not None and stage != "gate":
                 metrics.CANARY_LATENCY.labels(probe.topic, str(probe.partition), stage).observe(ms / 1000)
-        await self._record(probe.topic, probe.partition, {"ok": True, "ms": stages, "at": _ms()})
+        await self._record(probe.topic, probe.partition, {"ok": True, "ms": stages, "at": now_ms()})
 
     async def _record(self, topic: str, partition: int, result: dict[str, Any]) -> None:
         self.health[(topic, partition)] = result

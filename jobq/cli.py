@@ -7,9 +7,9 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, canary, demo, gate, reconcile, relay, replay, spark, stack, status
+from jobq.commands import bench, canary, demo, gate, reconcile, relay, replay, spark, stack, status, worker
 from jqcore.errors import JobqError
-from worker.cli import worker
+from jqstack.errors import StackError
 
 __all__ = ["app", "main"]
 
@@ -22,7 +22,7 @@ app = typer.Typer(
 app.add_typer(stack.app, name="stack")
 app.command("bench")(bench.bench)
 app.command("demo")(demo.demo)
-app.command("worker")(worker)
+app.command("worker")(worker.worker)
 app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
 app.command("status")(status.status)
@@ -37,7 +37,7 @@ def main() -> None:
     """Entry point: jobq errors become one readable line and exit code 2, never a traceback."""
     try:
         app()
-    except JobqError as exc:
+    except (JobqError, StackError) as exc:
         Console(stderr=True).print(f"[red]error[/] ({exc.code}): {exc.message}")
         sys.exit(2)
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from jqcore.clock import now_ms  # re-exported: the clock envelopes are stamped with
 from jqcore.errors import EnvelopeError, FieldError
 
 __all__ = [
@@ -119,11 +119,6 @@ class Envelope:
                 continue
             out[name] = dict(value) if name in ("meta", "graph") else value
         return out
-
-
-def now_ms() -> int:
-    """The wall clock in integer milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
 
 
 def new_job_id() -> str:

@@ -27,7 +27,6 @@ __all__ = [
     "JobqError",
     "Retry",
     "Snooze",
-    "StackError",
 ]
 
 
@@ -55,12 +54,6 @@ class ConfigError(JobqError):
 
     code = "config_invalid"
     http_status = 500  # a setting is the operator's to fix, never the client's
-
-
-class StackError(JobqError):
-    """A step of provisioning or running the local stack failed."""
-
-    code = "stack_failed"
 
 
 class BackendUnavailable(JobqError):

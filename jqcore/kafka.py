@@ -40,6 +40,7 @@ __all__ = [
     "Record",
     "RecordTooLarge",
     "TopicMissing",
+    "end_offsets",
     "ensure_topics",
     "topic_partitions",
 ]
@@ -317,3 +318,16 @@ def topic_partitions(
     except KafkaException as exc:
         raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
     return {t: sorted(md.topics[t].partitions) for t in topics if t in md.topics and md.topics[t].partitions}
+
+
+def end_offsets(bootstrap: str, topic: str, timeout_s: float = 10.0) -> int:
+    """How many records ``topic`` ever held: the sum of its partitions' end offsets (blocking)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.ends", "log_level": 0})
+    try:
+        parts = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
+        ends = (consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in parts)
+        return sum(ends)
+    finally:
+        consumer.close()

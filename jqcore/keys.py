@@ -1,9 +1,13 @@
 """Every Redis key of jobq, in one place. Nothing else formats a key.
 
 All keys of a queue share the hash tag ``{<queue>}`` (``jobq:{emails}:ready``), so every multi-key script
-runs on Redis Cluster. Scripts receive the queue's prefix as ``KEYS[1]`` and derive the per-job and
-per-index keys below from it (BullMQ does the same); those derived names are listed here too, and
-:class:`QueueKeys` builds them for Python readers, so the Lua and Python sides cannot drift apart.
+runs on Redis Cluster. The Lua contract (BullMQ's): every key a script touches at a fixed name is passed
+in its ``KEYS``, in the order of :data:`KEY_NAMES` (each script takes the subset it touches, declared once
+in ``jqcore.state.scripts``; :meth:`QueueKeys.for_script` builds the list). The per-job and per-index keys
+(``job:<id>``, ``idx:<k>=<v>``, ``xq:<value>``, ``parked:<kind>``) cannot be known in advance: scripts
+build them from the queue's prefix (``KEYS[1]``, same slot) and each script's header lists the families it
+builds. :class:`QueueKeys` makes the same names for Python, and ``tests/state/test_lua_contract.py`` holds
+the Lua headers, the Python declarations and this module equal.
 
 Per queue ``jobq:{q}:``
 
@@ -20,7 +24,7 @@ Per queue ``jobq:{q}:``
 ``parked:<kind>``         ZSET    jobs set aside while their kind is at its concurrency limit
 ``kindrun``               HASH    kind → jobs of that kind running now
 ``kinds``                 HASH    ``<kind>|limit``, ``<kind>|attempts``, ``<kind>|delivery``
-``config``                HASH    queue configuration (see ``jqcore.state.config``)
+``config``                HASH    queue configuration (see ``jqcore.state.models.QueueConfig``)
 ``counts``                HASH    ``blocked``: jobs waiting on an exclusivity value or a kind slot
 ``stats``                 HASH    monotonic counters (enqueued, duplicates, completed, …)
 ``fences``                HASH    fence source (topic) → newest fence seen
@@ -28,15 +32,57 @@ Per queue ``jobq:{q}:``
 ``sched``                 LIST    wake-up token for the scheduler (an earlier due time appeared)
 ========================  ======  ============================================================
 
+Only ``jqcore.state`` (the engine) reads or writes these: everyone else asks the engine.
+
 Global (never touched by a script, so they need no hash tag): ``jobq:queues`` (SET of queue names),
 ``jobq:kinds`` (HASH: job-type defaults applied to new queues).
+
+Not queue state (written with a plain client by their owners; the names are still made here): the
+gateway's idempotency records (:func:`idempotency_key`), the canary's health hash
+(:data:`CANARY_HEALTH_KEY`), process presence (:func:`presence_key`) and stage counters
+(:func:`stages_key`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-__all__ = ["KINDS_KEY", "QUEUES_KEY", "QueueKeys"]
+__all__ = [
+    "CANARY_HEALTH_KEY",
+    "KEY_NAMES",
+    "KINDS_KEY",
+    "QUEUES_KEY",
+    "KeyName",
+    "QueueKeys",
+    "idempotency_key",
+    "presence_key",
+    "stages_key",
+]
+
+KeyName = Literal[
+    "prefix",
+    "ready",
+    "delayed",
+    "running",
+    "done",
+    "dead",
+    "config",
+    "kinds",
+    "kindrun",
+    "counts",
+    "stats",
+    "xhead",
+    "fences",
+    "wake",
+    "sched",
+]
+"""The name of a queue key a script receives in ``KEYS`` (``prefix``: the prefix derived keys are built
+from, not a key itself)."""
+
+KEY_NAMES: tuple[KeyName, ...] = get_args(KeyName)
+"""The one order of script ``KEYS``: a script's declaration lists the names it touches in this order."""
 
 QUEUES_KEY = "jobq:queues"
 KINDS_KEY = "jobq:kinds"
@@ -123,9 +169,13 @@ class QueueKeys:
     def parked(self, kind: str) -> str:
         return self._k(f"parked:{kind}")
 
-    def script_keys(self) -> list[str]:
-        """``KEYS`` for every script: the prefix first (derived keys), then the fixed keys it touches."""
-        return [self.prefix, self.ready, self.delayed, self.running, self.done, self.config]
+    def named(self, name: KeyName) -> str:
+        """The key called ``name`` (see :data:`KeyName`)."""
+        return self.prefix if name == "prefix" else self._k(name)
+
+    def for_script(self, names: Sequence[KeyName]) -> list[str]:
+        """The ``KEYS`` of a script that declares ``names`` (in :data:`KEY_NAMES` order)."""
+        return [self.named(name) for name in names]
 
 
 def idempotency_key(digest: str) -> str:

@@ -52,13 +52,18 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 """Seconds; from half a millisecond (a Lua call) to a minute (a slow job)."""
 
+
+def _latency(name: str, documentation: str, labels: list[str]) -> Histogram:
+    """A histogram of seconds over :data:`LATENCY_BUCKETS` (every latency of jobq uses the same ones,
+    so dashboards can compare hops)."""
+    return Histogram(name, documentation, labels, buckets=LATENCY_BUCKETS)
+
+
 # --- engine (Redis) ---------------------------------------------------------------------------------
 SCRIPT_CALLS = Counter(
     "jobq_engine_script_calls_total", "Lua transitions executed, by script and outcome", ["script", "outcome"]
 )
-SCRIPT_TIME = Histogram(
-    "jobq_engine_script_seconds", "Time of one Lua transition round trip", ["script"], buckets=LATENCY_BUCKETS
-)
+SCRIPT_TIME = _latency("jobq_engine_script_seconds", "Time of one Lua transition round trip", ["script"])
 JOBS_ENQUEUED = Counter(
     "jobq_jobs_enqueued_total",
     "Jobs offered to the engine, by outcome (stored, duplicate, refused)",
@@ -77,23 +82,18 @@ JOBS_FINISHED = Counter(
     ["queue", "kind", "outcome"],
 )
 JOBS_IN_FLIGHT = Gauge("jobq_jobs_in_flight", "Jobs running in this process", ["queue"])
-JOB_RUN_TIME = Histogram(
-    "jobq_job_run_seconds", "Handler run time of one attempt", ["queue", "kind"], buckets=LATENCY_BUCKETS
-)
-JOB_QUEUE_WAIT = Histogram(
+JOB_RUN_TIME = _latency("jobq_job_run_seconds", "Handler run time of one attempt", ["queue", "kind"])
+JOB_QUEUE_WAIT = _latency(
     "jobq_job_queue_wait_seconds",
     "From when a job was due (run_at, else enqueued_at) to when a worker started it",
     ["queue"],
-    buckets=LATENCY_BUCKETS,
 )
 
 # --- gateway (HTTP -> Kafka) --------------------------------------------------------------------------
 GATE_REQUESTS = Counter(
     "jobq_gate_requests_total", "Gateway requests by route and status", ["route", "method", "status"]
 )
-GATE_REQUEST_TIME = Histogram(
-    "jobq_gate_request_seconds", "Gateway request time by route", ["route"], buckets=LATENCY_BUCKETS
-)
+GATE_REQUEST_TIME = _latency("jobq_gate_request_seconds", "Gateway request time by route", ["route"])
 GATE_JOBS_PRODUCED = Counter(
     "jobq_gate_jobs_produced_total", "Jobs Kafka confirmed for the gateway", ["queue", "topic"]
 )
@@ -107,9 +107,7 @@ RELAY_RECORDS = Counter(
     "Stage accounting per topic: records read, jobs written, duplicates, dead-lettered, retried",
     ["topic", "stage"],
 )
-RELAY_BATCH_TIME = Histogram(
-    "jobq_relay_batch_seconds", "Time to write one batch into Redis", ["topic"], buckets=LATENCY_BUCKETS
-)
+RELAY_BATCH_TIME = _latency("jobq_relay_batch_seconds", "Time to write one batch into Redis", ["topic"])
 RELAY_LEADER = Gauge("jobq_relay_leader", "1 while this process holds the topic's lock", ["topic"])
 RELAY_RATE_LIMIT = Gauge("jobq_relay_rate_limit_jobs_per_second", "Live rate limit (0: paused)", ["topic"])
 RELAY_QUEUE_RATE_LIMIT = Gauge(
@@ -119,11 +117,10 @@ RELAY_LAG = Gauge("jobq_relay_lag_records", "Records behind the partition end", 
 
 # --- canary ---------------------------------------------------------------------------------------------
 CANARY_SENT = Counter("jobq_canary_sent_total", "Heartbeat jobs sent", ["topic", "partition"])
-CANARY_LATENCY = Histogram(
+CANARY_LATENCY = _latency(
     "jobq_canary_latency_seconds",
     "Heartbeat latency per hop: gate (HTTP->Kafka ack), relay (Kafka->Redis), worker (Redis->started), total",
     ["topic", "partition", "stage"],
-    buckets=LATENCY_BUCKETS,
 )
 CANARY_HEALTHY = Gauge(
     "jobq_canary_healthy",

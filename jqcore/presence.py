@@ -7,11 +7,11 @@ import asyncio
 import contextlib
 import os
 import socket
-import time
 
+from jqcore.clock import now_ms
 from jqcore.keys import presence_key
 from jqcore.lifecycle import Service, cancel_and_wait
-from jqcore.state.engine import RedisClient
+from jqcore.redisconn import RedisClient
 
 __all__ = ["Presence", "count_alive", "process_name"]
 
@@ -32,7 +32,7 @@ class Presence(Service):
     async def _beat(self) -> None:
         while True:
             with contextlib.suppress(Exception):  # Redis away: status will show us missing, nothing else
-                await self.client.zadd(self.key, {self.name: int(time.time() * 1000)})
+                await self.client.zadd(self.key, {self.name: now_ms()})
             await asyncio.sleep(self.every_s)
 
     async def _stop(self) -> None:
@@ -42,7 +42,7 @@ class Presence(Service):
 
 
 async def count_alive(client: RedisClient, role: str, stale_s: float = 20.0) -> list[str]:
-    since = int((time.time() - stale_s) * 1000)
+    since = now_ms() - int(stale_s * 1000)
     return [
         m.decode() if isinstance(m, bytes) else str(m)
         for m in await client.zrangebyscore(presence_key(role), since, "+inf")

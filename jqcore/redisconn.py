@@ -1,4 +1,6 @@
-"""One place that turns :class:`~jqcore.settings.RedisSettings` into a client (single node or Cluster)."""
+"""Connecting to Redis: the client type every Redis user names, and the one place that turns
+:class:`~jqcore.settings.RedisSettings` into a client (single node or Cluster). It imports no engine, so
+anything that only needs a connection (presence, stage counters, the relay's memory guard) stays light."""
 
 from __future__ import annotations
 
@@ -6,9 +8,11 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from jqcore.settings import RedisSettings
-from jqcore.state.engine import RedisClient
 
-__all__ = ["connect"]
+__all__ = ["RedisClient", "connect"]
+
+RedisClient = aioredis.Redis | RedisCluster
+"""A single-node or Cluster client (both speak the commands jobq uses)."""
 
 
 def connect(settings: RedisSettings) -> RedisClient:

@@ -15,13 +15,13 @@ by ``jobq topics create`` or the operator) or the produce fails with a clear err
 from __future__ import annotations
 
 import fnmatch
-from typing import Literal
+from typing import Annotated, Literal
 
-import orjson
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.errors import JobqError
+from jqcore.settings import JsonText
 
 __all__ = ["CANARY_KIND", "CANARY_PREFIX", "DEFAULT_TOPIC", "QueueUnrouted", "Route", "RoutingSettings"]
 
@@ -50,16 +50,9 @@ class Route(BaseModel):
 class RoutingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
 
-    routes: list[Route] = Field(default_factory=list)
+    routes: Annotated[list[Route], JsonText] = Field(default_factory=list)
     default_topic: str = DEFAULT_TOPIC
     default_acks: Acks = "all"
-
-    @field_validator("routes", mode="before")
-    @classmethod
-    def _json(cls, v: object) -> object:
-        if isinstance(v, str | bytes):
-            return orjson.loads(v)
-        return v
 
     def route(self, queue: str) -> tuple[str, Acks]:
         """(topic, acks) for ``queue``; raises :class:`QueueUnrouted`. ``canary.<topic>`` queues go to

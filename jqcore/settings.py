@@ -32,6 +32,7 @@ __all__ = [
     "CommaList",
     "CommaSecrets",
     "ConsulSettings",
+    "JsonText",
     "KafkaSettings",
     "LogSettings",
     "MetricsSettings",
@@ -52,6 +53,17 @@ CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_split)]
 """A list setting written ``a,b,c`` in the environment (a Python list is accepted too)."""
 CommaSecrets = Annotated[list[SecretStr], NoDecode, BeforeValidator(_comma_split)]
 """The same for secrets (never shown in ``repr`` or logs)."""
+
+
+def _json_text(v: object) -> object:
+    if isinstance(v, str | bytes):
+        return orjson.loads(v)
+    return v
+
+
+JsonText = BeforeValidator(_json_text)
+"""Marks a structured setting (``Annotated[dict[str, str], JsonText]``) that may arrive as JSON text
+(a constructor argument, a compose file) as well as already parsed."""
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:26379/0"
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:29092"
@@ -108,15 +120,8 @@ class KafkaSettings(BaseSettings):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_ca_location: str | None = None
-    config: dict[str, str] = Field(default_factory=dict)
+    config: Annotated[dict[str, str], JsonText] = Field(default_factory=dict)
     """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}``."""
-
-    @field_validator("config", mode="before")
-    @classmethod
-    def _json(cls, v: object) -> object:
-        if isinstance(v, str | bytes):
-            return orjson.loads(v)
-        return v
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaSettings:
@@ -202,7 +207,16 @@ def load(cls: type[_S], **overrides: Any) -> _S:
     except SettingsError as exc:
         raise ConfigError(f"invalid {cls.__name__}: {exc}", code="config_invalid") from exc
     except ValidationError as exc:
+        prefix = str(cls.model_config.get("env_prefix") or "")
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {err['msg']}" for err in exc.errors()
+            f"{_setting_name(prefix, err['loc']) or cls.__name__}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"invalid {cls.__name__}: {problems}", code="config_invalid") from exc
+
+
+def _setting_name(prefix: str, loc: tuple[int | str, ...]) -> str:
+    """The environment variable a validation error is about (``JOBQ_WORKER_APP``), when there is one."""
+    if not loc:
+        return ""
+    field = ".".join(str(p) for p in loc)
+    return f"{prefix}{str(loc[0]).upper()} ({field})" if prefix else field

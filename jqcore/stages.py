@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from jqcore.keys import stages_key
-from jqcore.state.engine import RedisClient
+from jqcore.redisconn import RedisClient
 
 __all__ = ["add", "read"]
 

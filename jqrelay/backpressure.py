@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore.log import get_logger
-from jqcore.state.engine import RedisClient
+from jqcore.redisconn import RedisClient
 
 __all__ = ["MemoryGuard"]
 

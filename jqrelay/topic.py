@@ -25,11 +25,11 @@ from typing import Any
 
 import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
 
 from jqcore import metrics, stages
 from jqcore.envelope import Envelope, decode
-from jqcore.errors import BackendUnavailable, EnvelopeError
+from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
@@ -66,6 +66,17 @@ def retry_topic(topic: str) -> str:
 
 class TermEnded(Exception):
     """The term stopped being trusted in the middle of a batch: write nothing more, commit nothing."""
+
+
+def retriable(exc: BaseException) -> bool:
+    """A jobq error that says trying again later may succeed (Redis or Kafka unreachable, memory full)."""
+    return isinstance(exc, JobqError) and exc.retriable
+
+
+def ends_batch(exc: BaseException) -> bool:
+    """Stop the whole batch (retried by the term loop) rather than set one queue's jobs aside: the backend
+    may come back (``retriable``), or this relay is no longer the one that may write (fence, term)."""
+    return retriable(exc) or isinstance(exc, FenceRejected | TermEnded)
 
 
 @dataclass
@@ -281,9 +292,9 @@ class TopicRelay(Service):
         origins = {i: f"{self.topic}/{m.partition()}/{m.offset()}" for i, m in batch.source.items()}
         try:
             result = await self._enqueue(batch.envelopes, term, origins)
-        except (BackendUnavailable, FenceRejected, TermEnded):
-            raise
         except Exception as exc:  # one queue's state refuses the script: isolate it, keep the partition going
+            if ends_batch(exc):
+                raise
             log.error("batch write failed; writing queue by queue", topic=self.topic, error=repr(exc))
             result = EnqueueResult([])
             by_queue: dict[str, list[Envelope]] = {}
@@ -292,9 +303,9 @@ class TopicRelay(Service):
             for queue, envs in by_queue.items():
                 try:
                     part = await self._enqueue(envs, term, origins)
-                except (BackendUnavailable, FenceRejected, TermEnded):
-                    raise
                 except Exception as queue_exc:
+                    if ends_batch(queue_exc):
+                        raise
                     reason = f"queue {queue!r} refused the write: {queue_exc!r}"
                     batch.retry += [(batch.source[e.id], reason) for e in envs]
                     continue
@@ -312,7 +323,7 @@ class TopicRelay(Service):
     ) -> EnqueueResult:
         """One fenced engine call, retried with backoff for as long as Redis is unreachable."""
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(BackendUnavailable),
+            retry=retry_if_exception(retriable),
             wait=wait_exponential(multiplier=0.1, max=5),
             reraise=True,
         ):
@@ -343,7 +354,7 @@ class TopicRelay(Service):
             for msg, reason in dead
         ]
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(BackendUnavailable), wait=wait_exponential(multiplier=0.1, max=5)
+            retry=retry_if_exception(retriable), wait=wait_exponential(multiplier=0.1, max=5)
         ):
             with attempt:
                 await self.dead_producer.produce_many(records)

@@ -1,7 +1,7 @@
 """A local Spark session that can write to Kafka: the connector jars from the cache, loopback only.
 
 The Kafka connector (``spark-sql-kafka-0-10_2.13``) must match pyspark exactly; ``jobq`` resolves it once
-with Maven (``jobq.stack.provision.ensure_spark_jars()``, cached under ``JOBQ_HOME``) and the caller passes
+with Maven (``jqstack.provision.ensure_spark_jars()``, cached under ``JOBQ_HOME``) and the caller passes
 that folder here, so no job ever downloads anything at run time. Jars that pyspark already ships in its own
 ``jars/`` folder (scala-library, slf4j, hadoop-client, lz4, snappy...) are left out: two versions of one
 library on the class path is a failure waiting for the wrong class to load first.
@@ -58,7 +58,7 @@ def connector_jars(jars: str | Path | Iterable[str | Path]) -> list[str]:
     chosen = [str(p.resolve()) for p in files if _artifact(p.name) not in bundled]
     if not any(_artifact(Path(p).name) == _CONNECTOR for p in chosen):
         raise SparkSetupError(
-            f"no {_CONNECTOR} jar in {jars}: resolve it with `jobq.stack.provision.ensure_spark_jars()` "
+            f"no {_CONNECTOR} jar in {jars}: resolve it with `jqstack.provision.ensure_spark_jars()` "
             f"(Maven, deploy/spark/pom.xml); it must match pyspark {pyspark.__version__} exactly"
         )
     return chosen

@@ -12,7 +12,6 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.state import ClaimedJob
-from jqcore.state.waiting import wait_for_work
 from kafkagate.body import read_body
 from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call, queue_of
@@ -86,7 +85,7 @@ async def claim(request: web.Request) -> web.Response:
         left = deadline - loop.time()
         if jobs or left <= 0:
             break
-        await engine_call(wait_for_work(gate.engine.client, [queue], left))
+        await engine_call(gate.engine.wait_for_work([queue], left))
     return json_response_jobs(jobs)
 
 

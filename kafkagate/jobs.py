@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any
 
 from aiohttp import web
@@ -11,12 +10,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import keys, metrics
+from jqcore.clock import now_ms
 from jqcore.envelope import decode, new_envelope, validate_name
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
 from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
-from jqcore.state import reads
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
     Parsed,
@@ -114,7 +113,7 @@ async def enqueue(request: web.Request) -> web.Response:
         request.content_type,
         max_batch=gate.settings.max_batch,
         idempotency=digest,
-        now=int(time.time() * 1000),
+        now=now_ms(),
     )
     records, acks = build_records(parsed, gate.routing, queue)
     wanted = [p for p in parsed.partitions if p is not None]
@@ -133,7 +132,7 @@ async def enqueue(request: web.Request) -> web.Response:
 async def get_job(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
-    info = await engine_call(reads.get_job(gate.engine.client, queue, job_id))
+    info = await engine_call(gate.engine.get_job(queue, job_id))
     if info is None:
         raise ApiError(
             404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not yet relayed, or GC'd)"
@@ -152,11 +151,11 @@ async def cancel_job(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
     reason = request.query.get("reason", "canceled over HTTP")
-    outcome = await engine_call(gate.engine.cancel(queue, job_id, reason))
-    if outcome.startswith("already "):  # idempotent: say what it is; nothing was changed
-        state = outcome.removeprefix("already ")
+    result = await engine_call(gate.engine.cancel(queue, job_id, reason))
+    if not result.changed:  # idempotent: say what it is; nothing was changed
+        state = result.state
         return json_response({"id": job_id, "outcome": f"already_{state}", "state": state, "changed": False})
-    return json_response({"id": job_id, "outcome": outcome, "changed": True})
+    return json_response({"id": job_id, "outcome": result.outcome, "changed": True})
 
 
 @routes.post("/v1/queues/{queue}/jobs/{id}/replay")
@@ -169,7 +168,7 @@ async def replay_job(request: web.Request) -> web.Response:
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is not None and not 0 < len(key) <= 255:
         raise ApiError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
-    info = await engine_call(reads.get_job(gate.engine.client, queue, job_id))
+    info = await engine_call(gate.engine.get_job(queue, job_id))
     if info is None or info.envelope is None:
         raise ApiError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
     if info.state not in ("completed", "errored", "canceled", "expired"):
@@ -178,7 +177,7 @@ async def replay_job(request: web.Request) -> web.Response:
     new_id = None
     if key is not None:
         new_id = "rp-" + hashlib.sha256(f"{queue}\0{job_id}\0{key}".encode()).hexdigest()[:40]
-        done = await engine_call(reads.get_job(gate.engine.client, queue, new_id))
+        done = await engine_call(gate.engine.get_job(queue, new_id))
         if done is not None:  # this replay was made before (and reached Redis): the same answer again
             again = {"ids": [new_id], "replay_of": job_id, "state": done.state, "changed": False}
             return json_response(again)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, FieldError
-from jqcore.state import QueueConfig, reads
+from jqcore.state import QueueConfig
 from kafkagate.body import read_body
 from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call, queue_of
@@ -103,8 +103,8 @@ async def list_queues(request: web.Request) -> web.Response:
 async def get_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    config = await engine_call(reads.queue_config(gate.engine.client, queue))
-    depth = await engine_call(reads.depth(gate.engine.client, queue, _filter(request) or None))
+    config = await engine_call(gate.engine.queue_config(queue))
+    depth = await engine_call(gate.engine.depth(queue, _filter(request) or None))
     topic, acks = gate.routing.route(queue)
     body: dict[str, Any] = {
         "queue": queue,
@@ -138,7 +138,7 @@ async def put_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     body = parse_model(QueueConfigBody, await read_body(request))
-    current = await engine_call(reads.queue_config(gate.engine.client, queue))
+    current = await engine_call(gate.engine.queue_config(queue))
     if current.mode == "exclusive" and "mode" not in body.model_fields_set:
         raise ApiError(
             409,
@@ -148,8 +148,7 @@ async def put_queue(request: web.Request) -> web.Response:
             " PATCH to change only some fields",
         )
     config = QueueConfig(**{**body.model_dump(), "filter_keys": tuple(body.filter_keys)})
-    await engine_call(gate.engine.configure_queue(queue, config))
-    return json_response({"queue": queue, "config": _config_dict(config)})
+    return await _configure(request, queue, config)
 
 
 @routes.patch("/v1/queues/{queue}")
@@ -161,9 +160,13 @@ async def patch_queue(request: web.Request) -> web.Response:
     changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
     if "filter_keys" in changes:
         changes["filter_keys"] = tuple(changes["filter_keys"])
-    current = await engine_call(reads.queue_config(gate.engine.client, queue))
-    config = replace(current, **changes)
-    await engine_call(gate.engine.configure_queue(queue, config))
+    current = await engine_call(gate.engine.queue_config(queue))
+    return await _configure(request, queue, replace(current, **changes))
+
+
+async def _configure(request: web.Request, queue: str, config: QueueConfig) -> web.Response:
+    """Store ``config`` as the queue's configuration; answer with what is now in force."""
+    await engine_call(request.app[GATE].engine.configure_queue(queue, config))
     return json_response({"queue": queue, "config": _config_dict(config)})
 
 
@@ -178,7 +181,7 @@ async def list_dead(request: web.Request) -> web.Response:
         raise ApiError(400, "query_invalid", "offset and limit must be integers") from None
     if not (0 <= offset <= MAX_OFFSET and limit >= 1):
         raise ApiError(400, "query_invalid", f"offset must be 0..{MAX_OFFSET} and limit at least 1")
-    jobs = await engine_call(reads.dead_list(gate.engine.client, queue, offset, limit))
+    jobs = await engine_call(gate.engine.dead_list(queue, offset, limit))
     out = []
     for j in jobs:
         d = j.as_dict()
@@ -189,20 +192,22 @@ async def list_dead(request: web.Request) -> web.Response:
 
 @routes.post("/v1/queues/{queue}/dead/retry")
 async def retry_dead(request: web.Request) -> web.Response:
-    gate = request.app[GATE]
-    queue = queue_of(request)
-    body = parse_model(DeadBody, await read_body(request))
-    n = await engine_call(gate.engine.dead_retry(queue, body.ids, body.limit))
-    return json_response({"queue": queue, "retried": n})
+    return await _on_dead(request, "retried")
 
 
 @routes.delete("/v1/queues/{queue}/dead")
 async def purge_dead(request: web.Request) -> web.Response:
-    gate = request.app[GATE]
+    return await _on_dead(request, "purged")
+
+
+async def _on_dead(request: web.Request, done: Literal["retried", "purged"]) -> web.Response:
+    """Retry or purge the queue's dead jobs (the body's ``ids``, or up to its ``limit``); answer how many."""
+    engine = request.app[GATE].engine
     queue = queue_of(request)
     body = parse_model(DeadBody, await read_body(request))
-    n = await engine_call(gate.engine.dead_purge(queue, body.ids, body.limit))
-    return json_response({"queue": queue, "purged": n})
+    act = engine.dead_retry if done == "retried" else engine.dead_purge
+    n = await engine_call(act(queue, body.ids, body.limit))
+    return json_response({"queue": queue, done: n})
 
 
 def kind_of(request: web.Request) -> str:
@@ -232,7 +237,7 @@ async def put_kind(request: web.Request) -> web.Response:
 async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     gate = request.app[GATE]
     queues = await engine_call(gate.engine.queues())
-    found: dict[str, dict[str, Any]] = await engine_call(reads.kinds(gate.engine.client, queues))
+    found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
     return found
 
 

@@ -15,7 +15,7 @@ from jqcore.kafka import AsyncProducer, ProduceFailed
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings
-from jqcore.state import Engine, QueueConfig, reads
+from jqcore.state import Engine, QueueConfig
 from kafkagate.settings import GateSettings
 
 __all__ = ["GATE", "PRODUCED_FLUSH_S", "Gate"]
@@ -103,9 +103,7 @@ class Gate:
             return cached[1]
         config: QueueConfig | None = None
         try:
-            config = await asyncio.wait_for(
-                reads.queue_config(self.engine.client, queue), QUEUE_CONFIG_TIMEOUT_S
-            )
+            config = await asyncio.wait_for(self.engine.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
         except Exception as exc:  # Redis down, slow or refusing: skip the check, never the enqueue
             log.warning("queue configuration unavailable; check skipped", queue=queue, error=repr(exc))
         if len(self._queue_configs) >= QUEUE_CONFIG_CACHE_MAX:  # queue names come from requests

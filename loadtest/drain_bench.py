@@ -1,4 +1,4 @@
-"""``jobq bench drain``: drain pre-enqueued no-op jobs with 2 real worker processes (``python -m worker``).
+"""``jobq bench drain``: drain pre-enqueued no-op jobs with 2 real worker processes (``jobq worker``).
 
 The jobs are stored into a paused queue on a throw-away Redis, the two workers start (``--burst``) and
 settle, then the queue is resumed and the clock runs until both workers exited (every job completed).
@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import subprocess
-import sys
 import time
 
 import redis.asyncio as aioredis
 
-from jobq.stack.manager import Stack, StackSpec
-from jqcore.envelope import new_envelope, now_ms
-from jqcore.state import Engine, reads
+from jqcore.clock import now_ms
+from jqcore.envelope import new_envelope
+from jqcore.state import Engine
+from jqstack.manager import Stack, StackSpec
+from jqstack.supervise import Children
 from loadtest.report import Report
+from loadtest.stacks import worker_argv
 
 __all__ = ["run"]
 
@@ -55,7 +56,7 @@ async def _resume_and_count(url: str, queue: str) -> int:
 
 async def _finished(url: str, queue: str) -> int:
     client = aioredis.Redis.from_url(url)
-    d = await reads.depth(client, queue)
+    d = await Engine(client).depth(queue)
     await client.aclose()
     return d.finished
 
@@ -64,26 +65,17 @@ def _round(url: str, n: int, rep: int, concurrency: int) -> dict[str, float]:
     queue = f"drain{os.getpid()}r{rep}"
     asyncio.run(_fill(url, queue, n))
     env = {**os.environ, "JOBQ_REDIS_URL": url, "JOBQ_LOG_LEVEL": "warning"}
-    args = [
-        "--queues",
-        queue,
-        "--burst",
-        "--concurrency",
-        str(concurrency),
-        "--app",
-        "worker.examples:registry",
-    ]
+    argv = worker_argv(queue, app="worker.examples:registry", concurrency=concurrency, burst=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "worker", *args], env=env, stdout=subprocess.DEVNULL)
-        for _ in range(WORKERS)
-    ]
-    time.sleep(2.0)  # let both workers import and block on the paused queue before the clock starts
-    redis_cpu = asyncio.run(_redis_cpu(url))
-    started = time.perf_counter()
-    asyncio.run(_resume_and_count(url, queue))
-    codes = [p.wait() for p in procs]
-    elapsed = time.perf_counter() - started
+    with Children(grace_s=30.0) as workers:
+        for i in range(WORKERS):
+            workers.start(f"worker-{i}", argv, output="inherit", env=env)  # their warnings reach the terminal
+        time.sleep(2.0)  # let both workers import and block on the paused queue before the clock starts
+        redis_cpu = asyncio.run(_redis_cpu(url))
+        started = time.perf_counter()
+        asyncio.run(_resume_and_count(url, queue))
+        codes = [w.wait(600) for w in workers]
+        elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     redis_cpu = asyncio.run(_redis_cpu(url)) - redis_cpu
     if any(codes) or asyncio.run(_finished(url, queue)) != n:

@@ -2,7 +2,7 @@
 
 HTTP → gateway (``python -m kafkagate``, acks=all, idempotent producer) → Kafka (3 partitions) → relay
 (``python -m jqrelay``, Consul lock, fenced writes) → Redis (AOF ``everysec``) → 2 worker processes
-(``python -m worker``, concurrency 50 each) running the no-op ``demo.noop``.
+(``jobq worker``, concurrency 50 each) running the no-op ``demo.noop``.
 
 * **Latency at a fixed arrival rate** (1,000 jobs/s open loop, one job per HTTP request; ``--quick``:
   200/s): job *i* is due at ``t0 + i / rate`` and sent then, whatever happened to earlier requests (no
@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -39,15 +36,15 @@ import orjson
 import redis.asyncio as aioredis
 from hdrh.histogram import HdrHistogram
 
-from jobq.stack.manager import Endpoints
-from jobq.stack.procs import free_port
 from jqcore.kafka import ensure_topics
-from jqcore.keys import QueueKeys
 from jqcore.settings import KafkaSettings
-from jqcore.state import reads
+from jqcore.state import Engine
+from jqstack.manager import Endpoints
+from jqstack.procs import free_port
+from jqstack.supervise import Children, Output, http_ok, python_m
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
-from loadtest.stacks import bench_stack, stop_processes
+from loadtest.stacks import bench_stack, worker_argv
 
 __all__ = ["Pipeline", "pipeline", "run"]
 
@@ -65,28 +62,15 @@ class Pipeline:
     queue: str
     topic: str
     url: str
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: Children = field(default_factory=lambda: Children(grace_s=30.0))
 
     @property
     def jobs_url(self) -> str:
         return f"{self.url}/v1/queues/{self.queue}/jobs"
 
     def check(self) -> None:
-        dead = [p.args for p in self.procs if p.poll() is not None]
-        if dead:
+        if dead := self.procs.dead():
             raise RuntimeError(f"a pipeline process exited: {dead}")
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urllib.request.urlopen(url + "/readyz", timeout=2)
-            return
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the gateway did not become ready") from None
-            time.sleep(0.2)
 
 
 @asynccontextmanager
@@ -111,21 +95,20 @@ async def pipeline(
         "JOBQ_LOG_LEVEL": "warning",
     }
     pipe = Pipeline(ep, queue, topic, f"http://127.0.0.1:{port}")
-    worker = ["worker", "--queues", queue, "--concurrency", str(CONCURRENCY), "--app", app]
+    worker = worker_argv(queue, app=app, concurrency=CONCURRENCY)
+    roles = [("kafkagate", python_m("kafkagate")), ("jqrelay", python_m("jqrelay"))]
+    roles += [("worker", worker)] * WORKERS
     try:
-        for args in (["kafkagate"], ["jqrelay"], *[worker] * WORKERS):
-            log = Path(os.devnull) if log_dir is None else log_dir / f"{args[0]}-{len(pipe.procs)}.log"
-            pipe.procs.append(await asyncio.to_thread(_start, args, env, log))
-        await asyncio.to_thread(_wait_ready, pipe.url, pipe.procs[0])
+        for role, argv in roles:
+            name = f"{role}-{len(pipe.procs.members)}"
+            output: Output = "discard" if log_dir is None else log_dir / f"{name}.log"
+            pipe.procs.start(name, argv, output=output, env=env)
+        gateway = pipe.procs.members[0]
+        await asyncio.to_thread(gateway.wait_ready, http_ok(pipe.url + "/readyz"), timeout_s=60)
         await _warm_up(pipe)
         yield pipe
     finally:
-        await asyncio.to_thread(stop_processes, pipe.procs)
-
-
-def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+        await asyncio.to_thread(pipe.procs.stop)
 
 
 async def _warm_up(pipe: Pipeline) -> None:
@@ -143,7 +126,7 @@ async def _warm_up(pipe: Pipeline) -> None:
 
 
 async def _finished(client: aioredis.Redis, queue: str) -> int:
-    return (await reads.depth(client, queue)).finished
+    return (await Engine(client).depth(queue)).finished
 
 
 async def _wait_finished(pipe: Pipeline, client: aioredis.Redis, n: int, timeout_s: float) -> None:
@@ -193,14 +176,12 @@ async def _open_loop(pipe: Pipeline, rate: float, seconds: float) -> list[Sent]:
 
 async def _job_times(client: aioredis.Redis, queue: str, ids: list[str]) -> list[tuple[int, int, int]]:
     """(gateway stamp, relay write, worker claim) in ms for each job, from its record in Redis."""
-    keys = QueueKeys(queue)
     out = []
-    for i in range(0, len(ids), 1000):
-        pipe = client.pipeline(transaction=False)
-        for job_id in ids[i : i + 1000]:
-            pipe.hmget(keys.job(job_id), "env", "enqueued_at", "started_at")
-        for env, written, started in await pipe.execute():
-            out.append((int(orjson.loads(env)["enqueued_at"]), int(written), int(started)))
+    for job in await Engine(client).get_jobs(queue, ids):
+        if job is None or job.envelope is None:
+            raise RuntimeError("a finished job's record is gone before its retention ended")
+        gateway_stamp = int(orjson.loads(job.envelope)["enqueued_at"])
+        out.append((gateway_stamp, job.enqueued_at or 0, job.started_at or 0))
     return out
 
 

@@ -19,10 +19,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from hdrh.histogram import HdrHistogram
 
-from jobq.stack.manager import Stack, StackSpec
-from jqcore.envelope import Envelope, new_envelope, now_ms
+from jqcore.clock import now_ms
+from jqcore.envelope import Envelope, new_envelope
 from jqcore.state import Engine
-from jqcore.state.waiting import Scheduler, wait_for_work
+from jqstack.manager import Stack, StackSpec
 from loadtest.report import Report
 
 __all__ = ["run"]
@@ -84,7 +84,7 @@ async def _claim_latency(engine: Engine, queue: str, samples: int) -> tuple[floa
 async def _idle_cost(client: aioredis.Redis, url: str, prefix: str, workers: int, seconds: float) -> float:
     queues = [f"{prefix}.idle{i}" for i in range(workers)]
     blocking = aioredis.Redis.from_url(url, socket_timeout=90, max_connections=workers + 10)
-    waiters = [asyncio.create_task(_wait_forever(blocking, q)) for q in queues]
+    waiters = [asyncio.create_task(_wait_forever(Engine(blocking), q)) for q in queues]
     await asyncio.sleep(1.0)
     before = int((await client.info("stats"))["total_commands_processed"])
     await asyncio.sleep(seconds)
@@ -96,9 +96,9 @@ async def _idle_cost(client: aioredis.Redis, url: str, prefix: str, workers: int
     return (after - before - 1) / seconds
 
 
-async def _wait_forever(client: aioredis.Redis, queue: str) -> None:
+async def _wait_forever(engine: Engine, queue: str) -> None:
     while True:
-        await wait_for_work(client, [queue], timeout_s=60)
+        await engine.wait_for_work([queue], timeout_s=60)
 
 
 async def _lateness(engine: Engine, queue: str, n: int, spread_ms: int) -> list[float]:
@@ -106,7 +106,7 @@ async def _lateness(engine: Engine, queue: str, n: int, spread_ms: int) -> list[
     envs = [new_envelope(queue, "noop", None, id=f"d{i}", run_at=base + i * spread_ms // n) for i in range(n)]
     due = {e.id: e.run_at or 0 for e in envs}
     late: list[float] = []
-    async with Scheduler(engine, [queue], max_idle_s=30):
+    async with engine.scheduler([queue], max_idle_s=30):
         await engine.enqueue_batch(envs)
         while len(late) < n:
             claimed = await engine.claim(queue, 100)
@@ -114,7 +114,7 @@ async def _lateness(engine: Engine, queue: str, n: int, spread_ms: int) -> list[
                 late.append(now_ms() - due[c.id])
                 await engine.complete(queue, (c.id, c.attempt, c.token))
             if not claimed:
-                await wait_for_work(engine.client, [queue], timeout_s=30)
+                await engine.wait_for_work([queue], timeout_s=30)
     return sorted(late)
 
 

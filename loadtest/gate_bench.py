@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
-import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import orjson
 from hdrh.histogram import HdrHistogram
 
-from jobq.stack.manager import Endpoints
-from jobq.stack.procs import free_port
 from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
+from jqstack.manager import Endpoints
+from jqstack.procs import free_port
+from jqstack.supervise import Children, http_ok, python_m
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
 from loadtest.stacks import bench_stack
@@ -35,7 +35,9 @@ TOKEN = "bench-token"
 TOPIC = f"bench.gate{os.getpid()}"
 
 
-def _gateway(ep: Endpoints) -> tuple[subprocess.Popen[bytes], str]:
+@contextmanager
+def _gateway(ep: Endpoints) -> Iterator[str]:
+    """A gateway process on a free port, ready; its URL. Stopped (TERM, grace, KILL) on exit."""
     ensure_topics(KafkaSettings(bootstrap=ep.kafka_bootstrap), [TOPIC], partitions=3)
     port = free_port()
     env = {
@@ -47,17 +49,11 @@ def _gateway(ep: Endpoints) -> tuple[subprocess.Popen[bytes], str]:
         "JOBQ_DEFAULT_TOPIC": TOPIC,
         "JOBQ_LOG_LEVEL": "warning",
     }
-    proc = subprocess.Popen([sys.executable, "-m", "kafkagate"], env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/readyz", timeout=2)
-            return proc, url
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the gateway did not become ready") from None
-            time.sleep(0.2)
+    with Children(grace_s=30.0) as children:
+        gateway = children.start("gateway", python_m("kafkagate"), output="inherit", env=env)
+        gateway.wait_ready(http_ok(url + "/readyz"), timeout_s=30, interval_s=0.2)
+        yield url
 
 
 async def _closed_loop(
@@ -136,15 +132,10 @@ def run(quick: bool = False, endpoints: Endpoints | None = None) -> Report:
     reps = 1 if quick else 3
     report = Report("gate", {"reps": reps, "quick": quick, "acks": "all", "partitions": 3})
     samples: dict[str, list[float]] = {}
-    with bench_stack("gate", endpoints) as ep:
-        proc, base = _gateway(ep)
-        try:
-            for _ in range(reps):
-                for name, value in asyncio.run(_round(base, quick)).items():
-                    samples.setdefault(name, []).append(value)
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    with bench_stack("gate", endpoints) as ep, _gateway(ep) as base:
+        for _ in range(reps):
+            for name, value in asyncio.run(_round(base, quick)).items():
+                samples.setdefault(name, []).append(value)
     for name, values in samples.items():
         unit = UNITS.get(name, "%" if name.startswith("errors") else "ms")
         report.add(name, unit, values)

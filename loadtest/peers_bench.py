@@ -37,10 +37,10 @@ from pathlib import Path
 import redis
 from rich.progress import Progress
 
-from jobq.stack.paths import home
-from jobq.stack.procs import free_port
+from jqstack.paths import home
+from jqstack.procs import free_port
+from jqstack.supervise import Children
 from loadtest.report import Report
-from loadtest.stacks import stop_processes
 
 __all__ = ["PEERS", "run"]
 
@@ -119,7 +119,7 @@ def _wait_done(
     m: redis.Redis,
     n: int,
     timeout_s: float,
-    procs: list[subprocess.Popen[bytes]],
+    procs: Children,
     mark: tuple[int, Callable[[int], None]] | None = None,
 ) -> list[tuple[float, int]]:
     """Sample the done counter until ``n``; [(seconds since start, done)]. ``mark = (k, f)`` calls
@@ -136,7 +136,7 @@ def _wait_done(
             return series
         if time.perf_counter() - started > timeout_s:
             raise RuntimeError(f"only {done}/{n} jobs done in {timeout_s:g}s")
-        if dead := [p.args for p in procs if p.poll() is not None]:
+        if dead := procs.dead():
             raise RuntimeError(f"a worker exited: {dead}")
         time.sleep(0.02)
 
@@ -178,20 +178,16 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
     elapsed = _role(peer, env, "enqueue", sizes.jobs)
     assert elapsed is not None
     out.figures["enqueue"] = sizes.jobs / elapsed
-    procs = [
-        subprocess.Popen(
-            [str(peer_python(peer)), _runner(peer), "worker"],
-            cwd=PEERS_DIR,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for _ in range(WORKERS)
-    ]
-    pids = [p.pid for p in procs]
-    cpu: list[tuple[int, float, float]] = []  # (done, workers' CPU s, Redis CPU s) once 1 % is done
-    try:
+    with Children(grace_s=15.0) as procs:  # stopped together, one grace, on any exit
+        for i in range(WORKERS):
+            procs.start(
+                f"{peer}-worker-{i}",
+                [str(peer_python(peer)), _runner(peer), "worker"],
+                cwd=PEERS_DIR,
+                env=env,
+            )
+        pids = list(procs.pids().values())
+        cpu: list[tuple[int, float, float]] = []  # (done, workers' CPU s, Redis CPU s) once 1 % is done
         series = _wait_done(
             m,
             sizes.jobs,
@@ -219,38 +215,19 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
             p50, p99, worst = _percentiles(late)
             out.figures |= {"lateness p50": p50, "lateness p99": p99, "lateness max": worst}
             out.figures["early starts"] = sum(1 for v in late if v < 0)
-    finally:
-        stop_processes(procs, 15)
     return out
 
 
-def _redis(port: int, folder: Path) -> subprocess.Popen[bytes]:
+def _redis(servers: Children, port: int, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(folder),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            redis.Redis(port=port).ping()
-            return proc
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = servers.start(f"redis-{port}", [*argv, "--dir", str(folder)])
+    server.wait_ready(lambda: _pings(port), timeout_s=10, interval_s=0.05)
+
+
+def _pings(port: int) -> bool:
+    with redis.Redis(port=port, socket_timeout=2) as client:
+        return bool(client.ping())
 
 
 SYSTEMS = ["jobq", *PEERS]
@@ -263,11 +240,13 @@ def run(quick: bool = False, systems: list[str] | None = None) -> Report:
     report = Report("peers", {"reps": reps, "worker_processes": WORKERS, **sizes.__dict__})
     folder = home() / "peers" / f"redis-{os.getpid()}"
     qport, mport = free_port(), free_port()
-    servers = [_redis(qport, folder / "queue"), _redis(mport, folder / "metrics")]
+    servers = Children(grace_s=10.0)
     urls = (f"redis://127.0.0.1:{qport}/0", f"redis://127.0.0.1:{mport}/0")
     samples: dict[str, dict[str, list[float]]] = {}
     series: dict[str, list[tuple[float, int]]] = {}
     try:
+        _redis(servers, qport, folder / "queue")
+        _redis(servers, mport, folder / "metrics")
         with Progress() as progress:
             setup = progress.add_task("peer virtualenvs", total=len(chosen))
             for peer in chosen:
@@ -288,9 +267,7 @@ def run(quick: bool = False, systems: list[str] | None = None) -> Report:
                         series[peer] = got.series
                     progress.advance(task)
     finally:
-        for s in servers:
-            s.terminate()
-            s.wait(10)
+        servers.stop()
         shutil.rmtree(folder, ignore_errors=True)
     for peer, figures in samples.items():
         for name, values in figures.items():

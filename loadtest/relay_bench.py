@@ -17,13 +17,14 @@ import redis.asyncio as aioredis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from jobq.stack.manager import Endpoints
-from jqcore.envelope import encode, new_envelope, now_ms, record_key
+from jqcore.clock import now_ms
+from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
-from jqcore.state import reads
+from jqcore.state import Engine
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
+from jqstack.manager import Endpoints
 from loadtest.report import Report
 from loadtest.stacks import bench_stack
 
@@ -71,7 +72,7 @@ def _relay(ep: Endpoints, topic: str, tag: str, batch: int) -> RelayService:
 
 
 async def _pending(client: aioredis.Redis, queue: str) -> int:
-    return (await reads.depth(client, queue)).pending
+    return (await Engine(client).depth(queue)).pending
 
 
 async def _throughput(ep: Endpoints, n: int, tag: str) -> float:

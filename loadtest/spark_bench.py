@@ -17,15 +17,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from jobq.stack.manager import Stack, StackSpec
-from jobq.stack.provision import ensure_spark_jars
+from jqcore.kafka import end_offsets
 from jqcore.routing import RoutingSettings
 from jqspark import PRODUCER_DEFAULTS, spark_session, to_kafka_records, write_batch, write_stream
+from jqstack.manager import Stack, StackSpec
+from jqstack.provision import ensure_spark_jars
 from loadtest.report import Report
 
 __all__ = ["run"]
@@ -39,15 +39,6 @@ def _topic(bootstrap: str, name: str) -> None:
     admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
 
 
-def _end_offsets(bootstrap: str, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.bench", "log_level": 0})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
-    finally:
-        c.close()
-
-
 def _records(spark: SparkSession, n: int, first: int, topic: str) -> DataFrame:
     rows = spark.range(first, first + n).withColumn("text", sf.concat(sf.lit("row-"), sf.col("id")))
     routing = RoutingSettings(default_topic=topic)
@@ -55,12 +46,12 @@ def _records(spark: SparkSession, n: int, first: int, topic: str) -> DataFrame:
 
 
 def _round(spark: SparkSession, bootstrap: str, topic: str, n: int, first: int) -> dict[str, float]:
-    before = _end_offsets(bootstrap, topic)
+    before = end_offsets(bootstrap, topic)
     records = _records(spark, n, first, topic)
     started = time.perf_counter()
     write_batch(records, bootstrap=bootstrap)
     write_s = time.perf_counter() - started
-    written = _end_offsets(bootstrap, topic) - before
+    written = end_offsets(bootstrap, topic) - before
     if written != n:
         raise RuntimeError(f"spark bench: {written} records reached the topic, {n} were written")
     started = time.perf_counter()
@@ -82,14 +73,14 @@ def _stream_round(spark: SparkSession, bootstrap: str, topic: str, n: int, first
         kind="bench.noop",
         args_cols=["id", "text"],
     )
-    before = _end_offsets(bootstrap, topic)
+    before = end_offsets(bootstrap, topic)
     started = time.perf_counter()
     query = write_stream(
         records, checkpoint=tmp / f"checkpoint-{first}", bootstrap=bootstrap, trigger={"availableNow": True}
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    written = _end_offsets(bootstrap, topic) - before
+    written = end_offsets(bootstrap, topic) - before
     if written != n:
         raise RuntimeError(f"spark bench (streaming): {written} records reached the topic, {n} expected")
     return n / elapsed

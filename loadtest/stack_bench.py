@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from jobq.stack.manager import Stack, StackSpec
+from jqstack.manager import Stack, StackSpec
 from loadtest.report import Report, repeat
 
 __all__ = ["run"]

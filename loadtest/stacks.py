@@ -1,16 +1,17 @@
 """The servers a benchmark runs on — a throw-away stack of its own, or one it is handed (smoke tests
-pass the test session's stack so they need not start another Kafka) — and stopping its processes."""
+pass the test session's stack so they need not start another Kafka) — and the command line of its workers.
+Its processes are started and stopped by :mod:`jqstack.supervise`."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from jobq.stack.manager import Endpoints, Stack, StackSpec
+from jqstack.manager import Endpoints, Stack, StackSpec
+from jqstack.supervise import python_m
 
-__all__ = ["bench_stack", "stop_processes"]
+__all__ = ["bench_stack", "worker_argv"]
 
 
 @contextmanager
@@ -26,14 +27,7 @@ def bench_stack(scenario: str, endpoints: Endpoints | None = None) -> Iterator[E
         stack.down(purge=True)
 
 
-def stop_processes(procs: Sequence[subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
-    """SIGTERM every process still running, wait up to ``grace_s`` each, then SIGKILL what lingers."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+def worker_argv(queues: str, *, app: str, concurrency: int, burst: bool = False) -> list[str]:
+    """``jobq worker`` serving ``queues`` with the handlers of ``app`` (``module:attribute``)."""
+    argv = python_m("jobq", "worker", "--app", app, "--queues", queues, "--concurrency", str(concurrency))
+    return [*argv, "--burst"] if burst else argv

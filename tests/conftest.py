@@ -12,24 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import consul
 import pytest
 import redis.asyncio as aioredis
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from jobq.stack.backends import SessionStack, start_test_stack
-from jobq.stack.manager import Endpoints
-from jqcore.kafka import AsyncProducer
+from jqcore.kafka import AsyncProducer, end_offsets
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
+from jqcore.state import Engine
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
+from jqstack.backends import SessionStack, start_test_stack
+from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
 
@@ -79,6 +83,17 @@ async def redis(endpoints: Endpoints) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
+async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
+    """The Redis engine on the session's single Redis (``tests/state`` also runs it on the cluster)."""
+    assert endpoints.redis_url
+    client = aioredis.Redis.from_url(endpoints.redis_url)
+    try:
+        yield Engine(client)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
 async def redis_cluster(endpoints: Endpoints) -> AsyncIterator[RedisCluster]:
     nodes = [ClusterNode(h, int(p)) for h, p in (n.rsplit(":", 1) for n in endpoints.redis_cluster_nodes)]
     client = RedisCluster(startup_nodes=nodes, decode_responses=False)
@@ -107,6 +122,7 @@ def make_topic(kafka_admin: AdminClient, prefix: str) -> Iterator[Callable[..., 
         )
         futures[name].result(timeout=20)
         made.append(name)
+        _wait_for_leaders(kafka_admin, name)
         return name
 
     yield make
@@ -114,6 +130,51 @@ def make_topic(kafka_admin: AdminClient, prefix: str) -> Iterator[Callable[..., 
         for fut in kafka_admin.delete_topics(made, operation_timeout=15, request_timeout=15).values():
             with contextlib.suppress(Exception):
                 fut.result(timeout=20)
+
+
+def read_topic(bootstrap: str, topic: str, n: int, timeout_s: float = 60) -> list[Any]:
+    """Every record of ``topic`` from offset 0 until ``n`` were read (or the deadline: fewer)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.read", "log_level": 0})
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.19):
+                assert msg.error() is None, msg.error()
+                out.append(msg)
+    finally:
+        consumer.close()
+    return out
+
+
+TopicReader = Callable[..., list[Any]]
+"""``topic_reader(topic, n, timeout_s=60)``: records of a topic (blocking: a thread in async code)."""
+
+
+@pytest.fixture
+def topic_reader(endpoints: Endpoints) -> TopicReader:
+    return lambda topic, n, timeout_s=60: read_topic(endpoints.kafka_bootstrap, topic, n, timeout_s)
+
+
+@pytest.fixture
+def topic_end(endpoints: Endpoints) -> Callable[[str], int]:
+    """``topic_end(topic)``: the sum of its end offsets (blocking)."""
+    return lambda topic: end_offsets(endpoints.kafka_bootstrap, topic)
+
+
+def _wait_for_leaders(admin: AdminClient, topic: str, timeout_s: float = 20) -> None:
+    """Until every partition of a new topic has a leader: the create call returns before the broker
+    knows, and reading offsets meanwhile fails with NOT_LEADER_FOR_PARTITION."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(topic, timeout=10).topics[topic]
+        parts = meta.partitions.values()
+        if meta.error is None and parts and all(p.leader >= 0 and p.error is None for p in parts):
+            return
+        assert time.monotonic() < deadline, f"{topic}: partitions without a leader after {timeout_s}s"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -190,18 +251,24 @@ async def producer(endpoints: Endpoints) -> AsyncIterator[AsyncProducer]:
     await asyncio.to_thread(p.close, 5.0)
 
 
-@pytest.fixture
-def eventually() -> Callable[..., Awaitable[Any]]:
-    """Await ``probe()`` until ``ok(value)`` (bounded); the relay runs in the background, so the test
-    watches the state it produces rather than sleeping a guessed time."""
+Eventually = Callable[..., Awaitable[Any]]
+"""``await eventually(probe, ok, timeout_s=60)``: see the fixture."""
 
-    async def wait(
-        probe: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool], timeout_s: float = 60
-    ) -> Any:
+
+@pytest.fixture
+def eventually() -> Eventually:
+    """Call ``probe()`` (awaiting it when it returns an awaitable) until ``ok(value)``, bounded; returns the
+    value. For state with no signal to wait on (a counter, a Redis depth, Kafka offsets): the relay runs in
+    the background, so the test watches the state it produces rather than sleeping a guessed time. Where a
+    signal exists (an elector's role, an event a handler sets) wait on it instead."""
+
+    async def wait(probe: Callable[[], Any], ok: Callable[[Any], bool], timeout_s: float = 60) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
-            value = await probe()
+            value = probe()
+            if inspect.isawaitable(value):
+                value = await value
             if ok(value):
                 return value
             if loop.time() > deadline:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-
+from jqcore.clock import now_ms
 from jqcore.routing import CANARY_KIND
 from worker.registry import Registry, current_job
 
@@ -15,4 +14,4 @@ builtin = Registry()
 @builtin.job(CANARY_KIND, timeout=10, max_attempts=1)
 async def canary(sent_at: int = 0) -> dict[str, object]:
     """Proves this hop works: the canary monitor reads the result (and the job's timestamps)."""
-    return {"executed_at": int(time.time() * 1000), "attempt": current_job().attempt}
+    return {"executed_at": now_ms(), "attempt": current_job().attempt}

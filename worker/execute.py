@@ -17,7 +17,6 @@ import orjson
 from jqcore import metrics
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.state import ClaimedJob
-from jqcore.state.engine import backoff_ms
 from worker.builtin import builtin
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
 
@@ -89,11 +88,9 @@ async def run_handler(
     try:
         value = await asyncio.wait_for(_call(spec, job, executor_for), spec.timeout_s)
         return Outcome("success", "succeeded", result=_result_bytes(value))
-    except Retry as ctl:
-        delay = None if ctl.delay_s is None else int(ctl.delay_s * 1000)
-        return Outcome(
-            "failure", "retried", error=f"Retry: {ctl.reason}", delay_ms=delay or _backoff(spec, job)
-        )
+    except Retry as ctl:  # Retry(0) retries at once; Retry() takes the kind's backoff
+        delay = _backoff(spec, job) if ctl.delay_s is None else max(0, int(ctl.delay_s * 1000))
+        return Outcome("failure", "retried", error=f"Retry: {ctl.reason}", delay_ms=delay)
     except Cancel as ctl:
         return Outcome("cancel", "canceled", error=f"Cancel: {ctl.reason}")
     except Snooze as ctl:
@@ -113,7 +110,5 @@ async def run_handler(
 
 
 def _backoff(spec: JobSpec[Any, Any], job: ClaimedJob) -> int:
-    b = spec.backoff
-    if not b.jitter:
-        return int(min(b.cap_s, b.base_s * b.factor ** max(0, job.attempt - 1)) * 1000)
-    return backoff_ms(job.attempt, int(b.base_s * 1000), int(b.cap_s * 1000))
+    """The kind's retry delay after this attempt (the one policy, :class:`jqcore.backoff.Backoff`)."""
+    return spec.backoff.delay_ms(job.attempt)

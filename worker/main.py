@@ -1,16 +1,14 @@
-"""``jobq worker`` / ``python -m worker``: run a pool for an application's registry until a signal.
+"""Run a pool for an application's registry until a signal (``jobq worker``, ``python -m worker``).
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within the grace period and releases the rest
 (no attempt spent); a second SIGINT/SIGTERM is a hard stop (nothing written back, leases expire and the
-reaper hands the jobs out again). ``--burst`` exits 0 once the queues hold nothing to do.
+reaper hands the jobs out again). ``burst`` exits 0 once the queues hold nothing to do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from jqcore import metrics
 from jqcore.errors import ConfigError
@@ -21,64 +19,52 @@ from jqcore.settings import RedisSettings, load
 from jqcore.state import Engine
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
+from worker.settings import WorkerSettings
 
-__all__ = ["WorkerOptions", "load_registry", "run"]
+__all__ = ["load_registry", "pool_config", "run", "serve"]
 
 log = get_logger("worker")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerOptions:
-    app: str
-    queues: Sequence[str]
-    concurrency: int = 10
-    processes: int = 0
-    burst: bool = False
-    lease_ms: int | None = None
-    grace_s: float = 30.0
-    metrics_port: int | None = None
-    filter: Mapping[str, str] | None = None
-    unknown_kind_retry_ms: int = 5_000
-    unknown_kind_dead_after_ms: int = 3_600_000
-    scheduler_only: bool = False
 
 
 def load_registry(spec: str) -> Registry:
     """``package.module:attribute`` (attribute defaults to ``registry``) → the application's Registry."""
     module_name, _, attr = spec.partition(":")
+    where = f"--app {spec!r}"
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(
-            f"--app {spec!r}: cannot import {module_name!r} ({exc})", code="app_invalid"
-        ) from exc
+        raise ConfigError(f"{where}: cannot import {module_name!r} ({exc})", code="app_invalid") from exc
     found = getattr(module, attr or "registry", None)
     if not isinstance(found, Registry):
         raise ConfigError(
-            f"--app {spec!r}: {module_name}.{attr or 'registry'} is not a worker.Registry", code="app_invalid"
+            f"{where}: {module_name}.{attr or 'registry'} is not a worker.Registry", code="app_invalid"
         )
     return found
 
 
-async def serve(options: WorkerOptions, redis: RedisSettings | None = None) -> None:
-    registry = load_registry(options.app)
-    if not options.queues:
-        raise ConfigError("--queues names no queue", code="queues_missing")
-    client = connect(redis or load(RedisSettings))
-    config = PoolConfig(
-        queues=list(options.queues),
-        concurrency=options.concurrency,
-        lease_ms=options.lease_ms,
-        grace_s=options.grace_s,
-        burst=options.burst,
-        process_workers=options.processes,
-        filter=options.filter or None,
-        unknown_kind_retry_ms=options.unknown_kind_retry_ms,
-        unknown_kind_dead_after_ms=options.unknown_kind_dead_after_ms,
-        claim=not options.scheduler_only,
+def pool_config(settings: WorkerSettings) -> PoolConfig:
+    """The pool's configuration for these settings (seconds become the engine's milliseconds)."""
+    return PoolConfig(
+        queues=list(settings.queues),
+        concurrency=settings.concurrency,
+        lease_ms=settings.lease_ms,
+        grace_s=settings.grace_s,
+        burst=settings.burst,
+        process_workers=settings.processes,
+        filter=settings.filter or None,
+        unknown_kind_retry_ms=round(settings.unknown_kind_retry_s * 1000),
+        unknown_kind_dead_after_ms=round(settings.unknown_kind_dead_after_s * 1000),
+        claim=not settings.scheduler_only,
     )
+
+
+async def serve(settings: WorkerSettings, redis: RedisSettings | None = None) -> None:
+    """Load the application, connect to Redis and run one pool until a signal (or a drained burst)."""
+    registry = load_registry(settings.app)
+    client = connect(redis or load(RedisSettings))
+    config = pool_config(settings)
     pool = Pool(registry, Engine(client), config)
-    log.info("worker starting", queues=list(options.queues), concurrency=options.concurrency)
+    log.info("worker starting", queues=list(settings.queues), concurrency=settings.concurrency)
     try:
         await run_until_signal(pool, on_second_signal=pool.hard_stop, until=pool.drained)
     finally:
@@ -86,7 +72,8 @@ async def serve(options: WorkerOptions, redis: RedisSettings | None = None) -> N
     log.info("worker stopped")
 
 
-def run(options: WorkerOptions) -> None:
-    if options.metrics_port is not None:
-        metrics.serve(options.metrics_port)
-    asyncio.run(serve(options))
+def run(settings: WorkerSettings) -> None:
+    """Run a pool until a signal (or, with ``burst``, until its queues hold nothing to do)."""
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port)
+    asyncio.run(serve(settings))

@@ -1,15 +1,16 @@
 """A worker pool: claims jobs from Redis for its queues and runs their handlers with bounded concurrency.
 
 * **Claims** are batches sized to the free slots; with nothing to do the pool blocks in Redis
-  (:func:`jqcore.state.waiting.wait_for_work`) instead of polling.
+  (:meth:`jqcore.state.Engine.wait_for_work`) instead of polling.
 * **Handlers** run as coroutines, in a thread pool (sync functions) or in a process pool
   (``mode="process"``). A per-job timeout cancels a coroutine; a thread or process cannot be killed from
   Python, so on timeout its result is discarded, the attempt is failed as ``timeout`` and the function
   runs on to its end in the background (documented in ``docs/workers.md``).
 * **Outcomes**: return → complete (a JSON-serialisable return value is kept as the result);
-  ``Retry(delay)`` → retry after that delay; ``Cancel`` → canceled, never retried; ``Snooze(delay)`` →
-  back later without spending an attempt; any other exception → failed with its traceback, retried with
-  the kind's backoff until attempts run out (then errored, the dead-letter list).
+  ``Retry(delay)`` → retry after that delay; ``Cancel`` → canceled, never retried (one transition,
+  ``cancel_running``); ``Snooze(delay)`` → back later without spending an attempt; any other exception →
+  failed with its traceback, retried with the kind's backoff until attempts run out (then errored, the
+  dead-letter list).
 * **Unknown kinds** (a rolling deploy: a job of a kind this pool's version does not know) are handed
   back with the attempt refunded and claimable again after ``unknown_kind_retry_ms``; only when no pool
   ran it for ``unknown_kind_dead_after_ms`` is it dead-lettered.
@@ -32,9 +33,8 @@ from jqcore import metrics
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
-from jqcore.state import ClaimedJob, Engine, codes, reads
+from jqcore.state import ClaimedJob, Engine, codes
 from jqcore.state.codes import StaleLease
-from jqcore.state.waiting import Scheduler, wait_for_work
 from worker.execute import Outcome, run_handler
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
@@ -94,7 +94,7 @@ class Pool(Service):
         self._processes: Executor | None = None
         self._fetcher: asyncio.Task[None] | None = None
         self._keeper = LeaseKeeper(self)
-        self._scheduler = Scheduler(engine, config.queues) if config.scheduler else None
+        self._scheduler = engine.scheduler(config.queues) if config.scheduler else None
         self._stopping = False
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
         self._completions_ready = asyncio.Event()
@@ -116,7 +116,7 @@ class Pool(Service):
     async def _check_filter(self) -> None:
         """Refuse to start with a filter on a key a queue does not index (it would claim nothing, ever)."""
         for queue in self.config.queues if self.config.filter else ():
-            indexed = (await reads.queue_config(self.engine.client, queue)).filter_keys
+            indexed = (await self.engine.queue_config(queue)).filter_keys
             missing = sorted(set(self.config.filter or {}) - set(indexed))
             if missing:
                 raise codes.FilterInvalid(
@@ -196,13 +196,13 @@ class Pool(Service):
                 self.drained.set()
                 return
             if self.config.burst:  # something still runs or waits for its time: wake up often
-                await wait_for_work(self.engine.client, list(self.config.queues), 0.2)
+                await self.engine.wait_for_work(self.config.queues, 0.2)
                 continue
-            await wait_for_work(self.engine.client, list(self.config.queues), self.config.idle_wait_s)
+            await self.engine.wait_for_work(self.config.queues, self.config.idle_wait_s)
 
     async def _queues_empty(self) -> bool:
         for queue in self.config.queues:
-            d = await reads.depth(self.engine.client, queue)
+            d = await self.engine.depth(queue)
             if d.pending or d.delayed or d.running or d.blocked:
                 return False
         return True
@@ -277,8 +277,7 @@ class Pool(Service):
             )
             log.warning("no handler for this kind; job handed back", job_id=job.id, kind=kind, then=then)
         elif outcome.kind == "cancel":
-            await self.engine.cancel(queue, job.id, outcome.error or "canceled by handler")
-            await self.engine.fail(queue, owner, outcome.error or "canceled by handler", permanent=True)
+            await self.engine.cancel_running(queue, owner, outcome.error or "canceled by handler")
         else:
             await self.engine.fail(
                 queue,

@@ -29,13 +29,16 @@ import contextvars
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from jqcore.client import JobqClient
+from jqcore.backoff import Backoff
 from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
+
+if TYPE_CHECKING:  # the HTTP client (aiohttp) is only needed by code that enqueues
+    from jqcore.client import JobqClient
 
 __all__ = [
     "Backoff",
@@ -57,16 +60,6 @@ class PayloadInvalid(JobqError):
     """The job's ``args`` do not match the handler's payload model (a permanent failure)."""
 
     code = "payload_invalid"
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Retry delays: ``min(cap_s, base_s * factor ** (attempt - 1))`` with full jitter."""
-
-    base_s: float = 1.0
-    factor: float = 2.0
-    cap_s: float = 3600.0
-    jitter: bool = True
 
 
 @dataclass(frozen=True, slots=True)

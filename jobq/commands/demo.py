@@ -15,11 +15,8 @@ job), so a restarted demo can be checked against the jobs an interrupted one had
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,17 +26,21 @@ import orjson
 import typer
 from rich.console import Console
 
-from jobq.commands.stack import existing_stack, open_stack, print_status
+from jobq.commands.stack import DEV_TOKEN, existing_stack, open_stack, print_status
 from jobq.commands.status import collect, render
-from jobq.stack.paths import home
-from jobq.stack.procs import free_port
 from jqcore.client import Gateway, JobqClient
 from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
+from jqstack.paths import home
+from jqstack.procs import free_port
+from jqstack.supervise import Child, Children, http_ok, python_m
 
 __all__ = ["demo"]
 
-TOKEN = "demo-token"
+TOKEN = DEV_TOKEN
+"""The development token ``jobq stack env`` exports (JOBQ_TOKEN): one token for every local gateway."""
+APP = "worker.examples:registry"
+"""The demo worker's handlers (``module:attribute`` of a ``worker.Registry``)."""
 TOPICS = ["jobs.demo", "jobs.default"]
 QUEUES = ["demo.plain", "demo.delayed", "demo.priority", "demo.exclusive", "demo.flaky", "demo.failing"]
 
@@ -59,47 +60,19 @@ def _env(exports: dict[str, str]) -> dict[str, str]:
     }
 
 
-class Processes:
-    """The demo's child processes, each logging into the demo folder; stopped with SIGTERM, then KILL."""
+class Processes(Children):
+    """The demo's child processes, each logging into ``<folder>/<name>.log`` in its own session (Ctrl-C
+    reaches the demo only, which stops them all with one grace period)."""
 
     def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        super().__init__(grace_s=20.0)
         self.folder, self.env = folder, env
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         folder.mkdir(parents=True, exist_ok=True)
 
-    def start(self, name: str, module: str, *args: str, **env: str) -> None:
-        log = (self.folder / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            env={**self.env, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches the demo only; it stops the children in order
-        )
-        log.close()
-        self.procs.append((name, proc))
-
-    def pids(self) -> dict[str, int]:
-        return {name: p.pid for name, p in self.procs}
-
-    def dead(self) -> list[str]:
-        return [f"{n} (exit {p.returncode})" for n, p in self.procs if p.poll() is not None]
-
-    def stop(self, grace_s: float = 20.0) -> list[str]:
-        for _, p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for _, p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(max(0.1, deadline - time.monotonic()))
-        killed = []
-        for name, p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-                killed.append(name)
-        return killed
+    def run(self, name: str, module: str, *args: str, **env: str) -> Child:
+        """Start ``python -m module args...`` with the demo's environment plus ``env``."""
+        log = self.folder / f"{name}.log"
+        return self.start(name, python_m(module, *args), output=log, env={**self.env, **env})
 
 
 def _workload() -> list[tuple[str, dict[str, Any], str]]:
@@ -134,7 +107,6 @@ def _workload() -> list[tuple[str, dict[str, Any], str]]:
 
 async def _enqueue(gateways: list[Gateway]) -> list[tuple[str, str, str]]:
     async with JobqClient(gateways, TOKEN, az="az-a") as client:
-        await _until_ready(client)
         await client.request(
             "PATCH",
             "/v1/queues/demo.exclusive",
@@ -146,18 +118,6 @@ async def _enqueue(gateways: list[Gateway]) -> list[tuple[str, str, str]]:
             ids = await client.enqueue(queue, [job])
             out.append((queue, ids[0], expected))
         return out
-
-
-async def _until_ready(client: JobqClient, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            await client.request("GET", "/readyz")
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.3)
 
 
 async def _states(gateways: list[Gateway], jobs: list[tuple[str, str, str]]) -> dict[str, int]:
@@ -197,9 +157,8 @@ def demo(
     signal.signal(signal.SIGINT, _on_sigint)  # before any asyncio.run: it then keeps this handler
     started = time.monotonic()
     stack = open_stack("default") if stack_name == "default" else existing_stack(stack_name)
-    with console.status(
-        "starting Kafka, Consul and Redis (the first run downloads jars and builds Consul)..."
-    ):
+    stack.provision()  # cached; on the first run each fetch and build says what it does, and how far
+    with console.status("starting Kafka, Consul and Redis..."):
         stack.up()
     console.print(f"stack up in {time.monotonic() - started:.1f}s")
     if not print_status(stack):
@@ -216,20 +175,26 @@ def demo(
     ]
     serve = ",".join([*QUEUES, *(f"canary.{t}" for t in TOPICS)])
     try:
-        for i, az in enumerate(("az-a", "az-b")):
-            procs.start(f"gate-{az}", "kafkagate", JOBQ_GATE_PORT=str(ports[i]), JOBQ_GATE_AZ=az)
+        gates = [
+            procs.run(f"gate-{g.az}", "kafkagate", JOBQ_GATE_PORT=str(port), JOBQ_GATE_AZ=g.az)
+            for g, port in zip(gateways, ports, strict=True)
+        ]
         for i in (1, 2):
-            procs.start(f"relay-{i}", "jqrelay", JOBQ_RELAY_HOLDER=f"relay-{i}")
-        procs.start("worker", "worker", "--queues", serve, "--concurrency", "20", "--grace", "5")
+            procs.run(f"relay-{i}", "jqrelay", JOBQ_RELAY_HOLDER=f"relay-{i}")
+        procs.run(
+            "worker", "jobq", "worker", "--app", APP, "--queues", serve, "--concurrency", "20", "--grace", "5"
+        )
         canary_env = {
             "JOBQ_CANARY_GATEWAYS": ",".join(f"{g.url}@{g.az}" for g in gateways),
             "JOBQ_CANARY_TOKEN": TOKEN,
             "JOBQ_CANARY_INTERVAL_S": "10",
             "JOBQ_CANARY_LATE_AFTER_S": "20",
         }
-        procs.start("canary", "canary", **canary_env)
+        procs.run("canary", "canary", **canary_env)
         _write_atomic(folder / "pids.json", orjson.dumps(procs.pids()))
         console.print(f"processes started; logs in {folder}")
+        for gate, gateway in zip(gates, gateways, strict=True):  # fails at once if a gateway exits
+            gate.wait_ready(http_ok(f"{gateway.url}/readyz"), timeout_s=60)
         jobs = asyncio.run(_enqueue(gateways))
         _write_atomic(folder / "jobs.json", orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")

@@ -29,7 +29,6 @@ from jqcore import stages
 from jqcore.redisconn import connect
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import KafkaSettings, RedisSettings, load
-from jqcore.state import reads
 from jqcore.state.engine import Engine
 from jqrelay.settings import RelaySettings
 
@@ -60,10 +59,11 @@ async def _redis_side(redis: RedisSettings, topics: list[str], routing: RoutingS
     client = connect(redis)
     try:
         out: dict[str, Any] = {t: {"stages": await stages.read(client, t), "queues": {}} for t in topics}
-        for queue in await Engine(client).queues():
+        engine = Engine(client)
+        for queue in await engine.queues():
             topic = _topic_of(routing, queue)
             if topic in out and not queue.startswith(CANARY_PREFIX):
-                out[topic]["queues"][queue] = await reads.queue_stats(client, queue)
+                out[topic]["queues"][queue] = await engine.queue_stats(queue)
         return out
     finally:
         await client.aclose()

@@ -40,7 +40,7 @@ from jqcore.errors import EnvelopeError
 from jqcore.kafka import CONSUME_WAIT_S
 from jqcore.redisconn import connect
 from jqcore.settings import KafkaSettings, RedisSettings, load
-from jqcore.state.engine import Engine
+from jqcore.state import Engine, Forgotten
 
 __all__ = ["Point", "parse_point", "replay"]
 
@@ -212,9 +212,9 @@ async def _forget(engine: Engine, chunk: list[tuple[PartitionRange, Envelope]]) 
     for queue, items in by_queue.items():
         outcomes = await engine.forget(queue, [env.id for _, env in items])
         for (r, _), outcome in zip(items, outcomes, strict=True):
-            if outcome == "forgotten":
+            if outcome is Forgotten.FORGOTTEN:
                 r.forced += 1
-            elif outcome == "active":
+            elif outcome is Forgotten.ACTIVE:
                 r.active += 1
 
 

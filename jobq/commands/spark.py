@@ -21,12 +21,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from jobq.stack.paths import home
-from jobq.stack.provision import ensure_spark_jars
 from jqcore.envelope import validate_name
 from jqcore.kafka import ensure_topics
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, load
+from jqstack.paths import home
+from jqstack.provision import ensure_spark_jars
 
 __all__ = ["app", "example"]
 
@@ -69,7 +69,7 @@ def example(
     """Stream jobs from Spark's rate source into Kafka for SECONDS, then stop cleanly.
 
     Kafka comes from JOBQ_KAFKA_BOOTSTRAP (eval "$(jobq stack env)"). Run them with
-    `jobq relay` and `jobq worker --queues QUEUE`.
+    `jobq relay` and `jobq worker --app worker.examples --queues QUEUE`.
     """
     from pyspark.sql import functions as sf
 
@@ -113,7 +113,7 @@ def example(
             raise typer.Exit(1)
         console.print(
             f"wrote {_rows_written(query)} jobs (pipeline {tag}, checkpoint {root / 'checkpoint'}); "
-            f"run them: jobq relay & jobq worker --queues {queue}"
+            f"run them: jobq relay & jobq worker --app worker.examples --queues {queue}"
         )
     finally:
         spark.stop()

@@ -11,10 +11,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from jobq.stack.manager import Stack, StackSpec
-from jobq.stack.procs import log_tail
+from jqstack.manager import Endpoints, Stack, StackSpec
+from jqstack.procs import log_tail
+from kafkagate.settings import GateSettings
 
-__all__ = ["app", "existing_stack", "open_stack", "print_status"]
+__all__ = [
+    "DEV_TOKEN",
+    "app",
+    "dev_exports",
+    "existing_stack",
+    "local_gateway_url",
+    "open_stack",
+    "print_status",
+]
+
+DEV_TOKEN = "jobq-dev-token"
+"""The development bearer token, for loopback only: ``jobq stack env`` exports it to a local gateway
+(``JOBQ_GATE_TOKENS``), the canary and clients (``JOBQ_TOKEN``); ``jobq demo``'s gateways accept it too."""
 
 app = typer.Typer(help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack.")
 console = Console()
@@ -29,7 +42,7 @@ def open_stack(name: str, brokers: int = 1, redis_cluster: bool = False) -> Stac
 
 
 def existing_stack(name: str) -> Stack:
-    from jobq.stack.paths import stack_dir
+    from jqstack.paths import stack_dir
 
     state = stack_dir(name) / "state.json"
     if not state.exists():
@@ -38,6 +51,26 @@ def existing_stack(name: str) -> Stack:
         )
     spec = json.loads(state.read_text())["spec"]
     return Stack(StackSpec(**spec))
+
+
+def local_gateway_url() -> str:
+    """Where ``jobq gate`` listens when no ``JOBQ_GATE_HOST`` / ``JOBQ_GATE_PORT`` is set."""
+    fields = GateSettings.model_fields
+    return f"http://{fields['host'].default}:{fields['port'].default}"
+
+
+def dev_exports(endpoints: Endpoints) -> dict[str, str]:
+    """Everything a local gateway, relay, worker, canary and client need: the stack's endpoints, the
+    local gateway's URL and the development token (accepted by that gateway, sent by the canary)."""
+    url = local_gateway_url()
+    return {
+        **endpoints.exports(),
+        "JOBQ_GATE_TOKENS": DEV_TOKEN,
+        "JOBQ_CANARY_GATEWAYS": url,
+        "JOBQ_CANARY_TOKEN": DEV_TOKEN,
+        "JOBQ_URL": url,
+        "JOBQ_TOKEN": DEV_TOKEN,
+    }
 
 
 @app.command()
@@ -51,7 +84,8 @@ def up(
     """Fetch/build what is missing (cached), start every stopped server, wait until each answers."""
     started = time.monotonic()
     stack = open_stack(name, brokers, redis_cluster)
-    with console.status("starting servers (the first run downloads jars and builds Consul)..."):
+    stack.provision()  # cached; on the first run each fetch and build says what it does, and how far
+    with console.status("starting Kafka, Consul and Redis..."):
         stack.up()
     console.print(f"stack [bold]{name}[/] up in {time.monotonic() - started:.1f}s")
     print_status(stack)
@@ -113,6 +147,7 @@ def logs(
 
 @app.command()
 def env(name: NameOpt = "default") -> None:
-    """Shell export lines for every endpoint: eval "$(jobq stack env)"."""
-    for key, value in existing_stack(name).endpoints.exports().items():
+    """Shell export lines for the stack's endpoints, the local gateway (JOBQ_URL) and the development
+    token (JOBQ_TOKEN, accepted by `jobq gate` run in that shell): eval "$(jobq stack env)"."""
+    for key, value in dev_exports(existing_stack(name).endpoints).items():
         typer.echo(f"export {key}={shlex.quote(value)}")

@@ -25,7 +25,6 @@ from jqcore.presence import count_alive
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings, load
-from jqcore.state import reads
 from jqcore.state.engine import Engine
 from jqrelay.settings import RelaySettings
 
@@ -103,8 +102,8 @@ async def _redis(redis: RedisSettings) -> dict[str, Any]:
         engine = Engine(client)
         queues = []
         for q in await engine.queues():
-            d = await reads.depth(client, q)
-            stats = await reads.queue_stats(client, q)
+            d = await engine.depth(q)
+            stats = await engine.queue_stats(q)
             counted = {k: stats.get(k, 0) for k in ("handed_back", "duplicates", "reopened")}
             queues.append({"queue": q, **d.as_dict(), **counted})
         raw = await client.hgetall(keys.CANARY_HEALTH_KEY)

@@ -1,6 +1,33 @@
 """The Redis execution engine: the only code that touches queue keys (see ``docs/engine.md``)."""
 
 from jqcore.state.engine import Engine
-from jqcore.state.models import ClaimedJob, EnqueueOutcome, JobInfo, QueueConfig
+from jqcore.state.models import (
+    CancelOutcome,
+    CancelResult,
+    ClaimedJob,
+    EnqueueOutcome,
+    Failed,
+    Forgotten,
+    HandedBack,
+    JobInfo,
+    NotExtended,
+    QueueConfig,
+    QueueDepth,
+    Released,
+)
 
-__all__ = ["ClaimedJob", "Engine", "EnqueueOutcome", "JobInfo", "QueueConfig"]
+__all__ = [
+    "CancelOutcome",
+    "CancelResult",
+    "ClaimedJob",
+    "Engine",
+    "EnqueueOutcome",
+    "Failed",
+    "Forgotten",
+    "HandedBack",
+    "JobInfo",
+    "NotExtended",
+    "QueueConfig",
+    "QueueDepth",
+    "Released",
+]

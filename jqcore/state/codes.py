@@ -1,9 +1,16 @@
-"""The one place where script return codes and Redis errors become jobq exceptions."""
+"""Script return codes and the errors they raise.
+
+:class:`Code` mirrors the ``C_*`` constants of ``lua/_lib.lua``, one meaning per number
+(``tests/state/test_lua_contract.py`` holds the two equal). :mod:`jqcore.state.replies` turns whole
+replies into typed values using it; :func:`check` raises for a refused single-job write, and
+:func:`redis_errors` maps Redis failures to jobq errors.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from enum import IntEnum
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, ResponseError
@@ -12,13 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from jqcore.errors import BackendUnavailable, JobqError
 
 __all__ = [
-    "CANCELED",
-    "FENCE_STALE",
-    "FILTER_UNKNOWN",
-    "MISSING",
-    "OK",
-    "PAUSED",
-    "STALE",
+    "Code",
     "FenceRejected",
     "FilterInvalid",
     "JobNotFound",
@@ -29,7 +30,34 @@ __all__ = [
     "redis_errors",
 ]
 
-OK, STALE, MISSING, FENCE_STALE, CANCELED, PAUSED, FILTER_UNKNOWN = 1, 0, -1, -3, -4, -5, -6
+
+class Code(IntEnum):
+    """A Lua script's return code (``C_<NAME>`` in ``_lib.lua``)."""
+
+    OK = 1
+    """Done as asked."""
+    STALE = 0
+    """The attempt/token no longer owns the job (a late or lost worker)."""
+    MISSING = -1
+    """No such job."""
+    FINAL = -2
+    """The job is already in a terminal state: nothing changed."""
+    FENCE_STALE = -3
+    """The writer's fence is older than the newest seen (a deposed relay)."""
+    CANCELED = -4
+    """The job ended canceled while it ran (a cancel was requested, or its handler canceled it)."""
+    PAUSED = -5
+    """The queue is paused: nothing claimed."""
+    FILTER_UNKNOWN = -6
+    """A claim filters on a meta key the queue does not index."""
+    ERRORED = 2
+    """The job ended errored (the dead-letter list) instead of running again."""
+    FLAGGED = 3
+    """A running job was flagged for cancellation (its worker stops it)."""
+    TOMBSTONED = 4
+    """An id not in Redis yet: a canceled record waits for it."""
+    RETRY = 5
+    """A failed attempt is retried later."""
 
 
 class StaleLease(JobqError):
@@ -79,10 +107,10 @@ class RedisMemoryFull(BackendUnavailable):
 
 
 def check(code: int, job_id: str, what: str) -> None:
-    """Raise for a single-job script's failure code."""
-    if code == STALE:
+    """Raise for a single-job write the script refused (:class:`StaleLease`, :class:`JobNotFound`)."""
+    if code == Code.STALE:
         raise StaleLease(f"{what} {job_id}: stale attempt or lease token")
-    if code == MISSING:
+    if code == Code.MISSING:
         raise JobNotFound(f"{what} {job_id}: no such job")
 
 

@@ -1,14 +1,16 @@
-"""The engine: one typed async method per Lua transition, over Redis or Redis Cluster.
+"""The engine: the one door to queue state in Redis or Redis Cluster.
 
-Every state change is one script call (``lua/<name>.lua``), so there is never a half-done transition.
-Time comes from the caller (``now_ms``; the wall clock by default), which keeps tests in control of it.
-Reads (job by id, depths, dead list) live in :mod:`jqcore.state.reads`; blocking wake-ups and the
-scheduler loop in :mod:`jqcore.state.waiting`.
+Every state change is one script call (``lua/<name>.lua``, declared with its ``KEYS`` in
+:mod:`jqcore.state.scripts`), so there is never a half-done transition; its reply becomes a typed value in
+:mod:`jqcore.state.replies`. Reads (a job by id, depths, the dead list, configuration) and waits (a
+worker's wake-up, the scheduler) are methods too, so nothing outside ``jqcore.state`` touches a queue key
+or needs the raw client for queue state; their implementations live in :mod:`jqcore.state.reads` and
+:mod:`jqcore.state.waiting`. Time comes from the caller (``now_ms``; the wall clock by default), which
+keeps tests in control of it.
 """
 
 from __future__ import annotations
 
-import random
 import secrets
 import time
 from collections import defaultdict
@@ -20,15 +22,30 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from jqcore import metrics
-from jqcore.envelope import Envelope, decode, encode
+from jqcore.backoff import Backoff
+from jqcore.clock import now_ms
+from jqcore.envelope import Envelope, encode
 from jqcore.keys import KINDS_KEY, QUEUES_KEY, QueueKeys
-from jqcore.state import codes
-from jqcore.state.models import ClaimedJob, EnqueueOutcome, EnqueueResult, QueueConfig
-from jqcore.state.scripts import SCRIPT_NAMES, source
+from jqcore.redisconn import RedisClient
+from jqcore.state import codes, reads, replies, waiting
+from jqcore.state.models import (
+    CancelResult,
+    ClaimedJob,
+    EnqueueOutcome,
+    EnqueueResult,
+    Failed,
+    Forgotten,
+    HandedBack,
+    JobInfo,
+    NotExtended,
+    QueueConfig,
+    QueueDepth,
+    Released,
+)
+from jqcore.state.scripts import SCRIPTS, source
 
-__all__ = ["Engine", "RedisClient", "backoff_ms", "now_ms"]
+__all__ = ["Engine", "Triple"]
 
-RedisClient = aioredis.Redis | RedisCluster
 Triple = tuple[str, int, str]
 """(job id, attempt, lease token): what proves a worker owns a running job."""
 
@@ -36,19 +53,7 @@ MAX_ERROR_CHARS = 4000
 MAX_RESULT_BYTES = 65_536
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 _now_ms = now_ms  # for methods whose ``now_ms`` parameter shadows the function
-
-
-def backoff_ms(
-    attempt: int, base_ms: int = 1000, cap_ms: int = 3_600_000, rng: random.Random | None = None
-) -> int:
-    """Exponential backoff with jitter: between half and all of ``min(cap, base * 2**(attempt-1))``."""
-    ceiling = min(cap_ms, base_ms * 2 ** max(0, min(attempt - 1, 40)))
-    return int(ceiling / 2 + (rng or random).uniform(0, ceiling / 2))
 
 
 def _s(value: Any) -> str:
@@ -60,11 +65,15 @@ class Engine:
 
     def __init__(self, client: RedisClient) -> None:
         self.client = client
-        self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
+        self._scripts = {name: client.register_script(source(name)) for name in SCRIPTS}
         self._known_queues: set[str] = set()
 
+    @staticmethod
+    def _keys(name: str, queue: str) -> list[str]:
+        return QueueKeys(queue).for_script(SCRIPTS[name].keys)
+
     async def _run(self, name: str, queue: str, args: Sequence[Any], now: int | None) -> Any:
-        keys = QueueKeys(queue).script_keys()
+        keys = self._keys(name, queue)
         started = time.perf_counter()
         outcome = "ok"
         try:
@@ -101,11 +110,10 @@ class Engine:
             reply = await self._run(
                 "enqueue_batch", queue, [source, fence, len(batch), *_job_args(batch, origins or {})], now_ms
             )
-            if int(reply[0]) == codes.FENCE_STALE:
-                raise codes.FenceRejected(source, fence, int(reply[1]))
-            if int(reply[1]) == 1:
+            new, stored = replies.enqueue(batch, reply, source, fence)
+            if new:
                 created.append(queue)
-            outcomes += [_outcome(env, _s(raw)) for env, raw in zip(batch, reply[2:], strict=True)]
+            outcomes += stored
             metrics.ENQUEUE_BATCH_SIZE.observe(len(batch))
         await self._register(by_queue)
         for o in outcomes:
@@ -117,9 +125,7 @@ class Engine:
         its first write, so a stale holder is refused even in queues the new one has not written yet).
         Raises :class:`codes.FenceRejected` when a newer fence is already there."""
         for queue in queues:
-            reply = await self._run("enqueue_batch", queue, [source, fence, 0], None)
-            if int(reply[0]) == codes.FENCE_STALE:
-                raise codes.FenceRejected(source, fence, int(reply[1]))
+            replies.fence(await self._run("enqueue_batch", queue, [source, fence, 0], None), source, fence)
 
     async def _register(self, queues: Iterable[str]) -> None:
         new = [q for q in queues if q not in self._known_queues]
@@ -149,36 +155,18 @@ class Engine:
         pairs = "\n".join(f"{k}={v}" for k, v in (filter or {}).items())
         now = now_ms if now_ms is not None else _now_ms()
         reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs], now)
-        if int(reply[0]) == codes.PAUSED:
-            return []
-        if int(reply[0]) == codes.FILTER_UNKNOWN:
-            raise codes.FilterInvalid(
-                f"queue {queue!r} does not index meta key {_s(reply[1])!r}; declare it in the queue's"
-                " filter_keys to claim by it"
-            )
-        rows = reply[1:]
-        return [
-            ClaimedJob(
-                decode(rows[i + 1]),
-                int(rows[i + 2]),
-                _s(rows[i + 3]),
-                int(rows[i + 4]),
-                int(rows[i + 4]) - now,
-            )
-            for i in range(0, len(rows), 5)
-        ]
+        return replies.claim(queue, reply, now)
 
     async def extend(
         self, queue: str, owned: Sequence[Triple], lease_ms: int, *, now_ms: int | None = None
-    ) -> dict[str, int | str]:
+    ) -> dict[str, int | NotExtended]:
         """Extend leases (``lease_ms=0``: each job's own lease, else the queue's default); per id the new
-        deadline (ms) or ``stale`` / ``missing`` / ``canceled``."""
+        deadline (ms) or why not (``stale`` / ``missing`` / ``canceled``)."""
         args: list[Any] = [lease_ms]
         for job_id, attempt, token in owned:
             args += [job_id, attempt, token]
         reply = await self._run("extend", queue, args, now_ms)
-        words = {codes.STALE: "stale", codes.MISSING: "missing", codes.CANCELED: "canceled"}
-        return {t[0]: (int(c) if int(c) > 0 else words[int(c)]) for t, c in zip(owned, reply, strict=True)}
+        return replies.extend([t[0] for t in owned], reply)
 
     async def complete(
         self, queue: str, job: Triple, result: bytes | str | None = None, *, now_ms: int | None = None
@@ -187,31 +175,33 @@ class Engine:
         data = result.encode() if isinstance(result, str) else (result or b"")
         if len(data) > MAX_RESULT_BYTES:
             raise codes.QueueConfigInvalid(f"result of {len(data)} bytes exceeds {MAX_RESULT_BYTES}")
-        reply = await self._run("complete", queue, [*job, data], now_ms)
-        codes.check(int(reply[0]), job[0], "complete")
+        replies.single(await self._run("complete", queue, [*job, data], now_ms), job[0], "complete")
 
     async def complete_many(
         self, queue: str, items: Sequence[tuple[Triple, bytes | None]], *, now_ms: int | None = None
-    ) -> list[int]:
+    ) -> list[codes.Code]:
         """Complete several running jobs of one queue in one round trip (a pipeline of the ``complete``
         script, each call still atomic on its own). Returns each job's code for :func:`codes.check`."""
         if not items:
             return []
         if isinstance(self.client, RedisCluster):  # cluster pipelines do not load scripts: one call each
-            return [int((await self._run("complete", queue, [*j, r or b""], now_ms))[0]) for j, r in items]
-        keys = QueueKeys(queue).script_keys()
-        now = now_ms if now_ms is not None else int(time.time() * 1000)
+            one_by_one: list[codes.Code] = []
+            for j, r in items:
+                one_by_one.append(replies.code(await self._run("complete", queue, [*j, r or b""], now_ms)))
+            return one_by_one
+        keys = self._keys("complete", queue)
+        now = now_ms if now_ms is not None else _now_ms()
         started = time.perf_counter()
         calls = [[now, *job, b"" if len(r or b"") > MAX_RESULT_BYTES else (r or b"")] for job, r in items]
         async with codes.redis_errors("complete"):
-            replies = await self._pipelined("complete", keys, calls)
+            answers = await self._pipelined("complete", keys, calls)
         metrics.SCRIPT_CALLS.labels("complete", "ok").inc(len(items))
         metrics.SCRIPT_TIME.labels("complete").observe(time.perf_counter() - started)
-        out: list[int] = []
-        for reply in replies:
+        out: list[codes.Code] = []
+        for reply in answers:
             if isinstance(reply, Exception):
                 raise reply
-            out.append(int(reply[0]))
+            out.append(replies.code(reply))
         return out
 
     async def _pipelined(self, name: str, keys: Sequence[str], calls: Sequence[Sequence[Any]]) -> list[Any]:
@@ -247,65 +237,63 @@ class Engine:
         retry_delay_ms: int | None = None,
         permanent: bool = False,
         now_ms: int | None = None,
-    ) -> str:
+    ) -> Failed:
         """Record a failed attempt; returns ``retry``, ``errored`` or ``canceled``."""
-        delay = backoff_ms(job[1]) if retry_delay_ms is None else max(0, retry_delay_ms)
+        delay = Backoff().delay_ms(int(job[1])) if retry_delay_ms is None else max(0, retry_delay_ms)
         args = [*job, error[:MAX_ERROR_CHARS], delay, int(permanent)]
-        reply = await self._run("fail", queue, args, now_ms)
-        codes.check(int(reply[0]), job[0], "fail")
-        return _s(reply[1])
+        return replies.fail(await self._run("fail", queue, args, now_ms), job[0])
+
+    async def cancel_running(
+        self, queue: str, job: Triple, reason: str = "canceled by its handler", *, now_ms: int | None = None
+    ) -> None:
+        """The job's handler canceled it: its running attempt ends canceled, never retried (one
+        transition; raises StaleLease / JobNotFound)."""
+        reply = await self._run("cancel_running", queue, [*job, reason[:MAX_ERROR_CHARS]], now_ms)
+        replies.cancel_running(reply, job[0])
 
     async def snooze(self, queue: str, job: Triple, delay_ms: int, *, now_ms: int | None = None) -> int:
         """Put a running job back for ``delay_ms`` without spending its attempt; returns run_at."""
-        reply = await self._run("snooze", queue, [*job, max(0, delay_ms)], now_ms)
-        codes.check(int(reply[0]), job[0], "snooze")
-        return int(reply[1])
+        return replies.snooze(await self._run("snooze", queue, [*job, max(0, delay_ms)], now_ms), job[0])
 
     async def hand_back(
         self, queue: str, job: Triple, delay_ms: int, dead_after_ms: int, *, now_ms: int | None = None
-    ) -> str:
+    ) -> HandedBack:
         """Give back a job this pool has no handler for, attempt refunded, claimable again after
         ``delay_ms``; ``errored`` once pools kept handing it back for ``dead_after_ms``. Returns
         ``handed_back`` or ``errored``."""
         reply = await self._run("hand_back", queue, [*job, max(0, delay_ms), max(0, dead_after_ms)], now_ms)
-        codes.check(int(reply[0]), job[0], "hand_back")
-        return _s(reply[1])
+        return replies.hand_back(reply, job[0])
 
     async def release(
         self, queue: str, jobs: Sequence[tuple[str, int, str, bool]], *, now_ms: int | None = None
-    ) -> dict[str, str]:
+    ) -> dict[str, Released]:
         """Give running jobs back (shutdown): (id, attempt, token, started) → released / errored /
         stale / missing per id."""
         args: list[Any] = []
         for job_id, attempt, token, started in jobs:
             args += [job_id, attempt, token, int(started)]
         reply = await self._run("release", queue, args, now_ms)
-        words = {1: "released", 2: "errored", 0: "stale", -1: "missing"}
-        return {j[0]: words[int(c)] for j, c in zip(jobs, reply, strict=True)}
+        return replies.release([j[0] for j in jobs], reply)
 
     # ---- admin transitions --------------------------------------------------------------------------
     async def cancel(
         self, queue: str, job_id: str, reason: str = "canceled", *, now_ms: int | None = None
-    ) -> str:
+    ) -> CancelResult:
         """Cancel/unschedule: ``canceled`` | ``flagged`` (running) | ``tombstoned`` (not yet here) |
-        ``already <state>`` (terminal)."""
-        reply = await self._run("cancel", queue, [job_id, reason], now_ms)
-        code, state = int(reply[0]), _s(reply[1])
-        return {1: "canceled", 2: "flagged", 3: "tombstoned"}.get(code, f"already {state}")
+        ``final`` (already finished: nothing changed), with the state the job was in."""
+        return replies.cancel(await self._run("cancel", queue, [job_id, reason], now_ms))
 
     async def promote_due(
         self, queue: str, limit: int = 1000, *, now_ms: int | None = None
     ) -> tuple[int, int]:
         """Delayed → pending for due jobs; returns (promoted, next run_at or -1)."""
-        reply = await self._run("promote_due", queue, [limit], now_ms)
-        return int(reply[0]), int(reply[1])
+        return replies.timer(await self._run("promote_due", queue, [limit], now_ms))
 
     async def reap_expired(
         self, queue: str, limit: int = 1000, *, now_ms: int | None = None
     ) -> tuple[int, int]:
         """Expired leases; returns (reaped, next lease deadline or -1)."""
-        reply = await self._run("reap_expired", queue, [limit], now_ms)
-        return int(reply[0]), int(reply[1])
+        return replies.timer(await self._run("reap_expired", queue, [limit], now_ms))
 
     async def gc(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> int:
         return int(await self._run("gc", queue, [limit], now_ms))
@@ -320,12 +308,12 @@ class Engine:
     ) -> int:
         return int(await self._run("dead_purge", queue, [limit, *ids], now_ms))
 
-    async def forget(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> list[str]:
+    async def forget(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> list[Forgotten]:
         """Delete finished jobs now so their ids can be enqueued again; per id ``forgotten``,
         ``active`` (not finished: left alone) or ``missing``."""
         if not ids:
             return []
-        return [_s(o) for o in await self._run("forget", queue, list(ids), now_ms)]
+        return replies.forget(await self._run("forget", queue, list(ids), now_ms))
 
     async def configure_queue(self, queue: str, config: QueueConfig) -> None:
         """Apply a queue's configuration (validated here; see :class:`QueueConfig`)."""
@@ -371,6 +359,55 @@ class Engine:
         async with codes.redis_errors("queues"):
             return sorted(_s(q) for q in await self.client.smembers(QUEUES_KEY))
 
+    # ---- reads (plain commands: they change nothing) ---------------------------------------------------
+    async def get_job(self, queue: str, job_id: str) -> JobInfo | None:
+        """The job as an admin sees it; None when there is no such job (or GC removed it)."""
+        return await reads.get_job(self.client, queue, job_id)
+
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
+        """Many jobs of one queue, pipelined (benchmarks read thousands)."""
+        return await reads.get_jobs(self.client, queue, ids)
+
+    async def depth(
+        self, queue: str, filter: Mapping[str, str] | None = None, *, now: int | None = None
+    ) -> QueueDepth:
+        """Jobs per state (``by_filter``: pending jobs matching one declared ``meta`` pair)."""
+        return await reads.depth(self.client, queue, filter, now=now)
+
+    async def dead_list(self, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+        """Errored jobs, oldest first."""
+        return await reads.dead_list(self.client, queue, offset, limit)
+
+    async def queue_config(self, queue: str) -> QueueConfig:
+        return await reads.queue_config(self.client, queue)
+
+    async def queue_stats(self, queue: str) -> dict[str, int]:
+        """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, ...)."""
+        return await reads.queue_stats(self.client, queue)
+
+    async def kinds(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        """Every configured job type, its defaults and its options per queue (see :func:`reads.kinds`)."""
+        return await reads.kinds(self.client, queues)
+
+    # ---- waits ------------------------------------------------------------------------------------
+    async def wait_for_work(self, queues: Sequence[str], timeout_s: float) -> str | None:
+        """Block until one of ``queues`` signals work; that queue, or None after ``timeout_s``."""
+        return await waiting.wait_for_work(self.client, queues, timeout_s)
+
+    async def wait_for_due(self, queue: str, timeout_s: float) -> None:
+        """Block until a script tells the scheduler of an earlier due time in ``queue``, or
+        ``timeout_s`` passed."""
+        await self.client.blpop([QueueKeys(queue).sched], timeout=timeout_s)
+
+    def block_limit_s(self, wanted_s: float) -> float:
+        """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
+        return waiting.block_limit_s(self.client, wanted_s)
+
+    def scheduler(self, queues: Sequence[str], **options: Any) -> waiting.Scheduler:
+        """A :class:`~jqcore.state.waiting.Scheduler` (promote, reap, GC) for ``queues`` over this engine;
+        ``options`` are its keyword arguments (``max_idle_s``, ``gc_every_s``, ``batch``, ``clock``)."""
+        return waiting.Scheduler(self, queues, **options)
+
 
 def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any]:
     args: list[Any] = []
@@ -384,12 +421,6 @@ def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any
         ]
         args += [meta, origins.get(env.id, "")]
     return args
-
-
-def _outcome(env: Envelope, raw: str) -> EnqueueOutcome:
-    if raw.startswith("refused:"):
-        return EnqueueOutcome(env.id, env.queue, "refused", raw.removeprefix("refused:"))
-    return EnqueueOutcome(env.id, env.queue, raw)  # type: ignore[arg-type]
 
 
 def _config_fields(config: QueueConfig) -> dict[str, str]:

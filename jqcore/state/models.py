@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from jqcore.envelope import Envelope
 
-__all__ = ["ClaimedJob", "EnqueueOutcome", "EnqueueResult", "JobInfo", "QueueConfig", "QueueDepth"]
+__all__ = [
+    "CancelOutcome",
+    "CancelResult",
+    "ClaimedJob",
+    "EnqueueOutcome",
+    "EnqueueResult",
+    "Failed",
+    "Forgotten",
+    "HandedBack",
+    "JobInfo",
+    "NotExtended",
+    "QueueConfig",
+    "QueueDepth",
+    "Released",
+]
 
 Outcome = Literal["stored", "delayed", "duplicate", "canceled", "expired", "refused"]
 
@@ -47,6 +62,78 @@ class ClaimedJob:
     @property
     def queue(self) -> str:
         return self.envelope.queue
+
+
+class NotExtended(StrEnum):
+    """Why ``extend`` did not extend a job's lease (the worker must stop it)."""
+
+    STALE = "stale"
+    """The lease was lost: another attempt owns the job now."""
+    MISSING = "missing"
+    CANCELED = "canceled"
+    """A cancel was requested: the job is canceled now."""
+
+
+class Failed(StrEnum):
+    """What a failed attempt led to."""
+
+    RETRY = "retry"
+    ERRORED = "errored"
+    """Attempts used up, a permanent failure or an at_most_once kind: the dead-letter list."""
+    CANCELED = "canceled"
+    """A cancel was requested while it ran: canceled, not retried."""
+
+
+class HandedBack(StrEnum):
+    """What handing back a job of an unknown kind led to."""
+
+    HANDED_BACK = "handed_back"
+    ERRORED = "errored"
+    """No pool ran its kind for the dead-after time."""
+
+
+class Released(StrEnum):
+    """What giving a running job back at shutdown did to it."""
+
+    RELEASED = "released"
+    ERRORED = "errored"
+    """An at_most_once job that had started: never handed out twice."""
+    STALE = "stale"
+    MISSING = "missing"
+
+
+class Forgotten(StrEnum):
+    """What ``forget`` did with one id."""
+
+    FORGOTTEN = "forgotten"
+    ACTIVE = "active"
+    """Not finished: left alone."""
+    MISSING = "missing"
+
+
+class CancelOutcome(StrEnum):
+    CANCELED = "canceled"
+    FLAGGED = "flagged"
+    """Running: its worker stops it (at its next extend, or when it fails)."""
+    TOMBSTONED = "tombstoned"
+    """Not in Redis yet (still in Kafka): refused as ``canceled`` when the relay brings it."""
+    FINAL = "final"
+    """Already finished: nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What a cancel did, and the state the job was in before it (``missing`` for a tombstone)."""
+
+    outcome: CancelOutcome
+    state: str
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome is not CancelOutcome.FINAL
+
+    def __str__(self) -> str:
+        return self.outcome.value if self.changed else f"already {self.state}"
 
 
 @dataclass(slots=True)

@@ -1,20 +1,21 @@
 """Admin reads: a job by id, depths per state and per filter, the dead-letter list, queue config.
 
-Reads change nothing, so they are plain commands (pipelined on the queue's slot), not scripts.
+Reads change nothing, so they are plain commands (pipelined on the queue's slot), not scripts. Callers
+outside ``jqcore.state`` use them as :class:`~jqcore.state.engine.Engine` methods.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jqcore.envelope import now_ms
+from jqcore.clock import now_ms
 from jqcore.keys import KINDS_KEY, QueueKeys
-from jqcore.state.engine import RedisClient
+from jqcore.redisconn import RedisClient
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth
 
-__all__ = ["dead_list", "depth", "get_job", "kinds", "queue_config", "queue_stats"]
+__all__ = ["dead_list", "depth", "get_job", "get_jobs", "kinds", "queue_config", "queue_stats"]
 
 
 def _s(value: Any) -> str | None:
@@ -34,7 +35,24 @@ def _i(value: Any) -> int | None:
 
 async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | None:
     """The job's state, attempts with their errors, timestamps, result; None once GC removed it."""
-    raw = await client.hgetall(QueueKeys(queue).job(job_id))
+    return _job_info(queue, job_id, await client.hgetall(QueueKeys(queue).job(job_id)))
+
+
+async def get_jobs(
+    client: RedisClient, queue: str, ids: Sequence[str], chunk: int = 1000
+) -> list[JobInfo | None]:
+    """Many jobs of one queue, one pipelined round trip per ``chunk`` ids."""
+    keys, out = QueueKeys(queue), []
+    for i in range(0, len(ids), chunk):
+        part = ids[i : i + chunk]
+        pipe = client.pipeline(transaction=False)
+        for job_id in part:
+            pipe.hgetall(keys.job(job_id))
+        out += [_job_info(queue, j, raw) for j, raw in zip(part, await pipe.execute(), strict=True)]
+    return out
+
+
+def _job_info(queue: str, job_id: str, raw: Mapping[Any, Any]) -> JobInfo | None:
     if not raw:
         return None
     h = {_s(k) or "": v for k, v in raw.items()}

@@ -1,31 +1,76 @@
-"""Loading the Lua transitions: each file of ``lua/`` with ``_lib.lua`` spliced in after its shebang."""
+"""The Lua transitions, each declared once: its file in ``lua/`` and the ``KEYS`` it receives.
+
+A declaration names, in :data:`jqcore.keys.KEY_NAMES` order, every key the script touches at a fixed name
+(BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order, is the
+script's header (``-- KEYS[i] <name> ...``), what :meth:`jqcore.keys.QueueKeys.for_script` passes, and
+the binding the loader puts before ``_lib.lua``: ``local P, READY, ... = KEYS[1], KEYS[2], ...``.
+``tests/state/test_lua_contract.py`` checks the three against each other and against the code.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from types import MappingProxyType
+from typing import cast
 
-__all__ = ["SCRIPT_NAMES", "source"]
+from jqcore.keys import KEY_NAMES, KeyName
 
-SCRIPT_NAMES = (
-    "enqueue_batch",
-    "claim",
-    "extend",
-    "complete",
-    "fail",
-    "snooze",
-    "hand_back",
-    "release",
-    "cancel",
-    "promote_due",
-    "reap_expired",
-    "gc",
-    "dead_retry",
-    "dead_purge",
-    "forget",
-    "configure_queue",
-    "configure_kind",
+__all__ = ["SCRIPTS", "SCRIPT_NAMES", "Script", "local_name", "source"]
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One transition: ``lua/<name>.lua`` and the names of its ``KEYS``, in order."""
+
+    name: str
+    keys: tuple[KeyName, ...]
+
+
+def _declare(name: str, keys: str) -> Script:
+    """``keys``: the names, space-separated (each one of :data:`~jqcore.keys.KEY_NAMES`)."""
+    names = tuple(keys.split())
+    unknown = [n for n in names if n not in KEY_NAMES]
+    if unknown:
+        raise ValueError(f"{name}: unknown key names {unknown}")
+    return Script(name, cast("tuple[KeyName, ...]", names))
+
+
+_TRANSITIONS = (
+    _declare(
+        "enqueue_batch", "prefix ready delayed done dead config kinds counts stats xhead fences wake sched"
+    ),
+    _declare("claim", "prefix ready running done dead config kinds kindrun counts stats xhead wake sched"),
+    _declare("extend", "prefix ready running done dead config kindrun counts stats xhead wake"),
+    _declare("complete", "prefix ready running done dead config kindrun counts stats xhead wake"),
+    _declare(
+        "fail", "prefix ready delayed running done dead config kinds kindrun counts stats xhead wake sched"
+    ),
+    _declare("cancel_running", "prefix ready running done dead config kindrun counts stats xhead wake"),
+    _declare("snooze", "prefix ready delayed running kindrun counts stats wake sched"),
+    _declare(
+        "hand_back", "prefix ready delayed running done dead config kindrun counts stats xhead wake sched"
+    ),
+    _declare("release", "prefix ready running done dead config kinds kindrun counts stats xhead wake"),
+    _declare("cancel", "prefix ready delayed done dead config counts stats xhead wake"),
+    _declare("promote_due", "prefix ready delayed counts xhead wake"),
+    _declare("reap_expired", "prefix ready running done dead config kinds kindrun counts stats xhead wake"),
+    _declare("gc", "prefix done dead"),
+    _declare("dead_retry", "prefix ready done dead counts stats xhead wake"),
+    _declare("dead_purge", "prefix done dead"),
+    _declare("forget", "prefix done dead stats"),
+    _declare("configure_queue", "ready config wake"),
+    _declare("configure_kind", "prefix ready kinds kindrun counts wake"),
 )
+
+SCRIPTS = MappingProxyType({s.name: s for s in _TRANSITIONS})
+SCRIPT_NAMES = tuple(SCRIPTS)
+
+
+def local_name(key: KeyName) -> str:
+    """The Lua local a key is bound to: ``P`` for the prefix, else the name in upper case."""
+    return "P" if key == "prefix" else key.upper()
 
 
 def _read(name: str) -> str:
@@ -34,9 +79,13 @@ def _read(name: str) -> str:
 
 @cache
 def source(name: str) -> str:
-    """The script text sent to Redis: shebang line, the shared helpers, then the transition body."""
+    """The script text sent to Redis: shebang line, the binding of its declared ``KEYS``, the shared
+    helpers, then the transition body."""
     text = _read(name)
     shebang, _, body = text.partition("\n")
     if not shebang.startswith("#!lua"):
         raise ValueError(f"{name}.lua must start with a '#!lua' shebang line")
-    return f"{shebang}\n{_read('_lib')}\n{body}"
+    keys = SCRIPTS[name].keys
+    names = ", ".join(local_name(k) for k in keys)
+    values = ", ".join(f"KEYS[{i}]" for i in range(1, len(keys) + 1))
+    return f"{shebang}\nlocal {names} = {values}\n{_read('_lib')}\n{body}"

@@ -1,6 +1,9 @@
 """Waiting without polling: workers block on a queue's wake list; the scheduler sleeps until the next
 due time (a delayed job's ``run_at`` or a lease deadline) or until a script tells it an earlier one
 appeared. An idle pool or scheduler costs one blocking command per ``max_idle_s``.
+
+Callers outside ``jqcore.state`` reach these through the engine (``engine.wait_for_work``,
+``engine.scheduler``), never with a raw client.
 """
 
 from __future__ import annotations
@@ -8,13 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from redis.asyncio.cluster import RedisCluster
 
+from jqcore.clock import now_ms
 from jqcore.keys import QueueKeys
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.state.engine import Engine, RedisClient, now_ms
+from jqcore.redisconn import RedisClient
+
+if TYPE_CHECKING:
+    from jqcore.state.engine import Engine
 
 __all__ = ["Scheduler", "block_limit_s", "wait_for_work"]
 
@@ -135,11 +143,11 @@ class Scheduler(Service):
         if promoted >= self.batch or reaped >= self.batch:
             return next_gc
         due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]
-        timeout_s = min(block_limit_s(self.engine.client, self.max_idle_s), (min(due) - self.clock()) / 1000)
+        timeout_s = min(self.engine.block_limit_s(self.max_idle_s), (min(due) - self.clock()) / 1000)
         if timeout_s > PRECISE_SLEEP_S:
             # Redis times blocked clients out at its own tick (~100 ms at hz 10): wake a little early and
             # finish the wait below with a precise local sleep. An earlier due time wakes us at once.
-            await self.engine.client.blpop([QueueKeys(queue).sched], timeout=timeout_s - PRECISE_SLEEP_S)
+            await self.engine.wait_for_due(queue, timeout_s - PRECISE_SLEEP_S)
         elif timeout_s > 0:
             await asyncio.sleep(timeout_s)
         return next_gc

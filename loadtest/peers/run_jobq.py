@@ -1,5 +1,5 @@
 """jobq's Redis stage (runs in jobq's own .venv): enqueue_batch as the relay writes (1,000 per call for
-the bulk enqueue, one per call at a fixed rate), workers `python -m worker --concurrency 50`."""
+the bulk enqueue, one per call at a fixed rate), workers `python -m worker` (JOBQ_WORKER_CONCURRENCY=50)."""
 
 from __future__ import annotations
 
@@ -55,9 +55,15 @@ def delayed(n: float, d: float) -> None:
 
 
 def worker() -> None:
-    env = {**os.environ, "JOBQ_REDIS_URL": common.QUEUE_REDIS, "JOBQ_LOG_LEVEL": "warning"}
-    args = ["-m", "worker", "--queues", QUEUE, "--concurrency", "50", "--app", "jobq_app:registry"]
-    os.execve(sys.executable, [sys.executable, *args], env)
+    env = {
+        **os.environ,
+        "JOBQ_REDIS_URL": common.QUEUE_REDIS,
+        "JOBQ_LOG_LEVEL": "warning",
+        "JOBQ_WORKER_QUEUES": QUEUE,
+        "JOBQ_WORKER_CONCURRENCY": "50",
+        "JOBQ_WORKER_APP": "jobq_app:registry",
+    }
+    os.execve(sys.executable, [sys.executable, "-m", "worker"], env)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from jobq.stack.manager import Endpoints
+from jqstack.manager import Endpoints
 from loadtest import drain_bench, e2e_bench, engine_bench, gate_bench, relay_bench
 
 

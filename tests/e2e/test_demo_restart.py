@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,51 +22,41 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from jobq.stack.backends import NativeTestStack, SessionStack
-from jobq.stack.manager import Endpoints
-from jobq.stack.procs import alive
 from jqcore.state import reads
+from jqstack.backends import NativeTestStack, SessionStack
+from jqstack.manager import Endpoints
+from jqstack.supervise import Child, Children, alive, stop_pids
 
 pytestmark = pytest.mark.faults
 
 Eventually = Callable[..., Awaitable[Any]]
 
 
-def _demo(stack_name: str, workdir: Path, *args: str) -> subprocess.Popen[bytes]:
-    with (workdir.parent / f"{workdir.name}.out").open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "jobq", "demo", "--stack", stack_name, "--workdir", str(workdir), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            # PYTHONFAULTHANDLER: a demo that hangs is aborted (SIGABRT) by the test and leaves the
-            # traceback of every thread in its output, so the failure names where it hung
-            env={**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"},
-        )
+def _demo(demos: Children, stack_name: str, workdir: Path, *args: str) -> Child:
+    argv = [sys.executable, "-m", "jobq", "demo", "--stack", stack_name, "--workdir", str(workdir), *args]
+    # PYTHONFAULTHANDLER: a demo that hangs is aborted (SIGABRT) by the test and leaves the traceback of
+    # every thread in its output, so the failure names where it hung
+    env = {**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"}
+    return demos.start(workdir.name, argv, output=workdir.parent / f"{workdir.name}.out", env=env)
 
 
-async def _wait_or_abort(proc: subprocess.Popen[bytes], folder: Path, timeout_s: float) -> int:
+async def _wait_or_abort(demo: Child, folder: Path, timeout_s: float) -> int:
     """The demo's exit code; if it has not exited in ``timeout_s``: abort it (see PYTHONFAULTHANDLER),
-    kill the children it left (its own session: nothing else stops them) and fail with its output."""
-    try:
-        return await asyncio.to_thread(proc.wait, timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
-    proc.send_signal(signal.SIGABRT)
-    try:
-        await asyncio.to_thread(proc.wait, 30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        await asyncio.to_thread(proc.wait)
+    stop the children it left (their own sessions: nothing else stops them) and fail with its output."""
+    with contextlib.suppress(TimeoutError):
+        return await demo.exited(timeout_s)
+    demo.signal(signal.SIGABRT)
+    with contextlib.suppress(TimeoutError):
+        await demo.exited(30)
     with contextlib.suppress(OSError, orjson.JSONDecodeError):
-        for pid in orjson.loads((folder / "pids.json").read_bytes()).values():
-            if _runs_demo_module(pid):
-                os.kill(pid, signal.SIGKILL)
+        pids = orjson.loads((folder / "pids.json").read_bytes()).values()
+        await asyncio.to_thread(stop_pids, [pid for pid in pids if _runs_demo_module(pid)], grace_s=5)
     out = (folder.parent / f"{folder.name}.out").read_text(errors="replace")
     raise AssertionError(f"the demo did not exit within {timeout_s:.0f}s; its output:\n{out[-12000:]}")
 
 
-DEMO_MODULES = ("kafkagate", "jqrelay", "worker", "canary")
-"""What the demo's child processes run (``python -m <module>``)."""
+DEMO_MODULES = (("kafkagate",), ("jqrelay",), ("jobq", "worker"), ("canary",))
+"""What the demo's child processes run: ``python -m <module>``, the worker ``python -m jobq worker``."""
 
 
 def _strays(pids: dict[str, int]) -> list[str]:
@@ -85,7 +74,9 @@ def _runs_demo_module(pid: int) -> bool:
         return not Path("/proc/self").exists()
     if f"Tgid:\t{pid}\n" not in status:  # a thread of some other process
         return False
-    return any(args[i] == b"-m" and args[i + 1].decode() in DEMO_MODULES for i in range(len(args) - 1))
+    words = [a.decode(errors="replace") for a in args]
+    after_m = [tuple(words[i + 1 :]) for i, word in enumerate(words) if word == "-m"]
+    return any(rest[: len(module)] == module for rest in after_m for module in DEMO_MODULES)
 
 
 def _read(path: Path) -> bytes | None:
@@ -123,15 +114,11 @@ async def test_interrupted_demo_leaves_no_process_and_the_restart_finishes_its_j
     name = stack.stack.spec.name
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
 
-    first = _demo(name, first_dir)
-    try:
+    with Children(grace_s=30.0) as demos:
+        first = _demo(demos, name, first_dir)
         raw_jobs = await eventually(lambda: _file(first_dir / "jobs.json"), _complete_json, 180)
-        first.send_signal(signal.SIGINT)  # Ctrl-C while the delayed and exclusive jobs are still pending
+        first.signal(signal.SIGINT)  # Ctrl-C while the delayed and exclusive jobs are still pending
         code = await _wait_or_abort(first, first_dir, 120)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
     out = (tmp_path / "first.out").read_text()
     assert code == 0, out
     assert "had to kill" not in out, out
@@ -146,13 +133,9 @@ async def test_interrupted_demo_leaves_no_process_and_the_restart_finishes_its_j
         unfinished = [i for _, i, expected in jobs if interrupted[i] != expected]
         assert unfinished, "the interruption came too late to prove anything: every job had finished"
 
-        second = _demo(name, second_dir, "--once", "--timeout", "240")
-        try:
+        with Children(grace_s=30.0) as demos:
+            second = _demo(demos, name, second_dir, "--once", "--timeout", "240")
             code = await _wait_or_abort(second, second_dir, 300)
-        finally:
-            if second.poll() is None:
-                second.kill()
-                second.wait()
         assert code == 0, (tmp_path / "second.out").read_text()
         expected = {i: e for _, i, e in jobs}
         final = await eventually(lambda: _states(client, jobs), lambda s: s == expected, 60)

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from canary.monitor import Canary
-from jobq.stack.manager import Endpoints
 from jqcore.client import Gateway, JobqClient
 from jqcore.routing import CANARY_PREFIX, Route, RoutingSettings
 from jqcore.state import Engine
 from jqrelay.main import RelayService
+from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
@@ -34,13 +33,6 @@ class Pipeline:
     gates: list[GateService]
     relay: RelayService
     routing: RoutingSettings
-
-
-@pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    client = aioredis.Redis.from_url(endpoints.redis_url or "")
-    yield Engine(client)
-    await client.aclose()
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from jobq.stack.manager import Endpoints
 from jqcore.client import JobqClient
 from jqcore.routing import Route, RoutingSettings
 from jqcore.state import Engine, QueueConfig, reads
 from jqrelay.main import RelayService
+from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry

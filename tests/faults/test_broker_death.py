@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from jobq.stack.backends import NativeTestStack, SessionStack
-from jobq.stack.procs import alive, wait_until
-from jqcore.errors import StackError
+from jqstack.backends import NativeTestStack, SessionStack
+from jqstack.errors import StackError
+from jqstack.supervise import alive, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kills_servers]
 

@@ -8,13 +8,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-import redis.asyncio as aioredis
-from confluent_kafka import Consumer, TopicPartition
 
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import new_envelope
 from jqcore.routing import Route, RoutingSettings
 from jqcore.state import Engine
+from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 
 
@@ -56,51 +54,6 @@ async def gw(
     service = make_gate(routing_for(topic))
     async with service, aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
         yield Gw(service, http, topic, f"{prefix}.q")
-
-
-def read_topic(bootstrap: str, topic: str, n: int, timeout_s: float = 30) -> list[Any]:
-    """Every record of ``topic`` from the start until ``n`` were read (or the deadline: fewer)."""
-    import time
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.read", "log_level": 0})
-    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    out: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.19):
-                assert msg.error() is None, msg.error()
-                out.append(msg)
-    finally:
-        consumer.close()
-    return out
-
-
-def end_offsets(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.ends", "log_level": 0})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
-    finally:
-        consumer.close()
-
-
-@pytest.fixture
-def topic_reader(endpoints: Endpoints) -> Callable[..., list[Any]]:
-    return lambda topic, n, timeout_s=30: read_topic(endpoints.kafka_bootstrap, topic, n, timeout_s)
-
-
-@pytest.fixture
-def topic_end(endpoints: Endpoints) -> Callable[[str], int]:
-    return lambda topic: end_offsets(endpoints.kafka_bootstrap, topic)
-
-
-@pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    client = aioredis.Redis.from_url(endpoints.redis_url or "")
-    yield Engine(client)
-    await client.aclose()
 
 
 Put = Callable[..., Any]

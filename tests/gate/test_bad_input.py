@@ -24,9 +24,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, MAX_ENVELOPE_BYTES, decode
 from jqcore.settings import KafkaSettings, RedisSettings
+from jqstack.manager import Endpoints
 from kafkagate.http import error_middleware
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings

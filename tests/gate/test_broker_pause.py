@@ -3,18 +3,17 @@ resume once it is back."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 
-from jobq.stack.backends import NativeTestStack, SessionStack
 from jqcore.routing import Route, RoutingSettings
+from jqstack.backends import NativeTestStack, SessionStack
 from kafkagate.main import GateService
 
 pytestmark = pytest.mark.faults
@@ -27,6 +26,7 @@ async def test_paused_broker_gives_503_then_enqueues_resume(
     make_gate: Callable[..., GateService],
     token: str,
     topic_end: Callable[[str], int],
+    eventually: Callable[..., Awaitable[Any]],
 ) -> None:
     if not isinstance(stack, NativeTestStack):
         pytest.skip("native stack only")
@@ -52,11 +52,11 @@ async def test_paused_broker_gives_503_then_enqueues_resume(
             assert took < 30, "a hang guard, not a speed check: the 503 comes from the 2 s produce timeout"
         finally:
             os.kill(broker.pid, signal.SIGCONT)
-        deadline = asyncio.get_running_loop().time() + 60
-        while True:  # the broker is back: the client's retry of the same id goes through
-            after = await http.post(svc.url + path, json={"kind": "k", "id": "during"})
-            if after.status == 202:
-                break
-            assert asyncio.get_running_loop().time() < deadline, await after.text()
-            await asyncio.sleep(0.5)
+
+        async def retry() -> tuple[int, str]:
+            async with http.post(svc.url + path, json={"kind": "k", "id": "during"}) as after:
+                return after.status, await after.text()
+
+        # the broker is back: the client's retry of the same id goes through
+        await eventually(retry, lambda answer: answer[0] == 202, 60)
     assert topic_end(topic) >= 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jqcore.errors import BackendUnavailable, ConfigError, EnvelopeError, FieldError, JobqError, StackError
+from jqcore.errors import BackendUnavailable, ConfigError, EnvelopeError, FieldError, JobqError
 from jqcore.kafka import PartitionInvalid, ProduceFailed, RecordTooLarge, TopicMissing
 from jqcore.routing import QueueUnrouted
 from jqcore.state.codes import (
@@ -27,7 +27,6 @@ RETRY = {"Retry-After": "1"}
     [
         (JobqError("x"), 500, {}),
         (ConfigError("x"), 500, {}),
-        (StackError("x"), 500, {}),
         (EnvelopeError(FieldError("kind", "required")), 400, {}),
         (BackendUnavailable("x"), 503, RETRY),
         (ProduceFailed("x"), 503, RETRY),

@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from jobq.stack.manager import Endpoints
-from jobq.stack.procs import free_port
+from jqstack.manager import Endpoints
+from jqstack.procs import free_port
+from jqstack.supervise import Children, http_ok, python_m
 
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 MAX_EXAMPLES = 25
@@ -40,22 +39,11 @@ def gateway_process(endpoints: Endpoints, prefix: str, make_topic: Callable[...,
         "JOBQ_LOG_LEVEL": "warning",
         "JOBQ_GATE_CLAIM_WAIT_MAX_MS": "50",  # generated long-polls must not make the run crawl
     }
-    proc = subprocess.Popen([sys.executable, "-m", "kafkagate"], env=env)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=1)
-                break
-            except OSError:
-                assert proc.poll() is None, "the gateway exited"
-                assert time.monotonic() < deadline, "the gateway never answered"
-                time.sleep(0.1)
+    with Children(grace_s=30.0) as children:
+        gateway = children.start("gateway", python_m("kafkagate"), output="inherit", env=env)
+        gateway.wait_ready(http_ok(url + "/healthz", timeout_s=1), timeout_s=30)
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_generated_requests_never_get_a_server_error(gateway_process: str, tmp_path: Path) -> None:

@@ -4,32 +4,55 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
-import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from confluent_kafka import Consumer, TopicPartition
 
-from jobq.stack.manager import Endpoints
-from jobq.stack.procs import free_port
-from jqcore.state import Engine
+from jqcore.envelope import encode, new_envelope, record_key
+from jqcore.kafka import AsyncProducer, Record
+from jqcore.state import Engine, reads
+from jqstack.manager import Endpoints
+from jqstack.procs import free_port
+from jqstack.supervise import Child, ChildExited, Children, http_ok, python_m
 
-Offsets = Callable[[str, str], Awaitable[tuple[int, int]]]
-"""``await offsets(group, topic)``: (sum of the group's committed offsets, sum of end offsets)."""
+Offsets = Callable[..., Awaitable[tuple[int, int]]]
+"""``await offsets(topic, group=the relay's)``: (sum of the group's committed offsets, sum of end offsets)."""
 
-RelayProcess = tuple[subprocess.Popen[bytes], int]
+RelayProcess = tuple[Child, int]
 """A ``python -m jqrelay`` process and the port of its ``/metrics``."""
 
 
+Produce = Callable[..., Awaitable[list[str]]]
+"""``await produce_jobs(topic, queue, n_or_ids, **envelope options)``: jobs into Kafka; their ids."""
+
+Pending = Callable[[str], Awaitable[int]]
+"""``await pending(queue)``: how many jobs of the queue are pending in Redis."""
+
+
 @pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    client = aioredis.Redis.from_url(endpoints.redis_url or "")
-    yield Engine(client)
-    await client.aclose()
+def produce_jobs(producer: AsyncProducer) -> Produce:
+    """Jobs of kind ``k`` produced as the gateway would: ``n`` new ones (args ``{"i": i}``), or one per
+    id of a list (no args)."""
+
+    async def produce(topic: str, queue: str, jobs: int | list[str], **kw: Any) -> list[str]:
+        if isinstance(jobs, int):
+            envs = [new_envelope(queue, "k", {"i": i}, **kw) for i in range(jobs)]
+        else:
+            envs = [new_envelope(queue, "k", None, id=job_id, **kw) for job_id in jobs]
+        await producer.produce_many([Record(topic, encode(e), record_key(e)) for e in envs])
+        return [e.id for e in envs]
+
+    return produce
+
+
+@pytest.fixture
+def pending(engine: Engine) -> Pending:
+    async def depth(queue: str) -> int:
+        return (await reads.depth(engine.client, queue)).pending
+
+    return depth
 
 
 def _offsets(endpoints: Endpoints, group: str, topic: str) -> tuple[int, int]:
@@ -44,11 +67,12 @@ def _offsets(endpoints: Endpoints, group: str, topic: str) -> tuple[int, int]:
 
 
 @pytest.fixture
-def offsets(endpoints: Endpoints) -> Offsets:
-    """Committed and end offsets of a consumer group over a topic (read in a thread)."""
+def offsets(endpoints: Endpoints, prefix: str) -> Offsets:
+    """Committed and end offsets of a consumer group over a topic (read in a thread); the group is the
+    relay's of this test (``make_relay``, ``relay_process``) unless named."""
 
-    async def read(group: str, topic: str) -> tuple[int, int]:
-        return await asyncio.to_thread(_offsets, endpoints, group, topic)
+    async def read(topic: str, group: str | None = None) -> tuple[int, int]:
+        return await asyncio.to_thread(_offsets, endpoints, group or f"{prefix}-relay.{topic}", topic)
 
     return read
 
@@ -56,12 +80,12 @@ def offsets(endpoints: Endpoints) -> Offsets:
 @pytest.fixture
 def relay_process(endpoints: Endpoints, prefix: str) -> Iterator[Callable[..., Awaitable[RelayProcess]]]:
     """``await start(holder, topics, **env)``: a relay process of this test's prefix, returned once it
-    serves ``/metrics``; stopped (SIGCONT, SIGTERM, then SIGKILL if slow) at the end of the test.
+    serves ``/metrics``; stopped by the supervisor (SIGCONT, SIGTERM, then SIGKILL if slow) at the end.
 
     Its metrics port is free when picked but not reserved: on a shared machine something else can take
     it before the relay binds it, and the relay then exits at start. An exit before serving is retried
     with a fresh port (three times at most); a relay that never answers fails the test."""
-    procs: list[subprocess.Popen[bytes]] = []
+    children = Children(grace_s=60.0)
 
     async def start(holder: str, topics: list[str], **extra: str) -> RelayProcess:
         env = {
@@ -75,53 +99,19 @@ def relay_process(endpoints: Endpoints, prefix: str) -> Iterator[Callable[..., A
             "CONSUL_HTTP_ADDR": endpoints.consul_addr,
             **extra,
         }
-        codes: list[int] = []
+        codes: list[int | None] = []
         for _ in range(3):
             port = free_port()
-            proc = subprocess.Popen(  # noqa: ASYNC220 (starting it is instant; its readiness is awaited)
-                [sys.executable, "-m", "jqrelay"],
-                env={**env, "JOBQ_RELAY_METRICS_PORT": str(port)},
-                stdout=subprocess.DEVNULL,
-            )
-            procs.append(proc)
-            if await _serves_metrics(proc, port, 120):
-                return proc, port
-            codes.append(proc.returncode)
+            metrics = {"JOBQ_RELAY_METRICS_PORT": str(port)}
+            # stderr (its log) is the test's, as before: pytest shows it when the test fails
+            relay = children.start(holder, python_m("jqrelay"), output="inherit", env=env | metrics)
+            try:
+                await relay.wait_ready_async(http_ok(f"http://127.0.0.1:{port}/metrics"), timeout_s=120)
+            except ChildExited as exc:
+                codes.append(exc.returncode)
+                continue
+            return relay, port
         raise AssertionError(f"the relay exited before serving /metrics, three times (exit codes {codes})")
 
-    yield start
-    for proc in procs:
-        _stop(proc)
-
-
-async def _serves_metrics(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> bool:
-    """True once ``/metrics`` answers; False if the process exited first."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while proc.poll() is None:
-        try:
-            await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
-            return True
-        except OSError:
-            pass
-        if loop.time() > deadline:
-            raise AssertionError(f"the relay did not serve /metrics on port {port} within {timeout_s}s")
-        await asyncio.sleep(0.1)
-    return False
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body: bytes = response.read()
-        return body
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGCONT)  # harmless when running; needed when the test paused it
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+    with children:
+        yield start

@@ -21,14 +21,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import jqrelay.backpressure
 import jqrelay.topic
-from jobq.stack.backends import NativeTestStack, SessionStack
-from jobq.stack.manager import Endpoints
-from jobq.stack.procs import alive, wait_until
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine, reads
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
+from jqstack.backends import NativeTestStack, SessionStack
+from jqstack.manager import Endpoints
+from jqstack.supervise import alive, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kills_servers]
 
@@ -70,7 +70,6 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
     if not isinstance(stack, NativeTestStack):
         pytest.skip("native stack only")
     topic, queue = make_topic("jobs"), f"{prefix}.q"
-    group = f"{prefix}-relay.{topic}"
     redis_server = stack.stack.of_kind("redis")[0]
     relay_log = LogRecorder(jqrelay.topic.log)
     monkeypatch.setattr(jqrelay.topic, "log", relay_log)
@@ -96,8 +95,8 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
         await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
         await send(0, 100)
         await eventually(depth, lambda n: n == 100)
-        before = await eventually(lambda: offsets(group, topic), lambda c: c[0] == 100)
-        await eventually(lambda: _value(counts.get("written", 0)), lambda n: n == 100)
+        before = await eventually(lambda: offsets(topic), lambda c: c[0] == 100)
+        await eventually(lambda: counts.get("written", 0), lambda n: n == 100)
         assert redis_server.pid is not None
         os.kill(redis_server.pid, signal.SIGTERM)  # a clean stop: Redis flushes its AOF
         # in a thread: the relay under test runs on this event loop and must not be frozen meanwhile
@@ -110,7 +109,7 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
             # The signal that the relay met the outage: it holds a batch it cannot write, its memory
             # guard waits for Redis, or its term loop fails and starts over. It must not write or commit.
             await eventually(
-                lambda: _value((counts.get("read", 0), met_outage())),
+                lambda: (counts.get("read", 0), met_outage()),
                 lambda v: v[0] > 100 or v[1] > failures_before,
                 60,
             )
@@ -118,21 +117,15 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
                 await send(300 + second * PER_SECOND, PER_SECOND)
                 await asyncio.sleep(1)
             assert counts.get("written", 0) == 100, "nothing written while Redis is down"
-            assert (await offsets(group, topic))[0] == before[0], (
-                "no offset committed for jobs Redis never took"
-            )
+            assert (await offsets(topic))[0] == before[0], "no offset committed for jobs Redis never took"
         finally:
             await asyncio.to_thread(stack.stack.up, 180)
         total = 300 + OUTAGE_S * PER_SECOND
         await eventually(depth, lambda n: n == total, 180)
-        await eventually(lambda: offsets(group, topic), lambda c: c[0] == total, 120)
+        await eventually(lambda: offsets(topic), lambda c: c[0] == total, 120)
         # Exactly once: every job written once by the relay, none seen twice (the held batch was
         # written once, not re-read), and every record read is accounted for.
-        await eventually(lambda: _value(counts.get("written", 0)), lambda n: n == total, 60)
+        await eventually(lambda: counts.get("written", 0), lambda n: n == total, 60)
         assert counts.get("duplicate", 0) == 0, counts
         assert counts["read"] == counts["written"] + counts.get("duplicate", 0), counts
         assert await depth() == total, "nothing stored twice"
-
-
-async def _value(v: Any) -> Any:
-    return v

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,10 +14,11 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine, reads
+from jqstack.manager import Endpoints
+from jqstack.supervise import Child
 
 pytestmark = pytest.mark.faults
 
@@ -39,7 +39,7 @@ async def test_kill_9_moves_the_topics_and_loses_nothing(
     endpoints: Endpoints,
     prefix: str,
     make_topic: Callable[..., str],
-    relay_process: Callable[..., Awaitable[tuple[subprocess.Popen[bytes], int]]],
+    relay_process: Callable[..., Awaitable[tuple[Child, int]]],
     producer: AsyncProducer,
     engine: Engine,
     eventually: Callable[..., Awaitable[Any]],
@@ -79,9 +79,9 @@ async def test_kill_9_moves_the_topics_and_loses_nothing(
     victim, survivor, survivor_port = (a, b, b_port) if "relay-a" in held.values() else (b, a, a_port)
     victim_name = "relay-a" if victim is a else "relay-b"
     await produce(2)  # some of these may be in the victim's hands, written but not committed
-    victim.send_signal(signal.SIGKILL)
-    await asyncio.to_thread(victim.wait, 60)
-    assert survivor.poll() is None
+    victim.signal(signal.SIGKILL)  # the crash under test
+    await victim.exited(60)
+    assert survivor.running()
     # Consul invalidates the dead session after its TTL (up to twice it in practice), then lock-delay;
     # the rest of the bound is slack for a loaded machine (this waits for the event, not the bound)
     moved = await eventually(

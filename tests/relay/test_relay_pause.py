@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,12 +13,10 @@ import consul
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobq.stack.manager import Endpoints
-from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine, reads
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
+from jqstack.manager import Endpoints
+from jqstack.supervise import Child
 
 pytestmark = pytest.mark.faults
 
@@ -38,19 +35,14 @@ def relay_metrics(port: int, topic: str) -> dict[str, float]:
     return out
 
 
-async def produce(producer: AsyncProducer, topic: str, queue: str, n: int) -> None:
-    envs = [new_envelope(queue, "k", i) for i in range(n)]
-    await producer.produce_many([Record(topic, encode(e), record_key(e)) for e in envs])
-
-
 async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
     endpoints: Endpoints,
     prefix: str,
     make_topic: Callable[..., str],
     make_relay: Callable[..., RelayService],
-    relay_process: Callable[..., Awaitable[tuple[subprocess.Popen[bytes], int]]],
-    producer: AsyncProducer,
-    engine: Engine,
+    relay_process: Callable[..., Awaitable[tuple[Child, int]]],
+    produce_jobs: Callable[..., Awaitable[list[str]]],
+    pending: Callable[[str], Awaitable[int]],
     eventually: Callable[..., Awaitable[Any]],
     offsets: Callable[..., Any],
 ) -> None:
@@ -65,35 +57,30 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
         await eventually(
             lambda: asyncio.to_thread(kv.get, lock_key), lambda r: r[1] and r[1].get("Session"), 120
         )
-        await produce(producer, topic, queue, 50)
-        await eventually(lambda: _depth(engine, queue), lambda n: n == 50)
+        await produce_jobs(topic, queue, 50)
+        await eventually(lambda: pending(queue), lambda n: n == 50)
         # The relay counts a write after Redis answered and commits after that, asynchronously: wait for
         # both (pausing it before its commit reached Kafka would make the next holder re-read the 50).
         before = await eventually(
             lambda: asyncio.to_thread(relay_metrics, port, topic),
             lambda m: m.get("written") == 50 and m.get("leader") == 1,
         )
-        group = f"{prefix}-relay.{topic}"
-        await eventually(lambda: offsets(group, topic), lambda c: c[0] == 50)
+        await eventually(lambda: offsets(topic), lambda c: c[0] == 50)
         assert before["written"] == 50
 
-        proc.send_signal(signal.SIGSTOP)
-        await produce(producer, topic, queue, 50)  # fetched by nobody yet; the paused relay may hold some
+        proc.signal(signal.SIGSTOP)
+        await produce_jobs(topic, queue, 50)  # fetched by nobody yet; the paused relay may hold some
         async with make_relay(topic, "relay-new") as other:
             # Consul ends the paused holder's session after its TTL (up to twice it), then the lock moves
             await other.relays[0].elector.wait_role(Role.LEADER, timeout_s=120)
-            await eventually(lambda: _depth(engine, queue), lambda n: n == 100)
-            proc.send_signal(signal.SIGCONT)
+            await eventually(lambda: pending(queue), lambda n: n == 100)
+            proc.signal(signal.SIGCONT)
             after = await eventually(
                 lambda: asyncio.to_thread(relay_metrics, port, topic), lambda m: m.get("leader") == 0, 120
             )
             assert after.get("written", 0) == 50, "the resumed relay got nothing accepted"
             assert other.relays[0].counts.get("written") == 50
             assert other.relays[0].counts.get("duplicate", 0) == 0
-            assert await _depth(engine, queue) == 100
+            assert await pending(queue) == 100
     finally:
-        proc.send_signal(signal.SIGCONT)  # the fixture stops it
-
-
-async def _depth(engine: Engine, queue: str) -> int:
-    return (await reads.depth(engine.client, queue)).pending
+        proc.signal(signal.SIGCONT)  # the fixture stops it

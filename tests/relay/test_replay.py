@@ -4,7 +4,7 @@ without ``--force`` (live jobs never doubled), the retry topic after a repair, d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from jobq.cli import app
-from jobq.stack.manager import Endpoints
-from jqcore.envelope import encode, new_envelope, now_ms, record_key
+from jqcore.envelope import now_ms
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.keys import QueueKeys
 from jqcore.state import Engine, reads
+from jqstack.manager import Endpoints
 
 
 @pytest.fixture
@@ -38,6 +38,11 @@ def replay(endpoints: Endpoints) -> Callable[..., Any]:
     return run
 
 
+MakeTopic = Callable[..., str]
+Produce = Callable[..., Awaitable[list[str]]]
+Pending = Callable[[str], Awaitable[int]]
+
+
 def totals(doc: dict[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for part in doc["partitions"]:
@@ -47,26 +52,17 @@ def totals(doc: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-async def produce(producer: AsyncProducer, topic: str, queue: str, ids: list[str]) -> None:
-    envs = [new_envelope(queue, "k", None, id=i) for i in ids]
-    await producer.produce_many([Record(topic, encode(e), record_key(e)) for e in envs])
-
-
-async def pending(engine: Engine, queue: str) -> int:
-    return (await reads.depth(engine.client, queue)).pending
-
-
 async def test_a_range_by_offset_is_written_once_and_the_relay_offsets_stay_untouched(
-    prefix: str, make_topic: Callable[..., str], producer: AsyncProducer, engine: Engine, replay: Any
+    prefix: str, make_topic: MakeTopic, produce_jobs: Produce, pending: Pending, engine: Engine, replay: Any
 ) -> None:
     topic, queue = make_topic("jobs", partitions=1), f"{prefix}.q"
-    await produce(producer, topic, queue, [f"j{i}" for i in range(30)])
+    await produce_jobs(topic, queue, [f"j{i}" for i in range(30)])
     code, doc = await replay("--topic", topic, "--from", "10", "--to", "20", "--json")
     assert code == 0, doc
     assert doc["partitions"] == [
         {**doc["partitions"][0], "partition": 0, "start": 10, "end": 20, "read": 10, "written": 10}
     ]
-    assert await pending(engine, queue) == 10
+    assert await pending(queue) == 10
     assert await reads.get_job(engine.client, queue, "j10") is not None
     assert await reads.get_job(engine.client, queue, "j20") is None, "--to is exclusive"
     code, doc = await replay("--topic", topic, "--from", "0", "--json")  # to the end
@@ -75,13 +71,13 @@ async def test_a_range_by_offset_is_written_once_and_the_relay_offsets_stay_unto
 
 
 async def test_a_range_by_time_starts_at_the_first_record_at_or_after_it(
-    prefix: str, make_topic: Callable[..., str], producer: AsyncProducer, engine: Engine, replay: Any
+    prefix: str, make_topic: MakeTopic, produce_jobs: Produce, pending: Pending, engine: Engine, replay: Any
 ) -> None:
     topic, queue = make_topic("jobs", partitions=2), f"{prefix}.q"
-    await produce(producer, topic, queue, [f"old{i}" for i in range(10)])
+    await produce_jobs(topic, queue, [f"old{i}" for i in range(10)])
     boundary = now_ms() + 1  # the old records carry at most boundary - 1
     await asyncio.sleep(0.005)  # a clock separation, not a wait for an event: new records are later
-    await produce(producer, topic, queue, [f"new{i}" for i in range(10)])
+    await produce_jobs(topic, queue, [f"new{i}" for i in range(10)])
     when = datetime.fromtimestamp(boundary / 1000, UTC).isoformat()
     code, doc = await replay("--topic", topic, "--from", when, "--json")
     assert code == 0, doc
@@ -94,15 +90,15 @@ async def test_a_range_by_time_starts_at_the_first_record_at_or_after_it(
 
 
 async def test_finished_ids_run_again_only_with_force_and_live_ones_never_double(
-    prefix: str, make_topic: Callable[..., str], producer: AsyncProducer, engine: Engine, replay: Any
+    prefix: str, make_topic: MakeTopic, produce_jobs: Produce, pending: Pending, engine: Engine, replay: Any
 ) -> None:
     topic, queue = make_topic("jobs", partitions=1), f"{prefix}.q"
-    await produce(producer, topic, queue, [f"f{i}" for i in range(5)])
+    await produce_jobs(topic, queue, [f"f{i}" for i in range(5)])
     assert (await replay("--topic", topic, "--from", "0", "--json"))[0] == 0
     for job in await engine.claim(queue, 5):
         await engine.complete(queue, (job.id, job.attempt, job.token))
-    assert await pending(engine, queue) == 0
-    await produce(producer, topic, queue, ["live"])  # offset 5: stays pending throughout
+    assert await pending(queue) == 0
+    await produce_jobs(topic, queue, ["live"])  # offset 5: stays pending throughout
     code, doc = await replay("--topic", topic, "--from", "0", "--json")
     assert code == 0, doc
     assert (totals(doc)["written"], totals(doc)["duplicate"]) == (1, 5), "finished ids are duplicates"
@@ -110,18 +106,18 @@ async def test_finished_ids_run_again_only_with_force_and_live_ones_never_double
     assert code == 0, doc
     t = totals(doc)
     assert (t["forced"], t["written"], t["active"], t["duplicate"]) == (5, 5, 1, 1)
-    assert await pending(engine, queue) == 6, "5 finished jobs run again, the live one is not doubled"
+    assert await pending(queue) == 6, "5 finished jobs run again, the live one is not doubled"
 
 
 async def test_the_retry_topic_replays_after_the_queue_is_repaired(
-    prefix: str, make_topic: Callable[..., str], producer: AsyncProducer, engine: Engine, replay: Any
+    prefix: str, make_topic: MakeTopic, produce_jobs: Produce, pending: Pending, engine: Engine, replay: Any
 ) -> None:
     topic, queue = make_topic("jobs", partitions=1), f"{prefix}.q"
     retry = make_topic("jobs.retry", partitions=1)
     assert retry == f"{topic}.retry"
     damaged = QueueKeys(queue).stats
     await engine.client.set(damaged, b"not a hash")  # what the relay met: every script on it fails
-    await produce(producer, retry, queue, [f"r{i}" for i in range(4)])
+    await produce_jobs(retry, queue, [f"r{i}" for i in range(4)])
     code, out = await replay("--topic", retry, "--from", "0", "--json")
     assert code == 2, "the queue is still damaged: the write fails loudly"
     assert "replay_refused" in out, out
@@ -130,19 +126,24 @@ async def test_the_retry_topic_replays_after_the_queue_is_repaired(
     code, doc = await replay("--topic", retry, "--from", "0", "--json")
     assert code == 0, doc
     assert totals(doc)["written"] == 4
-    assert await pending(engine, queue) == 4
+    assert await pending(queue) == 4
 
 
 async def test_a_dry_run_counts_and_writes_nothing(
-    prefix: str, make_topic: Callable[..., str], producer: AsyncProducer, engine: Engine, replay: Any
+    prefix: str,
+    make_topic: Callable[..., str],
+    producer: AsyncProducer,
+    produce_jobs: Produce,
+    pending: Pending,
+    replay: Any,
 ) -> None:
     topic, queue = make_topic("jobs", partitions=1), f"{prefix}.q"
-    await produce(producer, topic, queue, ["a", "b"])
+    await produce_jobs(topic, queue, ["a", "b"])
     await producer.produce_many([Record(topic, b"not an envelope", None)])
     code, doc = await replay("--topic", topic, "--from", "0", "--dry-run", "--json")
     assert code == 0, doc
     assert (totals(doc)["read"], totals(doc)["malformed"], totals(doc)["written"]) == (3, 1, 0)
-    assert await pending(engine, queue) == 0
+    assert await pending(queue) == 0
 
 
 @pytest.mark.parametrize(

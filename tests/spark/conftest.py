@@ -4,16 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
-import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
-from jobq.stack.manager import Endpoints
-from jobq.stack.provision import ensure_spark_jars
-from jqcore.state import Engine
 from jqspark import spark_session
+from jqstack.provision import ensure_spark_jars
 
 
 @pytest.fixture(scope="session")
@@ -25,10 +22,3 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    client = aioredis.Redis.from_url(endpoints.redis_url or "")
-    yield Engine(client)
-    await client.aclose()

@@ -13,18 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.streaming.query import StreamingQuery
 
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import decode, record_key
 from jqcore.routing import Route, RoutingSettings
 from jqcore.state import Engine, QueueConfig, reads
 from jqrelay.main import RelayService
 from jqspark import write_batch, write_stream
 from jqspark.records import to_kafka_records
+from jqstack.manager import Endpoints
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -33,33 +32,12 @@ pytestmark = pytest.mark.spark
 Eventually = Callable[..., Awaitable[Any]]
 
 
-def read_topic(endpoints: Endpoints, topic: str, n: int, timeout_s: float = 60) -> list[Any]:
-    """Every record of ``topic`` from offset 0 until ``n`` arrived (bounded by ``timeout_s``)."""
-    c = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": f"{topic}.r", "log_level": 0})
-    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-    c.assign([TopicPartition(topic, p, 0) for p in parts])
-    out: list[Any] = []
-    try:
-        for _ in range(int(timeout_s / 0.5)):
-            out += [m for m in c.consume(500, 0.5) if m.error() is None]
-            if len(out) >= n:
-                break
-    finally:
-        c.close()
-    return out
-
-
-def end_offsets(endpoints: Endpoints, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": f"{topic}.e", "log_level": 0})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
-    finally:
-        c.close()
-
-
 def test_batch_backfill_writes_every_row_as_a_valid_job_and_a_rerun_repeats_the_same_ids(
-    spark: SparkSession, endpoints: Endpoints, prefix: str, make_topic: Callable[..., str]
+    spark: SparkSession,
+    endpoints: Endpoints,
+    prefix: str,
+    make_topic: Callable[..., str],
+    topic_reader: Callable[..., list[Any]],
 ) -> None:
     n = 1000
     mail, img = make_topic("mail"), make_topic("img")
@@ -87,7 +65,7 @@ def test_batch_backfill_writes_every_row_as_a_valid_job_and_a_rerun_repeats_the_
         excl_col="account",
     )
     write_batch(records, bootstrap=endpoints.kafka_bootstrap)
-    got = read_topic(endpoints, mail, 2 * n // 3 + 1) + read_topic(endpoints, img, n // 3)
+    got = topic_reader(mail, 2 * n // 3 + 1) + topic_reader(img, n // 3)
     assert len(got) == n
     envs = []
     for msg in got:
@@ -103,7 +81,7 @@ def test_batch_backfill_writes_every_row_as_a_valid_job_and_a_rerun_repeats_the_
 
     # a backfill run again writes again (Kafka is at-least-once) but with the very same job ids
     write_batch(records, bootstrap=endpoints.kafka_bootstrap)
-    again = read_topic(endpoints, mail, 2 * (2 * n // 3 + 1)) + read_topic(endpoints, img, 2 * (n // 3))
+    again = topic_reader(mail, 2 * (2 * n // 3 + 1)) + topic_reader(img, 2 * (n // 3))
     assert len(again) == 2 * n
     ids = Counter(decode(m.value()).id for m in again)
     assert set(ids) == {e.id for e in envs}
@@ -139,6 +117,7 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
     make_relay: Callable[..., RelayService],
     engine: Engine,
     eventually: Eventually,
+    topic_end: Callable[[str], int],
     tmp_path: Path,
 ) -> None:
     topic, queue = make_topic("jobs", partitions=3), f"{prefix}.q"
@@ -164,16 +143,13 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
         records = to_kafka_records(rows, routing=routing, queue=queue, kind="spark.e2e", args_cols=["n"])
         return write_stream(records, checkpoint=checkpoint, bootstrap=endpoints.kafka_bootstrap)
 
-    async def distinct_runs() -> int:
-        return len(runs)
-
     async with make_relay(topic) as relay, Pool(registry, engine, PoolConfig([queue], concurrency=20)):
         counts = relay.relays[0].counts
         for i in range(2):
             drop_file(src, i, range(i * per_file, (i + 1) * per_file))
         query = await asyncio.to_thread(start)
         await asyncio.to_thread(query.processAllAvailable)  # two micro-batches, one per file
-        await eventually(distinct_runs, lambda k: k == 2 * per_file)
+        await eventually(lambda: len(runs), lambda k: k == 2 * per_file)
         await stop(query)  # mid-way: half of the input is still to come
 
         # The crash window of an at-least-once sink: the last batch reached Kafka but its commit did not
@@ -187,13 +163,13 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
         query = await asyncio.to_thread(start)
         try:
             await asyncio.to_thread(query.processAllAvailable)
-            written = await asyncio.to_thread(end_offsets, endpoints, topic)
+            written = await asyncio.to_thread(topic_end, topic)
             assert written == total + per_file, "the replayed batch reached Kafka a second time"
             await eventually(
-                lambda: _value(sum(counts.get(k, 0) for k in ("written", "duplicate", "dead"))),
+                lambda: sum(counts.get(k, 0) for k in ("written", "duplicate", "dead")),
                 lambda k: k == written,
             )
-            await eventually(distinct_runs, lambda k: k == total)
+            await eventually(lambda: len(runs), lambda k: k == total)
             await eventually(lambda: reads.depth(engine.client, queue), lambda d: d.finished == total)
         finally:
             await stop(query)
@@ -201,7 +177,3 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
     assert (counts.get("written"), counts.get("duplicate"), counts.get("dead", 0)) == (total, per_file, 0)
     assert set(runs.values()) == {1}, "each job id executed exactly once"
     assert sorted(args_seen) == list(range(total))
-
-
-async def _value(v: Any) -> Any:
-    return v

@@ -13,11 +13,11 @@ from pyspark.errors import SparkRuntimeException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from jobq.stack.provision import ensure_spark_jars
 from jqcore.envelope import Envelope, decode, new_envelope
 from jqcore.errors import EnvelopeError
 from jqcore.routing import QueueUnrouted, Route, RoutingSettings
 from jqspark import ID_PREFIX, SparkSetupError, connector_jars, to_kafka_records
+from jqstack.provision import ensure_spark_jars
 from kafkagate.enqueue import build_records, parse_jobs
 
 pytestmark = pytest.mark.spark

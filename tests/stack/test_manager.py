@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from jobq.stack import provision
-from jobq.stack.backends import NativeTestStack, SessionStack
-from jobq.stack.manager import Stack, StackSpec
-from jobq.stack.procs import alive
+from jqstack import provision
+from jqstack.backends import NativeTestStack, SessionStack
+from jqstack.manager import Stack, StackSpec
+from jqstack.supervise import alive
 
 
 def _native(stack: SessionStack) -> Stack:

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, ResponseError
 
-from jobq.stack.manager import Endpoints
+from jqstack.manager import Endpoints
 
 N_RECORDS = 10_000
 

@@ -9,9 +9,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import Envelope, new_envelope
 from jqcore.state import Engine
+from jqstack.manager import Endpoints
 
 T0 = 1_800_000_000_000
 """A fixed 'now' (ms): tests drive the clock through ``now_ms``."""

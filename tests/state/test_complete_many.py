@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from jqcore.envelope import Envelope
 from jqcore.state import Engine, reads
-from jqcore.state.codes import MISSING, STALE
+from jqcore.state.codes import Code
 
 
 async def test_completes_each_job_and_reports_stale_and_missing_ones(
@@ -19,8 +19,8 @@ async def test_completes_each_job_and_reports_stale_and_missing_ones(
     codes = await engine.complete_many(
         q, [*((o, b'"ok"') for o in owners[:4]), (forged, None), (("nope", 1, "x"), None)]
     )
-    assert codes[4:] == [STALE, MISSING]
-    assert all(c not in (STALE, MISSING) for c in codes[:4])
+    assert codes[4:] == [Code.STALE, Code.MISSING]
+    assert all(c not in (Code.STALE, Code.MISSING) for c in codes[:4])
     states = [(await reads.get_job(engine.client, q, o[0])) for o in owners]
     assert [s.state for s in states if s] == ["completed"] * 4 + ["running"]
     assert states[0] is not None
@@ -35,7 +35,7 @@ async def test_a_flushed_script_cache_is_reloaded_and_each_job_completed_once(
     await engine.client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
     owners = [(c.id, c.attempt, c.token) for c in claimed]
     codes = await engine.complete_many(q, [(o, None) for o in owners])
-    assert all(c not in (STALE, MISSING) for c in codes)
+    assert all(c not in (Code.STALE, Code.MISSING) for c in codes)
     states = [await reads.get_job(engine.client, q, o[0]) for o in owners]
     assert [s.state for s in states if s] == ["completed"] * 3
     depth = await reads.depth(engine.client, q)

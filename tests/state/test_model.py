@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from jobq.stack.backends import SessionStack
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine, reads
+from jqcore.state import CancelOutcome, CancelResult, Engine, reads
 from jqcore.state.codes import StaleLease
+from jqstack.backends import SessionStack
 
 T0 = 1_800_000_000_000
 LEASE = 1000
@@ -139,15 +139,15 @@ class EngineMachine(RuleBasedStateMachine):
         job = self.model.jobs.get(job_id)
         if job is None:
             self.model.jobs[job_id] = Job(0, "canceled")
-            assert got == "tombstoned"
+            assert got.outcome == CancelOutcome.TOMBSTONED
         elif job.state in ("pending", "delayed"):
+            assert got == CancelResult(CancelOutcome.CANCELED, job.state)
             job.state = "canceled"
-            assert got == "canceled"
         elif job.state == "running":
             job.cancel = True
-            assert got == "flagged"
+            assert got.outcome == CancelOutcome.FLAGGED
         else:
-            assert got == f"already {job.state}"
+            assert got == CancelResult(CancelOutcome.FINAL, job.state)
 
     @rule(ms=st.sampled_from([10, 60, 1100]))
     def tick(self, ms: int) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, QueueConfig, reads
+from jqcore.state import CancelOutcome, CancelResult, Engine, QueueConfig, reads
 from jqcore.state.codes import JobNotFound, StaleLease
 from jqcore.state.models import ClaimedJob
 
@@ -112,16 +112,21 @@ async def test_cancel_in_every_state(engine: Engine, q: str, job: Job, t0: int) 
     await engine.enqueue_batch(
         [job(q, id="pending"), job(q, id="delayed", run_at=t0 + 60_000), job(q, id="running")], now_ms=t0
     )
-    assert await engine.cancel(q, "pending", now_ms=t0) == "canceled"
-    assert await engine.cancel(q, "delayed", now_ms=t0) == "canceled"
+    assert await engine.cancel(q, "pending", now_ms=t0) == CancelResult(CancelOutcome.CANCELED, "pending")
+    assert await engine.cancel(q, "delayed", now_ms=t0) == CancelResult(CancelOutcome.CANCELED, "delayed")
     r = await one(engine, q, t0)
     assert r.id == "running"
-    assert await engine.cancel(q, "running", now_ms=t0) == "flagged"
+    assert await engine.cancel(q, "running", now_ms=t0) == CancelResult(CancelOutcome.FLAGGED, "running")
     assert (await engine.extend(q, [own(r)], 1000, now_ms=t0 + 1))["running"] == "canceled"
     assert await state(engine, q, "running") == "canceled"
-    assert await engine.cancel(q, "running", now_ms=t0) == "already canceled"
+    final = await engine.cancel(q, "running", now_ms=t0)
+    assert (final, str(final), final.changed) == (
+        CancelResult(CancelOutcome.FINAL, "canceled"),
+        "already canceled",
+        False,
+    )
     # unschedule a job still in Kafka: the tombstone refuses it when the relay delivers it
-    assert await engine.cancel(q, "in-kafka", now_ms=t0) == "tombstoned"
+    assert (await engine.cancel(q, "in-kafka", now_ms=t0)).outcome == CancelOutcome.TOMBSTONED
     out = await engine.enqueue_batch([job(q, id="in-kafka")], now_ms=t0 + 2)
     assert out.outcomes[0].outcome == "canceled"
     assert await engine.claim(q, 5, now_ms=t0 + 120_000) == []
@@ -134,6 +139,35 @@ async def test_running_job_canceled_meanwhile_is_not_retried(
     c = await one(engine, q, t0)
     await engine.cancel(q, "a", now_ms=t0)
     assert await engine.fail(q, own(c), "interrupted", retry_delay_ms=0, now_ms=t0) == "canceled"
+
+
+async def test_a_handler_cancel_is_one_transition_that_frees_the_next_job(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    await engine.configure_queue(q, QueueConfig(mode="exclusive", excl_key="account"))
+    await engine.configure_kind("noop", queues=[q], concurrency=1)
+    await engine.enqueue_batch([job(q, id="a", excl="x"), job(q, id="b", excl="x")], now_ms=t0)
+    a = await one(engine, q, t0)
+    assert a.id == "a"
+    with pytest.raises(StaleLease):
+        await engine.cancel_running(q, (a.id, a.attempt, "forged"), "no", now_ms=t0 + 1)
+    with pytest.raises(JobNotFound):
+        await engine.cancel_running(q, ("ghost", 1, "x"), "no", now_ms=t0 + 1)
+    await engine.cancel_running(q, own(a), "not today", now_ms=t0 + 2)
+    await engine.cancel_running(q, own(a), "not today", now_ms=t0 + 3)  # retried after a lost answer
+    info = await engine.get_job(q, "a")
+    assert info is not None
+    assert (info.state, info.reason, info.last_error, info.finished_at) == (
+        "canceled",
+        "not today",
+        "not today",
+        t0 + 2,
+    )
+    assert await engine.fail(q, own(a), "late", now_ms=t0 + 4) == "canceled", "the same answer, not stale"
+    # the exclusivity value and the kind's only slot are free: the next job runs
+    [b] = await engine.claim(q, 5, now_ms=t0 + 5)
+    assert b.id == "b"
+    assert (await engine.depth(q)).blocked == 0
 
 
 async def test_reaper_at_least_once_vs_at_most_once(engine: Engine, q: str, job: Job, t0: int) -> None:

@@ -8,28 +8,28 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
-from jqcore.envelope import Envelope, now_ms
+from jqcore.clock import now_ms
+from jqcore.envelope import Envelope
 from jqcore.state import Engine
 from jqcore.state.codes import RedisMemoryFull
-from jqcore.state.waiting import Scheduler, wait_for_work
 
 Job = Callable[..., Envelope]
 
 
 async def test_enqueue_wakes_a_waiting_worker(engine: Engine, q: str, job: Job) -> None:
     other = f"{q}.other"
-    waiter = asyncio.create_task(wait_for_work(engine.client, [other, q], timeout_s=30))
+    waiter = asyncio.create_task(engine.wait_for_work([other, q], timeout_s=30))
     # the BLPOP may be sent before or after the enqueue: either way the wake token is waiting for it
     await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
     assert await asyncio.wait_for(waiter, 30) == q
-    assert await wait_for_work(engine.client, [q], timeout_s=0.05) is None
+    assert await engine.wait_for_work([q], timeout_s=0.05) is None
 
 
 async def test_scheduler_promotes_delayed_jobs_never_early(engine: Engine, q: str, job: Job) -> None:
     run_at = now_ms() + 400
-    async with Scheduler(engine, [q], max_idle_s=30):
+    async with engine.scheduler([q], max_idle_s=30):
         await engine.enqueue_batch([job(q, id="later", run_at=run_at, at_ms=now_ms())])
-        assert await wait_for_work(engine.client, [q], timeout_s=30) == q
+        assert await engine.wait_for_work([q], timeout_s=30) == q
         woke = now_ms()
         [claimed] = await engine.claim(q, 1)
     assert claimed.id == "later"
@@ -39,9 +39,9 @@ async def test_scheduler_promotes_delayed_jobs_never_early(engine: Engine, q: st
 async def test_scheduler_reaps_an_expired_lease(engine: Engine, q: str, job: Job) -> None:
     await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
     [first] = await engine.claim(q, 1, lease_ms=300)
-    await wait_for_work(engine.client, [q], timeout_s=0.01)  # drain the enqueue's wake token
-    async with Scheduler(engine, [q], max_idle_s=30):
-        assert await wait_for_work(engine.client, [q], timeout_s=30) == q
+    await engine.wait_for_work([q], timeout_s=0.01)  # drain the enqueue's wake token
+    async with engine.scheduler([q], max_idle_s=30):
+        assert await engine.wait_for_work([q], timeout_s=30) == q
         [again] = await engine.claim(q, 1)
     assert (again.id, again.attempt) == ("a", 2)
     assert now_ms() >= first.lease_deadline_ms

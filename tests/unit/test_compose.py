@@ -41,12 +41,13 @@ import jqcore.metrics  # noqa: F401  (registers every jobq metric in REGISTRY)
 from canary.main import gateways
 from canary.settings import CanarySettings
 from jobq.cli import app
-from jobq.stack.paths import CONSUL_VERSION, KAFKA_VERSION
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import load
 from jqrelay.settings import RelaySettings
+from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
 from kafkagate.http import parse_tokens, required_scope
 from kafkagate.settings import GateSettings
+from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -232,6 +233,7 @@ def settings_env_names() -> set[str]:
         "GateSettings",
         "RelaySettings",
         "CanarySettings",
+        "WorkerSettings",
     }
     return set().union(*(env_names(c) for c in classes))
 
@@ -373,12 +375,14 @@ def test_jobq_environment_names_are_real_settings(
 def test_every_jobq_service_environment_loads(
     services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each value is valid for its setting (URL schemes, host:port, JSON routes, numbers, ...)."""
+    """Each value is valid for its setting (URL schemes, host:port, JSON routes, numbers, ...). Settings
+    without a default (a worker's app and queues) are given on the command line, so stand-ins fill them."""
     for name, service in jobq_services(services).items():
         with environment(monkeypatch, env_of(service)):
             for cls in settings_classes():
+                required = [n for n, f in cls.model_fields.items() if f.is_required()]
                 try:
-                    load(cls)
+                    load(cls, **dict.fromkeys(required, "stand-in"))
                 except Exception as exc:
                     pytest.fail(f"{name}: {exc}")
 
@@ -520,11 +524,13 @@ def test_workers_serve_the_canary_queue_of_every_topic_and_stop_gracefully(
     served: set[str] = set()
     for name, service in workers.items():
         _, params = parse_command(cli, command_of(service))
-        served |= {q.strip() for q in params["queues"].split(",")}
-        grace = seconds(str(service.get("stop_grace_period", "10s")))
-        assert grace > params["grace"], f"{name}: stop_grace_period {grace}s kills jobs inside --grace"
+        given = {"queues": params["queues"], "app": params["app"], "grace_s": params["grace"]}
         with environment(monkeypatch, env_of(service)):
             topics = load(RoutingSettings).topics()
+            settings = load(WorkerSettings, **{k: v for k, v in given.items() if v is not None})
+        served |= set(settings.queues)
+        grace = seconds(str(service.get("stop_grace_period", "10s")))
+        assert grace > settings.grace_s, f"{name}: stop_grace_period {grace}s kills jobs inside --grace"
         missing = {CANARY_PREFIX + t for t in topics} - served
         assert not missing, f"no worker serves {sorted(missing)}: the canary would flag those topics"
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from jobq.stack import containers
-from jobq.stack.paths import CONSUL_VERSION, KAFKA_VERSION
+from jqstack import containers
+from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
 
 PORTS = {"kafka_port": 19092, "consul_port": 18500, "redis_port": 16379}
 

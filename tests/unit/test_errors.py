@@ -17,7 +17,6 @@ from jqcore.errors import (
     JobqError,
     Retry,
     Snooze,
-    StackError,
 )
 
 
@@ -26,7 +25,6 @@ from jqcore.errors import (
     [
         (JobqError, "jobq_error", False),
         (ConfigError, "config_invalid", False),
-        (StackError, "stack_failed", False),
         (BackendUnavailable, "backend_unavailable", True),
     ],
 )

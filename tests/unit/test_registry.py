@@ -219,8 +219,8 @@ def test_backoff_without_jitter_is_exponential_and_capped(attempt: int, expected
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 3, 8, 30])
-def test_backoff_with_jitter_stays_between_half_and_all_of_the_ceiling(attempt: int) -> None:
+def test_backoff_with_full_jitter_stays_within_the_ceiling(attempt: int) -> None:
     spec = Registry().job("k", backoff=Backoff(base_s=1.0, cap_s=100.0))(_noop)
     ceiling = min(100_000, 1000 * 2 ** (attempt - 1))
     for _ in range(20):
-        assert ceiling // 2 <= _backoff(spec, _claimed(attempt)) <= ceiling
+        assert 0 <= _backoff(spec, _claimed(attempt)) <= ceiling

@@ -20,6 +20,8 @@ from jqcore.settings import (
     RedisSettings,
     load,
 )
+from worker.main import pool_config
+from worker.settings import WorkerSettings
 
 
 @pytest.fixture(autouse=True)
@@ -275,3 +277,126 @@ def test_a_consul_addr_without_a_numeric_port_is_a_config_error(
     monkeypatch.setenv("CONSUL_HTTP_ADDR", addr)
     with pytest.raises(ConfigError, match=r"(?i)addr"):
         load(ConsulSettings)
+
+
+# ---- the worker (JOBQ_WORKER_*) ------------------------------------------------------------------------
+
+WORKER_REQUIRED = {"JOBQ_WORKER_APP": "myapp.jobs:registry", "JOBQ_WORKER_QUEUES": "emails, reports"}
+
+
+def _worker_env(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
+    for var, value in {**WORKER_REQUIRED, **env}.items():
+        monkeypatch.setenv(var, value)
+
+
+def test_worker_defaults_are_the_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    _worker_env(monkeypatch)
+    settings = load(WorkerSettings)
+    assert (settings.app, settings.queues) == ("myapp.jobs:registry", ["emails", "reports"])
+    assert (settings.concurrency, settings.processes, settings.burst, settings.lease_ms) == (
+        10,
+        0,
+        False,
+        None,
+    )
+    assert (settings.filter, settings.scheduler_only, settings.metrics_port) == ({}, False, None)
+    assert (settings.unknown_kind_retry_s, settings.unknown_kind_dead_after_s, settings.grace_s) == (
+        5,
+        3600,
+        30,
+    )
+
+
+def test_worker_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    _worker_env(
+        monkeypatch,
+        JOBQ_WORKER_CONCURRENCY="50",
+        JOBQ_WORKER_PROCESSES="4",
+        JOBQ_WORKER_BURST="true",
+        JOBQ_WORKER_LEASE_MS="1500",
+        JOBQ_WORKER_FILTER="region=eu, tier=a=b",
+        JOBQ_WORKER_UNKNOWN_KIND_RETRY_S="0.2",
+        JOBQ_WORKER_UNKNOWN_KIND_DEAD_AFTER_S="60",
+        JOBQ_WORKER_GRACE_S="2.5",
+        JOBQ_WORKER_METRICS_PORT="29100",
+    )
+    settings = load(WorkerSettings)
+    assert (settings.concurrency, settings.processes, settings.burst, settings.lease_ms) == (
+        50,
+        4,
+        True,
+        1500,
+    )
+    assert settings.filter == {"region": "eu", "tier": "a=b"}
+    assert (settings.unknown_kind_retry_s, settings.unknown_kind_dead_after_s) == (0.2, 60)
+    assert (settings.grace_s, settings.metrics_port) == (2.5, 29100)
+    config = pool_config(settings)
+    assert (config.queues, config.concurrency, config.process_workers, config.lease_ms) == (
+        ["emails", "reports"],
+        50,
+        4,
+        1500,
+    )
+    assert (config.unknown_kind_retry_ms, config.unknown_kind_dead_after_ms, config.grace_s) == (
+        200,
+        60_000,
+        2.5,
+    )
+    assert (config.filter, config.burst, config.claim) == ({"region": "eu", "tier": "a=b"}, True, True)
+
+
+def test_worker_options_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``jobq worker`` does: the options it was given, the environment for the rest."""
+    _worker_env(monkeypatch, JOBQ_WORKER_CONCURRENCY="50", JOBQ_WORKER_FILTER="region=eu")
+    settings = load(WorkerSettings, queues="only", concurrency=3, filter=["tier=a", "zone=1"])
+    assert (settings.app, settings.queues, settings.concurrency) == ("myapp.jobs:registry", ["only"], 3)
+    assert settings.filter == {"tier": "a", "zone": "1"}
+
+
+def test_a_scheduler_only_pool_claims_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    _worker_env(monkeypatch, JOBQ_WORKER_SCHEDULER_ONLY="1")
+    assert pool_config(load(WorkerSettings)).claim is False
+
+
+def test_a_worker_needs_an_app_and_queues() -> None:
+    with pytest.raises(ConfigError) as info:
+        load(WorkerSettings)
+    assert "JOBQ_WORKER_APP" in info.value.message
+    assert "JOBQ_WORKER_QUEUES" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "problem"),
+    [
+        ("JOBQ_WORKER_APP", "", "at least 1 character"),
+        ("JOBQ_WORKER_APP", "myapp.jobs:", "module[:attribute]"),
+        ("JOBQ_WORKER_APP", ":registry", "module[:attribute]"),
+        ("JOBQ_WORKER_QUEUES", " , ", "names no queue"),
+        ("JOBQ_WORKER_CONCURRENCY", "0", "greater than or equal to 1"),
+        ("JOBQ_WORKER_CONCURRENCY", "many", "integer"),
+        ("JOBQ_WORKER_PROCESSES", "-1", "greater than or equal to 0"),
+        ("JOBQ_WORKER_BURST", "maybe", "boolean"),
+        ("JOBQ_WORKER_LEASE_MS", "50", "greater than or equal to 100"),
+        ("JOBQ_WORKER_FILTER", "region", "KEY=VALUE"),
+        ("JOBQ_WORKER_FILTER", "region=", "KEY=VALUE"),
+        ("JOBQ_WORKER_UNKNOWN_KIND_RETRY_S", "-1", "greater than or equal to 0"),
+        ("JOBQ_WORKER_UNKNOWN_KIND_DEAD_AFTER_S", "soon", "number"),
+        ("JOBQ_WORKER_GRACE_S", "-0.5", "greater than or equal to 0"),
+        ("JOBQ_WORKER_METRICS_PORT", "70000", "less than or equal to 65535"),
+    ],
+)
+def test_bad_worker_values_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, var: str, value: str, problem: str
+) -> None:
+    _worker_env(monkeypatch, **{var: value})
+    with pytest.raises(ConfigError) as info:
+        load(WorkerSettings)
+    assert f"{var} (" in info.value.message
+    assert problem in info.value.message
+    assert info.value.code == "config_invalid"
+
+
+def test_a_filter_on_a_pool_that_claims_nothing_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    _worker_env(monkeypatch, JOBQ_WORKER_SCHEDULER_ONLY="true", JOBQ_WORKER_FILTER="region=eu")
+    with pytest.raises(ConfigError, match=r"JOBQ_WORKER_FILTER.*JOBQ_WORKER_SCHEDULER_ONLY"):
+        load(WorkerSettings)

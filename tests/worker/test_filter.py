@@ -4,25 +4,15 @@ not index instead of silently claiming nothing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aioredis
 
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine, QueueConfig, reads
 from jqcore.state.codes import FilterInvalid
-from worker.cli import parse_filter
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
-
-
-@pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    client = aioredis.Redis.from_url(endpoints.redis_url or "")
-    yield Engine(client)
-    await client.aclose()
+from worker.settings import parse_filter
 
 
 async def test_a_pool_with_a_filter_runs_only_matching_jobs(engine: Engine, prefix: str) -> None:

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from typing import Any
 
-import pytest
-import redis.asyncio as aioredis
-
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
 from jqcore.state import Engine, reads
@@ -19,14 +15,6 @@ from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
 
 FAST = Backoff(base_s=0.01, cap_s=0.02, jitter=False)
-
-
-@pytest.fixture
-async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
-    assert endpoints.redis_url
-    client = aioredis.Redis.from_url(endpoints.redis_url)
-    yield Engine(client)
-    await client.aclose()
 
 
 async def enqueue(engine: Engine, queue: str, kind: str, args: object = None, **kw: object) -> str:
@@ -162,38 +150,35 @@ async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, p
     assert (got.state, got.attempt, got.result) == ("completed", 1, "1")
 
 
-async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str) -> None:
-    q, reg = f"{prefix}.w", Registry()
-    started = asyncio.Event()
+async def running_forever(engine: Engine, queue: str, **config: Any) -> tuple[Pool, str]:
+    """A started pool (``PoolConfig`` options ``config``) running one job that runs until the pool stops
+    it, returned once the job started; (the pool, the job id)."""
+    reg, started = Registry(), asyncio.Event()
 
-    @reg.job("long", queue=q)
+    @reg.job("long", queue=queue)
     async def long() -> None:
         started.set()
-        await asyncio.Event().wait()  # runs until the pool stops it
+        await asyncio.Event().wait()
 
-    job_id = await enqueue(engine, q, "long")
-    pool = Pool(reg, engine, PoolConfig([q], grace_s=0.2))
+    job_id = await enqueue(engine, queue, "long")
+    pool = Pool(reg, engine, PoolConfig([queue], **config))
     await pool.start()
     await asyncio.wait_for(started.wait(), 30)
+    return pool, job_id
+
+
+async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str) -> None:
+    q = f"{prefix}.w"
+    pool, job_id = await running_forever(engine, q, grace_s=0.2)
     await pool.stop()
     got = await info(engine, q, job_id)
     assert (got.state, got.attempt) == ("pending", 0), "released, and the attempt refunded"
 
 
 async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, prefix: str) -> None:
-    q, reg = f"{prefix}.w", Registry()
-    started = asyncio.Event()
-
-    @reg.job("long", queue=q)
-    async def long() -> None:
-        started.set()
-        await asyncio.Event().wait()  # runs until the pool stops it
-
-    job_id = await enqueue(engine, q, "long")
+    q = f"{prefix}.w"
     # short enough that the next pool reaps it soon, long enough that the keeper is never late for it
-    pool = Pool(reg, engine, PoolConfig([q], lease_ms=1000, scheduler=False))
-    await pool.start()
-    await asyncio.wait_for(started.wait(), 30)
+    pool, job_id = await running_forever(engine, q, lease_ms=1000, scheduler=False)
     await pool.hard_stop()
     assert (await info(engine, q, job_id)).state == "running"
 

@@ -1,4 +1,4 @@
-"""The worker as a real process (``python -m worker``): SIGTERM releases, SIGKILL loses nothing, bad input."""
+"""The worker as a real process (``jobq worker``): SIGTERM releases, SIGKILL loses nothing, bad input."""
 
 from __future__ import annotations
 
@@ -7,15 +7,17 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
-from jobq.stack.manager import Endpoints
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine, reads
 from jqcore.state.models import JobInfo
+from jqstack.manager import Endpoints
+from jqstack.supervise import Child, Children, python_m
 
 
 @pytest.fixture
@@ -26,27 +28,25 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
     await client.aclose()
 
 
+APP = "worker.examples:registry"
+
+Spawn = Callable[..., Child]
+"""``spawn(*args)``: start ``jobq worker --app worker.examples:registry ARGS``."""
+
+
 @pytest.fixture
-def spawn(endpoints: Endpoints) -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        if p.stdout is not None:
-            p.stdout.close()
-
-
-def start_worker(
-    procs: list[subprocess.Popen[bytes]], endpoints: Endpoints, *args: str
-) -> subprocess.Popen[bytes]:
+def spawn(endpoints: Endpoints, tmp_path: Path) -> Iterator[Spawn]:
+    """Worker processes against the session's Redis, each logging to ``tmp_path/worker-N.log``; the
+    ones still running are stopped at the end of the test (TERM, grace, KILL of the group)."""
     env = {**os.environ, "JOBQ_REDIS_URL": endpoints.redis_url or ""}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    procs.append(proc)
-    return proc
+    with Children(grace_s=10.0) as children:
+
+        def start(*args: str) -> Child:
+            name = f"worker-{len(children.members)}"
+            argv = python_m("jobq", "worker", "--app", APP, *args)
+            return children.start(name, argv, output=tmp_path / f"{name}.log", env=env)
+
+        yield start
 
 
 async def until_state(engine: Engine, queue: str, job_id: str, state: str, timeout_s: float = 90) -> JobInfo:
@@ -62,38 +62,34 @@ async def until_state(engine: Engine, queue: str, job_id: str, state: str, timeo
         await asyncio.sleep(0.05)
 
 
-async def exit_code(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> int:
-    return await asyncio.wait_for(asyncio.to_thread(proc.wait), timeout_s)
-
-
 async def test_sigterm_releases_the_running_job_without_spending_its_attempt(
-    engine: Engine, endpoints: Endpoints, prefix: str, spawn: list[subprocess.Popen[bytes]]
+    engine: Engine, prefix: str, spawn: Spawn
 ) -> None:
     q = f"{prefix}.proc"
     env = new_envelope(q, "demo.sleep", {"seconds": 30})
     await engine.enqueue_batch([env])
-    proc = start_worker(spawn, endpoints, "--queues", q, "--grace", "0.2")
+    proc = spawn("--queues", q, "--grace", "0.2")
     await until_state(engine, q, env.id, "running")
-    proc.send_signal(signal.SIGTERM)
-    assert await exit_code(proc) == 0
+    proc.signal(signal.SIGTERM)
+    assert await proc.exited(60) == 0
     got = await reads.get_job(engine.client, q, env.id)
     assert got is not None
     assert (got.state, got.attempt) == ("pending", 0)
 
 
 async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
-    engine: Engine, endpoints: Endpoints, prefix: str, spawn: list[subprocess.Popen[bytes]]
+    engine: Engine, prefix: str, spawn: Spawn
 ) -> None:
     q = f"{prefix}.proc"
     # long enough that the kill lands while it runs, even if this test is descheduled for a while
     env = new_envelope(q, "demo.sleep", {"seconds": 3})
     await engine.enqueue_batch([env])
-    first = start_worker(spawn, endpoints, "--queues", q, "--lease-ms", "1000")
+    first = spawn("--queues", q, "--lease-ms", "1000")
     await until_state(engine, q, env.id, "running")
-    first.kill()
-    await exit_code(first)
-    second = start_worker(spawn, endpoints, "--queues", q, "--lease-ms", "1000", "--burst")
-    assert await exit_code(second, 120) == 0, (second.stdout.read() if second.stdout else b"").decode()
+    first.signal(signal.SIGKILL)  # the crash under test
+    await first.exited(60)
+    second = spawn("--queues", q, "--lease-ms", "1000", "--burst")
+    assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
     got = await reads.get_job(engine.client, q, env.id)
     assert got is not None
     assert (got.state, got.attempt, got.result) == ("completed", 2, "3")
@@ -104,13 +100,18 @@ async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
     [
         (["--queues", "q", "--app", "no.such.module"], "cannot import 'no.such.module'"),
         (["--queues", "q", "--app", "worker.examples:cpu_hash"], "is not a worker.Registry"),
-        (["--queues", " , "], "--queues names no queue"),
-        (["--queues", "q", "--concurrency", "0"], "--concurrency"),
+        (["--queues", " , ", "--app", APP], "names no queue"),
+        (["--queues", "q", "--app", APP, "--concurrency", "0"], "--concurrency"),
+        (["--queues", "q"], "--app"),
     ],
 )
 def test_bad_options_are_named(args: list[str], needle: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "worker", *args], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "jobq", "worker", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 2
     assert needle in out.stdout + out.stderr

@@ -1,16 +1,35 @@
 -- _lib.lua: helpers shared by every transition script (prepended to each script at load time, after its
--- shebang line; it defines locals only and runs nothing on its own).
+-- shebang line and the KEYS binding; it defines locals only and runs nothing on its own).
 --
--- Conventions for every script:
---   KEYS[1] = queue prefix "jobq:{q}:"  KEYS[2] = ready  KEYS[3] = delayed  KEYS[4] = running
---   KEYS[5] = done  KEYS[6] = config. Per-job and per-index keys are derived from KEYS[1]; they carry the
---   same hash tag, so each script touches exactly one Cluster slot.
---   ARGV[1] = now (ms since epoch, from the caller).
+-- KEYS (BullMQ's contract): a script receives every key it touches at a fixed name, in the one order of
+-- jqcore.keys.KEY_NAMES, each script only the ones it touches. Its header lists them
+--   -- KEYS[1] prefix   "jobq:{q}:" the prefix its derived keys are built from (same slot, not a key)
+--   -- KEYS[2] ready    ZSET ...
+-- and jqcore.state.scripts declares the same names, from which the loader binds them to upper-case
+-- locals before this file: P (prefix), READY, DELAYED, RUNNING, DONE, DEAD, CONFIG, KINDS, KINDRUN,
+-- COUNTS, STATS, XHEAD, FENCES, WAKE, SCHED. A helper below uses the locals its callers must declare.
+-- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
+-- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
+--   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET
+-- ARGV[1] = now (ms since epoch, from the caller).
+-- Return codes: the C_* constants below, mirrored by jqcore.state.codes.Code (one meaning per number);
+-- each script's "-- returns:" line names the ones it returns.
 -- Job states: delayed, pending, waiting (behind an exclusivity value), parked (kind at its limit),
 --   running, completed, canceled, errored, expired.
-local P = KEYS[1]
-local READY, DELAYED, RUNNING, DONE, CONFIG = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local NOW = tonumber(ARGV[1])
+
+local C_OK = 1              -- done as asked
+local C_STALE = 0           -- the attempt/token no longer owns the job
+local C_MISSING = -1        -- no such job
+local C_FINAL = -2          -- the job is already in a terminal state: nothing changed
+local C_FENCE_STALE = -3    -- the writer's fence is older than the newest seen (a deposed relay)
+local C_CANCELED = -4       -- the job ended canceled while it ran (a cancel was requested, or its handler canceled it)
+local C_PAUSED = -5         -- the queue is paused: nothing claimed
+local C_FILTER_UNKNOWN = -6 -- a claim filters on a meta key the queue does not index
+local C_ERRORED = 2         -- the job ended errored (the dead-letter list) instead of running again
+local C_FLAGGED = 3         -- a running job was flagged for cancellation (its worker stops it)
+local C_TOMBSTONED = 4      -- an id not in Redis yet: a canceled record waits for it
+local C_RETRY = 5           -- a failed attempt is retried later (its run_at follows)
 
 local DAY = 86400000
 local function k(name) return P .. name end
@@ -27,7 +46,7 @@ local function cfgnum(field, default)
 end
 
 local function stat(field, n)
-  redis.call('HINCRBY', k('stats'), field, n or 1)
+  redis.call('HINCRBY', STATS, field, n or 1)
 end
 
 local function touch(key)
@@ -39,13 +58,13 @@ local function wake(n)
   if n <= 0 then return end
   local args = {}
   for i = 1, math.min(n, 64) do args[i] = '1' end
-  redis.call('LPUSH', k('wake'), unpack(args))
-  redis.call('LTRIM', k('wake'), 0, 63)
+  redis.call('LPUSH', WAKE, unpack(args))
+  redis.call('LTRIM', WAKE, 0, 63)
 end
 
 local function wake_scheduler()
-  redis.call('LPUSH', k('sched'), '1')
-  redis.call('LTRIM', k('sched'), 0, 0)
+  redis.call('LPUSH', SCHED, '1')
+  redis.call('LTRIM', SCHED, 0, 0)
 end
 
 local function split_lines(s)
@@ -78,14 +97,14 @@ local function admit(id, key)
   local prio = tonumber(redis.call('HGET', key, 'prio'))
   local excl = redis.call('HGET', key, 'excl')
   if excl and excl ~= '' then
-    local head = redis.call('HGET', k('xhead'), excl)
+    local head = redis.call('HGET', XHEAD, excl)
     if head and head ~= id then
       redis.call('ZADD', k('xq:' .. excl), prio, id)
       redis.call('HSET', key, 'state', 'waiting')
-      redis.call('HINCRBY', k('counts'), 'blocked', 1)
+      redis.call('HINCRBY', COUNTS, 'blocked', 1)
       return 0
     end
-    redis.call('HSET', k('xhead'), excl, id)
+    redis.call('HSET', XHEAD, excl, id)
   end
   to_ready(id, key, prio)
   return 1
@@ -94,14 +113,14 @@ end
 -- The exclusivity head finished for good: let the next job of that value run. Returns jobs made ready.
 local function release_excl(id, key)
   local excl = redis.call('HGET', key, 'excl')
-  if not excl or excl == '' or redis.call('HGET', k('xhead'), excl) ~= id then return 0 end
+  if not excl or excl == '' or redis.call('HGET', XHEAD, excl) ~= id then return 0 end
   local nxt = redis.call('ZPOPMIN', k('xq:' .. excl))
   if #nxt == 0 then
-    redis.call('HDEL', k('xhead'), excl)
+    redis.call('HDEL', XHEAD, excl)
     return 0
   end
-  redis.call('HINCRBY', k('counts'), 'blocked', -1)
-  redis.call('HSET', k('xhead'), excl, nxt[1])
+  redis.call('HINCRBY', COUNTS, 'blocked', -1)
+  redis.call('HSET', XHEAD, excl, nxt[1])
   to_ready(nxt[1], jkey(nxt[1]), tonumber(nxt[2]))
   return 1
 end
@@ -109,10 +128,10 @@ end
 -- A running job left the running set: free its kind slot, unpark one job of that kind. Returns jobs made ready.
 local function release_slot(key)
   local kind = redis.call('HGET', key, 'kind')
-  if redis.call('HINCRBY', k('kindrun'), kind, -1) < 0 then redis.call('HSET', k('kindrun'), kind, 0) end
+  if redis.call('HINCRBY', KINDRUN, kind, -1) < 0 then redis.call('HSET', KINDRUN, kind, 0) end
   local nxt = redis.call('ZPOPMIN', k('parked:' .. kind))
   if #nxt == 0 then return 0 end
-  redis.call('HINCRBY', k('counts'), 'blocked', -1)
+  redis.call('HINCRBY', COUNTS, 'blocked', -1)
   to_ready(nxt[1], jkey(nxt[1]), tonumber(nxt[2]))
   return 1
 end
@@ -124,7 +143,7 @@ local function finish(id, key, state, reason)
   redis.call('HDEL', key, 'token')
   local retention
   if state == 'errored' then
-    redis.call('ZADD', k('dead'), NOW, id)
+    redis.call('ZADD', DEAD, NOW, id)
     retention = cfgnum('dead_retention_ms', 7 * DAY)
   else
     retention = cfgnum('retention_ms', DAY)
@@ -138,7 +157,7 @@ end
 -- The record keeps its version (it only grows) and attempt history; the caller stores the new job.
 local function reopen(id, key)
   redis.call('ZREM', DONE, id)
-  redis.call('ZREM', k('dead'), id)
+  redis.call('ZREM', DEAD, id)
   redis.call('HDEL', key, 'result', 'reason', 'last_error', 'finished_at', 'started_at', 'cancel',
     'tombstone', 'token', 'lease_deadline', 'dups', 'dup_at', 'unhandled_since')
 end

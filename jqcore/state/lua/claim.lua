@@ -5,20 +5,33 @@
 -- limit are parked until a slot frees up. With a filter, only jobs whose declared meta pairs all match.
 -- A claim that stops at its scan budget with jobs still ready pushes a wake token: a worker whose claim
 -- came back short may block on the wake list, and must not miss jobs it simply did not reach.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[6] config   HASH queue configuration
+-- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[8] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[9] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[10] stats    HASH lifetime counters
+-- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[12] wake     LIST wake tokens for waiting workers
+-- KEYS[13] sched    LIST wake token for the scheduler
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)
--- Returns: {1, id, envelope, attempt, token, deadline, …}  or {-5} when the queue is paused, or
---          {-6, key} when the filter names a key the queue does not index (not in filter_keys).
+-- returns: {C_OK, id, envelope, attempt, token, deadline, …}  or {C_PAUSED} when the queue is paused,
+--          or {C_FILTER_UNKNOWN, key} when the filter names a key the queue does not index (not in filter_keys).
 local n, lease_arg, token_prefix, filter = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
-if cfg('paused', '0') == '1' then return {-5} end
+if cfg('paused', '0') == '1' then return {C_PAUSED} end
 local pairs_wanted = split_lines(filter)
 if #pairs_wanted > 0 then
   local indexed = {}
   for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do indexed[name] = true end
   for _, pair in ipairs(pairs_wanted) do
     local name = string.sub(pair, 1, (string.find(pair, '=', 1, true) or 0) - 1)
-    if not indexed[name] then return {-6, name} end
+    if not indexed[name] then return {C_FILTER_UNKNOWN, name} end
   end
 end
 local src = READY
@@ -35,7 +48,7 @@ local function matches(key)
   return true
 end
 
-local out = {1}
+local out = {C_OK}
 local claimed, scanned, offset, freed = 0, 0, 0, 0
 local before = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
 local earliest = tonumber(before[2] or '-1')
@@ -55,14 +68,14 @@ while claimed < n and scanned < n * 4 + 32 do
     else
       from_ready(id, key)
       local kind, expires = f[1], tonumber(f[2])
-      local limit = tonumber(redis.call('HGET', k('kinds'), kind .. '|limit') or '')
+      local limit = tonumber(redis.call('HGET', KINDS, kind .. '|limit') or '')
       if expires and expires <= NOW then
         finish(id, key, 'expired', 'expires_at passed before it ran')
         freed = freed + release_excl(id, key)
-      elseif limit and tonumber(redis.call('HGET', k('kindrun'), kind) or '0') >= limit then
+      elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') >= limit then
         redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
         redis.call('HSET', key, 'state', 'parked')
-        redis.call('HINCRBY', k('counts'), 'blocked', 1)
+        redis.call('HINCRBY', COUNTS, 'blocked', 1)
       else
         local lease = lease_arg
         if lease == 0 then lease = tonumber(f[4]) or default_lease end
@@ -73,7 +86,7 @@ while claimed < n and scanned < n * 4 + 32 do
           'lease_deadline', deadline, 'started_at', NOW)
         touch(key)
         redis.call('ZADD', RUNNING, deadline, id)
-        redis.call('HINCRBY', k('kindrun'), kind, 1)
+        redis.call('HINCRBY', KINDRUN, kind, 1)
         claimed = claimed + 1
         if new_earliest == nil or deadline < new_earliest then new_earliest = deadline end
         out[#out + 1] = id

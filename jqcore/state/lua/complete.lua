@@ -3,16 +3,28 @@
 -- job's kind slot and exclusivity value (waking the next job), and leaves a dedup marker (the job record
 -- itself, until GC). Idempotent: the same (attempt, token) sent again after a lost answer is answered
 -- {1} again and changes nothing.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[6] config   HASH queue configuration
+-- KEYS[7] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[8] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[9] stats    HASH lifetime counters
+-- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[11] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] result ('' = none)
--- Returns: {1} done (now or by this same write before) | {0} stale token/attempt | {-1} no such job.
+-- returns: {C_OK} done (now or by this same write before) | {C_STALE} stale token/attempt |
+--          {C_MISSING} no such job.
 local id, attempt, token, result = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local key = jkey(id)
 local own = owned(key, attempt, token)
-if own == 'missing' then return {-1} end
+if own == 'missing' then return {C_MISSING} end
 if own == 'stale' then
-  if acked(key, attempt, token) == 'completed' then return {1} end
-  return {0}
+  if acked(key, attempt, token) == 'completed' then return {C_OK} end
+  return {C_STALE}
 end
 redis.call('ZREM', RUNNING, id)
 local freed = release_slot(key)
@@ -21,4 +33,4 @@ record_attempt(key, 'completed', nil, token, 'completed')
 finish(id, key, 'completed', nil)
 freed = freed + release_excl(id, key)
 wake(freed)
-return {1}
+return {C_OK}

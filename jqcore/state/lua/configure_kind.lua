@@ -1,23 +1,29 @@
 #!lua flags=allow-oom
 -- configure_kind: a job type's options in this queue — concurrency limit across all workers, max
 -- attempts, delivery (at_least_once | at_most_once). Raising the limit unparks waiting jobs.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[4] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[5] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[6] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, parked:<kind>
 -- ARGV: [1] now  [2] kind  [3] limit ('' = none)  [4] max attempts ('' = queue default)  [5] delivery
--- Returns: number of parked jobs made pending.
+-- returns: number of parked jobs made pending.
 local kind = ARGV[2]
 local fields = {limit = ARGV[3], attempts = ARGV[4], delivery = ARGV[5]}
 for name, value in pairs(fields) do
-  if value == '' then redis.call('HDEL', k('kinds'), kind .. '|' .. name)
-  else redis.call('HSET', k('kinds'), kind .. '|' .. name, value) end
+  if value == '' then redis.call('HDEL', KINDS, kind .. '|' .. name)
+  else redis.call('HSET', KINDS, kind .. '|' .. name, value) end
 end
 local limit = tonumber(ARGV[3])
 local n = 0
 while true do
-  local running = tonumber(redis.call('HGET', k('kindrun'), kind) or '0')
+  local running = tonumber(redis.call('HGET', KINDRUN, kind) or '0')
   if limit and running + n >= limit then break end
   local nxt = redis.call('ZPOPMIN', k('parked:' .. kind))
   if #nxt == 0 then break end
-  redis.call('HINCRBY', k('counts'), 'blocked', -1)
+  redis.call('HINCRBY', COUNTS, 'blocked', -1)
   to_ready(nxt[1], jkey(nxt[1]), tonumber(nxt[2]))
   n = n + 1
 end

@@ -1,9 +1,12 @@
 #!lua flags=allow-oom
 -- configure_queue: set queue configuration fields (validated in Python) — mode, excl_key, lease_ms,
 -- max_attempts, filter_keys, paused, retention_ms, dead_retention_ms. Resuming wakes waiting workers.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] ready    ZSET pending jobs, score = priority
+-- KEYS[2] config   HASH queue configuration
+-- KEYS[3] wake     LIST wake tokens for waiting workers
+-- derived: none
 -- ARGV: [1] now  then field, value pairs ('' value = back to the default).
--- Returns: 1.
+-- returns: C_OK.
 redis.call('HSETNX', CONFIG, 'created_at', NOW)
 local resumed = false
 for i = 2, #ARGV, 2 do
@@ -12,4 +15,4 @@ for i = 2, #ARGV, 2 do
   if value == '' then redis.call('HDEL', CONFIG, field) else redis.call('HSET', CONFIG, field, value) end
 end
 if resumed then wake(redis.call('ZCARD', READY)) end
-return 1
+return C_OK

@@ -1,14 +1,17 @@
 #!lua flags=allow-oom
 -- dead_purge: delete errored jobs now (the dead-letter list is emptied, or only the given ids).
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[3] dead     ZSET errored jobs (the dead-letter list)
+-- derived: job:<id>
 -- ARGV: [1] now  [2] limit  then ids (none = the oldest dead jobs up to limit)
--- Returns: number of jobs deleted.
+-- returns: number of jobs deleted.
 local ids = {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then ids = redis.call('ZRANGE', k('dead'), 0, tonumber(ARGV[2]) - 1) end
+if #ids == 0 then ids = redis.call('ZRANGE', DEAD, 0, tonumber(ARGV[2]) - 1) end
 local n = 0
 for _, id in ipairs(ids) do
-  if redis.call('ZREM', k('dead'), id) == 1 then
+  if redis.call('ZREM', DEAD, id) == 1 then
     redis.call('ZREM', DONE, id)
     redis.call('DEL', jkey(id))
     n = n + 1

@@ -1,15 +1,23 @@
 #!lua flags=allow-oom
 -- dead_retry: give errored (dead-lettered) jobs a fresh set of attempts; they become pending again.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[4] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[5] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[6] stats    HASH lifetime counters
+-- KEYS[7] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[8] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] limit  then ids (none = the oldest dead jobs up to limit)
--- Returns: number of jobs retried.
+-- returns: number of jobs retried.
 local ids = {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then ids = redis.call('ZRANGE', k('dead'), 0, tonumber(ARGV[2]) - 1) end
+if #ids == 0 then ids = redis.call('ZRANGE', DEAD, 0, tonumber(ARGV[2]) - 1) end
 local ready, n = 0, 0
 for _, id in ipairs(ids) do
   local key = jkey(id)
-  if redis.call('ZREM', k('dead'), id) == 1 and redis.call('HGET', key, 'state') == 'errored' then
+  if redis.call('ZREM', DEAD, id) == 1 and redis.call('HGET', key, 'state') == 'errored' then
     redis.call('ZREM', DONE, id)
     redis.call('HSET', key, 'attempt', 0)
     redis.call('HDEL', key, 'finished_at', 'reason', 'cancel')

@@ -9,19 +9,32 @@
 -- dedup_window_ms. Otherwise (policy 'active', the default: Slack's "while queued or running") the
 -- finished job is enqueued again: a new run under the same id ('reopened'). A dropped duplicate is
 -- counted on the job record (dups, dup_at) so a reader can see what happened to it.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[6] config   HASH queue configuration
+-- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[8] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[9] stats    HASH lifetime counters
+-- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[11] fences   HASH fence source -> newest fence
+-- KEYS[12] wake     LIST wake tokens for waiting workers
+-- KEYS[13] sched    LIST wake token for the scheduler
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
 --       11 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
 --       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown).
--- Returns: {1, created(0|1), outcome_1 … outcome_N} with outcome one of
+-- returns: {C_OK, created(0|1), outcome_1 … outcome_N} with outcome one of
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
---       or {-3, newest_fence} when the fence is older than the newest seen for this source.
+--       or {C_FENCE_STALE, newest_fence} when the fence is older than the newest seen for this source.
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
-  local newest = tonumber(redis.call('HGET', k('fences'), source) or '0')
-  if fence < newest then return {-3, newest} end
-  if fence > newest then redis.call('HSET', k('fences'), source, fence) end
+  local newest = tonumber(redis.call('HGET', FENCES, source) or '0')
+  if fence < newest then return {C_FENCE_STALE, newest} end
+  if fence > newest then redis.call('HSET', FENCES, source, fence) end
 end
 local created = 0
 if redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then created = 1 end
@@ -43,7 +56,7 @@ local function reopens(key, state, origin)
   return true
 end
 
-local out = {1, created}
+local out = {C_OK, created}
 local ready, earliest_delayed = 0, nil
 local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 local prev_earliest = tonumber(first_delayed[2] or '-1')
@@ -82,7 +95,7 @@ for i = 0, n - 1 do
     stat('refused')
   else
     if attempts == '' then
-      attempts = redis.call('HGET', k('kinds'), kind .. '|attempts') or tostring(default_attempts)
+      attempts = redis.call('HGET', KINDS, kind .. '|attempts') or tostring(default_attempts)
     end
     redis.call('HSET', key, 'env', env, 'prio', prio, 'kind', kind, 'excl', exclusive and excl or '',
       'idx', table.concat(idx, '\n'), 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,

@@ -1,10 +1,21 @@
 #!lua flags=allow-oom
 -- extend: push the lease deadline of running jobs out (the worker's lease keeper, in batches).
 -- A job whose cancel was requested is canceled here and reported, so its worker stops it.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[6] config   HASH queue configuration
+-- KEYS[7] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[8] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[9] stats    HASH lifetime counters
+-- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[11] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] lease_ms (0 = each job's own lease_ms, else the queue's default)
 --       then triples id, attempt, token.
--- Returns one code per job: a new deadline (> 0) | 0 stale token/attempt | -1 no such job | -4 canceled.
+-- returns: one code per job: a new deadline (> 0) | C_STALE | C_MISSING | C_CANCELED.
 local lease_arg = tonumber(ARGV[2])
 local default_lease = cfgnum('lease_ms', 30000)
 local out, freed = {}, 0
@@ -13,16 +24,16 @@ for i = 3, #ARGV, 3 do
   local key = jkey(id)
   local own = owned(key, attempt, token)
   if own == 'missing' then
-    out[#out + 1] = -1
+    out[#out + 1] = C_MISSING
   elseif own == 'stale' then
-    out[#out + 1] = 0
+    out[#out + 1] = C_STALE
   elseif redis.call('HGET', key, 'cancel') == '1' then
     redis.call('ZREM', RUNNING, id)
     freed = freed + release_slot(key)
     record_attempt(key, 'canceled', 'canceled while running')
     finish(id, key, 'canceled', 'canceled while running')
     freed = freed + release_excl(id, key)
-    out[#out + 1] = -4
+    out[#out + 1] = C_CANCELED
   else
     local lease = lease_arg
     if lease == 0 then lease = tonumber(redis.call('HGET', key, 'lease_ms')) or default_lease end

@@ -2,9 +2,13 @@
 -- forget: delete finished jobs now (completed, errored, canceled, expired), closing their dedup window
 -- early so the same ids can be enqueued again (`jobq replay --force`). A job that is not finished
 -- (pending, delayed, parked, running) is left alone: forgetting it would let a replay run it twice.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[3] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[4] stats    HASH lifetime counters
+-- derived: job:<id>
 -- ARGV: [1] now  then ids
--- Returns: one outcome per id: 'forgotten' | 'active' | 'missing'.
+-- returns: one outcome per id: 'forgotten' | 'active' | 'missing'.
 local out = {}
 for i = 2, #ARGV do
   local id = ARGV[i]
@@ -15,7 +19,7 @@ for i = 2, #ARGV do
   elseif state == 'completed' or state == 'errored' or state == 'canceled' or state == 'expired' then
     redis.call('DEL', key)
     redis.call('ZREM', DONE, id)
-    redis.call('ZREM', k('dead'), id)
+    redis.call('ZREM', DEAD, id)
     stat('forgotten')
     out[#out + 1] = 'forgotten'
   else

@@ -3,15 +3,29 @@
 -- workers are not all up yet). The attempt is refunded and the job waits as 'delayed' for the given
 -- delay, so a pool that knows the kind claims it next. Only when no pool has run it for dead_after ms
 -- since it was first handed back (in a row) does it become errored (the dead-letter list).
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at
+-- KEYS[4] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[7] config   HASH queue configuration
+-- KEYS[8] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[9] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[10] stats    HASH lifetime counters
+-- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[12] wake     LIST wake tokens for waiting workers
+-- KEYS[13] sched    LIST wake token for the scheduler
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
--- Returns: {1, 'handed_back', run_at} | {1, 'errored'} | {0} stale | {-1} no such job.
+-- returns: {C_OK, run_at} handed back | {C_ERRORED} no pool ran it for dead_after ms | {C_STALE} |
+--          {C_MISSING}.
 local id, attempt, token = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_after = tonumber(ARGV[5]), tonumber(ARGV[6])
 local key = jkey(id)
 local own = owned(key, attempt, token)
-if own == 'missing' then return {-1} end
-if own == 'stale' then return {0} end
+if own == 'missing' then return {C_MISSING} end
+if own == 'stale' then return {C_STALE} end
 local kind = redis.call('HGET', key, 'kind')
 local raw = redis.call('HGET', key, 'history')
 local hist = (raw and raw ~= '') and cjson.decode(raw) or {}
@@ -27,7 +41,7 @@ if NOW - since >= dead_after then
   finish(id, key, 'errored', 'no pool ran kind ' .. kind .. ' for ' .. (NOW - since) .. ' ms')
   freed = freed + release_excl(id, key)
   wake(freed)
-  return {1, 'errored'}
+  return {C_ERRORED}
 end
 redis.call('HINCRBY', key, 'attempt', -1)
 redis.call('HDEL', key, 'token')
@@ -38,4 +52,4 @@ redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at)
 touch(key)
 if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
 wake(freed)
-return {1, 'handed_back', run_at}
+return {C_OK, run_at}

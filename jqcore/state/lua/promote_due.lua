@@ -1,9 +1,15 @@
 #!lua flags=allow-oom
 -- promote_due: delayed jobs whose run_at has come become pending (or wait behind their exclusivity
 -- value). Never early: only run_at <= now. Any number of schedulers may run this at once.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at
+-- KEYS[4] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[5] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[6] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] limit
--- Returns: {promoted, next_run_at or -1}
+-- returns: {promoted, next_run_at or -1}
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[2]))
 local ready = 0
 for _, id in ipairs(due) do

@@ -2,9 +2,21 @@
 -- reap_expired: running jobs whose lease deadline passed (a crashed or stuck worker). at_least_once:
 -- pending again (the attempt stays spent; out of attempts => errored). at_most_once: errored, never
 -- handed out twice. Safe with any number of reapers at once.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[6] config   HASH queue configuration
+-- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[8] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[9] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[10] stats    HASH lifetime counters
+-- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[12] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] limit
--- Returns: {reaped, next_deadline or -1}
+-- returns: {reaped, next_deadline or -1}
 local expired = redis.call('ZRANGEBYSCORE', RUNNING, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[2]))
 local freed = 0
 for _, id in ipairs(expired) do
@@ -14,7 +26,7 @@ for _, id in ipairs(expired) do
     freed = freed + release_slot(key)
     record_attempt(key, 'lease_expired', 'lease expired')
     local f = redis.call('HMGET', key, 'attempt', 'max_attempts', 'kind', 'cancel')
-    local delivery = redis.call('HGET', k('kinds'), f[3] .. '|delivery')
+    local delivery = redis.call('HGET', KINDS, f[3] .. '|delivery')
     if f[4] == '1' then
       finish(id, key, 'canceled', 'canceled while running')
       freed = freed + release_excl(id, key)

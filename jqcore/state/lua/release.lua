@@ -2,27 +2,39 @@
 -- release: a worker gives running jobs back (graceful shutdown). The attempt is refunded and the job is
 -- pending again, first in line by its priority; an at_most_once job that had already started is errored
 -- instead, because it must never be handed out twice.
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[6] config   HASH queue configuration
+-- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[8] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[9] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[10] stats    HASH lifetime counters
+-- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[12] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  then quadruples id, attempt, token, started (0|1).
--- Returns one code per job: 1 released | 2 errored (at_most_once) | 0 stale | -1 no such job.
+-- returns: one code per job: C_OK released | C_ERRORED (at_most_once) | C_STALE | C_MISSING.
 local out, freed = {}, 0
 for i = 2, #ARGV, 4 do
   local id, attempt, token, started = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1'
   local key = jkey(id)
   local own = owned(key, attempt, token)
   if own == 'missing' then
-    out[#out + 1] = -1
+    out[#out + 1] = C_MISSING
   elseif own == 'stale' then
-    out[#out + 1] = 0
+    out[#out + 1] = C_STALE
   else
     redis.call('ZREM', RUNNING, id)
     freed = freed + release_slot(key)
     local kind = redis.call('HGET', key, 'kind')
-    if started and redis.call('HGET', k('kinds'), kind .. '|delivery') == 'at_most_once' then
+    if started and redis.call('HGET', KINDS, kind .. '|delivery') == 'at_most_once' then
       record_attempt(key, 'released', 'released after it started (at_most_once)')
       finish(id, key, 'errored', 'released after it started (at_most_once)')
       freed = freed + release_excl(id, key)
-      out[#out + 1] = 2
+      out[#out + 1] = C_ERRORED
     else
       record_attempt(key, 'released', nil)
       redis.call('HINCRBY', key, 'attempt', -1)
@@ -30,7 +42,7 @@ for i = 2, #ARGV, 4 do
       to_ready(id, key, tonumber(redis.call('HGET', key, 'prio')))
       touch(key)
       freed = freed + 1
-      out[#out + 1] = 1
+      out[#out + 1] = C_OK
     end
   end
 end

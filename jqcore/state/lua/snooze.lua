@@ -1,13 +1,22 @@
 #!lua flags=allow-oom
 -- snooze: put a running job back for a while without spending an attempt (the handler asked for it).
--- KEYS: standard (_lib.lua).
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at
+-- KEYS[4] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[5] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[6] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[7] stats    HASH lifetime counters
+-- KEYS[8] wake     LIST wake tokens for waiting workers
+-- KEYS[9] sched    LIST wake token for the scheduler
+-- derived: job:<id>, idx:<key>=<value>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms
--- Returns: {1, run_at} | {0} stale | {-1} no such job.
+-- returns: {C_OK, run_at} | {C_STALE} | {C_MISSING}.
 local id, attempt, token, delay = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local key = jkey(id)
 local own = owned(key, attempt, token)
-if own == 'missing' then return {-1} end
-if own == 'stale' then return {0} end
+if own == 'missing' then return {C_MISSING} end
+if own == 'stale' then return {C_STALE} end
 redis.call('ZREM', RUNNING, id)
 local freed = release_slot(key)
 record_attempt(key, 'snoozed', nil)
@@ -26,4 +35,4 @@ end
 touch(key)
 stat('snoozed')
 wake(freed)
-return {1, run_at}
+return {C_OK, run_at}

@@ -22,11 +22,12 @@ from typing import Any, Literal
 
 import redis
 
-from jobq.stack import provision
-from jobq.stack.paths import stack_dir
-from jobq.stack.procs import alive, free_port, log_tail, run_step, spawn, terminate, wait_until
-from jobq.stack.servers import ConsulServer, KafkaBroker, RedisServer, ServerSpec, kafka_ready
-from jqcore.errors import StackError
+from jqstack import provision
+from jqstack.errors import StackError
+from jqstack.paths import stack_dir
+from jqstack.procs import free_port, log_tail, run_step
+from jqstack.servers import ConsulServer, KafkaBroker, RedisServer, ServerSpec, kafka_ready
+from jqstack.supervise import alive, spawn, terminate, wait_until
 
 __all__ = ["DEFAULT_PORTS", "Endpoints", "Stack", "StackSpec"]
 
@@ -187,13 +188,7 @@ class Stack:
             started = time.monotonic()
             server.pid = spawn(self._command(server, tools), log=server.log, cwd=server.data_dir)
             self._save()
-            wait_until(
-                functools.partial(self._ready, server),
-                what=f"{server.name} on port {server.port}",
-                timeout_s=timeout_s,
-                pid=server.pid,
-                log=server.log,
-            )
+            self._wait_ready(server, timeout_s)
             timings[server.name] = time.monotonic() - started
         if self.of_kind("redis-cluster"):
             started = time.monotonic()
@@ -216,13 +211,17 @@ class Stack:
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         for server in self.servers:
-            wait_until(
-                functools.partial(self._ready, server),
-                what=f"{server.name} on port {server.port}",
-                timeout_s=timeout_s,
-                pid=server.pid,
-                log=server.log,
-            )
+            self._wait_ready(server, timeout_s)
+
+    def _wait_ready(self, server: ServerSpec, timeout_s: float) -> None:
+        """Until ``server`` answers; fails early when its process dies, with its log tail."""
+        wait_until(
+            functools.partial(self._ready, server),
+            what=f"{server.name} on port {server.port}",
+            timeout_s=timeout_s,
+            pid=server.pid,
+            log=server.log,
+        )
 
     def _ready(self, server: ServerSpec) -> bool:
         if server.kind == "kafka":

@@ -11,9 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
-from jobq.stack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, deploy_dir, home
-from jobq.stack.procs import run_step
-from jqcore.errors import StackError
+from jqstack.errors import StackError
+from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, deploy_dir, home
+from jqstack.procs import run_step
 
 __all__ = ["ensure_consul", "ensure_kafka_jars", "ensure_redis", "ensure_spark_jars", "require_tool"]
 
@@ -25,7 +25,7 @@ def require_tool(name: str, hint: str) -> str:
     return path
 
 
-def _mvn_copy(pom: Path, out: Path, what: str) -> Path:
+def _mvn_copy(pom: Path, out: Path, what: str, note: str) -> Path:
     marker = out / ".complete"
     if marker.exists():
         return out
@@ -44,6 +44,7 @@ def _mvn_copy(pom: Path, out: Path, what: str) -> Path:
             "-DincludeScope=runtime",
             f"-DoutputDirectory={tmp}",
         ],
+        note=note,
         hint="Maven Central must be reachable; rerun once the network is back.",
     )
     shutil.rmtree(out, ignore_errors=True)
@@ -58,7 +59,8 @@ def ensure_kafka_jars() -> Path:
     return _mvn_copy(
         deploy_dir() / "kafka" / "pom.xml",
         home() / f"kafka-{KAFKA_VERSION}" / "libs",
-        "resolving Kafka broker jars",
+        f"fetching Kafka {KAFKA_VERSION}'s broker jars with Maven (~56 MB)",
+        "first run only, ~1-2 min",
     )
 
 
@@ -67,7 +69,8 @@ def ensure_spark_jars() -> Path:
     return _mvn_copy(
         deploy_dir() / "spark" / "pom.xml",
         home() / f"spark-kafka-{SPARK_VERSION}",
-        "resolving Spark's Kafka connector jars",
+        f"fetching Spark {SPARK_VERSION}'s Kafka connector jars with Maven",
+        "first run only, ~1 min",
     )
 
 
@@ -81,8 +84,9 @@ def ensure_consul() -> Path:
     env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
     tmp = binary.with_name(binary.name + ".partial")
     run_step(
-        "building Consul from its Go module (~3-4 min the first time)",
+        f"building Consul {CONSUL_VERSION} from its Go module",
         ["go", "build", "-trimpath", "-o", str(tmp), "github.com/hashicorp/consul"],
+        note="first run only, ~3-5 min",
         cwd=deploy_dir() / "consul",
         env=env,
         timeout_s=1800,
@@ -99,10 +103,12 @@ def ensure_redis() -> Path:
         return Path(found)
     if os.geteuid() != 0:
         raise StackError("redis-server is missing; install it: sudo apt-get install -y redis-server")
-    run_step("apt-get update", ["apt-get", "update", "-qq"], timeout_s=600)
+    note = "first run only, ~1 min"
+    run_step("updating the apt package lists", ["apt-get", "update", "-qq"], note=note, timeout_s=600)
     run_step(
-        "installing redis-server",
+        "installing redis-server (apt)",
         ["apt-get", "install", "-y", "-qq", "redis-server"],
+        note=note,
         timeout_s=600,
         env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
     )

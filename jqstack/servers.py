@@ -15,10 +15,21 @@ from pathlib import Path
 
 import redis
 
-from jobq.stack.procs import run_step
-from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
+from jqstack.procs import run_step
 
-__all__ = ["ConsulServer", "KafkaBroker", "RedisServer", "ServerSpec", "kafka_ready"]
+__all__ = [
+    "BROKER_MESSAGE_MAX_BYTES",
+    "ConsulServer",
+    "KafkaBroker",
+    "RedisServer",
+    "ServerSpec",
+    "kafka_ready",
+]
+
+BROKER_MESSAGE_MAX_BYTES = 2_097_152
+"""The local brokers' ``message.max.bytes``: jobq's one Kafka size limit (2 MiB). ``jqstack`` imports no
+other jobq package, so the figure is written here too; ``tests/unit/test_stack_limits.py`` holds it equal to
+``jqcore.envelope.KAFKA_MAX_MESSAGE_BYTES``."""
 
 
 @dataclass
@@ -76,7 +87,7 @@ class KafkaBroker:
                 "group.initial.rebalance.delay.ms=0",
                 "auto.create.topics.enable=false",
                 "log.retention.hours=168",
-                f"message.max.bytes={KAFKA_MAX_MESSAGE_BYTES}",  # jqcore.envelope: the one Kafka limit
+                f"message.max.bytes={BROKER_MESSAGE_MAX_BYTES}",
                 "",
             ]
         )

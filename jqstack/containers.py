@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobq.stack.paths import CONSUL_VERSION, KAFKA_VERSION
-from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
+from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
+from jqstack.servers import BROKER_MESSAGE_MAX_BYTES
 
 __all__ = ["ContainerDef", "build", "definitions", "docker_available"]
 
@@ -43,7 +43,7 @@ def definitions(kafka_port: int, consul_port: int, redis_port: int) -> list[Cont
         "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
         "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
         "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
-        "KAFKA_MESSAGE_MAX_BYTES": str(KAFKA_MAX_MESSAGE_BYTES),
+        "KAFKA_MESSAGE_MAX_BYTES": str(BROKER_MESSAGE_MAX_BYTES),
     }
     return [
         ContainerDef("kafka", f"apache/kafka:{KAFKA_VERSION}", {9092: kafka_port}, kafka_env),

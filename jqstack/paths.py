@@ -27,7 +27,7 @@ def stack_dir(name: str) -> Path:
 
 def repo_root() -> Path:
     """The checkout this package runs from (``deploy/`` lives beside the packages)."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 def deploy_dir() -> Path:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
-from jobq.stack import containers
-from jobq.stack.manager import Endpoints, Stack, StackSpec
-from jobq.stack.procs import alive, free_port, wait_until
-from jobq.stack.servers import kafka_ready
-from jqcore.errors import StackError
+from jqstack import containers
+from jqstack.errors import StackError
+from jqstack.manager import Endpoints, Stack, StackSpec
+from jqstack.procs import free_port
+from jqstack.servers import kafka_ready
+from jqstack.supervise import alive, wait_until
 
 __all__ = ["ContainerTestStack", "NativeTestStack", "SessionStack", "start_test_stack"]
 

@@ -1,0 +1,35 @@
+#!lua flags=allow-oom
+-- cancel_running: the job's own handler canceled it (raised Cancel): the running attempt ends canceled,
+-- never retried, in one transition — its kind slot and exclusivity value are freed (waking the next
+-- job). Idempotent: the same (attempt, token) sent again after a lost answer is answered the same.
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[6] config   HASH queue configuration
+-- KEYS[7] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[8] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[9] stats    HASH lifetime counters
+-- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[11] wake     LIST wake tokens for waiting workers
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
+-- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] reason (the handler's message)
+-- returns: {C_CANCELED} canceled (now or by this same write before) | {C_STALE} stale token/attempt |
+--          {C_MISSING} no such job.
+local id, attempt, token, reason = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local key = jkey(id)
+local own = owned(key, attempt, token)
+if own == 'missing' then return {C_MISSING} end
+if own == 'stale' then
+  if acked(key, attempt, token) == 'canceled' then return {C_CANCELED} end
+  return {C_STALE}
+end
+redis.call('ZREM', RUNNING, id)
+local freed = release_slot(key)
+redis.call('HSET', key, 'last_error', reason)
+record_attempt(key, 'canceled', reason, token, 'canceled')
+finish(id, key, 'canceled', reason)
+freed = freed + release_excl(id, key)
+wake(freed)
+return {C_CANCELED}

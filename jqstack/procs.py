@@ -1,0 +1,101 @@
+"""Small process chores of the stack: free loopback ports, log tails, provisioning steps.
+
+Starting, probing and stopping processes is :mod:`jqstack.supervise`.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from jqstack.errors import StackError
+from jqstack.progress import Step, step
+
+__all__ = ["free_port", "log_tail", "run_step"]
+
+
+def free_port(*, below: int | None = None, pair_offset: int | None = None) -> int:
+    """A TCP port on loopback that nothing listens on right now.
+
+    ``below``: the port must be lower (Redis Cluster needs ``port + 10000`` to be a valid port too);
+    ``pair_offset``: ``port + pair_offset`` must be free as well (the cluster bus port).
+    """
+    if below is None and pair_offset is None:
+        return _bind_free(0)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, below or 60000)
+        if _is_free(port) and (pair_offset is None or _is_free(port + pair_offset)):
+            return port
+    raise OSError("no free loopback port pair found")
+
+
+def _bind_free(port: int) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", port))
+        return int(s.getsockname()[1])
+
+
+def _is_free(port: int) -> bool:
+    try:
+        _bind_free(port)
+    except OSError:
+        return False
+    return True
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+def run_step(
+    what: str,
+    cmd: Sequence[str],
+    *,
+    note: str = "",
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 900,
+    hint: str = "",
+) -> str:
+    """Run one provisioning command, saying what it does (``note``: e.g. ``first run only, ~3 min``)
+    and showing it alive meanwhile (:func:`jqstack.progress.step`); on failure raise StackError naming
+    the step, command and output."""
+    with step(what, note) as running:
+        try:
+            proc = subprocess.Popen(
+                list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        except FileNotFoundError as exc:
+            raise StackError(f"{what}: command not found: {cmd[0]}. {hint}".strip()) from exc
+        with proc:
+            out, err = _communicate(proc, running, timeout_s, f"{what}: `{' '.join(cmd)}`", hint)
+        if proc.returncode != 0:
+            tail = "\n".join((out + err).splitlines()[-30:])
+            raise StackError(f"{what}: `{' '.join(cmd)}` exited {proc.returncode}:\n{tail}\n{hint}".rstrip())
+    return out
+
+
+def _communicate(
+    proc: subprocess.Popen[str], running: Step, timeout_s: float, what: str, hint: str
+) -> tuple[str, str]:
+    """Wait for ``proc`` (its output collected, none lost), telling ``running`` every second that it is
+    alive; kill it at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.communicate(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                proc.kill()
+                proc.communicate()
+                raise StackError(f"{what} did not finish within {timeout_s:.0f}s. {hint}".rstrip()) from None
+            running.alive()

@@ -1,0 +1,75 @@
+"""The benchmark scenarios ``jobq bench`` runs: one explicit entry per scenario.
+
+Each entry imports its module only when it runs (a scenario's libraries — matplotlib, hdrhistogram, a
+Spark session — load for that scenario alone), with a plain ``import`` statement that the import
+contracts see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loadtest.report import Report
+
+__all__ = ["SCENARIOS"]
+
+
+def _stack(quick: bool) -> Report:
+    from loadtest import stack_bench
+
+    return stack_bench.run(quick=quick)
+
+
+def _engine(quick: bool) -> Report:
+    from loadtest import engine_bench
+
+    return engine_bench.run(quick=quick)
+
+
+def _drain(quick: bool) -> Report:
+    from loadtest import drain_bench
+
+    return drain_bench.run(quick=quick)
+
+
+def _relay(quick: bool) -> Report:
+    from loadtest import relay_bench
+
+    return relay_bench.run(quick=quick)
+
+
+def _gate(quick: bool) -> Report:
+    from loadtest import gate_bench
+
+    return gate_bench.run(quick=quick)
+
+
+def _spark(quick: bool) -> Report:
+    from loadtest import spark_bench
+
+    return spark_bench.run(quick=quick)
+
+
+def _e2e(quick: bool) -> Report:
+    from loadtest import e2e_bench
+
+    return e2e_bench.run(quick=quick)
+
+
+def _peers(quick: bool) -> Report:
+    from loadtest import peers_bench
+
+    return peers_bench.run(quick=quick)
+
+
+SCENARIOS: dict[str, Callable[[bool], Report]] = {
+    "stack": _stack,
+    "engine": _engine,
+    "drain": _drain,
+    "relay": _relay,
+    "gate": _gate,
+    "spark": _spark,
+    "e2e": _e2e,
+    "peers": _peers,
+}
+"""Scenario name → a function running it (``quick``: tiny sizes, one repetition) and returning its report."""

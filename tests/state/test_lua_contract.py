@@ -1,0 +1,168 @@
+"""The Lua contract, read from the files themselves (BullMQ's rules):
+
+* every key a script touches at a fixed name reaches it in ``KEYS``: its header lists them
+  (``-- KEYS[i] <name> ...``), in the order its declaration in ``jqcore.state.scripts`` passes them, and
+  the code (with the ``_lib.lua`` helpers it calls) touches exactly those;
+* the per-job and per-index keys it builds are named on its ``-- derived:`` line;
+* it returns named codes (``C_*`` of ``_lib.lua``) only, named on its ``-- returns:`` line, and those
+  constants equal :class:`jqcore.state.codes.Code`, one meaning per number.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from jqcore.keys import KEY_NAMES, QueueKeys
+from jqcore.state.codes import Code
+from jqcore.state.scripts import SCRIPT_NAMES, SCRIPTS, local_name, source
+
+LUA = Path(__file__).parents[2] / "jqcore" / "state" / "lua"
+FAMILIES = {"job": "job:<id>", "idx": "idx:<key>=<value>", "xq": "xq:<excl>", "parked": "parked:<kind>"}
+LOCALS = {local_name(name): name for name in KEY_NAMES}
+
+
+def _lib() -> str:
+    return (LUA / "_lib.lua").read_text()
+
+
+def _script(name: str) -> str:
+    return (LUA / f"{name}.lua").read_text()
+
+
+def _header(text: str) -> str:
+    """The leading comment block (after the shebang line)."""
+    lines = text.splitlines()[1:]
+    return "\n".join(line for line in lines[: next(i for i, x in enumerate(lines) if not x.startswith("--"))])
+
+
+def _code(text: str) -> str:
+    """The text without comments and string literals' contents that could look like names."""
+    return re.sub(r"--[^\n]*", "", text)
+
+
+def _direct(text: str) -> tuple[set[str], set[str]]:
+    """(key names, derived families) a piece of code touches itself (helpers not followed)."""
+    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked):", text)}
+    if re.search(r"\bjkey\(", text):
+        families.add("job")
+    names = {LOCALS[m] for m in re.findall(r"\b([A-Z]+)\b", text) if m in LOCALS}
+    return names, families
+
+
+@cache
+def _helpers() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """For every helper of ``_lib.lua``: the key names and derived families it touches, through the
+    helpers it calls."""
+    body = _code(_lib())
+    blocks = {
+        m.group(1): block
+        for block in re.split(r"\n(?=local function )", body)
+        if (m := re.match(r"local function (\w+)\(", block))
+    }
+    calls = {n: {o for o in blocks if o != n and re.search(rf"\b{o}\(", b)} for n, b in blocks.items()}
+
+    def reach(name: str, seen: frozenset[str]) -> tuple[set[str], set[str]]:
+        names, families = _direct(blocks[name])
+        for callee in calls[name] - seen:
+            more_names, more_families = reach(callee, seen | {name})
+            names |= more_names
+            families |= more_families
+        return names, families
+
+    out = {}
+    for name in blocks:
+        names, families = reach(name, frozenset())
+        out[name] = (frozenset(names), frozenset(families))
+    return out
+
+
+def touched(name: str) -> tuple[set[str], set[str]]:
+    """(key names, derived families) script ``name`` touches, through the helpers it calls."""
+    code = _code(_script(name))
+    names, families = _direct(code)
+    for helper, (helper_names, helper_families) in _helpers().items():
+        if re.search(rf"\b{helper}\(", code):
+            names |= helper_names
+            families |= helper_families
+    if families:
+        names.add("prefix")  # derived keys are built from the prefix
+    return names, families
+
+
+def _lua_constants() -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^local C_(\w+) = (-?\d+)", _lib(), re.M)}
+
+
+def test_every_script_file_is_declared_and_every_declared_script_exists() -> None:
+    files = {p.stem for p in LUA.glob("*.lua")} - {"_lib"}
+    assert files == set(SCRIPT_NAMES)
+
+
+def test_lua_code_constants_equal_the_python_enum() -> None:
+    assert _lua_constants() == {c.name: c.value for c in Code}
+    assert len(set(_lua_constants().values())) == len(_lua_constants()), "one meaning per number"
+
+
+def test_the_lib_reads_no_keys_itself() -> None:
+    code = _code(_lib())
+    assert "KEYS[" not in code, "_lib.lua uses the locals the loader binds from each script's declaration"
+    assert not re.findall(r"\bk\('([a-z]+)'\)", code), "fixed-name keys come in KEYS"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_header_keys_are_the_python_declaration_and_what_the_code_touches(name: str) -> None:
+    text = _script(name)
+    header, code = _header(text), _code(text)
+    listed = re.findall(r"^-- KEYS\[(\d+)\] (\w+) ", header, re.M)
+    assert [int(i) for i, _ in listed] == list(range(1, len(listed) + 1)), f"{name}: KEYS[i] not 1..n"
+    declared = list(SCRIPTS[name].keys)
+    assert [n for _, n in listed] == declared, f"{name}: header KEYS differ from scripts.py"
+    assert declared == [n for n in KEY_NAMES if n in declared], f"{name}: KEYS not in KEY_NAMES order"
+    names, _ = touched(name)
+    assert names == set(declared), (
+        f"{name}: the code touches {sorted(names)}, the declaration names {sorted(declared)}"
+    )
+    assert "KEYS[" not in code, f"{name}: reads KEYS itself; use the locals bound from its declaration"
+    fixed = re.findall(r"\bk\('([a-z]+)'\)", code)
+    assert not fixed, f"{name}: builds fixed-name keys {fixed}; they are passed in KEYS"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_header_lists_the_derived_families_the_code_builds(name: str) -> None:
+    header = _header(_script(name))
+    line = re.search(r"^-- derived: (.+)$", header, re.M)
+    assert line, f"{name}: no '-- derived:' line"
+    listed = {f for f, label in FAMILIES.items() if label in line.group(1)}
+    _, families = touched(name)
+    assert listed == families, f"{name}: header lists {sorted(listed)}, the code builds {sorted(families)}"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_scripts_return_named_codes_their_header_lists(name: str) -> None:
+    code, header = _code(_script(name)), _header(_script(name))
+    assert re.search(r"^-- returns: ", header, re.M), f"{name}: no '-- returns:' line"
+    bare = re.findall(r"return \{(-?\d+)[,}]", code) + re.findall(r"out\[#out \+ 1\] = (-?\d+)\b", code)
+    bare += re.findall(r"= \{(-?\d+)[,}]", code)
+    assert not bare, f"{name}: returns bare codes {bare}; use the C_* constants of _lib.lua"
+    used, named = set(re.findall(r"\bC_(\w+)", code)), set(re.findall(r"\bC_(\w+)", header))
+    unknown = (used | named) - set(_lua_constants())
+    assert not unknown, f"{name}: unknown codes {sorted(unknown)}"
+    assert used == named, f"{name}: returns {sorted(used)}, its header names {sorted(named)}"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_the_loaded_script_binds_the_declared_keys_in_order(name: str) -> None:
+    binding = source(name).splitlines()[1]
+    names, values = binding.removeprefix("local ").split(" = ")
+    declared = SCRIPTS[name].keys
+    assert names.split(", ") == [local_name(n) for n in declared]
+    assert values.split(", ") == [f"KEYS[{i}]" for i in range(1, len(declared) + 1)]
+    keys = QueueKeys("q").for_script(declared)
+    assert all(k.startswith("jobq:{q}:") for k in keys), "every key keeps the queue's hash tag"
+    assert keys == ["jobq:{q}:" if n == "prefix" else f"jobq:{{q}}:{n}" for n in declared], (
+        "QueueKeys names each key as the header does"
+    )

@@ -1,0 +1,99 @@
+"""A worker pool's settings (``JOBQ_WORKER_*``; the ``jobq worker`` options override them).
+
+Documented with units and defaults in ``docs/settings.md``. ``app`` and ``queues`` have no default: a pool
+that silently ran the demo handlers, or served no queue, would look healthy and do nothing useful.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from jqcore.settings import CommaList
+
+__all__ = ["WorkerSettings", "parse_filter"]
+
+
+def parse_filter(value: object) -> object:
+    """``KEY=VALUE`` pairs → a dict: a comma-separated string (``JOBQ_WORKER_FILTER=region=eu,tier=a``) or
+    a list of pairs (``--filter region=eu --filter tier=a``); the value may contain ``=``. A dict passes."""
+    if value is None or isinstance(value, dict):
+        return value or {}
+    if isinstance(value, str):
+        pairs = value.split(",")
+    elif isinstance(value, list | tuple):
+        pairs = [str(p) for p in value]
+    else:
+        raise ValueError(f"expected KEY=VALUE pairs, not {value!r}")
+    out: dict[str, str] = {}
+    for pair in (p.strip() for p in pairs):
+        if not pair:
+            continue
+        key, eq, val = pair.partition("=")
+        if not eq or not key.strip() or not val.strip():
+            raise ValueError(f"filter {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = val.strip()
+    return out
+
+
+FilterPairs = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_filter)]
+"""A filter setting: ``KEY=VALUE`` pairs, comma-separated in the environment."""
+
+
+class WorkerSettings(BaseSettings):
+    """One worker pool: which code runs, for which queues, how many jobs at once."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WORKER_", extra="ignore", populate_by_name=True)
+
+    app: str = Field(min_length=1)
+    """``module[:attribute]`` of the application's ``worker.Registry`` (the attribute defaults to
+    ``registry``)."""
+    queues: CommaList
+    """Queues this pool serves, in claim order (comma-separated)."""
+    concurrency: int = Field(10, ge=1)
+    """Jobs run at once by this pool."""
+    processes: int = Field(0, ge=0)
+    """Process-pool size for ``mode="process"`` handlers (0: the CPU count)."""
+    burst: bool = False
+    """Exit 0 once the queues hold nothing to do."""
+    lease_ms: int | None = Field(None, ge=100)
+    """Lease per claim (ms), renewed every third of it; unset: the job's own, else the queue's."""
+    filter: FilterPairs = Field(default_factory=dict)
+    """Claim only jobs whose meta has these ``KEY=VALUE`` pairs (each KEY a filter key of the queue)."""
+    unknown_kind_retry_s: float = Field(5.0, ge=0)
+    """Seconds before a job of a kind this pool lacks is claimable again (by a pool that has it)."""
+    unknown_kind_dead_after_s: float = Field(3600.0, ge=0)
+    """Seconds with no pool running a kind before its jobs are dead-lettered."""
+    scheduler_only: bool = False
+    """Only keep the queues' timers (promote due jobs, reap leases); claim nothing."""
+    grace_s: float = Field(30.0, ge=0)
+    """Seconds running jobs get to finish on SIGTERM before they are released."""
+    metrics_port: int | None = Field(None, ge=1, le=65_535)
+    """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+
+    @field_validator("queues")
+    @classmethod
+    def _some_queue(cls, value: list[str]) -> list[str]:
+        names = [q.strip() for q in value if q.strip()]
+        if not names:
+            raise ValueError("names no queue (expected q1,q2,...)")
+        return names
+
+    @field_validator("app")
+    @classmethod
+    def _app_shape(cls, value: str) -> str:
+        module, colon, attr = value.strip().partition(":")
+        if not module or (colon and not attr) or ":" in attr:
+            raise ValueError(f"{value!r}: expected module[:attribute], e.g. myapp.jobs:registry")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _claims_when_filtered(self) -> WorkerSettings:
+        if self.scheduler_only and self.filter:
+            raise ValueError(
+                "JOBQ_WORKER_FILTER (--filter) needs a pool that claims, and JOBQ_WORKER_SCHEDULER_ONLY "
+                "(--scheduler-only) claims nothing"
+            )
+        return self
