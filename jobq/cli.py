@@ -7,7 +7,20 @@ import sys
 import typer
 from rich.console import Console
 
-from jobq.commands import bench, canary, demo, gate, reconcile, relay, replay, spark, stack, status, worker
+from jobq.commands import (
+    bench,
+    canary,
+    demo,
+    gate,
+    reconcile,
+    relay,
+    replay,
+    scheduler,
+    spark,
+    stack,
+    status,
+    worker,
+)
 from jqcore.errors import JobqError
 from jqstack.errors import StackError
 
@@ -25,6 +38,7 @@ app.command("demo")(demo.demo)
 app.command("worker")(worker.worker)
 app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
+app.command("scheduler")(scheduler.scheduler)
 app.command("status")(status.status)
 app.command("canary")(canary.canary)
 app.command("reconcile")(reconcile.reconcile)

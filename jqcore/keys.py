@@ -53,10 +53,13 @@ __all__ = [
     "CANARY_HEALTH_KEY",
     "KEY_NAMES",
     "KINDS_KEY",
+    "MEMBER_GROUPS_KEY",
     "QUEUES_KEY",
     "KeyName",
     "QueueKeys",
     "idempotency_key",
+    "member_notes_key",
+    "members_key",
     "presence_key",
     "stages_key",
 ]
@@ -193,6 +196,20 @@ PRESENCE_KEY = "jobq:presence:{role}"
 
 def presence_key(role: str) -> str:
     return PRESENCE_KEY.format(role=role)
+
+
+MEMBER_GROUPS_KEY = "jobq:member-groups"
+"""SET of the member groups that ever beat (``jobq status`` lists them)."""
+
+
+def members_key(group: str) -> str:
+    """ZSET of a group's live members (scheduler instances), score = last heartbeat (Redis server ms)."""
+    return f"jobq:members:{group}"
+
+
+def member_notes_key(group: str) -> str:
+    """HASH member → what it reported at its last beat (a scheduler: how many queues it keeps)."""
+    return f"jobq:members:{group}:notes"
 
 
 def stages_key(topic: str) -> str:

@@ -41,6 +41,11 @@ __all__ = [
     "RELAY_QUEUE_RATE_LIMIT",
     "RELAY_RATE_LIMIT",
     "RELAY_RECORDS",
+    "SCHEDULER_LATE",
+    "SCHEDULER_LATENESS",
+    "SCHEDULER_MEMBERS",
+    "SCHEDULER_MOVED",
+    "SCHEDULER_OWNED",
     "SCRIPT_CALLS",
     "SCRIPT_TIME",
     "render",
@@ -116,6 +121,20 @@ RELAY_QUEUE_RATE_LIMIT = Gauge(
 RELAY_LAG = Gauge("jobq_relay_lag_records", "Records behind the partition end", ["topic", "partition"])
 
 # --- canary ---------------------------------------------------------------------------------------------
+SCHEDULER_MEMBERS = Gauge("jobq_scheduler_members", "Live scheduler instances of this one's group")
+SCHEDULER_OWNED = Gauge("jobq_scheduler_owned_queues", "Queues whose timers this instance keeps")
+SCHEDULER_MOVED = Counter(
+    "jobq_scheduler_jobs_total", "Jobs moved by the timers", ["queue", "outcome"]
+)  # outcome: promoted (delayed -> pending), reaped (lease expired)
+SCHEDULER_LATENESS = _latency(
+    "jobq_scheduler_lateness_seconds",
+    "Promotion time minus run_at of each delayed job (never negative: never early)",
+    ["queue"],
+)
+SCHEDULER_LATE = Counter(
+    "jobq_scheduler_late_total", "Delayed jobs promoted later than JOBQ_SCHEDULER_LATE_AFTER_S", ["queue"]
+)
+
 CANARY_SENT = Counter("jobq_canary_sent_total", "Heartbeat jobs sent", ["topic", "partition"])
 CANARY_LATENCY = _latency(
     "jobq_canary_latency_seconds",

@@ -106,7 +106,7 @@ async def _lateness(engine: Engine, queue: str, n: int, spread_ms: int) -> list[
     envs = [new_envelope(queue, "noop", None, id=f"d{i}", run_at=base + i * spread_ms // n) for i in range(n)]
     due = {e.id: e.run_at or 0 for e in envs}
     late: list[float] = []
-    async with engine.scheduler([queue], max_idle_s=30):
+    async with engine.timers([queue], max_idle_s=30):
         await engine.enqueue_batch(envs)
         while len(late) < n:
             claimed = await engine.claim(queue, 100)

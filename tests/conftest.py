@@ -32,6 +32,8 @@ from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
 from jqcore.state import Engine
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
+from jqsched.service import SchedulerService
+from jqsched.settings import SchedulerSettings
 from jqstack.backends import SessionStack, start_test_stack
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
@@ -91,6 +93,19 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
         yield Engine(client)
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def scheduler(endpoints: Endpoints, prefix: str) -> AsyncIterator[SchedulerService]:
+    """The scheduler service, in this process, keeping the timers of this test's queues (``<prefix>*``)
+    in a group of its own (so other tests' instances never take its queues). Python pools run no timers:
+    a test whose jobs are delayed, retried or whose leases expire needs this (or a scheduler process)."""
+    assert endpoints.redis_url
+    settings = SchedulerSettings(
+        name=f"{prefix}-s0", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0
+    )
+    async with SchedulerService(settings, RedisSettings(url=endpoints.redis_url)) as service:
+        yield service
 
 
 @pytest.fixture

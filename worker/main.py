@@ -54,7 +54,6 @@ def pool_config(settings: WorkerSettings) -> PoolConfig:
         filter=settings.filter or None,
         unknown_kind_retry_ms=round(settings.unknown_kind_retry_s * 1000),
         unknown_kind_dead_after_ms=round(settings.unknown_kind_dead_after_s * 1000),
-        claim=not settings.scheduler_only,
     )
 
 

@@ -54,8 +54,6 @@ class PoolConfig:
     burst: bool = False
     """Exit once the queues hold nothing pending, delayed, blocked or running (scripts and tests)."""
     idle_wait_s: float = 30.0
-    scheduler: bool = True
-    """Also promote delayed jobs and reap expired leases for these queues."""
     process_workers: int = 0
     """Size of the process pool for ``mode="process"`` handlers (0: the CPU count)."""
     filter: Mapping[str, str] | None = None
@@ -63,9 +61,6 @@ class PoolConfig:
     ``filter_keys``)."""
     unknown_kind_retry_ms: int = 5_000
     unknown_kind_dead_after_ms: int = 3_600_000
-    claim: bool = True
-    """False: keep the queues' timers only (promote, reap), claim nothing — for queues worked over HTTP
-    until the scheduler service exists."""
 
 
 @dataclass(eq=False)
@@ -94,7 +89,6 @@ class Pool(Service):
         self._processes: Executor | None = None
         self._fetcher: asyncio.Task[None] | None = None
         self._keeper = LeaseKeeper(self)
-        self._scheduler = engine.scheduler(config.queues) if config.scheduler else None
         self._stopping = False
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
         self._completions_ready = asyncio.Event()
@@ -105,13 +99,10 @@ class Pool(Service):
     async def _start(self) -> None:
         await self._check_filter()
         await self._register_kinds()
-        if self._scheduler is not None:
-            await self._scheduler.start()
         await self._keeper.start()
         await self._presence.start()
         self._completer = asyncio.create_task(self._complete_loop(), name="worker:completer")
-        if self.config.claim:
-            self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
+        self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
     async def _check_filter(self) -> None:
         """Refuse to start with a filter on a key a queue does not index (it would claim nothing, ever)."""
@@ -175,8 +166,6 @@ class Pool(Service):
         await cancel_and_wait(self._completer)
         await self._keeper.stop()
         await self._presence.stop()
-        if self._scheduler is not None:
-            await self._scheduler.stop()
         self._threads.shutdown(wait=False, cancel_futures=True)
         if self._processes is not None:
             self._processes.shutdown(wait=False, cancel_futures=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from jqcore.settings import CommaList
@@ -66,8 +66,6 @@ class WorkerSettings(BaseSettings):
     """Seconds before a job of a kind this pool lacks is claimable again (by a pool that has it)."""
     unknown_kind_dead_after_s: float = Field(3600.0, ge=0)
     """Seconds with no pool running a kind before its jobs are dead-lettered."""
-    scheduler_only: bool = False
-    """Only keep the queues' timers (promote due jobs, reap leases); claim nothing."""
     grace_s: float = Field(30.0, ge=0)
     """Seconds running jobs get to finish on SIGTERM before they are released."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
@@ -88,12 +86,3 @@ class WorkerSettings(BaseSettings):
         if not module or (colon and not attr) or ":" in attr:
             raise ValueError(f"{value!r}: expected module[:attribute], e.g. myapp.jobs:registry")
         return value.strip()
-
-    @model_validator(mode="after")
-    def _claims_when_filtered(self) -> WorkerSettings:
-        if self.scheduler_only and self.filter:
-            raise ValueError(
-                "JOBQ_WORKER_FILTER (--filter) needs a pool that claims, and JOBQ_WORKER_SCHEDULER_ONLY "
-                "(--scheduler-only) claims nothing"
-            )
-        return self

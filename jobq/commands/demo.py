@@ -1,11 +1,11 @@
 """``jobq demo``: the README's first command — the whole pipeline on this machine, with a demo workload.
 
 It starts (and caches) Kafka, Consul and Redis, creates the topics, then runs as separate processes
-2 gateways (AZ labels az-a and az-b), 2 relays, a worker pool with the example handlers and the heartbeat
-canary; it enqueues a demo workload over HTTP (plain, delayed, prioritized, exclusive, flaky and failing
-jobs, so the dead-letter list fills) and shows it flowing with the status screen. Ctrl-C stops every
-process cleanly (workers release what they run; nothing accepted is lost). ``--once`` exits 0 as soon
-as every demo job reached its expected state (1 otherwise, after ``--timeout``).
+2 gateways (AZ labels az-a and az-b), 2 relays, 2 schedulers, a worker pool with the example handlers
+and the heartbeat canary; it enqueues a demo workload over HTTP (plain, delayed, prioritized, exclusive,
+flaky and failing jobs, so the dead-letter list fills) and shows it flowing with the status screen.
+Ctrl-C stops every process cleanly (workers release what they run; nothing accepted is lost). ``--once``
+exits 0 as soon as every demo job reached its expected state (1 otherwise, after ``--timeout``).
 
 The demo's folder (``--workdir``, default ``JOBQ_HOME/demo/<time>``) holds every process's log,
 ``pids.json`` (the child processes) and ``jobs.json`` (queue, id and expected final state of every demo
@@ -181,6 +181,8 @@ def demo(
         ]
         for i in (1, 2):
             procs.run(f"relay-{i}", "jqrelay", JOBQ_RELAY_HOLDER=f"relay-{i}")
+        for i in (1, 2):  # the two split every queue's timers; either alone keeps them all
+            procs.run(f"scheduler-{i}", "jqsched", JOBQ_SCHEDULER_NAME=f"scheduler-{i}")
         procs.run(
             "worker", "jobq", "worker", "--app", APP, "--queues", serve, "--concurrency", "20", "--grace", "5"
         )

@@ -20,7 +20,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from jqcore import keys
+from jqcore import keys, membership
 from jqcore.presence import count_alive
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
@@ -61,6 +61,10 @@ def _kafka(kafka: KafkaSettings, topics: list[str], group_prefix: str) -> list[d
         finally:
             c.close()
     return rows
+
+
+PAST_DUE_MS = 1000
+"""A job the timers should have moved this long ago counts as past due (no scheduler keeps its queue?)."""
 
 
 def _lag_seconds(c: Consumer, tp: TopicPartition, offset: int) -> float | None:
@@ -105,7 +109,8 @@ async def _redis(redis: RedisSettings) -> dict[str, Any]:
             d = await engine.depth(q)
             stats = await engine.queue_stats(q)
             counted = {k: stats.get(k, 0) for k in ("handed_back", "duplicates", "reopened")}
-            queues.append({"queue": q, **d.as_dict(), **counted})
+            past_due = await engine.past_due(q, PAST_DUE_MS)
+            queues.append({"queue": q, **d.as_dict(), **counted, "past_due": past_due})
         raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
         canary = {
             (k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())
@@ -115,6 +120,7 @@ async def _redis(redis: RedisSettings) -> dict[str, Any]:
             "canary": canary,
             "gateways": await count_alive(client, "gate"),
             "workers": await count_alive(client, "worker"),
+            "schedulers": await membership.groups(client),
         }
     finally:
         await client.aclose()
@@ -169,6 +175,21 @@ def _locks_table(locks: Any) -> Table:
     return t
 
 
+def _schedulers_table(schedulers: dict[str, dict[str, str]]) -> Any:
+    if not schedulers:
+        return (
+            "[red]No scheduler instance is alive:[/] delayed jobs, retries and expired leases wait "
+            "(start `jobq scheduler`)."
+        )
+    t = Table(title="Schedulers (instances per group, heartbeats in Redis)")
+    for col in ("group", "instance", "keeps"):
+        t.add_column(col)
+    for group, members in schedulers.items():
+        for name, note in members.items():
+            t.add_row(group, name, note)
+    return t
+
+
 def _redis_tables(redis: Any) -> list[Any]:
     parts: list[Any] = []
     if isinstance(redis, dict) and "queues" in redis:
@@ -185,6 +206,7 @@ def _redis_tables(redis: Any) -> list[Any]:
             "handed back",
             "dup dropped",
             "oldest pending s",
+            "past due",
         ):
             if col == "queue":  # never cut a queue name to "demo.de…": the numbers wrap instead
                 width = max([len(q["queue"]) for q in redis["queues"]] + [5])
@@ -205,8 +227,10 @@ def _redis_tables(redis: Any) -> list[Any]:
                 f"[yellow]{q['handed_back']}[/]" if q.get("handed_back") else "0",
                 str(q.get("duplicates", 0)),
                 f"{age / 1000:.1f}" if age is not None else "",
+                f"[red]{q['past_due']}[/]" if q.get("past_due") else "0",
             )
         parts.append(t)
+        parts.append(_schedulers_table(redis.get("schedulers", {})))
         t = Table(title="Canary (last heartbeat per partition)")
         for col in ("partition", "health", "total ms", "gate ms", "relay ms", "worker ms", "age s"):
             t.add_column(col)

@@ -81,14 +81,6 @@ def worker(
             "(default JOBQ_WORKER_UNKNOWN_KIND_DEAD_AFTER_S, 3600).",
         ),
     ] = None,
-    scheduler_only: Annotated[
-        bool | None,
-        typer.Option(
-            "--scheduler-only/--no-scheduler-only",
-            help="Only keep the queues' timers (promote due jobs, reap leases); claim nothing "
-            "(JOBQ_WORKER_SCHEDULER_ONLY).",
-        ),
-    ] = None,
     grace: Annotated[
         float | None,
         typer.Option(
@@ -106,9 +98,10 @@ def worker(
 ) -> None:
     """Run a worker pool: claim jobs of --queues from Redis and run the handlers of --app.
 
-    Every option has a JOBQ_WORKER_* setting (docs/settings.md); an option given here wins.
-    Redis comes from JOBQ_REDIS_URL. SIGTERM/SIGINT: stop claiming, finish within --grace, release the rest;
-    a second signal stops hard (leases expire, the jobs run again elsewhere).
+        Every option has a JOBQ_WORKER_* setting (docs/settings.md); an option given here wins.
+        Redis comes from JOBQ_REDIS_URL. Delayed jobs, retries and expired leases need `jobq scheduler`
+    running somewhere. SIGTERM/SIGINT: stop claiming, finish within --grace, release the rest;
+        a second signal stops hard (leases expire, the jobs run again elsewhere).
     """
     configure(load(LogSettings))  # a bad JOBQ_LOG_* is one readable line too
     given: dict[str, Any] = {
@@ -121,7 +114,6 @@ def worker(
         "filter": filter,
         "unknown_kind_retry_s": unknown_kind_retry,
         "unknown_kind_dead_after_s": unknown_kind_dead_after,
-        "scheduler_only": scheduler_only,
         "grace_s": grace,
         "metrics_port": metrics_port,
     }

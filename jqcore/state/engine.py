@@ -38,6 +38,7 @@ from jqcore.state.models import (
     HandedBack,
     JobInfo,
     NotExtended,
+    Promoted,
     QueueConfig,
     QueueDepth,
     Released,
@@ -283,11 +284,9 @@ class Engine:
         ``final`` (already finished: nothing changed), with the state the job was in."""
         return replies.cancel(await self._run("cancel", queue, [job_id, reason], now_ms))
 
-    async def promote_due(
-        self, queue: str, limit: int = 1000, *, now_ms: int | None = None
-    ) -> tuple[int, int]:
-        """Delayed → pending for due jobs; returns (promoted, next run_at or -1)."""
-        return replies.timer(await self._run("promote_due", queue, [limit], now_ms))
+    async def promote_due(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> Promoted:
+        """Delayed → pending for due jobs, never early."""
+        return replies.promoted(await self._run("promote_due", queue, [limit], now_ms))
 
     async def reap_expired(
         self, queue: str, limit: int = 1000, *, now_ms: int | None = None
@@ -394,19 +393,24 @@ class Engine:
         """Block until one of ``queues`` signals work; that queue, or None after ``timeout_s``."""
         return await waiting.wait_for_work(self.client, queues, timeout_s)
 
-    async def wait_for_due(self, queue: str, timeout_s: float) -> None:
-        """Block until a script tells the scheduler of an earlier due time in ``queue``, or
-        ``timeout_s`` passed."""
-        await self.client.blpop([QueueKeys(queue).sched], timeout=timeout_s)
+    async def past_due(self, queue: str, late_ms: int = 1000, *, now: int | None = None) -> int:
+        """Delayed jobs past ``run_at`` and leases past their deadline by more than ``late_ms``."""
+        return await reads.past_due(self.client, queue, late_ms, now)
+
+    async def wait_for_due(self, queues: Sequence[str], timeout_s: float) -> str | None:
+        """Block until a script signals an earlier due time in one of ``queues`` (that queue), or
+        ``timeout_s`` passed (None)."""
+        return await waiting.wait_for_due(self.client, queues, timeout_s)
 
     def block_limit_s(self, wanted_s: float) -> float:
         """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
         return waiting.block_limit_s(self.client, wanted_s)
 
-    def scheduler(self, queues: Sequence[str], **options: Any) -> waiting.Scheduler:
-        """A :class:`~jqcore.state.waiting.Scheduler` (promote, reap, GC) for ``queues`` over this engine;
-        ``options`` are its keyword arguments (``max_idle_s``, ``gc_every_s``, ``batch``, ``clock``)."""
-        return waiting.Scheduler(self, queues, **options)
+    def timers(self, queues: Sequence[str] = (), **options: Any) -> waiting.Timers:
+        """:class:`~jqcore.state.waiting.Timers` (promote, reap, GC) for ``queues`` over this engine;
+        ``options`` are its keyword arguments (``max_idle_s``, ``gc_every_s``, ``batch``, ``clock``,
+        ``on_step``). The scheduler service runs one per process over the queues it owns."""
+        return waiting.Timers(self, queues, **options)
 
 
 def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any]:

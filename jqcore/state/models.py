@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from jqcore.envelope import Envelope
 
@@ -19,6 +19,7 @@ __all__ = [
     "HandedBack",
     "JobInfo",
     "NotExtended",
+    "Promoted",
     "QueueConfig",
     "QueueDepth",
     "Released",
@@ -62,6 +63,15 @@ class ClaimedJob:
     @property
     def queue(self) -> str:
         return self.envelope.queue
+
+
+class Promoted(NamedTuple):
+    """What ``promote_due`` did: jobs promoted, the next ``run_at`` (ms, -1 when none is delayed), and
+    per promoted job how late it was promoted (ms; never negative)."""
+
+    promoted: int
+    next_run_at: int
+    lateness_ms: tuple[int, ...]
 
 
 class NotExtended(StrEnum):

@@ -15,7 +15,7 @@ from jqcore.keys import KINDS_KEY, QueueKeys
 from jqcore.redisconn import RedisClient
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth
 
-__all__ = ["dead_list", "depth", "get_job", "get_jobs", "kinds", "queue_config", "queue_stats"]
+__all__ = ["dead_list", "depth", "get_job", "get_jobs", "kinds", "past_due", "queue_config", "queue_stats"]
 
 
 def _s(value: Any) -> str | None:
@@ -127,6 +127,18 @@ async def depth(
         oldest_pending_age_ms=oldest,
         by_filter=int(res[7]) if filter else None,
     )
+
+
+async def past_due(client: RedisClient, queue: str, late_ms: int, now: int | None = None) -> int:
+    """Jobs the timers should have moved more than ``late_ms`` ago: delayed jobs past their ``run_at``
+    and running jobs past their lease deadline (non-zero for long: no scheduler keeps this queue)."""
+    keys = QueueKeys(queue)
+    before = (now or now_ms()) - late_ms
+    pipe = client.pipeline(transaction=False)
+    pipe.zcount(keys.delayed, "-inf", before)
+    pipe.zcount(keys.running, "-inf", before)
+    delayed, running = await pipe.execute()
+    return int(delayed) + int(running)
 
 
 async def dead_list(client: RedisClient, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:

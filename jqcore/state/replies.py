@@ -21,6 +21,7 @@ from jqcore.state.models import (
     Forgotten,
     HandedBack,
     NotExtended,
+    Promoted,
     Released,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "fence",
     "forget",
     "hand_back",
+    "promoted",
     "release",
     "single",
     "snooze",
@@ -148,5 +150,10 @@ def forget(reply: Sequence[Any]) -> list[Forgotten]:
 
 
 def timer(reply: Sequence[Any]) -> tuple[int, int]:
-    """``promote_due`` / ``reap_expired``: (jobs moved, the next due time or -1)."""
+    """``reap_expired``: (jobs moved, the next due time or -1)."""
     return int(reply[0]), int(reply[1])
+
+
+def promoted(reply: Sequence[Any]) -> Promoted:
+    """``promote_due``: jobs promoted, the next ``run_at`` or -1, and each promoted job's lateness."""
+    return Promoted(int(reply[0]), int(reply[1]), tuple(int(x) for x in reply[2]))

@@ -1,16 +1,17 @@
-"""Waiting without polling: workers block on a queue's wake list; the scheduler sleeps until the next
-due time (a delayed job's ``run_at`` or a lease deadline) or until a script tells it an earlier one
-appeared. An idle pool or scheduler costs one blocking command per ``max_idle_s``.
+"""Waiting without polling: workers block on a queue's wake list; the timers of a set of queues sleep
+until the next due time (a delayed job's ``run_at``, a lease deadline, the next GC) or until a script
+tells them an earlier one appeared. Idle pools and timers cost one blocking command per ``max_idle_s``.
 
 Callers outside ``jqcore.state`` reach these through the engine (``engine.wait_for_work``,
-``engine.scheduler``), never with a raw client.
+``engine.timers``), never with a raw client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from redis.asyncio.cluster import RedisCluster
@@ -24,9 +25,9 @@ from jqcore.redisconn import RedisClient
 if TYPE_CHECKING:
     from jqcore.state.engine import Engine
 
-__all__ = ["Scheduler", "block_limit_s", "wait_for_work"]
+__all__ = ["StepResult", "Timers", "block_limit_s", "wait_for_due", "wait_for_work"]
 
-log = get_logger("jqcore.scheduler")
+log = get_logger("jqcore.timers")
 
 REDIS_PY_DEFAULT_TIMEOUT_S = 5.0
 PRECISE_SLEEP_S = 0.15
@@ -34,22 +35,36 @@ PRECISE_SLEEP_S = 0.15
 
 
 async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
-    """Block until one of ``queues`` signals work; return that queue, or None after ``timeout_s``.
+    """Block until one of ``queues`` signals work; return that queue, or None after ``timeout_s``."""
+    index = await _first_signal(client, [QueueKeys(q).wake for q in queues], timeout_s)
+    return None if index is None else queues[index]
 
-    One BLPOP over all wake lists on a single Redis; on a Cluster the lists live in different slots, so
-    each queue is waited on by its own command and the first answer wins.
-    """
-    keys = [QueueKeys(q).wake for q in queues]
+
+async def wait_for_due(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
+    """Block until a script signals an earlier due time in one of ``queues`` (its ``sched`` token);
+    return that queue, or None after ``timeout_s``."""
+    index = await _first_signal(client, [QueueKeys(q).sched for q in queues], timeout_s)
+    return None if index is None else queues[index]
+
+
+async def _first_signal(client: RedisClient, keys: Sequence[str], timeout_s: float) -> int | None:
+    """One BLPOP over all ``keys`` on a single Redis; on a Cluster the lists live in different slots, so
+    each is waited on by its own command and the first answer wins. Returns the index of the key that
+    answered, or None after ``timeout_s``."""
+    if not keys:
+        await asyncio.sleep(timeout_s)
+        return None
+    keys = list(keys)
     timeout_s = block_limit_s(client, timeout_s)
     if not isinstance(client, RedisCluster) or len(keys) == 1:
         reply = await client.blpop(keys, timeout=timeout_s)
-        return queues[keys.index(_text(reply[0]))] if reply else None
+        return keys.index(_text(reply[0])) if reply else None
     tasks = [asyncio.ensure_future(client.blpop([k], timeout=timeout_s)) for k in keys]
     try:
         for done in asyncio.as_completed(tasks):
             reply = await done
             if reply:
-                return queues[keys.index(_text(reply[0]))]
+                return keys.index(_text(reply[0]))
         return None
     finally:
         for task in tasks:
@@ -77,77 +92,138 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class Scheduler(Service):
-    """Promotes due delayed jobs, reaps expired leases and collects garbage for some queues.
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one step of a queue's timers did (for metrics and tests)."""
 
-    Any number may run at once (every step is one atomic script); each queue has its own loop, which
-    sleeps in Redis until the earliest due time, so promotion is never early and rarely late by more
-    than a blocking-command round trip.
+    queue: str
+    promoted: int
+    reaped: int
+    lateness_ms: tuple[int, ...]
+    """Per promoted job: when it was promoted minus its ``run_at`` (never negative: never early)."""
+
+
+class Timers(Service):
+    """Keeps the timers of a changing set of queues: promotes due delayed jobs, reaps expired leases,
+    collects garbage.
+
+    One loop serves every queue: it steps the queues whose next due time has come, then sleeps in Redis
+    (one BLPOP over the queues' ``sched`` tokens) until the earliest next due time, an earlier one
+    signalled by a script, or a change of the queue set. Any number may run at once, over the same queues
+    or not: every step is one atomic script, so a queue kept twice is only work done twice.
     """
 
     def __init__(
         self,
         engine: Engine,
-        queues: Sequence[str],
+        queues: Iterable[str] = (),
         *,
         max_idle_s: float = 5.0,
         gc_every_s: float = 60.0,
         batch: int = 1000,
         clock: Callable[[], int] = now_ms,
+        on_step: Callable[[StepResult], None] | None = None,
     ) -> None:
         super().__init__()
-        self.engine, self.queues = engine, list(queues)
-        self.max_idle_s, self.gc_every_ms, self.batch, self.clock = (
-            max_idle_s,
-            int(gc_every_s * 1000),
-            batch,
-            clock,
-        )
-        self._tasks: list[asyncio.Task[None]] = []
+        self.engine, self.max_idle_s, self.batch, self.clock = engine, max_idle_s, batch, clock
+        self.gc_every_ms = int(gc_every_s * 1000)
+        self.on_step = on_step
+        self._next: dict[str, int] = dict.fromkeys(queues, 0)
+        """Queue → when it must be stepped next (ms; 0 = now)."""
+        self._next_gc: dict[str, int] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
+    @property
+    def queues(self) -> list[str]:
+        return sorted(self._next)
+
+    def set_queues(self, queues: Iterable[str]) -> None:
+        """Keep exactly ``queues`` from now on: new ones are stepped at once, dropped ones no more."""
+        wanted = set(queues)
+        for queue in [q for q in self._next if q not in wanted]:
+            del self._next[queue]
+            self._next_gc.pop(queue, None)
+        added = wanted - self._next.keys()
+        for queue in added:
+            self._next[queue] = 0
+        if added:
+            self._changed.set()
+
     async def _start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop(q), name=f"scheduler:{q}") for q in self.queues]
+        self._task = asyncio.create_task(self._loop(), name="timers")
 
     async def _stop(self) -> None:
         self._stopping = True  # redis-py may turn a cancellation into ConnectionError: the loop checks this
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await self._task
 
-    def _is_stopping(self) -> bool:
-        return self._stopping
-
-    async def _loop(self, queue: str) -> None:
-        next_gc = 0
+    async def _loop(self) -> None:
         while not self._is_stopping():
             try:
-                next_gc = await self._step(queue, next_gc)
+                await self._round()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis away: log, back off, keep going
                 if self._is_stopping():
                     return
-                log.warning("scheduler step failed", queue=queue, error=repr(exc))
+                log.warning("timers step failed", error=repr(exc))
                 await asyncio.sleep(1.0)
 
-    async def _step(self, queue: str, next_gc: int) -> int:
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
+    async def _round(self) -> None:
+        self._changed.clear()  # a change from here on ends this round's wait at once
         now = self.clock()
-        promoted, next_due = await self.engine.promote_due(queue, self.batch, now_ms=now)
-        reaped, next_deadline = await self.engine.reap_expired(queue, self.batch, now_ms=now)
-        if now >= next_gc:
-            await self.engine.gc(queue, self.batch, now_ms=now)
-            next_gc = now + self.gc_every_ms
-        if promoted >= self.batch or reaped >= self.batch:
-            return next_gc
-        due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]
-        timeout_s = min(self.engine.block_limit_s(self.max_idle_s), (min(due) - self.clock()) / 1000)
+        for queue in [q for q, at in self._next.items() if at <= now]:
+            next_at = await self._step(queue, now)
+            if queue in self._next:  # still ours after the await
+                self._next[queue] = next_at
+        wake_at = min([*self._next.values(), now + int(self.max_idle_s * 1000)])
+        timeout_s = min(self.engine.block_limit_s(self.max_idle_s), (wake_at - self.clock()) / 1000)
         if timeout_s > PRECISE_SLEEP_S:
             # Redis times blocked clients out at its own tick (~100 ms at hz 10): wake a little early and
-            # finish the wait below with a precise local sleep. An earlier due time wakes us at once.
-            await self.engine.wait_for_due(queue, timeout_s - PRECISE_SLEEP_S)
+            # finish the wait in the next round with a precise local sleep.
+            woken = await self._wait(timeout_s - PRECISE_SLEEP_S)
+            if woken is not None and woken in self._next:
+                self._next[woken] = 0
         elif timeout_s > 0:
             await asyncio.sleep(timeout_s)
-        return next_gc
+
+    async def _wait(self, timeout_s: float) -> str | None:
+        """Until a queue's ``sched`` token (that queue), a change of the queue set, or ``timeout_s``."""
+        queues = list(self._next)
+        if not queues:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout_s)
+            return None
+        signal = asyncio.ensure_future(self.engine.wait_for_due(queues, timeout_s))
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({signal, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (signal, changed):
+                task.cancel()
+            await asyncio.gather(signal, changed, return_exceptions=True)
+        if signal.cancelled() or signal.exception() is not None:
+            return None
+        return signal.result()
+
+    async def _step(self, queue: str, now: int) -> int:
+        """One queue's due work; returns when it must be stepped next."""
+        promoted, next_due, lateness = await self.engine.promote_due(queue, self.batch, now_ms=now)
+        reaped, next_deadline = await self.engine.reap_expired(queue, self.batch, now_ms=now)
+        next_gc = self._next_gc.get(queue, 0)
+        if now >= next_gc:
+            await self.engine.gc(queue, self.batch, now_ms=now)
+            next_gc = self._next_gc[queue] = now + self.gc_every_ms
+        if self.on_step is not None and (promoted or reaped):
+            self.on_step(StepResult(queue, promoted, reaped, lateness))
+        if promoted >= self.batch or reaped >= self.batch:
+            return now  # more is due: step again at once
+        due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]
+        return min(due)

@@ -55,7 +55,7 @@ async def _wait_or_abort(demo: Child, folder: Path, timeout_s: float) -> int:
     raise AssertionError(f"the demo did not exit within {timeout_s:.0f}s; its output:\n{out[-12000:]}")
 
 
-DEMO_MODULES = (("kafkagate",), ("jqrelay",), ("jobq", "worker"), ("canary",))
+DEMO_MODULES = (("kafkagate",), ("jqrelay",), ("jqsched",), ("jobq", "worker"), ("canary",))
 """What the demo's child processes run: ``python -m <module>``, the worker ``python -m jobq worker``."""
 
 
@@ -123,7 +123,7 @@ async def test_interrupted_demo_leaves_no_process_and_the_restart_finishes_its_j
     assert code == 0, out
     assert "had to kill" not in out, out
     pids: dict[str, int] = orjson.loads((first_dir / "pids.json").read_bytes())
-    assert len(pids) == 6, pids  # 2 gateways, 2 relays, the worker, the canary
+    assert len(pids) == 8, pids  # 2 gateways, 2 relays, 2 schedulers, the worker, the canary
     assert not _strays(pids), f"stray processes: {_strays(pids)} of {pids}"
     jobs: list[list[str]] = orjson.loads(raw_jobs)
 

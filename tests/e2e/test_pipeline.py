@@ -20,6 +20,8 @@ from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 
+pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
+
 Eventually = Callable[..., Awaitable[Any]]
 
 

@@ -4,50 +4,21 @@ policies as documented, and a rolling deploy that never burns a job of a kind an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
-from jqcore.client import JobqClient
-from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine, QueueConfig, reads
-from jqrelay.main import RelayService
-from jqstack.manager import Endpoints
-from kafkagate.main import GateService
+from jqcore.state import QueueConfig, reads
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
+
+pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
 
 Eventually = Callable[..., Awaitable[Any]]
 
 
-@dataclass
-class Path:
-    queue: str
-    client: JobqClient
-    engine: Engine
-
-
-@pytest.fixture
-async def path(
-    prefix: str,
-    endpoints: Endpoints,
-    make_topic: Callable[..., str],
-    make_gate: Callable[..., GateService],
-    make_relay: Callable[..., RelayService],
-    token: str,
-) -> AsyncIterator[Path]:
-    topic = make_topic("jobs", partitions=2)
-    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
-    redis = aioredis.Redis.from_url(endpoints.redis_url or "")
-    async with make_gate(routing) as gate, make_relay(topic), JobqClient([gate.url], token) as client:
-        yield Path(f"{prefix}.q", client, Engine(redis))
-    await redis.aclose()
-
-
-async def job_state(path: Path, job_id: str) -> reads.JobInfo | None:
+async def job_state(path: Any, job_id: str) -> reads.JobInfo | None:
     return await reads.get_job(path.engine.client, path.queue, job_id)
 
 
@@ -60,7 +31,7 @@ def has(state: str, completed: int = 0) -> Callable[[reads.JobInfo | None], bool
     return ok
 
 
-async def run_once(path: Path, registry: Registry) -> None:
+async def run_once(path: Any, registry: Registry) -> None:
     """Drain the queue with a burst pool."""
     pool = Pool(registry, path.engine, PoolConfig([path.queue], concurrency=4, burst=True))
     async with pool:
@@ -68,7 +39,7 @@ async def run_once(path: Path, registry: Registry) -> None:
 
 
 async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_visibly(
-    path: Path, eventually: Eventually
+    path: Any, eventually: Eventually
 ) -> None:
     runs: list[str] = []
     registry = Registry()
@@ -105,7 +76,7 @@ async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_vi
 
 
 async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(
-    path: Path, eventually: Eventually
+    path: Any, eventually: Eventually
 ) -> None:
     old, new = Registry(), Registry()
     ran: list[int] = []

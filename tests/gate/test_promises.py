@@ -138,21 +138,3 @@ async def test_replay_with_an_idempotency_key_makes_one_new_job(gw: Any, engine:
     )
     assert status == 202
     assert other["ids"][0] != new_id
-
-
-async def test_a_scheduler_only_pool_keeps_an_http_queues_timers(gw: Any, engine: Engine, put: Any) -> None:
-    """Until the scheduler service exists, a pool claiming nothing promotes an HTTP queue's delayed jobs."""
-    from jqcore.envelope import now_ms
-    from worker.pool import Pool, PoolConfig
-    from worker.registry import Registry
-
-    q = gw.queue
-    due = now_ms() + 300
-    job_id = await put(q, run_at=due)
-    async with Pool(Registry(), engine, PoolConfig([q], claim=False)):
-        status, body = await gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 1, "wait_ms": 20_000})
-    assert status == 200
-    (job,) = body["jobs"]
-    assert job["id"] == job_id
-    status, info = await gw.call("GET", f"/v1/queues/{q}/jobs/{job_id}")
-    assert info["started_at"] >= due, "never handed out early"

@@ -67,7 +67,7 @@ async def test_fail_retries_with_delay_then_dead_letters(engine: Engine, q: str,
     c1 = await one(engine, q, t0)
     assert await engine.fail(q, own(c1), "boom 1", retry_delay_ms=500, now_ms=t0) == "retry"
     assert await state(engine, q, "a") == "delayed"
-    assert await engine.promote_due(q, now_ms=t0 + 499) == (0, t0 + 500)
+    assert await engine.promote_due(q, now_ms=t0 + 499) == (0, t0 + 500, ())
     assert await engine.claim(q, 1, now_ms=t0 + 499) == []
     assert (await engine.promote_due(q, now_ms=t0 + 500))[0] == 1
     c2 = await one(engine, q, t0 + 500)

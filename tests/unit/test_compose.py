@@ -233,6 +233,7 @@ def settings_env_names() -> set[str]:
         "GateSettings",
         "RelaySettings",
         "CanarySettings",
+        "SchedulerSettings",
         "WorkerSettings",
     }
     return set().union(*(env_names(c) for c in classes))
@@ -354,7 +355,7 @@ def test_jobq_services_run_real_jobq_subcommands(
         except typer.TyperException as exc:
             pytest.fail(f"{name}: `jobq {shlex.join(argv)}` does not parse: {exc}")
         roles.add(" ".join(path))
-    assert roles >= {"gate", "relay", "worker", "canary", "topics create"}
+    assert roles >= {"gate", "relay", "scheduler", "worker", "canary", "topics create"}
 
 
 def test_jobq_environment_names_are_real_settings(

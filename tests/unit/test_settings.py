@@ -20,6 +20,7 @@ from jqcore.settings import (
     RedisSettings,
     load,
 )
+from jqsched.settings import SchedulerSettings
 from worker.main import pool_config
 from worker.settings import WorkerSettings
 
@@ -299,7 +300,7 @@ def test_worker_defaults_are_the_commands(monkeypatch: pytest.MonkeyPatch) -> No
         False,
         None,
     )
-    assert (settings.filter, settings.scheduler_only, settings.metrics_port) == ({}, False, None)
+    assert (settings.filter, settings.metrics_port) == ({}, None)
     assert (settings.unknown_kind_retry_s, settings.unknown_kind_dead_after_s, settings.grace_s) == (
         5,
         3600,
@@ -342,7 +343,7 @@ def test_worker_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
         60_000,
         2.5,
     )
-    assert (config.filter, config.burst, config.claim) == ({"region": "eu", "tier": "a=b"}, True, True)
+    assert (config.filter, config.burst) == ({"region": "eu", "tier": "a=b"}, True)
 
 
 def test_worker_options_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,11 +352,6 @@ def test_worker_options_override_the_environment(monkeypatch: pytest.MonkeyPatch
     settings = load(WorkerSettings, queues="only", concurrency=3, filter=["tier=a", "zone=1"])
     assert (settings.app, settings.queues, settings.concurrency) == ("myapp.jobs:registry", ["only"], 3)
     assert settings.filter == {"tier": "a", "zone": "1"}
-
-
-def test_a_scheduler_only_pool_claims_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    _worker_env(monkeypatch, JOBQ_WORKER_SCHEDULER_ONLY="1")
-    assert pool_config(load(WorkerSettings)).claim is False
 
 
 def test_a_worker_needs_an_app_and_queues() -> None:
@@ -396,7 +392,29 @@ def test_bad_worker_values_name_the_variable(
     assert info.value.code == "config_invalid"
 
 
-def test_a_filter_on_a_pool_that_claims_nothing_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    _worker_env(monkeypatch, JOBQ_WORKER_SCHEDULER_ONLY="true", JOBQ_WORKER_FILTER="region=eu")
-    with pytest.raises(ConfigError, match=r"JOBQ_WORKER_FILTER.*JOBQ_WORKER_SCHEDULER_ONLY"):
-        load(WorkerSettings)
+def test_scheduler_defaults_and_which_queues_a_group_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load(SchedulerSettings)
+    assert (settings.group, settings.beat_s, settings.stale_s, settings.max_idle_s) == ("default", 1, 3, 5)
+    assert settings.keeps("anything")
+    monkeypatch.setenv("JOBQ_SCHEDULER_QUEUES", "emails.*,reports")
+    narrowed = load(SchedulerSettings)
+    assert [narrowed.keeps(q) for q in ("emails.eu", "reports", "reports.x")] == [True, True, False]
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"JOBQ_SCHEDULER_BEAT_S": "2", "JOBQ_SCHEDULER_STALE_S": "3"}, "at least twice"),
+        ({"JOBQ_SCHEDULER_BATCH": "0"}, "JOBQ_SCHEDULER_BATCH"),
+        ({"JOBQ_SCHEDULER_GROUP": ""}, "JOBQ_SCHEDULER_GROUP"),
+        ({"JOBQ_SCHEDULER_METRICS_PORT": "70000"}, "JOBQ_SCHEDULER_METRICS_PORT"),
+    ],
+)
+def test_bad_scheduler_values_name_the_problem(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], problem: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load(SchedulerSettings)
+    assert problem in info.value.message

@@ -14,6 +14,8 @@ from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 from worker.settings import parse_filter
 
+pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
+
 
 async def test_a_pool_with_a_filter_runs_only_matching_jobs(engine: Engine, prefix: str) -> None:
     q, reg = f"{prefix}.f", Registry()

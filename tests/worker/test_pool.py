@@ -6,6 +6,8 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
 from jqcore.state import Engine, reads
@@ -13,6 +15,8 @@ from jqcore.state.models import JobInfo
 from worker.examples import cpu_hash
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
+
+pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
 
 FAST = Backoff(base_s=0.01, cap_s=0.02, jitter=False)
 
@@ -178,7 +182,7 @@ async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str
 async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, prefix: str) -> None:
     q = f"{prefix}.w"
     # short enough that the next pool reaps it soon, long enough that the keeper is never late for it
-    pool, job_id = await running_forever(engine, q, lease_ms=1000, scheduler=False)
+    pool, job_id = await running_forever(engine, q, lease_ms=1000)
     await pool.hard_stop()
     assert (await info(engine, q, job_id)).state == "running"
 

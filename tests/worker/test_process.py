@@ -19,6 +19,8 @@ from jqcore.state.models import JobInfo
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, python_m
 
+pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
+
 
 @pytest.fixture
 async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:

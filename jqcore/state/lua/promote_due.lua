@@ -9,10 +9,12 @@
 -- KEYS[6] wake     LIST wake tokens for waiting workers
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] limit
--- returns: {promoted, next_run_at or -1}
-local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[2]))
-local ready = 0
-for _, id in ipairs(due) do
+-- returns: {promoted, next_run_at or -1, {now - run_at of each promoted job}}
+local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local ready, late = 0, {}
+for i = 1, #due, 2 do
+  local id = due[i]
+  late[#late + 1] = NOW - tonumber(due[i + 1])
   redis.call('ZREM', DELAYED, id)
   local key = jkey(id)
   if redis.call('EXISTS', key) == 1 then
@@ -22,4 +24,4 @@ for _, id in ipairs(due) do
 end
 wake(ready)
 local nxt = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
-return {#due, tonumber(nxt[2] or '-1')}
+return {#late, tonumber(nxt[2] or '-1'), late}

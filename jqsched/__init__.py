@@ -1,0 +1,1 @@
+"""jqsched: the scheduler service (``jobq scheduler``): every queue's timers, split among instances."""

@@ -1,0 +1,118 @@
+"""One scheduler instance: a heartbeat in its group, the queues it owns, and their timers.
+
+Every ``beat_s`` the instance records itself alive, reads the live members and the queue list, and keeps
+exactly the queues it wins by rendezvous hashing (:mod:`jqcore.membership`). The timers
+(:class:`jqcore.state.waiting.Timers`) promote due delayed jobs, reap expired leases and collect
+garbage for those queues, each step one atomic script: a queue kept by two instances for a beat (while
+they disagree about who is alive) is only work done twice, never a job run twice or early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from jqcore import metrics
+from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.log import get_logger
+from jqcore.membership import Membership, owned_by
+from jqcore.redisconn import RedisClient, connect
+from jqcore.settings import RedisSettings
+from jqcore.state import Engine
+from jqcore.state.waiting import StepResult
+from jqsched.settings import SchedulerSettings
+
+__all__ = ["SchedulerService"]
+
+log = get_logger("jqsched")
+
+
+class SchedulerService(Service):
+    def __init__(
+        self, settings: SchedulerSettings, redis: RedisSettings, client: RedisClient | None = None
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self._own_client = client is None
+        self.client = client if client is not None else connect(redis)
+        self.engine = Engine(self.client)
+        self.membership = Membership(self.client, settings.group, settings.name, stale_s=settings.stale_s)
+        self.timers = self.engine.timers(
+            max_idle_s=settings.max_idle_s,
+            gc_every_s=settings.gc_every_s,
+            batch=settings.batch,
+            on_step=self._observe,
+        )
+        self.dealt = asyncio.Event()
+        """Set after the first beat that dealt the queues (tests and benches wait on it)."""
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+
+    @property
+    def owned(self) -> list[str]:
+        return self.timers.queues
+
+    async def _start(self) -> None:
+        await self.timers.start()
+        self._task = asyncio.create_task(self._beat_loop(), name="scheduler:beat")
+        log.info("scheduler started", name=self.settings.name, group=self.settings.group)
+
+    async def _stop(self) -> None:
+        await cancel_and_wait(self._task)
+        with contextlib.suppress(Exception):  # Redis away: the others drop us after stale_s instead
+            await self.membership.leave()
+        await self.timers.stop()
+        if self._own_client:
+            await self.client.aclose()
+        log.info("scheduler stopped", name=self.settings.name)
+
+    async def _beat_loop(self) -> None:
+        while True:
+            try:
+                await self.beat()
+                if self._failing:
+                    log.info("scheduler beats again", name=self.settings.name)
+                self._failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: keep the queues we had, log once per outage
+                if not self._failing:
+                    log.warning("scheduler beat failed; retrying", error=repr(exc))
+                self._failing = True
+            await asyncio.sleep(self.settings.beat_s)
+
+    async def beat(self) -> list[str]:
+        """One heartbeat and re-deal; returns the queues this instance keeps from now on."""
+        members = await self.membership.beat(f"{len(self.timers.queues)} queues")
+        queues = [q for q in await self.engine.queues() if self.settings.keeps(q)]
+        owned = owned_by(self.settings.name, members, queues)
+        if set(owned) != set(self.timers.queues):
+            log.info("scheduler owns", queues=len(owned), of=len(queues), members=len(members))
+        self.timers.set_queues(owned)
+        metrics.SCHEDULER_MEMBERS.set(len(members))
+        metrics.SCHEDULER_OWNED.set(len(owned))
+        self.dealt.set()
+        return owned
+
+    def _observe(self, step: StepResult) -> None:
+        if step.promoted:
+            metrics.SCHEDULER_MOVED.labels(step.queue, "promoted").inc(step.promoted)
+        if step.reaped:
+            metrics.SCHEDULER_MOVED.labels(step.queue, "reaped").inc(step.reaped)
+        lateness = metrics.SCHEDULER_LATENESS.labels(step.queue)
+        late_after_ms = self.settings.late_after_s * 1000
+        late = 0
+        for ms in step.lateness_ms:
+            lateness.observe(ms / 1000)
+            late += ms > late_after_ms
+        if late:
+            metrics.SCHEDULER_LATE.labels(step.queue).inc(late)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.settings.name,
+            "group": self.settings.group,
+            "members": list(self.membership.members),
+            "owned": self.owned,
+        }

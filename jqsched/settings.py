@@ -1,0 +1,53 @@
+"""The scheduler service's settings (``JOBQ_SCHEDULER_*``)."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import socket
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jqcore.settings import CommaList
+
+__all__ = ["SchedulerSettings"]
+
+
+class SchedulerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBQ_SCHEDULER_", extra="ignore", populate_by_name=True)
+
+    name: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    """This instance's name among the group's members (shown by ``jobq status``)."""
+    group: str = Field("default", min_length=1)
+    """Instances of one group split its queues among themselves; a separate group keeps its own."""
+    queues: CommaList = Field(default_factory=list)
+    """Queue name patterns (``fnmatch``, comma-separated) whose timers this group keeps; empty: all."""
+    beat_s: float = Field(1.0, gt=0, le=60)
+    """Seconds between heartbeats; each beat also re-reads the queue list (new queues are kept from
+    the next beat on)."""
+    stale_s: float = Field(3.0, gt=0, le=600)
+    """Seconds without a heartbeat after which an instance is dead and its queues are re-dealt."""
+    max_idle_s: float = Field(5.0, gt=0, le=300)
+    """Longest sleep of the timers with nothing due (a safety net: scripts wake them earlier)."""
+    gc_every_s: float = Field(60.0, gt=0)
+    """Seconds between garbage collections of one queue (finished jobs past their retention)."""
+    batch: int = Field(1000, ge=1, le=50_000)
+    """Jobs moved per script call; more due than this: the queue is stepped again at once."""
+    late_after_s: float = Field(1.0, ge=0)
+    """A delayed job promoted later than this after its run_at counts in ``jobq_scheduler_late_total``."""
+    metrics_port: int | None = Field(None, ge=1, le=65_535)
+    """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+
+    @model_validator(mode="after")
+    def _beats_before_stale(self) -> SchedulerSettings:
+        if self.stale_s < 2 * self.beat_s:
+            raise ValueError(
+                "JOBQ_SCHEDULER_STALE_S must be at least twice JOBQ_SCHEDULER_BEAT_S "
+                "(one late beat would otherwise drop a live instance)"
+            )
+        return self
+
+    def keeps(self, queue: str) -> bool:
+        """Whether ``queue`` is this group's (matches one of ``queues``; every queue when empty)."""
+        return not self.queues or any(fnmatch.fnmatchcase(queue, p) for p in self.queues)

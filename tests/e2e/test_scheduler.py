@@ -1,0 +1,155 @@
+"""The scheduler service on the real stack: an HTTP-only queue (gateway, relay, scheduler; no Python pool
+anywhere) gets its delayed jobs, retries and expired leases; several instances split the queues with no
+overlap and re-deal when one is killed with SIGKILL, missing no due job, starting none early or twice."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from jqcore.clock import now_ms
+from jqcore.envelope import new_envelope
+from jqcore.membership import owner
+from jqcore.settings import RedisSettings
+from jqcore.state import Engine
+from jqsched.service import SchedulerService
+from jqsched.settings import SchedulerSettings
+from jqstack.manager import Endpoints
+from worker.pool import Pool, PoolConfig
+from worker.registry import Registry, current_job
+
+Eventually = Callable[..., Awaitable[Any]]
+
+
+async def http_claim(path: Any, **body: Any) -> dict[str, Any]:
+    got = await path.client.request(
+        "POST", f"/v1/queues/{path.queue}/claims", json={"n": 1, "wait_ms": 20_000, **body}
+    )
+    (job,) = got["jobs"]
+    return dict(job)
+
+
+async def test_an_http_only_queue_gets_its_delays_retries_and_expired_leases(
+    path: Any, scheduler_processes: Any, eventually: Eventually
+) -> None:
+    scheduler_processes.start("s1")
+    await eventually(scheduler_processes.members, lambda m: m == ["s1"], 60)
+    q = path.queue
+
+    due = now_ms() + 1500
+    delayed = (await path.client.enqueue_one(q, "k", {"n": 1}, run_at=due))["id"]
+    job = await http_claim(path)
+    assert job["id"] == delayed
+    info = await path.client.get_job(q, delayed)
+    assert info is not None
+    assert info["started_at"] >= due, "handed out on time, never early"
+
+    failed_at = now_ms()
+    fail = {"attempt": job["attempt"], "token": job["token"], "error": "boom", "retry_in_ms": 800}
+    outcome = await path.client.request("POST", f"/v1/queues/{q}/jobs/{delayed}/fail", json=fail)
+    assert outcome["outcome"] == "retry"
+    again = await http_claim(path, lease_ms=1000)
+    assert (again["id"], again["attempt"]) == (delayed, 2), "retried after its backoff"
+    info = await path.client.get_job(q, delayed)
+    assert info is not None
+    assert info["started_at"] >= failed_at + 800
+
+    # the claimer goes away without a word: the lease expires and the job comes back with attempt 3
+    third = await http_claim(path)
+    assert (third["id"], third["attempt"]) == (delayed, 3)
+    assert now_ms() >= again["lease_deadline_ms"]
+
+
+async def test_three_instances_split_the_queues_and_one_killed_loses_nothing(
+    prefix: str, engine: Engine, scheduler_processes: Any, eventually: Eventually
+) -> None:
+    names = ["s1", "s2", "s3"]
+    procs = {name: scheduler_processes.start(name) for name in names}
+    await eventually(scheduler_processes.members, lambda m: m == names, 60)
+    queues = [f"{prefix}.q{i}" for i in range(9)]
+    victim = owner(queues[0], names)
+    assert victim is not None
+
+    runs: Counter[str] = Counter()
+    early: list[str] = []
+    due_at: dict[str, int] = {}
+    all_ran, some_ran = asyncio.Event(), asyncio.Event()
+    registry = Registry()
+
+    @registry.job("tick")
+    async def tick() -> None:
+        job = current_job()
+        runs[job.id] += 1
+        if now_ms() < due_at[job.id]:
+            early.append(job.id)
+        if len(runs) >= 20:
+            some_ran.set()
+        if len(runs) == len(due_at):
+            all_ran.set()
+
+    start = now_ms()
+    jobs = []
+    for i in range(180):  # 20 per queue, due over the next 9 s: some before the kill, most after
+        run_at = start + 1000 + i * 50
+        env = new_envelope(queues[i % len(queues)], "tick", None, run_at=run_at)
+        due_at[env.id] = run_at
+        jobs.append(env)
+    await engine.enqueue_batch(jobs)
+
+    async with Pool(registry, engine, PoolConfig(queues, concurrency=20)):
+        await asyncio.wait_for(some_ran.wait(), 60)
+        procs[victim].signal(signal.SIGKILL)
+        survivors = [n for n in names if n != victim]
+        await eventually(scheduler_processes.members, lambda m: m == survivors, 60)
+        await asyncio.wait_for(all_ran.wait(), 120)
+
+    assert set(runs) == set(due_at), "no due job missed"
+    assert early == [], "none started before its run_at"
+    assert [i for i, n in runs.items() if n != 1] == [], "none run twice"
+
+
+async def test_in_steady_state_every_queue_has_exactly_one_keeper(
+    prefix: str, endpoints: Endpoints, engine: Engine, eventually: Eventually
+) -> None:
+    queues = [f"{prefix}.q{i}" for i in range(12)]
+    await engine.enqueue_batch([new_envelope(q, "k", None) for q in queues])  # registers them
+    redis = RedisSettings(url=endpoints.redis_url or "")
+    services = [
+        SchedulerService(
+            SchedulerSettings(name=f"i{n}", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0),
+            redis,
+        )
+        for n in range(3)
+    ]
+    for service in services:
+        await service.start()
+    try:
+
+        async def owned() -> list[list[str]]:
+            return [list(s.owned) for s in services if s.running]
+
+        def exact_cover(sets: list[list[str]]) -> bool:
+            flat = [q for s in sets for q in s]
+            return sorted(flat) == sorted(queues)
+
+        await eventually(owned, lambda sets: exact_cover(sets) and all(sets), 60)
+        await services[0].stop()  # leaves the group: the others take its queues
+        await eventually(owned, exact_cover, 60)
+    finally:
+        for service in services:
+            await service.stop()
+
+
+async def test_a_beat_with_redis_answering_deals_and_the_stop_leaves_the_group(
+    prefix: str, endpoints: Endpoints, redis: aioredis.Redis
+) -> None:
+    settings = SchedulerSettings(name="only", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0)
+    async with SchedulerService(settings, RedisSettings(url=endpoints.redis_url or "")) as service:
+        await asyncio.wait_for(service.dealt.wait(), 30)
+        assert await redis.zrange(f"jobq:members:{prefix}", 0, -1) == [b"only"]
+    assert await redis.zrange(f"jobq:members:{prefix}", 0, -1) == []
