@@ -10,6 +10,7 @@ from rich.console import Console
 from jobq.commands import (
     bench,
     canary,
+    cron,
     demo,
     gate,
     reconcile,
@@ -45,6 +46,7 @@ app.command("reconcile")(reconcile.reconcile)
 app.command("replay")(replay.replay)
 app.add_typer(gate.topics_app, name="topics")
 app.add_typer(spark.app, name="spark")
+app.add_typer(cron.app, name="cron")
 
 
 def main() -> None:

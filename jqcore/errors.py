@@ -21,6 +21,8 @@ __all__ = [
     "BackendUnavailable",
     "Cancel",
     "ConfigError",
+    "CronInvalid",
+    "CronNotFound",
     "EnvelopeError",
     "FieldError",
     "HandlerControl",
@@ -85,6 +87,19 @@ class EnvelopeError(JobqError):
         self.fields: tuple[FieldError, ...] = (fields,) if isinstance(fields, FieldError) else tuple(fields)
         summary = "; ".join(f"{f.field}: {f.problem}" for f in self.fields) or "invalid envelope"
         super().__init__(summary, code=code)
+
+
+class CronInvalid(EnvelopeError):
+    """A cron schedule is malformed; ``fields`` names each offending field and the problem."""
+
+    code = "cron_invalid"
+
+
+class CronNotFound(JobqError):
+    """No cron schedule has this name."""
+
+    code = "cron_not_found"
+    http_status = 404
 
 
 class HandlerControl(Exception):

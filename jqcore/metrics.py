@@ -41,6 +41,7 @@ __all__ = [
     "RELAY_QUEUE_RATE_LIMIT",
     "RELAY_RATE_LIMIT",
     "RELAY_RECORDS",
+    "SCHEDULER_CRON",
     "SCHEDULER_LATE",
     "SCHEDULER_LATENESS",
     "SCHEDULER_MEMBERS",
@@ -131,6 +132,9 @@ SCHEDULER_LATENESS = _latency(
     "Promotion time minus run_at of each delayed job (never negative: never early)",
     ["queue"],
 )
+SCHEDULER_CRON = Counter(
+    "jobq_scheduler_cron_slots_total", "Cron slots by outcome", ["schedule", "outcome"]
+)  # outcome: fired, dropped (by the misfire policy)
 SCHEDULER_LATE = Counter(
     "jobq_scheduler_late_total", "Delayed jobs promoted later than JOBQ_SCHEDULER_LATE_AFTER_S", ["queue"]
 )

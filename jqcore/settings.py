@@ -32,6 +32,7 @@ __all__ = [
     "CommaList",
     "CommaSecrets",
     "ConsulSettings",
+    "CronSettings",
     "JsonText",
     "KafkaSettings",
     "LogSettings",
@@ -189,6 +190,15 @@ class LogSettings(BaseSettings):
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["console", "json"] = "console"
+
+
+class CronSettings(BaseSettings):
+    """Where cron schedules live (Consul KV ``<kv_prefix>/cron/<name>``): read by the scheduler service,
+    written by ``jobq cron`` and the gateway's ``/v1/cron`` routes."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore")
+
+    kv_prefix: str = Field("jobq", min_length=1)
 
 
 class MetricsSettings(BaseSettings):

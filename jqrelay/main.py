@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import consul.aio
-
 from jqcore import metrics
+from jqcore.consulconn import consul_client
 from jqcore.errors import ConfigError
 from jqcore.kafka import AsyncProducer, ensure_topics
 from jqcore.lifecycle import Service, run_until_signal
@@ -48,10 +47,7 @@ class RelayService(Service):
             )
         self.redis_client = connect(redis)
         self.engine = Engine(self.redis_client)
-        token = consul_settings.token.get_secret_value() if consul_settings.token else None
-        self.consul = consul.aio.Consul(
-            host=consul_settings.host, port=consul_settings.port, scheme=consul_settings.scheme, token=token
-        )
+        self.consul = consul_client(consul_settings)
         self.dead_producer = AsyncProducer(kafka)
         guard = MemoryGuard(self.redis_client, settings.memory_slow_at, settings.memory_stop_at)
         self.relays = [

@@ -6,7 +6,7 @@ import asyncio
 
 from jqcore import metrics
 from jqcore.lifecycle import run_until_signal
-from jqcore.settings import RedisSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, RedisSettings, load
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 
@@ -19,6 +19,7 @@ def run(settings: SchedulerSettings | None = None) -> None:
         metrics.serve(settings.metrics_port)
 
     async def main() -> None:
-        await run_until_signal(SchedulerService(settings, load(RedisSettings)))
+        service = SchedulerService(settings, load(RedisSettings), load(ConsulSettings), load(CronSettings))
+        await run_until_signal(service)
 
     asyncio.run(main())

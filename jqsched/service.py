@@ -14,13 +14,16 @@ import contextlib
 from typing import Any
 
 from jqcore import metrics
+from jqcore.consulconn import consul_client
+from jqcore.cronstore import CronStore
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.membership import Membership, owned_by
 from jqcore.redisconn import RedisClient, connect
-from jqcore.settings import RedisSettings
+from jqcore.settings import ConsulSettings, CronSettings, RedisSettings, load
 from jqcore.state import Engine
 from jqcore.state.waiting import StepResult
+from jqsched.cron import CronFirer
 from jqsched.settings import SchedulerSettings
 
 __all__ = ["SchedulerService"]
@@ -30,13 +33,28 @@ log = get_logger("jqsched")
 
 class SchedulerService(Service):
     def __init__(
-        self, settings: SchedulerSettings, redis: RedisSettings, client: RedisClient | None = None
+        self,
+        settings: SchedulerSettings,
+        redis: RedisSettings,
+        consul_settings: ConsulSettings | None = None,
+        cron_settings: CronSettings | None = None,
+        client: RedisClient | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
         self._own_client = client is None
         self.client = client if client is not None else connect(redis)
         self.engine = Engine(self.client)
+        self.consul = consul_client(consul_settings or load(ConsulSettings)) if settings.cron else None
+        self.cron = (
+            CronFirer(
+                CronStore(self.consul, (cron_settings or load(CronSettings)).kv_prefix),
+                self.engine,
+                settings.name,
+            )
+            if self.consul is not None
+            else None
+        )
         self.membership = Membership(self.client, settings.group, settings.name, stale_s=settings.stale_s)
         self.timers = self.engine.timers(
             max_idle_s=settings.max_idle_s,
@@ -47,6 +65,7 @@ class SchedulerService(Service):
         self.dealt = asyncio.Event()
         """Set after the first beat that dealt the queues (tests and benches wait on it)."""
         self._task: asyncio.Task[None] | None = None
+        self._cron_task: asyncio.Task[None] | None = None
         self._failing = False
 
     @property
@@ -56,15 +75,20 @@ class SchedulerService(Service):
     async def _start(self) -> None:
         await self.timers.start()
         self._task = asyncio.create_task(self._beat_loop(), name="scheduler:beat")
+        if self.cron is not None:
+            self._cron_task = asyncio.create_task(self._cron_loop(), name="scheduler:cron")
         log.info("scheduler started", name=self.settings.name, group=self.settings.group)
 
     async def _stop(self) -> None:
+        await cancel_and_wait(self._cron_task)
         await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):  # Redis away: the others drop us after stale_s instead
             await self.membership.leave()
         await self.timers.stop()
         if self._own_client:
             await self.client.aclose()
+        if self.consul is not None:
+            await self.consul.http._session.close()
         log.info("scheduler stopped", name=self.settings.name)
 
     async def _beat_loop(self) -> None:
@@ -81,6 +105,22 @@ class SchedulerService(Service):
                     log.warning("scheduler beat failed; retrying", error=repr(exc))
                 self._failing = True
             await asyncio.sleep(self.settings.beat_s)
+
+    async def _cron_loop(self) -> None:
+        await self.dealt.wait()
+        beat_ms = int(self.settings.beat_s * 1000)
+        failing = False
+        while self.cron is not None:
+            try:
+                wait_ms = await self.cron.step(self.membership.members, beat_ms)
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Consul away: timers go on; log once per outage
+                if not failing:
+                    log.warning("cron step failed; retrying", error=repr(exc))
+                failing, wait_ms = True, beat_ms
+            await asyncio.sleep(wait_ms / 1000)
 
     async def beat(self) -> list[str]:
         """One heartbeat and re-deal; returns the queues this instance keeps from now on."""
@@ -115,4 +155,5 @@ class SchedulerService(Service):
             "group": self.settings.group,
             "members": list(self.membership.members),
             "owned": self.owned,
+            "cron": list(self.cron.owned) if self.cron is not None else [],
         }

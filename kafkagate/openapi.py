@@ -84,12 +84,19 @@ _PATH_PARAMS: dict[str, dict[str, Any]] = {
     },
     "id": {"name": "id", "in": "path", "required": True, "schema": _NAME},
     "kind": {"name": "kind", "in": "path", "required": True, "schema": _NAME},
+    "name": {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+    },
 }
 
 
 @cache
 def document() -> dict[str, Any]:
     from kafkagate.claims import ClaimBody, CompleteBody, ExtendBody, FailBody
+    from kafkagate.cron import schedule_body_schema
     from kafkagate.queues import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
 
     q = "/v1/queues/{queue}"
@@ -98,6 +105,7 @@ def document() -> dict[str, Any]:
         "oneOf": [_JOB_IN, {"type": "object", "properties": {"jobs": {"type": "array", "items": _JOB_IN}}}]
     }
     stale = {"409": "stale attempt or lease token", "404": "no such job"}
+    no_schedule = {"404": "no such cron schedule"}
     paths: dict[str, Any] = {
         "/healthz": {
             "get": {
@@ -190,6 +198,22 @@ def document() -> dict[str, Any]:
         "/v1/kinds/{kind}": {
             "get": _op("one job type", errors={"404": "not configured"}),
             "put": _op("job type: concurrency, attempts, delivery strategy", body=_model(KindBody)),
+        },
+        "/v1/cron": {"get": _op("every cron schedule with its last and next run")},
+        "/v1/cron/{name}": {
+            "get": _op("one cron schedule with its last and next run", errors=no_schedule),
+            "put": _op(
+                "create or replace a schedule (cron + tz, or every_s; queue, kind, args, misfire policy);"
+                " its first slot comes after now",
+                body=schedule_body_schema(),
+                errors={"400": "invalid schedule (fields named)", "503": "Consul unreachable"},
+            ),
+            "delete": _op("remove a schedule (jobs already enqueued stay)", errors=no_schedule),
+        },
+        "/v1/cron/{name}/pause": {"post": _op("stop firing a schedule", errors=no_schedule)},
+        "/v1/cron/{name}/resume": {"post": _op("fire from the next slot on", errors=no_schedule)},
+        "/v1/cron/{name}/trigger": {
+            "post": _op("enqueue one job of the schedule now", "202", errors=no_schedule)
         },
     }
     for path, ops in paths.items():

@@ -11,10 +11,12 @@ from typing import Literal
 from aiohttp import web
 
 from jqcore import stages
+from jqcore.consulconn import consul_client
+from jqcore.cronstore import CronStore
 from jqcore.kafka import AsyncProducer, ProduceFailed
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import KafkaSettings
+from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, load
 from jqcore.state import Engine, QueueConfig
 from kafkagate.settings import GateSettings
 
@@ -40,6 +42,9 @@ class Gate:
     routing: RoutingSettings
     kafka: KafkaSettings
     engine: Engine
+    consul_settings: ConsulSettings | None = None
+    cron_settings: CronSettings | None = None
+    _cron: CronStore | None = None
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
     """topic → (when seen, partition count)."""
@@ -119,7 +124,18 @@ class Gate:
             )
         return self._producers[acks]
 
+    def cron(self) -> CronStore:
+        """The cron schedules in Consul (the client is made on first use: only cron routes need it)."""
+        if self._cron is None:
+            consul_settings = self.consul_settings or load(ConsulSettings)
+            prefix = (self.cron_settings or load(CronSettings)).kv_prefix
+            self._cron = CronStore(consul_client(consul_settings), prefix)
+        return self._cron
+
     async def close(self) -> None:
+        if self._cron is not None:
+            await self._cron.client.http._session.close()
+            self._cron = None
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

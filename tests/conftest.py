@@ -28,7 +28,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from jqcore.kafka import AsyncProducer, end_offsets
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
+from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, RedisSettings
 from jqcore.state import Engine
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
@@ -102,7 +102,7 @@ async def scheduler(endpoints: Endpoints, prefix: str) -> AsyncIterator[Schedule
     a test whose jobs are delayed, retried or whose leases expire needs this (or a scheduler process)."""
     assert endpoints.redis_url
     settings = SchedulerSettings(
-        name=f"{prefix}-s0", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0
+        name=f"{prefix}-s0", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0, cron=False
     )
     async with SchedulerService(settings, RedisSettings(url=endpoints.redis_url)) as service:
         yield service
@@ -213,7 +213,13 @@ def token() -> str:
 
 
 @pytest.fixture
-def make_gate(endpoints: Endpoints) -> Callable[..., GateService]:
+def cron_settings(prefix: str) -> CronSettings:
+    """This test's own Consul KV root for cron schedules."""
+    return CronSettings(kv_prefix=f"jobq-test/{prefix}")
+
+
+@pytest.fixture
+def make_gate(endpoints: Endpoints, cron_settings: CronSettings) -> Callable[..., GateService]:
     """A GateService on a free port; ``bootstrap`` / ``produce_timeout_ms`` override the real broker's."""
 
     def make(routing: RoutingSettings, bootstrap: str | None = None, **settings: Any) -> GateService:
@@ -222,6 +228,8 @@ def make_gate(endpoints: Endpoints) -> Callable[..., GateService]:
             routing,
             KafkaSettings(bootstrap=bootstrap or endpoints.kafka_bootstrap),
             RedisSettings(url=endpoints.redis_url or ""),
+            ConsulSettings(addr=endpoints.consul_addr),
+            cron_settings,
         )
 
     return make

@@ -3,7 +3,8 @@
 It starts (and caches) Kafka, Consul and Redis, creates the topics, then runs as separate processes
 2 gateways (AZ labels az-a and az-b), 2 relays, 2 schedulers, a worker pool with the example handlers
 and the heartbeat canary; it enqueues a demo workload over HTTP (plain, delayed, prioritized, exclusive,
-flaky and failing jobs, so the dead-letter list fills) and shows it flowing with the status screen.
+flaky and failing jobs, so the dead-letter list fills; a cron schedule every 10 s) and shows it flowing
+with the status screen.
 Ctrl-C stops every process cleanly (workers release what they run; nothing accepted is lost). ``--once``
 exits 0 as soon as every demo job reached its expected state (1 otherwise, after ``--timeout``).
 
@@ -42,6 +43,8 @@ TOKEN = DEV_TOKEN
 APP = "worker.examples:registry"
 """The demo worker's handlers (``module:attribute`` of a ``worker.Registry``)."""
 TOPICS = ["jobs.demo", "jobs.default"]
+CRON = "demo.tick"
+"""The demo's cron schedule (a no-op job into demo.plain every 10 s)."""
 QUEUES = ["demo.plain", "demo.delayed", "demo.priority", "demo.exclusive", "demo.flaky", "demo.failing"]
 
 
@@ -111,6 +114,12 @@ async def _enqueue(gateways: list[Gateway]) -> list[tuple[str, str, str]]:
             "PATCH",
             "/v1/queues/demo.exclusive",
             json={"mode": "exclusive", "excl_key": "account"},
+            idempotent=True,
+        )
+        await client.request(  # fired by the schedulers every 10 s; `jobq cron list` shows it
+            "PUT",
+            f"/v1/cron/{CRON}",
+            json={"every_s": 10, "queue": "demo.plain", "kind": "demo.noop"},
             idempotent=True,
         )
         out = []

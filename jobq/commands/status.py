@@ -21,10 +21,13 @@ from rich.live import Live
 from rich.table import Table
 
 from jqcore import keys, membership
+from jqcore.clock import now_ms
+from jqcore.consulconn import consul_client
+from jqcore.cronstore import CronStore, overview
 from jqcore.presence import count_alive
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, RedisSettings, load
 from jqcore.state.engine import Engine
 from jqrelay.settings import RelaySettings
 
@@ -126,6 +129,14 @@ async def _redis(redis: RedisSettings) -> dict[str, Any]:
         await client.aclose()
 
 
+async def _cron(consul_settings: ConsulSettings, cron: CronSettings) -> list[dict[str, Any]]:
+    client = consul_client(consul_settings)
+    try:
+        return await overview(CronStore(client, cron.kv_prefix), now_ms())
+    finally:
+        await client.http._session.close()
+
+
 def collect() -> dict[str, Any]:
     routing, relay = load(RoutingSettings), load(RelaySettings)
     topics = relay.topics or routing.topics()
@@ -134,6 +145,7 @@ def collect() -> dict[str, Any]:
         ("kafka", lambda: _kafka(load(KafkaSettings), topics, relay.group_prefix)),
         ("locks", lambda: _locks(load(ConsulSettings), topics, relay.kv_prefix)),
         ("redis", lambda: asyncio.run(_redis(load(RedisSettings)))),
+        ("cron", lambda: asyncio.run(_cron(load(ConsulSettings), load(CronSettings)))),
     ):
         try:
             out[name] = fn()
@@ -143,7 +155,36 @@ def collect() -> dict[str, Any]:
 
 
 def render(s: dict[str, Any]) -> Group:
-    return Group(_kafka_table(s.get("kafka")), _locks_table(s.get("locks")), *_redis_tables(s.get("redis")))
+    return Group(
+        _kafka_table(s.get("kafka")),
+        _locks_table(s.get("locks")),
+        *_redis_tables(s.get("redis")),
+        _cron_table(s.get("cron")),
+    )
+
+
+def _cron_table(cron: Any) -> Any:
+    if not isinstance(cron, list):
+        return f"[red]Cron schedules unreadable (Consul):[/] {cron}"
+    t = Table(title="Cron schedules (Consul)")
+    for col in ("name", "schedule", "queue", "state", "last run", "next run", "fires", "dropped"):
+        t.add_column(col, no_wrap=col == "name")
+    for r in cron:
+        t.add_row(
+            r["name"],
+            r["schedule"],
+            r["queue"],
+            "[yellow]paused[/]" if r["paused"] else "active",
+            _clock(r["last_slot_ms"]),
+            _clock(r["next_slot_ms"]),
+            str(r["fires"]),
+            f"[yellow]{r['dropped']}[/]" if r["dropped"] else "0",
+        )
+    return t
+
+
+def _clock(ms: int | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) if ms else ""
 
 
 def _kafka_table(kafka: Any) -> Table:

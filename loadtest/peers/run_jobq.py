@@ -1,10 +1,13 @@
 """jobq's Redis stage (runs in jobq's own .venv): enqueue_batch as the relay writes (1,000 per call for
-the bulk enqueue, one per call at a fixed rate), workers `python -m worker` (JOBQ_WORKER_CONCURRENCY=50)."""
+the bulk enqueue, one per call at a fixed rate), workers `python -m worker` (JOBQ_WORKER_CONCURRENCY=50),
+each with a scheduler instance `python -m jqsched` in its process group (delayed jobs need one; its CPU
+counts with the worker's, as rq's and huey's in-worker schedulers do)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import time
 
@@ -63,6 +66,8 @@ def worker() -> None:
         "JOBQ_WORKER_CONCURRENCY": "50",
         "JOBQ_WORKER_APP": "jobq_app:registry",
     }
+    # the scheduler stays in this process group, so stopping the worker's group stops it too
+    subprocess.Popen([sys.executable, "-m", "jqsched"], env={**env, "JOBQ_SCHEDULER_QUEUES": QUEUE})
     os.execve(sys.executable, [sys.executable, "-m", "worker"], env)
 
 

@@ -80,6 +80,8 @@ def scheduler_processes(
     env = {
         **os.environ,
         "JOBQ_REDIS_URL": endpoints.redis_url,
+        "JOBQ_CONSUL_ADDR": endpoints.consul_addr,
+        "JOBQ_CRON_KV_PREFIX": f"jobq-test/{prefix}",
         "JOBQ_SCHEDULER_GROUP": prefix,
         "JOBQ_SCHEDULER_QUEUES": f"{prefix}*",
         "JOBQ_SCHEDULER_BEAT_S": "0.5",

@@ -1,0 +1,113 @@
+"""Cron schedules over HTTP: the same operations as ``jobq cron`` (schedules in Consul KV, fired by the
+scheduler service). ``GET`` needs ``read``, everything else ``admin``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from jqcore.clock import now_ms
+from jqcore.cron import CronSchedule, check_name, parse_schedule
+from jqcore.cronstore import CronStore, fire_now, overview
+from jqcore.errors import CronInvalid, CronNotFound, FieldError
+from kafkagate.body import read_body
+from kafkagate.http import ApiError, json_response
+from kafkagate.jobs import engine_call
+from kafkagate.state import GATE
+
+__all__ = ["routes", "schedule_body_schema"]
+
+routes = web.RouteTableDef()
+
+
+def schedule_body_schema() -> dict[str, Any]:
+    """The JSON Schema of a ``PUT /v1/cron/{name}`` body: a schedule without its name (the path's)."""
+    schema = CronSchedule.model_json_schema()
+    for server_side in ("name", "created_ms"):
+        schema["properties"].pop(server_side, None)
+    schema["required"] = [r for r in schema.get("required", []) if r not in ("name", "created_ms")]
+    return schema
+
+
+def _store(request: web.Request) -> CronStore:
+    return request.app[GATE].cron()
+
+
+def _name(request: web.Request) -> str:
+    return check_name(request.match_info["name"])
+
+
+async def _existing(request: web.Request) -> CronSchedule:
+    name = _name(request)
+    schedule = await _store(request).get(name)
+    if schedule is None:
+        raise CronNotFound(f"no cron schedule named {name!r}")
+    return schedule
+
+
+@routes.get("/v1/cron")
+async def list_schedules(request: web.Request) -> web.Response:
+    return json_response({"schedules": await overview(_store(request), now_ms())})
+
+
+@routes.get("/v1/cron/{name}")
+async def get_schedule(request: web.Request) -> web.Response:
+    name = (await _existing(request)).name
+    rows = [r for r in await overview(_store(request), now_ms()) if r["name"] == name]
+    if not rows:
+        raise CronNotFound(f"no cron schedule named {name!r}")
+    return json_response(rows[0])
+
+
+@routes.put("/v1/cron/{name}")
+async def put_schedule(request: web.Request) -> web.Response:
+    """Create or replace a schedule; its first slot comes after now."""
+    name = _name(request)
+    try:
+        body = orjson.loads(await read_body(request) or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise CronInvalid(FieldError("$", "must be an object"))
+    if "created_ms" in body:
+        raise CronInvalid(FieldError("created_ms", "is set by the server"))
+    if body.setdefault("name", name) != name:
+        raise CronInvalid(FieldError("name", f"differs from the path's {name!r}"))
+    stored = await _store(request).put(parse_schedule(body), now_ms())
+    return json_response(stored.model_dump())
+
+
+@routes.delete("/v1/cron/{name}")
+async def delete_schedule(request: web.Request) -> web.Response:
+    name = _name(request)
+    if not await _store(request).delete(name):
+        raise CronNotFound(f"no cron schedule named {name!r}")
+    return json_response({"name": name, "removed": True})
+
+
+@routes.post("/v1/cron/{name}/pause")
+async def pause_schedule(request: web.Request) -> web.Response:
+    return await _set_paused(request, True)
+
+
+@routes.post("/v1/cron/{name}/resume")
+async def resume_schedule(request: web.Request) -> web.Response:
+    return await _set_paused(request, False)
+
+
+async def _set_paused(request: web.Request, paused: bool) -> web.Response:
+    name = _name(request)
+    changed = await _store(request).set_paused(name, paused, now_ms())
+    if changed is None:
+        raise CronNotFound(f"no cron schedule named {name!r}")
+    return json_response(changed.model_dump())
+
+
+@routes.post("/v1/cron/{name}/trigger")
+async def trigger_schedule(request: web.Request) -> web.Response:
+    """Enqueue one job of the schedule now (id ``cron:<name>:<now>:manual``), paused or not."""
+    schedule = await _existing(request)
+    ids = await engine_call(fire_now(request.app[GATE].engine, schedule, [now_ms()], manual=True))
+    return json_response({"name": schedule.name, "queue": schedule.queue, "id": ids[0]}, status=202)
