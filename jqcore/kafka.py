@@ -42,6 +42,8 @@ __all__ = [
     "TopicMissing",
     "end_offsets",
     "ensure_topics",
+    "parse_schedule_key",
+    "schedule_key",
     "topic_partitions",
 ]
 
@@ -94,10 +96,23 @@ class PartitionInvalid(JobqError):
 @dataclass(frozen=True, slots=True)
 class Record:
     topic: str
-    value: bytes
+    value: bytes | None
+    """None: a tombstone (a compacted topic forgets the key)."""
     key: bytes | None = None
     headers: Sequence[tuple[str, bytes]] | None = None
     partition: int | None = None
+
+
+def schedule_key(queue: str, job_id: str) -> bytes:
+    """The key of a job's record in the far-future tier's compacted topic: ``<queue>/<id>`` (queue names
+    have no ``/``), so a tombstone alone says which queue's index entry it ends."""
+    return f"{queue}/{job_id}".encode()
+
+
+def parse_schedule_key(key: bytes | None) -> tuple[str, str] | None:
+    """``(queue, id)`` of a schedule-topic key; None when it is not one."""
+    queue, slash, job_id = (key or b"").decode("utf-8", "replace").partition("/")
+    return (queue, job_id) if slash and queue and job_id else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +185,7 @@ class AsyncProducer:
                 await asyncio.sleep(0.005)
             except KafkaException as exc:
                 err = exc.args[0]
-                raise _refusal(err, rec.topic, index, len(rec.value), rec.partition) or ProduceFailed(
+                raise _refusal(err, rec.topic, index, len(rec.value or b""), rec.partition) or ProduceFailed(
                     f"produce to {rec.topic!r} refused: {exc}"
                 ) from exc
 
@@ -272,10 +287,12 @@ def ensure_topics(
     partitions: int = 3,
     replication: int = 1,
     retention_ms: int = 7 * 86_400_000,
+    compacted: bool = False,
     timeout_s: float = 30.0,
 ) -> list[str]:
     """Create the missing ones of ``topics`` (an operator action, never driven by a request); returns
-    the names created. Existing topics are left as they are."""
+    the names created. Existing topics are left as they are. ``compacted``: the latest record per key is
+    kept for good (no time retention) and a tombstone removes the key."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     conf: dict[str, str | int | float | bool] = {**settings.client_config()}
@@ -288,7 +305,8 @@ def ensure_topics(
     if not wanted:
         return []
     config = {
-        "retention.ms": str(retention_ms),
+        "retention.ms": "-1" if compacted else str(retention_ms),
+        "cleanup.policy": "compact" if compacted else "delete",
         "min.insync.replicas": str(min(2, replication)),
         "max.message.bytes": str(KAFKA_MAX_MESSAGE_BYTES),  # the broker's default (~1 MiB) is too small
     }

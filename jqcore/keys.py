@@ -14,6 +14,8 @@ Per queue ``jobq:{q}:``
 ========================  ======  ============================================================
 ``ready``                 ZSET    pending jobs claimable now, score = priority (lower first)
 ``delayed``               ZSET    invisible jobs, score = run_at (ms)
+``far``                   ZSET    far-future jobs kept in Kafka's schedule topic, score = run_at (ms):
+                                  only the index ``GET`` and ``DELETE`` read, a few dozen bytes a job
 ``running``               ZSET    claimed jobs, score = lease deadline (ms)
 ``done``                  ZSET    terminal jobs, score = when GC may remove them (ms)
 ``dead``                  ZSET    errored jobs (the dead-letter list), score = when they died (ms)
@@ -57,6 +59,7 @@ __all__ = [
     "QUEUES_KEY",
     "KeyName",
     "QueueKeys",
+    "far_scanned_key",
     "idempotency_key",
     "member_notes_key",
     "members_key",
@@ -68,6 +71,7 @@ KeyName = Literal[
     "prefix",
     "ready",
     "delayed",
+    "far",
     "running",
     "done",
     "dead",
@@ -157,6 +161,10 @@ class QueueKeys:
         return self._k("sched")
 
     @property
+    def far(self) -> str:
+        return self._k("far")
+
+    @property
     def xhead(self) -> str:
         return self._k("xhead")
 
@@ -179,6 +187,12 @@ class QueueKeys:
     def for_script(self, names: Sequence[KeyName]) -> list[str]:
         """The ``KEYS`` of a script that declares ``names`` (in :data:`KEY_NAMES` order)."""
         return [self.named(name) for name in names]
+
+
+def far_scanned_key(partition: int) -> str:
+    """Set once a scheduler instance read a schedule-topic partition whole since this Redis started: a
+    missing key (Redis lost, FLUSHALL) makes the owner read the partition again to rebuild the index."""
+    return f"jobq:far:scanned:{partition}"
 
 
 def idempotency_key(digest: str) -> str:

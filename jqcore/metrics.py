@@ -42,6 +42,7 @@ __all__ = [
     "RELAY_RATE_LIMIT",
     "RELAY_RECORDS",
     "SCHEDULER_CRON",
+    "SCHEDULER_FAR_MOVED",
     "SCHEDULER_LATE",
     "SCHEDULER_LATENESS",
     "SCHEDULER_MEMBERS",
@@ -135,6 +136,9 @@ SCHEDULER_LATENESS = _latency(
 SCHEDULER_CRON = Counter(
     "jobq_scheduler_cron_slots_total", "Cron slots by outcome", ["schedule", "outcome"]
 )  # outcome: fired, dropped (by the misfire policy)
+SCHEDULER_FAR_MOVED = Counter(
+    "jobq_scheduler_far_moved_total", "Far-future jobs moved from the schedule topic into the engine"
+)
 SCHEDULER_LATE = Counter(
     "jobq_scheduler_late_total", "Delayed jobs promoted later than JOBQ_SCHEDULER_LATE_AFTER_S", ["queue"]
 )

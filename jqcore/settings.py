@@ -33,6 +33,7 @@ __all__ = [
     "CommaSecrets",
     "ConsulSettings",
     "CronSettings",
+    "FarSettings",
     "JsonText",
     "KafkaSettings",
     "LogSettings",
@@ -199,6 +200,34 @@ class CronSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore")
 
     kv_prefix: str = Field("jobq", min_length=1)
+
+
+class FarSettings(BaseSettings):
+    """The far-future tier (``docs/scheduler.md``): jobs due later than ``horizon_s`` are kept in the
+    compacted ``topic`` (keyed by job id) instead of Redis. Relays split them off, scheduler instances
+    move them into the engine once they are due within the horizon, the gateway unschedules them."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore")
+
+    horizon_s: float = Field(3600.0, ge=0)
+    """Jobs due further ahead than this go to the tier (0: the tier is off, every job goes to Redis)."""
+    topic: str = Field("jobq.schedule", min_length=1)
+    partitions: int = Field(6, ge=1, le=1000)
+    """Partitions of the schedule topic when jobq creates it (the unit the schedulers share)."""
+    rescan_s: float = Field(600.0, gt=0)
+    """How often an owner reads its partitions whole, moving what came within the horizon."""
+
+    @model_validator(mode="after")
+    def _rescan_within_horizon(self) -> FarSettings:
+        if self.horizon_s and self.rescan_s >= self.horizon_s:
+            raise ValueError(
+                "JOBQ_FAR_RESCAN_S must be below JOBQ_FAR_HORIZON_S (a job must be moved before it is due)"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.horizon_s > 0
 
 
 class MetricsSettings(BaseSettings):

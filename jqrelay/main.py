@@ -17,7 +17,7 @@ from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, load
 from jqcore.state import Engine
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import describe
@@ -37,9 +37,11 @@ class RelayService(Service):
         redis: RedisSettings,
         consul_settings: ConsulSettings,
         routing: RoutingSettings | None = None,
+        far: FarSettings | None = None,
     ) -> None:
         super().__init__()
         self.settings, self.kafka = settings, kafka
+        self.far = far or load(FarSettings)
         self.topics = settings.topics or (routing or RoutingSettings()).topics()
         if not self.topics:
             raise ConfigError(
@@ -51,13 +53,19 @@ class RelayService(Service):
         self.dead_producer = AsyncProducer(kafka)
         guard = MemoryGuard(self.redis_client, settings.memory_slow_at, settings.memory_stop_at)
         self.relays = [
-            TopicRelay(t, settings, kafka, self.engine, self.consul, self.dead_producer, guard)
+            TopicRelay(t, settings, kafka, self.engine, self.consul, self.dead_producer, guard, self.far)
             for t in self.topics
         ]
 
     async def _start(self) -> None:
         extra = [name(t) for t in self.topics for name in (dead_topic, retry_topic)]
         await asyncio.to_thread(ensure_topics, self.kafka, extra)
+        if self.far.enabled:
+            await asyncio.to_thread(
+                lambda: ensure_topics(
+                    self.kafka, [self.far.topic], partitions=self.far.partitions, compacted=True
+                )
+            )
         for relay in self.relays:
             await relay.start()
         log.info(
@@ -82,7 +90,12 @@ def run(settings: RelaySettings | None = None) -> None:
 
     async def main() -> None:
         service = RelayService(
-            settings, load(KafkaSettings), load(RedisSettings), load(ConsulSettings), load(RoutingSettings)
+            settings,
+            load(KafkaSettings),
+            load(RedisSettings),
+            load(ConsulSettings),
+            load(RoutingSettings),
+            load(FarSettings),
         )
         await run_until_signal(service)
 

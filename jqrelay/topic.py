@@ -28,12 +28,13 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
 
 from jqcore import metrics, stages
+from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
-from jqcore.kafka import AsyncProducer, Record
+from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.settings import KafkaSettings
+from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.codes import FenceRejected
 from jqcore.state.models import EnqueueResult
@@ -100,9 +101,11 @@ class TopicRelay(Service):
         consul_client: consul.aio.Consul,
         dead_producer: AsyncProducer,
         guard: MemoryGuard,
+        far: FarSettings,
     ) -> None:
         super().__init__()
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
+        self.far = far
         self.dead_producer, self.guard = dead_producer, guard
         self.elector = Elector(
             consul_client,
@@ -287,6 +290,7 @@ class TopicRelay(Service):
         return batch
 
     async def _write(self, batch: Batch, term: Term) -> None:
+        await self._split_far(batch, term)
         if not batch.envelopes:
             return
         origins = {i: f"{self.topic}/{m.partition()}/{m.offset()}" for i, m in batch.source.items()}
@@ -317,6 +321,36 @@ class TopicRelay(Service):
         for o in result.outcomes:
             if o.outcome == "refused":
                 batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
+
+    async def _split_far(self, batch: Batch, term: Term) -> None:
+        """Jobs due later than the horizon go to the schedule topic (keyed by id, the record's bytes
+        unchanged; Kafka must confirm, retried forever like Redis writes) and get only an index entry in
+        Redis; the rest of the batch stays for the engine. The offsets move past them only afterwards."""
+        cut = now_ms() + int(self.far.horizon_s * 1000)
+        far = [e for e in batch.envelopes if self.far.enabled and e.run_at is not None and e.run_at > cut]
+        if not far:
+            return
+        batch.envelopes = [e for e in batch.envelopes if e.run_at is None or e.run_at <= cut]
+        records = [
+            Record(self.far.topic, batch.source[e.id].value(), schedule_key(e.queue, e.id)) for e in far
+        ]
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(retriable), wait=wait_exponential(multiplier=0.1, max=5)
+        ):
+            with attempt:
+                await self.dead_producer.produce_many(records)
+        by_queue: dict[str, list[tuple[str, int]]] = {}
+        for env in far:
+            by_queue.setdefault(env.queue, []).append((env.id, env.run_at or 0))
+        for queue, items in by_queue.items():
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(retriable), wait=wait_exponential(multiplier=0.1, max=5)
+            ):
+                with attempt:
+                    if not self._trusted(term):
+                        raise TermEnded
+                    await self.engine.schedule_far(queue, items)
+        self._count("scheduled", len(far))
 
     async def _enqueue(
         self, envelopes: Sequence[Envelope], term: Term, origins: Mapping[str, str]

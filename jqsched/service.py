@@ -16,19 +16,24 @@ from typing import Any
 from jqcore import metrics
 from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
+from jqcore.kafka import ensure_topics
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.membership import Membership, owned_by
 from jqcore.redisconn import RedisClient, connect
-from jqcore.settings import ConsulSettings, CronSettings, RedisSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, RedisSettings, load
 from jqcore.state import Engine
 from jqcore.state.waiting import StepResult
 from jqsched.cron import CronFirer
+from jqsched.far import FarMover
 from jqsched.settings import SchedulerSettings
 
 __all__ = ["SchedulerService"]
 
 log = get_logger("jqsched")
+
+FAR_IDLE_S = 0.2
+"""Pause between reads of the schedule topic while nothing arrives."""
 
 
 class SchedulerService(Service):
@@ -39,6 +44,8 @@ class SchedulerService(Service):
         consul_settings: ConsulSettings | None = None,
         cron_settings: CronSettings | None = None,
         client: RedisClient | None = None,
+        kafka: KafkaSettings | None = None,
+        far: FarSettings | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -56,6 +63,12 @@ class SchedulerService(Service):
             else None
         )
         self.membership = Membership(self.client, settings.group, settings.name, stale_s=settings.stale_s)
+        far = far or load(FarSettings)
+        self.far_settings = far
+        self.kafka = kafka or load(KafkaSettings)
+        self.mover = (
+            FarMover(self.engine, self.kafka, far, settings.name) if settings.far and far.enabled else None
+        )
         self.timers = self.engine.timers(
             max_idle_s=settings.max_idle_s,
             gc_every_s=settings.gc_every_s,
@@ -66,6 +79,7 @@ class SchedulerService(Service):
         """Set after the first beat that dealt the queues (tests and benches wait on it)."""
         self._task: asyncio.Task[None] | None = None
         self._cron_task: asyncio.Task[None] | None = None
+        self._far_task: asyncio.Task[None] | None = None
         self._failing = False
 
     @property
@@ -77,9 +91,18 @@ class SchedulerService(Service):
         self._task = asyncio.create_task(self._beat_loop(), name="scheduler:beat")
         if self.cron is not None:
             self._cron_task = asyncio.create_task(self._cron_loop(), name="scheduler:cron")
+        if self.mover is not None:
+            far = self.far_settings
+            await asyncio.to_thread(
+                lambda: ensure_topics(self.kafka, [far.topic], partitions=far.partitions, compacted=True)
+            )
+            self._far_task = asyncio.create_task(self._far_loop(), name="scheduler:far")
         log.info("scheduler started", name=self.settings.name, group=self.settings.group)
 
     async def _stop(self) -> None:
+        await cancel_and_wait(self._far_task)
+        if self.mover is not None:
+            await self.mover.close()
         await cancel_and_wait(self._cron_task)
         await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):  # Redis away: the others drop us after stale_s instead
@@ -122,9 +145,26 @@ class SchedulerService(Service):
                 failing, wait_ms = True, beat_ms
             await asyncio.sleep(wait_ms / 1000)
 
+    async def _far_loop(self) -> None:
+        await self.dealt.wait()
+        failing = False
+        while self.mover is not None:
+            try:
+                busy = await self.mover.step(self.membership.members)
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Kafka or Redis away: the next step reads again
+                if not failing:
+                    log.warning("far-future tier step failed; retrying", error=repr(exc))
+                failing, busy = True, False
+                await asyncio.sleep(1.0)
+            if not busy:
+                await asyncio.sleep(FAR_IDLE_S)
+
     async def beat(self) -> list[str]:
         """One heartbeat and re-deal; returns the queues this instance keeps from now on."""
-        members = await self.membership.beat(f"{len(self.timers.queues)} queues")
+        members = await self.membership.beat(self._note())
         queues = [q for q in await self.engine.queues() if self.settings.keeps(q)]
         owned = owned_by(self.settings.name, members, queues)
         if set(owned) != set(self.timers.queues):
@@ -134,6 +174,15 @@ class SchedulerService(Service):
         metrics.SCHEDULER_OWNED.set(len(owned))
         self.dealt.set()
         return owned
+
+    def _note(self) -> str:
+        """What ``jobq status`` shows this instance keeps."""
+        parts = [f"{len(self.timers.queues)} queues"]
+        if self.cron is not None and self.cron.owned:
+            parts.append(f"{len(self.cron.owned)} cron")
+        if self.mover is not None:
+            parts.append(f"schedule partitions {','.join(map(str, self.mover.owned)) or '-'}")
+        return ", ".join(parts)
 
     def _observe(self, step: StepResult) -> None:
         if step.promoted:
@@ -156,4 +205,5 @@ class SchedulerService(Service):
             "members": list(self.membership.members),
             "owned": self.owned,
             "cron": list(self.cron.owned) if self.cron is not None else [],
+            "far": self.mover.status() if self.mover is not None else None,
         }

@@ -36,6 +36,9 @@ class SchedulerSettings(BaseSettings):
     """Jobs moved per script call; more due than this: the queue is stepped again at once."""
     late_after_s: float = Field(1.0, ge=0)
     """A delayed job promoted later than this after its run_at counts in ``jobq_scheduler_late_total``."""
+    far: bool = True
+    """Move far-future jobs from the schedule topic (JOBQ_FAR_*; needs Kafka) for the partitions this
+    instance owns."""
     cron: bool = True
     """Fire the cron schedules this instance owns (Consul KV, ``JOBQ_CRON_KV_PREFIX``)."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)

@@ -147,10 +147,14 @@ async def get_job(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/queues/{queue}/jobs/{id}")
 async def cancel_job(request: web.Request) -> web.Response:
-    """Cancel or unschedule; a job still in Kafka is tombstoned and refused when the relay brings it."""
+    """Cancel or unschedule; a job still in Kafka is tombstoned and refused when the relay brings it. A
+    far-future job is first tombstoned in the schedule topic (so no rebuild of the tier brings it back),
+    then canceled in Redis (its index entry gone, a canceled record left: a move racing this is refused)."""
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
     reason = request.query.get("reason", "canceled over HTTP")
+    if await engine_call(gate.engine.far_run_at(queue, job_id)) is not None:
+        await gate.unschedule_far(queue, job_id)
     result = await engine_call(gate.engine.cancel(queue, job_id, reason))
     if not result.changed:  # idempotent: say what it is; nothing was changed
         state = result.state

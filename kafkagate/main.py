@@ -11,7 +11,7 @@ from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, RedisSettings, load
 from jqcore.state import Engine
 from kafkagate.app import make_app
 from kafkagate.settings import GateSettings
@@ -33,11 +33,12 @@ class GateService(Service):
         redis: RedisSettings,
         consul: ConsulSettings | None = None,
         cron: CronSettings | None = None,
+        far: FarSettings | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
         self.redis_client = connect(redis)
-        self.gate = Gate(settings, routing, kafka, Engine(self.redis_client), consul, cron)
+        self.gate = Gate(settings, routing, kafka, Engine(self.redis_client), consul, cron, far)
         self._runner: web.AppRunner | None = None
         self._presence = Presence(self.redis_client, "gate", process_name(settings.az))
         self.port = settings.port

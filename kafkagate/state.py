@@ -13,10 +13,10 @@ from aiohttp import web
 from jqcore import stages
 from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
-from jqcore.kafka import AsyncProducer, ProduceFailed
+from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, load
 from jqcore.state import Engine, QueueConfig
 from kafkagate.settings import GateSettings
 
@@ -44,6 +44,7 @@ class Gate:
     engine: Engine
     consul_settings: ConsulSettings | None = None
     cron_settings: CronSettings | None = None
+    far: FarSettings | None = None
     _cron: CronStore | None = None
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
@@ -123,6 +124,11 @@ class Gate:
                 self.kafka, acks=acks, delivery_timeout_ms=self.settings.produce_timeout_ms
             )
         return self._producers[acks]
+
+    async def unschedule_far(self, queue: str, job_id: str) -> None:
+        """Tombstone a far-future job in the schedule topic (Kafka confirms, ``acks=all``)."""
+        topic = (self.far or load(FarSettings)).topic
+        await self.producer("all").produce_many([Record(topic, None, schedule_key(queue, job_id))])
 
     def cron(self) -> CronStore:
         """The cron schedules in Consul (the client is made on first use: only cron routes need it)."""

@@ -56,6 +56,12 @@ def _e2e(quick: bool) -> Report:
     return e2e_bench.run(quick=quick)
 
 
+def _scheduler(quick: bool) -> Report:
+    from loadtest import scheduler_bench
+
+    return scheduler_bench.run(quick=quick)
+
+
 def _peers(quick: bool) -> Report:
     from loadtest import peers_bench
 
@@ -68,6 +74,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "drain": _drain,
     "relay": _relay,
     "gate": _gate,
+    "scheduler": _scheduler,
     "spark": _spark,
     "e2e": _e2e,
     "peers": _peers,

@@ -28,7 +28,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from jqcore.kafka import AsyncProducer, end_offsets
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, RedisSettings
+from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, RedisSettings
 from jqcore.state import Engine
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
@@ -102,7 +102,13 @@ async def scheduler(endpoints: Endpoints, prefix: str) -> AsyncIterator[Schedule
     a test whose jobs are delayed, retried or whose leases expire needs this (or a scheduler process)."""
     assert endpoints.redis_url
     settings = SchedulerSettings(
-        name=f"{prefix}-s0", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0, cron=False
+        name=f"{prefix}-s0",
+        group=prefix,
+        queues=[f"{prefix}*"],
+        beat_s=0.2,
+        stale_s=1.0,
+        cron=False,
+        far=False,
     )
     async with SchedulerService(settings, RedisSettings(url=endpoints.redis_url)) as service:
         yield service
@@ -222,14 +228,21 @@ def cron_settings(prefix: str) -> CronSettings:
 def make_gate(endpoints: Endpoints, cron_settings: CronSettings) -> Callable[..., GateService]:
     """A GateService on a free port; ``bootstrap`` / ``produce_timeout_ms`` override the real broker's."""
 
-    def make(routing: RoutingSettings, bootstrap: str | None = None, **settings: Any) -> GateService:
+    def make(
+        routing: RoutingSettings,
+        bootstrap: str | None = None,
+        redis_url: str | None = None,
+        far: FarSettings | None = None,
+        **settings: Any,
+    ) -> GateService:
         return GateService(
             start_settings(**settings),
             routing,
             KafkaSettings(bootstrap=bootstrap or endpoints.kafka_bootstrap),
-            RedisSettings(url=endpoints.redis_url or ""),
+            RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
             cron_settings,
+            far,
         )
 
     return make
@@ -256,12 +269,14 @@ def relay_settings(prefix: str) -> Callable[..., RelaySettings]:
 def make_relay(
     endpoints: Endpoints, relay_settings: Callable[..., RelaySettings]
 ) -> Callable[..., RelayService]:
-    def make(topic: str, holder: str = "relay-a", **kw: Any) -> RelayService:
+    def make(topic: str, holder: str = "relay-a", far: FarSettings | None = None, **kw: Any) -> RelayService:
+        """``far``: the far-future tier's settings (default: off, every job goes to Redis)."""
         return RelayService(
             relay_settings(topic, holder, **kw),
             KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
             RedisSettings(url=endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
+            far=far or FarSettings.model_validate({"horizon_s": 0}),
         )
 
     return make

@@ -116,10 +116,34 @@ class Engine:
                 created.append(queue)
             outcomes += stored
             metrics.ENQUEUE_BATCH_SIZE.observe(len(batch))
-        await self._register(by_queue)
+        await self._register(by_queue, again=created)
         for o in outcomes:
             metrics.JOBS_ENQUEUED.labels(o.queue, o.outcome).inc()
         return EnqueueResult(outcomes, created)
+
+    async def schedule_far(
+        self, queue: str, items: Sequence[tuple[str, int]], *, now_ms: int | None = None
+    ) -> list[str]:
+        """Index far-future jobs whose records the schedule topic keeps (``(id, run_at)`` each); per job
+        ``scheduled``, or ``held`` when Redis already has the job (its record wins)."""
+        if not items:
+            return []
+        args = [len(items), *(x for item in items for x in item)]
+        outcomes = replies.far(await self._run("schedule_far", queue, args, now_ms))
+        await self._register([queue])
+        return outcomes
+
+    async def drop_far(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> int:
+        """Forget index entries of far-future jobs whose records the schedule topic tombstoned."""
+        if not ids:
+            return 0
+        return int((await self._run("drop_far", queue, list(ids), now_ms))[1])
+
+    async def far_run_at(self, queue: str, job_id: str) -> int | None:
+        """The ``run_at`` of a far-future job still in the schedule topic (None: not there)."""
+        async with codes.redis_errors("far"):
+            score = await self.client.zscore(QueueKeys(queue).far, job_id)
+        return None if score is None else int(score)
 
     async def raise_fence(self, queues: Iterable[str], *, fence: int, source: str) -> None:
         """Record ``fence`` as the newest for ``source`` in each queue (a new relay term does this before
@@ -128,7 +152,10 @@ class Engine:
         for queue in queues:
             replies.fence(await self._run("enqueue_batch", queue, [source, fence, 0], None), source, fence)
 
-    async def _register(self, queues: Iterable[str]) -> None:
+    async def _register(self, queues: Iterable[str], again: Iterable[str] = ()) -> None:
+        """Add queues to the queue list once per engine; ``again``: queues whose configuration the write
+        just created (new to Redis — or Redis lost everything since): registered whatever was known."""
+        self._known_queues.difference_update(again)
         new = [q for q in queues if q not in self._known_queues]
         if not new:
             return

@@ -193,6 +193,8 @@ class QueueDepth:
     finished: int
     oldest_pending_age_ms: int | None
     by_filter: int | None = None
+    far: int = 0
+    """Far-future jobs kept in the schedule topic (their index entries)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

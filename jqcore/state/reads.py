@@ -34,8 +34,38 @@ def _i(value: Any) -> int | None:
 
 
 async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | None:
-    """The job's state, attempts with their errors, timestamps, result; None once GC removed it."""
-    return _job_info(queue, job_id, await client.hgetall(QueueKeys(queue).job(job_id)))
+    """The job's state, attempts with their errors, timestamps, result; None once GC removed it. A
+    far-future job (its record in the schedule topic) is ``scheduled`` with its ``run_at``."""
+    keys = QueueKeys(queue)
+    found = _job_info(queue, job_id, await client.hgetall(keys.job(job_id)))
+    if found is None:
+        run_at = await client.zscore(keys.far, job_id)
+        if run_at is not None:
+            return _scheduled(queue, job_id, int(run_at))
+    return found
+
+
+def _scheduled(queue: str, job_id: str, run_at: int) -> JobInfo:
+    return JobInfo(
+        id=job_id,
+        queue=queue,
+        state="scheduled",
+        kind=None,
+        attempt=0,
+        max_attempts=None,
+        version=0,
+        priority=None,
+        enqueued_at=None,
+        run_at=run_at,
+        started_at=None,
+        finished_at=None,
+        lease_deadline=None,
+        reason=None,
+        last_error=None,
+        result=None,
+        cancel_requested=False,
+        history=[],
+    )
 
 
 async def get_jobs(
@@ -109,6 +139,7 @@ async def depth(
     pipe.zcard(keys.dead)
     pipe.zcard(keys.done)
     pipe.zrange(keys.ready, 0, 0)
+    pipe.zcard(keys.far)
     if filter:
         (k, v), *_ = filter.items()
         pipe.zcard(keys.index(k, v))
@@ -125,7 +156,8 @@ async def depth(
         errored=int(res[4]),
         finished=int(res[5]) - int(res[4]),
         oldest_pending_age_ms=oldest,
-        by_filter=int(res[7]) if filter else None,
+        by_filter=int(res[8]) if filter else None,
+        far=int(res[7]),
     )
 
 

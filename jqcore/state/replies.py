@@ -33,6 +33,7 @@ __all__ = [
     "enqueue",
     "extend",
     "fail",
+    "far",
     "fence",
     "forget",
     "hand_back",
@@ -143,6 +144,12 @@ def release(ids: Sequence[str], reply: Sequence[Any]) -> dict[str, Released]:
 
 def cancel(reply: Sequence[Any]) -> CancelResult:
     return CancelResult(_CANCELED[code(reply)], _s(reply[1]))
+
+
+def far(reply: Sequence[Any]) -> list[str]:
+    """``schedule_far``: per job ``scheduled`` or ``held``."""
+    code(reply)
+    return [_s(word) for word in reply[1:]]
 
 
 def forget(reply: Sequence[Any]) -> list[Forgotten]:

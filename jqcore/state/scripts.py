@@ -39,7 +39,8 @@ def _declare(name: str, keys: str) -> Script:
 
 _TRANSITIONS = (
     _declare(
-        "enqueue_batch", "prefix ready delayed done dead config kinds counts stats xhead fences wake sched"
+        "enqueue_batch",
+        "prefix ready delayed far done dead config kinds counts stats xhead fences wake sched",
     ),
     _declare("claim", "prefix ready running done dead config kinds kindrun counts stats xhead wake sched"),
     _declare("extend", "prefix ready running done dead config kindrun counts stats xhead wake"),
@@ -53,7 +54,9 @@ _TRANSITIONS = (
         "hand_back", "prefix ready delayed running done dead config kindrun counts stats xhead wake sched"
     ),
     _declare("release", "prefix ready running done dead config kinds kindrun counts stats xhead wake"),
-    _declare("cancel", "prefix ready delayed done dead config counts stats xhead wake"),
+    _declare("cancel", "prefix ready delayed far done dead config counts stats xhead wake"),
+    _declare("schedule_far", "prefix far"),
+    _declare("drop_far", "far"),
     _declare("promote_due", "prefix ready delayed counts xhead wake"),
     _declare("reap_expired", "prefix ready running done dead config kinds kindrun counts stats xhead wake"),
     _declare("gc", "prefix done dead"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from jqstack.manager import Endpoints
-from loadtest import drain_bench, e2e_bench, engine_bench, gate_bench, relay_bench
+from loadtest import drain_bench, e2e_bench, engine_bench, gate_bench, relay_bench, scheduler_bench
 
 
 def test_drain_scenario_runs_and_saves_a_report() -> None:
@@ -38,3 +38,13 @@ def test_gate_relay_and_e2e_scenarios_run_on_the_session_stack(endpoints: Endpoi
         assert all(v > 0 for v in rates), figures
     e2e = {f.name: f.median for f in report.figures}
     assert e2e["enqueue→started p50 at 200/s"] >= e2e["accepted→started p50 at 200/s"] > 0
+
+
+def test_scheduler_scenario_runs_on_the_session_stack(endpoints: Endpoints) -> None:
+    """Three scheduler processes, one SIGKILLed, a far-future share: every job claimed, none early."""
+    report = scheduler_bench.run(quick=True, endpoints=endpoints)
+    assert (report.save() / "report.md").exists()
+    figures = {f.name: f.median for f in report.figures}
+    assert figures["early starts"] == figures["jobs run twice"] == 0, figures
+    assert figures["Redis bytes per far-future job"] > 0, figures
+    assert figures["re-deal after SIGKILL"] > 0, figures

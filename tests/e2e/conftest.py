@@ -81,6 +81,8 @@ def scheduler_processes(
         **os.environ,
         "JOBQ_REDIS_URL": endpoints.redis_url,
         "JOBQ_CONSUL_ADDR": endpoints.consul_addr,
+        "JOBQ_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+        "JOBQ_FAR_TOPIC": f"{prefix}.schedule",
         "JOBQ_CRON_KV_PREFIX": f"jobq-test/{prefix}",
         "JOBQ_SCHEDULER_GROUP": prefix,
         "JOBQ_SCHEDULER_QUEUES": f"{prefix}*",

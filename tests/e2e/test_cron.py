@@ -58,7 +58,9 @@ async def test_three_instances_firing_one_schedule_enqueue_exactly_one_job_per_s
     await cron_store.put(parse_schedule({"name": "tick", "every_s": 1, "queue": q, "kind": "k"}), now_ms())
     services = [
         SchedulerService(  # each in a group of its own: each believes it owns the schedule
-            SchedulerSettings(name=f"i{n}", group=f"{prefix}-{n}", queues=[f"{prefix}*"], beat_s=0.2),
+            SchedulerSettings(
+                name=f"i{n}", group=f"{prefix}-{n}", queues=[f"{prefix}*"], beat_s=0.2, far=False
+            ),
             RedisSettings(url=endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
             cron_settings,

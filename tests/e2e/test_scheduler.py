@@ -122,7 +122,13 @@ async def test_in_steady_state_every_queue_has_exactly_one_keeper(
     services = [
         SchedulerService(
             SchedulerSettings(
-                name=f"i{n}", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0, cron=False
+                name=f"i{n}",
+                group=prefix,
+                queues=[f"{prefix}*"],
+                beat_s=0.2,
+                stale_s=1.0,
+                cron=False,
+                far=False,
             ),
             redis,
         )
@@ -151,7 +157,7 @@ async def test_a_beat_with_redis_answering_deals_and_the_stop_leaves_the_group(
     prefix: str, endpoints: Endpoints, redis: aioredis.Redis
 ) -> None:
     settings = SchedulerSettings(
-        name="only", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0, cron=False
+        name="only", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0, cron=False, far=False
     )
     async with SchedulerService(settings, RedisSettings(url=endpoints.redis_url or "")) as service:
         await asyncio.wait_for(service.dealt.wait(), 30)

@@ -1,29 +1,33 @@
 #!lua flags=allow-oom
 -- cancel: cancel / unschedule a job by id in any non-terminal state. A running job is flagged; its worker
 -- learns at its next extend (canceled there) or fail (canceled, not retried). An id not (yet) in Redis —
--- still in Kafka — gets a tombstone: a canceled record, so enqueue_batch reports it 'canceled' later.
+-- still in Kafka, or a far-future job in the schedule topic (its index entry is removed) — gets a
+-- tombstone: a canceled record, so enqueue_batch reports it 'canceled' when it arrives or is moved in.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[6] config   HASH queue configuration
--- KEYS[7] counts   HASH blocked (waiting + parked jobs)
--- KEYS[8] stats    HASH lifetime counters
--- KEYS[9] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[10] wake     LIST wake tokens for waiting workers
+-- KEYS[4] far      ZSET far-future jobs kept in Kafka, score = run_at
+-- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[7] config   HASH queue configuration
+-- KEYS[8] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[9] stats    HASH lifetime counters
+-- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[11] wake     LIST wake tokens for waiting workers
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] reason
--- returns: {C_OK, previous_state} canceled | {C_FLAGGED, 'running'} | {C_TOMBSTONED, 'missing'} |
+-- returns: {C_OK, previous_state} canceled | {C_FLAGGED, 'running'} |
+--          {C_TOMBSTONED, 'missing' | 'scheduled' (a far-future job)} |
 --          {C_FINAL, terminal_state} nothing to do.
 local id, reason = ARGV[2], ARGV[3]
 local key = jkey(id)
 local f = redis.call('HMGET', key, 'state', 'excl', 'kind')
 local state = f[1]
 if state == false then
+  local far = redis.call('ZREM', FAR, id)
   redis.call('HSET', key, 'tombstone', '1', 'enqueued_at', NOW, 'attempt', 0, 'version', 0)
   finish(id, key, 'canceled', reason)
-  return {C_TOMBSTONED, 'missing'}
+  return {C_TOMBSTONED, far == 1 and 'scheduled' or 'missing'}
 end
 local freed = 0
 if state == 'running' then

@@ -12,16 +12,17 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[6] config   HASH queue configuration
--- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
--- KEYS[8] counts   HASH blocked (waiting + parked jobs)
--- KEYS[9] stats    HASH lifetime counters
--- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[11] fences   HASH fence source -> newest fence
--- KEYS[12] wake     LIST wake tokens for waiting workers
--- KEYS[13] sched    LIST wake token for the scheduler
+-- KEYS[4] far      ZSET far-future jobs kept in Kafka (a job moved in leaves it)
+-- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[7] config   HASH queue configuration
+-- KEYS[8] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[9] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[10] stats    HASH lifetime counters
+-- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[12] fences   HASH fence source -> newest fence
+-- KEYS[13] wake     LIST wake tokens for waiting workers
+-- KEYS[14] sched    LIST wake token for the scheduler
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
 --       11 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
@@ -57,6 +58,7 @@ local function reopens(key, state, origin)
 end
 
 local out = {C_OK, created}
+local has_far = redis.call('EXISTS', FAR) == 1
 local ready, earliest_delayed = 0, nil
 local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 local prev_earliest = tonumber(first_delayed[2] or '-1')
@@ -74,6 +76,7 @@ for i = 0, n - 1 do
   end
   if exclusive and excl == '' and excl_key ~= '' and meta[excl_key] then excl = meta[excl_key] end
   local key = jkey(id)
+  if has_far then redis.call('ZREM', FAR, id) end
   local existing = redis.call('HMGET', key, 'state', 'tombstone')
   if existing[1] ~= false and existing[2] ~= '1' and reopens(key, existing[1], origin) then
     reopen(id, key)

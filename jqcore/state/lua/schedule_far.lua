@@ -1,0 +1,21 @@
+#!lua flags=allow-oom
+-- schedule_far: index far-future jobs kept in Kafka's schedule topic, so GET answers 'scheduled' and
+-- DELETE finds them. The job's record stays in Kafka; Redis keeps only this index entry. A job Redis
+-- already holds in any state (moved in earlier, or a cancel's tombstone) is left alone: its record wins.
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] far      ZSET far-future jobs kept in Kafka, score = run_at
+-- derived: job:<id> (read only)
+-- ARGV: [1] now  [2] job count N, then per job: id, run_at
+-- returns: {C_OK, outcome_1 … outcome_N} with outcome 'scheduled' (indexed) | 'held' (Redis has it)
+local n = tonumber(ARGV[2])
+local out = {C_OK}
+for i = 0, n - 1 do
+  local id, run_at = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
+  if redis.call('EXISTS', jkey(id)) == 1 then
+    out[#out + 1] = 'held'
+  else
+    redis.call('ZADD', FAR, run_at, id)
+    out[#out + 1] = 'scheduled'
+  end
+end
+return out
