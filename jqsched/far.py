@@ -61,6 +61,8 @@ class FarMover:
         self._scan_end: dict[int, int] = {}
         """While a whole read runs: partition → its end offset when the read started."""
         self._next_scan = 0.0
+        self._rebuild = True
+        """The running read writes every index entry (first read of these partitions, or Redis lost)."""
         self._due: dict[tuple[str, str], tuple[Envelope, str]] = {}
         """Jobs found due during a whole read, moved when it ends (a later tombstone removes them)."""
 
@@ -73,7 +75,10 @@ class FarMover:
     async def step(self, members: Sequence[str]) -> bool:
         """Read what has arrived and act on it; True when records were read (call again at once)."""
         owned = await self._owned(members)
-        if owned != self.owned or time.monotonic() >= self._next_scan or await self._redis_lost(owned):
+        if owned != self.owned or await self._redis_lost(owned):
+            self._rebuild = True  # new partitions, or Redis lost the index: write every entry again
+            await self._scan_from_start(owned)
+        elif time.monotonic() >= self._next_scan:
             await self._scan_from_start(owned)
         if self._consumer is None or not owned:
             return False
@@ -152,6 +157,7 @@ class FarMover:
             pipe.set(far_scanned_key(p), str(self.clock()))
         await pipe.execute()
         self._scan_end = {}
+        self._rebuild = False
         self.scans += 1
 
     async def _handle(self, msgs: Sequence[Message]) -> None:
@@ -174,6 +180,13 @@ class FarMover:
                 latest.pop(key, None)
             else:
                 latest[key] = env.run_at
+        await self._apply_index(latest)
+        if not self._scan_end:  # reading the tail: nothing older can follow
+            await self._move_due()
+
+    async def _apply_index(self, latest: dict[tuple[str, str], int | None]) -> None:
+        """Index entries after a batch: drop tombstoned keys; (re)write the rest on a rebuilding read
+        and on the tail (a periodic read only moves: the entries exist)."""
         later: dict[str, list[tuple[str, int]]] = {}
         dropped: dict[str, list[str]] = {}
         for (queue, job_id), run_at in latest.items():
@@ -183,10 +196,9 @@ class FarMover:
                 later.setdefault(queue, []).append((job_id, run_at))
         for queue, ids in dropped.items():
             await self.engine.drop_far(queue, ids)
-        for queue, items in later.items():
-            await self.engine.schedule_far(queue, items)
-        if not self._scan_end:  # reading the tail: nothing older can follow
-            await self._move_due()
+        if self._rebuild or not self._scan_end:  # a periodic read only moves: the entries exist
+            for queue, items in later.items():
+                await self.engine.schedule_far(queue, items)
 
     def _record(self, msg: Message) -> tuple[tuple[str, str], Envelope | None] | None:
         """``((queue, id), envelope or None for a tombstone)``; None for what is skipped."""

@@ -96,21 +96,50 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
 
 
 @pytest.fixture
-async def scheduler(endpoints: Endpoints, prefix: str) -> AsyncIterator[SchedulerService]:
-    """The scheduler service, in this process, keeping the timers of this test's queues (``<prefix>*``)
-    in a group of its own (so other tests' instances never take its queues). Python pools run no timers:
-    a test whose jobs are delayed, retried or whose leases expire needs this (or a scheduler process)."""
-    assert endpoints.redis_url
-    settings = SchedulerSettings(
-        name=f"{prefix}-s0",
-        group=prefix,
-        queues=[f"{prefix}*"],
-        beat_s=0.2,
-        stale_s=1.0,
-        cron=False,
-        far=False,
-    )
-    async with SchedulerService(settings, RedisSettings(url=endpoints.redis_url)) as service:
+def make_scheduler(
+    endpoints: Endpoints, prefix: str, cron_settings: CronSettings
+) -> Callable[..., SchedulerService]:
+    """``make_scheduler(name, group=<prefix>, redis_url=..., far=FarSettings, cron=False)``: an
+    in-process scheduler service on the session stack keeping the timers of this test's queues
+    (``<prefix>*``) in a group of its own (other tests' instances never take its queues); the far-future
+    tier runs only when ``far`` is given, cron only with ``cron=True``."""
+
+    def make(
+        name: str,
+        *,
+        group: str | None = None,
+        redis_url: str | None = None,
+        far: FarSettings | None = None,
+        cron: bool = False,
+    ) -> SchedulerService:
+        settings = SchedulerSettings(
+            name=name,
+            group=group or prefix,
+            queues=[f"{prefix}*"],
+            beat_s=0.2,
+            stale_s=1.0,
+            cron=cron,
+            far=far is not None,
+        )
+        return SchedulerService(
+            settings,
+            RedisSettings(url=redis_url or endpoints.redis_url or ""),
+            ConsulSettings(addr=endpoints.consul_addr),
+            cron_settings,
+            kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+            far=far or FarSettings.model_validate({"horizon_s": 0}),
+        )
+
+    return make
+
+
+@pytest.fixture
+async def scheduler(
+    prefix: str, make_scheduler: Callable[..., SchedulerService]
+) -> AsyncIterator[SchedulerService]:
+    """The scheduler service, in this process, for this test's queues. Python pools run no timers: a
+    test whose jobs are delayed, retried or whose leases expire needs this (or a scheduler process)."""
+    async with make_scheduler(f"{prefix}-s0") as service:
         yield service
 
 

@@ -19,11 +19,10 @@ from jqcore.consulconn import consul_client
 from jqcore.cron import parse_schedule
 from jqcore.cronstore import CronStore
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, RedisSettings
+from jqcore.settings import ConsulSettings, CronSettings
 from jqcore.state import Engine
 from jqsched.cron import CronFirer
 from jqsched.service import SchedulerService
-from jqsched.settings import SchedulerSettings
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 
@@ -48,25 +47,15 @@ async def pending_ids(engine: Engine, queue: str) -> list[str]:
 
 async def test_three_instances_firing_one_schedule_enqueue_exactly_one_job_per_slot(
     prefix: str,
-    endpoints: Endpoints,
     engine: Engine,
     cron_store: CronStore,
-    cron_settings: CronSettings,
+    make_scheduler: Callable[..., SchedulerService],
     eventually: Eventually,
 ) -> None:
     q = f"{prefix}.cron"
     await cron_store.put(parse_schedule({"name": "tick", "every_s": 1, "queue": q, "kind": "k"}), now_ms())
-    services = [
-        SchedulerService(  # each in a group of its own: each believes it owns the schedule
-            SchedulerSettings(
-                name=f"i{n}", group=f"{prefix}-{n}", queues=[f"{prefix}*"], beat_s=0.2, far=False
-            ),
-            RedisSettings(url=endpoints.redis_url or ""),
-            ConsulSettings(addr=endpoints.consul_addr),
-            cron_settings,
-        )
-        for n in range(3)
-    ]
+    # each in a group of its own: each believes it owns the schedule
+    services = [make_scheduler(f"i{n}", group=f"{prefix}-{n}", cron=True) for n in range(3)]
     for service in services:
         await service.start()
     try:

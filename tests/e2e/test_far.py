@@ -15,11 +15,10 @@ import redis.asyncio as aioredis
 from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings
+from jqcore.settings import FarSettings
 from jqcore.state import Engine
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
-from jqsched.settings import SchedulerSettings
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
@@ -41,8 +40,8 @@ async def own_db(endpoints: Endpoints) -> str:
 
 async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_time(
     prefix: str,
-    endpoints: Endpoints,
     own_db: str,
+    make_scheduler: Callable[..., SchedulerService],
     make_topic: Callable[..., str],
     make_gate: Callable[..., GateService],
     make_relay: Callable[..., RelayService],
@@ -56,15 +55,7 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
     redis = aioredis.Redis.from_url(own_db)
     engine = Engine(redis)
-    scheduler = SchedulerService(
-        SchedulerSettings(
-            name="s1", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0, cron=False
-        ),
-        RedisSettings(url=own_db),
-        ConsulSettings(addr=endpoints.consul_addr),
-        kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
-        far=far,
-    )
+    scheduler = make_scheduler("s1", redis_url=own_db, far=far)
     ran: dict[str, int] = {}
     done = asyncio.Event()
     registry = Registry()

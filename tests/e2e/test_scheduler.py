@@ -15,11 +15,8 @@ import redis.asyncio as aioredis
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
 from jqcore.membership import owner
-from jqcore.settings import RedisSettings
 from jqcore.state import Engine
 from jqsched.service import SchedulerService
-from jqsched.settings import SchedulerSettings
-from jqstack.manager import Endpoints
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -114,26 +111,11 @@ async def test_three_instances_split_the_queues_and_one_killed_loses_nothing(
 
 
 async def test_in_steady_state_every_queue_has_exactly_one_keeper(
-    prefix: str, endpoints: Endpoints, engine: Engine, eventually: Eventually
+    prefix: str, engine: Engine, make_scheduler: Callable[..., SchedulerService], eventually: Eventually
 ) -> None:
     queues = [f"{prefix}.q{i}" for i in range(12)]
     await engine.enqueue_batch([new_envelope(q, "k", None) for q in queues])  # registers them
-    redis = RedisSettings(url=endpoints.redis_url or "")
-    services = [
-        SchedulerService(
-            SchedulerSettings(
-                name=f"i{n}",
-                group=prefix,
-                queues=[f"{prefix}*"],
-                beat_s=0.2,
-                stale_s=1.0,
-                cron=False,
-                far=False,
-            ),
-            redis,
-        )
-        for n in range(3)
-    ]
+    services = [make_scheduler(f"i{n}") for n in range(3)]
     for service in services:
         await service.start()
     try:
@@ -154,12 +136,9 @@ async def test_in_steady_state_every_queue_has_exactly_one_keeper(
 
 
 async def test_a_beat_with_redis_answering_deals_and_the_stop_leaves_the_group(
-    prefix: str, endpoints: Endpoints, redis: aioredis.Redis
+    prefix: str, make_scheduler: Callable[..., SchedulerService], redis: aioredis.Redis
 ) -> None:
-    settings = SchedulerSettings(
-        name="only", group=prefix, queues=[f"{prefix}*"], beat_s=0.2, stale_s=1.0, cron=False, far=False
-    )
-    async with SchedulerService(settings, RedisSettings(url=endpoints.redis_url or "")) as service:
+    async with make_scheduler("only") as service:
         await asyncio.wait_for(service.dealt.wait(), 30)
         assert await redis.zrange(f"jobq:members:{prefix}", 0, -1) == [b"only"]
     assert await redis.zrange(f"jobq:members:{prefix}", 0, -1) == []
