@@ -131,10 +131,13 @@ async def test_process_pool_handler(engine: Engine, prefix: str) -> None:
 
 
 async def extended_three_times(engine: Engine, queue: str, job_id: str) -> None:
-    """Return once the job's lease deadline has moved three times (each move is one extend)."""
+    """Return once the job's lease deadline has moved three times (each move is one extend); fail after
+    60 s (the pool gives no event per extend, so its record is watched against a deadline)."""
     deadlines: set[int | None] = set()
+    deadline = asyncio.get_running_loop().time() + 60
     while len(deadlines) < 4:  # the claim's deadline plus three extended ones
         deadlines.add((await info(engine, queue, job_id)).lease_deadline)
+        assert asyncio.get_running_loop().time() < deadline, f"extends seen: {sorted(map(str, deadlines))}"
         await asyncio.sleep(0.05)
 
 
