@@ -27,6 +27,7 @@ __all__ = [
     "FieldError",
     "HandlerControl",
     "JobqError",
+    "QueryInvalid",
     "Retry",
     "Snooze",
 ]
@@ -100,6 +101,14 @@ class CronNotFound(JobqError):
 
     code = "cron_not_found"
     http_status = 404
+
+
+class QueryInvalid(JobqError):
+    """A query of the history tables is refused: not a single read-only SELECT, unknown columns, a bad
+    cursor or report option. Asking again unchanged never succeeds."""
+
+    code = "query_invalid"
+    http_status = 400
 
 
 class HandlerControl(Exception):

@@ -32,6 +32,7 @@ Per queue ``jobq:{q}:``
 ``fences``                HASH    fence source (topic) → newest fence seen
 ``wake``                  LIST    wake-up tokens for waiting workers (kept short)
 ``sched``                 LIST    wake-up token for the scheduler (an earlier due time appeared)
+``events``                STREAM  lifecycle events not shipped to Kafka yet (``jqcore.events``), capped
 ========================  ======  ============================================================
 
 Only ``jqcore.state`` (the engine) reads or writes these: everyone else asks the engine.
@@ -84,6 +85,7 @@ KeyName = Literal[
     "fences",
     "wake",
     "sched",
+    "events",
 ]
 """The name of a queue key a script receives in ``KEYS`` (``prefix``: the prefix derived keys are built
 from, not a key itself)."""
@@ -159,6 +161,10 @@ class QueueKeys:
     @property
     def sched(self) -> str:
         return self._k("sched")
+
+    @property
+    def events(self) -> str:
+        return self._k("events")
 
     @property
     def far(self) -> str:

@@ -23,6 +23,9 @@ __all__ = [
     "CANARY_SENT",
     "CONTENT_TYPE",
     "ENQUEUE_BATCH_SIZE",
+    "EVENTS_BACKLOG",
+    "EVENTS_DROPPED",
+    "EVENTS_SHIPPED",
     "GATE_JOBS_PRODUCED",
     "GATE_PRODUCE_FAILURES",
     "GATE_REQUESTS",
@@ -123,6 +126,13 @@ RELAY_QUEUE_RATE_LIMIT = Gauge(
 RELAY_LAG = Gauge("jobq_relay_lag_records", "Records behind the partition end", ["topic", "partition"])
 
 # --- canary ---------------------------------------------------------------------------------------------
+EVENTS_SHIPPED = Counter("jobq_events_shipped_total", "Lifecycle events shipped to Kafka", ["queue"])
+EVENTS_BACKLOG = Gauge(
+    "jobq_events_backlog", "Lifecycle events waiting in Redis for the shipper (owned queues)", ["queue"]
+)
+EVENTS_DROPPED = Gauge(
+    "jobq_events_dropped", "Lifecycle events dropped at the queue's events_cap (lifetime)", ["queue"]
+)
 SCHEDULER_MEMBERS = Gauge("jobq_scheduler_members", "Live scheduler instances of this one's group")
 SCHEDULER_OWNED = Gauge("jobq_scheduler_owned_queues", "Queues whose timers this instance keeps")
 SCHEDULER_MOVED = Counter(

@@ -9,6 +9,7 @@ the service at start-up with a :class:`~jqcore.errors.ConfigError` naming the se
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
@@ -24,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from jqcore.errors import ConfigError
+from jqstack.paths import home
 
 __all__ = [
     "DEFAULT_CONSUL_ADDR",
@@ -33,7 +35,9 @@ __all__ = [
     "CommaSecrets",
     "ConsulSettings",
     "CronSettings",
+    "EventSettings",
     "FarSettings",
+    "HistorySettings",
     "JsonText",
     "KafkaSettings",
     "LogSettings",
@@ -228,6 +232,38 @@ class FarSettings(BaseSettings):
     @property
     def enabled(self) -> bool:
         return self.horizon_s > 0
+
+
+class EventSettings(BaseSettings):
+    """Lifecycle events (``docs/history.md``): every transition of a job is recorded in its queue's Redis
+    stream by the script that makes it; scheduler instances ship each owned queue's stream to ``topic``
+    (keyed by job id) and trim what Kafka acknowledged."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_EVENTS_", extra="ignore")
+
+    topic: str = Field("jobq.events", min_length=1)
+    partitions: int = Field(6, ge=1, le=1000)
+    """Partitions of the events topic when jobq creates it."""
+    batch: int = Field(1000, ge=1, le=100_000)
+    """Events read from one queue's stream and produced per round."""
+
+
+class HistorySettings(BaseSettings):
+    """The history tables (``docs/history.md``): built by ``jobq history run`` (PySpark), read by the CLI
+    and the gateway's archive through DuckDB."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_HISTORY_", extra="ignore")
+
+    path: str = ""
+    """Folder of the tables ('' = ``<JOBQ_HOME>/history``)."""
+    retention_days: int = Field(30, ge=1)
+    """Days of events kept in the historic table (and of finished jobs in the current table)."""
+    trigger_s: float = Field(5.0, gt=0)
+    """How often the streaming query picks up new events."""
+
+    @property
+    def root(self) -> Path:
+        return Path(self.path).expanduser() if self.path else home() / "history"
 
 
 class MetricsSettings(BaseSettings):

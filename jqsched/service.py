@@ -3,7 +3,8 @@
 Every ``beat_s`` the instance records itself alive, reads the live members and the queue list, and keeps
 exactly the queues it wins by rendezvous hashing (:mod:`jqcore.membership`). The timers
 (:class:`jqcore.state.waiting.Timers`) promote due delayed jobs, reap expired leases and collect
-garbage for those queues, each step one atomic script: a queue kept by two instances for a beat (while
+garbage for those queues, and the event shipper (:mod:`jqsched.events`) moves their lifecycle events to
+Kafka; each step is one atomic script: a queue kept by two instances for a beat (while
 they disagree about who is alive) is only work done twice, never a job run twice or early.
 """
 
@@ -21,10 +22,19 @@ from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.membership import Membership, owned_by
 from jqcore.redisconn import RedisClient, connect
-from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    EventSettings,
+    FarSettings,
+    KafkaSettings,
+    RedisSettings,
+    load,
+)
 from jqcore.state import Engine
 from jqcore.state.waiting import StepResult
 from jqsched.cron import CronFirer
+from jqsched.events import EventShipper
 from jqsched.far import FarMover
 from jqsched.settings import SchedulerSettings
 
@@ -34,6 +44,10 @@ log = get_logger("jqsched")
 
 FAR_IDLE_S = 0.2
 """Pause between reads of the schedule topic while nothing arrives."""
+EVENTS_IDLE_S = 2.0
+"""Longest wait for a new event before the owned queues are read again (they may have changed)."""
+EVENTS_RETRY_S = 1.0
+"""Pause after a failed shipping round (Kafka or Redis away) before the next."""
 
 
 class SchedulerService(Service):
@@ -46,6 +60,7 @@ class SchedulerService(Service):
         client: RedisClient | None = None,
         kafka: KafkaSettings | None = None,
         far: FarSettings | None = None,
+        events: EventSettings | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -69,6 +84,8 @@ class SchedulerService(Service):
         self.mover = (
             FarMover(self.engine, self.kafka, far, settings.name) if settings.far and far.enabled else None
         )
+        self.events_settings = ev = events or load(EventSettings)
+        self.shipper = EventShipper(self.engine, self.kafka, ev) if settings.events else None
         self.timers = self.engine.timers(
             max_idle_s=settings.max_idle_s,
             gc_every_s=settings.gc_every_s,
@@ -80,6 +97,7 @@ class SchedulerService(Service):
         self._task: asyncio.Task[None] | None = None
         self._cron_task: asyncio.Task[None] | None = None
         self._far_task: asyncio.Task[None] | None = None
+        self._events_task: asyncio.Task[None] | None = None
         self._failing = False
 
     @property
@@ -97,9 +115,16 @@ class SchedulerService(Service):
                 lambda: ensure_topics(self.kafka, [far.topic], partitions=far.partitions, compacted=True)
             )
             self._far_task = asyncio.create_task(self._far_loop(), name="scheduler:far")
+        if self.shipper is not None:
+            ev = self.events_settings
+            await asyncio.to_thread(lambda: ensure_topics(self.kafka, [ev.topic], partitions=ev.partitions))
+            self._events_task = asyncio.create_task(self._events_loop(), name="scheduler:events")
         log.info("scheduler started", name=self.settings.name, group=self.settings.group)
 
     async def _stop(self) -> None:
+        await cancel_and_wait(self._events_task)
+        if self.shipper is not None:
+            await self.shipper.close()
         await cancel_and_wait(self._far_task)
         if self.mover is not None:
             await self.mover.close()
@@ -162,6 +187,27 @@ class SchedulerService(Service):
             if not busy:
                 await asyncio.sleep(FAR_IDLE_S)
 
+    async def _events_loop(self) -> None:
+        await self.dealt.wait()
+        failing = False
+        while self.shipper is not None:
+            queues = self.owned
+            try:
+                shipped = await self.shipper.ship(queues)
+                if failing:
+                    log.info("events ship again")
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Kafka or Redis away: the events wait in Redis (capped, counted)
+                if not failing:
+                    log.warning("shipping events failed; retrying", error=repr(exc))
+                failing = True
+                await asyncio.sleep(EVENTS_RETRY_S)
+                continue
+            if not shipped:
+                await self.engine.wait_for_events(queues, EVENTS_IDLE_S)
+
     async def beat(self) -> list[str]:
         """One heartbeat and re-deal; returns the queues this instance keeps from now on."""
         members = await self.membership.beat(self._note())
@@ -170,6 +216,8 @@ class SchedulerService(Service):
         if set(owned) != set(self.timers.queues):
             log.info("scheduler owns", queues=len(owned), of=len(queues), members=len(members))
         self.timers.set_queues(owned)
+        if self.shipper is not None:
+            await self.shipper.observe(owned)
         metrics.SCHEDULER_MEMBERS.set(len(members))
         metrics.SCHEDULER_OWNED.set(len(owned))
         self.dealt.set()
@@ -182,6 +230,8 @@ class SchedulerService(Service):
             parts.append(f"{len(self.cron.owned)} cron")
         if self.mover is not None:
             parts.append(f"schedule partitions {','.join(map(str, self.mover.owned)) or '-'}")
+        if self.shipper is not None:
+            parts.append(f"{self.shipper.shipped} events shipped")
         return ", ".join(parts)
 
     def _observe(self, step: StepResult) -> None:
@@ -206,4 +256,5 @@ class SchedulerService(Service):
             "owned": self.owned,
             "cron": list(self.cron.owned) if self.cron is not None else [],
             "far": self.mover.status() if self.mover is not None else None,
+            "events_shipped": self.shipper.shipped if self.shipper is not None else None,
         }

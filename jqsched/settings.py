@@ -41,6 +41,8 @@ class SchedulerSettings(BaseSettings):
     instance owns."""
     cron: bool = True
     """Fire the cron schedules this instance owns (Consul KV, ``JOBQ_CRON_KV_PREFIX``)."""
+    events: bool = True
+    """Ship the owned queues' lifecycle events to Kafka (``JOBQ_EVENTS_*``; needs Kafka)."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 

@@ -28,6 +28,7 @@ from kafkagate.enqueue import (
     parse_jobs,
     too_large,
 )
+from kafkagate.history import archived
 from kafkagate.http import ApiError, json_response
 from kafkagate.state import GATE, Gate
 
@@ -134,6 +135,9 @@ async def get_job(request: web.Request) -> web.Response:
     queue, job_id = queue_of(request), request.match_info["id"]
     info = await engine_call(gate.engine.get_job(queue, job_id))
     if info is None:
+        old = await archived(gate.history(), queue, job_id)
+        if old is not None:
+            return json_response(old)
         raise ApiError(
             404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not yet relayed, or GC'd)"
         )

@@ -11,7 +11,15 @@ from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    FarSettings,
+    HistorySettings,
+    KafkaSettings,
+    RedisSettings,
+    load,
+)
 from jqcore.state import Engine
 from kafkagate.app import make_app
 from kafkagate.settings import GateSettings
@@ -34,11 +42,12 @@ class GateService(Service):
         consul: ConsulSettings | None = None,
         cron: CronSettings | None = None,
         far: FarSettings | None = None,
+        history: HistorySettings | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
         self.redis_client = connect(redis)
-        self.gate = Gate(settings, routing, kafka, Engine(self.redis_client), consul, cron, far)
+        self.gate = Gate(settings, routing, kafka, Engine(self.redis_client), consul, cron, far, history)
         self._runner: web.AppRunner | None = None
         self._presence = Presence(self.redis_client, "gate", process_name(settings.az))
         self.port = settings.port

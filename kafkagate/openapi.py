@@ -160,9 +160,17 @@ def document() -> dict[str, Any]:
                 },
             )
         },
+        "/v1/jobs": {
+            "get": _op(
+                "jobs the history has seen (live as of its last trigger, and archived), newest change first;"
+                " filters queue, kind, state, since, until (ms), id_prefix; paged by limit and after",
+                errors={"400": "a bad filter or cursor", "404": "no history tables here"},
+            )
+        },
         job: {
             "get": _op(
-                "a job, live or finished: state, attempts with errors, timestamps, result",
+                "a job, live or finished: state, attempts with errors, timestamps, result; from the history"
+                " (source: archive) once Redis forgot it",
                 errors={"404": "no such job"},
             ),
             "delete": _op(

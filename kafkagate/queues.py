@@ -38,6 +38,7 @@ class QueueConfigBody(BaseModel):
     dead_retention_ms: int = Field(7 * 86_400_000, ge=0)
     dedup: Literal["active", "finished"] = "active"
     dedup_window_ms: int = Field(86_400_000, ge=0)
+    events_cap: int = Field(100_000, ge=0)
 
 
 class QueuePatchBody(BaseModel):
@@ -55,6 +56,7 @@ class QueuePatchBody(BaseModel):
     dead_retention_ms: int | None = Field(None, ge=0)
     dedup: Literal["active", "finished"] | None = None
     dedup_window_ms: int | None = Field(None, ge=0)
+    events_cap: int | None = Field(None, ge=0)
 
 
 class KindBody(BaseModel):
@@ -128,6 +130,7 @@ def _config_dict(config: QueueConfig) -> dict[str, Any]:
         "dead_retention_ms": config.dead_retention_ms,
         "dedup": config.dedup,
         "dedup_window_ms": config.dedup_window_ms,
+        "events_cap": config.events_cap,
     }
 
 

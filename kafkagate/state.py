@@ -13,10 +13,11 @@ from aiohttp import web
 from jqcore import stages
 from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
+from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings, load
 from jqcore.state import Engine, QueueConfig
 from kafkagate.settings import GateSettings
 
@@ -45,7 +46,9 @@ class Gate:
     consul_settings: ConsulSettings | None = None
     cron_settings: CronSettings | None = None
     far: FarSettings | None = None
+    history_settings: HistorySettings | None = None
     _cron: CronStore | None = None
+    _history: HistoryStore | None = None
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
     """topic → (when seen, partition count)."""
@@ -129,6 +132,16 @@ class Gate:
         """Tombstone a far-future job in the schedule topic (Kafka confirms, ``acks=all``)."""
         topic = (self.far or load(FarSettings)).topic
         await self.producer("all").produce_many([Record(topic, None, schedule_key(queue, job_id))])
+
+    def history(self) -> HistoryStore | None:
+        """The history tables (the archive ``GET`` falls back to, the job search), None until
+        ``jobq history run`` made them (``JOBQ_HISTORY_PATH``)."""
+        if self._history is None:
+            root = (self.history_settings or load(HistorySettings)).root
+            if not root.is_dir():
+                return None
+            self._history = HistoryStore(root)
+        return self._history
 
     def cron(self) -> CronStore:
         """The cron schedules in Consul (the client is made on first use: only cron routes need it)."""

@@ -28,7 +28,15 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from jqcore.kafka import AsyncProducer, end_offsets
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, FarSettings, KafkaSettings, RedisSettings
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    EventSettings,
+    FarSettings,
+    HistorySettings,
+    KafkaSettings,
+    RedisSettings,
+)
 from jqcore.state import Engine
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
@@ -99,10 +107,11 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
 def make_scheduler(
     endpoints: Endpoints, prefix: str, cron_settings: CronSettings
 ) -> Callable[..., SchedulerService]:
-    """``make_scheduler(name, group=<prefix>, redis_url=..., far=FarSettings, cron=False)``: an
+    """``make_scheduler(name, group=<prefix>, redis_url=..., far=FarSettings, cron=False, events=None)``: an
     in-process scheduler service on the session stack keeping the timers of this test's queues
     (``<prefix>*``) in a group of its own (other tests' instances never take its queues); the far-future
-    tier runs only when ``far`` is given, cron only with ``cron=True``."""
+    tier runs only when ``far`` is given, cron only with ``cron=True``, the event shipper only when
+    ``events`` names its topic."""
 
     def make(
         name: str,
@@ -111,6 +120,7 @@ def make_scheduler(
         redis_url: str | None = None,
         far: FarSettings | None = None,
         cron: bool = False,
+        events: EventSettings | None = None,
     ) -> SchedulerService:
         settings = SchedulerSettings(
             name=name,
@@ -120,6 +130,7 @@ def make_scheduler(
             stale_s=1.0,
             cron=cron,
             far=far is not None,
+            events=events is not None,
         )
         return SchedulerService(
             settings,
@@ -128,6 +139,7 @@ def make_scheduler(
             cron_settings,
             kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
             far=far or FarSettings.model_validate({"horizon_s": 0}),
+            events=events,
         )
 
     return make
@@ -262,6 +274,7 @@ def make_gate(endpoints: Endpoints, cron_settings: CronSettings) -> Callable[...
         bootstrap: str | None = None,
         redis_url: str | None = None,
         far: FarSettings | None = None,
+        history: HistorySettings | None = None,
         **settings: Any,
     ) -> GateService:
         return GateService(
@@ -272,6 +285,7 @@ def make_gate(endpoints: Endpoints, cron_settings: CronSettings) -> Callable[...
             ConsulSettings(addr=endpoints.consul_addr),
             cron_settings,
             far,
+            history or HistorySettings(path="/nonexistent/jobq-history"),
         )
 
     return make

@@ -208,7 +208,11 @@ class Pool(Service):
             if free <= 0:
                 return True
             jobs = await self.engine.claim(
-                queue, free, lease_ms=self.config.lease_ms or 0, filter=self.config.filter
+                queue,
+                free,
+                lease_ms=self.config.lease_ms or 0,
+                filter=self.config.filter,
+                worker=self._presence.name,
             )
             for job in jobs:
                 self._launch(job)

@@ -103,6 +103,15 @@ def _locks(consul_settings: ConsulSettings, topics: list[str], kv_prefix: str) -
     return rows
 
 
+def _events_cell(q: dict[str, Any]) -> str:
+    """Unshipped events against the queue's cap (yellow past half: Kafka or the shippers are behind)."""
+    cap, waiting = q.get("events_cap", 0), q.get("events_backlog", 0)
+    if not cap:
+        return "off"
+    text = f"{waiting}/{cap}"
+    return f"[yellow]{text}[/]" if waiting * 2 >= cap else text
+
+
 async def _redis(redis: RedisSettings) -> dict[str, Any]:
     client = connect(redis)
     try:
@@ -111,9 +120,21 @@ async def _redis(redis: RedisSettings) -> dict[str, Any]:
         for q in await engine.queues():
             d = await engine.depth(q)
             stats = await engine.queue_stats(q)
-            counted = {k: stats.get(k, 0) for k in ("handed_back", "duplicates", "reopened")}
+            names = ("handed_back", "duplicates", "reopened", "events_dropped")
+            counted = {k: stats.get(k, 0) for k in names}
             past_due = await engine.past_due(q, PAST_DUE_MS)
-            queues.append({"queue": q, **d.as_dict(), **counted, "past_due": past_due})
+            backlog = (await engine.events_backlog([q]))[q]
+            events_cap = (await engine.queue_config(q)).events_cap
+            queues.append(
+                {
+                    "queue": q,
+                    **d.as_dict(),
+                    **counted,
+                    "past_due": past_due,
+                    "events_backlog": backlog,
+                    "events_cap": events_cap,
+                }
+            )
         raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
         canary = {
             (k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())
@@ -249,6 +270,8 @@ def _redis_tables(redis: Any) -> list[Any]:
             "dup dropped",
             "oldest pending s",
             "past due",
+            "events unshipped",
+            "events dropped",
         ):
             if col == "queue":  # never cut a queue name to "demo.de…": the numbers wrap instead
                 width = max([len(q["queue"]) for q in redis["queues"]] + [5])
@@ -271,6 +294,8 @@ def _redis_tables(redis: Any) -> list[Any]:
                 str(q.get("duplicates", 0)),
                 f"{age / 1000:.1f}" if age is not None else "",
                 f"[red]{q['past_due']}[/]" if q.get("past_due") else "0",
+                _events_cell(q),
+                f"[red]{q['events_dropped']}[/]" if q.get("events_dropped") else "0",
             )
         parts.append(t)
         parts.append(_schedulers_table(redis.get("schedulers", {})))

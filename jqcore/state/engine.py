@@ -42,6 +42,7 @@ from jqcore.state.models import (
     QueueConfig,
     QueueDepth,
     Released,
+    StreamEvent,
 )
 from jqcore.state.scripts import SCRIPTS, source
 
@@ -163,8 +164,12 @@ class Engine:
             await self.client.sadd(QUEUES_KEY, *new)
             defaults = await self.client.hgetall(KINDS_KEY)
         for queue in new:
+            # a kind configured for this queue already (before its first job created the queue's
+            # configuration) keeps its own options: the defaults only fill in the kinds it lacks
+            own = {_s(f).rpartition("|")[0] for f in await self.client.hkeys(QueueKeys(queue).kinds)}
             for kind, options in _kind_defaults(defaults).items():
-                await self._configure_kind_in(queue, kind, options)
+                if kind not in own:
+                    await self._configure_kind_in(queue, kind, options)
         self._known_queues.update(new)
 
     # ---- worker transitions ----------------------------------------------------------------------------
@@ -175,14 +180,16 @@ class Engine:
         *,
         lease_ms: int = 0,
         filter: Mapping[str, str] | None = None,
+        worker: str = "",
         now_ms: int | None = None,
     ) -> list[ClaimedJob]:
         """Up to ``n`` jobs, lowest priority value first, each with a lease and a fresh token.
         ``lease_ms=0``: each job's own ``lease_ms``, else the queue's default. Raises
-        :class:`codes.FilterInvalid` for a filter on a key the queue does not index."""
+        :class:`codes.FilterInvalid` for a filter on a key the queue does not index. ``worker`` names the
+        claimer in the job record and its lifecycle events."""
         pairs = "\n".join(f"{k}={v}" for k, v in (filter or {}).items())
         now = now_ms if now_ms is not None else _now_ms()
-        reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs], now)
+        reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs, worker], now)
         return replies.claim(queue, reply, now)
 
     async def extend(
@@ -429,6 +436,21 @@ class Engine:
         ``timeout_s`` passed (None)."""
         return await waiting.wait_for_due(self.client, queues, timeout_s)
 
+    # ---- lifecycle events (jqcore.events; shipped to Kafka by the scheduler service) -----------------
+    async def events(self, queue: str, count: int = 1000) -> list[StreamEvent]:
+        """The oldest unshipped events of ``queue``."""
+        return await reads.events(self.client, queue, count)
+
+    async def trim_events(self, queue: str, upto: str) -> int:
+        """Forget the events up to stream entry ``upto`` (Kafka has them)."""
+        return await reads.trim_events(self.client, queue, upto)
+
+    async def events_backlog(self, queues: Sequence[str]) -> dict[str, int]:
+        return await reads.events_backlog(self.client, queues)
+
+    async def wait_for_events(self, queues: Sequence[str], timeout_s: float) -> bool:
+        return await waiting.wait_for_events(self.client, queues, timeout_s)
+
     def block_limit_s(self, wanted_s: float) -> float:
         """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
         return waiting.block_limit_s(self.client, wanted_s)
@@ -450,7 +472,7 @@ def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any
             "" if env.max_attempts is None else env.max_attempts,
             "" if env.lease_ms is None else env.lease_ms,
         ]
-        args += [meta, origins.get(env.id, "")]
+        args += [meta, origins.get(env.id, ""), env.enqueued_at]
     return args
 
 
@@ -467,6 +489,8 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         raise codes.QueueConfigInvalid(f"dedup must be active or finished, not {config.dedup!r}")
     if config.dedup_window_ms < 0:
         raise codes.QueueConfigInvalid("dedup_window_ms must be >= 0")
+    if config.events_cap < 0:
+        raise codes.QueueConfigInvalid("events_cap must be >= 0 (0: no lifecycle events)")
     return {
         "mode": config.mode,
         "excl_key": config.excl_key or "",
@@ -478,6 +502,7 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         "dead_retention_ms": str(config.dead_retention_ms),
         "dedup": config.dedup,
         "dedup_window_ms": str(config.dedup_window_ms),
+        "events_cap": str(config.events_cap),
     }
 
 

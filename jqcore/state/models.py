@@ -170,6 +170,10 @@ class JobInfo:
     history: list[dict[str, Any]]
     origin: str | None = None
     """The Kafka record it came from (``topic/partition/offset``), when the relay wrote it."""
+    worker: str | None = None
+    """The worker that claimed it last (``host:pid:queues``)."""
+    source: str = "redis"
+    """Where this answer came from: ``redis`` (live), ``archive`` (the history tables, after GC)."""
     duplicates: int = 0
     """Enqueues of this id that were dropped as duplicates (see the queue's dedup policy)."""
     last_duplicate_at: int | None = None
@@ -181,6 +185,16 @@ class JobInfo:
         out = asdict(self)
         out["envelope"] = self.envelope.decode("utf-8", "replace") if self.envelope else None
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One lifecycle event waiting in a queue's stream: its stream entry id (what the shipper trims up
+    to), the job id (the Kafka key) and the event's JSON (``jqcore.events``; the Kafka value)."""
+
+    entry: str
+    job_id: str
+    value: bytes
 
 
 @dataclass(slots=True)
@@ -222,5 +236,8 @@ class QueueConfig:
     finished (at most ``retention_ms``: the window needs the finished job's record). Either way the same
     Kafka record read twice (a relay re-read, a replay) is absorbed."""
     dedup_window_ms: int = 86_400_000
+    events_cap: int = 100_000
+    """Lifecycle events waiting in Redis for the shipper at most (``docs/history.md``): at the cap a new
+    event is counted in the queue's ``events_dropped`` stat instead of stored. 0: no events."""
 
     MAX_FILTER_KEYS = 4

@@ -13,7 +13,7 @@ from typing import Any
 from jqcore.clock import now_ms
 from jqcore.keys import KINDS_KEY, QueueKeys
 from jqcore.redisconn import RedisClient
-from jqcore.state.models import JobInfo, QueueConfig, QueueDepth
+from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
 
 __all__ = ["dead_list", "depth", "get_job", "get_jobs", "kinds", "past_due", "queue_config", "queue_stats"]
 
@@ -107,6 +107,7 @@ def _job_info(queue: str, job_id: str, raw: Mapping[Any, Any]) -> JobInfo | None
         history=_history(h.get("history")),
         envelope=_b(h.get("env")),
         origin=_s(h.get("origin")) or None,
+        worker=_s(h.get("worker")) or None,
         duplicates=_i(h.get("dups")) or 0,
         last_duplicate_at=_i(h.get("dup_at")),
         handed_back_since=_i(h.get("unhandled_since")) if _s(h.get("state")) == "delayed" else None,
@@ -194,7 +195,34 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         dead_retention_ms=int(raw.get("dead_retention_ms") or base.dead_retention_ms),
         dedup="finished" if raw.get("dedup") == "finished" else "active",
         dedup_window_ms=int(raw.get("dedup_window_ms") or base.dedup_window_ms),
+        events_cap=int(raw.get("events_cap") or base.events_cap),
     )
+
+
+async def events(client: RedisClient, queue: str, count: int) -> list[StreamEvent]:
+    """The oldest ``count`` events of the queue's stream (everything there is unshipped: the shipper
+    trims what Kafka acknowledged)."""
+    out = []
+    for entry, fields in await client.xrange(QueueKeys(queue).events, count=count) or []:
+        f = {_s(k): v for k, v in (fields or {}).items()}
+        value = f.get("e") or b""
+        out.append(StreamEvent(_s(entry) or "", _s(f.get("i")) or "", _b(value) or b""))
+    return out
+
+
+async def trim_events(client: RedisClient, queue: str, upto: str) -> int:
+    """Drop the events up to stream entry ``upto`` inclusive (they are in Kafka); returns how many."""
+    ms, _, seq = upto.partition("-")
+    minid = f"{ms}-{int(seq or 0) + 1}"
+    return int(await client.xtrim(QueueKeys(queue).events, minid=minid, approximate=False))
+
+
+async def events_backlog(client: RedisClient, queues: Sequence[str]) -> dict[str, int]:
+    """Events waiting to be shipped, per queue."""
+    out = {}
+    for queue in queues:
+        out[queue] = int(await client.xlen(QueueKeys(queue).events))
+    return out
 
 
 async def queue_stats(client: RedisClient, queue: str) -> dict[str, int]:

@@ -40,31 +40,39 @@ def _declare(name: str, keys: str) -> Script:
 _TRANSITIONS = (
     _declare(
         "enqueue_batch",
-        "prefix ready delayed far done dead config kinds counts stats xhead fences wake sched",
+        "prefix ready delayed far done dead config kinds counts stats xhead fences wake sched events",
     ),
-    _declare("claim", "prefix ready running done dead config kinds kindrun counts stats xhead wake sched"),
-    _declare("extend", "prefix ready running done dead config kindrun counts stats xhead wake"),
-    _declare("complete", "prefix ready running done dead config kindrun counts stats xhead wake"),
     _declare(
-        "fail", "prefix ready delayed running done dead config kinds kindrun counts stats xhead wake sched"
+        "claim", "prefix ready running done dead config kinds kindrun counts stats xhead wake sched events"
     ),
-    _declare("cancel_running", "prefix ready running done dead config kindrun counts stats xhead wake"),
-    _declare("snooze", "prefix ready delayed running kindrun counts stats wake sched"),
+    _declare("extend", "prefix ready running done dead config kindrun counts stats xhead wake events"),
+    _declare("complete", "prefix ready running done dead config kindrun counts stats xhead wake events"),
     _declare(
-        "hand_back", "prefix ready delayed running done dead config kindrun counts stats xhead wake sched"
+        "fail",
+        "prefix ready delayed running done dead config kinds kindrun counts stats xhead wake sched events",
     ),
-    _declare("release", "prefix ready running done dead config kinds kindrun counts stats xhead wake"),
-    _declare("cancel", "prefix ready delayed far done dead config counts stats xhead wake"),
-    _declare("schedule_far", "prefix far"),
+    _declare(
+        "cancel_running", "prefix ready running done dead config kindrun counts stats xhead wake events"
+    ),
+    _declare("snooze", "prefix ready delayed running config kindrun counts stats wake sched events"),
+    _declare(
+        "hand_back",
+        "prefix ready delayed running done dead config kindrun counts stats xhead wake sched events",
+    ),
+    _declare("release", "prefix ready running done dead config kinds kindrun counts stats xhead wake events"),
+    _declare("cancel", "prefix ready delayed far done dead config counts stats xhead wake events"),
+    _declare("schedule_far", "prefix far config stats events"),
     _declare("drop_far", "far"),
-    _declare("promote_due", "prefix ready delayed counts xhead wake"),
-    _declare("reap_expired", "prefix ready running done dead config kinds kindrun counts stats xhead wake"),
+    _declare("promote_due", "prefix ready delayed config counts stats xhead wake events"),
+    _declare(
+        "reap_expired", "prefix ready running done dead config kinds kindrun counts stats xhead wake events"
+    ),
     _declare("gc", "prefix done dead"),
-    _declare("dead_retry", "prefix ready done dead counts stats xhead wake"),
-    _declare("dead_purge", "prefix done dead"),
-    _declare("forget", "prefix done dead stats"),
+    _declare("dead_retry", "prefix ready done dead config counts stats xhead wake events"),
+    _declare("dead_purge", "prefix done dead config stats events"),
+    _declare("forget", "prefix done dead config stats events"),
     _declare("configure_queue", "ready config wake"),
-    _declare("configure_kind", "prefix ready kinds kindrun counts wake"),
+    _declare("configure_kind", "prefix ready config kinds kindrun counts stats wake events"),
 )
 
 SCRIPTS = MappingProxyType({s.name: s for s in _TRANSITIONS})

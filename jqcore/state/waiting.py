@@ -72,6 +72,29 @@ async def _first_signal(client: RedisClient, keys: Sequence[str], timeout_s: flo
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def wait_for_events(client: RedisClient, queues: Sequence[str], timeout_s: float) -> bool:
+    """Block until one of ``queues`` has a lifecycle event in its stream (at once if one has already);
+    False after ``timeout_s``. One XREAD over every stream on a single Redis, one per stream on a
+    Cluster (first answer wins)."""
+    if not queues:
+        await asyncio.sleep(timeout_s)
+        return False
+    keys = [QueueKeys(q).events for q in queues]
+    block_ms = max(1, int(block_limit_s(client, timeout_s) * 1000))
+    if not isinstance(client, RedisCluster) or len(keys) == 1:
+        return bool(await client.xread(dict.fromkeys(keys, "0-0"), count=1, block=block_ms))
+    tasks = [asyncio.ensure_future(client.xread({k: "0-0"}, count=1, block=block_ms)) for k in keys]
+    try:
+        for done in asyncio.as_completed(tasks):
+            if await done:
+                return True
+        return False
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def block_limit_s(client: RedisClient, wanted_s: float) -> float:
     """``wanted_s`` capped below the client's socket timeout, so a blocking command never trips it
     (redis-py 8 defaults to a 5 s socket timeout; jobq's settings default to 35 s)."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from jqcore.envelope import Envelope
+from jqcore.keys import KINDS_KEY
 from jqcore.state import CancelOutcome, CancelResult, Engine, QueueConfig, reads
 from jqcore.state.codes import JobNotFound, StaleLease
 from jqcore.state.models import ClaimedJob
@@ -240,3 +241,16 @@ async def test_gc_removes_finished_jobs_after_retention(engine: Engine, q: str, 
     assert await reads.get_job(engine.client, q, "b") is not None
     again = await engine.enqueue_batch([job(q, id="a")], now_ms=t0 + 2000)
     assert again.outcomes[0].outcome == "stored", "the dedup window closes with the retention"
+
+
+async def test_a_queue_keeps_its_own_kind_options_over_the_defaults_on_its_first_job(
+    engine: Engine, q: str, job: Job, t0: int, prefix: str
+) -> None:
+    kind = f"{prefix}.kind"
+    await engine.configure_kind(kind, delivery="at_least_once", max_attempts=7)  # a default for every queue
+    try:
+        await engine.configure_kind(kind, queues=[q], delivery="at_most_once")  # before the queue has a job
+        await engine.enqueue_batch([job(q, kind, id="a")], now_ms=t0)  # creates the queue's configuration
+        assert (await engine.kinds([q]))[kind]["queues"][q]["delivery"] == "at_most_once"
+    finally:  # the shared Redis: no default left behind for other tests' new queues
+        await engine.client.hdel(KINDS_KEY, kind)

@@ -7,7 +7,7 @@
 --   -- KEYS[2] ready    ZSET ...
 -- and jqcore.state.scripts declares the same names, from which the loader binds them to upper-case
 -- locals before this file: P (prefix), READY, DELAYED, RUNNING, DONE, DEAD, CONFIG, KINDS, KINDRUN,
--- COUNTS, STATS, XHEAD, FENCES, WAKE, SCHED. A helper below uses the locals its callers must declare.
+-- COUNTS, STATS, XHEAD, FENCES, WAKE, SCHED, EVENTS. A helper below uses the locals its callers must declare.
 -- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
 -- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
 --   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET
@@ -49,9 +49,66 @@ local function stat(field, n)
   redis.call('HINCRBY', STATS, field, n or 1)
 end
 
-local function touch(key)
-  redis.call('HINCRBY', key, 'version', 1)
+-- Lifecycle events (jqcore/events.py; the shipper moves them to Kafka). Every call bumps the job's
+-- version, so each version is exactly one event: no transition without its event, none without its
+-- transition. The queue's stream holds at most config events_cap entries (default 100000; 0 = events
+-- off): at the cap the event is counted in stats events_dropped instead of stored, never dropped silently.
+local queue_name, events_cap = nil, nil
+local function store_event(e)
+  if events_cap == nil then events_cap = cfgnum('events_cap', 100000) end
+  if events_cap <= 0 then return end
+  if redis.call('XLEN', EVENTS) >= events_cap then
+    stat('events_dropped')
+    return
+  end
+  if queue_name == nil then queue_name = string.match(P, '{(.*)}') or P end
+  e.queue = queue_name
+  redis.call('XADD', EVENTS, '*', 'i', e.id, 'e', cjson.encode(e))
+end
+
+local function emit(id, key, from, to, extra)
+  local v = redis.call('HINCRBY', key, 'version', 1)
   redis.call('HSET', key, 'updated_at', NOW)
+  local f = redis.call('HMGET', key, 'kind', 'attempt', 'worker')
+  local worker = ''
+  if from == 'running' or to == 'running' then worker = f[3] or '' end
+  local e = {id = id, kind = f[1] or '', from = from, to = to, v = v, at = NOW,
+             attempt = tonumber(f[2]) or 0, worker = worker, error = '', digest = '', message = '',
+             run_at = 0, origin = '', accepted_at = 0}
+  if extra then
+    for name, value in pairs(extra) do e[name] = value end
+  end
+  store_event(e)
+end
+
+-- A far-future job was indexed: it has no record in Redis yet (hence no version: its event is v 0, the
+-- record's own events start at 1 when it is moved in).
+local function emit_far(id, run_at)
+  store_event({id = id, kind = '', from = '', to = 'far', v = 0, at = NOW, attempt = 0, worker = '',
+               error = '', digest = '', message = '', run_at = run_at, origin = '', accepted_at = 0})
+end
+
+-- Change a job's state and record the transition: the one way a script sets 'state'.
+local function set_state(id, key, to, extra)
+  local from = redis.call('HGET', key, 'state') or ''
+  redis.call('HSET', key, 'state', to)
+  emit(id, key, from, to, extra)
+end
+
+-- The event fields of a failed attempt: error class, digest and message from the worker's text (a
+-- traceback ends with "Class: message"; "Retry: why" and plain text work too).
+local function failure(text)
+  local last = ''
+  for line in string.gmatch(text or '', '[^\n]+') do
+    if string.find(line, '%S') then last = line end
+  end
+  last = string.gsub(last, '^%s+', '')
+  local cls, msg = string.match(last, '^([%a_][%w_%.]*):%s*(.*)$')
+  if cls == nil then
+    if string.match(last, '^[%a_][%w_%.]*$') then cls, msg = last, '' else cls, msg = '', last end
+  end
+  return {error = cls, digest = string.sub(redis.sha1hex(cls .. ': ' .. msg), 1, 12),
+          message = string.sub(msg, 1, 200)}
 end
 
 local function wake(n)
@@ -76,12 +133,12 @@ local function split_lines(s)
 end
 
 -- Make a job claimable: the ready set plus its filter indexes.
-local function to_ready(id, key, prio)
+local function to_ready(id, key, prio, extra)
   redis.call('ZADD', READY, prio, id)
   for _, name in ipairs(split_lines(redis.call('HGET', key, 'idx'))) do
     redis.call('ZADD', k('idx:' .. name), prio, id)
   end
-  redis.call('HSET', key, 'state', 'pending')
+  set_state(id, key, 'pending', extra)
 end
 
 -- Take a job out of the ready set and its filter indexes.
@@ -93,20 +150,20 @@ local function from_ready(id, key)
 end
 
 -- A due job enters the pending world: behind its exclusivity value's head, or ready. Returns 1 if ready.
-local function admit(id, key)
+local function admit(id, key, extra)
   local prio = tonumber(redis.call('HGET', key, 'prio'))
   local excl = redis.call('HGET', key, 'excl')
   if excl and excl ~= '' then
     local head = redis.call('HGET', XHEAD, excl)
     if head and head ~= id then
       redis.call('ZADD', k('xq:' .. excl), prio, id)
-      redis.call('HSET', key, 'state', 'waiting')
+      set_state(id, key, 'waiting', extra)
       redis.call('HINCRBY', COUNTS, 'blocked', 1)
       return 0
     end
     redis.call('HSET', XHEAD, excl, id)
   end
-  to_ready(id, key, prio)
+  to_ready(id, key, prio, extra)
   return 1
 end
 
@@ -136,9 +193,10 @@ local function release_slot(key)
   return 1
 end
 
--- Move a job to a terminal state and schedule its removal after the retention period.
-local function finish(id, key, state, reason)
-  redis.call('HSET', key, 'state', state, 'finished_at', NOW)
+-- Move a job to a terminal state and schedule its removal after the retention period. The event's
+-- message is the reason unless `extra` says otherwise (a failure's error).
+local function finish(id, key, state, reason, extra)
+  redis.call('HSET', key, 'finished_at', NOW)
   if reason then redis.call('HSET', key, 'reason', reason) end
   redis.call('HDEL', key, 'token')
   local retention
@@ -150,7 +208,9 @@ local function finish(id, key, state, reason)
   end
   redis.call('ZADD', DONE, NOW + retention, id)
   stat(state)
-  touch(key)
+  extra = extra or {}
+  if reason and extra.message == nil then extra.message = string.sub(reason, 1, 200) end
+  set_state(id, key, state, extra)
 end
 
 -- A finished job is enqueued again (the dedup policy allows it): drop what belonged to its finished run.

@@ -14,6 +14,7 @@
 -- KEYS[9] stats    HASH lifetime counters
 -- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[11] wake     LIST wake tokens for waiting workers
+-- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] reason
 -- returns: {C_OK, previous_state} canceled | {C_FLAGGED, 'running'} |
@@ -32,7 +33,7 @@ end
 local freed = 0
 if state == 'running' then
   redis.call('HSET', key, 'cancel', '1')
-  touch(key)
+  emit(id, key, 'running', 'running', {message = string.sub('cancel requested: ' .. reason, 1, 200)})
   return {C_FLAGGED, 'running'}
 elseif state == 'pending' then
   from_ready(id, key)

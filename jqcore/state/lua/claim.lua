@@ -18,12 +18,14 @@
 -- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[12] wake     LIST wake tokens for waiting workers
 -- KEYS[13] sched    LIST wake token for the scheduler
+-- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
---       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)
+--       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)  [6] worker identity
 -- returns: {C_OK, id, envelope, attempt, token, deadline, …}  or {C_PAUSED} when the queue is paused,
 --          or {C_FILTER_UNKNOWN, key} when the filter names a key the queue does not index (not in filter_keys).
 local n, lease_arg, token_prefix, filter = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local worker = ARGV[6] or ''
 if cfg('paused', '0') == '1' then return {C_PAUSED} end
 local pairs_wanted = split_lines(filter)
 if #pairs_wanted > 0 then
@@ -74,7 +76,7 @@ while claimed < n and scanned < n * 4 + 32 do
         freed = freed + release_excl(id, key)
       elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') >= limit then
         redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
-        redis.call('HSET', key, 'state', 'parked')
+        set_state(id, key, 'parked')
         redis.call('HINCRBY', COUNTS, 'blocked', 1)
       else
         local lease = lease_arg
@@ -82,9 +84,9 @@ while claimed < n and scanned < n * 4 + 32 do
         local deadline = NOW + lease
         local attempt = tonumber(f[5]) + 1
         local token = token_prefix .. ':' .. claimed
-        redis.call('HSET', key, 'state', 'running', 'attempt', attempt, 'token', token,
-          'lease_deadline', deadline, 'started_at', NOW)
-        touch(key)
+        redis.call('HSET', key, 'attempt', attempt, 'token', token, 'lease_deadline', deadline,
+          'started_at', NOW, 'worker', worker)
+        set_state(id, key, 'running')
         redis.call('ZADD', RUNNING, deadline, id)
         redis.call('HINCRBY', KINDRUN, kind, 1)
         claimed = claimed + 1

@@ -3,10 +3,13 @@
 -- attempts, delivery (at_least_once | at_most_once). Raising the limit unparks waiting jobs.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
--- KEYS[4] kindrun  HASH kind -> jobs of that kind running
--- KEYS[5] counts   HASH blocked (waiting + parked jobs)
--- KEYS[6] wake     LIST wake tokens for waiting workers
+-- KEYS[3] config   HASH queue configuration
+-- KEYS[4] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[5] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[6] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[7] stats    HASH lifetime counters
+-- KEYS[8] wake     LIST wake tokens for waiting workers
+-- KEYS[9] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>
 -- ARGV: [1] now  [2] kind  [3] limit ('' = none)  [4] max attempts ('' = queue default)  [5] delivery
 -- returns: number of parked jobs made pending.

@@ -3,6 +3,9 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[3] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[4] config   HASH queue configuration
+-- KEYS[5] stats    HASH lifetime counters
+-- KEYS[6] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>
 -- ARGV: [1] now  [2] limit  then ids (none = the oldest dead jobs up to limit)
 -- returns: number of jobs deleted.
@@ -13,7 +16,11 @@ local n = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', DEAD, id) == 1 then
     redis.call('ZREM', DONE, id)
-    redis.call('DEL', jkey(id))
+    local key = jkey(id)
+    if redis.call('EXISTS', key) == 1 then
+      emit(id, key, 'errored', 'deleted', {message = 'purged from the dead-letter list'})
+      redis.call('DEL', key)
+    end
     n = n + 1
   end
 end

@@ -4,10 +4,12 @@
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[4] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[5] counts   HASH blocked (waiting + parked jobs)
--- KEYS[6] stats    HASH lifetime counters
--- KEYS[7] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[8] wake     LIST wake tokens for waiting workers
+-- KEYS[5] config   HASH queue configuration
+-- KEYS[6] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[7] stats    HASH lifetime counters
+-- KEYS[8] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[9] wake     LIST wake tokens for waiting workers
+-- KEYS[10] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] limit  then ids (none = the oldest dead jobs up to limit)
 -- returns: number of jobs retried.
@@ -21,8 +23,7 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', DONE, id)
     redis.call('HSET', key, 'attempt', 0)
     redis.call('HDEL', key, 'finished_at', 'reason', 'cancel')
-    ready = ready + admit(id, key)
-    touch(key)
+    ready = ready + admit(id, key, {message = 'retried from the dead-letter list'})
     n = n + 1
   end
 end

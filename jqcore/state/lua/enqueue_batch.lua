@@ -12,7 +12,7 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] far      ZSET far-future jobs kept in Kafka (a job moved in leaves it)
+-- KEYS[4] far      ZSET far-future jobs kept in Kafka, score = run_at
 -- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
 -- KEYS[7] config   HASH queue configuration
@@ -23,10 +23,12 @@
 -- KEYS[12] fences   HASH fence source -> newest fence
 -- KEYS[13] wake     LIST wake tokens for waiting workers
 -- KEYS[14] sched    LIST wake token for the scheduler
+-- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
 --       11 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
---       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown).
+--       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown),
+--       accepted_at (the envelope's enqueued_at: when the gateway or producer accepted it).
 -- returns: {C_OK, created(0|1), outcome_1 … outcome_N} with outcome one of
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
@@ -63,10 +65,11 @@ local ready, earliest_delayed = 0, nil
 local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 local prev_earliest = tonumber(first_delayed[2] or '-1')
 for i = 0, n - 1 do
-  local b = 5 + i * 11
+  local b = 5 + i * 12
   local id, env, prio = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
   local run_at, expires_at, excl = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5]
   local kind, attempts, lease, origin = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 10]
+  local stamps = {origin = origin, accepted_at = tonumber(ARGV[b + 11]) or 0}
   local idx, meta = {}, {}
   for _, pair in ipairs(split_lines(ARGV[b + 9])) do
     local eq = string.find(pair, '=', 1, true)
@@ -103,19 +106,19 @@ for i = 0, n - 1 do
     redis.call('HSET', key, 'env', env, 'prio', prio, 'kind', kind, 'excl', exclusive and excl or '',
       'idx', table.concat(idx, '\n'), 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
       'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'updated_at', NOW,
-      'origin', origin)
-    redis.call('HINCRBY', key, 'version', 1)
+      'origin', origin, 'accepted_at', stamps.accepted_at)
     stat('enqueued')
     if expires_at and expires_at <= NOW then
-      finish(id, key, 'expired', 'expired before it was enqueued')
+      finish(id, key, 'expired', 'expired before it was enqueued', stamps)
       out[#out + 1] = 'expired'
     elseif run_at and run_at > NOW then
       redis.call('ZADD', DELAYED, run_at, id)
-      redis.call('HSET', key, 'state', 'delayed')
+      stamps.run_at = run_at
+      set_state(id, key, 'delayed', stamps)
       if earliest_delayed == nil or run_at < earliest_delayed then earliest_delayed = run_at end
       out[#out + 1] = 'delayed'
     else
-      ready = ready + admit(id, key)
+      ready = ready + admit(id, key, stamps)
       out[#out + 1] = 'stored'
     end
   end

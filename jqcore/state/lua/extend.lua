@@ -12,6 +12,7 @@
 -- KEYS[9] stats    HASH lifetime counters
 -- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[11] wake     LIST wake tokens for waiting workers
+-- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] lease_ms (0 = each job's own lease_ms, else the queue's default)
 --       then triples id, attempt, token.
@@ -40,7 +41,6 @@ for i = 3, #ARGV, 3 do
     local deadline = NOW + lease
     redis.call('ZADD', RUNNING, deadline, id)
     redis.call('HSET', key, 'lease_deadline', deadline)
-    touch(key)
     out[#out + 1] = deadline
   end
 end

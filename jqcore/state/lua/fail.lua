@@ -17,6 +17,7 @@
 -- KEYS[12] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[13] wake     LIST wake tokens for waiting workers
 -- KEYS[14] sched    LIST wake token for the scheduler
+-- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] error text  [6] retry delay ms  [7] permanent 0|1
 -- returns: {C_RETRY, run_at} | {C_ERRORED} attempts used up, permanent or at_most_once |
@@ -49,7 +50,7 @@ elseif permanent or delivery == 'at_most_once' or tonumber(f[1]) >= tonumber(f[2
   local why = permanent and 'permanent failure' or (delivery == 'at_most_once' and 'failed (at_most_once)'
     or 'attempts exhausted')
   record_attempt(key, 'failed', err, token, 'errored')
-  finish(id, key, 'errored', why)
+  finish(id, key, 'errored', why, failure(err))
   freed = freed + release_excl(id, key)
   result = {C_ERRORED}
 else
@@ -57,9 +58,11 @@ else
   record_attempt(key, 'failed', err, token, 'retry:' .. run_at)
   local first = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
   redis.call('ZADD', DELAYED, run_at, id)
-  redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at)
+  redis.call('HSET', key, 'run_at', run_at)
   redis.call('HDEL', key, 'token')
-  touch(key)
+  local e = failure(err)
+  e.run_at = run_at
+  set_state(id, key, 'delayed', e)
   stat('retried')
   if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
   result = {C_RETRY, run_at}

@@ -5,7 +5,9 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[3] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[4] stats    HASH lifetime counters
+-- KEYS[4] config   HASH queue configuration
+-- KEYS[5] stats    HASH lifetime counters
+-- KEYS[6] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>
 -- ARGV: [1] now  then ids
 -- returns: one outcome per id: 'forgotten' | 'active' | 'missing'.
@@ -17,6 +19,7 @@ for i = 2, #ARGV do
   if state == false then
     out[#out + 1] = 'missing'
   elseif state == 'completed' or state == 'errored' or state == 'canceled' or state == 'expired' then
+    emit(id, key, state, 'deleted', {message = 'forgotten'})
     redis.call('DEL', key)
     redis.call('ZREM', DONE, id)
     redis.call('ZREM', DEAD, id)

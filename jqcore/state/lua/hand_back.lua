@@ -16,6 +16,7 @@
 -- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[12] wake     LIST wake tokens for waiting workers
 -- KEYS[13] sched    LIST wake token for the scheduler
+-- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
 -- returns: {C_OK, run_at} handed back | {C_ERRORED} no pool ran it for dead_after ms | {C_STALE} |
@@ -48,8 +49,8 @@ redis.call('HDEL', key, 'token')
 local run_at = NOW + delay
 local first = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 redis.call('ZADD', DELAYED, run_at, id)
-redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at)
-touch(key)
+redis.call('HSET', key, 'run_at', run_at)
+set_state(id, key, 'delayed', {run_at = run_at, message = why})
 if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
 wake(freed)
 return {C_OK, run_at}

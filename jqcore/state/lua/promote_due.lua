@@ -4,9 +4,12 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] counts   HASH blocked (waiting + parked jobs)
--- KEYS[5] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[6] wake     LIST wake tokens for waiting workers
+-- KEYS[4] config   HASH queue configuration
+-- KEYS[5] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[6] stats    HASH lifetime counters
+-- KEYS[7] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[8] wake     LIST wake tokens for waiting workers
+-- KEYS[9] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] limit
 -- returns: {promoted, next_run_at or -1, {now - run_at of each promoted job}}
@@ -19,7 +22,6 @@ for i = 1, #due, 2 do
   local key = jkey(id)
   if redis.call('EXISTS', key) == 1 then
     ready = ready + admit(id, key)
-    touch(key)
   end
 end
 wake(ready)

@@ -14,6 +14,7 @@
 -- KEYS[10] stats    HASH lifetime counters
 -- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[12] wake     LIST wake tokens for waiting workers
+-- KEYS[13] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] limit
 -- returns: {reaped, next_deadline or -1}
@@ -38,8 +39,7 @@ for _, id in ipairs(expired) do
       freed = freed + release_excl(id, key)
     else
       redis.call('HDEL', key, 'token')
-      to_ready(id, key, tonumber(redis.call('HGET', key, 'prio')))
-      touch(key)
+      to_ready(id, key, tonumber(redis.call('HGET', key, 'prio')), {message = 'lease expired'})
       freed = freed + 1
     end
     stat('reaped')

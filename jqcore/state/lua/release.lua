@@ -14,6 +14,7 @@
 -- KEYS[10] stats    HASH lifetime counters
 -- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[12] wake     LIST wake tokens for waiting workers
+-- KEYS[13] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  then quadruples id, attempt, token, started (0|1).
 -- returns: one code per job: C_OK released | C_ERRORED (at_most_once) | C_STALE | C_MISSING.
@@ -39,8 +40,7 @@ for i = 2, #ARGV, 4 do
       record_attempt(key, 'released', nil)
       redis.call('HINCRBY', key, 'attempt', -1)
       redis.call('HDEL', key, 'token')
-      to_ready(id, key, tonumber(redis.call('HGET', key, 'prio')))
-      touch(key)
+      to_ready(id, key, tonumber(redis.call('HGET', key, 'prio')), {message = 'released by its worker'})
       freed = freed + 1
       out[#out + 1] = C_OK
     end

@@ -4,6 +4,9 @@
 -- already holds in any state (moved in earlier, or a cancel's tombstone) is left alone: its record wins.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] far      ZSET far-future jobs kept in Kafka, score = run_at
+-- KEYS[3] config   HASH queue configuration
+-- KEYS[4] stats    HASH lifetime counters
+-- KEYS[5] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id> (read only)
 -- ARGV: [1] now  [2] job count N, then per job: id, run_at
 -- returns: {C_OK, outcome_1 … outcome_N} with outcome 'scheduled' (indexed) | 'held' (Redis has it)
@@ -14,7 +17,9 @@ for i = 0, n - 1 do
   if redis.call('EXISTS', jkey(id)) == 1 then
     out[#out + 1] = 'held'
   else
-    redis.call('ZADD', FAR, run_at, id)
+    if redis.call('ZADD', FAR, run_at, id) == 1 then
+      emit_far(id, tonumber(run_at))
+    end
     out[#out + 1] = 'scheduled'
   end
 end

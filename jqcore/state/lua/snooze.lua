@@ -4,11 +4,13 @@
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
 -- KEYS[4] running  ZSET claimed jobs, score = lease deadline
--- KEYS[5] kindrun  HASH kind -> jobs of that kind running
--- KEYS[6] counts   HASH blocked (waiting + parked jobs)
--- KEYS[7] stats    HASH lifetime counters
--- KEYS[8] wake     LIST wake tokens for waiting workers
--- KEYS[9] sched    LIST wake token for the scheduler
+-- KEYS[5] config   HASH queue configuration
+-- KEYS[6] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[7] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[8] stats    HASH lifetime counters
+-- KEYS[9] wake     LIST wake tokens for waiting workers
+-- KEYS[10] sched    LIST wake token for the scheduler
+-- KEYS[11] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms
 -- returns: {C_OK, run_at} | {C_STALE} | {C_MISSING}.
@@ -24,15 +26,15 @@ redis.call('HINCRBY', key, 'attempt', -1)
 redis.call('HDEL', key, 'token')
 local run_at = NOW + delay
 if delay <= 0 then
-  to_ready(id, key, tonumber(redis.call('HGET', key, 'prio')))
+  to_ready(id, key, tonumber(redis.call('HGET', key, 'prio')), {message = 'snoozed'})
   freed = freed + 1
 else
   local first = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
   redis.call('ZADD', DELAYED, run_at, id)
-  redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at)
+  redis.call('HSET', key, 'run_at', run_at)
+  set_state(id, key, 'delayed', {run_at = run_at, message = 'snoozed'})
   if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
 end
-touch(key)
 stat('snoozed')
 wake(freed)
 return {C_OK, run_at}

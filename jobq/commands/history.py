@@ -1,0 +1,283 @@
+"""``jobq history``: what happened to jobs, from the history tables (``docs/history.md``).
+
+``jobq history JOB_ID`` prints one job's timeline across every hop and attempt; ``query``, ``wait-time`` and
+``errors`` answer questions over all jobs (tables, or PNG charts with ``--plot``); ``run`` keeps the
+tables up to date from the events topic (PySpark Structured Streaming). Readers use DuckDB, never Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from jqcore.clock import now_ms
+from jqcore.errors import ConfigError
+from jqcore.history import HistoryStore, Rows, TimelineEntry
+from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, load
+
+__all__ = ["app"]
+
+
+class _JobOrCommand(TyperGroup):
+    """``jobq history JOB_ID`` is ``jobq history show JOB_ID``: a first word that names no command is a
+    job id."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:  # typer's vendored click types
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["show", *args]
+        return super().resolve_command(ctx, args)
+
+
+app = typer.Typer(
+    cls=_JobOrCommand,
+    help="What happened to jobs: `jobq history JOB_ID` (a job's timeline), reports and SQL over the history "
+    "tables (JOBQ_HISTORY_PATH), and `jobq history run` that builds them from the events topic.",
+    no_args_is_help=True,
+)
+
+
+def _console() -> Console:
+    """Made per command, so the width follows the terminal (and ``COLUMNS``) of that call."""
+    return Console()
+
+
+_SPAN = re.compile(r"^(\d+)\s*(s|m|h|d)$")
+_SPAN_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def since_ms(span: str, now: int | None = None) -> int:
+    """``2h`` / ``30m`` / ``7d`` / ``90s`` ago, in ms since the epoch."""
+    m = _SPAN.match(span.strip())
+    if not m:
+        raise typer.BadParameter(f"{span!r}: a number and a unit, e.g. 90s, 30m, 2h, 7d")
+    return (now if now is not None else now_ms()) - int(m.group(1)) * _SPAN_MS[m.group(2)]
+
+
+def _store() -> HistoryStore:
+    root = load(HistorySettings).root
+    if not root.is_dir():
+        raise ConfigError(
+            f"no history tables at {root} (JOBQ_HISTORY_PATH): start `jobq history run` first",
+            code="history_missing",
+        )
+    return HistoryStore(root)
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _ms(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    if ms < 10_000:
+        return f"{ms} ms"
+    return f"{ms / 1000:.1f} s" if ms < 600_000 else f"{ms / 60_000:.1f} min"
+
+
+def describe(e: TimelineEntry) -> str:
+    """One event in words: what happened at that hop."""
+    if e.to_state == "far":
+        return f"scheduled far ahead (due {_when(e.run_at)}), kept in the schedule topic"
+    if e.from_state == "":
+        where = f"Kafka {e.origin}" if e.origin else "a direct write"
+        return f"written to Redis from {where} → {e.to_state}"
+    if e.to_state == "running":
+        return (
+            f"claimed by {e.worker or '?'} (attempt {e.attempt})"
+            if e.from_state != "running"
+            else (e.message or "cancel requested")
+        )
+    if e.error:
+        return f"failed with {e.error}: {e.message} → {e.to_state}"
+    text = f"{e.from_state} → {e.to_state}"
+    if e.to_state == "delayed" and e.run_at:
+        text += f" until {_when(e.run_at)}"
+    return f"{text} ({e.message})" if e.message else text
+
+
+def timeline_table(entries: Sequence[TimelineEntry]) -> Table:
+    first = entries[0]
+    t = Table(title=f"job {first.id} in {first.queue} ({first.kind or 'kind unknown'})")
+    for col in ("v", "at (UTC)", "+", "what happened", "then in state for"):
+        t.add_column(col, justify="right" if col in ("v", "+", "then in state for") else "left")
+    start = first.accepted_at or first.at_ms
+    if first.accepted_at:
+        t.add_row("", _when(first.accepted_at), "0 ms", "accepted by the gateway", _ms(first.at_ms - start))
+    for e in entries:
+        t.add_row(str(e.v), _when(e.at_ms), _ms(e.at_ms - start), describe(e), _ms(e.duration_ms))
+    return t
+
+
+def timeline_lines(entries: Sequence[TimelineEntry]) -> list[str]:
+    """The timeline as plain lines (``jobq history JOB_ID | grep ...``)."""
+    first = entries[0]
+    start = first.accepted_at or first.at_ms
+    out = [f"job {first.id} in {first.queue} ({first.kind or 'kind unknown'})"]
+    if first.accepted_at:
+        out.append(f"  -  {_when(first.accepted_at)}  +0 ms  accepted by the gateway")
+    for e in entries:
+        stay = f"  [{_ms(e.duration_ms)} in {e.to_state}]" if e.duration_ms is not None else ""
+        out.append(f"  v{e.v}  {_when(e.at_ms)}  +{_ms(e.at_ms - start)}  {describe(e)}{stay}")
+    return out
+
+
+@app.command("show")
+def show(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    queue: Annotated[str | None, typer.Option(help="Only this queue (an id may exist in several).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON lines.")] = False,
+) -> None:
+    """A job's timeline across every hop and attempt (also: `jobq history JOB_ID`)."""
+    entries = _store().timeline(job_id, queue)
+    if not entries:
+        _console().print(f"[red]no events of job {job_id!r} in the history[/] (not shipped or indexed yet?)")
+        raise typer.Exit(1)
+    if as_json:
+        for e in entries:
+            typer.echo(
+                orjson.dumps(e, option=orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_SERIALIZE_DATACLASS)
+            )
+        return
+    by_queue: dict[str, list[TimelineEntry]] = {}
+    for e in entries:
+        by_queue.setdefault(e.queue, []).append(e)
+    console = _console()
+    for part in by_queue.values():
+        if console.is_terminal:
+            console.print(timeline_table(part))
+        else:  # piped: one plain line per hop, for grep and logs
+            for line in timeline_lines(part):
+                typer.echo(line)
+
+
+def _print_rows(rows: Rows, title: str) -> None:
+    t = Table(title=title)
+    for col in rows.columns:
+        t.add_column(col)
+    for row in rows.rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    console = _console()
+    console.print(t)
+    console.print(f"{len(rows.rows)} rows")
+
+
+def _plot(rows: Rows, path: Path, title: str, *, x: str, y: str, group: str | None = None) -> None:
+    """A line chart of ``y`` over ``x`` (one line per ``group`` value), saved as PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError(
+            "--plot needs matplotlib: pip install 'jobq[bench]'", code="plot_unavailable"
+        ) from None
+    ix, iy = rows.columns.index(x), rows.columns.index(y)
+    ig = rows.columns.index(group) if group else None
+    lines: dict[str, tuple[list[Any], list[Any]]] = {}
+    for row in rows.rows:
+        xs, ys = lines.setdefault(str(row[ig]) if ig is not None else y, ([], []))
+        xs.append(row[ix])
+        ys.append(row[iy])
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for name, (xs, ys) in lines.items():
+        ax.plot(xs, ys, marker="o", label=name)
+    ax.set_title(title)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if len(lines) > 1 or group:
+        ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    _console().print(f"chart written to {path}")
+
+
+PlotOption = Annotated[Path | None, typer.Option("--plot", help="Also write a PNG chart to this path.")]
+
+
+@app.command("query")
+def query(
+    sql: Annotated[str, typer.Argument(help="One SELECT over the views events, current, job_states, jobs.")],
+    plot: PlotOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON lines.")] = False,
+) -> None:
+    """Run one read-only SELECT over the history (DuckDB SQL); --plot draws the 2nd column over the 1st."""
+    rows = _store().query(sql)
+    if as_json:
+        for row in rows.rows:
+            typer.echo(orjson.dumps(dict(zip(rows.columns, row, strict=True)), default=str))
+    else:
+        _print_rows(rows, "query")
+    if plot is not None:
+        if len(rows.columns) < 2:
+            raise typer.BadParameter("--plot needs at least two columns (x, y)")
+        _plot(rows, plot, sql[:80], x=rows.columns[0], y=rows.columns[1])
+
+
+@app.command("wait-time")
+def wait_time(
+    by: Annotated[str, typer.Option(help="Group by kind or queue.")] = "kind",
+    per: Annotated[str, typer.Option(help="Bucket: minute, hour or day.")] = "hour",
+    since: Annotated[str, typer.Option(help="How far back: 90s, 30m, 2h, 7d.")] = "24h",
+    plot: PlotOption = None,
+) -> None:
+    """How long jobs waited from acceptance to their first run: p50/p95/max per bucket and group."""
+    rows = _store().wait_time(by=by, per=per, since_ms=since_ms(since))
+    _print_rows(rows, f"wait before the first run, by {by} per {per}, last {since}")
+    if plot is not None:
+        _plot(
+            rows, plot, f"p95 wait before the first run, by {by} per {per}", x="bucket", y="p95_ms", group=by
+        )
+
+
+@app.command("errors")
+def errors(
+    since: Annotated[str, typer.Option(help="How far back: 90s, 30m, 2h, 7d.")] = "2h",
+    plot: PlotOption = None,
+) -> None:
+    """Failed attempts grouped by queue, kind, error class and message digest, most frequent first."""
+    rows = _store().errors(since_ms=since_ms(since))
+    _print_rows(rows, f"errors in the last {since}")
+    if plot is not None:
+        _plot(rows, plot, f"failed attempts in the last {since}", x="error", y="count", group="kind")
+
+
+@app.command("run")
+def run(
+    once: Annotated[bool, typer.Option(help="Index what the topic holds now, then stop.")] = False,
+) -> None:
+    """Build the history tables from the events topic (PySpark Structured Streaming, checkpointed in the
+    tables' folder: stop and start again at will; the same events twice change nothing)."""
+    from jqspark import spark_session
+    from jqspark.history import run_history
+    from jqstack.provision import ensure_spark_jars
+
+    history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
+    _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
+    spark = spark_session("jobq-history", kafka.bootstrap, jars=ensure_spark_jars())
+    try:
+        run_history(
+            spark,
+            bootstrap=kafka.bootstrap,
+            topic=events.topic,
+            root=history.root,
+            trigger_s=history.trigger_s,
+            retention_days=history.retention_days,
+            once=once,
+        )
+    finally:
+        spark.stop()

@@ -1,0 +1,122 @@
+"""Lifecycle events: the one definition of what a transition records (``docs/history.md``).
+
+Every Lua script that changes a job (``jqcore/state/lua``) bumps the job's ``version`` and appends one
+event to its queue's stream (``jobq:{q}:events``) in the same script, through ``_lib.lua``'s ``emit``:
+no transition without its event, no event without its transition. Scheduler instances ship each owned
+queue's stream to the events topic (value: the JSON object below, key: the job id) and trim what Kafka
+acknowledged. Delivery is at least once; readers keep one event per ``(queue, id, v)``.
+
+Every field is always present (``""`` / ``0`` when it does not apply), so Spark and DuckDB read one fixed
+schema:
+
+========== ====== ==================================================================================
+``id``     str    job id
+``queue``  str    queue
+``kind``   str    job kind
+``from``   str    state before (``""`` for a new record)
+``to``     str    state after (see :data:`STATES`)
+``v``      int    the job's version after this transition: 1, 2, 3 … per job, without gaps
+``at``     int    when (ms since epoch, the caller's clock as every script's ``now``)
+``attempt`` int   attempts spent so far (the running attempt's number from ``running`` on)
+``worker`` str    the worker that claimed the job (on ``running`` and the transitions of that attempt)
+``error``  str    error class of a failed attempt (``ValueError``), else ``""``
+``digest`` str    12 hex digits of the error message's SHA-1 (group equal errors), else ``""``
+``message`` str   the error message or the reason of the transition, at most 200 characters
+``run_at`` int    when a delayed job becomes due (``to == "delayed"``), else 0
+``origin`` str    the Kafka record the job came from, ``topic/partition/offset`` (enqueue events)
+``accepted_at`` int when the gateway (or producer) accepted the job (enqueue events), else 0
+========== ====== ==================================================================================
+
+The hop stamps of a job: ``accepted_at`` (gateway), ``origin`` (Kafka), the first event's ``at`` (the
+relay's write into Redis), then the claims (``to == "running"``, with ``worker``) and the outcomes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+__all__ = ["FIELDS", "STATES", "TERMINAL", "Event", "parse"]
+
+STATES: Final = (
+    "far",
+    "delayed",
+    "pending",
+    "waiting",
+    "parked",
+    "running",
+    "completed",
+    "canceled",
+    "errored",
+    "expired",
+    "deleted",
+)
+"""Every ``to`` an event may carry: the engine's job states, ``far`` (kept in the schedule topic) and
+``deleted`` (removed on request: ``forget``, a dead-letter purge)."""
+
+TERMINAL: Final = frozenset({"completed", "canceled", "errored", "expired", "deleted"})
+
+FIELDS: Final[tuple[tuple[str, type], ...]] = (
+    ("id", str),
+    ("queue", str),
+    ("kind", str),
+    ("from", str),
+    ("to", str),
+    ("v", int),
+    ("at", int),
+    ("attempt", int),
+    ("worker", str),
+    ("error", str),
+    ("digest", str),
+    ("message", str),
+    ("run_at", int),
+    ("origin", str),
+    ("accepted_at", int),
+)
+"""The event's fields in schema order (Spark's and DuckDB's column order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: str
+    queue: str
+    kind: str
+    from_state: str
+    to: str
+    v: int
+    at: int
+    attempt: int = 0
+    worker: str = ""
+    error: str = ""
+    digest: str = ""
+    message: str = ""
+    run_at: int = 0
+    origin: str = ""
+    accepted_at: int = 0
+
+    @classmethod
+    def from_mapping(cls, d: dict[str, Any]) -> Event:
+        return cls(
+            id=str(d["id"]),
+            queue=str(d["queue"]),
+            kind=str(d.get("kind", "")),
+            from_state=str(d.get("from", "")),
+            to=str(d["to"]),
+            v=int(d["v"]),
+            at=int(d["at"]),
+            attempt=int(d.get("attempt", 0)),
+            worker=str(d.get("worker", "")),
+            error=str(d.get("error", "")),
+            digest=str(d.get("digest", "")),
+            message=str(d.get("message", "")),
+            run_at=int(d.get("run_at", 0) or 0),
+            origin=str(d.get("origin", "")),
+            accepted_at=int(d.get("accepted_at", 0) or 0),
+        )
+
+
+def parse(raw: bytes | str) -> Event:
+    """One event from its JSON bytes (a stream entry's or a Kafka record's value)."""
+    return Event.from_mapping(orjson.loads(raw))

@@ -1,0 +1,97 @@
+"""The archive (Rickover): what the gateway answers from the history tables once Redis forgot a job, and
+the job search over them (``docs/history.md``).
+
+The tables are read through DuckDB (``jqcore.history``) in a worker thread, never a Spark session. The
+search covers every job the history has seen — live ones too, as of the history pipeline's last trigger
+(seconds behind Redis); ``GET`` of one job answers from Redis whenever Redis still has it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from jqcore.events import TERMINAL
+from jqcore.history import HistoryStore, JobSnapshot
+from kafkagate.http import ApiError, json_response
+from kafkagate.state import GATE
+
+__all__ = ["archived", "routes"]
+
+routes = web.RouteTableDef()
+
+MAX_LIMIT = 500
+
+
+def job_dict(job: JobSnapshot) -> dict[str, Any]:
+    """A job of the archive in the shape of a live ``GET`` (the fields the history keeps), marked
+    ``source: archive``."""
+    final = job.to_state in TERMINAL
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "state": job.to_state,
+        "kind": job.kind or None,
+        "attempt": job.attempt,
+        "version": job.v,
+        "enqueued_at": job.accepted_at or job.first_at,
+        "run_at": job.run_at or None,
+        "finished_at": job.at_ms if final else None,
+        "updated_at": job.at_ms,
+        "reason": job.message or None,
+        "last_error": f"{job.error}: {job.message}" if job.error else None,
+        "worker": job.worker or None,
+        "origin": job.origin or None,
+        "source": "archive",
+    }
+
+
+async def archived(store: HistoryStore | None, queue: str, job_id: str) -> dict[str, Any] | None:
+    """The archived job, or None (no history configured, or it never saw the job)."""
+    if store is None:
+        return None
+    job = await asyncio.to_thread(store.current, queue, job_id)
+    return job_dict(job) if job is not None else None
+
+
+def _int(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        msg = f"{name} must be an integer (ms since the epoch), not {raw!r}"
+        raise ApiError(400, "query_invalid", msg) from None
+
+
+@routes.get("/v1/jobs")
+async def search_jobs(request: web.Request) -> web.Response:
+    """Jobs the history has seen, newest change first, filtered by queue, kind, state, time range (ms,
+    ``since`` inclusive, ``until`` exclusive) and id prefix; paged by ``after`` (the previous page's
+    ``next``)."""
+    store = request.app[GATE].history()
+    if store is None:
+        raise ApiError(
+            404, "history_missing", "no history tables here (JOBQ_HISTORY_PATH, `jobq history run`)"
+        )
+    limit = _int(request, "limit") or 50
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ApiError(400, "query_invalid", f"limit must be 1..{MAX_LIMIT}, not {limit}")
+    q = request.query
+    since, until = _int(request, "since"), _int(request, "until")
+    page = await asyncio.to_thread(  # a bad cursor: QueryInvalid, a 400 like every JobqError with a status
+        lambda: store.search(
+            queue=q.get("queue") or None,
+            kind=q.get("kind") or None,
+            state=q.get("state") or None,
+            since_ms=since,
+            until_ms=until,
+            id_prefix=q.get("id_prefix") or None,
+            limit=limit,
+            after=q.get("after") or None,
+        )
+    )
+    return json_response({"jobs": [job_dict(j) for j in page.jobs], "next": page.next_cursor})

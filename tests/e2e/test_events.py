@@ -1,0 +1,166 @@
+"""Lifecycle events through the whole path: 1,000 jobs of mixed outcomes (succeed, retry then succeed,
+dead, canceled, expired) go HTTP → gateway → Kafka → relay → Redis → workers, and the scheduler service
+ships every transition's event to the events topic: each job's sequence there is complete (versions 1..n
+without gaps, each event starting where the previous ended, ending in the job's final state), with the
+hop stamps, the workers and the errors."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from jqcore.backoff import Backoff
+from jqcore.client import JobqClient
+from jqcore.events import Event, parse
+from jqcore.routing import Route, RoutingSettings
+from jqcore.settings import EventSettings
+from jqcore.state import Engine, JobInfo
+from jqrelay.main import RelayService
+from jqsched.service import SchedulerService
+from kafkagate.main import GateService
+from worker.pool import Pool, PoolConfig
+from worker.registry import Registry, current_job
+
+Eventually = Callable[..., Awaitable[Any]]
+TopicReader = Callable[..., list[Any]]
+
+N_OK, N_FLAKY, N_DEAD, N_CANCELED, N_EXPIRED = 600, 200, 100, 50, 50
+FAST = Backoff(base_s=0.05, factor=1.0, cap_s=0.05, jitter=False)
+
+
+@pytest.fixture
+async def events_path(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_gate: Callable[..., GateService],
+    make_relay: Callable[..., RelayService],
+    make_scheduler: Callable[..., SchedulerService],
+    token: str,
+) -> AsyncIterator[tuple[JobqClient, str, str]]:
+    jobs_topic, events_topic = make_topic("jobs", partitions=2), make_topic("events", partitions=3)
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=jobs_topic)], default_topic="")
+    events = EventSettings(topic=events_topic, batch=300)
+    async with (
+        make_gate(routing) as gate,
+        make_relay(jobs_topic),
+        make_scheduler(f"{prefix}-s0", events=events),
+        JobqClient([gate.url], token) as client,
+    ):
+        yield client, jobs_topic, events_topic
+
+
+async def test_every_job_has_its_whole_story_in_the_events_topic(
+    events_path: tuple[JobqClient, str, str],
+    prefix: str,
+    engine: Engine,
+    eventually: Eventually,
+    topic_reader: TopicReader,
+    topic_end: Callable[[str], int],
+) -> None:
+    client, jobs_topic, events_topic = events_path
+    q = f"{prefix}.q"
+    registry = Registry()
+
+    @registry.job("ev.ok", queue=q)
+    async def ok(i: int) -> int:
+        return i
+
+    @registry.job("ev.flaky", queue=q, backoff=FAST)
+    async def flaky(i: int) -> int:
+        if current_job().attempt == 1:
+            raise ValueError(f"first try of {i}")
+        return i
+
+    @registry.job("ev.dead", queue=q, backoff=FAST, max_attempts=2)
+    async def dead(i: int) -> int:
+        raise KeyError("never works")
+
+    now = int(time.time() * 1000)
+    specs: list[tuple[str, dict[str, Any]]] = []
+    specs += [("completed", {"kind": "ev.ok", "args": {"i": i}}) for i in range(N_OK)]
+    specs += [("completed", {"kind": "ev.flaky", "args": {"i": i}}) for i in range(N_FLAKY)]
+    specs += [("errored", {"kind": "ev.dead", "args": {"i": i}}) for i in range(N_DEAD)]
+    specs += [
+        ("canceled", {"kind": "ev.ok", "args": {"i": i}, "delay_ms": 600_000}) for i in range(N_CANCELED)
+    ]
+    ids = await client.enqueue(q, [body for _, body in specs])
+    expected = dict(zip(ids, (state for state, _ in specs), strict=True))
+    # Expired: a paused queue holds them until their expires_at passed; the claim after the resume ends them.
+    q_exp = f"{prefix}.exp"
+    await engine.pause(q_exp)
+    expires_at = now + 1_000
+    expiring = [{"kind": "ev.ok", "args": {"i": i}, "expires_at": expires_at} for i in range(N_EXPIRED)]
+    exp_ids = await client.enqueue(q_exp, expiring)
+    canceled = [i for i, s in expected.items() if s == "canceled"]
+    await eventually(lambda: engine.depth(q), lambda d: d.delayed >= N_CANCELED, 120)
+    for job_id in canceled:
+        await client.cancel(q, job_id)
+    await eventually(lambda: engine.depth(q_exp), lambda d: d.pending == N_EXPIRED, 120)
+    await eventually(time.time, lambda t: t * 1000 > expires_at + 10, 10)  # expiry needs the clock to pass
+    await engine.pause(q_exp, False)
+
+    async with Pool(registry, engine, PoolConfig([q, q_exp], concurrency=20)):
+        await eventually(
+            lambda: engine.get_jobs(q, ids),
+            lambda infos: all(i is not None and i.state == expected[i.id] for i in infos),
+            180,
+        )
+        await eventually(
+            lambda: engine.get_jobs(q_exp, exp_ids),
+            lambda infos: all(i and i.state == "expired" for i in infos),
+        )
+    expected.update(dict.fromkeys(exp_ids, "expired"))
+    infos = {i.id: i for i in await engine.get_jobs(q, ids) + await engine.get_jobs(q_exp, exp_ids) if i}
+    n_events = sum(i.version for i in infos.values())
+    await eventually(lambda: engine.events_backlog([q, q_exp]), lambda b: not any(b.values()), 60)
+    await eventually(lambda: asyncio.to_thread(topic_end, events_topic), lambda n: n >= n_events, 60)
+    records = await asyncio.to_thread(topic_reader, events_topic, topic_end(events_topic))
+
+    by_job: dict[str, dict[int, Event]] = defaultdict(dict)
+    for rec in records:
+        e = parse(rec.value())
+        assert rec.key() == e.id.encode(), "keyed by job id: one job's events on one partition"
+        by_job[e.id].setdefault(e.v, e)  # at least once: keep one per (id, v)
+    assert set(by_job) == set(ids) | set(exp_ids)
+    for job_id, by_v in by_job.items():
+        check_story(infos[job_id], [by_v[v] for v in sorted(by_v)], expected[job_id], jobs_topic)
+    for queue in (q, q_exp):
+        assert (await engine.queue_stats(queue)).get("events_dropped", 0) == 0
+
+
+STORIES = {
+    "ev.flaky": ["pending", "running", "delayed", "pending", "running", "completed"],
+    "ev.dead": ["pending", "running", "delayed", "pending", "running", "errored"],
+    "canceled": ["delayed", "canceled"],
+    "expired": ["pending", "expired"],
+    "ev.ok": ["pending", "running", "completed"],
+}
+
+
+def check_story(info: JobInfo, events: list[Event], state: str, jobs_topic: str) -> None:
+    """One job's events: versions 1..n, a chain of states ending in its final one, the hop stamps."""
+    assert [e.v for e in events] == list(range(1, info.version + 1)), f"{info.id}: gaps"
+    assert events[0].from_state == ""
+    for before, after in itertools.pairwise(events):
+        assert after.from_state == before.to, f"{info.id}: {before} -> {after}"
+    assert events[-1].to == state == info.state
+    first = events[0]
+    assert first.origin.startswith(f"{jobs_topic}/"), "the Kafka hop: topic/partition/offset"
+    assert 0 < first.accepted_at <= first.at, "accepted by the gateway before the relay wrote it"
+    assert all(e.worker for e in events if e.to == "running"), "every claim names its worker"
+    story = STORIES[state if state in ("canceled", "expired") else str(info.kind)]
+    assert [e.to for e in events] == story, info.id
+    failures = [e for e in events if e.from_state == "running" and e.to in ("delayed", "errored")]
+    if info.kind == "ev.flaky":
+        arg = orjson.loads(info.envelope or b"{}")["args"]["i"]
+        assert [(e.error, e.message) for e in failures] == [("ValueError", f"first try of {arg}")]
+    if info.kind == "ev.dead":
+        assert [e.error for e in failures] == ["KeyError", "KeyError"]
+        assert len({e.digest for e in failures}) == 1, "the same error, the same digest"

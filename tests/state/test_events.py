@@ -1,0 +1,170 @@
+"""Lifecycle events: every transition records exactly one event in the queue's stream, in the same script
+(versions 1, 2, 3 … per job without gaps; the last event's state is the record's), with the worker, the
+error's class and digest and the hop stamps; the stream is capped and every drop is counted."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
+
+from jqcore.envelope import Envelope
+from jqcore.events import Event, parse
+from jqcore.state import Engine, QueueConfig, reads
+
+Job = Callable[..., Envelope]
+
+
+async def stream(engine: Engine, q: str) -> list[Event]:
+    return [parse(e.value) for e in await engine.events(q, 100_000)]
+
+
+async def assert_complete_sequences(engine: Engine, q: str) -> dict[str, list[Event]]:
+    """Per job: versions 1..n without gaps, each event's ``from`` the previous ``to``, and the record's
+    version and state equal to the last event's (for jobs still in Redis)."""
+    by_job: dict[str, list[Event]] = defaultdict(list)
+    for e in await stream(engine, q):
+        assert e.queue == q
+        if e.v:  # v 0: a far-future index entry, before the record exists
+            by_job[e.id].append(e)
+    for job_id, events in by_job.items():
+        assert [e.v for e in events] == list(range(1, len(events) + 1)), f"{job_id}: {events}"
+        for before, after in itertools.pairwise(events):
+            assert after.from_state == before.to, f"{job_id}: {before} -> {after}"
+        info = await reads.get_job(engine.client, q, job_id)
+        if info is not None:
+            assert (info.version, info.state) == (events[-1].v, events[-1].to), job_id
+    return by_job
+
+
+async def test_a_job_story_is_one_event_per_transition(engine: Engine, q: str, job: Job, t0: int) -> None:
+    env = job(q, id="a", kind="mail")
+    await engine.enqueue_batch([env], origins={"a": "topic-x/3/42"}, now_ms=t0)
+    [c] = await engine.claim(q, 1, worker="host:1:q", now_ms=t0 + 10)
+    tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad input 7\n'
+    failed = await engine.fail(q, (c.id, c.attempt, c.token), tb, retry_delay_ms=100, now_ms=t0 + 20)
+    assert failed == "retry"
+    await engine.promote_due(q, now_ms=t0 + 200)
+    [c2] = await engine.claim(q, 1, worker="host:2:q", now_ms=t0 + 210)
+    await engine.complete(q, (c2.id, c2.attempt, c2.token), now_ms=t0 + 300)
+
+    events = (await assert_complete_sequences(engine, q))["a"]
+    assert [(e.from_state, e.to) for e in events] == [
+        ("", "pending"),
+        ("pending", "running"),
+        ("running", "delayed"),
+        ("delayed", "pending"),
+        ("pending", "running"),
+        ("running", "completed"),
+    ]
+    first = events[0]
+    assert (first.origin, first.accepted_at, first.at, first.kind) == (
+        "topic-x/3/42",
+        env.enqueued_at,
+        t0,
+        "mail",
+    )
+    assert [(e.worker, e.attempt) for e in events[1:3]] == [("host:1:q", 1), ("host:1:q", 1)]
+    retry = events[2]
+    assert (retry.error, retry.message, retry.run_at) == ("ValueError", "bad input 7", t0 + 120)
+    assert len(retry.digest) == 12
+    assert events[3].worker == "", "a pending job is held by no worker"
+    assert (events[5].worker, events[5].attempt, events[5].at) == ("host:2:q", 2, t0 + 300)
+    info = await reads.get_job(engine.client, q, "a")
+    assert info is not None
+    assert info.worker == "host:2:q"
+
+
+async def test_every_kind_of_transition_emits_and_nothing_else_does(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    await engine.configure_queue(q, QueueConfig(mode="exclusive", excl_key="acct", max_attempts=1))
+    await engine.configure_kind("limited", concurrency=1, queues=[q])
+    jobs = [
+        job(q, id="x1", meta={"acct": "A"}),
+        job(q, id="x2", meta={"acct": "A"}),  # waits behind x1
+        job(q, id="late", meta={"acct": "B"}, run_at=t0 + 1_000),
+        job(q, id="old", meta={"acct": "C"}, expires_at=t0 + 5),
+        job(q, id="l1", kind="limited", meta={"acct": "D"}),
+        job(q, id="l2", kind="limited", meta={"acct": "E"}),  # parked while l1 runs
+        job(q, id="gone", meta={"acct": "F"}),
+    ]
+    await engine.enqueue_batch(jobs, now_ms=t0)
+    await engine.cancel(q, "gone", "not needed", now_ms=t0 + 1)
+    await engine.cancel(q, "ghost", "before it arrives", now_ms=t0 + 1)  # a tombstone: canceled at v 1
+    claimed = {c.id: c for c in await engine.claim(q, 10, worker="w", now_ms=t0 + 10)}
+    assert set(claimed) == {"x1", "l1"}, "old expired, l2 parked, x2 waiting, late delayed"
+    await engine.cancel(q, "l1", "stop", now_ms=t0 + 11)  # running: flagged (an event, same state)
+    await engine.extend(
+        q, [(claimed["l1"].id, claimed["l1"].attempt, claimed["l1"].token)], 0, now_ms=t0 + 12
+    )
+    x1 = claimed["x1"]
+    await engine.fail(q, (x1.id, x1.attempt, x1.token), "RuntimeError: boom", now_ms=t0 + 13)  # errored
+    assert await engine.dead_retry(q, ids=["x1"], now_ms=t0 + 14) == 1  # behind x2 now
+    more = {c.id: c for c in await engine.claim(q, 10, worker="w2", now_ms=t0 + 20)}
+    assert set(more) == {"l2", "x2"}
+    await engine.snooze(q, (more["l2"].id, more["l2"].attempt, more["l2"].token), 0, now_ms=t0 + 21)
+    await engine.release(q, [(more["x2"].id, more["x2"].attempt, more["x2"].token, False)], now_ms=t0 + 22)
+    last = {c.id: c for c in await engine.claim(q, 10, worker="w3", lease_ms=100, now_ms=t0 + 30)}
+    assert set(last) == {"l2", "x2"}
+    await engine.reap_expired(q, now_ms=t0 + 500)  # leases expired, attempts used up: errored
+    await engine.promote_due(q, now_ms=t0 + 1_000)
+    await engine.forget(q, ["old"], now_ms=t0 + 1_001)
+
+    by_job = await assert_complete_sequences(engine, q)
+    tos = {job_id: [e.to for e in events] for job_id, events in by_job.items()}
+    assert tos["x1"] == ["pending", "running", "errored", "waiting", "pending"]
+    assert tos["x2"] == ["waiting", "pending", "running", "pending", "running", "errored"]
+    assert tos["late"] == ["delayed", "pending"]
+    assert tos["old"] == ["pending", "expired", "deleted"]
+    assert tos["gone"] == ["pending", "canceled"]
+    assert tos["ghost"] == ["canceled"]
+    assert tos["l1"] == ["pending", "running", "running", "canceled"]
+    assert tos["l2"] == ["pending", "parked", "pending", "running", "pending", "running", "errored"]
+    errored = by_job["x1"][2]
+    assert (errored.error, errored.message) == ("RuntimeError", "boom")
+    stats = await engine.queue_stats(q)
+    assert stats.get("events_dropped", 0) == 0
+
+
+async def test_the_stream_is_capped_and_every_drop_counted(engine: Engine, q: str, job: Job, t0: int) -> None:
+    await engine.configure_queue(q, QueueConfig(events_cap=3))
+    await engine.enqueue_batch([job(q, id=f"j{i}") for i in range(5)], now_ms=t0)
+    kept = await engine.events(q)
+    assert [e.job_id for e in kept] == ["j0", "j1", "j2"]
+    assert (await engine.queue_stats(q))["events_dropped"] == 2
+    assert await engine.trim_events(q, kept[1].entry) == 2, "up to and including the entry"
+    assert [e.job_id for e in await engine.events(q)] == ["j2"]
+    await engine.claim(q, 1, now_ms=t0 + 1)
+    assert [e.job_id for e in await engine.events(q)] == ["j2", "j0"], "room again after the trim"
+    assert await engine.events_backlog([q]) == {q: 2}
+
+
+async def test_events_off_still_counts_versions(engine: Engine, q: str, job: Job, t0: int) -> None:
+    await engine.configure_queue(q, QueueConfig(events_cap=0))
+    assert (await engine.queue_config(q)).events_cap == 0
+    await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
+    await engine.claim(q, 1, now_ms=t0 + 1)
+    assert await engine.events(q) == []
+    assert "events_dropped" not in await engine.queue_stats(q), "off is not a drop"
+    info = await reads.get_job(engine.client, q, "a")
+    assert info is not None
+    assert info.version == 2
+
+
+async def test_far_jobs_get_a_version_zero_event_once(engine: Engine, q: str, t0: int) -> None:
+    await engine.schedule_far(q, [("f1", t0 + 10**9)], now_ms=t0)
+    await engine.schedule_far(q, [("f1", t0 + 10**9)], now_ms=t0 + 1)  # a rescan: indexed already
+    [e] = await stream(engine, q)
+    assert (e.id, e.v, e.to, e.run_at) == ("f1", 0, "far", t0 + 10**9)
+
+
+async def test_waiting_for_events_returns_when_one_is_there(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    assert not await engine.wait_for_events([q], 0.05)
+    waiter = asyncio.create_task(engine.wait_for_events([q, f"{q}.other"], 5.0))
+    await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
+    assert await asyncio.wait_for(waiter, 10)
+    assert await engine.wait_for_events([q], 0.05), "unshipped events answer at once"
