@@ -29,6 +29,40 @@ COPY . .
 RUN /opt/jobq/bin/pip install --no-deps --no-build-isolation . && /opt/jobq/bin/pip check
 
 
+# `jobq history run` (docker-compose.yml's `history` service): the same jobq plus PySpark, a Java runtime
+# and Spark's Kafka connector jars, resolved by Maven while the image is built (nothing is fetched when
+# the history runs). Built with `--target history`; the default image (the last stage, below) stays without Spark.
+FROM python:3.11-slim AS history-build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore JOBQ_HOME=/opt/jobq-home
+RUN apt-get update && apt-get install -y --no-install-recommends maven openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /opt/jobq /opt/jobq
+COPY --from=build /src /src
+WORKDIR /src
+RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["spark"], sep="\n")' > spark.txt \
+ && /opt/jobq/bin/pip install --constraint requirements.lock --requirement spark.txt \
+ && PYTHONPATH=/src /opt/jobq/bin/python -c 'from jqstack.provision import ensure_spark_jars; ensure_spark_jars()'
+
+FROM python:3.11-slim AS history
+ENV PATH=/opt/jobq/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    JOBQ_HOME=/opt/jobq-home \
+    JOBQ_HISTORY_PATH=/data/history
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 jobq \
+ && useradd --system --uid 10001 --gid jobq --home-dir /home/jobq --create-home --shell /usr/sbin/nologin jobq \
+ && mkdir -p /data/history && chown jobq:jobq /data/history
+COPY --from=history-build /opt/jobq /opt/jobq
+COPY --from=history-build /opt/jobq-home /opt/jobq-home
+USER 10001:10001
+WORKDIR /home/jobq
+ENTRYPOINT ["jobq"]
+CMD ["history", "run"]
+
+
+# The default image: every role but the history.
 FROM python:3.11-slim
 ENV PATH=/opt/jobq/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -42,3 +76,4 @@ WORKDIR /home/jobq
 EXPOSE 28080
 ENTRYPOINT ["jobq"]
 CMD ["--help"]
+

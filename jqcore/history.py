@@ -46,6 +46,7 @@ __all__ = [
     "EVENTS_GLOB",
     "EVENT_COLUMNS",
     "VIEWS",
+    "EventRow",
     "HistoryStore",
     "JobSnapshot",
     "Rows",
@@ -87,8 +88,9 @@ class Rows(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class TimelineEntry:
-    """One event of a job, with how long the job stayed in the state it entered (``None``: the latest)."""
+class EventRow:
+    """The columns of one event as the tables hold them (``jqcore.events`` with ``from``/``to``/``at``
+    renamed, see :data:`COLUMN_OF`)."""
 
     id: str
     queue: str
@@ -105,28 +107,19 @@ class TimelineEntry:
     run_at: int
     origin: str
     accepted_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry(EventRow):
+    """One event of a job, with how long the job stayed in the state it entered (``None``: the latest)."""
+
     duration_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
-class JobSnapshot:
+class JobSnapshot(EventRow):
     """A job as its latest recorded event left it (a row of the ``current`` view)."""
 
-    id: str
-    queue: str
-    kind: str
-    from_state: str
-    to_state: str
-    v: int
-    at_ms: int
-    attempt: int
-    worker: str
-    error: str
-    digest: str
-    message: str
-    run_at: int
-    origin: str
-    accepted_at: int
     first_at: int
 
     def as_dict(self) -> dict[str, Any]:

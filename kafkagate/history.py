@@ -77,7 +77,8 @@ async def search_jobs(request: web.Request) -> web.Response:
         raise ApiError(
             404, "history_missing", "no history tables here (JOBQ_HISTORY_PATH, `jobq history run`)"
         )
-    limit = _int(request, "limit") or 50
+    given = _int(request, "limit")
+    limit = 50 if given is None else given
     if not 1 <= limit <= MAX_LIMIT:
         raise ApiError(400, "query_invalid", f"limit must be 1..{MAX_LIMIT}, not {limit}")
     q = request.query

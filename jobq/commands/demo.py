@@ -1,12 +1,14 @@
 """``jobq demo``: the README's first command — the whole pipeline on this machine, with a demo workload.
 
 It starts (and caches) Kafka, Consul and Redis, creates the topics, then runs as separate processes
-2 gateways (AZ labels az-a and az-b), 2 relays, 2 schedulers, a worker pool with the example handlers
+2 gateways (AZ labels az-a and az-b), 2 relays, 2 schedulers (which also ship the lifecycle events to
+Kafka), the history pipeline (``jobq history run``, PySpark), a worker pool with the example handlers
 and the heartbeat canary; it enqueues a demo workload over HTTP (plain, delayed, prioritized, exclusive,
 flaky and failing jobs, so the dead-letter list fills; a cron schedule every 10 s) and shows it flowing
 with the status screen.
 Ctrl-C stops every process cleanly (workers release what they run; nothing accepted is lost). ``--once``
-exits 0 as soon as every demo job reached its expected state (1 otherwise, after ``--timeout``).
+exits 0 as soon as every demo job reached its expected state, and the history shows each in that state
+(1 otherwise, after ``--timeout``): ``jobq history JOB_ID`` then tells any demo job's story.
 
 The demo's folder (``--workdir``, default ``JOBQ_HOME/demo/<time>``) holds every process's log,
 ``pids.json`` (the child processes) and ``jobs.json`` (queue, id and expected final state of every demo
@@ -30,8 +32,10 @@ from rich.console import Console
 from jobq.commands.stack import DEV_TOKEN, existing_stack, open_stack, print_status
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway, JobqClient
+from jqcore.errors import JobqError
+from jqcore.history import HistoryStore
 from jqcore.kafka import ensure_topics
-from jqcore.settings import KafkaSettings
+from jqcore.settings import HistorySettings, KafkaSettings, load
 from jqstack.paths import home
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, http_ok, python_m
@@ -192,6 +196,8 @@ def demo(
             procs.run(f"relay-{i}", "jqrelay", JOBQ_RELAY_HOLDER=f"relay-{i}")
         for i in (1, 2):  # the two split every queue's timers; either alone keeps them all
             procs.run(f"scheduler-{i}", "jqsched", JOBQ_SCHEDULER_NAME=f"scheduler-{i}")
+        # the history of the default stack's events (JOBQ_HISTORY_PATH): `jobq history JOB_ID` reads it
+        procs.run("history", "jobq", "history", "run", JOBQ_HISTORY_TRIGGER_S="2")
         procs.run(
             "worker", "jobq", "worker", "--app", APP, "--queues", serve, "--concurrency", "20", "--grace", "5"
         )
@@ -233,6 +239,20 @@ def _on_sigint(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _in_history(jobs: list[tuple[str, str, str]]) -> int:
+    """How many demo jobs the history tables show in their expected state (0 before the first batch)."""
+    root = load(HistorySettings).root
+    if not root.is_dir():
+        return 0
+    ids = ", ".join("'" + job_id.replace("'", "''") + "'" for _, job_id, _ in jobs)
+    try:
+        rows = HistoryStore(root).query(f"SELECT queue, id, to_state FROM current WHERE id IN ({ids})").rows
+    except JobqError:  # tables being written for the first time: the next poll reads them
+        return 0
+    seen = {(queue, job_id): state for queue, job_id, state in rows}
+    return sum(1 for queue, job_id, expected in jobs if seen.get((queue, job_id)) == expected)
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_bytes(data)
@@ -254,14 +274,18 @@ def _follow(
         if _STOP.is_set():
             raise KeyboardInterrupt
         tally = asyncio.run(_states(gateways, jobs))
+        archived = _in_history(jobs)
         console.print(render(collect()))
         console.print(f"demo jobs in their expected state: {tally['ok']}/{len(jobs)}  others: {tally}")
+        console.print(
+            f"demo jobs in the history in that state: {archived}/{len(jobs)} (`jobq history JOB_ID`)"
+        )
         if dead := procs.dead():
             console.print(f"[red]a process exited:[/] {', '.join(dead)} (see its log in {procs.folder})")
             return False
         elapsed = time.monotonic() - started
-        if once and tally["ok"] == len(jobs):
-            console.print("[green]every demo job reached its expected state[/]")
+        if once and tally["ok"] == len(jobs) and archived == len(jobs):
+            console.print("[green]every demo job reached its expected state, and the history says so[/]")
             return True
         if once and elapsed > timeout:
             console.print("[red]timed out waiting for the demo jobs[/]")

@@ -8,6 +8,7 @@ tables up to date from the events topic (PySpark Structured Streaming). Readers 
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from typer.core import TyperGroup
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.history import HistoryStore, Rows, TimelineEntry
+from jqcore.kafka import ensure_topics
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, load
 
 __all__ = ["app"]
@@ -163,6 +165,12 @@ def show(
 
 
 def _print_rows(rows: Rows, title: str) -> None:
+    """A table on a terminal; piped, tab-separated lines with a header (for scripts)."""
+    if not _console().is_terminal:
+        typer.echo("\t".join(rows.columns))
+        for row in rows.rows:
+            typer.echo("\t".join("" if v is None else str(v) for v in row))
+        return
     t = Table(title=title)
     for col in rows.columns:
         t.add_column(col)
@@ -256,6 +264,10 @@ def errors(
         _plot(rows, plot, f"failed attempts in the last {since}", x="error", y="count", group="kind")
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 @app.command("run")
 def run(
     once: Annotated[bool, typer.Option(help="Index what the topic holds now, then stop.")] = False,
@@ -267,8 +279,10 @@ def run(
     from jqstack.provision import ensure_spark_jars
 
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
+    ensure_topics(kafka, [events.topic], partitions=events.partitions)  # the schedulers may not have yet
     _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
     spark = spark_session("jobq-history", kafka.bootstrap, jars=ensure_spark_jars())
+    signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: end between batches, like Ctrl-C
     try:
         run_history(
             spark,

@@ -24,10 +24,11 @@ from jqcore import keys, membership
 from jqcore.clock import now_ms
 from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore, overview
+from jqcore.history import HistoryStore
 from jqcore.presence import count_alive
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, HistorySettings, KafkaSettings, RedisSettings, load
 from jqcore.state.engine import Engine
 from jqrelay.settings import RelaySettings
 
@@ -167,6 +168,7 @@ def collect() -> dict[str, Any]:
         ("locks", lambda: _locks(load(ConsulSettings), topics, relay.kv_prefix)),
         ("redis", lambda: asyncio.run(_redis(load(RedisSettings)))),
         ("cron", lambda: asyncio.run(_cron(load(ConsulSettings), load(CronSettings)))),
+        ("history", lambda: _history(load(HistorySettings))),
     ):
         try:
             out[name] = fn()
@@ -181,7 +183,30 @@ def render(s: dict[str, Any]) -> Group:
         _locks_table(s.get("locks")),
         *_redis_tables(s.get("redis")),
         _cron_table(s.get("cron")),
+        _history_line(s.get("history")),
     )
+
+
+def _history(settings: HistorySettings) -> dict[str, Any]:
+    """What the history tables hold (``jobq history run`` builds them): jobs, events, the newest event."""
+    root = settings.root
+    if not root.is_dir():
+        return {"path": str(root), "present": False}
+    rows = HistoryStore(root).query("SELECT count(*), max(at_ms) FROM current").rows
+    jobs, latest = rows[0] if rows else (0, None)
+    return {"path": str(root), "present": True, "jobs": jobs, "latest_event_at": latest}
+
+
+def _history_line(h: Any) -> str:
+    if not isinstance(h, dict):
+        return ""
+    if "error" in h:
+        return f"[red]History unreadable:[/] {h['error']}"
+    if not h.get("present"):
+        return f"History: no tables at {h['path']} (`jobq history run` builds them from the events topic)"
+    latest = h.get("latest_event_at")
+    age = f", newest event {time.time() - latest / 1000:.0f} s ago" if latest else ""
+    return f"History ({h['path']}): {h['jobs']} jobs{age}  (`jobq history JOB_ID`)"
 
 
 def _cron_table(cron: Any) -> Any:

@@ -36,7 +36,9 @@ def _demo(demos: Children, stack_name: str, workdir: Path, *args: str) -> Child:
     argv = [sys.executable, "-m", "jobq", "demo", "--stack", stack_name, "--workdir", str(workdir), *args]
     # PYTHONFAULTHANDLER: a demo that hangs is aborted (SIGABRT) by the test and leaves the traceback of
     # every thread in its output, so the failure names where it hung
-    env = {**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"}
+    # the demo's history tables: the test's own (both runs share them, as both demos share the topic)
+    history = str(workdir.parent / "history")
+    env = {**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1", "JOBQ_HISTORY_PATH": history}
     return demos.start(workdir.name, argv, output=workdir.parent / f"{workdir.name}.out", env=env)
 
 
@@ -55,8 +57,16 @@ async def _wait_or_abort(demo: Child, folder: Path, timeout_s: float) -> int:
     raise AssertionError(f"the demo did not exit within {timeout_s:.0f}s; its output:\n{out[-12000:]}")
 
 
-DEMO_MODULES = (("kafkagate",), ("jqrelay",), ("jqsched",), ("jobq", "worker"), ("canary",))
-"""What the demo's child processes run: ``python -m <module>``, the worker ``python -m jobq worker``."""
+DEMO_MODULES = (
+    ("kafkagate",),
+    ("jqrelay",),
+    ("jqsched",),
+    ("jobq", "worker"),
+    ("jobq", "history"),
+    ("canary",),
+)
+"""What the demo's child processes run: ``python -m <module>``, the worker ``python -m jobq worker``, the
+history ``python -m jobq history run``."""
 
 
 def _strays(pids: dict[str, int]) -> list[str]:
@@ -123,7 +133,7 @@ async def test_interrupted_demo_leaves_no_process_and_the_restart_finishes_its_j
     assert code == 0, out
     assert "had to kill" not in out, out
     pids: dict[str, int] = orjson.loads((first_dir / "pids.json").read_bytes())
-    assert len(pids) == 8, pids  # 2 gateways, 2 relays, 2 schedulers, the worker, the canary
+    assert len(pids) == 9, pids  # 2 gateways, 2 relays, 2 schedulers, the history, the worker, the canary
     assert not _strays(pids), f"stray processes: {_strays(pids)} of {pids}"
     jobs: list[list[str]] = orjson.loads(raw_jobs)
 

@@ -49,7 +49,9 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
     token: str,
     eventually: Eventually,
 ) -> None:
-    far = FarSettings.model_validate({"horizon_s": 3, "rescan_s": 1, "topic": f"{prefix}.schedule"})
+    # the steps below must happen before the job comes within the horizon (run_at - horizon_s): 12 s of
+    # room, since the gateway → Kafka → relay trip alone took over 6 s on a loaded 2-core machine
+    far = FarSettings.model_validate({"horizon_s": 8, "rescan_s": 1, "topic": f"{prefix}.schedule"})
     topic = make_topic("jobs", partitions=2)
     q = f"{prefix}.q"
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
@@ -68,7 +70,7 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
     gate = make_gate(routing, redis_url=own_db, far=far)
     relay = make_relay(topic, far=far, redis_url=own_db)
     async with gate, relay, scheduler, JobqClient([gate.url], token) as client:
-        run_at = now_ms() + 9000
+        run_at = now_ms() + 20_000
         kept = (await client.enqueue_one(q, "far.job", run_at=run_at))["id"]
         dropped = (await client.enqueue_one(q, "far.job", run_at=run_at))["id"]
         info = await eventually(lambda: client.get_job(q, kept), lambda i: i is not None, 60)

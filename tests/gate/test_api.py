@@ -144,3 +144,10 @@ async def test_dead_list_paging_rejects_out_of_range_values(gw: Any) -> None:
     for query in ("offset=186384818263345469283385737216", "offset=-1", "limit=0", "limit=x"):
         status, body = await gw.call("GET", f"/v1/queues/{q}/dead?{query}")
         assert (status, body["error"]["code"]) == (400, "query_invalid"), query
+
+
+async def test_job_search_without_history_tables_says_so(gw: Any) -> None:
+    status, body = await gw.call("GET", "/v1/jobs?queue=" + gw.queue)
+    assert (status, body["error"]["code"]) == (404, "history_missing")
+    status, body = await gw.call("GET", f"/v1/queues/{gw.queue}/jobs/never-there")
+    assert (status, body["error"]["code"]) == (404, "job_not_found"), "no archive: a plain 404"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from jobq.cli import app
 from jqcore.backoff import Backoff
-from jqcore.client import JobqClient
+from jqcore.client import ApiRefused, JobqClient
 from jqcore.history import HistoryStore
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import EventSettings, HistorySettings
@@ -108,6 +108,30 @@ async def test_a_job_gone_from_redis_answers_from_the_archive(
         )
         assert old["worker"], "the worker that ran it last"
         assert await client.get_job(q, "never-enqueued") is None
+
+        # the search over the history: every job of the queue, page by page, newest change first
+        found: list[str] = []
+        after = ""
+        while True:
+            page = await client.request("GET", "/v1/jobs", params={"queue": q, "limit": 7, "after": after})
+            assert len(page["jobs"]) <= 7
+            assert all(j["source"] == "archive" and j["state"] == "completed" for j in page["jobs"])
+            found += [j["id"] for j in page["jobs"]]
+            if page["next"] is None:
+                break
+            after = page["next"]
+        assert sorted(found) == sorted(ids)
+        assert len(found) == len(set(found)), "no job on two pages"
+        one = await client.request(
+            "GET", "/v1/jobs", params={"queue": q, "id_prefix": ids[3], "state": "completed"}
+        )
+        assert [j["id"] for j in one["jobs"]] == [ids[3]]
+        none = await client.request("GET", "/v1/jobs", params={"queue": q, "state": "errored"})
+        assert none == {"jobs": [], "next": None}
+        for bad in ({"limit": "0"}, {"since": "yesterday"}, {"after": "not-a-cursor"}):
+            with pytest.raises(ApiRefused) as refused:
+                await client.request("GET", "/v1/jobs", params=bad)
+            assert refused.value.status == 400, bad
 
     result = CliRunner().invoke(
         app, ["history", ids[3]], env={"JOBQ_HISTORY_PATH": str(root)}, terminal_width=200

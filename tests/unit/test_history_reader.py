@@ -309,3 +309,65 @@ def test_empty_store_answers_empty(tmp_path: Path) -> None:
     half = HistoryStore(tmp_path / "x")
     assert len(half.timeline("a")) == 5
     assert half.current("q1", "a") is None
+
+
+# ---- the CLI over the same tables (jobq history ...) --------------------------------------------------
+
+
+def cli(root: Path, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from jobq.cli import app
+
+    return CliRunner().invoke(app, ["history", *args], env={"JOBQ_HISTORY_PATH": str(root)})
+
+
+def test_cli_tells_a_jobs_story_hop_by_hop(root: Path) -> None:
+    result = cli(root, "a", "--queue", "q1")  # `jobq history JOB_ID` is `jobq history show JOB_ID`
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "job a in q1 (mail)"
+    assert "+0 ms  accepted by the gateway" in lines[1]
+    assert "+300 ms  written to Redis from a direct write → pending  [200 ms in pending]" in lines[2]
+    assert "claimed by w1 (attempt 1)" in lines[3]
+    assert "failed with ValueError: boom → delayed" in lines[4]
+    assert "claimed by w2 (attempt 2)" in lines[5]
+    assert lines[6].endswith("running → completed")
+    both = cli(root, "show", "a")  # the id in two queues: both timelines
+    assert both.output.count("job a in") == 2
+    missing = cli(root, "nope")
+    assert missing.exit_code == 1
+    assert "no events of job 'nope'" in missing.output
+
+
+def test_cli_reports_tables_and_charts(root: Path, tmp_path: Path) -> None:
+    chart = tmp_path / "kinds.png"
+    result = cli(
+        root,
+        "query",
+        "SELECT kind, count(*) AS n FROM jobs GROUP BY kind ORDER BY kind",
+        "--plot",
+        str(chart),
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:4] == ["kind\tn", "mail\t2", "other\t1", "report\t1"]
+    assert chart.read_bytes().startswith(b"\x89PNG")
+    errors = cli(root, "errors", "--since", "3650d", "--plot", str(tmp_path / "errors.png"))
+    assert errors.exit_code == 0, errors.output
+    assert "ValueError" in errors.output
+    assert "KeyError" in errors.output
+    wait = cli(root, "wait-time", "--by", "queue", "--per", "day", "--since", "3650d")
+    assert wait.exit_code == 0, wait.output
+    refused = cli(root, "query", "DELETE FROM events")
+    assert isinstance(refused.exception, QueryInvalid)
+    bad = cli(root, "errors", "--since", "yesterday")
+    assert bad.exit_code == 2
+    assert "90s, 30m, 2h, 7d" in bad.output
+
+
+def test_since_spans(root: Path) -> None:
+    from jobq.commands.history import since_ms
+
+    assert since_ms("2h", now=10 * HOUR) == 8 * HOUR
+    assert since_ms("90s", now=100_000) == 10_000
+    assert since_ms("7d", now=8 * 24 * HOUR) == 24 * HOUR
