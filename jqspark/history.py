@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
@@ -259,6 +260,10 @@ def start_history(
     return writer.start()
 
 
+STOP_POLL_S = 1
+"""How often a running history checks its ``stop`` event."""
+
+
 def run_history(
     spark: SparkSession,
     *,
@@ -271,9 +276,11 @@ def run_history(
     once: bool = False,
     starting_offsets: str = "earliest",
     compact_after: int = COMPACT_AFTER,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Run the history query until it ends (``once``: when it has caught up) or the process is
-    interrupted (the query is stopped between batches: the next run resumes from the checkpoint). A
+    """Run the history query until it ends (``once``: when it has caught up), ``stop`` is set (a signal
+    handler's way to end it: it only sets the event, never interrupts a call into the JVM) or the process
+    is interrupted; the query is stopped between batches and the next run resumes from the checkpoint. A
     failed query raises Spark's ``StreamingQueryException``."""
     started = time.monotonic()
     query = start_history(
@@ -289,7 +296,9 @@ def run_history(
         compact_after=compact_after,
     )
     try:
-        query.awaitTermination()
+        while not query.awaitTermination(STOP_POLL_S):
+            if stop is not None and stop.is_set():
+                break
     finally:
         if query.isActive:
             query.stop()

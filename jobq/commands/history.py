@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -264,10 +265,6 @@ def errors(
         _plot(rows, plot, f"failed attempts in the last {since}", x="error", y="count", group="kind")
 
 
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 @app.command("run")
 def run(
     once: Annotated[bool, typer.Option(help="Index what the topic holds now, then stop.")] = False,
@@ -282,7 +279,9 @@ def run(
     ensure_topics(kafka, [events.topic], partitions=events.partitions)  # the schedulers may not have yet
     _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
     spark = spark_session("jobq-history", kafka.bootstrap, jars=ensure_spark_jars())
-    signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: end between batches, like Ctrl-C
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a supervisor's stop or Ctrl-C: end between batches
+        signal.signal(sig, lambda _s, _f: stop.set())
     try:
         run_history(
             spark,
@@ -292,6 +291,7 @@ def run(
             trigger_s=history.trigger_s,
             retention_days=history.retention_days,
             once=once,
+            stop=stop,
         )
     finally:
         spark.stop()
