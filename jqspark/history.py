@@ -261,6 +261,9 @@ def start_history(
 
 
 STOP_POLL_S = 1
+MAX_PER_BATCH = 50_000
+"""Events per micro-batch at most when ``run_history`` catches up on a long topic: the tables grow batch
+by batch (readers see progress) instead of in one long first batch."""
 """How often a running history checks its ``stop`` event."""
 
 
@@ -277,6 +280,7 @@ def run_history(
     starting_offsets: str = "earliest",
     compact_after: int = COMPACT_AFTER,
     stop: threading.Event | None = None,
+    max_offsets_per_trigger: int | None = MAX_PER_BATCH,
 ) -> None:
     """Run the history query until it ends (``once``: when it has caught up), ``stop`` is set (a signal
     handler's way to end it: it only sets the event, never interrupts a call into the JVM) or the process
@@ -294,6 +298,7 @@ def run_history(
         available_now=once,
         starting_offsets=starting_offsets,
         compact_after=compact_after,
+        max_offsets_per_trigger=max_offsets_per_trigger,
     )
     try:
         while not query.awaitTermination(STOP_POLL_S):

@@ -50,6 +50,9 @@ TOPICS = ["jobs.demo", "jobs.default"]
 CRON = "demo.tick"
 """The demo's cron schedule (a no-op job into demo.plain every 10 s)."""
 QUEUES = ["demo.plain", "demo.delayed", "demo.priority", "demo.exclusive", "demo.flaky", "demo.failing"]
+SCHEDULED = "demo.*,canary.*"
+"""The queues the demo's schedulers keep (and whose events they ship): the demo's and the canary's, not
+whatever else lives in the stack's Redis (the test suite runs the demo on a Redis full of other queues)."""
 
 
 def _env(exports: dict[str, str]) -> dict[str, str]:
@@ -194,8 +197,13 @@ def demo(
         ]
         for i in (1, 2):
             procs.run(f"relay-{i}", "jqrelay", JOBQ_RELAY_HOLDER=f"relay-{i}")
-        for i in (1, 2):  # the two split every queue's timers; either alone keeps them all
-            procs.run(f"scheduler-{i}", "jqsched", JOBQ_SCHEDULER_NAME=f"scheduler-{i}")
+        for i in (1, 2):  # the two split the demo's queues (timers, events); either alone keeps them all
+            procs.run(
+                f"scheduler-{i}",
+                "jqsched",
+                JOBQ_SCHEDULER_NAME=f"scheduler-{i}",
+                JOBQ_SCHEDULER_QUEUES=SCHEDULED,
+            )
         # the history of the default stack's events (JOBQ_HISTORY_PATH): `jobq history JOB_ID` reads it
         procs.run("history", "jobq", "history", "run", JOBQ_HISTORY_TRIGGER_S="2")
         procs.run(

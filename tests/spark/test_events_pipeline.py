@@ -2,7 +2,9 @@
 dead, canceled, expired) go HTTP → gateway → Kafka → relay → Redis → workers, and the scheduler service
 ships every transition's event to the events topic: each job's sequence there is complete (versions 1..n
 without gaps, each event starting where the previous ended, ending in the job's final state), with the
-hop stamps, the workers and the errors."""
+hop stamps, the workers and the errors. The PySpark history built from the topic holds exactly those
+timelines, and building it a second time over the same events (a new checkpoint, the same tables)
+changes no answer."""
 
 from __future__ import annotations
 
@@ -11,22 +13,29 @@ import itertools
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from pyspark.sql import SparkSession
 
 from jqcore.backoff import Backoff
 from jqcore.client import JobqClient
 from jqcore.events import Event, parse
+from jqcore.history import HistoryStore
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import EventSettings
 from jqcore.state import Engine, JobInfo
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
+from jqspark.history import start_history
+from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
+
+pytestmark = pytest.mark.spark
 
 Eventually = Callable[..., Awaitable[Any]]
 TopicReader = Callable[..., list[Any]]
@@ -56,8 +65,11 @@ async def events_path(
         yield client, jobs_topic, events_topic
 
 
-async def test_every_job_has_its_whole_story_in_the_events_topic(
+async def test_every_job_has_its_whole_story_in_the_events_topic_and_the_history(
     events_path: tuple[JobqClient, str, str],
+    spark: SparkSession,
+    endpoints: Endpoints,
+    tmp_path: Path,
     prefix: str,
     engine: Engine,
     eventually: Eventually,
@@ -134,6 +146,42 @@ async def test_every_job_has_its_whole_story_in_the_events_topic(
         check_story(infos[job_id], [by_v[v] for v in sorted(by_v)], expected[job_id], jobs_topic)
     for queue in (q, q_exp):
         assert (await engine.queue_stats(queue)).get("events_dropped", 0) == 0
+
+    stories = {
+        (job_id, infos[job_id].queue): [(e.from_state, e.to, e.v) for _, e in sorted(by_v.items())]
+        for job_id, by_v in by_job.items()
+    }
+    final = {(i.queue, i.id): i.state for i in infos.values()}
+    for run in ("first", "again"):  # again: a new checkpoint reads every event a second time
+        store = await build_history(spark, endpoints.kafka_bootstrap, events_topic, tmp_path, run)
+        assert indexed_stories(store) == stories, f"{run}: the history's timelines are the topic's, each once"
+        current = store.query("SELECT queue, id, to_state FROM current").rows
+        assert {(r[0], r[1]): r[2] for r in current} == final, f"{run}: the current table"
+
+
+async def build_history(spark: SparkSession, bootstrap: str, topic: str, tmp: Path, run: str) -> HistoryStore:
+    """The history of ``topic`` in ``tmp/history``, by a query with its own checkpoint (``run``)."""
+    query = start_history(
+        spark,
+        bootstrap=bootstrap,
+        topic=topic,
+        root=tmp / "history",
+        checkpoint=tmp / f"checkpoint-{run}",
+        trigger_s=1.0,
+        retention_days=30,
+        available_now=True,
+    )
+    await asyncio.to_thread(query.awaitTermination)
+    return HistoryStore(tmp / "history")
+
+
+def indexed_stories(store: HistoryStore) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
+    got: dict[tuple[str, str], list[tuple[str, str, int]]] = defaultdict(list)
+    for job_id, queue, from_state, to_state, v in store.query(
+        "SELECT id, queue, from_state, to_state, v FROM events ORDER BY id, queue, v"
+    ).rows:
+        got[(job_id, queue)].append((from_state, to_state, v))
+    return dict(got)
 
 
 STORIES = {
