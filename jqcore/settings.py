@@ -43,6 +43,7 @@ __all__ = [
     "LogSettings",
     "MetricsSettings",
     "RedisSettings",
+    "TraceSettings",
     "load",
 ]
 
@@ -273,6 +274,32 @@ class MetricsSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBQ_METRICS_", extra="ignore")
 
     host: str = "127.0.0.1"
+
+
+class TraceSettings(BaseSettings):
+    """OpenTelemetry traces across the hops (``jqcore/tracing.py``, ``docs/history.md`` "Traces"): off
+    unless ``otlp_endpoint`` is set; then the gateway, relays and workers export their spans there over
+    OTLP/HTTP (protobuf)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_TRACE_", extra="ignore")
+
+    otlp_endpoint: str = ""
+    """Collector base URL (``http://collector:4318``; ``/v1/traces`` is added unless given); '' = off."""
+    service_name: str = ""
+    """``service.name`` of this process's spans ('' = the service's own: kafkagate, jqrelay, worker)."""
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    """Share of new traces recorded; a span with a parent follows the parent's decision."""
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("must be empty (off) or start with http:// or https://")
+        return v
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.otlp_endpoint)
 
 
 def load(cls: type[_S], **overrides: Any) -> _S:

@@ -17,8 +17,9 @@ from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
 from jqcore.state import Engine
+from jqcore.tracing import setup_tracing
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import describe
 from jqrelay.settings import RelaySettings
@@ -38,10 +39,12 @@ class RelayService(Service):
         consul_settings: ConsulSettings,
         routing: RoutingSettings | None = None,
         far: FarSettings | None = None,
+        trace: TraceSettings | None = None,
     ) -> None:
         super().__init__()
         self.settings, self.kafka = settings, kafka
         self.far = far or load(FarSettings)
+        self.trace = trace or load(TraceSettings)
         self.topics = settings.topics or (routing or RoutingSettings()).topics()
         if not self.topics:
             raise ConfigError(
@@ -58,6 +61,7 @@ class RelayService(Service):
         ]
 
     async def _start(self) -> None:
+        setup_tracing("jqrelay", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
         extra = [name(t) for t in self.topics for name in (dead_topic, retry_topic)]
         await asyncio.to_thread(ensure_topics, self.kafka, extra)
         if self.far.enabled:

@@ -27,7 +27,7 @@ import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
 
-from jqcore import metrics, stages
+from jqcore import metrics, stages, tracing
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
@@ -293,27 +293,10 @@ class TopicRelay(Service):
         await self._split_far(batch, term)
         if not batch.envelopes:
             return
-        origins = {i: f"{self.topic}/{m.partition()}/{m.offset()}" for i, m in batch.source.items()}
-        try:
-            result = await self._enqueue(batch.envelopes, term, origins)
-        except Exception as exc:  # one queue's state refuses the script: isolate it, keep the partition going
-            if ends_batch(exc):
-                raise
-            log.error("batch write failed; writing queue by queue", topic=self.topic, error=repr(exc))
-            result = EnqueueResult([])
-            by_queue: dict[str, list[Envelope]] = {}
-            for env in batch.envelopes:
-                by_queue.setdefault(env.queue, []).append(env)
-            for queue, envs in by_queue.items():
-                try:
-                    part = await self._enqueue(envs, term, origins)
-                except Exception as queue_exc:
-                    if ends_batch(queue_exc):
-                        raise
-                    reason = f"queue {queue!r} refused the write: {queue_exc!r}"
-                    batch.retry += [(batch.source[e.id], reason) for e in envs]
-                    continue
-                result.outcomes.extend(part.outcomes)
+        # Tracing off: a shared no-op; on: a span per job whose envelope carries a sampled trace context.
+        with tracing.relay_write_spans(self.topic, batch.envelopes) as spans:
+            result = await self._write_engine(batch, term)
+            spans.outcomes(result.outcomes)
         written = result.count("stored") + result.count("delayed")
         self._count("written", written)
         self._count("duplicate", result.count("duplicate"))
@@ -321,6 +304,32 @@ class TopicRelay(Service):
         for o in result.outcomes:
             if o.outcome == "refused":
                 batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
+
+    async def _write_engine(self, batch: Batch, term: Term) -> EnqueueResult:
+        """One engine call for the batch; if a queue's state refuses it, queue by queue (a refusing
+        queue's records are set aside for ``<topic>.retry``)."""
+        origins = {i: f"{self.topic}/{m.partition()}/{m.offset()}" for i, m in batch.source.items()}
+        try:
+            return await self._enqueue(batch.envelopes, term, origins)
+        except Exception as exc:  # one queue's state refuses the script: isolate it, keep the partition going
+            if ends_batch(exc):
+                raise
+            log.error("batch write failed; writing queue by queue", topic=self.topic, error=repr(exc))
+        result = EnqueueResult([])
+        by_queue: dict[str, list[Envelope]] = {}
+        for env in batch.envelopes:
+            by_queue.setdefault(env.queue, []).append(env)
+        for queue, envs in by_queue.items():
+            try:
+                part = await self._enqueue(envs, term, origins)
+            except Exception as queue_exc:
+                if ends_batch(queue_exc):
+                    raise
+                reason = f"queue {queue!r} refused the write: {queue_exc!r}"
+                batch.retry += [(batch.source[e.id], reason) for e in envs]
+                continue
+            result.outcomes.extend(part.outcomes)
+        return result
 
     async def _split_far(self, batch: Batch, term: Term) -> None:
         """Jobs due later than the horizon go to the schedule topic (keyed by id, the record's bytes

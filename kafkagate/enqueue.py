@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -101,9 +101,20 @@ def _documents(body: bytes, content_type: str) -> list[Any]:
 
 
 def parse_jobs(
-    queue: str, body: bytes, content_type: str, *, max_batch: int, idempotency: str | None, now: int
+    queue: str,
+    body: bytes,
+    content_type: str,
+    *,
+    max_batch: int,
+    idempotency: str | None,
+    now: int,
+    stamp: Callable[[Envelope], Envelope] | None = None,
 ) -> Parsed:
-    """Validate every job of the request; raises ApiError / EnvelopeError naming each bad field."""
+    """Validate every job of the request; raises ApiError / EnvelopeError naming each bad field.
+
+    ``stamp`` (tracing on: ``jqcore.tracing.EnqueueSpans.stamp``) gives each valid job its enqueue span's
+    context as ``trace`` before the envelope is encoded, so the size check counts it; None (tracing off)
+    leaves the envelopes exactly as the client's fields make them."""
     docs = _documents(body, content_type)
     if len(docs) > max_batch:
         raise ApiError(413, "batch_too_large", f"{len(docs)} jobs in one request; the limit is {max_batch}")
@@ -120,6 +131,8 @@ def parse_jobs(
         except EnvelopeError as exc:
             problems += [FieldError(where + f.field, f.problem) for f in exc.fields]
             continue
+        if stamp is not None:
+            env = stamp(env)
         envelopes.append(dataclasses.replace(env, raw=encode(env)))  # the record value, encoded once
         partitions.append(partition)
     if problems:

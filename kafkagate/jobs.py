@@ -9,7 +9,7 @@ from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jqcore import keys, metrics
+from jqcore import keys, metrics, tracing
 from jqcore.clock import now_ms
 from jqcore.envelope import decode, new_envelope, validate_name
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
@@ -108,20 +108,23 @@ async def enqueue(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = await _read_body(request)
     digest = await _idempotency(request, gate, queue, body)
-    parsed = parse_jobs(
-        queue,
-        body,
-        request.content_type,
-        max_batch=gate.settings.max_batch,
-        idempotency=digest,
-        now=now_ms(),
-    )
-    records, acks = build_records(parsed, gate.routing, queue)
-    wanted = [p for p in parsed.partitions if p is not None]
-    check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists
-    if needs_exclusivity(parsed):
-        check_exclusive(parsed, await gate.queue_config(queue))
-    delivered = await _produce(gate, parsed, records, acks)
+    with tracing.enqueue_spans(request.headers) as spans:  # off: a shared no-op, envelopes untouched
+        parsed = parse_jobs(
+            queue,
+            body,
+            request.content_type,
+            max_batch=gate.settings.max_batch,
+            idempotency=digest,
+            now=now_ms(),
+            stamp=spans.stamp,
+        )
+        records, acks = build_records(parsed, gate.routing, queue)
+        wanted = [p for p in parsed.partitions if p is not None]
+        check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists
+        if needs_exclusivity(parsed):
+            check_exclusive(parsed, await gate.queue_config(queue))
+        delivered = await _produce(gate, parsed, records, acks)
+        spans.delivered(delivered)
     metrics.GATE_JOBS_PRODUCED.labels(queue, records[0].topic).inc(len(records))
     gate.count_produced(records[0].topic, len(records))
     accepted = accepted_body(parsed.envelopes, delivered)

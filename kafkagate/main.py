@@ -18,9 +18,11 @@ from jqcore.settings import (
     HistorySettings,
     KafkaSettings,
     RedisSettings,
+    TraceSettings,
     load,
 )
 from jqcore.state import Engine
+from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
 from kafkagate.settings import GateSettings
 from kafkagate.state import Gate
@@ -43,9 +45,11 @@ class GateService(Service):
         cron: CronSettings | None = None,
         far: FarSettings | None = None,
         history: HistorySettings | None = None,
+        trace: TraceSettings | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
+        self.trace = trace or load(TraceSettings)
         self.redis_client = connect(redis)
         self.gate = Gate(settings, routing, kafka, Engine(self.redis_client), consul, cron, far, history)
         self._runner: web.AppRunner | None = None
@@ -53,6 +57,7 @@ class GateService(Service):
         self.port = settings.port
 
     async def _start(self) -> None:
+        setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
         self._runner = web.AppRunner(make_app(self.gate), access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)

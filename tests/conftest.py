@@ -312,12 +312,19 @@ def relay_settings(prefix: str) -> Callable[..., RelaySettings]:
 def make_relay(
     endpoints: Endpoints, relay_settings: Callable[..., RelaySettings]
 ) -> Callable[..., RelayService]:
-    def make(topic: str, holder: str = "relay-a", far: FarSettings | None = None, **kw: Any) -> RelayService:
-        """``far``: the far-future tier's settings (default: off, every job goes to Redis)."""
+    def make(
+        topic: str,
+        holder: str = "relay-a",
+        far: FarSettings | None = None,
+        redis_url: str | None = None,
+        **kw: Any,
+    ) -> RelayService:
+        """``far``: the far-future tier's settings (default: off, every job goes to Redis);
+        ``redis_url``: another Redis (database) than the session's."""
         return RelayService(
             relay_settings(topic, holder, **kw),
             KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
-            RedisSettings(url=endpoints.redis_url or ""),
+            RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
             far=far or FarSettings.model_validate({"horizon_s": 0}),
         )

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore import metrics
+from jqcore import metrics, tracing
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.state import ClaimedJob
 from worker.builtin import builtin
@@ -85,28 +85,37 @@ async def run_handler(
         return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
     metrics.JOBS_STARTED.labels(job.queue, spec.kind).inc()
     started = time.perf_counter()
-    try:
-        value = await asyncio.wait_for(_call(spec, job, executor_for), spec.timeout_s)
-        return Outcome("success", "succeeded", result=_result_bytes(value))
-    except Retry as ctl:  # Retry(0) retries at once; Retry() takes the kind's backoff
-        delay = _backoff(spec, job) if ctl.delay_s is None else max(0, int(ctl.delay_s * 1000))
-        return Outcome("failure", "retried", error=f"Retry: {ctl.reason}", delay_ms=delay)
-    except Cancel as ctl:
-        return Outcome("cancel", "canceled", error=f"Cancel: {ctl.reason}")
-    except Snooze as ctl:
-        return Outcome("snooze", "snoozed", delay_ms=int(ctl.delay_s * 1000))
-    except PayloadInvalid as exc:
+    with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
+        try:
+            value = await asyncio.wait_for(_call(spec, job, executor_for), spec.timeout_s)
+            outcome = Outcome("success", "succeeded", result=_result_bytes(value))
+        except Exception as exc:
+            outcome = _outcome_of(exc, spec, job)
+            if outcome.kind == "failure":
+                tracing.run_failed(span, exc, outcome.label)
+        finally:
+            metrics.JOB_RUN_TIME.labels(job.queue, spec.kind).observe(time.perf_counter() - started)
+        tracing.run_outcome(span, outcome.label)
+    return outcome
+
+
+def _outcome_of(exc: Exception, spec: JobSpec[Any, Any], job: ClaimedJob) -> Outcome:
+    """What a handler's exception means for its job."""
+    if isinstance(exc, Retry):  # Retry(0) retries at once; Retry() takes the kind's backoff
+        delay = _backoff(spec, job) if exc.delay_s is None else max(0, int(exc.delay_s * 1000))
+        return Outcome("failure", "retried", error=f"Retry: {exc.reason}", delay_ms=delay)
+    if isinstance(exc, Cancel):
+        return Outcome("cancel", "canceled", error=f"Cancel: {exc.reason}")
+    if isinstance(exc, Snooze):
+        return Outcome("snooze", "snoozed", delay_ms=int(exc.delay_s * 1000))
+    if isinstance(exc, PayloadInvalid):
         return Outcome("failure", "failed", error=exc.message, permanent=True)
-    except TimeoutError:
+    if isinstance(exc, TimeoutError):
         return Outcome(
             "failure", "timeout", error=f"timeout after {spec.timeout_s}s", delay_ms=_backoff(spec, job)
         )
-    except Exception:
-        return Outcome(
-            "failure", "failed", error=traceback.format_exc(limit=20), delay_ms=_backoff(spec, job)
-        )
-    finally:
-        metrics.JOB_RUN_TIME.labels(job.queue, spec.kind).observe(time.perf_counter() - started)
+    error = "".join(traceback.format_exception(exc, limit=20))
+    return Outcome("failure", "failed", error=error, delay_ms=_backoff(spec, job))
 
 
 def _backoff(spec: JobSpec[Any, Any], job: ClaimedJob) -> int:

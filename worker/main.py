@@ -15,8 +15,9 @@ from jqcore.errors import ConfigError
 from jqcore.lifecycle import run_until_signal
 from jqcore.log import get_logger
 from jqcore.redisconn import connect
-from jqcore.settings import RedisSettings, load
+from jqcore.settings import RedisSettings, TraceSettings, load
 from jqcore.state import Engine
+from jqcore.tracing import setup_tracing
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 from worker.settings import WorkerSettings
@@ -57,9 +58,12 @@ def pool_config(settings: WorkerSettings) -> PoolConfig:
     )
 
 
-async def serve(settings: WorkerSettings, redis: RedisSettings | None = None) -> None:
+async def serve(
+    settings: WorkerSettings, redis: RedisSettings | None = None, trace: TraceSettings | None = None
+) -> None:
     """Load the application, connect to Redis and run one pool until a signal (or a drained burst)."""
     registry = load_registry(settings.app)
+    setup_tracing("worker", trace or load(TraceSettings))  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
     client = connect(redis or load(RedisSettings))
     config = pool_config(settings)
     pool = Pool(registry, Engine(client), config)
