@@ -23,12 +23,13 @@ from jqstack.supervise import Children
 from loadtest.report import Report
 from loadtest.stacks import worker_argv
 
-__all__ = ["run"]
+__all__ = ["WORKERS", "drain", "fill", "run"]
 
 WORKERS = 2
 
 
-async def _fill(url: str, queue: str, n: int) -> None:
+async def fill(url: str, queue: str, n: int) -> None:
+    """Store ``n`` no-op jobs (ids ``d0``…) into ``queue``, paused first so nothing runs yet."""
     client = aioredis.Redis.from_url(url, socket_timeout=90)
     engine = Engine(client)
     await engine.pause(queue, True)
@@ -61,9 +62,9 @@ async def _finished(url: str, queue: str) -> int:
     return d.finished
 
 
-def _round(url: str, n: int, rep: int, concurrency: int) -> dict[str, float]:
-    queue = f"drain{os.getpid()}r{rep}"
-    asyncio.run(_fill(url, queue, n))
+def drain(url: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
+    """Drain the paused ``queue`` holding ``n`` jobs (:func:`fill`) with :data:`WORKERS` burst workers: start
+    them, let them settle, resume the queue and time until both exited. The figures of this scenario."""
     env = {**os.environ, "JOBQ_REDIS_URL": url, "JOBQ_LOG_LEVEL": "warning"}
     argv = worker_argv(queue, app="worker.examples:registry", concurrency=concurrency, burst=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -86,6 +87,12 @@ def _round(url: str, n: int, rep: int, concurrency: int) -> dict[str, float]:
         "worker CPU s per 1k jobs": worker_cpu / n * 1000,
         "redis CPU s per 1k jobs": redis_cpu / n * 1000,
     }
+
+
+def _round(url: str, n: int, rep: int, concurrency: int) -> dict[str, float]:
+    queue = f"drain{os.getpid()}r{rep}"
+    asyncio.run(fill(url, queue, n))
+    return drain(url, queue, n, concurrency)
 
 
 UNITS = {"drain": "jobs/s", "worker CPU s per 1k jobs": "s", "redis CPU s per 1k jobs": "s"}

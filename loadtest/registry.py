@@ -68,6 +68,12 @@ def _peers(quick: bool) -> Report:
     return peers_bench.run(quick=quick)
 
 
+def _history(quick: bool) -> Report:
+    from loadtest import history_bench
+
+    return history_bench.run(quick=quick)
+
+
 SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "stack": _stack,
     "engine": _engine,
@@ -78,5 +84,6 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "spark": _spark,
     "e2e": _e2e,
     "peers": _peers,
+    "history": _history,
 }
 """Scenario name → a function running it (``quick``: tiny sizes, one repetition) and returning its report."""

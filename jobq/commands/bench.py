@@ -11,7 +11,18 @@ from rich.table import Table
 
 __all__ = ["SCENARIO_NAMES", "bench"]
 
-SCENARIO_NAMES = ("stack", "engine", "drain", "relay", "gate", "scheduler", "spark", "e2e", "peers")
+SCENARIO_NAMES = (
+    "stack",
+    "engine",
+    "drain",
+    "relay",
+    "gate",
+    "scheduler",
+    "spark",
+    "e2e",
+    "peers",
+    "history",
+)
 """The names in ``loadtest.registry.SCENARIOS`` (listed here so ``--help`` need not load ``loadtest``)."""
 
 
