@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from jqcore.errors import ConfigError
-from jqstack.paths import home
+from jqstack.paths import stack_dir
 
 __all__ = [
     "DEFAULT_CONSUL_ADDR",
@@ -256,7 +256,8 @@ class HistorySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBQ_HISTORY_", extra="ignore")
 
     path: str = ""
-    """Folder of the tables ('' = ``<JOBQ_HOME>/history``)."""
+    """Folder of the tables ('' = the default local stack's: ``<JOBQ_HOME>/stacks/default/history``,
+    where `jobq demo` keeps the history of that stack's events)."""
     retention_days: int = Field(30, ge=1)
     """Days of events kept in the historic table (and of finished jobs in the current table)."""
     trigger_s: float = Field(5.0, gt=0)
@@ -264,7 +265,7 @@ class HistorySettings(BaseSettings):
 
     @property
     def root(self) -> Path:
-        return Path(self.path).expanduser() if self.path else home() / "history"
+        return Path(self.path).expanduser() if self.path else stack_dir("default") / "history"
 
 
 class MetricsSettings(BaseSettings):

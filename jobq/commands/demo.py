@@ -29,7 +29,7 @@ import orjson
 import typer
 from rich.console import Console
 
-from jobq.commands.stack import DEV_TOKEN, existing_stack, open_stack, print_status
+from jobq.commands.stack import DEV_TOKEN, existing_stack, history_of, open_stack, print_status
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway, JobqClient
 from jqcore.errors import JobqError
@@ -180,6 +180,8 @@ def demo(
     if not print_status(stack):
         raise typer.Exit(1)
     env = _env(stack.endpoints.exports())
+    # the history of this stack's events lives with the stack (a purge removes both); a given path wins
+    env["JOBQ_HISTORY_PATH"] = os.environ.get("JOBQ_HISTORY_PATH") or str(history_of(stack.root))
     os.environ.update({k: v for k, v in env.items() if k.startswith(("JOBQ_", "CONSUL_"))})
     ensure_topics(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), [*TOPICS], partitions=3)
     folder = workdir or home() / "demo" / time.strftime("%Y%m%d-%H%M%S")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,6 +21,7 @@ __all__ = [
     "app",
     "dev_exports",
     "existing_stack",
+    "history_of",
     "local_gateway_url",
     "open_stack",
     "print_status",
@@ -59,12 +61,20 @@ def local_gateway_url() -> str:
     return f"http://{fields['host'].default}:{fields['port'].default}"
 
 
-def dev_exports(endpoints: Endpoints) -> dict[str, str]:
+def history_of(root: Path) -> Path:
+    """Where a local stack's history tables live (``JOBQ_HISTORY_PATH`` for that stack)."""
+    return root / "history"
+
+
+def dev_exports(endpoints: Endpoints, root: Path) -> dict[str, str]:
     """Everything a local gateway, relay, worker, canary and client need: the stack's endpoints, the
-    local gateway's URL and the development token (accepted by that gateway, sent by the canary)."""
+    local gateway's URL, the development token (accepted by that gateway, sent by the canary) and the
+    history of the stack's events (in the stack's folder ``root``: `stack down --purge` removes it with
+    the Kafka data it indexes)."""
     url = local_gateway_url()
     return {
         **endpoints.exports(),
+        "JOBQ_HISTORY_PATH": str(history_of(root)),
         "JOBQ_GATE_TOKENS": DEV_TOKEN,
         "JOBQ_CANARY_GATEWAYS": url,
         "JOBQ_CANARY_TOKEN": DEV_TOKEN,
@@ -149,5 +159,6 @@ def logs(
 def env(name: NameOpt = "default") -> None:
     """Shell export lines for the stack's endpoints, the local gateway (JOBQ_URL) and the development
     token (JOBQ_TOKEN, accepted by `jobq gate` run in that shell): eval "$(jobq stack env)"."""
-    for key, value in dev_exports(existing_stack(name).endpoints).items():
+    stack = existing_stack(name)
+    for key, value in dev_exports(stack.endpoints, stack.root).items():
         typer.echo(f"export {key}={shlex.quote(value)}")
