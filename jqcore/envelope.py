@@ -66,9 +66,8 @@ _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _QUEUE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _META_KEY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _TRACEPARENT_RE = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-_GRAPH_KEYS = frozenset({"id", "parents", "next"})
+_GRAPH_KEYS = frozenset({"id", "node"})
 _MAX_META_VALUE = 256
-_MAX_GRAPH_LINKS = 256
 
 _REQUIRED = ("v", "id", "queue", "kind", "args", "priority", "enqueued_at")
 _OPTIONAL = ("run_at", "expires_at", "max_attempts", "lease_ms", "meta", "excl", "graph", "trace", "canary")
@@ -275,25 +274,15 @@ def _check_meta(_: str, value: object) -> str | None:
 
 
 def _check_graph(_: str, value: object) -> str | None:
+    """A task graph's node (``jqcore.graphs``): the graph id and the node's name, both required."""
     if not isinstance(value, dict):
         return f"must be an object, got {_type_name(value)}"
     unknown = set(value) - _GRAPH_KEYS
     if unknown:
         return f"unknown keys {sorted(unknown)}; allowed: {sorted(_GRAPH_KEYS)}"
-    if "id" in value and _check_name("id", value["id"]):
-        return "id must be an id-like string"
-    parents = value.get("parents", [])
-    if (
-        not isinstance(parents, list)
-        or len(parents) > _MAX_GRAPH_LINKS
-        or any(_check_name("id", p) for p in parents)
-    ):
-        return f"parents must be a list of at most {_MAX_GRAPH_LINKS} job ids"
-    following = value.get("next", [])
-    if not isinstance(following, list) or len(following) > _MAX_GRAPH_LINKS:
-        return f"next must be a list of at most {_MAX_GRAPH_LINKS} job specs"
-    if any(not isinstance(spec, dict) for spec in following):
-        return "next must hold job objects"
+    for key in sorted(_GRAPH_KEYS):
+        if key not in value or _check_name(key, value[key]):
+            return f"{key} is required: an id-like string (graph id and node name)"
     return None
 
 

@@ -25,6 +25,9 @@ __all__ = [
     "CronNotFound",
     "EnvelopeError",
     "FieldError",
+    "GraphConflict",
+    "GraphInvalid",
+    "GraphNotFound",
     "HandlerControl",
     "JobqError",
     "QueryInvalid",
@@ -94,6 +97,27 @@ class CronInvalid(EnvelopeError):
     """A cron schedule is malformed; ``fields`` names each offending field and the problem."""
 
     code = "cron_invalid"
+
+
+class GraphInvalid(EnvelopeError):
+    """A task graph is refused whole (a cycle, an unknown parent, too many nodes, a bad node); ``fields``
+    names each problem (``nodes[3].parents``...)."""
+
+    code = "graph_invalid"
+
+
+class GraphNotFound(JobqError):
+    """No task graph has this id (never submitted, not relayed yet, or past its retention)."""
+
+    code = "graph_not_found"
+    http_status = 404
+
+
+class GraphConflict(JobqError):
+    """The graph is not in a state that allows this (retrying a graph that is still running)."""
+
+    code = "graph_conflict"
+    http_status = 409
 
 
 class CronNotFound(JobqError):

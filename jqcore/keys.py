@@ -33,6 +33,26 @@ Per queue ``jobq:{q}:``
 ``wake``                  LIST    wake-up tokens for waiting workers (kept short)
 ``sched``                 LIST    wake-up token for the scheduler (an earlier due time appeared)
 ``events``                STREAM  lifecycle events not shipped to Kafka yet (``jqcore.events``), capped
+``gdone``                 HASH    graph nodes' jobs that finished, not yet reported to their graph:
+                                  job id → JSON outcome (the cross-slot hand-off's outbox)
+========================  ======  ============================================================
+
+Per task graph ``jobq:graph:{<graph id>}:`` (one slot per graph; :class:`GraphKeys`, graph scripts'
+``KEYS`` in :data:`GRAPH_KEY_NAMES` order)
+
+========================  ======  ============================================================
+``graph``                 HASH    the graph: state, options, counts per node state, version
+``nodes``                 HASH    node → its definition (JSON: queue, kind, args, options, feed, parents)
+``kids``                  HASH    node → its children, one ``<child> <policy>`` per line
+``parents``               HASH    node → its parents, one ``<parent> <policy>`` per line
+``nstate``                HASH    node → state (waiting, ready, completed, failed, canceled, skipped)
+``pending``               HASH    node → parents not finished yet
+``gen``                   HASH    node → run generation (a graph retry runs a node again as gen + 1)
+``results``               HASH    node → result (JSON bytes), kept for the graph's lifetime
+``errors``                HASH    node → JSON {state, error, attempt, at} of a node that did not complete
+``times``                 HASH    ``<node>|r`` released, ``<node>|f`` finished (ms)
+``rel``                   SET     nodes released by the graph, not yet confirmed in their queues
+``gevents``               STREAM  graph transitions not shipped to Kafka yet
 ========================  ======  ============================================================
 
 Only ``jqcore.state`` (the engine) reads or writes these: everyone else asks the engine.
@@ -54,10 +74,14 @@ from typing import Literal, get_args
 
 __all__ = [
     "CANARY_HEALTH_KEY",
+    "GRAPHS_KEY",
+    "GRAPH_KEY_NAMES",
     "KEY_NAMES",
     "KINDS_KEY",
     "MEMBER_GROUPS_KEY",
     "QUEUES_KEY",
+    "GraphKeyName",
+    "GraphKeys",
     "KeyName",
     "QueueKeys",
     "far_scanned_key",
@@ -86,12 +110,33 @@ KeyName = Literal[
     "wake",
     "sched",
     "events",
+    "gdone",
 ]
 """The name of a queue key a script receives in ``KEYS`` (``prefix``: the prefix derived keys are built
 from, not a key itself)."""
 
 KEY_NAMES: tuple[KeyName, ...] = get_args(KeyName)
 """The one order of script ``KEYS``: a script's declaration lists the names it touches in this order."""
+
+GraphKeyName = Literal[
+    "graph",
+    "nodes",
+    "kids",
+    "parents",
+    "nstate",
+    "pending",
+    "gen",
+    "results",
+    "errors",
+    "times",
+    "rel",
+    "gevents",
+]
+"""The name of a graph key a graph script receives in ``KEYS``."""
+GRAPH_KEY_NAMES: tuple[GraphKeyName, ...] = get_args(GraphKeyName)
+
+GRAPHS_KEY = "jobq:graphs"
+"""ZSET of graphs not finished yet: graph id → when submitted (ms); the scheduler's repair reads it."""
 
 QUEUES_KEY = "jobq:queues"
 KINDS_KEY = "jobq:kinds"
@@ -167,6 +212,10 @@ class QueueKeys:
         return self._k("events")
 
     @property
+    def gdone(self) -> str:
+        return self._k("gdone")
+
+    @property
     def far(self) -> str:
         return self._k("far")
 
@@ -193,6 +242,26 @@ class QueueKeys:
     def for_script(self, names: Sequence[KeyName]) -> list[str]:
         """The ``KEYS`` of a script that declares ``names`` (in :data:`KEY_NAMES` order)."""
         return [self.named(name) for name in names]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphKeys:
+    """The keys of one task graph (hash tag: the graph id)."""
+
+    graph_id: str
+
+    @property
+    def prefix(self) -> str:
+        return f"jobq:graph:{{{self.graph_id}}}:"
+
+    def named(self, name: GraphKeyName) -> str:
+        return self.prefix + name
+
+    def for_script(self, names: Sequence[GraphKeyName]) -> list[str]:
+        return [self.named(name) for name in names]
+
+    def all(self) -> list[str]:
+        return [self.named(name) for name in GRAPH_KEY_NAMES]
 
 
 def far_scanned_key(partition: int) -> str:

@@ -30,6 +30,10 @@ __all__ = [
     "GATE_PRODUCE_FAILURES",
     "GATE_REQUESTS",
     "GATE_REQUEST_TIME",
+    "GRAPHS",
+    "GRAPHS_OPEN",
+    "GRAPH_NODES",
+    "GRAPH_REPAIRS",
     "JOBS_ENQUEUED",
     "JOBS_FINISHED",
     "JOBS_IN_FLIGHT",
@@ -132,6 +136,20 @@ EVENTS_BACKLOG = Gauge(
 )
 EVENTS_DROPPED = Gauge(
     "jobq_events_dropped", "Lifecycle events dropped at the queue's events_cap (lifetime)", ["queue"]
+)
+GRAPHS = Counter(
+    "jobq_graphs_total", "Task graphs by outcome: submitted, completed, failed, canceled", ["outcome"]
+)
+GRAPHS_OPEN = Gauge("jobq_graphs_open", "Task graphs not finished yet (running, or ended and not yet swept)")
+GRAPH_NODES = Counter(
+    "jobq_graph_nodes_total",
+    "Graph node transitions counted by this process: released, completed, failed, canceled",
+    ["state"],
+)
+GRAPH_REPAIRS = Counter(
+    "jobq_graph_repairs_total",
+    "Cross-slot hand-offs a crash interrupted, finished by the scheduler: release, report",
+    ["step"],
 )
 SCHEDULER_MEMBERS = Gauge("jobq_scheduler_members", "Live scheduler instances of this one's group")
 SCHEDULER_OWNED = Gauge("jobq_scheduler_owned_queues", "Queues whose timers this instance keeps")

@@ -58,6 +58,8 @@ class Code(IntEnum):
     """An id not in Redis yet: a canceled record waits for it."""
     RETRY = 5
     """A failed attempt is retried later."""
+    RUNNING = 6
+    """The graph is still running (a retry needs a finished graph)."""
 
 
 class StaleLease(JobqError):

@@ -15,7 +15,7 @@ import secrets
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -25,9 +25,11 @@ from jqcore import metrics
 from jqcore.backoff import Backoff
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, encode
-from jqcore.keys import KINDS_KEY, QUEUES_KEY, QueueKeys
+from jqcore.graphs import GRAPH_KIND
+from jqcore.keys import KINDS_KEY, QUEUES_KEY, KeyName, QueueKeys
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes, reads, replies, waiting
+from jqcore.state.graphs import Graphs
 from jqcore.state.models import (
     CancelResult,
     ClaimedJob,
@@ -67,12 +69,16 @@ class Engine:
 
     def __init__(self, client: RedisClient) -> None:
         self.client = client
-        self._scripts = {name: client.register_script(source(name)) for name in SCRIPTS}
+        self._scripts = {
+            name: client.register_script(source(name)) for name, s in SCRIPTS.items() if not s.graph
+        }
         self._known_queues: set[str] = set()
+        self.graphs = Graphs(self)
+        """Task graphs (:mod:`jqcore.state.graphs`)."""
 
     @staticmethod
     def _keys(name: str, queue: str) -> list[str]:
-        return QueueKeys(queue).for_script(SCRIPTS[name].keys)
+        return QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys))
 
     async def _run(self, name: str, queue: str, args: Sequence[Any], now: int | None) -> Any:
         keys = self._keys(name, queue)
@@ -102,11 +108,15 @@ class Engine:
         (the relay's topic); ``""`` is an unfenced tool write. ``origins`` maps a job id to the Kafka
         record it was read from (``topic/partition/offset``): the same record read again is always a
         duplicate, a new record with a finished job's id follows the queue's dedup policy (an unknown
-        origin counts as a re-read). Raises :class:`codes.FenceRejected`."""
+        origin counts as a re-read). A ``jobq.graph`` envelope creates the task graph it carries
+        (``stored``, ``duplicate``, ``refused``). Raises :class:`codes.FenceRejected`."""
         by_queue: dict[str, list[Envelope]] = defaultdict(list)
-        for env in envelopes:
-            by_queue[env.queue].append(env)
         outcomes: list[EnqueueOutcome] = []
+        for env in envelopes:
+            if env.kind == GRAPH_KIND:
+                outcomes.append(await self.graphs.create_from(env.id, env.queue, env.args, env.enqueued_at))
+            else:
+                by_queue[env.queue].append(env)
         created: list[str] = []
         for queue, batch in by_queue.items():
             reply = await self._run(
@@ -472,7 +482,8 @@ def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any
             "" if env.max_attempts is None else env.max_attempts,
             "" if env.lease_ms is None else env.lease_ms,
         ]
-        args += [meta, origins.get(env.id, ""), env.enqueued_at]
+        graph = f"{env.graph['id']}\t{env.graph['node']}" if env.graph else ""
+        args += [meta, origins.get(env.id, ""), env.enqueued_at, graph]
     return args
 
 

@@ -202,8 +202,13 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
 async def events(client: RedisClient, queue: str, count: int) -> list[StreamEvent]:
     """The oldest ``count`` events of the queue's stream (everything there is unshipped: the shipper
     trims what Kafka acknowledged)."""
+    return await stream_events(client, QueueKeys(queue).events, count)
+
+
+async def stream_events(client: RedisClient, key: str, count: int) -> list[StreamEvent]:
+    """The oldest ``count`` entries of an events stream (a queue's, or a task graph's)."""
     out = []
-    for entry, fields in await client.xrange(QueueKeys(queue).events, count=count) or []:
+    for entry, fields in await client.xrange(key, count=count) or []:
         f = {_s(k): v for k, v in (fields or {}).items()}
         value = f.get("e") or b""
         out.append(StreamEvent(_s(entry) or "", _s(f.get("i")) or "", _b(value) or b""))

@@ -15,7 +15,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import cast
 
-from jqcore.keys import KEY_NAMES, KeyName
+from jqcore.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
 
 __all__ = ["SCRIPTS", "SCRIPT_NAMES", "Script", "local_name", "source"]
 
@@ -25,7 +25,10 @@ class Script:
     """One transition: ``lua/<name>.lua`` and the names of its ``KEYS``, in order."""
 
     name: str
-    keys: tuple[KeyName, ...]
+    keys: tuple[KeyName, ...] | tuple[GraphKeyName, ...]
+    graph: bool = False
+    """A task-graph script: its ``KEYS`` are graph keys (:data:`~jqcore.keys.GRAPH_KEY_NAMES`) and
+    ``_glib.lua`` follows ``_lib.lua``."""
 
 
 def _declare(name: str, keys: str) -> Script:
@@ -37,35 +40,53 @@ def _declare(name: str, keys: str) -> Script:
     return Script(name, cast("tuple[KeyName, ...]", names))
 
 
+def _declare_graph(name: str, keys: str) -> Script:
+    names = tuple(keys.split())
+    unknown = [n for n in names if n not in GRAPH_KEY_NAMES]
+    if unknown:
+        raise ValueError(f"{name}: unknown graph key names {unknown}")
+    return Script(name, cast("tuple[GraphKeyName, ...]", names), graph=True)
+
+
+_ALL_GRAPH_KEYS = " ".join(GRAPH_KEY_NAMES)
+
+
 _TRANSITIONS = (
     _declare(
         "enqueue_batch",
-        "prefix ready delayed far done dead config kinds counts stats xhead fences wake sched events",
+        "prefix ready delayed far done dead config kinds counts stats xhead fences wake sched events gdone",
     ),
     _declare(
-        "claim", "prefix ready running done dead config kinds kindrun counts stats xhead wake sched events"
+        "claim",
+        "prefix ready running done dead config kinds kindrun counts stats xhead wake sched events gdone",
     ),
-    _declare("extend", "prefix ready running done dead config kindrun counts stats xhead wake events"),
-    _declare("complete", "prefix ready running done dead config kindrun counts stats xhead wake events"),
+    _declare("extend", "prefix ready running done dead config kindrun counts stats xhead wake events gdone"),
+    _declare(
+        "complete", "prefix ready running done dead config kindrun counts stats xhead wake events gdone"
+    ),
     _declare(
         "fail",
-        "prefix ready delayed running done dead config kinds kindrun counts stats xhead wake sched events",
+        "prefix ready delayed running done dead config kinds kindrun counts stats xhead wake sched events"
+        " gdone",
     ),
     _declare(
-        "cancel_running", "prefix ready running done dead config kindrun counts stats xhead wake events"
+        "cancel_running", "prefix ready running done dead config kindrun counts stats xhead wake events gdone"
     ),
     _declare("snooze", "prefix ready delayed running config kindrun counts stats wake sched events"),
     _declare(
         "hand_back",
-        "prefix ready delayed running done dead config kindrun counts stats xhead wake sched events",
+        "prefix ready delayed running done dead config kindrun counts stats xhead wake sched events gdone",
     ),
-    _declare("release", "prefix ready running done dead config kinds kindrun counts stats xhead wake events"),
-    _declare("cancel", "prefix ready delayed far done dead config counts stats xhead wake events"),
+    _declare(
+        "release", "prefix ready running done dead config kinds kindrun counts stats xhead wake events gdone"
+    ),
+    _declare("cancel", "prefix ready delayed far done dead config counts stats xhead wake events gdone"),
     _declare("schedule_far", "prefix far config stats events"),
     _declare("drop_far", "far"),
     _declare("promote_due", "prefix ready delayed config counts stats xhead wake events"),
     _declare(
-        "reap_expired", "prefix ready running done dead config kinds kindrun counts stats xhead wake events"
+        "reap_expired",
+        "prefix ready running done dead config kinds kindrun counts stats xhead wake events gdone",
     ),
     _declare("gc", "prefix done dead"),
     _declare("dead_retry", "prefix ready done dead config counts stats xhead wake events"),
@@ -73,13 +94,17 @@ _TRANSITIONS = (
     _declare("forget", "prefix done dead config stats events"),
     _declare("configure_queue", "ready config wake"),
     _declare("configure_kind", "prefix ready config kinds kindrun counts stats wake events"),
+    _declare_graph("graph_create", "graph nodes kids parents nstate pending times rel gevents"),
+    _declare_graph("graph_report", _ALL_GRAPH_KEYS),
+    _declare_graph("graph_cancel", _ALL_GRAPH_KEYS),
+    _declare_graph("graph_retry", _ALL_GRAPH_KEYS),
 )
 
 SCRIPTS = MappingProxyType({s.name: s for s in _TRANSITIONS})
 SCRIPT_NAMES = tuple(SCRIPTS)
 
 
-def local_name(key: KeyName) -> str:
+def local_name(key: KeyName | GraphKeyName) -> str:
     """The Lua local a key is bound to: ``P`` for the prefix, else the name in upper case."""
     return "P" if key == "prefix" else key.upper()
 
@@ -96,7 +121,8 @@ def source(name: str) -> str:
     shebang, _, body = text.partition("\n")
     if not shebang.startswith("#!lua"):
         raise ValueError(f"{name}.lua must start with a '#!lua' shebang line")
-    keys = SCRIPTS[name].keys
-    names = ", ".join(local_name(k) for k in keys)
-    values = ", ".join(f"KEYS[{i}]" for i in range(1, len(keys) + 1))
-    return f"{shebang}\nlocal {names} = {values}\n{_read('_lib')}\n{body}"
+    script = SCRIPTS[name]
+    names = ", ".join(local_name(k) for k in script.keys)
+    values = ", ".join(f"KEYS[{i}]" for i in range(1, len(script.keys) + 1))
+    libs = _read("_lib") + ("\n" + _read("_glib") if script.graph else "")
+    return f"{shebang}\nlocal {names} = {values}\n{libs}\n{body}"

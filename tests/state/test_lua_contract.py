@@ -16,17 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from jqcore.keys import KEY_NAMES, QueueKeys
+from jqcore.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeys, QueueKeys
 from jqcore.state.codes import Code
 from jqcore.state.scripts import SCRIPT_NAMES, SCRIPTS, local_name, source
 
 LUA = Path(__file__).parents[2] / "jqcore" / "state" / "lua"
 FAMILIES = {"job": "job:<id>", "idx": "idx:<key>=<value>", "xq": "xq:<excl>", "parked": "parked:<kind>"}
 LOCALS = {local_name(name): name for name in KEY_NAMES}
+GRAPH_LOCALS = {local_name(name): name for name in GRAPH_KEY_NAMES}
+LIBS = ("_lib", "_glib")
 
 
-def _lib() -> str:
-    return (LUA / "_lib.lua").read_text()
+def _lib(name: str = "_lib") -> str:
+    return (LUA / f"{name}.lua").read_text()
 
 
 def _script(name: str) -> str:
@@ -44,20 +46,22 @@ def _code(text: str) -> str:
     return re.sub(r"--[^\n]*", "", text)
 
 
-def _direct(text: str) -> tuple[set[str], set[str]]:
+def _direct(text: str, graph: bool = False) -> tuple[set[str], set[str]]:
     """(key names, derived families) a piece of code touches itself (helpers not followed)."""
     families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked):", text)}
     if re.search(r"\bjkey\(", text):
         families.add("job")
-    names = {LOCALS[m] for m in re.findall(r"\b([A-Z]+)\b", text) if m in LOCALS}
+    table = GRAPH_LOCALS if graph else LOCALS
+    names = {table[m] for m in re.findall(r"\b([A-Z]+)\b", text) if m in table}
     return names, families
 
 
 @cache
-def _helpers() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
-    """For every helper of ``_lib.lua``: the key names and derived families it touches, through the
-    helpers it calls."""
-    body = _code(_lib())
+def _helpers(lib: str = "_lib") -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """For every helper of ``_lib.lua`` (or ``_glib.lua``): the key names and derived families it
+    touches, through the helpers it calls."""
+    graph = lib == "_glib"
+    body = _code(_lib(lib))
     blocks = {
         m.group(1): block
         for block in re.split(r"\n(?=local function )", body)
@@ -66,7 +70,7 @@ def _helpers() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     calls = {n: {o for o in blocks if o != n and re.search(rf"\b{o}\(", b)} for n, b in blocks.items()}
 
     def reach(name: str, seen: frozenset[str]) -> tuple[set[str], set[str]]:
-        names, families = _direct(blocks[name])
+        names, families = _direct(blocks[name], graph)
         for callee in calls[name] - seen:
             more_names, more_families = reach(callee, seen | {name})
             names |= more_names
@@ -83,11 +87,14 @@ def _helpers() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
 def touched(name: str) -> tuple[set[str], set[str]]:
     """(key names, derived families) script ``name`` touches, through the helpers it calls."""
     code = _code(_script(name))
-    names, families = _direct(code)
-    for helper, (helper_names, helper_families) in _helpers().items():
+    graph = SCRIPTS[name].graph
+    names, families = _direct(code, graph)
+    for helper, (helper_names, helper_families) in _helpers("_glib" if graph else "_lib").items():
         if re.search(rf"\b{helper}\(", code):
             names |= helper_names
             families |= helper_families
+    if graph:
+        return names, families
     if families:
         names.add("prefix")  # derived keys are built from the prefix
     return names, families
@@ -98,7 +105,7 @@ def _lua_constants() -> dict[str, int]:
 
 
 def test_every_script_file_is_declared_and_every_declared_script_exists() -> None:
-    files = {p.stem for p in LUA.glob("*.lua")} - {"_lib"}
+    files = {p.stem for p in LUA.glob("*.lua")} - set(LIBS)
     assert files == set(SCRIPT_NAMES)
 
 
@@ -107,8 +114,9 @@ def test_lua_code_constants_equal_the_python_enum() -> None:
     assert len(set(_lua_constants().values())) == len(_lua_constants()), "one meaning per number"
 
 
-def test_the_lib_reads_no_keys_itself() -> None:
-    code = _code(_lib())
+@pytest.mark.parametrize("lib", LIBS)
+def test_the_lib_reads_no_keys_itself(lib: str) -> None:
+    code = _code(_lib(lib))
     assert "KEYS[" not in code, "_lib.lua uses the locals the loader binds from each script's declaration"
     assert not re.findall(r"\bk\('([a-z]+)'\)", code), "fixed-name keys come in KEYS"
 
@@ -121,7 +129,8 @@ def test_header_keys_are_the_python_declaration_and_what_the_code_touches(name: 
     assert [int(i) for i, _ in listed] == list(range(1, len(listed) + 1)), f"{name}: KEYS[i] not 1..n"
     declared = list(SCRIPTS[name].keys)
     assert [n for _, n in listed] == declared, f"{name}: header KEYS differ from scripts.py"
-    assert declared == [n for n in KEY_NAMES if n in declared], f"{name}: KEYS not in KEY_NAMES order"
+    order = GRAPH_KEY_NAMES if SCRIPTS[name].graph else KEY_NAMES
+    assert declared == [n for n in order if n in declared], f"{name}: KEYS not in KEY_NAMES order"
     names, _ = touched(name)
     assert names == set(declared), (
         f"{name}: the code touches {sorted(names)}, the declaration names {sorted(declared)}"
@@ -161,7 +170,10 @@ def test_the_loaded_script_binds_the_declared_keys_in_order(name: str) -> None:
     declared = SCRIPTS[name].keys
     assert names.split(", ") == [local_name(n) for n in declared]
     assert values.split(", ") == [f"KEYS[{i}]" for i in range(1, len(declared) + 1)]
-    keys = QueueKeys("q").for_script(declared)
+    if SCRIPTS[name].graph:
+        assert GraphKeys("g").for_script(declared) == [f"jobq:graph:{{g}}:{n}" for n in declared]  # type: ignore[arg-type]
+        return
+    keys = QueueKeys("q").for_script(declared)  # type: ignore[arg-type]
     assert all(k.startswith("jobq:{q}:") for k in keys), "every key keeps the queue's hash tag"
     assert keys == ["jobq:{q}:" if n == "prefix" else f"jobq:{{q}}:{n}" for n in declared], (
         "QueueKeys names each key as the header does"

@@ -145,7 +145,7 @@ GOLDEN_FACTS: dict[str, Callable[[Envelope], bool]] = {
     "delayed": lambda e: e.run_at is not None and e.run_at > e.enqueued_at,
     "exclusive": lambda e: e.excl is not None and record_key(e) == e.excl.encode(),
     "canary": lambda e: e.canary is True,
-    "graph": lambda e: e.graph is not None and list(e.graph["parents"]) == ["etl-7-1"],
+    "graph": lambda e: e.graph is not None and e.graph["node"] == "step-2",
     "pretty": lambda e: e.canary is False and e.args["title"] == "Q3 / été",
     "unicode": lambda e: e.args["u64"] == 2**64 - 1 and e.meta == {"lang": "fr-é"},
     "boundaries": lambda e: e.priority == INT64_MIN and e.expires_at == MAX_TS and len(e.meta) == 16,
@@ -350,14 +350,7 @@ metas = st.dictionaries(
     st.text(min_size=1, max_size=256).filter(lambda s: "{" not in s and "}" not in s),
     max_size=MAX_META_ENTRIES,
 )
-graphs = st.fixed_dictionaries(
-    {},
-    optional={
-        "id": ids,
-        "parents": st.lists(ids, max_size=3),
-        "next": st.lists(st.dictionaries(st.text(max_size=8), json_values, max_size=3), max_size=2),
-    },
-)
+graphs = st.fixed_dictionaries({"id": ids, "node": ids})
 
 
 @st.composite

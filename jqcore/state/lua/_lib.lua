@@ -7,7 +7,8 @@
 --   -- KEYS[2] ready    ZSET ...
 -- and jqcore.state.scripts declares the same names, from which the loader binds them to upper-case
 -- locals before this file: P (prefix), READY, DELAYED, RUNNING, DONE, DEAD, CONFIG, KINDS, KINDRUN,
--- COUNTS, STATS, XHEAD, FENCES, WAKE, SCHED, EVENTS. A helper below uses the locals its callers must declare.
+-- COUNTS, STATS, XHEAD, FENCES, WAKE, SCHED, EVENTS, GDONE. A helper below uses the locals its callers must
+-- declare. Graph scripts (graph_*.lua) get this file too (for NOW and the codes), then _glib.lua.
 -- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
 -- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
 --   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET
@@ -30,6 +31,7 @@ local C_ERRORED = 2         -- the job ended errored (the dead-letter list) inst
 local C_FLAGGED = 3         -- a running job was flagged for cancellation (its worker stops it)
 local C_TOMBSTONED = 4      -- an id not in Redis yet: a canceled record waits for it
 local C_RETRY = 5           -- a failed attempt is retried later (its run_at follows)
+local C_RUNNING = 6         -- the graph is still running (a retry needs a finished graph)
 
 local DAY = 86400000
 local function k(name) return P .. name end
@@ -208,6 +210,16 @@ local function finish(id, key, state, reason, extra)
   end
   redis.call('ZADD', DONE, NOW + retention, id)
   stat(state)
+  -- A task graph's node: leave the outcome for its graph (another slot). The worker reports it right
+  -- after; the scheduler repairs a report a crash interrupted (jqcore.state.graphs).
+  local graph = redis.call('HGET', key, 'graph')
+  if graph and graph ~= '' then
+    local f = redis.call('HMGET', key, 'attempt', 'result', 'last_error')
+    local err = reason or ''
+    if state == 'errored' and f[3] then err = f[3] end
+    redis.call('HSET', GDONE, id, cjson.encode({graph = graph, state = state, attempt = tonumber(f[1]) or 0,
+      result = f[2] or '', error = err, at = NOW}))
+  end
   extra = extra or {}
   if reason and extra.message == nil then extra.message = string.sub(reason, 1, 200) end
   set_state(id, key, state, extra)

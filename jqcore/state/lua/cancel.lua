@@ -15,6 +15,7 @@
 -- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[11] wake     LIST wake tokens for waiting workers
 -- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[13] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] reason
 -- returns: {C_OK, previous_state} canceled | {C_FLAGGED, 'running'} |

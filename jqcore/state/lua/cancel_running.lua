@@ -14,6 +14,7 @@
 -- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[11] wake     LIST wake tokens for waiting workers
 -- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[13] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] reason (the handler's message)
 -- returns: {C_CANCELED} canceled (now or by this same write before) | {C_STALE} stale token/attempt |

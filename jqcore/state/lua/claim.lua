@@ -19,6 +19,7 @@
 -- KEYS[12] wake     LIST wake tokens for waiting workers
 -- KEYS[13] sched    LIST wake token for the scheduler
 -- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[15] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)  [6] worker identity

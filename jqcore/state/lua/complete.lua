@@ -15,6 +15,7 @@
 -- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[11] wake     LIST wake tokens for waiting workers
 -- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[13] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] result ('' = none)
 -- returns: {C_OK} done (now or by this same write before) | {C_STALE} stale token/attempt |

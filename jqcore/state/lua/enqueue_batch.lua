@@ -24,11 +24,13 @@
 -- KEYS[13] wake     LIST wake tokens for waiting workers
 -- KEYS[14] sched    LIST wake token for the scheduler
 -- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
---       11 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
+--       13 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
 --       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown),
---       accepted_at (the envelope's enqueued_at: when the gateway or producer accepted it).
+--       accepted_at (the envelope's enqueued_at: when the gateway or producer accepted it), graph
+--       ("<graph id>\t<node>" for a task graph's node, else ''; finish() reports such a job to its graph).
 -- returns: {C_OK, created(0|1), outcome_1 … outcome_N} with outcome one of
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
@@ -65,7 +67,7 @@ local ready, earliest_delayed = 0, nil
 local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 local prev_earliest = tonumber(first_delayed[2] or '-1')
 for i = 0, n - 1 do
-  local b = 5 + i * 12
+  local b = 5 + i * 13
   local id, env, prio = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
   local run_at, expires_at, excl = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5]
   local kind, attempts, lease, origin = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 10]
@@ -107,6 +109,7 @@ for i = 0, n - 1 do
       'idx', table.concat(idx, '\n'), 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
       'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'updated_at', NOW,
       'origin', origin, 'accepted_at', stamps.accepted_at)
+    if ARGV[b + 12] ~= '' then redis.call('HSET', key, 'graph', ARGV[b + 12]) end
     stat('enqueued')
     if expires_at and expires_at <= NOW then
       finish(id, key, 'expired', 'expired before it was enqueued', stamps)

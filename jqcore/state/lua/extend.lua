@@ -13,6 +13,7 @@
 -- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[11] wake     LIST wake tokens for waiting workers
 -- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[13] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] lease_ms (0 = each job's own lease_ms, else the queue's default)
 --       then triples id, attempt, token.

@@ -18,6 +18,7 @@
 -- KEYS[13] wake     LIST wake tokens for waiting workers
 -- KEYS[14] sched    LIST wake token for the scheduler
 -- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] error text  [6] retry delay ms  [7] permanent 0|1
 -- returns: {C_RETRY, run_at} | {C_ERRORED} attempts used up, permanent or at_most_once |

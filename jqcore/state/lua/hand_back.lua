@@ -17,6 +17,7 @@
 -- KEYS[12] wake     LIST wake tokens for waiting workers
 -- KEYS[13] sched    LIST wake token for the scheduler
 -- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[15] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
 -- returns: {C_OK, run_at} handed back | {C_ERRORED} no pool ran it for dead_after ms | {C_STALE} |

@@ -15,6 +15,7 @@
 -- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
 -- KEYS[12] wake     LIST wake tokens for waiting workers
 -- KEYS[13] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[14] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
 -- ARGV: [1] now  [2] limit
 -- returns: {reaped, next_deadline or -1}

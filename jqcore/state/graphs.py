@@ -1,0 +1,513 @@
+"""Task graphs in Redis: the graph's own slot, and the cross-slot hand-offs between it and its nodes' queues.
+
+A graph's state (``jobq:graph:{<id>}:*``, :class:`jqcore.keys.GraphKeys`) and each node's job (in the
+node's queue) live in different slots, so no script can touch both. Every hand-off is therefore two
+atomic, idempotent steps with a durable record in between, and a repair that redoes the second:
+
+* **graph → queue (release)**: ``graph_create`` / ``graph_report`` / ``graph_retry`` mark nodes ready and
+  add them to the graph's ``rel`` set; the caller enqueues their jobs (ids derived from graph, node and
+  generation: enqueuing twice is a duplicate) and only then removes them from ``rel``.
+* **queue → graph (report)**: when a node's job finishes, the same script (``finish`` in ``_lib.lua``)
+  writes its outcome into the queue's ``gdone`` hash; the caller (the worker right away, else the
+  scheduler) runs ``graph_report`` (counted once per node and generation) and only then deletes the entry.
+
+A crash between two steps leaves a ``rel`` member or a ``gdone`` entry; the scheduler service finds both
+(:meth:`Graphs.repair_queue`, :meth:`Graphs.repair_graph`) and finishes the hand-off. Nothing polls a
+waiting node: it exists only in its graph until its parents finished.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from jqcore import metrics
+from jqcore.clock import now_ms as _now
+from jqcore.errors import GraphConflict, GraphInvalid, GraphNotFound
+from jqcore.graphs import GraphSpec, Node, node_job_id, parse
+from jqcore.keys import GRAPHS_KEY, GraphKeys, QueueKeys
+from jqcore.state import codes, reads
+from jqcore.state.models import EnqueueOutcome, StreamEvent
+from jqcore.state.scripts import SCRIPTS, source
+
+if TYPE_CHECKING:
+    from jqcore.state.engine import Engine
+
+__all__ = ["GraphInfo", "Graphs", "NodeInfo", "NodeInputs", "ParentOutcome"]
+
+REPAIR_AFTER_MS = 2000
+"""A release or report older than this without its second step is repaired by the scheduler (younger:
+the process that made it is most likely finishing it)."""
+_TERMINAL_JOB = {"completed", "errored", "canceled", "expired"}
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ParentOutcome:
+    """What a node receives of one parent: its state, its result (decoded JSON) or its error."""
+
+    state: str
+    result: Any = None
+    error: str | None = None
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInputs:
+    """A running node's view of its graph (``current_job().graph``)."""
+
+    graph_id: str
+    node: str
+    feed: str = "none"
+    parents: Mapping[str, ParentOutcome] = field(default_factory=dict)
+    """Parent name → outcome, in the node's parent order (a failed ``ignore`` parent is left out)."""
+    failures: Sequence[Mapping[str, Any]] = ()
+    """For the ``on_failure`` node: every node that did not complete (node, state, error, attempt)."""
+
+    def fed(self) -> list[Any]:
+        """The values appended to the handler's positional args, per ``feed``."""
+        values = [p.result if p.state == "completed" else _failure_doc(n, p) for n, p in self.parents.items()]
+        if self.failures:
+            return [list(self.failures)]
+        if self.feed == "last" and values:
+            return [values[-1]]
+        if self.feed == "list":
+            return [values]
+        return []
+
+
+def _failure_doc(node: str, p: ParentOutcome) -> dict[str, Any]:
+    return {"node": node, "state": p.state, "error": p.error, "attempt": p.attempt}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    queue: str
+    kind: str
+    state: str
+    job_id: str
+    parents: list[tuple[str, str]]
+    gen: int = 0
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+    released_at: int | None = None
+    finished_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphInfo:
+    id: str
+    queue: str
+    state: str
+    created_at: int
+    finished_at: int | None
+    deadline_at: int | None
+    reason: str | None
+    on_failure: str | None
+    counts: Mapping[str, int]
+    nodes: list[NodeInfo]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "queue": self.queue,
+            "state": self.state,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+            "deadline_at": self.deadline_at,
+            "reason": self.reason,
+            "on_failure": self.on_failure,
+            "counts": dict(self.counts),
+            "nodes": [
+                {
+                    "name": n.name,
+                    "queue": n.queue,
+                    "kind": n.kind,
+                    "state": n.state,
+                    "job_id": n.job_id,
+                    "parents": [{"node": p, "policy": pol} for p, pol in n.parents],
+                    "run": n.gen + 1,
+                    "result": n.result,
+                    "error": n.error,
+                    "released_at": n.released_at,
+                    "finished_at": n.finished_at,
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+@dataclass
+class _Reply:
+    code: codes.Code
+    state: str = ""
+    released: list[str] = field(default_factory=list)
+    to_cancel: list[str] = field(default_factory=list)
+
+
+def _reply(raw: Any) -> _Reply:
+    code = codes.Code(int(raw[0]))
+    if len(raw) < 3:
+        return _Reply(code)
+    n = int(raw[2])
+    names = [_s(x) for x in raw[3:]]
+    return _Reply(code, _s(raw[1]), names[:n], names[n:])
+
+
+def _edges(text: Any) -> list[tuple[str, str]]:
+    out = []
+    for line in _s(text or b"").splitlines():
+        parent, _, policy = line.partition(" ")
+        out.append((parent, policy))
+    return out
+
+
+_NODE_OWN = ("name", "queue", "kind", "args", "feed", "parents")
+
+
+def _node_of(raw: Any) -> Node:
+    """A stored node definition (validated when its graph was submitted)."""
+    doc = orjson.loads(raw)
+    options = {k: v for k, v in doc.items() if k not in _NODE_OWN}
+    return Node(doc["name"], doc["queue"], doc["kind"], doc.get("args"), (), doc.get("feed", "none"), options)
+
+
+class Graphs:
+    """The graph operations of one :class:`~jqcore.state.engine.Engine` (``engine.graphs``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.client = engine.client
+        self._scripts = {n: self.client.register_script(source(n)) for n, s in SCRIPTS.items() if s.graph}
+
+    async def _run(self, name: str, graph_id: str, args: Sequence[Any], now: int | None) -> _Reply:
+        keys = GraphKeys(graph_id).for_script(SCRIPTS[name].keys)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        try:
+            async with codes.redis_errors(name):
+                raw = await self._scripts[name](keys=keys, args=[now or _now(), *args])
+        finally:
+            metrics.SCRIPT_CALLS.labels(name, "ok").inc()
+            metrics.SCRIPT_TIME.labels(name).observe(time.perf_counter() - started)
+        return _reply(raw)
+
+    # ---- submission ------------------------------------------------------------------------------
+    async def create(self, spec: GraphSpec, *, now_ms: int | None = None) -> str:
+        """Store a graph and release its roots; ``stored`` or ``duplicate`` (the id exists: nothing
+        changes, but its unconfirmed releases are finished)."""
+        now = now_ms or _now()
+        async with codes.redis_errors("graphs"):
+            await self.client.zadd(GRAPHS_KEY, {spec.id: now}, nx=True)
+        children = spec.children()
+        args: list[Any] = [
+            spec.id,
+            spec.queue,
+            spec.on_failure.name if spec.on_failure else "",
+            spec.deadline_at or "",
+            int(spec.cancel_on_failure),
+            spec.retention_ms,
+            len(spec.all_nodes()),
+        ]
+        for node in spec.all_nodes():
+            doc = node.to_doc()
+            doc.pop("parents", None)
+            args += [
+                node.name,
+                orjson.dumps(doc),
+                "\n".join(f"{e.parent} {e.policy}" for e in node.parents),
+                "\n".join(f"{c} {p}" for c, p in children.get(node.name, [])),
+                len(node.parents),
+            ]
+        reply = await self._run("graph_create", spec.id, args, now)
+        if reply.code == codes.Code.OK:
+            metrics.GRAPHS.labels("submitted").inc()
+        await self._release(spec.id, reply.released)
+        return "stored" if reply.code == codes.Code.OK else "duplicate"
+
+    async def create_from(self, env_id: str, queue: str, args: Any, enqueued_at: int) -> EnqueueOutcome:
+        """A ``jobq.graph`` envelope read from Kafka (the relay, a replay): the graph it carries."""
+        try:
+            spec = parse(args, now=enqueued_at)
+        except GraphInvalid as exc:
+            return EnqueueOutcome(env_id, queue, "refused", f"{exc.code}: {exc.message}")
+        outcome = await self.create(spec)
+        return EnqueueOutcome(env_id, queue, "stored" if outcome == "stored" else "duplicate")
+
+    # ---- hand-offs -------------------------------------------------------------------------------
+    async def _release(self, graph_id: str, names: Sequence[str]) -> None:
+        """Enqueue the jobs of released nodes, then confirm them (``rel``)."""
+        if not names:
+            return
+        keys = GraphKeys(graph_id)
+        async with codes.redis_errors("graph release"):
+            defs = await self.client.hmget(keys.named("nodes"), list(names))
+            gens = await self.client.hmget(keys.named("gen"), list(names))
+        envelopes = []
+        for raw, gen in zip(defs, gens, strict=True):
+            if raw is None:
+                continue
+            envelopes.append(_node_of(raw).envelope(graph_id, int(gen or 0)))
+        result = await self.engine.enqueue_batch(envelopes)
+        for o in result.outcomes:  # a job that can never be stored (or a tombstone waited) ends its node now
+            if o.outcome in ("refused", "canceled"):
+                node = o.id.split(":", 1)[1].split("@", 1)[0]
+                state = "errored" if o.outcome == "refused" else "canceled"
+                await self.report(graph_id, node, o.id, state, error=o.reason or o.outcome)
+        async with codes.redis_errors("graph release"):
+            await self.client.srem(keys.named("rel"), *names)
+        metrics.GRAPH_NODES.labels("released").inc(len(envelopes))
+
+    async def report(
+        self,
+        graph_id: str,
+        node: str,
+        job_id: str,
+        state: str,
+        *,
+        attempt: int = 0,
+        result: bytes | str = b"",
+        error: str = "",
+        now_ms: int | None = None,
+    ) -> codes.Code:
+        """Count a node's finished job in its graph (once), then release or cancel what that decides."""
+        reply = await self._run(
+            "graph_report", graph_id, [node, job_id, state, attempt, result, error], now_ms
+        )
+        if reply.code == codes.Code.OK:
+            metrics.GRAPH_NODES.labels(_node_state(state)).inc()
+            await self._after(graph_id, reply)
+        return reply.code
+
+    async def _after(self, graph_id: str, reply: _Reply) -> None:
+        if reply.to_cancel:
+            await self._cancel_jobs(graph_id, reply.to_cancel, f"graph {graph_id} ended its node")
+        await self._release(graph_id, reply.released)
+        if reply.state in ("completed", "failed", "canceled"):
+            metrics.GRAPHS.labels(reply.state).inc()
+
+    async def _cancel_jobs(self, graph_id: str, names: Sequence[str], reason: str) -> None:
+        keys = GraphKeys(graph_id)
+        async with codes.redis_errors("graph cancel"):
+            defs = await self.client.hmget(keys.named("nodes"), list(names))
+            gens = await self.client.hmget(keys.named("gen"), list(names))
+        for name, raw, gen in zip(names, defs, gens, strict=True):
+            if raw is not None:
+                queue = orjson.loads(raw)["queue"]
+                await self.engine.cancel(queue, node_job_id(graph_id, name, int(gen or 0)), reason)
+
+    async def report_finished(
+        self, queue: str, ids: Iterable[str] | None = None, *, older_ms: int = 0
+    ) -> int:
+        """Report the finished graph-node jobs of ``queue`` waiting in its ``gdone`` hash (``ids``: only
+        these; ``older_ms``: only entries at least that old). Returns how many were handed to graphs."""
+        key = QueueKeys(queue).gdone
+        async with codes.redis_errors("graph report"):
+            if ids is None:
+                pairs = list((await self.client.hgetall(key)).items())
+            else:
+                wanted = list(ids)
+                pairs = [
+                    (i, v) for i, v in zip(wanted, await self.client.hmget(key, wanted), strict=True) if v
+                ]
+        now, done = _now(), 0
+        for job_id, raw in pairs:
+            entry = orjson.loads(raw)
+            if older_ms and now - int(entry.get("at", 0)) < older_ms:
+                continue
+            graph_id, _, node = str(entry["graph"]).partition("\t")
+            await self.report(
+                graph_id,
+                node,
+                _s(job_id),
+                entry["state"],
+                attempt=int(entry.get("attempt", 0)),
+                result=str(entry.get("result", "")),
+                error=str(entry.get("error", "")),
+            )
+            async with codes.redis_errors("graph report"):
+                await self.client.hdel(key, job_id)
+            done += 1
+        return done
+
+    # ---- operator actions --------------------------------------------------------------------------
+    async def cancel(self, graph_id: str, reason: str = "canceled", *, now_ms: int | None = None) -> bool:
+        """Cancel a running graph (its nodes in queues too). False: it had ended already."""
+        reply = await self._run("graph_cancel", graph_id, ["canceled", reason, 0], now_ms)
+        if reply.code == codes.Code.MISSING:
+            raise GraphNotFound(f"no graph {graph_id!r}")
+        if reply.code != codes.Code.OK:
+            return False
+        await self._after(graph_id, reply)
+        return True
+
+    async def expire(self, graph_id: str, *, now_ms: int | None = None) -> bool:
+        """End a running graph past its deadline (failed); False when it is not (or not running)."""
+        reply = await self._run("graph_cancel", graph_id, ["failed", "deadline passed", 1], now_ms)
+        if reply.code != codes.Code.OK:
+            return False
+        await self._after(graph_id, reply)
+        return True
+
+    async def retry(
+        self, graph_id: str, *, deadline_ms: int | None = None, now_ms: int | None = None
+    ) -> list[str]:
+        """Run a failed or canceled graph again from what did not complete; returns the nodes released."""
+        now = now_ms or _now()
+        deadline = "" if deadline_ms is None else now + deadline_ms
+        reply = await self._run("graph_retry", graph_id, [deadline], now)
+        if reply.code == codes.Code.MISSING:
+            raise GraphNotFound(f"no graph {graph_id!r}")
+        if reply.code == codes.Code.RUNNING:
+            raise GraphConflict(f"graph {graph_id!r} is still running")
+        if reply.code == codes.Code.FINAL:
+            raise GraphConflict(f"graph {graph_id!r} completed: nothing to retry")
+        async with codes.redis_errors("graphs"):
+            await self.client.zadd(GRAPHS_KEY, {graph_id: now})
+        await self._release(graph_id, reply.released)
+        return reply.released
+
+    # ---- repair (the scheduler service) ------------------------------------------------------------
+    async def open_graphs(self, limit: int = 10_000) -> list[str]:
+        async with codes.redis_errors("graphs"):
+            return [_s(g) for g in await self.client.zrange(GRAPHS_KEY, 0, limit - 1)]
+
+    async def repair_graph(self, graph_id: str, *, now_ms: int | None = None) -> str:
+        """Finish releases a crash interrupted, end the graph past its deadline. Returns the graph's
+        state (``missing`` when its keys are gone)."""
+        now = now_ms or _now()
+        keys = GraphKeys(graph_id)
+        async with codes.redis_errors("graph repair"):
+            state, deadline = await self.client.hmget(keys.named("graph"), ["state", "deadline_at"])
+            stuck = [_s(n) for n in await self.client.smembers(keys.named("rel"))]
+        if state is None:
+            return "missing"
+        if stuck:
+            times = await self.client.hmget(keys.named("times"), [f"{n}|r" for n in stuck])
+            old = [n for n, t in zip(stuck, times, strict=True) if now - int(t or 0) >= REPAIR_AFTER_MS]
+            if old:
+                metrics.GRAPH_REPAIRS.labels("release").inc(len(old))
+                await self._release(graph_id, old)
+        if _s(state) == "running" and deadline and int(deadline) <= now:
+            await self.expire(graph_id, now_ms=now)
+            return "failed"
+        return _s(state)
+
+    async def forget_index(self, graph_id: str) -> None:
+        """Drop a finished (or vanished) graph from the open-graph index."""
+        async with codes.redis_errors("graphs"):
+            await self.client.zrem(GRAPHS_KEY, graph_id)
+
+    async def events(self, graph_id: str, count: int = 1000) -> list[StreamEvent]:
+        async with codes.redis_errors("graph events"):
+            return await reads.stream_events(self.client, GraphKeys(graph_id).named("gevents"), count)
+
+    async def trim_events(self, graph_id: str, upto: str) -> None:
+        async with codes.redis_errors("graph events"):
+            await self.client.xtrim(GraphKeys(graph_id).named("gevents"), minid=_next_id(upto))
+
+    # ---- reads -------------------------------------------------------------------------------------
+    async def inputs(self, graph_id: str, node: str) -> NodeInputs:
+        """What a node's handler receives of its graph: its parents' outcomes (on_failure: every failure)."""
+        keys = GraphKeys(graph_id)
+        async with codes.redis_errors("graph inputs"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(keys.named("nodes"), node)
+            pipe.hget(keys.named("parents"), node)
+            pipe.hget(keys.named("graph"), "on_failure")
+            raw, parents_text, on_failure = await pipe.execute()
+        if raw is None:
+            return NodeInputs(graph_id, node)
+        feed = orjson.loads(raw).get("feed", "none")
+        if on_failure is not None and _s(on_failure) == node:
+            async with codes.redis_errors("graph inputs"):
+                errors = await self.client.hgetall(keys.named("errors"))
+            failures = sorted(
+                ({"node": _s(n), **orjson.loads(e)} for n, e in errors.items()), key=lambda f: (f.get("state") == "skipped", f.get("at", 0), f["node"])
+            )
+            return NodeInputs(graph_id, node, feed, {}, [f for f in failures if f["node"] != node])
+        edges = _edges(parents_text)
+        names = [p for p, _ in edges]
+        if not names:
+            return NodeInputs(graph_id, node, feed)
+        async with codes.redis_errors("graph inputs"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(keys.named("nstate"), names)
+            pipe.hmget(keys.named("results"), names)
+            pipe.hmget(keys.named("errors"), names)
+            states, results, errors = await pipe.execute()
+        parents: dict[str, ParentOutcome] = {}
+        for (name, policy), st, res, err in zip(edges, states, results, errors, strict=True):
+            state = _s(st) if st is not None else "missing"
+            if state != "completed" and policy == "ignore":
+                continue
+            if state == "completed":
+                parents[name] = ParentOutcome(state, orjson.loads(res) if res else None)
+            else:
+                e = orjson.loads(err) if err else {}
+                parents[name] = ParentOutcome(state, None, e.get("error"), int(e.get("attempt", 0)))
+        return NodeInputs(graph_id, node, feed, parents)
+
+    async def get(self, graph_id: str) -> GraphInfo:
+        keys = GraphKeys(graph_id)
+        async with codes.redis_errors("graph"):
+            pipe = self.client.pipeline(transaction=False)
+            for name in ("graph", "nodes", "parents", "nstate", "gen", "results", "errors", "times"):
+                pipe.hgetall(keys.named(name))
+            meta, defs, parents, states, gens, results, errors, times = await pipe.execute()
+        if not meta:
+            raise GraphNotFound(f"no graph {graph_id!r} (not relayed yet, or past its retention)")
+        m = {_s(k): _s(v) for k, v in meta.items()}
+        nodes = []
+        for name_b, raw in defs.items():
+            name = _s(name_b)
+            doc = orjson.loads(raw)
+            gen = int(gens.get(name_b, 0) or 0)
+            res = results.get(name_b)
+            err = errors.get(name_b)
+            r, f = times.get(f"{name}|r".encode()), times.get(f"{name}|f".encode())
+            nodes.append(
+                NodeInfo(
+                    name=name,
+                    queue=doc["queue"],
+                    kind=doc["kind"],
+                    state=_s(states.get(name_b, b"waiting")),
+                    job_id=node_job_id(graph_id, name, gen),
+                    parents=_edges(parents.get(name_b)),
+                    gen=gen,
+                    result=orjson.loads(res) if res else None,
+                    error=orjson.loads(err) if err else None,
+                    released_at=int(r) if r else None,
+                    finished_at=int(f) if f else None,
+                )
+            )
+        counts = {k[2:]: int(v) for k, v in m.items() if k.startswith("n:") and int(v)}
+        return GraphInfo(
+            id=graph_id,
+            queue=m.get("queue", ""),
+            state=m.get("state", ""),
+            created_at=int(m.get("created_at", 0)),
+            finished_at=int(m["finished_at"]) if m.get("finished_at") else None,
+            deadline_at=int(m["deadline_at"]) if m.get("deadline_at") else None,
+            reason=m.get("reason") or None,
+            on_failure=m.get("on_failure") or None,
+            counts=counts,
+            nodes=nodes,
+        )
+
+
+def _node_state(job_state: str) -> str:
+    return {"completed": "completed", "canceled": "canceled"}.get(job_state, "failed")
+
+
+def _next_id(entry: str) -> str:
+    """The stream id right after ``entry`` (XTRIM MINID keeps ids >= it)."""
+    ms, _, seq = entry.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"

@@ -1,0 +1,46 @@
+#!lua
+-- graph_report: a node's job finished in its queue (the outcome its queue's gdone hash kept); count it
+-- once, keep its result or error, release the children whose parents all finished, skip (transitively)
+-- those a failed parent dooms, run on_failure or end the graph when nothing is left. Idempotent: a
+-- report for a node already finished, or from an older run of it (a job id of a previous generation),
+-- changes nothing — fan-in counts each node once however often its outcome is delivered.
+-- KEYS[1] graph    HASH the graph: id, queue, state, options, counts
+-- KEYS[2] nodes    HASH node -> definition (JSON)
+-- KEYS[3] kids     HASH node -> "<child> <policy>" lines
+-- KEYS[4] parents  HASH node -> "<parent> <policy>" lines
+-- KEYS[5] nstate   HASH node -> state
+-- KEYS[6] pending  HASH node -> parents not finished
+-- KEYS[7] gen      HASH node -> run generation
+-- KEYS[8] results  HASH node -> result
+-- KEYS[9] errors   HASH node -> JSON error of a node that did not complete
+-- KEYS[10] times    HASH <node>|r released, <node>|f finished
+-- KEYS[11] rel      SET nodes released, not confirmed in their queues yet
+-- KEYS[12] gevents  STREAM graph transitions not shipped yet
+-- derived: none (a graph has no per-job keys)
+-- ARGV: [1] now  [2] node  [3] job id  [4] job state (completed, errored, canceled, expired)  [5] attempt
+--       [6] result  [7] error text
+-- returns: {C_OK, graph state, n, released_1 … released_n, to_cancel …} counted (to_cancel: released
+--          nodes cancel_on_failure ended, to cancel in their queues) | {C_FINAL} already counted |
+--          {C_STALE} a previous run's job | {C_MISSING} no such graph or node.
+local name, job, outcome = ARGV[2], ARGV[3], ARGV[4]
+local cur = redis.call('HGET', NSTATE, name)
+if redis.call('EXISTS', GRAPH) == 0 or not cur then return {C_MISSING} end
+if job ~= node_job(name) then return {C_STALE} end
+if cur ~= 'ready' then return {C_FINAL} end
+redis.call('SREM', REL, name)
+local to = 'completed'
+if outcome == 'canceled' then to = 'canceled' elseif outcome ~= 'completed' then to = 'failed' end
+nset(name, to)
+redis.call('HSET', TIMES, name .. '|f', NOW)
+if to == 'completed' then
+  redis.call('HSET', RESULTS, name, ARGV[6])
+else
+  redis.call('HSET', ERRORS, name, cjson.encode({state = to, error = string.sub(ARGV[7], 1, 4000),
+    attempt = tonumber(ARGV[5]) or 0, at = NOW, outcome = outcome}))
+end
+settle(name)
+if to ~= 'completed' and name ~= gfield('on_failure') and gfield('cancel_on_failure') == '1' then
+  cancel_open('canceled: node ' .. name .. ' ' .. to, gfield('on_failure'))
+end
+maybe_end()
+return answer(C_OK)
