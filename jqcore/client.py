@@ -43,6 +43,7 @@ from tenacity import (
 
 from jqcore.envelope import new_job_id
 from jqcore.errors import BackendUnavailable, JobqError
+from jqcore.graphs import Graph
 
 __all__ = ["ApiRefused", "Gateway", "GatewayUnavailable", "JobqClient", "parse_retry_after"]
 
@@ -296,6 +297,36 @@ class JobqClient:
 
     async def queue(self, queue: str) -> dict[str, Any]:
         return dict(await self.request("GET", f"/v1/queues/{queue}"))
+
+    # ---- task graphs (jqcore.graphs) -------------------------------------------------------------
+    async def submit_graph(self, graph: Graph | Mapping[str, Any]) -> dict[str, Any]:
+        """Submit a whole graph (a :class:`~jqcore.graphs.Graph`, or a document such as
+        :func:`~jqcore.graphs.pipeline` builds); returns once Kafka has it: its id and its nodes' job ids.
+        Safe to retry: the graph id makes a second submission the same graph."""
+        doc = graph.to_doc() if isinstance(graph, Graph) else dict(graph)
+        data = orjson.dumps(doc)
+        headers = {"Content-Type": "application/json"}
+        return dict(await self.request("POST", "/v1/graphs", idempotent=True, data=data, headers=headers))
+
+    async def get_graph(self, graph_id: str) -> dict[str, Any] | None:
+        try:
+            return dict(await self.request("GET", f"/v1/graphs/{graph_id}"))
+        except ApiRefused as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def cancel_graph(self, graph_id: str, reason: str = "canceled") -> dict[str, Any]:
+        data = orjson.dumps({"reason": reason})
+        headers = {"Content-Type": "application/json"}
+        return dict(
+            await self.request(
+                "POST", f"/v1/graphs/{graph_id}/cancel", idempotent=True, data=data, headers=headers
+            )
+        )
+
+    async def retry_graph(self, graph_id: str) -> dict[str, Any]:
+        return dict(await self.request("POST", f"/v1/graphs/{graph_id}/retry"))
 
 
 def _answer(where: str, status: int, retry_after: str | None, raw: bytes) -> Any:

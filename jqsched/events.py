@@ -49,6 +49,18 @@ class EventShipper:
         self.shipped += total
         return total
 
+    async def ship_graph(self, graph_id: str) -> int:
+        """Ship a task graph's own events (its transitions, nodes it skipped or canceled while waiting)."""
+        batch = await self.engine.graphs.events(graph_id, self.settings.batch)
+        if not batch:
+            return 0
+        await self.producer.produce_many(
+            [Record(self.settings.topic, e.value, key=e.job_id.encode()) for e in batch]
+        )
+        await self.engine.graphs.trim_events(graph_id, batch[-1].entry)
+        self.shipped += len(batch)
+        return len(batch)
+
     async def observe(self, queues: Sequence[str]) -> None:
         """Set the backlog and drop gauges of ``queues`` (called on each beat)."""
         for queue, waiting in (await self.engine.events_backlog(queues)).items():

@@ -15,6 +15,7 @@ import contextlib
 from typing import Any
 
 from jqcore import metrics
+from jqcore.clock import now_ms
 from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
 from jqcore.kafka import ensure_topics
@@ -32,6 +33,7 @@ from jqcore.settings import (
     load,
 )
 from jqcore.state import Engine
+from jqcore.state.graphs import REPAIR_AFTER_MS
 from jqcore.state.waiting import StepResult
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper
@@ -47,6 +49,9 @@ FAR_IDLE_S = 0.2
 EVENTS_IDLE_S = 2.0
 """Longest wait for a new event before the owned queues are read again (they may have changed)."""
 EVENTS_RETRY_S = 1.0
+GRAPH_CREATE_GRACE_MS = 60_000
+"""An indexed graph whose keys are missing is dropped from the index only after this long (its relay
+indexes it just before creating it)."""
 """Pause after a failed shipping round (Kafka or Redis away) before the next."""
 
 
@@ -98,7 +103,9 @@ class SchedulerService(Service):
         self._cron_task: asyncio.Task[None] | None = None
         self._far_task: asyncio.Task[None] | None = None
         self._events_task: asyncio.Task[None] | None = None
+        self._graph_task: asyncio.Task[None] | None = None
         self._failing = False
+        self.graphs_owned: list[str] = []
 
     @property
     def owned(self) -> list[str]:
@@ -119,9 +126,14 @@ class SchedulerService(Service):
             ev = self.events_settings
             await asyncio.to_thread(lambda: ensure_topics(self.kafka, [ev.topic], partitions=ev.partitions))
             self._events_task = asyncio.create_task(self._events_loop(), name="scheduler:events")
-        log.info("scheduler started", name=self.settings.name, group=self.settings.group)
+        if settings_graphs := self.settings.graphs:
+            self._graph_task = asyncio.create_task(self._graph_loop(), name="scheduler:graphs")
+        log.info(
+            "scheduler started", name=self.settings.name, group=self.settings.group, graphs=settings_graphs
+        )
 
     async def _stop(self) -> None:
+        await cancel_and_wait(self._graph_task)
         await cancel_and_wait(self._events_task)
         if self.shipper is not None:
             await self.shipper.close()
@@ -208,6 +220,46 @@ class SchedulerService(Service):
             if not shipped:
                 await self.engine.wait_for_events(queues, EVENTS_IDLE_S)
 
+    async def _graph_loop(self) -> None:
+        await self.dealt.wait()
+        failing = False
+        while True:
+            try:
+                await self.repair_graphs()
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis or Kafka away: the next round repairs
+                if not failing:
+                    log.warning("graph repair failed; retrying", error=repr(exc))
+                failing = True
+            await asyncio.sleep(self.settings.graph_every_s)
+
+    async def repair_graphs(self) -> int:
+        """One round: outcomes left in the owned queues' ``gdone`` hashes (a worker died before reporting),
+        then the open graphs this instance wins: stuck releases, deadlines, events; graphs that ended
+        (events shipped) leave the open-graph index. Returns the hand-offs repaired."""
+        graphs = self.engine.graphs
+        repaired = 0
+        for queue in self.owned:
+            n = await graphs.report_finished(queue, older_ms=REPAIR_AFTER_MS)
+            if n:
+                metrics.GRAPH_REPAIRS.labels("report").inc(n)
+                repaired += n
+        open_ids = await graphs.open_graphs()
+        metrics.GRAPHS_OPEN.set(len(open_ids))
+        self.graphs_owned = owned_by(self.settings.name, self.membership.members, list(open_ids))
+        now = now_ms()
+        for graph_id in self.graphs_owned:
+            state = await graphs.repair_graph(graph_id, now_ms=now)
+            if state == "missing" and now - open_ids[graph_id] < GRAPH_CREATE_GRACE_MS:
+                continue  # indexed by a relay that is creating it right now
+            if self.shipper is not None and state != "missing":
+                await self.shipper.ship_graph(graph_id)
+            if state != "running":
+                await graphs.forget_index(graph_id)
+        return repaired
+
     async def beat(self) -> list[str]:
         """One heartbeat and re-deal; returns the queues this instance keeps from now on."""
         members = await self.membership.beat(self._note())
@@ -232,6 +284,8 @@ class SchedulerService(Service):
             parts.append(f"schedule partitions {','.join(map(str, self.mover.owned)) or '-'}")
         if self.shipper is not None:
             parts.append(f"{self.shipper.shipped} events shipped")
+        if self.graphs_owned:
+            parts.append(f"{len(self.graphs_owned)} graphs")
         return ", ".join(parts)
 
     def _observe(self, step: StepResult) -> None:

@@ -43,6 +43,12 @@ class SchedulerSettings(BaseSettings):
     """Fire the cron schedules this instance owns (Consul KV, ``JOBQ_CRON_KV_PREFIX``)."""
     events: bool = True
     """Ship the owned queues' lifecycle events to Kafka (``JOBQ_EVENTS_*``; needs Kafka)."""
+    graphs: bool = True
+    """Repair task graphs: report finished nodes' outcomes a crashed worker left in its queue (owned
+    queues), finish releases a crash interrupted, end graphs past their deadline and ship their events
+    (the open graphs this instance wins by rendezvous hashing)."""
+    graph_every_s: float = Field(1.0, gt=0, le=60)
+    """Seconds between two graph repair rounds."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from jqcore import metrics
 from jqcore.errors import JobqError
-from kafkagate import claims, cron, history, jobs, queues
+from kafkagate import claims, cron, graphs, history, jobs, queues
 from kafkagate.body import body_middleware
 from kafkagate.http import auth_middleware, error_body, error_middleware, json_response
 from kafkagate.openapi import document
@@ -92,6 +92,7 @@ def make_app(gate: Gate) -> web.Application:
     app.router.add_routes(claims.routes)
     app.router.add_routes(cron.routes)
     app.router.add_routes(history.routes)
+    app.router.add_routes(graphs.routes)
 
     async def close(_: web.Application) -> None:
         await gate.close()

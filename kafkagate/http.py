@@ -135,7 +135,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 SCOPES = ("enqueue", "read", "worker", "admin")
-"""``enqueue``: POST jobs; ``read``: GET anything; ``worker``: claims, extend, complete, fail;
+"""``enqueue``: POST jobs and graphs; ``read``: GET anything; ``worker``: claims, extend, complete, fail;
 ``admin``: cancel, replay, queue and job-type configuration, dead letters."""
 
 
@@ -143,7 +143,7 @@ def required_scope(method: str, path_template: str) -> str:
     """The scope a route needs (by the route's template, e.g. ``/v1/queues/{queue}/jobs``)."""
     if method == "GET":
         return "read"
-    if method == "POST" and path_template.endswith("/jobs"):
+    if method == "POST" and (path_template.endswith("/jobs") or path_template == "/v1/graphs"):
         return "enqueue"
     if path_template.endswith(("/claims", "/extend", "/complete", "/fail")):
         return "worker"

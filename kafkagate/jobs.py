@@ -84,7 +84,7 @@ async def _idempotency(request: web.Request, gate: Gate, queue: str, body: bytes
     return digest
 
 
-async def _produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks) -> list[Delivered]:
+async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks) -> list[Delivered]:
     """Write the records; Kafka's refusals of a record name its job, backend failures are counted."""
     try:
         return await gate.producer(acks).produce_many(records)
@@ -123,7 +123,7 @@ async def enqueue(request: web.Request) -> web.Response:
         check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists
         if needs_exclusivity(parsed):
             check_exclusive(parsed, await gate.queue_config(queue))
-        delivered = await _produce(gate, parsed, records, acks)
+        delivered = await produce(gate, parsed, records, acks)
         spans.delivered(delivered)
     metrics.GATE_JOBS_PRODUCED.labels(queue, records[0].topic).inc(len(records))
     gate.count_produced(records[0].topic, len(records))

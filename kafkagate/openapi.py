@@ -75,6 +75,27 @@ def _model(model: type[BaseModel]) -> dict[str, Any]:
 
 
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"}
+_STEP = {"type": "object", "description": "a job: kind, args, queue, name, parents, feed, job options"}
+_GRAPH_IN: dict[str, Any] = {
+    "type": "object",
+    "required": ["id"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$"},
+        "queue": {"type": "string", "description": "home queue: routes the graph, default of its nodes"},
+        "nodes": {"type": "array", "items": _STEP},
+        "pipeline": {"type": "array", "items": _STEP},
+        "chain": {"type": "array", "items": _STEP},
+        "group": {"type": "array", "items": _STEP},
+        "map": {"type": "object", "description": "{kind, items, queue?, job options}"},
+        "callback": _STEP,
+        "on_failure": _STEP,
+        "deadline_ms": {"type": "integer", "minimum": 1},
+        "deadline_at": {"type": "integer"},
+        "cancel_on_failure": {"type": "boolean"},
+        "retention_ms": {"type": "integer", "minimum": 0},
+    },
+    "description": "exactly one of nodes, pipeline, chain, group, map (see docs/graphs.md)",
+}
 _PATH_PARAMS: dict[str, dict[str, Any]] = {
     "queue": {
         "name": "queue",
@@ -84,6 +105,12 @@ _PATH_PARAMS: dict[str, dict[str, Any]] = {
     },
     "id": {"name": "id", "in": "path", "required": True, "schema": _NAME},
     "kind": {"name": "kind", "in": "path", "required": True, "schema": _NAME},
+    "graph": {
+        "name": "graph",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$"},
+    },
     "name": {
         "name": "name",
         "in": "path",
@@ -106,6 +133,7 @@ def document() -> dict[str, Any]:
     }
     stale = {"409": "stale attempt or lease token", "404": "no such job"}
     no_schedule = {"404": "no such cron schedule"}
+    no_graph = {"404": "no such graph"}
     paths: dict[str, Any] = {
         "/healthz": {
             "get": {
@@ -206,6 +234,25 @@ def document() -> dict[str, Any]:
         "/v1/kinds/{kind}": {
             "get": _op("one job type", errors={"404": "not configured"}),
             "put": _op("job type: concurrency, attempts, delivery strategy", body=_model(KindBody)),
+        },
+        "/v1/graphs": {
+            "post": _op(
+                "submit a task graph whole (any DAG, or a pipeline, chain, group + callback, map); 202 once"
+                " Kafka has it; the same id again makes no second graph",
+                "202",
+                body=_GRAPH_IN,
+                errors={"400": "invalid graph (each problem named)", "503": "Kafka unreachable"},
+            )
+        },
+        "/v1/graphs/{graph}": {
+            "get": _op("a graph: state, nodes, results, errors, timings", errors=no_graph)
+        },
+        "/v1/graphs/{graph}/cancel": {"post": _op("cancel a running graph and its nodes", errors=no_graph)},
+        "/v1/graphs/{graph}/retry": {
+            "post": _op(
+                "run a failed or canceled graph again from what did not complete",
+                errors={**no_graph, "409": "still running, or completed"},
+            )
         },
         "/v1/cron": {"get": _op("every cron schedule with its last and next run")},
         "/v1/cron/{name}": {

@@ -43,6 +43,29 @@ async def refuse(reason: str = "not wanted") -> None:
     raise Cancel(reason)
 
 
+@registry.job("demo.graph.add")
+async def graph_add(n: int = 0, *fed: int) -> int:
+    """A graph node: its own number plus what its parents fed it (a pipeline's previous result)."""
+    return n + sum(fed)
+
+
+@registry.job("demo.graph.sum")
+async def graph_sum(*fed: list[int]) -> int:
+    """A group's callback: the sum of every result it was fed."""
+    return sum(sum(x) if isinstance(x, list) else x for x in fed)
+
+
+@registry.job("demo.graph.mark", timeout=60)
+async def graph_mark(path: str, seconds: float = 0.0, *fed: object) -> str:
+    """A graph node with a side effect: appends its node name to ``path`` (tests count how often each ran)."""
+    node = current_job().graph
+    name = node.node if node is not None else "?"
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(name + "\n")
+    await asyncio.sleep(seconds)
+    return name
+
+
 def cpu_hash(rounds: int = 10_000) -> str:
     """CPU-bound work (runs in the process pool)."""
     digest = b"jobq"

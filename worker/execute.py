@@ -17,6 +17,7 @@ import orjson
 from jqcore import metrics, tracing
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.state import ClaimedJob
+from jqcore.state.graphs import NodeInputs
 from worker.builtin import builtin
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
 
@@ -36,7 +37,7 @@ class Outcome:
     permanent: bool = False
 
 
-def _context(job: ClaimedJob, spec: JobSpec[Any, Any] | None) -> JobContext:
+def _context(job: ClaimedJob, spec: JobSpec[Any, Any] | None, inputs: NodeInputs | None = None) -> JobContext:
     env = job.envelope
     return JobContext(
         id=env.id,
@@ -47,12 +48,20 @@ def _context(job: ClaimedJob, spec: JobSpec[Any, Any] | None) -> JobContext:
         meta=env.meta,
         enqueued_at=env.enqueued_at,
         deadline_s=spec.timeout_s if spec else None,
+        graph=inputs,
     )
 
 
-async def _call(spec: JobSpec[Any, Any], job: ClaimedJob, executor_for: Callable[[str], Executor]) -> Any:
+async def _call(
+    spec: JobSpec[Any, Any],
+    job: ClaimedJob,
+    executor_for: Callable[[str], Executor],
+    inputs: NodeInputs | None = None,
+) -> Any:
     args, kwargs = spec.bind(job.envelope.args)
-    ctx = _context(job, spec)
+    if inputs is not None:  # a graph node: its parents' results as its feed says (jqcore.graphs)
+        args = (*args, *inputs.fed())
+    ctx = _context(job, spec, inputs)
     if spec.mode == "async":
         set_current_job(ctx)
         return await spec.fn(*args, **kwargs)
@@ -77,9 +86,13 @@ def _result_bytes(value: Any) -> bytes | None:
 
 
 async def run_handler(
-    registry: Registry, job: ClaimedJob, executor_for: Callable[[str], Executor]
+    registry: Registry,
+    job: ClaimedJob,
+    executor_for: Callable[[str], Executor],
+    inputs: NodeInputs | None = None,
 ) -> Outcome:
-    """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors."""
+    """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors.
+    ``inputs``: a graph node's view of its graph (fed to the handler, ``current_job().graph``)."""
     spec = registry.get(job.envelope.kind) or builtin.get(job.envelope.kind)
     if spec is None:  # a rolling deploy: another pool (or the next version) knows this kind
         return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
@@ -87,8 +100,15 @@ async def run_handler(
     started = time.perf_counter()
     with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
         try:
-            value = await asyncio.wait_for(_call(spec, job, executor_for), spec.timeout_s)
+            value = await asyncio.wait_for(_call(spec, job, executor_for, inputs), spec.timeout_s)
             outcome = Outcome("success", "succeeded", result=_result_bytes(value))
+            if inputs is not None and value is not None and outcome.result is None:
+                outcome = Outcome(  # a graph node's result is its children's input: never dropped silently
+                    "failure",
+                    "failed",
+                    error=f"ResultInvalid: the result is not JSON or exceeds {MAX_RESULT_BYTES} bytes",
+                    permanent=True,
+                )
         except Exception as exc:
             outcome = _outcome_of(exc, spec, job)
             if outcome.kind == "failure":

@@ -240,10 +240,14 @@ class Pool(Service):
         job = run.job
         try:
             run.started = True
-            outcome = await run_handler(self.registry, job, self._executor)
+            graph = job.envelope.graph
+            inputs = await self.engine.graphs.inputs(graph["id"], graph["node"]) if graph else None
+            outcome = await run_handler(self.registry, job, self._executor, inputs)
             if not run.abandoned:
                 run.writing = True
                 await self._write_back(job, outcome)
+                if graph:
+                    await self._report(job)
         except asyncio.CancelledError:
             pass
         except StaleLease:  # the lease expired and the job was handed out again: that attempt owns it now
@@ -279,6 +283,14 @@ class Pool(Service):
                 retry_delay_ms=outcome.delay_ms,
                 permanent=outcome.permanent or self._attempts_used_up(job),
             )
+
+    async def _report(self, job: ClaimedJob) -> None:
+        """A graph node's job finished (or not: a retry leaves nothing to report): hand its outcome to the
+        graph now. On failure the scheduler finds the outcome in the queue's ``gdone`` and hands it on."""
+        try:
+            await self.engine.graphs.report_finished(job.queue, [job.id])
+        except Exception as exc:
+            log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
 
     async def _complete(self, job: ClaimedJob, result: bytes | None) -> None:
         """Completions are coalesced: while one batch is on its way to Redis the next ones gather, so a

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from jqcore.state.graphs import NodeInputs
 from jqcore.backoff import Backoff
 from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
@@ -74,6 +75,9 @@ class JobContext:
     meta: Mapping[str, str]
     enqueued_at: int
     deadline_s: float | None = None
+    graph: NodeInputs | None = None
+    """A task graph's node: its graph id and name, its parents' outcomes (``graph.parents``), the
+    failures an ``on_failure`` node handles (``graph.failures``). None for a plain job."""
 
 
 _CURRENT: contextvars.ContextVar[JobContext] = contextvars.ContextVar("jobq_current_job")

@@ -375,9 +375,11 @@ class Graphs:
         return reply.released
 
     # ---- repair (the scheduler service) ------------------------------------------------------------
-    async def open_graphs(self, limit: int = 10_000) -> list[str]:
+    async def open_graphs(self, limit: int = 10_000) -> dict[str, int]:
+        """Graphs in the open-graph index → when they entered it (ms)."""
         async with codes.redis_errors("graphs"):
-            return [_s(g) for g in await self.client.zrange(GRAPHS_KEY, 0, limit - 1)]
+            pairs: list[Any] = await self.client.zrange(GRAPHS_KEY, 0, limit - 1, withscores=True)
+        return {_s(g): int(score) for g, score in pairs}
 
     async def repair_graph(self, graph_id: str, *, now_ms: int | None = None) -> str:
         """Finish releases a crash interrupted, end the graph past its deadline. Returns the graph's
@@ -430,7 +432,8 @@ class Graphs:
             async with codes.redis_errors("graph inputs"):
                 errors = await self.client.hgetall(keys.named("errors"))
             failures = sorted(
-                ({"node": _s(n), **orjson.loads(e)} for n, e in errors.items()), key=lambda f: (f.get("state") == "skipped", f.get("at", 0), f["node"])
+                ({"node": _s(n), **orjson.loads(e)} for n, e in errors.items()),
+                key=lambda f: (f.get("state") == "skipped", f.get("at", 0), f["node"]),
             )
             return NodeInputs(graph_id, node, feed, {}, [f for f in failures if f["node"] != node])
         edges = _edges(parents_text)

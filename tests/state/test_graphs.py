@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from jqcore.errors import GraphConflict, GraphInvalid
-from jqcore.graphs import Graph, fan_out, parse, pipeline, Step
+from jqcore.graphs import Graph, Step, fan_out, parse, pipeline
 from jqcore.keys import GraphKeys, QueueKeys
 from jqcore.state import Engine
 
@@ -38,7 +38,7 @@ async def run_graph(
                 triple = (job.id, job.attempt, job.token)
                 try:
                     value = handler(env.graph["node"], env.args, inputs)
-                except Exception as exc:  # noqa: BLE001 - the node's failure
+                except Exception as exc:  # the node's failure
                     await engine.fail(q, triple, f"RuntimeError: {exc}", permanent=True)
                 else:
                     await engine.complete(q, triple, orjson.dumps(value))
@@ -86,7 +86,8 @@ async def test_resubmitting_a_graph_id_does_not_fork_a_second_graph(
     g = await run_graph(
         engine, gid, qs, lambda n, args, inputs: sum(inputs.fed()[0]) if n == "callback" else args[0] ** 2
     )
-    assert g["state"] == "completed" and results(g)["callback"] == 14
+    assert g["state"] == "completed"
+    assert results(g)["callback"] == 14
     stats = await engine.queue_stats(qs[1])
     assert stats.get("completed") == 1, "the callback ran once"
 
@@ -108,7 +109,8 @@ async def test_a_wide_fan_in_counts_each_node_once_under_duplicate_reports(
     assert await engine.graphs.report_finished(qs[0]) == 200
     assert await engine.graphs.report_finished(qs[0]) == 0
     g = await run_graph(engine, gid, qs, lambda _n, _a, inputs: sum(inputs.fed()[0]))
-    assert g["state"] == "completed" and results(g)["callback"] == 200
+    assert g["state"] == "completed"
+    assert results(g)["callback"] == 200
     assert (await engine.queue_stats(qs[1])).get("completed") == 1
 
 
@@ -138,12 +140,14 @@ async def test_a_failed_parent_skips_its_dependents_transitively_and_on_failure_
     assert out["state"] == "failed"
     assert states(out) == {"a": "completed", "b": "failed", "c": "skipped", "d": "skipped", "e": "completed",
                            "f": "completed", "h": "completed", "on_failure": "completed"}  # fmt: skip
-    assert seen["f"][0][0]["state"] == "failed" and "b broke" in seen["f"][0][0]["error"]
+    assert seen["f"][0][0]["state"] == "failed"
+    assert "b broke" in seen["f"][0][0]["error"]
     assert seen["f"][0][1] == "e"
     assert seen["h"] == [["e"]], "an ignored failed parent gives no input"
     failures = seen["on_failure"][0]
-    assert [f["node"] for f in failures][:1] == ["b"] and {f["node"] for f in failures} == {"b", "c", "d"}
-    assert "c" not in seen and "d" not in seen, "skipped nodes never ran"
+    assert [f["node"] for f in failures][:1] == ["b"]
+    assert {f["node"] for f in failures} == {"b", "c", "d"}
+    assert not {"c", "d"} & set(seen), "skipped nodes never ran"
 
 
 async def test_cancel_on_failure_cancels_the_running_siblings(
@@ -160,9 +164,11 @@ async def test_cancel_on_failure_cancels_the_running_siblings(
     await engine.fail(qs[0], (x.id, x.attempt, x.token), "boom", permanent=True)
     await engine.graphs.report_finished(qs[0])
     out = (await engine.graphs.get(gid)).as_dict()
-    assert out["state"] == "failed" and states(out) == {"x": "failed", "y": "canceled", "z": "canceled"}
+    assert out["state"] == "failed"
+    assert states(out) == {"x": "failed", "y": "canceled", "z": "canceled"}
     job = await engine.get_job(qs[1], y.id)
-    assert job is not None and job.cancel_requested, "the running sibling is told to stop"
+    assert job is not None
+    assert job.cancel_requested, "the running sibling is told to stop"
 
 
 async def test_cancel_a_graph_then_retry_from_failure_runs_only_what_failed(
@@ -192,7 +198,8 @@ async def test_cancel_a_graph_then_retry_from_failure_runs_only_what_failed(
     assert out["state"] == "completed"
     assert [r for r in runs if r != "only"] == ["a", "b", "b", "c"], "a kept its result; b and c ran again"
     b = next(n for n in out["nodes"] if n["name"] == "b")
-    assert b["run"] == 2 and b["job_id"] == f"{gid}:b@1"
+    assert b["run"] == 2
+    assert b["job_id"] == f"{gid}:b@1"
     with pytest.raises(GraphConflict, match="nothing to retry"):
         await engine.graphs.retry(gid)
 
@@ -216,7 +223,8 @@ async def test_cancel_ends_every_node_and_the_jobs_in_queues(
     assert await engine.graphs.cancel(gid, "operator") is True
     assert await engine.graphs.cancel(gid) is False
     out = (await engine.graphs.get(gid)).as_dict()
-    assert out["state"] == "canceled" and states(out) == {"a": "canceled", "b": "canceled"}
+    assert out["state"] == "canceled"
+    assert states(out) == {"a": "canceled", "b": "canceled"}
     assert (await engine.depth(qs[0])).pending == 0
 
 
@@ -232,7 +240,8 @@ async def test_a_graph_past_its_deadline_fails_with_its_nodes_canceled(
     assert await engine.graphs.repair_graph(gid, now_ms=spec.deadline_at - 1) == "running"
     assert await engine.graphs.repair_graph(gid, now_ms=spec.deadline_at + 1) == "failed"
     out = (await engine.graphs.get(gid)).as_dict()
-    assert out["reason"] == "deadline passed" and states(out) == {"a": "canceled"}
+    assert out["reason"] == "deadline passed"
+    assert states(out) == {"a": "canceled"}
 
 
 async def test_a_crash_between_completion_and_report_and_between_report_and_release_is_repaired(
@@ -264,7 +273,8 @@ async def test_a_crash_between_completion_and_report_and_between_report_and_rele
     await engine.graphs.repair_graph(gid, now_ms=far)  # again: a duplicate, never a second job
     assert (await engine.depth(qs[1])).pending == 1
     out = await run_graph(engine, gid, qs, lambda _n, _a, inputs: inputs.fed()[0] + 1)
-    assert out["state"] == "completed" and results(out)["b"] == 42
+    assert out["state"] == "completed"
+    assert results(out)["b"] == 42
 
 
 def test_bad_graphs_are_refused_whole_naming_the_problem() -> None:

@@ -1,0 +1,100 @@
+"""Task graph endpoints: submit a whole graph (into Kafka, one record), look at it, cancel it, retry it
+from its failed nodes. ``POST /v1/graphs`` needs ``enqueue``; cancel and retry ``admin``; GET ``read``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from jqcore.clock import now_ms
+from jqcore.envelope import validate_name
+from jqcore.errors import EnvelopeError, FieldError, GraphInvalid
+from jqcore.graphs import graph_envelope, node_job_id, parse
+from jqcore.kafka import Record
+from jqcore.routing import QueueUnrouted
+from kafkagate.body import read_body
+from kafkagate.enqueue import Parsed
+from kafkagate.http import ApiError, json_response
+from kafkagate.jobs import engine_call, produce
+from kafkagate.state import GATE
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+def _graph_id(request: web.Request) -> str:
+    try:
+        return validate_name("id", request.match_info["graph"])
+    except EnvelopeError as exc:
+        raise ApiError(400, "graph_id_invalid", exc.message, exc.fields) from None
+
+
+async def _json(request: web.Request) -> Any:
+    raw = await read_body(request)
+    try:
+        return orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+
+
+@routes.post("/v1/graphs")
+async def submit(request: web.Request) -> web.Response:
+    """Validate the graph whole, write it to Kafka as one record and answer 202 once Kafka has it.
+    Submitting the same id again makes no second graph (the engine keeps the first)."""
+    gate = request.app[GATE]
+    now = now_ms()
+    spec = parse(await _json(request), now=now)
+    env = graph_envelope(spec, at_ms=now)
+    try:
+        topic, acks = gate.routing.route(spec.queue)
+    except QueueUnrouted as exc:
+        raise GraphInvalid(FieldError("queue", exc.message), code="queue_unrouted") from None
+    await gate.check_topic(topic)
+    headers = [("jobq-queue", spec.queue.encode()), ("jobq-kind", env.kind.encode())]
+    record = Record(topic, env.raw or orjson.dumps(env.to_dict()), spec.id.encode(), headers)
+    (delivered,) = await produce(gate, Parsed([env], [None]), [record], acks)
+    gate.count_produced(topic, 1)
+    body = {
+        "id": spec.id,
+        "queue": spec.queue,
+        "topic": delivered.topic,
+        "partition": delivered.partition,
+        "offset": delivered.offset,
+        "nodes": {n.name: node_job_id(spec.id, n.name) for n in spec.all_nodes()},
+    }
+    return json_response(body, 202)
+
+
+@routes.get("/v1/graphs/{graph}")
+async def show(request: web.Request) -> web.Response:
+    info = await engine_call(request.app[GATE].engine.graphs.get(_graph_id(request)))
+    return json_response(info.as_dict())
+
+
+@routes.post("/v1/graphs/{graph}/cancel")
+async def cancel(request: web.Request) -> web.Response:
+    graph_id = _graph_id(request)
+    body = await _json(request)
+    reason = body.get("reason", "canceled") if isinstance(body, dict) else "canceled"
+    graphs = request.app[GATE].engine.graphs
+    changed = await engine_call(graphs.cancel(graph_id, str(reason)[:200]))
+    info = await engine_call(graphs.get(graph_id))
+    return json_response({"canceled": changed, "state": info.state})
+
+
+@routes.post("/v1/graphs/{graph}/retry")
+async def retry(request: web.Request) -> web.Response:
+    """Run a failed or canceled graph again from what did not complete (409 while running or after it
+    completed)."""
+    graph_id = _graph_id(request)
+    body = await _json(request)
+    deadline = body.get("deadline_ms") if isinstance(body, dict) else None
+    if deadline is not None and (
+        not isinstance(deadline, int) or isinstance(deadline, bool) or deadline <= 0
+    ):
+        raise GraphInvalid(FieldError("deadline_ms", "must be a positive integer (milliseconds from now)"))
+    released = await engine_call(request.app[GATE].engine.graphs.retry(graph_id, deadline_ms=deadline))
+    return json_response({"id": graph_id, "state": "running", "released": released})
