@@ -13,6 +13,7 @@ from jobq.commands import (
     cron,
     demo,
     gate,
+    graph,
     history,
     reconcile,
     relay,
@@ -48,6 +49,7 @@ app.command("replay")(replay.replay)
 app.add_typer(gate.topics_app, name="topics")
 app.add_typer(spark.app, name="spark")
 app.add_typer(cron.app, name="cron")
+app.add_typer(graph.app, name="graph")
 app.add_typer(history.app, name="history")
 
 

@@ -216,36 +216,13 @@ def parse(doc: object, *, queue: str | None = None, now: int | None = None) -> G
     bad = _Problems()
     if not isinstance(doc, dict):
         raise GraphInvalid(FieldError("$", "must be a JSON object"))
-    for key in doc:
-        if key not in _GRAPH_FIELDS:
-            bad.add(str(key)[:64], f"unknown field; allowed: {', '.join(sorted(_GRAPH_FIELDS))}")
-    if (p := _name_problem(doc.get("id"), 60)) is not None:
-        bad.add("id", p)
-    home = doc.get("queue", queue)
-    if home is not None and not isinstance(home, str):
-        bad.add("queue", "must be a string")
-        home = None
-    shapes = [s for s in _SHAPES if s in doc]
-    if len(shapes) != 1:
-        bad.add("nodes", f"give exactly one of {', '.join(_SHAPES)} (got {', '.join(shapes) or 'none'})")
-    if "callback" in doc and shapes and shapes[0] not in ("group", "map"):
-        bad.add("callback", "only a group or a map has a callback")
-    bad.raise_if_any()
+    home, shape = _check_top(doc, queue, bad)
     gid: str = doc["id"]
-    raw_nodes = _expand(shapes[0], doc, bad)
+    raw_nodes = _expand(shape, doc, bad)
     bad.raise_if_any()
     nodes = [_node(f"nodes[{i}]", raw, home, bad) for i, raw in enumerate(raw_nodes)]
-    on_failure = None
-    if doc.get("on_failure") is not None:
-        raw = doc["on_failure"]
-        if isinstance(raw, dict) and "parents" in raw:
-            bad.add("on_failure.parents", "an on_failure node follows every node; it takes no parents")
-        elif isinstance(raw, dict):
-            on_failure = _node("on_failure", {"name": ON_FAILURE, **raw}, home, bad)
-        else:
-            bad.add("on_failure", "must be a node object")
+    on_failure = _on_failure(doc.get("on_failure"), home, bad)
     bad.raise_if_any()
-    assert all(n is not None for n in nodes)
     ordered = _check_dag(cast("list[Node]", nodes), on_failure, bad)
     now = now_ms() if now is None else now
     deadline_at = _deadline(doc, now, bad)
@@ -272,6 +249,38 @@ def parse(doc: object, *, queue: str | None = None, now: int | None = None) -> G
                 bad.add(f"{'on_failure' if n is on_failure else f'nodes[{i}]'}.{f.field}", f.problem)
     bad.raise_if_any()
     return spec
+
+
+def _check_top(doc: Mapping[str, Any], queue: str | None, bad: _Problems) -> tuple[str | None, str]:
+    """(home queue, shape) of a graph document; raises for an unknown field, a bad id or shape."""
+    for key in doc:
+        if key not in _GRAPH_FIELDS:
+            bad.add(str(key)[:64], f"unknown field; allowed: {', '.join(sorted(_GRAPH_FIELDS))}")
+    if (p := _name_problem(doc.get("id"), 60)) is not None:
+        bad.add("id", p)
+    home = doc.get("queue", queue)
+    if home is not None and not isinstance(home, str):
+        bad.add("queue", "must be a string")
+        home = None
+    shapes = [s for s in _SHAPES if s in doc]
+    if len(shapes) != 1:
+        bad.add("nodes", f"give exactly one of {', '.join(_SHAPES)} (got {', '.join(shapes) or 'none'})")
+    if "callback" in doc and shapes and shapes[0] not in ("group", "map"):
+        bad.add("callback", "only a group or a map has a callback")
+    bad.raise_if_any()
+    return home, shapes[0]
+
+
+def _on_failure(raw: object, home: str | None, bad: _Problems) -> Node | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        bad.add("on_failure", "must be a node object")
+        return None
+    if "parents" in raw:
+        bad.add("on_failure.parents", "an on_failure node follows every node; it takes no parents")
+        return None
+    return _node("on_failure", {"name": ON_FAILURE, **raw}, home, bad)
 
 
 def _is_int(value: object) -> bool:
@@ -317,27 +326,15 @@ def _steps(shape: str, value: object, bad: _Problems) -> list[dict[str, Any]]:
 
 def _expand(shape: str, doc: Mapping[str, Any], bad: _Problems) -> list[dict[str, Any]]:
     """The ``nodes`` list of any shape."""
-    if shape == "map":
-        spec = doc["map"]
-        if not isinstance(spec, dict) or not isinstance(spec.get("items"), list) or "kind" not in spec:
-            bad.add("map", 'must be {"kind": ..., "items": [...]} (queue and job options optional)')
-            return []
-        base = {k: v for k, v in spec.items() if k != "items"}
-        steps = _steps("map.items", [{**base, "args": [item]} for item in spec["items"]], bad)
-        for i, step in enumerate(steps):
-            step.setdefault("name", f"item-{i + 1}")
-    else:
-        steps = _steps(shape, doc[shape], bad)
-    if shape in ("pipeline", "chain"):
-        for i, step in enumerate(steps):
-            step.setdefault("name", f"step-{i + 1}")
-            if i:
-                step["parents"] = [steps[i - 1]["name"]]
-                if shape == "pipeline":
-                    step.setdefault("feed", "last")
-    if shape == "group":
-        for i, step in enumerate(steps):
-            step.setdefault("name", f"task-{i + 1}")
+    steps = _map_steps(doc["map"], bad) if shape == "map" else _steps(shape, doc[shape], bad)
+    prefix = {"pipeline": "step", "chain": "step", "group": "task", "map": "item"}.get(shape)
+    for i, step in enumerate(steps):
+        if prefix is not None:
+            step.setdefault("name", f"{prefix}-{i + 1}")
+        if shape in ("pipeline", "chain") and i:
+            step["parents"] = [steps[i - 1]["name"]]
+            if shape == "pipeline":
+                step.setdefault("feed", "last")
     if shape in ("group", "map") and doc.get("callback") is not None:
         callback = doc["callback"]
         if not isinstance(callback, dict) or "parents" in callback:
@@ -347,6 +344,14 @@ def _expand(shape: str, doc: Mapping[str, Any], bad: _Problems) -> list[dict[str
                 {"name": "callback", "feed": "list", **callback, "parents": [s["name"] for s in steps]}
             )
     return steps
+
+
+def _map_steps(spec: object, bad: _Problems) -> list[dict[str, Any]]:
+    if not isinstance(spec, dict) or not isinstance(spec.get("items"), list) or "kind" not in spec:
+        bad.add("map", 'must be {"kind": ..., "items": [...]} (queue and job options optional)')
+        return []
+    base = {k: v for k, v in spec.items() if k != "items"}
+    return _steps("map.items", [{**base, "args": [item]} for item in spec["items"]], bad)
 
 
 def _node(where: str, raw: object, home: str | None, bad: _Problems) -> Node | None:
@@ -368,11 +373,18 @@ def _node(where: str, raw: object, home: str | None, bad: _Problems) -> Node | N
         bad.add(f"{where}.feed", f"must be one of {', '.join(FEEDS)}")
     if feed != "none" and raw.get("args") is not None and not isinstance(raw.get("args"), list):
         bad.add(f"{where}.args", "a node fed its parents' results takes positional args (a list) or none")
-    edges: list[Edge] = []
-    parents = raw.get("parents", [])
+    edges = _edges_of(where, raw.get("parents", []), bad)
+    if bad.items:
+        return None
+    options = {k: v for k, v in raw.items() if k not in ("name", "queue", "kind", "args", "parents", "feed")}
+    return Node(raw["name"], str(q), raw["kind"], raw.get("args"), tuple(edges), feed, options)
+
+
+def _edges_of(where: str, parents: object, bad: _Problems) -> list[Edge]:
     if not isinstance(parents, list):
         bad.add(f"{where}.parents", "must be a list of node names or {node, policy} objects")
-        parents = []
+        return []
+    edges: list[Edge] = []
     for j, item in enumerate(parents):
         if isinstance(item, str):
             edges.append(Edge(item))
@@ -384,22 +396,13 @@ def _node(where: str, raw: object, home: str | None, bad: _Problems) -> Node | N
             edges.append(Edge(item["node"], cast("Policy", policy)))
         else:
             bad.add(f"{where}.parents[{j}]", "must be a node name or {node, policy}")
-    if bad.items:
-        return None
-    options = {k: v for k, v in raw.items() if k not in ("name", "queue", "kind", "args", "parents", "feed")}
-    return Node(raw["name"], str(q), raw["kind"], raw.get("args"), tuple(edges), feed, options)
+    return edges
 
 
 def _check_dag(nodes: list[Node], on_failure: Node | None, bad: _Problems) -> list[Node]:
     """Unique names, known parents, no self-edge, no duplicate edge, acyclic. Returns the nodes in a
     topological order (Kahn), roots first in submission order."""
-    by_name: dict[str, Node] = {}
-    for i, n in enumerate(nodes):
-        if n.name in by_name:
-            bad.add(f"nodes[{i}].name", f"duplicate node name {n.name!r}")
-        by_name[n.name] = n
-    if on_failure is not None and on_failure.name in by_name:
-        bad.add("on_failure.name", f"{on_failure.name!r} is also the name of a node")
+    by_name = _check_names(nodes, on_failure, bad)
     for i, n in enumerate(nodes):
         seen: set[str] = set()
         for e in n.parents:
@@ -410,9 +413,24 @@ def _check_dag(nodes: list[Node], on_failure: Node | None, bad: _Problems) -> li
             elif e.parent in seen:
                 bad.add(f"nodes[{i}].parents", f"{e.parent!r} listed twice")
             seen.add(e.parent)
+    bad.raise_if_any()
+    return [by_name[name] for name in _topological(nodes, bad)]
+
+
+def _check_names(nodes: list[Node], on_failure: Node | None, bad: _Problems) -> dict[str, Node]:
+    by_name: dict[str, Node] = {}
+    for i, n in enumerate(nodes):
+        if n.name in by_name:
+            bad.add(f"nodes[{i}].name", f"duplicate node name {n.name!r}")
+        by_name[n.name] = n
+    if on_failure is not None and on_failure.name in by_name:
+        bad.add("on_failure.name", f"{on_failure.name!r} is also the name of a node")
     if len(nodes) + (on_failure is not None) > MAX_NODES:
         bad.add("nodes", f"{len(nodes)} nodes; at most {MAX_NODES}")
-    bad.raise_if_any()
+    return by_name
+
+
+def _topological(nodes: list[Node], bad: _Problems) -> list[str]:
     indegree = {n.name: len(n.parents) for n in nodes}
     children: dict[str, list[str]] = {n.name: [] for n in nodes}
     for n in nodes:
@@ -428,7 +446,7 @@ def _check_dag(nodes: list[Node], on_failure: Node | None, bad: _Problems) -> li
         cyclic = sorted(name for name, d in indegree.items() if d > 0)
         bad.add("nodes", f"the graph has a cycle through {', '.join(cyclic[:10])}")
         bad.raise_if_any()
-    return [by_name[name] for name in order]
+    return order
 
 
 # --- the record that carries a graph through Kafka ---------------------------------------------------

@@ -60,10 +60,14 @@ async def graph_mark(path: str, seconds: float = 0.0, *fed: object) -> str:
     """A graph node with a side effect: appends its node name to ``path`` (tests count how often each ran)."""
     node = current_job().graph
     name = node.node if node is not None else "?"
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(name + "\n")
+    await asyncio.to_thread(_append, path, name + "\n")
     await asyncio.sleep(seconds)
     return name
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line)
 
 
 def cpu_hash(rounds: int = 10_000) -> str:

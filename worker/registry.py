@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from jqcore.state.graphs import NodeInputs
 from jqcore.backoff import Backoff
 from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
+from jqcore.state.graphs import NodeInputs
 
 if TYPE_CHECKING:  # the HTTP client (aiohttp) is only needed by code that enqueues
     from jqcore.client import JobqClient
