@@ -74,6 +74,12 @@ def _history(quick: bool) -> Report:
     return history_bench.run(quick=quick)
 
 
+def _graphs(quick: bool) -> Report:
+    from loadtest import graph_bench
+
+    return graph_bench.run(quick=quick)
+
+
 SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "stack": _stack,
     "engine": _engine,
@@ -85,5 +91,6 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "e2e": _e2e,
     "peers": _peers,
     "history": _history,
+    "graphs": _graphs,
 }
 """Scenario name → a function running it (``quick``: tiny sizes, one repetition) and returning its report."""

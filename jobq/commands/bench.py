@@ -22,6 +22,7 @@ SCENARIO_NAMES = (
     "e2e",
     "peers",
     "history",
+    "graphs",
 )
 """The names in ``loadtest.registry.SCENARIOS`` (listed here so ``--help`` need not load ``loadtest``)."""
 
