@@ -1,4 +1,4 @@
-"""Task graphs on the real gs: submitted over HTTP (and from Python) → gateway → Kafka (one record) →
+"""Task graphs on the real stack: submitted over HTTP (and from Python) → gateway → Kafka (one record) →
 relay → Redis → worker pools in two queues, with the scheduler service repairing hand-offs."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,16 +15,16 @@ import pytest
 
 from jqcore.client import ApiRefused, JobqClient
 from jqcore.graphs import Graph, Step, chain, fan_out, group, pipeline
-from jqcore.routing import Route, RoutingSettings
 from jqcore.state import Engine
-from jqrelay.main import RelayService
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, python_m
-from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
 pytestmark = pytest.mark.usefixtures("scheduler")  # reaps, promotes and repairs graph hand-offs
+
+
+Eventually = Callable[..., Awaitable[Any]]
 
 
 @dataclass
@@ -35,42 +35,23 @@ class GraphStack:
     client: JobqClient
     engine: Engine
     registry: Registry
+    eventually: Eventually
+
+    async def finished(self, graph_id: str, timeout_s: float = 120) -> dict[str, Any]:
+        """The graph once it ended (the gateway's view): a graph's end is not pushed anywhere, so watched."""
+        got: dict[str, Any] = await self.eventually(
+            lambda: self.client.get_graph(graph_id),
+            lambda g: g is not None and g["state"] != "running",
+            timeout_s,
+        )
+        return got
 
 
 @pytest.fixture
-async def gs(
-    prefix: str,
-    make_topic: Callable[..., str],
-    make_gate: Callable[..., GateService],
-    make_relay: Callable[..., RelayService],
-    engine: Engine,
-    token: str,
-) -> AsyncIterator[GraphStack]:
-    topic = make_topic("jobs", partitions=2)
-    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
-    relay = make_relay(topic)
-    relay.settings.topics[:] = [topic]
-    async with make_gate(routing) as gate, relay, JobqClient([gate.url], token) as client:
-        yield GraphStack(prefix, f"{prefix}.ga", f"{prefix}.gb", client, engine, Registry())
-
-
-Eventually = Callable[..., Awaitable[Any]]
-_eventually: list[Eventually] = []
-
-
-@pytest.fixture(autouse=True)
-def _keep_eventually(eventually: Eventually) -> Iterator[None]:
-    _eventually.append(eventually)
-    yield
-    _eventually.clear()
-
-
-async def finished(client: JobqClient, graph_id: str, timeout_s: float = 120) -> dict[str, Any]:
-    """The graph once it ended (the gateway's view): a graph's end is not pushed anywhere, so watched."""
-    got: dict[str, Any] = await _eventually[0](
-        lambda: client.get_graph(graph_id), lambda g: g is not None and g["state"] != "running", timeout_s
-    )
-    return got
+def gs(prefix: str, path: Any, eventually: Eventually) -> GraphStack:
+    """The path (HTTP → gateway → Kafka → relay → Redis for ``<prefix>*``) and two queues of it."""
+    qa, qb = f"{prefix}.ga", f"{prefix}.gb"
+    return GraphStack(prefix, qa, qb, path.client, path.engine, Registry(), eventually)
 
 
 def results(graph: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +112,7 @@ async def test_every_shape_runs_over_http_with_results_flowing(gs: GraphStack) -
         assert accepted["id"] == doc["id"]
         assert accepted["offset"] >= 0
     async with pool(gs):
-        got = {name: await finished(gs.client, doc["id"]) for name, doc in docs.items()}
+        got = {name: await gs.finished(doc["id"]) for name, doc in docs.items()}
     assert {g["state"] for g in got.values()} == {"completed"}
     assert results(got["pipe"]) == {"step-1": 1, "step-2": 11, "step-3": 111}
     assert results(got["chain"]) == {"step-1": 1, "step-2": 2}, "a chain passes no results"
@@ -152,7 +133,7 @@ async def test_a_five_node_multi_parent_dag_from_python(gs: GraphStack) -> None:
     async with pool(gs):
         await gs.client.submit_graph(g)
         await gs.client.submit_graph(g)  # the same id again: no second graph
-        out = await finished(gs.client, g.id)
+        out = await gs.finished(g.id)
     assert out["state"] == "completed"
     assert results(out) == {
         "a": 1,
@@ -176,7 +157,7 @@ async def test_a_thousand_wide_fan_out_fires_its_callback_once(gs: GraphStack) -
     )
     await gs.client.submit_graph(doc)
     async with pool(gs, concurrency=100):
-        out = await finished(gs.client, gid, timeout_s=300)
+        out = await gs.finished(gid, timeout_s=300)
     assert out["state"] == "completed"
     assert results(out)["callback"] == sum(range(1000))
     assert runs["callback"] == 1
@@ -218,7 +199,7 @@ async def test_failure_skips_dependents_runs_on_failure_then_retry_reruns_only_w
     }
     async with pool(gs):
         await gs.client.submit_graph(doc)
-        out = await finished(gs.client, gid)
+        out = await gs.finished(gid)
         assert out["state"] == "failed"
         assert {n["name"]: n["state"] for n in out["nodes"]} == {
             "a": "completed", "b": "failed", "c": "skipped", "d": "completed", "on_failure": "completed"
@@ -234,7 +215,7 @@ async def test_failure_skips_dependents_runs_on_failure_then_retry_reruns_only_w
         broken["b"] = False
         ran.clear()
         assert (await gs.client.retry_graph(gid))["released"] == ["b"]
-        out = await finished(gs.client, gid)
+        out = await gs.finished(gid)
     assert out["state"] == "completed"
     assert sorted(ran) == ["b", "c"], "completed nodes kept their results; on_failure had nothing to do"
 
@@ -243,7 +224,7 @@ async def test_cancel_a_running_graph_over_http(gs: GraphStack) -> None:
     gid = f"{gs.prefix}-cancel"
     doc = chain(gid, Step("never.run", queue=gs.qa), Step("never.run"), queue=gs.qa)
     await gs.client.submit_graph(doc)
-    await _eventually[0](lambda: gs.client.get_graph(gid), lambda g: g is not None)  # relayed into Redis
+    await gs.eventually(lambda: gs.client.get_graph(gid), lambda g: g is not None)  # relayed into Redis
     answer = await gs.client.cancel_graph(gid, "not needed")
     assert answer == {"canceled": True, "state": "canceled"}
     got = await gs.client.get_graph(gid)
@@ -286,11 +267,11 @@ async def test_a_worker_killed_mid_graph_the_graph_still_completes_and_the_callb
     first = workers(gs.qa)
     await gs.client.submit_graph(doc)
     # some nodes ran, others are running: kill the worker now
-    await _eventually[0](lambda: len(marks.read_text().split()), lambda n: n >= 3, 120)
+    await gs.eventually(lambda: len(marks.read_text().split()), lambda n: n >= 3, 120)
     os.killpg(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     workers(gs.qa)
-    out = await finished(gs.client, gid, timeout_s=180)
+    out = await gs.finished(gid, timeout_s=180)
     assert out["state"] == "completed"
     seen = Counter(marks.read_text().split())
     assert seen["callback"] == 1, "the callback fires exactly once"

@@ -41,6 +41,7 @@ def replay(endpoints: Endpoints) -> Callable[..., Any]:
 MakeTopic = Callable[..., str]
 Produce = Callable[..., Awaitable[list[str]]]
 Pending = Callable[[str], Awaitable[int]]
+Eventually = Callable[..., Awaitable[Any]]
 
 
 def totals(doc: dict[str, Any]) -> dict[str, int]:
@@ -71,12 +72,18 @@ async def test_a_range_by_offset_is_written_once_and_the_relay_offsets_stay_unto
 
 
 async def test_a_range_by_time_starts_at_the_first_record_at_or_after_it(
-    prefix: str, make_topic: MakeTopic, produce_jobs: Produce, pending: Pending, engine: Engine, replay: Any
+    prefix: str,
+    make_topic: MakeTopic,
+    produce_jobs: Produce,
+    pending: Pending,
+    engine: Engine,
+    replay: Any,
+    eventually: Eventually,
 ) -> None:
     topic, queue = make_topic("jobs", partitions=2), f"{prefix}.q"
     await produce_jobs(topic, queue, [f"old{i}" for i in range(10)])
     boundary = now_ms() + 1  # the old records carry at most boundary - 1
-    await asyncio.sleep(0.005)  # a clock separation, not a wait for an event: new records are later
+    await eventually(now_ms, lambda t: t > boundary, 5)  # the clock moved on: new records are later
     await produce_jobs(topic, queue, [f"new{i}" for i in range(10)])
     when = datetime.fromtimestamp(boundary / 1000, UTC).isoformat()
     code, doc = await replay("--topic", topic, "--from", when, "--json")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from worker.registry import Backoff, Registry, current_job
 pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
 
 FAST = Backoff(base_s=0.01, cap_s=0.02, jitter=False)
+
+Eventually = Callable[..., Awaitable[Any]]
 
 
 async def enqueue(engine: Engine, queue: str, kind: str, args: object = None, **kw: object) -> str:
@@ -130,23 +133,26 @@ async def test_process_pool_handler(engine: Engine, prefix: str) -> None:
     assert (await info(engine, q, job_id)).result == f'"{cpu_hash(100)}"'
 
 
-async def extended_three_times(engine: Engine, queue: str, job_id: str) -> None:
+async def extended_three_times(eventually: Eventually, engine: Engine, queue: str, job_id: str) -> None:
     """Return once the job's lease deadline has moved three times (each move is one extend); fail after
     60 s (the pool gives no event per extend, so its record is watched against a deadline)."""
     deadlines: set[int | None] = set()
-    deadline = asyncio.get_running_loop().time() + 60
-    while len(deadlines) < 4:  # the claim's deadline plus three extended ones
+
+    async def seen() -> int:
         deadlines.add((await info(engine, queue, job_id)).lease_deadline)
-        assert asyncio.get_running_loop().time() < deadline, f"extends seen: {sorted(map(str, deadlines))}"
-        await asyncio.sleep(0.05)
+        return len(deadlines)
+
+    await eventually(seen, lambda n: n >= 4, 60)  # the claim's deadline plus three extended ones
 
 
-async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, prefix: str) -> None:
+async def test_lease_keeper_keeps_a_long_job_from_being_reaped(
+    engine: Engine, prefix: str, eventually: Eventually
+) -> None:
     q, reg = f"{prefix}.w", Registry()
 
     @reg.job("long", queue=q)
     async def long() -> int:
-        await extended_three_times(engine, q, current_job().id)  # outlives three leases
+        await extended_three_times(eventually, engine, q, current_job().id)  # outlives three leases
         return current_job().attempt
 
     # The keeper extends a third into each lease; the rest is headroom for a loop that is late on a

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -32,6 +32,7 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
 
 APP = "worker.examples:registry"
 
+Eventually = Callable[..., Awaitable[Any]]
 Spawn = Callable[..., Child]
 """``spawn(*args)``: start ``jobq worker --app worker.examples:registry ARGS``."""
 
@@ -51,27 +52,27 @@ def spawn(endpoints: Endpoints, tmp_path: Path) -> Iterator[Spawn]:
         yield start
 
 
-async def until_state(engine: Engine, queue: str, job_id: str, state: str, timeout_s: float = 90) -> JobInfo:
-    """Wait (bounded) until the job reaches ``state``; the worker process gives us no other event."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        got = await reads.get_job(engine.client, queue, job_id)
-        if got is not None and got.state == state:
-            return got
-        if loop.time() > deadline:
-            raise AssertionError(f"job {job_id} never reached {state}: {got}")
-        await asyncio.sleep(0.05)
+async def until_state(
+    eventually: Eventually, engine: Engine, queue: str, job_id: str, state: str, timeout_s: float = 90
+) -> JobInfo:
+    """The job once it reached ``state`` (the worker process gives no other event: its record is watched,
+    bounded)."""
+    got: JobInfo = await eventually(
+        lambda: reads.get_job(engine.client, queue, job_id),
+        lambda job: job is not None and job.state == state,
+        timeout_s,
+    )
+    return got
 
 
 async def test_sigterm_releases_the_running_job_without_spending_its_attempt(
-    engine: Engine, prefix: str, spawn: Spawn
+    engine: Engine, prefix: str, spawn: Spawn, eventually: Eventually
 ) -> None:
     q = f"{prefix}.proc"
     env = new_envelope(q, "demo.sleep", {"seconds": 30})
     await engine.enqueue_batch([env])
     proc = spawn("--queues", q, "--grace", "0.2")
-    await until_state(engine, q, env.id, "running")
+    await until_state(eventually, engine, q, env.id, "running")
     proc.signal(signal.SIGTERM)
     assert await proc.exited(60) == 0
     got = await reads.get_job(engine.client, q, env.id)
@@ -80,14 +81,14 @@ async def test_sigterm_releases_the_running_job_without_spending_its_attempt(
 
 
 async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
-    engine: Engine, prefix: str, spawn: Spawn
+    engine: Engine, prefix: str, spawn: Spawn, eventually: Eventually
 ) -> None:
     q = f"{prefix}.proc"
     # long enough that the kill lands while it runs, even if this test is descheduled for a while
     env = new_envelope(q, "demo.sleep", {"seconds": 3})
     await engine.enqueue_batch([env])
     first = spawn("--queues", q, "--lease-ms", "1000")
-    await until_state(engine, q, env.id, "running")
+    await until_state(eventually, engine, q, env.id, "running")
     first.signal(signal.SIGKILL)  # the crash under test
     await first.exited(60)
     second = spawn("--queues", q, "--lease-ms", "1000", "--burst")
