@@ -36,7 +36,6 @@ __all__ = [
     "GRAPH_KIND",
     "MAX_NODES",
     "NODE_STATES",
-    "TERMINAL_NODE_STATES",
     "Edge",
     "Feed",
     "Graph",
@@ -69,7 +68,6 @@ FEEDS: tuple[str, ...] = get_args(Feed)
 NODE_STATES = ("waiting", "ready", "completed", "failed", "canceled", "skipped")
 """A node in its graph: waiting for parents, ready (released into its queue: pending or running there),
 then one terminal state."""
-TERMINAL_NODE_STATES = frozenset(NODE_STATES[2:])
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _NODE_FIELDS = frozenset(
@@ -176,12 +174,6 @@ class GraphSpec:
         if self.retention_ms != DEFAULT_RETENTION_MS:
             doc["retention_ms"] = self.retention_ms
         return doc
-
-    def node(self, name: str) -> Node:
-        for n in self.all_nodes():
-            if n.name == name:
-                return n
-        raise KeyError(name)
 
     def all_nodes(self) -> tuple[Node, ...]:
         return self.nodes + ((self.on_failure,) if self.on_failure is not None else ())
@@ -456,7 +448,8 @@ def graph_envelope(spec: GraphSpec, *, at_ms: int | None = None) -> Envelope:
     """The one Kafka record of a graph (routed by its home queue). Raises :class:`GraphInvalid` when
     the whole graph is larger than one envelope may be."""
     env = new_envelope(spec.queue, GRAPH_KIND, spec.to_doc(), id=f"{spec.id}@graph", at_ms=at_ms)
-    size = len(encode(env))
+    env = replace(env, raw=encode(env))  # the record value, encoded once
+    size = len(env.raw or b"")
     if size > MAX_ENVELOPE_BYTES:
         raise GraphInvalid(
             FieldError("$", f"the graph is {size} bytes; at most {MAX_ENVELOPE_BYTES} (args included)"),
@@ -640,8 +633,3 @@ def fan_out(
     if callback is not None:
         doc["callback"] = callback.to_doc()
     return doc
-
-
-def renamed(spec: GraphSpec, id: str) -> GraphSpec:
-    """The same graph under another id (benchmarks submit one shape many times)."""
-    return replace(spec, id=id)

@@ -261,10 +261,10 @@ def start_history(
 
 
 STOP_POLL_S = 1
+"""How often a running history checks its ``stop`` event."""
 MAX_PER_BATCH = 50_000
 """Events per micro-batch at most when ``run_history`` catches up on a long topic: the tables grow batch
 by batch (readers see progress) instead of in one long first batch."""
-"""How often a running history checks its ``stop`` event."""
 
 
 def run_history(

@@ -9,7 +9,7 @@ import orjson
 from aiohttp import web
 
 from jqcore.clock import now_ms
-from jqcore.envelope import validate_name
+from jqcore.envelope import encode, validate_name
 from jqcore.errors import EnvelopeError, FieldError, GraphInvalid
 from jqcore.graphs import graph_envelope, node_job_id, parse
 from jqcore.kafka import Record
@@ -54,7 +54,7 @@ async def submit(request: web.Request) -> web.Response:
         raise GraphInvalid(FieldError("queue", exc.message), code="queue_unrouted") from None
     await gate.check_topic(topic)
     headers = [("jobq-queue", spec.queue.encode()), ("jobq-kind", env.kind.encode())]
-    record = Record(topic, env.raw or orjson.dumps(env.to_dict()), spec.id.encode(), headers)
+    record = Record(topic, encode(env), spec.id.encode(), headers)
     (delivered,) = await produce(gate, Parsed([env], [None]), [record], acks)
     gate.count_produced(topic, 1)
     body = {

@@ -69,9 +69,7 @@ class Engine:
 
     def __init__(self, client: RedisClient) -> None:
         self.client = client
-        self._scripts = {
-            name: client.register_script(source(name)) for name, s in SCRIPTS.items() if not s.graph
-        }
+        self._scripts = {name: client.register_script(source(name)) for name in SCRIPTS}
         self._known_queues: set[str] = set()
         self.graphs = Graphs(self)
         """Task graphs (:mod:`jqcore.state.graphs`)."""
@@ -81,7 +79,11 @@ class Engine:
         return QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys))
 
     async def _run(self, name: str, queue: str, args: Sequence[Any], now: int | None) -> Any:
-        keys = self._keys(name, queue)
+        return await self.run_script(name, self._keys(name, queue), args, now)
+
+    async def run_script(self, name: str, keys: Sequence[str], args: Sequence[Any], now: int | None) -> Any:
+        """One script call (``now`` first in ``ARGV``), timed and counted; Redis errors mapped. For the
+        modules of :mod:`jqcore.state` (queue transitions here, graph ones in :mod:`~jqcore.state.graphs`)."""
         started = time.perf_counter()
         outcome = "ok"
         try:

@@ -18,10 +18,9 @@ waiting node: it exists only in its graph until its parents finished.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -29,10 +28,10 @@ from jqcore import metrics
 from jqcore.clock import now_ms as _now
 from jqcore.errors import GraphConflict, GraphInvalid, GraphNotFound
 from jqcore.graphs import GraphSpec, Node, node_job_id, parse
-from jqcore.keys import GRAPHS_KEY, GraphKeys, QueueKeys
+from jqcore.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqcore.state import codes, reads
 from jqcore.state.models import EnqueueOutcome, StreamEvent
-from jqcore.state.scripts import SCRIPTS, source
+from jqcore.state.scripts import SCRIPTS
 
 if TYPE_CHECKING:
     from jqcore.state.engine import Engine
@@ -186,18 +185,10 @@ class Graphs:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.client = engine.client
-        self._scripts = {n: self.client.register_script(source(n)) for n, s in SCRIPTS.items() if s.graph}
 
     async def _run(self, name: str, graph_id: str, args: Sequence[Any], now: int | None) -> _Reply:
-        keys = GraphKeys(graph_id).for_script(SCRIPTS[name].keys)  # type: ignore[arg-type]
-        started = time.perf_counter()
-        try:
-            async with codes.redis_errors(name):
-                raw = await self._scripts[name](keys=keys, args=[now or _now(), *args])
-        finally:
-            metrics.SCRIPT_CALLS.labels(name, "ok").inc()
-            metrics.SCRIPT_TIME.labels(name).observe(time.perf_counter() - started)
-        return _reply(raw)
+        keys = GraphKeys(graph_id).for_script(cast("tuple[GraphKeyName, ...]", SCRIPTS[name].keys))
+        return _reply(await self.engine.run_script(name, keys, args, now))
 
     # ---- submission ------------------------------------------------------------------------------
     async def create(self, spec: GraphSpec, *, now_ms: int | None = None) -> str:
@@ -242,28 +233,35 @@ class Graphs:
         return EnqueueOutcome(env_id, queue, "stored" if outcome == "stored" else "duplicate")
 
     # ---- hand-offs -------------------------------------------------------------------------------
+    async def _node_jobs(self, graph_id: str, names: Sequence[str]) -> dict[str, tuple[str, Node, int]]:
+        """Job id → (node name, definition, generation) of the named nodes that exist."""
+        keys = GraphKeys(graph_id)
+        async with codes.redis_errors("graph nodes"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(keys.named("nodes"), list(names))
+            pipe.hmget(keys.named("gen"), list(names))
+            defs, gens = await pipe.execute()
+        out = {}
+        for name, raw, gen in zip(names, defs, gens, strict=True):
+            if raw is not None:
+                out[node_job_id(graph_id, name, int(gen or 0))] = (name, _node_of(raw), int(gen or 0))
+        return out
+
     async def _release(self, graph_id: str, names: Sequence[str]) -> None:
         """Enqueue the jobs of released nodes, then confirm them (``rel``)."""
         if not names:
             return
-        keys = GraphKeys(graph_id)
-        async with codes.redis_errors("graph release"):
-            defs = await self.client.hmget(keys.named("nodes"), list(names))
-            gens = await self.client.hmget(keys.named("gen"), list(names))
-        envelopes = []
-        for raw, gen in zip(defs, gens, strict=True):
-            if raw is None:
-                continue
-            envelopes.append(_node_of(raw).envelope(graph_id, int(gen or 0)))
-        result = await self.engine.enqueue_batch(envelopes)
+        jobs = await self._node_jobs(graph_id, names)
+        result = await self.engine.enqueue_batch(
+            [node.envelope(graph_id, gen) for _, node, gen in jobs.values()]
+        )
         for o in result.outcomes:  # a job that can never be stored (or a tombstone waited) ends its node now
             if o.outcome in ("refused", "canceled"):
-                node = o.id.split(":", 1)[1].split("@", 1)[0]
                 state = "errored" if o.outcome == "refused" else "canceled"
-                await self.report(graph_id, node, o.id, state, error=o.reason or o.outcome)
+                await self.report(graph_id, jobs[o.id][0], o.id, state, error=o.reason or o.outcome)
         async with codes.redis_errors("graph release"):
-            await self.client.srem(keys.named("rel"), *names)
-        metrics.GRAPH_NODES.labels("released").inc(len(envelopes))
+            await self.client.srem(GraphKeys(graph_id).named("rel"), *names)
+        metrics.GRAPH_NODES.labels("released").inc(len(jobs))
 
     async def report(
         self,
@@ -294,14 +292,8 @@ class Graphs:
             metrics.GRAPHS.labels(reply.state).inc()
 
     async def _cancel_jobs(self, graph_id: str, names: Sequence[str], reason: str) -> None:
-        keys = GraphKeys(graph_id)
-        async with codes.redis_errors("graph cancel"):
-            defs = await self.client.hmget(keys.named("nodes"), list(names))
-            gens = await self.client.hmget(keys.named("gen"), list(names))
-        for name, raw, gen in zip(names, defs, gens, strict=True):
-            if raw is not None:
-                queue = orjson.loads(raw)["queue"]
-                await self.engine.cancel(queue, node_job_id(graph_id, name, int(gen or 0)), reason)
+        for job_id, (_, node, _) in (await self._node_jobs(graph_id, names)).items():
+            await self.engine.cancel(node.queue, job_id, reason)
 
     async def report_finished(
         self, queue: str, ids: Iterable[str] | None = None, *, older_ms: int = 0
@@ -411,9 +403,9 @@ class Graphs:
         async with codes.redis_errors("graph events"):
             return await reads.stream_events(self.client, GraphKeys(graph_id).named("gevents"), count)
 
-    async def trim_events(self, graph_id: str, upto: str) -> None:
+    async def trim_events(self, graph_id: str, upto: str) -> int:
         async with codes.redis_errors("graph events"):
-            await self.client.xtrim(GraphKeys(graph_id).named("gevents"), minid=_next_id(upto))
+            return await reads.trim_stream(self.client, GraphKeys(graph_id).named("gevents"), upto)
 
     # ---- reads -------------------------------------------------------------------------------------
     async def inputs(self, graph_id: str, node: str) -> NodeInputs:
@@ -508,9 +500,3 @@ class Graphs:
 
 def _node_state(job_state: str) -> str:
     return {"completed": "completed", "canceled": "canceled"}.get(job_state, "failed")
-
-
-def _next_id(entry: str) -> str:
-    """The stream id right after ``entry`` (XTRIM MINID keeps ids >= it)."""
-    ms, _, seq = entry.partition("-")
-    return f"{ms}-{int(seq or 0) + 1}"

@@ -217,9 +217,13 @@ async def stream_events(client: RedisClient, key: str, count: int) -> list[Strea
 
 async def trim_events(client: RedisClient, queue: str, upto: str) -> int:
     """Drop the events up to stream entry ``upto`` inclusive (they are in Kafka); returns how many."""
+    return await trim_stream(client, QueueKeys(queue).events, upto)
+
+
+async def trim_stream(client: RedisClient, key: str, upto: str) -> int:
+    """Drop the entries of an events stream up to ``upto`` inclusive (exactly: ``MINID`` of the next id)."""
     ms, _, seq = upto.partition("-")
-    minid = f"{ms}-{int(seq or 0) + 1}"
-    return int(await client.xtrim(QueueKeys(queue).events, minid=minid, approximate=False))
+    return int(await client.xtrim(key, minid=f"{ms}-{int(seq or 0) + 1}", approximate=False))
 
 
 async def events_backlog(client: RedisClient, queues: Sequence[str]) -> dict[str, int]:

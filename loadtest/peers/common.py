@@ -98,3 +98,16 @@ def main(roles: dict[str, Callable[..., None]]) -> None:
     started = time.perf_counter()
     roles[role](*(float(a) for a in args))
     print(f"elapsed {time.perf_counter() - started:.6f}")
+
+
+def exec_celery_worker(app: str, name: str) -> None:
+    """Become one Celery worker process of ``app`` (prefork, one child; no gossip, mingle, heartbeat)."""
+    argv = [sys.executable, "-m", "celery", "-A", app, "worker", "--concurrency", "1", "--pool", "prefork"]
+    argv += ["--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    os.execvp(sys.executable, [*argv, "-n", f"{name}{os.getpid()}@%h"])
+
+
+def exec_dramatiq_worker(module: str, queue: str) -> None:
+    """Become one Dramatiq worker process of ``module`` (8 threads) consuming ``queue``."""
+    argv = [sys.executable, "-m", "dramatiq", module, "--processes", "1", "--threads", "8", "--queues", queue]
+    os.execvp(sys.executable, argv)

@@ -3,8 +3,6 @@ prefork pool with 2 processes per worker; delays as countdown/ETA (held by the w
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from datetime import UTC, datetime
 
@@ -38,28 +36,7 @@ def delayed(n: float, d: float) -> None:
 
 
 def worker() -> None:
-    os.execvp(
-        sys.executable,
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "run_celery",
-            "worker",
-            "--concurrency",
-            "1",
-            "--pool",
-            "prefork",
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-n",
-            f"w{os.getpid()}@%h",
-        ],
-    )
+    common.exec_celery_worker("run_celery", "w")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ and early acks (the defaults), gossip, mingle and heartbeat off. The client wait
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import common
@@ -70,28 +69,7 @@ def pipeline(n: float, length: float) -> dict:
 
 
 def worker() -> None:
-    os.execvp(
-        sys.executable,
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "run_celery_graphs",
-            "worker",
-            "--concurrency",
-            "1",
-            "--pool",
-            "prefork",
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-n",
-            f"g{os.getpid()}@%h",
-        ],
-    )
+    common.exec_celery_worker("run_celery_graphs", "g")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import common
@@ -34,21 +32,7 @@ def delayed(n: float, d: float) -> None:
 
 
 def worker() -> None:
-    os.execvp(
-        sys.executable,
-        [
-            sys.executable,
-            "-m",
-            "dramatiq",
-            "run_dramatiq",
-            "--processes",
-            "1",
-            "--threads",
-            "8",
-            "--queues",
-            "bench",
-        ],
-    )
+    common.exec_dramatiq_worker("run_dramatiq", "bench")
 
 
 if __name__ == "__main__":

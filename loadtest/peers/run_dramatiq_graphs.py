@@ -14,7 +14,6 @@ the final message's result (``get_result(block=True)``: a blocking list pop on t
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import common
@@ -92,21 +91,7 @@ def pipe(n: float, length: float) -> dict:
 
 
 def worker() -> None:
-    os.execvp(
-        sys.executable,
-        [
-            sys.executable,
-            "-m",
-            "dramatiq",
-            "run_dramatiq_graphs",
-            "--processes",
-            "1",
-            "--threads",
-            "8",
-            "--queues",
-            QUEUE,
-        ],
-    )
+    common.exec_dramatiq_worker("run_dramatiq_graphs", QUEUE)
 
 
 if __name__ == "__main__":

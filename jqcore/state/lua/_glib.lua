@@ -47,14 +47,6 @@ local function release(name)
   released[#released + 1] = name
 end
 
-local function lines(s)
-  local out = {}
-  if s and s ~= '' then
-    for part in string.gmatch(s, '[^\n]+') do out[#out + 1] = part end
-  end
-  return out
-end
-
 -- A node the graph ends itself (skipped, canceled): its error entry and its event (its job, if any,
 -- records its own transitions in its queue).
 local function end_node(name, to, why)
@@ -79,7 +71,7 @@ local function settle(first)
       redis.call('HINCRBY', GRAPH, 'open', -1)
       if not ok then redis.call('HINCRBY', GRAPH, 'bad', 1) end
     end
-    for _, line in ipairs(lines(redis.call('HGET', KIDS, x))) do
+    for _, line in ipairs(split_lines(redis.call('HGET', KIDS, x))) do
       local sp = string.find(line, ' ', 1, true)
       local child, policy = string.sub(line, 1, sp - 1), string.sub(line, sp + 1)
       if redis.call('HGET', NSTATE, child) == 'waiting' then

@@ -47,7 +47,7 @@ graph_event(state, 'running', 'retry: ' .. #again .. ' node(s) again')
 for _, name in ipairs(again) do
   if name ~= on_failure then
     local left = 0
-    for _, line in ipairs(lines(redis.call('HGET', PARENTS, name))) do
+    for _, line in ipairs(split_lines(redis.call('HGET', PARENTS, name))) do
       local parent = string.sub(line, 1, string.find(line, ' ', 1, true) - 1)
       if redis.call('HGET', NSTATE, parent) ~= 'completed' then left = left + 1 end
     end
