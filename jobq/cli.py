@@ -22,6 +22,7 @@ from jobq.commands import (
     spark,
     stack,
     status,
+    web,
     worker,
 )
 from jqcore.errors import JobqError
@@ -43,6 +44,7 @@ app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
 app.command("scheduler")(scheduler.scheduler)
 app.command("status")(status.status)
+app.command("web")(web.web)
 app.command("canary")(canary.canary)
 app.command("reconcile")(reconcile.reconcile)
 app.command("replay")(replay.replay)

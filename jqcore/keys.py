@@ -63,7 +63,8 @@ Global (never touched by a script, so they need no hash tag): ``jobq:queues`` (S
 Not queue state (written with a plain client by their owners; the names are still made here): the
 gateway's idempotency records (:func:`idempotency_key`), the canary's health hash
 (:data:`CANARY_HEALTH_KEY`), process presence (:func:`presence_key`) and stage counters
-(:func:`stages_key`).
+(:func:`stages_key`), the queues' rate samples (:func:`series_key`, the dashboard's 24 h charts) and
+the dashboard's audit log (:data:`AUDIT_KEY`).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 __all__ = [
+    "AUDIT_KEY",
     "CANARY_HEALTH_KEY",
     "GRAPHS_KEY",
     "GRAPH_KEY_NAMES",
@@ -89,6 +91,7 @@ __all__ = [
     "member_notes_key",
     "members_key",
     "presence_key",
+    "series_key",
     "stages_key",
 ]
 
@@ -305,3 +308,12 @@ def stages_key(topic: str) -> str:
     """Hash of a topic's stage counters (produced by gateways; read, written, duplicate, dead... by the
     relay), summed over every process, for ``jobq reconcile``."""
     return f"jobq:stages:{topic}"
+
+
+def series_key(queue: str) -> str:
+    """ZSET of the queue's counter samples (score: sample time in ms; ``jqcore.series``)."""
+    return f"jobq:series:{queue}"
+
+
+AUDIT_KEY = "jobq:audit"
+"""STREAM of the dashboard's actions (who, what, how many jobs; ``jqcore.audit``), capped."""

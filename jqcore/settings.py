@@ -43,6 +43,7 @@ __all__ = [
     "LogSettings",
     "MetricsSettings",
     "RedisSettings",
+    "RelayKeys",
     "TraceSettings",
     "load",
 ]
@@ -196,6 +197,37 @@ class LogSettings(BaseSettings):
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["console", "json"] = "console"
+
+
+class RelayKeys(BaseSettings):
+    """Where the relays keep their state (``JOBQ_RELAY_*``): read by the relay itself (which adds its own
+    settings, ``jqrelay.settings``) and by whoever shows or changes it (``jobq status``, the dashboard)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
+
+    topics: CommaList = Field(default_factory=list)
+    """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
+    kv_prefix: str = "jobq"
+    """Consul KV root: locks at ``<prefix>/locks/<topic>``, rate limits at ``<prefix>/rates/<topic>`` (per
+topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
+    group_prefix: str = "jobq-relay"
+    """Kafka consumer group per topic: ``<group_prefix>.<topic>`` (offsets are committed there)."""
+
+    def lock_key(self, topic: str) -> str:
+        return f"{self.kv_prefix}/locks/{topic}"
+
+    def rate_key(self, topic: str) -> str:
+        return f"{self.kv_prefix}/rates/{topic}"
+
+    def queue_rates_folder(self) -> str:
+        """Per-queue limits: one key per queue, ``<prefix>/queue-rates/<queue>``."""
+        return f"{self.kv_prefix}/queue-rates/"
+
+    def queue_rate_key(self, queue: str) -> str:
+        return f"{self.queue_rates_folder()}{queue}"
+
+    def group(self, topic: str) -> str:
+        return f"{self.group_prefix}.{topic}"
 
 
 class CronSettings(BaseSettings):

@@ -6,25 +6,20 @@ import os
 import socket
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from jqcore.settings import CommaList
+from jqcore.settings import RelayKeys
 
 __all__ = ["RelaySettings"]
 
 
-class RelaySettings(BaseSettings):
+class RelaySettings(RelayKeys):
+    """Where the relay keeps its state (:class:`jqcore.settings.RelayKeys`) and how it runs."""
+
     model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
 
-    topics: CommaList = Field(default_factory=list)
-    """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
     holder: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """This process's name in the Consul locks (shown by ``jobq status``)."""
-    kv_prefix: str = "jobq"
-    """Consul KV root: locks at ``<prefix>/locks/<topic>``, rate limits at ``<prefix>/rates/<topic>`` (per
-topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
-    group_prefix: str = "jobq-relay"
-    """Kafka consumer group per topic: ``<group_prefix>.<topic>`` (offsets are committed there)."""
     batch: int = Field(500, ge=1, le=50_000)
     """Records per consume call, written with one engine call per queue."""
     session_ttl_s: int = Field(15, ge=10, le=86_400)
@@ -42,13 +37,3 @@ topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
         if self.memory_slow_at >= self.memory_stop_at:
             raise ValueError("JOBQ_RELAY_MEMORY_SLOW_AT must be below JOBQ_RELAY_MEMORY_STOP_AT")
         return self
-
-    def lock_key(self, topic: str) -> str:
-        return f"{self.kv_prefix}/locks/{topic}"
-
-    def rate_key(self, topic: str) -> str:
-        return f"{self.kv_prefix}/rates/{topic}"
-
-    def queue_rates_folder(self) -> str:
-        """Per-queue limits: one key per queue, ``<prefix>/queue-rates/<queue>``."""
-        return f"{self.kv_prefix}/queue-rates/"

@@ -4,7 +4,8 @@ Every ``beat_s`` the instance records itself alive, reads the live members and t
 exactly the queues it wins by rendezvous hashing (:mod:`jqcore.membership`). The timers
 (:class:`jqcore.state.waiting.Timers`) promote due delayed jobs, reap expired leases and collect
 garbage for those queues, and the event shipper (:mod:`jqsched.events`) moves their lifecycle events to
-Kafka; each step is one atomic script: a queue kept by two instances for a beat (while
+Kafka, and their counters are sampled for the dashboard's rate charts (:mod:`jqcore.series`); each
+step is one atomic script: a queue kept by two instances for a beat (while
 they disagree about who is alive) is only work done twice, never a job run twice or early.
 """
 
@@ -14,7 +15,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from jqcore import metrics
+from jqcore import metrics, series
 from jqcore.clock import now_ms
 from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
@@ -49,10 +50,10 @@ FAR_IDLE_S = 0.2
 EVENTS_IDLE_S = 2.0
 """Longest wait for a new event before the owned queues are read again (they may have changed)."""
 EVENTS_RETRY_S = 1.0
+"""Pause after a failed shipping round (Kafka or Redis away) before the next."""
 GRAPH_CREATE_GRACE_MS = 60_000
 """An indexed graph whose keys are missing is dropped from the index only after this long (its relay
 indexes it just before creating it)."""
-"""Pause after a failed shipping round (Kafka or Redis away) before the next."""
 
 
 class SchedulerService(Service):
@@ -104,6 +105,7 @@ class SchedulerService(Service):
         self._far_task: asyncio.Task[None] | None = None
         self._events_task: asyncio.Task[None] | None = None
         self._graph_task: asyncio.Task[None] | None = None
+        self._series_task: asyncio.Task[None] | None = None
         self._failing = False
         self.graphs_owned: list[str] = []
 
@@ -126,6 +128,7 @@ class SchedulerService(Service):
             ev = self.events_settings
             await asyncio.to_thread(lambda: ensure_topics(self.kafka, [ev.topic], partitions=ev.partitions))
             self._events_task = asyncio.create_task(self._events_loop(), name="scheduler:events")
+        self._series_task = asyncio.create_task(self._series_loop(), name="scheduler:series")
         if settings_graphs := self.settings.graphs:
             self._graph_task = asyncio.create_task(self._graph_loop(), name="scheduler:graphs")
         log.info(
@@ -133,6 +136,7 @@ class SchedulerService(Service):
         )
 
     async def _stop(self) -> None:
+        await cancel_and_wait(self._series_task)
         await cancel_and_wait(self._graph_task)
         await cancel_and_wait(self._events_task)
         if self.shipper is not None:
@@ -219,6 +223,25 @@ class SchedulerService(Service):
                 continue
             if not shipped:
                 await self.engine.wait_for_events(queues, EVENTS_IDLE_S)
+
+    async def _series_loop(self) -> None:
+        await self.dealt.wait()
+        every_ms = int(self.settings.series_every_s * 1000)
+        while True:
+            now = now_ms()
+            try:
+                await self.sample_series(now - now % every_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: this bucket stays empty; the next difference spans it
+                log.warning("sampling queue counters failed", error=repr(exc))
+            await asyncio.sleep((every_ms - now_ms() % every_ms) / 1000)
+
+    async def sample_series(self, bucket_ms: int) -> None:
+        """Record the owned queues' counters for the bucket starting at ``bucket_ms``."""
+        queues = self.owned
+        stats = {q: await self.engine.queue_stats(q) for q in queues}
+        await series.record(self.client, queues, stats, bucket_ms)
 
     async def _graph_loop(self) -> None:
         await self.dealt.wait()

@@ -49,6 +49,9 @@ class SchedulerSettings(BaseSettings):
     (the open graphs this instance wins by rendezvous hashing)."""
     graph_every_s: float = Field(1.0, gt=0, le=60)
     """Seconds between two graph repair rounds."""
+    series_every_s: float = Field(60.0, ge=1, le=3600)
+    """Seconds between two samples of the owned queues' counters (the dashboard's rate charts, kept
+    25 h in ``jobq:series:<queue>``)."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 

@@ -69,13 +69,16 @@ async def openapi(request: web.Request) -> web.Response:
     return json_response(document())
 
 
-def make_app(gate: Gate) -> web.Application:
+def make_app(gate: Gate, mounts: Mapping[str, web.Application] | None = None) -> web.Application:
+    """The gateway; ``mounts`` (prefix → application) are served beside it, e.g. the dashboard at ``/ui``
+    (``jobq gate --web``): they answer their own errors and check their own tokens."""
+    mounts = dict(mounts or {})
     app = web.Application(
         client_max_size=gate.settings.max_body_bytes,
         middlewares=[
             metrics_middleware,
             error_middleware,
-            auth_middleware(gate.settings.tokens),
+            auth_middleware(gate.settings.tokens, list(mounts)),
             body_middleware,
         ],
         # bodies are decoded by kafkagate.body, which answers every coding with a JSON status; aiohttp's
@@ -93,6 +96,8 @@ def make_app(gate: Gate) -> web.Application:
     app.router.add_routes(cron.routes)
     app.router.add_routes(history.routes)
     app.router.add_routes(graphs.routes)
+    for prefix, sub in mounts.items():
+        app.add_subapp(prefix, sub)
 
     async def close(_: web.Application) -> None:
         await gate.close()

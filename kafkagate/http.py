@@ -165,13 +165,15 @@ def parse_tokens(tokens: Sequence[SecretStr]) -> list[tuple[bytes, frozenset[str
     return out
 
 
-def auth_middleware(tokens: Sequence[SecretStr]) -> Middleware:
-    """Bearer tokens compared in constant time, each with its scopes; probes and documentation stay open."""
+def auth_middleware(tokens: Sequence[SecretStr], mounted: Sequence[str] = ()) -> Middleware:
+    """Bearer tokens compared in constant time, each with its scopes; probes and documentation stay open,
+    and so do the ``mounted`` sub-applications' prefixes (the dashboard checks its own tokens)."""
     known = parse_tokens(tokens)
+    prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or (prefixes and request.path.startswith(prefixes)):
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -46,6 +47,7 @@ class GateService(Service):
         far: FarSettings | None = None,
         history: HistorySettings | None = None,
         trace: TraceSettings | None = None,
+        mounts: Mapping[str, web.Application] | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -55,10 +57,11 @@ class GateService(Service):
         self._runner: web.AppRunner | None = None
         self._presence = Presence(self.redis_client, "gate", process_name(settings.az))
         self.port = settings.port
+        self.mounts = dict(mounts or {})
 
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-        self._runner = web.AppRunner(make_app(self.gate), access_log=None, shutdown_timeout=5.0)
+        self._runner = web.AppRunner(make_app(self.gate, self.mounts), access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await site.start()
@@ -79,11 +82,12 @@ class GateService(Service):
         await self.redis_client.aclose()
 
 
-def run(settings: GateSettings | None = None) -> None:
+def run(settings: GateSettings | None = None, mounts: Mapping[str, web.Application] | None = None) -> None:
     service = GateService(
         settings or load(GateSettings),
         load(RoutingSettings),
         load(KafkaSettings),
         load(RedisSettings),
+        mounts=mounts,
     )
     asyncio.run(run_until_signal(service))

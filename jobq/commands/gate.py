@@ -11,6 +11,9 @@ from jqcore.kafka import ensure_topics
 from jqcore.log import configure
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, load
+from jqweb.app import make_app as make_web_app
+from jqweb.context import Web
+from jqweb.settings import WebSettings
 from kafkagate.main import run
 from kafkagate.settings import GateSettings
 
@@ -27,6 +30,9 @@ def gate(
         str | None, typer.Option(help="Listen address (default JOBQ_GATE_HOST, 127.0.0.1).")
     ] = None,
     az: Annotated[str | None, typer.Option(help="This gateway's availability-zone label.")] = None,
+    web: Annotated[
+        bool, typer.Option("--web", help="Also serve the dashboard under /ui (its tokens: JOBQ_WEB_*).")
+    ] = False,
 ) -> None:
     """Run the HTTP gateway: enqueue into Kafka (202 after Kafka's ack) and every job/queue operation.
 
@@ -34,7 +40,8 @@ def gate(
     """
     configure()
     overrides = {k: v for k, v in {"port": port, "host": host, "az": az}.items() if v is not None}
-    run(load(GateSettings, **overrides))
+    mounts = {"/ui": make_web_app(Web(load(WebSettings), base="/ui"))} if web else None
+    run(load(GateSettings, **overrides), mounts)
 
 
 @topics_app.command("create")

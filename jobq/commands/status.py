@@ -12,96 +12,15 @@ import asyncio
 import time
 from typing import Annotated, Any
 
-import consul
 import orjson
 import typer
-from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from jqcore import keys, membership
-from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
-from jqcore.cronstore import CronStore, overview
-from jqcore.history import HistoryStore
-from jqcore.presence import count_alive
-from jqcore.redisconn import connect
-from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, HistorySettings, KafkaSettings, RedisSettings, load
-from jqcore.state.engine import Engine
-from jqrelay.settings import RelaySettings
+from jqcore import overview
 
 __all__ = ["collect", "status"]
-
-
-def _kafka(kafka: KafkaSettings, topics: list[str], group_prefix: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for topic in topics:
-        group = f"{group_prefix}.{topic}"
-        c = Consumer(
-            {**kafka.client_config(), "group.id": group, "enable.auto.commit": False, "log_level": 0}
-        )
-        try:
-            md = c.list_topics(topic, timeout=5).topics.get(topic)
-            if md is None or md.error is not None:
-                rows.append({"topic": topic, "partition": None, "problem": "topic missing"})
-                continue
-            parts = [TopicPartition(topic, p) for p in sorted(md.partitions)]
-            for tp in c.committed(parts, timeout=5):
-                low, high = c.get_watermark_offsets(tp, timeout=5)
-                done = tp.offset if tp.offset >= 0 else low
-                lag = max(0, high - done)
-                rows.append(
-                    {
-                        "topic": topic,
-                        "partition": tp.partition,
-                        "end": high,
-                        "committed": done,
-                        "lag": lag,
-                        "lag_s": _lag_seconds(c, tp, done) if lag else 0.0,
-                    }
-                )
-        finally:
-            c.close()
-    return rows
-
-
-PAST_DUE_MS = 1000
-"""A job the timers should have moved this long ago counts as past due (no scheduler keeps its queue?)."""
-
-
-def _lag_seconds(c: Consumer, tp: TopicPartition, offset: int) -> float | None:
-    """Age of the oldest record not yet relayed (its Kafka timestamp)."""
-    c.assign([TopicPartition(tp.topic, tp.partition, offset)])
-    for msg in c.consume(1, 2.0):
-        if msg.error() is None:
-            _, ts = msg.timestamp()
-            return round(max(0.0, time.time() - ts / 1000), 1)
-    return None
-
-
-def _locks(consul_settings: ConsulSettings, topics: list[str], kv_prefix: str) -> list[dict[str, Any]]:
-    token = consul_settings.token.get_secret_value() if consul_settings.token else None
-    c = consul.Consul(
-        host=consul_settings.host, port=consul_settings.port, scheme=consul_settings.scheme, token=token
-    )
-    rows = []
-    for topic in topics:
-        _, entry = c.kv.get(f"{kv_prefix}/locks/{topic}")
-        row: dict[str, Any] = {"topic": topic, "holder": None, "since_s": None, "fence": None}
-        if entry and entry.get("Session"):
-            try:
-                value = orjson.loads(entry.get("Value") or b"{}")
-            except orjson.JSONDecodeError:
-                value = {"holder": (entry.get("Value") or b"").decode()}
-            row.update(
-                holder=value.get("holder"),
-                since_s=round(time.time() - value["since"], 1) if "since" in value else None,
-                fence=entry.get("LockIndex"),
-            )
-        rows.append(row)
-    return rows
 
 
 def _events_cell(q: dict[str, Any]) -> str:
@@ -113,68 +32,9 @@ def _events_cell(q: dict[str, Any]) -> str:
     return f"[yellow]{text}[/]" if waiting * 2 >= cap else text
 
 
-async def _redis(redis: RedisSettings) -> dict[str, Any]:
-    client = connect(redis)
-    try:
-        engine = Engine(client)
-        queues = []
-        for q in await engine.queues():
-            d = await engine.depth(q)
-            stats = await engine.queue_stats(q)
-            names = ("handed_back", "duplicates", "reopened", "events_dropped")
-            counted = {k: stats.get(k, 0) for k in names}
-            past_due = await engine.past_due(q, PAST_DUE_MS)
-            backlog = (await engine.events_backlog([q]))[q]
-            events_cap = (await engine.queue_config(q)).events_cap
-            queues.append(
-                {
-                    "queue": q,
-                    **d.as_dict(),
-                    **counted,
-                    "past_due": past_due,
-                    "events_backlog": backlog,
-                    "events_cap": events_cap,
-                }
-            )
-        raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
-        canary = {
-            (k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())
-        }
-        return {
-            "queues": queues,
-            "canary": canary,
-            "gateways": await count_alive(client, "gate"),
-            "workers": await count_alive(client, "worker"),
-            "schedulers": await membership.groups(client),
-        }
-    finally:
-        await client.aclose()
-
-
-async def _cron(consul_settings: ConsulSettings, cron: CronSettings) -> list[dict[str, Any]]:
-    client = consul_client(consul_settings)
-    try:
-        return await overview(CronStore(client, cron.kv_prefix), now_ms())
-    finally:
-        await client.http._session.close()
-
-
 def collect() -> dict[str, Any]:
-    routing, relay = load(RoutingSettings), load(RelaySettings)
-    topics = relay.topics or routing.topics()
-    out: dict[str, Any] = {"at": round(time.time(), 3), "topics": topics}
-    for name, fn in (
-        ("kafka", lambda: _kafka(load(KafkaSettings), topics, relay.group_prefix)),
-        ("locks", lambda: _locks(load(ConsulSettings), topics, relay.kv_prefix)),
-        ("redis", lambda: asyncio.run(_redis(load(RedisSettings)))),
-        ("cron", lambda: asyncio.run(_cron(load(ConsulSettings), load(CronSettings)))),
-        ("history", lambda: _history(load(HistorySettings))),
-    ):
-        try:
-            out[name] = fn()
-        except Exception as exc:  # one backend down must not hide the others
-            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    return out
+    """Every part of :func:`jqcore.overview.collect`, read with the environment's settings."""
+    return asyncio.run(overview.collect())
 
 
 def render(s: dict[str, Any]) -> Group:
@@ -185,16 +45,6 @@ def render(s: dict[str, Any]) -> Group:
         _cron_table(s.get("cron")),
         _history_line(s.get("history")),
     )
-
-
-def _history(settings: HistorySettings) -> dict[str, Any]:
-    """What the history tables hold (``jobq history run`` builds them): jobs, events, the newest event."""
-    root = settings.root
-    if not root.is_dir():
-        return {"path": str(root), "present": False}
-    rows = HistoryStore(root).query("SELECT count(*), max(at_ms) FROM current").rows
-    jobs, latest = rows[0] if rows else (0, None)
-    return {"path": str(root), "present": True, "jobs": jobs, "latest_event_at": latest}
 
 
 def _history_line(h: Any) -> str:

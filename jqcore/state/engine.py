@@ -419,6 +419,13 @@ class Engine:
         """Jobs per state (``by_filter``: pending jobs matching one declared ``meta`` pair)."""
         return await reads.depth(self.client, queue, filter, now=now)
 
+    async def list_ids(
+        self, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
+    ) -> tuple[list[str], int]:
+        """Ids of the jobs in one listed state (``reads.LISTED``: pending, delayed, far, running, done,
+        dead) in that state's order, and the state's total: the dashboard's lists and searches."""
+        return await reads.list_ids(self.client, queue, state, offset, limit, newest=newest)
+
     async def dead_list(self, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
         """Errored jobs, oldest first."""
         return await reads.dead_list(self.client, queue, offset, limit)

@@ -174,6 +174,35 @@ async def past_due(client: RedisClient, queue: str, late_ms: int, now: int | Non
     return int(delayed) + int(running)
 
 
+LISTED = {
+    "pending": "ready",
+    "delayed": "delayed",
+    "far": "far",
+    "running": "running",
+    "done": "done",
+    "dead": "dead",
+}
+"""The states whose jobs can be listed, and the ZSET each lives in (``done``: completed, canceled,
+expired and errored jobs until GC; ``dead``: the errored ones)."""
+
+
+async def list_ids(
+    client: RedisClient, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
+) -> tuple[list[str], int]:
+    """Job ids of one listed state in the ZSET's order (pending: priority; delayed and far: run_at;
+    running: lease deadline; done: GC time; dead: death time), ``newest`` reversed, and how many there
+    are in all."""
+    key = getattr(QueueKeys(queue), LISTED[state])
+    pipe = client.pipeline(transaction=False)
+    if newest:
+        pipe.zrevrange(key, offset, offset + limit - 1)
+    else:
+        pipe.zrange(key, offset, offset + limit - 1)
+    pipe.zcard(key)
+    ids, total = await pipe.execute()
+    return [_s(i) or "" for i in ids], int(total)
+
+
 async def dead_list(client: RedisClient, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
     """Errored jobs, oldest first."""
     ids = await client.zrange(QueueKeys(queue).dead, offset, offset + limit - 1)

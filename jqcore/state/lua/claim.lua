@@ -5,6 +5,7 @@
 -- limit are parked until a slot frees up. With a filter, only jobs whose declared meta pairs all match.
 -- A claim that stops at its scan budget with jobs still ready pushes a wake token: a worker whose claim
 -- came back short may block on the wake list, and must not miss jobs it simply did not reach.
+-- Stats: claimed (jobs), wait_ms (their summed start latency: now - max(enqueued_at, run_at)).
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] running  ZSET claimed jobs, score = lease deadline
@@ -52,7 +53,7 @@ local function matches(key)
 end
 
 local out = {C_OK}
-local claimed, scanned, offset, freed = 0, 0, 0, 0
+local claimed, scanned, offset, freed, waited = 0, 0, 0, 0, 0
 local before = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
 local earliest = tonumber(before[2] or '-1')
 local new_earliest = nil
@@ -62,7 +63,7 @@ while claimed < n and scanned < n * 4 + 32 do
   for _, id in ipairs(ids) do
     scanned = scanned + 1
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt')
+    local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt', 'enqueued_at', 'run_at')
     if f[1] == false then
       redis.call('ZREM', src, id)
       redis.call('ZREM', READY, id)
@@ -91,6 +92,8 @@ while claimed < n and scanned < n * 4 + 32 do
         redis.call('ZADD', RUNNING, deadline, id)
         redis.call('HINCRBY', KINDRUN, kind, 1)
         claimed = claimed + 1
+        local since = math.max(tonumber(f[6]) or NOW, tonumber(f[7]) or 0)
+        if since < NOW then waited = waited + (NOW - since) end
         if new_earliest == nil or deadline < new_earliest then new_earliest = deadline end
         out[#out + 1] = id
         out[#out + 1] = redis.call('HGET', key, 'env')
@@ -102,7 +105,10 @@ while claimed < n and scanned < n * 4 + 32 do
     if claimed >= n then break end
   end
 end
-if claimed > 0 then stat('claimed', claimed) end
+if claimed > 0 then
+  stat('claimed', claimed)
+  if waited > 0 then stat('wait_ms', waited) end
+end
 if claimed < n and #pairs_wanted == 0 and redis.call('ZCARD', READY) > 0 then freed = freed + 1 end
 wake(freed)
 if new_earliest and (earliest < 0 or new_earliest < earliest) then wake_scheduler() end

@@ -1,0 +1,332 @@
+"""The whole pipeline in one document: what ``jobq status``, its full-screen twin and the dashboard show.
+
+Kafka: per topic and partition the end offset, the relay group's committed offset, the lag in records and
+in seconds (age of the oldest unrelayed record). Consul: who holds each topic's lock, since when, its
+fence (the lock index), and the live rate limits per topic and queue. Redis: every queue's depth per
+state, oldest pending age, dead letters, counters; canary health per partition; the gateways, worker pools
+and scheduler instances alive; memory headroom. Each part is read on its own: one backend down leaves an
+``{"error": ...}`` in its place and the others shown. :func:`alerts` names what needs a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import consul
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+from jqcore import keys, membership
+from jqcore.clock import now_ms
+from jqcore.consulconn import consul_client
+from jqcore.cronstore import CronStore, overview
+from jqcore.history import HistoryStore
+from jqcore.presence import count_alive
+from jqcore.redisconn import RedisClient, connect
+from jqcore.routing import RoutingSettings
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    HistorySettings,
+    KafkaSettings,
+    RedisSettings,
+    RelayKeys,
+    load,
+)
+from jqcore.state.engine import Engine
+
+__all__ = [
+    "PAST_DUE_MS",
+    "Alert",
+    "Sources",
+    "alerts",
+    "collect",
+    "cron_state",
+    "history_state",
+    "kafka_lag",
+    "queue_row",
+    "queue_rows",
+    "rate_limits",
+    "redis_state",
+    "relay_locks",
+]
+
+PAST_DUE_MS = 1000
+"""A job the timers should have moved this long ago counts as past due (no scheduler keeps its queue?)."""
+CANARY_LATE_S = 150.0
+"""A partition whose last heartbeat is older than this is late (canaries beat every minute)."""
+LAG_ALERT_S = 30.0
+"""Relay lag (age of the oldest unrelayed record) past which the topic needs a look."""
+MEMORY_ALERT = 0.8
+"""Redis used/maxmemory past which the relay slows down (``JOBQ_RELAY_MEMORY_SLOW_AT``'s default)."""
+
+
+@dataclass
+class Sources:
+    """Where to read from: the services' own settings (``load`` each from the environment by default)."""
+
+    routing: RoutingSettings = field(default_factory=lambda: load(RoutingSettings))
+    relay: RelayKeys = field(default_factory=lambda: load(RelayKeys))
+    kafka: KafkaSettings = field(default_factory=lambda: load(KafkaSettings))
+    consul: ConsulSettings = field(default_factory=lambda: load(ConsulSettings))
+    redis: RedisSettings = field(default_factory=lambda: load(RedisSettings))
+    cron: CronSettings = field(default_factory=lambda: load(CronSettings))
+    history: HistorySettings = field(default_factory=lambda: load(HistorySettings))
+
+    def topics(self) -> list[str]:
+        return list(self.relay.topics) or self.routing.topics()
+
+
+def kafka_lag(kafka: KafkaSettings, topics: list[str], relay: RelayKeys) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for topic in topics:
+        c = Consumer(
+            {
+                **kafka.client_config(),
+                "group.id": relay.group(topic),
+                "enable.auto.commit": False,
+                "log_level": 0,
+            }
+        )
+        try:
+            md = c.list_topics(topic, timeout=5).topics.get(topic)
+            if md is None or md.error is not None:
+                rows.append({"topic": topic, "partition": None, "problem": "topic missing"})
+                continue
+            parts = [TopicPartition(topic, p) for p in sorted(md.partitions)]
+            for tp in c.committed(parts, timeout=5):
+                low, high = c.get_watermark_offsets(tp, timeout=5)
+                done = tp.offset if tp.offset >= 0 else low
+                lag = max(0, high - done)
+                rows.append(
+                    {
+                        "topic": topic,
+                        "partition": tp.partition,
+                        "end": high,
+                        "committed": done,
+                        "lag": lag,
+                        "lag_s": _lag_seconds(c, tp, done) if lag else 0.0,
+                    }
+                )
+        finally:
+            c.close()
+    return rows
+
+
+def _lag_seconds(c: Consumer, tp: TopicPartition, offset: int) -> float | None:
+    """Age of the oldest record not yet relayed (its Kafka timestamp)."""
+    c.assign([TopicPartition(tp.topic, tp.partition, offset)])
+    for msg in c.consume(1, 2.0):
+        if msg.error() is None:
+            _, ts = msg.timestamp()
+            return round(max(0.0, time.time() - ts / 1000), 1)
+    return None
+
+
+def _sync_consul(settings: ConsulSettings) -> consul.Consul:
+    token = settings.token.get_secret_value() if settings.token else None
+    return consul.Consul(host=settings.host, port=settings.port, scheme=settings.scheme, token=token)
+
+
+def relay_locks(consul_settings: ConsulSettings, topics: list[str], relay: RelayKeys) -> list[dict[str, Any]]:
+    """Per topic: the lock holder, how long it held it, the fence (Consul's lock index: each new term
+    raises it; Redis refuses writes below the newest fence seen)."""
+    c = _sync_consul(consul_settings)
+    rows = []
+    for topic in topics:
+        _, entry = c.kv.get(relay.lock_key(topic))
+        row: dict[str, Any] = {"topic": topic, "holder": None, "since_s": None, "fence": None}
+        if entry and entry.get("Session"):
+            try:
+                value = orjson.loads(entry.get("Value") or b"{}")
+            except orjson.JSONDecodeError:
+                value = {"holder": (entry.get("Value") or b"").decode()}
+            row.update(
+                holder=value.get("holder"),
+                since_s=round(time.time() - value["since"], 1) if "since" in value else None,
+                fence=entry.get("LockIndex"),
+                session=entry.get("Session"),
+            )
+        rows.append(row)
+    return rows
+
+
+def rate_limits(consul_settings: ConsulSettings, topics: list[str], relay: RelayKeys) -> dict[str, Any]:
+    """The live limits the relays apply: ``{"topics": {topic: text}, "queues": {queue: text}}`` (the KV
+    value as written: empty or absent is unlimited, ``0`` paused, else jobs per second)."""
+    c = _sync_consul(consul_settings)
+    out: dict[str, dict[str, str]] = {"topics": {}, "queues": {}}
+    for topic in topics:
+        _, entry = c.kv.get(relay.rate_key(topic))
+        out["topics"][topic] = ((entry or {}).get("Value") or b"").decode()
+    folder = relay.queue_rates_folder()
+    _, entries = c.kv.get(folder, recurse=True)
+    for e in entries or []:
+        name = e["Key"][len(folder) :]
+        if name:
+            out["queues"][name] = (e.get("Value") or b"").decode()
+    return out
+
+
+QUEUE_READS_AT_ONCE = 32
+"""Queues read concurrently (each a handful of round trips): thousands of queues in a few hundred ms."""
+
+
+async def queue_row(engine: Engine, q: str) -> dict[str, Any]:
+    """One queue as the overview shows it: depth per state, counters, pause, timers past due, events."""
+    d = await engine.depth(q)
+    stats = await engine.queue_stats(q)
+    config = await engine.queue_config(q)
+    names = ("handed_back", "duplicates", "reopened", "events_dropped", "completed", "enqueued")
+    return {
+        "queue": q,
+        **d.as_dict(),
+        **{k: stats.get(k, 0) for k in names},
+        "paused": config.paused,
+        "past_due": await engine.past_due(q, PAST_DUE_MS),
+        "events_backlog": (await engine.events_backlog([q]))[q],
+        "events_cap": config.events_cap,
+    }
+
+
+async def queue_rows(engine: Engine, queues: list[str]) -> list[dict[str, Any]]:
+    gate = asyncio.Semaphore(QUEUE_READS_AT_ONCE)
+
+    async def one(q: str) -> dict[str, Any]:
+        async with gate:
+            return await queue_row(engine, q)
+
+    return list(await asyncio.gather(*(one(q) for q in queues)))
+
+
+async def redis_state(client: RedisClient) -> dict[str, Any]:
+    engine = Engine(client)
+    queues = await queue_rows(engine, await engine.queues())
+    raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
+    canary = {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())}
+    info = await client.info("memory")
+    used, cap = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+    return {
+        "queues": queues,
+        "canary": canary,
+        "gateways": await count_alive(client, "gate"),
+        "workers": await count_alive(client, "worker"),
+        "schedulers": await membership.groups(client),
+        "memory": {"used": used, "max": cap, "ratio": round(used / cap, 4) if cap else None},
+    }
+
+
+async def cron_state(consul_settings: ConsulSettings, cron: CronSettings) -> list[dict[str, Any]]:
+    client = consul_client(consul_settings)
+    try:
+        return await overview(CronStore(client, cron.kv_prefix), now_ms())
+    finally:
+        await client.http._session.close()
+
+
+def history_state(settings: HistorySettings) -> dict[str, Any]:
+    """What the history tables hold (``jobq history run`` builds them): jobs, the newest event."""
+    root = settings.root
+    if not root.is_dir():
+        return {"path": str(root), "present": False}
+    rows = HistoryStore(root).query("SELECT count(*), max(at_ms) FROM current").rows
+    jobs, latest = rows[0] if rows else (0, None)
+    return {"path": str(root), "present": True, "jobs": jobs, "latest_event_at": latest}
+
+
+async def collect(
+    sources: Sources | None = None, client: RedisClient | None = None, parts: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Read every part (or only ``parts``); a part whose backend failed is ``{"error": "..."}``. With no
+    ``client``, one is made for this call from ``sources.redis``."""
+    s = sources or Sources()
+    topics = s.topics()
+    own = client is None
+    redis = client if client is not None else connect(s.redis)
+    readers: dict[str, Callable[[], Any]] = {
+        "kafka": lambda: asyncio.to_thread(kafka_lag, s.kafka, topics, s.relay),
+        "locks": lambda: asyncio.to_thread(relay_locks, s.consul, topics, s.relay),
+        "rates": lambda: asyncio.to_thread(rate_limits, s.consul, topics, s.relay),
+        "redis": lambda: redis_state(redis),
+        "cron": lambda: cron_state(s.consul, s.cron),
+        "history": lambda: asyncio.to_thread(history_state, s.history),
+    }
+    wanted = [p for p in readers if not parts or p in parts]
+    out: dict[str, Any] = {"at": round(time.time(), 3), "topics": topics}
+    try:
+        results = await asyncio.gather(*(readers[p]() for p in wanted), return_exceptions=True)
+    finally:
+        if own:
+            await redis.aclose()
+    for name, got in zip(wanted, results, strict=True):
+        out[name] = {"error": f"{type(got).__name__}: {got}"} if isinstance(got, BaseException) else got
+    return out
+
+
+@dataclass(frozen=True)
+class Alert:
+    level: str
+    """``critical`` or ``warning``."""
+    what: str
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"level": self.level, "what": self.what, "detail": self.detail}
+
+
+def alerts(snapshot: dict[str, Any], dead_growth: dict[str, int] | None = None) -> list[Alert]:
+    """What needs a person: late or failing canaries, relay lag, topics without a relay, dead letters
+    growing (``dead_growth``: queue → dead letters added recently, from :mod:`jqcore.series`), Redis
+    memory past the relay's slow-down mark, queues no scheduler keeps, unreachable backends."""
+    out: list[Alert] = []
+    for part in ("kafka", "locks", "redis", "rates", "cron"):
+        got = snapshot.get(part)
+        if isinstance(got, dict) and "error" in got:
+            out.append(Alert("critical", f"{part} unreadable", str(got["error"])))
+    redis = snapshot.get("redis")
+    if isinstance(redis, dict) and "queues" in redis:
+        out += _redis_alerts(redis)
+    for queue, grown in sorted((dead_growth or {}).items()):
+        if grown > 0:
+            out.append(Alert("warning", f"dead letters growing in {queue}", f"+{grown} in the last hour"))
+    kafka, locks = snapshot.get("kafka"), snapshot.get("locks")
+    out += _kafka_alerts(kafka if isinstance(kafka, list) else [])
+    for r in locks if isinstance(locks, list) else []:
+        if not r.get("holder"):
+            out.append(Alert("critical", f"no relay for {r['topic']}", "nobody holds the topic's lock"))
+    return out
+
+
+def _redis_alerts(redis: dict[str, Any]) -> list[Alert]:
+    out: list[Alert] = []
+    now = time.time()
+    for part, c in redis["canary"].items():
+        age = now - c["at"] / 1000 if "at" in c else None
+        if not c.get("ok"):
+            out.append(Alert("critical", f"canary {part} failing", str(c.get("problem"))))
+        elif age is not None and age > CANARY_LATE_S:
+            out.append(Alert("critical", f"canary {part} late", f"last heartbeat {age:.0f} s ago"))
+    ratio = (redis.get("memory") or {}).get("ratio")
+    if ratio is not None and ratio >= MEMORY_ALERT:
+        out.append(Alert("warning", "Redis memory", f"{ratio:.0%} of maxmemory used"))
+    for q in redis["queues"]:
+        if q.get("past_due"):
+            out.append(Alert("warning", f"queue {q['queue']} past due", f"{q['past_due']} timers late"))
+    if not redis.get("schedulers"):
+        out.append(Alert("critical", "no scheduler alive", "delayed jobs, retries and leases wait"))
+    return out
+
+
+def _kafka_alerts(rows: list[dict[str, Any]]) -> list[Alert]:
+    out: list[Alert] = []
+    for r in rows:
+        where = f"{r['topic']}[{r['partition']}]"
+        if r.get("problem"):
+            out.append(Alert("critical", f"topic {r['topic']}", str(r["problem"])))
+        elif (r.get("lag_s") or 0) > LAG_ALERT_S:
+            out.append(Alert("warning", f"relay lag {where}", f"{r['lag']} records, {r['lag_s']} s"))
+    return out

@@ -1,0 +1,1 @@
+"""jobq's web dashboard (``jobq web``): the whole pipeline, from HTTP to execution, seen and repaired."""

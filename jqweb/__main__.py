@@ -1,0 +1,3 @@
+from jqweb.main import run
+
+run()

@@ -1,0 +1,80 @@
+"""What every page shares: settings, where the stack lives, the Redis engine, Consul, the history."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import consul.aio
+from aiohttp import web
+
+from jqcore.consulconn import consul_client
+from jqcore.cronstore import CronStore
+from jqcore.history import HistoryStore
+from jqcore.kafka import AsyncProducer
+from jqcore.overview import Sources
+from jqcore.redisconn import RedisClient, connect
+from jqcore.state import Engine
+from jqweb.settings import WebSettings
+
+__all__ = ["WEB", "Web"]
+
+
+@dataclass
+class Web:
+    settings: WebSettings
+    sources: Sources = field(default_factory=Sources)
+    base: str = ""
+    """The path the dashboard is served under (``""`` on its own; ``/ui`` when the gateway mounts it)."""
+    _client: RedisClient | None = None
+    _consul: consul.aio.Consul | None = None
+    _history: HistoryStore | None = None
+    _producer: AsyncProducer | None = None
+
+    @property
+    def client(self) -> RedisClient:
+        if self._client is None:
+            self._client = connect(self.sources.redis)
+        return self._client
+
+    @property
+    def engine(self) -> Engine:
+        return Engine(self.client)
+
+    @property
+    def consul(self) -> consul.aio.Consul:
+        if self._consul is None:
+            self._consul = consul_client(self.sources.consul)
+        return self._consul
+
+    def producer(self) -> AsyncProducer:
+        """An idempotent ``acks=all`` Kafka producer (made on first use: only replays write to Kafka)."""
+        if self._producer is None:
+            self._producer = AsyncProducer(self.sources.kafka, acks="all")
+        return self._producer
+
+    def cron(self) -> CronStore:
+        return CronStore(self.consul, self.sources.cron.kv_prefix)
+
+    def history(self) -> HistoryStore | None:
+        """The history tables, None until ``jobq history run`` made them (``JOBQ_HISTORY_PATH``)."""
+        if self._history is None:
+            root = self.sources.history.root
+            if not root.is_dir():
+                return None
+            self._history = HistoryStore(root)
+        return self._history
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await asyncio.to_thread(self._producer.close, 5.0)
+            self._producer = None
+        if self._consul is not None:
+            await self._consul.http._session.close()
+            self._consul = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+WEB = web.AppKey("web", Web)

@@ -1,0 +1,59 @@
+"""``jobq web`` / ``python -m jqweb``: serve the dashboard until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from jqcore.errors import ConfigError
+from jqcore.lifecycle import Service, run_until_signal
+from jqcore.log import get_logger
+from jqcore.overview import Sources
+from jqcore.presence import Presence, process_name
+from jqcore.settings import load
+from jqweb.app import make_app
+from jqweb.context import Web
+from jqweb.settings import WebSettings
+
+__all__ = ["WebService", "run"]
+
+log = get_logger("jqweb")
+
+
+class WebService(Service):
+    """The dashboard on ``settings.host:settings.port`` (port 0: any free port)."""
+
+    def __init__(self, settings: WebSettings, sources: Sources | None = None) -> None:
+        super().__init__()
+        if not settings.read_tokens and not settings.admin_tokens:
+            raise ConfigError("set JOBQ_WEB_READ_TOKENS and/or JOBQ_WEB_ADMIN_TOKENS: no token, no dashboard")
+        self.settings = settings
+        self.web = Web(settings, sources or Sources())
+        self._runner: web.AppRunner | None = None
+        self._presence = Presence(self.web.client, "web", process_name())
+        self.port = settings.port
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(make_app(self.web), access_log=None, shutdown_timeout=5.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = int(server.sockets[0].getsockname()[1])
+        await self._presence.start()
+        log.info("dashboard serving", url=self.url)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    async def _stop(self) -> None:
+        await self._presence.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()  # closes the Redis and Consul clients (app cleanup)
+
+
+def run(settings: WebSettings | None = None) -> None:
+    asyncio.run(run_until_signal(WebService(settings or load(WebSettings))))

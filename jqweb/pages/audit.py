@@ -1,0 +1,32 @@
+"""The audit log: every action taken through the dashboard, newest first."""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+
+from jqcore import audit
+from jqweb.context import WEB
+from jqweb.errors import WebError
+from jqweb.render import page, query_int
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")
+
+
+@routes.get("/audit")
+async def audit_log(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    count = query_int(request, "count", 100, 1, 1000)
+    before = request.query.get("before") or None
+    if before is not None and not STREAM_ID.fullmatch(before):
+        raise WebError(
+            400, "query_invalid", f"before must be an audit entry id (1700000000000-0), not {before!r}"
+        )
+    entries = await audit.read(w.client, count, before)
+    more = entries[-1].id if len(entries) == count else None
+    return page(request, "audit.html", {"entries": [e.as_dict() for e in entries], "more": more})

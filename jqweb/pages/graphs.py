@@ -1,0 +1,9 @@
+"""The graphs page (being built)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()

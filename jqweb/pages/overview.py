@@ -1,0 +1,51 @@
+"""Overview: rates over the last 24 h (kept by jobq itself, ``jqcore.series``), alerts, canaries per
+partition, the queues at a glance. The rates and the queues come from Redis and render at once; the live
+panel (alerts, canaries, relay lag: Kafka and Consul are read too) reloads every ``refresh_s``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from jqcore import series
+from jqcore.clock import now_ms
+from jqcore.overview import alerts, collect
+from jqweb.context import WEB
+from jqweb.render import page, query_int
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+HOUR_MS = 3600 * 1000
+
+
+@routes.get("/")
+async def overview(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    hours = query_int(request, "hours", 24, 1, 24)
+    queues = await w.engine.queues()
+    rates = await series.read(w.client, queues, now_ms() - hours * HOUR_MS)
+    snap = await collect(w.sources, w.client, parts=("redis",))
+    return page(
+        request,
+        "overview.html",
+        {"hours": hours, "rates": rates.as_dict(), "redis": snap.get("redis"), "queues": queues},
+    )
+
+
+@routes.get("/overview/live")
+async def live(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    snap = await collect(w.sources, w.client, parts=("kafka", "locks", "redis", "cron"))
+    redis: Any = snap.get("redis")
+    queues = [q["queue"] for q in redis["queues"]] if isinstance(redis, dict) and "queues" in redis else []
+    grown = await series.growth(w.client, queues, "errored", now_ms() - HOUR_MS) if queues else {}
+    context = {
+        "alerts": [a.as_dict() for a in alerts(snap, grown)],
+        "snapshot": snap,
+        "now": time.time(),
+    }
+    return page(request, "overview_live.html", context, partial="overview_live.html")

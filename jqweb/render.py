@@ -1,0 +1,260 @@
+"""Pages and answers: templates (Jinja2, autoescaped), JSON for clients that ask for it, errors, the
+flash message after an action, and the one way an action runs (admin check, audit record, redirect).
+
+Every page handler builds a context dict and calls :func:`page`: a browser gets HTML, a client sending
+``Accept: application/json`` gets the same context as JSON (so the HTTP tests and scripts read exactly what
+the page shows). A ``HX-Request`` (htmx) may ask for a fragment: :func:`page` renders ``partial`` then.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, unquote
+
+import orjson
+from aiohttp import web
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from jqcore import audit
+from jqcore.clock import now_ms
+from jqcore.errors import JobqError
+from jqcore.log import get_logger
+from jqweb.context import WEB
+from jqweb.errors import WebError
+from jqweb.security import principal, require_admin
+
+__all__ = [
+    "act",
+    "env",
+    "error_middleware",
+    "form",
+    "page",
+    "query_int",
+    "wants_json",
+]
+
+log = get_logger("jqweb")
+
+FLASH = "jobq_flash"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _clock(ms: int | float | None) -> str:
+    if not ms:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ago(ms: int | float | None) -> str:
+    if not ms:
+        return ""
+    s = time.time() - ms / 1000
+    future = s < 0
+    s = abs(s)
+    text = f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def _pretty(value: Any) -> str:
+    """JSON shown exactly: indented, keys in their order, non-ASCII kept (escaped by autoescape)."""
+    if isinstance(value, bytes | str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value.decode(errors="replace") if isinstance(value, bytes) else value
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def _json_attr(value: Any) -> Markup:
+    """Data for a ``<script type="application/json">`` block: ``<``, ``>`` and ``&`` escaped as unicode so
+    no text inside can close the element (the block is never executed: CSP allows no inline script)."""
+    text = orjson.dumps(value).decode()
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Markup(text)
+
+
+def _sparkline(points: list[float] | None, width: int = 120, height: int = 24) -> Markup:
+    """An inline SVG polyline of ``points`` (numbers only reach the markup: nothing to escape)."""
+    values = [float(p or 0) for p in points or []]
+    if len(values) < 2:
+        return Markup("")
+    top = max(values) or 1.0
+    step = width / (len(values) - 1)
+    coords = " ".join(
+        f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
+    )
+    return Markup(
+        f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'aria-hidden="true"><polyline points="{coords}"/></svg>'
+    )
+
+
+def _make_env() -> Environment:
+    e = Environment(
+        loader=PackageLoader("jqweb", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    e.filters.update(clock=_clock, ago=_ago, pretty=_pretty, json_data=_json_attr, spark=_sparkline)
+    e.filters["q"] = lambda v: quote(str(v), safe="")
+    return e
+
+
+env = _make_env()
+
+
+def wants_json(request: web.Request) -> bool:
+    return request.headers.get("Accept", "").startswith("application/json")
+
+
+def _take_flash(request: web.Request) -> str | None:
+    raw = request.cookies.get(FLASH)
+    return unquote(raw)[:500] if raw else None
+
+
+def page(
+    request: web.Request,
+    template: str,
+    context: Mapping[str, Any],
+    *,
+    partial: str | None = None,
+    status: int = 200,
+) -> web.Response:
+    """The page (or, for htmx asking for it, the ``partial`` fragment), or its context as JSON."""
+    if wants_json(request):
+        return web.Response(
+            body=orjson.dumps(context, default=str), status=status, content_type="application/json"
+        )
+    w = request.app[WEB]
+    fragment = partial is not None and request.headers.get("HX-Request") == "true"
+    p = principal(request)
+    flash = None if fragment else _take_flash(request)
+    html = env.get_template(partial if fragment and partial else template).render(
+        **context,
+        base=w.base,
+        me=p,
+        flash=flash,
+        refresh_s=w.settings.refresh_s,
+        path=request.path,
+        path_qs=request.path_qs,
+    )
+    response = web.Response(text=html, status=status, content_type="text/html")
+    if flash is not None:
+        response.del_cookie(FLASH, path=w.base or "/")
+    return response
+
+
+async def form(request: web.Request) -> dict[str, str]:
+    """The posted form (or JSON object) as strings; repeated fields joined by newlines."""
+    if request.content_type == "application/json":
+        try:
+            body = await request.json()
+        except ValueError:
+            raise WebError(400, "body_invalid", "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise WebError(400, "body_invalid", "the body must be a JSON object")
+        return {k: "\n".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in body.items()}
+    data = await request.post()
+    out: dict[str, str] = {}
+    for k in data:
+        out[k] = "\n".join(str(v) for v in data.getall(k))
+    return out
+
+
+def query_int(request: web.Request, name: str, default: int, low: int = 0, high: int = 10**12) -> int:
+    raw = request.query.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise WebError(400, "query_invalid", f"{name} must be an integer, not {raw!r}") from None
+    if not low <= value <= high:
+        raise WebError(400, "query_invalid", f"{name} must be {low}..{high}, not {value}")
+    return value
+
+
+def _safe_next(base: str, value: str | None, default: str) -> str:
+    """A redirect target that stays on the dashboard (a path under ``base``; never ``//host``)."""
+    if value and value.startswith(f"{base}/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return default
+
+
+async def act(
+    request: web.Request,
+    action: str,
+    target: str,
+    run: Callable[[], Awaitable[int]],
+    *,
+    done: Callable[[int], str],
+    back: str,
+    next_url: str | None = None,
+) -> web.Response:
+    """Run an admin action: check the token, run it (``run`` returns how many jobs it changed), write the
+    audit record (also when it failed), then redirect to ``next_url`` (or ``back``) with a flash message,
+    or answer JSON ``{"ok", "action", "count", "message"}``."""
+    who = require_admin(request)
+    w = request.app[WEB]
+    outcome, count = "ok", 0
+    try:
+        count = await run()
+    except JobqError as exc:
+        outcome = f"{exc.code}: {exc.message}"
+        raise
+    finally:
+        entry = audit.AuditEntry(now_ms(), who.who, action, target, count, outcome)
+        await audit.record(w.client, entry)
+        log.info("dashboard action", who=who.who, action=action, target=target, count=count, outcome=outcome)
+    message = done(count)
+    if wants_json(request):
+        body = {"ok": True, "action": action, "target": target, "count": count, "message": message}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+    response = web.HTTPSeeOther(_safe_next(w.base, next_url, back))
+    response.set_cookie(FLASH, quote(message), path=w.base or "/", httponly=True, samesite="Strict")
+    raise response
+
+
+def _error_page(request: web.Request, status: int, code: str, message: str) -> web.Response:
+    if wants_json(request):
+        body = {"error": {"code": code, "message": message}}
+        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+    w = request.app[WEB]
+    html = env.get_template("error.html").render(
+        status=status, code=code, message=message, base=w.base, me=None, flash=None, path=request.path
+    )
+    response = web.Response(text=html, status=status, content_type="text/html")
+    response.headers["X-Jobq-Error"] = code
+    return response
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except WebError as exc:
+        return _error_page(request, exc.status, exc.code, exc.message)
+    except JobqError as exc:
+        status = int(exc.http_status)
+        if status >= 500 and not exc.retriable:
+            status = 500
+        elif status >= 500:
+            status = 503
+        return _error_page(request, status, exc.code, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
+            exc.status, f"http_{exc.status}"
+        )
+        return _error_page(request, exc.status, code, exc.reason)
+    except Exception:
+        log.exception("unexpected error rendering a page", method=request.method, path=request.path)
+        return _error_page(request, 500, "internal_error", "unexpected error; the dashboard logged it")

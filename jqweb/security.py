@@ -1,0 +1,164 @@
+"""Who may see and who may act, and what a browser may be tricked into.
+
+* **Tokens**: a read token sees every page, an admin token may also act. A browser signs in once on
+  ``/login`` (the token is kept in an ``HttpOnly``, ``SameSite=Strict`` cookie); scripts send
+  ``Authorization: Bearer <token>``. Tokens are compared in constant time against every configured one.
+* **CSRF**: an unsafe method (POST, PUT, PATCH, DELETE) from a browser must be same-origin: the
+  ``Sec-Fetch-Site`` header (``same-origin``; ``none`` for a typed URL) or, for browsers without it, the
+  ``Origin`` header equal to the host. A cookie-authenticated request carrying neither is refused too.
+  A request authenticated by its ``Authorization`` header is no ambient credential and passes.
+* **Headers**: a strict Content-Security-Policy (scripts and styles only from the dashboard's own
+  ``/static``, no inline script or style, no frames, forms only to itself), ``nosniff``, no referrer,
+  pages never cached. Every value is escaped by the templates (Jinja2 autoescape): job arguments, results
+  and errors are attacker-controlled text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from pydantic import SecretStr
+
+from jqweb.errors import WebError
+
+__all__ = [
+    "COOKIE",
+    "CSP",
+    "Principal",
+    "auth_middleware",
+    "csrf_middleware",
+    "headers_middleware",
+    "match_token",
+    "parse_tokens",
+    "principal",
+    "require_admin",
+]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+COOKIE = "jobq_session"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+OPEN_SUFFIXES = ("/login", "/healthz")
+
+
+@dataclass(frozen=True)
+class Principal:
+    who: str
+    admin: bool
+    via_cookie: bool = False
+
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+
+def parse_tokens(read: Sequence[SecretStr], admin: Sequence[SecretStr]) -> list[tuple[bytes, str, bool]]:
+    """(secret, who, admin) per configured token; ``name:secret`` names it, else ``token-<digest>``."""
+    out = []
+    for tokens, is_admin in ((read, False), (admin, True)):
+        for t in tokens:
+            raw = t.get_secret_value()
+            name, sep, secret = raw.partition(":")
+            if not sep:
+                secret = raw
+                name = "token-" + hashlib.sha256(raw.encode()).hexdigest()[:8]
+            out.append((secret.encode(), name, is_admin))
+    return out
+
+
+def match_token(known: list[tuple[bytes, str, bool]], given: str) -> tuple[str, bool] | None:
+    found: tuple[str, bool] | None = None
+    g = given.strip().encode()
+    for secret, who, is_admin in known:  # every token compared: timing does not tell which matched
+        if hmac.compare_digest(g, secret) and (found is None or is_admin):
+            found = (who, is_admin)
+    return found
+
+
+def auth_middleware(known: list[tuple[bytes, str, bool]], base: str) -> Middleware:
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path.startswith(f"{base}/static/") or path.endswith(OPEN_SUFFIXES):
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, bearer = header.partition(" ")
+        via_cookie = not (scheme.lower() == "bearer" and bearer)
+        given = request.cookies.get(COOKIE, "") if via_cookie else bearer
+        found = match_token(known, given) if given else None
+        if found is None:
+            if request.method == "GET" and via_cookie and "text/html" in request.headers.get("Accept", ""):
+                raise web.HTTPSeeOther(f"{base}/login?next={request.path_qs}")
+            code = "token_invalid" if given else "unauthenticated"
+            raise WebError(401, code, "sign in with a read or admin token (or send Authorization: Bearer)")
+        request[PRINCIPAL] = Principal(found[0], found[1], via_cookie)
+        return await handler(request)
+
+    return auth
+
+
+def principal(request: web.Request) -> Principal:
+    return request[PRINCIPAL]
+
+
+def require_admin(request: web.Request) -> Principal:
+    """The signed-in admin; a read token gets a 403 ``admin_required``."""
+    p = principal(request)
+    if not p.admin:
+        raise WebError(403, "admin_required", "this action needs an admin token; yours may only read")
+    return p
+
+
+def _same_origin(request: web.Request) -> bool | None:
+    """True/False when the browser said where the request came from; None when it said nothing."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        return origin != "null" and urlsplit(origin).netloc == request.host
+    return None
+
+
+@web.middleware
+async def csrf_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.method in UNSAFE:
+        same = _same_origin(request)
+        p = request.get(PRINCIPAL)
+        from_cookie = p is None or p.via_cookie
+        if same is False or (same is None and from_cookie):
+            raise WebError(
+                403, "cross_site_refused", "a dashboard action must come from the dashboard's pages"
+            )
+    return await handler(request)
+
+
+@web.middleware
+async def headers_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:  # redirects carry the headers too
+        _harden(exc)
+        raise
+    _harden(response, static="/static/" in request.path)
+    return response
+
+
+def _harden(response: web.StreamResponse, *, static: bool = False) -> None:
+    h = response.headers
+    if static:  # the vendored assets and the stylesheet change only with a release
+        h.setdefault("Cache-Control", "max-age=3600")
+    h.setdefault("Content-Security-Policy", CSP)
+    h.setdefault("X-Content-Type-Options", "nosniff")
+    h.setdefault("Referrer-Policy", "no-referrer")
+    h.setdefault("X-Frame-Options", "DENY")
+    h.setdefault("Cache-Control", "no-store")

@@ -1,0 +1,34 @@
+"""The dashboard's settings (``JOBQ_WEB_*``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jqcore.settings import CommaSecrets
+
+__all__ = ["WebSettings"]
+
+
+class WebSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WEB_", extra="ignore", populate_by_name=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(28090, ge=0, lt=65536)
+    read_tokens: CommaSecrets = Field(default_factory=list)
+    """Tokens that may see every page (comma-separated; ``name:secret`` names the person in the audit log,
+    a bare ``secret`` is logged as ``token-<digest>``)."""
+    admin_tokens: CommaSecrets = Field(default_factory=list)
+    """Tokens that may also act (pause, retry, cancel, delete, purge, rate limits, cron, graphs). With no
+    token at all every page is refused: never an open dashboard by accident."""
+    secure_cookie: bool = False
+    """Mark the session cookie ``Secure`` (set it when the dashboard is served over HTTPS)."""
+    refresh_s: float = Field(5.0, ge=1, le=300)
+    """How often the live parts of a page reload."""
+    page_size: int = Field(50, ge=10, le=500)
+    """Rows per page of job lists."""
+    scan_limit: int = Field(5000, ge=100, le=1_000_000)
+    """Most live jobs one search request examines (a page of matches may need several requests on a
+    sparse filter: the page says where it stopped and links the next)."""
+    bulk_limit: int = Field(100_000, ge=1)
+    """Most jobs one bulk action changes (a larger match is refused with the count: narrow the filter)."""

@@ -1,0 +1,101 @@
+"""Who may see and act, CSRF, the security headers, the login cookie, the audit log, the overview."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jqcore import audit
+from jqcore.clock import now_ms
+from jqcore.redisconn import connect
+from jqweb.security import CSP
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_pages_need_a_token(dash: Any) -> None:
+    r = await dash.get("/", token=None)
+    assert (r.status, r.code) == (401, "unauthenticated")
+    r = await dash.get("/", token=None, as_json=False)  # a browser is sent to the login page
+    assert r.status == 303 and r.headers["Location"] == "/login?next=/"
+    async with dash.session.get(dash.url + "/", headers={"Authorization": "Bearer nope"}) as raw:
+        assert raw.status == 401 and raw.headers["X-Jobq-Error"] == "token_invalid"
+
+
+async def test_every_answer_is_hardened(dash: Any) -> None:
+    for path in ("/", "/login", "/audit", "/no-such-page", "/static/app.css"):
+        r = await dash.get(path, as_json=False)
+        assert r.headers["Content-Security-Policy"] == CSP, path
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+        assert r.headers["X-Frame-Options"] == "DENY"
+    r = await dash.get("/no-such-page")
+    assert (r.status, r.code) == (404, "not_found")
+
+
+async def test_login_sets_a_strict_cookie_and_logout_clears_it(dash: Any, web_tokens: dict[str, str]) -> None:
+    READ, ADMIN = web_tokens["read"], web_tokens["admin"]
+    r = await dash.post("/login", {"token": "wrong"}, token=None, as_json=False)
+    assert r.status == 401 and "not accepted" in r.text
+    r = await dash.post("/login", {"token": READ, "next": "/audit"}, token=None, as_json=False)
+    assert r.status == 303 and r.headers["Location"] == "/audit"
+    cookie = r.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    # the cookie now signs the browser in (no Authorization header)
+    async with dash.session.get(dash.url + "/audit", headers={"Accept": "text/html"}) as page:
+        assert page.status == 200 and "viewer · read" in await page.text()
+    r = await dash.post("/login", {"token": ADMIN, "next": "//evil.example/"}, token=None, as_json=False)
+    assert r.headers["Location"] == "/"  # never redirected off the dashboard
+    r = await dash.post("/logout", token=None, as_json=False)
+    assert r.status == 303
+    assert dash.session.cookie_jar.filter_cookies(dash.url).get("jobq_session") in (None,) or not (
+        dash.session.cookie_jar.filter_cookies(dash.url)["jobq_session"].value
+    )
+
+
+async def test_cross_site_posts_are_refused(dash: Any, web_tokens: dict[str, str]) -> None:
+    ADMIN = web_tokens["admin"]
+    # a cookie-signed browser request from another site: refused before any handler runs
+    await dash.post("/login", {"token": ADMIN}, token=None, as_json=False)
+    r = await dash.post("/logout", token=None, site="cross-site")
+    assert (r.status, r.code) == (403, "cross_site_refused")
+    r = await dash.post("/logout", token=None, site=None, headers={"Origin": "http://evil.example"})
+    assert (r.status, r.code) == (403, "cross_site_refused")
+    r = await dash.post("/logout", token=None, site=None)  # a cookie and no origin at all: refused too
+    assert (r.status, r.code) == (403, "cross_site_refused")
+    r = await dash.post("/login", {"token": ADMIN}, token=None, site="cross-site")  # login CSRF
+    assert (r.status, r.code) == (403, "cross_site_refused")
+
+
+async def test_audit_page_lists_entries_newest_first_and_pages(dash: Any) -> None:
+    client = connect(dash.sources.redis)
+    marker = f"{dash.prefix}-audit"
+    for i in range(3):
+        await audit.record(client, audit.AuditEntry(now_ms(), "tester", "test.action", f"{marker}-{i}", i))
+    await client.aclose()
+    r = await dash.get("/audit", count=2)
+    assert r.status == 200
+    entries = r.json()["entries"]
+    assert [e["target"] for e in entries] == [f"{marker}-2", f"{marker}-1"]
+    older = await dash.get("/audit", count=2, before=r.json()["more"])
+    assert older.json()["entries"][0]["target"] == f"{marker}-0"
+    bad = await dash.get("/audit", before="not-an-id")
+    assert (bad.status, bad.code) == (400, "query_invalid")
+    bad = await dash.get("/audit", count="x")
+    assert (bad.status, bad.code) == (400, "query_invalid")
+
+
+async def test_overview_renders_and_its_live_panel_reads_every_backend(dash: Any) -> None:
+    r = await dash.get("/")
+    assert r.status == 200
+    body = r.json()
+    assert set(body["rates"]) == {"at_ms", "enqueued", "completed", "failed", "wait_ms"}
+    html = await dash.get("/", as_json=False)
+    assert 'id="live"' in html.text and "/static/vendor/uPlot.iife.min.js" in html.text
+    live = await dash.get("/overview/live")
+    snap = live.json()["snapshot"]
+    assert [r["topic"] for r in snap["kafka"]] == [dash.topic, dash.topic]  # 2 partitions, both read
+    # nobody relays this test's topic: the overview says so
+    assert any(a["what"] == f"no relay for {dash.topic}" for a in live.json()["alerts"])
+    bad = await dash.get("/", hours="48")
+    assert (bad.status, bad.code) == (400, "query_invalid")
