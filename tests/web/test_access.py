@@ -18,9 +18,11 @@ async def test_pages_need_a_token(dash: Any) -> None:
     r = await dash.get("/", token=None)
     assert (r.status, r.code) == (401, "unauthenticated")
     r = await dash.get("/", token=None, as_json=False)  # a browser is sent to the login page
-    assert r.status == 303 and r.headers["Location"] == "/login?next=/"
+    assert r.status == 303
+    assert r.headers["Location"] == "/login?next=/"
     async with dash.session.get(dash.url + "/", headers={"Authorization": "Bearer nope"}) as raw:
-        assert raw.status == 401 and raw.headers["X-Jobq-Error"] == "token_invalid"
+        assert raw.status == 401
+        assert raw.headers["X-Jobq-Error"] == "token_invalid"
 
 
 async def test_every_answer_is_hardened(dash: Any) -> None:
@@ -34,17 +36,21 @@ async def test_every_answer_is_hardened(dash: Any) -> None:
 
 
 async def test_login_sets_a_strict_cookie_and_logout_clears_it(dash: Any, web_tokens: dict[str, str]) -> None:
-    READ, ADMIN = web_tokens["read"], web_tokens["admin"]
+    read, admin = web_tokens["read"], web_tokens["admin"]
     r = await dash.post("/login", {"token": "wrong"}, token=None, as_json=False)
-    assert r.status == 401 and "not accepted" in r.text
-    r = await dash.post("/login", {"token": READ, "next": "/audit"}, token=None, as_json=False)
-    assert r.status == 303 and r.headers["Location"] == "/audit"
+    assert r.status == 401
+    assert "not accepted" in r.text
+    r = await dash.post("/login", {"token": read, "next": "/audit"}, token=None, as_json=False)
+    assert r.status == 303
+    assert r.headers["Location"] == "/audit"
     cookie = r.headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie
     # the cookie now signs the browser in (no Authorization header)
     async with dash.session.get(dash.url + "/audit", headers={"Accept": "text/html"}) as page:
-        assert page.status == 200 and "viewer · read" in await page.text()
-    r = await dash.post("/login", {"token": ADMIN, "next": "//evil.example/"}, token=None, as_json=False)
+        assert page.status == 200
+        assert "viewer · read" in await page.text()
+    r = await dash.post("/login", {"token": admin, "next": "//evil.example/"}, token=None, as_json=False)
     assert r.headers["Location"] == "/"  # never redirected off the dashboard
     r = await dash.post("/logout", token=None, as_json=False)
     assert r.status == 303
@@ -54,16 +60,16 @@ async def test_login_sets_a_strict_cookie_and_logout_clears_it(dash: Any, web_to
 
 
 async def test_cross_site_posts_are_refused(dash: Any, web_tokens: dict[str, str]) -> None:
-    ADMIN = web_tokens["admin"]
+    admin = web_tokens["admin"]
     # a cookie-signed browser request from another site: refused before any handler runs
-    await dash.post("/login", {"token": ADMIN}, token=None, as_json=False)
+    await dash.post("/login", {"token": admin}, token=None, as_json=False)
     r = await dash.post("/logout", token=None, site="cross-site")
     assert (r.status, r.code) == (403, "cross_site_refused")
     r = await dash.post("/logout", token=None, site=None, headers={"Origin": "http://evil.example"})
     assert (r.status, r.code) == (403, "cross_site_refused")
     r = await dash.post("/logout", token=None, site=None)  # a cookie and no origin at all: refused too
     assert (r.status, r.code) == (403, "cross_site_refused")
-    r = await dash.post("/login", {"token": ADMIN}, token=None, site="cross-site")  # login CSRF
+    r = await dash.post("/login", {"token": admin}, token=None, site="cross-site")  # login CSRF
     assert (r.status, r.code) == (403, "cross_site_refused")
 
 
@@ -91,7 +97,8 @@ async def test_overview_renders_and_its_live_panel_reads_every_backend(dash: Any
     body = r.json()
     assert set(body["rates"]) == {"at_ms", "enqueued", "completed", "failed", "wait_ms"}
     html = await dash.get("/", as_json=False)
-    assert 'id="live"' in html.text and "/static/vendor/uPlot.iife.min.js" in html.text
+    assert 'id="live"' in html.text
+    assert "/static/vendor/uPlot.iife.min.js" in html.text
     live = await dash.get("/overview/live")
     snap = live.json()["snapshot"]
     assert [r["topic"] for r in snap["kafka"]] == [dash.topic, dash.topic]  # 2 partitions, both read
