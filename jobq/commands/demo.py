@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,15 @@ import orjson
 import typer
 from rich.console import Console
 
-from jobq.commands.stack import DEV_TOKEN, existing_stack, history_of, open_stack, print_status
+from jobq.commands.stack import (
+    DEV_TOKEN,
+    DEV_WEB_ADMIN,
+    DEV_WEB_READ,
+    existing_stack,
+    history_of,
+    open_stack,
+    print_status,
+)
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway, JobqClient
 from jqcore.errors import JobqError
@@ -51,8 +60,19 @@ CRON = "demo.tick"
 """The demo's cron schedule (a no-op job into demo.plain every 10 s)."""
 QUEUES = ["demo.plain", "demo.delayed", "demo.priority", "demo.exclusive", "demo.flaky", "demo.failing"]
 SCHEDULED = "demo.*,canary.*"
+WEB_PORT = 28090
+"""The dashboard's port in the demo (``JOBQ_WEB_PORT``'s default; another free one when it is taken)."""
 """The queues the demo's schedulers keep (and whose events they ship): the demo's and the canary's, not
 whatever else lives in the stack's Redis (the test suite runs the demo on a Redis full of other queues)."""
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _env(exports: dict[str, str]) -> dict[str, str]:
@@ -61,6 +81,8 @@ def _env(exports: dict[str, str]) -> dict[str, str]:
         **os.environ,
         **exports,
         "JOBQ_GATE_TOKENS": TOKEN,
+        "JOBQ_WEB_ADMIN_TOKENS": f"admin:{DEV_WEB_ADMIN}",
+        "JOBQ_WEB_READ_TOKENS": f"viewer:{DEV_WEB_READ}",
         "JOBQ_ROUTES": orjson.dumps(routes).decode(),
         "JOBQ_DEFAULT_TOPIC": "jobs.default",
         "JOBQ_RELAY_TOPICS": ",".join(TOPICS),
@@ -208,6 +230,8 @@ def demo(
             )
         # the history of the default stack's events (JOBQ_HISTORY_PATH): `jobq history JOB_ID` reads it
         procs.run("history", "jobq", "history", "run", JOBQ_HISTORY_TRIGGER_S="2")
+        web_port = WEB_PORT if _free(WEB_PORT) else free_port()
+        web = procs.run("web", "jqweb", JOBQ_WEB_PORT=str(web_port))
         procs.run(
             "worker", "jobq", "worker", "--app", APP, "--queues", serve, "--concurrency", "20", "--grace", "5"
         )
@@ -222,6 +246,11 @@ def demo(
         console.print(f"processes started; logs in {folder}")
         for gate, gateway in zip(gates, gateways, strict=True):  # fails at once if a gateway exits
             gate.wait_ready(http_ok(f"{gateway.url}/readyz"), timeout_s=60)
+        web.wait_ready(http_ok(f"http://127.0.0.1:{web_port}/healthz"), timeout_s=60)
+        console.print(
+            f"[bold]dashboard:[/] http://127.0.0.1:{web_port}/  "
+            f"(sign in with [bold]{DEV_WEB_ADMIN}[/] to act, {DEV_WEB_READ} to look)"
+        )
         jobs = asyncio.run(_enqueue(gateways))
         _write_atomic(folder / "jobs.json", orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")

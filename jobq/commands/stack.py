@@ -18,6 +18,8 @@ from kafkagate.settings import GateSettings
 
 __all__ = [
     "DEV_TOKEN",
+    "DEV_WEB_ADMIN",
+    "DEV_WEB_READ",
     "app",
     "dev_exports",
     "existing_stack",
@@ -30,6 +32,10 @@ __all__ = [
 DEV_TOKEN = "jobq-dev-token"
 """The development bearer token, for loopback only: ``jobq stack env`` exports it to a local gateway
 (``JOBQ_GATE_TOKENS``), the canary and clients (``JOBQ_TOKEN``); ``jobq demo``'s gateways accept it too."""
+
+DEV_WEB_ADMIN = "jobq-dev-admin"
+"""The development dashboard tokens (``jobq stack env``, ``jobq demo``): admin may act, viewer may look."""
+DEV_WEB_READ = "jobq-dev-read"
 
 app = typer.Typer(help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack.")
 console = Console()
@@ -80,6 +86,8 @@ def dev_exports(endpoints: Endpoints, root: Path) -> dict[str, str]:
         "JOBQ_CANARY_TOKEN": DEV_TOKEN,
         "JOBQ_URL": url,
         "JOBQ_TOKEN": DEV_TOKEN,
+        "JOBQ_WEB_ADMIN_TOKENS": f"admin:{DEV_WEB_ADMIN}",
+        "JOBQ_WEB_READ_TOKENS": f"viewer:{DEV_WEB_READ}",
     }
 
 
