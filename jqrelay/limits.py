@@ -26,6 +26,7 @@ from aiolimiter import AsyncLimiter
 from jqcore import metrics
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
+from jqcore.rates import parse_rate
 
 __all__ = ["Limiter", "QueueRateLimits", "RateLimit", "parse_rate"]
 
@@ -33,19 +34,6 @@ log = get_logger("jqrelay.limits")
 
 PAUSED_RECHECK_S = 1.0
 """How often a paused acquire asks its caller whether to keep waiting (a stop, a lost term)."""
-
-
-def parse_rate(text: str) -> float | None:
-    """``""`` → None (unlimited); a non-negative number → jobs/s; anything else raises ValueError."""
-    if not text:
-        return None
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = -1.0
-    if not 0 <= rate < float("inf"):  # also refuses NaN
-        raise ValueError(f"not a non-negative finite rate: {text!r}")
-    return rate
 
 
 class Limiter:

@@ -1,9 +1,188 @@
-"""The queues page (being built)."""
+"""Queues: every queue's depth per state, oldest pending age, pause and throughput over the last hour;
+one queue's configuration, lifetime counters, job types and rate limit. Actions: pause, resume, and the
+settings an operator tunes (lease, attempts, retention, the lifecycle events' cap)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import itertools
+from typing import Any
+
 from aiohttp import web
 
-__all__ = ["routes"]
+from jqcore import series
+from jqcore.clock import now_ms
+from jqcore.overview import queue_row, queue_rows
+from jqcore.redisconn import RedisClient
+from jqcore.state import QueueConfig
+from jqweb.context import WEB, Web
+from jqweb.errors import WebError
+from jqweb.pages.topics import describe_rate, topic_of
+from jqweb.render import act, form, page
+from jqweb.security import require_admin
+
+__all__ = ["SETTINGS", "routes"]
 
 routes = web.RouteTableDef()
+
+HOUR_MS = 3600 * 1000
+SAMPLE_READS_AT_ONCE = 32
+
+SETTINGS: dict[str, tuple[int, int]] = {
+    "lease_ms": (100, 86_400_000 * 365),
+    "max_attempts": (1, 1000),
+    "retention_ms": (0, 86_400_000 * 3650),
+    "dead_retention_ms": (0, 86_400_000 * 3650),
+    "events_cap": (0, 1_000_000_000),
+}
+"""The settings the page edits and their ranges: the gateway's lower bounds (``PATCH /v1/queues/{q}``:
+lease_ms ≥ 100, max_attempts 1..1000, retentions and events_cap ≥ 0) and generous upper ones."""
+
+
+def throughput(points: list[dict[str, int]]) -> list[int]:
+    """Jobs completed between consecutive samples (a counter reset counts from zero)."""
+    out = []
+    for before, after in itertools.pairwise(points):
+        grown = after.get("completed", 0) - before.get("completed", 0)
+        out.append(grown if grown >= 0 else after.get("completed", 0))
+    return out
+
+
+async def _sparks(client: RedisClient, queues: list[str]) -> dict[str, list[int]]:
+    since = now_ms() - HOUR_MS
+    gate = asyncio.Semaphore(SAMPLE_READS_AT_ONCE)
+
+    async def one(q: str) -> list[int]:
+        async with gate:
+            return throughput(await series.samples(client, q, since))
+
+    return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))
+
+
+@routes.get("/queues")
+async def queues_page(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    match = request.query.get("q", "").strip()
+    queues = [q for q in await w.engine.queues() if match in q]
+    rows = await queue_rows(w.engine, queues)
+    sparks = await _sparks(w.client, queues)
+    for row in rows:
+        row["throughput"] = sparks[row["queue"]]
+    return page(request, "queues.html", {"queues": rows, "q": match})
+
+
+async def _known(w: Web, queue: str) -> str:
+    if queue not in await w.engine.queues():
+        raise WebError(404, "queue_not_found", f"no queue {queue!r}")
+    return queue
+
+
+def _config_dict(config: QueueConfig) -> dict[str, Any]:
+    d = dataclasses.asdict(config)
+    d["filter_keys"] = list(config.filter_keys)
+    return d
+
+
+async def _kinds(w: Web, queue: str) -> list[dict[str, Any]]:
+    """The job types with options in this queue (or defaults for every queue)."""
+    out = []
+    for kind, entry in sorted((await w.engine.kinds([queue])).items()):
+        options = entry["queues"].get(queue)
+        if options is not None or entry["defaults"] is not None:
+            out.append({"kind": kind, "options": options, "defaults": entry["defaults"]})
+    return out
+
+
+@routes.get("/queues/{queue}")
+async def queue_page(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    queue = await _known(w, request.match_info["queue"])
+    row = await queue_row(w.engine, queue)
+    row["throughput"] = (await _sparks(w.client, [queue]))[queue]
+    _, entry = await w.consul.kv.get(w.sources.relay.queue_rate_key(queue))
+    rate_text = ((entry or {}).get("Value") or b"").decode()
+    context = {
+        "queue": row,
+        "config": _config_dict(await w.engine.queue_config(queue)),
+        "stats": await w.engine.queue_stats(queue),
+        "kinds": await _kinds(w, queue),
+        "rate": describe_rate(rate_text),
+        "topic": topic_of(w.sources.routing, queue),
+        "settings": {k: {"low": lo, "high": hi} for k, (lo, hi) in SETTINGS.items()},
+    }
+    return page(request, "queue.html", context)
+
+
+async def _pause(request: web.Request, paused: bool) -> web.Response:
+    require_admin(request)
+    w = request.app[WEB]
+    queue = await _known(w, request.match_info["queue"])
+    fields = await form(request)
+
+    async def run() -> int:
+        await w.engine.pause(queue, paused)
+        return 0
+
+    word = "paused" if paused else "resumed"
+    return await act(
+        request,
+        "queue.pause" if paused else "queue.resume",
+        queue,
+        run,
+        done=lambda _: f"queue {queue} {word}",
+        back=f"{w.base}/queues/{queue}",
+        next_url=fields.get("next"),
+    )
+
+
+@routes.post("/queues/{queue}/pause")
+async def pause(request: web.Request) -> web.Response:
+    return await _pause(request, True)
+
+
+@routes.post("/queues/{queue}/resume")
+async def resume(request: web.Request) -> web.Response:
+    return await _pause(request, False)
+
+
+def settings_changes(fields: dict[str, str]) -> dict[str, Any]:
+    """The settings posted (empty or absent: unchanged), checked; 400 ``form_invalid`` naming the field."""
+    changes: dict[str, Any] = {}
+    for name, (low, high) in SETTINGS.items():
+        raw = fields.get(name, "").strip()
+        if raw == "":
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise WebError(400, "form_invalid", f"{name} must be an integer, not {raw!r}") from None
+        if not low <= value <= high:
+            raise WebError(400, "form_invalid", f"{name} must be {low}..{high}, not {value}")
+        changes[name] = value
+    return changes
+
+
+@routes.post("/queues/{queue}/settings")
+async def settings(request: web.Request) -> web.Response:
+    require_admin(request)
+    w = request.app[WEB]
+    queue = await _known(w, request.match_info["queue"])
+    fields = await form(request)
+    changes = settings_changes(fields)
+
+    async def run() -> int:
+        current = await w.engine.queue_config(queue)
+        await w.engine.configure_queue(queue, dataclasses.replace(current, **changes))
+        return 0
+
+    said = ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed"
+    return await act(
+        request,
+        "queue.settings",
+        f"{queue}: {said}",
+        run,
+        done=lambda _: f"queue {queue}: {said}",
+        back=f"{w.base}/queues/{queue}",
+        next_url=fields.get("next"),
+    )

@@ -1,9 +1,167 @@
-"""The topics page (being built)."""
+"""Topics: per topic its partitions (end and committed offsets, lag in records and seconds), the relay
+that holds its lock (holder, for how long, fence = Consul's lock index, session), and the live rate limits
+per topic and per queue, each editable. A limit is a Consul KV key the relays watch: a change applies
+within one Consul answer, without a restart (``jqrelay.limits``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
-__all__ = ["routes"]
+from jqcore.overview import collect
+from jqcore.rates import parse_rate
+from jqcore.routing import QueueUnrouted, RoutingSettings
+from jqweb.context import WEB, Web
+from jqweb.errors import WebError
+from jqweb.render import act, form, page
+from jqweb.security import require_admin
+
+__all__ = ["describe_rate", "routes", "topic_of"]
 
 routes = web.RouteTableDef()
+
+
+def describe_rate(text: str) -> dict[str, Any]:
+    """A limit's KV text as the page shows it: ``{"text", "rate", "state"}`` (state ``unlimited``,
+    ``paused``, ``limited`` or ``invalid``: the relays ignore an invalid value and keep the last one)."""
+    try:
+        rate = parse_rate(text.strip())
+    except ValueError:
+        return {"text": text, "rate": None, "state": "invalid"}
+    state = "unlimited" if rate is None else "paused" if rate == 0 else "limited"
+    return {"text": text, "rate": rate, "state": state}
+
+
+def topic_of(routing: RoutingSettings, queue: str) -> str | None:
+    """The topic ``queue`` is produced to, None when no route takes it."""
+    try:
+        return routing.route(queue)[0]
+    except QueueUnrouted:
+        return None
+
+
+def _problem(part: Any) -> str | None:
+    return str(part["error"]) if isinstance(part, dict) and "error" in part else None
+
+
+def _topic_rows(snap: dict[str, Any], topics: list[str]) -> list[dict[str, Any]]:
+    kafka = snap.get("kafka") if isinstance(snap.get("kafka"), list) else []
+    locks = snap.get("locks") if isinstance(snap.get("locks"), list) else []
+    rates = snap.get("rates") if _problem(snap.get("rates")) is None else {}
+    by_lock = {r["topic"]: r for r in locks or []}
+    rows = []
+    for topic in topics:
+        parts = [r for r in kafka or [] if r["topic"] == topic]
+        lags = [r.get("lag_s") or 0.0 for r in parts]
+        rows.append(
+            {
+                "topic": topic,
+                "partitions": parts,
+                "lag": sum(r.get("lag", 0) for r in parts),
+                "lag_s": max(lags) if lags else 0.0,
+                "lock": by_lock.get(topic),
+                "rate": describe_rate((rates or {}).get("topics", {}).get(topic, "")),
+            }
+        )
+    return rows
+
+
+async def _queue_rates(w: Web, topics: list[str], set_rates: dict[str, str]) -> list[dict[str, Any]]:
+    """Every queue routed to one of ``topics`` or with a limit set, its topic and its limit."""
+    wanted = set(topics)
+    out = []
+    for queue in sorted(set(await w.engine.queues()) | set(set_rates)):
+        topic = topic_of(w.sources.routing, queue)
+        if topic in wanted or queue in set_rates:
+            out.append({"queue": queue, "topic": topic, "rate": describe_rate(set_rates.get(queue, ""))})
+    return out
+
+
+@routes.get("/topics")
+async def topics_page(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    topics = w.sources.topics()
+    snap = await collect(w.sources, w.client, parts=("kafka", "locks", "rates"))
+    rates = snap.get("rates")
+    set_rates = dict(rates.get("queues", {})) if _problem(rates) is None and isinstance(rates, dict) else {}
+    context = {
+        "topics": _topic_rows(snap, topics),
+        "queue_rates": await _queue_rates(w, topics, set_rates),
+        "problems": {p: _problem(snap.get(p)) for p in ("kafka", "locks", "rates") if _problem(snap.get(p))},
+        "at": snap.get("at"),
+    }
+    return page(request, "topics.html", context)
+
+
+def _rate_field(fields: dict[str, str]) -> tuple[str, float | None]:
+    """The posted ``rate`` (stripped) and its value; 400 ``rate_invalid`` when it is no rate."""
+    text = fields.get("rate", "").strip()
+    try:
+        return text, parse_rate(text)
+    except ValueError:
+        raise WebError(
+            400,
+            "rate_invalid",
+            f"rate must be empty (unlimited), 0 (paused) or jobs per second, not {text!r}",
+        ) from None
+
+
+def _said(rate: float | None) -> str:
+    return "unlimited" if rate is None else "paused" if rate == 0 else f"{rate:g} jobs/s"
+
+
+async def _write_rate(w: Web, key: str, text: str) -> int:
+    if text:
+        await w.consul.kv.put(key, text)
+    else:
+        await w.consul.kv.delete(key)
+    return 0
+
+
+@routes.post("/topics/{topic}/rate")
+async def set_topic_rate(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    require_admin(request)  # a read token learns nothing more than 403
+    topic = request.match_info["topic"]
+    if topic not in w.sources.topics():
+        raise WebError(404, "topic_not_found", f"no topic {topic!r} among the relays' topics")
+    fields = await form(request)
+    text, rate = _rate_field(fields)
+    return await act(
+        request,
+        "rate.topic",
+        f"{topic}={text or 'unlimited'}",
+        lambda: _write_rate(w, w.sources.relay.rate_key(topic), text),
+        done=lambda _: f"topic {topic}: {_said(rate)} (the relay applies it live)",
+        back=f"{w.base}/topics",
+        next_url=fields.get("next"),
+    )
+
+
+async def _queue_known(w: Web, queue: str) -> bool:
+    """A queue the engine knows, or one with a limit set (so a limit can be lifted after the queue went)."""
+    if queue in await w.engine.queues():
+        return True
+    _, entry = await w.consul.kv.get(w.sources.relay.queue_rate_key(queue))
+    return entry is not None
+
+
+@routes.post("/queues/{queue}/rate")
+async def set_queue_rate(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    require_admin(request)
+    queue = request.match_info["queue"]
+    if "/" in queue or not await _queue_known(w, queue):
+        raise WebError(404, "queue_not_found", f"no queue {queue!r}")
+    fields = await form(request)
+    text, rate = _rate_field(fields)
+    return await act(
+        request,
+        "rate.queue",
+        f"{queue}={text or 'unlimited'}",
+        lambda: _write_rate(w, w.sources.relay.queue_rate_key(queue), text),
+        done=lambda _: f"queue {queue}: {_said(rate)} at the relays (applied live)",
+        back=f"{w.base}/topics",
+        next_url=fields.get("next"),
+    )

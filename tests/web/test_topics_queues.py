@@ -1,0 +1,224 @@
+"""The topics page (partitions, lag, the relay's lock, live rate limits a real relay follows) and the queues
+pages (depth, throughput, configuration, pause/resume, settings) on the session stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jqcore import metrics, series
+from jqcore.clock import now_ms
+from jqcore.envelope import encode, new_envelope, record_key
+from jqcore.kafka import Record
+from jqcore.rates import parse_rate
+from jqrelay.limits import parse_rate as relay_parse_rate
+
+
+async def _produce(producer: Any, topic: str, queue: str, n: int) -> list[str]:
+    envs = [new_envelope(queue, "k", {"i": i}) for i in range(n)]
+    await producer.produce_many([Record(topic, encode(e), record_key(e)) for e in envs])
+    return [e.id for e in envs]
+
+
+async def _topic(dash: Any) -> dict[str, Any]:
+    r = await dash.get("/topics")
+    assert r.status == 200, r.text
+    (row,) = [t for t in r.json()["topics"] if t["topic"] == dash.topic]
+    return row
+
+
+async def _audit(dash: Any, action: str, target: str) -> list[dict[str, Any]]:
+    entries = (await dash.get("/audit", count=1000)).json()["entries"]
+    return [e for e in entries if e["action"] == action and e["target"] == target]
+
+
+def test_one_rate_rule_for_the_dashboard_and_the_relay() -> None:
+    assert relay_parse_rate is parse_rate
+    assert parse_rate("") is None
+    assert parse_rate("0") == 0
+
+
+async def test_topics_page_shows_partitions_and_lag(dash: Any, producer: Any, eventually: Any) -> None:
+    await _produce(producer, dash.topic, f"{dash.prefix}.q", 6)
+    row = await eventually(lambda: _topic(dash), lambda t: t["lag"] == 6)
+    assert [p["partition"] for p in row["partitions"]] == [0, 1]
+    assert sum(p["end"] for p in row["partitions"]) == 6
+    assert all(p["committed"] == 0 for p in row["partitions"])  # no relay yet: nothing committed
+    assert row["lag_s"] is not None
+    assert row["lock"]["holder"] is None
+    assert row["rate"] == {"text": "", "rate": None, "state": "unlimited"}
+    html = await dash.get("/topics", as_json=False, token="admin")
+    assert f'id="rate-form-{dash.topic}"' in html.text
+    assert f'id="partitions-{dash.topic}"' in html.text
+    assert "nobody holds the lock" in html.text
+    viewer = await dash.get("/topics", as_json=False)
+    assert f'id="rate-form-{dash.topic}"' not in viewer.text  # a read token sees no form
+
+
+async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
+    dash: Any, make_relay: Any, engine: Any, producer: Any, eventually: Any
+) -> None:
+    queue = f"{dash.prefix}.q"
+    await _produce(producer, dash.topic, queue, 4)
+    async with make_relay(dash.topic) as relay:
+        topic_relay = relay.relays[0]
+        row = await eventually(
+            lambda: _topic(dash), lambda t: t["lock"]["holder"] == "relay-a" and t["lag"] == 0
+        )
+        assert row["lock"]["fence"] >= 1
+        assert row["lock"]["session"]
+        assert row["lock"]["since_s"] >= 0
+        assert sum(p["committed"] for p in row["partitions"]) == 4
+        html = await dash.get("/topics", as_json=False)
+        assert "<strong>relay-a</strong>" in html.text
+        assert row["lock"]["session"] in html.text
+        gauge = metrics.RELAY_RATE_LIMIT.labels(dash.topic)
+
+        r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "0"})
+        assert r.status == 200, r.text
+        assert r.json()["action"] == "rate.topic"
+        await eventually(lambda: topic_relay.limit.rate, lambda rate: rate == 0)
+        assert gauge._value.get() == 0
+        assert (await _topic(dash))["rate"]["state"] == "paused"
+
+        r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "12.5"})
+        await eventually(lambda: topic_relay.limit.rate, lambda rate: rate == 12.5)
+        assert (await _topic(dash))["rate"] == {"text": "12.5", "rate": 12.5, "state": "limited"}
+
+        r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": ""})  # unlimited: the key goes
+        await eventually(lambda: topic_relay.limit.rate, lambda rate: rate is None)
+        assert gauge._value.get() == -1
+        assert (await _topic(dash))["rate"]["state"] == "unlimited"
+
+        # a queue's limit: shown on the topics page and the queue's page, followed by the relay
+        await eventually(lambda: engine.queues(), lambda qs: queue in qs)  # the relay wrote its jobs
+        r = await dash.post(f"/queues/{queue}/rate", {"rate": "5"})
+        assert r.status == 200, r.text
+        await eventually(topic_relay.queue_limits.rates, lambda rates: rates == {queue: 5})
+        shown = (await dash.get("/topics")).json()["queue_rates"]
+        assert {
+            "queue": queue,
+            "topic": dash.topic,
+            "rate": {"text": "5", "rate": 5.0, "state": "limited"},
+        } in shown
+        assert (await dash.get(f"/queues/{queue}")).json()["rate"]["rate"] == 5
+        html = await dash.get("/topics", as_json=False, token="admin")
+        assert f'id="queue-rate-form-{queue}"' in html.text
+        r = await dash.post(f"/queues/{queue}/rate", {"rate": ""})
+        await eventually(topic_relay.queue_limits.rates, lambda rates: rates == {})
+    assert await _audit(dash, "rate.topic", f"{dash.topic}=0")
+    assert await _audit(dash, "rate.topic", f"{dash.topic}=unlimited")
+    assert await _audit(dash, "rate.queue", f"{queue}=5")
+
+
+async def test_rate_limit_refusals(dash: Any, engine: Any) -> None:
+    queue = f"{dash.prefix}.q"
+    await engine.enqueue_batch([new_envelope(queue, "k", {})])
+    for bad in ("fast", "-1", "inf", "nan"):
+        r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": bad})
+        assert (r.status, r.code) == (400, "rate_invalid"), bad
+        r = await dash.post(f"/queues/{queue}/rate", {"rate": bad})
+        assert (r.status, r.code) == (400, "rate_invalid"), bad
+    r = await dash.post("/topics/no-such-topic/rate", {"rate": "1"})
+    assert (r.status, r.code) == (404, "topic_not_found")
+    r = await dash.post(f"/queues/{dash.prefix}.nope/rate", {"rate": "1"})
+    assert (r.status, r.code) == (404, "queue_not_found")
+    r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "1"}, token="read")
+    assert (r.status, r.code) == (403, "admin_required")
+    r = await dash.post(f"/queues/{queue}/rate", {"rate": "1"}, token="read")
+    assert (r.status, r.code) == (403, "admin_required")
+    assert (await _topic(dash))["rate"]["state"] == "unlimited", "nothing was written"
+    # a browser's form: redirected back with a flash message
+    r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "3", "next": "/topics"}, as_json=False)
+    assert (r.status, r.headers["Location"]) == (303, "/topics")
+    assert (await _topic(dash))["rate"]["rate"] == 3
+
+
+async def test_queues_page_shows_depth_and_throughput(dash: Any, engine: Any) -> None:
+    queue = f"{dash.prefix}.q"
+    await engine.enqueue_batch([new_envelope(queue, "k", {"i": i}) for i in range(3)])
+    t0 = now_ms() - 10 * 60_000
+    for i, completed in enumerate((0, 4, 10)):  # the scheduler's samples: lifetime counters
+        await series.record(engine.client, [queue], {queue: {"completed": completed}}, t0 + i * 60_000)
+    r = await dash.get("/queues", q=dash.prefix)
+    assert r.status == 200
+    (row,) = r.json()["queues"]
+    assert (row["queue"], row["pending"], row["paused"]) == (queue, 3, False)
+    assert row["oldest_pending_age_ms"] is not None
+    assert row["throughput"] == [4, 6]
+    html = await dash.get("/queues", as_json=False, token="admin", q=dash.prefix)
+    assert f'id="pause-{queue}"' in html.text
+    assert '<svg class="spark"' in html.text
+
+    r = await dash.get(f"/queues/{queue}")
+    assert r.status == 200
+    body = r.json()
+    assert body["queue"]["pending"] == 3
+    assert body["config"]["lease_ms"] == (await engine.queue_config(queue)).lease_ms
+    assert body["stats"]["enqueued"] == 3
+    assert body["rate"]["state"] == "unlimited"
+    assert body["topic"] == dash.topic
+    await engine.configure_kind("k", queues=[queue], concurrency=2)
+    kinds = (await dash.get(f"/queues/{queue}")).json()["kinds"]
+    (k,) = [k for k in kinds if k["kind"] == "k"]
+    assert (k["options"]["concurrency"], k["options"]["running"]) == (2, 0)
+    page = await dash.get(f"/queues/{queue}", as_json=False, token="admin")
+    assert f"/jobs?queue={queue}&amp;state=pending" in page.text
+    assert f"/dead?queue={queue}" in page.text
+    assert f'id="settings-{queue}"' in page.text
+    viewer = await dash.get(f"/queues/{queue}", as_json=False)
+    assert f'id="settings-{queue}"' not in viewer.text
+    assert f'id="pause-{queue}"' not in viewer.text
+    missing = await dash.get(f"/queues/{dash.prefix}.nope")
+    assert (missing.status, missing.code) == (404, "queue_not_found")
+
+
+async def test_pause_resume_and_settings(dash: Any, engine: Any) -> None:
+    queue = f"{dash.prefix}.q"
+    await engine.enqueue_batch([new_envelope(queue, "k", {})])
+    r = await dash.post(f"/queues/{queue}/pause")
+    assert r.status == 200, r.text
+    assert (r.json()["action"], r.json()["count"]) == ("queue.pause", 0)
+    assert (await engine.queue_config(queue)).paused
+    html = await dash.get(f"/queues/{queue}", as_json=False, token="admin")
+    assert f'id="resume-{queue}"' in html.text
+    r = await dash.post(f"/queues/{queue}/resume", {"next": f"/queues/{queue}"}, as_json=False)
+    assert (r.status, r.headers["Location"]) == (303, f"/queues/{queue}")
+    assert not (await engine.queue_config(queue)).paused
+    assert await _audit(dash, "queue.pause", queue)
+    assert await _audit(dash, "queue.resume", queue)
+
+    before = await engine.queue_config(queue)
+    r = await dash.post(
+        f"/queues/{queue}/settings", {"lease_ms": "5000", "max_attempts": "3", "events_cap": ""}
+    )
+    assert r.status == 200, r.text
+    after = await engine.queue_config(queue)
+    assert (after.lease_ms, after.max_attempts) == (5000, 3)
+    assert (after.retention_ms, after.events_cap, after.mode) == (
+        before.retention_ms,
+        before.events_cap,
+        before.mode,
+    )
+    assert await _audit(dash, "queue.settings", f"{queue}: lease_ms=5000, max_attempts=3")
+    for field, bad in (
+        ("lease_ms", "50"),
+        ("lease_ms", "x"),
+        ("max_attempts", "0"),
+        ("max_attempts", "1001"),
+        ("retention_ms", "-1"),
+        ("dead_retention_ms", "1.5"),
+        ("events_cap", "-5"),
+    ):
+        r = await dash.post(f"/queues/{queue}/settings", {field: bad})
+        assert (r.status, r.code) == (400, "form_invalid"), (field, bad)
+        assert field in r.json()["error"]["message"]
+    assert (await engine.queue_config(queue)).lease_ms == 5000, "refused settings change nothing"
+
+    nope = f"{dash.prefix}.nope"
+    for action in ("pause", "resume", "settings"):
+        r = await dash.post(f"/queues/{nope}/{action}", {"lease_ms": "1000"})
+        assert (r.status, r.code) == (404, "queue_not_found"), action
+        r = await dash.post(f"/queues/{queue}/{action}", {"lease_ms": "1000"}, token="read")
+        assert (r.status, r.code) == (403, "admin_required"), action
+    assert not (await engine.queue_config(queue)).paused
+    assert (await engine.queue_config(queue)).lease_ms == 5000
