@@ -1,9 +1,102 @@
-"""The workers page (being built)."""
+"""Workers: every process alive (worker pools, gateways, dashboards announce themselves in Redis), what
+each worker runs now (the running jobs of every queue, grouped by the worker that claimed them), and the
+scheduler instances with the queues each owns (rendezvous hashing over the group's live members)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import defaultdict
+from typing import Any
+
 from aiohttp import web
+
+from jqcore import membership
+from jqcore.clock import now_ms
+from jqcore.presence import count_alive
+from jqcore.state import Engine
+from jqcore.state.models import JobInfo
+from jqweb.context import WEB
+from jqweb.render import page
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
+
+ROLES = ("worker", "gate", "web")
+SHOW_PER_WORKER = 100
+"""Running jobs listed per worker in the HTML table (the JSON has them all)."""
+RUNNING_PER_QUEUE = 200
+"""Running jobs read per queue (the oldest lease deadlines first)."""
+READS_AT_ONCE = 32
+UNNAMED = "(no worker named)"
+"""Running jobs claimed without a worker identity (tools, tests, old workers) are listed under this."""
+
+
+async def _running(engine: Engine, queues: list[str]) -> tuple[list[JobInfo], list[str]]:
+    """The running jobs of every queue (at most ``RUNNING_PER_QUEUE`` each) and the queues cut short."""
+    gate = asyncio.Semaphore(READS_AT_ONCE)
+
+    async def one(queue: str) -> tuple[list[JobInfo], bool]:
+        async with gate:
+            ids, total = await engine.list_ids(queue, "running", 0, RUNNING_PER_QUEUE)
+            jobs = await engine.get_jobs(queue, ids) if ids else []
+        return [j for j in jobs if j is not None], total > len(ids)
+
+    found = await asyncio.gather(*(one(q) for q in queues))
+    jobs = [j for js, _ in found for j in js]
+    return jobs, [q for q, (_, cut) in zip(queues, found, strict=True) if cut]
+
+
+def _job_row(job: JobInfo, now: int) -> dict[str, Any]:
+    return {
+        "queue": job.queue,
+        "id": job.id,
+        "kind": job.kind,
+        "attempt": job.attempt,
+        "started_at": job.started_at,
+        "lease_deadline": job.lease_deadline,
+        "lease_over": job.lease_deadline is not None and job.lease_deadline < now,
+        "cancel_requested": job.cancel_requested,
+    }
+
+
+def _workers(alive: list[str], jobs: list[JobInfo]) -> list[dict[str, Any]]:
+    """One row per worker: the announced ones (alive) and any other that holds a running job."""
+    by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    now = now_ms()
+    for job in sorted(jobs, key=lambda j: (j.started_at or 0, j.queue, j.id)):
+        by_worker[job.worker or UNNAMED].append(_job_row(job, now))
+    names = sorted(set(alive) | set(by_worker))
+    return [{"name": n, "alive": n in alive, "jobs": by_worker.get(n, [])} for n in names]
+
+
+def _schedulers(groups: dict[str, dict[str, str]], queues: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for group, members in groups.items():
+        names = sorted(members)
+        for member in names:
+            owned = membership.owned_by(member, names, queues)
+            rows.append({"group": group, "member": member, "note": members[member], "owned": owned})
+    return rows
+
+
+@routes.get("/workers")
+async def workers(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    engine = w.engine
+    processes = {role: sorted(await count_alive(w.client, role)) for role in ROLES}
+    queues = await engine.queues()
+    jobs, cut = await _running(engine, queues)
+    groups = await membership.groups(w.client)
+    context = {
+        "processes": processes,
+        "workers": _workers(processes["worker"], jobs),
+        "running": len(jobs),
+        "running_cut": cut,
+        "per_queue": RUNNING_PER_QUEUE,
+        "show_per_worker": SHOW_PER_WORKER,
+        "unnamed": UNNAMED,
+        "schedulers": _schedulers(groups, queues),
+        "queues": len(queues),
+    }
+    return page(request, "workers.html", context)
