@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
+from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, Envelope, encode, record_key
 from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.settings import KafkaSettings
 
@@ -42,6 +42,7 @@ __all__ = [
     "TopicMissing",
     "end_offsets",
     "ensure_topics",
+    "job_record",
     "parse_schedule_key",
     "schedule_key",
     "topic_partitions",
@@ -101,6 +102,14 @@ class Record:
     key: bytes | None = None
     headers: Sequence[tuple[str, bytes]] | None = None
     partition: int | None = None
+
+
+def job_record(topic: str, env: Envelope, partition: int | None = None) -> Record:
+    """A job's Kafka record as every producer writes it: value = the envelope bytes, key = the
+    exclusivity value or the id (:func:`jqcore.envelope.record_key`), headers ``jobq-queue`` and
+    ``jobq-kind`` (the gateway's enqueue and replay, the dashboard's replay)."""
+    headers = [("jobq-queue", env.queue.encode()), ("jobq-kind", env.kind.encode())]
+    return Record(topic, encode(env), record_key(env), headers, partition)
 
 
 def schedule_key(queue: str, job_id: str) -> bytes:

@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encode, new_envelope, record_key
+from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encode, new_envelope
 from jqcore.errors import EnvelopeError, FieldError
-from jqcore.kafka import Record
+from jqcore.kafka import Record, job_record
 from jqcore.routing import RoutingSettings
 from jqcore.state import QueueConfig
 from kafkagate.http import ApiError
@@ -245,9 +245,8 @@ def build_records(
 ) -> tuple[list[Record], Literal["all", "leader"]]:
     """Kafka records for the envelopes (record key = excl or id; value = the envelope bytes)."""
     topic, acks = routing.route(queue)
-    headers = [("jobq-queue", queue.encode())]
     records = [
-        Record(topic, encode(env), record_key(env), [*headers, ("jobq-kind", env.kind.encode())], partition)
+        job_record(topic, env, partition)
         for env, partition in zip(parsed.envelopes, parsed.partitions, strict=True)
     ]
     return records, acks

@@ -413,6 +413,14 @@ class Engine:
         """Many jobs of one queue, pipelined (benchmarks read thousands)."""
         return await reads.get_jobs(self.client, queue, ids)
 
+    async def far_jobs(self, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
+        """Far-future jobs by id (``list_ids(queue, "far")``), ``scheduled`` with their ``run_at``."""
+        return await reads.far_jobs(self.client, queue, ids)
+
+    async def queues_holding(self, queues: Sequence[str], job_id: str) -> list[str]:
+        """Which of ``queues`` hold a job with this id (the dashboard's search by exact id)."""
+        return await reads.queues_holding(self.client, queues, job_id)
+
     async def depth(
         self, queue: str, filter: Mapping[str, str] | None = None, *, now: int | None = None
     ) -> QueueDepth:
@@ -425,6 +433,10 @@ class Engine:
         """Ids of the jobs in one listed state (``reads.LISTED``: pending, delayed, far, running, done,
         dead) in that state's order, and the state's total: the dashboard's lists and searches."""
         return await reads.list_ids(self.client, queue, state, offset, limit, newest=newest)
+
+    async def dead_counts(self, queues: Sequence[str]) -> dict[str, int]:
+        """Errored jobs per queue (the dead-letter lists' sizes), pipelined."""
+        return await reads.dead_counts(self.client, queues)
 
     async def dead_list(self, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
         """Errored jobs, oldest first."""

@@ -15,7 +15,19 @@ from jqcore.keys import KINDS_KEY, QueueKeys
 from jqcore.redisconn import RedisClient
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
 
-__all__ = ["dead_list", "depth", "get_job", "get_jobs", "kinds", "past_due", "queue_config", "queue_stats"]
+__all__ = [
+    "dead_counts",
+    "dead_list",
+    "depth",
+    "far_jobs",
+    "get_job",
+    "get_jobs",
+    "kinds",
+    "past_due",
+    "queue_config",
+    "queue_stats",
+    "queues_holding",
+]
 
 
 def _s(value: Any) -> str | None:
@@ -79,6 +91,36 @@ async def get_jobs(
         for job_id in part:
             pipe.hgetall(keys.job(job_id))
         out += [_job_info(queue, j, raw) for j, raw in zip(part, await pipe.execute(), strict=True)]
+    return out
+
+
+async def far_jobs(client: RedisClient, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
+    """Far-future jobs of one queue by id (``scheduled`` with their ``run_at``; their records are in the
+    schedule topic, so no kind or args), one pipelined round trip; None for an id not in the tier."""
+    if not ids:
+        return []
+    key = QueueKeys(queue).far
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.zscore(key, job_id)
+    scores = await pipe.execute()
+    return [
+        None if score is None else _scheduled(queue, job_id, int(score))
+        for job_id, score in zip(ids, scores, strict=True)
+    ]
+
+
+async def queues_holding(
+    client: RedisClient, queues: Sequence[str], job_id: str, chunk: int = 1000
+) -> list[str]:
+    """The queues (of ``queues``) that hold a job ``job_id``, one pipelined round trip per ``chunk``."""
+    out: list[str] = []
+    for i in range(0, len(queues), chunk):
+        part = queues[i : i + chunk]
+        pipe = client.pipeline(transaction=False)
+        for queue in part:
+            pipe.exists(QueueKeys(queue).job(job_id))
+        out += [q for q, n in zip(part, await pipe.execute(), strict=True) if n]
     return out
 
 
@@ -201,6 +243,18 @@ async def list_ids(
     pipe.zcard(key)
     ids, total = await pipe.execute()
     return [_s(i) or "" for i in ids], int(total)
+
+
+async def dead_counts(client: RedisClient, queues: Sequence[str], chunk: int = 1000) -> dict[str, int]:
+    """Errored jobs per queue, one pipelined round trip per ``chunk`` queues."""
+    out: dict[str, int] = {}
+    for i in range(0, len(queues), chunk):
+        part = queues[i : i + chunk]
+        pipe = client.pipeline(transaction=False)
+        for queue in part:
+            pipe.zcard(QueueKeys(queue).dead)
+        out.update(zip(part, (int(n) for n in await pipe.execute()), strict=True))
+    return out
 
 
 async def dead_list(client: RedisClient, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:

@@ -1,9 +1,315 @@
-"""The jobs page (being built)."""
+"""Jobs: search (every filter in the URL; live jobs scanned a bounded number per request, or the history
+tables), and bulk actions on the selected jobs or on everything matching (retry, cancel, delete), each
+confirmed with the exact count first."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
 from aiohttp import web
 
-__all__ = ["routes"]
+from jqcore.kafka import Record, schedule_key
+from jqcore.settings import FarSettings, load
+from jqcore.state import Engine
+from jqcore.state.models import Forgotten, JobInfo
+from jqweb.context import WEB, Web
+from jqweb.errors import WebError
+from jqweb.render import act, form, page, query_int
+from jqweb.search import (
+    FIELDS,
+    FINISHED,
+    LIVE_STATES,
+    Filters,
+    archive_page,
+    job_row,
+    live_page,
+    matching,
+    parse_filters,
+)
+from jqweb.security import principal, require_admin
+
+__all__ = ["ACTIONS", "cancel_one", "confirm_page", "routes"]
 
 routes = web.RouteTableDef()
+
+CANCELABLE = frozenset({"pending", "waiting", "parked", "delayed", "running", "scheduled"})
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class Action:
+    label: str
+    audit: str
+    applies: frozenset[str]
+    """The job states the action changes."""
+    run: Callable[[Web, Sequence[JobInfo], str], Awaitable[int]]
+    past: str
+
+
+def _by_queue(jobs: Sequence[JobInfo]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for j in jobs:
+        out[j.queue].append(j.id)
+    return out
+
+
+async def _retry(w: Web, jobs: Sequence[JobInfo], _: str) -> int:
+    engine, n = w.engine, 0
+    for queue, ids in _by_queue(jobs).items():
+        for i in range(0, len(ids), BATCH):
+            part = ids[i : i + BATCH]
+            n += await engine.dead_retry(queue, part, len(part))
+    return n
+
+
+async def cancel_one(w: Web, engine: Engine, queue: str, job_id: str, reason: str) -> bool:
+    """Cancel a job; a far-future one is first tombstoned in the schedule topic (as the gateway does:
+    no rebuild of the tier brings it back). Whether anything changed."""
+    if await engine.far_run_at(queue, job_id) is not None:
+        topic = load(FarSettings).topic
+        await w.producer().produce_many([Record(topic, None, schedule_key(queue, job_id))])
+    return (await engine.cancel(queue, job_id, reason)).changed
+
+
+async def _cancel(w: Web, jobs: Sequence[JobInfo], who: str) -> int:
+    engine, n = w.engine, 0
+    for j in jobs:
+        n += await cancel_one(w, engine, j.queue, j.id, f"canceled from the dashboard by {who}")
+    return n
+
+
+async def _delete(w: Web, jobs: Sequence[JobInfo], _: str) -> int:
+    engine, n = w.engine, 0
+    for queue, ids in _by_queue(jobs).items():
+        for i in range(0, len(ids), BATCH):
+            got = await engine.forget(queue, ids[i : i + BATCH])
+            n += sum(1 for g in got if g is Forgotten.FORGOTTEN)
+    return n
+
+
+ACTIONS = {
+    "retry": Action("Retry", "jobs.retry", frozenset({"errored"}), _retry, "retried"),
+    "cancel": Action("Cancel", "jobs.cancel", CANCELABLE, _cancel, "canceled"),
+    "delete": Action("Delete", "jobs.delete", FINISHED, _delete, "deleted"),
+}
+
+
+# --- search ---------------------------------------------------------------------------------------
+
+
+def _url(base: str, params: Mapping[str, str]) -> str:
+    return f"{base}/jobs?{urlencode(params)}"
+
+
+async def _exact(engine: Engine, f: Filters) -> list[dict[str, Any]]:
+    """The job whose id is exactly the ``id`` filter, in each queue searched (found at once)."""
+    if not f.id:
+        return []
+    queues = [f.queue] if f.queue else await engine.queues()
+    out = []
+    for queue in await engine.queues_holding(queues, f.id):
+        job = await engine.get_job(queue, f.id)
+        if job is not None:
+            out.append(job_row(job))
+    return out
+
+
+async def _live(request: web.Request, w: Web, f: Filters, ctx: dict[str, Any]) -> None:
+    limit, cursor = ctx["limit"], ctx["cursor"]
+    budget = query_int(request, "scan", w.settings.scan_limit, 1, w.settings.scan_limit)
+    engine = w.engine
+    found = await live_page(engine, f, cursor, limit, budget)
+    ctx.update(rows=found.rows, examined=found.examined, scan=budget, stopped_at=found.stopped_at)
+    ctx["exact"] = [] if cursor else await _exact(engine, f)
+    if found.next_cursor is not None:
+        ctx["next_cursor"] = found.next_cursor
+        extra = {"scan": str(budget)} if "scan" in request.query else {}
+        ctx["next_url"] = _url(w.base, {**f.raw, **extra, "limit": str(limit), "cursor": found.next_cursor})
+
+
+async def _archive(w: Web, f: Filters, ctx: dict[str, Any]) -> None:
+    history = w.history()
+    if history is None:
+        ctx["archive_missing"] = True
+        return
+    rows, after = await archive_page(history, f, ctx["cursor"], ctx["limit"])
+    ctx["rows"] = rows
+    if after is not None:
+        ctx["next_cursor"] = after
+        ctx["next_url"] = _url(w.base, {**f.raw, "limit": str(ctx["limit"]), "cursor": after})
+
+
+@routes.get("/jobs")
+async def jobs(request: web.Request) -> web.Response:
+    w = request.app[WEB]
+    f = parse_filters(request.query)
+    ctx: dict[str, Any] = {
+        "filters": f.raw,
+        "describe": f.describe(),
+        "source": f.source,
+        "states": [s for s in LIVE_STATES if s],
+        "fields": list(FIELDS),
+        "limit": query_int(request, "limit", w.settings.page_size, 1, 500),
+        "cursor": request.query.get("cursor") or None,
+        "rows": [],
+        "exact": [],
+        "examined": None,
+        "scan": None,
+        "stopped_at": None,
+        "next_cursor": None,
+        "next_url": None,
+        "archive_missing": False,
+        "can_act": principal(request).admin,
+    }
+    if f.source == "archive":
+        await _archive(w, f, ctx)
+    else:
+        await _live(request, w, f, ctx)
+    return page(request, "jobs.html", ctx)
+
+
+# --- bulk -----------------------------------------------------------------------------------------
+
+
+def _selected(data: Mapping[str, str]) -> list[tuple[str, str]]:
+    out = []
+    for item in data.get("id", "").replace(",", "\n").split():
+        queue, slash, job_id = item.partition("/")
+        if not slash or not queue or not job_id:
+            raise WebError(400, "form_invalid", f"id: each selected job is <queue>/<id>, not {item[:80]!r}")
+        out.append((queue, job_id))
+    return out
+
+
+async def _selected_jobs(engine: Engine, pairs: Sequence[tuple[str, str]]) -> list[JobInfo]:
+    by_queue: dict[str, list[str]] = defaultdict(list)
+    for queue, job_id in dict.fromkeys(pairs):
+        by_queue[queue].append(job_id)
+    out: list[JobInfo] = []
+    for queue, ids in by_queue.items():
+        out += [j for j in await engine.get_jobs(queue, ids) if j is not None]
+        missing = set(ids) - {j.id for j in out if j.queue == queue}
+        out += [j for j in await engine.far_jobs(queue, sorted(missing)) if j is not None]
+    return out
+
+
+@dataclass
+class Targets:
+    jobs: list[JobInfo]
+    matched: int
+    what: str
+    """What was asked for: ``3 selected jobs`` or ``jobs matching queue=… state=dead``."""
+    fields: list[tuple[str, str]]
+    """The form fields naming the same jobs again (for the confirmation)."""
+
+
+async def _targets(w: Web, data: Mapping[str, str], action: Action) -> Targets:
+    engine = w.engine
+    if data.get("all") == "1":
+        f = parse_filters(data, "form_invalid")
+        if f.source != "live":
+            raise WebError(400, "form_invalid", "source: bulk actions change live jobs (source=live)")
+        found, matched = await matching(engine, f, action.applies, w.settings.bulk_limit)
+        fields = [("all", "1"), *f.raw.items()]
+        return Targets(found, matched, f"jobs matching {f.describe()}", fields)
+    pairs = _selected(data)
+    if not pairs:
+        raise WebError(400, "form_invalid", "select jobs (id=<queue>/<id>) or send all=1 with the filters")
+    jobs = await _selected_jobs(engine, pairs)
+    found = [j for j in jobs if j.state in action.applies]
+    fields = [("id", f"{q}/{i}") for q, i in dict.fromkeys(pairs)]
+    return Targets(found, len(jobs), f"selected jobs ({len(pairs)} selected)", fields)
+
+
+def too_many(count: int, limit: int) -> WebError:
+    more = "more than " if count > limit else ""
+    return WebError(
+        400, "too_many", f"{more}{limit:,} jobs match; at most {limit:,} change at once: narrow the filter"
+    )
+
+
+def confirm_count(data: Mapping[str, str]) -> int | None:
+    """The count a confirmation carries back (None: not confirmed yet)."""
+    raw = data.get("confirm")
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise WebError(400, "form_invalid", f"confirm: the count confirmed, not {raw[:40]!r}")
+    return int(raw)
+
+
+def confirm_page(
+    request: web.Request,
+    *,
+    action: str,
+    question: str,
+    count: int,
+    matched: int,
+    url: str,
+    fields: Sequence[tuple[str, str]],
+    next_url: str,
+) -> web.Response:
+    """The confirmation: what would change and how many, and the form that does it (``confirm=count``)."""
+    base = request.app[WEB].base
+    if not next_url.startswith(f"{base}/") or next_url.startswith("//") or "\\" in next_url:
+        next_url = f"{base}/jobs"  # shown as a link: only a page of the dashboard
+    info = {
+        "action": action,
+        "count": count,
+        "matched": matched,
+        "question": question,
+        "url": url,
+        "fields": [[k, v] for k, v in fields] + [["next", next_url], ["confirm", str(count)]],
+        "next": next_url,
+    }
+    return page(request, "confirm.html", {"confirm": info})
+
+
+@routes.post("/jobs/bulk")
+async def bulk(request: web.Request) -> web.Response:
+    require_admin(request)
+    w = request.app[WEB]
+    data = await form(request)
+    name = data.get("action", "")
+    action = ACTIONS.get(name)
+    if action is None:
+        raise WebError(400, "form_invalid", f"action: one of {', '.join(ACTIONS)}, not {name[:40]!r}")
+    t = await _targets(w, data, action)
+    count, limit = len(t.jobs), w.settings.bulk_limit
+    if count > limit:
+        raise too_many(count, limit)
+    next_url = data.get("next") or f"{w.base}/jobs"
+    confirmed = confirm_count(data)
+    if confirmed is None:
+        return confirm_page(
+            request,
+            action=name,
+            question=f"{action.label} {count:,} {t.what}?",
+            count=count,
+            matched=t.matched,
+            url="/jobs/bulk",
+            fields=[("action", name), *t.fields],
+            next_url=next_url,
+        )
+    if count > confirmed:
+        raise WebError(
+            409, "confirm_stale", f"{count:,} jobs match now, {confirmed:,} were confirmed: confirm again"
+        )
+    who = principal(request).who
+
+    async def run() -> int:
+        return await action.run(w, t.jobs, who)
+
+    return await act(
+        request,
+        action.audit,
+        t.what,
+        run,
+        done=lambda n: f"{n:,} jobs {action.past}",
+        back=f"{w.base}/jobs",
+        next_url=next_url,
+    )
