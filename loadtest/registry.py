@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS"]
+__all__ = ["SCENARIOS", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -80,6 +80,16 @@ def _graphs(quick: bool) -> Report:
     return graph_bench.run(quick=quick)
 
 
+def web(
+    quick: bool, *, jobs: int | None = None, history_rows: int | None = None, requests: int | None = None
+) -> Report:
+    """``jobq bench web``, whose sizes the command line may set (``--jobs``, ``--history-rows``,
+    ``--requests``; ``None``: the full or quick size)."""
+    from loadtest import web_bench
+
+    return web_bench.run(quick=quick, jobs=jobs, history_rows=history_rows, requests=requests)
+
+
 SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "stack": _stack,
     "engine": _engine,
@@ -92,5 +102,6 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "peers": _peers,
     "history": _history,
     "graphs": _graphs,
+    "web": web,
 }
 """Scenario name → a function running it (``quick``: tiny sizes, one repetition) and returning its report."""

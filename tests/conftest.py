@@ -111,7 +111,7 @@ def make_scheduler(
     in-process scheduler service on the session stack keeping the timers of this test's queues
     (``<prefix>*``) in a group of its own (other tests' instances never take its queues); the far-future
     tier runs only when ``far`` is given, cron only with ``cron=True``, the event shipper only when
-    ``events`` names its topic."""
+    ``events`` names its topic; ``series_every_s``: how often it samples the queues' counters."""
 
     def make(
         name: str,
@@ -121,6 +121,7 @@ def make_scheduler(
         far: FarSettings | None = None,
         cron: bool = False,
         events: EventSettings | None = None,
+        series_every_s: float = 60.0,
     ) -> SchedulerService:
         settings = SchedulerSettings(
             name=name,
@@ -131,6 +132,7 @@ def make_scheduler(
             cron=cron,
             far=far is not None,
             events=events is not None,
+            series_every_s=series_every_s,
         )
         return SchedulerService(
             settings,

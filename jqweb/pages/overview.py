@@ -27,12 +27,14 @@ async def overview(request: web.Request) -> web.Response:
     w = request.app[WEB]
     hours = query_int(request, "hours", 24, 1, 24)
     queues = await w.engine.queues()
-    rates = await series.read(w.client, queues, now_ms() - hours * HOUR_MS)
+    until = now_ms()
+    since = until - hours * HOUR_MS
+    rates = {**(await series.read(w.client, queues, since)).as_dict(), "since_ms": since, "until_ms": until}
     snap = await collect(w.sources, w.client, parts=("redis",))
     return page(
         request,
         "overview.html",
-        {"hours": hours, "rates": rates.as_dict(), "redis": snap.get("redis"), "queues": queues},
+        {"hours": hours, "rates": rates, "redis": snap.get("redis"), "queues": queues},
     )
 
 

@@ -14,14 +14,16 @@
     if (!data || !data.at_ms || data.at_ms.length < 1 || typeof uPlot === "undefined") return;
     var xs = data.at_ms.map(function (t) { return t / 1000; });
     var width = Math.max(280, box.clientWidth || 560);
+    var x = { time: true, range: [data.since_ms / 1000, data.until_ms / 1000] };
     var opts, series;
     if (box.dataset.kind === "wait") {
       series = [xs, data.wait_ms];
-      opts = { width: width, height: 180, series: [{}, { label: "start latency ms", stroke: "#7a4fd6", spanGaps: true }] };
+      opts = { width: width, height: 180, scales: { x: x },
+               series: [{}, { label: "start latency ms", stroke: "#7a4fd6", spanGaps: true }] };
     } else {
       series = [xs, data.enqueued, data.completed, data.failed];
       opts = {
-        width: width, height: 180,
+        width: width, height: 180, scales: { x: x },
         series: [{}, { label: "enqueued/s", stroke: "#2f6fdb" }, { label: "completed/s", stroke: "#1f9d55" },
                  { label: "failed/s", stroke: "#d64545" }],
       };

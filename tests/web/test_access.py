@@ -95,7 +95,15 @@ async def test_overview_renders_and_its_live_panel_reads_every_backend(dash: Any
     r = await dash.get("/")
     assert r.status == 200
     body = r.json()
-    assert set(body["rates"]) == {"at_ms", "enqueued", "completed", "failed", "wait_ms"}
+    assert set(body["rates"]) == {
+        "at_ms",
+        "enqueued",
+        "completed",
+        "failed",
+        "wait_ms",
+        "since_ms",
+        "until_ms",
+    }
     html = await dash.get("/", as_json=False)
     assert 'id="live"' in html.text
     assert "/static/vendor/uPlot.iife.min.js" in html.text

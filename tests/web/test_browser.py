@@ -20,12 +20,14 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
+from canary.monitor import Canary
 from jqcore import metrics
 from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.consulconn import consul_client as aio_consul
 from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
+from jqcore.graphs import Step, group, pipeline
 from jqcore.overview import Sources
 from jqcore.settings import RedisSettings
 from jqcore.state import Engine
@@ -51,8 +53,8 @@ FLAGS = [
     "--disable-dev-shm-usage",
 ]
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
-XSS_ARG = '<script>window.__pwned = "args"</script>'
-XSS_ERROR = '"><img src=x onerror="window.__pwned = \'error\'">'
+XSS_ARG = "<script>window.__pwned = 1</script>"
+XSS_ERROR = "<img src=x onerror=window.__pwned=2>"
 
 
 @dataclass
@@ -95,6 +97,7 @@ async def live(
     raw = aioredis.Redis.from_url(redis_url)
     await raw.flushdb()
     sources = Sources(**{**web_sources.__dict__, "redis": RedisSettings(url=redis_url)})
+    topic = web_sources.relay.topics[0]
     engine = Engine(raw)
     broken = {"flaky": True}
     registry = Registry()
@@ -110,6 +113,10 @@ async def live(
             raise RuntimeError(f"report failed: {XSS_ERROR}")
         return "report ready"
 
+    @registry.job("count_words", queue=ok_q)
+    async def count_words(text: str = "", *fed: Any) -> int:
+        return len(text.split()) + sum(f for f in fed if isinstance(f, int))
+
     settings = WebSettings(
         port=0,
         read_tokens=[SecretStr(f"viewer:{web_tokens['read']}")],
@@ -119,9 +126,10 @@ async def live(
     async with (
         make_gate(sources.routing, redis_url=redis_url) as gate,
         make_relay(web_sources.relay.topics[0], redis_url=redis_url),
-        make_scheduler(f"{prefix}-s0", redis_url=redis_url),
+        make_scheduler(f"{prefix}-s0", redis_url=redis_url, series_every_s=1),
         JobqClient([gate.url], token) as client,
-        Pool(registry, engine, PoolConfig([ok_q, flaky_q], concurrency=4)),
+        Pool(registry, engine, PoolConfig([ok_q, flaky_q, f"canary.{topic}"], concurrency=4)),
+        Canary(client, raw, {topic: [0, 1]}, interval_s=1, late_after_s=20),
         WebService(settings, sources) as web,
         async_playwright() as pw,
     ):
@@ -176,6 +184,21 @@ async def test_operator_paths_in_a_real_browser(live: Live, cron_settings: Any, 
         CronSchedule(name=f"{p}-nightly", cron="0 3 * * *", queue=ok_q, kind="send_email"), now_ms()
     )
     await store.client.http._session.close()
+    docs = [
+        pipeline(f"{p}-words", Step("count_words", ["one two"]), Step("count_words", ["three"]), queue=ok_q),
+        group(
+            f"{p}-reports",
+            [Step("count_words", ["a b c"]), Step("build_report", ["q3"], queue=flaky_q)],
+            callback=Step("count_words", ["done"]),
+            queue=ok_q,
+        ),
+    ]
+    for doc in docs:
+        await live.client.submit_graph(doc)
+    for doc in docs:
+        await until(lambda d=doc: _graph_ended(live.client, d["id"]))
+    await until(lambda: _canaries_ok(live.engine))
+    await until(lambda: _charted(live.engine, [ok_q, flaky_q]))
 
     # every page loads with no console error; each is saved for the README
     pages = [
@@ -188,6 +211,7 @@ async def test_operator_paths_in_a_real_browser(live: Live, cron_settings: Any, 
         ("dead", f"/dead?queue={flaky_q}", "#dead-table"),
         ("schedules", "/schedules", "#cron-table"),
         ("graphs", "/graphs", "main h1"),
+        ("graph", f"/graphs/{p}-reports", "main svg"),
         ("workers", "/workers", "#workers-table"),
         ("audit", "/audit", "#audit"),
     ]
@@ -200,7 +224,7 @@ async def test_operator_paths_in_a_real_browser(live: Live, cron_settings: Any, 
     await live.open(f"/jobs/{flaky_q}/{bad['id']}", "pre.value")
     body = await page.inner_text("main")
     assert XSS_ARG in body
-    assert "onerror" in body
+    assert XSS_ERROR in body
     assert await page.evaluate("window.__pwned === undefined")
 
     # search by a filter: the URL carries it
@@ -260,6 +284,25 @@ def _css(name: str) -> str:
 async def _state_is(engine: Engine, queue: str, job_id: str, state: str) -> bool:
     info = await engine.get_job(queue, job_id)
     return info is not None and info.state == state
+
+
+async def _graph_ended(client: JobqClient, graph_id: str) -> bool:
+    got = await client.get_graph(graph_id)
+    return got is not None and got["state"] != "running"
+
+
+async def _charted(engine: Engine, queues: list[str]) -> bool:
+    """The scheduler sampled the queues at least three times since they started (two rates to draw)."""
+    from jqcore import series
+
+    return len((await series.read(engine.client, queues, 0)).at_ms) >= 2
+
+
+async def _canaries_ok(engine: Engine) -> bool:
+    from jqcore.keys import CANARY_HEALTH_KEY
+
+    raw = await engine.client.hgetall(CANARY_HEALTH_KEY)
+    return len(raw) == 2
 
 
 async def _paused(engine: Engine, queue: str, paused: bool) -> bool:
