@@ -162,28 +162,44 @@ def _files_view(
     return f"CREATE VIEW {name} AS SELECT {cols}, {', '.join(hive_cols)} FROM {source}"
 
 
-def _view_sql(root: Path) -> list[str]:
-    event_cols = ", ".join(f'"{c}"' for c, _ in EVENT_COLUMNS)
+def _current_sql(where: str = "") -> str:
+    """The highest version of each job among the ``current_files`` rows matching ``where`` (a condition on
+    the partition columns only — queue, id, kind — so every version of a matching job is kept); first_at
+    and accepted_at over every copy (min / max are the same over any superset of the rows)."""
     latest_cols = ", ".join(
         "max(accepted_at) OVER job AS accepted_at" if c == "accepted_at" else f'"{c}"'
         for c, _ in EVENT_COLUMNS
     )
+    return f"""SELECT * EXCLUDE (_rank) FROM (
+              SELECT {latest_cols}, min(first_at) OVER job AS first_at,
+                     row_number() OVER (PARTITION BY queue, id ORDER BY v DESC) AS _rank
+              FROM current_files {f"WHERE {where}" if where else ""} WINDOW job AS (PARTITION BY queue, id)
+            ) WHERE _rank = 1"""
+
+
+def _events_sql(where: str = "") -> str:
+    """Any one copy of each event (the copies are equal), of the jobs matching ``where`` (on queue/id)."""
+    event_cols = ", ".join(f'"{c}"' for c, _ in EVENT_COLUMNS)
+    return f"SELECT DISTINCT ON (queue, id, v) {event_cols}, day FROM events_files" + (
+        f" WHERE {where}" if where else ""
+    )
+
+
+def _job_states_sql(events: str) -> str:
+    """Each event of ``events`` (a table or a subquery) with the time until the job's next one."""
+    return f"""SELECT *,
+              lead(at_ms) OVER (PARTITION BY queue, id ORDER BY v) AS next_at,
+              lead(at_ms) OVER (PARTITION BY queue, id ORDER BY v) - at_ms AS duration_ms
+            FROM {events}"""
+
+
+def _view_sql(root: Path) -> list[str]:
     return [
         _files_view("events_files", root, EVENTS_GLOB, EVENT_COLUMNS, {"day": "DATE", "batch": "VARCHAR"}),
         _files_view("current_files", root, CURRENT_GLOB, CURRENT_COLUMNS, {"seg": "VARCHAR"}),
-        # any one copy of each event: the copies are equal
-        f"CREATE VIEW events AS SELECT DISTINCT ON (queue, id, v) {event_cols}, day FROM events_files",
-        # the highest version of each job; first_at / accepted_at over every copy (min / max are the same
-        # over any superset of the rows)
-        f"""CREATE VIEW current AS SELECT * EXCLUDE (_rank) FROM (
-              SELECT {latest_cols}, min(first_at) OVER job AS first_at,
-                     row_number() OVER (PARTITION BY queue, id ORDER BY v DESC) AS _rank
-              FROM current_files WINDOW job AS (PARTITION BY queue, id)
-            ) WHERE _rank = 1""",
-        """CREATE VIEW job_states AS SELECT *,
-              lead(at_ms) OVER (PARTITION BY queue, id ORDER BY v) AS next_at,
-              lead(at_ms) OVER (PARTITION BY queue, id ORDER BY v) - at_ms AS duration_ms
-            FROM events""",
+        f"CREATE VIEW events AS {_events_sql()}",
+        f"CREATE VIEW current AS {_current_sql()}",
+        f"CREATE VIEW job_states AS {_job_states_sql('events')}",
         """CREATE VIEW jobs AS SELECT *,
               first_run_at - coalesce(accepted_at, first_at) AS wait_ms
             FROM (
@@ -196,6 +212,12 @@ def _view_sql(root: Path) -> list[str]:
               FROM job_states GROUP BY queue, id
             )""",
     ]
+
+
+def _conditions(pairs: Sequence[tuple[str, Any]]) -> tuple[list[str], list[Any]]:
+    """The SQL conditions whose value is given, and their parameters in order."""
+    given = [(cond, value) for cond, value in pairs if value is not None]
+    return [c for c, _ in given], [v for _, v in given]
 
 
 def _encode_cursor(at_ms: int, queue: str, job_id: str) -> str:
@@ -267,13 +289,15 @@ class HistoryStore:
         where, params = "id = ?", [job_id]
         if queue is not None:
             where, params = "id = ? AND queue = ?", [job_id, queue]
-        got = self._rows(f"SELECT {cols} FROM job_states WHERE {where} ORDER BY queue, v", params)
+        states = _job_states_sql(f"({_events_sql(where)})")  # filtered before the window: one job's rows
+        got = self._rows(f"SELECT {cols} FROM ({states}) ORDER BY queue, v", params)
         return [TimelineEntry(*row) for row in got.rows]
 
     def current(self, queue: str, job_id: str) -> JobSnapshot | None:
         """The job's latest recorded state, ``None`` when the history has no event of it."""
         cols = ", ".join(_names(JobSnapshot))
-        got = self._rows(f"SELECT {cols} FROM current WHERE queue = ? AND id = ?", [queue, job_id])
+        latest = _current_sql("queue = ? AND id = ?")  # ranked after the filter: one job's rows
+        got = self._rows(f"SELECT {cols} FROM ({latest})", [queue, job_id])
         return JobSnapshot(*got.rows[0]) if got.rows else None
 
     def search(
@@ -294,27 +318,22 @@ class HistoryStore:
         paging, so a page never repeats or skips a job that did not change in between."""
         if not 1 <= limit <= _MAX_PAGE:
             raise QueryInvalid(f"limit must be 1..{_MAX_PAGE}, not {limit}")
-        conds: list[str] = []
-        params: list[Any] = []
-        for cond, value in (
-            ("queue = ?", queue),
-            ("kind = ?", kind),
-            ("to_state = ?", state),
-            ("at_ms >= ?", since_ms),
-            ("at_ms < ?", until_ms),
-            ("starts_with(id, ?)", id_prefix),
-        ):
-            if value is not None:
-                conds.append(cond)
-                params.append(value)
+        inner, inner_params = _conditions((("queue = ?", queue), ("starts_with(id, ?)", id_prefix)))
+        conds, params = _conditions(
+            (("kind = ?", kind), ("to_state = ?", state), ("at_ms >= ?", since_ms), ("at_ms < ?", until_ms))
+        )
         if after is not None:
             at_ms, last_queue, last_id = _decode_cursor(after)
             conds.append("(at_ms < ? OR (at_ms = ? AND (queue > ? OR (queue = ? AND id > ?))))")
             params += [at_ms, at_ms, last_queue, last_queue, last_id]
         where = f"WHERE {' AND '.join(conds)}" if conds else ""
         cols = ", ".join(_names(JobSnapshot))
+        # queue and id select whole jobs (every version), so they filter before the ranking; the rest
+        # (state, time, kind) is a property of the latest version and filters after it
+        latest = _current_sql(" AND ".join(inner))
         got = self._rows(
-            f"SELECT {cols} FROM current {where} ORDER BY at_ms DESC, queue, id LIMIT ?", [*params, limit + 1]
+            f"SELECT {cols} FROM ({latest}) {where} ORDER BY at_ms DESC, queue, id LIMIT ?",
+            [*inner_params, *params, limit + 1],
         )
         jobs = [JobSnapshot(*row) for row in got.rows[:limit]]
         more = len(got.rows) > limit

@@ -19,7 +19,7 @@ from jqcore.state.models import JobInfo
 from jqweb.context import WEB, Web
 from jqweb.errors import WebError
 from jqweb.pages.jobs import CANCELABLE, cancel_one
-from jqweb.render import act, form, page
+from jqweb.render import act, form, page, wants_json
 from jqweb.search import FINISHED, split_error
 from jqweb.security import principal
 
@@ -93,11 +93,14 @@ async def job_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     queue, job_id = _where(request)
     info = await w.engine.get_job(queue, job_id)
-    timeline = await _timeline(w, queue, job_id)
+    # a person's page loads the timeline (a scan of the history's event files) after it showed: the
+    # job itself renders from Redis at once; a script asking for JSON gets everything in one answer
+    deferred = not wants_json(request)
     ctx: dict[str, Any] = {
         "queue": queue,
         "id": job_id,
-        "timeline": timeline,
+        "timeline": None if deferred else await _timeline(w, queue, job_id),
+        "timeline_deferred": deferred,
         "can_act": principal(request).admin,
     }
     if info is None:
@@ -116,6 +119,15 @@ async def job_page(request: web.Request) -> web.Response:
         replayable=info.state in FINISHED and info.envelope is not None,
     )
     return page(request, "job.html", ctx)
+
+
+@routes.get("/jobs/{queue}/{id}/timeline")
+async def timeline(request: web.Request) -> web.Response:
+    """The job's timeline from the history tables (the job page loads it into itself)."""
+    w = request.app[WEB]
+    queue, job_id = _where(request)
+    ctx = {"queue": queue, "id": job_id, "timeline": await _timeline(w, queue, job_id)}
+    return page(request, "job_timeline.html", ctx, partial="job_timeline_table.html")
 
 
 async def _existing(w: Web, queue: str, job_id: str) -> JobInfo:

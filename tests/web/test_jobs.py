@@ -235,6 +235,12 @@ async def test_job_page_shows_args_result_and_each_attempts_traceback(
     assert "&#34;nested&#34;" in html.text or "&quot;nested&quot;" in html.text
     assert "raise ValueError(size)" in html.text
     assert 'id="retry-job"' in html.text
+    # the page shows at once and loads the timeline (a history scan) into itself
+    assert f'hx-get="/jobs/{q}/{prefix}-j/timeline"' in html.text
+    part = await dash.get(f"/jobs/{q}/{prefix}-j/timeline", as_json=False)
+    assert part.status == 200
+    assert 'id="no-timeline"' in part.text  # no history tables in these tests
+    assert (await dash.get(f"/jobs/{q}/{prefix}-j/timeline")).json()["timeline"] is None
     # a completed job's result is shown exactly
     await engine.enqueue_batch([_env(q, f"{prefix}-ok")])
     (c,) = await engine.claim(q, 1)
