@@ -126,13 +126,21 @@ PAGES: tuple[str, ...] = (
     "/jobs?queue={q}&state=pending",
     "/jobs?source=archive&queue={q}",
     "/jobs/{q}/{id}",
+    "/jobs/{q}/{id}/timeline",
+    "/jobs/{q}/{hid}",
     "/dead?queue={q}",
     "/schedules",
     "/graphs",
     "/workers",
     "/audit",
 )
-"""The pages requested: ``{q}`` is the largest queue, ``{id}`` one of its pending jobs."""
+"""The pages requested: ``{q}`` is the largest queue, ``{id}`` one of its pending jobs (its page, and the
+timeline fragment the page loads after it showed: a scan of the history's events), ``{hid}`` a job only
+the history holds (its page reads the history's latest snapshot)."""
+
+
+ARCHIVED_ID = "h000000001"
+"""A job of the generated history (ids ``h<9 digits>``; job 1 is in the largest queue, see ``_jobs_sql``)."""
 
 
 @dataclass(frozen=True)
@@ -546,7 +554,7 @@ async def measure(setup: Setup, sizes: Sizes, queue: str, job_id: str, progress:
         aiohttp.ClientSession(timeout=timeout) as session,
     ):
         for page in PAGES:
-            times = PageTimes(page, page.format(q=queue, id=job_id))
+            times = PageTimes(page, page.format(q=queue, id=job_id, hid=ARCHIVED_ID))
             for i in range(per_page):
                 status, code, ms = await _get(session, service.url + times.path)
                 times.statuses.append(status)
