@@ -215,6 +215,7 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
         "canary": canary,
         "gateways": await count_alive(client, "gate"),
         "workers": await count_alive(client, "worker"),
+        "dashboards": await count_alive(client, "web"),
         "schedulers": await membership.groups(client),
         "memory": {"used": used, "max": cap, "ratio": round(used / cap, 4) if cap else None},
     }
