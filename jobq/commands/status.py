@@ -1,4 +1,4 @@
-"""``jobq status``: one screen for the whole pipeline (``--json`` for machines, ``--watch`` to follow).
+"""``jobq status``: one screen for the whole pipeline (``--json`` for machines, ``--watch`` full-screen).
 
 Kafka: per topic and partition the end offset, the relay group's committed offset, the lag in records
 and in seconds (age of the oldest unrelayed record). Consul: who holds each topic's lock and since when.
@@ -15,7 +15,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.console import Console, Group
-from rich.live import Live
 from rich.table import Table
 
 from jqcore import overview
@@ -190,7 +189,13 @@ def _redis_tables(redis: Any) -> list[Any]:
 
 def status(
     json: Annotated[bool, typer.Option("--json", help="Print one JSON document (for machines).")] = False,
-    watch: Annotated[float, typer.Option(help="Refresh every WATCH seconds (0: print once).")] = 0.0,
+    watch: Annotated[
+        float,
+        typer.Option(
+            help="Open a full-screen view refreshed every WATCH seconds (q quits, r refreshes now, "
+            "p pauses; 0: print once).",
+        ),
+    ] = 0.0,
 ) -> None:
     """Show the pipeline: Kafka lag per partition, relay lock holders, queue depths, canary health.
 
@@ -204,7 +209,6 @@ def status(
     if not watch:
         console.print(render(collect()))
         return
-    with Live(render(collect()), console=console, refresh_per_second=1) as live:
-        while True:
-            time.sleep(watch)
-            live.update(render(collect()))
+    from jobq.commands.status_tui import StatusApp  # textual loads only for the full-screen view
+
+    StatusApp(every_s=watch).run()

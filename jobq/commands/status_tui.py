@@ -1,0 +1,389 @@
+"""``jobq status --watch``: the dashboard's Overview as a full-screen terminal view (textual).
+
+The same reads as ``jqweb/pages/overview.py``: :func:`jqcore.overview.collect` (Kafka lag, relay locks,
+Redis, cron), :func:`jqcore.overview.alerts` with the dead letters added in the last hour
+(:func:`jqcore.series.growth`), and the rates of the last hour (``h``: 24 h) from :func:`jqcore.series.read`
+as sparklines. A refresh runs as a worker on the app's loop (the Kafka and Consul parts in threads), so
+the screen stays responsive; a refresh still under way when the next is due is not started twice.
+
+Everything read from Redis, Kafka or Consul is shown as plain :class:`rich.text.Text`: a queue called
+``[red]x`` shows literally, it is never parsed as markup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
+from textual.worker import Worker
+
+from jqcore import series
+from jqcore.clock import now_ms
+from jqcore.overview import Alert, Sources, alerts, collect
+from jqcore.redisconn import RedisClient, connect
+
+__all__ = ["StatusApp"]
+
+HOUR_MS = 3600 * 1000
+PARTS = ("kafka", "locks", "redis", "cron")
+"""What the dashboard's live panel reads (history is left out: a DuckDB scan per refresh is not needed)."""
+
+QUEUE_COLUMNS = ("queue", "pending", "running", "delayed", "far", "dead", "oldest pending", "paused")
+LAG_COLUMNS = ("topic", "part", "end", "done", "lag", "lag s", "relay", "fence")
+CANARY_COLUMNS = ("partition", "health", "ms", "gate", "relay", "worker", "beat")
+RATES = (
+    ("enqueued", "enqueued/s"),
+    ("completed", "completed/s"),
+    ("failed", "failed/s"),
+    ("wait_ms", "start latency ms"),
+)
+
+Cell = Text | str
+
+
+def _num(value: Any) -> Text:
+    return Text("" if value is None else str(value), justify="right")
+
+
+def _bad(value: int, style: str = "red") -> Text:
+    return Text(str(value), style=style if value else "", justify="right")
+
+
+def _ago(at_ms: Any) -> str:
+    return f"{time.time() - at_ms / 1000:.0f} s" if isinstance(at_ms, int | float) else ""
+
+
+def queue_cells(q: dict[str, Any]) -> list[Cell]:
+    """One row of the Queues table (the dashboard's columns plus far and paused)."""
+    age = q.get("oldest_pending_age_ms")
+    return [
+        Text(str(q["queue"])),
+        _num(q.get("pending", 0)),
+        _num(q.get("running", 0)),
+        _num(q.get("delayed", 0)),
+        _num(q.get("far", 0)),
+        _bad(int(q.get("errored", 0))),
+        Text(f"{age / 1000:.1f} s" if age is not None else "", justify="right"),
+        Text("paused", style="yellow") if q.get("paused") else Text(""),
+    ]
+
+
+def lag_cells(row: dict[str, Any], lock: dict[str, Any]) -> list[Cell]:
+    """One partition of a topic, with the relay holding the topic's lock and its fence."""
+    holder = lock.get("holder")
+    relay = Text(str(holder)) if holder else Text("nobody", style="bold red")
+    if row.get("problem"):
+        problem = Text(str(row["problem"]), style="red")
+        return [Text(str(row["topic"])), problem, "", "", "", "", relay, _num(lock.get("fence"))]
+    lag_s = row.get("lag_s")
+    return [
+        Text(str(row["topic"])),
+        _num(row.get("partition")),
+        _num(row.get("end")),
+        _num(row.get("committed")),
+        _bad(int(row.get("lag") or 0), "yellow"),
+        _num(lag_s),
+        relay,
+        _num(lock.get("fence")),
+    ]
+
+
+def canary_cells(part: str, c: dict[str, Any]) -> list[Cell]:
+    ms = c.get("ms") or {}
+    if c.get("ok"):
+        health = Text("ok", style="green")
+    else:
+        health = Text(str(c.get("problem") or "failing")[:48], style="red")
+    timings = [_num(ms.get(k)) for k in ("total", "gate", "relay", "worker")]
+    return [Text(str(part)), health, *timings, Text(_ago(c.get("at")))]
+
+
+def alerts_text(found: Sequence[Alert], error: str | None = None) -> Text:
+    """The alerts panel: critical lines red, warnings yellow; data appended as plain text."""
+    out = Text()
+    if error:
+        out.append("refresh failed: ", style="bold red")
+        out.append(error)
+        out.append("\n")
+    for a in found:
+        style = "red" if a.level == "critical" else "yellow"
+        out.append("● " if a.level == "critical" else "▲ ", style=style)
+        out.append(a.what, style=f"bold {style}")
+        out.append(" — ")
+        out.append(a.detail)
+        out.append("\n")
+    if not found and not error:
+        out.append("All clear: canaries on time, relays holding their topics, no dead letters growing.")
+    out.rstrip()
+    return out
+
+
+def services_text(redis: Any) -> Text:
+    """Gateways, worker pools, scheduler groups alive and Redis memory (as the dashboard's hint line)."""
+    if not isinstance(redis, dict) or "queues" not in redis:
+        error = redis.get("error") if isinstance(redis, dict) else redis
+        return Text.assemble(("Redis unreadable: ", "bold red"), str(error))
+    schedulers: dict[str, dict[str, str]] = redis.get("schedulers") or {}
+    instances = sum(len(m) for m in schedulers.values())
+    memory = redis.get("memory") or {}
+    used = f"{memory.get('used', 0) / 1048576:.1f} MiB"
+    cap = memory.get("max")
+    mem = f"{used} of {cap / 1048576:.0f} MiB ({memory.get('ratio', 0):.0%})" if cap else f"{used} (no max)"
+    return Text.assemble(
+        ("gateways ", "dim"),
+        str(len(redis.get("gateways") or [])),
+        ("  ·  worker pools ", "dim"),
+        str(len(redis.get("workers") or [])),
+        ("  ·  scheduler groups ", "dim"),
+        (str(len(schedulers)), "" if schedulers else "bold red"),
+        f" ({instances} instances)",
+        ("  ·  Redis memory ", "dim"),
+        mem,
+    )
+
+
+def _points(values: Sequence[float | None]) -> list[float]:
+    return [v or 0.0 for v in values]
+
+
+def rate_label(title: str, values: Sequence[float | None]) -> Text:
+    """``enqueued/s 1.5 ↑4`` (the newest rate, the highest over the window) or ``no samples``."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return Text.assemble((title, "bold"), (" no samples", "dim"))
+    return Text.assemble((title, "bold"), f" {known[-1]:g}", (f" ↑{max(known):g}", "dim"))
+
+
+class StatusApp(App[None]):
+    """The pipeline at a glance, refreshed every ``every_s`` seconds."""
+
+    TITLE = "jobq status"
+    CSS = """
+    Screen { layout: vertical; }
+    .panel { border: round $primary-darken-2; border-title-color: $text-muted; height: auto; }
+    #alerts { max-height: 8; overflow-y: auto; padding: 0 1; }
+    #alerts.critical { border: round $error; }
+    #alerts.warning { border: round $warning; }
+    #rates { height: 3; }
+    .rate { width: 1fr; height: 3; padding: 0 1; }
+    .rate Label { width: 1fr; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    .rate Sparkline { height: 2; }
+    #live { height: auto; max-height: 10; }
+    #lag, #canaries { width: 1fr; max-height: 10; }
+    #services { height: 1; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    #queues { height: 1fr; min-height: 6; }
+    Screen.-short #alerts { max-height: 4; }
+    Screen.-short #rates, Screen.-short .rate { height: 2; }
+    Screen.-short .rate Sparkline { height: 1; }
+    Screen.-short #live, Screen.-short #lag, Screen.-short #canaries { max-height: 7; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("r", "refresh_now", "Refresh now"),
+        Binding("p", "toggle_pause", "Pause/resume"),
+        Binding("h", "toggle_hours", "1 h / 24 h"),
+    ]
+
+    def __init__(
+        self, sources: Sources | None = None, every_s: float = 2.0, client: RedisClient | None = None
+    ) -> None:
+        super().__init__()
+        self.VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
+        """Below 36 rows the panels above the queues shrink so the Queues table keeps its rows (80x24)."""
+        self.sources = sources or Sources()
+        self.every_s = max(0.2, every_s)
+        self._client = client
+        self._own_client = client is None
+        self._worker: Worker[None] | None = None
+        self._again = False
+        self.paused = False
+        self.hours = 1
+        self.refreshes = 0
+        """Refreshes that landed (tests wait for this)."""
+        self.snapshot: dict[str, Any] = {}
+        self.alerts: list[Alert] = []
+        self.error: str | None = None
+        self.last_at: float | None = None
+
+    # ---- layout -------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=True)
+        alerts_panel = Static(Text("Reading Kafka, Consul and Redis…", style="dim"), id="alerts")
+        alerts_panel.add_class("panel")
+        alerts_panel.border_title = "Alerts"
+        yield alerts_panel
+        with Horizontal(id="rates"):
+            for key, title in RATES:
+                with Vertical(classes="rate"):
+                    yield Label(Text(title, style="bold"), id=f"rate-{key}-label")
+                    yield Sparkline([], id=f"rate-{key}")
+        with Horizontal(id="live"):
+            yield self._table("lag", "Kafka → relay", LAG_COLUMNS)
+            yield self._table("canaries", "Canaries", CANARY_COLUMNS)
+        yield Static(Text(""), id="services")
+        yield self._table("queues", "Queues", QUEUE_COLUMNS)
+        yield Footer()
+
+    @staticmethod
+    def _table(id: str, title: str, columns: Sequence[str]) -> DataTable[Cell]:
+        table: DataTable[Cell] = DataTable(id=id, classes="panel", zebra_stripes=True, cursor_type="row")
+        table.border_title = title
+        for col in columns:
+            table.add_column(col, key=col)
+        return table
+
+    def on_mount(self) -> None:
+        if self._client is None:
+            self._client = connect(self.sources.redis)
+        self._show_state()
+        self.set_interval(self.every_s, self._tick)
+        self.query_one("#queues", DataTable).focus()
+        self.action_refresh_now()
+
+    async def on_unmount(self) -> None:
+        if self._own_client and self._client is not None:
+            await self._client.aclose()
+
+    # ---- keys ---------------------------------------------------------------------------------------
+    def action_refresh_now(self) -> None:
+        """Start a refresh; one under way (Kafka or Consul slow: never two at once) reads again when done."""
+        if self._worker is not None and self._worker.is_running:
+            self._again = True
+            return
+        self._worker = self.run_worker(self._refresh(), group="refresh", exit_on_error=False)
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self._show_state()
+
+    def action_toggle_hours(self) -> None:
+        self.hours = 24 if self.hours == 1 else 1
+        self._show_state()
+        self.action_refresh_now()
+
+    def _tick(self) -> None:
+        if not self.paused:
+            self.action_refresh_now()
+
+    def _show_state(self) -> None:
+        every = f"every {self.every_s:g} s" + (" (PAUSED: p resumes)" if self.paused else "")
+        read = time.strftime("%H:%M:%S", time.localtime(self.last_at)) if self.last_at else "…"
+        self.sub_title = f"{every} · rates over {self.hours} h · read at {read}"
+
+    # ---- data ---------------------------------------------------------------------------------------
+    async def _refresh(self) -> None:
+        self._again = True
+        while self._again:
+            self._again = False
+            await self._read()
+
+    async def _read(self) -> None:
+        assert self._client is not None
+        try:
+            snap = await collect(self.sources, self._client, parts=PARTS)
+            redis: Any = snap.get("redis")
+            ok = isinstance(redis, dict) and "queues" in redis
+            queues = [q["queue"] for q in redis["queues"]] if ok else []
+            rates = await series.read(self._client, queues, now_ms() - self.hours * HOUR_MS)
+            grown = await series.growth(self._client, queues, "errored", now_ms() - HOUR_MS) if queues else {}
+        except Exception as e:  # Redis away: say so on screen, keep the last numbers, try again next tick
+            self.error = f"{type(e).__name__}: {e}"
+            self._show_alerts()
+            return
+        self.error = None
+        self.snapshot = snap
+        self.alerts = alerts(snap, grown)
+        self.last_at = time.time()
+        self._show(snap, rates)
+        self.refreshes += 1
+
+    def _show(self, snap: dict[str, Any], rates: series.Rates) -> None:
+        self._show_state()
+        self._show_alerts()
+        self._show_rates(rates)
+        redis = snap.get("redis")
+        self.query_one("#services", Static).update(services_text(redis))
+        queues = redis.get("queues", []) if isinstance(redis, dict) else []
+        _merge(self.query_one("#queues", DataTable), {str(q["queue"]): queue_cells(q) for q in queues})
+        canary = redis.get("canary", {}) if isinstance(redis, dict) else {}
+        _fill(self.query_one("#canaries", DataTable), {str(p): canary_cells(p, c) for p, c in canary.items()})
+        _fill(self.query_one("#lag", DataTable), _lag_rows(snap.get("kafka"), snap.get("locks")))
+
+    def _show_alerts(self) -> None:
+        panel = self.query_one("#alerts", Static)
+        panel.update(alerts_text(self.alerts, self.error))
+        critical = self.error is not None or any(a.level == "critical" for a in self.alerts)
+        panel.set_class(critical, "critical")
+        panel.set_class(not critical and bool(self.alerts), "warning")
+        panel.border_title = f"Alerts ({len(self.alerts)})" if self.alerts else "Alerts"
+
+    def _show_rates(self, rates: series.Rates) -> None:
+        for key, title in RATES:
+            values: list[float | None] = list(getattr(rates, key))
+            self.query_one(f"#rate-{key}", Sparkline).data = _points(values)
+            self.query_one(f"#rate-{key}-label", Label).update(rate_label(title, values))
+
+
+def _lag_rows(kafka: Any, locks: Any) -> dict[str, list[Cell]]:
+    if not isinstance(kafka, list):
+        error = kafka.get("error") if isinstance(kafka, dict) else kafka
+        return {"error": [Text("Kafka unreadable", style="bold red"), Text(str(error)), *[""] * 6]}
+    by_topic = {r["topic"]: r for r in locks} if isinstance(locks, list) else {}
+    return {f"{r['topic']}/{r.get('partition')}": lag_cells(r, by_topic.get(r["topic"], {})) for r in kafka}
+
+
+def _sig(cell: object) -> tuple[str, str, str]:
+    if isinstance(cell, Text):
+        return cell.plain, str(cell.style), str(cell.justify)
+    return str(cell), "", ""
+
+
+def _update(table: DataTable[Cell], key: str, cells: Sequence[Cell]) -> None:
+    """Change only the cells that differ. A column only widens (``update_width`` on a narrower cell makes
+    textual measure the whole column again: with thousands of queues, seconds per refresh)."""
+    for column in table.ordered_columns:
+        cell = cells[table.get_column_index(column.key)]
+        if _sig(table.get_cell(key, column.key)) != _sig(cell):
+            wider = cell_len(_sig(cell)[0]) > column.content_width
+            table.update_cell(key, column.key, cell, update_width=wider)
+
+
+def _fill(table: DataTable[Cell], rows: dict[str, list[Cell]]) -> None:
+    """Show ``rows`` (row key → cells) in a small table: updated in place while the rows stay the same,
+    else rebuilt with the cursor kept on the row it was on."""
+    keys = [k.value for k in table.rows]
+    if keys == list(rows):
+        for key, cells in rows.items():
+            _update(table, key, cells)
+        return
+    current = keys[table.cursor_row] if 0 <= table.cursor_row < len(keys) else None
+    table.clear()
+    for key, cells in rows.items():
+        table.add_row(*cells, key=key)
+    if current in rows:
+        table.move_cursor(row=table.get_row_index(current))
+
+
+def _merge(table: DataTable[Cell], rows: dict[str, list[Cell]]) -> None:
+    """Show ``rows`` in the Queues table (key: the queue, also the first cell; ``rows`` in display order):
+    rows gone removed, new ones added and put in order, the others changed cell by cell."""
+    have = {str(k.value) for k in table.rows}
+    for gone in have - rows.keys():
+        table.remove_row(gone)
+    added = False
+    for key, cells in rows.items():
+        if key in have:
+            _update(table, key, cells)
+        else:
+            table.add_row(*cells, key=key)
+            added = True
+    if added:
+        order = {key: i for i, key in enumerate(rows)}
+        table.sort(table.ordered_columns[0].key, key=lambda cell: order.get(_sig(cell)[0], -1))
