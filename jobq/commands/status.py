@@ -129,7 +129,10 @@ def _schedulers_table(schedulers: dict[str, dict[str, str]]) -> Any:
 def _redis_tables(redis: Any) -> list[Any]:
     parts: list[Any] = []
     if isinstance(redis, dict) and "queues" in redis:
-        seen = f"gateways: {len(redis['gateways'])}   worker pools: {len(redis['workers'])}"
+        seen = (
+            f"gateways: {len(redis['gateways'])}   worker pools: {len(redis['workers'])}   "
+            f"dashboards: {len(redis.get('dashboards', []))}"
+        )
         t = Table(title=f"Queues (Redis)   {seen}")
         for col in (
             "queue",

@@ -114,3 +114,40 @@ async def test_overview_renders_and_its_live_panel_reads_every_backend(dash: Any
     assert any(a["what"] == f"no relay for {dash.topic}" for a in live.json()["alerts"])
     bad = await dash.get("/", hours="48")
     assert (bad.status, bad.code) == (400, "query_invalid")
+
+
+async def test_the_gateway_serves_the_dashboard_under_ui(
+    dash: Any, web_tokens: dict[str, str], make_gate: Any, token: str
+) -> None:
+    """``jobq gate --web``: the dashboard at /ui with its own tokens; the API keeps the gateway's."""
+    import aiohttp
+    from pydantic import SecretStr
+
+    from jqweb.app import make_app
+    from jqweb.context import Web
+    from jqweb.settings import WebSettings
+
+    settings = WebSettings(admin_tokens=[SecretStr(f"admin:{web_tokens['admin']}")])
+    ui = make_app(Web(settings, dash.sources, base="/ui"))
+    gate = make_gate(dash.sources.routing)
+    gate.mounts = {"/ui": ui}
+    async with gate, aiohttp.ClientSession() as s:
+        admin = {"Authorization": f"Bearer {web_tokens['admin']}", "Accept": "text/html"}
+        async with s.get(f"{gate.url}/ui/", headers=admin) as r:
+            assert r.status == 200
+            page = await r.text()
+        assert 'href="/ui/topics"' in page  # links stay under the mount
+        assert 'src="/ui/static/vendor/htmx.min.js"' in page
+        async with s.get(f"{gate.url}/ui/", headers={"Accept": "text/html"}, allow_redirects=False) as r:
+            assert r.status == 303
+            assert r.headers["Location"] == "/ui/login?next=/ui/"
+        async with s.get(f"{gate.url}/ui/static/app.css") as r:
+            assert r.status == 200
+        # the dashboard's token is no API token, and the API's is no dashboard token
+        async with s.get(f"{gate.url}/v1/queues", headers=admin) as r:
+            assert r.status == 401
+        api = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        async with s.get(f"{gate.url}/ui/", headers=api) as r:
+            assert r.status == 401
+        async with s.get(f"{gate.url}/v1/queues", headers=api) as r:
+            assert r.status == 200
