@@ -8,6 +8,7 @@ see the relay follow, a job whose args and error carry markup shown as text with
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -66,6 +67,8 @@ class Live:
     topic: str
     prefix: str
     broken: dict[str, bool]
+    release: asyncio.Event
+    """Set to let the long ``render_video`` job finish."""
     errors: list[str] = field(default_factory=list)
 
     async def open(self, path: str, ready: str) -> None:
@@ -100,6 +103,7 @@ async def live(
     topic = web_sources.relay.topics[0]
     engine = Engine(raw)
     broken = {"flaky": True}
+    release = asyncio.Event()
     registry = Registry()
     ok_q, flaky_q = f"{prefix}.emails", f"{prefix}.reports"
 
@@ -112,6 +116,11 @@ async def live(
         if broken["flaky"]:
             raise RuntimeError(f"report failed: {XSS_ERROR}")
         return "report ready"
+
+    @registry.job("render_video", queue=ok_q, timeout=120)
+    async def render_video(title: str = "") -> str:
+        await release.wait()  # runs while the pages are shot: the workers page shows it
+        return f"rendered {title}"
 
     @registry.job("count_words", queue=ok_q)
     async def count_words(text: str = "", *fed: Any) -> int:
@@ -136,7 +145,7 @@ async def live(
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         context = await browser.new_context(viewport={"width": 1280, "height": 860})
         page = await context.new_page()
-        lv = Live(web.url, page, client, engine, web_sources.relay.topics[0], prefix, broken)
+        lv = Live(web.url, page, client, engine, web_sources.relay.topics[0], prefix, broken, release)
         page.on("console", lambda m: lv.errors.append(f"{m.type}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: lv.errors.append(f"pageerror: {e}"))
         await page.goto(web.url + "/login")
@@ -146,6 +155,7 @@ async def live(
         try:
             yield lv
         finally:
+            release.set()  # a failed test leaves no job holding the pool's shutdown
             await browser.close()
     await raw.flushdb()
     await raw.aclose()
@@ -153,8 +163,6 @@ async def live(
 
 async def until(probe: Callable[[], Any], timeout_s: float = 60) -> Any:
     """Poll an async probe until it returns something truthy (the pipeline has no signal to wait on)."""
-    import asyncio
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
@@ -199,6 +207,8 @@ async def test_operator_paths_in_a_real_browser(live: Live, cron_settings: Any, 
         await until(lambda d=doc: _graph_ended(live.client, d["id"]))
     await until(lambda: _canaries_ok(live.engine))
     await until(lambda: _charted(live.engine, [ok_q, flaky_q]))
+    video = await live.client.enqueue_one(ok_q, "render_video", {"title": "launch trailer"})
+    await until(lambda: _state_is(live.engine, ok_q, video["id"], "running"))
 
     # every page loads with no console error; each is saved for the README
     pages = [
@@ -219,6 +229,9 @@ async def test_operator_paths_in_a_real_browser(live: Live, cron_settings: Any, 
         await live.open(path, ready)
         await live.shot(name)
         assert not live.errors, f"{name}: {live.errors}"
+
+    live.release.set()
+    await until(lambda: _state_is(live.engine, ok_q, video["id"], "completed"))
 
     # markup in args and errors is text: shown escaped, never run
     await live.open(f"/jobs/{flaky_q}/{bad['id']}", "pre.value")
