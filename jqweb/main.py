@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 
 from jqcore.errors import ConfigError
-from jqcore.lifecycle import Service, run_until_signal
+from jqcore.lifecycle import Service, run_until_signal, serve_http
 from jqcore.log import get_logger
 from jqcore.overview import Sources
 from jqcore.presence import Presence, process_name
@@ -35,13 +35,7 @@ class WebService(Service):
         self.port = settings.port
 
     async def _start(self) -> None:
-        self._runner = web.AppRunner(make_app(self.web), access_log=None, shutdown_timeout=5.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = int(server.sockets[0].getsockname()[1])
+        self._runner, self.port = await serve_http(make_app(self.web), self.settings.host, self.settings.port)
         await self._presence.start()
         log.info("dashboard serving", url=self.url)
 

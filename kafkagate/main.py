@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from jqcore.lifecycle import Service, run_until_signal
+from jqcore.lifecycle import Service, run_until_signal, serve_http
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.redisconn import connect
@@ -61,13 +61,8 @@ class GateService(Service):
 
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-        self._runner = web.AppRunner(make_app(self.gate, self.mounts), access_log=None, shutdown_timeout=5.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = int(server.sockets[0].getsockname()[1])
+        app = make_app(self.gate, self.mounts)
+        self._runner, self.port = await serve_http(app, self.settings.host, self.settings.port)
         await self._presence.start()
         log.info("gateway serving", host=self.settings.host, port=self.port, az=self.settings.az)
 

@@ -4,7 +4,7 @@ first) of all of them or of the selected ones."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -84,29 +84,35 @@ async def retry(request: web.Request) -> web.Response:
     if every and dead_now > w.settings.bulk_limit:
         raise too_many(dead_now, w.settings.bulk_limit)
 
-    async def run() -> int:
-        n = 0
-        if every:
-            while n < dead_now:
-                got = await engine.dead_retry(queue, [], min(BATCH, dead_now - n))
-                n += got
-                if got == 0:
-                    break
-            return n
-        for i in range(0, len(ids), BATCH):
-            part = ids[i : i + BATCH]
-            n += await engine.dead_retry(queue, part, len(part))
-        return n
-
     return await act(
         request,
         "dead.retry",
         queue if every else f"{queue}: {len(ids)} selected",
-        run,
+        lambda: _in_batches(engine.dead_retry, queue, ids, dead_now if every else None),
         done=lambda n: f"{n:,} dead jobs of {queue} retried",
         back=_back(w.base, queue),
         next_url=data.get("next"),
     )
+
+
+DeadOp = Callable[[str, Sequence[str], int], Awaitable[int]]
+
+
+async def _in_batches(op: DeadOp, queue: str, ids: list[str], oldest: int | None) -> int:
+    """Retry or purge (``op``) the dead jobs ``ids``, or, with ``oldest``, that many of the oldest ones,
+    :data:`BATCH` per script call; how many it changed."""
+    n = 0
+    if oldest is not None:
+        while n < oldest:
+            got = await op(queue, [], min(BATCH, oldest - n))
+            n += got
+            if got == 0:
+                break
+        return n
+    for i in range(0, len(ids), BATCH):
+        part = ids[i : i + BATCH]
+        n += await op(queue, part, len(part))
+    return n
 
 
 async def _purge_count(engine: Engine, queue: str, ids: list[str]) -> int:
@@ -143,25 +149,12 @@ async def purge(request: web.Request) -> web.Response:
             next_url=next_url,
         )
 
-    async def run() -> int:
-        n = 0
-        if every:  # the oldest ``confirmed``: a job that died after the confirmation stays
-            while n < confirmed:
-                got = await engine.dead_purge(queue, [], min(BATCH, confirmed - n))
-                n += got
-                if got == 0:
-                    break
-            return n
-        for i in range(0, len(ids), BATCH):
-            part = ids[i : i + BATCH]
-            n += await engine.dead_purge(queue, part, len(part))
-        return n
-
+    # everything: the oldest ``confirmed`` (a job that died after the confirmation stays)
     return await act(
         request,
         "dead.purge",
         queue if every else f"{queue}: {len(ids)} selected",
-        run,
+        lambda: _in_batches(engine.dead_purge, queue, ids, confirmed if every else None),
         done=lambda n: f"{n:,} dead jobs of {queue} purged",
         back=_back(w.base, queue),
         next_url=next_url,
