@@ -133,7 +133,7 @@ async def test_interrupted_demo_leaves_no_process_and_the_restart_finishes_its_j
     assert code == 0, out
     assert "had to kill" not in out, out
     pids: dict[str, int] = orjson.loads((first_dir / "pids.json").read_bytes())
-    assert len(pids) == 9, pids  # 2 gateways, 2 relays, 2 schedulers, the history, the worker, the canary
+    assert len(pids) == 10, pids  # 2 gateways, 2 relays, 2 schedulers, history, worker, canary, dashboard
     assert not _strays(pids), f"stray processes: {_strays(pids)} of {pids}"
     jobs: list[list[str]] = orjson.loads(raw_jobs)
 
