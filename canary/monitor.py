@@ -22,7 +22,7 @@ from jqcore import keys, metrics
 from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqcore.lifecycle import Service
+from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.routing import CANARY_KIND, CANARY_PREFIX
@@ -68,10 +68,7 @@ class Canary(Service):
 
     async def _stop(self) -> None:
         for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+            await cancel_and_wait(t)  # repeated: a cancel redis-py swallowed must not keep a loop alive
 
     async def wait_round(self, timeout_s: float) -> None:
         """Wait until every partition's heartbeat of a round came back (or was flagged)."""

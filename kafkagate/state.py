@@ -15,6 +15,7 @@ from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
 from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
+from jqcore.lifecycle import cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings, load
@@ -155,11 +156,10 @@ class Gate:
         if self._cron is not None:
             await self._cron.client.http._session.close()
             self._cron = None
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-            self._flusher = None
+        # repeated cancels: redis-py may turn one into an error the flush loop carries on after (seen: a
+        # gateway whose stop waited forever on this loop after a broker pause)
+        await cancel_and_wait(self._flusher)
+        self._flusher = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._flush(), 2.0)
         for p in self._producers.values():

@@ -161,21 +161,15 @@ async def live(
     await raw.aclose()
 
 
-async def until(probe: Callable[[], Any], timeout_s: float = 60) -> Any:
-    """Poll an async probe until it returns something truthy (the pipeline has no signal to wait on)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        got = await probe()
-        if got:
-            return got
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(0.2)
-
-
-async def test_operator_paths_in_a_real_browser(live: Live, cron_settings: Any, endpoints: Endpoints) -> None:
+async def test_operator_paths_in_a_real_browser(
+    live: Live, cron_settings: Any, endpoints: Endpoints, eventually: Any
+) -> None:
     page, p = live.page, live.prefix
+
+    async def until(probe: Callable[[], Any], timeout_s: float = 60) -> Any:
+        """The pipeline has no signal to wait on: watch the state it produces (``eventually``)."""
+        return await eventually(probe, bool, timeout_s)
+
     ok_q, flaky_q = f"{p}.emails", f"{p}.reports"
     ids = [
         (await live.client.enqueue_one(ok_q, "send_email", {"to": f"user{i}@example.com", "subject": "hi"}))[
