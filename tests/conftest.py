@@ -228,17 +228,30 @@ def topic_end(endpoints: Endpoints) -> Callable[[str], int]:
     return lambda topic: end_offsets(endpoints.kafka_bootstrap, topic)
 
 
+def poll_until(probe: Callable[[], Any], ok: Callable[[Any], bool], timeout_s: float, what: str) -> Any:
+    """The blocking twin of ``eventually`` (for sync tests and fixtures): ``probe()`` until ``ok(value)``,
+    within ``timeout_s``; returns the value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if ok(value):
+            return value
+        assert time.monotonic() < deadline, f"{what} after {timeout_s}s; last value: {value!r}"
+        time.sleep(0.05)
+
+
 def _wait_for_leaders(admin: AdminClient, topic: str, timeout_s: float = 20) -> None:
     """Until every partition of a new topic has a leader: the create call returns before the broker
     knows, and reading offsets meanwhile fails with NOT_LEADER_FOR_PARTITION."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        meta = admin.list_topics(topic, timeout=10).topics[topic]
+
+    def led(meta: Any) -> bool:
         parts = meta.partitions.values()
-        if meta.error is None and parts and all(p.leader >= 0 and p.error is None for p in parts):
-            return
-        assert time.monotonic() < deadline, f"{topic}: partitions without a leader after {timeout_s}s"
-        time.sleep(0.05)
+        return meta.error is None and bool(parts) and all(p.leader >= 0 and p.error is None for p in parts)
+
+    def meta() -> Any:
+        return admin.list_topics(topic, timeout=10).topics[topic]
+
+    poll_until(meta, led, timeout_s, f"{topic}: partitions without a leader")
 
 
 @pytest.fixture
@@ -343,6 +356,12 @@ async def producer(endpoints: Endpoints) -> AsyncIterator[AsyncProducer]:
 
 Eventually = Callable[..., Awaitable[Any]]
 """``await eventually(probe, ok, timeout_s=60)``: see the fixture."""
+
+
+@pytest.fixture
+def eventually_sync() -> Callable[..., Any]:
+    """``eventually_sync(probe, ok, timeout_s, what)``: :func:`poll_until`, for tests that are not async."""
+    return poll_until
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,9 @@ def _native(stack: SessionStack) -> Stack:
     return stack.stack
 
 
-def test_up_twice_is_harmless_and_status_is_healthy(stack: SessionStack) -> None:
+def test_up_twice_is_harmless_and_status_is_healthy(
+    stack: SessionStack, eventually_sync: Callable[..., Any]
+) -> None:
     native = _native(stack)
     pids = {s.name: s.pid for s in native.servers}
     Stack(native.spec).up(timeout_s=180)
@@ -26,11 +29,9 @@ def test_up_twice_is_harmless_and_status_is_healthy(stack: SessionStack) -> None
     assert {r["name"]: r["pid"] for r in rows} == pids
     # One health probe is one request with a short timeout of its own (Kafka's: 2 s of metadata), which a
     # loaded machine can miss once; a server that is really unhealthy stays so for the whole wait.
-    deadline = time.monotonic() + 60
-    while not all(r["healthy"] for r in rows) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        rows = Stack(native.spec).status()
-    assert all(r["healthy"] for r in rows), rows
+    rows = eventually_sync(
+        lambda: Stack(native.spec).status(), lambda rs: all(r["healthy"] for r in rs), 60, "servers unhealthy"
+    )
     assert {r["name"]: r["pid"] for r in rows} == pids
     kinds = {r["kind"] for r in rows}
     assert {"kafka", "consul", "redis", "redis-cluster"} <= kinds
