@@ -27,6 +27,7 @@ class Web:
     base: str = ""
     """The path the dashboard is served under (``""`` on its own; ``/ui`` when the gateway mounts it)."""
     _client: RedisClient | None = None
+    _engine: Engine | None = None
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _producer: AsyncProducer | None = None
@@ -39,7 +40,10 @@ class Web:
 
     @property
     def engine(self) -> Engine:
-        return Engine(self.client)
+        """One engine for the process (it registers every script once), made on first use."""
+        if self._engine is None:
+            self._engine = Engine(self.client)
+        return self._engine
 
     @property
     def consul(self) -> consul.aio.Consul:
@@ -75,6 +79,7 @@ class Web:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+            self._engine = None
 
 
 WEB = web.AppKey("web", Web)
