@@ -9,10 +9,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CONSUL_VERSION", "KAFKA_VERSION", "SPARK_VERSION", "deploy_dir", "home", "repo_root", "stack_dir"]
+__all__ = [
+    "CONSUL_VERSION",
+    "KAFKA_VERSION",
+    "SPARK_VERSION",
+    "TOXIPROXY_VERSION",
+    "deploy_dir",
+    "home",
+    "repo_root",
+    "stack_dir",
+]
 
 KAFKA_VERSION = "4.2.0"
 CONSUL_VERSION = "1.20.2"
+TOXIPROXY_VERSION = "2.12.0"
 SPARK_VERSION = "4.2.0"
 
 
