@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -298,10 +298,12 @@ def ensure_topics(
     retention_ms: int = 7 * 86_400_000,
     compacted: bool = False,
     timeout_s: float = 30.0,
+    config: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Create the missing ones of ``topics`` (an operator action, never driven by a request); returns
     the names created. Existing topics are left as they are. ``compacted``: the latest record per key is
-    kept for good (no time retention) and a tombstone removes the key."""
+    kept for good (no time retention) and a tombstone removes the key. ``config``: more topic settings
+    (e.g. ``unclean.leader.election.enable``), over the defaults."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     conf: dict[str, str | int | float | bool] = {**settings.client_config()}
@@ -318,6 +320,7 @@ def ensure_topics(
         "cleanup.policy": "compact" if compacted else "delete",
         "min.insync.replicas": str(min(2, replication)),
         "max.message.bytes": str(KAFKA_MAX_MESSAGE_BYTES),  # the broker's default (~1 MiB) is too small
+        **(config or {}),
     }
     futures = admin.create_topics(
         [NewTopic(t, partitions, replication, config=config) for t in wanted], operation_timeout=timeout_s

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,8 @@ class StackSpec:
     brokers: int = 1
     redis_mode: RedisMode = "single"
     fixed_ports: bool = True
+    redis_replicas: int = 0
+    """Replicas per Redis Cluster master (3 masters; 1 gives six nodes, and a killed master fails over)."""
 
 
 @dataclass
@@ -126,7 +129,7 @@ class Stack:
         if self.spec.redis_mode in ("single", "both"):
             out.append(ServerSpec("redis", "redis", self._port("redis", 0), str(self.root / "redis")))
         if self.spec.redis_mode in ("cluster", "both"):
-            for i in range(3):
+            for i in range(3 * (1 + self.spec.redis_replicas)):
                 out.append(
                     ServerSpec(
                         f"redis-cluster-{i + 1}",
@@ -248,7 +251,7 @@ class Stack:
                             "create",
                             *[f"127.0.0.1:{n.port}" for n in nodes],
                             "--cluster-replicas",
-                            "0",
+                            str(self.spec.redis_replicas),
                             "--cluster-yes",
                         ],
                         timeout_s=60,
@@ -301,6 +304,30 @@ class Stack:
                 }
             )
         return rows
+
+    def server(self, name: str) -> ServerSpec:
+        """The server called ``name`` (``kafka-2``, ``redis``, ``consul``, ``redis-cluster-4``...)."""
+        for s in self.servers:
+            if s.name == name:
+                return s
+        raise StackError(f"stack {self.spec.name!r} has no server {name!r}")
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL, timeout_s: float = 60.0) -> None:
+        """Send ``sig`` to one server (SIGKILL: a crash; SIGTERM: a graceful stop) and wait until it is gone;
+        ``up``/``restart`` starts it again on its port with its data."""
+        server = self.server(name)
+        pid = server.pid
+        if pid is None or not alive(pid):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        wait_until(lambda: not alive(pid), what=f"{name} (pid {pid}) to exit", timeout_s=timeout_s)
+
+    def wipe(self, name: str) -> None:
+        """Kill one server and delete its data directory: the server and everything it held are lost (its
+        configuration is written again when it starts)."""
+        self.kill(name)
+        shutil.rmtree(self.server(name).data_dir, ignore_errors=True)
 
     def restart(self, name: str, timeout_s: float = 90.0) -> float:
         """Start one stopped server again; return seconds until it answered."""

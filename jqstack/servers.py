@@ -23,6 +23,7 @@ __all__ = [
     "KafkaBroker",
     "RedisServer",
     "ServerSpec",
+    "broker_zone",
     "kafka_ready",
 ]
 
@@ -63,6 +64,12 @@ def kafka_ready(bootstrap: str, expected_brokers: int, timeout_s: float = 2.0) -
     return len(meta.brokers) >= expected_brokers
 
 
+def broker_zone(node_id: int) -> str:
+    """The zone (``broker.rack``) of broker ``node_id``: brokers 1 and 2 share ``az-a``, 3 is ``az-b``, so a
+    three-broker stack can lose "two brokers of one zone" the way Slack drilled it."""
+    return "az-a" if node_id <= 2 else "az-b"
+
+
 class KafkaBroker:
     """Apache Kafka in KRaft mode (combined broker + controller)."""
 
@@ -73,6 +80,7 @@ class KafkaBroker:
             [
                 "process.roles=broker,controller",
                 f"node.id={node_id}",
+                f"broker.rack={broker_zone(node_id)}",
                 f"controller.quorum.voters={voters}",
                 f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
                 f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
