@@ -174,20 +174,24 @@ class Pool(Service):
     async def _fetch_loop(self) -> None:
         while not self._stopping:
             try:
-                more = await self._fetch_once()
-            except Exception as exc:  # Redis away: back off, keep the running jobs going
+                if await self._fetch_and_wait():
+                    return
+            except Exception as exc:  # Redis away (claim or wait): back off, keep the running jobs going
                 log.warning("claim failed", error=repr(exc))
                 await asyncio.sleep(1.0)
-                continue
-            if more:
-                continue
-            if self.config.burst and not self.in_flight and await self._queues_empty():
-                self.drained.set()
-                return
-            if self.config.burst:  # something still runs or waits for its time: wake up often
-                await self.engine.wait_for_work(self.config.queues, 0.2)
-                continue
-            await self.engine.wait_for_work(self.config.queues, self.config.idle_wait_s)
+
+    async def _fetch_and_wait(self) -> bool:
+        """One claim round, then the wait for more work; True when a burst pool has drained its queues.
+        Every Redis call of the loop is in here, so none of their errors can end the loop (a BLPOP on a
+        Cluster node that just died used to end it, and the pool never claimed again)."""
+        if await self._fetch_once():
+            return False
+        if self.config.burst and not self.in_flight and await self._queues_empty():
+            self.drained.set()
+            return True
+        wait_s = 0.2 if self.config.burst else self.config.idle_wait_s  # burst: something runs, wake often
+        await self.engine.wait_for_work(self.config.queues, wait_s)
+        return False
 
     async def _queues_empty(self) -> bool:
         for queue in self.config.queues:
