@@ -15,6 +15,7 @@ from jobq.commands import (
     gate,
     graph,
     history,
+    rebuild,
     reconcile,
     relay,
     replay,
@@ -48,6 +49,7 @@ app.command("web")(web.web)
 app.command("canary")(canary.canary)
 app.command("reconcile")(reconcile.reconcile)
 app.command("replay")(replay.replay)
+app.command("rebuild")(rebuild.rebuild)
 app.add_typer(gate.topics_app, name="topics")
 app.add_typer(spark.app, name="spark")
 app.add_typer(cron.app, name="cron")

@@ -23,6 +23,7 @@ import asyncio
 import re
 import time
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
@@ -42,7 +43,17 @@ from jqcore.redisconn import connect
 from jqcore.settings import KafkaSettings, RedisSettings, load
 from jqcore.state import Engine, Forgotten
 
-__all__ = ["Point", "parse_point", "replay"]
+__all__ = [
+    "PartitionRange",
+    "Point",
+    "enqueue_counted",
+    "iter_records",
+    "origin_of",
+    "parse_point",
+    "plan",
+    "replay",
+    "tool_consumer",
+]
 
 BATCH = 500
 STALL_S = 30.0
@@ -94,7 +105,8 @@ class PartitionRange:
     malformed: int = 0
 
 
-def _consumer(kafka: KafkaSettings) -> Consumer:
+def tool_consumer(kafka: KafkaSettings) -> Consumer:
+    """A consumer of a throw-away group that commits nothing (the relay's offsets are never touched)."""
     return Consumer(
         {
             **kafka.client_config(),
@@ -144,16 +156,15 @@ def plan(
     return out
 
 
-def _read(
+def iter_records(
     consumer: Consumer, topic: str, ranges: list[PartitionRange]
-) -> list[tuple[PartitionRange, Message]]:
-    """Every record of the ranges (consumed in short waits; see CONSUME_WAIT_S)."""
+) -> Iterator[tuple[PartitionRange, Message]]:
+    """Every record of the ranges, each partition in order (consumed in short waits; see CONSUME_WAIT_S)."""
     by_p = {r.partition: r for r in ranges if r.end > r.start}
     if not by_p:
-        return []
+        return
     consumer.assign([TopicPartition(topic, p, r.start) for p, r in by_p.items()])
     done: set[int] = set()
-    out: list[tuple[PartitionRange, Message]] = []
     last_progress = time.monotonic()
     while len(done) < len(by_p):
         msgs = consumer.consume(BATCH, CONSUME_WAIT_S)
@@ -164,13 +175,35 @@ def _read(
                 raise KafkaException(msg.error())
             r = by_p[msg.partition() or 0]
             if (msg.offset() or 0) < r.end:
-                out.append((r, msg))
+                yield r, msg
         for p, r in by_p.items():
             if p not in done and consumer.position([TopicPartition(topic, p)])[0].offset >= r.end:
                 done.add(p)
         if time.monotonic() - last_progress > STALL_S:
             raise typer.BadParameter(f"no record arrived from {topic!r} for {STALL_S:g}s; is Kafka up?")
-    return out
+
+
+def origin_of(msg: Message) -> str:
+    """A record's coordinates, ``topic/partition/offset``: the job's origin (dedup tells a re-read by it)."""
+    return f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+
+
+async def enqueue_counted(
+    engine: Engine, chunk: Sequence[tuple[PartitionRange, Envelope]], origins: Mapping[str, str]
+) -> None:
+    """One engine call for ``chunk`` (unfenced: a tool write); each outcome counted on its record's range."""
+    result = await engine.enqueue_batch([env for _, env in chunk], origins=origins)
+    where = {env.id: r for r, env in chunk}
+    for o in result.outcomes:
+        r = where[o.id]
+        if o.outcome in ("stored", "delayed"):
+            r.written += 1
+        elif o.outcome == "duplicate":
+            r.duplicate += 1
+        elif o.outcome in ("canceled", "expired"):
+            r.unscheduled += 1
+        else:
+            r.refused += 1
 
 
 async def _write(records: list[tuple[PartitionRange, Message]], redis: RedisSettings, force: bool) -> None:
@@ -186,21 +219,10 @@ async def _write(records: list[tuple[PartitionRange, Message]], redis: RedisSett
                 except EnvelopeError:
                     r.malformed += 1
                     continue
-                origins[chunk[-1][1].id] = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+                origins[chunk[-1][1].id] = origin_of(msg)
             if force:
                 await _forget(engine, chunk)
-            result = await engine.enqueue_batch([env for _, env in chunk], origins=origins)
-            where = {env.id: r for r, env in chunk}
-            for o in result.outcomes:
-                r = where[o.id]
-                if o.outcome in ("stored", "delayed"):
-                    r.written += 1
-                elif o.outcome == "duplicate":
-                    r.duplicate += 1
-                elif o.outcome in ("canceled", "expired"):
-                    r.unscheduled += 1
-                else:
-                    r.refused += 1
+            await enqueue_counted(engine, chunk, origins)
     finally:
         await client.aclose()
 
@@ -250,10 +272,10 @@ def replay(
         or (start.time_ms is not None and end.time_ms is not None and end.time_ms < start.time_ms)
     ):
         raise typer.BadParameter(f"--to ({to}) is before --from ({from_})", param_hint="--to")
-    consumer = _consumer(load(KafkaSettings))
+    consumer = tool_consumer(load(KafkaSettings))
     try:
         ranges = plan(consumer, topic, start, end, partition)
-        records = _read(consumer, topic, ranges)
+        records = list(iter_records(consumer, topic, ranges))
     finally:
         consumer.close()
     for r, _ in records:

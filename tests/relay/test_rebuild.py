@@ -1,0 +1,301 @@
+"""``jobq rebuild`` against the real Kafka, Redis and Consul: Redis is lost (FLUSHDB of a database of its
+own) after jobs reached every state with their events shipped by a scheduler; the rebuild brings back
+what was pending, delayed, far-future, running, re-enqueued, a running graph and a pending cron fire,
+once, and leaves completed, canceled and dead jobs (and a canceled graph) alone. The decision rules are
+checked on hand-written events (re-shipped duplicates, a job written again after an earlier loss, a
+record produced after its job finished) in a dry run; bad input is refused with the problem named."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from typer.testing import CliRunner
+
+from jobq.cli import app
+from jobq.commands.rebuild import rebuild_from_kafka
+from jqcore.clock import now_ms
+from jqcore.consulconn import consul_client
+from jqcore.cron import CronSchedule, fire_id
+from jqcore.cronstore import CronStore, fire_now
+from jqcore.envelope import encode, new_envelope, record_key
+from jqcore.errors import GraphNotFound
+from jqcore.events import FIELDS
+from jqcore.graphs import Step, chain, graph_envelope, parse
+from jqcore.kafka import AsyncProducer, Record, schedule_key
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    EventSettings,
+    FarSettings,
+    KafkaSettings,
+    RedisSettings,
+)
+from jqcore.state import Engine, reads
+from jqrelay.main import RelayService
+from jqsched.service import SchedulerService
+from jqstack.manager import Endpoints
+
+Eventually = Callable[..., Awaitable[Any]]
+MakeTopic = Callable[..., str]
+Produce = Callable[..., Awaitable[list[str]]]
+DB = 11
+"""The Redis database that is lost (flushed) here; the session's others are never touched."""
+
+
+@pytest.fixture
+async def lost_db(endpoints: Endpoints) -> AsyncIterator[str]:
+    url = (endpoints.redis_url or "").rsplit("/", 1)[0] + f"/{DB}"
+    client = aioredis.Redis.from_url(url)
+    await client.flushdb()
+    yield url
+    await client.flushdb()
+    await client.aclose()
+
+
+@pytest.fixture
+def rebuild_cli(endpoints: Endpoints, lost_db: str, cron_settings: CronSettings) -> Callable[..., Any]:
+    """Run ``jobq rebuild ARGS`` in a thread (it runs its own event loop); (exit code, JSON or output)."""
+    env = {
+        "JOBQ_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+        "JOBQ_REDIS_URL": lost_db,
+        "CONSUL_HTTP_ADDR": endpoints.consul_addr,
+        "JOBQ_CRON_KV_PREFIX": cron_settings.kv_prefix,
+        "COLUMNS": "300",  # error boxes on one line
+    }
+
+    async def run(*args: str) -> tuple[int, Any]:
+        result = await asyncio.to_thread(CliRunner().invoke, app, ["rebuild", *args], env=env)
+        if result.exit_code == 0 and "--json" in args:
+            return 0, orjson.loads(result.stdout)
+        return result.exit_code, result.output
+
+    return run
+
+
+async def _state(engine: Engine, queue: str, job_id: str) -> str | None:
+    info = await reads.get_job(engine.client, queue, job_id)
+    return None if info is None else info.state
+
+
+async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work_does_not(
+    prefix: str,
+    endpoints: Endpoints,
+    lost_db: str,
+    cron_settings: CronSettings,
+    make_topic: MakeTopic,
+    make_relay: Callable[..., RelayService],
+    make_scheduler: Callable[..., SchedulerService],
+    produce_jobs: Produce,
+    producer: AsyncProducer,
+    topic_reader: Any,
+    topic_end: Callable[[str], int],
+    eventually: Eventually,
+) -> None:
+    t0 = now_ms()
+    topic, events_topic = make_topic("jobs", partitions=2), make_topic("events", partitions=2)
+    far = FarSettings.model_validate({"horizon_s": 600, "rescan_s": 60, "topic": make_topic("schedule", 1)})
+    q, qg, qc = f"{prefix}.q", f"{prefix}.g", f"{prefix}.c"
+    redis = aioredis.Redis.from_url(lost_db)
+    engine = Engine(redis)
+    consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    crons = CronStore(consul, cron_settings.kv_prefix)
+    schedule = await crons.put(CronSchedule(name=f"{prefix}-c", every_s=3600, queue=qc, kind="k"), t0)
+    fired, kept_fire = fire_id(schedule.name, 3_600_000), fire_id(schedule.name, 7_200_000)
+    later_at, far_at = t0 + 300_000, t0 + 7_200_000
+    graphs = {
+        name: graph_envelope(parse(chain(f"{prefix}-{name}", Step("k"), Step("k"), queue=qg)))
+        for name in ("gopen", "gdone")
+    }
+
+    relay = make_relay(topic, far=far, redis_url=lost_db)
+    scheduler = make_scheduler(f"{prefix}-s0", redis_url=lost_db, events=EventSettings(topic=events_topic))
+    async with relay:
+        async with scheduler:
+            await produce_jobs(topic, q, ["done", "run", "again", "gone", "redo"])
+            await produce_jobs(topic, q, ["dead"], max_attempts=1)
+            await produce_jobs(topic, q, ["later"], run_at=later_at)
+            await produce_jobs(topic, q, ["far", "unsched"], run_at=far_at)
+            await producer.produce_many([Record(topic, g.raw, record_key(g)) for g in graphs.values()])
+            ids = ["done", "run", "again", "gone", "redo", "dead", "later"]
+            await eventually(lambda: asyncio.gather(*(_state(engine, q, i) for i in ids)), all)
+            for name in ("far", "unsched"):
+                await eventually(lambda n=name: engine.far_run_at(q, n), lambda at: at == far_at)
+            await eventually(lambda: engine.depth(qg), lambda d: d.pending == 2)  # both graphs' roots
+
+            assert (await engine.cancel(q, "gone")).changed
+            claimed = {j.id: j for j in await engine.claim(q, 10)}
+            assert sorted(claimed) == ["again", "dead", "done", "redo", "run"]
+            for name in ("done", "again", "redo"):
+                await engine.complete(q, (name, claimed[name].attempt, claimed[name].token))
+            dead = claimed["dead"]
+            assert await engine.fail(q, (dead.id, dead.attempt, dead.token), "ValueError: no") == "errored"
+            assert await engine.graphs.cancel(f"{prefix}-gdone")
+            await fire_now(engine, schedule, [3_600_000, 7_200_000])
+            (done_fire,) = await engine.claim(qc, 1)
+            await engine.complete(qc, (done_fire.id, done_fire.attempt, done_fire.token))
+            assert done_fire.id == fired
+            await produce_jobs(topic, q, ["again", "pend", "tick"])  # a new run of a finished id, new jobs
+            await eventually(lambda: _state(engine, q, "tick"), lambda s: s == "pending")
+            await eventually(lambda: _state(engine, q, "again"), lambda s: s == "pending")
+
+            async def shipped() -> bool:  # every event in Kafka: the streams trimmed to nothing
+                backlog = await engine.events_backlog([q, qg, qc])
+                return not any(backlog.values()) and not await engine.graphs.events(f"{prefix}-gdone")
+
+            await eventually(shipped, bool)
+            canceled_at = now_ms()  # one more transition on a queue the shipper watches: how soon in Kafka?
+            assert (await engine.cancel(q, "tick")).changed
+            await eventually(shipped, bool)
+            print(f"an event of a watched queue was in Kafka within {now_ms() - canceled_at} ms")
+        # no scheduler any more: what happens now stays in Redis and is lost with it
+        await produce_jobs(topic, q, ["redo"])  # a new run whose events never reached Kafka
+        await eventually(lambda: _state(engine, q, "redo"), lambda s: s == "pending")
+        # unscheduled as the gateway does it: the tier's tombstone first, then the cancel in Redis
+        await producer.produce_many([Record(far.topic, None, schedule_key(q, "unsched"))])
+        assert (await engine.cancel(q, "unsched")).changed
+    await produce_jobs(topic, q, ["far2"], run_at=far_at)  # the relay never read it
+    await redis.flushdb()  # Redis lost everything
+
+    async def rebuild(**kw: Any) -> dict[str, Any]:
+        report = await rebuild_from_kafka(
+            t0 - 1000,
+            [topic],
+            kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+            redis=RedisSettings(url=lost_db),
+            events=EventSettings(topic=events_topic),
+            far=far,
+            consul=ConsulSettings(addr=endpoints.consul_addr),
+            cron_settings=cron_settings,
+            **kw,
+        )
+        doc = report.as_dict()
+        assert orjson.loads(orjson.dumps(doc)) == doc, "JSON-ready"
+        return doc
+
+    doc = await rebuild()
+    (t,) = doc["topics"]
+    assert t["skipped_by_state"] == {"canceled": 4, "completed": 2, "errored": 1}, t
+    assert (t["read"], t["kept"], t["rebuilt"], t["far"], t["graphs"], t["duplicate"]) == (16, 9, 8, 2, 1, 1)
+    assert doc["cron"] == {"refired": [kept_fire], "missing": [], "finished": 1}
+    window = doc["window"]
+    print("shipping delays measured on the events read:", window["measured_delay_ms"])
+    assert window["measured_delay_ms"]["events"] == doc["events"]["read"] > 0
+
+    for name in ("done", "dead", "gone", "tick", "unsched"):
+        assert await _state(engine, q, name) is None, f"{name} finished before the loss: not run again"
+    for name in ("pend", "run", "again", "redo"):
+        assert await _state(engine, q, name) == "pending", name
+    later = await reads.get_job(engine.client, q, "later")
+    assert later is not None
+    assert (later.state, later.run_at) == ("delayed", later_at)
+    assert (await engine.far_run_at(q, "far"), await engine.far_run_at(q, "far2")) == (far_at, far_at)
+    assert await engine.far_run_at(q, "unsched") is None, "unscheduled: its tombstone is in the tier"
+    tier = [(r.key().decode(), r.value() is not None) for r in topic_reader(far.topic, 4)]
+    assert sorted(tier) == [(f"{q}/{k}", v) for k, v in TIER], "only far2 was written, as the relay would"
+    assert (await engine.depth(q)).pending == 4, "each once"
+    assert (await engine.graphs.get(f"{prefix}-gopen")).state == "running"
+    with pytest.raises(GraphNotFound):
+        await engine.graphs.get(f"{prefix}-gdone")
+    assert (await engine.depth(qg)).pending == 1, "the running graph's root again"
+    assert await _state(engine, qc, kept_fire) == "pending"
+    assert await _state(engine, qc, fired) is None
+
+    again = await rebuild()  # a second rebuild changes nothing: the records are the same ones
+    (t,) = again["topics"]
+    assert (t["kept"], t["rebuilt"] - t["far"], t["duplicate"]) == (9, 0, 7)
+    assert topic_end(far.topic) == len(TIER)
+    assert (await engine.depth(q)).pending == 4
+    assert (await engine.depth(qg)).pending == 1
+    assert (await engine.depth(qc)).pending == 1
+    await crons.delete(schedule.name)
+    await consul.http._session.close()
+    await redis.aclose()
+
+
+STORY = ("pending", "running", "completed")
+TIER = [("far", True), ("far2", True), ("unsched", False), ("unsched", True)]
+"""The schedule topic's records in the end (key suffix, not a tombstone), sorted."""
+
+
+def _event(job_id: str, queue: str, to: str, v: int, at: int, origin: str = "") -> dict[str, Any]:
+    """A lifecycle event as the transition scripts write it (every field present)."""
+    doc: dict[str, Any] = {name: (0 if kind is int else "") for name, kind in FIELDS}
+    doc.update(id=job_id, queue=queue, kind="k", to=to, v=v, at=at, origin=origin)
+    return doc
+
+
+async def test_a_dry_run_decides_from_the_latest_event_of_each_job_and_writes_nothing(
+    prefix: str,
+    lost_db: str,
+    make_topic: MakeTopic,
+    producer: AsyncProducer,
+    rebuild_cli: Any,
+    eventually: Eventually,
+) -> None:
+    topic, events_topic = make_topic("jobs", partitions=1), make_topic("events", partitions=1)
+    q = f"{prefix}.q"
+    before = now_ms() - 5_000
+    envs = [new_envelope(q, "k", None, id=i) for i in ("a", "b", "c", "d", "e", "f")]
+    sent = await producer.produce_many([Record(topic, encode(e), record_key(e)) for e in envs])
+    origin = {e.id: f"{topic}/{d.partition}/{d.offset}" for e, d in zip(envs, sent, strict=True)}
+    t = await eventually(now_ms, lambda ms: ms > max(e.enqueued_at for e in envs) + 1, 5)
+    events = [
+        # a: ran and completed → skipped
+        *(_event("a", q, s, v, t + v, origin["a"] if v == 1 else "") for v, s in enumerate(STORY, 1)),
+        # b: canceled, then a new run of the id → back
+        _event("b", q, "pending", 1, t, origin["b"]),
+        _event("b", q, "canceled", 2, t + 1),
+        _event("b", q, "pending", 3, t + 2, f"{topic}/0/999"),
+        # c: no event at all (Redis lost it before shipping) → back
+        # d: completed, then its first event shipped once more (a re-ship) → still skipped
+        *(_event("d", q, s, v, t + v, origin["d"] if v == 1 else "") for v, s in enumerate(STORY, 1)),
+        _event("d", q, "pending", 1, t + 1, origin["d"]),
+        # e: completed, then written again from its record after an earlier loss (versions restart) → back
+        *(_event("e", q, s, v, t + v, origin["e"] if v == 1 else "") for v, s in enumerate(STORY, 1)),
+        _event("e", q, "pending", 1, t + 60_000, origin["e"]),
+        # f: its record was produced after the job (an earlier record) had completed → back (a new run)
+        _event("f", q, "pending", 1, before - 2, f"{topic}/0/998"),
+        _event("f", q, "completed", 2, before - 1),
+    ]
+    await producer.produce_many([Record(events_topic, orjson.dumps(e), e["id"].encode()) for e in events])
+    code, doc = await rebuild_cli(
+        "--topic", topic, "--events-topic", events_topic, "--from=-1h", "--dry-run", "--json"
+    )
+    assert code == 0, doc
+    (r,) = doc["topics"]
+    assert (r["read"], r["kept"], r["rebuilt"], r["skipped_by_state"]) == (6, 4, 0, {"completed": 2}), r
+    assert doc["events"]["read"] == len(events)
+    assert doc["dry_run"] is True
+    client = aioredis.Redis.from_url(lost_db)
+    assert await client.dbsize() == 0, "a dry run writes nothing"
+    await client.aclose()
+    code, out = await rebuild_cli("--topic", topic, "--events-topic", events_topic, "--from=-1h", "--dry-run")
+    assert code == 0, out
+    assert "dry run: nothing written" in out, out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topic", "{topic}", "--from", "yesterday"], "expected an ISO-8601 time"),
+        (["--topic", "{topic}", "--from", "12"], "not an offset"),
+        (["--topic", "{prefix}.absent", "--from=-1h"], "'{prefix}.absent' do not exist"),
+        (["--topic", "{topic}", "--from=-1h", "--events-topic", "{prefix}.none"], "events topic"),
+    ],
+)
+async def test_bad_input_is_refused_with_the_problem_named(
+    prefix: str, make_topic: MakeTopic, rebuild_cli: Any, args: list[str], message: str
+) -> None:
+    topic = make_topic("jobs", partitions=1)
+    events = make_topic("events", partitions=1)
+    code, out = await rebuild_cli(
+        "--events-topic", events, *(a.format(prefix=prefix, topic=topic) for a in args)
+    )
+    assert code == 2, out
+    assert message.format(prefix=prefix) in " ".join(out.split()), out
+    assert "Traceback" not in out
