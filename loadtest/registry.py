@@ -80,6 +80,12 @@ def _graphs(quick: bool) -> Report:
     return graph_bench.run(quick=quick)
 
 
+def _faults(quick: bool) -> Report:
+    from loadtest import faults_bench
+
+    return faults_bench.run(quick=quick)
+
+
 def web(
     quick: bool, *, jobs: int | None = None, history_rows: int | None = None, requests: int | None = None
 ) -> Report:
@@ -103,5 +109,6 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "history": _history,
     "graphs": _graphs,
     "web": web,
+    "faults": _faults,
 }
 """Scenario name → a function running it (``quick``: tiny sizes, one repetition) and returning its report."""

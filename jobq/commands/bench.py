@@ -24,6 +24,7 @@ SCENARIO_NAMES = (
     "history",
     "graphs",
     "web",
+    "faults",
 )
 """The names in ``loadtest.registry.SCENARIOS`` (listed here so ``--help`` need not load ``loadtest``)."""
 

@@ -1,0 +1,167 @@
+"""The one checker every fault scenario uses (Jepsen's shape: record, then judge after the fact).
+
+Two logs, kept by processes that are not under test:
+
+* **requests** (the load generator): every enqueue it sent — job id, when it was sent, when the answer came,
+  and whether the answer was a 2xx (``acked``: the gateway promised the job will run);
+* **executions** (the handlers): every time a job's handler finished its side effect — job id, attempt,
+  worker process, time. Each worker process appends one JSON line per execution to a file of its own.
+
+After the system has quiesced, :func:`judge` compares them:
+
+* ``lost = acked − executed`` must be empty unless the scenario documents an accepted-loss mode;
+* ``duplicates``: executions beyond the first per job (at-least-once allows them; each names a cause such
+  as a lease expiring under a killed worker);
+* ``unacked_executed``: jobs whose request failed or timed out but which ran anyway (the answer was lost, not
+  the job: allowed, counted);
+* ``recovery_s``: how long the disturbance lasted — from the first sign of it (a failed request, or an acked
+  job that took far longer than before the fault to run) to the moment the last of those resolved (the failed
+  request's answer, the slow job's execution). 0 when the fault was invisible to clients and to latency.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = ["Execution", "Request", "Verdict", "judge", "read_executions"]
+
+SLOW_FACTOR = 10.0
+"""A request (or an acked job) is *disturbed* when its answer (its run) came this many times later than the
+median before the fault (the median: the path's start-up, in the first jobs, must not raise the bar)..."""
+SLOW_FLOOR_S = 2.0
+"""...and at least this many seconds late (2-core machines have noisy latency)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One enqueue as the client saw it (times in seconds since the epoch)."""
+
+    id: str
+    sent: float
+    answered: float
+    acked: bool
+    status: int = 0
+    """HTTP status (0: no answer — connection refused, reset or timed out)."""
+    delay_s: float = 0.0
+    """How long after its acceptance the job was asked to run (``delay_ms``): lateness counts from then."""
+    tries: int = 1
+    """Requests the client sent for this job (the same id each time; more than one: a gateway failed it)."""
+
+    @property
+    def due(self) -> float:
+        return self.answered + self.delay_s
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One finished execution of a job's handler."""
+
+    id: str
+    attempt: int
+    worker: str
+    at: float
+
+
+@dataclass
+class Verdict:
+    """What a scenario did to the promise."""
+
+    scenario: str
+    sent: int
+    acked: int
+    executed: int
+    lost: int
+    duplicates: int
+    unacked_executed: int
+    failed_requests: int
+    recovery_s: float
+    retried: int = 0
+    """Jobs the client had to send more than once (each may reach Kafka more than once: a source of
+    duplicates the queue's ``dedup: active`` policy lets run again once the first copy finished)."""
+    lost_ids: list[str] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_executions(folder: Path) -> list[Execution]:
+    """Every execution the handlers recorded under ``folder`` (``exec-*.jsonl``); a torn last line (the
+    process was killed mid-write) is skipped — its job was not recorded, exactly as if it had not run."""
+    out: list[Execution] = []
+    for path in sorted(folder.glob("exec-*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            out.append(Execution(doc["id"], int(doc["attempt"]), str(doc["worker"]), float(doc["at"])))
+    return out
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _disturbance(
+    requests: list[Request], first_run: dict[str, float], fault_at: float
+) -> Iterator[tuple[float, float]]:
+    """(start, end) of every sign of the fault: failed requests, requests answered far slower than before
+    the fault, and acked jobs that ran far later than before the fault."""
+    before = [r for r in requests if r.acked and r.answered < fault_at]
+    answer_bound = max(SLOW_FACTOR * _median([r.answered - r.sent for r in before]), SLOW_FLOOR_S)
+    run_bound = max(
+        SLOW_FACTOR * _median([first_run[r.id] - r.due for r in before if r.id in first_run]), SLOW_FLOOR_S
+    )
+    for r in requests:
+        if r.sent < fault_at:
+            continue
+        if not r.acked or r.answered - r.sent > answer_bound:
+            yield r.sent, r.answered
+        if r.acked and r.id in first_run and first_run[r.id] - r.due > run_bound:
+            yield r.due, first_run[r.id]
+
+
+def judge(
+    scenario: str,
+    requests: Iterable[Request],
+    executions: Sequence[Execution],
+    *,
+    fault_at: float,
+    notes: dict[str, Any] | None = None,
+) -> Verdict:
+    """Compare the client's log with the handlers' log (see the module docstring)."""
+    reqs = list(requests)
+    sent = {r.id for r in reqs}
+    runs = [e for e in executions if e.id in sent]
+    extra = {"phantom_executions": n} if (n := sum(1 for e in executions if e.id not in sent)) else {}
+    acked = {r.id for r in reqs if r.acked}
+    unacked = {r.id for r in reqs if not r.acked} - acked
+    per_job = Counter(e.id for e in runs)
+    first_run: dict[str, float] = {}
+    for e in runs:
+        first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
+    lost = sorted(acked - per_job.keys())
+    spans = list(_disturbance(reqs, first_run, fault_at))
+    recovery = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
+    return Verdict(
+        scenario=scenario,
+        sent=len(sent),
+        acked=len(acked),
+        executed=len(per_job),
+        lost=len(lost),
+        duplicates=sum(n - 1 for n in per_job.values()),
+        unacked_executed=len(unacked & per_job.keys()),
+        retried=sum(1 for r in reqs if r.tries > 1),
+        failed_requests=sum(1 for r in reqs if not r.acked),
+        recovery_s=round(max(recovery, 0.0), 2),
+        lost_ids=lost[:20],
+        notes={**(notes or {}), **extra},
+    )

@@ -1,0 +1,100 @@
+"""The fault suite's client: an open-loop load of single-job enqueues, every request logged.
+
+Job *i* (id ``<run>-<i>``) is due at ``t0 + i / rate`` and sent then, whatever earlier requests are doing.
+It goes to the gateways in turn; like a careful client it tries again on another gateway, with the same job
+id, when the answer is not a 2xx or did not come (at most ``tries`` times, ``retry_after_s`` apart) — so
+a gateway that dies costs availability, not acknowledged jobs. Every tenth job is delayed by 1.5 s, so the
+scheduler's timers are on the path too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from loadtest.faults.checker import Request
+
+__all__ = ["Load"]
+
+DELAY_EVERY = 10
+DELAY_MS = 1500
+
+
+@dataclass
+class Load:
+    urls: list[str]
+    queue: str
+    token: str
+    run: str
+    rate: float = 100.0
+    tries: int = 3
+    retry_after_s: float = 0.5
+    timeout_s: float = 15.0
+    requests: list[Request] = field(default_factory=list)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._generate())
+
+    async def stop(self) -> list[Request]:
+        """Send nothing more; wait for the answers of what was sent."""
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        return self.requests
+
+    def acked_since(self, t: float) -> int:
+        return sum(1 for r in self.requests if r.acked and r.sent >= t)
+
+    async def _generate(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        connector = aiohttp.TCPConnector(limit=256)
+        pending: set[asyncio.Task[None]] = set()
+        async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as http:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            i = 0
+            while not self._stop.is_set():
+                due = t0 + i / self.rate
+                if (wait := due - loop.time()) > 0:
+                    try:
+                        await asyncio.wait_for(self._stop.wait(), wait)
+                        break
+                    except TimeoutError:
+                        pass
+                task = loop.create_task(self._one(http, i))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                i += 1
+            if pending:
+                await asyncio.gather(*pending)
+
+    async def _one(self, http: aiohttp.ClientSession, i: int) -> None:
+        job_id = f"{self.run}-{i}"
+        body: dict[str, object] = {"id": job_id, "kind": "fault.record"}
+        if i % DELAY_EVERY == 0:
+            body["delay_ms"] = DELAY_MS
+        sent = time.time()
+        status = 0
+        tries = 0
+        for attempt in range(self.tries):
+            tries += 1
+            url = self.urls[(i + attempt) % len(self.urls)]
+            try:
+                async with http.post(f"{url}/v1/queues/{self.queue}/jobs", json=body) as resp:
+                    status = resp.status
+                    await resp.read()
+            except (aiohttp.ClientError, TimeoutError):
+                status = 0
+            if 200 <= status < 300:
+                break
+            if 400 <= status < 500 and status != 429:
+                break  # the request itself is wrong: no other gateway will take it
+            await asyncio.sleep(self.retry_after_s)
+        delay_s = DELAY_MS / 1000 if "delay_ms" in body else 0.0
+        self.requests.append(Request(job_id, sent, time.time(), 200 <= status < 300, status, delay_s, tries))

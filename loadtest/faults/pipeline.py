@@ -1,0 +1,207 @@
+"""The whole path as separate processes, for one fault scenario: gateways, relays, schedulers and worker pools
+serving one queue through one topic of its own, each process killable and restartable by name.
+
+Names: ``gate-1``, ``gate-2``, ``relay-1``, ``relay-2``, ``sched-1``, ``sched-2``, ``worker-1``,
+``worker-2`` (counts per :class:`Roles`). Everything a scenario owns carries its tag: queue and topic
+``faults.<tag>``, its events, schedule and retry topics, the relays' Consul keys and consumer group, the
+scheduler group — so scenarios never see each other's work, even on a shared stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import aiohttp
+
+from jqcore.kafka import ensure_topics
+from jqcore.settings import KafkaSettings
+from jqstack.manager import Endpoints
+from jqstack.procs import free_port
+from jqstack.supervise import Child, http_ok, python_m, start, terminate
+from loadtest.faults.handlers import FAULT_DIR_ENV
+
+__all__ = ["TOKEN", "FaultPipeline", "Roles"]
+
+TOKEN = "faults-token"
+APP = "loadtest.faults.handlers:registry"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """How many of each process the path runs (two of each: any one can die and the path goes on)."""
+
+    gateways: int = 2
+    relays: int = 2
+    schedulers: int = 2
+    workers: int = 2
+    concurrency: int = 20
+    lease_ms: int = 3000
+    """Short leases: a killed worker's jobs come back within seconds."""
+
+
+@dataclass
+class FaultPipeline:
+    ep: Endpoints
+    tag: str
+    folder: Path
+    acks: Literal["all", "leader"] = "all"
+    roles: Roles = field(default_factory=Roles)
+    replication: int = 1
+    partitions: int = 3
+    topic_config: dict[str, str] = field(default_factory=dict)
+    env_extra: dict[str, str] = field(default_factory=dict)
+    children: dict[str, Child] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    _starts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def queue(self) -> str:
+        return f"faults.{self.tag}"
+
+    @property
+    def topic(self) -> str:
+        return f"faults.{self.tag}"
+
+    @property
+    def executions(self) -> Path:
+        return self.folder / "executions"
+
+    def gate_url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    @property
+    def gate_urls(self) -> list[str]:
+        return [self.gate_url(n) for n in sorted(self.ports)]
+
+    def names(self, role: str) -> list[str]:
+        return sorted(n for n in self.children if n.startswith(f"{role}-"))
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            **self.ep.exports(),
+            "JOBQ_DEFAULT_TOPIC": self.topic,
+            "JOBQ_DEFAULT_ACKS": self.acks,
+            "JOBQ_GATE_TOKENS": TOKEN,
+            "JOBQ_RELAY_TOPICS": self.topic,
+            "JOBQ_RELAY_KV_PREFIX": f"jobq-faults/{self.tag}",
+            "JOBQ_RELAY_GROUP_PREFIX": f"faults-{self.tag}",
+            "JOBQ_RELAY_LOCK_DELAY_S": "0",
+            "JOBQ_RELAY_SESSION_TTL_S": "10",
+            "JOBQ_SCHEDULER_GROUP": f"faults-{self.tag}",
+            "JOBQ_SCHEDULER_QUEUES": self.queue,
+            "JOBQ_SCHEDULER_BEAT_S": "0.5",
+            "JOBQ_SCHEDULER_STALE_S": "2",
+            "JOBQ_EVENTS_TOPIC": f"{self.topic}.events",
+            "JOBQ_FAR_TOPIC": f"{self.topic}.schedule",
+            "JOBQ_CRON_KV_PREFIX": f"jobq-faults/{self.tag}/cron",
+            "JOBQ_WORKER_LEASE_MS": str(self.roles.lease_ms),
+            "JOBQ_WORKER_GRACE_S": "5",
+            FAULT_DIR_ENV: str(self.executions),
+            "JOBQ_LOG_LEVEL": "info",
+            **self.env_extra,
+        }
+
+    def _argv(self, name: str) -> list[str]:
+        role = name.split("-")[0]
+        if role == "gate":
+            return python_m("kafkagate")
+        if role == "relay":
+            return python_m("jqrelay")
+        if role == "sched":
+            return python_m("jqsched")
+        argv = python_m("jobq", "worker", "--app", APP, "--queues", self.queue)
+        return [*argv, "--concurrency", str(self.roles.concurrency), "--processes", "1"]
+
+    def launch(self, name: str) -> Child:
+        """Start (or start again) the process ``name``; a restart keeps its port and its identity."""
+        env = self.env()
+        if name.startswith("gate-"):
+            env["JOBQ_GATE_PORT"] = str(self.ports.setdefault(name, free_port()))
+            env["JOBQ_GATE_AZ"] = name
+        env["JOBQ_RELAY_HOLDER"] = env["JOBQ_SCHEDULER_NAME"] = name
+        n = self._starts[name] = self._starts.get(name, 0) + 1
+        log = self.folder / "logs" / (f"{name}.log" if n == 1 else f"{name}.{n}.log")
+        child = start(name, self._argv(name), output=log, env=env)
+        self.children[name] = child
+        return child
+
+    async def start(self) -> None:
+        self.executions.mkdir(parents=True, exist_ok=True)
+        (self.folder / "logs").mkdir(parents=True, exist_ok=True)
+        kafka = KafkaSettings(bootstrap=self.ep.kafka_bootstrap)
+        topics = [self.topic, f"{self.topic}.retry", f"{self.topic}.dead", f"{self.topic}.events"]
+        await asyncio.to_thread(
+            ensure_topics,
+            kafka,
+            topics,
+            partitions=self.partitions,
+            replication=self.replication,
+            config=self.topic_config,
+        )
+        await asyncio.to_thread(
+            ensure_topics,
+            kafka,
+            [f"{self.topic}.schedule"],
+            partitions=1,
+            replication=self.replication,
+            compacted=True,
+        )
+        r = self.roles
+        for role, count in (
+            ("gate", r.gateways),
+            ("relay", r.relays),
+            ("sched", r.schedulers),
+            ("worker", r.workers),
+        ):
+            for i in range(1, count + 1):
+                self.launch(f"{role}-{i}")
+        for name in self.names("gate"):
+            await self.wait_gateway(name)
+        await self.configure_queue()
+
+    async def configure_queue(self) -> None:
+        """``dedup: finished`` — what a queue fed by retrying clients chooses (``docs/architecture.md``): a
+        client that sends a job again because its first answer failed must not run a finished job twice."""
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        url = f"{self.gate_urls[0]}/v1/queues/{self.queue}"
+        async with (
+            aiohttp.ClientSession(headers=headers) as http,
+            http.patch(url, json={"dedup": "finished"}) as r,
+        ):
+            if r.status != 200:
+                raise RuntimeError(f"configuring {self.queue} failed: {r.status} {await r.text()}")
+
+    async def wait_gateway(self, name: str, timeout_s: float = 90.0) -> None:
+        await self.children[name].wait_ready_async(
+            http_ok(self.gate_url(name) + "/readyz"), timeout_s=timeout_s
+        )
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> float:
+        """Signal one process (SIGKILL: a crash) and wait until it is gone; the time it died."""
+        child = self.children[name]
+        child.signal(sig)
+        child.wait(60)
+        return time.time()
+
+    async def restart(self, name: str) -> None:
+        child = self.children[name]
+        if child.running():
+            await asyncio.to_thread(child.stop, 10)
+        self.launch(name)
+        if name.startswith("gate-"):
+            await self.wait_gateway(name)
+
+    def dead(self) -> list[str]:
+        return [f"{n} (exit {c.returncode})" for n, c in self.children.items() if c.returncode is not None]
+
+    async def stop(self) -> None:
+        await asyncio.gather(
+            *(asyncio.to_thread(terminate, c.pid, timeout_s=20) for c in self.children.values())
+        )

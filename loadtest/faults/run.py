@@ -1,0 +1,160 @@
+"""Run one fault scenario: the path up, load on, the fault in, the fault out, quiesce, judge.
+
+1. :class:`FaultPipeline` starts (gateways, relays, schedulers, workers) on the given servers.
+2. :class:`Load` sends jobs at a steady rate; once ``warm`` of them have run, the scenario's fault function
+   injects its fault and heals it (holding it under load for the duration it states).
+3. The load goes on until ``after`` more jobs were acknowledged after the heal (the flow is steady again),
+   then stops; the path runs until nothing of the queue is left ready, delayed or running and every acked
+   job ran, or nothing new ran for ``idle_s``.
+4. :func:`loadtest.faults.checker.judge` compares the client's log with the handlers' log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from jqcore.redisconn import connect
+from jqcore.settings import RedisSettings
+from jqcore.state import Engine
+from jqstack.manager import Endpoints, Stack
+from loadtest.faults.checker import Verdict, judge, read_executions
+from loadtest.faults.load import Load
+from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
+
+__all__ = ["Drill", "Scenario", "run_scenario"]
+
+Servers = Literal["shared", "own", "kafka3", "cluster"]
+"""What a scenario runs on: the caller's servers (it kills no server), a private single-node stack (it kills
+or wipes a server), a private stack with three Kafka brokers, or a private six-node Redis Cluster."""
+
+
+@dataclass
+class Drill:
+    """What a fault function gets: the running path, its load, the stack (None on shared servers) and a
+    place for notes that end up in the report."""
+
+    pipe: FaultPipeline
+    load: Load
+    stack: Stack | None
+    notes: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    """When the scenario began (before its first job was sent)."""
+
+    async def hold(self, seconds: float) -> None:
+        """Keep the fault in place for ``seconds`` of load (the scenario's stated duration; the pipeline's
+        processes are checked meanwhile)."""
+        await asyncio.sleep(seconds)
+
+    async def flowing(self, n: int = 100, timeout_s: float = 120.0) -> float:
+        """Wait until ``n`` jobs sent from now on were acked and ran (the path works end to end); the
+        seconds it took."""
+        since = time.time()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ran = {e.id for e in read_executions(self.pipe.executions)}
+            ok = sum(1 for r in list(self.load.requests) if r.acked and r.sent >= since and r.id in ran)
+            if ok >= n:
+                return time.time() - since
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {ok}/{n} new jobs went through within {timeout_s:.0f}s")
+            await asyncio.sleep(0.25)
+
+    def server(self) -> Stack:
+        if self.stack is None:
+            raise RuntimeError("this scenario needs a stack of its own")
+        return self.stack
+
+
+Fault = Callable[[Drill], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    fault: Fault
+    servers: Servers = "shared"
+    acks: Literal["all", "leader"] = "all"
+    loss_allowed: bool = False
+    """True only where the scenario documents an accepted-loss mode (``acks=leader``, Redis ``everysec``)."""
+    roles: Roles = field(default_factory=Roles)
+    replication: int = 1
+    topic_config: dict[str, str] = field(default_factory=dict)
+    rate: float = 100.0
+    warm: int = 200
+    after: int = 300
+
+
+async def _quiesce(pipe: FaultPipeline, load: Load, idle_s: float, cap_s: float) -> None:
+    acked = {r.id for r in load.requests if r.acked}
+    env = pipe.ep.exports()
+    redis = connect(
+        RedisSettings.model_validate({"url": env["JOBQ_REDIS_URL"], "cluster": "JOBQ_REDIS_CLUSTER" in env})
+    )
+    engine = Engine(redis)
+    started = last_change = time.monotonic()
+    seen = -1
+    try:
+        while time.monotonic() - started < cap_s:
+            ran = {e.id for e in read_executions(pipe.executions)}
+            if len(ran) != seen:
+                seen, last_change = len(ran), time.monotonic()
+            depth = await engine.depth(pipe.queue)
+            if acked <= ran and depth.pending + depth.delayed + depth.running == 0:
+                return
+            if time.monotonic() - last_change > idle_s:
+                return
+            await asyncio.sleep(0.5)
+    finally:
+        await redis.aclose()
+
+
+async def run_scenario(
+    scenario: Scenario,
+    ep: Endpoints,
+    folder: Path,
+    *,
+    stack: Stack | None = None,
+    idle_s: float = 30.0,
+    cap_s: float = 180.0,
+) -> Verdict:
+    """Run ``scenario`` on ``ep`` (``stack``: the servers it may kill); the verdict (also in ``folder``)."""
+    tag = f"{scenario.name}-{uuid.uuid4().hex[:6]}"
+    pipe = FaultPipeline(
+        ep,
+        tag,
+        folder,
+        acks=scenario.acks,
+        roles=scenario.roles,
+        replication=scenario.replication,
+        topic_config=scenario.topic_config,
+    )
+    load = Load(pipe.gate_urls, pipe.queue, TOKEN, tag, rate=scenario.rate)
+    drill = Drill(pipe, load, stack)
+    try:
+        await pipe.start()
+        load.urls = pipe.gate_urls
+        load.start()
+        await drill.flowing(scenario.warm)
+        fault_at = time.time()
+        await scenario.fault(drill)
+        drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
+        await load.stop()
+        await _quiesce(pipe, load, idle_s, cap_s)
+    finally:
+        await load.stop()
+        drill.notes["exited"] = pipe.dead()
+        await pipe.stop()
+    verdict = judge(
+        scenario.name, load.requests, read_executions(pipe.executions), fault_at=fault_at, notes=drill.notes
+    )
+    (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))
+    return verdict

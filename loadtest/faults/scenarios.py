@@ -1,0 +1,318 @@
+"""Every fault scenario, by name. Each fault function injects its fault under load, holds it for the time it
+states, heals it, and leaves notes for the report; :func:`loadtest.faults.run.run_scenario` does the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from datetime import UTC, datetime
+
+import orjson
+
+from jqcore.consulconn import consul_client
+from jqcore.settings import ConsulSettings, RelayKeys
+from jqstack.supervise import python_m
+from loadtest.faults.run import Drill, Scenario
+
+__all__ = ["SCENARIOS", "by_name"]
+
+HOLD_S = 3.0
+"""How long a killed process stays dead before it is started again (systemd's ``RestartSec``)."""
+
+
+async def _kill_and_restart(d: Drill, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+    d.notes["killed"] = name
+    d.pipe.kill(name, sig)
+    await d.hold(HOLD_S)
+    await d.pipe.restart(name)
+
+
+async def _lock_holder(d: Drill) -> tuple[str, str]:
+    """(holder name, session id) of the relay lock of the scenario's topic, waiting until one holds it."""
+    keys = RelayKeys.model_validate({"kv_prefix": f"jobq-faults/{d.pipe.tag}"})
+    client = consul_client(ConsulSettings.model_validate({"addr": d.pipe.ep.consul_addr}))
+    try:
+        for _ in range(600):
+            _, entry = await client.kv.get(keys.lock_key(d.pipe.topic))
+            if entry and entry.get("Session"):
+                return str(orjson.loads(entry["Value"])["holder"]), str(entry["Session"])
+            await asyncio.sleep(0.1)
+        raise TimeoutError("no relay holds the topic's lock")
+    finally:
+        await client.http._session.close()
+
+
+async def worker_kill(d: Drill) -> None:
+    await _kill_and_restart(d, "worker-1")
+
+
+async def gateway_kill(d: Drill) -> None:
+    await _kill_and_restart(d, "gate-1")
+
+
+async def scheduler_kill(d: Drill) -> None:
+    await _kill_and_restart(d, "sched-1")
+
+
+async def relay_kill(d: Drill) -> None:
+    holder, _ = await _lock_holder(d)
+    await _kill_and_restart(d, holder)
+    successor, _ = await _lock_holder(d)
+    d.notes["lock_after"] = successor
+
+
+async def relay_session_destroyed(d: Drill) -> None:
+    """Consul destroys the lock holder's session (an operator, or Consul losing it): the holder must stop
+    writing (its fence is stale), a relay — possibly the same one, with a new session — takes over."""
+    holder, session = await _lock_holder(d)
+    client = consul_client(ConsulSettings.model_validate({"addr": d.pipe.ep.consul_addr}))
+    try:
+        await client.session.destroy(session)
+    finally:
+        await client.http._session.close()
+    d.notes["destroyed_session_of"] = holder
+    started = time.monotonic()
+    for _ in range(600):
+        successor, new_session = await _lock_holder(d)
+        if new_session != session:
+            d.notes["lock_after"] = successor
+            d.notes["relock_s"] = round(time.monotonic() - started, 2)
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("no relay took the lock again")
+
+
+# ---- servers killed: a stack of the scenario's own --------------------------------------------------
+
+
+def _restart_servers(d: Drill) -> float:
+    """Start every stopped server of the stack again; seconds until all answered."""
+    return d.server().restart("all", timeout_s=180)
+
+
+async def _kill_server(d: Drill, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+    await asyncio.to_thread(d.server().kill, name, sig)
+
+
+async def redis_kill(d: Drill) -> None:
+    """kill -9 of Redis (AOF ``appendfsync everysec``), started again on its data 3 s later."""
+    await _kill_server(d, "redis")
+    await d.hold(HOLD_S)
+    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
+
+
+async def redis_lost(d: Drill) -> None:
+    """Redis lost with its data (killed, data directory deleted, started empty 3 s later); the operator then
+    applies the queue's settings again and runs ``jobq rebuild`` from before the run began: pending jobs
+    come back from Kafka, finished ones (the events topic says which) do not run again."""
+    await asyncio.to_thread(d.server().wipe, "redis")
+    await d.hold(HOLD_S)
+    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
+    await d.pipe.configure_queue()
+    since = datetime.fromtimestamp(d.started - 10, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    argv = [*python_m("jobq", "rebuild", "--from", since, "--topic", d.pipe.topic, "--json")]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=d.pipe.env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"jobq rebuild failed ({proc.returncode}): {err.decode()[-2000:]}")
+    report = orjson.loads(out)
+    d.notes["rebuild"] = {k: v for k, v in report["topics"][0].items() if isinstance(v, int | dict)}
+
+
+async def consul_kill(d: Drill) -> None:
+    """kill -9 of the Consul agent (a dev agent: it comes back empty, every session and lock gone)."""
+    await _kill_server(d, "consul")
+    await d.hold(HOLD_S)
+    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
+    holder, _ = await _lock_holder(d)
+    d.notes["lock_after"] = holder
+
+
+# ---- Kafka on three brokers (RF 3, min.insync.replicas 2; brokers 1, 2 in az-a, 3 in az-b) -----------
+
+KAFKA_HOLD_S = 5.0
+
+
+def _leader(d: Drill, partition: int = 0) -> str:
+    """The stack's name of the broker leading ``partition`` of the scenario's topic."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
+    meta = admin.list_topics(d.pipe.topic, timeout=20)
+    return f"kafka-{meta.topics[d.pipe.topic].partitions[partition].leader}"
+
+
+def _in_sync(d: Drill) -> bool:
+    """Every partition of the scenario's topic has all three replicas in sync again."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
+    meta = admin.list_topics(d.pipe.topic, timeout=20)
+    return all(len(p.isrs) == len(p.replicas) for p in meta.topics[d.pipe.topic].partitions.values())
+
+
+async def _wait_in_sync(d: Drill, timeout_s: float = 180.0) -> float:
+    started = time.monotonic()
+    while not await asyncio.to_thread(_in_sync, d):
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError("the topic's replicas did not come back in sync")
+        await asyncio.sleep(0.5)
+    return round(time.monotonic() - started, 2)
+
+
+async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None:
+    d.notes["brokers"] = names
+    await asyncio.gather(*(_kill_server(d, n, sig) for n in names))
+    await d.hold(KAFKA_HOLD_S)
+    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
+    d.notes["in_sync_s"] = await _wait_in_sync(d)
+
+
+async def kafka_leader_kill(d: Drill) -> None:
+    await _brokers_down(d, [await asyncio.to_thread(_leader, d)], signal.SIGKILL)
+
+
+async def kafka_leader_stop(d: Drill) -> None:
+    await _brokers_down(d, [await asyncio.to_thread(_leader, d)], signal.SIGTERM)
+
+
+async def kafka_zone_down(d: Drill) -> None:
+    await _brokers_down(d, ["kafka-1", "kafka-2"], signal.SIGKILL)
+
+
+async def kafka_all_down(d: Drill) -> None:
+    await _brokers_down(d, ["kafka-1", "kafka-2", "kafka-3"], signal.SIGKILL)
+
+
+async def kafka_rolling_restart(d: Drill) -> None:
+    """Each broker in turn: a graceful stop, a start, and its replicas back in sync before the next."""
+    for name in ("kafka-1", "kafka-2", "kafka-3"):
+        await _kill_server(d, name, signal.SIGTERM)
+        await asyncio.to_thread(_restart_servers, d)
+        d.notes[f"{name}_in_sync_s"] = await _wait_in_sync(d)
+
+
+# ---- Redis Cluster: three masters with a replica each ------------------------------------------------
+
+
+def _queue_master(d: Drill) -> str:
+    """The stack's name of the master that holds the scenario queue's slot."""
+    import redis
+
+    stack = d.server()
+    nodes = stack.of_kind("redis-cluster")
+    first = redis.Redis(host="127.0.0.1", port=nodes[0].port, decode_responses=True)
+    try:
+        slot = int(first.cluster("KEYSLOT", f"{{{d.pipe.queue}}}"))
+        for start, end, master, *_ in first.cluster("SLOTS"):
+            if int(start) <= slot <= int(end):
+                port = int(master[1])
+                return next(n.name for n in nodes if n.port == port)
+    finally:
+        first.close()
+    raise RuntimeError(f"no master serves slot {slot}")
+
+
+async def redis_master_kill(d: Drill) -> None:
+    """kill -9 of the master holding the queue; its replica takes over (node timeout 5 s); the old master
+    comes back as a replica."""
+    master = await asyncio.to_thread(_queue_master, d)
+    d.notes["killed"] = master
+    await _kill_server(d, master)
+    started = time.monotonic()
+    while (now := await asyncio.to_thread(_queue_master, d)) == master:
+        if time.monotonic() - started > 60:
+            raise TimeoutError("no replica took over the killed master's slots")
+        await asyncio.sleep(0.25)
+    d.notes["failover_s"] = round(time.monotonic() - started, 2)
+    d.notes["new_master"] = now
+    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
+
+
+UNCLEAN = {"unclean.leader.election.enable": "true"}
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("kill-worker", "kill -9 of a worker pool, restarted 3 s later", worker_kill),
+    Scenario("kill-gateway", "kill -9 of a gateway, restarted 3 s later", gateway_kill),
+    Scenario("kill-relay", "kill -9 of the relay holding the lock, restarted 3 s later", relay_kill),
+    Scenario("kill-scheduler", "kill -9 of a scheduler, restarted 3 s later", scheduler_kill),
+    Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
+    Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
+    Scenario(
+        "redis-lost",
+        "Redis lost with its data, started empty 3 s later, `jobq rebuild` from Kafka",
+        redis_lost,
+        "own",
+    ),
+    Scenario("consul-kill", "kill -9 of the Consul agent, restarted empty 3 s later", consul_kill, "own"),
+    Scenario(
+        "kafka-leader-kill",
+        "kill -9 of a partition leader, back 5 s later",
+        kafka_leader_kill,
+        "kafka3",
+        replication=3,
+    ),
+    Scenario(
+        "kafka-leader-stop",
+        "graceful stop of a partition leader, back 5 s later",
+        kafka_leader_stop,
+        "kafka3",
+        replication=3,
+    ),
+    Scenario(
+        "kafka-zone-down",
+        "kill -9 of both brokers of zone az-a, back 5 s later",
+        kafka_zone_down,
+        "kafka3",
+        replication=3,
+    ),
+    Scenario(
+        "kafka-all-down",
+        "kill -9 of all three brokers, back 5 s later (unclean election off)",
+        kafka_all_down,
+        "kafka3",
+        replication=3,
+    ),
+    Scenario(
+        "kafka-all-down-unclean",
+        "kill -9 of all three brokers, back 5 s later (unclean election on)",
+        kafka_all_down,
+        "kafka3",
+        replication=3,
+        topic_config=UNCLEAN,
+    ),
+    Scenario(
+        "kafka-rolling-restart",
+        "each broker stopped gracefully and started in turn",
+        kafka_rolling_restart,
+        "kafka3",
+        replication=3,
+    ),
+    Scenario(
+        "redis-cluster-failover",
+        "kill -9 of the queue's Redis Cluster master; its replica promoted",
+        redis_master_kill,
+        "cluster",
+    ),
+    Scenario(
+        "kafka-leader-kill-acks-leader",
+        "kill -9 of a partition leader, acks=leader (Slack's trade)",
+        kafka_leader_kill,
+        "kafka3",
+        acks="leader",
+        loss_allowed=True,
+        replication=3,
+    ),
+]
+
+
+def by_name(name: str) -> Scenario:
+    for s in SCENARIOS:
+        if s.name == name:
+            return s
+    raise KeyError(f"no fault scenario {name!r}; known: {', '.join(s.name for s in SCENARIOS)}")

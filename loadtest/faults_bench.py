@@ -1,0 +1,49 @@
+"""``jobq bench faults``: every fault scenario of :mod:`loadtest.faults.scenarios` in one run, on stacks of
+its own (one single-node stack for the scenarios that kill no server or one of each, three Kafka brokers, a
+six-node Redis Cluster), and the report ``docs/reliability.md`` copies: per scenario acked, executed, lost,
+duplicates, recovery time. ``--quick`` runs the scenarios that need only the single-node stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+from loadtest.faults.report import FaultReport
+from loadtest.faults.run import Servers, run_scenario
+from loadtest.faults.scenarios import SCENARIOS
+from loadtest.faults.stacks import private_stack
+
+__all__ = ["run"]
+
+ORDER: tuple[Servers, ...] = ("own", "kafka3", "cluster")
+"""Stack shapes in the order they run; ``shared`` scenarios run on the ``own`` stack (they kill no server)."""
+
+
+def run(quick: bool = False) -> FaultReport:
+    report = FaultReport("faults", {"quick": quick})
+    work = Path(tempfile.mkdtemp(prefix="jobq-faults-"))
+    for shape in ORDER[:1] if quick else ORDER:
+        wanted = [s for s in SCENARIOS if s.servers == shape or (shape == "own" and s.servers == "shared")]
+        with private_stack(shape) as stack:
+            for scenario in wanted:
+                folder = work / scenario.name
+                verdict = asyncio.run(run_scenario(scenario, stack.endpoints, folder, stack=stack))
+                report.add_verdict(scenario, verdict)
+                print(f"{scenario.name}: {verdict}", flush=True)
+    for name, unit, value in _totals(report):
+        report.add(name, unit, [value])
+    report.notes.append(f"logs and every scenario's verdict.json: {work}")
+    return report
+
+
+def _totals(report: FaultReport) -> list[tuple[str, str, float]]:
+    strict = [v for s, v in report.rows if not s.loss_allowed]
+    return [
+        ("scenarios", "count", float(len(report.rows))),
+        ("acked jobs lost where loss is not allowed", "jobs", float(sum(v.lost for v in strict))),
+        ("acked jobs", "jobs", float(sum(v.acked for _, v in report.rows))),
+        ("duplicate executions", "jobs", float(sum(v.duplicates for _, v in report.rows))),
+        ("longest recovery", "s", max((v.recovery_s for _, v in report.rows), default=0.0)),
+    ]

@@ -1,0 +1,68 @@
+"""The promise under faults: every scenario of :mod:`loadtest.faults.scenarios` under load through the real
+gateway → Kafka → relay → Redis → worker (+ scheduler) path, judged by the one checker.
+
+Scenarios that kill no server run on the session's servers; the others get a private stack per shape
+(one node of each; three Kafka brokers; a six-node Redis Cluster), shared by the scenarios of that shape and
+purged after. The verdicts of the session are saved as a report (``JOBQ_HOME/results/faults-<time>/``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from jqstack.backends import SessionStack
+from jqstack.manager import Stack
+from loadtest.faults.report import FaultReport
+from loadtest.faults.run import Scenario, Servers, run_scenario
+from loadtest.faults.scenarios import SCENARIOS
+from loadtest.faults.stacks import private_stack
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def fault_report() -> Iterator[FaultReport]:
+    report = FaultReport("faults", {"source": "pytest tests/faults/test_scenarios.py"})
+    yield report
+    if report.rows:
+        print(f"\nfault report: {report.save()}")
+
+
+@pytest.fixture(scope="module")
+def private_stacks() -> Iterator[Callable[[Servers], Stack]]:
+    """One private stack per shape, started when a scenario first needs it, purged after the module."""
+    opened: dict[Servers, Stack] = {}
+    with ExitStack() as closing:
+
+        def get(servers: Servers) -> Stack:
+            if servers not in opened:
+                opened[servers] = closing.enter_context(private_stack(servers))
+            return opened[servers]
+
+        yield get
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+async def test_scenario(
+    scenario: Scenario,
+    stack: SessionStack,
+    private_stacks: Callable[[Servers], Stack],
+    fault_report: FaultReport,
+    tmp_path: Path,
+) -> None:
+    if scenario.servers == "shared":
+        verdict = await run_scenario(scenario, stack.endpoints, tmp_path)
+    else:
+        own = private_stacks(scenario.servers)
+        verdict = await run_scenario(scenario, own.endpoints, tmp_path, stack=own)
+    fault_report.add_verdict(scenario, verdict)
+    print(verdict)
+    assert verdict.acked > 0
+    assert not verdict.notes["exited"], "a process the scenario did not kill exited (see its log)"
+    if not scenario.loss_allowed:
+        assert verdict.lost == 0, f"acknowledged jobs never ran: {verdict.lost_ids}"
+    assert verdict.executed >= verdict.acked - verdict.lost

@@ -1,0 +1,91 @@
+"""The fault suite's checker on hand-made histories: what counts as lost, duplicated, unacked-but-run, and
+how long a disturbance lasted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from loadtest.faults.checker import Execution, Request, judge, read_executions
+
+
+def _req(
+    i: int, sent: float, acked: bool = True, answered: float | None = None, delay_s: float = 0.0
+) -> Request:
+    return Request(
+        f"j{i}", sent, answered if answered is not None else sent + 0.01, acked, 202 if acked else 0, delay_s
+    )
+
+
+def _run(i: int, at: float, attempt: int = 1) -> Execution:
+    return Execution(f"j{i}", attempt, "w1", at)
+
+
+def test_clean_history_has_nothing_to_report() -> None:
+    reqs = [_req(i, 100 + i * 0.01) for i in range(100)]
+    runs = [_run(i, 100 + i * 0.01 + 0.05) for i in range(100)]
+    v = judge("clean", reqs, runs, fault_at=100.5)
+    assert (v.sent, v.acked, v.executed, v.lost, v.duplicates, v.unacked_executed) == (100, 100, 100, 0, 0, 0)
+    assert v.recovery_s == 0.0
+
+
+def test_an_acked_job_that_never_ran_is_lost_and_named() -> None:
+    reqs = [_req(i, 100 + i) for i in range(5)]
+    runs = [_run(i, 100 + i + 0.1) for i in (0, 1, 3)]
+    v = judge("lost", reqs, runs, fault_at=101.5)
+    assert v.lost == 2
+    assert v.lost_ids == ["j2", "j4"]
+
+
+def test_extra_executions_are_duplicates_and_unacked_runs_are_counted_apart() -> None:
+    reqs = [_req(0, 100), _req(1, 100, acked=False, answered=115), _req(2, 100, acked=False, answered=115)]
+    runs = [_run(0, 100.1), _run(0, 104, attempt=2), _run(0, 104.5, attempt=2), _run(1, 100.2)]
+    v = judge("dup", reqs, runs, fault_at=99)
+    assert v.duplicates == 2
+    assert v.unacked_executed == 1
+    assert v.failed_requests == 2
+    assert v.lost == 0
+
+
+def test_a_job_retried_by_the_client_counts_once() -> None:
+    """One Request per job id: the load logs the final outcome of all its tries."""
+    reqs = [_req(0, 100), Request("j1", 100, 101, True, 202)]
+    v = judge("retried", reqs, [_run(0, 100.1), _run(1, 101.1)], fault_at=99)
+    assert (v.sent, v.acked, v.executed) == (2, 2, 2)
+
+
+def test_recovery_spans_first_failure_to_last_late_job() -> None:
+    before = [_req(i, 90 + i * 0.1) for i in range(50)]
+    before_runs = [_run(i, 90 + i * 0.1 + 0.06) for i in range(50)]
+    failed = [Request("f1", 101.0, 103.0, False), Request("f2", 102.0, 104.0, False)]
+    late = [_req(100, 103.5)]  # acked at 103.51, ran 10 s later: far beyond the 2 s floor
+    on_time = [_req(101, 105)]
+    runs = [*before_runs, _run(100, 113.51), _run(101, 105.1)]
+    v = judge("recovery", [*before, *failed, *late, *on_time], runs, fault_at=100.0)
+    assert v.recovery_s == 12.51  # 101.0 (first failed request) → 113.51 (the late job ran)
+
+
+def test_delayed_jobs_are_late_only_after_their_due_time() -> None:
+    reqs = [_req(i, 100 + i * 0.1) for i in range(20)] + [_req(99, 103, delay_s=1.5)]
+    runs = [_run(i, 100 + i * 0.1 + 0.05) for i in range(20)] + [_run(99, 104.6)]
+    assert judge("delayed", reqs, runs, fault_at=102).recovery_s == 0.0
+
+
+def test_torn_last_line_of_a_killed_worker_is_skipped(tmp_path: Path) -> None:
+    whole = orjson.dumps({"id": "a", "attempt": 1, "worker": "7", "at": 1.5}) + b"\n"
+    (tmp_path / "exec-7.jsonl").write_bytes(whole + b'{"id": "b", "att')
+    (tmp_path / "exec-8.jsonl").write_bytes(
+        orjson.dumps({"id": "c", "attempt": 2, "worker": "8", "at": 2}) + b"\n"
+    )
+    (tmp_path / "other.txt").write_text("not an execution log")
+    assert read_executions(tmp_path) == [Execution("a", 1, "7", 1.5), Execution("c", 2, "8", 2.0)]
+
+
+def test_a_slow_answer_is_a_disturbance_even_when_it_was_a_yes() -> None:
+    before = [_req(i, 90 + i * 0.1) for i in range(50)]
+    runs = [_run(i, 90 + i * 0.1 + 0.06) for i in range(50)]
+    slow = Request("s", 100.0, 109.0, True, 202, tries=2)  # the gateway held it 9 s (Kafka had no quorum)
+    v = judge("slow", [*before, slow], [*runs, Execution("s", 1, "w1", 109.05)], fault_at=99.5)
+    assert v.recovery_s == 9.0
+    assert v.retried == 1
