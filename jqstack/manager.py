@@ -45,6 +45,10 @@ class StackSpec:
     fixed_ports: bool = True
     redis_replicas: int = 0
     """Replicas per Redis Cluster master (3 masters; 1 gives six nodes, and a killed master fails over)."""
+    fault_listener: bool = False
+    """Each broker gets a second listener that advertises a *proxy* port (``fault_proxy``): a client
+    bootstrapped there reaches the broker only through a TCP fault proxy on that port (the fault suite's
+    way to cut one process from Kafka; the normal listener stays direct)."""
 
 
 @dataclass
@@ -55,6 +59,13 @@ class Endpoints:
     consul_addr: str
     redis_url: str | None
     redis_cluster_nodes: list[str] = field(default_factory=list)
+    kafka_fault_links: list[tuple[int, int]] = field(default_factory=list)
+    """(proxy port, broker port) per broker with a fault listener: a fault proxy on the first port
+    forwarding to the second is the only way in for clients bootstrapped at the proxy ports."""
+
+    @property
+    def kafka_fault_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{proxy}" for proxy, _ in self.kafka_fault_links)
 
     def exports(self) -> dict[str, str]:
         env = {"JOBQ_KAFKA_BOOTSTRAP": self.kafka_bootstrap, "CONSUL_HTTP_ADDR": self.consul_addr}
@@ -104,13 +115,16 @@ class Stack:
     def _plan(self) -> list[ServerSpec]:
         out: list[ServerSpec] = []
         for i in range(self.spec.brokers):
+            extra = {"controller": self._port("kafka", 2 * i + 1)}
+            if self.spec.fault_listener:
+                extra |= {"fault": free_port(), "fault_proxy": free_port()}
             out.append(
                 ServerSpec(
                     f"kafka-{i + 1}",
                     "kafka",
                     self._port("kafka", 2 * i),
                     str(self.root / f"kafka-{i + 1}"),
-                    {"controller": self._port("kafka", 2 * i + 1)},
+                    extra,
                 )
             )
         out.append(
@@ -159,6 +173,11 @@ class Stack:
             consul_addr=f"127.0.0.1:{self.of_kind('consul')[0].port}",
             redis_url=f"redis://127.0.0.1:{single[0].port}/0" if single else None,
             redis_cluster_nodes=[f"127.0.0.1:{s.port}" for s in self.of_kind("redis-cluster")],
+            kafka_fault_links=[
+                (s.extra_ports["fault_proxy"], s.extra_ports["fault"])
+                for s in self.of_kind("kafka")
+                if "fault" in s.extra_ports
+            ],
         )
 
     # ---- lifecycle ------------------------------------------------------------------------------

@@ -76,16 +76,23 @@ class KafkaBroker:
     @staticmethod
     def properties(spec: ServerSpec, node_id: int, voters: str) -> str:
         port, cport = spec.port, spec.extra_ports["controller"]
+        listeners = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"
+        advertised = f"PLAINTEXT://127.0.0.1:{port}"
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        if "fault" in spec.extra_ports:  # reached only through a fault proxy on the advertised port
+            listeners += f",FAULT://127.0.0.1:{spec.extra_ports['fault']}"
+            advertised += f",FAULT://127.0.0.1:{spec.extra_ports['fault_proxy']}"
+            protocols += ",FAULT:PLAINTEXT"
         return "\n".join(
             [
                 "process.roles=broker,controller",
                 f"node.id={node_id}",
                 f"broker.rack={broker_zone(node_id)}",
                 f"controller.quorum.voters={voters}",
-                f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                f"listeners={listeners}",
+                f"advertised.listeners={advertised}",
                 "controller.listener.names=CONTROLLER",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"listener.security.protocol.map={protocols}",
                 "inter.broker.listener.name=PLAINTEXT",
                 f"log.dirs={spec.data_dir / 'log'}",
                 f"num.partitions={3 if voters.count('@') == 1 else 6}",

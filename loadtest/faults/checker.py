@@ -111,11 +111,12 @@ def _median(values: list[float]) -> float:
 
 
 def _disturbance(
-    requests: list[Request], first_run: dict[str, float], fault_at: float
+    requests: list[Request], first_run: dict[str, float], fault_at: float, baseline_from: float
 ) -> Iterator[tuple[float, float]]:
     """(start, end) of every sign of the fault: failed requests, requests answered far slower than before
-    the fault, and acked jobs that ran far later than before the fault."""
-    before = [r for r in requests if r.acked and r.answered < fault_at]
+    the fault, and acked jobs that ran far later than before the fault (the baseline: jobs sent from
+    ``baseline_from`` on, once the path was warm)."""
+    before = [r for r in requests if r.acked and baseline_from <= r.sent and r.answered < fault_at]
     answer_bound = max(SLOW_FACTOR * _median([r.answered - r.sent for r in before]), SLOW_FLOOR_S)
     run_bound = max(
         SLOW_FACTOR * _median([first_run[r.id] - r.due for r in before if r.id in first_run]), SLOW_FLOOR_S
@@ -135,6 +136,7 @@ def judge(
     executions: Sequence[Execution],
     *,
     fault_at: float,
+    baseline_from: float = 0.0,
     notes: dict[str, Any] | None = None,
 ) -> Verdict:
     """Compare the client's log with the handlers' log (see the module docstring)."""
@@ -149,7 +151,7 @@ def judge(
     for e in runs:
         first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
     lost = sorted(acked - per_job.keys())
-    spans = list(_disturbance(reqs, first_run, fault_at))
+    spans = list(_disturbance(reqs, first_run, fault_at, baseline_from))
     recovery = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
     return Verdict(
         scenario=scenario,

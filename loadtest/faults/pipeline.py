@@ -56,6 +56,9 @@ class FaultPipeline:
     partitions: int = 3
     topic_config: dict[str, str] = field(default_factory=dict)
     env_extra: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Settings for some processes only, keyed by a name (``relay-1``) or a role (``relay``): how a
+    scenario sends one process's links through the fault proxy."""
     children: dict[str, Child] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     _starts: dict[str, int] = field(default_factory=dict)
@@ -126,6 +129,9 @@ class FaultPipeline:
             env["JOBQ_GATE_PORT"] = str(self.ports.setdefault(name, free_port()))
             env["JOBQ_GATE_AZ"] = name
         env["JOBQ_RELAY_HOLDER"] = env["JOBQ_SCHEDULER_NAME"] = name
+        for key, values in self.overrides.items():
+            if name == key or name.startswith(f"{key}-"):
+                env.update(values)
         n = self._starts[name] = self._starts.get(name, 0) + 1
         log = self.folder / "logs" / (f"{name}.log" if n == 1 else f"{name}.{n}.log")
         child = start(name, self._argv(name), output=log, env=env)

@@ -24,6 +24,7 @@ import orjson
 from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings
 from jqcore.state import Engine
+from jqstack.faultproxy import FaultProxy
 from jqstack.manager import Endpoints, Stack
 from loadtest.faults.checker import Verdict, judge, read_executions
 from loadtest.faults.load import Load
@@ -44,6 +45,9 @@ class Drill:
     pipe: FaultPipeline
     load: Load
     stack: Stack | None
+    proxy: FaultProxy | None = None
+    """The fault proxy the scenario's ``links`` go through (proxies named ``<process>-<service>``; Kafka's
+    are ``kafka-<n>``, one per broker, shared by every process sent through them)."""
     notes: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     """When the scenario began (before its first job was sent)."""
@@ -67,6 +71,17 @@ class Drill:
                 raise TimeoutError(f"only {ok}/{n} new jobs went through within {timeout_s:.0f}s")
             await asyncio.sleep(0.25)
 
+    def links(self, process: str, service: Service) -> list[str]:
+        """The proxy names that carry ``process``'s traffic to ``service``."""
+        if service == "kafka":
+            return [f"kafka-{i + 1}" for i in range(len(self.pipe.ep.kafka_fault_links))]
+        return [f"{process}-{service}"]
+
+    def faults(self) -> FaultProxy:
+        if self.proxy is None:
+            raise RuntimeError("this scenario sends no link through the fault proxy (Scenario.links)")
+        return self.proxy
+
     def server(self) -> Stack:
         if self.stack is None:
             raise RuntimeError("this scenario needs a stack of its own")
@@ -74,6 +89,7 @@ class Drill:
 
 
 Fault = Callable[[Drill], Awaitable[None]]
+Service = Literal["redis", "consul", "kafka"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,33 @@ class Scenario:
     rate: float = 100.0
     warm: int = 200
     after: int = 300
+    links: tuple[tuple[str, Service], ...] = ()
+    """(process or role, service) pairs whose connections go through the fault proxy (``("relay",
+    "consul")``: both relays reach Consul only through it); needs a stack with Kafka fault listeners
+    for ``kafka``."""
+
+
+def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> None:
+    """Open a proxy per link and point the linked processes' settings at it."""
+    ep = pipe.ep
+    opened: set[str] = set()
+    for process, service in scenario.links:
+        values = pipe.overrides.setdefault(process, {})
+        if service == "kafka":
+            if not ep.kafka_fault_links:
+                raise RuntimeError(f"{scenario.name}: the stack has no Kafka fault listener")
+            for i, (proxy_port, broker_port) in enumerate(ep.kafka_fault_links):
+                if (name := f"kafka-{i + 1}") not in opened:  # one per broker, shared by the linked processes
+                    proxy.add(name, f"127.0.0.1:{broker_port}", listen_port=proxy_port)
+                    opened.add(name)
+            values["JOBQ_KAFKA_BOOTSTRAP"] = ep.kafka_fault_bootstrap
+        elif service == "redis":
+            host_port = (ep.redis_url or "").removeprefix("redis://").split("/")[0]
+            port = proxy.add(f"{process}-redis", host_port)
+            values["JOBQ_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        else:
+            port = proxy.add(f"{process}-consul", ep.consul_addr)
+            values["JOBQ_CONSUL_ADDR"] = values["CONSUL_HTTP_ADDR"] = f"127.0.0.1:{port}"
 
 
 async def _quiesce(pipe: FaultPipeline, load: Load, idle_s: float, cap_s: float) -> None:
@@ -140,10 +183,16 @@ async def run_scenario(
     load = Load(pipe.gate_urls, pipe.queue, TOKEN, tag, rate=scenario.rate)
     drill = Drill(pipe, load, stack)
     try:
+        if scenario.links:
+            (folder / "logs").mkdir(parents=True, exist_ok=True)
+            drill.proxy = FaultProxy(folder / "logs")
+            _route_links(scenario, pipe, drill.proxy)
         await pipe.start()
         load.urls = pipe.gate_urls
         load.start()
-        await drill.flowing(scenario.warm)
+        await drill.flowing(scenario.warm)  # the path is up (the first jobs also wait for its start-up)
+        baseline_from = time.time()
+        await drill.flowing(scenario.warm)  # steady flow: what "normal" means for this run
         fault_at = time.time()
         await scenario.fault(drill)
         drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
@@ -153,8 +202,15 @@ async def run_scenario(
         await load.stop()
         drill.notes["exited"] = pipe.dead()
         await pipe.stop()
+        if drill.proxy is not None:
+            drill.proxy.close()
     verdict = judge(
-        scenario.name, load.requests, read_executions(pipe.executions), fault_at=fault_at, notes=drill.notes
+        scenario.name,
+        load.requests,
+        read_executions(pipe.executions),
+        fault_at=fault_at,
+        baseline_from=baseline_from,
+        notes=drill.notes,
     )
     (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))
     return verdict

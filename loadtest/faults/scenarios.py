@@ -132,6 +132,53 @@ async def consul_kill(d: Drill) -> None:
     d.notes["lock_after"] = holder
 
 
+# ---- network: links through the fault proxy --------------------------------------------------------
+
+NET_HOLD_S = 5.0
+
+
+async def _cut(d: Drill, names: list[str], seconds: float) -> None:
+    proxy = d.faults()
+    d.notes["cut"] = names
+    for name in names:
+        await asyncio.to_thread(proxy.cut, name)
+    await d.hold(seconds)
+    for name in names:
+        await asyncio.to_thread(proxy.restore, name)
+
+
+async def relays_cut_from_redis(d: Drill) -> None:
+    await _cut(d, d.links("relay", "redis"), NET_HOLD_S)
+
+
+async def relays_cut_from_kafka(d: Drill) -> None:
+    await _cut(d, d.links("relay", "kafka"), NET_HOLD_S)
+
+
+async def gateways_cut_from_kafka(d: Drill) -> None:
+    await _cut(d, d.links("gate", "kafka"), NET_HOLD_S)
+
+
+async def holder_cut_from_consul(d: Drill) -> None:
+    """The lock holder loses Consul (not Redis, not Kafka) for longer than its session's TTL: it must stop
+    writing within its trust window; the other relay takes the lock once the session expired."""
+    holder, session = await _lock_holder(d)
+    d.notes["holder"] = holder
+    await _cut(d, d.links(holder, "consul"), 20.0)
+    successor, new_session = await _lock_holder(d)
+    d.notes["lock_after"] = successor
+    d.notes["new_session"] = new_session != session
+
+
+async def relays_redis_slow(d: Drill) -> None:
+    """Every relay-to-Redis round trip 100 ms slower each way for 10 s."""
+    proxy = d.faults()
+    (name,) = d.links("relay", "redis")
+    await asyncio.to_thread(proxy.slow, name, 100)
+    await d.hold(10.0)
+    await asyncio.to_thread(proxy.restore, name)
+
+
 # ---- Kafka on three brokers (RF 3, min.insync.replicas 2; brokers 1, 2 in az-a, 3 in az-b) -----------
 
 KAFKA_HOLD_S = 5.0
@@ -248,6 +295,41 @@ SCENARIOS: list[Scenario] = [
         "Redis lost with its data, started empty 3 s later, `jobq rebuild` from Kafka",
         redis_lost,
         "own",
+    ),
+    Scenario(
+        "net-relays-redis-cut",
+        "both relays cut from Redis for 5 s",
+        relays_cut_from_redis,
+        "own",
+        links=(("relay", "redis"),),
+    ),
+    Scenario(
+        "net-relays-kafka-cut",
+        "both relays cut from Kafka for 5 s",
+        relays_cut_from_kafka,
+        "own",
+        links=(("relay", "kafka"),),
+    ),
+    Scenario(
+        "net-gateways-kafka-cut",
+        "both gateways cut from Kafka for 5 s",
+        gateways_cut_from_kafka,
+        "own",
+        links=(("gate", "kafka"),),
+    ),
+    Scenario(
+        "net-holder-consul-cut",
+        "the lock holder cut from Consul for 20 s (its session expires)",
+        holder_cut_from_consul,
+        "own",
+        links=(("relay-1", "consul"), ("relay-2", "consul")),
+    ),
+    Scenario(
+        "net-relays-redis-slow",
+        "relay-to-Redis link 100 ms slower each way for 10 s",
+        relays_redis_slow,
+        "own",
+        links=(("relay", "redis"),),
     ),
     Scenario("consul-kill", "kill -9 of the Consul agent, restarted empty 3 s later", consul_kill, "own"),
     Scenario(

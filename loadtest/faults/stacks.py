@@ -12,7 +12,7 @@ from loadtest.faults.run import Servers
 __all__ = ["SPECS", "private_stack"]
 
 SPECS: dict[Servers, StackSpec] = {
-    "own": StackSpec(name="faults-own", redis_mode="single", fixed_ports=False),
+    "own": StackSpec(name="faults-own", redis_mode="single", fixed_ports=False, fault_listener=True),
     "kafka3": StackSpec(name="faults-kafka3", brokers=3, redis_mode="single", fixed_ports=False),
     "cluster": StackSpec(name="faults-cluster", redis_mode="cluster", redis_replicas=1, fixed_ports=False),
 }

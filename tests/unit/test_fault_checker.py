@@ -89,3 +89,15 @@ def test_a_slow_answer_is_a_disturbance_even_when_it_was_a_yes() -> None:
     v = judge("slow", [*before, slow], [*runs, Execution("s", 1, "w1", 109.05)], fault_at=99.5)
     assert v.recovery_s == 9.0
     assert v.retried == 1
+
+
+def test_the_baseline_leaves_out_the_warm_up() -> None:
+    """Jobs sent while the path was starting waited seconds: they must not make a 5 s stall look normal."""
+    warm = [_req(i, 80 + i * 0.1) for i in range(50)]
+    warm_runs = [_run(i, 88.0) for i in range(50)]  # all ran once the relay had its lock
+    steady = [_req(100 + i, 90 + i * 0.1) for i in range(50)]
+    steady_runs = [_run(100 + i, 90 + i * 0.1 + 0.06) for i in range(50)]
+    stalled = _req(200, 101)
+    history, runs = [*warm, *steady, stalled], [*warm_runs, *steady_runs, _run(200, 106.01)]
+    assert judge("warm", history, runs, fault_at=100, baseline_from=90).recovery_s == 5.0
+    assert judge("warm", history, runs, fault_at=100).recovery_s == 0.0  # the warm-up hides the stall
