@@ -77,6 +77,14 @@ class Endpoints:
         return env
 
 
+def _same_spec(saved: Any, spec: StackSpec) -> bool:
+    """Whether a ``state.json``'s spec is ``spec``; fields added to :class:`StackSpec` since it was saved
+    take their defaults (a stack started by an older jobq is still the same stack)."""
+    if not isinstance(saved, dict) or not saved.keys() <= asdict(spec).keys():
+        return False
+    return StackSpec(**saved) == spec
+
+
 class Stack:
     """Provision, start, probe and stop one named local stack."""
 
@@ -92,7 +100,7 @@ class Stack:
         state = self.root / "state.json"
         if state.exists():
             raw = json.loads(state.read_text())
-            if raw.get("spec") == asdict(self.spec):
+            if _same_spec(raw.get("spec"), self.spec):
                 self.servers = [ServerSpec(**s) for s in raw["servers"]]
                 self.meta = raw.get("meta", {})
                 return

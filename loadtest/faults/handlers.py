@@ -3,6 +3,7 @@
 ``fault.record`` is the load: it appends one JSON line per execution — job id, attempt, worker process,
 time — to ``$JOBQ_FAULT_DIR/exec-<pid>.jsonl``. That file is outside everything under test (no Redis, no
 Kafka): a plain ``O_APPEND`` write of one short line survives the process being killed right after it.
+The poison kinds misbehave the ways real handlers do (the ``poison`` scenario).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import orjson
 
 from worker.registry import Registry, current_job
 
-__all__ = ["FAULT_DIR_ENV", "registry"]
+__all__ = ["FAULT_DIR_ENV", "process_exit", "registry"]
 
 FAULT_DIR_ENV = "JOBQ_FAULT_DIR"
 registry = Registry()
@@ -42,3 +43,29 @@ async def record() -> None:
     job = current_job()
     _record(job.id, job.attempt)
     await asyncio.sleep(WORK_S)
+
+
+@registry.job("fault.raise", max_attempts=2)
+async def raises() -> None:
+    """A poison job: raises every time (ends dead after its attempts)."""
+    raise RuntimeError("a poison job: it always raises")
+
+
+@registry.job("fault.overrun", timeout=1, max_attempts=2)
+async def overrun() -> None:
+    """Runs past its timeout every time (the pool cancels it and fails the attempt; ends dead)."""
+    await asyncio.sleep(60)
+
+
+@registry.job("fault.big", max_attempts=2)
+async def big() -> str:
+    """Returns 100 MB, far beyond a result's 64 KiB: the job completes, its result is not kept."""
+    return "x" * 100_000_000
+
+
+def process_exit() -> None:
+    """Kills the pool process it runs in (``os._exit``), the way a crashing C extension would."""
+    os._exit(17)
+
+
+registry.job("fault.exit", mode="process", max_attempts=2)(process_exit)

@@ -12,9 +12,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +83,19 @@ class Drill:
             raise RuntimeError("this scenario sends no link through the fault proxy (Scenario.links)")
         return self.proxy
 
+    @contextlib.asynccontextmanager
+    async def engine(self) -> AsyncIterator[Engine]:
+        """The engine over the scenario's Redis (a client of its own, closed after)."""
+        env = self.pipe.ep.exports()
+        settings = RedisSettings.model_validate(
+            {"url": env["JOBQ_REDIS_URL"], "cluster": "JOBQ_REDIS_CLUSTER" in env}
+        )
+        client = connect(settings)
+        try:
+            yield Engine(client)
+        finally:
+            await client.aclose()
+
     def server(self) -> Stack:
         if self.stack is None:
             raise RuntimeError("this scenario needs a stack of its own")
@@ -136,16 +150,14 @@ def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> 
             values["JOBQ_CONSUL_ADDR"] = values["CONSUL_HTTP_ADDR"] = f"127.0.0.1:{port}"
 
 
-async def _quiesce(pipe: FaultPipeline, load: Load, idle_s: float, cap_s: float) -> None:
-    acked = {r.id for r in load.requests if r.acked}
-    env = pipe.ep.exports()
-    redis = connect(
-        RedisSettings.model_validate({"url": env["JOBQ_REDIS_URL"], "cluster": "JOBQ_REDIS_CLUSTER" in env})
-    )
-    engine = Engine(redis)
+async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
+    """Until every acked job ran and the queue holds nothing ready, delayed or running — or nothing new ran
+    for ``idle_s`` (what is missing then is lost), or ``cap_s`` passed."""
+    pipe = drill.pipe
+    acked = {r.id for r in drill.load.requests if r.acked}
     started = last_change = time.monotonic()
     seen = -1
-    try:
+    async with drill.engine() as engine:
         while time.monotonic() - started < cap_s:
             ran = {e.id for e in read_executions(pipe.executions)}
             if len(ran) != seen:
@@ -156,8 +168,6 @@ async def _quiesce(pipe: FaultPipeline, load: Load, idle_s: float, cap_s: float)
             if time.monotonic() - last_change > idle_s:
                 return
             await asyncio.sleep(0.5)
-    finally:
-        await redis.aclose()
 
 
 async def run_scenario(
@@ -197,7 +207,7 @@ async def run_scenario(
         await scenario.fault(drill)
         drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
         await load.stop()
-        await _quiesce(pipe, load, idle_s, cap_s)
+        await _quiesce(drill, idle_s, cap_s)
     finally:
         await load.stop()
         drill.notes["exited"] = pipe.dead()

@@ -9,11 +9,13 @@ import signal
 import time
 from datetime import UTC, datetime
 
+import aiohttp
 import orjson
 
 from jqcore.consulconn import consul_client
 from jqcore.settings import ConsulSettings, RelayKeys
 from jqstack.supervise import python_m
+from loadtest.faults.pipeline import TOKEN
 from loadtest.faults.run import Drill, Scenario
 
 __all__ = ["SCENARIOS", "by_name"]
@@ -82,6 +84,41 @@ async def relay_session_destroyed(d: Drill) -> None:
             return
         await asyncio.sleep(0.1)
     raise TimeoutError("no relay took the lock again")
+
+
+POISON = {
+    "fault.raise": "errored",
+    "fault.overrun": "errored",
+    "fault.exit": "errored",
+    "fault.big": "completed",
+}
+"""Poison kind → the final state it must reach (dead after its attempts; ``fault.big`` completes, its 100 MB
+result not kept)."""
+
+
+async def poison_jobs(d: Drill) -> None:
+    """Three of each poison kind enqueued into the loaded queue; each must reach its final state while the
+    load's jobs keep running (``fault.exit`` kills the worker's process pool each attempt)."""
+    ids = {f"{d.pipe.tag}-poison-{kind}-{i}": kind for kind in POISON for i in range(3)}
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    url = f"{d.pipe.gate_urls[0]}/v1/queues/{d.pipe.queue}/jobs"
+    async with aiohttp.ClientSession(headers=headers) as http:
+        for job_id, kind in ids.items():
+            async with http.post(url, json={"id": job_id, "kind": kind}) as r:
+                if r.status != 202:
+                    raise RuntimeError(f"poison enqueue refused: {r.status} {await r.text()}")
+    started = time.monotonic()
+    async with d.engine() as engine:
+        while True:
+            jobs = await engine.get_jobs(d.pipe.queue, list(ids))
+            states = {i: (j.state if j else "missing") for i, j in zip(ids, jobs, strict=True)}
+            if all(states[i] == POISON[k] for i, k in ids.items()):
+                break
+            if time.monotonic() - started > 120:
+                raise TimeoutError(f"poison jobs not in their final states: {states}")
+            await asyncio.sleep(0.25)
+    d.notes["poison_final_s"] = round(time.monotonic() - started, 2)
+    d.notes["poison"] = {k: v for k, v in POISON.items()}
 
 
 # ---- servers killed: a stack of the scenario's own --------------------------------------------------
@@ -288,6 +325,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("kill-gateway", "kill -9 of a gateway, restarted 3 s later", gateway_kill),
     Scenario("kill-relay", "kill -9 of the relay holding the lock, restarted 3 s later", relay_kill),
     Scenario("kill-scheduler", "kill -9 of a scheduler, restarted 3 s later", scheduler_kill),
+    Scenario("poison", "poison jobs: raise, overrun, os._exit, 100 MB result", poison_jobs),
     Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
     Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
     Scenario(
