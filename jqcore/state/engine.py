@@ -5,8 +5,9 @@ Every state change is one script call (``lua/<name>.lua``, declared with its ``K
 :mod:`jqcore.state.replies`. Reads (a job by id, depths, the dead list, configuration) and waits (a
 worker's wake-up, the scheduler) are methods too, so nothing outside ``jqcore.state`` touches a queue key
 or needs the raw client for queue state; their implementations live in :mod:`jqcore.state.reads` and
-:mod:`jqcore.state.waiting`. Time comes from the caller (``now_ms``; the wall clock by default), which
-keeps tests in control of it.
+:mod:`jqcore.state.waiting`. Time comes from the caller (``now_ms``, which keeps tests in control of it),
+by default from Redis's own clock (:class:`jqcore.clock.ServerClock`): a caller whose clock is wrong
+cannot make a lease expire early, a delayed job run early or a lease live on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from redis.exceptions import NoScriptError
 
 from jqcore import metrics
 from jqcore.backoff import Backoff
-from jqcore.clock import now_ms
+from jqcore.clock import ServerClock
 from jqcore.envelope import Envelope, encode
 from jqcore.graphs import GRAPH_KIND
 from jqcore.keys import KINDS_KEY, QUEUES_KEY, KeyName, QueueKeys
@@ -57,9 +58,6 @@ MAX_ERROR_CHARS = 4000
 MAX_RESULT_BYTES = 65_536
 
 
-_now_ms = now_ms  # for methods whose ``now_ms`` parameter shadows the function
-
-
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -69,10 +67,17 @@ class Engine:
 
     def __init__(self, client: RedisClient) -> None:
         self.client = client
+        self.clock = ServerClock()
+        """Redis's clock: the ``now`` of every transition a caller does not give one."""
         self._scripts = {name: client.register_script(source(name)) for name in SCRIPTS}
         self._known_queues: set[str] = set()
         self.graphs = Graphs(self)
         """Task graphs (:mod:`jqcore.state.graphs`)."""
+
+    async def now(self) -> int:
+        """Redis's clock now (ms): a ``TIME`` round trip at most every :data:`~jqcore.clock.RESYNC_S`."""
+        await self.clock.sync(self.client.time)
+        return self.clock.now()
 
     @staticmethod
     def _keys(name: str, queue: str) -> list[str]:
@@ -88,7 +93,7 @@ class Engine:
         outcome = "ok"
         try:
             async with codes.redis_errors(name):
-                return await self._scripts[name](keys=keys, args=[now or now_ms(), *args])
+                return await self._scripts[name](keys=keys, args=[now or await self.now(), *args])
         except Exception:
             outcome = "error"
             raise
@@ -200,7 +205,7 @@ class Engine:
         :class:`codes.FilterInvalid` for a filter on a key the queue does not index. ``worker`` names the
         claimer in the job record and its lifecycle events."""
         pairs = "\n".join(f"{k}={v}" for k, v in (filter or {}).items())
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else await self.now()
         reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs, worker], now)
         return replies.claim(queue, reply, now)
 
@@ -237,7 +242,7 @@ class Engine:
                 one_by_one.append(replies.code(await self._run("complete", queue, [*j, r or b""], now_ms)))
             return one_by_one
         keys = self._keys("complete", queue)
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else await self.now()
         started = time.perf_counter()
         calls = [[now, *job, b"" if len(r or b"") > MAX_RESULT_BYTES else (r or b"")] for job, r in items]
         async with codes.redis_errors("complete"):
@@ -425,7 +430,7 @@ class Engine:
         self, queue: str, filter: Mapping[str, str] | None = None, *, now: int | None = None
     ) -> QueueDepth:
         """Jobs per state (``by_filter``: pending jobs matching one declared ``meta`` pair)."""
-        return await reads.depth(self.client, queue, filter, now=now)
+        return await reads.depth(self.client, queue, filter, now=now or await self.now())
 
     async def list_ids(
         self, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
@@ -460,7 +465,7 @@ class Engine:
 
     async def past_due(self, queue: str, late_ms: int = 1000, *, now: int | None = None) -> int:
         """Delayed jobs past ``run_at`` and leases past their deadline by more than ``late_ms``."""
-        return await reads.past_due(self.client, queue, late_ms, now)
+        return await reads.past_due(self.client, queue, late_ms, now or await self.now())
 
     async def wait_for_due(self, queues: Sequence[str], timeout_s: float) -> str | None:
         """Block until a script signals an earlier due time in one of ``queues`` (that queue), or

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio.cluster import RedisCluster
 
-from jqcore.clock import now_ms
 from jqcore.keys import QueueKeys
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
@@ -144,11 +143,14 @@ class Timers(Service):
         max_idle_s: float = 5.0,
         gc_every_s: float = 60.0,
         batch: int = 1000,
-        clock: Callable[[], int] = now_ms,
+        clock: Callable[[], int] | None = None,
         on_step: Callable[[StepResult], None] | None = None,
     ) -> None:
         super().__init__()
-        self.engine, self.max_idle_s, self.batch, self.clock = engine, max_idle_s, batch, clock
+        self.engine, self.max_idle_s, self.batch = engine, max_idle_s, batch
+        self._fixed_clock = clock is not None
+        self.clock = clock or engine.clock.now
+        """The due times' clock: Redis's (the engine's), unless a test gives its own."""
         self.gc_every_ms = int(gc_every_s * 1000)
         self.on_step = on_step
         self._next: dict[str, int] = dict.fromkeys(queues, 0)
@@ -201,6 +203,8 @@ class Timers(Service):
 
     async def _round(self) -> None:
         self._changed.clear()  # a change from here on ends this round's wait at once
+        if not self._fixed_clock:
+            await self.engine.now()  # keeps the engine's view of Redis's clock fresh
         now = self.clock()
         for queue in [q for q, at in self._next.items() if at <= now]:
             next_at = await self._step(queue, now)
