@@ -122,6 +122,11 @@ class FaultPipeline:
         argv = python_m("jobq", "worker", "--app", APP, "--queues", self.queue)
         return [*argv, "--concurrency", str(self.roles.concurrency), "--processes", "1"]
 
+    def log(self, name: str) -> Path:
+        """The log of the current run of ``name`` (``relay-1.log``; after restarts ``relay-1.2.log``...)."""
+        n = self._starts[name]
+        return self.folder / "logs" / (f"{name}.log" if n == 1 else f"{name}.{n}.log")
+
     def launch(self, name: str) -> Child:
         """Start (or start again) the process ``name``; a restart keeps its port and its identity."""
         env = self.env()
@@ -132,9 +137,8 @@ class FaultPipeline:
         for key, values in self.overrides.items():
             if name == key or name.startswith(f"{key}-"):
                 env.update(values)
-        n = self._starts[name] = self._starts.get(name, 0) + 1
-        log = self.folder / "logs" / (f"{name}.log" if n == 1 else f"{name}.{n}.log")
-        child = start(name, self._argv(name), output=log, env=env)
+        self._starts[name] = self._starts.get(name, 0) + 1
+        child = start(name, self._argv(name), output=self.log(name), env=env)
         self.children[name] = child
         return child
 
@@ -203,6 +207,21 @@ class FaultPipeline:
         self.launch(name)
         if name.startswith("gate-"):
             await self.wait_gateway(name)
+
+    async def logged(self, name: str, timeout_s: float) -> None:
+        """Wait until the current run of ``name`` has written its first log line (it is up)."""
+        log = (
+            self.folder
+            / "logs"
+            / (f"{name}.log" if self._starts[name] == 1 else f"{name}.{self._starts[name]}.log")
+        )
+        deadline = time.monotonic() + timeout_s
+        while not await asyncio.to_thread(lambda: log.exists() and log.stat().st_size > 0):
+            if not self.children[name].running():
+                raise RuntimeError(f"{name} exited while starting (see {log})")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} wrote nothing in {timeout_s:.0f}s (see {log})")
+            await asyncio.sleep(0.2)
 
     def dead(self) -> list[str]:
         return [f"{n} (exit {c.returncode})" for n, c in self.children.items() if c.returncode is not None]

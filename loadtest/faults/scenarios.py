@@ -8,6 +8,7 @@ import asyncio
 import signal
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -119,6 +120,30 @@ async def poison_jobs(d: Drill) -> None:
             await asyncio.sleep(0.25)
     d.notes["poison_final_s"] = round(time.monotonic() - started, 2)
     d.notes["poison"] = {k: v for k, v in POISON.items()}
+
+
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+"""Debian's libfaketime (package ``faketime``; ``./run test`` installs it)."""
+SKEWS = {"worker-2": "-300", "sched-2": "+300"}
+"""A worker five minutes behind, a scheduler five minutes ahead (wall clock only: ``DONT_FAKE_MONOTONIC``)."""
+
+
+async def clock_skew(d: Drill) -> None:
+    """One worker pool and one scheduler restarted with skewed clocks for 10 s of load, then restarted right.
+    Leases, due times and membership are judged by Redis's clock, so nothing may run early, twice or never."""
+    if not await asyncio.to_thread(FAKETIME.exists):
+        raise RuntimeError(f"{FAKETIME} is missing: install Debian's faketime (./run test does)")
+    d.notes["skew_s"] = SKEWS
+    faked = {"LD_PRELOAD": str(FAKETIME), "DONT_FAKE_MONOTONIC": "1", "NO_FAKE_STAT": "1"}
+    for name, skew in SKEWS.items():
+        d.pipe.overrides[name] = {**faked, "FAKETIME": skew}
+        await d.pipe.restart(name)
+    for name in SKEWS:  # up and logging (with its skewed clock) before the skew counts
+        await d.pipe.logged(name, timeout_s=120)
+    await d.hold(10.0)
+    for name in SKEWS:
+        del d.pipe.overrides[name]
+        await d.pipe.restart(name)
 
 
 # ---- servers killed: a stack of the scenario's own --------------------------------------------------
@@ -326,6 +351,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("kill-relay", "kill -9 of the relay holding the lock, restarted 3 s later", relay_kill),
     Scenario("kill-scheduler", "kill -9 of a scheduler, restarted 3 s later", scheduler_kill),
     Scenario("poison", "poison jobs: raise, overrun, os._exit, 100 MB result", poison_jobs),
+    Scenario("clock-skew", "a worker 5 min behind and a scheduler 5 min ahead (libfaketime)", clock_skew),
     Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
     Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
     Scenario(
