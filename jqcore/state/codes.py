@@ -19,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from jqcore.errors import BackendUnavailable, JobqError
 
 __all__ = [
+    "SERVER_STATES",
     "Code",
     "FenceRejected",
     "FilterInvalid",
@@ -116,9 +117,27 @@ def check(code: int, job_id: str, what: str) -> None:
         raise JobNotFound(f"{what} {job_id}: no such job")
 
 
+SERVER_STATES = (
+    "MISCONF",
+    "READONLY",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "NOREPLICAS",
+)
+"""Error prefixes of a Redis that refuses every write for a while, whatever the job: its disk failed the AOF
+or an RDB save (MISCONF — found by the fault suite: the relay used to park every job of a full-disk Redis
+in ``<topic>.retry``), a replica or a master mid-failover, a dataset loading, a busy script, a cluster
+without quorum."""
+
+
 @asynccontextmanager
 async def redis_errors(script: str) -> AsyncIterator[None]:
-    """Map Redis failures: OOM → :class:`RedisMemoryFull`; connection trouble → BackendUnavailable."""
+    """Map Redis failures: OOM → :class:`RedisMemoryFull`; connection trouble, and a server refusing every
+    write for a while (:data:`SERVER_STATES`) → BackendUnavailable (retriable: the relay waits, it does not
+    set the jobs aside)."""
     try:
         yield
     except OutOfMemoryError as exc:
@@ -126,6 +145,8 @@ async def redis_errors(script: str) -> AsyncIterator[None]:
     except ResponseError as exc:
         if str(exc).startswith("OOM"):
             raise RedisMemoryFull(f"{script}: {exc}") from exc
+        if str(exc).startswith(SERVER_STATES):
+            raise BackendUnavailable(f"{script}: Redis refuses writes for now: {exc}") from exc
         raise
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise BackendUnavailable(f"{script}: Redis unreachable: {exc}") from exc
