@@ -33,9 +33,10 @@ from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
 __all__ = ["Drill", "Scenario", "run_scenario"]
 
-Servers = Literal["shared", "own", "kafka3", "cluster"]
+Servers = Literal["shared", "own", "kafka3", "cluster", "disk"]
 """What a scenario runs on: the caller's servers (it kills no server), a private single-node stack (it kills
-or wipes a server), a private stack with three Kafka brokers, or a private six-node Redis Cluster."""
+or wipes a server), a private stack with three Kafka brokers, a private six-node Redis Cluster, or a
+private single-node stack whose Redis and Kafka keep their data on small tmpfs mounts."""
 
 
 @dataclass

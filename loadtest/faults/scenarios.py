@@ -15,7 +15,7 @@ import orjson
 
 from jqcore.consulconn import consul_client
 from jqcore.settings import ConsulSettings, RelayKeys
-from jqstack.supervise import python_m
+from jqstack.supervise import alive, python_m
 from loadtest.faults.pipeline import TOKEN
 from loadtest.faults.run import Drill, Scenario
 
@@ -192,6 +192,43 @@ async def consul_kill(d: Drill) -> None:
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     holder, _ = await _lock_holder(d)
     d.notes["lock_after"] = holder
+
+
+# ---- disks full (the ``disk`` stack: each server's data on a small tmpfs) ------------------------------
+
+DISK_HOLD_S = 8.0
+
+
+def _fill(folder: Path) -> int:
+    """Write a ballast file into ``folder`` until its file system is full; the bytes written."""
+    written = 0
+    chunk = b"\0" * (1 << 20)
+    with (folder / "ballast").open("wb", buffering=0) as f:
+        while True:
+            try:
+                written += f.write(chunk)
+            except OSError:
+                return written
+
+
+async def _disk_full(d: Drill, server: str) -> None:
+    folder = d.server().server(server).data_dir
+    d.notes["ballast_mb"] = round(await asyncio.to_thread(_fill, folder) / (1 << 20))
+    await d.hold(DISK_HOLD_S)
+    d.notes["server_survived"] = alive(d.server().server(server).pid)
+    await asyncio.to_thread((folder / "ballast").unlink)
+    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)  # if it gave up and exited
+
+
+async def redis_disk_full(d: Drill) -> None:
+    """Redis's disk full for 8 s: its AOF cannot be written, so it refuses writes; space freed, it goes on."""
+    await _disk_full(d, "redis")
+
+
+async def kafka_disk_full(d: Drill) -> None:
+    """The broker's disk full for 8 s (Kafka takes a failed log directory offline; with one it stops);
+    space freed, the broker is started again if it stopped."""
+    await _disk_full(d, "kafka-1")
 
 
 # ---- network: links through the fault proxy --------------------------------------------------------
@@ -395,6 +432,8 @@ SCENARIOS: list[Scenario] = [
         "own",
         links=(("relay", "redis"),),
     ),
+    Scenario("redis-disk-full", "Redis's disk full for 8 s (its AOF cannot grow)", redis_disk_full, "disk"),
+    Scenario("kafka-disk-full", "the broker's disk full for 8 s", kafka_disk_full, "disk"),
     Scenario("consul-kill", "kill -9 of the Consul agent, restarted empty 3 s later", consul_kill, "own"),
     Scenario(
         "kafka-leader-kill",
