@@ -346,21 +346,24 @@ async def kafka_rolling_restart(d: Drill) -> None:
 
 
 def _queue_master(d: Drill) -> str:
-    """The stack's name of the master that holds the scenario queue's slot."""
+    """The stack's name of the master that holds the scenario queue's slot, as the first live node says."""
     import redis
 
-    stack = d.server()
-    nodes = stack.of_kind("redis-cluster")
-    first = redis.Redis(host="127.0.0.1", port=nodes[0].port, decode_responses=True)
-    try:
-        slot = int(first.cluster("KEYSLOT", f"{{{d.pipe.queue}}}"))
-        for start, end, master, *_ in first.cluster("SLOTS"):
-            if int(start) <= slot <= int(end):
-                port = int(master[1])
-                return next(n.name for n in nodes if n.port == port)
-    finally:
-        first.close()
-    raise RuntimeError(f"no master serves slot {slot}")
+    nodes = d.server().of_kind("redis-cluster")
+    for node in nodes:
+        if not alive(node.pid):
+            continue
+        client = redis.Redis(host="127.0.0.1", port=node.port, decode_responses=True, socket_timeout=5)
+        try:
+            slot = int(client.cluster("KEYSLOT", f"{{{d.pipe.queue}}}"))
+            for start, end, master, *_ in client.cluster("SLOTS"):
+                if int(start) <= slot <= int(end):
+                    return next(n.name for n in nodes if n.port == int(master[1]))
+        except redis.RedisError:
+            continue  # a node on its way down or up: ask the next
+        finally:
+            client.close()
+    raise RuntimeError("no live Redis Cluster node knows who serves the queue's slot")
 
 
 async def redis_master_kill(d: Drill) -> None:
