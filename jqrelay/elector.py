@@ -137,8 +137,7 @@ class Elector(Service):
 
     async def _stop(self) -> None:
         await cancel_and_wait(self._task)
-        await self._resign()
-        await self._set_role(Role.STOPPED)
+        await self._resign(Role.STOPPED)
 
     # ---- the machine --------------------------------------------------------------------------
     async def _set_role(self, role: Role) -> None:
@@ -166,8 +165,7 @@ class Elector(Service):
                 raise
             except Exception as exc:  # Consul unreachable: stay out of leadership, try again
                 log.warning("elector error", key=self.key, error=repr(exc))
-                await self._resign()
-                await self._set_role(Role.CANDIDATE)
+                await self._resign(Role.CANDIDATE)
                 await asyncio.sleep(self.config.retry_s)
 
     async def _campaign(self) -> bool:
@@ -235,9 +233,13 @@ class Elector(Service):
             return None
         return int(new_index) if new_index is not None else None
 
-    async def _resign(self) -> None:
+    async def _resign(self, role: Role | None = None) -> None:
+        """Stop trusting the term, take ``role`` (logged while the lock is still held: a log read in order
+        shows a holder's term ending before the next one's begins), then release the lock and the session."""
         session, self._session, self._term = self._session, None, None
         self._trusted_until = 0.0
+        if role is not None:
+            await self._set_role(role)
         if session is None:
             return
         with contextlib.suppress(Exception):
