@@ -21,16 +21,27 @@ After the system has quiesced, :func:`judge` compares them:
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-__all__ = ["Execution", "Request", "Verdict", "judge", "read_executions"]
+__all__ = [
+    "Execution",
+    "Request",
+    "Term",
+    "Verdict",
+    "judge",
+    "overlapping_terms",
+    "read_executions",
+    "relay_terms",
+]
 
 SLOW_FACTOR = 10.0
 """A request (or an acked job) is *disturbed* when its answer (its run) came this many times later than the
@@ -82,6 +93,8 @@ class Verdict:
     unacked_executed: int
     failed_requests: int
     recovery_s: float
+    overlapping_terms: int = 0
+    """Pairs of relays that held the topic's lock at the same time (from their logs): must be 0."""
     retried: int = 0
     """Jobs the client had to send more than once (each may reach Kafka more than once: a source of
     duplicates the queue's ``dedup: active`` policy lets run again once the first copy finished)."""
@@ -90,6 +103,57 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Term:
+    """A relay's time as the topic's lock holder (seconds since the epoch, from its own log)."""
+
+    holder: str
+    start: float
+    end: float
+
+
+_ROLE = re.compile(r"^(\S+Z) .*elector role .*holder=(\S+) .*previous=(\S+) role=(\S+)")
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\S+Z) ")
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def relay_terms(logs: Iterable[str]) -> list[Term]:
+    """Every leadership term in relay logs (one text per process run): from ``role=leader`` to the next
+    ``previous=leader``; a term the log never ends (the process was killed) ends at its last line."""
+    out: list[Term] = []
+    for text in logs:
+        start: tuple[str, float] | None = None
+        last = 0.0
+        for line in text.splitlines():
+            if stamp := _STAMP.match(line):
+                last = _epoch(stamp[1])
+            if not (m := _ROLE.match(line)):
+                continue
+            at, holder, previous, role = _epoch(m[1]), m[2], m[3], m[4]
+            if previous == "leader" and start is not None:
+                out.append(Term(start[0], start[1], at))
+                start = None
+            if role == "leader":
+                start = (holder, at)
+        if start is not None:
+            out.append(Term(start[0], start[1], last))
+    return out
+
+
+def overlapping_terms(terms: Sequence[Term]) -> list[tuple[Term, Term]]:
+    """Pairs of terms of different relays that overlap: two holders writing at once (must be none)."""
+    ordered = sorted(terms, key=lambda t: t.start)
+    return [
+        (a, b)
+        for i, a in enumerate(ordered)
+        for b in ordered[i + 1 :]
+        if b.start < a.end and a.holder != b.holder
+    ]
 
 
 def read_executions(folder: Path) -> list[Execution]:
@@ -137,6 +201,7 @@ def judge(
     *,
     fault_at: float,
     baseline_from: float = 0.0,
+    terms: Sequence[Term] = (),
     notes: dict[str, Any] | None = None,
 ) -> Verdict:
     """Compare the client's log with the handlers' log (see the module docstring)."""
@@ -162,6 +227,7 @@ def judge(
         duplicates=sum(n - 1 for n in per_job.values()),
         unacked_executed=len(unacked & per_job.keys()),
         retried=sum(1 for r in reqs if r.tries > 1),
+        overlapping_terms=len(overlapping_terms(terms)),
         failed_requests=sum(1 for r in reqs if not r.acked),
         recovery_s=round(max(recovery, 0.0), 2),
         lost_ids=lost[:20],

@@ -95,7 +95,6 @@ class FaultPipeline:
             "JOBQ_RELAY_TOPICS": self.topic,
             "JOBQ_RELAY_KV_PREFIX": f"jobq-faults/{self.tag}",
             "JOBQ_RELAY_GROUP_PREFIX": f"faults-{self.tag}",
-            "JOBQ_RELAY_LOCK_DELAY_S": "0",
             "JOBQ_RELAY_SESSION_TTL_S": "10",
             "JOBQ_SCHEDULER_GROUP": f"faults-{self.tag}",
             "JOBQ_SCHEDULER_QUEUES": self.queue,

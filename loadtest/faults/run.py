@@ -27,7 +27,7 @@ from jqcore.settings import RedisSettings
 from jqcore.state import Engine
 from jqstack.faultproxy import FaultProxy
 from jqstack.manager import Endpoints, Stack
-from loadtest.faults.checker import Verdict, judge, read_executions
+from loadtest.faults.checker import Verdict, judge, read_executions, relay_terms
 from loadtest.faults.load import Load
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
@@ -122,6 +122,9 @@ class Scenario:
     rate: float = 100.0
     warm: int = 200
     after: int = 300
+    consul_state_lost: bool = False
+    """The fault wipes Consul's state (sessions and lock-delays): a deposed holder may still trust its term
+    while another takes the lock, and the Redis fence alone keeps one writer (its refusals are counted)."""
     links: tuple[tuple[str, Service], ...] = ()
     """(process or role, service) pairs whose connections go through the fault proxy (``("relay",
     "consul")``: both relays reach Consul only through it); needs a stack with Kafka fault listeners
@@ -215,12 +218,15 @@ async def run_scenario(
         await pipe.stop()
         if drill.proxy is not None:
             drill.proxy.close()
+    relay_logs = [log.read_text() for log in sorted((folder / "logs").glob("relay-*.log"))]
+    drill.notes["fence_refusals"] = sum(text.count("fence refused; stepping down") for text in relay_logs)
     verdict = judge(
         scenario.name,
         load.requests,
         read_executions(pipe.executions),
         fault_at=fault_at,
         baseline_from=baseline_from,
+        terms=relay_terms(relay_logs),
         notes=drill.notes,
     )
     (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))

@@ -437,7 +437,13 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario("redis-disk-full", "Redis's disk full for 8 s (its AOF cannot grow)", redis_disk_full, "disk"),
     Scenario("kafka-disk-full", "the broker's disk full for 8 s", kafka_disk_full, "disk"),
-    Scenario("consul-kill", "kill -9 of the Consul agent, restarted empty 3 s later", consul_kill, "own"),
+    Scenario(
+        "consul-kill",
+        "kill -9 of the Consul agent, restarted empty 3 s later",
+        consul_kill,
+        "own",
+        consul_state_lost=True,
+    ),
     Scenario(
         "kafka-leader-kill",
         "kill -9 of a partition leader, back 5 s later",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from loadtest.faults.checker import Execution, Request, judge, read_executions
+from loadtest.faults.checker import Execution, Request, judge, overlapping_terms, read_executions, relay_terms
 
 
 def _req(
@@ -101,3 +101,36 @@ def test_the_baseline_leaves_out_the_warm_up() -> None:
     history, runs = [*warm, *steady, stalled], [*warm_runs, *steady_runs, _run(200, 106.01)]
     assert judge("warm", history, runs, fault_at=100, baseline_from=90).recovery_s == 5.0
     assert judge("warm", history, runs, fault_at=100).recovery_s == 0.0  # the warm-up hides the stall
+
+
+def _role(at: str, holder: str, previous: str, role: str) -> str:
+    return (
+        f"2026-11-24T06:{at}Z [info     ] elector role                   component=jqrelay.elector "
+        f"holder={holder} key=jobq/locks/t previous={previous} role={role}"
+    )
+
+
+def test_relay_terms_from_logs_and_their_overlaps() -> None:
+    first = "\n".join(
+        [
+            _role("00:01.000000", "relay-1", "candidate", "leader"),
+            _role("00:05.000000", "relay-1", "leader", "lost"),
+            _role("00:09.000000", "relay-1", "candidate", "leader"),
+            "2026-11-24T06:00:12.000000Z [info     ] relaying component=jqrelay.topic fence=3 holder=relay-1",
+        ]
+    )  # killed while leading: its last line ends the term
+    second = (
+        _role("00:06.000000", "relay-2", "candidate", "leader")
+        + "\n"
+        + _role("00:08.500000", "relay-2", "leader", "stopped")
+    )
+    terms = relay_terms([first, second])
+    assert [(t.holder, round(t.end - t.start, 1)) for t in terms] == [
+        ("relay-1", 4.0),
+        ("relay-1", 3.0),
+        ("relay-2", 2.5),
+    ]
+    assert overlapping_terms(terms) == []
+    late = _role("00:11.000000", "relay-2", "candidate", "leader")  # took over while relay-1 still led
+    clash = overlapping_terms(relay_terms([first, late]))
+    assert [(a.holder, b.holder) for a, b in clash] == [("relay-1", "relay-2")]
