@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -93,6 +94,9 @@ class Verdict:
     unacked_executed: int
     failed_requests: int
     recovery_s: float
+    early: int = 0
+    """Delayed jobs that ran before they were due (before their request was even sent plus the delay):
+    must be 0 — "never early" is a promise of the timers."""
     overlapping_terms: int = 0
     """Pairs of relays that held the topic's lock at the same time (from their logs): must be 0."""
     retried: int = 0
@@ -157,8 +161,11 @@ def overlapping_terms(terms: Sequence[Term]) -> list[tuple[Term, Term]]:
 
 
 def read_executions(folder: Path) -> list[Execution]:
-    """Every execution the handlers recorded under ``folder`` (``exec-*.jsonl``); a torn last line (the
-    process was killed mid-write) is skipped — its job was not recorded, exactly as if it had not run."""
+    """Every execution the handlers recorded under ``folder`` (``exec-*.jsonl``), dated on this process's
+    wall clock (the handlers write the system-wide monotonic clock, which no skewed clock touches); a torn
+    last line (the process was killed mid-write) is skipped — its job was not recorded, exactly as if it
+    had not run."""
+    wall_minus_mono = time.time() - time.monotonic()
     out: list[Execution] = []
     for path in sorted(folder.glob("exec-*.jsonl")):
         for line in path.read_bytes().splitlines():
@@ -166,7 +173,8 @@ def read_executions(folder: Path) -> list[Execution]:
                 doc = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            out.append(Execution(doc["id"], int(doc["attempt"]), str(doc["worker"]), float(doc["at"])))
+            at = float(doc["mono"]) + wall_minus_mono if "mono" in doc else float(doc["at"])
+            out.append(Execution(doc["id"], int(doc["attempt"]), str(doc["worker"]), at))
     return out
 
 
@@ -227,6 +235,9 @@ def judge(
         duplicates=sum(n - 1 for n in per_job.values()),
         unacked_executed=len(unacked & per_job.keys()),
         retried=sum(1 for r in reqs if r.tries > 1),
+        early=sum(
+            1 for r in reqs if r.delay_s and r.id in first_run and first_run[r.id] < r.sent + r.delay_s
+        ),
         overlapping_terms=len(overlapping_terms(terms)),
         failed_requests=sum(1 for r in reqs if not r.acked),
         recovery_s=round(max(recovery, 0.0), 2),

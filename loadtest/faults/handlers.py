@@ -1,8 +1,9 @@
 """The fault suite's handlers (``jobq worker --app loadtest.faults.handlers:registry``).
 
 ``fault.record`` is the load: it appends one JSON line per execution — job id, attempt, worker process,
-time — to ``$JOBQ_FAULT_DIR/exec-<pid>.jsonl``. That file is outside everything under test (no Redis, no
-Kafka): a plain ``O_APPEND`` write of one short line survives the process being killed right after it.
+``CLOCK_MONOTONIC`` time (system-wide, and left alone by the clock-skew scenario) — to
+``$JOBQ_FAULT_DIR/exec-<pid>.jsonl``. That file is outside everything under test (no Redis, no Kafka): a
+plain ``O_APPEND`` write of one short line survives the process being killed right after it.
 The poison kinds misbehave the ways real handlers do (the ``poison`` scenario).
 """
 
@@ -28,7 +29,8 @@ def _record(job_id: str, attempt: int) -> None:
     if _fd is None:
         path = os.path.join(os.environ[FAULT_DIR_ENV], f"exec-{os.getpid()}.jsonl")
         _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    line = {"id": job_id, "attempt": attempt, "worker": str(os.getpid()), "at": time.time()}
+    # the system-wide monotonic clock: a worker whose wall clock is skewed on purpose must not date its work
+    line = {"id": job_id, "attempt": attempt, "worker": str(os.getpid()), "mono": time.monotonic()}
     os.write(_fd, orjson.dumps(line) + b"\n")
 
 

@@ -16,7 +16,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -218,6 +218,7 @@ async def run_scenario(
         await pipe.stop()
         if drill.proxy is not None:
             drill.proxy.close()
+    (folder / "requests.jsonl").write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in load.requests))
     relay_logs = [log.read_text() for log in sorted((folder / "logs").glob("relay-*.log"))]
     drill.notes["fence_refusals"] = sum(text.count("fence refused; stepping down") for text in relay_logs)
     verdict = judge(

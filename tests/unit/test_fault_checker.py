@@ -3,6 +3,7 @@ how long a disturbance lasted."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import orjson
@@ -134,3 +135,16 @@ def test_relay_terms_from_logs_and_their_overlaps() -> None:
     late = _role("00:11.000000", "relay-2", "candidate", "leader")  # took over while relay-1 still led
     clash = overlapping_terms(relay_terms([first, late]))
     assert [(a.holder, b.holder) for a, b in clash] == [("relay-1", "relay-2")]
+
+
+def test_a_delayed_job_run_before_it_was_due_is_early() -> None:
+    reqs = [_req(0, 100, delay_s=1.5), _req(1, 100, delay_s=1.5)]
+    v = judge("early", reqs, [_run(0, 101.0), _run(1, 101.6)], fault_at=99)
+    assert v.early == 1
+
+
+def test_executions_dated_by_the_monotonic_clock_come_back_on_the_wall_clock(tmp_path: Path) -> None:
+    line = orjson.dumps({"id": "m", "attempt": 1, "worker": "9", "mono": time.monotonic()}) + b"\n"
+    (tmp_path / "exec-9.jsonl").write_bytes(line)
+    [e] = read_executions(tmp_path)
+    assert abs(e.at - time.time()) < 1.0
