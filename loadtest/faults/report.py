@@ -15,7 +15,7 @@ __all__ = ["FaultReport", "reproduce"]
 
 
 def reproduce(name: str) -> str:
-    return f".venv/bin/pytest tests/faults/test_scenarios.py -k '{name}'"
+    return f".venv/bin/pytest 'tests/faults/test_scenarios.py::test_scenario[{name}]'"
 
 
 @dataclass
@@ -56,4 +56,9 @@ class FaultReport(Report):
         return "\n".join(lines)
 
     def markdown(self) -> str:
-        return super().markdown().rstrip() + "\n\n" + self.table() + "\n"
+        text = super().markdown()
+        if not self.figures:  # a test run has verdicts only: no empty figure table
+            text = text.replace(
+                "| figure | median | unit | spread | samples |\n|---|---:|---|---:|---|\n", ""
+            )
+        return text.rstrip() + "\n\n" + self.table() + "\n"
