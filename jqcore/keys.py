@@ -31,6 +31,9 @@ Per queue ``jobq:{q}:``
 ``stats``                 HASH    monotonic counters (enqueued, duplicates, completed, …)
 ``fences``                HASH    fence source (topic) → newest fence seen
 ``wake``                  LIST    wake-up tokens for waiting workers (kept short)
+``waiters``               HASH    idle worker pools registered for hand-off claims: waiter id →
+                                  ``slots|lease_ms|deadline|token prefix|worker``
+``inbox:<waiter>``        LIST    jobs claimed for that waiting pool by a hand-off (JSON arrays)
 ``sched``                 LIST    wake-up token for the scheduler (an earlier due time appeared)
 ``events``                STREAM  lifecycle events not shipped to Kafka yet (``jqcore.events``), capped
 ``gdone``                 HASH    graph nodes' jobs that finished, not yet reported to their graph:
@@ -111,6 +114,7 @@ KeyName = Literal[
     "xhead",
     "fences",
     "wake",
+    "waiters",
     "sched",
     "events",
     "gdone",
@@ -205,6 +209,13 @@ class QueueKeys:
     @property
     def wake(self) -> str:
         return self._k("wake")
+
+    @property
+    def waiters(self) -> str:
+        return self._k("waiters")
+
+    def inbox(self, waiter: str) -> str:
+        return self._k(f"inbox:{waiter}")
 
     @property
     def sched(self) -> str:

@@ -1,7 +1,11 @@
 """A worker pool: claims jobs from Redis for its queues and runs their handlers with bounded concurrency.
 
 * **Claims** are batches sized to the free slots; with nothing to do the pool blocks in Redis
-  (:meth:`jqcore.state.Engine.wait_for_work`) instead of polling.
+  (:meth:`jqcore.state.Engine.wait_for_work`) instead of polling. A pool serving one queue without a
+  filter registers for **hand-off claims** with its short claim: the transition that makes a job ready
+  (enqueue, promotion) claims it for the pool at once, leased like any claim, and the pool's blocking pop
+  returns the job itself — no wake-then-claim round trip before it starts. Jobs handed to a pool that
+  dies before running them come back when their leases expire, like any claimed job.
 * **Handlers** run as coroutines, in a thread pool (sync functions) or in a process pool
   (``mode="process"``). A per-job timeout cancels a coroutine; a thread or process cannot be killed from
   Python, so on timeout its result is discarded, the attempt is failed as ``timeout`` and the function
@@ -24,6 +28,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -43,6 +48,12 @@ __all__ = ["Pool", "PoolConfig"]
 
 log = get_logger("worker.pool")
 
+HANDOFF_WAIT_S = 5.0
+"""A pool registered for hand-offs waits at most this long before it claims (and registers) again: a
+pool killed while registered is handed at most one batch, within this window."""
+HANDOFF_MARGIN_MS = 1_000
+"""A hand-off registration outlives the blocking pop it is for by this much (the pop's round trip)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
@@ -61,6 +72,8 @@ class PoolConfig:
     ``filter_keys``)."""
     unknown_kind_retry_ms: int = 5_000
     unknown_kind_dead_after_ms: int = 3_600_000
+    handoff: bool = True
+    """Hand-off claims while idle (one queue, no filter): the job's transition claims it for this pool."""
 
 
 @dataclass(eq=False)
@@ -90,10 +103,14 @@ class Pool(Service):
         self._fetcher: asyncio.Task[None] | None = None
         self._keeper = LeaseKeeper(self)
         self._stopping = False
+        self._hard = False
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
         self._completions_ready = asyncio.Event()
         self._completer: asyncio.Task[None] | None = None
         self._presence = Presence(engine.client, "worker", process_name(",".join(config.queues)))
+        handoff = config.handoff and len(config.queues) == 1 and not config.filter
+        self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
+        """This pool's id for hand-off claims ('' = none: several queues or a filter)."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -136,7 +153,7 @@ class Pool(Service):
 
     async def hard_stop(self) -> None:
         """Cancel everything without writing back (leases expire; the reaper hands the jobs out again)."""
-        self._stopping = True
+        self._stopping = self._hard = True
         for run in self.in_flight.values():
             run.abandoned = True
             if run.task is not None:
@@ -145,6 +162,12 @@ class Pool(Service):
 
     async def _cancel_fetcher(self) -> None:
         await cancel_and_wait(self._fetcher)
+        if self._waiter and not self._hard:  # deregister; jobs handed meanwhile are ours: released below
+            try:
+                for job in await self.engine.unwait(self.config.queues[0], self._waiter):
+                    self.in_flight[job.id] = Running(job)
+            except Exception as exc:  # Redis away: the registration expires, handed jobs' leases too
+                log.warning("leaving the hand-off list failed", error=repr(exc))
 
     async def _release_rest(self) -> None:
         rest = [r for r in self.in_flight.values() if not r.abandoned]
@@ -189,8 +212,13 @@ class Pool(Service):
         if self.config.burst and not self.in_flight and await self._queues_empty():
             self.drained.set()
             return True
-        wait_s = 0.2 if self.config.burst else self.config.idle_wait_s  # burst: something runs, wake often
-        await self.engine.wait_for_work(self.config.queues, wait_s)
+        wait_s = self._wait_s()
+        if self._waiter:
+            handed = await self.engine.wait_for_handoff(self.config.queues[0], self._waiter, wait_s)
+            for job in handed or ():
+                self._launch(job)
+        else:
+            await self.engine.wait_for_work(self.config.queues, wait_s)
         return False
 
     async def _queues_empty(self) -> bool:
@@ -217,12 +245,27 @@ class Pool(Service):
                 lease_ms=self.config.lease_ms or 0,
                 filter=self.config.filter,
                 worker=self._presence.name,
+                waiter=self._waiter,
+                wait_ms=self._handoff_ms(),
             )
             for job in jobs:
                 self._launch(job)
             if len(jobs) == free:
                 return True
         return False
+
+    def _handoff_ms(self) -> int:
+        """How long a short claim registers this pool for hand-offs: the wait that follows, plus a margin
+        (0 when the pool takes none). A pool that dies while registered is handed jobs until then; they
+        come back when their leases expire."""
+        if not self._waiter:
+            return 0
+        return int(self.engine.block_limit_s(self._wait_s()) * 1000) + HANDOFF_MARGIN_MS
+
+    def _wait_s(self) -> float:
+        """The idle wait for more work (burst: something runs, wake often)."""
+        wait_s = 0.2 if self.config.burst else self.config.idle_wait_s
+        return min(wait_s, HANDOFF_WAIT_S) if self._waiter else wait_s
 
     def _launch(self, job: ClaimedJob) -> None:
         run = Running(job)

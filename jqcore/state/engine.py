@@ -198,16 +198,36 @@ class Engine:
         lease_ms: int = 0,
         filter: Mapping[str, str] | None = None,
         worker: str = "",
+        waiter: str = "",
+        wait_ms: int = 0,
         now_ms: int | None = None,
     ) -> list[ClaimedJob]:
         """Up to ``n`` jobs, lowest priority value first, each with a lease and a fresh token.
         ``lease_ms=0``: each job's own ``lease_ms``, else the queue's default. Raises
         :class:`codes.FilterInvalid` for a filter on a key the queue does not index. ``worker`` names the
-        claimer in the job record and its lifecycle events."""
+        claimer in the job record and its lifecycle events. ``waiter`` (a pool's unique id) with ``wait_ms``
+        > 0 and no filter: when the claim comes back short, the pool is registered for hand-offs for that
+        long — new jobs are then claimed for it by the transition that makes them ready
+        (:meth:`wait_for_handoff`); any other claim naming ``waiter`` deregisters it."""
         pairs = "\n".join(f"{k}={v}" for k, v in (filter or {}).items())
         now = now_ms if now_ms is not None else await self.now()
-        reply = await self._run("claim", queue, [n, lease_ms, secrets.token_hex(8), pairs, worker], now)
-        return replies.claim(queue, reply, now)
+        args = [n, lease_ms, secrets.token_hex(8), pairs, worker, wait_ms, waiter]
+        return replies.claim(queue, await self._run("claim", queue, args, now), now)
+
+    async def wait_for_handoff(self, queue: str, waiter: str, timeout_s: float) -> list[ClaimedJob] | None:
+        """Block until jobs are handed to ``waiter`` (registered by a short :meth:`claim` with
+        ``wait_ms``), a wake token signals other work in ``queue`` (``[]``: claim again), or ``timeout_s``
+        (None). Handed jobs are leased to the worker already: run them (or release them)."""
+        message = await waiting.wait_for_handoff(self.client, queue, waiter, timeout_s)
+        if message is None:
+            return None
+        return replies.handed([message], self.clock.now()) if message else []
+
+    async def unwait(self, queue: str, waiter: str, *, now_ms: int | None = None) -> list[ClaimedJob]:
+        """``waiter`` stops waiting for hand-offs in ``queue``: deregistered; returns the jobs handed to
+        it meanwhile (leased to it: run or release them)."""
+        now = now_ms if now_ms is not None else await self.now()
+        return replies.handed((await self._run("unwait", queue, [waiter], now))[1:], now)
 
     async def extend(
         self, queue: str, owned: Sequence[Triple], lease_ms: int, *, now_ms: int | None = None

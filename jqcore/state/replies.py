@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from jqcore.envelope import Envelope, decode
 from jqcore.state.codes import Code, FenceRejected, FilterInvalid, check
 from jqcore.state.models import (
@@ -98,13 +100,23 @@ def claim(queue: str, reply: Sequence[Any], now: int) -> list[ClaimedJob]:
             f"queue {queue!r} does not index meta key {_s(reply[1])!r}; declare it in the queue's"
             " filter_keys to claim by it"
         )
-    rows = reply[1:]
+    return claimed_rows(reply[1:], now)
+
+
+def claimed_rows(rows: Sequence[Any], now: int) -> list[ClaimedJob]:
+    """Claimed jobs from their flat rows (id, envelope, attempt, token, deadline, …): a claim's reply or
+    a hand-off message."""
     return [
         ClaimedJob(
             decode(rows[i + 1]), int(rows[i + 2]), _s(rows[i + 3]), int(rows[i + 4]), int(rows[i + 4]) - now
         )
         for i in range(0, len(rows), 5)
     ]
+
+
+def handed(messages: Sequence[bytes | str], now: int) -> list[ClaimedJob]:
+    """The jobs of hand-off messages (each a JSON array of claimed rows, see ``hand_off`` in _lib.lua)."""
+    return [job for message in messages for job in claimed_rows(orjson.loads(message), now)]
 
 
 def extend(ids: Sequence[str], reply: Sequence[Any]) -> dict[str, int | NotExtended]:

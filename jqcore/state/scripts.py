@@ -54,12 +54,15 @@ _ALL_GRAPH_KEYS = " ".join(GRAPH_KEY_NAMES)
 _TRANSITIONS = (
     _declare(
         "enqueue_batch",
-        "prefix ready delayed far done dead config kinds counts stats xhead fences wake sched events gdone",
+        "prefix ready delayed far running done dead config kinds kindrun counts stats xhead fences wake"
+        " waiters sched events gdone",
     ),
     _declare(
         "claim",
-        "prefix ready running done dead config kinds kindrun counts stats xhead wake sched events gdone",
+        "prefix ready running done dead config kinds kindrun counts stats xhead wake waiters sched events"
+        " gdone",
     ),
+    _declare("unwait", "prefix waiters"),
     _declare("extend", "prefix ready running done dead config kindrun counts stats xhead wake events gdone"),
     _declare(
         "complete", "prefix ready running done dead config kindrun counts stats xhead wake events gdone"
@@ -83,7 +86,11 @@ _TRANSITIONS = (
     _declare("cancel", "prefix ready delayed far done dead config counts stats xhead wake events gdone"),
     _declare("schedule_far", "prefix far config stats events"),
     _declare("drop_far", "far"),
-    _declare("promote_due", "prefix ready delayed config counts stats xhead wake events"),
+    _declare(
+        "promote_due",
+        "prefix ready delayed running done dead config kinds kindrun counts stats xhead wake waiters sched"
+        " events gdone",
+    ),
     _declare(
         "reap_expired",
         "prefix ready running done dead config kinds kindrun counts stats xhead wake events gdone",

@@ -24,7 +24,7 @@ from jqcore.redisconn import RedisClient
 if TYPE_CHECKING:
     from jqcore.state.engine import Engine
 
-__all__ = ["StepResult", "Timers", "block_limit_s", "wait_for_due", "wait_for_work"]
+__all__ = ["StepResult", "Timers", "block_limit_s", "wait_for_due", "wait_for_handoff", "wait_for_work"]
 
 log = get_logger("jqcore.timers")
 
@@ -37,6 +37,19 @@ async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: f
     """Block until one of ``queues`` signals work; return that queue, or None after ``timeout_s``."""
     index = await _first_signal(client, [QueueKeys(q).wake for q in queues], timeout_s)
     return None if index is None else queues[index]
+
+
+async def wait_for_handoff(client: RedisClient, queue: str, waiter: str, timeout_s: float) -> bytes | None:
+    """Block on ``waiter``'s hand-off inbox and ``queue``'s wake list (one BLPOP: same slot): the
+    hand-off message, ``b""`` for a wake token, or None after ``timeout_s``."""
+    keys = QueueKeys(queue)
+    reply = await client.blpop([keys.inbox(waiter), keys.wake], timeout=block_limit_s(client, timeout_s))
+    if not reply:
+        return None
+    key, value = reply
+    if _text(key) == keys.wake:
+        return b""
+    return value.encode() if isinstance(value, str) else value
 
 
 async def wait_for_due(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:

@@ -21,7 +21,13 @@ from jqcore.state.codes import Code
 from jqcore.state.scripts import SCRIPT_NAMES, SCRIPTS, local_name, source
 
 LUA = Path(__file__).parents[2] / "jqcore" / "state" / "lua"
-FAMILIES = {"job": "job:<id>", "idx": "idx:<key>=<value>", "xq": "xq:<excl>", "parked": "parked:<kind>"}
+FAMILIES = {
+    "job": "job:<id>",
+    "idx": "idx:<key>=<value>",
+    "xq": "xq:<excl>",
+    "parked": "parked:<kind>",
+    "inbox": "inbox:<waiter>",
+}
 LOCALS = {local_name(name): name for name in KEY_NAMES}
 GRAPH_LOCALS = {local_name(name): name for name in GRAPH_KEY_NAMES}
 LIBS = ("_lib", "_glib")
@@ -48,7 +54,7 @@ def _code(text: str) -> str:
 
 def _direct(text: str, graph: bool = False) -> tuple[set[str], set[str]]:
     """(key names, derived families) a piece of code touches itself (helpers not followed)."""
-    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked):", text)}
+    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked|inbox):", text)}
     if re.search(r"\bjkey\(", text):
         families.add("job")
     table = GRAPH_LOCALS if graph else LOCALS

@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
+from jqcore.keys import QueueKeys
 from jqcore.state import Engine, reads
 from jqcore.state.models import JobInfo
 from jqstack.manager import Endpoints
@@ -96,6 +97,31 @@ async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
     got = await reads.get_job(engine.client, q, env.id)
     assert got is not None
     assert (got.state, got.attempt, got.result) == ("completed", 2, "3")
+
+
+async def test_a_worker_killed_after_a_hand_off_before_starting_the_job_loses_nothing(
+    engine: Engine, prefix: str, spawn: Spawn, eventually: Eventually
+) -> None:
+    """The hand-off claim's crash: the job is claimed for the idle worker by the enqueue itself and sits in
+    its inbox, leased; the worker is frozen (it cannot start it) and killed. The lease expires, the reaper
+    hands the job out again, the next worker runs it."""
+    q = f"{prefix}.handoff"
+    await engine.enqueue_batch([new_envelope(q, "demo.noop")])  # the queue exists before the worker
+    first = spawn("--queues", q, "--lease-ms", "1000")
+    await eventually(lambda: engine.client.hlen(QueueKeys(q).waiters), lambda n: n == 1, 60)
+    first.signal(signal.SIGSTOP)  # registered for hand-offs, and now unable to run anything
+    env = new_envelope(q, "demo.noop")
+    await engine.enqueue_batch([env])
+    handed = await reads.get_job(engine.client, q, env.id)
+    assert handed is not None
+    assert (handed.state, handed.attempt) == ("running", 1)  # claimed for the frozen worker by the enqueue
+    first.signal(signal.SIGKILL)
+    await first.exited(60)
+    second = spawn("--queues", q, "--lease-ms", "1000", "--burst")
+    assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
+    got = await reads.get_job(engine.client, q, env.id)
+    assert got is not None
+    assert (got.state, got.attempt) == ("completed", 2)
 
 
 @pytest.mark.parametrize(

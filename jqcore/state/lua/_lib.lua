@@ -7,11 +7,11 @@
 --   -- KEYS[2] ready    ZSET ...
 -- and jqcore.state.scripts declares the same names, from which the loader binds them to upper-case
 -- locals before this file: P (prefix), READY, DELAYED, RUNNING, DONE, DEAD, CONFIG, KINDS, KINDRUN,
--- COUNTS, STATS, XHEAD, FENCES, WAKE, SCHED, EVENTS, GDONE. A helper below uses the locals its callers must
+-- COUNTS, STATS, XHEAD, FENCES, WAKE, WAITERS, SCHED, EVENTS, GDONE. A helper below uses the locals its callers must
 -- declare. Graph scripts (graph_*.lua) get this file too (for NOW and the codes), then _glib.lua.
 -- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
 -- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
---   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET
+--   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET, inbox:<waiter> LIST
 -- ARGV[1] = now (ms since epoch, from the caller).
 -- Return codes: the C_* constants below, mirrored by jqcore.state.codes.Code (one meaning per number);
 -- each script's "-- returns:" line names the ones it returns.
@@ -265,4 +265,107 @@ local function owned(key, attempt, token)
   if st[1] == false then return 'missing' end
   if st[1] ~= 'running' or st[2] ~= attempt or st[3] ~= token then return 'stale' end
   return 'ok'
+end
+
+-- Claim up to n jobs from src (READY, or a filter index with `matches` checking the other pairs) for
+-- `worker`: lowest priority value first, each with a lease (lease_arg, 0 = the job's own lease_ms, else
+-- the queue's) and the token <token_prefix>:<i>; every claim spends an attempt. Jobs met on the way whose
+-- expires_at passed become 'expired'; jobs whose kind is at its concurrency limit are parked. Appends
+-- id, envelope, attempt, token, deadline per claimed job to `out`. Returns claimed, freed (jobs made
+-- ready on the way: a released exclusivity value). Stats: claimed, wait_ms (summed start latency).
+local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
+  local default_lease = cfgnum('lease_ms', 30000)
+  local claimed, scanned, offset, freed, waited = 0, 0, 0, 0, 0
+  local before = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
+  local earliest = tonumber(before[2] or '-1')
+  local new_earliest = nil
+  while claimed < n and scanned < n * 4 + 32 do
+    local ids = redis.call('ZRANGE', src, offset, offset + (n - claimed) - 1)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      scanned = scanned + 1
+      local key = jkey(id)
+      local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt', 'enqueued_at', 'run_at')
+      if f[1] == false then
+        redis.call('ZREM', src, id)
+        redis.call('ZREM', READY, id)
+      elseif matches and not matches(key) then
+        offset = offset + 1
+      else
+        from_ready(id, key)
+        local kind, expires = f[1], tonumber(f[2])
+        local limit = tonumber(redis.call('HGET', KINDS, kind .. '|limit') or '')
+        if expires and expires <= NOW then
+          finish(id, key, 'expired', 'expires_at passed before it ran')
+          freed = freed + release_excl(id, key)
+        elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') >= limit then
+          redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
+          set_state(id, key, 'parked')
+          redis.call('HINCRBY', COUNTS, 'blocked', 1)
+        else
+          local lease = lease_arg
+          if lease == 0 then lease = tonumber(f[4]) or default_lease end
+          local deadline = NOW + lease
+          local attempt = tonumber(f[5]) + 1
+          local token = token_prefix .. ':' .. claimed
+          redis.call('HSET', key, 'attempt', attempt, 'token', token, 'lease_deadline', deadline,
+            'started_at', NOW, 'worker', worker)
+          set_state(id, key, 'running')
+          redis.call('ZADD', RUNNING, deadline, id)
+          redis.call('HINCRBY', KINDRUN, kind, 1)
+          claimed = claimed + 1
+          local since = math.max(tonumber(f[6]) or NOW, tonumber(f[7]) or 0)
+          if since < NOW then waited = waited + (NOW - since) end
+          if new_earliest == nil or deadline < new_earliest then new_earliest = deadline end
+          out[#out + 1] = id
+          out[#out + 1] = redis.call('HGET', key, 'env')
+          out[#out + 1] = attempt
+          out[#out + 1] = token
+          out[#out + 1] = deadline
+        end
+      end
+      if claimed >= n then break end
+    end
+  end
+  if claimed > 0 then
+    stat('claimed', claimed)
+    if waited > 0 then stat('wait_ms', waited) end
+  end
+  if new_earliest and (earliest < 0 or new_earliest < earliest) then wake_scheduler() end
+  return claimed, freed
+end
+
+-- Hand-off claims: a worker pool whose claim came back short registers in WAITERS (waiter id ->
+-- "slots|lease_ms|deadline|token prefix|worker", see claim.lua) and blocks on its inbox list (derived
+-- inbox:<waiter>) and the wake list. A transition that made jobs ready calls this first: each live waiter
+-- is consumed and gets up to its slots jobs claimed for it here, leased like any claim, pushed to its
+-- inbox as one JSON array (id, envelope, attempt, token, deadline, ...): its blocking pop returns the
+-- jobs themselves. A pool that dies before running them loses nothing: the leases expire and the reaper
+-- hands the jobs out again. Waiters past their deadline (a pool gone without deregistering) are
+-- dropped. Returns the jobs handed and the jobs made ready on the way (the caller wakes workers for
+-- those).
+local function hand_off()
+  if redis.call('HLEN', WAITERS) == 0 or cfg('paused', '0') == '1' then return 0, 0 end
+  local all = redis.call('HGETALL', WAITERS)
+  local handed, freed = 0, 0
+  for i = 1, #all, 2 do
+    if redis.call('ZCARD', READY) == 0 then break end
+    local waiter = all[i]
+    local slots, lease, deadline, prefix, worker = string.match(all[i + 1], '^(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+    redis.call('HDEL', WAITERS, waiter)
+    if slots and tonumber(deadline) >= NOW then
+      local out = {}
+      local claimed, more = claim_from(READY, tonumber(slots), tonumber(lease), prefix, worker, nil, out)
+      freed = freed + more
+      if claimed > 0 then
+        local inbox = k('inbox:' .. waiter)
+        redis.call('RPUSH', inbox, cjson.encode(out))
+        redis.call('PEXPIRE', inbox, tonumber(deadline) - NOW + 600000)
+        handed = handed + claimed
+      else
+        redis.call('HSET', WAITERS, waiter, all[i + 1])  -- nothing it may run (kind limits): keep waiting
+      end
+    end
+  end
+  return handed, freed
 end

@@ -9,23 +9,28 @@
 -- dedup_window_ms. Otherwise (policy 'active', the default: Slack's "while queued or running") the
 -- finished job is enqueued again: a new run under the same id ('reopened'). A dropped duplicate is
 -- counted on the job record (dups, dup_at) so a reader can see what happened to it.
+-- Jobs made ready go straight to idle workers registered for hand-offs (hand_off in _lib.lua), the rest
+-- wake waiting workers.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
 -- KEYS[4] far      ZSET far-future jobs kept in Kafka, score = run_at
--- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[7] config   HASH queue configuration
--- KEYS[8] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
--- KEYS[9] counts   HASH blocked (waiting + parked jobs)
--- KEYS[10] stats    HASH lifetime counters
--- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[12] fences   HASH fence source -> newest fence
--- KEYS[13] wake     LIST wake tokens for waiting workers
--- KEYS[14] sched    LIST wake token for the scheduler
--- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>
+-- KEYS[5] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[6] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[7] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[8] config   HASH queue configuration
+-- KEYS[9] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[10] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[11] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[12] stats    HASH lifetime counters
+-- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[14] fences   HASH fence source -> newest fence
+-- KEYS[15] wake     LIST wake tokens for waiting workers
+-- KEYS[16] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
+-- KEYS[17] sched    LIST wake token for the scheduler
+-- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
 --       13 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
 --       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown),
@@ -126,6 +131,7 @@ for i = 0, n - 1 do
     end
   end
 end
-wake(ready)
+local handed, freed = hand_off()
+wake(ready - handed + freed)
 if earliest_delayed and (prev_earliest < 0 or earliest_delayed < prev_earliest) then wake_scheduler() end
 return out
