@@ -96,7 +96,7 @@ async def run_handler(
     spec = registry.get(job.envelope.kind) or builtin.get(job.envelope.kind)
     if spec is None:  # a rolling deploy: another pool (or the next version) knows this kind
         return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
-    metrics.JOBS_STARTED.labels(job.queue, spec.kind).inc()
+    metrics.child(metrics.JOBS_STARTED, job.queue, spec.kind).inc()
     started = time.perf_counter()
     with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
         try:
@@ -114,7 +114,7 @@ async def run_handler(
             if outcome.kind == "failure":
                 tracing.run_failed(span, exc, outcome.label)
         finally:
-            metrics.JOB_RUN_TIME.labels(job.queue, spec.kind).observe(time.perf_counter() - started)
+            metrics.child(metrics.JOB_RUN_TIME, job.queue, spec.kind).observe(time.perf_counter() - started)
         tracing.run_outcome(span, outcome.label)
     return outcome
 

@@ -270,9 +270,9 @@ class Pool(Service):
     def _launch(self, job: ClaimedJob) -> None:
         run = Running(job)
         self.in_flight[job.id] = run
-        metrics.JOBS_IN_FLIGHT.labels(job.queue).inc()
+        metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
         due = job.envelope.run_at or job.envelope.enqueued_at
-        metrics.JOB_QUEUE_WAIT.labels(job.queue).observe(max(0.0, time.time() - due / 1000))
+        metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, time.time() - due / 1000))
         run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
 
     # ---- running --------------------------------------------------------------------------------
@@ -305,12 +305,12 @@ class Pool(Service):
         finally:
             self.in_flight.pop(job.id, None)
             self._slot_freed.set()
-            metrics.JOBS_IN_FLIGHT.labels(job.queue).dec()
+            metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).dec()
 
     async def _write_back(self, job: ClaimedJob, outcome: Outcome) -> None:
         owner = (job.id, job.attempt, job.token)
         kind, queue = job.envelope.kind, job.queue
-        metrics.JOBS_FINISHED.labels(queue, kind, outcome.label).inc()
+        metrics.child(metrics.JOBS_FINISHED, queue, kind, outcome.label).inc()
         if outcome.kind == "success":
             await self._complete(job, outcome.result)
         elif outcome.kind == "snooze":

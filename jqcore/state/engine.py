@@ -98,8 +98,8 @@ class Engine:
             outcome = "error"
             raise
         finally:
-            metrics.SCRIPT_CALLS.labels(name, outcome).inc()
-            metrics.SCRIPT_TIME.labels(name).observe(time.perf_counter() - started)
+            metrics.child(metrics.SCRIPT_CALLS, name, outcome).inc()
+            metrics.child(metrics.SCRIPT_TIME, name).observe(time.perf_counter() - started)
 
     # ---- enqueue -----------------------------------------------------------------------------------
     async def enqueue_batch(
@@ -136,7 +136,7 @@ class Engine:
             metrics.ENQUEUE_BATCH_SIZE.observe(len(batch))
         await self._register(by_queue, again=created)
         for o in outcomes:
-            metrics.JOBS_ENQUEUED.labels(o.queue, o.outcome).inc()
+            metrics.child(metrics.JOBS_ENQUEUED, o.queue, o.outcome).inc()
         return EnqueueResult(outcomes, created)
 
     async def schedule_far(
@@ -267,8 +267,8 @@ class Engine:
         calls = [[now, *job, b"" if len(r or b"") > MAX_RESULT_BYTES else (r or b"")] for job, r in items]
         async with codes.redis_errors("complete"):
             answers = await self._pipelined("complete", keys, calls)
-        metrics.SCRIPT_CALLS.labels("complete", "ok").inc(len(items))
-        metrics.SCRIPT_TIME.labels("complete").observe(time.perf_counter() - started)
+        metrics.child(metrics.SCRIPT_CALLS, "complete", "ok").inc(len(items))
+        metrics.child(metrics.SCRIPT_TIME, "complete").observe(time.perf_counter() - started)
         out: list[codes.Code] = []
         for reply in answers:
             if isinstance(reply, Exception):
