@@ -30,11 +30,13 @@ def pack_command(*args: Any) -> list[bytes]:
     """One command in the Redis protocol, packed by hiredis's C encoder (what redis-py's synchronous
     client does when hiredis is installed; its asyncio connections pack in Python, ~10x slower: every
     script call of every job spent most of its client CPU there)."""
-    first = args[0]
-    if isinstance(first, str):
-        args = (*first.encode().split(), *args[1:])
-    elif b" " in first:
+    first = args[0]  # "CONFIG GET": Redis wants the words as separate arguments
+    if " " in first if isinstance(first, str) else b" " in first:
         args = (*first.split(), *args[1:])
+    try:
+        return [hiredis.pack_command(cast("Any", args))]
+    except TypeError:  # a bytearray or memoryview: hiredis takes bytes
+        pass
     parts = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args)
     try:
         return [hiredis.pack_command(cast("Any", parts))]
