@@ -217,6 +217,8 @@ class Pool(Service):
             handed = await self.engine.wait_for_handoff(self.config.queues[0], self._waiter, wait_s)
             for job in handed or ():
                 self._launch(job)
+            if handed:
+                await asyncio.sleep(0)  # the jobs start before the next claim is packed and sent
         else:
             await self.engine.wait_for_work(self.config.queues, wait_s)
         return False
