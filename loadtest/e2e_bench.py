@@ -2,7 +2,9 @@
 
 HTTP → gateway (``python -m kafkagate``, acks=all, idempotent producer) → Kafka (3 partitions) → relay
 (``python -m jqrelay``, Consul lock, fenced writes) → Redis (AOF ``everysec``) → 2 worker processes
-(``jobq worker``, concurrency 50 each) running the no-op ``demo.noop``.
+(``jobq worker``, concurrency 50 each) running the no-op ``demo.noop``; one scheduler (``python -m
+jqsched``, every duty on as shipped: timers, cron, far tier, graphs) ships the queue's lifecycle events
+(on by default) to a Kafka topic of the run.
 
 * **Latency at a fixed arrival rate** (1,000 jobs/s open loop, one job per HTTP request; ``--quick``:
   200/s): job *i* is due at ``t0 + i / rate`` and sent then, whatever happened to earlier requests (no
@@ -14,9 +16,23 @@ HTTP → gateway (``python -m kafkagate``, acks=all, idempotent producer) → Ka
   and their share is reported), **enqueue → started** (from the due time: the client's whole view), and
   p50 of each hop (gateway, relay, worker).
 * **Sustained throughput**: 4 clients post batches of 1,000 jobs as fast as the gateway answers, for
-  ``seconds``; the workers' completions are sampled every 0.25 s and the rate over the window after a
-  warm-up third is the end-to-end throughput (accepted jobs/s is reported beside it; the difference is
-  backlog left in Kafka or Redis).
+  ``seconds``; the jobs finished are counted after a warm-up third and at the end, and their rate over
+  that window is the end-to-end throughput (accepted jobs/s is reported beside it, over the whole phase
+  and over the window, with the jobs/s the relay wrote to Redis; the differences are backlog left in
+  Kafka or Redis).
+* **Cost model** (:mod:`loadtest.costs`): over that same window, CPU seconds (user + system) of every
+  process on the path — gateway, relay, workers, scheduler (``/proc``, each with its process tree),
+  Kafka's JVM and Consul (found by the port they listen on; not measured when that is not a process
+  here, e.g. in a container), Redis (``INFO cpu``, its forks included), the load generator (this
+  process) and the whole machine (``/proc/stat``) — divided by the jobs finished in the window: CPU µs
+  per job. The system total is every process but the generator. ``report.md`` adds each one's share,
+  the cores it kept busy, and the gateway's and relay's CPU per job they handled themselves (in a
+  closed loop they run ahead of the workers, and the surplus waits in Kafka or Redis).
+* **Profiles** (``profile``; on by default, off with ``--quick``): after that window, while the load
+  continues, ``py-spy`` records the gateway, the relay, one worker and the scheduler at once (10 s, 5 s
+  in a quick run, at 250 Hz, non-blocking; first repetition only); the raw collapsed stacks are saved
+  with the report and ``report.md`` lists each process's top functions by self time. The CPU figures
+  never overlap a recording (sampling costs the target CPU).
 
 Everything — the load generator included — shares this machine's 2 cores.
 """
@@ -25,23 +41,40 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import orjson
+import redis
 import redis.asyncio as aioredis
 from hdrh.histogram import HdrHistogram
 
 from jqcore.kafka import ensure_topics
+from jqcore.keys import QueueKeys
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
-from jqstack.supervise import Children, Output, http_ok, python_m
+from jqstack.supervise import Child, Children, Output, http_ok, python_m
+from loadtest.costs import (
+    CpuMeter,
+    CpuReading,
+    Profile,
+    cost_table,
+    listening_pid,
+    machine_busy_s,
+    per_unit_us,
+    process_clock,
+    profile_section,
+    record_profiles,
+)
+from loadtest.cpu import redis_cpu_s
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
 from loadtest.stacks import bench_stack, worker_argv
@@ -52,11 +85,18 @@ TOKEN = "bench-token"
 PARTITIONS = 3
 WORKERS = 2
 CONCURRENCY = 50
+ROLES = {"gateway": "kafkagate", "relay": "jqrelay", f"workers ({WORKERS})": "worker", "scheduler": "jqsched"}
+"""Cost name → the role of the pipeline processes it sums."""
+SYSTEM = (*ROLES, "kafka", "redis", "consul")
+"""Everything on the path, in order (the cost figures are ``cpu <name>``)."""
+PROFILED = {"gateway": "kafkagate", "relay": "jqrelay", "worker": "worker", "scheduler": "jqsched"}
+"""Profile name → the role of the (first) pipeline process py-spy records."""
+PROFILE_RATE = 250
 
 
 @dataclass
 class Pipeline:
-    """A running gateway, relay and worker processes serving one queue through one topic."""
+    """A running gateway, relay, worker and scheduler processes serving one queue through one topic."""
 
     ep: Endpoints
     queue: str
@@ -72,12 +112,17 @@ class Pipeline:
         if dead := self.procs.dead():
             raise RuntimeError(f"a pipeline process exited: {dead}")
 
+    def role(self, role: str) -> list[Child]:
+        """The processes of ``role`` (``kafkagate``, ``jqrelay``, ``worker``, ``jqsched``)."""
+        return [c for c in self.procs if c.name.rsplit("-", 1)[0] == role]
+
 
 @asynccontextmanager
 async def pipeline(
     ep: Endpoints, tag: str, *, app: str = "worker.examples:registry", log_dir: Path | None = None
 ) -> AsyncIterator[Pipeline]:
-    """Start gateway, relay and workers for queue and topic ``bench.<tag>``; stop them all on exit."""
+    """Start gateway, relay, workers and scheduler for queue and topic ``bench.<tag>`` (events to
+    ``bench.<tag>.events``); stop them all on exit."""
     queue = topic = f"bench.{tag}"
     kafka = KafkaSettings(bootstrap=ep.kafka_bootstrap)
     await asyncio.to_thread(ensure_topics, kafka, [topic], partitions=PARTITIONS)
@@ -92,12 +137,18 @@ async def pipeline(
         "JOBQ_RELAY_KV_PREFIX": f"jobq-bench/{tag}",
         "JOBQ_RELAY_GROUP_PREFIX": f"bench-{tag}",
         "JOBQ_RELAY_LOCK_DELAY_S": "0",
+        "JOBQ_SCHEDULER_NAME": f"bench-{tag}",
+        "JOBQ_SCHEDULER_GROUP": f"bench-{tag}",
+        "JOBQ_SCHEDULER_QUEUES": queue,
+        "JOBQ_EVENTS_TOPIC": f"{topic}.events",
+        "JOBQ_FAR_TOPIC": f"{topic}.schedule",
+        "JOBQ_CRON_KV_PREFIX": f"jobq-bench/{tag}/cron",
         "JOBQ_LOG_LEVEL": "warning",
     }
     pipe = Pipeline(ep, queue, topic, f"http://127.0.0.1:{port}")
     worker = worker_argv(queue, app=app, concurrency=CONCURRENCY)
     roles = [("kafkagate", python_m("kafkagate")), ("jqrelay", python_m("jqrelay"))]
-    roles += [("worker", worker)] * WORKERS
+    roles += [("worker", worker)] * WORKERS + [("jqsched", python_m("jqsched"))]
     try:
         for role, argv in roles:
             name = f"{role}-{len(pipe.procs.members)}"
@@ -112,7 +163,8 @@ async def pipeline(
 
 
 async def _warm_up(pipe: Pipeline) -> None:
-    """One job through the whole path: the relay holds its lock and the workers claim before the clock."""
+    """One job through the whole path: the relay holds its lock, the workers claim and the scheduler
+    ships the queue's events before the clock."""
     client = aioredis.Redis.from_url(pipe.ep.redis_url or "")
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with (
@@ -122,6 +174,12 @@ async def _warm_up(pipe: Pipeline) -> None:
         if r.status != 202:
             raise RuntimeError(f"warm-up enqueue refused: {r.status} {await r.text()}")
     await _wait_finished(pipe, client, 1, 60)
+    deadline = time.monotonic() + 60
+    while await client.xlen(QueueKeys(pipe.queue).events):
+        pipe.check()
+        if time.monotonic() > deadline:
+            raise RuntimeError("the scheduler shipped none of the warm-up job's events in 60 s")
+        await asyncio.sleep(0.1)
     await client.aclose()
 
 
@@ -221,74 +279,248 @@ async def latency(pipe: Pipeline, rate: float, seconds: float) -> dict[str, floa
     return out
 
 
+@dataclass
+class Costs:
+    """What :func:`sustained` measures beyond throughput: the CPU of ``meter``'s clocks over its window,
+    then (``profile_s`` above 0) py-spy recordings of :data:`PROFILED` into ``folder``."""
+
+    meter: CpuMeter | None = None
+    profile_s: float = 0.0
+    folder: Path | None = None
+    profiles: dict[str, Profile] = field(default_factory=dict)
+
+
+def _server_pids(ep: Endpoints) -> dict[str, list[int]]:
+    """The pids of Kafka's brokers (JVMs) and Consul on this machine, by the ports they listen on; empty
+    when not found (servers in containers, or on another host)."""
+    kafka = [listening_pid(int(a.rsplit(":", 1)[1]), "java") for a in ep.kafka_bootstrap.split(",")]
+    consul = listening_pid(int(ep.consul_addr.rsplit(":", 1)[1]), "consul") if ep.consul_addr else None
+    return {
+        "kafka": [pid for pid in kafka if pid] if all(kafka) else [],
+        "consul": [consul] if consul else [],
+    }
+
+
+def _meter(pipe: Pipeline, servers: dict[str, list[int]], sync_redis: redis.Redis) -> CpuMeter:
+    """Clocks for :data:`SYSTEM` (the servers that were found), the generator and the whole machine."""
+    clocks = {name: process_clock(*(c.pid for c in pipe.role(role))) for name, role in ROLES.items()}
+    clocks |= {name: process_clock(*pids) for name, pids in servers.items() if pids}
+    clocks["redis"] = lambda: redis_cpu_s(sync_redis, children=True)
+    clocks["generator"] = time.process_time  # this process, every thread, not its children
+    clocks["machine"] = machine_busy_s
+    return CpuMeter(clocks)
+
+
+def _profiled(pipe: Pipeline) -> dict[str, int]:
+    return {name: pipe.role(role)[0].pid for name, role in PROFILED.items()}
+
+
+def _cost_figures(per_job: dict[str, float]) -> dict[str, float]:
+    if not per_job:  # no job finished in the window
+        return {}
+    system = [name for name in SYSTEM if name in per_job]
+    out = {f"cpu {name}": per_job[name] for name in system}
+    out["cpu system total"] = sum(per_job[name] for name in system)
+    out["cpu generator"] = per_job["generator"]
+    out["cpu machine total"] = per_job["machine"]
+    return out
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """The counts, and the CPU clocks, at one end of the throughput window."""
+
+    at: float
+    finished: int
+    accepted: int
+    written: int
+    cpu: CpuReading | None
+
+
+async def _mark(client: aioredis.Redis, queue: str, accepted: int, meter: CpuMeter | None) -> _Mark:
+    at = time.perf_counter()
+    finished = await _finished(client, queue)
+    written = (await Engine(client).queue_stats(queue)).get("enqueued", 0)
+    cpu = await asyncio.to_thread(meter.read) if meter is not None else None
+    return _Mark(at, finished, accepted, written, cpu)
+
+
+def _window_figures(a: _Mark, b: _Mark) -> dict[str, float]:
+    span = b.at - a.at
+    out = {
+        "window: accepted by the gateway": (b.accepted - a.accepted) / span,
+        "window: written to Redis by the relay": (b.written - a.written) / span,
+    }
+    if a.cpu is not None and b.cpu is not None:
+        out |= _cost_figures(per_unit_us(CpuMeter.used(a.cpu, b.cpu), b.finished - a.finished))
+    return out
+
+
 async def sustained(
-    pipe: Pipeline, seconds: float, clients: int = 4, per_request: int = 1000
+    pipe: Pipeline, seconds: float, clients: int = 4, per_request: int = 1000, costs: Costs | None = None
 ) -> dict[str, float]:
-    """Closed-loop batch enqueue for ``seconds`` while relay and workers run; end-to-end jobs/s."""
+    """Closed-loop batch enqueue for ``seconds`` while relay and workers run; end-to-end jobs/s over the
+    window after a warm-up third, and with ``costs`` the CPU µs per job of its meter's clocks over the
+    same window, then its profiles while the load goes on."""
+    costs = costs or Costs()
     client = aioredis.Redis.from_url(pipe.ep.redis_url or "")
-    base = await _finished(client, pipe.queue)
     body = orjson.dumps({"jobs": [{"kind": "demo.noop"} for _ in range(per_request)]})
     accepted = 0
-    samples: list[tuple[float, int]] = []
+    marks: list[_Mark] = []
+    stop = asyncio.Event()
     started = time.perf_counter()
     deadline = started + seconds
 
     async def post(http: aiohttp.ClientSession) -> None:
         nonlocal accepted
-        while time.perf_counter() < deadline:
+        while not stop.is_set():
             async with http.post(pipe.jobs_url, data=body, headers={"Content-Type": "application/json"}) as r:
                 await r.read()
-                if r.status == 202:
+                if r.status == 202 and time.perf_counter() <= deadline:
                     accepted += per_request
 
-    async def sample() -> None:
-        while time.perf_counter() < deadline:
-            samples.append((time.perf_counter() - started, await _finished(client, pipe.queue) - base))
-            await asyncio.sleep(0.25)
+    async def window() -> None:
+        """Counts and CPU clocks after the warm-up third and at the end; then the profiles; then the load
+        stops."""
+        try:
+            for at in (started + seconds / 3, deadline):
+                await asyncio.sleep(at - time.perf_counter())
+                marks.append(await _mark(client, pipe.queue, accepted, costs.meter))
+            if costs.profile_s > 0 and costs.folder is not None:
+                costs.profiles = await record_profiles(
+                    _profiled(pipe), costs.profile_s, costs.folder, rate=PROFILE_RATE
+                )
+        finally:
+            stop.set()
 
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with aiohttp.ClientSession(headers=headers) as http:
-        await asyncio.gather(sample(), *(post(http) for _ in range(clients)))
+    async with aiohttp.ClientSession(headers=headers) as http, asyncio.TaskGroup() as tasks:
+        tasks.create_task(window())
+        for _ in range(clients):
+            tasks.create_task(post(http))
     pipe.check()
     await client.aclose()
-    warm = [(t, n) for t, n in samples if t >= seconds / 3]
-    (t0, n0), (t1, n1) = warm[0], warm[-1]
+    a, b = marks
     return {
-        "sustained end-to-end throughput": (n1 - n0) / (t1 - t0),
+        "sustained end-to-end throughput": (b.finished - a.finished) / (b.at - a.at),
         "accepted by the gateway": accepted / seconds,
+        **_window_figures(a, b),
     }
 
 
-async def _round(ep: Endpoints, quick: bool, rep: int) -> dict[str, float]:
+async def _round(
+    ep: Endpoints, quick: bool, rep: int, servers: dict[str, list[int]], costs: Costs
+) -> dict[str, float]:
     rate, lat_s, sus_s = (200.0, 2.0, 6.0) if quick else (1000.0, 10.0, 30.0)
     out: dict[str, float] = {}
     async with pipeline(ep, f"e2e{os.getpid()}l{rep}") as pipe:
         out.update(await latency(pipe, rate, lat_s))
     async with pipeline(ep, f"e2e{os.getpid()}s{rep}") as pipe:
-        out.update(await sustained(pipe, sus_s))
+        sync_redis = redis.Redis.from_url(ep.redis_url or "")
+        try:
+            costs.meter = _meter(pipe, servers, sync_redis)
+            out.update(await sustained(pipe, sus_s, costs=costs))
+        finally:
+            sync_redis.close()
     return out
 
 
 def _unit(name: str) -> str:
-    if name.startswith(("sustained", "accepted by")):
+    if name.startswith(("sustained", "accepted by", "window:")):
         return "jobs/s"
+    if name.startswith("cpu "):
+        return "µs/job"
     return "%" if name.startswith("started before") else "ms"
 
 
-def run(quick: bool = False, endpoints: Endpoints | None = None) -> Report:
+def _writer(text: str) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        path.write_text(text)
+
+    return write
+
+
+def _cost_notes(report: Report, servers: dict[str, list[int]]) -> None:
+    report.notes.append(
+        "cpu figures: CPU µs (user + system) per job finished over the throughput window (after the "
+        "warm-up third of the sustained phase, no profiler running); pipeline processes and the servers "
+        "from /proc/<pid>/stat with their process trees, Kafka and Consul found by their listening "
+        "port, Redis from INFO cpu (AOF rewrite forks included); the system total is every process on "
+        "the path; the generator is this process (HTTP clients and sampling); the machine total is "
+        "/proc/stat's busy time of all cores (kernel network work and anything else running included)"
+    )
+    if missing := [name for name, pids in servers.items() if not pids]:
+        report.notes.append(f"not a process on this machine, so not measured: {', '.join(missing)}")
+    figures = {f.name: f.median for f in report.figures}
+    per_job = {name.removeprefix("cpu "): v for name, v in figures.items() if name.startswith("cpu ")}
+    if not per_job:
+        return
+    finished = figures["sustained end-to-end throughput"]
+    accepted = figures["window: accepted by the gateway"]
+    written = figures["window: written to Redis by the relay"]
+    own = {  # per job of what the stage itself did in the window (the gateway and relay run ahead)
+        "gateway": f"{per_job['gateway'] * finished / accepted:,.0f} per job accepted" if accepted else "",
+        "relay": f"{per_job['relay'] * finished / written:,.0f} per job written" if written else "",
+    }
+    lines = [
+        "## Where the CPU goes (sustained phase, throughput window, medians)",
+        "",
+        f"In the window the gateway accepted {accepted:,.0f} jobs/s, the relay wrote {written:,.0f} to Redis "
+        f"and the workers finished {finished:,.0f}: the µs/job column divides by the jobs finished, so "
+        "a stage that runs ahead of the rest (its surplus left as backlog in Kafka or Redis) is charged "
+        "for that surplus too; the last column divides by the stage's own jobs.",
+        "",
+        *cost_table(per_job, "system total", rate=finished, extra=("CPU µs per job it handled", own)),
+    ]
+    report.sections.append("\n".join(lines))
+
+
+def _profile_report(report: Report, profiles: dict[str, Profile], seconds: float) -> None:
+    files = {name: f"profile-{name}.txt" for name, p in profiles.items() if not p.error}
+    for name, file in files.items():
+        report.artifacts[file] = _writer(profiles[name].raw)
+    intro = (
+        f"py-spy record --nonblocking, {seconds:g} s at {PROFILE_RATE} Hz, all four at once, right after "
+        "the CPU window of the first repetition while the load goes on. Self % = share of the samples "
+        "with the function on top of the stack; total % = anywhere on it. Python threads only (librdkafka's "
+        "own threads are not sampled); a thread counts when not idle, i.e. running or runnable: on a "
+        "saturated machine a thread waiting for a core is sampled too (the samples then exceed the CPU "
+        "the process got, and `selectors.py:EpollSelector.select` shows as self time)."
+    )
+    report.sections.append(
+        "\n".join(["## Profiles", "", intro, profile_section(list(profiles.values()), files=files)])
+    )
+
+
+def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool | None = None) -> Report:
+    """The scenario; ``profile`` (default: not ``quick``) adds py-spy profiles of the sustained load."""
     reps = 1 if quick else 3
+    profile = not quick if profile is None else profile
+    profile_s = (5.0 if quick else 10.0) if profile else 0.0
     params = {"reps": reps, "quick": quick, "partitions": PARTITIONS, "workers": WORKERS}
-    report = Report("e2e", {**params, "concurrency": CONCURRENCY})
+    report = Report("e2e", {**params, "concurrency": CONCURRENCY, "profile": profile})
     samples: dict[str, list[float]] = {}
-    with bench_stack("e2e", endpoints) as ep:
-        for rep in range(reps):
-            for name, value in asyncio.run(_round(ep, quick, rep)).items():
-                samples.setdefault(name, []).append(value)
+    profiles: dict[str, Profile] = {}
+    folder = Path(tempfile.mkdtemp(prefix="jobq-bench-e2e-"))
+    try:
+        with bench_stack("e2e", endpoints) as ep:
+            servers = _server_pids(ep)
+            for rep in range(reps):
+                costs = Costs(profile_s=profile_s if rep == 0 else 0.0, folder=folder)
+                for name, value in asyncio.run(_round(ep, quick, rep, servers, costs)).items():
+                    samples.setdefault(name, []).append(value)
+                profiles |= costs.profiles
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     for name, values in samples.items():
         report.add(name, _unit(name), values)
     report.notes += [
-        "separate processes: 1 gateway, 1 relay, 2 workers x concurrency 50; Kafka acks=all + idempotence; "
-        "Redis appendonly everysec; the load generator shares the 2 cores",
+        "separate processes: 1 gateway, 1 relay, 2 workers x concurrency 50, 1 scheduler shipping the "
+        "lifecycle events; Kafka acks=all + idempotence; Redis appendonly everysec; the load generator "
+        "shares the 2 cores",
         "job times come from each job's record in Redis (ms resolution): gateway stamp, relay write, claim",
     ]
+    _cost_notes(report, servers)
+    if profiles:
+        _profile_report(report, profiles, profile_s)
     return report

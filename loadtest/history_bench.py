@@ -74,6 +74,7 @@ from jqstack.manager import Endpoints, Stack, StackSpec
 from jqstack.provision import ensure_spark_jars
 from jqstack.supervise import Child, Children, python_m
 from loadtest import drain_bench
+from loadtest.cpu import cpu_s
 from loadtest.report import Report
 from loadtest.stacks import worker_argv
 
@@ -83,7 +84,6 @@ CONCURRENCY = 50
 EVENTS_PARTITIONS = 6
 TRIGGER_S = 1.0
 SHARED_DB = 7
-_TICK = os.sysconf("SC_CLK_TCK")
 DEFAULT_CAP = QueueConfig().events_cap
 
 
@@ -124,17 +124,6 @@ def _say(text: str) -> None:
     if not _T0:
         _T0.append(time.monotonic())
     print(f"... history bench {time.monotonic() - _T0[0]:5.0f} s: {text}", file=sys.stderr, flush=True)
-
-
-def _cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of process ``pid`` so far (0 when unknown or gone)."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 @contextmanager
@@ -312,13 +301,13 @@ def _drain_round(
     asyncio.run(drain_bench.fill(bench.url, queue, n))
     if events_on:  # the enqueue events go out before the clock: the drain pays for its own events only
         _wait("shipping of the enqueue events", lambda: bench.backlog(queue) == 0, 120)
-    cpu = (_cpu_s(sched.pid), _cpu_s(bench.kafka_pid))
+    cpu = (cpu_s(sched.pid), cpu_s(bench.kafka_pid))
     with BacklogSampler(bench, queue, 0.1) as sampler:
         out = drain_bench.drain(bench.url, queue, n, CONCURRENCY)
     ended = time.monotonic()
     _wait("empty event stream after the drain", lambda: bench.backlog(queue) == 0, 300, every_s=0.01)
     caught_up = time.monotonic() - ended
-    cpu = (_cpu_s(sched.pid) - cpu[0], _cpu_s(bench.kafka_pid) - cpu[1])
+    cpu = (cpu_s(sched.pid) - cpu[0], cpu_s(bench.kafka_pid) - cpu[1])
     figures = {f"drain, events {label}": out["drain"]}
     figures[f"worker CPU s per 1k jobs, events {label}"] = out["worker CPU s per 1k jobs"]
     figures[f"redis CPU s per 1k jobs, events {label}"] = out["redis CPU s per 1k jobs"]
@@ -400,7 +389,7 @@ def _ship_round(bench: Bench, n: int, rep: int) -> dict[str, float]:
             left = int(client.xlen(key))
             now = time.monotonic()
             if first is None and left < produced:
-                first = (now, left, _cpu_s(sched.pid))
+                first = (now, left, cpu_s(sched.pid))
             if left == 0:
                 break
             if dead := children.dead():
@@ -408,7 +397,7 @@ def _ship_round(bench: Bench, n: int, rep: int) -> dict[str, float]:
             if now > deadline:
                 raise RuntimeError(f"history bench: {left} events still unshipped after 300 s")
             time.sleep(0.02)
-        cpu = _cpu_s(sched.pid)
+        cpu = cpu_s(sched.pid)
     client.close()
     assert first is not None
     seconds = max(now - first[0], 1e-3)

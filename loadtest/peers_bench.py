@@ -1,5 +1,5 @@
 """``jobq bench peers``: jobq side by side with celery, rq, dramatiq, arq, huey, taskiq (list and stream
-brokers) and saq, in one run, on one dedicated Redis.
+brokers), saq and streaq, in one run, on one dedicated Redis.
 
 Every peer runs from its own virtualenv (created once with uv under ``JOBQ_HOME/peers/<peer>-<hash>``,
 exact versions pinned below) through a small runner in ``loadtest/peers/run_<peer>.py`` that uses the
@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from rich.progress import Progress
 from jqstack.paths import home
 from jqstack.procs import free_port
 from jqstack.supervise import Children
+from loadtest.cpu import redis_cpu_s, tree_cpu_s
 from loadtest.report import Report
 
 __all__ = ["PEERS", "run"]
@@ -54,6 +55,7 @@ PEERS: dict[str, list[str]] = {
     "taskiq-list": ["taskiq==0.13.0", "taskiq-redis==1.2.4"],
     "taskiq-stream": ["taskiq==0.13.0", "taskiq-redis==1.2.4"],
     "saq": ["saq==0.26.4", "typing-extensions"],
+    "streaq": ["streaq==7.2.0"],
 }
 """Peer → pinned requirements (its venv also gets ``redis`` for the measurement)."""
 WORKERS = 2
@@ -141,26 +143,6 @@ def _wait_done(
         time.sleep(0.02)
 
 
-def _tree_cpu_s(pids: Sequence[int]) -> float:
-    """CPU seconds (user + system, and of reaped children) of these processes and every descendant."""
-    total, todo = 0.0, list(pids)
-    while todo:
-        pid = todo.pop()
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:  # gone meanwhile
-            continue
-        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def _redis_cpu_s(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def _percentiles(values: list[float]) -> tuple[float, float, float]:
     values = sorted(values)
     if not values:
@@ -193,11 +175,11 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
             sizes.jobs,
             60 + sizes.jobs / 50,
             procs,
-            (max(1, sizes.jobs // 100), lambda done: cpu.append((done, _tree_cpu_s(pids), _redis_cpu_s(q)))),
+            (max(1, sizes.jobs // 100), lambda done: cpu.append((done, tree_cpu_s(pids), redis_cpu_s(q)))),
         )
         if (jobs := sizes.jobs - cpu[0][0]) >= 1000:  # start-up excluded, as for the rate
-            out.figures["worker CPU per 1k jobs"] = (_tree_cpu_s(pids) - cpu[0][1]) / jobs * 1000
-            out.figures["Redis CPU per 1k jobs"] = (_redis_cpu_s(q) - cpu[0][2]) / jobs * 1000
+            out.figures["worker CPU per 1k jobs"] = (tree_cpu_s(pids) - cpu[0][1]) / jobs * 1000
+            out.figures["Redis CPU per 1k jobs"] = (redis_cpu_s(q) - cpu[0][2]) / jobs * 1000
         first = [(t, n) for t, n in series if n < max(1, sizes.jobs // 100)][-1]
         out.figures["drain"] = (sizes.jobs - first[1]) / max(1e-6, series[-1][0] - first[0])
         out.series = [(t - first[0], n) for t, n in series if t >= first[0]]

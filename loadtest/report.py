@@ -98,7 +98,10 @@ class Report:
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     artifacts: dict[str, Callable[[Path], None]] = field(default_factory=dict)
-    """File name → a function that writes it (plots) into the report folder when it is saved."""
+    """File name → a function that writes it (plots) into the report folder when it is saved; images
+    are shown in ``report.md``, other files linked."""
+    sections: list[str] = field(default_factory=list)
+    """Markdown blocks (with headings of their own) after the notes of ``report.md``."""
 
     def add(self, name: str, unit: str, samples: list[float]) -> Figure:
         fig = Figure(name, unit, list(samples))
@@ -125,7 +128,11 @@ class Report:
             samples = ", ".join(f"{s:.4g}" for s in f.samples)
             lines.append(f"| {f.name} | {f.median:.4g} | {f.unit} | ±{f.spread:.1%} | {samples} |")
         lines += ["", *(f"- {n}" for n in self.notes)]
-        lines += ["", *(f"![{name}]({name})" for name in self.artifacts)]
+        lines += [line for section in self.sections for line in ("", section)]
+        images = [name for name in self.artifacts if name.endswith((".png", ".svg", ".jpg"))]
+        others = [f"[{name}]({name})" for name in self.artifacts if name not in images]
+        lines += ["", *(f"![{name}]({name})" for name in images)]
+        lines += [f"Files: {', '.join(others)}"] if others else []
         return "\n".join(lines) + "\n"
 
     def save(self, root: Path | None = None) -> Path:
