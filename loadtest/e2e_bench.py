@@ -247,12 +247,21 @@ def _hist() -> HdrHistogram:
     return HdrHistogram(1, 3_600_000_000, 3)  # microseconds, up to an hour
 
 
-async def latency(pipe: Pipeline, rate: float, seconds: float) -> dict[str, float]:
-    """Open-loop latency figures (ms) at ``rate`` jobs/s for ``seconds``."""
+async def latency(
+    pipe: Pipeline, rate: float, seconds: float, meter: CpuMeter | None = None
+) -> dict[str, float]:
+    """Open-loop latency figures (ms) at ``rate`` jobs/s for ``seconds``; with ``meter`` also the CPU µs
+    per job of its clocks from the first request to the last job finished (``steady cpu <name>``: every
+    stage keeps up at this rate, so each is charged only for the jobs it handled)."""
     client = aioredis.Redis.from_url(pipe.ep.redis_url or "")
     before = await _finished(client, pipe.queue)
+    start = await asyncio.to_thread(meter.read) if meter is not None else None
     sent = await _open_loop(pipe, rate, seconds)
     await _wait_finished(pipe, client, before + len(sent), 120)
+    steady: dict[str, float] = {}
+    if meter is not None and start is not None:
+        used = CpuMeter.used(start, await asyncio.to_thread(meter.read))
+        steady = {f"steady {k}": v for k, v in _cost_figures(per_unit_us(used, len(sent))).items()}
     times = await _job_times(client, pipe.queue, [s.id for s in sent])
     await client.aclose()
     accepted, total = _hist(), _hist()
@@ -276,7 +285,7 @@ async def latency(pipe: Pipeline, rate: float, seconds: float) -> dict[str, floa
     }
     for hop, hist in hops.items():
         out[f"{hop} hop p50"] = hist.get_value_at_percentile(50) / 1000
-    return out
+    return out | steady
 
 
 @dataclass
@@ -413,22 +422,22 @@ async def _round(
 ) -> dict[str, float]:
     rate, lat_s, sus_s = (200.0, 2.0, 6.0) if quick else (1000.0, 10.0, 30.0)
     out: dict[str, float] = {}
-    async with pipeline(ep, f"e2e{os.getpid()}l{rep}") as pipe:
-        out.update(await latency(pipe, rate, lat_s))
-    async with pipeline(ep, f"e2e{os.getpid()}s{rep}") as pipe:
-        sync_redis = redis.Redis.from_url(ep.redis_url or "")
-        try:
+    sync_redis = redis.Redis.from_url(ep.redis_url or "")
+    try:
+        async with pipeline(ep, f"e2e{os.getpid()}l{rep}") as pipe:
+            out.update(await latency(pipe, rate, lat_s, _meter(pipe, servers, sync_redis)))
+        async with pipeline(ep, f"e2e{os.getpid()}s{rep}") as pipe:
             costs.meter = _meter(pipe, servers, sync_redis)
             out.update(await sustained(pipe, sus_s, costs=costs))
-        finally:
-            sync_redis.close()
+    finally:
+        sync_redis.close()
     return out
 
 
 def _unit(name: str) -> str:
     if name.startswith(("sustained", "accepted by", "window:")):
         return "jobs/s"
-    if name.startswith("cpu "):
+    if name.startswith(("cpu ", "steady cpu ")):
         return "µs/job"
     return "%" if name.startswith("started before") else "ms"
 
@@ -452,6 +461,22 @@ def _cost_notes(report: Report, servers: dict[str, list[int]]) -> None:
     if missing := [name for name, pids in servers.items() if not pids]:
         report.notes.append(f"not a process on this machine, so not measured: {', '.join(missing)}")
     figures = {f.name: f.median for f in report.figures}
+    steady = {k.removeprefix("steady cpu "): v for k, v in figures.items() if k.startswith("steady cpu ")}
+    if steady:
+        rate = next((float(k.rsplit(" ", 1)[1].removesuffix("/s")) for k in figures if " p50 at " in k), 0)
+        report.sections.append(
+            "\n".join(
+                [
+                    f"## The cost of one job (open loop, one job per request at {rate:,.0f} jobs/s, medians)",
+                    "",
+                    "Every stage keeps up at this rate: CPU µs per job of each process on the path from the "
+                    "first request to the last job finished (idle costs included). This is the cost model "
+                    "the speed work is judged by.",
+                    "",
+                    *cost_table(steady, "system total", rate=rate),
+                ]
+            )
+        )
     per_job = {name.removeprefix("cpu "): v for name, v in figures.items() if name.startswith("cpu ")}
     if not per_job:
         return
