@@ -10,6 +10,14 @@ Policy on unknown fields: v1 refuses them (``unknown field``). A producer that n
 ``v``; decoders refuse versions they do not know (``envelope_version_unsupported``) instead of guessing.
 
 Every failure is an :class:`~jqcore.errors.EnvelopeError` whose ``fields`` name each field and problem.
+
+One verdict, two paths. A valid envelope is parsed and checked in one pass by msgspec (``_WIRE``: types,
+ranges, lengths, required and unknown fields as type constraints), then by a few checks on the typed
+values (one regex for id, queue and kind, meta's keys, expires_at > run_at, args nesting); ``args`` stays
+raw JSON that orjson reads as it always has. Whatever that fast path does not accept goes through the
+precise per-field checks (``_decode_slow``, ``_from_doc``), which alone write the errors: the fast path
+accepts a subset of what they accept, with the same values, so the two never disagree
+(``tests/unit/test_envelope.py`` holds them to it).
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
+import msgspec
 import orjson
+from msgspec import Meta
 
 from jqcore.clock import now_ms  # re-exported: the clock envelopes are stamped with
 from jqcore.errors import EnvelopeError, FieldError
@@ -112,11 +122,26 @@ class Envelope:
             "priority": self.priority,
             "enqueued_at": self.enqueued_at,
         }
-        for name in _OPTIONAL:
-            value = getattr(self, name)
-            if value is None or value is False or (name == "meta" and not value):
-                continue
-            out[name] = dict(value) if name in ("meta", "graph") else value
+        # Unrolled (the gateway encodes every job through here), keys in _OPTIONAL's order: a field is left
+        # out when unset (None; meta also when empty, canary when false).
+        if self.run_at is not None:
+            out["run_at"] = self.run_at
+        if self.expires_at is not None:
+            out["expires_at"] = self.expires_at
+        if self.max_attempts is not None:
+            out["max_attempts"] = self.max_attempts
+        if self.lease_ms is not None:
+            out["lease_ms"] = self.lease_ms
+        if self.meta:
+            out["meta"] = dict(self.meta)
+        if self.excl is not None:
+            out["excl"] = self.excl
+        if self.graph is not None:
+            out["graph"] = dict(self.graph)
+        if self.trace is not None:
+            out["trace"] = self.trace
+        if self.canary:
+            out["canary"] = self.canary
         return out
 
 
@@ -162,7 +187,7 @@ def new_envelope(
             raise EnvelopeError(FieldError("delay_ms", "must be a non-negative integer"))
         run_at = now + delay_ms
     try:
-        orjson.dumps(args)
+        args_json = orjson.dumps(args)
     except orjson.JSONEncodeError as exc:  # else encode() would fail later, far from the producer
         raise EnvelopeError(FieldError("args", f"not JSON-encodable: {exc}")) from None
     doc: dict[str, Any] = {
@@ -183,7 +208,10 @@ def new_envelope(
         "trace": trace,
         "canary": canary or None,
     }
-    return _from_doc({k: v for k, v in doc.items() if v is not None or k == "args"}, raw=None)
+    doc = {k: v for k, v in doc.items() if v is not None or k == "args"}
+    if not _fields_pass(doc, args_json):
+        return _from_doc(doc, raw=None)  # raises, naming every problem (or accepts what msgspec cannot)
+    return Envelope(**doc)
 
 
 def encode(env: Envelope) -> bytes:
@@ -205,20 +233,35 @@ def decode(data: bytes | bytearray | memoryview | str) -> Envelope:
             code="envelope_oversize",
         )
     try:
-        doc = orjson.loads(raw)
-    except (orjson.JSONDecodeError, RecursionError) as exc:
-        raise EnvelopeError(FieldError("$", f"not JSON: {exc}"), code="envelope_not_json") from None
-    if not isinstance(doc, dict):
-        raise EnvelopeError(FieldError("$", f"must be a JSON object, got {_type_name(doc)}"))
-    version = doc.get("v")
-    if version != VERSION:
-        if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
-            raise EnvelopeError(
-                FieldError("v", f"version {version} is newer than this decoder ({VERSION})"),
-                code="envelope_version_unsupported",
-            )
-        raise EnvelopeError(FieldError("v", f"must be {VERSION}"))
-    return _from_doc(doc, raw=raw)
+        wire = _WIRE.decode(raw)
+        args_json = bytes(wire.args)
+        args = orjson.loads(args_json)
+    except Exception:  # refused by msgspec or orjson: the precise checks decide, and name the problems
+        return _decode_slow(raw)
+    if not (
+        _rules_pass(wire.id, wire.queue, wire.kind, wire.meta, wire.run_at, wire.expires_at)
+        and _shallow(args_json, args)
+    ):
+        return _decode_slow(raw)
+    return Envelope(
+        wire.id,
+        wire.queue,
+        wire.kind,
+        args,
+        wire.priority,
+        wire.enqueued_at,
+        wire.run_at,
+        wire.expires_at,
+        wire.max_attempts,
+        wire.lease_ms,
+        wire.meta,
+        wire.excl,
+        wire.graph,
+        wire.trace,
+        wire.canary,
+        wire.v,
+        raw,
+    )
 
 
 def record_key(env: Envelope) -> bytes:
@@ -350,3 +393,120 @@ def _from_doc(doc: dict[str, Any], raw: bytes | None) -> Envelope:
     if "meta" not in values:
         values["meta"] = {}
     return Envelope(raw=raw, **values)
+
+
+def _decode_slow(raw: bytes) -> Envelope:
+    """Parse with orjson and run the precise per-field checks: every refusal's errors come from here."""
+    try:
+        doc = orjson.loads(raw)
+    except (orjson.JSONDecodeError, RecursionError) as exc:
+        raise EnvelopeError(FieldError("$", f"not JSON: {exc}"), code="envelope_not_json") from None
+    if not isinstance(doc, dict):
+        raise EnvelopeError(FieldError("$", f"must be a JSON object, got {_type_name(doc)}"))
+    version = doc.get("v")
+    if version != VERSION:
+        if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+            raise EnvelopeError(
+                FieldError("v", f"version {version} is newer than this decoder ({VERSION})"),
+                code="envelope_version_unsupported",
+            )
+        raise EnvelopeError(FieldError("v", f"must be {VERSION}"))
+    return _from_doc(doc, raw=raw)
+
+
+# --- the one-pass decoder (msgspec) ---------------------------------------------------------------------
+#
+# The rules above as a msgspec struct: types, ranges, lengths, required and unknown fields, checked while
+# parsing. The patterns of the three names every envelope has, and meta's, are checked after it by one
+# regex each (cheaper than a regex call per string from msgspec). Accepting is all this does: whatever it
+# refuses goes to the precise checks. ``args`` stays raw JSON that orjson reads, exactly as before
+# (msgspec would read integers beyond 64 bits as ints, orjson reads them as floats).
+
+
+def _int(lo: int, hi: int) -> Any:
+    return Annotated[int, Meta(ge=lo, le=hi)]
+
+
+_Ts = _int(0, MAX_TS_MS)
+_IdLike = Annotated[str, Meta(pattern=rf"^(?:{_ID_RE.pattern})\Z")]  # msgspec searches: anchored
+_Trace = Annotated[str, Meta(pattern=rf"^(?:{_TRACEPARENT_RE.pattern})\Z")]
+_MetaValue = Annotated[str, Meta(min_length=1, max_length=_MAX_META_VALUE)]  # braces: _rules_pass
+_GraphKey = Literal["id", "node"]
+assert set(get_args(_GraphKey)) == _GRAPH_KEYS
+
+
+def _struct(args: Any) -> Any:
+    """The envelope's fields as a struct; an absent optional field reads as the Envelope's default (the
+    types exclude null: an explicit null is refused, as the precise checks refuse it)."""
+    return msgspec.defstruct(
+        "_Wire",
+        [
+            ("v", Literal[1]),
+            ("id", str),
+            ("queue", str),
+            ("kind", str),
+            ("args", args),
+            ("priority", _int(INT64_MIN, INT64_MAX)),
+            ("enqueued_at", _Ts),
+            ("run_at", _Ts, None),
+            ("expires_at", _Ts, None),
+            ("max_attempts", _int(1, MAX_ATTEMPTS_LIMIT), None),
+            ("lease_ms", _int(MIN_LEASE_MS, MAX_LEASE_MS), None),
+            ("meta", Annotated[dict[str, _MetaValue], Meta(max_length=MAX_META_ENTRIES)], {}),
+            ("excl", _IdLike, None),
+            ("graph", Annotated[dict[_GraphKey, _IdLike], Meta(min_length=len(_GRAPH_KEYS))], None),
+            ("trace", _Trace, None),
+            ("canary", bool, False),
+        ],
+        forbid_unknown_fields=True,
+        gc=False,
+    )
+
+
+_WIRE: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_struct(msgspec.Raw))
+_FIELDS = _struct(Any)
+"""new_envelope's: its args are the caller's objects, checked apart."""
+assert VERSION == 1
+assert set(_FIELDS.__struct_fields__) == _KNOWN
+_NAMES_RE = re.compile(rf"(?:{_ID_RE.pattern})\n(?:{_QUEUE_RE.pattern})\n(?:{_ID_RE.pattern})")
+"""id, queue and kind joined by newlines (which none of them may hold)."""
+_META_KEYS_RE = re.compile(rf"(?:{_META_KEY_RE.pattern})(?:\n(?:{_META_KEY_RE.pattern}))*")
+
+
+def _rules_pass(
+    id: str, queue: str, kind: str, meta: dict[str, str] | None, run_at: int | None, expires_at: int | None
+) -> bool:
+    """The rules the struct leaves out, on values it has typed: the names' and meta's patterns and
+    expires_at > run_at."""
+    if _NAMES_RE.fullmatch("\n".join((id, queue, kind))) is None:
+        return False
+    if meta:
+        keys = "\n".join(meta)
+        if keys.count("\n") != len(meta) - 1 or _META_KEYS_RE.fullmatch(keys) is None:
+            return False
+        values = "".join(meta.values())
+        if "{" in values or "}" in values:
+            return False
+    return expires_at is None or run_at is None or expires_at > run_at
+
+
+def _shallow(args_json: bytes, args: Any) -> bool:
+    """Whether args nest at most MAX_ARGS_DEPTH levels. A path opens a container per level but the leaf's,
+    so JSON with fewer opening brackets in all cannot nest too deep (one in a string only adds to the
+    count); else the precise walk decides."""
+    return (
+        len(args_json) < MAX_ARGS_DEPTH
+        or args_json.count(b"[") + args_json.count(b"{") < MAX_ARGS_DEPTH
+        or _check_args("args", args) is None
+    )
+
+
+def _fields_pass(doc: dict[str, Any], args_json: bytes) -> bool:
+    """Whether a new envelope's fields certainly pass the precise checks (False: let them decide)."""
+    try:
+        msgspec.convert(doc, _FIELDS)
+    except Exception:
+        return False
+    return _rules_pass(
+        doc["id"], doc["queue"], doc["kind"], doc.get("meta"), doc.get("run_at"), doc.get("expires_at")
+    ) and _shallow(args_json, doc["args"])

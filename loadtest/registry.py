@@ -86,6 +86,12 @@ def _faults(quick: bool) -> Report:
     return faults_bench.run(quick=quick)
 
 
+def _envelope(quick: bool) -> Report:
+    from loadtest import envelope_bench
+
+    return envelope_bench.run(quick=quick)
+
+
 def web(
     quick: bool, *, jobs: int | None = None, history_rows: int | None = None, requests: int | None = None
 ) -> Report:
@@ -110,5 +116,6 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "graphs": _graphs,
     "web": web,
     "faults": _faults,
+    "envelope": _envelope,
 }
 """Scenario name → a function running it (``quick``: tiny sizes, one repetition) and returning its report."""

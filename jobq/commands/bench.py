@@ -25,6 +25,7 @@ SCENARIO_NAMES = (
     "graphs",
     "web",
     "faults",
+    "envelope",
 )
 """The names in ``loadtest.registry.SCENARIOS`` (listed here so ``--help`` need not load ``loadtest``)."""
 

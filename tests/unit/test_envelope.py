@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -483,7 +483,9 @@ def test_every_near_miss_in_every_field_agrees_with_the_schema(base: str) -> Non
 
 def _agree(doc: Any) -> None:
     """Decoder and schema accept the same documents (the cross-field rule applied on top of the schema)."""
-    result = _decoded(json.dumps(doc, ensure_ascii=False).encode())
+    raw = json.dumps(doc, ensure_ascii=False).encode()
+    result = _decoded(raw)
+    assert _outcome(result) == _outcome(_slow(raw)), "the msgspec fast path and the precise checks differ"
     schema_ok = STRICT.is_valid(doc)
     if schema_ok:
         assert PLAIN.is_valid(doc)
@@ -493,3 +495,193 @@ def _agree(doc: Any) -> None:
         return
     accepted = isinstance(result, Envelope)
     assert accepted is schema_ok, f"decoder {result!r} vs schema {schema_ok} for {doc!r}"
+
+
+# ---- the fast path (msgspec) and the precise checks give one verdict -------------------------------------
+
+
+def _slow(raw: bytes) -> Envelope | EnvelopeError:
+    """What the precise checks alone make of ``raw`` (the decoder before msgspec)."""
+    try:
+        return envelope_module._decode_slow(raw)
+    except EnvelopeError as exc:
+        return exc
+
+
+def _outcome(result: Envelope | EnvelopeError) -> tuple[Any, ...]:
+    """Everything that must match, types included (``repr`` tells 1 from 1.0 and True, and key order)."""
+    if isinstance(result, EnvelopeError):
+        return ("refused", result.code, result.fields, result.message)
+    return ("accepted", repr(result.to_dict()), repr(result), result.raw, type(result.meta), result.canary)
+
+
+@contextlib.contextmanager
+def _precise_checks_only() -> Iterator[None]:
+    """new_envelope as it was: msgspec never consulted, the precise checks decide everything."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(envelope_module, "_fields_pass", lambda doc, args_json: False)
+        yield
+
+
+def _new(**kwargs: Any) -> Envelope | EnvelopeError | TypeError:
+    try:
+        return new_envelope(**kwargs)
+    except (EnvelopeError, TypeError) as exc:
+        return exc
+
+
+def _new_outcome(result: Envelope | EnvelopeError | TypeError) -> tuple[Any, ...]:
+    if isinstance(result, TypeError):
+        return ("type error", str(result))
+    outcome = _outcome(result)
+    if isinstance(result, Envelope):  # the caller's own objects, not copies
+        return (*outcome, type(result.args), type(result.graph))
+    return outcome
+
+
+@pytest.mark.parametrize("path", VALID_FILES + INVALID_FILES, ids=lambda p: p.stem)
+def test_golden_files_get_one_verdict_from_both_paths(path: Path) -> None:
+    raw = path.read_bytes()
+    assert _outcome(_decoded(raw)) == _outcome(_slow(raw))
+
+
+@pytest.mark.parametrize("path", VALID_FILES, ids=lambda p: p.stem)
+def test_valid_golden_files_take_the_fast_path(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = _slow(path.read_bytes())
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("fell back to the precise checks")
+
+    monkeypatch.setattr(envelope_module, "_decode_slow", refuse)
+    monkeypatch.setattr(envelope_module, "_from_doc", refuse)
+    assert _outcome(decode(path.read_bytes())) == _outcome(expected)
+    env = expected
+    assert isinstance(env, Envelope)
+    again = new_envelope(
+        env.queue,
+        env.kind,
+        env.args,
+        **{k: getattr(env, k) for k in ("id", "priority", *OPTIONAL)},
+        at_ms=env.enqueued_at,
+    )
+    assert again == env
+
+
+MINIMAL = b'{"v":1,"id":"j","queue":"q","kind":"k","priority":1,"enqueued_at":1,"args":'
+DEEP_EMPTY = "[" * MAX_ARGS_DEPTH + "]" * MAX_ARGS_DEPTH
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(MINIMAL + b"18446744073709551616}", id="args-int-beyond-64-bits-is-a-float"),
+        pytest.param(MINIMAL + b"[-9223372036854775809, 18446744073709551615]}", id="args-int-64-edges"),
+        pytest.param(MINIMAL + b"1e400}", id="args-infinite-float"),
+        pytest.param(MINIMAL + b'"\\\\ud800"}', id="args-escaped-backslash"),
+        pytest.param(MINIMAL + b'"\\ud800\\udc00 \\ud83d\\ude00"}', id="args-surrogate-pairs"),
+        pytest.param(MINIMAL + b'"\\x"}', id="args-bad-escape"),
+        pytest.param(MINIMAL + b'"\\ud800"}', id="args-lone-surrogate"),
+        pytest.param(MINIMAL + DEEP_EMPTY.encode() + b"}", id="args-empty-list-at-the-deepest-level"),
+        pytest.param(MINIMAL + b"[" + DEEP_EMPTY.encode() + b"]}", id="args-one-level-too-deep"),
+        pytest.param(MINIMAL + b"[" + b"[1]," * 100 + b"[]]}", id="args-many-brackets-shallow"),
+        pytest.param(MINIMAL + b'"' + b"[" * 100 + b'"}', id="args-brackets-in-a-string"),
+        pytest.param(MINIMAL + b'null,"queue":"BAD","queue":"ok"}', id="duplicate-key-last-valid"),
+        pytest.param(MINIMAL + b'null,"queue":"ok","queue":"BAD"}', id="duplicate-key-last-invalid"),
+        pytest.param(MINIMAL + b'null,"args":1}', id="duplicate-args"),
+        pytest.param(
+            MINIMAL + b'null,"meta":{' + b",".join(b'"k%d":"v"' % (i % 16) for i in range(20)) + b"}}",
+            id="meta-17-pairs-16-keys",
+        ),
+        pytest.param(MINIMAL + b'null,"graph":{"id":"g","id":"h"}}', id="graph-duplicate-id"),
+        pytest.param(MINIMAL + b'null,"graph":{"node":"n","id":"g"}}', id="graph-key-order"),
+        pytest.param(MINIMAL + b'null,"meta":{"b":"2","a":"1"}}', id="meta-key-order"),
+        pytest.param(MINIMAL + b'null,"meta":{"a":"' + "é😀".encode() * 128 + b'"}}', id="meta-256-chars"),
+        pytest.param(MINIMAL + b'null,"meta":{"a":"' + "é😀".encode() * 128 + b'x"}}', id="meta-257-chars"),
+        pytest.param(MINIMAL + b'null,"run_at":5,"expires_at":5}', id="expires-equals-run-at"),
+        pytest.param(MINIMAL + b'null,"canary":false}', id="canary-false"),
+        pytest.param(MINIMAL + b'null,"excl":null}', id="excl-null"),
+        pytest.param(MINIMAL + b'null,"v":true}', id="v-true"),
+        pytest.param(MINIMAL + b"null}\n ", id="trailing-whitespace"),
+        pytest.param(b"\xef\xbb\xbf" + MINIMAL + b"null}", id="bom"),
+        pytest.param(MINIMAL + b'"\xc0\x80"}', id="overlong-utf8"),
+        pytest.param(MINIMAL + b'"\x7f\x01"}', id="control-character"),
+        pytest.param(MINIMAL.replace(b'"priority":1', b'"priority":-0') + b"null}", id="minus-zero-int"),
+        pytest.param(MINIMAL.replace(b'"id":"j"', b'"id":"j\\n"') + b"null}", id="id-escaped-newline"),
+    ],
+)
+def test_edge_documents_get_one_verdict_from_both_paths(raw: bytes) -> None:
+    assert _outcome(_decoded(raw)) == _outcome(_slow(raw))
+
+
+@FAST
+@given(st.binary(max_size=300) | st.builds(lambda tail: MINIMAL + tail + b"}", st.binary(max_size=40)))
+def test_arbitrary_bytes_get_one_verdict_from_both_paths(data: bytes) -> None:
+    assert _outcome(_decoded(data)) == _outcome(_slow(data))
+
+
+@FAST
+@given(envelopes())
+def test_round_trips_take_the_fast_path_with_the_same_values(env: Envelope) -> None:
+    raw = encode(env)
+    assert _outcome(_decoded(raw)) == _outcome(_slow(raw))
+    kwargs = {k: getattr(env, k) for k in ("id", "priority", *OPTIONAL)}
+    fast = _new(queue=env.queue, kind=env.kind, args=env.args, at_ms=env.enqueued_at, **kwargs)
+    with _precise_checks_only():
+        slow = _new(queue=env.queue, kind=env.kind, args=env.args, at_ms=env.enqueued_at, **kwargs)
+    assert _new_outcome(fast) == _new_outcome(slow)
+    assert fast == env
+
+
+NEW_ENVELOPE_EDGES: list[dict[str, Any]] = [
+    {"args": {"big": 2**64}},
+    {"args": {"big": 2**64 - 1, "small": -(2**63)}},
+    {"args": {1: "non-string key"}},
+    {"args": (1, [2], {"t": (3,)})},
+    {"args": [[]] * 100},
+    {"args": [DEEP_EMPTY]},
+    {"args": json.loads(DEEP_EMPTY)},
+    {"args": [json.loads(DEEP_EMPTY)]},
+    {"args": "[" * 100},
+    {"args": float("nan")},
+    {"priority": True},
+    {"priority": 1.0},
+    {"priority": 2**63},
+    {"priority": -(2**63)},
+    {"run_at": 5, "expires_at": 5},
+    {"delay_ms": 5, "expires_at": 5},
+    {"max_attempts": 0},
+    {"lease_ms": 99.5},
+    {"meta": {"a": "x" * 256}},
+    {"meta": {"a": "x" * 257}},
+    {"meta": {1: "x"}},
+    {"meta": {"a": 1}},
+    {"meta": {f"k{i}": "v" for i in range(17)}},
+    {"meta": []},
+    {"graph": {"node": "n", "id": "g"}},
+    {"graph": {"id": "g"}},
+    {"graph": {"id": "g", "node": "n", "x": "y"}},
+    {"graph": {"id": 1, "node": "n"}},
+    {"graph": []},
+    {"excl": ""},
+    {"excl": 7},
+    {"trace": TRACE.upper()},
+    {"trace": TRACE + "\n"},
+    {"canary": 1},
+    {"canary": "yes"},
+    {"canary": 0},
+    {"id": "has space"},
+    {"id": "x\n"},
+    {"id": 5},
+    {"queue": "Q"},
+    {"queue": None},
+    {"kind": ["k"]},
+]
+
+
+@pytest.mark.parametrize("kwargs", NEW_ENVELOPE_EDGES, ids=lambda kw: repr(kw)[:60])
+def test_new_envelope_edges_get_one_verdict_from_both_paths(kwargs: dict[str, Any]) -> None:
+    call = {"queue": "q", "kind": "k", "id": "j", "at_ms": 1_000, **kwargs}
+    fast = _new(**call)
+    with _precise_checks_only():
+        slow = _new(**call)
+    assert _new_outcome(fast) == _new_outcome(slow)
