@@ -7,17 +7,20 @@ from here and expose them with :func:`start_http_server` or :func:`render` in th
 
 from __future__ import annotations
 
+import os
 from typing import Any, TypeVar, cast
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
+    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
     start_http_server,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 
 __all__ = [
     "CANARY_HEALTHY",
@@ -194,7 +197,14 @@ def serve(port: int) -> None:
 
 
 def render() -> bytes:
-    """The exposition text of the process's registry (for a ``/metrics`` route)."""
+    """The exposition text of the process's registry (for a ``/metrics`` route). With
+    ``PROMETHEUS_MULTIPROC_DIR`` set (a gateway of several processes, ``kafkagate.main``) every process
+    writes its values there and this is their aggregate: counters and histograms summed over the live and
+    the dead processes, gauges per ``pid``; no ``process_*``/``python_*`` collectors."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
     return generate_latest(REGISTRY)
 
 

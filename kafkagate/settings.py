@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.envelope import MAX_ENVELOPE_BYTES
@@ -16,6 +18,13 @@ class GateSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(28080, ge=0, lt=65536)
+    processes: int = Field(1, ge=0, le=256)
+    """Gateway processes sharing ``host:port`` (``SO_REUSEPORT``: the kernel spreads connections over
+    them); 0 = one per CPU core it may use. Above 1 the process started is a supervisor serving nothing
+    itself: it starts that many gateway processes (each with its own Kafka producer), restarts one that
+    dies, stops them all gracefully on SIGTERM/SIGINT and exits 1 if they keep dying (``kafkagate.main``).
+    ``/metrics`` then sums every process (prometheus-client's multiprocess mode); ``/readyz`` is the
+    answering process's. Needs a fixed ``port``."""
     az: str = "local"
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
     tokens: CommaSecrets = Field(default_factory=list)
@@ -34,3 +43,20 @@ class GateSettings(BaseSettings):
     queue_config_ttl_s: float = Field(5.0, ge=0)
     """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
     without an exclusivity value); 0 reads it on every enqueue."""
+
+    @model_validator(mode="after")
+    def _fixed_port_when_shared(self) -> GateSettings:
+        if self.processes != 1 and self.port == 0:
+            raise ValueError(
+                "JOBQ_GATE_PROCESSES other than 1 needs a fixed JOBQ_GATE_PORT (0 would give each process "
+                "a port of its own)"
+            )
+        return self
+
+    def process_count(self) -> int:
+        """How many gateway processes to run: ``processes``, or the cores this process may use when 0."""
+        if self.processes:
+            return self.processes
+        if hasattr(os, "sched_getaffinity"):
+            return len(os.sched_getaffinity(0)) or 1
+        return os.cpu_count() or 1

@@ -30,6 +30,14 @@ def gate(
         str | None, typer.Option(help="Listen address (default JOBQ_GATE_HOST, 127.0.0.1).")
     ] = None,
     az: Annotated[str | None, typer.Option(help="This gateway's availability-zone label.")] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Gateway processes sharing the port (SO_REUSEPORT; 0 = one per core; "
+            "default JOBQ_GATE_PROCESSES, 1).",
+        ),
+    ] = None,
     web: Annotated[
         bool, typer.Option("--web", help="Also serve the dashboard under /ui (its tokens: JOBQ_WEB_*).")
     ] = False,
@@ -39,7 +47,11 @@ def gate(
     Tokens come from JOBQ_GATE_TOKENS (comma-separated); Kafka, Redis and routes from their settings.
     """
     configure()
-    overrides = {k: v for k, v in {"port": port, "host": host, "az": az}.items() if v is not None}
+    overrides = {
+        k: v
+        for k, v in {"port": port, "host": host, "az": az, "processes": processes}.items()
+        if v is not None
+    }
     mounts = {"/ui": make_web_app(Web(load(WebSettings), base="/ui"))} if web else None
     run(load(GateSettings, **overrides), mounts)
 
