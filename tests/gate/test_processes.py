@@ -98,15 +98,15 @@ async def test_two_processes_share_the_port_restart_and_stop(gateway: tuple[Chil
             assert loop.time() < deadline, what
             await asyncio.sleep(0.1)
 
-    # both processes bind (each needs a moment to start); connections then spread over the two
+    # both processes bind (each needs a moment to start: /readyz answered from whichever was up first, and
+    # on a loaded machine the other may still be importing); connections then spread over the two
     await until(lambda: len(_children(child.pid)) == 2, "two gateway processes")
     slots: set[str] = set()
     sent = 0
-    for _ in range(20):
+    deadline = loop.time() + 120
+    while slots != {"1", "2"} and loop.time() < deadline:
         slots |= set(await _enqueue(url, queue, 20))
         sent += 20
-        if slots == {"1", "2"}:
-            break
     assert slots == {"1", "2"}, "both processes answered enqueues"
     # /metrics is the whole gateway's: every accepted enqueue counted, whichever process took it
     assert await _accepted_count(url) == sent
