@@ -251,8 +251,8 @@ async def latency(
     pipe: Pipeline, rate: float, seconds: float, meter: CpuMeter | None = None
 ) -> dict[str, float]:
     """Open-loop latency figures (ms) at ``rate`` jobs/s for ``seconds``; with ``meter`` also the CPU µs
-    per job of its clocks from the first request to the last job finished (``steady cpu <name>``: every
-    stage keeps up at this rate, so each is charged only for the jobs it handled)."""
+    per job of its clocks from the first request to the last job finished (``steady cpu <name>``: each
+    stage handles every job once, so none is charged for another's backlog)."""
     client = aioredis.Redis.from_url(pipe.ep.redis_url or "")
     before = await _finished(client, pipe.queue)
     start = await asyncio.to_thread(meter.read) if meter is not None else None
@@ -469,9 +469,10 @@ def _cost_notes(report: Report, servers: dict[str, list[int]]) -> None:
                 [
                     f"## The cost of one job (open loop, one job per request at {rate:,.0f} jobs/s, medians)",
                     "",
-                    "Every stage keeps up at this rate: CPU µs per job of each process on the path from the "
-                    "first request to the last job finished (idle costs included). This is the cost model "
-                    "the speed work is judged by.",
+                    "CPU µs per job of each process on the path from the first request to the last job "
+                    "finished (idle costs included): the cost model the speed work is judged by. Where the "
+                    "machine cannot keep up with this rate (the latency figures show it), a backlog forms "
+                    "and its cost is in the window too.",
                     "",
                     *cost_table(steady, "system total", rate=rate),
                 ]

@@ -64,9 +64,11 @@ DEMO_MODULES = (
     ("jobq", "worker"),
     ("jobq", "history"),
     ("canary",),
+    ("jqweb",),
 )
 """What the demo's child processes run: ``python -m <module>``, the worker ``python -m jobq worker``, the
-history ``python -m jobq history run``."""
+history ``python -m jobq history run``, the dashboard ``python -m jqweb`` (left out before: an aborted demo
+in CI left its dashboard running)."""
 
 
 def _strays(pids: dict[str, int]) -> list[str]:
