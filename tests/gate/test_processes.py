@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -20,6 +21,7 @@ from jqstack.procs import free_port
 from jqstack.supervise import Child, alive, http_ok, python_m, start
 from kafkagate.main import PROCESS_HEADER
 
+Eventually = Callable[..., Awaitable[Any]]
 TOKEN = "processes-token"
 
 
@@ -87,20 +89,19 @@ async def _accepted_count(url: str) -> float:
     )
 
 
-async def test_two_processes_share_the_port_restart_and_stop(gateway: tuple[Child, str], prefix: str) -> None:
+async def test_two_processes_share_the_port_restart_and_stop(
+    gateway: tuple[Child, str], prefix: str, eventually: Eventually
+) -> None:
     child, url = gateway
     queue = f"{prefix}.q"
     loop = asyncio.get_running_loop()
 
-    async def until(check: Callable[[], object], what: str, timeout_s: float = 60) -> None:
-        deadline = loop.time() + timeout_s
-        while not check():
-            assert loop.time() < deadline, what
-            await asyncio.sleep(0.1)
+    async def until(check: Callable[[], bool], timeout_s: float = 60) -> None:
+        await eventually(check, bool, timeout_s)
 
     # both processes bind (each needs a moment to start: /readyz answered from whichever was up first, and
     # on a loaded machine the other may still be importing); connections then spread over the two
-    await until(lambda: len(_children(child.pid)) == 2, "two gateway processes")
+    await until(lambda: len(_children(child.pid)) == 2)  # two gateway processes
     slots: set[str] = set()
     sent = 0
     deadline = loop.time() + 120
@@ -117,18 +118,15 @@ async def test_two_processes_share_the_port_restart_and_stop(gateway: tuple[Chil
     os.kill(victim, signal.SIGKILL)
     # gone means reaped: a killed leader shows as a zombie while its other threads still exit, and its
     # listening socket takes (and resets) connections until the last one has
-    await until(lambda: not Path(f"/proc/{victim}").exists(), "the victim reaped")
+    await until(lambda: not Path(f"/proc/{victim}").exists())  # the victim reaped
     assert set(await _enqueue(url, queue, 20)) <= {"1", "2"}
     sent += 20
-    await until(
-        lambda: len(_children(child.pid)) == 2 and victim not in _children(child.pid), "a new process"
-    )
+    await until(lambda: len(_children(child.pid)) == 2 and victim not in _children(child.pid))  # a new one
     slots = set()
     deadline = loop.time() + 60  # the new one may still be starting: until it binds, the other takes all
     while slots != {"1", "2"} and loop.time() < deadline:
         slots |= set(await _enqueue(url, queue, 20))
         sent += 20
-        await asyncio.sleep(0.2)
     assert slots == {"1", "2"}, "the restarted process serves again"
     # the dead process's counts stay in the sum: no counter went backwards
     assert await _accepted_count(url) == sent
@@ -139,4 +137,4 @@ async def test_two_processes_share_the_port_restart_and_stop(gateway: tuple[Chil
     os.kill(child.pid, signal.SIGTERM)  # the supervisor alone: it tells its processes
     assert await child.exited(40) == 0
     for pid in workers:
-        await until(lambda pid=pid: not alive(pid), f"gateway process {pid} gone", timeout_s=10)
+        await until(lambda pid=pid: not alive(pid), timeout_s=10)  # each gateway process gone
