@@ -22,8 +22,9 @@ accepts a subset of what they accept, with the same values, so the two never dis
 
 from __future__ import annotations
 
+import os
+import random
 import re
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, get_args
@@ -44,6 +45,7 @@ __all__ = [
     "Envelope",
     "decode",
     "encode",
+    "encoded",
     "new_envelope",
     "new_job_id",
     "now_ms",
@@ -145,9 +147,17 @@ class Envelope:
         return out
 
 
+_ID_BITS = random.Random()  # seeded from the OS; private, so an application's random.seed() cannot repeat ids
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ID_BITS.seed)  # a forked child must not repeat its parent's ids
+
+
 def new_job_id() -> str:
-    """A fresh job id: 26 chars, time-ordered prefix (ms, hex) then 80 random bits."""
-    return f"{now_ms():012x}{secrets.token_hex(7)}"
+    """A fresh job id: 26 chars, time-ordered prefix (ms, hex) then 56 random bits.
+
+    The bits come from a private generator seeded from the OS (and re-seeded in a forked child): an id
+    must be unique, not secret, and a system call per id (``secrets``) was 8 % of the gateway's CPU."""
+    return f"{now_ms():012x}{_ID_BITS.getrandbits(56):014x}"
 
 
 def validate_name(kind: str, value: object) -> str:
@@ -212,6 +222,17 @@ def new_envelope(
     if not _fields_pass(doc, args_json):
         return _from_doc(doc, raw=None)  # raises, naming every problem (or accepts what msgspec cannot)
     return Envelope(**doc)
+
+
+def encoded(env: Envelope) -> Envelope:
+    """``env`` with ``raw`` filled in: the record value, encoded once (``env`` itself, not a copy).
+
+    ``raw`` is a cache of the fields' encoding outside equality, so it is set in place, the way a frozen
+    dataclass sets a derived field in ``__post_init__``: ``dataclasses.replace`` built every envelope a
+    second time (13 % of the gateway's CPU). An envelope that already has its bytes keeps them."""
+    if env.raw is None:
+        object.__setattr__(env, "raw", orjson.dumps(env.to_dict()))
+    return env
 
 
 def encode(env: Envelope) -> bytes:

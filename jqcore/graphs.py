@@ -26,10 +26,10 @@ Shapes (the same in HTTP bodies and here): ``nodes`` (any DAG), ``pipeline`` (ea
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encode, new_envelope, now_ms
+from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encoded, new_envelope, now_ms
 from jqcore.errors import EnvelopeError, FieldError, GraphInvalid
 
 __all__ = [
@@ -448,7 +448,7 @@ def graph_envelope(spec: GraphSpec, *, at_ms: int | None = None) -> Envelope:
     """The one Kafka record of a graph (routed by its home queue). Raises :class:`GraphInvalid` when
     the whole graph is larger than one envelope may be."""
     env = new_envelope(spec.queue, GRAPH_KIND, spec.to_doc(), id=f"{spec.id}@graph", at_ms=at_ms)
-    env = replace(env, raw=encode(env))  # the record value, encoded once
+    env = encoded(env)  # the record value, encoded once
     size = len(env.raw or b"")
     if size > MAX_ENVELOPE_BYTES:
         raise GraphInvalid(

@@ -16,7 +16,6 @@ depend on Redis), and the deterministic ids still prevent a double run.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encode, new_envelope
+from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encoded, new_envelope
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.kafka import Record, job_record
 from jqcore.routing import RoutingSettings
@@ -133,7 +132,7 @@ def parse_jobs(
             continue
         if stamp is not None:
             env = stamp(env)
-        envelopes.append(dataclasses.replace(env, raw=encode(env)))  # the record value, encoded once
+        envelopes.append(encoded(env))  # the record value, encoded once
         partitions.append(partition)
     if problems:
         raise EnvelopeError(problems)

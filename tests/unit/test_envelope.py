@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from jqcore.envelope import (
     Envelope,
     decode,
     encode,
+    encoded,
     new_envelope,
     new_job_id,
     record_key,
@@ -290,6 +293,41 @@ def test_new_envelope_generates_distinct_valid_ids() -> None:
     for job_id in ids:
         assert len(job_id) == 26
         assert STRICT.evolve(schema=SCHEMA["$defs"]["idlike"]).is_valid(job_id)
+
+
+def test_job_ids_do_not_follow_the_applications_random_seed() -> None:
+    # An application seeding `random` (common in ML code) must not make two processes repeat ids.
+    random.seed(7)
+    first = new_job_id()[12:]
+    random.seed(7)
+    assert new_job_id()[12:] != first
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_repeat_its_parents_job_ids() -> None:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id's random part, then out without pytest's teardown
+        os.write(write_end, new_job_id()[12:].encode())
+        os._exit(0)
+    os.close(write_end)
+    mine = new_job_id()[12:]
+    with os.fdopen(read_end, "rb") as pipe:
+        childs = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert len(childs) == 14
+    assert childs != mine
+
+
+def test_encoded_fills_in_the_record_value_once_on_the_same_envelope() -> None:
+    env = new_envelope("q", "k", {"a": 1}, meta={"m": "v"})
+    assert env.raw is None
+    same = encoded(env)
+    assert same is env
+    assert env.raw == orjson.dumps(env.to_dict())
+    assert decode(env.raw) == env
+    wire = b'{"v":1,"id":"x1","queue":"q","kind":"k","args":{"b": 2},"priority":1,"enqueued_at":1}'
+    assert encoded(decode(wire)).raw == wire  # a received envelope keeps its exact bytes
 
 
 def test_new_envelope_priority_and_delay() -> None:
