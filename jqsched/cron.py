@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from jqcore import metrics
-from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, CronState, due_slots, next_slot
 from jqcore.cronstore import CronStore, fire_now
 from jqcore.log import get_logger
@@ -35,9 +34,13 @@ class CronFirer:
     must be called again."""
 
     def __init__(
-        self, store: CronStore, engine: Engine, name: str, *, clock: Callable[[], int] = now_ms
+        self, store: CronStore, engine: Engine, name: str, *, clock: Callable[[], int] | None = None
     ) -> None:
-        self.store, self.engine, self.name, self.clock = store, engine, name, clock
+        self.store, self.engine, self.name = store, engine, name
+        self._fixed_clock = clock is not None
+        self.clock = clock or engine.clock.now
+        """Redis's clock (the engine's), unless a test gives its own: a host whose clock runs ahead must
+        not fire a slot early (the fault suite's clock skew)."""
         self.owned: list[str] = []
 
     async def step(self, members: Sequence[str], max_wait_ms: int) -> int:
@@ -45,6 +48,8 @@ class CronFirer:
         schedules = await self.store.list()
         mine = set(owned_by(self.name, members, [s.name for s in schedules]))
         self.owned = sorted(mine)
+        if not self._fixed_clock:
+            await self.engine.now()  # keeps the engine's view of Redis's clock fresh
         now = self.clock()
         wake = now + max_wait_ms
         for schedule in schedules:

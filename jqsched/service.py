@@ -272,7 +272,7 @@ class SchedulerService(Service):
         open_ids = await graphs.open_graphs()
         metrics.GRAPHS_OPEN.set(len(open_ids))
         self.graphs_owned = owned_by(self.settings.name, self.membership.members, list(open_ids))
-        now = now_ms()
+        now = await self.engine.now()  # Redis's clock: a host running ahead must not expire graphs early
         for graph_id in self.graphs_owned:
             state = await graphs.repair_graph(graph_id, now_ms=now)
             if state == "missing" and now - open_ids[graph_id] < GRAPH_CREATE_GRACE_MS:

@@ -5,6 +5,7 @@ operations over HTTP and from the CLI."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -107,6 +108,24 @@ async def test_a_paused_schedule_does_not_fire_and_resumes_from_the_next_slot(
     later = CronFirer(cron_store, engine, "only", clock=lambda: now + 31_000)
     await later.step(["only"], 1000)
     assert await pending_ids(engine, q) == [f"cron:p:{now + 30_000}"]
+
+
+async def test_a_host_whose_clock_runs_ahead_fires_no_slot_early(
+    prefix: str, engine: Engine, cron_store: CronStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slots are judged by Redis's clock: a scheduler whose host clock runs an hour and 5 minutes ahead
+    believes the next hourly slot is past, and fires it only when Redis's clock says it is due."""
+    q, hour = f"{prefix}.cron", 60 * MIN
+    now = now_ms()
+    slot = (now // hour + 1) * hour
+    await cron_store.put(parse_schedule({"name": "s", "every_s": 3600, "queue": q, "kind": "k"}), now)
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + (hour + 5 * MIN) * 1_000_000)
+    assert now_ms() > slot, "this host now believes the slot is due"
+    firer = CronFirer(cron_store, engine, "only")
+    wait_ms = await firer.step(["only"], 2 * hour)
+    assert await pending_ids(engine, q) == [], "fired before Redis's clock reached the slot"
+    assert slot - now - 10_000 <= wait_ms <= slot - now, "the next step is planned on Redis's clock"
 
 
 async def test_the_http_api_adds_lists_pauses_triggers_and_removes(
