@@ -38,12 +38,13 @@ from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.codes import FenceRejected
 from jqcore.state.models import EnqueueResult
+from jqcore.testsignal import TestSignal
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.limits import QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
 
-__all__ = ["TopicRelay", "dead_topic", "retry_topic"]
+__all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
 
 log = get_logger("jqrelay.topic")
 
@@ -91,6 +92,16 @@ class Batch:
     """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
 
 
+@dataclass
+class RelaySignals:
+    """What a relay reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    batch: TestSignal[dict[str, int]] = field(default_factory=lambda: TestSignal("relay batch"))
+    """A batch written and its offsets' commit sent: the relay's stage counts after it."""
+    committed: TestSignal[int] = field(default_factory=lambda: TestSignal("relay committed"))
+    """Kafka confirmed a commit: the sum over partitions of the committed offsets (records behind them)."""
+
+
 class TopicRelay(Service):
     def __init__(
         self,
@@ -119,6 +130,8 @@ class TopicRelay(Service):
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._unsaved: dict[str, int] = {}
+        self.signals = RelaySignals()
+        self._committed: dict[int, int] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -213,6 +226,7 @@ class TopicRelay(Service):
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "isolation.level": "read_committed",
+            "on_commit": self._on_commit,
         }
         consumer = Consumer(conf)
         md = consumer.list_topics(self.topic, timeout=10)
@@ -221,6 +235,7 @@ class TopicRelay(Service):
             consumer.close()
             raise BackendUnavailable(f"topic {self.topic!r} has no partitions (does it exist?)")
         committed = consumer.committed([TopicPartition(self.topic, p) for p in parts], timeout=10)
+        self._committed = {tp.partition: max(tp.offset, 0) for tp in committed}
         consumer.assign(committed)  # OFFSET_INVALID (nothing committed) falls back to auto.offset.reset
         return consumer
 
@@ -265,8 +280,18 @@ class TopicRelay(Service):
                 offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
                 consumer.commit(offsets=offsets, asynchronous=True)
                 await self._save_counts()
+                self.signals.batch.signal(dict(self.counts))
         finally:
             consumer.close()
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """librdkafka's commit report (served by the consume calls, on the event loop)."""
+        if err is not None or not self.signals.committed.enabled:
+            return
+        for tp in partitions:
+            if tp.error is None and tp.offset >= 0:
+                self._committed[tp.partition] = tp.offset
+        self.signals.committed.signal(sum(self._committed.values()))
 
     def _parse(self, msgs: Sequence[Message]) -> Batch:
         batch = Batch([], [], {}, {})

@@ -336,13 +336,17 @@ def make_relay(
     ) -> RelayService:
         """``far``: the far-future tier's settings (default: off, every job goes to Redis);
         ``redis_url``: another Redis (database) than the session's."""
-        return RelayService(
+        service = RelayService(
             relay_settings(topic, holder, **kw),
             KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
             RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
             far=far or FarSettings.model_validate({"horizon_s": 0}),
         )
+        for relay in service.relays:  # tests wait on what the relays did, not on polls
+            relay.signals.batch.enable()
+            relay.signals.committed.enable()
+        return service
 
     return make
 

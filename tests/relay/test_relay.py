@@ -39,8 +39,9 @@ async def test_relay_writes_jobs_dead_letters_bad_records_and_commits_after_redi
     bad = [Record(topic, b"{not json", b"x"), Record(topic, b'{"v": 1, "id": "no-queue"}', b"y")]
     await producer.produce_many([Record(topic, encode(dup), record_key(dup)), *bad])
     async with make_relay(topic) as relay:
-        await eventually(lambda: pending(queue), lambda n: n == 300)
-        await eventually(lambda: offsets(topic), lambda t: t[0] == t[1] == 303)
+        await relay.relays[0].signals.committed.wait_for(lambda n: n >= 303)
+        assert await pending(queue) == 300
+        assert await offsets(topic) == (303, 303)
         # Committed means written, dead-lettered and counted. The guarantees, not one particular run: each
         # job written exactly once, and every record read accounted for. (A term that ends early, e.g.
         # the loop starved past its trust window on a loaded machine, re-reads its uncommitted batch:
@@ -75,10 +76,9 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
         assert await other.wait_role(Role.WAITING, timeout_s=60) is Role.WAITING
         first, second = (a, b) if leader is ea else (b, a)
         await produce_jobs(topic, queue, 100)
-        await eventually(lambda: pending(queue), lambda n: n == 100)
-        await eventually(  # written *and* committed: the next holder starts after them
-            lambda: offsets(topic), lambda t: t[0] == t[1] == 100
-        )
+        # written *and* committed: the next holder starts after them
+        await first.relays[0].signals.committed.wait_for(lambda n: n >= 100)
+        assert await pending(queue) == 100
         fence_before = first.relays[0].elector.trusted_term()
         assert fence_before is not None
         await first.stop()  # releases the lock: the other takes over at once (lock-delay 0 here)
@@ -87,8 +87,14 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
         assert term is not None
         assert term.fence > fence_before.fence
         await produce_jobs(topic, queue, 100)
-        await eventually(lambda: pending(queue), lambda n: n == 200)
+        await _written(second, 100)
+        assert await pending(queue) == 200
         assert second.relays[0].counts.get("duplicate", 0) == 0, "offsets committed: nothing re-read"
+
+
+async def _written(relay: RelayService, n: int) -> None:
+    """Until the (only) topic relay of ``relay`` wrote ``n`` jobs in all (its batch signal)."""
+    await relay.relays[0].signals.batch.wait_for(lambda c: c.get("written", 0) >= n)
 
 
 async def _first_leader(*electors: Elector, timeout_s: float = 60) -> Elector:
@@ -124,9 +130,10 @@ async def test_live_rate_limit_pauses_and_resumes_without_restart(
         assert await pending(queue) == 0, "rate 0 pauses the relay"
         kv.put(rate_key, "20")
         await eventually(lambda: limit.rate, lambda r: r == 20)
-        await eventually(lambda: pending(queue), lambda n: n >= 10, 60)
+        await _written(relay, 10)
         kv.put(rate_key, "")  # unlimited
-        await eventually(lambda: pending(queue), lambda n: n == 50, 60)
+        await _written(relay, 50)
+        assert await pending(queue) == 50
 
 
 async def test_a_queue_rate_limit_holds_that_queue_live_and_the_topic_keeps_flowing_without_it(
@@ -147,17 +154,20 @@ async def test_a_queue_rate_limit_holds_that_queue_live_and_the_topic_keeps_flow
         await eventually(limits.rates, lambda r: r == {slow: 0})
         await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
         await produce_jobs(topic, fast, 40)
-        await eventually(lambda: pending(fast), lambda n: n == 40, 60)  # no slow job: not held
+        await _written(relay, 40)
+        assert await pending(fast) == 40, "no slow job: not held"
         await produce_jobs(topic, slow, 20)
         await eventually(lambda: limits.waiting, lambda q: q == slow, 60)
         assert await pending(slow) == 0, "a paused queue's jobs are held at the relay"
         assert relay.relays[0].counts.get("written") == 40
         kv.put(slow_key, "25")
-        await eventually(lambda: pending(slow), lambda n: n == 20, 60)
+        await _written(relay, 60)
+        assert await pending(slow) == 20
         kv.delete(slow_key)
         await eventually(limits.rates, lambda r: r == {})
         await produce_jobs(topic, slow, 10)
-        await eventually(lambda: pending(slow), lambda n: n == 30, 60)
+        await _written(relay, 70)
+        assert await pending(slow) == 30
     assert relay.relays[0].counts.get("written") == 70
 
 
@@ -173,7 +183,7 @@ async def test_shadow_mode_reads_and_counts_but_writes_nothing(
     await produce_jobs(topic, queue, 40)
     async with make_relay(topic, shadow=True) as relay:
         # at least: a term that ends early re-reads (and re-counts) its uncommitted batch
-        await eventually(lambda: relay.relays[0].counts.get("shadow", 0), lambda n: n >= 40)
+        await relay.relays[0].signals.batch.wait_for(lambda c: c.get("shadow", 0) >= 40)
     assert await pending(queue) == 0
 
 
@@ -203,7 +213,8 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
             await eventually(lambda: guard.stopped, lambda s: s is True)
             assert await pending(queue) == 0
             await client.config_set("maxmemory", 1 << 50)
-            await eventually(lambda: pending(queue), lambda n: n == 30)
+            await _written(relay, 30)
+            assert await pending(queue) == 30
             assert guard.stopped is False
     finally:
         await client.config_set("maxmemory", 0)
@@ -228,8 +239,14 @@ async def test_a_queue_that_refuses_writes_sends_its_jobs_to_the_retry_topic_and
         bad_ids = await produce_jobs(topic, bad, 5)
         await produce_jobs(topic, good, 20)
         async with make_relay(topic) as relay:
-            await eventually(lambda: pending(good), lambda n: n == 40)
-            await eventually(lambda: relay.relays[0].counts.get("retried", 0), lambda n: n == 5)
+            # the batch that holds the bad queue's jobs is done (the good ones around them too); the good
+            # queue's jobs may count as written or, when the first whole-batch call stored them before the
+            # bad queue failed it, as duplicates of the queue-by-queue retry
+            await relay.relays[0].signals.batch.wait_for(
+                lambda c: c.get("written", 0) + c.get("duplicate", 0) >= 40 and c.get("retried", 0) >= 5
+            )
+            assert await pending(good) == 40
+            assert relay.relays[0].counts.get("retried") == 5
         retried = await asyncio.to_thread(topic_reader, f"{topic}.retry", 5)
         assert sorted(decode(m.value()).id for m in retried) == sorted(bad_ids)
         assert all(b"refused the write" in dict(m.headers())["jobq-reason"] for m in retried)
