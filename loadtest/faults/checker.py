@@ -38,6 +38,7 @@ __all__ = [
     "Request",
     "Term",
     "Verdict",
+    "early_runs",
     "judge",
     "overlapping_terms",
     "read_executions",
@@ -202,6 +203,23 @@ def _disturbance(
             yield r.due, first_run[r.id]
 
 
+def early_runs(requests: Iterable[Request], first_run: dict[str, float]) -> dict[str, float]:
+    """Delayed jobs whose first run started before they could have been due, with by how much (ms).
+
+    The gateway stamps ``run_at = now_ms() + delay_ms`` on receipt, with ``now_ms`` whole milliseconds
+    (rounded down), so the earliest due time a job can have is the client's send time *rounded down to the
+    millisecond* plus the delay: a start within that same millisecond is on time, not early (a hand-off
+    starts a promoted job well under a millisecond after its due time)."""
+    out: dict[str, float] = {}
+    for r in requests:
+        if not r.delay_s or r.id not in first_run:
+            continue
+        earliest_due = int(r.sent * 1000) / 1000 + r.delay_s
+        if first_run[r.id] < earliest_due:
+            out[r.id] = round((earliest_due - first_run[r.id]) * 1000, 3)
+    return out
+
+
 def judge(
     scenario: str,
     requests: Iterable[Request],
@@ -216,7 +234,9 @@ def judge(
     reqs = list(requests)
     sent = {r.id for r in reqs}
     runs = [e for e in executions if e.id in sent]
-    extra = {"phantom_executions": n} if (n := sum(1 for e in executions if e.id not in sent)) else {}
+    extra: dict[str, Any] = (
+        {"phantom_executions": n} if (n := sum(1 for e in executions if e.id not in sent)) else {}
+    )
     acked = {r.id for r in reqs if r.acked}
     unacked = {r.id for r in reqs if not r.acked} - acked
     per_job = Counter(e.id for e in runs)
@@ -224,6 +244,12 @@ def judge(
     for e in runs:
         first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
     lost = sorted(acked - per_job.keys())
+    early = early_runs(reqs, first_run)
+    if early:
+        extra["early_ms"] = dict(sorted(early.items(), key=lambda kv: kv[1])[:20])
+    margins = [first_run[r.id] - r.sent - r.delay_s for r in reqs if r.delay_s and r.id in first_run]
+    if margins:  # how close to its due time the earliest delayed start came (ms; the sent time unrounded)
+        extra["delayed_min_margin_ms"] = round(min(margins) * 1000, 3)
     spans = list(_disturbance(reqs, first_run, fault_at, baseline_from))
     recovery = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
     return Verdict(
@@ -235,9 +261,7 @@ def judge(
         duplicates=sum(n - 1 for n in per_job.values()),
         unacked_executed=len(unacked & per_job.keys()),
         retried=sum(1 for r in reqs if r.tries > 1),
-        early=sum(
-            1 for r in reqs if r.delay_s and r.id in first_run and first_run[r.id] < r.sent + r.delay_s
-        ),
+        early=len(early),
         overlapping_terms=len(overlapping_terms(terms)),
         failed_requests=sum(1 for r in reqs if not r.acked),
         recovery_s=round(max(recovery, 0.0), 2),
