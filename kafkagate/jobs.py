@@ -11,11 +11,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import keys, metrics, tracing
 from jqcore.clock import now_ms
-from jqcore.envelope import decode, new_envelope, validate_name
+from jqcore.envelope import decode, validate_name
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
 from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
+from jqrecover.replay import REPLAYABLE, ReplayError, replayed
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
     Parsed,
@@ -182,9 +183,8 @@ async def replay_job(request: web.Request) -> web.Response:
     info = await engine_call(gate.engine.get_job(queue, job_id))
     if info is None or info.envelope is None:
         raise ApiError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
-    if info.state not in ("completed", "errored", "canceled", "expired"):
+    if info.state not in REPLAYABLE:
         raise ApiError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
-    old = decode(info.envelope)
     new_id = None
     if key is not None:
         new_id = "rp-" + hashlib.sha256(f"{queue}\0{job_id}\0{key}".encode()).hexdigest()[:40]
@@ -192,15 +192,10 @@ async def replay_job(request: web.Request) -> web.Response:
         if done is not None:  # this replay was made before (and reached Redis): the same answer again
             again = {"ids": [new_id], "replay_of": job_id, "state": done.state, "changed": False}
             return json_response(again)
-    env = new_envelope(
-        queue,
-        old.kind,
-        old.args,
-        id=new_id,
-        meta=old.meta or None,
-        excl=old.excl,
-        max_attempts=old.max_attempts,
-    )
+    try:
+        env = replayed(queue, info, new_id)
+    except ReplayError as exc:
+        raise ApiError(exc.http_status, exc.code, exc.message) from exc
     records, acks = build_records(Parsed([env], [None]), gate.routing, queue)
     await gate.check_topic(records[0].topic)
     delivered = await gate.producer(acks).produce_many(records)

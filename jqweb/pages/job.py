@@ -12,10 +12,11 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from jqcore.envelope import decode, new_envelope
+from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
 from jqcore.kafka import job_record
 from jqcore.state.models import JobInfo
+from jqrecover.replay import ReplayError, replayed
 from jqweb.context import WEB, Web
 from jqweb.errors import WebError
 from jqweb.pages.jobs import CANCELABLE, cancel_one
@@ -196,12 +197,10 @@ async def retry(request: web.Request) -> web.Response:
 
 async def _replay(w: Web, queue: str, job_id: str) -> dict[str, Any]:
     info = await _existing(w, queue, job_id)
-    if info.state not in FINISHED or info.envelope is None:
-        raise WebError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
-    old = decode(info.envelope)
-    env = new_envelope(
-        queue, old.kind, old.args, meta=old.meta or None, excl=old.excl, max_attempts=old.max_attempts
-    )
+    try:
+        env = replayed(queue, info)
+    except ReplayError as exc:
+        raise WebError(exc.http_status, exc.code, exc.message) from exc
     topic, _ = w.sources.routing.route(queue)
     (d,) = await w.producer().produce_many([job_record(topic, env)])
     return {"id": env.id, "topic": d.topic, "partition": d.partition, "offset": d.offset}

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from jobq.cli import app
-from jobq.commands.rebuild import rebuild_from_kafka
+from jobq.commands.rebuild import cadences
 from jqcore.clock import now_ms
 from jqcore.consulconn import consul_client
 from jqcore.cron import CronSchedule, fire_id
@@ -36,6 +36,7 @@ from jqcore.settings import (
     RedisSettings,
 )
 from jqcore.state import Engine, reads
+from jqrecover.rebuild import rebuild_from_kafka
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
 from jqstack.manager import Endpoints
@@ -171,6 +172,7 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
             far=far,
             consul=ConsulSettings(addr=endpoints.consul_addr),
             cron_settings=cron_settings,
+            cadences=cadences(),
             **kw,
         )
         doc = report.as_dict()
