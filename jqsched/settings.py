@@ -43,12 +43,11 @@ class SchedulerSettings(BaseSettings):
     """Fire the cron schedules this instance owns (Consul KV, ``JOBQ_CRON_KV_PREFIX``)."""
     events: bool = True
     """Ship the owned queues' lifecycle events to Kafka (``JOBQ_EVENTS_*``; needs Kafka)."""
-    graphs: bool = True
-    """Repair task graphs: report finished nodes' outcomes a crashed worker left in its queue (owned
-    queues), finish releases a crash interrupted, end graphs past their deadline and ship their events
-    (the open graphs this instance wins by rendezvous hashing)."""
     graph_every_s: float = Field(1.0, gt=0, le=60)
-    """Seconds between two graph repair rounds."""
+    """Seconds between two graph repair rounds (every instance repairs task graphs: reports finished
+    nodes' outcomes a crashed worker left in its owned queues, finishes releases a crash interrupted, ends
+    graphs past their deadline and ships their events, for the open graphs it wins by rendezvous
+    hashing)."""
     series_every_s: float = Field(60.0, ge=1, le=3600)
     """Seconds between two samples of the owned queues' counters (the dashboard's rate charts, kept
     25 h in ``jobq:series:<queue>``)."""
