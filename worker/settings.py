@@ -45,7 +45,9 @@ FilterPairs = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_filter)]
 class WorkerSettings(BaseSettings):
     """One worker pool: which code runs, for which queues, how many jobs at once."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_WORKER_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_WORKER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     app: str = Field(min_length=1)
     """``module[:attribute]`` of the application's ``worker.Registry`` (the attribute defaults to
