@@ -11,12 +11,20 @@ __all__ = ["CanarySettings"]
 
 
 class CanarySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBQ_CANARY_", extra="ignore", populate_by_name=True)
+    """The heartbeat canary (``canary``): a heartbeat job through the gateways to every partition of
+    every routed topic each round, flagging the partitions whose heartbeat ran late."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_CANARY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     gateways: CommaList = Field(default_factory=lambda: ["http://127.0.0.1:28080"])
     """Gateway URLs, comma-separated; ``url@az`` names a gateway's zone."""
     token: SecretStr = SecretStr("")
+    """Bearer token the canary sends to the gateways."""
     az: str = ""
+    """The canary's availability zone (it prefers the gateways of its own)."""
     interval_s: float = Field(60.0, gt=0)
+    """Seconds between two rounds of heartbeats."""
     late_after_s: float = Field(30.0, gt=0)
     """A heartbeat not executed this long after it was sent flags its partition."""

@@ -48,11 +48,19 @@ class Route(BaseModel):
 
 
 class RoutingSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
+    """Queue → Kafka topic routing (``JOBQ_ROUTES``, ``JOBQ_DEFAULT_*``), read by every producer and the
+    relay."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", use_attribute_docstrings=True)
 
     routes: Annotated[list[Route], JsonText] = Field(default_factory=list)
+    """Routes as JSON, ``[{"queues": fnmatch pattern, "topic": name, "acks": "all" or "leader"}, ...]``;
+    the first match names a queue's topic."""
     default_topic: str = DEFAULT_TOPIC
+    """Topic for queues no route matches; empty refuses them (``queue_unrouted``)."""
     default_acks: Acks = "all"
+    """Acks the gateway waits for on the default topic (``leader``: lower latency; a leader failure may
+    lose the write)."""
 
     def route(self, queue: str) -> tuple[str, Acks]:
         """(topic, acks) for ``queue``; raises :class:`QueueUnrouted`. ``canary.<topic>`` queues go to

@@ -81,15 +81,22 @@ DEFAULT_CONSUL_ADDR = "127.0.0.1:28500"
 class RedisSettings(BaseSettings):
     """Where the execution state lives (``JOBQ_REDIS_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_REDIS_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_REDIS_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     url: str = Field(DEFAULT_REDIS_URL, validation_alias=AliasChoices("JOBQ_REDIS_URL", "REDIS_URL"))
+    """Redis holding the execution state: ``redis://``, ``rediss://`` (TLS) or ``unix://``."""
     cluster: bool = False
     """Connect with the Redis Cluster protocol (``url`` names any one node)."""
     username: str | None = None
+    """Redis ACL user."""
     password: SecretStr | None = None
+    """Redis ACL password."""
     tls: bool = False
+    """TLS to Redis with a ``redis://`` URL (``rediss://`` is TLS anyway)."""
     tls_ca_file: str | None = None
+    """CA bundle (a path) checking Redis's TLS certificate."""
     socket_timeout_s: float = Field(35.0, gt=0)
     """Per-command socket timeout; blocking waits stay 1 s below it (so idle workers block ~34 s)."""
 
@@ -117,17 +124,25 @@ class RedisSettings(BaseSettings):
 class KafkaSettings(BaseSettings):
     """The Kafka cluster (``JOBQ_KAFKA_*``); ``JOBQ_KAFKA_CONFIG`` passes librdkafka options through."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_KAFKA_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_KAFKA_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     bootstrap: str = Field(
         DEFAULT_KAFKA_BOOTSTRAP,
         validation_alias=AliasChoices("JOBQ_KAFKA_BOOTSTRAP", "KAFKA_BOOTSTRAP_SERVERS"),
     )
+    """Kafka bootstrap servers, ``host:port,...``."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """librdkafka's ``security.protocol``."""
     sasl_mechanism: str | None = None
+    """librdkafka's ``sasl.mechanism``; the SASL protocols need it and ``JOBQ_KAFKA_SASL_USERNAME``."""
     sasl_username: str | None = None
+    """librdkafka's ``sasl.username``."""
     sasl_password: SecretStr | None = None
+    """librdkafka's ``sasl.password``."""
     ssl_ca_location: str | None = None
+    """CA bundle (a path), librdkafka's ``ssl.ca.location``."""
     config: Annotated[dict[str, str], JsonText] = Field(default_factory=dict)
     """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}``."""
 
@@ -158,15 +173,20 @@ class KafkaSettings(BaseSettings):
 class ConsulSettings(BaseSettings):
     """The Consul agent (``CONSUL_HTTP_ADDR`` / ``CONSUL_HTTP_TOKEN`` honoured)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_CONSUL_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_CONSUL_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     addr: str = Field(
         DEFAULT_CONSUL_ADDR, validation_alias=AliasChoices("JOBQ_CONSUL_ADDR", "CONSUL_HTTP_ADDR")
     )
+    """The Consul agent's HTTP address, ``host:port``."""
     token: SecretStr | None = Field(
         None, validation_alias=AliasChoices("JOBQ_CONSUL_TOKEN", "CONSUL_HTTP_TOKEN")
     )
+    """Consul ACL token."""
     scheme: Literal["http", "https"] = "http"
+    """How the agent's HTTP API is reached."""
 
     @field_validator("addr")
     @classmethod
@@ -193,17 +213,21 @@ class ConsulSettings(BaseSettings):
 class LogSettings(BaseSettings):
     """Logging (``JOBQ_LOG_LEVEL``, ``JOBQ_LOG_FORMAT``)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore", use_attribute_docstrings=True)
 
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level logged."""
     format: Literal["console", "json"] = "console"
+    """``json``: JSON lines, for production."""
 
 
 class RelayKeys(BaseSettings):
     """Where the relays keep their state (``JOBQ_RELAY_*``): read by the relay itself (which adds its own
     settings, ``jqrelay.settings``) and by whoever shows or changes it (``jobq status``, the dashboard)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_RELAY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     topics: CommaList = Field(default_factory=list)
     """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
@@ -234,25 +258,29 @@ class CronSettings(BaseSettings):
     """Where cron schedules live (Consul KV ``<kv_prefix>/cron/<name>``): read by the scheduler service,
     written by ``jobq cron`` and the gateway's ``/v1/cron`` routes."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore", use_attribute_docstrings=True)
 
     kv_prefix: str = Field("jobq", min_length=1)
+    """Consul KV root: schedules at ``<prefix>/cron/<name>``, their state at ``<prefix>/cron-state/<name>``
+    (the scheduler, the gateway and ``jobq cron``)."""
 
 
 class FarSettings(BaseSettings):
     """The far-future tier (``docs/scheduler.md``): jobs due later than ``horizon_s`` are kept in the
-    compacted ``topic`` (keyed by job id) instead of Redis. Relays split them off, scheduler instances
+    compacted ``topic`` instead of Redis. Relays split them off, scheduler instances
     move them into the engine once they are due within the horizon, the gateway unschedules them."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore", use_attribute_docstrings=True)
 
     horizon_s: float = Field(3600.0, ge=0)
     """Jobs due further ahead than this go to the tier (0: the tier is off, every job goes to Redis)."""
     topic: str = Field("jobq.schedule", min_length=1)
+    """The compacted schedule topic, keyed ``<queue>/<id>``."""
     partitions: int = Field(6, ge=1, le=1000)
     """Partitions of the schedule topic when jobq creates it (the unit the schedulers share)."""
     rescan_s: float = Field(600.0, gt=0)
-    """How often an owner reads its partitions whole, moving what came within the horizon."""
+    """How often an owner reads its partitions whole, moving what came within the horizon (below
+    ``JOBQ_FAR_HORIZON_S``)."""
 
     @model_validator(mode="after")
     def _rescan_within_horizon(self) -> FarSettings:
@@ -272,9 +300,12 @@ class EventSettings(BaseSettings):
     stream by the script that makes it; scheduler instances ship each owned queue's stream to ``topic``
     (keyed by job id) and trim what Kafka acknowledged."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_EVENTS_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_EVENTS_", extra="ignore", use_attribute_docstrings=True
+    )
 
     topic: str = Field("jobq.events", min_length=1)
+    """The lifecycle events topic (``docs/history.md``), keyed by job id."""
     partitions: int = Field(6, ge=1, le=1000)
     """Partitions of the events topic when jobq creates it."""
     batch: int = Field(1000, ge=1, le=100_000)
@@ -285,7 +316,9 @@ class HistorySettings(BaseSettings):
     """The history tables (``docs/history.md``): built by ``jobq history run`` (PySpark), read by the CLI
     and the gateway's archive through DuckDB."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_HISTORY_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_HISTORY_", extra="ignore", use_attribute_docstrings=True
+    )
 
     path: str = ""
     """Folder of the tables ('' = the default local stack's: ``<JOBQ_HOME>/stacks/default/history``,
@@ -304,9 +337,12 @@ class MetricsSettings(BaseSettings):
     """Where relays, workers and canaries serve ``/metrics`` (``JOBQ_METRICS_HOST``); the port is each
     command's ``--metrics-port``. Loopback by default; ``0.0.0.0`` in containers."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_METRICS_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_METRICS_", extra="ignore", use_attribute_docstrings=True
+    )
 
     host: str = "127.0.0.1"
+    """The address ``/metrics`` is served on."""
 
 
 class TraceSettings(BaseSettings):
@@ -314,7 +350,7 @@ class TraceSettings(BaseSettings):
     unless ``otlp_endpoint`` is set; then the gateway, relays and workers export their spans there over
     OTLP/HTTP (protobuf)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_TRACE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JOBQ_TRACE_", extra="ignore", use_attribute_docstrings=True)
 
     otlp_endpoint: str = ""
     """Collector base URL (``http://collector:4318``; ``/v1/traces`` is added unless given); '' = off."""

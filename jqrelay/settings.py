@@ -16,14 +16,21 @@ __all__ = ["RelaySettings"]
 class RelaySettings(RelayKeys):
     """Where the relay keeps its state (:class:`jqcore.settings.RelayKeys`) and how it runs."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_RELAY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
-    holder: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    holder: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",
+        json_schema_extra={"doc_default": "`<host>:<pid>`"},
+    )
     """This process's name in the Consul locks (shown by ``jobq status``)."""
     batch: int = Field(500, ge=1, le=50_000)
     """Records per consume call, written with one engine call per queue."""
     session_ttl_s: int = Field(15, ge=10, le=86_400)
+    """TTL of the Consul session holding the relay's locks."""
     lock_delay_s: int = Field(5, ge=0, le=60)
+    """Consul lock-delay: how long a lock lost with its session stays untaken."""
     shadow: bool = False
     """Read and count, write nothing into Redis, commit under a separate group (double-write migrations)."""
     memory_slow_at: float = Field(0.80, gt=0, lt=1)
@@ -31,6 +38,7 @@ class RelaySettings(RelayKeys):
     memory_stop_at: float = Field(0.90, gt=0, lt=1)
     """...and above which it stops writing until workers drained below ``memory_slow_at``."""
     metrics_port: int | None = None
+    """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 
     @model_validator(mode="after")
     def _order(self) -> RelaySettings:

@@ -129,11 +129,8 @@ class SchedulerService(Service):
             await asyncio.to_thread(lambda: ensure_topics(self.kafka, [ev.topic], partitions=ev.partitions))
             self._events_task = asyncio.create_task(self._events_loop(), name="scheduler:events")
         self._series_task = asyncio.create_task(self._series_loop(), name="scheduler:series")
-        if settings_graphs := self.settings.graphs:
-            self._graph_task = asyncio.create_task(self._graph_loop(), name="scheduler:graphs")
-        log.info(
-            "scheduler started", name=self.settings.name, group=self.settings.group, graphs=settings_graphs
-        )
+        self._graph_task = asyncio.create_task(self._graph_loop(), name="scheduler:graphs")
+        log.info("scheduler started", name=self.settings.name, group=self.settings.group)
 
     async def _stop(self) -> None:
         await cancel_and_wait(self._series_task)

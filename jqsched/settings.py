@@ -15,9 +15,18 @@ __all__ = ["SchedulerSettings"]
 
 
 class SchedulerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBQ_SCHEDULER_", extra="ignore", populate_by_name=True)
+    """The scheduler service (``jqsched``, ``jobq scheduler``, ``docs/scheduler.md``): the timers (delays,
+    retries, expired leases, garbage collection), cron, the far-future tier, event shipping and graph
+    repair of the queues its group keeps."""
 
-    name: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_SCHEDULER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
+
+    name: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",
+        json_schema_extra={"doc_default": "`<host>:<pid>`"},
+    )
     """This instance's name among the group's members (shown by ``jobq status``)."""
     group: str = Field("default", min_length=1)
     """Instances of one group split its queues among themselves; a separate group keeps its own."""
@@ -27,7 +36,8 @@ class SchedulerSettings(BaseSettings):
     """Seconds between heartbeats; each beat also re-reads the queue list (new queues are kept from
     the next beat on)."""
     stale_s: float = Field(3.0, gt=0, le=600)
-    """Seconds without a heartbeat after which an instance is dead and its queues are re-dealt."""
+    """Seconds without a heartbeat after which an instance is dead and its queues are re-dealt (at least
+    twice ``beat_s``)."""
     max_idle_s: float = Field(5.0, gt=0, le=300)
     """Longest sleep of the timers with nothing due (a safety net: scripts wake them earlier)."""
     gc_every_s: float = Field(60.0, gt=0)
@@ -43,12 +53,11 @@ class SchedulerSettings(BaseSettings):
     """Fire the cron schedules this instance owns (Consul KV, ``JOBQ_CRON_KV_PREFIX``)."""
     events: bool = True
     """Ship the owned queues' lifecycle events to Kafka (``JOBQ_EVENTS_*``; needs Kafka)."""
-    graphs: bool = True
-    """Repair task graphs: report finished nodes' outcomes a crashed worker left in its queue (owned
-    queues), finish releases a crash interrupted, end graphs past their deadline and ship their events
-    (the open graphs this instance wins by rendezvous hashing)."""
     graph_every_s: float = Field(1.0, gt=0, le=60)
-    """Seconds between two graph repair rounds."""
+    """Seconds between two graph repair rounds (every instance repairs task graphs: reports finished
+    nodes' outcomes a crashed worker left in its owned queues, finishes releases a crash interrupted, ends
+    graphs past their deadline and ships their events, for the open graphs it wins by rendezvous
+    hashing)."""
     series_every_s: float = Field(60.0, ge=1, le=3600)
     """Seconds between two samples of the owned queues' counters (the dashboard's rate charts, kept
     25 h in ``jobq:series:<queue>``)."""

@@ -11,10 +11,16 @@ __all__ = ["WebSettings"]
 
 
 class WebSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBQ_WEB_", extra="ignore", populate_by_name=True)
+    """The dashboard (``jqweb``, ``jobq web``, ``docs/dashboard.md``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_WEB_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     host: str = "127.0.0.1"
+    """The address the dashboard listens on."""
     port: int = Field(28090, ge=0, lt=65536)
+    """The port the dashboard listens on (0: a free one)."""
     read_tokens: CommaSecrets = Field(default_factory=list)
     """Tokens that may see every page (comma-separated; ``name:secret`` names the person in the audit log,
     a bare ``secret`` is logged as ``token-<digest>``)."""

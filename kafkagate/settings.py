@@ -14,10 +14,17 @@ __all__ = ["GateSettings"]
 
 
 class GateSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBQ_GATE_", extra="ignore", populate_by_name=True)
+    """The gateway (``kafkagate``, ``jobq gate``, ``docs/gateway.md``): where it listens, whom it serves,
+    its request limits."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_GATE_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     host: str = "127.0.0.1"
+    """The address the gateway listens on."""
     port: int = Field(28080, ge=0, lt=65536)
+    """The port the gateway listens on (0: a free one)."""
     processes: int = Field(1, ge=0, le=256)
     """Gateway processes sharing ``host:port`` (``SO_REUSEPORT``: the kernel spreads connections over
     them); 0 = one per CPU core it may use. Above 1 the process started is a supervisor serving nothing
@@ -36,10 +43,13 @@ class GateSettings(BaseSettings):
     largest job (``MAX_ENVELOPE_BYTES``, 1 MiB), so every job the envelope allows can be sent; a job whose
     record would exceed that is a 413 ``job_too_large`` whatever the body limit."""
     max_batch: int = Field(10_000, gt=0)
+    """Most jobs in one request (413 ``batch_too_large`` beyond)."""
     produce_timeout_ms: int = Field(10_000, ge=1000)
     """How long Kafka may take to confirm a write before the request gets a 503."""
     idempotency_ttl_s: int = Field(86_400, gt=0)
+    """How long an ``Idempotency-Key`` is remembered."""
     claim_wait_max_ms: int = Field(30_000, ge=0)
+    """Cap on a long-poll claim's ``wait_ms``."""
     queue_config_ttl_s: float = Field(5.0, ge=0)
     """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
     without an exclusivity value); 0 reads it on every enqueue."""

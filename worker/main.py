@@ -53,7 +53,6 @@ def pool_config(settings: WorkerSettings) -> PoolConfig:
         burst=settings.burst,
         process_workers=settings.processes,
         filter=settings.filter or None,
-        handoff=settings.handoff,
         unknown_kind_retry_ms=round(settings.unknown_kind_retry_s * 1000),
         unknown_kind_dead_after_ms=round(settings.unknown_kind_dead_after_s * 1000),
     )

@@ -72,8 +72,6 @@ class PoolConfig:
     ``filter_keys``)."""
     unknown_kind_retry_ms: int = 5_000
     unknown_kind_dead_after_ms: int = 3_600_000
-    handoff: bool = True
-    """Hand-off claims while idle (one queue, no filter): the job's transition claims it for this pool."""
 
 
 @dataclass(eq=False)
@@ -108,7 +106,7 @@ class Pool(Service):
         self._completions_ready = asyncio.Event()
         self._completer: asyncio.Task[None] | None = None
         self._presence = Presence(engine.client, "worker", process_name(",".join(config.queues)))
-        handoff = config.handoff and len(config.queues) == 1 and not config.filter
+        handoff = len(config.queues) == 1 and not config.filter  # hand-off claims where they apply
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
         """This pool's id for hand-off claims ('' = none: several queues or a filter)."""
 

@@ -45,7 +45,9 @@ FilterPairs = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_filter)]
 class WorkerSettings(BaseSettings):
     """One worker pool: which code runs, for which queues, how many jobs at once."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_WORKER_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_WORKER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
     app: str = Field(min_length=1)
     """``module[:attribute]`` of the application's ``worker.Registry`` (the attribute defaults to
@@ -66,10 +68,6 @@ class WorkerSettings(BaseSettings):
     """Seconds before a job of a kind this pool lacks is claimable again (by a pool that has it)."""
     unknown_kind_dead_after_s: float = Field(3600.0, ge=0)
     """Seconds with no pool running a kind before its jobs are dead-lettered."""
-    handoff: bool = True
-    """Hand-off claims: while idle, a pool serving one queue without a filter registers in Redis and the
-    transition that makes a job ready claims it for the pool (its blocking pop returns the job, leased).
-    Off: idle pools are woken and claim (one more round trip per job)."""
     grace_s: float = Field(30.0, ge=0)
     """Seconds running jobs get to finish on SIGTERM before they are released."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)

@@ -44,7 +44,9 @@ from jqcore.client import Gateway, JobqClient
 from jqcore.errors import JobqError
 from jqcore.history import HistoryStore
 from jqcore.kafka import ensure_topics
-from jqcore.settings import HistorySettings, KafkaSettings, load
+from jqcore.overview import Sources
+from jqcore.routing import RoutingSettings
+from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load
 from jqstack.paths import home
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, http_ok, python_m
@@ -90,6 +92,22 @@ def _env(exports: dict[str, str]) -> dict[str, str]:
         "JOBQ_RELAY_LOCK_DELAY_S": "1",
         "JOBQ_LOG_FORMAT": "json",
     }
+
+
+def _sources(env: dict[str, str]) -> Sources:
+    """The demo's own reads (status screen, history) with the settings its children get in ``env``;
+    the demo's environment is left as it was."""
+    redis: dict[str, Any] = {"cluster": "JOBQ_REDIS_CLUSTER" in env}
+    if "JOBQ_REDIS_URL" in env:
+        redis["url"] = env["JOBQ_REDIS_URL"]
+    return Sources(
+        routing=load(RoutingSettings, routes=env["JOBQ_ROUTES"], default_topic=env["JOBQ_DEFAULT_TOPIC"]),
+        relay=load(RelayKeys, topics=env["JOBQ_RELAY_TOPICS"]),
+        kafka=load(KafkaSettings, bootstrap=env["JOBQ_KAFKA_BOOTSTRAP"]),
+        consul=load(ConsulSettings, addr=env["CONSUL_HTTP_ADDR"]),
+        redis=load(RedisSettings, **redis),
+        history=load(HistorySettings, path=env["JOBQ_HISTORY_PATH"]),
+    )
 
 
 class Processes(Children):
@@ -204,7 +222,7 @@ def demo(
     env = _env(stack.endpoints.exports())
     # the history of this stack's events lives with the stack (a purge removes both); a given path wins
     env["JOBQ_HISTORY_PATH"] = os.environ.get("JOBQ_HISTORY_PATH") or str(history_of(stack.root))
-    os.environ.update({k: v for k, v in env.items() if k.startswith(("JOBQ_", "CONSUL_"))})
+    sources = _sources(env)
     ensure_topics(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), [*TOPICS], partitions=3)
     folder = workdir or home() / "demo" / time.strftime("%Y%m%d-%H%M%S")
     procs = Processes(folder, env)
@@ -254,7 +272,7 @@ def demo(
         jobs = asyncio.run(_enqueue(gateways))
         _write_atomic(folder / "jobs.json", orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")
-        ok = _follow(console, procs, gateways, jobs, once=once, duration=duration, timeout=timeout)
+        ok = _follow(console, procs, gateways, jobs, sources, once=once, duration=duration, timeout=timeout)
     except KeyboardInterrupt:
         ok = True
     finally:
@@ -285,9 +303,9 @@ def _on_sigint(_signum: int, _frame: object) -> None:
     # forever (seen in CI). The poll finishes; the follow loop sees the flag right after it.
 
 
-def _in_history(jobs: list[tuple[str, str, str]]) -> int:
+def _in_history(jobs: list[tuple[str, str, str]], history: HistorySettings) -> int:
     """How many demo jobs the history tables show in their expected state (0 before the first batch)."""
-    root = load(HistorySettings).root
+    root = history.root
     if not root.is_dir():
         return 0
     ids = ", ".join("'" + job_id.replace("'", "''") + "'" for _, job_id, _ in jobs)
@@ -310,6 +328,7 @@ def _follow(
     procs: Processes,
     gateways: list[Gateway],
     jobs: list[tuple[str, str, str]],
+    sources: Sources,
     *,
     once: bool,
     duration: float,
@@ -320,8 +339,8 @@ def _follow(
         if _STOP.is_set():
             raise KeyboardInterrupt
         tally = asyncio.run(_states(gateways, jobs))
-        archived = _in_history(jobs)
-        console.print(render(collect()))
+        archived = _in_history(jobs, sources.history)
+        console.print(render(collect(sources)))
         console.print(f"demo jobs in their expected state: {tally['ok']}/{len(jobs)}  others: {tally}")
         console.print(
             f"demo jobs in the history in that state: {archived}/{len(jobs)} (`jobq history JOB_ID`)"

@@ -31,9 +31,10 @@ def _events_cell(q: dict[str, Any]) -> str:
     return f"[yellow]{text}[/]" if waiting * 2 >= cap else text
 
 
-def collect() -> dict[str, Any]:
-    """Every part of :func:`jqcore.overview.collect`, read with the environment's settings."""
-    return asyncio.run(overview.collect())
+def collect(sources: overview.Sources | None = None) -> dict[str, Any]:
+    """Every part of :func:`jqcore.overview.collect`, read with ``sources`` (default: the environment's
+    settings)."""
+    return asyncio.run(overview.collect(sources))
 
 
 def render(s: dict[str, Any]) -> Group:

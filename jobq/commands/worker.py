@@ -81,14 +81,6 @@ def worker(
             "(default JOBQ_WORKER_UNKNOWN_KIND_DEAD_AFTER_S, 3600).",
         ),
     ] = None,
-    handoff: Annotated[
-        bool | None,
-        typer.Option(
-            "--handoff/--no-handoff",
-            help="Idle, take jobs handed over by the transition that makes them ready (one queue, no "
-            "filter) instead of being woken to claim them (default JOBQ_WORKER_HANDOFF, on).",
-        ),
-    ] = None,
     grace: Annotated[
         float | None,
         typer.Option(
@@ -122,7 +114,6 @@ def worker(
         "filter": filter,
         "unknown_kind_retry_s": unknown_kind_retry,
         "unknown_kind_dead_after_s": unknown_kind_dead_after,
-        "handoff": handoff,
         "grace_s": grace,
         "metrics_port": metrics_port,
     }
