@@ -11,13 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
-from jqcore import series
 from jqcore.clock import now_ms
-from jqcore.overview import queue_row, queue_rows
 from jqcore.redisconn import RedisClient
 from jqcore.state import QueueConfig
+from jqweb import series
 from jqweb.context import WEB, Web
 from jqweb.errors import WebError
+from jqweb.overview import queue_row, queue_rows
 from jqweb.pages.topics import describe_rate, topic_of
 from jqweb.render import act, form, page
 from jqweb.security import require_admin
