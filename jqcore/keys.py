@@ -327,4 +327,4 @@ def series_key(queue: str) -> str:
 
 
 AUDIT_KEY = "jobq:audit"
-"""STREAM of the dashboard's actions (who, what, how many jobs; ``jqcore.audit``), capped."""
+"""STREAM of the dashboard's actions (who, what, how many jobs; ``jqweb.audit``), capped."""

@@ -29,7 +29,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import DateType, NumericType, TimestampNTZType, TimestampType
 
-from jqcore.envelope import MAX_ENVELOPE_BYTES, MAX_META_ENTRIES, MAX_TS_MS, VERSION, validate_name
+from jqcore.envelope import MAX_ENVELOPE_BYTES, validate_name
+from jqcore.envelope_rules import MAX_META_ENTRIES, MAX_TS_MS, VERSION
 from jqcore.routing import RoutingSettings
 
 __all__ = ["HEADER_KIND", "HEADER_QUEUE", "ID_PREFIX", "RECORD_COLUMNS", "to_kafka_records"]
@@ -38,7 +39,8 @@ ID_PREFIX = "sp-"
 RECORD_COLUMNS = ("topic", "key", "value", "headers")
 HEADER_QUEUE, HEADER_KIND = "jobq-queue", "jobq-kind"
 
-# The decoder's id pattern (jqcore.envelope._ID_RE) as a Java regex: rlike() searches, hence the anchors.
+# The decoder's id pattern (jqcore.envelope_rules._ID_RE) as a Java regex: rlike() searches, hence
+# the anchors.
 _ID_JAVA = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\z"
 _META_KEY = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _MAX_META_VALUE = 256

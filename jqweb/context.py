@@ -12,9 +12,9 @@ from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
 from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer
-from jqcore.overview import Sources
 from jqcore.redisconn import RedisClient, connect
 from jqcore.state import Engine
+from jqweb.overview import Sources
 from jqweb.settings import WebSettings
 
 __all__ = ["WEB", "Web"]

@@ -9,11 +9,11 @@ from aiohttp import web
 from jqcore.errors import ConfigError
 from jqcore.lifecycle import Service, run_until_signal, serve_http
 from jqcore.log import get_logger
-from jqcore.overview import Sources
 from jqcore.presence import Presence, process_name
 from jqcore.settings import load
 from jqweb.app import make_app
 from jqweb.context import Web
+from jqweb.overview import Sources
 from jqweb.settings import WebSettings
 
 __all__ = ["WebService", "run"]

@@ -20,10 +20,10 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from jqcore import audit
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
 from jqcore.log import get_logger
+from jqweb import audit
 from jqweb.context import WEB
 from jqweb.errors import WebError
 from jqweb.security import principal, require_admin

@@ -112,26 +112,10 @@ async def get_queue(request: web.Request) -> web.Response:
         "queue": queue,
         "topic": topic,
         "acks": acks,
-        "config": _config_dict(config),
+        "config": config.as_dict(),
         "depth": depth.as_dict(),
     }
     return json_response(body)
-
-
-def _config_dict(config: QueueConfig) -> dict[str, Any]:
-    return {
-        "mode": config.mode,
-        "excl_key": config.excl_key,
-        "lease_ms": config.lease_ms,
-        "max_attempts": config.max_attempts,
-        "filter_keys": list(config.filter_keys),
-        "paused": config.paused,
-        "retention_ms": config.retention_ms,
-        "dead_retention_ms": config.dead_retention_ms,
-        "dedup": config.dedup,
-        "dedup_window_ms": config.dedup_window_ms,
-        "events_cap": config.events_cap,
-    }
 
 
 @routes.put("/v1/queues/{queue}")
@@ -170,7 +154,7 @@ async def patch_queue(request: web.Request) -> web.Response:
 async def _configure(request: web.Request, queue: str, config: QueueConfig) -> web.Response:
     """Store ``config`` as the queue's configuration; answer with what is now in force."""
     await engine_call(request.app[GATE].engine.configure_queue(queue, config))
-    return json_response({"queue": queue, "config": _config_dict(config)})
+    return json_response({"queue": queue, "config": config.as_dict()})
 
 
 @routes.get("/v1/queues/{queue}/dead")

@@ -67,7 +67,6 @@ from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
 from jqcore.history import CURRENT_DIR, EVENTS_DIR
 from jqcore.kafka import ensure_topics
-from jqcore.overview import Sources
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -80,6 +79,7 @@ from jqcore.settings import (
 from jqcore.state import Engine, QueueConfig
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
+from jqweb.overview import Sources
 from jqweb.settings import WebSettings
 from loadtest.report import Report
 from loadtest.stacks import bench_stack

@@ -44,12 +44,12 @@ from jqcore.client import Gateway, JobqClient
 from jqcore.errors import JobqError
 from jqcore.history import HistoryStore
 from jqcore.kafka import ensure_topics
-from jqcore.overview import Sources
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load
 from jqstack.paths import home
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, http_ok, python_m
+from jqweb.overview import Sources
 
 __all__ = ["demo"]
 

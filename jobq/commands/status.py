@@ -17,7 +17,7 @@ import typer
 from rich.console import Console, Group
 from rich.table import Table
 
-from jqcore import overview
+from jqweb import overview
 
 __all__ = ["collect", "status"]
 
@@ -32,7 +32,7 @@ def _events_cell(q: dict[str, Any]) -> str:
 
 
 def collect(sources: overview.Sources | None = None) -> dict[str, Any]:
-    """Every part of :func:`jqcore.overview.collect`, read with ``sources`` (default: the environment's
+    """Every part of :func:`jqweb.overview.collect`, read with ``sources`` (default: the environment's
     settings)."""
     return asyncio.run(overview.collect(sources))
 

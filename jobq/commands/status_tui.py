@@ -1,8 +1,8 @@
 """``jobq status --watch``: the dashboard's Overview as a full-screen terminal view (textual).
 
-The same reads as ``jqweb/pages/overview.py``: :func:`jqcore.overview.collect` (Kafka lag, relay locks,
-Redis, cron), :func:`jqcore.overview.alerts` with the dead letters added in the last hour
-(:func:`jqcore.series.growth`), and the rates of the last hour (``h``: 24 h) from :func:`jqcore.series.read`
+The same reads as ``jqweb/pages/overview.py``: :func:`jqweb.overview.collect` (Kafka lag, relay locks,
+Redis, cron), :func:`jqweb.overview.alerts` with the dead letters added in the last hour
+(:func:`jqweb.series.growth`), and the rates of the last hour (``h``: 24 h) from :func:`jqweb.series.read`
 as sparklines. A refresh runs as a worker on the app's loop (the Kafka and Consul parts in threads), so
 the screen stays responsive; a refresh still under way when the next is due is not started twice.
 
@@ -24,10 +24,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 from textual.worker import Worker
 
-from jqcore import series
 from jqcore.clock import now_ms
-from jqcore.overview import Alert, Sources, alerts, collect
 from jqcore.redisconn import RedisClient, connect
+from jqweb import series
+from jqweb.overview import Alert, Sources, alerts, collect
 
 __all__ = ["StatusApp"]
 

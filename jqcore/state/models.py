@@ -241,3 +241,10 @@ class QueueConfig:
     event is counted in the queue's ``events_dropped`` stat instead of stored. 0: no events."""
 
     MAX_FILTER_KEYS = 4
+
+    def as_dict(self) -> dict[str, Any]:
+        """The configuration as JSON shows it (the gateway's ``GET /v1/queues/{queue}``, the dashboard):
+        every field, ``filter_keys`` as a list."""
+        out = asdict(self)
+        out["filter_keys"] = list(self.filter_keys)
+        return out

@@ -6,7 +6,7 @@ import re
 
 from aiohttp import web
 
-from jqcore import audit
+from jqweb import audit
 from jqweb.context import WEB
 from jqweb.errors import WebError
 from jqweb.render import page, query_int

@@ -1,6 +1,7 @@
-"""Overview: rates over the last 24 h (kept by jobq itself, ``jqcore.series``), alerts, canaries per
-partition, the queues at a glance. The rates and the queues come from Redis and render at once; the live
-panel (alerts, canaries, relay lag: Kafka and Consul are read too) reloads every ``refresh_s``."""
+"""Overview: rates over the last 24 h (kept by jobq itself: ``jqcore.series`` writes, ``jqweb.series``
+reads), alerts, canaries per partition, the queues at a glance. The rates and the queues come from Redis
+and render at once; the live panel (alerts, canaries, relay lag: Kafka and Consul are read too) reloads
+every ``refresh_s``."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from typing import Any
 
 from aiohttp import web
 
-from jqcore import series
 from jqcore.clock import now_ms
-from jqcore.overview import alerts, collect
+from jqweb import series
 from jqweb.context import WEB
+from jqweb.overview import alerts, collect
 from jqweb.render import page, query_int
 
 __all__ = ["routes"]

@@ -11,13 +11,12 @@ from typing import Any
 
 from aiohttp import web
 
-from jqcore import series
 from jqcore.clock import now_ms
-from jqcore.overview import queue_row, queue_rows
 from jqcore.redisconn import RedisClient
-from jqcore.state import QueueConfig
+from jqweb import series
 from jqweb.context import WEB, Web
 from jqweb.errors import WebError
+from jqweb.overview import queue_row, queue_rows
 from jqweb.pages.topics import describe_rate, topic_of
 from jqweb.render import act, form, page
 from jqweb.security import require_admin
@@ -78,12 +77,6 @@ async def _known(w: Web, queue: str) -> str:
     return queue
 
 
-def _config_dict(config: QueueConfig) -> dict[str, Any]:
-    d = dataclasses.asdict(config)
-    d["filter_keys"] = list(config.filter_keys)
-    return d
-
-
 async def _kinds(w: Web, queue: str) -> list[dict[str, Any]]:
     """The job types with options in this queue (or defaults for every queue)."""
     out = []
@@ -104,7 +97,7 @@ async def queue_page(request: web.Request) -> web.Response:
     rate_text = ((entry or {}).get("Value") or b"").decode()
     context = {
         "queue": row,
-        "config": _config_dict(await w.engine.queue_config(queue)),
+        "config": (await w.engine.queue_config(queue)).as_dict(),
         "stats": await w.engine.queue_stats(queue),
         "kinds": await _kinds(w, queue),
         "rate": describe_rate(rate_text),

@@ -9,11 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
-from jqcore.overview import collect
 from jqcore.rates import parse_rate
 from jqcore.routing import QueueUnrouted, RoutingSettings
 from jqweb.context import WEB, Web
 from jqweb.errors import WebError
+from jqweb.overview import collect
 from jqweb.render import act, form, page
 from jqweb.security import require_admin
 

@@ -217,9 +217,9 @@ def test_connector_jars_leave_out_what_pyspark_bundles(tmp_path: Path) -> None:
 
 
 def test_the_patterns_checked_in_spark_are_the_decoders() -> None:
-    from jqcore import envelope
+    from jqcore import envelope_rules
     from jqspark import records
 
-    decoder_id = "^" + envelope._ID_RE.pattern + r"\z"
+    decoder_id = "^" + envelope_rules._ID_RE.pattern + r"\z"
     assert decoder_id == records._ID_JAVA
-    assert envelope._META_KEY_RE.pattern == records._META_KEY.pattern
+    assert envelope_rules._META_KEY_RE.pattern == records._META_KEY.pattern

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from jqcore import series
 from jqcore.envelope import Envelope
 from jqcore.state import Engine
+from jqweb import series as rates_read
 
 Job = Callable[..., Envelope]
 
@@ -32,12 +33,12 @@ async def test_samples_become_per_second_rates(engine: Engine, q: str, job: Job,
     second = {q: await engine.queue_stats(q)}
     await series.record(engine.client, [q], second, t0 + 60_000)
     await series.record(engine.client, [q], second, t0 + 60_000)  # the same bucket again: one sample
-    assert len(await series.samples(engine.client, q, t0)) == 2
-    rates = await series.read(engine.client, [q], t0)
+    assert len(await rates_read.samples(engine.client, q, t0)) == 2
+    rates = await rates_read.read(engine.client, [q], t0)
     assert rates.at_ms == [t0 + 60_000]
     assert rates.enqueued == [0.1]  # 6 jobs over 60 s
     assert rates.completed == [round(4 / 60, 3)]
     assert rates.failed == [0.0]
     assert rates.wait_ms == [2000.0]  # each claimed job waited 2 s
-    grown = await series.growth(engine.client, [q], "completed", t0)
+    grown = await rates_read.growth(engine.client, [q], "completed", t0)
     assert grown == {q: 4}

@@ -23,11 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jqcore import envelope as envelope_module
+from jqcore import envelope_rules
 from jqcore.envelope import (
-    MAX_ARGS_DEPTH,
     MAX_ENVELOPE_BYTES,
-    MAX_META_ENTRIES,
-    VERSION,
     Envelope,
     decode,
     encode,
@@ -36,6 +34,7 @@ from jqcore.envelope import (
     new_job_id,
     record_key,
 )
+from jqcore.envelope_rules import MAX_ARGS_DEPTH, MAX_META_ENTRIES, VERSION
 from jqcore.errors import EnvelopeError
 
 ROOT = Path(__file__).parents[2]
@@ -96,11 +95,11 @@ def test_schema_bounds_are_the_decoders_constants() -> None:
     props, defs = SCHEMA["properties"], SCHEMA["$defs"]
     assert props["v"]["const"] == VERSION
     assert (props["priority"]["minimum"], props["priority"]["maximum"]) == (INT64_MIN, INT64_MAX)
-    assert (defs["ms"]["minimum"], defs["ms"]["maximum"]) == (0, envelope_module.MAX_TS_MS)
-    assert props["max_attempts"]["maximum"] == envelope_module.MAX_ATTEMPTS_LIMIT
+    assert (defs["ms"]["minimum"], defs["ms"]["maximum"]) == (0, envelope_rules.MAX_TS_MS)
+    assert props["max_attempts"]["maximum"] == envelope_rules.MAX_ATTEMPTS_LIMIT
     assert (props["lease_ms"]["minimum"], props["lease_ms"]["maximum"]) == (
-        envelope_module.MIN_LEASE_MS,
-        envelope_module.MAX_LEASE_MS,
+        envelope_rules.MIN_LEASE_MS,
+        envelope_rules.MAX_LEASE_MS,
     )
     assert props["meta"]["maxProperties"] == MAX_META_ENTRIES
     assert str(MAX_ENVELOPE_BYTES) in SCHEMA["description"]
@@ -557,7 +556,7 @@ def _outcome(result: Envelope | EnvelopeError) -> tuple[Any, ...]:
 def _precise_checks_only() -> Iterator[None]:
     """new_envelope as it was: msgspec never consulted, the precise checks decide everything."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(envelope_module, "_fields_pass", lambda doc, args_json: False)
+        mp.setattr(envelope_rules, "fields_pass", lambda doc, args_json: False)
         yield
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jqcore.series import combine
+from jqweb.series import combine
 
 
 def sample(t: int, **counters: int) -> dict[str, int]:

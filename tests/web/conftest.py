@@ -13,7 +13,6 @@ import aiohttp
 import pytest
 from pydantic import SecretStr
 
-from jqcore.overview import Sources
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -25,6 +24,7 @@ from jqcore.settings import (
 )
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
+from jqweb.overview import Sources
 from jqweb.settings import WebSettings
 
 READ = "viewer-token-0123"

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from jqcore import audit
 from jqcore.clock import now_ms
 from jqcore.redisconn import connect
+from jqweb import audit
 from jqweb.security import CSP
 
 pytestmark = pytest.mark.asyncio

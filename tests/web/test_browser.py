@@ -29,11 +29,11 @@ from jqcore.consulconn import consul_client as aio_consul
 from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
 from jqcore.graphs import Step, group, pipeline
-from jqcore.overview import Sources
 from jqcore.settings import RedisSettings
 from jqcore.state import Engine
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
+from jqweb.overview import Sources
 from jqweb.settings import WebSettings
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
@@ -300,7 +300,7 @@ async def _graph_ended(client: JobqClient, graph_id: str) -> bool:
 
 async def _charted(engine: Engine, queues: list[str]) -> bool:
     """The scheduler sampled the queues at least three times since they started (two rates to draw)."""
-    from jqcore import series
+    from jqweb import series
 
     return len((await series.read(engine.client, queues, 0)).at_ms) >= 2
 

@@ -281,7 +281,7 @@ class Alert:
 
 def alerts(snapshot: dict[str, Any], dead_growth: dict[str, int] | None = None) -> list[Alert]:
     """What needs a person: late or failing canaries, relay lag, topics without a relay, dead letters
-    growing (``dead_growth``: queue → dead letters added recently, from :mod:`jqcore.series`), Redis
+    growing (``dead_growth``: queue → dead letters added recently, from :mod:`jqweb.series`), Redis
     memory past the relay's slow-down mark, queues no scheduler keeps, unreachable backends."""
     out: list[Alert] = []
     for part in ("kafka", "locks", "redis", "rates", "cron"):
