@@ -511,12 +511,6 @@ class Engine:
         """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
         return waiting.block_limit_s(self.client, wanted_s)
 
-    def timers(self, queues: Sequence[str] = (), **options: Any) -> waiting.Timers:
-        """:class:`~jqcore.state.waiting.Timers` (promote, reap, GC) for ``queues`` over this engine;
-        ``options`` are its keyword arguments (``max_idle_s``, ``gc_every_s``, ``batch``, ``clock``,
-        ``on_step``). The scheduler service runs one per process over the queues it owns."""
-        return waiting.Timers(self, queues, **options)
-
 
 def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any]:
     args: list[Any] = []
