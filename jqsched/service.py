@@ -33,8 +33,7 @@ from jqcore.settings import (
     RedisSettings,
     load,
 )
-from jqcore.state import Engine
-from jqcore.state.graphs import REPAIR_AFTER_MS
+from jqcore.state import REPAIR_AFTER_MS, Engine
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper
 from jqsched.far import FarMover

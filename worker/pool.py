@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from jqcore import metrics
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
-from jqcore.presence import Presence, process_name
-from jqcore.state import ClaimedJob, Engine, codes
-from jqcore.state.codes import StaleLease
+from jqcore.presence import process_name
+from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease, check_code
 from worker.execute import Outcome, run_handler
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
@@ -107,7 +106,7 @@ class Pool(Service):
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
         self._completions_ready = asyncio.Event()
         self._completer: asyncio.Task[None] | None = None
-        self._presence = Presence(engine.client, "worker", process_name(",".join(config.queues)))
+        self._presence = engine.presence("worker", process_name(",".join(config.queues)))
         handoff = config.handoff and len(config.queues) == 1 and not config.filter
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
         """This pool's id for hand-off claims ('' = none: several queues or a filter)."""
@@ -127,7 +126,7 @@ class Pool(Service):
             indexed = (await self.engine.queue_config(queue)).filter_keys
             missing = sorted(set(self.config.filter or {}) - set(indexed))
             if missing:
-                raise codes.FilterInvalid(
+                raise FilterInvalid(
                     f"queue {queue!r} does not index {missing} (its filter_keys: {list(indexed)})"
                 )
 
@@ -347,7 +346,7 @@ class Pool(Service):
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._completions.append((job, result, fut))
         self._completions_ready.set()
-        codes.check(await fut, job.id, "complete")
+        check_code(await fut, job.id, "complete")
 
     async def _complete_loop(self) -> None:
         while True:

@@ -29,7 +29,7 @@ from jqcore import stages
 from jqcore.redisconn import connect
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import KafkaSettings, RedisSettings, load
-from jqcore.state.engine import Engine
+from jqcore.state import Engine
 from jqrelay.settings import RelaySettings
 
 __all__ = ["collect", "reconcile"]
