@@ -100,7 +100,7 @@ class Pool(Service):
         )
         self._processes: Executor | None = None
         self._fetcher: asyncio.Task[None] | None = None
-        self._keeper = LeaseKeeper(self)
+        self._keeper = LeaseKeeper(engine, self._owned, self.abandon)
         self._stopping = False
         self._hard = False
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
@@ -376,6 +376,10 @@ class Pool(Service):
         spec = self.registry.get(job.envelope.kind)
         limit = spec.max_attempts if spec is not None else None
         return job.envelope.max_attempts is None and limit is not None and job.attempt >= limit
+
+    def _owned(self) -> list[tuple[ClaimedJob, float]]:
+        """The running jobs whose leases this pool still holds (for the lease keeper), with their starts."""
+        return [(run.job, run.started_at) for run in self.in_flight.values() if not run.abandoned]
 
     def abandon(self, job_id: str, why: str) -> None:
         """The lease keeper lost this job (lease stale, job canceled): stop it, write nothing back."""
