@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine
-from jqcore.state.codes import Code
+from jqcore.state import Code, Engine
 
 
 async def test_completes_each_job_and_reports_stale_and_missing_ones(

@@ -8,9 +8,7 @@ import pytest
 
 from jqcore.envelope import Envelope
 from jqcore.keys import KINDS_KEY
-from jqcore.state import CancelOutcome, CancelResult, Engine, QueueConfig
-from jqcore.state.codes import JobNotFound, StaleLease
-from jqcore.state.models import ClaimedJob
+from jqcore.state import CancelOutcome, CancelResult, ClaimedJob, Engine, JobNotFound, QueueConfig, StaleLease
 
 Job = Callable[..., Envelope]
 

@@ -10,8 +10,7 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
-from jqcore.state import Engine
-from jqcore.state.codes import RedisMemoryFull
+from jqcore.state import Engine, RedisMemoryFull
 from jqsched.timers import Timers
 
 Job = Callable[..., Envelope]

@@ -8,8 +8,7 @@ import asyncio
 import pytest
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine, QueueConfig
-from jqcore.state.codes import FilterInvalid
+from jqcore.state import Engine, FilterInvalid, QueueConfig
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 from worker.settings import parse_filter

@@ -11,8 +11,7 @@ import pytest
 
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
-from jqcore.state import Engine
-from jqcore.state.models import JobInfo
+from jqcore.state import Engine, JobInfo
 from worker.examples import cpu_hash
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job

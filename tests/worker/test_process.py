@@ -15,8 +15,7 @@ import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
 from jqcore.keys import QueueKeys
-from jqcore.state import Engine
-from jqcore.state.models import JobInfo
+from jqcore.state import Engine, JobInfo
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, python_m
 
