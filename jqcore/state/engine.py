@@ -8,6 +8,12 @@ or needs the raw client for queue state; their implementations live in :mod:`jqc
 :mod:`jqcore.state.waiting`. Time comes from the caller (``now_ms``, which keeps tests in control of it),
 by default from Redis's own clock (:class:`jqcore.clock.ServerClock`): a caller whose clock is wrong
 cannot make a lease expire early, a delayed job run early or a lease live on.
+
+The engine's methods live in parts by concern over :class:`~jqcore.state.core.EngineCore` (the client,
+the clock, the script runner): :mod:`~jqcore.state.transitions` (worker pools),
+:mod:`~jqcore.state.admin` (cancels, timers' steps, dead letters, configuration),
+:mod:`~jqcore.state.queries` (reads, waits, event streams), :mod:`~jqcore.state.beside` (the few keys
+services keep beside the queues); this module adds the enqueue and puts them together.
 """
 
 from __future__ import annotations
