@@ -25,7 +25,7 @@ from jqcore import stages
 from jqcore.redisconn import connect
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import KafkaSettings, RedisSettings, RelayKeys
-from jqcore.state.engine import Engine
+from jqcore.state import Engine
 
 __all__ = ["RELAY_STAGES", "collect"]
 

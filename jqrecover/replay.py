@@ -37,8 +37,7 @@ from jqcore.errors import EnvelopeError
 from jqcore.kafka import CONSUME_WAIT_S
 from jqcore.redisconn import connect
 from jqcore.settings import KafkaSettings, RedisSettings
-from jqcore.state import Engine, Forgotten
-from jqcore.state.models import JobInfo
+from jqcore.state import Engine, Forgotten, JobInfo
 from jqrecover.errors import ReplayError
 
 __all__ = [

@@ -27,7 +27,7 @@ import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
 
-from jqcore import metrics, stages, tracing
+from jqcore import metrics, tracing
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
@@ -35,9 +35,7 @@ from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.settings import FarSettings, KafkaSettings
-from jqcore.state import Engine
-from jqcore.state.codes import FenceRejected
-from jqcore.state.models import EnqueueResult
+from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.testsignal import TestSignal
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
@@ -171,7 +169,7 @@ class TopicRelay(Service):
         if not self._unsaved:
             return
         try:
-            await stages.add(self.engine.client, self.topic, self._unsaved)
+            await self.engine.add_stage_counts(self.topic, self._unsaved)
         except Exception as exc:
             log.warning("stage counters not saved yet", topic=self.topic, error=repr(exc))
             return

@@ -27,7 +27,6 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
 from jqcore.kafka import AsyncProducer, Record, parse_schedule_key, schedule_key
-from jqcore.keys import far_scanned_key
 from jqcore.log import get_logger
 from jqcore.membership import owner
 from jqcore.settings import FarSettings, KafkaSettings
@@ -118,10 +117,7 @@ class FarMover:
     async def _redis_lost(self, owned: Sequence[int]) -> bool:
         if self._scan_end or not owned:
             return False  # a read is running; it sets the markers when done
-        pipe = self.engine.client.pipeline(transaction=False)
-        for p in owned:
-            pipe.exists(far_scanned_key(p))
-        return not all(await pipe.execute())
+        return not await self.engine.far_scanned(owned)
 
     async def _scan_from_start(self, owned: list[int]) -> None:
         """Assign ``owned`` from their first offset and remember where each ends now."""
@@ -152,10 +148,7 @@ class FarMover:
 
     async def _finish_scan(self) -> None:
         await self._move_due()
-        pipe = self.engine.client.pipeline(transaction=False)
-        for p in self._scan_end:
-            pipe.set(far_scanned_key(p), str(self.clock()))
-        await pipe.execute()
+        await self.engine.mark_far_scanned(list(self._scan_end), self.clock())
         self._scan_end = {}
         self._rebuild = False
         self.scans += 1

@@ -2,7 +2,7 @@
 
 Every ``beat_s`` the instance records itself alive, reads the live members and the queue list, and keeps
 exactly the queues it wins by rendezvous hashing (:mod:`jqcore.membership`). The timers
-(:class:`jqcore.state.waiting.Timers`) promote due delayed jobs, reap expired leases and collect
+(:class:`jqsched.timers.Timers`) promote due delayed jobs, reap expired leases and collect
 garbage for those queues, and the event shipper (:mod:`jqsched.events`) moves their lifecycle events to
 Kafka, and their counters are sampled for the dashboard's rate charts (:mod:`jqcore.series`); each
 step is one atomic script: a queue kept by two instances for a beat (while
@@ -33,13 +33,12 @@ from jqcore.settings import (
     RedisSettings,
     load,
 )
-from jqcore.state import Engine
-from jqcore.state.graphs import REPAIR_AFTER_MS
-from jqcore.state.waiting import StepResult
+from jqcore.state import REPAIR_AFTER_MS, Engine
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper
 from jqsched.far import FarMover
 from jqsched.settings import SchedulerSettings
+from jqsched.timers import StepResult, Timers
 
 __all__ = ["SchedulerService"]
 
@@ -92,7 +91,8 @@ class SchedulerService(Service):
         )
         self.events_settings = ev = events or load(EventSettings)
         self.shipper = EventShipper(self.engine, self.kafka, ev) if settings.events else None
-        self.timers = self.engine.timers(
+        self.timers = Timers(
+            self.engine,
             max_idle_s=settings.max_idle_s,
             gc_every_s=settings.gc_every_s,
             batch=settings.batch,

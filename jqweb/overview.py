@@ -37,7 +37,7 @@ from jqcore.settings import (
     RelayKeys,
     load,
 )
-from jqcore.state.engine import Engine
+from jqcore.state import Engine
 
 __all__ = [
     "PAST_DUE_MS",

@@ -37,8 +37,7 @@ from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
 from jqcore.events import STATES as EVENT_STATES
 from jqcore.history import HistoryStore
-from jqcore.state import Engine
-from jqcore.state.models import JobInfo
+from jqcore.state import Engine, JobInfo
 from jqweb.errors import WebError
 
 __all__ = [

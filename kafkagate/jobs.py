@@ -9,7 +9,7 @@ from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jqcore import keys, metrics, tracing
+from jqcore import metrics, tracing
 from jqcore.clock import now_ms
 from jqcore.envelope import decode, validate_name
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
@@ -57,17 +57,11 @@ async def _read_body(request: web.Request) -> bytes:
 async def _check_idempotency(gate: Gate, digest: str, body_hash: str) -> None:
     """Refuse a reused key with a different body (best effort: Redis down ⇒ skip, ids stay stable)."""
     try:
-        client = gate.engine.client
-        stored = await client.set(
-            keys.idempotency_key(digest), body_hash, nx=True, ex=gate.settings.idempotency_ttl_s
-        )
-        if stored:
-            return
-        previous = await client.get(keys.idempotency_key(digest))
+        previous = await gate.engine.remember_idempotency(digest, body_hash, gate.settings.idempotency_ttl_s)
     except Exception as exc:
         log.warning("idempotency check skipped (Redis unreachable)", error=repr(exc))
         return
-    if previous is not None and (previous.decode() if isinstance(previous, bytes) else previous) != body_hash:
+    if previous is not None and previous != body_hash:
         raise ApiError(
             409, "idempotency_key_reused", f"{IDEMPOTENCY_HEADER} was used before with a different body"
         )

@@ -10,7 +10,6 @@ from typing import Literal
 
 from aiohttp import web
 
-from jqcore import stages
 from jqcore.consulconn import consul_client
 from jqcore.cronstore import CronStore
 from jqcore.history import HistoryStore
@@ -74,7 +73,7 @@ class Gate:
         pending, self._produced = self._produced, {}
         for topic, n in pending.items():
             try:
-                await stages.add(self.engine.client, topic, {"produced": n})
+                await self.engine.add_stage_counts(topic, {"produced": n})
             except Exception:
                 self._produced[topic] = self._produced.get(topic, 0) + n
 

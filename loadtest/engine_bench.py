@@ -22,6 +22,7 @@ from hdrh.histogram import HdrHistogram
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, new_envelope
 from jqcore.state import Engine
+from jqsched.timers import Timers
 from jqstack.manager import Stack, StackSpec
 from loadtest.report import Report
 
@@ -106,7 +107,7 @@ async def _lateness(engine: Engine, queue: str, n: int, spread_ms: int) -> list[
     envs = [new_envelope(queue, "noop", None, id=f"d{i}", run_at=base + i * spread_ms // n) for i in range(n)]
     due = {e.id: e.run_at or 0 for e in envs}
     late: list[float] = []
-    async with engine.timers([queue], max_idle_s=30):
+    async with Timers(engine, [queue], max_idle_s=30):
         await engine.enqueue_batch(envs)
         while len(late) < n:
             claimed = await engine.claim(queue, 100)

@@ -65,8 +65,8 @@ from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
 from jqcore.graphs import Step, fan_out, parse, pipeline
 from jqcore.keys import GraphKeys, QueueKeys
-from jqcore.state import Engine
-from jqcore.state.graphs import GraphInfo
+from jqcore.redisconn import RedisClient
+from jqcore.state import Engine, GraphInfo
 from jqstack.manager import Endpoints
 from jqstack.paths import home
 from jqstack.procs import free_port
@@ -175,8 +175,8 @@ async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: flo
 class JobqRun:
     """One repetition of jobq: graphs and their plain equivalents on a running pair of workers."""
 
-    def __init__(self, engine: Engine, procs: Children, rep: int, sizes: Sizes) -> None:
-        self.engine, self.client, self.procs, self.rep, self.sizes = engine, engine.client, procs, rep, sizes
+    def __init__(self, client: RedisClient, procs: Children, rep: int, sizes: Sizes) -> None:
+        self.engine, self.client, self.procs, self.rep, self.sizes = Engine(client), client, procs, rep, sizes
 
     async def _graph(self, doc: dict[str, Any], expected: tuple[str, int], out: Times) -> None:
         """Create the graph, wait for its end; add its time and its create call's to ``out``.
@@ -270,7 +270,7 @@ def _jobq(url: str, rep: int, sizes: Sizes) -> dict[str, Times]:
     async def go(procs: Children) -> dict[str, Times]:
         client = aioredis.Redis.from_url(url, socket_timeout=90)
         try:
-            bench = JobqRun(Engine(client), procs, rep, sizes)
+            bench = JobqRun(client, procs, rep, sizes)
             await bench.warm()
             return {"fan-out": await bench.fan_out(), "pipeline": await bench.pipeline()}
         finally:

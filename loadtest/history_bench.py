@@ -576,7 +576,7 @@ class LagRun:
         newest, rows = await self._visible()
         self.query_ms.append((time.monotonic() - t0) * 1000)
         lag = None if newest is None else (time.time() * 1000 - newest) / 1000
-        backlog = int(await engine.client.xlen(QueueKeys(self.queue).events))
+        backlog = (await engine.events_backlog([self.queue]))[self.queue]
         finished = (await engine.depth(self.queue)).finished - base_finished
         await asyncio.to_thread(self._progress)
         sample = Sample(t0 - started, lag, rows, backlog, finished)

@@ -61,6 +61,7 @@ def _rss_kib(pid: int) -> int:
 
 async def _load(
     ep: Endpoints,
+    client: RedisClient,
     engine: Engine,
     queues: list[str],
     n: int,
@@ -71,7 +72,6 @@ async def _load(
 ) -> dict[str, float]:
     """Write the jobs; returns Redis bytes per far job and per delayed job."""
     producer = AsyncProducer(KafkaSettings(bootstrap=ep.kafka_bootstrap))
-    client = engine.client
     near_bytes = far_bytes = 0
     near = far = 0
     try:
@@ -163,7 +163,7 @@ async def _round(ep: Endpoints, quick: bool, rep: int, folder: Path) -> dict[str
     engine = Engine(client)
     first = now_ms() + int(lead_s * 1000)
     out = await _load(
-        ep, engine, queues, n, first, int(spread_s * 1000), now_ms() + int(horizon_s * 1000), topic
+        ep, client, engine, queues, n, first, int(spread_s * 1000), now_ms() + int(horizon_s * 1000), topic
     )
     due: dict[str, int] = {}
     for queue in queues:  # what is in Redis now, plus the far index: every job's run_at by id

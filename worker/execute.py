@@ -16,8 +16,7 @@ import orjson
 
 from jqcore import metrics, tracing
 from jqcore.errors import Cancel, Retry, Snooze
-from jqcore.state import ClaimedJob
-from jqcore.state.graphs import NodeInputs
+from jqcore.state import ClaimedJob, NodeInputs
 from worker.builtin import builtin
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
 

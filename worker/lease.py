@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
+from jqcore.state import ClaimedJob, Engine
 
-if TYPE_CHECKING:
-    from worker.pool import Pool
+__all__ = ["LeaseKeeper", "Lost", "Owned"]
 
-__all__ = ["LeaseKeeper"]
+Owned = Callable[[], Iterable[tuple[ClaimedJob, float]]]
+"""The pool's running jobs whose leases it still holds, each with its start (``time.monotonic()``)."""
+Lost = Callable[[str, str], None]
+"""What the pool does with a job whose lease was lost: (job id, why)."""
 
 log = get_logger("worker.lease")
 
@@ -34,9 +37,9 @@ class LeaseKeeper(Service):
     MIN_TICK_S = 0.05
     MAX_TICK_S = 5.0
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, engine: Engine, owned: Owned, lost: Lost) -> None:
         super().__init__()
-        self.pool = pool
+        self.engine, self._owned, self._lost = engine, owned, lost
         self._task: asyncio.Task[None] | None = None
         self._due: dict[str, float] = {}
         """job id → monotonic time at which its lease is next extended."""
@@ -62,28 +65,28 @@ class LeaseKeeper(Service):
         return min(self.MAX_TICK_S, max(self.MIN_TICK_S, wait))
 
     def _track(self) -> None:
-        live = {run.job.id: run for run in self.pool.in_flight.values() if not run.abandoned}
+        live = {job.id: (job, started_at) for job, started_at in self._owned()}
         for job_id in list(self._due):
             if job_id not in live:
                 del self._due[job_id]
-        for job_id, run in live.items():
+        for job_id, (job, started_at) in live.items():
             if job_id not in self._due:
-                self._due[job_id] = run.started_at + _lease_s(run.job.lease_ms) / 3
+                self._due[job_id] = started_at + _lease_s(job.lease_ms) / 3
 
     async def extend_all(self, only_due: bool = False) -> None:
         self._track()
         now = time.monotonic()
         groups: dict[tuple[str, int], list[tuple[str, int, str]]] = {}
-        for run in list(self.pool.in_flight.values()):
-            if run.abandoned or (only_due and self._due.get(run.job.id, 0) > now):
+        for job, _ in list(self._owned()):
+            if only_due and self._due.get(job.id, 0) > now:
                 continue
-            lease = run.job.lease_ms if run.job.lease_ms > 0 else 0
-            groups.setdefault((run.job.queue, lease), []).append((run.job.id, run.job.attempt, run.job.token))
+            lease = job.lease_ms if job.lease_ms > 0 else 0
+            groups.setdefault((job.queue, lease), []).append((job.id, job.attempt, job.token))
         for (queue, lease), owned in groups.items():
-            result = await self.pool.engine.extend(queue, owned, lease)
+            result = await self.engine.extend(queue, owned, lease)
             for job_id, outcome in result.items():
                 if isinstance(outcome, str):
-                    self.pool.abandon(job_id, f"extend: {outcome}")
+                    self._lost(job_id, f"extend: {outcome}")
                 else:
                     self._due[job_id] = now + _lease_s(lease) / 3
 

@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from jqcore import metrics
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
-from jqcore.presence import Presence, process_name
-from jqcore.state import ClaimedJob, Engine, codes
-from jqcore.state.codes import StaleLease
+from jqcore.presence import process_name
+from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease, check_code
 from worker.execute import Outcome, run_handler
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
@@ -99,14 +98,14 @@ class Pool(Service):
         )
         self._processes: Executor | None = None
         self._fetcher: asyncio.Task[None] | None = None
-        self._keeper = LeaseKeeper(self)
+        self._keeper = LeaseKeeper(engine, self._owned, self.abandon)
         self._stopping = False
         self._hard = False
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
         self._completions_ready = asyncio.Event()
         self._completer: asyncio.Task[None] | None = None
-        self._presence = Presence(engine.client, "worker", process_name(",".join(config.queues)))
-        handoff = len(config.queues) == 1 and not config.filter  # hand-off claims where they apply
+        self._presence = engine.presence("worker", process_name(",".join(config.queues)))
+        handoff = len(config.queues) == 1 and not config.filter
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
         """This pool's id for hand-off claims ('' = none: several queues or a filter)."""
 
@@ -125,7 +124,7 @@ class Pool(Service):
             indexed = (await self.engine.queue_config(queue)).filter_keys
             missing = sorted(set(self.config.filter or {}) - set(indexed))
             if missing:
-                raise codes.FilterInvalid(
+                raise FilterInvalid(
                     f"queue {queue!r} does not index {missing} (its filter_keys: {list(indexed)})"
                 )
 
@@ -345,7 +344,7 @@ class Pool(Service):
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._completions.append((job, result, fut))
         self._completions_ready.set()
-        codes.check(await fut, job.id, "complete")
+        check_code(await fut, job.id, "complete")
 
     async def _complete_loop(self) -> None:
         while True:
@@ -375,6 +374,10 @@ class Pool(Service):
         spec = self.registry.get(job.envelope.kind)
         limit = spec.max_attempts if spec is not None else None
         return job.envelope.max_attempts is None and limit is not None and job.attempt >= limit
+
+    def _owned(self) -> list[tuple[ClaimedJob, float]]:
+        """The running jobs whose leases this pool still holds (for the lease keeper), with their starts."""
+        return [(run.job, run.started_at) for run in self.in_flight.values() if not run.abandoned]
 
     def abandon(self, job_id: str, why: str) -> None:
         """The lease keeper lost this job (lease stale, job canceled): stop it, write nothing back."""

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from jqcore.backoff import Backoff
 from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
-from jqcore.state.graphs import NodeInputs
+from jqcore.state import NodeInputs
 
 if TYPE_CHECKING:  # the HTTP client (aiohttp) is only needed by code that enqueues
     from jqcore.client import JobqClient

@@ -18,8 +18,7 @@ from rich.tree import Tree
 from jqcore.errors import GraphNotFound
 from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings, load
-from jqcore.state import Engine
-from jqcore.state.graphs import GraphInfo, NodeInfo
+from jqcore.state import Engine, GraphInfo, NodeInfo
 
 __all__ = ["app", "render"]
 

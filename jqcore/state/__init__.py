@@ -1,11 +1,28 @@
-"""The Redis execution engine: the only code that touches queue keys (see ``docs/engine.md``)."""
+"""The Redis execution engine: the only code that touches queue keys (see ``docs/engine.md``).
 
+This package's modules are its own: other packages import from ``jqcore.state`` only (an import-linter
+``protected`` contract in ``pyproject.toml`` holds that), and get exactly what is listed here.
+"""
+
+from jqcore.state.codes import (
+    Code,
+    FenceRejected,
+    FilterInvalid,
+    JobNotFound,
+    QueueConfigInvalid,
+    RedisMemoryFull,
+    StaleLease,
+)
+from jqcore.state.codes import check as check_code
 from jqcore.state.engine import Engine
+from jqcore.state.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
+from jqcore.state.graphs import REPAIR_AFTER_MS
 from jqcore.state.models import (
     CancelOutcome,
     CancelResult,
     ClaimedJob,
     EnqueueOutcome,
+    EnqueueResult,
     Failed,
     Forgotten,
     HandedBack,
@@ -18,18 +35,32 @@ from jqcore.state.models import (
 )
 
 __all__ = [
+    "REPAIR_AFTER_MS",
     "CancelOutcome",
     "CancelResult",
     "ClaimedJob",
+    "Code",
     "Engine",
     "EnqueueOutcome",
+    "EnqueueResult",
     "Failed",
+    "FenceRejected",
+    "FilterInvalid",
     "Forgotten",
+    "GraphInfo",
     "HandedBack",
     "JobInfo",
+    "JobNotFound",
+    "NodeInfo",
+    "NodeInputs",
     "NotExtended",
+    "ParentOutcome",
     "Promoted",
     "QueueConfig",
+    "QueueConfigInvalid",
     "QueueDepth",
+    "RedisMemoryFull",
     "Released",
+    "StaleLease",
+    "check_code",
 ]

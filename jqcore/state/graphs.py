@@ -18,25 +18,40 @@ waiting node: it exists only in its graph until its parents finished.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, cast
 
 import orjson
 
 from jqcore import metrics
 from jqcore.clock import now_ms as _now
+from jqcore.envelope import Envelope
 from jqcore.errors import GraphConflict, GraphInvalid, GraphNotFound
 from jqcore.graphs import GraphSpec, Node, node_job_id, parse
 from jqcore.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
+from jqcore.redisconn import RedisClient
 from jqcore.state import codes, reads
-from jqcore.state.models import EnqueueOutcome, StreamEvent
+from jqcore.state.graphmodels import (
+    GraphInfo,
+    NodeInfo,
+    NodeInputs,
+    ParentOutcome,
+    Reply,
+    node_of,
+    parse_edges,
+    parse_reply,
+)
+from jqcore.state.models import CancelResult, EnqueueOutcome, EnqueueResult, StreamEvent
 from jqcore.state.scripts import SCRIPTS
 
-if TYPE_CHECKING:
-    from jqcore.state.engine import Engine
+__all__ = ["REPAIR_AFTER_MS", "Graphs", "RunScript"]
 
-__all__ = ["GraphInfo", "Graphs", "NodeInfo", "NodeInputs", "ParentOutcome"]
+RunScript = Callable[[str, Sequence[str], Sequence[Any], "int | None"], Awaitable[Any]]
+"""The engine's script runner: (script name, keys, args after ``now``, now or None) → the raw reply."""
+EnqueueJobs = Callable[[Sequence[Envelope]], Awaitable[EnqueueResult]]
+"""The engine's batch enqueue (a released node's job goes through it like any other job)."""
+CancelJob = Callable[[str, str, str], Awaitable[CancelResult]]
+"""The engine's cancel: (queue, job id, reason)."""
 
 REPAIR_AFTER_MS = 2000
 """A release or report older than this without its second step is repaired by the scheduler (younger:
@@ -48,147 +63,22 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-@dataclass(frozen=True, slots=True)
-class ParentOutcome:
-    """What a node receives of one parent: its state, its result (decoded JSON) or its error."""
-
-    state: str
-    result: Any = None
-    error: str | None = None
-    attempt: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInputs:
-    """A running node's view of its graph (``current_job().graph``)."""
-
-    graph_id: str
-    node: str
-    feed: str = "none"
-    parents: Mapping[str, ParentOutcome] = field(default_factory=dict)
-    """Parent name → outcome, in the node's parent order (a failed ``ignore`` parent is left out)."""
-    failures: Sequence[Mapping[str, Any]] = ()
-    """For the ``on_failure`` node: every node that did not complete (node, state, error, attempt)."""
-
-    def fed(self) -> list[Any]:
-        """The values appended to the handler's positional args, per ``feed``."""
-        values = [p.result if p.state == "completed" else _failure_doc(n, p) for n, p in self.parents.items()]
-        if self.failures:
-            return [list(self.failures)]
-        if self.feed == "last" and values:
-            return [values[-1]]
-        if self.feed == "list":
-            return [values]
-        return []
-
-
-def _failure_doc(node: str, p: ParentOutcome) -> dict[str, Any]:
-    return {"node": node, "state": p.state, "error": p.error, "attempt": p.attempt}
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    name: str
-    queue: str
-    kind: str
-    state: str
-    job_id: str
-    parents: list[tuple[str, str]]
-    gen: int = 0
-    result: Any = None
-    error: Mapping[str, Any] | None = None
-    released_at: int | None = None
-    finished_at: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GraphInfo:
-    id: str
-    queue: str
-    state: str
-    created_at: int
-    finished_at: int | None
-    deadline_at: int | None
-    reason: str | None
-    on_failure: str | None
-    counts: Mapping[str, int]
-    nodes: list[NodeInfo]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "queue": self.queue,
-            "state": self.state,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-            "deadline_at": self.deadline_at,
-            "reason": self.reason,
-            "on_failure": self.on_failure,
-            "counts": dict(self.counts),
-            "nodes": [
-                {
-                    "name": n.name,
-                    "queue": n.queue,
-                    "kind": n.kind,
-                    "state": n.state,
-                    "job_id": n.job_id,
-                    "parents": [{"node": p, "policy": pol} for p, pol in n.parents],
-                    "run": n.gen + 1,
-                    "result": n.result,
-                    "error": n.error,
-                    "released_at": n.released_at,
-                    "finished_at": n.finished_at,
-                }
-                for n in self.nodes
-            ],
-        }
-
-
-@dataclass
-class _Reply:
-    code: codes.Code
-    state: str = ""
-    released: list[str] = field(default_factory=list)
-    to_cancel: list[str] = field(default_factory=list)
-
-
-def _reply(raw: Any) -> _Reply:
-    code = codes.Code(int(raw[0]))
-    if len(raw) < 3:
-        return _Reply(code)
-    n = int(raw[2])
-    names = [_s(x) for x in raw[3:]]
-    return _Reply(code, _s(raw[1]), names[:n], names[n:])
-
-
-def _edges(text: Any) -> list[tuple[str, str]]:
-    out = []
-    for line in _s(text or b"").splitlines():
-        parent, _, policy = line.partition(" ")
-        out.append((parent, policy))
-    return out
-
-
-_NODE_OWN = ("name", "queue", "kind", "args", "feed", "parents")
-
-
-def _node_of(raw: Any) -> Node:
-    """A stored node definition (validated when its graph was submitted)."""
-    doc = orjson.loads(raw)
-    options = {k: v for k, v in doc.items() if k not in _NODE_OWN}
-    return Node(doc["name"], doc["queue"], doc["kind"], doc.get("args"), (), doc.get("feed", "none"), options)
-
-
 class Graphs:
-    """The graph operations of one :class:`~jqcore.state.engine.Engine` (``engine.graphs``)."""
+    """The graph operations of one :class:`~jqcore.state.Engine` (``engine.graphs``). They reach the
+    engine only through what it hands over: its client, its script runner, its batch enqueue and its
+    cancel."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.client = engine.client
+    def __init__(
+        self, client: RedisClient, run_script: RunScript, enqueue: EnqueueJobs, cancel_job: CancelJob
+    ) -> None:
+        self._client = client
+        self._run_script = run_script
+        self._enqueue = enqueue
+        self._cancel_job = cancel_job
 
-    async def _run(self, name: str, graph_id: str, args: Sequence[Any], now: int | None) -> _Reply:
+    async def _run(self, name: str, graph_id: str, args: Sequence[Any], now: int | None) -> Reply:
         keys = GraphKeys(graph_id).for_script(cast("tuple[GraphKeyName, ...]", SCRIPTS[name].keys))
-        return _reply(await self.engine.run_script(name, keys, args, now))
+        return parse_reply(await self._run_script(name, keys, args, now))
 
     # ---- submission ------------------------------------------------------------------------------
     async def create(self, spec: GraphSpec, *, now_ms: int | None = None) -> str:
@@ -196,7 +86,7 @@ class Graphs:
         changes, but its unconfirmed releases are finished)."""
         now = now_ms or _now()
         async with codes.redis_errors("graphs"):
-            await self.client.zadd(GRAPHS_KEY, {spec.id: now}, nx=True)
+            await self._client.zadd(GRAPHS_KEY, {spec.id: now}, nx=True)
         children = spec.children()
         args: list[Any] = [
             spec.id,
@@ -237,14 +127,14 @@ class Graphs:
         """Job id → (node name, definition, generation) of the named nodes that exist."""
         keys = GraphKeys(graph_id)
         async with codes.redis_errors("graph nodes"):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._client.pipeline(transaction=False)
             pipe.hmget(keys.named("nodes"), list(names))
             pipe.hmget(keys.named("gen"), list(names))
             defs, gens = await pipe.execute()
         out = {}
         for name, raw, gen in zip(names, defs, gens, strict=True):
             if raw is not None:
-                out[node_job_id(graph_id, name, int(gen or 0))] = (name, _node_of(raw), int(gen or 0))
+                out[node_job_id(graph_id, name, int(gen or 0))] = (name, node_of(raw), int(gen or 0))
         return out
 
     async def _release(self, graph_id: str, names: Sequence[str]) -> None:
@@ -252,15 +142,13 @@ class Graphs:
         if not names:
             return
         jobs = await self._node_jobs(graph_id, names)
-        result = await self.engine.enqueue_batch(
-            [node.envelope(graph_id, gen) for _, node, gen in jobs.values()]
-        )
+        result = await self._enqueue([node.envelope(graph_id, gen) for _, node, gen in jobs.values()])
         for o in result.outcomes:  # a job that can never be stored (or a tombstone waited) ends its node now
             if o.outcome in ("refused", "canceled"):
                 state = "errored" if o.outcome == "refused" else "canceled"
                 await self.report(graph_id, jobs[o.id][0], o.id, state, error=o.reason or o.outcome)
         async with codes.redis_errors("graph release"):
-            await self.client.srem(GraphKeys(graph_id).named("rel"), *names)
+            await self._client.srem(GraphKeys(graph_id).named("rel"), *names)
         metrics.GRAPH_NODES.labels("released").inc(len(jobs))
 
     async def report(
@@ -284,7 +172,7 @@ class Graphs:
             await self._after(graph_id, reply)
         return reply.code
 
-    async def _after(self, graph_id: str, reply: _Reply) -> None:
+    async def _after(self, graph_id: str, reply: Reply) -> None:
         if reply.to_cancel:
             await self._cancel_jobs(graph_id, reply.to_cancel, f"graph {graph_id} ended its node")
         await self._release(graph_id, reply.released)
@@ -293,7 +181,7 @@ class Graphs:
 
     async def _cancel_jobs(self, graph_id: str, names: Sequence[str], reason: str) -> None:
         for job_id, (_, node, _) in (await self._node_jobs(graph_id, names)).items():
-            await self.engine.cancel(node.queue, job_id, reason)
+            await self._cancel_job(node.queue, job_id, reason)
 
     async def report_finished(
         self, queue: str, ids: Iterable[str] | None = None, *, older_ms: int = 0
@@ -303,11 +191,11 @@ class Graphs:
         key = QueueKeys(queue).gdone
         async with codes.redis_errors("graph report"):
             if ids is None:
-                pairs = list((await self.client.hgetall(key)).items())
+                pairs = list((await self._client.hgetall(key)).items())
             else:
                 wanted = list(ids)
                 pairs = [
-                    (i, v) for i, v in zip(wanted, await self.client.hmget(key, wanted), strict=True) if v
+                    (i, v) for i, v in zip(wanted, await self._client.hmget(key, wanted), strict=True) if v
                 ]
         now, done = _now(), 0
         for job_id, raw in pairs:
@@ -325,7 +213,7 @@ class Graphs:
                 error=str(entry.get("error", "")),
             )
             async with codes.redis_errors("graph report"):
-                await self.client.hdel(key, job_id)
+                await self._client.hdel(key, job_id)
             done += 1
         return done
 
@@ -362,7 +250,7 @@ class Graphs:
         if reply.code == codes.Code.FINAL:
             raise GraphConflict(f"graph {graph_id!r} completed: nothing to retry")
         async with codes.redis_errors("graphs"):
-            await self.client.zadd(GRAPHS_KEY, {graph_id: now})
+            await self._client.zadd(GRAPHS_KEY, {graph_id: now})
         await self._release(graph_id, reply.released)
         return reply.released
 
@@ -370,7 +258,7 @@ class Graphs:
     async def open_graphs(self, limit: int = 10_000) -> dict[str, int]:
         """Graphs in the open-graph index → when they entered it (ms)."""
         async with codes.redis_errors("graphs"):
-            pairs: list[Any] = await self.client.zrange(GRAPHS_KEY, 0, limit - 1, withscores=True)
+            pairs: list[Any] = await self._client.zrange(GRAPHS_KEY, 0, limit - 1, withscores=True)
         return {_s(g): int(score) for g, score in pairs}
 
     async def repair_graph(self, graph_id: str, *, now_ms: int | None = None) -> str:
@@ -379,12 +267,12 @@ class Graphs:
         now = now_ms or _now()
         keys = GraphKeys(graph_id)
         async with codes.redis_errors("graph repair"):
-            state, deadline = await self.client.hmget(keys.named("graph"), ["state", "deadline_at"])
-            stuck = [_s(n) for n in await self.client.smembers(keys.named("rel"))]
+            state, deadline = await self._client.hmget(keys.named("graph"), ["state", "deadline_at"])
+            stuck = [_s(n) for n in await self._client.smembers(keys.named("rel"))]
         if state is None:
             return "missing"
         if stuck:
-            times = await self.client.hmget(keys.named("times"), [f"{n}|r" for n in stuck])
+            times = await self._client.hmget(keys.named("times"), [f"{n}|r" for n in stuck])
             old = [n for n, t in zip(stuck, times, strict=True) if now - int(t or 0) >= REPAIR_AFTER_MS]
             if old:
                 metrics.GRAPH_REPAIRS.labels("release").inc(len(old))
@@ -397,22 +285,22 @@ class Graphs:
     async def forget_index(self, graph_id: str) -> None:
         """Drop a finished (or vanished) graph from the open-graph index."""
         async with codes.redis_errors("graphs"):
-            await self.client.zrem(GRAPHS_KEY, graph_id)
+            await self._client.zrem(GRAPHS_KEY, graph_id)
 
     async def events(self, graph_id: str, count: int = 1000) -> list[StreamEvent]:
         async with codes.redis_errors("graph events"):
-            return await reads.stream_events(self.client, GraphKeys(graph_id).named("gevents"), count)
+            return await reads.stream_events(self._client, GraphKeys(graph_id).named("gevents"), count)
 
     async def trim_events(self, graph_id: str, upto: str) -> int:
         async with codes.redis_errors("graph events"):
-            return await reads.trim_stream(self.client, GraphKeys(graph_id).named("gevents"), upto)
+            return await reads.trim_stream(self._client, GraphKeys(graph_id).named("gevents"), upto)
 
     # ---- reads -------------------------------------------------------------------------------------
     async def inputs(self, graph_id: str, node: str) -> NodeInputs:
         """What a node's handler receives of its graph: its parents' outcomes (on_failure: every failure)."""
         keys = GraphKeys(graph_id)
         async with codes.redis_errors("graph inputs"):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._client.pipeline(transaction=False)
             pipe.hget(keys.named("nodes"), node)
             pipe.hget(keys.named("parents"), node)
             pipe.hget(keys.named("graph"), "on_failure")
@@ -422,18 +310,18 @@ class Graphs:
         feed = orjson.loads(raw).get("feed", "none")
         if on_failure is not None and _s(on_failure) == node:
             async with codes.redis_errors("graph inputs"):
-                errors = await self.client.hgetall(keys.named("errors"))
+                errors = await self._client.hgetall(keys.named("errors"))
             failures = sorted(
                 ({"node": _s(n), **orjson.loads(e)} for n, e in errors.items()),
                 key=lambda f: (f.get("state") == "skipped", f.get("at", 0), f["node"]),
             )
             return NodeInputs(graph_id, node, feed, {}, [f for f in failures if f["node"] != node])
-        edges = _edges(parents_text)
+        edges = parse_edges(parents_text)
         names = [p for p, _ in edges]
         if not names:
             return NodeInputs(graph_id, node, feed)
         async with codes.redis_errors("graph inputs"):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._client.pipeline(transaction=False)
             pipe.hmget(keys.named("nstate"), names)
             pipe.hmget(keys.named("results"), names)
             pipe.hmget(keys.named("errors"), names)
@@ -453,7 +341,7 @@ class Graphs:
     async def get(self, graph_id: str) -> GraphInfo:
         keys = GraphKeys(graph_id)
         async with codes.redis_errors("graph"):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self._client.pipeline(transaction=False)
             for name in ("graph", "nodes", "parents", "nstate", "gen", "results", "errors", "times"):
                 pipe.hgetall(keys.named(name))
             meta, defs, parents, states, gens, results, errors, times = await pipe.execute()
@@ -475,7 +363,7 @@ class Graphs:
                     kind=doc["kind"],
                     state=_s(states.get(name_b, b"waiting")),
                     job_id=node_job_id(graph_id, name, gen),
-                    parents=_edges(parents.get(name_b)),
+                    parents=parse_edges(parents.get(name_b)),
                     gen=gen,
                     result=orjson.loads(res) if res else None,
                     error=orjson.loads(err) if err else None,

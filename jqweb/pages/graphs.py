@@ -15,7 +15,7 @@ from aiohttp import web
 
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, GraphNotFound
-from jqcore.state.graphs import GraphInfo, NodeInfo
+from jqcore.state import GraphInfo, NodeInfo
 from jqweb.context import WEB
 from jqweb.errors import WebError
 from jqweb.render import act, form, page, query_int

@@ -15,7 +15,7 @@ from aiohttp import web
 from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
 from jqcore.kafka import job_record
-from jqcore.state.models import JobInfo
+from jqcore.state import JobInfo
 from jqrecover.replay import ReplayError, replayed
 from jqweb.context import WEB, Web
 from jqweb.errors import WebError

@@ -14,8 +14,7 @@ from aiohttp import web
 
 from jqcore.kafka import Record, schedule_key
 from jqcore.settings import FarSettings, load
-from jqcore.state import Engine
-from jqcore.state.models import Forgotten, JobInfo
+from jqcore.state import Engine, Forgotten, JobInfo
 from jqweb.context import WEB, Web
 from jqweb.errors import WebError
 from jqweb.render import act, form, page, query_int

@@ -13,8 +13,7 @@ from aiohttp import web
 from jqcore import membership
 from jqcore.clock import now_ms
 from jqcore.presence import count_alive
-from jqcore.state import Engine
-from jqcore.state.models import JobInfo
+from jqcore.state import Engine, JobInfo
 from jqweb.context import WEB
 from jqweb.render import page
 

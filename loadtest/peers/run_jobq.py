@@ -30,7 +30,7 @@ def enqueue(n: float) -> None:
         for i in range(0, int(n), 1000):
             batch = [new_envelope(QUEUE, "bench.noop", {"due": 0}) for _ in range(min(1000, int(n) - i))]
             await engine.enqueue_batch(batch)
-        await engine.client.aclose()
+        await engine.aclose()
 
     asyncio.run(go())
 
@@ -41,7 +41,7 @@ def rate(r: float, s: float) -> None:
         await common.async_open_loop(
             r, s, lambda due: engine.enqueue_batch([new_envelope(QUEUE, "bench.noop", {"due": due})])
         )
-        await engine.client.aclose()
+        await engine.aclose()
 
     asyncio.run(go())
 
@@ -52,7 +52,7 @@ def delayed(n: float, d: float) -> None:
         due = int((time.time() + d) * 1000)
         batch = [new_envelope(QUEUE, "bench.noop", {"due": due}, run_at=due) for _ in range(int(n))]
         await engine.enqueue_batch(batch)
-        await engine.client.aclose()
+        await engine.aclose()
 
     asyncio.run(go())
 

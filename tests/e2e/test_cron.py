@@ -42,7 +42,7 @@ async def cron_store(endpoints: Endpoints, cron_settings: CronSettings) -> Async
 
 
 async def pending_ids(engine: Engine, queue: str) -> list[str]:
-    raw = await engine.client.zrange(f"jobq:{{{queue}}}:ready", 0, -1)
+    raw = await engine._client.zrange(f"jobq:{{{queue}}}:ready", 0, -1)
     return sorted(r.decode() for r in raw)
 
 

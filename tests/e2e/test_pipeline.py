@@ -119,7 +119,7 @@ async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline, eventu
 async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
     pipeline: Pipeline, endpoints: Endpoints, eventually: Eventually
 ) -> None:
-    redis = pipeline.engine.client
+    redis = pipeline.engine._client
     canary_queue = CANARY_PREFIX + pipeline.topic
     parts = {pipeline.topic: [0, 1, 2]}
     async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
@@ -145,7 +145,7 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
 async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_again(
     pipeline: Pipeline, make_relay: Callable[..., RelayService], eventually: Eventually
 ) -> None:
-    redis = pipeline.engine.client
+    redis = pipeline.engine._client
     parts = {pipeline.topic: [0, 1, 2]}
     canary_queue = CANARY_PREFIX + pipeline.topic
     relay = pipeline.relay

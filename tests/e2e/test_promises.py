@@ -19,7 +19,7 @@ Eventually = Callable[..., Awaitable[Any]]
 
 
 async def job_state(path: Any, job_id: str) -> reads.JobInfo | None:
-    return await reads.get_job(path.engine.client, path.queue, job_id)
+    return await path.engine.get_job(path.queue, job_id)
 
 
 def has(state: str, completed: int = 0) -> Callable[[reads.JobInfo | None], bool]:
@@ -65,11 +65,9 @@ async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_vi
     await path.engine.configure_queue(path.queue, QueueConfig(dedup="finished", dedup_window_ms=3_600_000))
     await path.client.enqueue_one(path.queue, "p.work", {"tag": "dropped"}, id="same")
     seen = await eventually(lambda: job_state(path, "same"), lambda i: i is not None and i.duplicates >= 1)
-    await eventually(
-        lambda: reads.queue_stats(path.engine.client, path.queue), lambda st: st.get("duplicates", 0) >= 2
-    )
+    await eventually(lambda: path.engine.queue_stats(path.queue), lambda st: st.get("duplicates", 0) >= 2)
     assert seen.state == "completed"
-    stats = await reads.queue_stats(path.engine.client, path.queue)
+    stats = await path.engine.queue_stats(path.queue)
     assert stats["duplicates"] >= 2
     assert stats["reopened"] == 1
     assert runs == ["first", "again"]
@@ -101,5 +99,5 @@ async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(
     assert ran == [1]
     assert done.attempt == 1
     assert any(h["outcome"] == "handed_back" for h in done.history)
-    stats = await reads.queue_stats(path.engine.client, path.queue)
+    stats = await path.engine.queue_stats(path.queue)
     assert stats["handed_back"] >= 1

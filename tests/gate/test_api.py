@@ -101,11 +101,11 @@ async def test_long_poll_claim_wakes_when_work_arrives(
     import asyncio
 
     q = gw.queue
-    blocked_before = int((await engine.client.info("clients"))["blocked_clients"])
+    blocked_before = int((await engine._client.info("clients"))["blocked_clients"])
     claim = asyncio.create_task(gw.call("POST", f"/v1/queues/{q}/claims", json={"n": 1, "wait_ms": 20_000}))
 
     async def blocked() -> int:
-        return int((await engine.client.info("clients"))["blocked_clients"])
+        return int((await engine._client.info("clients"))["blocked_clients"])
 
     await eventually(blocked, lambda n: n > blocked_before)  # the claim found nothing and waits in Redis
     job_id = await put(q)

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine, reads
+from jqcore.state import Engine
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Child, ChildExited, Children, http_ok, python_m
@@ -50,7 +50,7 @@ def produce_jobs(producer: AsyncProducer) -> Produce:
 @pytest.fixture
 def pending(engine: Engine) -> Pending:
     async def depth(queue: str) -> int:
-        return (await reads.depth(engine.client, queue)).pending
+        return (await engine.depth(queue)).pending
 
     return depth
 

@@ -35,7 +35,7 @@ from jqcore.settings import (
     KafkaSettings,
     RedisSettings,
 )
-from jqcore.state import Engine, reads
+from jqcore.state import Engine
 from jqrecover.rebuild import rebuild_from_kafka
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
@@ -79,7 +79,7 @@ def rebuild_cli(endpoints: Endpoints, lost_db: str, cron_settings: CronSettings)
 
 
 async def _state(engine: Engine, queue: str, job_id: str) -> str | None:
-    info = await reads.get_job(engine.client, queue, job_id)
+    info = await engine.get_job(queue, job_id)
     return None if info is None else info.state
 
 
@@ -192,7 +192,7 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
         assert await _state(engine, q, name) is None, f"{name} finished before the loss: not run again"
     for name in ("pend", "run", "again", "redo"):
         assert await _state(engine, q, name) == "pending", name
-    later = await reads.get_job(engine.client, q, "later")
+    later = await engine.get_job(q, "later")
     assert later is not None
     assert (later.state, later.run_at) == ("delayed", later_at)
     assert (await engine.far_run_at(q, "far"), await engine.far_run_at(q, "far2")) == (far_at, far_at)

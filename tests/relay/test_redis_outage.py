@@ -23,7 +23,7 @@ import jqrelay.backpressure
 import jqrelay.topic
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine, reads
+from jqcore.state import Engine
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
 from jqstack.backends import NativeTestStack, SessionStack
@@ -82,7 +82,7 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
 
     async def depth() -> int:
         try:
-            return (await reads.depth(engine.client, queue)).pending
+            return (await engine.depth(queue)).pending
         except RedisConnectionError:  # the test's own connection from before the restart
             return -1
 

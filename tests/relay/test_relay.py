@@ -199,7 +199,7 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
     """Used memory above the stop mark (of a temporary 1 GiB maxmemory): the relay writes nothing;
     once there is room again (maxmemory raised) it relays everything; Kafka accepted throughout."""
     topic, queue = make_topic("jobs"), f"{prefix}.q"
-    client = engine.client
+    client = engine._client
     used = int((await client.info("memory"))["used_memory"])
     gib = 1 << 30
     assert used / gib > 0.0002, "the shared Redis holds some data"
@@ -233,7 +233,7 @@ async def test_a_queue_that_refuses_writes_sends_its_jobs_to_the_retry_topic_and
     """A poison queue (its stats key damaged: every script on it fails with WRONGTYPE) must neither block
     the partition nor lose its jobs: they land in ``<topic>.retry`` with the reason, unchanged."""
     topic, good, bad = make_topic("jobs", partitions=1), f"{prefix}.good", f"{prefix}.bad"
-    await engine.client.set(f"jobq:{{{bad}}}:stats", b"not a hash")
+    await engine._client.set(f"jobq:{{{bad}}}:stats", b"not a hash")
     try:
         await produce_jobs(topic, good, 20)
         bad_ids = await produce_jobs(topic, bad, 5)
@@ -251,4 +251,4 @@ async def test_a_queue_that_refuses_writes_sends_its_jobs_to_the_retry_topic_and
         assert sorted(decode(m.value()).id for m in retried) == sorted(bad_ids)
         assert all(b"refused the write" in dict(m.headers())["jobq-reason"] for m in retried)
     finally:
-        await engine.client.delete(f"jobq:{{{bad}}}:stats")
+        await engine._client.delete(f"jobq:{{{bad}}}:stats")

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine, reads
+from jqcore.state import Engine
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child
 
@@ -72,7 +72,7 @@ async def test_kill_9_moves_the_topics_and_loses_nothing(
         await producer.produce_many(records)
 
     async def total() -> int:
-        return sum([(await reads.depth(engine.client, f"{prefix}.q{i}")).pending for i in range(4)])
+        return sum([(await engine.depth(f"{prefix}.q{i}")).pending for i in range(4)])
 
     await produce(1)
     await eventually(total, lambda n: n == 400, 120)

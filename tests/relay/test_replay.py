@@ -16,7 +16,7 @@ from jobq.cli import app
 from jqcore.envelope import now_ms
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.keys import QueueKeys
-from jqcore.state import Engine, reads
+from jqcore.state import Engine
 from jqstack.manager import Endpoints
 
 
@@ -64,8 +64,8 @@ async def test_a_range_by_offset_is_written_once_and_the_relay_offsets_stay_unto
         {**doc["partitions"][0], "partition": 0, "start": 10, "end": 20, "read": 10, "written": 10}
     ]
     assert await pending(queue) == 10
-    assert await reads.get_job(engine.client, queue, "j10") is not None
-    assert await reads.get_job(engine.client, queue, "j20") is None, "--to is exclusive"
+    assert await engine.get_job(queue, "j10") is not None
+    assert await engine.get_job(queue, "j20") is None, "--to is exclusive"
     code, doc = await replay("--topic", topic, "--from", "0", "--json")  # to the end
     assert code == 0, doc
     assert (totals(doc)["written"], totals(doc)["duplicate"]) == (20, 10)
@@ -89,8 +89,8 @@ async def test_a_range_by_time_starts_at_the_first_record_at_or_after_it(
     code, doc = await replay("--topic", topic, "--from", when, "--json")
     assert code == 0, doc
     assert totals(doc)["written"] == 10
-    assert await reads.get_job(engine.client, queue, "new3") is not None
-    assert await reads.get_job(engine.client, queue, "old3") is None
+    assert await engine.get_job(queue, "new3") is not None
+    assert await engine.get_job(queue, "old3") is None
     code, doc = await replay("--topic", topic, "--from=-1h", "--dry-run", "--json")
     assert code == 0, doc
     assert totals(doc)["read"] == 20
@@ -123,13 +123,13 @@ async def test_the_retry_topic_replays_after_the_queue_is_repaired(
     retry = make_topic("jobs.retry", partitions=1)
     assert retry == f"{topic}.retry"
     damaged = QueueKeys(queue).stats
-    await engine.client.set(damaged, b"not a hash")  # what the relay met: every script on it fails
+    await engine._client.set(damaged, b"not a hash")  # what the relay met: every script on it fails
     await produce_jobs(retry, queue, [f"r{i}" for i in range(4)])
     code, out = await replay("--topic", retry, "--from", "0", "--json")
     assert code == 2, "the queue is still damaged: the write fails loudly"
     assert "replay_refused" in out, out
     assert "WRONGTYPE" in out, out
-    await engine.client.delete(damaged)  # the repair
+    await engine._client.delete(damaged)  # the repair
     code, doc = await replay("--topic", retry, "--from", "0", "--json")
     assert code == 0, doc
     assert totals(doc)["written"] == 4

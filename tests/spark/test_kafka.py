@@ -19,7 +19,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import decode, record_key
 from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine, QueueConfig, reads
+from jqcore.state import Engine, QueueConfig
 from jqrelay.main import RelayService
 from jqspark import write_batch, write_stream
 from jqspark.records import to_kafka_records
@@ -170,7 +170,7 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
                 lambda k: k == written,
             )
             await eventually(lambda: len(runs), lambda k: k == total)
-            await eventually(lambda: reads.depth(engine.client, queue), lambda d: d.finished == total)
+            await eventually(lambda: engine.depth(queue), lambda d: d.finished == total)
         finally:
             await stop(query)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, reads
-from jqcore.state.codes import Code
+from jqcore.state import Code, Engine
 
 
 async def test_completes_each_job_and_reports_stale_and_missing_ones(
@@ -21,7 +20,7 @@ async def test_completes_each_job_and_reports_stale_and_missing_ones(
     )
     assert codes[4:] == [Code.STALE, Code.MISSING]
     assert all(c not in (Code.STALE, Code.MISSING) for c in codes[:4])
-    states = [(await reads.get_job(engine.client, q, o[0])) for o in owners]
+    states = [(await engine.get_job(q, o[0])) for o in owners]
     assert [s.state for s in states if s] == ["completed"] * 4 + ["running"]
     assert states[0] is not None
     assert states[0].result == '"ok"'
@@ -32,11 +31,11 @@ async def test_a_flushed_script_cache_is_reloaded_and_each_job_completed_once(
 ) -> None:
     await engine.enqueue_batch([job(q) for _ in range(3)])
     claimed = await engine.claim(q, 3, lease_ms=30_000)
-    await engine.client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
+    await engine._client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
     owners = [(c.id, c.attempt, c.token) for c in claimed]
     codes = await engine.complete_many(q, [(o, None) for o in owners])
     assert all(c not in (Code.STALE, Code.MISSING) for c in codes)
-    states = [await reads.get_job(engine.client, q, o[0]) for o in owners]
+    states = [await engine.get_job(q, o[0]) for o in owners]
     assert [s.state for s in states if s] == ["completed"] * 3
-    depth = await reads.depth(engine.client, q)
+    depth = await engine.depth(q)
     assert (depth.finished, depth.running) == (3, 0)

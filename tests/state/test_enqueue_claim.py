@@ -7,8 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, QueueConfig, reads
-from jqcore.state.codes import FenceRejected
+from jqcore.state import Engine, FenceRejected, QueueConfig
 
 Job = Callable[..., Envelope]
 
@@ -20,7 +19,7 @@ async def test_enqueue_is_idempotent_by_id(engine: Engine, q: str, job: Job, t0:
     again = await engine.enqueue_batch([job(q, id="a"), job(q, id="c")], now_ms=t0)
     assert [o.outcome for o in again.outcomes] == ["duplicate", "stored"]
     assert again.created_queues == []
-    assert (await reads.depth(engine.client, q, now=t0)).pending == 3
+    assert (await engine.depth(q, now=t0)).pending == 3
     assert q in await engine.queues()
 
 
@@ -43,7 +42,7 @@ async def test_stale_fence_is_refused_whole_batch(engine: Engine, q: str, job: J
     with pytest.raises(FenceRejected) as info:
         await engine.enqueue_batch([job(q, id="b")], fence=6, source="topic-a", now_ms=t0)
     assert info.value.newest == 7
-    assert await reads.get_job(engine.client, q, "b") is None
+    assert await engine.get_job(q, "b") is None
     # another source has its own fence; the newer fence is accepted and remembered
     await engine.enqueue_batch([job(q, id="c")], fence=1, source="topic-b", now_ms=t0)
     await engine.enqueue_batch([job(q, id="d")], fence=8, source="topic-a", now_ms=t0)
@@ -85,13 +84,13 @@ async def test_filtered_claim_and_depth_by_filter(engine: Engine, q: str, job: J
         ],
         now_ms=t0,
     )
-    assert (await reads.depth(engine.client, q, {"tenant": "a"})).by_filter == 3
+    assert (await engine.depth(q, {"tenant": "a"})).by_filter == 3
     got = await engine.claim(q, 5, filter={"tenant": "a", "region": "eu"}, now_ms=t0)
     assert [c.id for c in got] == ["a1", "a3"]
-    assert (await reads.depth(engine.client, q, {"tenant": "a"})).by_filter == 1
+    assert (await engine.depth(q, {"tenant": "a"})).by_filter == 1
     rest = await engine.claim(q, 5, now_ms=t0)
     assert sorted(c.id for c in rest) == ["a2", "b1"]
-    assert (await reads.depth(engine.client, q, {"tenant": "a"})).by_filter == 0
+    assert (await engine.depth(q, {"tenant": "a"})).by_filter == 0
 
 
 async def test_expired_jobs_are_never_handed_out(engine: Engine, q: str, job: Job, t0: int) -> None:
@@ -102,7 +101,7 @@ async def test_expired_jobs_are_never_handed_out(engine: Engine, q: str, job: Jo
     assert [o.outcome for o in out.outcomes] == ["expired", "stored", "stored"]
     claimed = await engine.claim(q, 5, now_ms=t0 + 100)
     assert [c.id for c in claimed] == ["ok"]
-    info = await reads.get_job(engine.client, q, "soon")
+    info = await engine.get_job(q, "soon")
     assert info is not None
     assert info.state == "expired"
 
@@ -118,7 +117,7 @@ async def test_paused_queue_accepts_enqueues_but_hands_out_nothing(
 
 
 async def test_queue_config_is_validated_and_read_back(engine: Engine, q: str, job: Job, t0: int) -> None:
-    from jqcore.state.codes import QueueConfigInvalid
+    from jqcore.state import QueueConfigInvalid
 
     with pytest.raises(QueueConfigInvalid):
         await engine.configure_queue(q, QueueConfig(filter_keys=("a", "b", "c", "d", "e")))
@@ -126,4 +125,4 @@ async def test_queue_config_is_validated_and_read_back(engine: Engine, q: str, j
         await engine.configure_queue(q, QueueConfig(mode="exclusive"))
     config = QueueConfig(mode="exclusive", excl_key="account", lease_ms=1234, filter_keys=("account",))
     await engine.configure_queue(q, config)
-    assert await reads.queue_config(engine.client, q) == config
+    assert await engine.queue_config(q) == config

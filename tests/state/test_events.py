@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from jqcore.envelope import Envelope
 from jqcore.events import Event, parse
-from jqcore.state import Engine, QueueConfig, reads
+from jqcore.state import Engine, QueueConfig
 
 Job = Callable[..., Envelope]
 
@@ -32,7 +32,7 @@ async def assert_complete_sequences(engine: Engine, q: str) -> dict[str, list[Ev
         assert [e.v for e in events] == list(range(1, len(events) + 1)), f"{job_id}: {events}"
         for before, after in itertools.pairwise(events):
             assert after.from_state == before.to, f"{job_id}: {before} -> {after}"
-        info = await reads.get_job(engine.client, q, job_id)
+        info = await engine.get_job(q, job_id)
         if info is not None:
             assert (info.version, info.state) == (events[-1].v, events[-1].to), job_id
     return by_job
@@ -71,7 +71,7 @@ async def test_a_job_story_is_one_event_per_transition(engine: Engine, q: str, j
     assert len(retry.digest) == 12
     assert events[3].worker == "", "a pending job is held by no worker"
     assert (events[5].worker, events[5].attempt, events[5].at) == ("host:2:q", 2, t0 + 300)
-    info = await reads.get_job(engine.client, q, "a")
+    info = await engine.get_job(q, "a")
     assert info is not None
     assert info.worker == "host:2:q"
 
@@ -148,7 +148,7 @@ async def test_events_off_still_counts_versions(engine: Engine, q: str, job: Job
     await engine.claim(q, 1, now_ms=t0 + 1)
     assert await engine.events(q) == []
     assert "events_dropped" not in await engine.queue_stats(q), "off is not a drop"
-    info = await reads.get_job(engine.client, q, "a")
+    info = await engine.get_job(q, "a")
     assert info is not None
     assert info.version == 2
 

@@ -255,15 +255,15 @@ async def test_a_crash_between_completion_and_report_and_between_report_and_rele
     (a,) = await engine.claim(qs[0], 1)
     await engine.complete(qs[0], (a.id, a.attempt, a.token), b"41")
     # the worker died before reporting: the outcome waits in the queue's gdone hash
-    assert await engine.client.hexists(QueueKeys(qs[0]).gdone, a.id)
+    assert await engine._client.hexists(QueueKeys(qs[0]).gdone, a.id)
     assert await engine.graphs.report_finished(qs[0], older_ms=60_000) == 0, "too young to repair yet"
     # a report that reached the graph, then the process died before releasing b into its queue
-    entry = orjson.loads(await engine.client.hget(QueueKeys(qs[0]).gdone, a.id))
+    entry = orjson.loads(await engine._client.hget(QueueKeys(qs[0]).gdone, a.id))
     reply = await engine.graphs._run(
         "graph_report", gid, ["a", a.id, "completed", 1, entry["result"], ""], None
     )
     assert reply.released == ["b"]
-    assert await engine.client.sismember(GraphKeys(gid).named("rel"), "b")
+    assert await engine._client.sismember(GraphKeys(gid).named("rel"), "b")
     assert (await engine.depth(qs[1])).pending == 0
     # the scheduler's repair: the stale gdone entry (counted once: a no-op now) and the stuck release
     assert await engine.graphs.report_finished(qs[0]) == 1

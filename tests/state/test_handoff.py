@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from jqcore.envelope import Envelope
 from jqcore.keys import QueueKeys
-from jqcore.state import Engine, reads
+from jqcore.state import Engine
 
 Job = Callable[..., Envelope]
 WAIT_MS = 60_000
@@ -18,12 +18,12 @@ async def _seed(engine: Engine, q: str, job: Job, t0: int) -> None:
     await engine.enqueue_batch([job(q, id="seed")], now_ms=t0)
     [seed] = await engine.claim(q, 1, now_ms=t0)
     await engine.complete(q, (seed.id, seed.attempt, seed.token), now_ms=t0)
-    await engine.client.delete(QueueKeys(q).wake)
+    await engine._client.delete(QueueKeys(q).wake)
 
 
 async def _register(engine: Engine, q: str, t0: int, waiter: str = "pool-a", n: int = 5) -> None:
     assert await engine.claim(q, n, worker="w-a", waiter=waiter, wait_ms=WAIT_MS, now_ms=t0) == []
-    assert await engine.client.hexists(QueueKeys(q).waiters, waiter)
+    assert await engine._client.hexists(QueueKeys(q).waiters, waiter)
 
 
 async def test_an_enqueued_job_is_handed_to_the_waiting_pool_leased(
@@ -37,14 +37,14 @@ async def test_an_enqueued_job_is_handed_to_the_waiting_pool_leased(
     handed = await engine.wait_for_handoff(q, "pool-a", 5)
     assert handed is not None
     assert [(j.id, j.attempt) for j in handed] == [("b", 1), ("a", 1)]  # priority order kept
-    info = await reads.get_job(engine.client, q, "b")
+    info = await engine.get_job(q, "b")
     assert info is not None
     assert (info.state, info.worker) == ("running", "w-a")
-    assert not await engine.client.hexists(QueueKeys(q).waiters, "pool-a")  # one hand-off per registration
-    assert await engine.client.llen(QueueKeys(q).wake) == 0  # nobody else was woken for them
+    assert not await engine._client.hexists(QueueKeys(q).waiters, "pool-a")  # one hand-off per registration
+    assert await engine._client.llen(QueueKeys(q).wake) == 0  # nobody else was woken for them
     for j in handed:
         await engine.complete(q, (j.id, j.attempt, j.token), now_ms=t0 + 2)
-    assert (await reads.get_job(engine.client, q, "a")).state == "completed"  # type: ignore[union-attr]
+    assert (await engine.get_job(q, "a")).state == "completed"  # type: ignore[union-attr]
 
 
 async def test_the_registration_holds_at_most_its_free_slots(
@@ -56,8 +56,8 @@ async def test_the_registration_holds_at_most_its_free_slots(
     handed = await engine.wait_for_handoff(q, "pool-a", 5)
     assert handed is not None
     assert len(handed) == 2
-    assert (await reads.depth(engine.client, q, now=t0 + 1)).pending == 3
-    assert await engine.client.llen(QueueKeys(q).wake) == 3  # the rest wake other workers
+    assert (await engine.depth(q, now=t0 + 1)).pending == 3
+    assert await engine._client.llen(QueueKeys(q).wake) == 3  # the rest wake other workers
 
 
 async def test_a_pool_that_never_runs_its_handed_jobs_loses_nothing(
@@ -68,7 +68,7 @@ async def test_a_pool_that_never_runs_its_handed_jobs_loses_nothing(
     await _seed(engine, q, job, t0)
     await _register(engine, q, t0, waiter="doomed")
     await engine.enqueue_batch([job(q, id="x", lease_ms=1000)], now_ms=t0 + 10)
-    assert await engine.client.llen(QueueKeys(q).inbox("doomed")) == 1  # handed, never read: the pool died
+    assert await engine._client.llen(QueueKeys(q).inbox("doomed")) == 1  # handed, never read: the pool died
     assert (await engine.claim(q, 5, now_ms=t0 + 20)) == []  # leased: nobody else may take it
 
     reaped, _ = await engine.reap_expired(q, now_ms=t0 + 10 + 1000 + 1)
@@ -76,7 +76,7 @@ async def test_a_pool_that_never_runs_its_handed_jobs_loses_nothing(
     [again] = await engine.claim(q, 5, worker="w-b", now_ms=t0 + 1100)
     assert (again.id, again.attempt) == ("x", 2)
     await engine.complete(q, (again.id, again.attempt, again.token), now_ms=t0 + 1101)
-    info = await reads.get_job(engine.client, q, "x")
+    info = await engine.get_job(q, "x")
     assert info is not None
     assert (info.state, info.worker) == ("completed", "w-b")
 
@@ -87,9 +87,9 @@ async def test_an_expired_registration_is_dropped_and_the_job_waits_for_a_claim(
     await _seed(engine, q, job, t0)
     await _register(engine, q, t0)
     await engine.enqueue_batch([job(q, id="late")], now_ms=t0 + WAIT_MS + 1)
-    assert not await engine.client.hexists(QueueKeys(q).waiters, "pool-a")
-    assert (await reads.get_job(engine.client, q, "late")).state == "pending"  # type: ignore[union-attr]
-    assert await engine.client.llen(QueueKeys(q).wake) == 1
+    assert not await engine._client.hexists(QueueKeys(q).waiters, "pool-a")
+    assert (await engine.get_job(q, "late")).state == "pending"  # type: ignore[union-attr]
+    assert await engine._client.llen(QueueKeys(q).wake) == 1
 
 
 async def test_kind_limits_and_pauses_hold_for_hand_offs(engine: Engine, q: str, job: Job, t0: int) -> None:
@@ -99,12 +99,12 @@ async def test_kind_limits_and_pauses_hold_for_hand_offs(engine: Engine, q: str,
     assert running.id == "s1"
     await _register(engine, q, t0)
     await engine.enqueue_batch([job(q, "slow", id="s2")], now_ms=t0 + 1)
-    assert (await reads.get_job(engine.client, q, "s2")).state == "parked"  # type: ignore[union-attr]
-    assert await engine.client.hexists(QueueKeys(q).waiters, "pool-a")  # nothing it may run: still waiting
+    assert (await engine.get_job(q, "s2")).state == "parked"  # type: ignore[union-attr]
+    assert await engine._client.hexists(QueueKeys(q).waiters, "pool-a")  # nothing it may run: still waiting
 
     await engine.pause(q)
     await engine.enqueue_batch([job(q, id="p")], now_ms=t0 + 2)
-    assert (await reads.get_job(engine.client, q, "p")).state == "pending"  # type: ignore[union-attr]
+    assert (await engine.get_job(q, "p")).state == "pending"  # type: ignore[union-attr]
     await engine.pause(q, False)
 
 
@@ -126,22 +126,22 @@ async def test_unwait_deregisters_and_returns_what_was_handed_meanwhile(
     await engine.enqueue_batch([job(q, id="m")], now_ms=t0 + 1)
     [left] = await engine.unwait(q, "pool-a", now_ms=t0 + 2)
     assert (left.id, left.attempt) == ("m", 1)
-    assert await engine.client.llen(QueueKeys(q).inbox("pool-a")) == 0
+    assert await engine._client.llen(QueueKeys(q).inbox("pool-a")) == 0
     assert await engine.unwait(q, "pool-a", now_ms=t0 + 3) == []
     await engine.enqueue_batch([job(q, id="n")], now_ms=t0 + 4)  # deregistered: a plain wake-up
-    assert (await reads.get_job(engine.client, q, "n")).state == "pending"  # type: ignore[union-attr]
+    assert (await engine.get_job(q, "n")).state == "pending"  # type: ignore[union-attr]
 
 
 async def test_a_claim_that_fills_its_slots_deregisters(engine: Engine, q: str, job: Job, t0: int) -> None:
     await _seed(engine, q, job, t0)
     await _register(engine, q, t0)
-    await engine.client.hdel(QueueKeys(q).waiters, "pool-a")  # (as if it was handed something)
+    await engine._client.hdel(QueueKeys(q).waiters, "pool-a")  # (as if it was handed something)
     await engine.enqueue_batch([job(q, id="one"), job(q, id="two")], now_ms=t0 + 1)
     got = await engine.claim(q, 1, worker="w-a", waiter="pool-a", wait_ms=WAIT_MS, now_ms=t0 + 2)
     assert [j.id for j in got] == ["one"]
-    assert not await engine.client.hexists(QueueKeys(q).waiters, "pool-a")  # full: not waiting
+    assert not await engine._client.hexists(QueueKeys(q).waiters, "pool-a")  # full: not waiting
     got = await engine.claim(q, 3, worker="w-a", waiter="pool-a", wait_ms=WAIT_MS, now_ms=t0 + 3)
     assert [j.id for j in got] == ["two"]
-    slots = await engine.client.hget(QueueKeys(q).waiters, "pool-a")
+    slots = await engine._client.hget(QueueKeys(q).waiters, "pool-a")
     assert slots is not None
     assert slots.split(b"|")[0] == b"2"  # short: waiting with its two free slots

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from jqcore.envelope import new_envelope
-from jqcore.state import CancelOutcome, CancelResult, Engine, reads
-from jqcore.state.codes import StaleLease
+from jqcore.state import CancelOutcome, CancelResult, Engine, StaleLease, reads
 from jqstack.backends import SessionStack
 
 T0 = 1_800_000_000_000

@@ -9,9 +9,7 @@ from dataclasses import replace
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, QueueConfig, reads
-from jqcore.state.codes import FilterInvalid, StaleLease
-from jqcore.state.models import ClaimedJob
+from jqcore.state import ClaimedJob, Engine, FilterInvalid, QueueConfig, StaleLease, reads
 
 Job = Callable[..., Envelope]
 
@@ -26,7 +24,7 @@ async def claim_one(engine: Engine, q: str, now: int, **kw: object) -> ClaimedJo
 
 
 async def info(engine: Engine, q: str, job_id: str) -> reads.JobInfo:
-    found = await reads.get_job(engine.client, q, job_id)
+    found = await engine.get_job(q, job_id)
     assert found is not None
     return found
 
@@ -86,7 +84,7 @@ async def test_default_policy_runs_a_finished_id_again_from_a_new_record(
     assert reopened.version > seen.version, "versions only grow"
     assert reopened.origin == "T/1/7"
     await finish(engine, q, "a", t0 + 7)
-    assert (await reads.queue_stats(engine.client, q))["completed"] == 2
+    assert (await engine.queue_stats(q))["completed"] == 2
 
 
 async def test_finished_policy_drops_visible_duplicates_within_its_window(
@@ -104,7 +102,7 @@ async def test_finished_policy_drops_visible_duplicates_within_its_window(
 
 
 async def test_dedup_settings_are_validated(engine: Engine, q: str) -> None:
-    from jqcore.state.codes import QueueConfigInvalid
+    from jqcore.state import QueueConfigInvalid
 
     with pytest.raises(QueueConfigInvalid):
         await engine.configure_queue(q, replace(QueueConfig(), dedup="forever"))  # type: ignore[arg-type]
@@ -134,7 +132,7 @@ async def test_hand_back_refunds_the_attempt_and_dead_letters_only_after_the_lim
     assert dead.state == "errored"
     assert dead.reason is not None
     assert "new.kind" in dead.reason
-    stats = await reads.queue_stats(engine.client, q)
+    stats = await engine.queue_stats(q)
     assert stats["handed_back"] == 2
 
 

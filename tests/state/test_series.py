@@ -25,20 +25,20 @@ async def test_claims_count_their_start_latency(engine: Engine, q: str, job: Job
 
 
 async def test_samples_become_per_second_rates(engine: Engine, q: str, job: Job, t0: int) -> None:
-    await series.record(engine.client, [q], {q: await engine.queue_stats(q)}, t0)
+    await series.record(engine._client, [q], {q: await engine.queue_stats(q)}, t0)
     await engine.enqueue_batch([job(q, id=f"j{i}") for i in range(6)], now_ms=t0 + 1000)
     claimed = await engine.claim(q, 4, now_ms=t0 + 3000)
     for c in claimed:
         await engine.complete(q, (c.id, c.attempt, c.token), now_ms=t0 + 3100)
     second = {q: await engine.queue_stats(q)}
-    await series.record(engine.client, [q], second, t0 + 60_000)
-    await series.record(engine.client, [q], second, t0 + 60_000)  # the same bucket again: one sample
-    assert len(await rates_read.samples(engine.client, q, t0)) == 2
-    rates = await rates_read.read(engine.client, [q], t0)
+    await series.record(engine._client, [q], second, t0 + 60_000)
+    await series.record(engine._client, [q], second, t0 + 60_000)  # the same bucket again: one sample
+    assert len(await rates_read.samples(engine._client, q, t0)) == 2
+    rates = await rates_read.read(engine._client, [q], t0)
     assert rates.at_ms == [t0 + 60_000]
     assert rates.enqueued == [0.1]  # 6 jobs over 60 s
     assert rates.completed == [round(4 / 60, 3)]
     assert rates.failed == [0.0]
     assert rates.wait_ms == [2000.0]  # each claimed job waited 2 s
-    grown = await rates_read.growth(engine.client, [q], "completed", t0)
+    grown = await rates_read.growth(engine._client, [q], "completed", t0)
     assert grown == {q: 4}

@@ -8,9 +8,7 @@ import pytest
 
 from jqcore.envelope import Envelope
 from jqcore.keys import KINDS_KEY
-from jqcore.state import CancelOutcome, CancelResult, Engine, QueueConfig, reads
-from jqcore.state.codes import JobNotFound, StaleLease
-from jqcore.state.models import ClaimedJob
+from jqcore.state import CancelOutcome, CancelResult, ClaimedJob, Engine, JobNotFound, QueueConfig, StaleLease
 
 Job = Callable[..., Envelope]
 
@@ -25,7 +23,7 @@ async def one(engine: Engine, q: str, now: int) -> ClaimedJob:
 
 
 async def state(engine: Engine, q: str, job_id: str) -> str:
-    info = await reads.get_job(engine.client, q, job_id)
+    info = await engine.get_job(q, job_id)
     assert info is not None
     return info.state
 
@@ -42,12 +40,12 @@ async def test_complete_keeps_result_and_rejects_stale_writes(
     with pytest.raises(JobNotFound):
         await engine.complete(q, ("nope", 1, "x"), now_ms=t0)
     await engine.complete(q, own(c), b'{"ok":true}', now_ms=t0 + 5)
-    info = await reads.get_job(engine.client, q, "a")
+    info = await engine.get_job(q, "a")
     assert info is not None
     assert (info.state, info.result, info.finished_at) == ("completed", '{"ok":true}', t0 + 5)
     assert info.version > 1
     await engine.complete(q, own(c), now_ms=t0 + 6)  # retried after a lost answer: the same success
-    again = await reads.get_job(engine.client, q, "a")
+    again = await engine.get_job(q, "a")
     assert again is not None
     assert (again.version, again.finished_at) == (info.version, t0 + 5), "a retried complete changes nothing"
     dup = await engine.enqueue_batch([job(q, id="a")], now_ms=t0 + 7)
@@ -60,7 +58,7 @@ async def test_extend_moves_the_deadline_and_rejects_stale(engine: Engine, q: st
     got = await engine.extend(q, [own(c), ("ghost", 1, "x")], 10_000, now_ms=t0 + 100)
     assert got == {"a": t0 + 10_100, "ghost": "missing"}
     assert await engine.extend(q, [(c.id, c.attempt, "bad")], 10_000, now_ms=t0 + 100) == {"a": "stale"}
-    assert (await reads.get_job(engine.client, q, "a")).lease_deadline == t0 + 10_100  # type: ignore[union-attr]
+    assert (await engine.get_job(q, "a")).lease_deadline == t0 + 10_100  # type: ignore[union-attr]
 
 
 async def test_fail_retries_with_delay_then_dead_letters(engine: Engine, q: str, job: Job, t0: int) -> None:
@@ -79,17 +77,17 @@ async def test_fail_retries_with_delay_then_dead_letters(engine: Engine, q: str,
     assert await engine.fail(q, own(c1), "boom 1", retry_delay_ms=500, now_ms=t0 + 501) == "retry"
     assert await state(engine, q, "a") == "running"
     assert await engine.fail(q, own(c2), "boom 2", now_ms=t0 + 600) == "errored"
-    info = await reads.get_job(engine.client, q, "a")
+    info = await engine.get_job(q, "a")
     assert info is not None
     assert (info.state, info.last_error, info.reason) == ("errored", "boom 2", "attempts exhausted")
     assert [h["error"] for h in info.history] == ["boom 1", "boom 2"]
-    assert [j.id for j in await reads.dead_list(engine.client, q)] == ["a"]
+    assert [j.id for j in await engine.dead_list(q)] == ["a"]
     assert await engine.dead_retry(q, now_ms=t0 + 700) == 1
     c3 = await one(engine, q, t0 + 700)
     assert c3.attempt == 1
     assert await engine.fail(q, own(c3), "bad input", permanent=True, now_ms=t0 + 800) == "errored"
     assert await engine.dead_purge(q) == 1
-    assert await reads.get_job(engine.client, q, "a") is None
+    assert await engine.get_job(q, "a") is None
 
 
 async def test_snooze_spends_no_attempt_and_release_refunds(
@@ -98,7 +96,7 @@ async def test_snooze_spends_no_attempt_and_release_refunds(
     await engine.enqueue_batch([job(q, id="a"), job(q, id="b")], now_ms=t0)
     a = await one(engine, q, t0)
     assert await engine.snooze(q, own(a), 1000, now_ms=t0) == t0 + 1000
-    assert (await reads.get_job(engine.client, q, "a")).attempt == 0  # type: ignore[union-attr]
+    assert (await engine.get_job(q, "a")).attempt == 0  # type: ignore[union-attr]
     await engine.promote_due(q, now_ms=t0 + 1000)
     a, b = await engine.claim(q, 2, now_ms=t0 + 1000)
     assert (a.id, a.attempt, b.id) == ("a", 1, "b")
@@ -179,7 +177,7 @@ async def test_reaper_at_least_once_vs_at_most_once(engine: Engine, q: str, job:
     assert await engine.reap_expired(q, now_ms=t0 + 1000) == (0, t0 + 1000)
     assert (await engine.reap_expired(q, now_ms=t0 + 1001))[0] == 2
     assert await state(engine, q, "s") == "pending"
-    info = await reads.get_job(engine.client, q, "r")
+    info = await engine.get_job(q, "r")
     assert info is not None
     assert (info.state, info.reason) == ("errored", "lease expired (at_most_once)")
     again = await one(engine, q, t0 + 1002)
@@ -204,7 +202,7 @@ async def test_exclusive_queue_runs_one_job_per_value(engine: Engine, q: str, jo
     assert "exclusivity" in (out.outcomes[3].reason or "")
     claimed = await engine.claim(q, 10, now_ms=t0)
     assert sorted(c.id for c in claimed) == ["a1", "b1"]
-    assert (await reads.depth(engine.client, q)).blocked == 1
+    assert (await engine.depth(q)).blocked == 1
     a1 = next(c for c in claimed if c.id == "a1")
     assert await engine.fail(q, own(a1), "retry me", retry_delay_ms=0, now_ms=t0) == "retry"
     await engine.promote_due(q, now_ms=t0)
@@ -237,8 +235,8 @@ async def test_gc_removes_finished_jobs_after_retention(engine: Engine, q: str, 
     await engine.complete(q, own(a), now_ms=t0)
     assert await engine.gc(q, now_ms=t0 + 999) == 0
     assert await engine.gc(q, now_ms=t0 + 1000) == 1
-    assert await reads.get_job(engine.client, q, "a") is None
-    assert await reads.get_job(engine.client, q, "b") is not None
+    assert await engine.get_job(q, "a") is None
+    assert await engine.get_job(q, "b") is not None
     again = await engine.enqueue_batch([job(q, id="a")], now_ms=t0 + 2000)
     assert again.outcomes[0].outcome == "stored", "the dedup window closes with the retention"
 
@@ -253,4 +251,4 @@ async def test_a_queue_keeps_its_own_kind_options_over_the_defaults_on_its_first
         await engine.enqueue_batch([job(q, kind, id="a")], now_ms=t0)  # creates the queue's configuration
         assert (await engine.kinds([q]))[kind]["queues"][q]["delivery"] == "at_most_once"
     finally:  # the shared Redis: no default left behind for other tests' new queues
-        await engine.client.hdel(KINDS_KEY, kind)
+        await engine._client.hdel(KINDS_KEY, kind)

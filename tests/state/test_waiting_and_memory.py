@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
-from jqcore.state import Engine
-from jqcore.state.codes import RedisMemoryFull
+from jqcore.state import Engine, RedisMemoryFull
+from jqsched.timers import Timers
 
 Job = Callable[..., Envelope]
 
@@ -27,7 +27,7 @@ async def test_enqueue_wakes_a_waiting_worker(engine: Engine, q: str, job: Job) 
 
 async def test_scheduler_promotes_delayed_jobs_never_early(engine: Engine, q: str, job: Job) -> None:
     run_at = now_ms() + 400
-    async with engine.timers([q], max_idle_s=30):
+    async with Timers(engine, [q], max_idle_s=30):
         await engine.enqueue_batch([job(q, id="later", run_at=run_at, at_ms=now_ms())])
         assert await engine.wait_for_work([q], timeout_s=30) == q
         woke = now_ms()
@@ -40,7 +40,7 @@ async def test_scheduler_reaps_an_expired_lease(engine: Engine, q: str, job: Job
     await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
     [first] = await engine.claim(q, 1, lease_ms=300)
     await engine.wait_for_work([q], timeout_s=0.01)  # drain the enqueue's wake token
-    async with engine.timers([q], max_idle_s=30):
+    async with Timers(engine, [q], max_idle_s=30):
         assert await engine.wait_for_work([q], timeout_s=30) == q
         [again] = await engine.claim(q, 1)
     assert (again.id, again.attempt) == ("a", 2)

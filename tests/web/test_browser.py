@@ -302,13 +302,13 @@ async def _charted(engine: Engine, queues: list[str]) -> bool:
     """The scheduler sampled the queues at least three times since they started (two rates to draw)."""
     from jqweb import series
 
-    return len((await series.read(engine.client, queues, 0)).at_ms) >= 2
+    return len((await series.read(engine._client, queues, 0)).at_ms) >= 2
 
 
 async def _canaries_ok(engine: Engine) -> bool:
     from jqcore.keys import CANARY_HEALTH_KEY
 
-    raw = await engine.client.hgetall(CANARY_HEALTH_KEY)
+    raw = await engine._client.hgetall(CANARY_HEALTH_KEY)
     return len(raw) == 2
 
 

@@ -138,7 +138,7 @@ async def test_queues_page_shows_depth_and_throughput(dash: Any, engine: Any) ->
     await engine.enqueue_batch([new_envelope(queue, "k", {"i": i}) for i in range(3)])
     t0 = now_ms() - 10 * 60_000
     for i, completed in enumerate((0, 4, 10)):  # the scheduler's samples: lifetime counters
-        await series.record(engine.client, [queue], {queue: {"completed": completed}}, t0 + i * 60_000)
+        await series.record(engine._client, [queue], {queue: {"completed": completed}}, t0 + i * 60_000)
     r = await dash.get("/queues", q=dash.prefix)
     assert r.status == 200
     (row,) = r.json()["queues"]

@@ -14,7 +14,6 @@ from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
 from jqcore.membership import Membership
-from jqcore.presence import Presence
 
 pytestmark = pytest.mark.asyncio
 
@@ -54,7 +53,7 @@ async def test_a_running_job_shows_under_the_worker_that_claimed_it(
 
 async def test_an_announced_pool_is_listed_alive_and_idle(dash: Any, engine: Any, prefix: str) -> None:
     name = f"{prefix}-pool:77:{prefix}.a,{prefix}.b"
-    async with Presence(engine.client, "worker", name):
+    async with engine.presence("worker", name):
         r = await dash.get("/workers")
         assert name in r.json()["processes"]["worker"]
         row = _worker(r.json(), name)
@@ -69,8 +68,8 @@ async def test_scheduler_instances_and_the_queues_each_owns(dash: Any, engine: A
     q = f"{prefix}.owned"
     await engine.enqueue_batch([new_envelope(q, "k")])
     group = f"{prefix}-sched"
-    one = Membership(engine.client, group, f"{prefix}-s1", stale_s=30)
-    two = Membership(engine.client, group, f"{prefix}-s2", stale_s=30)
+    one = Membership(engine._client, group, f"{prefix}-s1", stale_s=30)
+    two = Membership(engine._client, group, f"{prefix}-s2", stale_s=30)
     await one.beat("3 queues")
     await two.beat("4 queues")
     try:

@@ -8,8 +8,7 @@ import asyncio
 import pytest
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine, QueueConfig, reads
-from jqcore.state.codes import FilterInvalid
+from jqcore.state import Engine, FilterInvalid, QueueConfig
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 from worker.settings import parse_filter
@@ -34,7 +33,7 @@ async def test_a_pool_with_a_filter_runs_only_matching_jobs(engine: Engine, pref
     async with Pool(reg, engine, PoolConfig([q], filter={"region": "eu"})):
         await asyncio.wait_for(eu_done.wait(), 30)
     assert sorted(ran) == ["eu", "eu"]
-    assert (await reads.depth(engine.client, q)).pending == 1, "the us job waits for a pool that wants it"
+    assert (await engine.depth(q)).pending == 1, "the us job waits for a pool that wants it"
 
 
 async def test_a_filter_on_an_unindexed_key_is_refused(engine: Engine, prefix: str) -> None:

@@ -11,8 +11,7 @@ import pytest
 
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
-from jqcore.state import Engine, reads
-from jqcore.state.models import JobInfo
+from jqcore.state import Engine, JobInfo
 from worker.examples import cpu_hash
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
@@ -31,7 +30,7 @@ async def enqueue(engine: Engine, queue: str, kind: str, args: object = None, **
 
 
 async def info(engine: Engine, queue: str, job_id: str) -> JobInfo:
-    got = await reads.get_job(engine.client, queue, job_id)
+    got = await engine.get_job(queue, job_id)
     assert got is not None
     return got
 
@@ -78,7 +77,7 @@ async def test_failures_retry_with_backoff_then_dead_letter(engine: Engine, pref
     assert (got.state, got.attempt) == ("errored", 3)
     assert "ValueError: broken on attempt 3" in (got.last_error or "")
     assert [h["outcome"] for h in got.history] == ["failed", "failed", "failed"]
-    assert [j.id for j in await reads.dead_list(engine.client, q)] == [job_id]
+    assert [j.id for j in await engine.dead_list(q)] == [job_id]
 
 
 async def test_cancel_and_snooze_from_handlers(engine: Engine, prefix: str) -> None:

@@ -15,8 +15,7 @@ import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
 from jqcore.keys import QueueKeys
-from jqcore.state import Engine, reads
-from jqcore.state.models import JobInfo
+from jqcore.state import Engine, JobInfo
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, python_m
 
@@ -59,7 +58,7 @@ async def until_state(
     """The job once it reached ``state`` (the worker process gives no other event: its record is watched,
     bounded)."""
     got: JobInfo = await eventually(
-        lambda: reads.get_job(engine.client, queue, job_id),
+        lambda: engine.get_job(queue, job_id),
         lambda job: job is not None and job.state == state,
         timeout_s,
     )
@@ -76,7 +75,7 @@ async def test_sigterm_releases_the_running_job_without_spending_its_attempt(
     await until_state(eventually, engine, q, env.id, "running")
     proc.signal(signal.SIGTERM)
     assert await proc.exited(60) == 0
-    got = await reads.get_job(engine.client, q, env.id)
+    got = await engine.get_job(q, env.id)
     assert got is not None
     assert (got.state, got.attempt) == ("pending", 0)
 
@@ -94,7 +93,7 @@ async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
     await first.exited(60)
     second = spawn("--queues", q, "--lease-ms", "1000", "--burst")
     assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
-    got = await reads.get_job(engine.client, q, env.id)
+    got = await engine.get_job(q, env.id)
     assert got is not None
     assert (got.state, got.attempt, got.result) == ("completed", 2, "3")
 
@@ -108,18 +107,18 @@ async def test_a_worker_killed_after_a_hand_off_before_starting_the_job_loses_no
     q = f"{prefix}.handoff"
     await engine.enqueue_batch([new_envelope(q, "demo.noop")])  # the queue exists before the worker
     first = spawn("--queues", q, "--lease-ms", "1000")
-    await eventually(lambda: engine.client.hlen(QueueKeys(q).waiters), lambda n: n == 1, 60)
+    await eventually(lambda: engine._client.hlen(QueueKeys(q).waiters), lambda n: n == 1, 60)
     first.signal(signal.SIGSTOP)  # registered for hand-offs, and now unable to run anything
     env = new_envelope(q, "demo.noop")
     await engine.enqueue_batch([env])
-    handed = await reads.get_job(engine.client, q, env.id)
+    handed = await engine.get_job(q, env.id)
     assert handed is not None
     assert (handed.state, handed.attempt) == ("running", 1)  # claimed for the frozen worker by the enqueue
     first.signal(signal.SIGKILL)
     await first.exited(60)
     second = spawn("--queues", q, "--lease-ms", "1000", "--burst")
     assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
-    got = await reads.get_job(engine.client, q, env.id)
+    got = await engine.get_job(q, env.id)
     assert got is not None
     assert (got.state, got.attempt) == ("completed", 2)
 

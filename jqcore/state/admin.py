@@ -1,0 +1,124 @@
+"""Operator and timer transitions (cancel, promote, reap, GC, dead letters, forget) and the queues' and
+job types' configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from jqcore.keys import KINDS_KEY, QUEUES_KEY
+from jqcore.state import codes, replies
+from jqcore.state.core import EngineCore, _encode_kind, _s
+from jqcore.state.models import CancelResult, Forgotten, Promoted, QueueConfig
+
+__all__ = ["AdminTransitions"]
+
+
+class AdminTransitions(EngineCore):
+    """Cancels, timers, dead letters and configuration (a part of :class:`jqcore.state.Engine`)."""
+
+    async def cancel(
+        self, queue: str, job_id: str, reason: str = "canceled", *, now_ms: int | None = None
+    ) -> CancelResult:
+        """Cancel/unschedule: ``canceled`` | ``flagged`` (running) | ``tombstoned`` (not yet here) |
+        ``final`` (already finished: nothing changed), with the state the job was in."""
+        return replies.cancel(await self._run("cancel", queue, [job_id, reason], now_ms))
+
+    async def promote_due(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> Promoted:
+        """Delayed → pending for due jobs, never early."""
+        return replies.promoted(await self._run("promote_due", queue, [limit], now_ms))
+
+    async def reap_expired(
+        self, queue: str, limit: int = 1000, *, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """Expired leases; returns (reaped, next lease deadline or -1)."""
+        return replies.timer(await self._run("reap_expired", queue, [limit], now_ms))
+
+    async def gc(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> int:
+        return int(await self._run("gc", queue, [limit], now_ms))
+
+    async def dead_retry(
+        self, queue: str, ids: Sequence[str] = (), limit: int = 1000, *, now_ms: int | None = None
+    ) -> int:
+        return int(await self._run("dead_retry", queue, [limit, *ids], now_ms))
+
+    async def dead_purge(
+        self, queue: str, ids: Sequence[str] = (), limit: int = 1000, *, now_ms: int | None = None
+    ) -> int:
+        return int(await self._run("dead_purge", queue, [limit, *ids], now_ms))
+
+    async def forget(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> list[Forgotten]:
+        """Delete finished jobs now so their ids can be enqueued again; per id ``forgotten``,
+        ``active`` (not finished: left alone) or ``missing``."""
+        if not ids:
+            return []
+        return replies.forget(await self._run("forget", queue, list(ids), now_ms))
+
+    async def configure_queue(self, queue: str, config: QueueConfig) -> None:
+        """Apply a queue's configuration (validated here; see :class:`QueueConfig`)."""
+        fields = _config_fields(config)
+        await self._run("configure_queue", queue, [x for kv in fields.items() for x in kv], None)
+        await self._register([queue])
+
+    async def pause(self, queue: str, paused: bool = True) -> None:
+        """Stop (or resume) claims; enqueues are still accepted while paused."""
+        await self._run("configure_queue", queue, ["paused", "1" if paused else "0"], None)
+
+    async def configure_kind(
+        self,
+        kind: str,
+        *,
+        queues: Iterable[str] | None = None,
+        concurrency: int | None = None,
+        max_attempts: int | None = None,
+        delivery: str = "at_least_once",
+    ) -> None:
+        """A job type's options in ``queues`` (default: every known queue, and every future one)."""
+        if delivery not in ("at_least_once", "at_most_once"):
+            raise codes.QueueConfigInvalid(
+                f"delivery must be at_least_once or at_most_once, not {delivery!r}"
+            )
+        if (concurrency is not None and concurrency < 1) or (max_attempts is not None and max_attempts < 1):
+            raise codes.QueueConfigInvalid("concurrency and max_attempts must be at least 1")
+        options = {"limit": concurrency, "attempts": max_attempts, "delivery": delivery}
+        if queues is None:
+            await self._client.hset(KINDS_KEY, kind, _encode_kind(options))
+            queues = [_s(q) for q in await self._client.smembers(QUEUES_KEY)]
+        else:
+            queues = list(queues)
+            await self._register(queues)
+        for queue in queues:
+            await self._configure_kind_in(queue, kind, options)
+
+    async def queues(self) -> list[str]:
+        async with codes.redis_errors("queues"):
+            return sorted(_s(q) for q in await self._client.smembers(QUEUES_KEY))
+
+
+def _config_fields(config: QueueConfig) -> dict[str, str]:
+    if len(config.filter_keys) > QueueConfig.MAX_FILTER_KEYS:
+        raise codes.QueueConfigInvalid(f"at most {QueueConfig.MAX_FILTER_KEYS} filter keys")
+    if config.mode == "exclusive" and not config.excl_key:
+        raise codes.QueueConfigInvalid("an exclusive queue needs excl_key (the meta key it is exclusive on)")
+    if config.lease_ms < 100 or config.max_attempts < 1 or config.retention_ms < 0:
+        raise codes.QueueConfigInvalid(
+            "lease_ms >= 100, max_attempts >= 1 and retention_ms >= 0 are required"
+        )
+    if config.dedup not in ("active", "finished"):
+        raise codes.QueueConfigInvalid(f"dedup must be active or finished, not {config.dedup!r}")
+    if config.dedup_window_ms < 0:
+        raise codes.QueueConfigInvalid("dedup_window_ms must be >= 0")
+    if config.events_cap < 0:
+        raise codes.QueueConfigInvalid("events_cap must be >= 0 (0: no lifecycle events)")
+    return {
+        "mode": config.mode,
+        "excl_key": config.excl_key or "",
+        "lease_ms": str(config.lease_ms),
+        "max_attempts": str(config.max_attempts),
+        "filter_keys": ",".join(config.filter_keys),
+        "paused": "1" if config.paused else "0",
+        "retention_ms": str(config.retention_ms),
+        "dead_retention_ms": str(config.dead_retention_ms),
+        "dedup": config.dedup,
+        "dedup_window_ms": str(config.dedup_window_ms),
+        "events_cap": str(config.events_cap),
+    }

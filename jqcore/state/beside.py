@@ -1,0 +1,52 @@
+"""What the services keep in the engine's Redis beside the queues: stage counters, idempotency keys,
+presence heartbeats, the far tier's scan markers. Small helpers, so that no service needs the engine's
+raw client (the keys themselves are named in :mod:`jqcore.keys`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from jqcore import stages
+from jqcore.keys import far_scanned_key, idempotency_key
+from jqcore.presence import Presence
+from jqcore.state.core import EngineCore
+
+__all__ = ["BesideQueues"]
+
+
+class BesideQueues(EngineCore):
+    """Helpers over non-queue keys (a part of :class:`jqcore.state.Engine`)."""
+
+    async def add_stage_counts(self, topic: str, counts: Mapping[str, int]) -> None:
+        """Add to a topic's shared pipeline-stage counters (:mod:`jqcore.stages`)."""
+        await stages.add(self._client, topic, counts)
+
+    async def remember_idempotency(self, digest: str, body_hash: str, ttl_s: int) -> str | None:
+        """Store ``body_hash`` under an idempotency key unless one is there: None when stored, else the
+        body hash stored before (None too if it expired in between)."""
+        if await self._client.set(idempotency_key(digest), body_hash, nx=True, ex=ttl_s):
+            return None
+        previous = await self._client.get(idempotency_key(digest))
+        return previous.decode() if isinstance(previous, bytes) else previous
+
+    def presence(self, role: str, name: str) -> Presence:
+        """A presence heartbeat (:class:`jqcore.presence.Presence`) in this engine's Redis."""
+        return Presence(self._client, role, name)
+
+    async def far_scanned(self, partitions: Sequence[int]) -> bool:
+        """Whether every one of the schedule topic's ``partitions`` has its scan marker (none lost)."""
+        pipe = self._client.pipeline(transaction=False)
+        for p in partitions:
+            pipe.exists(far_scanned_key(p))
+        return all(await pipe.execute())
+
+    async def mark_far_scanned(self, partitions: Sequence[int], at_ms: int) -> None:
+        """Record that the schedule topic's ``partitions`` were read whole (at ``at_ms``)."""
+        pipe = self._client.pipeline(transaction=False)
+        for p in partitions:
+            pipe.set(far_scanned_key(p), str(at_ms))
+        await pipe.execute()
+
+    async def aclose(self) -> None:
+        """Close the engine's Redis client (a process that made the engine for itself)."""
+        await self._client.aclose()

@@ -1,0 +1,99 @@
+"""The engine's core: its Redis client, its clock, and one door through which every script call passes
+(timed, counted, Redis errors mapped). The engine's other parts (:mod:`~jqcore.state.transitions`,
+:mod:`~jqcore.state.admin`, :mod:`~jqcore.state.queries`) build on it; :class:`jqcore.state.Engine`
+puts them together."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
+
+from jqcore import metrics
+from jqcore.clock import ServerClock
+from jqcore.keys import KINDS_KEY, QUEUES_KEY, KeyName, QueueKeys
+from jqcore.redisconn import RedisClient
+from jqcore.state import codes
+from jqcore.state.scripts import SCRIPTS, source
+
+__all__ = ["EngineCore", "Triple"]
+
+Triple = tuple[str, int, str]
+"""(job id, attempt, lease token): what proves a worker owns a running job."""
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class EngineCore:
+    """The client, the clock and the script runner every part of the engine shares."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self._client = client
+        self.clock = ServerClock()
+        """Redis's clock: the ``now`` of every transition a caller does not give one."""
+        self._scripts = {name: client.register_script(source(name)) for name in SCRIPTS}
+        self._known_queues: set[str] = set()
+
+    async def now(self) -> int:
+        """Redis's clock now (ms): a ``TIME`` round trip at most every :data:`~jqcore.clock.RESYNC_S`."""
+        await self.clock.sync(self._client.time)
+        return self.clock.now()
+
+    @staticmethod
+    def _keys(name: str, queue: str) -> list[str]:
+        return QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys))
+
+    async def _run(self, name: str, queue: str, args: Sequence[Any], now: int | None) -> Any:
+        return await self.run_script(name, self._keys(name, queue), args, now)
+
+    async def run_script(self, name: str, keys: Sequence[str], args: Sequence[Any], now: int | None) -> Any:
+        """One script call (``now`` first in ``ARGV``), timed and counted; Redis errors mapped. For the
+        modules of :mod:`jqcore.state` (queue transitions here, graph ones in :mod:`~jqcore.state.graphs`)."""
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            async with codes.redis_errors(name):
+                return await self._scripts[name](keys=keys, args=[now or await self.now(), *args])
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            metrics.child(metrics.SCRIPT_CALLS, name, outcome).inc()
+            metrics.child(metrics.SCRIPT_TIME, name).observe(time.perf_counter() - started)
+
+    async def _register(self, queues: Iterable[str], again: Iterable[str] = ()) -> None:
+        """Add queues to the queue list once per engine; ``again``: queues whose configuration the write
+        just created (new to Redis — or Redis lost everything since): registered whatever was known."""
+        self._known_queues.difference_update(again)
+        new = [q for q in queues if q not in self._known_queues]
+        if not new:
+            return
+        async with codes.redis_errors("register"):  # Redis away here is an outage, not a refusing queue
+            await self._client.sadd(QUEUES_KEY, *new)
+            defaults = await self._client.hgetall(KINDS_KEY)
+        for queue in new:
+            # a kind configured for this queue already (before its first job created the queue's
+            # configuration) keeps its own options: the defaults only fill in the kinds it lacks
+            own = {_s(f).rpartition("|")[0] for f in await self._client.hkeys(QueueKeys(queue).kinds)}
+            for kind, options in _kind_defaults(defaults).items():
+                if kind not in own:
+                    await self._configure_kind_in(queue, kind, options)
+        self._known_queues.update(new)
+
+    async def _configure_kind_in(self, queue: str, kind: str, options: Mapping[str, Any]) -> None:
+        args = [kind, *("" if options[n] is None else options[n] for n in ("limit", "attempts", "delivery"))]
+        await self._run("configure_kind", queue, args, None)
+
+
+def _encode_kind(options: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={'' if v is None else v}" for k, v in options.items())
+
+
+def _kind_defaults(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for kind, encoded in raw.items():
+        parts = dict(p.split("=", 1) for p in _s(encoded).split(","))
+        out[_s(kind)] = {k: (v or None) for k, v in parts.items()}
+    return out

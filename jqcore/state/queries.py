@@ -1,0 +1,98 @@
+"""Reads (plain commands: they change nothing), the blocking waits and the lifecycle event streams of
+the queues, over :mod:`jqcore.state.reads` and :mod:`jqcore.state.waiting`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jqcore.state import reads, waiting
+from jqcore.state.core import EngineCore
+from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
+
+__all__ = ["Queries"]
+
+
+class Queries(EngineCore):
+    """Reads, waits and event streams (a part of :class:`jqcore.state.Engine`)."""
+
+    async def get_job(self, queue: str, job_id: str) -> JobInfo | None:
+        """The job as an admin sees it; None when there is no such job (or GC removed it)."""
+        return await reads.get_job(self._client, queue, job_id)
+
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
+        """Many jobs of one queue, pipelined (benchmarks read thousands)."""
+        return await reads.get_jobs(self._client, queue, ids)
+
+    async def far_jobs(self, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
+        """Far-future jobs by id (``list_ids(queue, "far")``), ``scheduled`` with their ``run_at``."""
+        return await reads.far_jobs(self._client, queue, ids)
+
+    async def queues_holding(self, queues: Sequence[str], job_id: str) -> list[str]:
+        """Which of ``queues`` hold a job with this id (the dashboard's search by exact id)."""
+        return await reads.queues_holding(self._client, queues, job_id)
+
+    async def depth(
+        self, queue: str, filter: Mapping[str, str] | None = None, *, now: int | None = None
+    ) -> QueueDepth:
+        """Jobs per state (``by_filter``: pending jobs matching one declared ``meta`` pair)."""
+        return await reads.depth(self._client, queue, filter, now=now or await self.now())
+
+    async def list_ids(
+        self, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
+    ) -> tuple[list[str], int]:
+        """Ids of the jobs in one listed state (``reads.LISTED``: pending, delayed, far, running, done,
+        dead) in that state's order, and the state's total: the dashboard's lists and searches."""
+        return await reads.list_ids(self._client, queue, state, offset, limit, newest=newest)
+
+    async def dead_counts(self, queues: Sequence[str]) -> dict[str, int]:
+        """Errored jobs per queue (the dead-letter lists' sizes), pipelined."""
+        return await reads.dead_counts(self._client, queues)
+
+    async def dead_list(self, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+        """Errored jobs, oldest first."""
+        return await reads.dead_list(self._client, queue, offset, limit)
+
+    async def queue_config(self, queue: str) -> QueueConfig:
+        return await reads.queue_config(self._client, queue)
+
+    async def queue_stats(self, queue: str) -> dict[str, int]:
+        """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, ...)."""
+        return await reads.queue_stats(self._client, queue)
+
+    async def kinds(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        """Every configured job type, its defaults and its options per queue (see :func:`reads.kinds`)."""
+        return await reads.kinds(self._client, queues)
+
+    # ---- waits ------------------------------------------------------------------------------------
+    async def wait_for_work(self, queues: Sequence[str], timeout_s: float) -> str | None:
+        """Block until one of ``queues`` signals work; that queue, or None after ``timeout_s``."""
+        return await waiting.wait_for_work(self._client, queues, timeout_s)
+
+    async def past_due(self, queue: str, late_ms: int = 1000, *, now: int | None = None) -> int:
+        """Delayed jobs past ``run_at`` and leases past their deadline by more than ``late_ms``."""
+        return await reads.past_due(self._client, queue, late_ms, now or await self.now())
+
+    async def wait_for_due(self, queues: Sequence[str], timeout_s: float) -> str | None:
+        """Block until a script signals an earlier due time in one of ``queues`` (that queue), or
+        ``timeout_s`` passed (None)."""
+        return await waiting.wait_for_due(self._client, queues, timeout_s)
+
+    # ---- lifecycle events (jqcore.events; shipped to Kafka by the scheduler service) -----------------
+    async def events(self, queue: str, count: int = 1000) -> list[StreamEvent]:
+        """The oldest unshipped events of ``queue``."""
+        return await reads.events(self._client, queue, count)
+
+    async def trim_events(self, queue: str, upto: str) -> int:
+        """Forget the events up to stream entry ``upto`` (Kafka has them)."""
+        return await reads.trim_events(self._client, queue, upto)
+
+    async def events_backlog(self, queues: Sequence[str]) -> dict[str, int]:
+        return await reads.events_backlog(self._client, queues)
+
+    async def wait_for_events(self, queues: Sequence[str], timeout_s: float) -> bool:
+        return await waiting.wait_for_events(self._client, queues, timeout_s)
+
+    def block_limit_s(self, wanted_s: float) -> float:
+        """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
+        return waiting.block_limit_s(self._client, wanted_s)
