@@ -14,10 +14,10 @@ from aiohttp import web
 
 from jqcore.envelope import decode, new_envelope
 from jqcore.errors import EnvelopeError
+from jqcore.http import HttpError
 from jqcore.kafka import job_record
 from jqcore.state.models import JobInfo
 from jqweb.context import WEB, Web
-from jqweb.errors import WebError
 from jqweb.pages.jobs import CANCELABLE, cancel_one
 from jqweb.render import act, form, page, wants_json
 from jqweb.search import FINISHED, split_error
@@ -36,8 +36,8 @@ def _here(w: Web, queue: str, job_id: str) -> str:
     return f"{w.base}/jobs/{quote(queue, safe='')}/{quote(job_id, safe='')}"
 
 
-def _not_found(queue: str, job_id: str) -> WebError:
-    return WebError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not relayed yet, or GC'd)")
+def _not_found(queue: str, job_id: str) -> HttpError:
+    return HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not relayed yet, or GC'd)")
 
 
 def _envelope(info: JobInfo) -> dict[str, Any] | None:
@@ -180,7 +180,7 @@ async def retry(request: web.Request) -> web.Response:
     async def run() -> int:
         info = await _existing(w, queue, job_id)
         if info.state != "errored":
-            raise WebError(409, "job_not_dead", f"job {job_id!r} is {info.state}; only dead jobs retry")
+            raise HttpError(409, "job_not_dead", f"job {job_id!r} is {info.state}; only dead jobs retry")
         return await w.engine.dead_retry(queue, [job_id], 1)
 
     return await act(
@@ -197,7 +197,7 @@ async def retry(request: web.Request) -> web.Response:
 async def _replay(w: Web, queue: str, job_id: str) -> dict[str, Any]:
     info = await _existing(w, queue, job_id)
     if info.state not in FINISHED or info.envelope is None:
-        raise WebError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
+        raise HttpError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
     old = decode(info.envelope)
     env = new_envelope(
         queue, old.kind, old.args, meta=old.meta or None, excl=old.excl, max_attempts=old.max_attempts

@@ -13,11 +13,11 @@ from aiohttp import web
 
 from jqcore import series
 from jqcore.clock import now_ms
+from jqcore.http import HttpError
 from jqcore.overview import queue_row, queue_rows
 from jqcore.redisconn import RedisClient
 from jqcore.state import QueueConfig
 from jqweb.context import WEB, Web
-from jqweb.errors import WebError
 from jqweb.pages.topics import describe_rate, topic_of
 from jqweb.render import act, form, page
 from jqweb.security import require_admin
@@ -74,7 +74,7 @@ async def queues_page(request: web.Request) -> web.Response:
 
 async def _known(w: Web, queue: str) -> str:
     if queue not in await w.engine.queues():
-        raise WebError(404, "queue_not_found", f"no queue {queue!r}")
+        raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     return queue
 
 
@@ -156,9 +156,9 @@ def settings_changes(fields: dict[str, str]) -> dict[str, Any]:
         try:
             value = int(raw)
         except ValueError:
-            raise WebError(400, "form_invalid", f"{name} must be an integer, not {raw!r}") from None
+            raise HttpError(400, "form_invalid", f"{name} must be an integer, not {raw!r}") from None
         if not low <= value <= high:
-            raise WebError(400, "form_invalid", f"{name} must be {low}..{high}, not {value}")
+            raise HttpError(400, "form_invalid", f"{name} must be {low}..{high}, not {value}")
         changes[name] = value
     return changes
 
