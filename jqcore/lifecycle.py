@@ -12,11 +12,9 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
-from aiohttp import web
-
 from jqcore.log import get_logger
 
-__all__ = ["Service", "cancel_and_wait", "run_until_signal", "serve_http"]
+__all__ = ["Service", "cancel_and_wait", "run_until_signal"]
 
 SLOW_STOP_S = 30.0
 """A stop still running after this long logs every pending task's stack (what it waits for)."""
@@ -131,16 +129,3 @@ async def run_until_signal(
         for task in hard_tasks:
             with contextlib.suppress(Exception):
                 await task
-
-
-async def serve_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve the aiohttp application ``app`` on ``host:port`` (0: any free port): its runner (``cleanup()``
-    stops accepting, lets running requests finish, runs the app's cleanup) and the port it listens on."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    server = getattr(site, "_server", None)
-    if server is not None and server.sockets:
-        port = int(server.sockets[0].getsockname()[1])
-    return runner, port

@@ -7,7 +7,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore, fire_now
 from jqcore.settings import ConsulSettings, CronSettings
@@ -51,7 +51,7 @@ async def schedules_of(
         store = CronStore(client, cron.kv_prefix)
         return {name: await store.get(name) for name in names}
     finally:
-        await client.http._session.close()
+        await close_consul(client)
 
 
 async def refire(

@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from jqcore import metrics
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.errors import ConfigError
 from jqcore.kafka import AsyncProducer, ensure_topics
 from jqcore.lifecycle import Service, run_until_signal
@@ -81,7 +81,7 @@ class RelayService(Service):
             await relay.stop()
         await asyncio.to_thread(self.dead_producer.close, 5.0)
         await self.redis_client.aclose()
-        await self.consul.http._session.close()
+        await close_consul(self.consul)
 
     def status(self) -> list[dict[str, Any]]:
         return [{**describe(r.elector), "topic": r.topic, "counts": dict(r.counts)} for r in self.relays]

@@ -17,7 +17,7 @@ from typing import Any
 
 from jqcore import metrics, series
 from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.kafka import ensure_topics
 from jqcore.lifecycle import Service, cancel_and_wait
@@ -148,8 +148,7 @@ class SchedulerService(Service):
         await self.timers.stop()
         if self._own_client:
             await self.client.aclose()
-        if self.consul is not None:
-            await self.consul.http._session.close()
+        await close_consul(self.consul)
         log.info("scheduler stopped", name=self.settings.name)
 
     async def _beat_loop(self) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from jqcore.http import error_middleware
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
-from jqweb.render import error_middleware
+from jqweb.render import render_error
 from jqweb.security import auth_middleware, csrf_middleware, headers_middleware, parse_tokens
 
 __all__ = ["STATIC", "make_app"]
@@ -24,7 +25,12 @@ async def healthz(_: web.Request) -> web.Response:
 def make_app(w: Web) -> web.Application:
     known = parse_tokens(w.settings.read_tokens, w.settings.admin_tokens)
     app = web.Application(
-        middlewares=[headers_middleware, error_middleware, auth_middleware(known, w.base), csrf_middleware],
+        middlewares=[
+            headers_middleware,
+            error_middleware("the dashboard", render_error),
+            auth_middleware(known, w.base),
+            csrf_middleware,
+        ],
         client_max_size=1024 * 1024,
     )
     app[WEB] = w

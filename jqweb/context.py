@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import consul.aio
 from aiohttp import web
 
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer
@@ -73,9 +73,8 @@ class Web:
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close, 5.0)
             self._producer = None
-        if self._consul is not None:
-            await self._consul.http._session.close()
-            self._consul = None
+        await close_consul(self._consul)
+        self._consul = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None

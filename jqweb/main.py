@@ -7,7 +7,8 @@ import asyncio
 from aiohttp import web
 
 from jqcore.errors import ConfigError
-from jqcore.lifecycle import Service, run_until_signal, serve_http
+from jqcore.http import serve_http
+from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.settings import load

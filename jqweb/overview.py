@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from jqcore import keys, membership
 from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore, overview
 from jqcore.history import HistoryStore
 from jqcore.presence import count_alive
@@ -226,7 +226,7 @@ async def cron_state(consul_settings: ConsulSettings, cron: CronSettings) -> lis
     try:
         return await overview(CronStore(client, cron.kv_prefix), now_ms())
     finally:
-        await client.http._session.close()
+        await close_consul(client)
 
 
 def history_state(settings: HistorySettings) -> dict[str, Any]:

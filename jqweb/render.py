@@ -22,26 +22,25 @@ from markupsafe import Markup
 
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
+from jqcore.http import ErrorAnswer, HttpError
 from jqcore.log import get_logger
 from jqweb import audit
 from jqweb.context import WEB
-from jqweb.errors import WebError
 from jqweb.security import principal, require_admin
 
 __all__ = [
     "act",
     "env",
-    "error_middleware",
     "form",
     "page",
     "query_int",
+    "render_error",
     "wants_json",
 ]
 
 log = get_logger("jqweb")
 
 FLASH = "jobq_flash"
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _clock(ms: int | float | None) -> str:
@@ -157,9 +156,9 @@ async def form(request: web.Request) -> dict[str, str]:
         try:
             body = await request.json()
         except ValueError:
-            raise WebError(400, "body_invalid", "the body is not JSON") from None
+            raise HttpError(400, "body_invalid", "the body is not JSON") from None
         if not isinstance(body, dict):
-            raise WebError(400, "body_invalid", "the body must be a JSON object")
+            raise HttpError(400, "body_invalid", "the body must be a JSON object")
         return {k: "\n".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in body.items()}
     data = await request.post()
     out: dict[str, str] = {}
@@ -175,9 +174,9 @@ def query_int(request: web.Request, name: str, default: int, low: int = 0, high:
     try:
         value = int(raw)
     except ValueError:
-        raise WebError(400, "query_invalid", f"{name} must be an integer, not {raw!r}") from None
+        raise HttpError(400, "query_invalid", f"{name} must be an integer, not {raw!r}") from None
     if not low <= value <= high:
-        raise WebError(400, "query_invalid", f"{name} must be {low}..{high}, not {value}")
+        raise HttpError(400, "query_invalid", f"{name} must be {low}..{high}, not {value}")
     return value
 
 
@@ -222,39 +221,21 @@ async def act(
     raise response
 
 
-def _error_page(request: web.Request, status: int, code: str, message: str) -> web.Response:
+def render_error(request: web.Request, answer: ErrorAnswer) -> web.Response:
+    """An error as the dashboard shows it (:func:`jqcore.http.error_middleware` decides status and code):
+    the one JSON error body to a client asking for JSON, else the error page naming the code."""
     if wants_json(request):
-        body = {"error": {"code": code, "message": message}}
-        return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+        return answer.response()
     w = request.app[WEB]
     html = env.get_template("error.html").render(
-        status=status, code=code, message=message, base=w.base, me=None, flash=None, path=request.path
+        status=answer.status,
+        code=answer.code,
+        message=answer.message,
+        base=w.base,
+        me=None,
+        flash=None,
+        path=request.path,
     )
-    response = web.Response(text=html, status=status, content_type="text/html")
-    response.headers["X-Jobq-Error"] = code
+    response = web.Response(text=html, status=answer.status, content_type="text/html", headers=answer.headers)
+    response.headers["X-Jobq-Error"] = answer.code
     return response
-
-
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except WebError as exc:
-        return _error_page(request, exc.status, exc.code, exc.message)
-    except JobqError as exc:
-        status = int(exc.http_status)
-        if status >= 500 and not exc.retriable:
-            status = 500
-        elif status >= 500:
-            status = 503
-        return _error_page(request, status, exc.code, exc.message)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
-            exc.status, f"http_{exc.status}"
-        )
-        return _error_page(request, exc.status, code, exc.reason)
-    except Exception:
-        log.exception("unexpected error rendering a page", method=request.method, path=request.path)
-        return _error_page(request, 500, "internal_error", "unexpected error; the dashboard logged it")

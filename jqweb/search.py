@@ -37,8 +37,8 @@ from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
 from jqcore.events import STATES as EVENT_STATES
 from jqcore.history import HistoryStore
+from jqcore.http import HttpError
 from jqcore.state import Engine, JobInfo
-from jqweb.errors import WebError
 
 __all__ = [
     "FIELDS",
@@ -137,8 +137,8 @@ class Filters:
         return meta.get(self.meta[0]) == self.meta[1]
 
 
-def _bad(code: str, name: str, problem: str) -> WebError:
-    return WebError(400, code, f"{name}: {problem}")
+def _bad(code: str, name: str, problem: str) -> HttpError:
+    return HttpError(400, code, f"{name}: {problem}")
 
 
 def parse_time(value: str, name: str, code: str) -> int:

@@ -25,7 +25,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import SecretStr
 
-from jqweb.errors import WebError
+from jqcore.http import HttpError
 
 __all__ = [
     "COOKIE",
@@ -99,7 +99,7 @@ def auth_middleware(known: list[tuple[bytes, str, bool]], base: str) -> Middlewa
             if request.method == "GET" and via_cookie and "text/html" in request.headers.get("Accept", ""):
                 raise web.HTTPSeeOther(f"{base}/login?next={request.path_qs}")
             code = "token_invalid" if given else "unauthenticated"
-            raise WebError(401, code, "sign in with a read or admin token (or send Authorization: Bearer)")
+            raise HttpError(401, code, "sign in with a read or admin token (or send Authorization: Bearer)")
         request[PRINCIPAL] = Principal(found[0], found[1], via_cookie)
         return await handler(request)
 
@@ -114,7 +114,7 @@ def require_admin(request: web.Request) -> Principal:
     """The signed-in admin; a read token gets a 403 ``admin_required``."""
     p = principal(request)
     if not p.admin:
-        raise WebError(403, "admin_required", "this action needs an admin token; yours may only read")
+        raise HttpError(403, "admin_required", "this action needs an admin token; yours may only read")
     return p
 
 
@@ -136,7 +136,7 @@ async def csrf_middleware(request: web.Request, handler: Handler) -> web.StreamR
         p = request.get(PRINCIPAL)
         from_cookie = p is None or p.via_cookie
         if same is False or (same is None and from_cookie):
-            raise WebError(
+            raise HttpError(
                 403, "cross_site_refused", "a dashboard action must come from the dashboard's pages"
             )
     return await handler(request)

@@ -15,9 +15,10 @@ from aiohttp import web
 
 from jqcore import metrics
 from jqcore.errors import JobqError
+from jqcore.http import HttpError, error_middleware, json_response
 from kafkagate import claims, cron, graphs, history, jobs, queues
+from kafkagate.auth import auth_middleware
 from kafkagate.body import body_middleware
-from kafkagate.http import auth_middleware, error_body, error_middleware, json_response
 from kafkagate.openapi import document
 from kafkagate.state import GATE, Gate
 
@@ -55,9 +56,8 @@ async def readyz(request: web.Request) -> web.Response:
         except JobqError as exc:
             problems[topic] = exc.message
     if problems:
-        body = error_body(JobqError("Kafka is not ready for every routed topic", code="kafka_not_ready"))
-        body["error"]["topics"] = problems
-        return json_response(body, 503, {"Retry-After": "1"})
+        message = "Kafka is not ready for every routed topic"
+        raise HttpError(503, "kafka_not_ready", message, details={"topics": problems})
     return json_response({"status": "ready", "az": gate.settings.az, "topics": gate.routing.topics()})
 
 
@@ -77,7 +77,7 @@ def make_app(gate: Gate, mounts: Mapping[str, web.Application] | None = None) ->
         client_max_size=gate.settings.max_body_bytes,
         middlewares=[
             metrics_middleware,
-            error_middleware,
+            error_middleware("the gateway"),
             auth_middleware(gate.settings.tokens, list(mounts)),
             body_middleware,
         ],

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
-from kafkagate.http import ApiError
+from jqcore.http import HttpError
 
 __all__ = ["ENCODINGS", "JSON", "NDJSON", "body_middleware", "inflate", "read_body"]
 
@@ -51,7 +51,7 @@ def check_content_type(request: web.Request, accepted: tuple[str, ...]) -> None:
     if not request.headers.get(hdrs.CONTENT_TYPE, "").strip():
         return  # no Content-Type: the body is read as JSON
     if request.content_type not in accepted:
-        raise ApiError(
+        raise HttpError(
             415,
             "content_type_unsupported",
             f"Content-Type {request.content_type!r} is not accepted here; send {' or '.join(accepted)} "
@@ -59,7 +59,7 @@ def check_content_type(request: web.Request, accepted: tuple[str, ...]) -> None:
         )
     charset = request.charset
     if charset is not None and charset.lower() not in CHARSETS:
-        raise ApiError(415, "content_type_unsupported", f"charset {charset!r}: JSON bodies must be UTF-8")
+        raise HttpError(415, "content_type_unsupported", f"charset {charset!r}: JSON bodies must be UTF-8")
 
 
 def content_encoding(request: web.Request) -> str:
@@ -67,7 +67,7 @@ def content_encoding(request: web.Request) -> str:
     given = ",".join(request.headers.getall(hdrs.CONTENT_ENCODING, []))
     coding = given.strip().lower() or "identity"
     if coding not in ENCODINGS:
-        raise ApiError(
+        raise HttpError(
             415,
             "content_encoding_unsupported",
             f"Content-Encoding {given[:64]!r} is not accepted; use one of {', '.join(ENCODINGS)}",
@@ -90,14 +90,14 @@ def inflate(raw: bytes, coding: str, limit: int) -> bytes:
             d = zlib.decompressobj(wbits)
             out += d.decompress(data, limit + 1 - len(out))
             if len(out) > limit:
-                raise ApiError(413, "body_too_large", f"the body exceeds {limit} bytes once decompressed")
+                raise HttpError(413, "body_too_large", f"the body exceeds {limit} bytes once decompressed")
             if not d.eof:
-                raise ApiError(400, "body_undecodable", f"the {coding} body is truncated")
+                raise HttpError(400, "body_undecodable", f"the {coding} body is truncated")
             data = d.unused_data
             if data and coding != "gzip":
-                raise ApiError(400, "body_undecodable", f"bytes follow the end of the {coding} stream")
+                raise HttpError(400, "body_undecodable", f"bytes follow the end of the {coding} stream")
     except zlib.error as exc:
-        raise ApiError(400, "body_undecodable", f"the body is not valid {coding}: {exc}") from None
+        raise HttpError(400, "body_undecodable", f"the body is not valid {coding}: {exc}") from None
     return bytes(out)
 
 
@@ -109,7 +109,7 @@ async def body_middleware(request: web.Request, handler: Handler) -> web.StreamR
     limit = request.client_max_size
     if request.content_length is not None and request.content_length > limit:
         message = f"Content-Length {request.content_length} exceeds the limit of {limit} bytes"
-        raise ApiError(413, "body_too_large", message)
+        raise HttpError(413, "body_too_large", message)
     if not request.body_exists:
         request[BODY] = b""
         return await handler(request)

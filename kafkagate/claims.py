@@ -11,9 +11,9 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from jqcore.http import HttpError, json_response
 from jqcore.state import ClaimedJob
 from kafkagate.body import read_body
-from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
 from kafkagate.state import GATE
@@ -108,7 +108,7 @@ async def extend(request: web.Request) -> web.Response:
     if isinstance(outcome, str):
         status = 404 if outcome == "missing" else 409
         code = {"missing": "job_not_found", "stale": "lease_stale", "canceled": "job_canceled"}[outcome]
-        raise ApiError(status, code, f"lease of job {owner[0]!r} not extended: {outcome}")
+        raise HttpError(status, code, f"lease of job {owner[0]!r} not extended: {outcome}")
     return json_response({"id": owner[0], "lease_deadline_ms": outcome})
 
 

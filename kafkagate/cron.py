@@ -12,8 +12,8 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, check_name, parse_schedule
 from jqcore.cronstore import CronStore, fire_now, overview
 from jqcore.errors import CronInvalid, CronNotFound, FieldError
+from jqcore.http import HttpError, json_response
 from kafkagate.body import read_body
-from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call
 from kafkagate.state import GATE
 
@@ -68,7 +68,7 @@ async def put_schedule(request: web.Request) -> web.Response:
     try:
         body = orjson.loads(await read_body(request) or b"{}")
     except orjson.JSONDecodeError as exc:
-        raise ApiError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise CronInvalid(FieldError("$", "must be an object"))
     if "created_ms" in body:

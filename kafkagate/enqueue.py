@@ -25,10 +25,10 @@ import orjson
 
 from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encoded, new_envelope
 from jqcore.errors import EnvelopeError, FieldError
+from jqcore.http import HttpError
 from jqcore.kafka import Record, job_record
 from jqcore.routing import RoutingSettings
 from jqcore.state import QueueConfig
-from kafkagate.http import ApiError
 
 __all__ = [
     "CLIENT_FIELDS",
@@ -78,7 +78,7 @@ class Parsed:
 
 def _documents(body: bytes, content_type: str) -> list[Any]:
     if not body.strip():
-        raise ApiError(400, "body_empty", "the request has no body")
+        raise HttpError(400, "body_empty", "the request has no body")
     if content_type == "application/x-ndjson":
         docs = []
         for n, line in enumerate(body.splitlines()):
@@ -86,15 +86,17 @@ def _documents(body: bytes, content_type: str) -> list[Any]:
                 try:
                     docs.append(orjson.loads(line))
                 except orjson.JSONDecodeError as exc:
-                    raise ApiError(400, "body_not_json", f"line {n + 1} is not JSON: {exc}") from None
+                    raise HttpError(400, "body_not_json", f"line {n + 1} is not JSON: {exc}") from None
         return docs
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise ApiError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
     if isinstance(doc, dict) and "jobs" in doc and "kind" not in doc:
         if not isinstance(doc["jobs"], list):
-            raise ApiError(400, "body_invalid", "jobs must be an array", [FieldError("jobs", "not an array")])
+            raise HttpError(
+                400, "body_invalid", "jobs must be an array", [FieldError("jobs", "not an array")]
+            )
         return list(doc["jobs"])
     return [doc]
 
@@ -109,16 +111,16 @@ def parse_jobs(
     now: int,
     stamp: Callable[[Envelope], Envelope] | None = None,
 ) -> Parsed:
-    """Validate every job of the request; raises ApiError / EnvelopeError naming each bad field.
+    """Validate every job of the request; raises HttpError / EnvelopeError naming each bad field.
 
     ``stamp`` (tracing on: ``jqcore.tracing.EnqueueSpans.stamp``) gives each valid job its enqueue span's
     context as ``trace`` before the envelope is encoded, so the size check counts it; None (tracing off)
     leaves the envelopes exactly as the client's fields make them."""
     docs = _documents(body, content_type)
     if len(docs) > max_batch:
-        raise ApiError(413, "batch_too_large", f"{len(docs)} jobs in one request; the limit is {max_batch}")
+        raise HttpError(413, "batch_too_large", f"{len(docs)} jobs in one request; the limit is {max_batch}")
     if not docs:
-        raise ApiError(400, "body_empty", "the batch holds no job")
+        raise HttpError(400, "body_empty", "the batch holds no job")
     single = len(docs) == 1 and content_type != "application/x-ndjson"
     envelopes: list[Envelope] = []
     partitions: list[int | None] = []
@@ -144,11 +146,11 @@ def parse_jobs(
     return parsed
 
 
-def too_large(parsed: Parsed, sizes: Mapping[int, int], limit: int | None) -> ApiError:
+def too_large(parsed: Parsed, sizes: Mapping[int, int], limit: int | None) -> HttpError:
     """413 ``job_too_large`` naming each job, its record size and the limit (None: Kafka's, unknown)."""
     why = f"the limit is {limit} bytes" if limit is not None else "Kafka refused it as too large"
     fields = [FieldError(parsed.where(i), f"{n} bytes as a Kafka record; {why}") for i, n in sizes.items()]
-    return ApiError(
+    return HttpError(
         413,
         "job_too_large",
         "; ".join(f"{f.field}: {f.problem}" for f in fields),

@@ -12,11 +12,11 @@ from jqcore.clock import now_ms
 from jqcore.envelope import encode, validate_name
 from jqcore.errors import EnvelopeError, FieldError, GraphInvalid
 from jqcore.graphs import graph_envelope, node_job_id, parse
+from jqcore.http import HttpError, json_response
 from jqcore.kafka import Record
 from jqcore.routing import QueueUnrouted
 from kafkagate.body import read_body
 from kafkagate.enqueue import Parsed
-from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call, produce
 from kafkagate.state import GATE
 
@@ -29,7 +29,7 @@ def _graph_id(request: web.Request) -> str:
     try:
         return validate_name("id", request.match_info["graph"])
     except EnvelopeError as exc:
-        raise ApiError(400, "graph_id_invalid", exc.message, exc.fields) from None
+        raise HttpError(400, "graph_id_invalid", exc.message, exc.fields) from None
 
 
 async def _json(request: web.Request) -> Any:
@@ -37,7 +37,7 @@ async def _json(request: web.Request) -> Any:
     try:
         return orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError as exc:
-        raise ApiError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
 
 
 @routes.post("/v1/graphs")

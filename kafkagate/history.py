@@ -15,7 +15,7 @@ from aiohttp import web
 
 from jqcore.events import TERMINAL
 from jqcore.history import HistoryStore, JobSnapshot
-from kafkagate.http import ApiError, json_response
+from jqcore.http import HttpError, json_response
 from kafkagate.state import GATE
 
 __all__ = ["archived", "routes"]
@@ -64,7 +64,7 @@ def _int(request: web.Request, name: str) -> int | None:
         return int(raw)
     except ValueError:
         msg = f"{name} must be an integer (ms since the epoch), not {raw!r}"
-        raise ApiError(400, "query_invalid", msg) from None
+        raise HttpError(400, "query_invalid", msg) from None
 
 
 @routes.get("/v1/jobs")
@@ -74,13 +74,13 @@ async def search_jobs(request: web.Request) -> web.Response:
     ``next``)."""
     store = request.app[GATE].history()
     if store is None:
-        raise ApiError(
+        raise HttpError(
             404, "history_missing", "no history tables here (JOBQ_HISTORY_PATH, `jobq history run`)"
         )
     given = _int(request, "limit")
     limit = 50 if given is None else given
     if not 1 <= limit <= MAX_LIMIT:
-        raise ApiError(400, "query_invalid", f"limit must be 1..{MAX_LIMIT}, not {limit}")
+        raise HttpError(400, "query_invalid", f"limit must be 1..{MAX_LIMIT}, not {limit}")
     q = request.query
     since, until = _int(request, "since"), _int(request, "until")
     page = await asyncio.to_thread(  # a bad cursor: QueryInvalid, a 400 like every JobqError with a status

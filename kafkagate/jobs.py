@@ -13,6 +13,7 @@ from jqcore import metrics, tracing
 from jqcore.clock import now_ms
 from jqcore.envelope import decode, validate_name
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
+from jqcore.http import HttpError, json_response
 from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
@@ -30,7 +31,6 @@ from kafkagate.enqueue import (
     too_large,
 )
 from kafkagate.history import archived
-from kafkagate.http import ApiError, json_response
 from kafkagate.state import GATE, Gate
 
 __all__ = ["routes"]
@@ -46,7 +46,7 @@ def queue_of(request: web.Request) -> str:
     try:
         return validate_name("queue", queue)
     except EnvelopeError as exc:
-        raise ApiError(400, "queue_invalid", exc.message, exc.fields) from None
+        raise HttpError(400, "queue_invalid", exc.message, exc.fields) from None
 
 
 async def _read_body(request: web.Request) -> bytes:
@@ -62,7 +62,7 @@ async def _check_idempotency(gate: Gate, digest: str, body_hash: str) -> None:
         log.warning("idempotency check skipped (Redis unreachable)", error=repr(exc))
         return
     if previous is not None and previous != body_hash:
-        raise ApiError(
+        raise HttpError(
             409, "idempotency_key_reused", f"{IDEMPOTENCY_HEADER} was used before with a different body"
         )
 
@@ -73,7 +73,7 @@ async def _idempotency(request: web.Request, gate: Gate, queue: str, body: bytes
     if key is None:
         return None
     if not key or len(key) > 255:
-        raise ApiError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
+        raise HttpError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
     digest, body_hash = idempotency_digest(key, queue, body)
     await _check_idempotency(gate, digest, body_hash)
     return digest
@@ -136,7 +136,7 @@ async def get_job(request: web.Request) -> web.Response:
         old = await archived(gate.history(), queue, job_id)
         if old is not None:
             return json_response(old)
-        raise ApiError(
+        raise HttpError(
             404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not yet relayed, or GC'd)"
         )
     out = info.as_dict()
@@ -173,12 +173,12 @@ async def replay_job(request: web.Request) -> web.Response:
     queue, job_id = queue_of(request), request.match_info["id"]
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is not None and not 0 < len(key) <= 255:
-        raise ApiError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
+        raise HttpError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
     info = await engine_call(gate.engine.get_job(queue, job_id))
     if info is None or info.envelope is None:
-        raise ApiError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
+        raise HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
     if info.state not in REPLAYABLE:
-        raise ApiError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
+        raise HttpError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
     new_id = None
     if key is not None:
         new_id = "rp-" + hashlib.sha256(f"{queue}\0{job_id}\0{key}".encode()).hexdigest()[:40]
@@ -189,7 +189,7 @@ async def replay_job(request: web.Request) -> web.Response:
     try:
         env = replayed(queue, info, new_id)
     except ReplayError as exc:
-        raise ApiError(exc.http_status, exc.code, exc.message) from exc
+        raise HttpError(exc.http_status, exc.code, exc.message) from exc
     records, acks = build_records(Parsed([env], [None]), gate.routing, queue)
     await gate.check_topic(records[0].topic)
     delivered = await gate.producer(acks).produce_many(records)

@@ -38,7 +38,8 @@ from pathlib import Path
 from aiohttp import web
 
 from jqcore.errors import JobqError
-from jqcore.lifecycle import Service, cancel_and_wait, run_until_signal, serve_http
+from jqcore.http import serve_http
+from jqcore.lifecycle import Service, cancel_and_wait, run_until_signal
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.redisconn import connect
@@ -78,10 +79,9 @@ STABLE_S = 60.0
 MAX_DEATHS = 5
 DEATH_WINDOW_S = 60.0
 STOP_GRACE_S = 30.0
-"""How long the children get to drain after SIGTERM (their HTTP drain is 5 s, then producers flush)."""
+"""How long the children get to drain after SIGTERM (their HTTP drain is 5 s,
+``jqcore.http.SHUTDOWN_TIMEOUT_S``, then producers flush)."""
 PARENT_CHECK_S = 1.0
-SHUTDOWN_TIMEOUT_S = 5.0
-"""How long a stopping gateway process lets running requests finish (as :func:`serve_http`)."""
 
 
 class GateService(Service):
@@ -119,13 +119,11 @@ class GateService(Service):
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
         app = make_app(self.gate, self.mounts)
-        if self.slot is None:
-            self._runner, self.port = await serve_http(app, self.settings.host, self.settings.port)
-        else:
+        if self.slot is not None:
             app.on_response_prepare.append(_process_header(str(self.slot)))
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
-            await self._runner.setup()
-            await web.TCPSite(self._runner, self.settings.host, self.settings.port, reuse_port=True).start()
+        self._runner, self.port = await serve_http(
+            app, self.settings.host, self.settings.port, reuse_port=self.slot is not None
+        )
         await self._presence.start()
         log.info(
             "gateway serving", host=self.settings.host, port=self.port, az=self.settings.az, slot=self.slot

@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, FieldError
+from jqcore.http import HttpError, json_response
 from jqcore.state import QueueConfig
 from kafkagate.body import read_body
-from kafkagate.http import ApiError, json_response
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.state import GATE
 
@@ -80,10 +80,10 @@ def parse_model(model: type[M], body: bytes) -> M:
     try:
         return model.model_validate(orjson.loads(body or b"{}"))
     except orjson.JSONDecodeError as exc:
-        raise ApiError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
     except ValidationError as exc:
         fields = [FieldError(".".join(str(p) for p in e["loc"]) or "$", e["msg"]) for e in exc.errors()]
-        raise ApiError(
+        raise HttpError(
             400, "body_invalid", "; ".join(f"{f.field}: {f.problem}" for f in fields), fields
         ) from None
 
@@ -91,7 +91,7 @@ def parse_model(model: type[M], body: bytes) -> M:
 def _filter(request: web.Request) -> dict[str, str]:
     pairs = {k[5:]: v for k, v in request.query.items() if k.startswith("meta.")}
     if len(pairs) > 1:
-        raise ApiError(400, "filter_invalid", "depth by filter takes one meta.KEY=VALUE pair")
+        raise HttpError(400, "filter_invalid", "depth by filter takes one meta.KEY=VALUE pair")
     return pairs
 
 
@@ -127,7 +127,7 @@ async def put_queue(request: web.Request) -> web.Response:
     body = parse_model(QueueConfigBody, await read_body(request))
     current = await engine_call(gate.engine.queue_config(queue))
     if current.mode == "exclusive" and "mode" not in body.model_fields_set:
-        raise ApiError(
+        raise HttpError(
             409,
             "queue_config_would_reset",
             f"queue {queue!r} is exclusive on {current.excl_key!r}; PUT replaces the whole configuration and"
@@ -165,9 +165,9 @@ async def list_dead(request: web.Request) -> web.Response:
         offset = int(request.query.get("offset", "0"))
         limit = min(1000, int(request.query.get("limit", "100")))
     except ValueError:
-        raise ApiError(400, "query_invalid", "offset and limit must be integers") from None
+        raise HttpError(400, "query_invalid", "offset and limit must be integers") from None
     if not (0 <= offset <= MAX_OFFSET and limit >= 1):
-        raise ApiError(400, "query_invalid", f"offset must be 0..{MAX_OFFSET} and limit at least 1")
+        raise HttpError(400, "query_invalid", f"offset must be 0..{MAX_OFFSET} and limit at least 1")
     jobs = await engine_call(gate.engine.dead_list(queue, offset, limit))
     out = []
     for j in jobs:
@@ -201,7 +201,7 @@ def kind_of(request: web.Request) -> str:
     try:
         return validate_name("kind", request.match_info["kind"])
     except EnvelopeError as exc:
-        raise ApiError(400, "kind_invalid", exc.message, exc.fields) from None
+        raise HttpError(400, "kind_invalid", exc.message, exc.fields) from None
 
 
 @routes.put("/v1/kinds/{kind}")
@@ -240,5 +240,5 @@ async def get_kind(request: web.Request) -> web.Response:
     kind = kind_of(request)
     found = (await _kinds(request)).get(kind)
     if found is None:
-        raise ApiError(404, "kind_not_found", f"no job type {kind!r} is configured (PUT /v1/kinds/{kind})")
+        raise HttpError(404, "kind_not_found", f"no job type {kind!r} is configured (PUT /v1/kinds/{kind})")
     return json_response({"kind": kind, **found})

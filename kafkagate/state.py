@@ -10,7 +10,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
@@ -153,7 +153,7 @@ class Gate:
 
     async def close(self) -> None:
         if self._cron is not None:
-            await self._cron.client.http._session.close()
+            await close_consul(self._cron.client)
             self._cron = None
         # repeated cancels: redis-py may turn one into an error the flush loop carries on after (seen: a
         # gateway whose stop waited forever on this loop after a broker pause)

@@ -61,7 +61,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
@@ -323,7 +323,7 @@ async def _drop_schedules(sources: Sources) -> None:
         for schedule in await store.list():
             await store.delete(schedule.name)
     finally:
-        await consul.http._session.close()
+        await close_consul(consul)
 
 
 # --- fill: Redis ------------------------------------------------------------------------------------
@@ -438,7 +438,7 @@ async def add_schedules(setup: Setup) -> int:
                 n += 1
         return n
     finally:
-        await consul.http._session.close()
+        await close_consul(consul)
 
 
 # --- fill: the history tables ------------------------------------------------------------------------

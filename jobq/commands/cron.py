@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import check_name, parse_schedule
 from jqcore.cronstore import CronStore, fire_now, overview
 from jqcore.errors import CronInvalid, CronNotFound, FieldError
@@ -36,7 +36,7 @@ def _run(action: Callable[[CronStore], Awaitable[T]]) -> T:
         try:
             return await action(CronStore(client, load(CronSettings).kv_prefix))
         finally:
-            await client.http._session.close()
+            await close_consul(client)
 
     return asyncio.run(go())
 

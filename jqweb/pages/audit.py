@@ -6,9 +6,9 @@ import re
 
 from aiohttp import web
 
+from jqcore.http import HttpError
 from jqweb import audit
 from jqweb.context import WEB
-from jqweb.errors import WebError
 from jqweb.render import page, query_int
 
 __all__ = ["routes"]
@@ -24,7 +24,7 @@ async def audit_log(request: web.Request) -> web.Response:
     count = query_int(request, "count", 100, 1, 1000)
     before = request.query.get("before") or None
     if before is not None and not STREAM_ID.fullmatch(before):
-        raise WebError(
+        raise HttpError(
             400, "query_invalid", f"before must be an audit entry id (1700000000000-0), not {before!r}"
         )
     entries = await audit.read(w.client, count, before)

@@ -10,9 +10,9 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from jqcore.http import HttpError
 from jqcore.state import Engine
 from jqweb.context import WEB
-from jqweb.errors import WebError
 from jqweb.pages.jobs import BATCH, confirm_count, confirm_page, too_many
 from jqweb.render import act, form, page, query_int
 from jqweb.search import job_row
@@ -25,7 +25,7 @@ routes = web.RouteTableDef()
 
 async def _known(engine: Engine, queue: str) -> None:
     if queue not in await engine.queues():
-        raise WebError(404, "queue_not_found", f"no queue {queue!r}")
+        raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
 
 
 @routes.get("/dead")
@@ -38,7 +38,7 @@ async def dead(request: web.Request) -> web.Response:
     dead_per_queue = await engine.dead_counts(await engine.queues())
     counts = [{"queue": q, "dead": n} for q, n in dead_per_queue.items() if n or q == queue]
     if queue is not None and queue not in {c["queue"] for c in counts}:
-        raise WebError(404, "queue_not_found", f"no queue {queue!r}")
+        raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     rows: list[dict[str, Any]] = []
     if queue is not None:
         rows = [job_row(j) for j in await engine.dead_list(queue, offset, size)]
@@ -59,10 +59,10 @@ def _ids(data: Mapping[str, str], queue: str) -> list[str]:
     for item in data.get("id", "").replace(",", "\n").split():
         q, slash, job_id = item.rpartition("/")
         if slash and q != queue:
-            raise WebError(400, "form_invalid", f"id: {item[:80]!r} is not a job of queue {queue!r}")
+            raise HttpError(400, "form_invalid", f"id: {item[:80]!r} is not a job of queue {queue!r}")
         out.append(job_id)
     if not out:
-        raise WebError(400, "form_invalid", "select dead jobs (id) or send all=1")
+        raise HttpError(400, "form_invalid", "select dead jobs (id) or send all=1")
     return list(dict.fromkeys(out))
 
 

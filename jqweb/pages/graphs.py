@@ -15,9 +15,9 @@ from aiohttp import web
 
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, GraphNotFound
+from jqcore.http import HttpError
 from jqcore.state import GraphInfo, NodeInfo
 from jqweb.context import WEB
-from jqweb.errors import WebError
 from jqweb.render import act, form, page, query_int
 
 __all__ = ["layout", "routes"]
@@ -36,7 +36,7 @@ def _graph_id(raw: str) -> str:
     try:
         return validate_name("id", raw)
     except EnvelopeError as exc:
-        raise WebError(400, "graph_id_invalid", exc.message) from None
+        raise HttpError(400, "graph_id_invalid", exc.message) from None
 
 
 def _natural(name: str) -> list[Any]:

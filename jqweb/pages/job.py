@@ -14,11 +14,11 @@ from aiohttp import web
 
 from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
+from jqcore.http import HttpError
 from jqcore.kafka import job_record
 from jqcore.state import JobInfo
 from jqrecover.replay import ReplayError, replayed
 from jqweb.context import WEB, Web
-from jqweb.errors import WebError
 from jqweb.pages.jobs import CANCELABLE, cancel_one
 from jqweb.render import act, form, page, wants_json
 from jqweb.search import FINISHED, split_error
@@ -37,8 +37,8 @@ def _here(w: Web, queue: str, job_id: str) -> str:
     return f"{w.base}/jobs/{quote(queue, safe='')}/{quote(job_id, safe='')}"
 
 
-def _not_found(queue: str, job_id: str) -> WebError:
-    return WebError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not relayed yet, or GC'd)")
+def _not_found(queue: str, job_id: str) -> HttpError:
+    return HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r} (not relayed yet, or GC'd)")
 
 
 def _envelope(info: JobInfo) -> dict[str, Any] | None:
@@ -181,7 +181,7 @@ async def retry(request: web.Request) -> web.Response:
     async def run() -> int:
         info = await _existing(w, queue, job_id)
         if info.state != "errored":
-            raise WebError(409, "job_not_dead", f"job {job_id!r} is {info.state}; only dead jobs retry")
+            raise HttpError(409, "job_not_dead", f"job {job_id!r} is {info.state}; only dead jobs retry")
         return await w.engine.dead_retry(queue, [job_id], 1)
 
     return await act(
@@ -200,7 +200,7 @@ async def _replay(w: Web, queue: str, job_id: str) -> dict[str, Any]:
     try:
         env = replayed(queue, info)
     except ReplayError as exc:
-        raise WebError(exc.http_status, exc.code, exc.message) from exc
+        raise HttpError(exc.http_status, exc.code, exc.message) from exc
     topic, _ = w.sources.routing.route(queue)
     (d,) = await w.producer().produce_many([job_record(topic, env)])
     return {"id": env.id, "topic": d.topic, "partition": d.partition, "offset": d.offset}

@@ -12,11 +12,11 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from jqcore.http import HttpError
 from jqcore.kafka import Record, schedule_key
 from jqcore.settings import FarSettings, load
 from jqcore.state import Engine, Forgotten, JobInfo
 from jqweb.context import WEB, Web
-from jqweb.errors import WebError
 from jqweb.render import act, form, page, query_int
 from jqweb.search import (
     FIELDS,
@@ -179,7 +179,7 @@ def _selected(data: Mapping[str, str]) -> list[tuple[str, str]]:
     for item in data.get("id", "").replace(",", "\n").split():
         queue, slash, job_id = item.partition("/")
         if not slash or not queue or not job_id:
-            raise WebError(400, "form_invalid", f"id: each selected job is <queue>/<id>, not {item[:80]!r}")
+            raise HttpError(400, "form_invalid", f"id: each selected job is <queue>/<id>, not {item[:80]!r}")
         out.append((queue, job_id))
     return out
 
@@ -211,22 +211,22 @@ async def _targets(w: Web, data: Mapping[str, str], action: Action) -> Targets:
     if data.get("all") == "1":
         f = parse_filters(data, "form_invalid")
         if f.source != "live":
-            raise WebError(400, "form_invalid", "source: bulk actions change live jobs (source=live)")
+            raise HttpError(400, "form_invalid", "source: bulk actions change live jobs (source=live)")
         found, matched = await matching(engine, f, action.applies, w.settings.bulk_limit)
         fields = [("all", "1"), *f.raw.items()]
         return Targets(found, matched, f"jobs matching {f.describe()}", fields)
     pairs = _selected(data)
     if not pairs:
-        raise WebError(400, "form_invalid", "select jobs (id=<queue>/<id>) or send all=1 with the filters")
+        raise HttpError(400, "form_invalid", "select jobs (id=<queue>/<id>) or send all=1 with the filters")
     jobs = await _selected_jobs(engine, pairs)
     found = [j for j in jobs if j.state in action.applies]
     fields = [("id", f"{q}/{i}") for q, i in dict.fromkeys(pairs)]
     return Targets(found, len(jobs), f"selected jobs ({len(pairs)} selected)", fields)
 
 
-def too_many(count: int, limit: int) -> WebError:
+def too_many(count: int, limit: int) -> HttpError:
     more = "more than " if count > limit else ""
-    return WebError(
+    return HttpError(
         400, "too_many", f"{more}{limit:,} jobs match; at most {limit:,} change at once: narrow the filter"
     )
 
@@ -237,7 +237,7 @@ def confirm_count(data: Mapping[str, str]) -> int | None:
     if raw is None:
         return None
     if not raw.isdigit():
-        raise WebError(400, "form_invalid", f"confirm: the count confirmed, not {raw[:40]!r}")
+        raise HttpError(400, "form_invalid", f"confirm: the count confirmed, not {raw[:40]!r}")
     return int(raw)
 
 
@@ -276,7 +276,7 @@ async def bulk(request: web.Request) -> web.Response:
     name = data.get("action", "")
     action = ACTIONS.get(name)
     if action is None:
-        raise WebError(400, "form_invalid", f"action: one of {', '.join(ACTIONS)}, not {name[:40]!r}")
+        raise HttpError(400, "form_invalid", f"action: one of {', '.join(ACTIONS)}, not {name[:40]!r}")
     t = await _targets(w, data, action)
     count, limit = len(t.jobs), w.settings.bulk_limit
     if count > limit:
@@ -295,7 +295,7 @@ async def bulk(request: web.Request) -> web.Response:
             next_url=next_url,
         )
     if count > confirmed:
-        raise WebError(
+        raise HttpError(
             409, "confirm_stale", f"{count:,} jobs match now, {confirmed:,} were confirmed: confirm again"
         )
     who = principal(request).who

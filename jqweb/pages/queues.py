@@ -12,10 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from jqcore.clock import now_ms
+from jqcore.http import HttpError
 from jqcore.redisconn import RedisClient
 from jqweb import series
 from jqweb.context import WEB, Web
-from jqweb.errors import WebError
 from jqweb.overview import queue_row, queue_rows
 from jqweb.pages.topics import describe_rate, topic_of
 from jqweb.render import act, form, page
@@ -73,7 +73,7 @@ async def queues_page(request: web.Request) -> web.Response:
 
 async def _known(w: Web, queue: str) -> str:
     if queue not in await w.engine.queues():
-        raise WebError(404, "queue_not_found", f"no queue {queue!r}")
+        raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     return queue
 
 
@@ -149,9 +149,9 @@ def settings_changes(fields: dict[str, str]) -> dict[str, Any]:
         try:
             value = int(raw)
         except ValueError:
-            raise WebError(400, "form_invalid", f"{name} must be an integer, not {raw!r}") from None
+            raise HttpError(400, "form_invalid", f"{name} must be an integer, not {raw!r}") from None
         if not low <= value <= high:
-            raise WebError(400, "form_invalid", f"{name} must be {low}..{high}, not {value}")
+            raise HttpError(400, "form_invalid", f"{name} must be {low}..{high}, not {value}")
         changes[name] = value
     return changes
 

@@ -13,9 +13,9 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, check_name
 from jqcore.cronstore import fire_now, overview
 from jqcore.errors import CronInvalid, JobqError
+from jqcore.http import HttpError
 from jqcore.state import Engine
 from jqweb.context import WEB
-from jqweb.errors import WebError
 from jqweb.render import act, form, page
 
 __all__ = ["routes"]
@@ -80,11 +80,11 @@ def _name(request: web.Request) -> str:
     try:
         return check_name(request.match_info["name"])
     except CronInvalid as exc:
-        raise WebError(400, "schedule_name_invalid", exc.message) from None
+        raise HttpError(400, "schedule_name_invalid", exc.message) from None
 
 
-def _missing(name: str) -> WebError:
-    return WebError(404, "schedule_not_found", f"no cron schedule named {name!r}")
+def _missing(name: str) -> HttpError:
+    return HttpError(404, "schedule_not_found", f"no cron schedule named {name!r}")
 
 
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:

@@ -9,10 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
+from jqcore.http import HttpError
 from jqcore.rates import parse_rate
 from jqcore.routing import QueueUnrouted, RoutingSettings
 from jqweb.context import WEB, Web
-from jqweb.errors import WebError
 from jqweb.overview import collect
 from jqweb.render import act, form, page
 from jqweb.security import require_admin
@@ -100,7 +100,7 @@ def _rate_field(fields: dict[str, str]) -> tuple[str, float | None]:
     try:
         return text, parse_rate(text)
     except ValueError:
-        raise WebError(
+        raise HttpError(
             400,
             "rate_invalid",
             f"rate must be empty (unlimited), 0 (paused) or jobs per second, not {text!r}",
@@ -125,7 +125,7 @@ async def set_topic_rate(request: web.Request) -> web.Response:
     require_admin(request)  # a read token learns nothing more than 403
     topic = request.match_info["topic"]
     if topic not in w.sources.topics():
-        raise WebError(404, "topic_not_found", f"no topic {topic!r} among the relays' topics")
+        raise HttpError(404, "topic_not_found", f"no topic {topic!r} among the relays' topics")
     fields = await form(request)
     text, rate = _rate_field(fields)
     return await act(
@@ -153,7 +153,7 @@ async def set_queue_rate(request: web.Request) -> web.Response:
     require_admin(request)
     queue = request.match_info["queue"]
     if "/" in queue or not await _queue_known(w, queue):
-        raise WebError(404, "queue_not_found", f"no queue {queue!r}")
+        raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     fields = await form(request)
     text, rate = _rate_field(fields)
     return await act(

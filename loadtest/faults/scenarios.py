@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.settings import ConsulSettings, RelayKeys
 from jqstack.supervise import alive, python_m
 from loadtest.faults.pipeline import TOKEN, Roles
@@ -44,7 +44,7 @@ async def _lock_holder(d: Drill) -> tuple[str, str]:
             await asyncio.sleep(0.1)
         raise TimeoutError("no relay holds the topic's lock")
     finally:
-        await client.http._session.close()
+        await close_consul(client)
 
 
 async def worker_kill(d: Drill) -> None:
@@ -74,7 +74,7 @@ async def relay_session_destroyed(d: Drill) -> None:
     try:
         await client.session.destroy(session)
     finally:
-        await client.http._session.close()
+        await close_consul(client)
     d.notes["destroyed_session_of"] = holder
     started = time.monotonic()
     for _ in range(600):

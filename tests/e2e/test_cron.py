@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from jobq.cli import app
 from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import parse_schedule
 from jqcore.cronstore import CronStore
 from jqcore.routing import RoutingSettings
@@ -38,7 +38,7 @@ async def cron_store(endpoints: Endpoints, cron_settings: CronSettings) -> Async
         yield CronStore(client, cron_settings.kv_prefix)
     finally:
         await client.kv.delete(f"{cron_settings.kv_prefix}/", recurse=True)
-        await client.http._session.close()
+        await close_consul(client)
 
 
 async def pending_ids(engine: Engine, queue: str) -> list[str]:
@@ -208,6 +208,6 @@ def test_the_cli_adds_lists_pauses_triggers_and_removes(
         async def clean() -> None:
             client = consul_client(ConsulSettings(addr=endpoints.consul_addr))
             await client.kv.delete(f"{cron_settings.kv_prefix}/", recurse=True)
-            await client.http._session.close()
+            await close_consul(client)
 
         asyncio.run(clean())

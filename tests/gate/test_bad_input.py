@@ -25,9 +25,9 @@ from aiohttp.test_utils import TestServer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, MAX_ENVELOPE_BYTES, decode
+from jqcore.http import error_middleware
 from jqcore.settings import KafkaSettings, RedisSettings
 from jqstack.manager import Endpoints
-from kafkagate.http import error_middleware
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
 
@@ -417,7 +417,7 @@ async def test_an_unexpected_exception_is_a_json_500_and_logged(capsys: pytest.C
     async def boom(_: web.Request) -> web.Response:
         raise RuntimeError("secret detail")
 
-    app = web.Application(middlewares=[error_middleware])
+    app = web.Application(middlewares=[error_middleware("the gateway")])
     app.router.add_get("/boom", boom)
     async with (
         TestServer(app) as server,

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from jqcore.client import ApiRefused, Gateway, GatewayUnavailable, JobqClient
 from jqcore.envelope import decode
+from jqcore.http import serve_http
 from jqrelay.main import RelayService
 
 Reply = Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]
@@ -65,11 +66,8 @@ async def misbehaving(*script: Reply) -> AsyncIterator[Misbehaving]:
     app = web.Application()
     app[DOUBLE] = double
     app.router.add_route("*", "/{tail:.*}", double.handle)
-    runner = web.AppRunner(app, shutdown_timeout=1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    double.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    runner, port = await serve_http(app, "127.0.0.1", 0, shutdown_timeout=1)
+    double.url = f"http://127.0.0.1:{port}"
     try:
         yield double
     finally:

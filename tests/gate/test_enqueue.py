@@ -219,7 +219,7 @@ def test_unknown_scope_is_a_config_error() -> None:
     from pydantic import SecretStr
 
     from jqcore.errors import ConfigError
-    from kafkagate.http import parse_tokens
+    from kafkagate.auth import parse_tokens
 
     with pytest.raises(ConfigError, match="unknown scope"):
         parse_tokens([SecretStr("t:enqueue+everything")])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from jqcore.errors import BackendUnavailable, ConfigError, EnvelopeError, FieldError, JobqError
+from jqcore.http import HttpError, error_body, error_status
 from jqcore.kafka import PartitionInvalid, ProduceFailed, RecordTooLarge, TopicMissing
 from jqcore.routing import QueueUnrouted
 from jqcore.state.codes import (
@@ -17,7 +18,6 @@ from jqcore.state.codes import (
     RedisMemoryFull,
     StaleLease,
 )
-from kafkagate.http import ApiError, _status, error_body
 
 RETRY = {"Retry-After": "1"}
 
@@ -40,13 +40,13 @@ RETRY = {"Retry-After": "1"}
         (FenceRejected("q", 1, 2), 409, {}),
         (QueueConfigInvalid("x"), 400, {}),
         (FilterInvalid("x"), 400, {}),
-        (ApiError(415, "content_type_unsupported", "x"), 415, {}),
+        (HttpError(415, "content_type_unsupported", "x"), 415, {}),
         (BackendUnavailable("x", retriable=False), 500, {}),  # not retriable: never told to retry
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None,
 )
 def test_status_comes_from_the_error(exc: JobqError, status: int, headers: dict[str, str]) -> None:
-    assert _status(exc) == (status, headers)
+    assert error_status(exc) == (status, headers)
 
 
 def test_a_503_is_only_for_retriable_errors() -> None:
@@ -60,14 +60,14 @@ def test_a_503_is_only_for_retriable_errors() -> None:
 
         retriable = True
 
-    assert _status(Odd()) == (500, {})
-    assert _status(Flaky()) == (503, RETRY)
-    assert _status(TopicMissing()) == (503, RETRY), "a missing topic succeeds unchanged once it exists"
+    assert error_status(Odd()) == (500, {})
+    assert error_status(Flaky()) == (503, RETRY)
+    assert error_status(TopicMissing()) == (503, RETRY), "a missing topic succeeds unchanged once it exists"
     assert TopicMissing.retriable
 
 
 def test_error_body_carries_fields_and_details() -> None:
-    exc = ApiError(413, "job_too_large", "big", [FieldError("jobs[1]", "2 MB")], details={"limit_bytes": 9})
+    exc = HttpError(413, "job_too_large", "big", [FieldError("jobs[1]", "2 MB")], details={"limit_bytes": 9})
     assert error_body(exc) == {
         "error": {
             "code": "job_too_large",

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import consul.aio
 import pytest
 
+from jqcore.consulconn import close_consul
 from jqrelay.elector import Elector, ElectorConfig, Role, describe
 from jqstack.manager import Endpoints
 
@@ -18,7 +19,7 @@ async def aio_consul(endpoints: Endpoints) -> AsyncIterator[consul.aio.Consul]:
     host, port = endpoints.consul_addr.rsplit(":", 1)
     client = consul.aio.Consul(host=host, port=int(port))
     yield client
-    await client.http._session.close()
+    await close_consul(client)
 
 
 async def test_one_leader_then_fenced_takeover(aio_consul: consul.aio.Consul, prefix: str) -> None:

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from jobq.cli import app
 from jobq.commands.rebuild import cadences
 from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule, fire_id
 from jqcore.cronstore import CronStore, fire_now
 from jqcore.envelope import encode, new_envelope, record_key
@@ -215,7 +215,7 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
     assert (await engine.depth(qg)).pending == 1
     assert (await engine.depth(qc)).pending == 1
     await crons.delete(schedule.name)
-    await consul.http._session.close()
+    await close_consul(consul)
     await redis.aclose()
 
 

@@ -45,7 +45,7 @@ from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import load
 from jqrelay.settings import RelaySettings
 from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
-from kafkagate.http import parse_tokens, required_scope
+from kafkagate.auth import parse_tokens, required_scope
 from kafkagate.settings import GateSettings
 from worker.settings import WorkerSettings
 

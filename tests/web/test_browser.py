@@ -25,6 +25,7 @@ from canary.monitor import Canary
 from jqcore import metrics
 from jqcore.client import JobqClient
 from jqcore.clock import now_ms
+from jqcore.consulconn import close_consul
 from jqcore.consulconn import consul_client as aio_consul
 from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
@@ -185,7 +186,7 @@ async def test_operator_paths_in_a_real_browser(
     await store.put(
         CronSchedule(name=f"{p}-nightly", cron="0 3 * * *", queue=ok_q, kind="send_email"), now_ms()
     )
-    await store.client.http._session.close()
+    await close_consul(store.client)
     docs = [
         pipeline(f"{p}-words", Step("count_words", ["one two"]), Step("count_words", ["three"]), queue=ok_q),
         group(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jqcore.clock import now_ms
-from jqcore.consulconn import consul_client
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
@@ -108,7 +108,7 @@ async def cron_store(dash: Any) -> Any:
     try:
         yield CronStore(client, dash.sources.cron.kv_prefix)
     finally:
-        await client.http._session.close()
+        await close_consul(client)
 
 
 async def test_delayed_and_far_future_jobs_per_queue(dash: Any, engine: Any, prefix: str) -> None:
