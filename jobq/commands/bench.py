@@ -15,7 +15,7 @@ NOT_INSTALLED = "jobq bench: the benchmarks are not installed; run ./run bench S
 
 
 def bench(ctx: typer.Context) -> None:
-    """Run a benchmark scenario from a checkout (forwards to ``python -m loadtest``)."""
+    """Run a benchmark scenario from a checkout (forwards to python -m loadtest)."""
     try:
         from loadtest.__main__ import main
     except ModuleNotFoundError as exc:
