@@ -25,6 +25,8 @@ bad = sorted(f"{d.name}=={d.version}" for d in md.distributions() \
              if norm(d.name) != "pip" and lock.get(norm(d.name)) != d.version); \
 sys.exit(f"not pinned by requirements.lock: {bad}" if bad else 0)'
 
+# The product only: .dockerignore keeps the tests, the benchmarks (loadtest/), the examples and the tests' stack
+# tooling (jqstack/testing/) out of the context, and the wheel leaves them out anyway (tests/unit/test_wheel.py).
 COPY . .
 RUN /opt/jobq/bin/pip install --no-deps --no-build-isolation . && /opt/jobq/bin/pip check
 

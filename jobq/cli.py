@@ -38,7 +38,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(stack.app, name="stack")
-app.command("bench")(bench.bench)
+app.command(
+    "bench",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+)(bench.bench)
 app.command("demo")(demo.demo)
 app.command("worker")(worker.worker)
 app.command("gate")(gate.gate)

@@ -45,11 +45,6 @@ class ServerClock:
             return now_ms()
         return int(_monotonic_ms() + self._offset)
 
-    @property
-    def skew_ms(self) -> int | None:
-        """Redis's clock minus this host's wall clock (None before the first sync)."""
-        return None if self._offset is None else self.now() - now_ms()
-
     async def sync(self, read_time: Callable[[], Awaitable[Any]], *, force: bool = False) -> None:
         """Ask Redis for its time (``read_time``: a client's ``time``, answering ``(seconds, microseconds)``)
         when the last answer is older than ``resync_s`` (or ``force``). Redis read its clock at some moment

@@ -40,7 +40,6 @@ __all__ = [
     "Record",
     "RecordTooLarge",
     "TopicMissing",
-    "end_offsets",
     "ensure_topics",
     "job_record",
     "parse_schedule_key",
@@ -348,16 +347,3 @@ def topic_partitions(
     except KafkaException as exc:
         raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
     return {t: sorted(md.topics[t].partitions) for t in topics if t in md.topics and md.topics[t].partitions}
-
-
-def end_offsets(bootstrap: str, topic: str, timeout_s: float = 10.0) -> int:
-    """How many records ``topic`` ever held: the sum of its partitions' end offsets (blocking)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.ends", "log_level": 0})
-    try:
-        parts = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
-        ends = (consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in parts)
-        return sum(ends)
-    finally:
-        consumer.close()

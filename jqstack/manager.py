@@ -201,30 +201,16 @@ class Stack:
         tools = self.provision()
         for server in self.servers:
             if not alive(server.pid):
-                server.pid = spawn(self._command(server, tools), log=server.log, cwd=server.data_dir)
-        self._save()
+                self.start_server(server, tools)
         self.wait_ready(timeout_s)
         if self.of_kind("redis-cluster"):
-            self._form_redis_cluster(timeout_s)
+            self.form_redis_cluster(timeout_s)
         return self.endpoints
 
-    def up_timed(self, timeout_s: float = 90.0) -> dict[str, float]:
-        """Start the stopped servers one at a time; seconds from spawn to a real answer, per server."""
-        tools = self.provision()
-        timings: dict[str, float] = {}
-        for server in self.servers:
-            if alive(server.pid):
-                continue
-            started = time.monotonic()
-            server.pid = spawn(self._command(server, tools), log=server.log, cwd=server.data_dir)
-            self._save()
-            self._wait_ready(server, timeout_s)
-            timings[server.name] = time.monotonic() - started
-        if self.of_kind("redis-cluster"):
-            started = time.monotonic()
-            self._form_redis_cluster(timeout_s)
-            timings["redis-cluster-forming"] = time.monotonic() - started
-        return timings
+    def start_server(self, server: ServerSpec, tools: dict[str, Path]) -> None:
+        """Spawn ``server`` (``tools``: what :meth:`provision` answered), not waiting; saves its pid."""
+        server.pid = spawn(self._command(server, tools), log=server.log, cwd=server.data_dir)
+        self._save()
 
     def _command(self, server: ServerSpec, tools: dict[str, Path]) -> list[str]:
         if server.kind == "kafka":
@@ -241,9 +227,9 @@ class Stack:
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         for server in self.servers:
-            self._wait_ready(server, timeout_s)
+            self.wait_server_ready(server, timeout_s)
 
-    def _wait_ready(self, server: ServerSpec, timeout_s: float) -> None:
+    def wait_server_ready(self, server: ServerSpec, timeout_s: float = 90.0) -> None:
         """Until ``server`` answers; fails early when its process dies, with its log tail."""
         wait_until(
             functools.partial(self._ready, server),
@@ -260,7 +246,7 @@ class Stack:
             return ConsulServer.ready(server)
         return RedisServer.ready(server)
 
-    def _form_redis_cluster(self, timeout_s: float) -> None:
+    def form_redis_cluster(self, timeout_s: float = 90.0) -> None:
         nodes = self.of_kind("redis-cluster")
         first = redis.Redis(host="127.0.0.1", port=nodes[0].port, decode_responses=True)
 

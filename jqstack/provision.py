@@ -1,5 +1,5 @@
-"""Obtaining the servers: Kafka's jars (Maven), Consul and toxiproxy (built from their Go modules), Redis
-(Debian).
+"""Obtaining the servers: Kafka's jars (Maven), Consul (built from its Go module), Redis (Debian).
+(toxiproxy, the fault-injection tests' proxy, is built by :mod:`jqstack.testing.faultproxy`.)
 
 Each ``ensure_*`` is idempotent and cached under ``JOBQ_HOME``: the second call fetches and builds
 nothing. A failing step raises :class:`StackError` naming the tool, the command, its output tail and
@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from jqstack.errors import StackError
-from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, TOXIPROXY_VERSION, deploy_dir, home
+from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, deploy_dir, home
 from jqstack.procs import run_step
 
 __all__ = [
@@ -21,7 +21,6 @@ __all__ = [
     "ensure_kafka_jars",
     "ensure_redis",
     "ensure_spark_jars",
-    "ensure_toxiproxy",
     "require_tool",
 ]
 
@@ -99,45 +98,6 @@ def ensure_consul() -> Path:
         env=env,
         timeout_s=1800,
         hint="The Go module proxy must be reachable; deploy/consul/go.sum pins every module.",
-    )
-    tmp.rename(binary)
-    return binary
-
-
-def ensure_toxiproxy() -> Path:
-    """Shopify's toxiproxy server, the TCP fault proxy of the fault-injection tests
-    (:mod:`jqstack.faultproxy`), built once from its Go module through the wrapper in
-    ``deploy/toxiproxy``. The version is stamped into the binary so its ``GET /version`` names it."""
-    binary = home() / "bin" / f"toxiproxy-{TOXIPROXY_VERSION}"
-    if binary.exists():
-        return binary
-    require_tool("go", "Install Go >= 1.23 (the machine image ships one in /usr/local/go/bin).")
-    module = "github.com/Shopify/toxiproxy/v2"
-    wrapper = deploy_dir() / "toxiproxy"
-    pin = f"{module} v{TOXIPROXY_VERSION}"
-    if not (wrapper / "go.mod").is_file() or pin not in (wrapper / "go.mod").read_text():
-        # Without the wrapper `go build -mod=mod` quietly builds whatever the proxy calls latest.
-        raise StackError(f"{wrapper / 'go.mod'} must require {pin}: it pins the toxiproxy jobq builds.")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
-    tmp = binary.with_name(binary.name + ".partial")
-    run_step(
-        f"building toxiproxy {TOXIPROXY_VERSION} from its Go module",
-        [
-            "go",
-            "build",
-            "-trimpath",
-            "-ldflags",
-            f"-X {module}.Version={TOXIPROXY_VERSION}",
-            "-o",
-            str(tmp),
-            f"{module}/cmd/server",
-        ],
-        note="first run only, ~1 min",
-        cwd=wrapper,
-        env=env,
-        timeout_s=900,
-        hint="The Go module proxy must be reachable; deploy/toxiproxy/go.sum pins every module.",
     )
     tmp.rename(binary)
     return binary

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 
@@ -104,14 +103,3 @@ def make_app(gate: Gate, mounts: Mapping[str, web.Application] | None = None) ->
 
     app.on_cleanup.append(close)
     return app
-
-
-def routes_of(app: web.Application) -> list[tuple[str, str]]:
-    """(method, path) of every route (the OpenAPI test checks the document covers them all)."""
-    out: list[tuple[str, str]] = []
-    for route in app.router.routes():
-        info: Mapping[str, Any] = route.resource.get_info() if route.resource else {}
-        path = info.get("path") or info.get("formatter")
-        if path and route.method != "HEAD":
-            out.append((route.method, path))
-    return out

@@ -1,4 +1,4 @@
-"""``jobq bench drain``: drain pre-enqueued no-op jobs with 2 real worker processes (``jobq worker``).
+"""``./run bench drain``: drain pre-enqueued no-op jobs with 2 real worker processes (``jobq worker``).
 
 The jobs are stored into a paused queue on a throw-away Redis, the two workers start (``--burst``) and
 settle, then the queue is resumed and the clock runs until both workers exited (every job completed).
@@ -21,7 +21,7 @@ from jqcore.state import Engine
 from jqstack.manager import Stack, StackSpec
 from jqstack.supervise import Children
 from loadtest.report import Report
-from loadtest.stacks import worker_argv
+from loadtest.stacks import checkout_env, up_timed, worker_argv
 
 __all__ = ["WORKERS", "drain", "fill", "run"]
 
@@ -65,8 +65,8 @@ async def _finished(url: str, queue: str) -> int:
 def drain(url: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
     """Drain the paused ``queue`` holding ``n`` jobs (:func:`fill`) with :data:`WORKERS` burst workers: start
     them, let them settle, resume the queue and time until both exited. The figures of this scenario."""
-    env = {**os.environ, "JOBQ_REDIS_URL": url, "JOBQ_LOG_LEVEL": "warning"}
-    argv = worker_argv(queue, app="worker.examples:registry", concurrency=concurrency, burst=True)
+    env = checkout_env(JOBQ_REDIS_URL=url, JOBQ_LOG_LEVEL="warning")
+    argv = worker_argv(queue, app="examples.demo_app:registry", concurrency=concurrency, burst=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with Children(grace_s=30.0) as workers:
         for i in range(WORKERS):
@@ -107,7 +107,7 @@ def run(quick: bool = False) -> Report:
     stack.servers = [s for s in stack.servers if s.kind == "redis"]
     samples: dict[str, list[float]] = {}
     try:
-        stack.up_timed()
+        up_timed(stack)
         url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
         for rep in range(reps):
             for name, value in _round(url, n, rep, concurrency).items():

@@ -1,4 +1,4 @@
-"""``jobq bench e2e``: the whole path as separate processes on a throw-away stack, durability on.
+"""``./run bench e2e``: the whole path as separate processes on a throw-away stack, durability on.
 
 HTTP → gateway (``python -m kafkagate``, acks=all, idempotent producer) → Kafka (3 partitions) → relay
 (``python -m jqrelay``, Consul lock, fenced writes) → Redis (AOF ``everysec``) → 2 worker processes
@@ -77,7 +77,7 @@ from loadtest.costs import (
 from loadtest.cpu import redis_cpu_s
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
-from loadtest.stacks import bench_stack, worker_argv
+from loadtest.stacks import bench_stack, checkout_env, worker_argv
 
 __all__ = ["Pipeline", "pipeline", "run"]
 
@@ -119,7 +119,7 @@ class Pipeline:
 
 @asynccontextmanager
 async def pipeline(
-    ep: Endpoints, tag: str, *, app: str = "worker.examples:registry", log_dir: Path | None = None
+    ep: Endpoints, tag: str, *, app: str = "examples.demo_app:registry", log_dir: Path | None = None
 ) -> AsyncIterator[Pipeline]:
     """Start gateway, relay, workers and scheduler for queue and topic ``bench.<tag>`` (events to
     ``bench.<tag>.events``); stop them all on exit."""
@@ -128,7 +128,7 @@ async def pipeline(
     await asyncio.to_thread(ensure_topics, kafka, [topic], partitions=PARTITIONS)
     port = free_port()
     env = {
-        **os.environ,
+        **checkout_env(),  # the workers' app (examples/ or loadtest/) is not installed
         **ep.exports(),
         "JOBQ_GATE_PORT": str(port),
         "JOBQ_GATE_TOKENS": TOKEN,

@@ -1,4 +1,4 @@
-"""``jobq bench engine``: the Redis engine alone, on its own throw-away Redis.
+"""``./run bench engine``: the Redis engine alone, on its own throw-away Redis.
 
 * enqueue_batch jobs/s (batches of 500);
 * claim + complete jobs/s with 2 worker processes (batch claims of 50, completes in parallel);
@@ -25,6 +25,7 @@ from jqcore.state import Engine
 from jqsched.timers import Timers
 from jqstack.manager import Stack, StackSpec
 from loadtest.report import Report
+from loadtest.stacks import up_timed
 
 __all__ = ["run"]
 
@@ -159,7 +160,7 @@ def run(quick: bool = False) -> Report:
     stack.servers = [s for s in stack.servers if s.kind == "redis"]
     samples: dict[str, list[float]] = {}
     try:
-        stack.up_timed()
+        up_timed(stack)
         url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
         for rep in range(reps):
             for name, value in asyncio.run(_round(url, quick, rep)).items():

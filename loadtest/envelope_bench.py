@@ -1,4 +1,4 @@
-"""``jobq bench envelope``: the CPU one job's envelope costs, in-process, no servers (µs per envelope).
+"""``./run bench envelope``: the CPU one job's envelope costs, in-process, no servers (µs per envelope).
 
 * decode of a typical small envelope (what the relay does per Kafka record, the worker per claimed job);
 * decode of a full envelope (every optional field set);

@@ -1,4 +1,4 @@
-"""``jobq bench faults``: every fault scenario of :mod:`loadtest.faults.scenarios` in one run, on stacks of
+"""``./run bench faults``: every fault scenario of :mod:`loadtest.faults.scenarios` in one run, on stacks of
 its own (one single-node stack for the scenarios that kill no server or one of each, one whose Redis and
 Kafka sit on small tmpfs mounts, three Kafka brokers, a six-node Redis Cluster), and the report
 ``docs/reliability.md`` copies: per scenario acked, executed, lost, duplicates, recovery time.

@@ -1,4 +1,4 @@
-"""``jobq bench gate``: HTTP enqueue through a gateway into Kafka (acks=all), on a throw-away stack.
+"""``./run bench gate``: HTTP enqueue through a gateway into Kafka (acks=all), on a throw-away stack.
 
 * single-job enqueue at saturation: 64 concurrent clients in a closed loop → requests/s, against a gateway
   of one process and against one of a process per core (``JOBQ_GATE_PROCESSES``, one port shared with

@@ -1,4 +1,4 @@
-"""``jobq bench graphs``: task graphs (``docs/graphs.md``) in jobq, celery and dramatiq, on one dedicated
+"""``./run bench graphs``: task graphs (``docs/graphs.md``) in jobq, celery and dramatiq, on one dedicated
 Redis (flushed between systems), 2 worker processes each, the same trivial tasks.
 
 Two shapes, N graphs each, submitted **one at a time** (the next once the previous completed), so each
@@ -16,7 +16,7 @@ Every final result is checked (WIDTH·(WIDTH+1)/2, LENGTH). Figures per system a
 executed per second: nodes of all N graphs / the sum of their times) and the time per graph, p50 and max.
 
 **jobq** is driven from this process straight into the engine (``engine.graphs.create(parse(doc))``: the
-Kafka hop is measured by ``jobq bench e2e``) with 2 ``jobq worker`` processes (concurrency 50) running the
+Kafka hop is measured by ``./run bench e2e``) with 2 ``jobq worker`` processes (concurrency 50) running the
 handlers below. A graph's time runs from ``now_ms()`` just before ``create`` to the graph's
 ``finished_at`` (the time the script that completed it was given, from the same clock, also whole
 milliseconds: the truncations cancel on average). The same jobs **without a graph** run the same way:
@@ -73,7 +73,7 @@ from jqstack.procs import free_port
 from jqstack.supervise import Children
 from loadtest import peers_bench
 from loadtest.report import Report
-from loadtest.stacks import worker_argv
+from loadtest.stacks import checkout_env, worker_argv
 from worker.registry import Registry, current_job
 
 __all__ = ["FULL", "PEERS", "QUICK", "SHAPES", "SYSTEMS", "Sizes", "registry", "run"]
@@ -264,7 +264,7 @@ class JobqRun:
 
 
 def _jobq(url: str, rep: int, sizes: Sizes) -> dict[str, Times]:
-    env = {**os.environ, "JOBQ_REDIS_URL": url, "JOBQ_LOG_LEVEL": "warning"}
+    env = checkout_env(JOBQ_REDIS_URL=url, JOBQ_LOG_LEVEL="warning")
     argv = worker_argv(QUEUE, app="loadtest.graph_bench:registry", concurrency=CONCURRENCY)
 
     async def go(procs: Children) -> dict[str, Times]:
@@ -322,7 +322,7 @@ def _peer(peer: str, url: str, sizes: Sizes) -> dict[str, Times]:
 @contextmanager
 def _server(endpoints: Endpoints | None) -> Iterator[str]:
     """The Redis URL the bench may flush: database :data:`SHARED_DB` of ``endpoints``' Redis, else a
-    throw-away ``redis-server`` on a free port (as ``jobq bench peers`` starts)."""
+    throw-away ``redis-server`` on a free port (as ``./run bench peers`` starts)."""
     if endpoints is not None:
         url = urlsplit(endpoints.redis_url or "")
         yield urlunsplit(url._replace(path=f"/{SHARED_DB}"))

@@ -1,8 +1,8 @@
-"""``jobq bench history``: what lifecycle events cost and how fresh the history is (``docs/history.md``).
+"""``./run bench history``: what lifecycle events cost and how fresh the history is (``docs/history.md``).
 
 One stack (Kafka + Redis on free ports; the smoke test passes the test session's), three parts:
 
-1. **Drain, events off vs on.** ``jobq bench drain``'s workload (:func:`loadtest.drain_bench.fill` /
+1. **Drain, events off vs on.** ``./run bench drain``'s workload (:func:`loadtest.drain_bench.fill` /
    :func:`~loadtest.drain_bench.drain`: N pre-enqueued no-op jobs, 2 burst worker processes × concurrency
    50) on a queue with ``events_cap`` 0 (no events) and on one with the default cap, in pairs (off, on),
    (on, off), (off, on) (quick: one pair). One scheduler process (``python -m jqsched``: timers + event
@@ -64,7 +64,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import new_envelope
 from jqcore.history import HistoryStore
-from jqcore.kafka import end_offsets, ensure_topics
+from jqcore.kafka import ensure_topics
 from jqcore.keys import QUEUES_KEY, QueueKeys
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine, QueueConfig
@@ -76,7 +76,8 @@ from jqstack.supervise import Child, Children, python_m
 from loadtest import drain_bench
 from loadtest.cpu import cpu_s
 from loadtest.report import Report
-from loadtest.stacks import worker_argv
+from loadtest.stacks import checkout_env, up_timed, worker_argv
+from loadtest.topics import end_offsets
 
 __all__ = ["run"]
 
@@ -141,7 +142,7 @@ def _servers(endpoints: Endpoints | None) -> Iterator[tuple[Endpoints, int | Non
     stack.servers = [s for s in stack.servers if s.kind in ("kafka", "redis")]  # no Consul: cron is off
     try:
         _say("starting Kafka and Redis")
-        stack.up_timed()
+        up_timed(stack)
         kafka, single = stack.of_kind("kafka")[0], stack.of_kind("redis")[0]
         yield (
             Endpoints(f"127.0.0.1:{kafka.port}", "", f"redis://127.0.0.1:{single.port}/0"),
@@ -678,14 +679,14 @@ def _lag_part(bench: Bench, sizes: Sizes) -> LagRun:
         jars=ensure_spark_jars(),
         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
     )
-    env = {**os.environ, "JOBQ_REDIS_URL": bench.url, "JOBQ_LOG_LEVEL": "warning"}
+    env = checkout_env(JOBQ_REDIS_URL=bench.url, JOBQ_LOG_LEVEL="warning")
     try:
         with (
             tempfile.TemporaryDirectory(prefix="jobq-bench-history-") as tmp,
             Children(grace_s=15.0) as procs,
         ):
             bench.scheduler(procs, "sched-history", queue, topic)
-            argv = worker_argv(queue, app="worker.examples:registry", concurrency=CONCURRENCY)
+            argv = worker_argv(queue, app="examples.demo_app:registry", concurrency=CONCURRENCY)
             for i in range(drain_bench.WORKERS):
                 procs.start(f"worker-{i}", argv, output="inherit", env=env)
             root = Path(tmp) / "history"

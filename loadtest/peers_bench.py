@@ -1,10 +1,10 @@
-"""``jobq bench peers``: jobq side by side with celery, rq, dramatiq, arq, huey, taskiq (list and stream
+"""``./run bench peers``: jobq side by side with celery, rq, dramatiq, arq, huey, taskiq (list and stream
 brokers), saq and streaq, in one run, on one dedicated Redis.
 
 Every peer runs from its own virtualenv (created once with uv under ``JOBQ_HOME/peers/<peer>-<hash>``,
 exact versions pinned below) through a small runner in ``loadtest/peers/run_<peer>.py`` that uses the
 peer's documented API and CLI (settings in each runner's docstring). jobq's Redis stage runs the same
-way from jobq's own environment (``run_jobq.py``); its full Kafka path is ``jobq bench e2e``.
+way from jobq's own environment (``run_jobq.py``); its full Kafka path is ``./run bench e2e``.
 
 Same conditions for every system: the same queue Redis (flushed between systems), a separate
 measurement Redis, the same no-op task (one RPUSH of its start latency when due, one INCR), 2 worker

@@ -1,4 +1,4 @@
-"""The benchmark scenarios ``jobq bench`` runs: one explicit entry per scenario.
+"""The benchmark scenarios ``./run bench`` runs: one explicit entry per scenario.
 
 Each entry imports its module only when it runs (a scenario's libraries — matplotlib, hdrhistogram, a
 Spark session — load for that scenario alone), with a plain ``import`` statement that the import
@@ -95,7 +95,7 @@ def _envelope(quick: bool) -> Report:
 def web(
     quick: bool, *, jobs: int | None = None, history_rows: int | None = None, requests: int | None = None
 ) -> Report:
-    """``jobq bench web``, whose sizes the command line may set (``--jobs``, ``--history-rows``,
+    """``./run bench web``, whose sizes the command line may set (``--jobs``, ``--history-rows``,
     ``--requests``; ``None``: the full or quick size)."""
     from loadtest import web_bench
 

@@ -1,4 +1,4 @@
-"""``jobq bench relay``: Kafka → Redis through the relay, on a throw-away stack (Kafka, Consul, Redis).
+"""``./run bench relay``: Kafka → Redis through the relay, on a throw-away stack (Kafka, Consul, Redis).
 
 * throughput with limits off: N envelopes are produced first, then one relay process (in-process here)
   takes the topic's lock and relays; measured from its first written batch to the last job in Redis;

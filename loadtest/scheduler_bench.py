@@ -1,4 +1,4 @@
-"""``jobq bench scheduler``: the scheduler service under a large delayed load, with a far-future share.
+"""``./run bench scheduler``: the scheduler service under a large delayed load, with a far-future share.
 
 ``N`` delayed jobs (1M; ``--quick``: 3k) spread over the next ``SPREAD`` (10 min; quick 12 s) in 12
 queues; those due beyond the horizon (half of the spread) go to the far-future tier as a relay would

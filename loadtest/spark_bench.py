@@ -1,4 +1,4 @@
-"""``jobq bench spark``: rows/s of a Spark batch write of jobs into Kafka (``jqspark.write_batch``), and of a
+"""``./run bench spark``: rows/s of a Spark batch write of jobs into Kafka (``jqspark.write_batch``), and of a
 streaming query (``jqspark.write_stream``, file source, ``availableNow`` trigger) doing the same.
 
 A throw-away Kafka broker (only Kafka: no Consul or Redis is started) and one local[2] Spark session.
@@ -21,12 +21,13 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from jqcore.kafka import end_offsets
 from jqcore.routing import RoutingSettings
 from jqspark import PRODUCER_DEFAULTS, spark_session, to_kafka_records, write_batch, write_stream
 from jqstack.manager import Stack, StackSpec
 from jqstack.provision import ensure_spark_jars
 from loadtest.report import Report
+from loadtest.stacks import up_timed
+from loadtest.topics import end_offsets
 
 __all__ = ["run"]
 
@@ -97,7 +98,7 @@ def run(quick: bool = False) -> Report:
     owned = SparkSession.getActiveSession() is None  # never stop a session the caller is using
     samples: dict[str, list[float]] = {}
     try:
-        stack.up_timed()
+        up_timed(stack)
         bootstrap = f"127.0.0.1:{stack.servers[0].port}"
         topic = f"bench.spark.{os.getpid()}"
         _topic(bootstrap, topic)

@@ -1,4 +1,4 @@
-"""``jobq bench stack``: the physical floor every later figure is compared with.
+"""``./run bench stack``: the physical floor every later figure is compared with.
 
 * cold start (fresh data folder: Kafka formats its storage) and warm start (data kept) of each server,
   from spawn to its first real answer (Kafka metadata, Consul leader, Redis PING);
@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from jqstack.manager import Stack, StackSpec
 from loadtest.report import Report, repeat
+from loadtest.stacks import up_timed
 
 __all__ = ["run"]
 
@@ -31,10 +32,10 @@ BATCH = 1000
 def _start_times(stack: Stack) -> dict[str, float]:
     stack.down(purge=True)
     fresh = Stack(stack.spec)
-    out = {f"cold start {k}": v for k, v in fresh.up_timed().items()}
+    out = {f"cold start {k}": v for k, v in up_timed(fresh).items()}
     fresh.down()
     warm = Stack(stack.spec)
-    out |= {f"warm start {k}": v for k, v in warm.up_timed().items()}
+    out |= {f"warm start {k}": v for k, v in up_timed(warm).items()}
     return out
 
 

@@ -1,4 +1,4 @@
-"""``jobq bench web``: how long the dashboard's pages take with a large Redis and a large history.
+"""``./run bench web``: how long the dashboard's pages take with a large Redis and a large history.
 
 The issue's target (``jqweb``, issue 22): pages render in < 300 ms at 1M jobs in Redis and 10M history
 rows. This bench measures it; it asserts nothing.

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from jqcore.kafka import AsyncProducer, end_offsets
+from jqcore.kafka import AsyncProducer
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -42,10 +42,11 @@ from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
-from jqstack.backends import SessionStack, start_test_stack
 from jqstack.manager import Endpoints
+from jqstack.testing.backends import SessionStack, start_test_stack
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
+from loadtest.topics import end_offsets
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,7 @@ from jqcore.history import HistoryStore
 from jqcore.kafka import ensure_topics
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load
-from jqstack.paths import home
+from jqstack.paths import home, repo_root
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, http_ok, python_m
 from jqweb.overview import Sources
@@ -55,8 +55,9 @@ __all__ = ["demo"]
 
 TOKEN = DEV_TOKEN
 """The development token ``jobq stack env`` exports (JOBQ_TOKEN): one token for every local gateway."""
-APP = "worker.examples:registry"
-"""The demo worker's handlers (``module:attribute`` of a ``worker.Registry``)."""
+APP = "examples.demo_app:registry"
+"""The demo worker's handlers (``module:attribute`` of a ``worker.Registry``): ``examples/`` of the checkout
+(``./run demo``), which the demo puts on the worker's ``PYTHONPATH``; the installed product leaves it out."""
 TOPICS = ["jobs.demo", "jobs.default"]
 CRON = "demo.tick"
 """The demo's cron schedule (a no-op job into demo.plain every 10 s)."""
@@ -108,6 +109,11 @@ def _sources(env: dict[str, str]) -> Sources:
         redis=load(RedisSettings, **redis),
         history=load(HistorySettings, path=env["JOBQ_HISTORY_PATH"]),
     )
+
+
+def _checkout_path() -> str:
+    """``PYTHONPATH`` with the checkout's root first: where the demo's handlers (:data:`APP`) live."""
+    return os.pathsep.join(p for p in (str(repo_root()), os.environ.get("PYTHONPATH")) if p)
 
 
 class Processes(Children):
@@ -250,9 +256,8 @@ def demo(
         procs.run("history", "jobq", "history", "run", JOBQ_HISTORY_TRIGGER_S="2")
         web_port = WEB_PORT if _free(WEB_PORT) else free_port()
         web = procs.run("web", "jqweb", JOBQ_WEB_PORT=str(web_port))
-        procs.run(
-            "worker", "jobq", "worker", "--app", APP, "--queues", serve, "--concurrency", "20", "--grace", "5"
-        )
+        worker = ("--app", APP, "--queues", serve, "--concurrency", "20", "--grace", "5")
+        procs.run("worker", "jobq", "worker", *worker, PYTHONPATH=_checkout_path())
         canary_env = {
             "JOBQ_CANARY_GATEWAYS": ",".join(f"{g.url}@{g.az}" for g in gateways),
             "JOBQ_CANARY_TOKEN": TOKEN,

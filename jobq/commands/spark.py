@@ -2,7 +2,7 @@
 
 Spark's ``rate-micro-batch`` source emits ROWS-PER-SECOND rows a second (``value`` 0, 1, 2...; unlike
 ``rate`` it does not catch up on the time a stopped pipeline was down); each becomes a ``demo.noop`` job
-(the example handlers of ``worker.examples``) on QUEUE, routed by JOBQ_ROUTES / JOBQ_DEFAULT_TOPIC, written
+(the example handlers of ``examples.demo_app``) on QUEUE, routed by JOBQ_ROUTES / JOBQ_DEFAULT_TOPIC, written
 by ``writeStream.format("kafka")`` with a checkpoint under ``JOBQ_HOME/spark/``. The job id is
 ``sx-<pipeline>-<value>``: the same row always gets the same id, so a batch Spark writes twice after a crash
 is stored once. Running the command again resumes from the checkpoint (new values, new ids); ``--fresh``
@@ -69,7 +69,7 @@ def example(
     """Stream jobs from Spark's rate source into Kafka for SECONDS, then stop cleanly.
 
     Kafka comes from JOBQ_KAFKA_BOOTSTRAP (eval "$(jobq stack env)"). Run them with
-    `jobq relay` and `jobq worker --app worker.examples --queues QUEUE`.
+    `jobq relay` and, from a checkout, `PYTHONPATH=. jobq worker --app examples.demo_app --queues QUEUE`.
     """
     from pyspark.sql import functions as sf
 
@@ -113,7 +113,8 @@ def example(
             raise typer.Exit(1)
         console.print(
             f"wrote {_rows_written(query)} jobs (pipeline {tag}, checkpoint {root / 'checkpoint'}); "
-            f"run them: jobq relay & jobq worker --app worker.examples --queues {queue}"
+            "run them (from a checkout): jobq relay & "
+            f"PYTHONPATH=. jobq worker --app examples.demo_app --queues {queue}"
         )
     finally:
         spark.stop()

@@ -10,7 +10,6 @@ scheduler group — so scenarios never see each other's work, even on a shared s
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Child, http_ok, python_m, start, terminate
 from loadtest.faults.handlers import FAULT_DIR_ENV
+from loadtest.stacks import checkout_env
 
 __all__ = ["TOKEN", "FaultPipeline", "Roles"]
 
@@ -87,7 +87,7 @@ class FaultPipeline:
 
     def env(self) -> dict[str, str]:
         return {
-            **os.environ,
+            **checkout_env(),  # the workers' handlers (loadtest.faults.handlers) are not installed
             **self.ep.exports(),
             "JOBQ_DEFAULT_TOPIC": self.topic,
             "JOBQ_DEFAULT_ACKS": self.acks,

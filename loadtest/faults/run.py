@@ -25,8 +25,8 @@ import orjson
 from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings
 from jqcore.state import Engine
-from jqstack.faultproxy import FaultProxy
 from jqstack.manager import Endpoints, Stack
+from jqstack.testing.faultproxy import FaultProxy
 from loadtest.faults.checker import Verdict, judge, read_executions, relay_terms
 from loadtest.faults.load import Load
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles

@@ -1,4 +1,4 @@
-"""What the task-graph runners share (``jobq bench graphs``; runs inside each peer's own virtualenv).
+"""What the task-graph runners share (``./run bench graphs``; runs inside each peer's own virtualenv).
 
 ``python run_<peer>_graphs.py ROLE [numbers...]``:
 

@@ -1,4 +1,4 @@
-"""celery task graphs (``jobq bench graphs``): Redis broker and Redis result backend (a chord needs one),
+"""celery task graphs (``./run bench graphs``): Redis broker and Redis result backend (a chord needs one),
 ``chord(group(add.s(i) ...), tsum.s())`` and ``chain(add.s(0), add.s(), ...)`` whose intermediate steps
 ignore their results (the chain passes them in the next message; the last step stores its result for the
 client). Workers as in ``run_celery.py``: prefork, concurrency 1 per worker process, prefetch multiplier 4

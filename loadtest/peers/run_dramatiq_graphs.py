@@ -1,4 +1,4 @@
-"""dramatiq task graphs (``jobq bench graphs``): Redis broker, the Results middleware with the Redis result
+"""dramatiq task graphs (``./run bench graphs``): Redis broker, the Results middleware with the Redis result
 backend, GroupCallbacks with the Redis rate-limiter backend (its barrier counts the group down).
 
 * fan-out: ``group([add.message(i) ...])`` (each storing its result) with

@@ -23,9 +23,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from jqcore.state import reads
-from jqstack.backends import NativeTestStack, SessionStack
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, alive, stop_pids
+from jqstack.testing.backends import NativeTestStack, SessionStack
 
 pytestmark = pytest.mark.faults
 

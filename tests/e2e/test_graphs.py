@@ -18,6 +18,7 @@ from jqcore.graphs import Graph, Step, chain, fan_out, group, pipeline
 from jqcore.state import Engine
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, python_m
+from loadtest.stacks import checkout_env
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -240,14 +241,13 @@ async def test_cancel_a_running_graph_over_http(gs: GraphStack) -> None:
 
 @pytest.fixture
 def workers(endpoints: Endpoints, tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    env = {**os.environ, "JOBQ_REDIS_URL": endpoints.redis_url or ""}
+    env = checkout_env(JOBQ_REDIS_URL=endpoints.redis_url or "")  # examples/ is not installed
     with Children(grace_s=10.0) as children:
 
         def start(queue: str) -> Child:
             name = f"worker-{len(children.members)}"
-            argv = python_m(
-                "jobq", "worker", "--app", "worker.examples:registry", "--queues", queue, "--concurrency", "4"
-            )
+            app = "examples.demo_app:registry"
+            argv = python_m("jobq", "worker", "--app", app, "--queues", queue, "--concurrency", "4")
             return children.start(name, argv, output=tmp_path / f"{name}.log", env=env)
 
         yield start

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from jqstack.backends import NativeTestStack, SessionStack
 from jqstack.errors import StackError
 from jqstack.supervise import alive, wait_until
+from jqstack.testing.backends import NativeTestStack, SessionStack
 
 pytestmark = [pytest.mark.faults, pytest.mark.kills_servers]
 

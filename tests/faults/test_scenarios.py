@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from jqstack.backends import SessionStack
 from jqstack.manager import Stack
+from jqstack.testing.backends import SessionStack
 from loadtest.faults.report import FaultReport
 from loadtest.faults.run import Scenario, Servers, run_scenario
 from loadtest.faults.scenarios import SCENARIOS

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from jqcore.routing import Route, RoutingSettings
-from jqstack.backends import NativeTestStack, SessionStack
+from jqstack.testing.backends import NativeTestStack, SessionStack
 from kafkagate.main import GateService
 
 pytestmark = pytest.mark.faults

@@ -26,9 +26,9 @@ from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
-from jqstack.backends import NativeTestStack, SessionStack
 from jqstack.manager import Endpoints
 from jqstack.supervise import alive, wait_until
+from jqstack.testing.backends import NativeTestStack, SessionStack
 
 pytestmark = [pytest.mark.faults, pytest.mark.kills_servers]
 

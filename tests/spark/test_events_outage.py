@@ -23,8 +23,8 @@ from jqcore.settings import EventSettings
 from jqcore.state import Engine, QueueConfig
 from jqsched.service import SchedulerService
 from jqspark.history import start_history
-from jqstack.backends import NativeTestStack, SessionStack
 from jqstack.manager import Endpoints
+from jqstack.testing.backends import NativeTestStack, SessionStack
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 

@@ -22,8 +22,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jqstack.errors import StackError
-from jqstack.faultproxy import FaultProxy
 from jqstack.manager import Endpoints
+from jqstack.testing.faultproxy import FaultProxy
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 PONG = b"+PONG\r\n"

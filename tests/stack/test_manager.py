@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from jqstack import provision
-from jqstack.backends import NativeTestStack, SessionStack
 from jqstack.manager import Stack, StackSpec
 from jqstack.supervise import alive
+from jqstack.testing.backends import NativeTestStack, SessionStack
 
 
 def _native(stack: SessionStack) -> Stack:
@@ -60,7 +60,7 @@ def test_down_leaves_no_process_and_purge_no_folder(prefix: str) -> None:
     small = Stack(StackSpec(name=f"{prefix}-redis-only", redis_mode="single", fixed_ports=False, brokers=1))
     # only the cheap servers: start Redis and Consul by hand through the same code path
     small.servers = [s for s in small.servers if s.kind in ("redis", "consul")]
-    small.up_timed(timeout_s=180)
+    small.up(timeout_s=180)
     pids = [s.pid for s in small.servers]
     assert all(alive(p) for p in pids)
     small.down(purge=True)

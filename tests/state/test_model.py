@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from jqcore.envelope import new_envelope
 from jqcore.state import CancelOutcome, CancelResult, Engine, StaleLease, reads
-from jqstack.backends import SessionStack
+from jqstack.testing.backends import SessionStack
 
 T0 = 1_800_000_000_000
 LEASE = 1000

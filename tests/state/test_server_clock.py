@@ -9,7 +9,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from jqcore.clock import SAMPLES, ServerClock
+from jqcore.clock import SAMPLES, ServerClock, now_ms
 
 
 async def _redis_ms(redis: aioredis.Redis) -> float:
@@ -25,7 +25,8 @@ async def test_follows_redis_never_ahead_of_it(redis: aioredis.Redis) -> None:
     after = await _redis_ms(redis)
     assert ours <= after + 1  # never ahead of Redis (1 ms: integer rounding)
     assert ours >= before - 50  # behind by at most a round trip (generous on a loaded machine)
-    assert clock.skew_ms is not None
+    skew_ms = ours - now_ms()  # Redis runs on this host: its clock and ours agree up to the round trip
+    assert abs(skew_ms) < 5_000
 
 
 async def test_asks_redis_again_only_after_resync_s(redis: aioredis.Redis) -> None:

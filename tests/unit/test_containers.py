@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from jqstack import containers
 from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
+from jqstack.testing import containers
 
 PORTS = {"kafka_port": 19092, "consul_port": 18500, "redis_port": 16379}
 

@@ -45,12 +45,12 @@ def test_a_missing_app_is_a_usage_error_naming_option_and_variable(started: list
 
 def test_options_override_the_settings(started: list[WorkerSettings]) -> None:
     env = {"JOBQ_WORKER_CONCURRENCY": "50", "JOBQ_WORKER_GRACE_S": "7", "JOBQ_WORKER_QUEUES": "from-env"}
-    args = ("--app", "worker.examples", "--queues", "a,b", "--concurrency", "3", "--filter", "region=eu")
+    args = ("--app", "examples.demo_app", "--queues", "a,b", "--concurrency", "3", "--filter", "region=eu")
     result = _invoke(*args, "--burst", "--unknown-kind-retry", "0.5", env=env)
     assert result.exit_code == 0, result.output
     (settings,) = started
     assert (settings.app, settings.queues, settings.concurrency, settings.grace_s) == (
-        "worker.examples",
+        "examples.demo_app",
         ["a", "b"],
         3,
         7.0,
@@ -59,10 +59,10 @@ def test_options_override_the_settings(started: list[WorkerSettings]) -> None:
 
 
 def test_app_and_queues_may_come_from_the_environment(started: list[WorkerSettings]) -> None:
-    env = {"JOBQ_WORKER_APP": "worker.examples:registry", "JOBQ_WORKER_QUEUES": "q1,q2"}
+    env = {"JOBQ_WORKER_APP": "examples.demo_app:registry", "JOBQ_WORKER_QUEUES": "q1,q2"}
     result = _invoke(env=env)
     assert result.exit_code == 0, result.output
-    assert (started[0].app, started[0].queues) == ("worker.examples:registry", ["q1", "q2"])
+    assert (started[0].app, started[0].queues) == ("examples.demo_app:registry", ["q1", "q2"])
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_app_and_queues_may_come_from_the_environment(started: list[WorkerSettin
     [
         ({}, "JOBQ_WORKER_APP"),
         (
-            {"JOBQ_WORKER_APP": "worker.examples", "JOBQ_WORKER_QUEUES": "q", "JOBQ_WORKER_GRACE_S": "-1"},
+            {"JOBQ_WORKER_APP": "examples.demo_app", "JOBQ_WORKER_QUEUES": "q", "JOBQ_WORKER_GRACE_S": "-1"},
             "GRACE_S",
         ),
         ({"JOBQ_WORKER_APP": "no.such.module", "JOBQ_WORKER_QUEUES": "q"}, "cannot import 'no.such.module'"),

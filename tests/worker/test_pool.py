@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from examples.demo_app import cpu_hash
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
 from jqcore.state import Engine, JobInfo
-from worker.examples import cpu_hash
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from jqcore.keys import QueueKeys
 from jqcore.state import Engine, JobInfo
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, python_m
+from loadtest.stacks import checkout_env
 
 pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
 
@@ -30,18 +30,18 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
     await client.aclose()
 
 
-APP = "worker.examples:registry"
+APP = "examples.demo_app:registry"
 
 Eventually = Callable[..., Awaitable[Any]]
 Spawn = Callable[..., Child]
-"""``spawn(*args)``: start ``jobq worker --app worker.examples:registry ARGS``."""
+"""``spawn(*args)``: start ``jobq worker --app examples.demo_app:registry ARGS``."""
 
 
 @pytest.fixture
 def spawn(endpoints: Endpoints, tmp_path: Path) -> Iterator[Spawn]:
     """Worker processes against the session's Redis, each logging to ``tmp_path/worker-N.log``; the
     ones still running are stopped at the end of the test (TERM, grace, KILL of the group)."""
-    env = {**os.environ, "JOBQ_REDIS_URL": endpoints.redis_url or ""}
+    env = checkout_env(JOBQ_REDIS_URL=endpoints.redis_url or "")  # examples/ is not installed
     with Children(grace_s=10.0) as children:
 
         def start(*args: str) -> Child:
@@ -127,7 +127,7 @@ async def test_a_worker_killed_after_a_hand_off_before_starting_the_job_loses_no
     ("args", "needle"),
     [
         (["--queues", "q", "--app", "no.such.module"], "cannot import 'no.such.module'"),
-        (["--queues", "q", "--app", "worker.examples:cpu_hash"], "is not a worker.Registry"),
+        (["--queues", "q", "--app", "examples.demo_app:cpu_hash"], "is not a worker.Registry"),
         (["--queues", " , ", "--app", APP], "names no queue"),
         (["--queues", "q", "--app", APP, "--concurrency", "0"], "--concurrency"),
         (["--queues", "q"], "--app"),

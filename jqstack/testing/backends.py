@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
-from jqstack import containers
 from jqstack.errors import StackError
 from jqstack.manager import Endpoints, Stack, StackSpec
 from jqstack.procs import free_port
 from jqstack.servers import kafka_ready
 from jqstack.supervise import alive, wait_until
+from jqstack.testing import containers
 
 __all__ = ["ContainerTestStack", "NativeTestStack", "SessionStack", "start_test_stack"]
 

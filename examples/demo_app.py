@@ -1,4 +1,6 @@
-"""Example handlers: the demo's workload, and module-level functions the process pool can pickle."""
+"""Example handlers: the demo's workload, and module-level functions the process pool can pickle.
+
+Serve them from a checkout: ``PYTHONPATH=. jobq worker --app examples.demo_app:registry --queues default``."""
 
 from __future__ import annotations
 

@@ -1,0 +1,71 @@
+"""``python -m loadtest SCENARIO`` (``./run bench SCENARIO``): run a benchmark, print a table, save a report.
+
+The benchmarks are not part of the installed product: they run from a checkout, where the repository root is
+on ``sys.path`` (``python -m`` from there; ``./run bench`` does it). ``./run bench`` forwards here when it can
+import ``loadtest``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from loadtest import registry
+
+__all__ = ["SCENARIO_NAMES", "app", "bench", "main"]
+
+SCENARIO_NAMES = tuple(registry.SCENARIOS)
+"""Every scenario (``registry`` imports a scenario's module only when it runs)."""
+
+
+def bench(
+    scenario: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCENARIO_NAMES)}.")],
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes, one repetition (a smoke run).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object of the figures.")] = False,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", min=400, help="web: jobs in Redis (default 1M; quick 20k).")
+    ] = None,
+    history_rows: Annotated[
+        int | None,
+        typer.Option("--history-rows", min=3, help="web: history rows (default 10M; quick 200k)."),
+    ] = None,
+    requests: Annotated[
+        int | None, typer.Option("--requests", min=1, help="web: measured requests per page (default 20).")
+    ] = None,
+) -> None:
+    """Run a benchmark scenario; the report folder is printed at the end."""
+    if scenario not in SCENARIO_NAMES:
+        raise typer.BadParameter(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIO_NAMES)}")
+    sizes = {"--jobs": jobs, "--history-rows": history_rows, "--requests": requests}
+    if scenario != "web" and any(v is not None for v in sizes.values()):
+        raise typer.BadParameter(f"{', '.join(k for k, v in sizes.items() if v is not None)}: web only")
+    if scenario == "web":
+        report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
+    else:
+        report = registry.SCENARIOS[scenario](quick)
+    folder = report.save()
+    if as_json:
+        typer.echo(json.dumps({**report.as_dict(), "report_dir": str(folder)}))
+        return
+    table = Table("figure", "median", "unit", "spread", title=f"bench {scenario}")
+    for fig in report.figures:
+        table.add_row(fig.name, f"{fig.median:,.4g}", fig.unit, f"±{fig.spread:.1%}")
+    console = Console()
+    console.print(table)
+    console.print(f"report: {folder}")
+
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app.command()(bench)
+
+
+def main(args: list[str] | None = None, prog_name: str = "python -m loadtest") -> None:
+    """Run the command line (``args``: the arguments, default ``sys.argv[1:]``)."""
+    app(args=args, prog_name=prog_name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""The installed distribution is the product: the wheel (what ``pip install .`` and the image install) holds
+the services, the client, the worker and the CLI — not the benchmarks, the tests, the examples or the tests'
+stack tooling (``jqstack.testing``)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LEFT_OUT = ("loadtest/", "tests/", "examples/", "jqstack/testing/")
+"""What no path in the wheel may start with."""
+MOVED = ("jqstack/backends.py", "jqstack/containers.py", "jqstack/faultproxy.py", "worker/examples.py")
+"""Test and demo code that used to live in product packages."""
+PRODUCT = ("jobq/cli.py", "kafkagate/app.py", "worker/pool.py", "jqcore/py.typed", "jqstack/manager.py")
+
+
+@pytest.fixture(scope="module")
+def wheel_names(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Every path in a wheel built from a copy of this checkout (so no ``build/`` left over from an earlier
+    build leaks in, and the checkout gets none), with setuptools as installed: offline, a few seconds."""
+    src = tmp_path_factory.mktemp("src") / "jobq"
+    junk = (".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "results")
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*junk))
+    build = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(src / "dist")], cwd=src, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    name = done.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(src / "dist" / name) as whl:
+        return whl.namelist()
+
+
+def test_the_wheel_holds_no_benchmarks_tests_or_examples(wheel_names: list[str]) -> None:
+    leaked = [n for n in wheel_names if n.startswith(LEFT_OUT) or n in MOVED]
+    assert not leaked, f"the wheel ships what is not the product: {leaked[:20]}"
+
+
+def test_the_wheel_holds_the_product(wheel_names: list[str]) -> None:
+    missing = [p for p in PRODUCT if p not in wheel_names]
+    assert not missing, missing
+    assert any(n.startswith("jqcore/state/lua/") and n.endswith(".lua") for n in wheel_names)
+    assert any(n.endswith(".dist-info/entry_points.txt") for n in wheel_names)
