@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "Due",
     "Execution",
     "Request",
     "Term",
@@ -82,6 +83,14 @@ class Execution:
     at: float
 
 
+@dataclass(frozen=True)
+class Due:
+    """A delayed job's due time and the claim of its last attempt, as Redis stored them (ms)."""
+
+    run_at: int
+    claimed_at: int
+
+
 @dataclass
 class Verdict:
     """What a scenario did to the promise."""
@@ -96,8 +105,12 @@ class Verdict:
     failed_requests: int
     recovery_s: float
     early: int = 0
-    """Delayed jobs that ran before they were due (before their request was even sent plus the delay):
-    must be 0 — "never early" is a promise of the timers."""
+    """Delayed jobs whose handler started before they were due (their ``run_at`` as Redis holds it; where
+    Redis no longer holds the job, the earliest due time its request allows): must be 0 — "never early" is
+    a promise of the timers."""
+    claimed_early: int = 0
+    """Delayed jobs that Redis itself records as claimed before their ``run_at`` (the engine's own view,
+    on Redis's clock): must be 0."""
     overlapping_terms: int = 0
     """Pairs of relays that held the topic's lock at the same time (from their logs): must be 0."""
     retried: int = 0
@@ -203,18 +216,22 @@ def _disturbance(
             yield r.due, first_run[r.id]
 
 
-def early_runs(requests: Iterable[Request], first_run: dict[str, float]) -> dict[str, float]:
-    """Delayed jobs whose first run started before they could have been due, with by how much (ms).
+def early_runs(
+    requests: Iterable[Request], first_run: dict[str, float], dues: dict[str, Due] | None = None
+) -> dict[str, float]:
+    """Delayed jobs whose first run started before they were due, with by how much (ms).
 
-    The gateway stamps ``run_at = now_ms() + delay_ms`` on receipt, with ``now_ms`` whole milliseconds
-    (rounded down), so the earliest due time a job can have is the client's send time *rounded down to the
-    millisecond* plus the delay: a start within that same millisecond is on time, not early (a hand-off
-    starts a promoted job well under a millisecond after its due time)."""
+    Due means the job's ``run_at`` as Redis holds it (``dues``). Without it, the earliest due time the
+    request allows: the gateway stamps ``run_at = now_ms() + delay_ms`` on receipt, ``now_ms`` in whole
+    milliseconds rounded down, so that is the client's send time *rounded down to the millisecond* plus
+    the delay — a start within the same millisecond as the unrounded ``sent + delay`` is on time, not
+    early (hand-offs start a promoted job about a millisecond after it is due)."""
     out: dict[str, float] = {}
     for r in requests:
         if not r.delay_s or r.id not in first_run:
             continue
-        earliest_due = int(r.sent * 1000) / 1000 + r.delay_s
+        due = dues.get(r.id) if dues else None
+        earliest_due = due.run_at / 1000 if due else int(r.sent * 1000) / 1000 + r.delay_s
         if first_run[r.id] < earliest_due:
             out[r.id] = round((earliest_due - first_run[r.id]) * 1000, 3)
     return out
@@ -229,6 +246,7 @@ def judge(
     baseline_from: float = 0.0,
     terms: Sequence[Term] = (),
     notes: dict[str, Any] | None = None,
+    dues: dict[str, Due] | None = None,
 ) -> Verdict:
     """Compare the client's log with the handlers' log (see the module docstring)."""
     reqs = list(requests)
@@ -244,12 +262,13 @@ def judge(
     for e in runs:
         first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
     lost = sorted(acked - per_job.keys())
-    early = early_runs(reqs, first_run)
+    early = early_runs(reqs, first_run, dues)
     if early:
         extra["early_ms"] = dict(sorted(early.items(), key=lambda kv: kv[1])[:20])
     margins = [first_run[r.id] - r.sent - r.delay_s for r in reqs if r.delay_s and r.id in first_run]
     if margins:  # how close to its due time the earliest delayed start came (ms; the sent time unrounded)
         extra["delayed_min_margin_ms"] = round(min(margins) * 1000, 3)
+        extra["before_sent_plus_delay"] = sum(1 for m in margins if m < 0)  # the old, misdating rule
     spans = list(_disturbance(reqs, first_run, fault_at, baseline_from))
     recovery = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
     return Verdict(
@@ -262,6 +281,7 @@ def judge(
         unacked_executed=len(unacked & per_job.keys()),
         retried=sum(1 for r in reqs if r.tries > 1),
         early=len(early),
+        claimed_early=sum(1 for d in (dues or {}).values() if d.claimed_at < d.run_at),
         overlapping_terms=len(overlapping_terms(terms)),
         failed_requests=sum(1 for r in reqs if not r.acked),
         recovery_s=round(max(recovery, 0.0), 2),

@@ -42,14 +42,14 @@ class FaultReport(Report):
     def table(self) -> str:
         lines = [
             "| scenario | fault | acks | acked | executed | lost | duplicates | unacked ran | failed req. "
-            "| retried | early | two holders | recovery s | reproduce |",
+            "| retried | early (handler/claim) | two holders | recovery s | reproduce |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for s, v in self.rows:
             lost = f"**{v.lost}**" if v.lost and not s.loss_allowed else str(v.lost)
             lines.append(
                 f"| {s.name} | {s.title} | {s.acks} | {v.acked} | {v.executed} | {lost} | {v.duplicates} "
-                f"| {v.unacked_executed} | {v.failed_requests} | {v.retried} | {v.early} "
+                f"| {v.unacked_executed} | {v.failed_requests} | {v.retried} | {v.early}/{v.claimed_early} "
                 f"| {v.overlapping_terms} | {v.recovery_s:.1f} "
                 f"| `{reproduce(s.name)}` |"
             )

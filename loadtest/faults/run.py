@@ -27,7 +27,7 @@ from jqcore.settings import RedisSettings
 from jqcore.state import Engine
 from jqstack.manager import Endpoints, Stack
 from jqstack.testing.faultproxy import FaultProxy
-from loadtest.faults.checker import Verdict, judge, read_executions, relay_terms
+from loadtest.faults.checker import Due, Verdict, judge, read_executions, relay_terms
 from loadtest.faults.load import Load
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
@@ -154,6 +154,20 @@ def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> 
             values["JOBQ_CONSUL_ADDR"] = values["CONSUL_HTTP_ADDR"] = f"127.0.0.1:{port}"
 
 
+async def _due_times(drill: Drill) -> dict[str, Due]:
+    """Each delayed job's ``run_at`` and the time its last attempt was claimed, both as Redis stored them
+    (ms): what "never early" is judged against (a job the history no longer holds is judged by its
+    request's send time instead)."""
+    ids = [r.id for r in drill.load.requests if r.delay_s and r.acked]
+    async with drill.engine() as engine:
+        jobs = await engine.get_jobs(drill.pipe.queue, ids)
+    return {
+        i: Due(j.run_at, j.started_at)
+        for i, j in zip(ids, jobs, strict=True)
+        if j is not None and j.run_at is not None and j.started_at is not None
+    }
+
+
 async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
     """Until every acked job ran and the queue holds nothing ready, delayed or running — or nothing new ran
     for ``idle_s`` (what is missing then is lost), or ``cap_s`` passed."""
@@ -212,6 +226,7 @@ async def run_scenario(
         drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
         await load.stop()
         await _quiesce(drill, idle_s, cap_s)
+        dues = await _due_times(drill)
     finally:
         await load.stop()
         drill.notes["exited"] = pipe.dead()
@@ -229,6 +244,7 @@ async def run_scenario(
         baseline_from=baseline_from,
         terms=relay_terms(relay_logs),
         notes=drill.notes,
+        dues=dues,
     )
     (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))
     return verdict

@@ -65,7 +65,8 @@ async def test_scenario(
     print(verdict)
     assert verdict.acked > 0
     assert not verdict.notes["exited"], "a process the scenario did not kill exited (see its log)"
-    assert verdict.early == 0, "a delayed job ran before it was due"
+    assert verdict.early == 0, f"a delayed job ran before it was due: {verdict.notes.get('early_ms')}"
+    assert verdict.claimed_early == 0, "Redis records a delayed job claimed before its run_at"
     if not scenario.consul_state_lost:  # Consul's lock-delay keeps a new holder out until the old one knows
         assert verdict.overlapping_terms == 0, "two relays held the topic's lock at once (their logs say so)"
     if not scenario.loss_allowed:

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import orjson
 
-from loadtest.faults.checker import Execution, Request, judge, overlapping_terms, read_executions, relay_terms
+from loadtest.faults.checker import (
+    Due,
+    Execution,
+    Request,
+    judge,
+    overlapping_terms,
+    read_executions,
+    relay_terms,
+)
 
 
 def _req(
@@ -141,6 +149,23 @@ def test_a_delayed_job_run_before_it_was_due_is_early() -> None:
     reqs = [_req(0, 100, delay_s=1.5), _req(1, 100, delay_s=1.5)]
     v = judge("early", reqs, [_run(0, 101.0), _run(1, 101.6)], fault_at=99)
     assert v.early == 1
+
+
+def test_a_start_in_the_millisecond_the_gateway_rounded_away_is_not_early() -> None:
+    """The gateway stamps run_at in whole ms, rounded down: sent at 100.0004 s with 1.5 s of delay, the job
+    may be due at 101.500 s; a start at 101.5002 s (before sent + delay, 101.5004) is on time."""
+    reqs = [_req(0, 100.0004, delay_s=1.5)]
+    assert judge("early", reqs, [_run(0, 101.5002)], fault_at=99).early == 0
+    assert judge("early", reqs, [_run(0, 101.4998)], fault_at=99).early == 1
+
+
+def test_early_is_judged_against_the_run_at_redis_holds_and_the_claims_it_recorded() -> None:
+    reqs = [_req(0, 100, delay_s=1.5), _req(1, 100, delay_s=1.5)]
+    runs = [_run(0, 101.6), _run(1, 101.7)]
+    dues = {"j0": Due(run_at=101_550, claimed_at=101_599), "j1": Due(run_at=101_750, claimed_at=101_699)}
+    v = judge("early", reqs, runs, fault_at=99, dues=dues)
+    assert (v.early, v.claimed_early) == (1, 1), "j1: started and claimed before its run_at"
+    assert v.notes["early_ms"] == {"j1": 50.0}
 
 
 def test_executions_dated_by_the_monotonic_clock_come_back_on_the_wall_clock(tmp_path: Path) -> None:
