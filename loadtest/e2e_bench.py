@@ -56,9 +56,9 @@ import redis.asyncio as aioredis
 from hdrh.histogram import HdrHistogram
 
 from jqcore.kafka import ensure_topics
-from jqcore.keys import QueueKeys
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
+from jqcore.state.keys import QueueKeys
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, Output, http_ok, python_m

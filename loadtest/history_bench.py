@@ -65,9 +65,9 @@ from pyspark.sql.streaming.query import StreamingQuery
 from jqcore.envelope import new_envelope
 from jqcore.history import HistoryStore
 from jqcore.kafka import ensure_topics
-from jqcore.keys import QUEUES_KEY, QueueKeys
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine, QueueConfig
+from jqcore.state.keys import QUEUES_KEY, QueueKeys
 from jqspark import spark_session
 from jqspark.history import start_history
 from jqstack.manager import Endpoints, Stack, StackSpec

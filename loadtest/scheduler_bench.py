@@ -28,11 +28,11 @@ from hdrh.histogram import HdrHistogram
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
 from jqcore.kafka import AsyncProducer, Record, ensure_topics, schedule_key
-from jqcore.keys import QueueKeys
 from jqcore.membership import live_members
 from jqcore.redisconn import RedisClient
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
+from jqcore.state.keys import QueueKeys
 from jqstack.manager import Endpoints
 from jqstack.supervise import Children, python_m
 from loadtest.report import Report

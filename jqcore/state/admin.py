@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from jqcore.keys import KINDS_KEY, QUEUES_KEY
 from jqcore.state import codes, replies
 from jqcore.state.core import EngineCore, _encode_kind, _s
+from jqcore.state.keys import KINDS_KEY, QUEUES_KEY
 from jqcore.state.models import CancelResult, Forgotten, Promoted, QueueConfig
 
 __all__ = ["AdminTransitions"]

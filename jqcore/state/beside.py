@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from jqcore import stages
-from jqcore.keys import far_scanned_key, idempotency_key
 from jqcore.presence import Presence
 from jqcore.state.core import EngineCore
+from jqcore.state.keys import far_scanned_key, idempotency_key
 
 __all__ = ["BesideQueues"]
 

@@ -11,9 +11,9 @@ from typing import Any, cast
 
 from jqcore import metrics
 from jqcore.clock import ServerClock
-from jqcore.keys import KINDS_KEY, QUEUES_KEY, KeyName, QueueKeys
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes
+from jqcore.state.keys import KINDS_KEY, QUEUES_KEY, KeyName, QueueKeys
 from jqcore.state.scripts import SCRIPTS, source
 
 __all__ = ["EngineCore", "Triple"]

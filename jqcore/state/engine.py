@@ -25,13 +25,13 @@ from typing import Any
 from jqcore import metrics
 from jqcore.envelope import Envelope, encode
 from jqcore.graphs import GRAPH_KIND
-from jqcore.keys import QueueKeys
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes, replies
 from jqcore.state.admin import AdminTransitions
 from jqcore.state.beside import BesideQueues
 from jqcore.state.core import Triple
 from jqcore.state.graphs import Graphs
+from jqcore.state.keys import QueueKeys
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
 from jqcore.state.queries import Queries
 from jqcore.state.transitions import WorkerTransitions

@@ -1,6 +1,6 @@
 """Task graphs in Redis: the graph's own slot, and the cross-slot hand-offs between it and its nodes' queues.
 
-A graph's state (``jobq:graph:{<id>}:*``, :class:`jqcore.keys.GraphKeys`) and each node's job (in the
+A graph's state (``jobq:graph:{<id>}:*``, :class:`jqcore.state.keys.GraphKeys`) and each node's job (in the
 node's queue) live in different slots, so no script can touch both. Every hand-off is therefore two
 atomic, idempotent steps with a durable record in between, and a repair that redoes the second:
 
@@ -28,7 +28,6 @@ from jqcore.clock import now_ms as _now
 from jqcore.envelope import Envelope
 from jqcore.errors import GraphConflict, GraphInvalid, GraphNotFound
 from jqcore.graphs import GraphSpec, Node, node_job_id, parse
-from jqcore.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes, reads
 from jqcore.state.graphmodels import (
@@ -41,6 +40,7 @@ from jqcore.state.graphmodels import (
     parse_edges,
     parse_reply,
 )
+from jqcore.state.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqcore.state.models import CancelResult, EnqueueOutcome, EnqueueResult, StreamEvent
 from jqcore.state.scripts import SCRIPTS
 

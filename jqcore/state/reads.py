@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jqcore.clock import now_ms
-from jqcore.keys import KINDS_KEY, QueueKeys
 from jqcore.redisconn import RedisClient
+from jqcore.state.keys import KINDS_KEY, QueueKeys
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
 
 __all__ = [

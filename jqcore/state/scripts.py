@@ -1,8 +1,8 @@
 """The Lua transitions, each declared once: its file in ``lua/`` and the ``KEYS`` it receives.
 
-A declaration names, in :data:`jqcore.keys.KEY_NAMES` order, every key the script touches at a fixed name
-(BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order, is the
-script's header (``-- KEYS[i] <name> ...``), what :meth:`jqcore.keys.QueueKeys.for_script` passes, and
+A declaration names, in :data:`jqcore.state.keys.KEY_NAMES` order, every key the script touches at a
+fixed name (BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order, is the
+script's header (``-- KEYS[i] <name> ...``), what :meth:`jqcore.state.keys.QueueKeys.for_script` passes, and
 the binding the loader puts before ``_lib.lua``: ``local P, READY, ... = KEYS[1], KEYS[2], ...``.
 ``tests/state/test_lua_contract.py`` checks the three against each other and against the code.
 """
@@ -15,7 +15,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import cast
 
-from jqcore.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
+from jqcore.state.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
 
 __all__ = ["SCRIPTS", "SCRIPT_NAMES", "Script", "local_name", "source"]
 
@@ -27,12 +27,12 @@ class Script:
     name: str
     keys: tuple[KeyName, ...] | tuple[GraphKeyName, ...]
     graph: bool = False
-    """A task-graph script: its ``KEYS`` are graph keys (:data:`~jqcore.keys.GRAPH_KEY_NAMES`) and
+    """A task-graph script: its ``KEYS`` are graph keys (:data:`~jqcore.state.keys.GRAPH_KEY_NAMES`) and
     ``_glib.lua`` follows ``_lib.lua``."""
 
 
 def _declare(name: str, keys: str) -> Script:
-    """``keys``: the names, space-separated (each one of :data:`~jqcore.keys.KEY_NAMES`)."""
+    """``keys``: the names, space-separated (each one of :data:`~jqcore.state.keys.KEY_NAMES`)."""
     names = tuple(keys.split())
     unknown = [n for n in names if n not in KEY_NAMES]
     if unknown:

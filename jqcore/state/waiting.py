@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from redis.asyncio.cluster import RedisCluster
 
-from jqcore.keys import QueueKeys
 from jqcore.redisconn import RedisClient
+from jqcore.state.keys import QueueKeys
 
 __all__ = ["block_limit_s", "wait_for_due", "wait_for_events", "wait_for_handoff", "wait_for_work"]
 

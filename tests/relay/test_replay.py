@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from jobq.cli import app
 from jqcore.envelope import now_ms
 from jqcore.kafka import AsyncProducer, Record
-from jqcore.keys import QueueKeys
 from jqcore.state import Engine
+from jqcore.state.keys import QueueKeys
 from jqstack.manager import Endpoints
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jqcore.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeys, QueueKeys
 from jqcore.state import Code
+from jqcore.state.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeys, QueueKeys
 from jqcore.state.scripts import SCRIPT_NAMES, SCRIPTS, local_name, source
 
 LUA = Path(__file__).parents[2] / "jqcore" / "state" / "lua"

@@ -1,7 +1,7 @@
 -- _glib.lua: helpers of the task-graph scripts (graph_*.lua), prepended after _lib.lua. Locals only.
 --
--- A graph lives in its own slot, jobq:graph:{<graph id>}: (jqcore.keys.GraphKeys); its scripts get the
--- graph keys they touch in KEYS, in the order of jqcore.keys.GRAPH_KEY_NAMES, bound to the upper-case
+-- A graph lives in its own slot, jobq:graph:{<graph id>}: (jqcore.state.keys.GraphKeys); its scripts get the
+-- graph keys they touch in KEYS, in the order of jqcore.state.keys.GRAPH_KEY_NAMES, bound to the upper-case
 -- locals GRAPH, NODES, KIDS, PARENTS, NSTATE, PENDING, GEN, RESULTS, ERRORS, TIMES, REL, GEVENTS.
 -- Node states: waiting (parents not finished), ready (released into its queue), then completed, failed,
 -- canceled or skipped. GRAPH keeps 'n:<state>' counts, 'open' (nodes other than on_failure not finished)

@@ -2,7 +2,7 @@
 -- shebang line and the KEYS binding; it defines locals only and runs nothing on its own).
 --
 -- KEYS (BullMQ's contract): a script receives every key it touches at a fixed name, in the one order of
--- jqcore.keys.KEY_NAMES, each script only the ones it touches. Its header lists them
+-- jqcore.state.keys.KEY_NAMES, each script only the ones it touches. Its header lists them
 --   -- KEYS[1] prefix   "jobq:{q}:" the prefix its derived keys are built from (same slot, not a key)
 --   -- KEYS[2] ready    ZSET ...
 -- and jqcore.state.scripts declares the same names, from which the loader binds them to upper-case
