@@ -66,10 +66,15 @@ async def test_three_instances_firing_one_schedule_enqueue_exactly_one_job_per_s
             await service.stop()
     state, _ = await cron_store.state("tick")
     stats = await engine.queue_stats(q)
-    assert (stats.get("enqueued"), stats.get("duplicates", 0)) == (state.fires, 0), "never a second enqueue"
+    enqueued = stats.get("enqueued", 0)
+    # a stop may cut a firer between its claim (the CAS) and its enqueue: those slots are still pending in
+    # the claim (a firer re-enqueues them after RECOVER_AFTER_MS) and may or may not be in the queue yet
+    cut = len(state.pending) if state.fired_at_ms is None else 0
+    assert stats.get("duplicates", 0) == 0, "never a second enqueue"
+    assert state.fires - cut <= enqueued <= state.fires, (enqueued, state)
     ids = await pending_ids(engine, q)
     slots = [int(i.rsplit(":", 1)[1]) for i in ids]
-    assert len(set(slots)) == len(ids) == state.fires
+    assert len(set(slots)) == len(ids) == enqueued
     assert all(i.startswith("cron:tick:") for i in ids)
     assert all(s % 1000 == 0 for s in slots), "slots on the interval"
 

@@ -91,7 +91,8 @@ async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
     await until_state(eventually, engine, q, env.id, "running")
     first.signal(signal.SIGKILL)  # the crash under test
     await first.exited(60)
-    second = spawn("--queues", q, "--lease-ms", "1000", "--burst")
+    # a long lease for the job's second run: a stall of the loaded machine must not make it a third
+    second = spawn("--queues", q, "--lease-ms", "30000", "--burst")
     assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
     got = await engine.get_job(q, env.id)
     assert got is not None
@@ -116,7 +117,8 @@ async def test_a_worker_killed_after_a_hand_off_before_starting_the_job_loses_no
     assert (handed.state, handed.attempt) == ("running", 1)  # claimed for the frozen worker by the enqueue
     first.signal(signal.SIGKILL)
     await first.exited(60)
-    second = spawn("--queues", q, "--lease-ms", "1000", "--burst")
+    # a long lease for the job's second run: a stall of the loaded machine must not make it a third
+    second = spawn("--queues", q, "--lease-ms", "30000", "--burst")
     assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
     got = await engine.get_job(q, env.id)
     assert got is not None
