@@ -259,7 +259,11 @@ async def test_a_worker_killed_mid_graph_the_graph_still_completes_and_the_callb
     marks = tmp_path / "marks.txt"
     marks.touch()
     gid = f"{gs.prefix}-kill"
-    node = {"kind": "demo.graph.mark", "args": [str(marks), 0.3], "lease_ms": 1500}
+    node = {
+        "kind": "demo.graph.mark",
+        "args": [str(marks), 0.3],
+        "lease_ms": 5000,
+    }  # a stall under 5 s re-runs nothing
     doc = {"id": gid, "queue": gs.qa, "nodes": [{"name": f"n{i}", **node} for i in range(12)]}
     doc["nodes"].append(
         {"name": "callback", **node, "args": [str(marks), 0.0], "parents": [f"n{i}" for i in range(12)]}
