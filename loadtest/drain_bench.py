@@ -19,9 +19,10 @@ from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
 from jqstack.manager import Stack, StackSpec
+from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.supervise import Children
 from loadtest.report import Report
-from loadtest.stacks import checkout_env, up_timed, worker_argv
+from loadtest.stacks import up_timed
 
 __all__ = ["WORKERS", "drain", "fill", "run"]
 
@@ -65,7 +66,7 @@ async def _finished(url: str, queue: str) -> int:
 def drain(url: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
     """Drain the paused ``queue`` holding ``n`` jobs (:func:`fill`) with :data:`WORKERS` burst workers: start
     them, let them settle, resume the queue and time until both exited. The figures of this scenario."""
-    env = checkout_env(JOBQ_REDIS_URL=url, JOBQ_LOG_LEVEL="warning")
+    env = PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker()
     argv = worker_argv(queue, app="examples.demo_app:registry", concurrency=concurrency, burst=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with Children(grace_s=30.0) as workers:

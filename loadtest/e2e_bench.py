@@ -60,8 +60,9 @@ from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.keys import QueueKeys
 from jqstack.manager import Endpoints
+from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port
-from jqstack.supervise import Child, Children, Output, http_ok, python_m
+from jqstack.supervise import Child, Children, Output, http_ok
 from loadtest.costs import (
     CpuMeter,
     CpuReading,
@@ -77,7 +78,7 @@ from loadtest.costs import (
 from loadtest.cpu import redis_cpu_s
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
-from loadtest.stacks import bench_stack, checkout_env, worker_argv
+from loadtest.stacks import bench_stack
 
 __all__ = ["Pipeline", "pipeline", "run"]
 
@@ -123,34 +124,28 @@ async def pipeline(
 ) -> AsyncIterator[Pipeline]:
     """Start gateway, relay, workers and scheduler for queue and topic ``bench.<tag>`` (events to
     ``bench.<tag>.events``); stop them all on exit."""
-    queue = topic = f"bench.{tag}"
+    scope = Scope("bench", tag)
+    queue = topic = scope.name
     kafka = KafkaSettings(bootstrap=ep.kafka_bootstrap)
     await asyncio.to_thread(ensure_topics, kafka, [topic], partitions=PARTITIONS)
     port = free_port()
-    env = {
-        **checkout_env(),  # the workers' app (examples/ or loadtest/) is not installed
-        **ep.exports(),
-        "JOBQ_GATE_PORT": str(port),
-        "JOBQ_GATE_TOKENS": TOKEN,
-        "JOBQ_DEFAULT_TOPIC": topic,
-        "JOBQ_RELAY_TOPICS": topic,
-        "JOBQ_RELAY_KV_PREFIX": f"jobq-bench/{tag}",
-        "JOBQ_RELAY_GROUP_PREFIX": f"bench-{tag}",
-        "JOBQ_RELAY_LOCK_DELAY_S": "0",
-        "JOBQ_SCHEDULER_NAME": f"bench-{tag}",
-        "JOBQ_SCHEDULER_GROUP": f"bench-{tag}",
-        "JOBQ_SCHEDULER_QUEUES": queue,
-        "JOBQ_EVENTS_TOPIC": f"{topic}.events",
-        "JOBQ_FAR_TOPIC": f"{topic}.schedule",
-        "JOBQ_CRON_KV_PREFIX": f"jobq-bench/{tag}/cron",
-        "JOBQ_LOG_LEVEL": "warning",
-    }
+    spec = PipelineEnv(
+        ep.exports(),
+        scope=scope,
+        token=TOKEN,
+        log_level="warning",
+        settings={"JOBQ_RELAY_LOCK_DELAY_S": "0"},
+    )
     pipe = Pipeline(ep, queue, topic, f"http://127.0.0.1:{port}")
-    worker = worker_argv(queue, app=app, concurrency=CONCURRENCY)
-    roles = [("kafkagate", python_m("kafkagate")), ("jqrelay", python_m("jqrelay"))]
-    roles += [("worker", worker)] * WORKERS + [("jqsched", python_m("jqsched"))]
+    worker = (worker_argv(queue, app=app, concurrency=CONCURRENCY), spec.worker())
+    roles = [
+        ("kafkagate", (service_argv("gateway"), spec.gateway(port))),
+        ("jqrelay", (service_argv("relay"), spec.relay())),
+    ]
+    roles += [("worker", worker)] * WORKERS
+    roles += [("jqsched", (service_argv("scheduler"), spec.scheduler(f"bench-{tag}")))]
     try:
-        for role, argv in roles:
+        for role, (argv, env) in roles:
             name = f"{role}-{len(pipe.procs.members)}"
             output: Output = "discard" if log_dir is None else log_dir / f"{name}.log"
             pipe.procs.start(name, argv, output=output, env=env)

@@ -27,8 +27,9 @@ from hdrh.histogram import HdrHistogram
 from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
 from jqstack.manager import Endpoints
+from jqstack.pipeline import PipelineEnv, service_argv
 from jqstack.procs import free_port
-from jqstack.supervise import Children, http_ok, python_m
+from jqstack.supervise import Children, http_ok
 from kafkagate.main import PROCESS_HEADER
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
@@ -62,19 +63,16 @@ def _gateway(ep: Endpoints, processes: int = 1) -> Iterator[str]:
     grace, KILL) on exit."""
     ensure_topics(KafkaSettings(bootstrap=ep.kafka_bootstrap), [TOPIC], partitions=3)
     port = free_port()
-    env = {
-        **os.environ,
-        "JOBQ_GATE_PROCESSES": str(processes),
-        "JOBQ_GATE_PORT": str(port),
-        "JOBQ_GATE_TOKENS": TOKEN,
-        "JOBQ_KAFKA_BOOTSTRAP": ep.kafka_bootstrap,
-        "JOBQ_REDIS_URL": ep.redis_url or "",
-        "JOBQ_DEFAULT_TOPIC": TOPIC,
-        "JOBQ_LOG_LEVEL": "warning",
-    }
+    spec = PipelineEnv(
+        {"JOBQ_KAFKA_BOOTSTRAP": ep.kafka_bootstrap, "JOBQ_REDIS_URL": ep.redis_url or ""},
+        token=TOKEN,
+        log_level="warning",
+        settings={"JOBQ_DEFAULT_TOPIC": TOPIC},
+    )
+    env = spec.gateway(port, processes=processes)
     url = f"http://127.0.0.1:{port}"
     with Children(grace_s=30.0) as children:
-        gateway = children.start("gateway", python_m("kafkagate"), output="inherit", env=env)
+        gateway = children.start("gateway", service_argv("gateway"), output="inherit", env=env)
         gateway.wait_ready(http_ok(url + "/readyz"), timeout_s=30, interval_s=0.2)
         if processes > 1:
             gateway.wait_ready(lambda: _every_process_answers(url, processes), timeout_s=30, interval_s=0.2)

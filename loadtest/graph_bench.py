@@ -69,11 +69,11 @@ from jqcore.state import Engine, GraphInfo
 from jqcore.state.keys import GraphKeys, QueueKeys
 from jqstack.manager import Endpoints
 from jqstack.paths import home
+from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.procs import free_port
 from jqstack.supervise import Children
 from loadtest import peers_bench
 from loadtest.report import Report
-from loadtest.stacks import checkout_env, worker_argv
 from worker.registry import Registry, current_job
 
 __all__ = ["FULL", "PEERS", "QUICK", "SHAPES", "SYSTEMS", "Sizes", "registry", "run"]
@@ -264,7 +264,7 @@ class JobqRun:
 
 
 def _jobq(url: str, rep: int, sizes: Sizes) -> dict[str, Times]:
-    env = checkout_env(JOBQ_REDIS_URL=url, JOBQ_LOG_LEVEL="warning")
+    env = PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker()
     argv = worker_argv(QUEUE, app="loadtest.graph_bench:registry", concurrency=CONCURRENCY)
 
     async def go(procs: Children) -> dict[str, Times]:

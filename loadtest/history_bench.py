@@ -71,12 +71,13 @@ from jqcore.state.keys import QUEUES_KEY, QueueKeys
 from jqspark import spark_session
 from jqspark.history import start_history
 from jqstack.manager import Endpoints, Stack, StackSpec
+from jqstack.pipeline import PipelineEnv, service_argv, worker_argv
 from jqstack.provision import ensure_spark_jars
-from jqstack.supervise import Child, Children, python_m
+from jqstack.supervise import Child, Children
 from loadtest import drain_bench
 from loadtest.cpu import cpu_s
 from loadtest.report import Report
-from loadtest.stacks import checkout_env, up_timed, worker_argv
+from loadtest.stacks import up_timed
 from loadtest.topics import end_offsets
 
 __all__ = ["run"]
@@ -181,21 +182,20 @@ class Bench:
 
     def scheduler(self, children: Children, name: str, queues: str, topic: str) -> Child:
         """A ``python -m jqsched`` of a group of its own keeping ``queues`` and shipping to ``topic``."""
-        env = {
-            **os.environ,
-            "JOBQ_REDIS_URL": self.url,
-            "JOBQ_KAFKA_BOOTSTRAP": self.ep.kafka_bootstrap,
-            "JOBQ_SCHEDULER_NAME": name,
-            "JOBQ_SCHEDULER_GROUP": f"{self.prefix}-{name}",
-            "JOBQ_SCHEDULER_QUEUES": queues,
-            "JOBQ_SCHEDULER_CRON": "false",
-            "JOBQ_SCHEDULER_FAR": "false",
-            "JOBQ_EVENTS_TOPIC": topic,
-            "JOBQ_EVENTS_PARTITIONS": str(EVENTS_PARTITIONS),
-            "JOBQ_LOG_LEVEL": "warning",
-        }
+        spec = PipelineEnv(
+            {"JOBQ_REDIS_URL": self.url, "JOBQ_KAFKA_BOOTSTRAP": self.ep.kafka_bootstrap},
+            log_level="warning",
+            settings={
+                "JOBQ_SCHEDULER_GROUP": f"{self.prefix}-{name}",
+                "JOBQ_SCHEDULER_CRON": "false",
+                "JOBQ_SCHEDULER_FAR": "false",
+                "JOBQ_EVENTS_TOPIC": topic,
+                "JOBQ_EVENTS_PARTITIONS": str(EVENTS_PARTITIONS),
+            },
+        )
         self.logs.mkdir(parents=True, exist_ok=True)
-        return children.start(name, python_m("jqsched"), env=env, output=self.logs / f"{name}.log")
+        env = spec.scheduler(name, queues=queues)
+        return children.start(name, service_argv("scheduler"), env=env, output=self.logs / f"{name}.log")
 
     def topic(self, name: str) -> str:
         """The events topic ``<prefix>.events.<name>`` (made by the scheduler; deleted by :meth:`close`)."""
@@ -679,7 +679,7 @@ def _lag_part(bench: Bench, sizes: Sizes) -> LagRun:
         jars=ensure_spark_jars(),
         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
     )
-    env = checkout_env(JOBQ_REDIS_URL=bench.url, JOBQ_LOG_LEVEL="warning")
+    env = PipelineEnv({"JOBQ_REDIS_URL": bench.url}, log_level="warning").worker()
     try:
         with (
             tempfile.TemporaryDirectory(prefix="jobq-bench-history-") as tmp,

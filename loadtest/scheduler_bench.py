@@ -34,7 +34,8 @@ from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.keys import QueueKeys
 from jqstack.manager import Endpoints
-from jqstack.supervise import Children, python_m
+from jqstack.pipeline import PipelineEnv, service_argv
+from jqstack.supervise import Children
 from loadtest.report import Report
 from loadtest.stacks import bench_stack
 
@@ -143,19 +144,18 @@ async def _round(ep: Endpoints, quick: bool, rep: int, folder: Path) -> dict[str
     prefix = f"bench{os.getpid()}s{rep}"
     topic, queues = f"{prefix}.schedule", [f"{prefix}.q{i}" for i in range(QUEUES)]
     horizon_s = lead_s + spread_s / 2
-    env = {
-        **os.environ,
-        "JOBQ_REDIS_URL": ep.redis_url or "",
-        "JOBQ_KAFKA_BOOTSTRAP": ep.kafka_bootstrap,
-        "JOBQ_SCHEDULER_GROUP": prefix,
-        "JOBQ_SCHEDULER_QUEUES": f"{prefix}*",
-        "JOBQ_SCHEDULER_CRON": "false",
-        "JOBQ_SCHEDULER_STALE_S": str(STALE_S),
-        "JOBQ_FAR_TOPIC": topic,
-        "JOBQ_FAR_HORIZON_S": str(horizon_s),
-        "JOBQ_FAR_RESCAN_S": str(horizon_s / 8),
-        "JOBQ_LOG_LEVEL": "warning",
-    }
+    spec = PipelineEnv(
+        {"JOBQ_REDIS_URL": ep.redis_url or "", "JOBQ_KAFKA_BOOTSTRAP": ep.kafka_bootstrap},
+        log_level="warning",
+        settings={
+            "JOBQ_SCHEDULER_GROUP": prefix,
+            "JOBQ_SCHEDULER_CRON": "false",
+            "JOBQ_SCHEDULER_STALE_S": str(STALE_S),
+            "JOBQ_FAR_TOPIC": topic,
+            "JOBQ_FAR_HORIZON_S": str(horizon_s),
+            "JOBQ_FAR_RESCAN_S": str(horizon_s / 8),
+        },
+    )
     await asyncio.to_thread(
         ensure_topics, KafkaSettings(bootstrap=ep.kafka_bootstrap), [topic], partitions=6, compacted=True
     )
@@ -177,8 +177,8 @@ async def _round(ep: Endpoints, quick: bool, rep: int, folder: Path) -> dict[str
         procs = {
             name: children.start(
                 name,
-                python_m("jqsched"),
-                env={**env, "JOBQ_SCHEDULER_NAME": name},
+                service_argv("scheduler"),
+                env=spec.scheduler(name, queues=f"{prefix}*"),
                 output=folder / f"{name}.log",
             )
             for name in names

@@ -21,10 +21,10 @@ import aiohttp
 from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
 from jqstack.manager import Endpoints
+from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port
-from jqstack.supervise import Child, http_ok, python_m, start, terminate
+from jqstack.supervise import Child, http_ok, start, terminate
 from loadtest.faults.handlers import FAULT_DIR_ENV
-from loadtest.stacks import checkout_env
 
 __all__ = ["TOKEN", "FaultPipeline", "Roles"]
 
@@ -65,11 +65,11 @@ class FaultPipeline:
 
     @property
     def queue(self) -> str:
-        return f"faults.{self.tag}"
+        return Scope("faults", self.tag).name
 
     @property
     def topic(self) -> str:
-        return f"faults.{self.tag}"
+        return Scope("faults", self.tag).name
 
     @property
     def executions(self) -> Path:
@@ -85,41 +85,34 @@ class FaultPipeline:
     def names(self, role: str) -> list[str]:
         return sorted(n for n in self.children if n.startswith(f"{role}-"))
 
-    def env(self) -> dict[str, str]:
-        return {
-            **checkout_env(),  # the workers' handlers (loadtest.faults.handlers) are not installed
-            **self.ep.exports(),
-            "JOBQ_DEFAULT_TOPIC": self.topic,
+    @property
+    def spec(self) -> PipelineEnv:
+        """Every process's settings (``spec.common()``: also a one-off ``jobq`` command's environment)."""
+        settings = {
             "JOBQ_DEFAULT_ACKS": self.acks,
-            "JOBQ_GATE_TOKENS": TOKEN,
-            "JOBQ_RELAY_TOPICS": self.topic,
-            "JOBQ_RELAY_KV_PREFIX": f"jobq-faults/{self.tag}",
-            "JOBQ_RELAY_GROUP_PREFIX": f"faults-{self.tag}",
             "JOBQ_RELAY_SESSION_TTL_S": "10",
-            "JOBQ_SCHEDULER_GROUP": f"faults-{self.tag}",
-            "JOBQ_SCHEDULER_QUEUES": self.queue,
             "JOBQ_SCHEDULER_BEAT_S": "0.5",
             "JOBQ_SCHEDULER_STALE_S": "2",
-            "JOBQ_EVENTS_TOPIC": f"{self.topic}.events",
-            "JOBQ_FAR_TOPIC": f"{self.topic}.schedule",
-            "JOBQ_CRON_KV_PREFIX": f"jobq-faults/{self.tag}/cron",
             "JOBQ_WORKER_LEASE_MS": str(self.roles.lease_ms),
             "JOBQ_WORKER_GRACE_S": "5",
             FAULT_DIR_ENV: str(self.executions),
-            "JOBQ_LOG_LEVEL": "info",
             **self.env_extra,
         }
+        scope = Scope("faults", self.tag)
+        return PipelineEnv(self.ep.exports(), scope=scope, token=TOKEN, log_level="info", settings=settings)
 
-    def _argv(self, name: str) -> list[str]:
-        role = name.split("-")[0]
+    def _process(self, name: str) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment of ``name``; a gateway keeps its port across restarts."""
+        role, spec = name.split("-")[0], self.spec
         if role == "gate":
-            return python_m("kafkagate")
+            port = self.ports.setdefault(name, free_port())
+            return service_argv("gateway"), spec.gateway(port, az=name)
         if role == "relay":
-            return python_m("jqrelay")
+            return service_argv("relay"), spec.relay(name)
         if role == "sched":
-            return python_m("jqsched")
-        argv = python_m("jobq", "worker", "--app", APP, "--queues", self.queue)
-        return [*argv, "--concurrency", str(self.roles.concurrency), "--processes", "1"]
+            return service_argv("scheduler"), spec.scheduler(name)
+        argv = worker_argv(self.queue, app=APP, concurrency=self.roles.concurrency, processes=1)
+        return argv, spec.worker()  # the handlers (loadtest.faults.handlers) are not installed
 
     def log(self, name: str) -> Path:
         """The log of the current run of ``name`` (``relay-1.log``; after restarts ``relay-1.2.log``...)."""
@@ -128,16 +121,12 @@ class FaultPipeline:
 
     def launch(self, name: str) -> Child:
         """Start (or start again) the process ``name``; a restart keeps its port and its identity."""
-        env = self.env()
-        if name.startswith("gate-"):
-            env["JOBQ_GATE_PORT"] = str(self.ports.setdefault(name, free_port()))
-            env["JOBQ_GATE_AZ"] = name
-        env["JOBQ_RELAY_HOLDER"] = env["JOBQ_SCHEDULER_NAME"] = name
+        argv, env = self._process(name)
         for key, values in self.overrides.items():
             if name == key or name.startswith(f"{key}-"):
                 env.update(values)
         self._starts[name] = self._starts.get(name, 0) + 1
-        child = start(name, self._argv(name), output=self.log(name), env=env)
+        child = start(name, argv, output=self.log(name), env=env)
         self.children[name] = child
         return child
 

@@ -190,7 +190,7 @@ async def _rebuild(d: Drill, since: float) -> None:
     when = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%S")
     argv = [*python_m("jobq", "rebuild", "--from", when, "--topic", d.pipe.topic, "--json")]
     proc = await asyncio.create_subprocess_exec(
-        *argv, env=d.pipe.env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *argv, env=d.pipe.spec.common(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     out, err = await proc.communicate()
     if proc.returncode != 0:

@@ -17,8 +17,8 @@ from jqcore.client import ApiRefused, JobqClient
 from jqcore.graphs import Graph, Step, chain, fan_out, group, pipeline
 from jqcore.state import Engine
 from jqstack.manager import Endpoints
+from jqstack.pipeline import checkout_env
 from jqstack.supervise import Child, Children, python_m
-from loadtest.stacks import checkout_env
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 

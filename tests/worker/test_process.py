@@ -16,8 +16,8 @@ from jqcore.envelope import new_envelope
 from jqcore.state import Engine, JobInfo
 from jqcore.state.keys import QueueKeys
 from jqstack.manager import Endpoints
+from jqstack.pipeline import checkout_env
 from jqstack.supervise import Child, Children, python_m
-from loadtest.stacks import checkout_env
 
 pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
 

@@ -1,0 +1,174 @@
+"""What ``jobq demo`` runs and expects: its pipeline's settings, its workload and the checks of its outcome.
+
+The pipeline: topics ``jobs.demo`` (the ``demo.*`` queues) and ``jobs.default``, the development tokens of
+``jobq stack env``, JSON logs, the schedulers keeping the demo's and the canary's queues only. The workload,
+enqueued over HTTP: plain, delayed, prioritized, exclusive, flaky and failing jobs (so the dead-letter list
+fills) and a cron schedule every 10 s, each job with the final state it must reach. The command itself
+(starting and supervising the processes, the status screen) is :mod:`jobq.commands.demo`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from jobq.commands.stack import DEV_TOKEN, DEV_WEB_ADMIN, DEV_WEB_READ
+from jqcore.client import Gateway, JobqClient
+from jqcore.errors import JobqError
+from jqcore.history import HistoryStore
+from jqcore.routing import RoutingSettings
+from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load
+from jqstack.manager import Endpoints
+from jqstack.pipeline import PipelineEnv
+from jqweb.overview import Sources
+
+__all__ = [
+    "APP",
+    "QUEUES",
+    "SCHEDULED",
+    "TOKEN",
+    "TOPICS",
+    "Job",
+    "enqueue",
+    "in_history",
+    "pipeline_env",
+    "sources",
+    "states",
+    "workload",
+]
+
+TOKEN = DEV_TOKEN
+"""The development token ``jobq stack env`` exports (JOBQ_TOKEN): one token for every local gateway."""
+APP = "examples.demo_app:registry"
+"""The demo worker's handlers (``module:attribute`` of a ``worker.Registry``): ``examples/`` of the checkout
+(``./run demo``), which the worker gets on its ``PYTHONPATH``; the installed product leaves it out."""
+TOPICS = ["jobs.demo", "jobs.default"]
+ROUTES = [{"queues": "demo.*", "topic": "jobs.demo"}]
+CRON = "demo.tick"
+"""The demo's cron schedule (a no-op job into demo.plain every 10 s)."""
+QUEUES = ["demo.plain", "demo.delayed", "demo.priority", "demo.exclusive", "demo.flaky", "demo.failing"]
+SCHEDULED = "demo.*,canary.*"
+"""The queues the demo's schedulers keep (and whose events they ship): the demo's and the canary's, not
+whatever else lives in the stack's Redis (the test suite runs the demo on a Redis full of other queues)."""
+
+Job = tuple[str, str, str]
+"""(queue, job id, expected final state) of an enqueued demo job."""
+
+
+def pipeline_env(endpoints: Endpoints, history_path: str) -> PipelineEnv:
+    """The settings of the demo's processes on the stack at ``endpoints``; the history tables at
+    ``history_path``."""
+    return PipelineEnv(
+        endpoints.exports(),
+        token=TOKEN,
+        log_format="json",
+        settings={
+            "JOBQ_WEB_ADMIN_TOKENS": f"admin:{DEV_WEB_ADMIN}",
+            "JOBQ_WEB_READ_TOKENS": f"viewer:{DEV_WEB_READ}",
+            "JOBQ_ROUTES": orjson.dumps(ROUTES).decode(),
+            "JOBQ_DEFAULT_TOPIC": "jobs.default",
+            "JOBQ_RELAY_TOPICS": ",".join(TOPICS),
+            "JOBQ_RELAY_SESSION_TTL_S": "10",
+            "JOBQ_RELAY_LOCK_DELAY_S": "1",
+            "JOBQ_HISTORY_PATH": history_path,
+        },
+    )
+
+
+def sources(spec: PipelineEnv) -> Sources:
+    """The demo's own reads (status screen, history) with the settings its children get from ``spec``;
+    the demo's environment is left as it was."""
+    env = spec.common()
+    redis: dict[str, Any] = {"cluster": "JOBQ_REDIS_CLUSTER" in env}
+    if "JOBQ_REDIS_URL" in env:
+        redis["url"] = env["JOBQ_REDIS_URL"]
+    return Sources(
+        routing=load(RoutingSettings, routes=env["JOBQ_ROUTES"], default_topic=env["JOBQ_DEFAULT_TOPIC"]),
+        relay=load(RelayKeys, topics=env["JOBQ_RELAY_TOPICS"]),
+        kafka=load(KafkaSettings, bootstrap=env["JOBQ_KAFKA_BOOTSTRAP"]),
+        consul=load(ConsulSettings, addr=env["CONSUL_HTTP_ADDR"]),
+        redis=load(RedisSettings, **redis),
+        history=load(HistorySettings, path=env["JOBQ_HISTORY_PATH"]),
+    )
+
+
+def workload() -> list[tuple[str, dict[str, Any], str]]:
+    """(queue, job, expected final state)."""
+    jobs: list[tuple[str, dict[str, Any], str]] = []
+    jobs += [
+        ("demo.plain", {"kind": "demo.sleep", "args": {"seconds": 0.05}}, "completed") for _ in range(20)
+    ]
+    jobs += [
+        (
+            "demo.delayed",
+            {"kind": "demo.sleep", "args": {"seconds": 0.01}, "delay_ms": 3000 + 1000 * i},
+            "completed",
+        )
+        for i in range(5)
+    ]
+    jobs += [
+        ("demo.priority", {"kind": "demo.noop", "priority": p}, "completed") for p in (50, 10, 40, 20, 30)
+    ]
+    jobs += [
+        (
+            "demo.exclusive",
+            {"kind": "demo.sleep", "args": {"seconds": 0.2}, "excl": f"account-{i % 3}"},
+            "completed",
+        )
+        for i in range(9)
+    ]
+    jobs += [("demo.flaky", {"kind": "demo.flaky", "args": {"fail_times": 1}}, "completed") for _ in range(3)]
+    jobs += [("demo.failing", {"kind": "demo.always_fails"}, "errored") for _ in range(3)]
+    return jobs
+
+
+async def enqueue(gateways: list[Gateway]) -> list[Job]:
+    """Configure the demo's queues and cron schedule, and enqueue :func:`workload` through ``gateways``."""
+    async with JobqClient(gateways, TOKEN, az="az-a") as client:
+        await client.request(
+            "PATCH",
+            "/v1/queues/demo.exclusive",
+            json={"mode": "exclusive", "excl_key": "account"},
+            idempotent=True,
+        )
+        await client.request(  # fired by the schedulers every 10 s; `jobq cron list` shows it
+            "PUT",
+            f"/v1/cron/{CRON}",
+            json={"every_s": 10, "queue": "demo.plain", "kind": "demo.noop"},
+            idempotent=True,
+        )
+        out = []
+        for queue, job, expected in workload():
+            ids = await client.enqueue(queue, [job])
+            out.append((queue, ids[0], expected))
+        return out
+
+
+async def states(gateways: list[Gateway], jobs: list[Job]) -> dict[str, int]:
+    """How many demo jobs reached their expected state (``ok``), and the others per state reached."""
+    async with JobqClient(gateways, TOKEN) as client:
+        tally: dict[str, int] = {"ok": 0}
+        for queue, job_id, expected in jobs:
+            info = await client.get_job(queue, job_id)
+            state = info["state"] if info else "in kafka"
+            if state == expected:
+                tally["ok"] += 1
+            else:
+                tally[state] = tally.get(state, 0) + 1
+        return tally
+
+
+def in_history(jobs: list[Job], history: HistorySettings) -> int:
+    """How many demo jobs the history tables show in their expected state (0 before the first batch)."""
+    root: Path = history.root
+    if not root.is_dir():
+        return 0
+    ids = ", ".join("'" + job_id.replace("'", "''") + "'" for _, job_id, _ in jobs)
+    try:
+        rows = HistoryStore(root).query(f"SELECT queue, id, to_state FROM current WHERE id IN ({ids})").rows
+    except JobqError:  # tables being written for the first time: the next poll reads them
+        return 0
+    seen = {(queue, job_id): state for queue, job_id, state in rows}
+    return sum(1 for queue, job_id, expected in jobs if seen.get((queue, job_id)) == expected)

@@ -1,0 +1,190 @@
+"""One pipeline's processes, said once: the environment and the command line of every role.
+
+The demo (``jobq demo``), the benchmarks and the fault suite run the path as separate processes on a stack:
+gateways (``python -m kafkagate``), relays (``jqrelay``), schedulers (``jqsched``), worker pools
+(``jobq worker``), the canary, the dashboard (``jqweb``) and the history job (``jobq history run``). A
+:class:`PipelineEnv` holds what they share — how to reach the servers, the names the pipeline owns
+(:class:`Scope`), the gateway token, logging and any other settings — and gives each role its environment;
+:func:`service_argv`, :func:`worker_argv` and :func:`history_argv` give their command lines.
+
+It lives in ``jqstack`` because both the CLI (the demo) and ``loadtest`` (benchmarks, faults) use it, and
+``loadtest`` sits below ``jobq``. It knows the settings only by their environment names (``JOBQ_*``,
+``docs/settings.md``), so it imports nothing above ``jqstack``.
+
+Worker pools import their handlers (``--app``) from the checkout (``examples/``, ``loadtest/``), which is
+not installed: a worker's environment has the checkout first on ``PYTHONPATH`` (:func:`checkout_env`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from jqstack.paths import repo_root
+from jqstack.supervise import python_m
+
+__all__ = [
+    "MODULES",
+    "PipelineEnv",
+    "Scope",
+    "Service",
+    "checkout_env",
+    "history_argv",
+    "service_argv",
+    "worker_argv",
+]
+
+Service = Literal["gateway", "relay", "scheduler", "canary", "web"]
+MODULES: dict[Service, str] = {
+    "gateway": "kafkagate",
+    "relay": "jqrelay",
+    "scheduler": "jqsched",
+    "canary": "canary",
+    "web": "jqweb",
+}
+"""The module each service runs as (``python -m <module>``)."""
+
+
+def checkout_env(**extra: str) -> dict[str, str]:
+    """This process's environment, ``extra`` on top, with the checkout's root first on ``PYTHONPATH``: for a
+    child process that imports ``loadtest`` or ``examples`` (neither is installed)."""
+    return _on_checkout({**os.environ, **extra})
+
+
+def _on_checkout(env: dict[str, str]) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(repo_root()), os.environ.get("PYTHONPATH")) if p)
+    return {**env, "PYTHONPATH": path}
+
+
+def service_argv(service: Service) -> list[str]:
+    """``python -m <module>`` of ``service``."""
+    return python_m(MODULES[service])
+
+
+def worker_argv(
+    queues: str,
+    *,
+    app: str,
+    concurrency: int,
+    processes: int | None = None,
+    grace_s: float | None = None,
+    burst: bool = False,
+) -> list[str]:
+    """``jobq worker`` serving ``queues`` with the handlers of ``app`` (``module:attribute``)."""
+    argv = python_m("jobq", "worker", "--app", app, "--queues", queues, "--concurrency", str(concurrency))
+    if processes is not None:
+        argv += ["--processes", str(processes)]
+    if grace_s is not None:
+        argv += ["--grace", f"{grace_s:g}"]
+    return [*argv, "--burst"] if burst else argv
+
+
+def history_argv() -> list[str]:
+    """``jobq history run``: the history job (PySpark) reading the events topic into Parquet."""
+    return python_m("jobq", "history", "run")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The names a pipeline owns, so that pipelines sharing a stack never see each other's work: queue and
+    topic ``<kind>.<tag>`` (its events, schedule and cron beside them), the relays' Consul keys and consumer
+    groups, the scheduler group. Without a scope a pipeline uses the settings' default names (the demo)."""
+
+    kind: str
+    """What runs it: ``bench``, ``faults``."""
+    tag: str
+
+    @property
+    def name(self) -> str:
+        """The queue and the topic: ``<kind>.<tag>``."""
+        return f"{self.kind}.{self.tag}"
+
+    def settings(self) -> dict[str, str]:
+        topic = self.name
+        return {
+            "JOBQ_DEFAULT_TOPIC": topic,
+            "JOBQ_RELAY_TOPICS": topic,
+            "JOBQ_RELAY_KV_PREFIX": f"jobq-{self.kind}/{self.tag}",
+            "JOBQ_RELAY_GROUP_PREFIX": f"{self.kind}-{self.tag}",
+            "JOBQ_SCHEDULER_GROUP": f"{self.kind}-{self.tag}",
+            "JOBQ_SCHEDULER_QUEUES": self.name,
+            "JOBQ_EVENTS_TOPIC": f"{topic}.events",
+            "JOBQ_FAR_TOPIC": f"{topic}.schedule",
+            "JOBQ_CRON_KV_PREFIX": f"jobq-{self.kind}/{self.tag}/cron",
+        }
+
+
+@dataclass(frozen=True)
+class PipelineEnv:
+    """The settings every process of one pipeline shares, and each role's environment on top of them
+    (this process's environment underneath, as a child inherits it)."""
+
+    servers: Mapping[str, str]
+    """How the processes reach the servers: ``Endpoints.exports()``, or the part a pipeline needs (a
+    worker pool only Redis: ``{"JOBQ_REDIS_URL": url}``)."""
+    scope: Scope | None = None
+    token: str | None = None
+    """The gateways' bearer token (``JOBQ_GATE_TOKENS``), which the canary sends too."""
+    log_level: str | None = None
+    log_format: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+    """Any other settings every process gets (``JOBQ_*``), over the scope's names."""
+
+    def common(self) -> dict[str, str]:
+        """What every process gets; also the environment of a one-off command (``jobq rebuild``)."""
+        env = {**os.environ, **self.servers}
+        if self.scope is not None:
+            env.update(self.scope.settings())
+        if self.token is not None:
+            env["JOBQ_GATE_TOKENS"] = self.token
+        if self.log_level is not None:
+            env["JOBQ_LOG_LEVEL"] = self.log_level
+        if self.log_format is not None:
+            env["JOBQ_LOG_FORMAT"] = self.log_format
+        return {**env, **self.settings}
+
+    def gateway(self, port: int, *, az: str | None = None, processes: int | None = None) -> dict[str, str]:
+        env = {**self.common(), "JOBQ_GATE_PORT": str(port)}
+        if az is not None:
+            env["JOBQ_GATE_AZ"] = az
+        if processes is not None:
+            env["JOBQ_GATE_PROCESSES"] = str(processes)
+        return env
+
+    def relay(self, holder: str | None = None) -> dict[str, str]:
+        """``holder``: the name it holds its topics' locks by (default: the relay's own)."""
+        env = self.common()
+        if holder is not None:
+            env["JOBQ_RELAY_HOLDER"] = holder
+        return env
+
+    def scheduler(self, name: str, *, queues: str | None = None) -> dict[str, str]:
+        env = {**self.common(), "JOBQ_SCHEDULER_NAME": name}
+        if queues is not None:
+            env["JOBQ_SCHEDULER_QUEUES"] = queues
+        return env
+
+    def worker(self) -> dict[str, str]:
+        """With the checkout first on ``PYTHONPATH``: the handlers of the demo, the benchmarks and the fault
+        suite live there."""
+        return _on_checkout(self.common())
+
+    def canary(self, gateways: Sequence[str], *, interval_s: float, late_after_s: float) -> dict[str, str]:
+        """``gateways``: ``url@az`` each."""
+        env = {
+            **self.common(),
+            "JOBQ_CANARY_GATEWAYS": ",".join(gateways),
+            "JOBQ_CANARY_INTERVAL_S": f"{interval_s:g}",
+            "JOBQ_CANARY_LATE_AFTER_S": f"{late_after_s:g}",
+        }
+        if self.token is not None:
+            env["JOBQ_CANARY_TOKEN"] = self.token
+        return env
+
+    def web(self, port: int) -> dict[str, str]:
+        return {**self.common(), "JOBQ_WEB_PORT": str(port)}
+
+    def history(self, *, trigger_s: float) -> dict[str, str]:
+        return {**self.common(), "JOBQ_HISTORY_TRIGGER_S": f"{trigger_s:g}"}
