@@ -1,9 +1,9 @@
 """The Lua transitions, each declared once: its file in ``lua/`` and the ``KEYS`` it receives.
 
 A declaration names, in :data:`jqcore.state.keys.KEY_NAMES` order, every key the script touches at a
-fixed name (BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order, is the
-script's header (``-- KEYS[i] <name> ...``), what :meth:`jqcore.state.keys.QueueKeys.for_script` passes, and
-the binding the loader puts before ``_lib.lua``: ``local P, READY, ... = KEYS[1], KEYS[2], ...``.
+fixed name (BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order,
+is the script's header (``-- KEYS[i] <name> ...``), what :meth:`jqcore.state.keys.QueueKeys.for_script`
+passes, and the binding the loader puts before ``_lib.lua``: ``local P, READY, ... = KEYS[1], KEYS[2], ...``.
 ``tests/state/test_lua_contract.py`` checks the three against each other and against the code.
 """
 
