@@ -25,10 +25,12 @@ def gateways(settings: CanarySettings) -> list[Gateway]:
     return out
 
 
-async def serve(settings: CanarySettings) -> None:
-    routing, kafka = load(RoutingSettings), load(KafkaSettings)
+async def serve(
+    settings: CanarySettings, routing: RoutingSettings, kafka: KafkaSettings, redis_settings: RedisSettings
+) -> None:
+    """Send heartbeats until a signal (the canary uses this function's clients, closed at the end)."""
     parts = await asyncio.to_thread(topic_partitions, kafka, routing.topics())
-    redis = connect(load(RedisSettings))
+    redis = connect(redis_settings)
     try:
         async with JobqClient(
             gateways(settings), settings.token.get_secret_value(), az=settings.az
@@ -44,4 +46,5 @@ async def serve(settings: CanarySettings) -> None:
 def run(settings: CanarySettings | None = None, metrics_port: int | None = None) -> None:
     if metrics_port is not None:
         metrics.serve(metrics_port)
-    asyncio.run(serve(settings or load(CanarySettings)))
+    settings = settings if settings is not None else load(CanarySettings)
+    asyncio.run(serve(settings, load(RoutingSettings), load(KafkaSettings), load(RedisSettings)))

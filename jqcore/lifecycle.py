@@ -26,7 +26,10 @@ class Service:
     """Base of gateways, relays, worker pools, canaries.
 
     Subclasses implement :meth:`_start` and :meth:`_stop`; this class makes ``stop`` idempotent, makes
-    ``start`` after ``stop`` an error, and gives ``async with``.
+    ``start`` after ``stop`` an error, and gives ``async with``. A service acquires its connections in
+    ``_start``, never in its constructor, and ``_stop`` releases whatever was acquired: a ``start`` that
+    fails half-way is stopped at once (so ``_stop`` must cope with anything not yet made); a service never
+    started stops without calling ``_stop``.
     """
 
     def __init__(self) -> None:
@@ -44,7 +47,20 @@ class Service:
         if self._started:
             return
         self._started = True
-        await self._start()
+        try:
+            await self._start()
+        except BaseException:
+            await self._stop_after_failed_start()
+            raise
+
+    async def _stop_after_failed_start(self) -> None:
+        """Release what a failed start acquired; the start's error is the one reported."""
+        try:
+            await self.stop()
+        except Exception as exc:
+            get_logger("jqcore.lifecycle").warning(
+                "stopping after a failed start failed too", service=type(self).__name__, error=repr(exc)
+            )
 
     async def stop(self) -> None:
         async with self._stop_lock:

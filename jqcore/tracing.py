@@ -53,7 +53,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from jqcore.envelope import Envelope
 from jqcore.log import get_logger
-from jqcore.settings import TraceSettings, load
+from jqcore.settings import TraceSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -90,9 +90,7 @@ _HEADERS = TraceContextTextMapPropagator()
 # ---- set-up ----------------------------------------------------------------------------------------
 
 
-def setup_tracing(
-    service_name: str, settings: TraceSettings | None = None, exporter: SpanExporter | None = None
-) -> bool:
+def setup_tracing(service_name: str, settings: TraceSettings, exporter: SpanExporter | None = None) -> bool:
     """Turn tracing on for this process when ``settings`` say so (or an ``exporter`` is given); True if on.
 
     ``service_name`` is the service's own name (``settings.service_name`` overrides it). ``exporter``:
@@ -103,7 +101,6 @@ def setup_tracing(
     so handlers' own spans (``opentelemetry.trace.get_tracer``) nest in the run span.
     """
     global _enabled, _tracer, _provider
-    settings = settings or load(TraceSettings)
     if exporter is None and not settings.enabled:
         return _enabled
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import consul.aio
+
 from jqcore import metrics
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.errors import ConfigError
 from jqcore.kafka import AsyncProducer, ensure_topics
 from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
-from jqcore.redisconn import connect
+from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
 from jqcore.state import Engine
@@ -23,7 +25,7 @@ from jqcore.tracing import setup_tracing
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import describe
 from jqrelay.settings import RelaySettings
-from jqrelay.topic import TopicRelay, dead_topic, retry_topic
+from jqrelay.topic import RelaySignals, TopicRelay, dead_topic, retry_topic
 
 __all__ = ["RelayService", "run"]
 
@@ -31,34 +33,41 @@ log = get_logger("jqrelay")
 
 
 class RelayService(Service):
+    """Every configured topic's :class:`TopicRelay`, sharing one Redis client, one Consul client and one
+    dead-letter producer, all made in ``start`` (``relays`` is empty until then; ``signals`` holds each
+    topic's test signals from construction on, so a test can enable them before starting)."""
+
     def __init__(
         self,
         settings: RelaySettings,
         kafka: KafkaSettings,
         redis: RedisSettings,
         consul_settings: ConsulSettings,
-        routing: RoutingSettings | None = None,
-        far: FarSettings | None = None,
-        trace: TraceSettings | None = None,
+        routing: RoutingSettings,
+        far: FarSettings,
+        trace: TraceSettings,
     ) -> None:
         super().__init__()
-        self.settings, self.kafka = settings, kafka
-        self.far = far or load(FarSettings)
-        self.trace = trace or load(TraceSettings)
-        self.topics = settings.topics or (routing or RoutingSettings()).topics()
+        self.settings, self.kafka, self.redis, self.consul_settings = settings, kafka, redis, consul_settings
+        self.far, self.trace = far, trace
+        self.topics = settings.topics or routing.topics()
         if not self.topics:
             raise ConfigError(
                 "the relay has no topic: set JOBQ_RELAY_TOPICS or JOBQ_ROUTES", code="topics_missing"
             )
-        self.redis_client = connect(redis)
-        self.engine = Engine(self.redis_client)
-        self.consul = consul_client(consul_settings)
-        self.dead_producer = AsyncProducer(kafka)
-        guard = MemoryGuard(self.redis_client, settings.memory_slow_at, settings.memory_stop_at)
-        self.relays = [
-            TopicRelay(t, settings, kafka, self.engine, self.consul, self.dead_producer, guard, self.far)
-            for t in self.topics
-        ]
+        self.signals = {t: RelaySignals() for t in self.topics}
+        self.relays: list[TopicRelay] = []
+        self._redis_client: RedisClient | None = None
+        self._consul: consul.aio.Consul | None = None
+        self._dead_producer: AsyncProducer | None = None
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The relays' engine (once started)."""
+        if self._engine is None:
+            raise RuntimeError("the relay is not started")
+        return self._engine
 
     async def _start(self) -> None:
         setup_tracing("jqrelay", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
@@ -70,37 +79,44 @@ class RelayService(Service):
                     self.kafka, [self.far.topic], partitions=self.far.partitions, compacted=True
                 )
             )
+        self._redis_client = client = connect(self.redis)
+        self._consul = consul = consul_client(self.consul_settings)
+        self._dead_producer = dead = AsyncProducer(self.kafka)
+        self._engine = engine = Engine(client)
+        guard = MemoryGuard(client, self.settings.memory_slow_at, self.settings.memory_stop_at)
+        s, kafka, far = self.settings, self.kafka, self.far
+        self.relays = [
+            TopicRelay(t, s, kafka, engine, consul, dead, guard, far, self.signals[t]) for t in self.topics
+        ]
         for relay in self.relays:
             await relay.start()
-        log.info(
-            "relay started", topics=self.topics, holder=self.settings.holder, shadow=self.settings.shadow
-        )
+        log.info("relay started", topics=self.topics, holder=s.holder, shadow=s.shadow)
 
     async def _stop(self) -> None:
         for relay in self.relays:
             await relay.stop()
-        await asyncio.to_thread(self.dead_producer.close, 5.0)
-        await self.redis_client.aclose()
-        await close_consul(self.consul)
+        if self._dead_producer is not None:
+            await asyncio.to_thread(self._dead_producer.close, 5.0)
+            self._dead_producer = None
+        if self._redis_client is not None:
+            await self._redis_client.aclose()
+            self._redis_client = self._engine = None
+        await close_consul(self._consul)
+        self._consul = None
 
     def status(self) -> list[dict[str, Any]]:
         return [{**describe(r.elector), "topic": r.topic, "counts": dict(r.counts)} for r in self.relays]
 
 
 def run(settings: RelaySettings | None = None) -> None:
-    settings = settings or load(RelaySettings)
+    """Relay until a signal; the settings not given come from the environment."""
+    settings = settings if settings is not None else load(RelaySettings)
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port)
+    parts = (load(KafkaSettings), load(RedisSettings), load(ConsulSettings), load(RoutingSettings))
+    far, trace = load(FarSettings), load(TraceSettings)
 
     async def main() -> None:
-        service = RelayService(
-            settings,
-            load(KafkaSettings),
-            load(RedisSettings),
-            load(ConsulSettings),
-            load(RoutingSettings),
-            load(FarSettings),
-        )
-        await run_until_signal(service)
+        await run_until_signal(RelayService(settings, *parts, far, trace))
 
     asyncio.run(main())

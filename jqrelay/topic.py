@@ -111,6 +111,7 @@ class TopicRelay(Service):
         dead_producer: AsyncProducer,
         guard: MemoryGuard,
         far: FarSettings,
+        signals: RelaySignals | None = None,
     ) -> None:
         super().__init__()
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
@@ -128,7 +129,7 @@ class TopicRelay(Service):
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._unsaved: dict[str, int] = {}
-        self.signals = RelaySignals()
+        self.signals = signals if signals is not None else RelaySignals()
         self._committed: dict[int, int] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------------

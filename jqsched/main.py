@@ -6,7 +6,15 @@ import asyncio
 
 from jqcore import metrics
 from jqcore.lifecycle import run_until_signal
-from jqcore.settings import ConsulSettings, CronSettings, RedisSettings, load
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    EventSettings,
+    FarSettings,
+    KafkaSettings,
+    RedisSettings,
+    load,
+)
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 
@@ -14,12 +22,14 @@ __all__ = ["run"]
 
 
 def run(settings: SchedulerSettings | None = None) -> None:
-    settings = settings or load(SchedulerSettings)
+    """Run until a signal; the settings not given come from the environment."""
+    settings = settings if settings is not None else load(SchedulerSettings)
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port)
+    parts = (load(RedisSettings), load(ConsulSettings), load(CronSettings), load(KafkaSettings))
+    far, events = load(FarSettings), load(EventSettings)
 
     async def main() -> None:
-        service = SchedulerService(settings, load(RedisSettings), load(ConsulSettings), load(CronSettings))
-        await run_until_signal(service)
+        await run_until_signal(SchedulerService(settings, *parts, far, events))
 
     asyncio.run(main())

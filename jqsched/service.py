@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, TypeVar
+
+import consul.aio
 
 from jqcore import metrics, series
 from jqcore.clock import now_ms
@@ -31,7 +33,6 @@ from jqcore.settings import (
     FarSettings,
     KafkaSettings,
     RedisSettings,
-    load,
 )
 from jqcore.state import REPAIR_AFTER_MS, Engine
 from jqsched.cron import CronFirer
@@ -41,6 +42,8 @@ from jqsched.settings import SchedulerSettings
 from jqsched.timers import StepResult, Timers
 
 __all__ = ["SchedulerService"]
+
+T = TypeVar("T")
 
 log = get_logger("jqsched")
 
@@ -60,44 +63,30 @@ class SchedulerService(Service):
         self,
         settings: SchedulerSettings,
         redis: RedisSettings,
-        consul_settings: ConsulSettings | None = None,
-        cron_settings: CronSettings | None = None,
+        consul_settings: ConsulSettings,
+        cron_settings: CronSettings,
+        kafka: KafkaSettings,
+        far: FarSettings,
+        events: EventSettings,
+        *,
         client: RedisClient | None = None,
-        kafka: KafkaSettings | None = None,
-        far: FarSettings | None = None,
-        events: EventSettings | None = None,
     ) -> None:
+        """``client``: a Redis client to use (the caller's, left open) instead of one of its own made on
+        start. Connections are made in ``start``: ``engine``, ``timers`` and ``membership`` exist from
+        then on; ``cron``, ``mover`` and ``shipper`` also only when their settings turn them on."""
         super().__init__()
-        self.settings = settings
-        self._own_client = client is None
-        self.client = client if client is not None else connect(redis)
-        self.engine = Engine(self.client)
-        self.consul = consul_client(consul_settings or load(ConsulSettings)) if settings.cron else None
-        self.cron = (
-            CronFirer(
-                CronStore(self.consul, (cron_settings or load(CronSettings)).kv_prefix),
-                self.engine,
-                settings.name,
-            )
-            if self.consul is not None
-            else None
-        )
-        self.membership = Membership(self.client, settings.group, settings.name, stale_s=settings.stale_s)
-        far = far or load(FarSettings)
-        self.far_settings = far
-        self.kafka = kafka or load(KafkaSettings)
-        self.mover = (
-            FarMover(self.engine, self.kafka, far, settings.name) if settings.far and far.enabled else None
-        )
-        self.events_settings = ev = events or load(EventSettings)
-        self.shipper = EventShipper(self.engine, self.kafka, ev) if settings.events else None
-        self.timers = Timers(
-            self.engine,
-            max_idle_s=settings.max_idle_s,
-            gc_every_s=settings.gc_every_s,
-            batch=settings.batch,
-            on_step=self._observe,
-        )
+        self.settings, self.redis, self.kafka = settings, redis, kafka
+        self.consul_settings, self.cron_settings = consul_settings, cron_settings
+        self.far_settings, self.events_settings = far, events
+        self._given_client = client
+        self._client: RedisClient | None = None
+        self._engine: Engine | None = None
+        self._timers: Timers | None = None
+        self._membership: Membership | None = None
+        self.consul: consul.aio.Consul | None = None
+        self.cron: CronFirer | None = None
+        self.mover: FarMover | None = None
+        self.shipper: EventShipper | None = None
         self.dealt = asyncio.Event()
         """Set after the first beat that dealt the queues (tests and benches wait on it)."""
         self._task: asyncio.Task[None] | None = None
@@ -110,10 +99,47 @@ class SchedulerService(Service):
         self.graphs_owned: list[str] = []
 
     @property
+    def client(self) -> RedisClient:
+        if self._client is None:
+            raise RuntimeError("the scheduler is not started")
+        return self._client
+
+    @property
+    def engine(self) -> Engine:
+        return _started(self._engine)
+
+    @property
+    def timers(self) -> Timers:
+        return _started(self._timers)
+
+    @property
+    def membership(self) -> Membership:
+        return _started(self._membership)
+
+    @property
     def owned(self) -> list[str]:
-        return self.timers.queues
+        return self._timers.queues if self._timers is not None else []
+
+    def _connect(self) -> None:
+        """Make the clients and what uses them (the first part of ``start``)."""
+        s = self.settings
+        self._client = client = self._given_client or connect(self.redis)
+        self._engine = engine = Engine(client)
+        self._membership = Membership(client, s.group, s.name, stale_s=s.stale_s)
+        self._timers = Timers(
+            engine, max_idle_s=s.max_idle_s, gc_every_s=s.gc_every_s, batch=s.batch, on_step=self._observe
+        )
+        if s.cron:
+            self.consul = consul_client(self.consul_settings)
+            self.cron = CronFirer(CronStore(self.consul, self.cron_settings.kv_prefix), engine, s.name)
+        far = self.far_settings
+        if s.far and far.enabled:
+            self.mover = FarMover(engine, self.kafka, far, s.name)
+        if s.events:
+            self.shipper = EventShipper(engine, self.kafka, self.events_settings)
 
     async def _start(self) -> None:
+        self._connect()
         await self.timers.start()
         self._task = asyncio.create_task(self._beat_loop(), name="scheduler:beat")
         if self.cron is not None:
@@ -133,9 +159,8 @@ class SchedulerService(Service):
         log.info("scheduler started", name=self.settings.name, group=self.settings.group)
 
     async def _stop(self) -> None:
-        await cancel_and_wait(self._series_task)
-        await cancel_and_wait(self._graph_task)
-        await cancel_and_wait(self._events_task)
+        for task in (self._series_task, self._graph_task, self._events_task):
+            await cancel_and_wait(task)
         if self.shipper is not None:
             await self.shipper.close()
         await cancel_and_wait(self._far_task)
@@ -143,11 +168,13 @@ class SchedulerService(Service):
             await self.mover.close()
         await cancel_and_wait(self._cron_task)
         await cancel_and_wait(self._task)
-        with contextlib.suppress(Exception):  # Redis away: the others drop us after stale_s instead
-            await self.membership.leave()
-        await self.timers.stop()
-        if self._own_client:
-            await self.client.aclose()
+        if self._membership is not None:
+            with contextlib.suppress(Exception):  # Redis away: the others drop us after stale_s instead
+                await self._membership.leave()
+        if self._timers is not None:
+            await self._timers.stop()
+        if self._client is not None and self._given_client is None:
+            await self._client.aclose()
         await close_consul(self.consul)
         log.info("scheduler stopped", name=self.settings.name)
 
@@ -325,9 +352,16 @@ class SchedulerService(Service):
         return {
             "name": self.settings.name,
             "group": self.settings.group,
-            "members": list(self.membership.members),
+            "members": list(self._membership.members) if self._membership is not None else [],
             "owned": self.owned,
             "cron": list(self.cron.owned) if self.cron is not None else [],
             "far": self.mover.status() if self.mover is not None else None,
             "events_shipped": self.shipper.shipped if self.shipper is not None else None,
         }
+
+
+def _started(made: T | None) -> T:
+    """What ``start`` made (an error before it ran)."""
+    if made is None:
+        raise RuntimeError("the scheduler is not started")
+    return made

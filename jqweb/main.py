@@ -25,18 +25,20 @@ log = get_logger("jqweb")
 class WebService(Service):
     """The dashboard on ``settings.host:settings.port`` (port 0: any free port)."""
 
-    def __init__(self, settings: WebSettings, sources: Sources | None = None) -> None:
+    def __init__(self, settings: WebSettings, sources: Sources) -> None:
         super().__init__()
         if not settings.read_tokens and not settings.admin_tokens:
             raise ConfigError("set JOBQ_WEB_READ_TOKENS and/or JOBQ_WEB_ADMIN_TOKENS: no token, no dashboard")
         self.settings = settings
-        self.web = Web(settings, sources or Sources())
+        self.web = Web(settings, sources)
+        """What the pages share; it makes its clients on first use and closes them when stopped."""
         self._runner: web.AppRunner | None = None
-        self._presence = Presence(self.web.client, "web", process_name())
+        self._presence: Presence | None = None
         self.port = settings.port
 
     async def _start(self) -> None:
         self._runner, self.port = await serve_http(make_app(self.web), self.settings.host, self.settings.port)
+        self._presence = Presence(self.web.client, "web", process_name())
         await self._presence.start()
         log.info("dashboard serving", url=self.url)
 
@@ -45,10 +47,15 @@ class WebService(Service):
         return f"http://{self.settings.host}:{self.port}"
 
     async def _stop(self) -> None:
-        await self._presence.stop()
+        if self._presence is not None:
+            await self._presence.stop()
         if self._runner is not None:
             await self._runner.cleanup()  # closes the Redis and Consul clients (app cleanup)
+            self._runner = None
+        await self.web.close()  # (again: a no-op after the app's cleanup closed them)
 
 
 def run(settings: WebSettings | None = None) -> None:
-    asyncio.run(run_until_signal(WebService(settings or load(WebSettings))))
+    """Serve until a signal; the settings not given come from the environment."""
+    service = WebService(settings if settings is not None else load(WebSettings), Sources())
+    asyncio.run(run_until_signal(service))

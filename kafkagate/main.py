@@ -42,7 +42,7 @@ from jqcore.http import serve_http
 from jqcore.lifecycle import Service, cancel_and_wait, run_until_signal
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
-from jqcore.redisconn import connect
+from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -96,34 +96,53 @@ class GateService(Service):
         routing: RoutingSettings,
         kafka: KafkaSettings,
         redis: RedisSettings,
-        consul: ConsulSettings | None = None,
-        cron: CronSettings | None = None,
-        far: FarSettings | None = None,
-        history: HistorySettings | None = None,
-        trace: TraceSettings | None = None,
+        consul: ConsulSettings,
+        cron: CronSettings,
+        far: FarSettings,
+        history: HistorySettings,
+        trace: TraceSettings,
         mounts: Mapping[str, web.Application] | None = None,
         *,
         slot: int | None = None,
     ) -> None:
         super().__init__()
-        self.settings = settings
-        self.trace = trace or load(TraceSettings)
-        self.redis_client = connect(redis)
-        self.gate = Gate(settings, routing, kafka, Engine(self.redis_client), consul, cron, far, history)
+        self.settings, self.routing, self.kafka, self.redis = settings, routing, kafka, redis
+        self.consul, self.cron, self.far, self.history, self.trace = consul, cron, far, history, trace
+        self._redis_client: RedisClient | None = None
+        self._gate: Gate | None = None
         self._runner: web.AppRunner | None = None
-        self._presence = Presence(self.redis_client, "gate", process_name(settings.az))
+        self._presence: Presence | None = None
         self.port = settings.port
         self.mounts = dict(mounts or {})
         self.slot = slot
 
+    @property
+    def gate(self) -> Gate:
+        """What the handlers share (once started)."""
+        if self._gate is None:
+            raise RuntimeError("the gateway is not started")
+        return self._gate
+
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-        app = make_app(self.gate, self.mounts)
+        self._redis_client = client = connect(self.redis)
+        self._gate = gate = Gate(
+            self.settings,
+            self.routing,
+            self.kafka,
+            Engine(client),
+            self.consul,
+            self.cron,
+            self.far,
+            self.history,
+        )
+        app = make_app(gate, self.mounts)
         if self.slot is not None:
             app.on_response_prepare.append(_process_header(str(self.slot)))
         self._runner, self.port = await serve_http(
             app, self.settings.host, self.settings.port, reuse_port=self.slot is not None
         )
+        self._presence = Presence(client, "gate", process_name(self.settings.az))
         await self._presence.start()
         log.info(
             "gateway serving", host=self.settings.host, port=self.port, az=self.settings.az, slot=self.slot
@@ -134,10 +153,17 @@ class GateService(Service):
         return f"http://{self.settings.host}:{self.port}"
 
     async def _stop(self) -> None:
-        await self._presence.stop()
+        if self._presence is not None:
+            await self._presence.stop()
         if self._runner is not None:
             await self._runner.cleanup()  # stops accepting, lets running requests finish, closes producers
-        await self.redis_client.aclose()
+            self._runner = None
+        elif self._gate is not None:  # made, never served: its app never ran the cleanup that closes it
+            await self._gate.close()
+        self._gate = None
+        if self._redis_client is not None:
+            await self._redis_client.aclose()
+            self._redis_client = None
 
 
 def _process_header(slot: str) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
@@ -154,23 +180,17 @@ def run(settings: GateSettings | None = None, mounts: Mapping[str, web.Applicati
     ``settings.process_count()`` gateway processes (exit status 1 when they could not be kept running).
     The supervisor serves nothing itself: ``mounts`` are built again by each process, which runs the same
     command line."""
-    settings = settings or load(GateSettings)
+    settings = settings if settings is not None else load(GateSettings)
     slot = os.environ.get(SLOT_ENV)
+    parts = (load(RoutingSettings), load(KafkaSettings), load(RedisSettings), load(ConsulSettings))
+    more = (load(CronSettings), load(FarSettings), load(HistorySettings), load(TraceSettings))
+    # (loaded by the supervisor too: a bad setting stops the gateway here, not in N children dying in turn)
     if slot is None and settings.process_count() > 1:
-        for part in (RoutingSettings, KafkaSettings, RedisSettings, TraceSettings):
-            load(part)  # a bad setting stops the gateway here, not in N children dying in turn
         code = asyncio.run(Supervisor(settings).run())
         if code:
             raise SystemExit(code)
         return
-    service = GateService(
-        settings,
-        load(RoutingSettings),
-        load(KafkaSettings),
-        load(RedisSettings),
-        mounts=mounts,
-        slot=int(slot) if slot is not None else None,
-    )
+    service = GateService(settings, *parts, *more, mounts, slot=int(slot) if slot is not None else None)
     asyncio.run(_serve(service))
 
 

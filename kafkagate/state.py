@@ -17,7 +17,7 @@ from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
 from jqcore.lifecycle import cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings, load
+from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings
 from jqcore.state import Engine, QueueConfig
 from kafkagate.settings import GateSettings
 
@@ -43,10 +43,10 @@ class Gate:
     routing: RoutingSettings
     kafka: KafkaSettings
     engine: Engine
-    consul_settings: ConsulSettings | None = None
-    cron_settings: CronSettings | None = None
-    far: FarSettings | None = None
-    history_settings: HistorySettings | None = None
+    consul_settings: ConsulSettings
+    cron_settings: CronSettings
+    far: FarSettings
+    history_settings: HistorySettings
     _cron: CronStore | None = None
     _history: HistoryStore | None = None
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
@@ -130,14 +130,14 @@ class Gate:
 
     async def unschedule_far(self, queue: str, job_id: str) -> None:
         """Tombstone a far-future job in the schedule topic (Kafka confirms, ``acks=all``)."""
-        topic = (self.far or load(FarSettings)).topic
+        topic = self.far.topic
         await self.producer("all").produce_many([Record(topic, None, schedule_key(queue, job_id))])
 
     def history(self) -> HistoryStore | None:
         """The history tables (the archive ``GET`` falls back to, the job search), None until
         ``jobq history run`` made them (``JOBQ_HISTORY_PATH``)."""
         if self._history is None:
-            root = (self.history_settings or load(HistorySettings)).root
+            root = self.history_settings.root
             if not root.is_dir():
                 return None
             self._history = HistoryStore(root)
@@ -146,9 +146,8 @@ class Gate:
     def cron(self) -> CronStore:
         """The cron schedules in Consul (the client is made on first use: only cron routes need it)."""
         if self._cron is None:
-            consul_settings = self.consul_settings or load(ConsulSettings)
-            prefix = (self.cron_settings or load(CronSettings)).kv_prefix
-            self._cron = CronStore(consul_client(consul_settings), prefix)
+            client = consul_client(self.consul_settings)
+            self._cron = CronStore(client, self.cron_settings.kv_prefix)
         return self._cron
 
     async def close(self) -> None:

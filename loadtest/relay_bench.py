@@ -19,7 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
+from jqcore.routing import RoutingSettings
+from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
 from jqcore.state import Engine
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
@@ -68,6 +69,9 @@ def _relay(ep: Endpoints, topic: str, tag: str, batch: int) -> RelayService:
         KafkaSettings(bootstrap=ep.kafka_bootstrap),
         RedisSettings.model_validate({"url": ep.redis_url or ""}),
         ConsulSettings.model_validate({"addr": ep.consul_addr}),
+        RoutingSettings(),
+        load(FarSettings),
+        load(TraceSettings),
     )
 
 

@@ -36,6 +36,7 @@ from jqcore.settings import (
     HistorySettings,
     KafkaSettings,
     RedisSettings,
+    TraceSettings,
 )
 from jqcore.state import Engine
 from jqrelay.main import RelayService
@@ -140,9 +141,9 @@ def make_scheduler(
             RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
             cron_settings,
-            kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
-            far=far or FarSettings.model_validate({"horizon_s": 0}),
-            events=events,
+            KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+            far or FarSettings.model_validate({"horizon_s": 0}),
+            events or EventSettings(),
         )
 
     return make
@@ -300,8 +301,9 @@ def make_gate(endpoints: Endpoints, cron_settings: CronSettings) -> Callable[...
             RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
             cron_settings,
-            far,
+            far or FarSettings(),
             history or HistorySettings(path="/nonexistent/jobq-history"),
+            TraceSettings(),
         )
 
     return make
@@ -342,11 +344,13 @@ def make_relay(
             KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
             RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
-            far=far or FarSettings.model_validate({"horizon_s": 0}),
+            RoutingSettings(),
+            far or FarSettings.model_validate({"horizon_s": 0}),
+            TraceSettings(),
         )
-        for relay in service.relays:  # tests wait on what the relays did, not on polls
-            relay.signals.batch.enable()
-            relay.signals.committed.enable()
+        for signals in service.signals.values():  # tests wait on what the relays did, not on polls
+            signals.batch.enable()
+            signals.committed.enable()
         return service
 
     return make

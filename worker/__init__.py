@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from jqcore.backoff import Backoff
 from jqcore.errors import Cancel, Retry, Snooze
+from worker.hooks import StartupFailed, WorkerContext
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, current_job
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ __all__ = [
     "Registry",
     "Retry",
     "Snooze",
+    "StartupFailed",
+    "WorkerContext",
     "WorkerSettings",
     "current_job",
     "run",

@@ -18,6 +18,7 @@ from jqcore import metrics, tracing
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.state import ClaimedJob, NodeInputs
 from worker.builtin import builtin
+from worker.hooks import WorkerContext
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
 
 __all__ = ["Outcome", "run_handler"]
@@ -36,7 +37,12 @@ class Outcome:
     permanent: bool = False
 
 
-def _context(job: ClaimedJob, spec: JobSpec[Any, Any] | None, inputs: NodeInputs | None = None) -> JobContext:
+def _context(
+    job: ClaimedJob,
+    spec: JobSpec[Any, Any] | None,
+    inputs: NodeInputs | None = None,
+    worker: WorkerContext | None = None,
+) -> JobContext:
     env = job.envelope
     return JobContext(
         id=env.id,
@@ -48,6 +54,7 @@ def _context(job: ClaimedJob, spec: JobSpec[Any, Any] | None, inputs: NodeInputs
         enqueued_at=env.enqueued_at,
         deadline_s=spec.timeout_s if spec else None,
         graph=inputs,
+        worker=worker if worker is not None else WorkerContext(),
     )
 
 
@@ -56,11 +63,12 @@ async def _call(
     job: ClaimedJob,
     executor_for: Callable[[str], Executor],
     inputs: NodeInputs | None = None,
+    worker: WorkerContext | None = None,
 ) -> Any:
     args, kwargs = spec.bind(job.envelope.args)
     if inputs is not None:  # a graph node: its parents' results as its feed says (jqcore.graphs)
         args = (*args, *inputs.fed())
-    ctx = _context(job, spec, inputs)
+    ctx = _context(job, spec, inputs, worker)
     if spec.mode == "async":
         set_current_job(ctx)
         return await spec.fn(*args, **kwargs)
@@ -89,9 +97,11 @@ async def run_handler(
     job: ClaimedJob,
     executor_for: Callable[[str], Executor],
     inputs: NodeInputs | None = None,
+    worker: WorkerContext | None = None,
 ) -> Outcome:
     """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors.
-    ``inputs``: a graph node's view of its graph (fed to the handler, ``current_job().graph``)."""
+    ``inputs``: a graph node's view of its graph (fed to the handler, ``current_job().graph``); ``worker``:
+    the pool's context (``current_job().worker``)."""
     spec = registry.get(job.envelope.kind) or builtin.get(job.envelope.kind)
     if spec is None:  # a rolling deploy: another pool (or the next version) knows this kind
         return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
@@ -99,7 +109,7 @@ async def run_handler(
     started = time.perf_counter()
     with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
         try:
-            value = await asyncio.wait_for(_call(spec, job, executor_for, inputs), spec.timeout_s)
+            value = await asyncio.wait_for(_call(spec, job, executor_for, inputs, worker), spec.timeout_s)
             outcome = Outcome("success", "succeeded", result=_result_bytes(value))
             if inputs is not None and value is not None and outcome.result is None:
                 outcome = Outcome(  # a graph node's result is its children's input: never dropped silently

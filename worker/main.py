@@ -58,13 +58,11 @@ def pool_config(settings: WorkerSettings) -> PoolConfig:
     )
 
 
-async def serve(
-    settings: WorkerSettings, redis: RedisSettings | None = None, trace: TraceSettings | None = None
-) -> None:
+async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSettings) -> None:
     """Load the application, connect to Redis and run one pool until a signal (or a drained burst)."""
     registry = load_registry(settings.app)
-    setup_tracing("worker", trace or load(TraceSettings))  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-    client = connect(redis or load(RedisSettings))
+    setup_tracing("worker", trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
+    client = connect(redis)
     config = pool_config(settings)
     pool = Pool(registry, Engine(client), config)
     log.info("worker starting", queues=list(settings.queues), concurrency=settings.concurrency)
@@ -79,4 +77,4 @@ def run(settings: WorkerSettings) -> None:
     """Run a pool until a signal (or, with ``burst``, until its queues hold nothing to do)."""
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port)
-    asyncio.run(serve(settings))
+    asyncio.run(serve(settings, load(RedisSettings), load(TraceSettings)))

@@ -40,6 +40,7 @@ from jqcore.log import get_logger
 from jqcore.presence import process_name
 from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease, check_code
 from worker.execute import Outcome, run_handler
+from worker.hooks import WorkerContext, run_shutdown, run_startup
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
 
@@ -93,9 +94,7 @@ class Pool(Service):
         self.in_flight: dict[str, Running] = {}
         self._slot_freed = asyncio.Event()
         self.drained = asyncio.Event()
-        self._threads: Executor = ThreadPoolExecutor(
-            max_workers=config.concurrency, thread_name_prefix="jobq"
-        )
+        self._threads: Executor | None = None
         self._processes: Executor | None = None
         self._fetcher: asyncio.Task[None] | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self.abandon)
@@ -105,6 +104,9 @@ class Pool(Service):
         self._completions_ready = asyncio.Event()
         self._completer: asyncio.Task[None] | None = None
         self._presence = engine.presence("worker", process_name(",".join(config.queues)))
+        self.context = WorkerContext(self._presence.name, tuple(config.queues))
+        """What the registry's hooks and the handlers share (``current_job().worker``)."""
+        self._hooks_started = False
         handoff = len(config.queues) == 1 and not config.filter
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
         """This pool's id for hand-off claims ('' = none: several queues or a filter)."""
@@ -113,6 +115,8 @@ class Pool(Service):
     async def _start(self) -> None:
         await self._check_filter()
         await self._register_kinds()
+        self._hooks_started = True  # from here on the shut-down hooks run at stop, even if this fails
+        await run_startup(self.registry.startup_hooks, self.context)
         await self._keeper.start()
         await self._presence.start()
         self._completer = asyncio.create_task(self._complete_loop(), name="worker:completer")
@@ -146,6 +150,8 @@ class Pool(Service):
         if tasks:  # asyncio.wait, not wait_for(gather): a timeout must not cancel the jobs themselves
             await asyncio.wait(tasks, timeout=self.config.grace_s)
         await self._release_rest()
+        if self._hooks_started and not self._hard:
+            await run_shutdown(self.registry.shutdown_hooks, self.context)
         await self._shutdown_helpers()
 
     async def hard_stop(self) -> None:
@@ -158,6 +164,8 @@ class Pool(Service):
         await self.stop()
 
     async def _cancel_fetcher(self) -> None:
+        if self._fetcher is None:
+            return  # never claimed: nothing to deregister
         await cancel_and_wait(self._fetcher)
         if self._waiter and not self._hard:  # deregister; jobs handed meanwhile are ours: released below
             try:
@@ -186,7 +194,8 @@ class Pool(Service):
         await cancel_and_wait(self._completer)
         await self._keeper.stop()
         await self._presence.stop()
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
         if self._processes is not None:
             self._processes.shutdown(wait=False, cancel_futures=True)
 
@@ -277,6 +286,8 @@ class Pool(Service):
     # ---- running --------------------------------------------------------------------------------
     def _executor(self, mode: str) -> Executor:
         if mode == "thread":
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="jobq")
             return self._threads
         if self._processes is None:
             self._processes = ProcessPoolExecutor(max_workers=self.config.process_workers or None)
@@ -288,7 +299,7 @@ class Pool(Service):
             run.started = True
             graph = job.envelope.graph
             inputs = await self.engine.graphs.inputs(graph["id"], graph["node"]) if graph else None
-            outcome = await run_handler(self.registry, job, self._executor, inputs)
+            outcome = await run_handler(self.registry, job, self._executor, inputs, self.context)
             if not run.abandoned:
                 run.writing = True
                 await self._write_back(job, outcome)

@@ -37,6 +37,7 @@ from jqcore.backoff import Backoff
 from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
 from jqcore.state import NodeInputs
+from worker.hooks import Hook, WorkerContext
 
 if TYPE_CHECKING:  # the HTTP client (aiohttp) is only needed by code that enqueues
     from jqcore.client import JobqClient
@@ -78,6 +79,8 @@ class JobContext:
     graph: NodeInputs | None = None
     """A task graph's node: its graph id and name, its parents' outcomes (``graph.parents``), the
     failures an ``on_failure`` node handles (``graph.failures``). None for a plain job."""
+    worker: WorkerContext = field(default_factory=WorkerContext)
+    """The pool's context: ``worker.state`` holds what its start-up hooks made (:mod:`worker.hooks`)."""
 
 
 _CURRENT: contextvars.ContextVar[JobContext] = contextvars.ContextVar("jobq_current_job")
@@ -149,6 +152,18 @@ class Registry:
 
     def __init__(self) -> None:
         self._specs: dict[str, JobSpec[Any, Any]] = {}
+        self.startup_hooks: list[Hook] = []
+        self.shutdown_hooks: list[Hook] = []
+
+    def on_startup(self, hook: Hook) -> Hook:
+        """Decorator: run ``hook(ctx)`` when a pool starts, before its first claim (:mod:`worker.hooks`)."""
+        self.startup_hooks.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: Hook) -> Hook:
+        """Decorator: run ``hook(ctx)`` when a pool stops, after its last job (:mod:`worker.hooks`)."""
+        self.shutdown_hooks.append(hook)
+        return hook
 
     def job(
         self,

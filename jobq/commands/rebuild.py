@@ -25,9 +25,8 @@ from jqsched.settings import SchedulerSettings
 __all__ = ["cadences", "rebuild"]
 
 
-def cadences(scheduler: SchedulerSettings | None = None) -> Cadences:
+def cadences(s: SchedulerSettings) -> Cadences:
     """The scheduler's cadences (``JOBQ_SCHEDULER_*``, the event shipper's idle wait) for the window."""
-    s = scheduler or load(SchedulerSettings)
     return Cadences(
         beat_s=s.beat_s, stale_s=s.stale_s, graph_every_s=s.graph_every_s, events_idle_s=EVENTS_IDLE_S
     )
@@ -80,7 +79,13 @@ def rebuild(
     try:
         report = asyncio.run(
             rebuild_from_kafka(
-                since, topic, dry_run=dry_run, cron=cron, margin_s=margin, events=events, cadences=cadences()
+                since,
+                topic,
+                dry_run=dry_run,
+                cron=cron,
+                margin_s=margin,
+                events=events,
+                cadences=cadences(load(SchedulerSettings)),
             )
         )
     except JobqError as exc:

@@ -26,7 +26,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, MAX_ENVELOPE_BYTES, decode
 from jqcore.http import error_middleware
-from jqcore.settings import KafkaSettings, RedisSettings
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    FarSettings,
+    HistorySettings,
+    KafkaSettings,
+    RedisSettings,
+    TraceSettings,
+)
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
@@ -299,6 +307,11 @@ async def test_without_redis_the_exclusivity_check_is_skipped_and_the_job_accept
         routing_for(topic),
         KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
         RedisSettings(url="redis://127.0.0.1:1/0"),  # nothing listens there
+        ConsulSettings(addr=endpoints.consul_addr),
+        CronSettings(),
+        FarSettings(),
+        HistorySettings(path="/nonexistent/jobq-history"),
+        TraceSettings(),
     )
     async with (
         service,

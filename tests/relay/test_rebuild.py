@@ -39,6 +39,7 @@ from jqcore.state import Engine
 from jqrecover.rebuild import rebuild_from_kafka
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
+from jqsched.settings import SchedulerSettings
 from jqstack.manager import Endpoints
 
 Eventually = Callable[..., Awaitable[Any]]
@@ -172,7 +173,7 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
             far=far,
             consul=ConsulSettings(addr=endpoints.consul_addr),
             cron_settings=cron_settings,
-            cadences=cadences(),
+            cadences=cadences(SchedulerSettings()),
             **kw,
         )
         doc = report.as_dict()
