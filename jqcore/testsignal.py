@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["KEEP", "TestSignal"]
+__all__ = ["KEEP", "TestSignal", "enable_all"]
 
 T = TypeVar("T")
 
@@ -86,3 +87,12 @@ class TestSignal(Generic[T]):
                 await asyncio.wait_for(self._changed.wait(), remaining)
             except TimeoutError:
                 continue
+
+
+def enable_all(*groups: Any) -> None:
+    """Enable every :class:`TestSignal` of these signal groups (the ``signals`` dataclasses of services)."""
+    for group in groups:
+        for f in dataclasses.fields(group):
+            value = getattr(group, f.name)
+            if isinstance(value, TestSignal):
+                value.enable()

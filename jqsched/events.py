@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from jqcore import metrics
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.settings import EventSettings, KafkaSettings
 from jqcore.state import Engine
+from jqcore.testsignal import TestSignal
 
-__all__ = ["EventShipper"]
+__all__ = ["EventShipper", "EventSignals"]
+
+
+@dataclass
+class EventSignals:
+    """What an event shipper reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    shipped: TestSignal[int] = field(default_factory=lambda: TestSignal("events shipped"))
+    """A shipping round (queues or a graph) finished, its events acknowledged by Kafka and trimmed: the
+    events this instance shipped in all so far."""
 
 
 class EventShipper:
@@ -28,6 +39,7 @@ class EventShipper:
         self.producer = AsyncProducer(kafka, linger_ms=5)
         self.shipped = 0
         """Events this instance had acknowledged by Kafka (tests and benches wait on it)."""
+        self.signals = EventSignals()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.producer.close, 5.0)
@@ -47,6 +59,7 @@ class EventShipper:
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
             total += len(batch)
         self.shipped += total
+        self.signals.shipped.signal(self.shipped)
         return total
 
     async def ship_graph(self, graph_id: str) -> int:
@@ -59,6 +72,7 @@ class EventShipper:
         )
         await self.engine.graphs.trim_events(graph_id, batch[-1].entry)
         self.shipped += len(batch)
+        self.signals.shipped.signal(self.shipped)
         return len(batch)
 
     async def observe(self, queues: Sequence[str]) -> None:

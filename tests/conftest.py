@@ -38,6 +38,7 @@ from jqcore.settings import (
     RedisSettings,
 )
 from jqcore.state import Engine
+from jqcore.testsignal import enable_all
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqsched.service import SchedulerService
@@ -99,7 +100,9 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
     assert endpoints.redis_url
     client = aioredis.Redis.from_url(endpoints.redis_url)
     try:
-        yield Engine(client)
+        eng = Engine(client)
+        enable_all(eng.graphs.signals)  # tests wait on what happened through it (a graph's end)
+        yield eng
     finally:
         await client.aclose()
 
@@ -135,7 +138,7 @@ def make_scheduler(
             events=events is not None,
             series_every_s=series_every_s,
         )
-        return SchedulerService(
+        service = SchedulerService(
             settings,
             RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
@@ -144,6 +147,9 @@ def make_scheduler(
             far=far or FarSettings.model_validate({"horizon_s": 0}),
             events=events,
         )
+        shipped = [service.shipper.signals] if service.shipper is not None else []
+        enable_all(service.timers.signals, service.engine.graphs.signals, *shipped)  # tests wait on them
+        return service
 
     return make
 
@@ -345,8 +351,7 @@ def make_relay(
             far=far or FarSettings.model_validate({"horizon_s": 0}),
         )
         for relay in service.relays:  # tests wait on what the relays did, not on polls
-            relay.signals.batch.enable()
-            relay.signals.committed.enable()
+            enable_all(relay.signals, relay.limit.signals, relay.queue_limits.signals)
         return service
 
     return make
