@@ -63,20 +63,27 @@ class TestSignal(Generic[T]):
         """Every value recorded since :meth:`enable` (oldest first)."""
         return list(self._values or ())
 
-    async def wait_for(self, ok: Callable[[T], bool] = lambda _: True, timeout_s: float = 60.0) -> T:
-        """The first recorded value (already sent or still to come) for which ``ok`` holds; raises
-        ``AssertionError`` naming the signal and its last value after ``timeout_s``."""
+    def mark(self) -> int:
+        """How many values were sent so far: pass it as ``after`` to wait only on later ones."""
+        return self._sent
+
+    async def wait_for(
+        self, ok: Callable[[T], bool] = lambda _: True, timeout_s: float = 60.0, *, after: int = 0
+    ) -> T:
+        """The first recorded value (already sent or still to come; ``after``: only those sent after that
+        :meth:`mark`) for which ``ok`` holds; raises ``AssertionError`` naming the signal and its last
+        value after ``timeout_s``."""
         if self._values is None:
             raise RuntimeError(f"test signal {self.name!r} was not enabled before waiting on it")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        seen = 0  # values looked at so far, counted since enable()
+        seen = after  # values looked at (or skipped) so far, counted since enable()
         while True:
             values = list(self._values)
             for value in values[max(0, seen - (self._sent - len(values))) :]:
                 if ok(value):
                     return value
-            seen = self._sent
+            seen = max(seen, self._sent)
             self._changed = self._changed or asyncio.Event()
             self._changed.clear()
             remaining = deadline - loop.time()

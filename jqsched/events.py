@@ -29,8 +29,12 @@ class EventSignals:
     """What an event shipper reports to a test that listens (:mod:`jqcore.testsignal`)."""
 
     shipped: TestSignal[int] = field(default_factory=lambda: TestSignal("events shipped"))
-    """A shipping round (queues or a graph) finished, its events acknowledged by Kafka and trimmed: the
-    events this instance shipped in all so far."""
+    """A shipping round over the owned queues finished (its events acknowledged by Kafka and trimmed): how
+    many it shipped (0: the queues' streams held nothing when it read them)."""
+    graph_shipped: TestSignal[tuple[str, int]] = field(
+        default_factory=lambda: TestSignal("graph events shipped")
+    )
+    """A graph's own events were shipped (acknowledged and trimmed): (graph id, how many)."""
 
 
 class EventShipper:
@@ -59,20 +63,21 @@ class EventShipper:
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
             total += len(batch)
         self.shipped += total
-        self.signals.shipped.signal(self.shipped)
+        self.signals.shipped.signal(total)
         return total
 
     async def ship_graph(self, graph_id: str) -> int:
         """Ship a task graph's own events (its transitions, nodes it skipped or canceled while waiting)."""
         batch = await self.engine.graphs.events(graph_id, self.settings.batch)
         if not batch:
+            self.signals.graph_shipped.signal((graph_id, 0))
             return 0
         await self.producer.produce_many(
             [Record(self.settings.topic, e.value, key=e.job_id.encode()) for e in batch]
         )
         await self.engine.graphs.trim_events(graph_id, batch[-1].entry)
         self.shipped += len(batch)
-        self.signals.shipped.signal(self.shipped)
+        self.signals.graph_shipped.signal((graph_id, len(batch)))
         return len(batch)
 
     async def observe(self, queues: Sequence[str]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from jqcore import metrics, series
@@ -34,13 +35,14 @@ from jqcore.settings import (
     load,
 )
 from jqcore.state import REPAIR_AFTER_MS, Engine
+from jqcore.testsignal import TestSignal
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper
 from jqsched.far import FarMover
 from jqsched.settings import SchedulerSettings
 from jqsched.timers import StepResult, Timers
 
-__all__ = ["SchedulerService"]
+__all__ = ["SchedulerService", "SchedulerSignals"]
 
 log = get_logger("jqsched")
 
@@ -53,6 +55,16 @@ EVENTS_RETRY_S = 1.0
 GRAPH_CREATE_GRACE_MS = 60_000
 """An indexed graph whose keys are missing is dropped from the index only after this long (its relay
 indexes it just before creating it)."""
+
+
+@dataclass
+class SchedulerSignals:
+    """What a scheduler instance reports to a test that listens (:mod:`jqcore.testsignal`); its timers
+    and event shipper have their own."""
+
+    graph_closed: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("graph closed"))
+    """A graph this instance owns was found ended (or gone) and left the open-graph index, its events
+    shipped when there is a shipper: (graph id, state)."""
 
 
 class SchedulerService(Service):
@@ -108,6 +120,7 @@ class SchedulerService(Service):
         self._series_task: asyncio.Task[None] | None = None
         self._failing = False
         self.graphs_owned: list[str] = []
+        self.signals = SchedulerSignals()
 
     @property
     def owned(self) -> list[str]:
@@ -277,6 +290,7 @@ class SchedulerService(Service):
                 await self.shipper.ship_graph(graph_id)
             if state != "running":
                 await graphs.forget_index(graph_id)
+                self.signals.graph_closed.signal((graph_id, state))
         return repaired
 
     async def beat(self) -> list[str]:

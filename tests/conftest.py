@@ -148,7 +148,7 @@ def make_scheduler(
             events=events,
         )
         shipped = [service.shipper.signals] if service.shipper is not None else []
-        enable_all(service.timers.signals, service.engine.graphs.signals, *shipped)  # tests wait on them
+        enable_all(service.signals, service.timers.signals, service.engine.graphs.signals, *shipped)
         return service
 
     return make
