@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["KEEP", "TestSignal"]
+__all__ = ["KEEP", "TestSignal", "enable_all"]
 
 T = TypeVar("T")
 
@@ -62,20 +63,27 @@ class TestSignal(Generic[T]):
         """Every value recorded since :meth:`enable` (oldest first)."""
         return list(self._values or ())
 
-    async def wait_for(self, ok: Callable[[T], bool] = lambda _: True, timeout_s: float = 60.0) -> T:
-        """The first recorded value (already sent or still to come) for which ``ok`` holds; raises
-        ``AssertionError`` naming the signal and its last value after ``timeout_s``."""
+    def mark(self) -> int:
+        """How many values were sent so far: pass it as ``after`` to wait only on later ones."""
+        return self._sent
+
+    async def wait_for(
+        self, ok: Callable[[T], bool] = lambda _: True, timeout_s: float = 60.0, *, after: int = 0
+    ) -> T:
+        """The first recorded value (already sent or still to come; ``after``: only those sent after that
+        :meth:`mark`) for which ``ok`` holds; raises ``AssertionError`` naming the signal and its last
+        value after ``timeout_s``."""
         if self._values is None:
             raise RuntimeError(f"test signal {self.name!r} was not enabled before waiting on it")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        seen = 0  # values looked at so far, counted since enable()
+        seen = after  # values looked at (or skipped) so far, counted since enable()
         while True:
             values = list(self._values)
             for value in values[max(0, seen - (self._sent - len(values))) :]:
                 if ok(value):
                     return value
-            seen = self._sent
+            seen = max(seen, self._sent)
             self._changed = self._changed or asyncio.Event()
             self._changed.clear()
             remaining = deadline - loop.time()
@@ -86,3 +94,12 @@ class TestSignal(Generic[T]):
                 await asyncio.wait_for(self._changed.wait(), remaining)
             except TimeoutError:
                 continue
+
+
+def enable_all(*groups: Any) -> None:
+    """Enable every :class:`TestSignal` of these signal groups (the ``signals`` dataclasses of services)."""
+    for group in groups:
+        for f in dataclasses.fields(group):
+            value = getattr(group, f.name)
+            if isinstance(value, TestSignal):
+                value.enable()

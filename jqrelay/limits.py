@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import consul.aio
@@ -27,8 +28,9 @@ from jqcore import metrics
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.rates import parse_rate
+from jqcore.testsignal import TestSignal
 
-__all__ = ["Limiter", "QueueRateLimits", "RateLimit", "parse_rate"]
+__all__ = ["LimitSignals", "Limiter", "QueueRateLimits", "RateLimit", "parse_rate"]
 
 log = get_logger("jqrelay.limits")
 
@@ -96,6 +98,14 @@ def _text(entry: dict[str, Any] | None) -> str:
     return raw.decode().strip() if raw else ""
 
 
+@dataclass
+class LimitSignals:
+    """What a rate-limit watch reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    applied: TestSignal[object] = field(default_factory=lambda: TestSignal("rate limits applied"))
+    """A Consul answer was applied: the limit in force after it (a topic's rate, or queue → rate)."""
+
+
 class _Watch(Service):
     """A blocking-query loop on one Consul key (or folder); ``_on`` gets every answer."""
 
@@ -104,6 +114,7 @@ class _Watch(Service):
         self.client, self.key, self.name, self.wait_s, self.recurse = client, key, name, wait_s, recurse
         self._loaded = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.signals = LimitSignals()
 
     async def _start(self) -> None:
         self._task = asyncio.create_task(self._watch(), name=f"rate:{self.name}")
@@ -128,8 +139,13 @@ class _Watch(Service):
                 continue
             self._on(data)
             self._loaded.set()
+            self.signals.applied.signal(self._in_force())
 
     def _on(self, data: Any) -> None:
+        raise NotImplementedError
+
+    def _in_force(self) -> object:
+        """The limit in force (what :attr:`signals` reports)."""
         raise NotImplementedError
 
 
@@ -147,6 +163,9 @@ class RateLimit(_Watch):
 
     def _on(self, data: Any) -> None:
         self._apply(_text(data))
+
+    def _in_force(self) -> object:
+        return self.rate
 
     def _apply(self, text: str) -> None:
         try:
@@ -177,6 +196,9 @@ class QueueRateLimits(_Watch):
 
     def rates(self) -> dict[str, float]:
         return {q: lim.rate for q, lim in self.limiters.items() if lim.rate is not None}
+
+    def _in_force(self) -> object:
+        return self.rates()
 
     def _on(self, data: Any) -> None:
         seen: dict[str, str] = {}

@@ -39,7 +39,7 @@ from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.testsignal import TestSignal
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
-from jqrelay.limits import QueueRateLimits, RateLimit
+from jqrelay.limits import LimitSignals, QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
 
 __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
@@ -98,6 +98,10 @@ class RelaySignals:
     """A batch written and its offsets' commit sent: the relay's stage counts after it."""
     committed: TestSignal[int] = field(default_factory=lambda: TestSignal("relay committed"))
     """Kafka confirmed a commit: the sum over partitions of the committed offsets (records behind them)."""
+    limit: LimitSignals = field(default_factory=LimitSignals)
+    """The topic's rate limit (its watch reports each limit it applies)."""
+    queue_limits: LimitSignals = field(default_factory=LimitSignals)
+    """The queues' rate limits."""
 
 
 class TopicRelay(Service):
@@ -130,6 +134,7 @@ class TopicRelay(Service):
         self._stopping = False
         self._unsaved: dict[str, int] = {}
         self.signals = signals if signals is not None else RelaySignals()
+        self.limit.signals, self.queue_limits.signals = self.signals.limit, self.signals.queue_limits
         self._committed: dict[int, int] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------------

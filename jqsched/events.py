@@ -13,13 +13,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from jqcore import metrics
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.settings import EventSettings, KafkaSettings
 from jqcore.state import Engine
+from jqcore.testsignal import TestSignal
 
-__all__ = ["EventShipper"]
+__all__ = ["EventShipper", "EventSignals"]
+
+
+@dataclass
+class EventSignals:
+    """What an event shipper reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    shipped: TestSignal[int] = field(default_factory=lambda: TestSignal("events shipped"))
+    """A shipping round over the owned queues finished (its events acknowledged by Kafka and trimmed): how
+    many it shipped (0: the queues' streams held nothing when it read them)."""
+    graph_shipped: TestSignal[tuple[str, int]] = field(
+        default_factory=lambda: TestSignal("graph events shipped")
+    )
+    """A graph's own events were shipped (acknowledged and trimmed): (graph id, how many)."""
 
 
 class EventShipper:
@@ -28,6 +43,7 @@ class EventShipper:
         self.producer = AsyncProducer(kafka, linger_ms=5)
         self.shipped = 0
         """Events this instance had acknowledged by Kafka (tests and benches wait on it)."""
+        self.signals = EventSignals()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.producer.close, 5.0)
@@ -47,18 +63,21 @@ class EventShipper:
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
             total += len(batch)
         self.shipped += total
+        self.signals.shipped.signal(total)
         return total
 
     async def ship_graph(self, graph_id: str) -> int:
         """Ship a task graph's own events (its transitions, nodes it skipped or canceled while waiting)."""
         batch = await self.engine.graphs.events(graph_id, self.settings.batch)
         if not batch:
+            self.signals.graph_shipped.signal((graph_id, 0))
             return 0
         await self.producer.produce_many(
             [Record(self.settings.topic, e.value, key=e.job_id.encode()) for e in batch]
         )
         await self.engine.graphs.trim_events(graph_id, batch[-1].entry)
         self.shipped += len(batch)
+        self.signals.graph_shipped.signal((graph_id, len(batch)))
         return len(batch)
 
     async def observe(self, queues: Sequence[str]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import consul.aio
@@ -34,14 +35,15 @@ from jqcore.settings import (
     KafkaSettings,
     RedisSettings,
 )
-from jqcore.state import REPAIR_AFTER_MS, Engine
+from jqcore.state import REPAIR_AFTER_MS, Engine, GraphSignals
+from jqcore.testsignal import TestSignal
 from jqsched.cron import CronFirer
-from jqsched.events import EventShipper
+from jqsched.events import EventShipper, EventSignals
 from jqsched.far import FarMover
 from jqsched.settings import SchedulerSettings
-from jqsched.timers import StepResult, Timers
+from jqsched.timers import StepResult, Timers, TimerSignals
 
-__all__ = ["SchedulerService"]
+__all__ = ["SchedulerService", "SchedulerSignals"]
 
 T = TypeVar("T")
 
@@ -56,6 +58,22 @@ EVENTS_RETRY_S = 1.0
 GRAPH_CREATE_GRACE_MS = 60_000
 """An indexed graph whose keys are missing is dropped from the index only after this long (its relay
 indexes it just before creating it)."""
+
+
+@dataclass
+class SchedulerSignals:
+    """What a scheduler instance reports to a test that listens (:mod:`jqcore.testsignal`), with the
+    groups of the parts it makes in ``start``."""
+
+    graph_closed: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("graph closed"))
+    """A graph this instance owns was found ended (or gone) and left the open-graph index, its events
+    shipped when there is a shipper: (graph id, state)."""
+    timers: TimerSignals = field(default_factory=TimerSignals)
+    """Its timers' (made in ``start``: these are handed to them, so a test can enable them before)."""
+    events: EventSignals = field(default_factory=EventSignals)
+    """Its event shipper's."""
+    graphs: GraphSignals = field(default_factory=GraphSignals)
+    """Its engine's graph operations'."""
 
 
 class SchedulerService(Service):
@@ -97,6 +115,7 @@ class SchedulerService(Service):
         self._series_task: asyncio.Task[None] | None = None
         self._failing = False
         self.graphs_owned: list[str] = []
+        self.signals = SchedulerSignals()
 
     @property
     def client(self) -> RedisClient:
@@ -125,10 +144,12 @@ class SchedulerService(Service):
         s = self.settings
         self._client = client = self._given_client or connect(self.redis)
         self._engine = engine = Engine(client)
+        engine.graphs.signals = self.signals.graphs
         self._membership = Membership(client, s.group, s.name, stale_s=s.stale_s)
         self._timers = Timers(
             engine, max_idle_s=s.max_idle_s, gc_every_s=s.gc_every_s, batch=s.batch, on_step=self._observe
         )
+        self._timers.signals = self.signals.timers
         if s.cron:
             self.consul = consul_client(self.consul_settings)
             self.cron = CronFirer(CronStore(self.consul, self.cron_settings.kv_prefix), engine, s.name)
@@ -137,6 +158,7 @@ class SchedulerService(Service):
             self.mover = FarMover(engine, self.kafka, far, s.name)
         if s.events:
             self.shipper = EventShipper(engine, self.kafka, self.events_settings)
+            self.shipper.signals = self.signals.events
 
     async def _start(self) -> None:
         self._connect()
@@ -304,6 +326,7 @@ class SchedulerService(Service):
                 await self.shipper.ship_graph(graph_id)
             if state != "running":
                 await graphs.forget_index(graph_id)
+                self.signals.graph_closed.signal((graph_id, state))
         return repaired
 
     async def beat(self) -> list[str]:

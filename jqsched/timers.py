@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.state import Engine
+from jqcore.testsignal import TestSignal
 
-__all__ = ["StepResult", "Timers"]
+__all__ = ["StepResult", "TimerSignals", "Timers"]
 
 log = get_logger("jqsched.timers")
 
@@ -32,6 +33,14 @@ class StepResult:
     reaped: int
     lateness_ms: tuple[int, ...]
     """Per promoted job: when it was promoted minus its ``run_at`` (never negative: never early)."""
+
+
+@dataclass
+class TimerSignals:
+    """What the timers report to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    stepped: TestSignal[StepResult] = field(default_factory=lambda: TestSignal("timers stepped"))
+    """A queue's step finished (promotions, reaping and any garbage collection due): what it did."""
 
 
 class Timers(Service):
@@ -68,6 +77,7 @@ class Timers(Service):
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.signals = TimerSignals()
 
     @property
     def queues(self) -> list[str]:
@@ -157,8 +167,10 @@ class Timers(Service):
         if now >= next_gc:
             await self.engine.gc(queue, self.batch, now_ms=now)
             next_gc = self._next_gc[queue] = now + self.gc_every_ms
+        step = StepResult(queue, promoted, reaped, lateness)
         if self.on_step is not None and (promoted or reaped):
-            self.on_step(StepResult(queue, promoted, reaped, lateness))
+            self.on_step(step)
+        self.signals.stepped.signal(step)
         if promoted >= self.batch or reaped >= self.batch:
             return now  # more is due: step again at once
         due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]

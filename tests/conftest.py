@@ -39,6 +39,7 @@ from jqcore.settings import (
     TraceSettings,
 )
 from jqcore.state import Engine
+from jqcore.testsignal import enable_all
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqsched.service import SchedulerService
@@ -100,7 +101,9 @@ async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
     assert endpoints.redis_url
     client = aioredis.Redis.from_url(endpoints.redis_url)
     try:
-        yield Engine(client)
+        eng = Engine(client)
+        enable_all(eng.graphs.signals)  # tests wait on what happened through it (a graph's end)
+        yield eng
     finally:
         await client.aclose()
 
@@ -136,7 +139,7 @@ def make_scheduler(
             events=events is not None,
             series_every_s=series_every_s,
         )
-        return SchedulerService(
+        service = SchedulerService(
             settings,
             RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
@@ -145,6 +148,9 @@ def make_scheduler(
             far or FarSettings.model_validate({"horizon_s": 0}),
             events or EventSettings(),
         )
+        signals = service.signals
+        enable_all(signals, signals.timers, signals.events, signals.graphs)
+        return service
 
     return make
 
@@ -349,8 +355,7 @@ def make_relay(
             TraceSettings(),
         )
         for signals in service.signals.values():  # tests wait on what the relays did, not on polls
-            signals.batch.enable()
-            signals.committed.enable()
+            enable_all(signals, signals.limit, signals.queue_limits)
         return service
 
     return make

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.state import ClaimedJob, Engine
+from jqcore.testsignal import TestSignal
 
-__all__ = ["LeaseKeeper", "Lost", "Owned"]
+__all__ = ["LeaseKeeper", "LeaseSignals", "Lost", "Owned"]
 
 Owned = Callable[[], Iterable[tuple[ClaimedJob, float]]]
 """The pool's running jobs whose leases it still holds, each with its start (``time.monotonic()``)."""
@@ -28,6 +30,14 @@ log = get_logger("worker.lease")
 
 DEFAULT_LEASE_MS = 30_000
 """Used only for a claim that reported no lease length (extend then asks for the job's own)."""
+
+
+@dataclass
+class LeaseSignals:
+    """What a lease keeper reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    extended: TestSignal[list[str]] = field(default_factory=lambda: TestSignal("leases extended"))
+    """An extend round that sent something finished: the ids whose leases it extended."""
 
 
 class LeaseKeeper(Service):
@@ -43,6 +53,7 @@ class LeaseKeeper(Service):
         self._task: asyncio.Task[None] | None = None
         self._due: dict[str, float] = {}
         """job id → monotonic time at which its lease is next extended."""
+        self.signals = LeaseSignals()
 
     async def _start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="worker:lease-keeper")
@@ -82,6 +93,7 @@ class LeaseKeeper(Service):
                 continue
             lease = job.lease_ms if job.lease_ms > 0 else 0
             groups.setdefault((job.queue, lease), []).append((job.id, job.attempt, job.token))
+        extended: list[str] = []
         for (queue, lease), owned in groups.items():
             result = await self.engine.extend(queue, owned, lease)
             for job_id, outcome in result.items():
@@ -89,6 +101,9 @@ class LeaseKeeper(Service):
                     self._lost(job_id, f"extend: {outcome}")
                 else:
                     self._due[job_id] = now + _lease_s(lease) / 3
+                    extended.append(job_id)
+        if groups:
+            self.signals.extended.signal(extended)
 
 
 def _lease_s(lease_ms: int) -> float:

@@ -39,12 +39,13 @@ from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.presence import process_name
 from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease, check_code
+from jqcore.testsignal import TestSignal
 from worker.execute import Outcome, run_handler
 from worker.hooks import WorkerContext, run_shutdown, run_startup
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
 
-__all__ = ["Pool", "PoolConfig"]
+__all__ = ["Pool", "PoolConfig", "PoolSignals"]
 
 log = get_logger("worker.pool")
 
@@ -85,6 +86,17 @@ class Running:
     started_at: float = field(default_factory=time.monotonic)
 
 
+@dataclass
+class PoolSignals:
+    """What a pool reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    extended: TestSignal[list[str]]
+    """Its lease keeper's extend rounds (:class:`worker.lease.LeaseSignals`)."""
+    finished: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("pool finished"))
+    """A job's outcome was written and acknowledged by Redis (a graph node's also handed to its graph):
+    (job id, its metric label: ``succeeded``, ``failed``, ``retried``, ``timeout``, ``canceled``...)."""
+
+
 class Pool(Service):
     """Runs the handlers of ``registry`` for ``config.queues``."""
 
@@ -98,6 +110,7 @@ class Pool(Service):
         self._processes: Executor | None = None
         self._fetcher: asyncio.Task[None] | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self.abandon)
+        self.signals = PoolSignals(extended=self._keeper.signals.extended)
         self._stopping = False
         self._hard = False
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
@@ -305,6 +318,7 @@ class Pool(Service):
                 await self._write_back(job, outcome)
                 if graph:
                     await self._report(job)
+                self.signals.finished.signal((job.id, outcome.label))
         except asyncio.CancelledError:
             pass
         except StaleLease:  # the lease expired and the job was handed out again: that attempt owns it now

@@ -16,7 +16,7 @@ from jqcore.state.codes import (
 from jqcore.state.codes import check as check_code
 from jqcore.state.engine import Engine
 from jqcore.state.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
-from jqcore.state.graphs import REPAIR_AFTER_MS
+from jqcore.state.graphs import REPAIR_AFTER_MS, GraphSignals
 from jqcore.state.models import (
     CancelOutcome,
     CancelResult,
@@ -48,6 +48,7 @@ __all__ = [
     "FilterInvalid",
     "Forgotten",
     "GraphInfo",
+    "GraphSignals",
     "HandedBack",
     "JobInfo",
     "JobNotFound",

@@ -19,6 +19,7 @@ waiting node: it exists only in its graph until its parents finished.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
@@ -43,8 +44,9 @@ from jqcore.state.graphmodels import (
 from jqcore.state.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqcore.state.models import CancelResult, EnqueueOutcome, EnqueueResult, StreamEvent
 from jqcore.state.scripts import SCRIPTS
+from jqcore.testsignal import TestSignal
 
-__all__ = ["REPAIR_AFTER_MS", "Graphs", "RunScript"]
+__all__ = ["REPAIR_AFTER_MS", "GraphSignals", "Graphs", "RunScript"]
 
 RunScript = Callable[[str, Sequence[str], Sequence[Any], "int | None"], Awaitable[Any]]
 """The engine's script runner: (script name, keys, args after ``now``, now or None) → the raw reply."""
@@ -63,6 +65,15 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+@dataclass
+class GraphSignals:
+    """What the graph operations of one engine report to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    ended: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("graph ended"))
+    """A graph reached its end through this engine (a node's report, a cancel, its deadline):
+    (graph id, state)."""
+
+
 class Graphs:
     """The graph operations of one :class:`~jqcore.state.Engine` (``engine.graphs``). They reach the
     engine only through what it hands over: its client, its script runner, its batch enqueue and its
@@ -75,6 +86,7 @@ class Graphs:
         self._run_script = run_script
         self._enqueue = enqueue
         self._cancel_job = cancel_job
+        self.signals = GraphSignals()
 
     async def _run(self, name: str, graph_id: str, args: Sequence[Any], now: int | None) -> Reply:
         keys = GraphKeys(graph_id).for_script(cast("tuple[GraphKeyName, ...]", SCRIPTS[name].keys))
@@ -178,6 +190,7 @@ class Graphs:
         await self._release(graph_id, reply.released)
         if reply.state in ("completed", "failed", "canceled"):
             metrics.GRAPHS.labels(reply.state).inc()
+            self.signals.ended.signal((graph_id, reply.state))
 
     async def _cancel_jobs(self, graph_id: str, names: Sequence[str], reason: str) -> None:
         for job_id, (_, node, _) in (await self._node_jobs(graph_id, names)).items():

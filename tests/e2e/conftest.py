@@ -14,6 +14,7 @@ from jqcore.client import JobqClient
 from jqcore.membership import live_members
 from jqcore.routing import Route, RoutingSettings
 from jqcore.state import Engine
+from jqcore.testsignal import enable_all
 from jqrelay.main import RelayService
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, python_m
@@ -25,6 +26,7 @@ class Path:
     queue: str
     client: JobqClient
     engine: Engine
+    relay: RelayService
 
 
 @pytest.fixture
@@ -41,8 +43,14 @@ async def path(
     topic = make_topic("jobs", partitions=2)
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
     redis = aioredis.Redis.from_url(endpoints.redis_url or "")
-    async with make_gate(routing) as gate, make_relay(topic), JobqClient([gate.url], token) as client:
-        yield Path(f"{prefix}.q", client, Engine(redis))
+    engine = Engine(redis)
+    enable_all(engine.graphs.signals)  # the pools of a test report through it: it sees graphs end
+    async with (
+        make_gate(routing) as gate,
+        make_relay(topic) as relay,
+        JobqClient([gate.url], token) as client,
+    ):
+        yield Path(f"{prefix}.q", client, engine, relay)
     await redis.aclose()
 
 

@@ -16,6 +16,7 @@ import pytest
 from jqcore.client import ApiRefused, JobqClient
 from jqcore.graphs import Graph, Step, chain, fan_out, group, pipeline
 from jqcore.state import Engine
+from jqrelay.main import RelayService
 from jqstack.manager import Endpoints
 from jqstack.pipeline import checkout_env
 from jqstack.supervise import Child, Children, python_m
@@ -35,11 +36,22 @@ class GraphStack:
     qb: str
     client: JobqClient
     engine: Engine
+    relay: RelayService
     registry: Registry
     eventually: Eventually
 
-    async def finished(self, graph_id: str, timeout_s: float = 120) -> dict[str, Any]:
-        """The graph once it ended (the gateway's view): a graph's end is not pushed anywhere, so watched."""
+    async def finished(self, graph_id: str, timeout_s: float = 120, after: int = 0) -> dict[str, Any]:
+        """The graph (the gateway's view) once a pool of this test ended it (its last report went
+        through ``engine``); ``after``: an end signalled after that mark (a retried graph's second)."""
+        ended = self.engine.graphs.signals.ended
+        await ended.wait_for(lambda g: g[0] == graph_id, timeout_s, after=after)
+        got = await self.client.get_graph(graph_id)
+        assert got is not None
+        assert got["state"] != "running", got
+        return got
+
+    async def watched(self, graph_id: str, timeout_s: float = 120) -> dict[str, Any]:
+        """The graph once it ended, watched: for graphs that workers in other processes end."""
         got: dict[str, Any] = await self.eventually(
             lambda: self.client.get_graph(graph_id),
             lambda g: g is not None and g["state"] != "running",
@@ -52,7 +64,7 @@ class GraphStack:
 def gs(prefix: str, path: Any, eventually: Eventually) -> GraphStack:
     """The path (HTTP → gateway → Kafka → relay → Redis for ``<prefix>*``) and two queues of it."""
     qa, qb = f"{prefix}.ga", f"{prefix}.gb"
-    return GraphStack(prefix, qa, qb, path.client, path.engine, Registry(), eventually)
+    return GraphStack(prefix, qa, qb, path.client, path.engine, path.relay, Registry(), eventually)
 
 
 def results(graph: dict[str, Any]) -> dict[str, Any]:
@@ -215,8 +227,9 @@ async def test_failure_skips_dependents_runs_on_failure_then_retry_reruns_only_w
         assert refused.value.code == "graph_invalid"
         broken["b"] = False
         ran.clear()
+        mark = gs.engine.graphs.signals.ended.mark()
         assert (await gs.client.retry_graph(gid))["released"] == ["b"]
-        out = await gs.finished(gid)
+        out = await gs.finished(gid, after=mark)
     assert out["state"] == "completed"
     assert sorted(ran) == ["b", "c"], "completed nodes kept their results; on_failure had nothing to do"
 
@@ -225,7 +238,7 @@ async def test_cancel_a_running_graph_over_http(gs: GraphStack) -> None:
     gid = f"{gs.prefix}-cancel"
     doc = chain(gid, Step("never.run", queue=gs.qa), Step("never.run"), queue=gs.qa)
     await gs.client.submit_graph(doc)
-    await gs.eventually(lambda: gs.client.get_graph(gid), lambda g: g is not None)  # relayed into Redis
+    await gs.relay.relays[0].signals.batch.wait_for(lambda c: c.get("read", 0) >= 1)  # in Redis
     answer = await gs.client.cancel_graph(gid, "not needed")
     assert answer == {"canceled": True, "state": "canceled"}
     got = await gs.client.get_graph(gid)
@@ -275,7 +288,7 @@ async def test_a_worker_killed_mid_graph_the_graph_still_completes_and_the_callb
     os.killpg(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     workers(gs.qa)
-    out = await gs.finished(gid, timeout_s=180)
+    out = await gs.watched(gid, timeout_s=180)
     assert out["state"] == "completed"
     seen = Counter(marks.read_text().split())
     assert seen["callback"] == 1, "the callback fires exactly once"

@@ -14,6 +14,7 @@ from canary.monitor import Canary
 from jqcore.client import Gateway, JobqClient
 from jqcore.routing import CANARY_PREFIX, Route, RoutingSettings
 from jqcore.state import Engine
+from jqcore.testsignal import enable_all
 from jqrelay.main import RelayService
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
@@ -106,14 +107,32 @@ async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline, eventu
     )
     # The four records are keyed by job id, so they land on different partitions, which the relay
     # writes separately: wait for all four, not for the first three.
-    await eventually(
-        lambda: pipeline.client.queue(q),
-        lambda b: (b["depth"]["pending"], b["depth"]["delayed"]) == (3, 1),
-        60,
-    )
+    await pipeline.relay.relays[0].signals.batch.wait_for(lambda c: c.get("written", 0) >= 4)
+    depth = (await pipeline.client.queue(q))["depth"]
+    assert (depth["pending"], depth["delayed"]) == (3, 1)
     async with Pool(pipeline.registry, pipeline.engine, PoolConfig([q], concurrency=1)):
         await asyncio.wait_for(done.wait(), 60)
     assert order == ["high", "mid", "low", "later"]
+
+
+def canary_pool(pipeline: Pipeline, queue: str) -> Pool:
+    """A pool for the canary queue whose finished jobs a test can wait on."""
+    pool = Pool(Registry(), pipeline.engine, PoolConfig([queue], concurrency=4))
+    enable_all(pool.signals)
+    return pool
+
+
+async def ran(pool: Pool, canary: Canary) -> None:
+    """Until the pool finished every heartbeat ``canary`` has out, then one check: all arrived."""
+    out, finished = {probe.id for probe in canary.outstanding.values()}, set()
+
+    def all_ran(job: tuple[str, str]) -> bool:
+        finished.add(job[0])
+        return out <= finished
+
+    await pool.signals.finished.wait_for(all_ran, 120)
+    await canary.check_once()
+    assert not canary.outstanding, canary.outstanding
 
 
 async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
@@ -122,11 +141,11 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
     redis = pipeline.engine._client
     canary_queue = CANARY_PREFIX + pipeline.topic
     parts = {pipeline.topic: [0, 1, 2]}
-    async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
+    async with canary_pool(pipeline, canary_queue) as pool:
         canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=60)
         await canary.send_round()
         assert {k[1] for k in canary.outstanding} == {0, 1, 2}
-        await eventually(canary.check_once, lambda _: not canary.outstanding, 120)
+        await ran(pool, canary)
     assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
     assert all(canary.health[(pipeline.topic, p)]["ms"]["total"] >= 0 for p in (0, 1, 2))
 
@@ -135,7 +154,9 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
     await late.send_round()
     probe = late.outstanding[(pipeline.topic, 1)]
     # first let the relay store it (how long that takes is not the point): then "late" means "in Redis"
-    await eventually(lambda: pipeline.client.get_job(canary_queue, probe.id), lambda j: j is not None, 60)
+    await pipeline.relay.relays[0].signals.batch.wait_for(lambda c: c.get("written", 0) >= 4)
+    assert await pipeline.client.get_job(canary_queue, probe.id) is not None
+    # late_after_s must pass: the clock is what is waited for here, nothing in this process produces it
     await eventually(late.check_once, lambda _: not late.outstanding, 60)
     result = late.health[(pipeline.topic, 1)]
     assert result["ok"] is False
@@ -149,18 +170,19 @@ async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_aga
     parts = {pipeline.topic: [0, 1, 2]}
     canary_queue = CANARY_PREFIX + pipeline.topic
     relay = pipeline.relay
-    async with Pool(Registry(), pipeline.engine, PoolConfig([canary_queue], concurrency=4)):
+    async with canary_pool(pipeline, canary_queue) as pool:
         # Green rounds get a patient canary: a heartbeat is only green if it completes before it is
         # declared late, and the whole path takes longer on a loaded machine. The red round (no relay
         # at all) gets a quick one: nothing can reach Redis, however long it waits.
         green = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=60)
         await green.send_round()
-        await eventually(green.check_once, lambda _: not green.outstanding, 120)
+        await ran(pool, green)
         assert all(green.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), green.health
 
         await relay.stop()  # every partition of the topic loses its relay
         red = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=2.0)
         await red.send_round()
+        # no relay, so nothing happens to wait for but late_after_s passing on the clock
         await eventually(red.check_once, lambda _: not red.outstanding, 60)
         for p in (0, 1, 2):
             health = red.health[(pipeline.topic, p)]
@@ -169,7 +191,7 @@ async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_aga
 
         async with make_relay(pipeline.topic, "relay-again"):
             await green.send_round()
-            await eventually(green.check_once, lambda _: not green.outstanding, 120)
+            await ran(pool, green)
             assert all(green.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), green.health
 
 
@@ -206,6 +228,8 @@ async def test_reconcile_accounts_for_every_job_end_to_end(
     async def row() -> dict[str, Any]:
         return await asyncio.to_thread(snapshot)
 
+    await pipeline.relay.relays[0].signals.committed.wait_for(lambda n: n >= 30)
+    # the gateways' produced counter is flushed to Redis on a timer of theirs: that one is watched
     got = await eventually(row, lambda r: r["written"] == 30 and r["produced"] == 30, 60)
     assert got["appended"] == 30
     assert got["read"] == 30

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from jqcore.state import QueueConfig, reads
+from jqcore.testsignal import enable_all
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 
@@ -31,6 +32,12 @@ def has(state: str, completed: int = 0) -> Callable[[reads.JobInfo | None], bool
     return ok
 
 
+async def relayed(path: Any, n: int) -> reads.JobInfo | None:
+    """The job ``same`` once the relay read ``n`` records of this test in all."""
+    await path.relay.relays[0].signals.batch.wait_for(lambda c: c.get("read", 0) >= n)
+    return await job_state(path, "same")
+
+
 async def run_once(path: Any, registry: Registry) -> None:
     """Drain the queue with a burst pool."""
     pool = Pool(registry, path.engine, PoolConfig([path.queue], concurrency=4, burst=True))
@@ -38,9 +45,7 @@ async def run_once(path: Any, registry: Registry) -> None:
         await asyncio.wait_for(pool.drained.wait(), 60)
 
 
-async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_visibly(
-    path: Any, eventually: Eventually
-) -> None:
+async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_visibly(path: Any) -> None:
     runs: list[str] = []
     registry = Registry()
 
@@ -49,23 +54,26 @@ async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_vi
         runs.append(tag)
 
     await path.client.enqueue_one(path.queue, "p.work", {"tag": "first"}, id="same")
-    await eventually(lambda: job_state(path, "same"), has("pending"))
+    assert has("pending")(await relayed(path, 1))
     await path.client.enqueue_one(path.queue, "p.work", {"tag": "while-queued"}, id="same")
-    await eventually(lambda: job_state(path, "same"), lambda i: i is not None and i.duplicates == 1)
+    info = await relayed(path, 2)
+    assert info is not None
+    assert info.duplicates == 1
     await run_once(path, registry)
     assert runs == ["first"], "a duplicate while queued never runs"
 
     # default policy ('active'): the same id enqueued after it finished is a new run, not a silent drop
     await path.client.enqueue_one(path.queue, "p.work", {"tag": "again"}, id="same")
-    await eventually(lambda: job_state(path, "same"), has("pending"))
+    assert has("pending")(await relayed(path, 3))
     await run_once(path, registry)
     assert runs == ["first", "again"]
 
     # policy 'finished': within the window a re-enqueue is dropped, counted and visible on the job
     await path.engine.configure_queue(path.queue, QueueConfig(dedup="finished", dedup_window_ms=3_600_000))
     await path.client.enqueue_one(path.queue, "p.work", {"tag": "dropped"}, id="same")
-    seen = await eventually(lambda: job_state(path, "same"), lambda i: i is not None and i.duplicates >= 1)
-    await eventually(lambda: path.engine.queue_stats(path.queue), lambda st: st.get("duplicates", 0) >= 2)
+    seen = await relayed(path, 4)
+    assert seen is not None
+    assert seen.duplicates >= 1
     assert seen.state == "completed"
     stats = await path.engine.queue_stats(path.queue)
     assert stats["duplicates"] >= 2
@@ -73,9 +81,7 @@ async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_vi
     assert runs == ["first", "again"]
 
 
-async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(
-    path: Any, eventually: Eventually
-) -> None:
+async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(path: Any) -> None:
     old, new = Registry(), Registry()
     ran: list[int] = []
 
@@ -88,14 +94,20 @@ async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(
         ran.append(n)
 
     old_pool = Pool(old, path.engine, PoolConfig([path.queue], unknown_kind_retry_ms=200))
+    new_pool = Pool(new, path.engine, PoolConfig([path.queue]))
+    enable_all(old_pool.signals, new_pool.signals)
     async with old_pool:
         await path.client.enqueue_one(path.queue, "deploy.new", {"n": 1}, id="rolled")
-        handed = await eventually(
-            lambda: job_state(path, "rolled"), lambda i: i is not None and i.handed_back_since is not None
-        )
+        await old_pool.signals.finished.wait_for(lambda f: f == ("rolled", "handed_back"))
+        handed = await job_state(path, "rolled")
+        assert handed is not None
+        assert handed.handed_back_since is not None
         assert handed.attempt == 0, "handing back spends no attempt"
-        async with Pool(new, path.engine, PoolConfig([path.queue])):
-            done = await eventually(lambda: job_state(path, "rolled"), has("completed"), 60)
+        async with new_pool:
+            await new_pool.signals.finished.wait_for(lambda f: f == ("rolled", "succeeded"), 60)
+            done = await job_state(path, "rolled")
+            assert has("completed")(done)
+            assert done is not None
     assert ran == [1]
     assert done.attempt == 1
     assert any(h["outcome"] == "handed_back" for h in done.history)

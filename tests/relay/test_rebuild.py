@@ -40,6 +40,7 @@ from jqrecover.rebuild import rebuild_from_kafka
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
+from jqsched.timers import StepResult
 from jqstack.manager import Endpoints
 
 Eventually = Callable[..., Awaitable[Any]]
@@ -84,6 +85,23 @@ async def _state(engine: Engine, queue: str, job_id: str) -> str | None:
     return None if info is None else info.state
 
 
+async def shipped(scheduler: SchedulerService, queues: list[str]) -> None:
+    """Until a shipping round of ``scheduler`` that began after it was dealt ``queues`` (its timers
+    stepped them) and after this call found nothing left to ship."""
+    dealt: set[str] = set()
+
+    def all_dealt(step: StepResult) -> bool:
+        dealt.add(step.queue)
+        return set(queues) <= dealt
+
+    await scheduler.timers.signals.stepped.wait_for(all_dealt)
+    assert scheduler.shipper is not None
+    rounds = scheduler.shipper.signals.shipped
+    mark = rounds.mark()
+    await rounds.wait_for(after=mark)  # the round under way may have read the streams before this call
+    await rounds.wait_for(lambda n: n == 0, after=mark + 1)
+
+
 async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work_does_not(
     prefix: str,
     endpoints: Endpoints,
@@ -96,7 +114,6 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
     producer: AsyncProducer,
     topic_reader: Any,
     topic_end: Callable[[str], int],
-    eventually: Eventually,
 ) -> None:
     t0 = now_ms()
     topic, events_topic = make_topic("jobs", partitions=2), make_topic("events", partitions=2)
@@ -124,10 +141,12 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
             await produce_jobs(topic, q, ["far", "unsched"], run_at=far_at)
             await producer.produce_many([Record(topic, g.raw, record_key(g)) for g in graphs.values()])
             ids = ["done", "run", "again", "gone", "redo", "dead", "later"]
-            await eventually(lambda: asyncio.gather(*(_state(engine, q, i) for i in ids)), all)
+            batch = relay.relays[0].signals.batch
+            await batch.wait_for(lambda c: c.get("read", 0) >= 11)  # 7 jobs, 2 far ones, 2 graphs
+            assert all(await asyncio.gather(*(_state(engine, q, i) for i in ids)))
             for name in ("far", "unsched"):
-                await eventually(lambda n=name: engine.far_run_at(q, n), lambda at: at == far_at)
-            await eventually(lambda: engine.depth(qg), lambda d: d.pending == 2)  # both graphs' roots
+                assert await engine.far_run_at(q, name) == far_at
+            assert (await engine.depth(qg)).pending == 2  # both graphs' roots
 
             assert (await engine.cancel(q, "gone")).changed
             claimed = {j.id: j for j in await engine.claim(q, 10)}
@@ -142,21 +161,25 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
             await engine.complete(qc, (done_fire.id, done_fire.attempt, done_fire.token))
             assert done_fire.id == fired
             await produce_jobs(topic, q, ["again", "pend", "tick"])  # a new run of a finished id, new jobs
-            await eventually(lambda: _state(engine, q, "tick"), lambda s: s == "pending")
-            await eventually(lambda: _state(engine, q, "again"), lambda s: s == "pending")
+            await batch.wait_for(lambda c: c.get("read", 0) >= 14)
+            assert await _state(engine, q, "tick") == "pending"
+            assert await _state(engine, q, "again") == "pending"
 
-            async def shipped() -> bool:  # every event in Kafka: the streams trimmed to nothing
-                backlog = await engine.events_backlog([q, qg, qc])
-                return not any(backlog.values()) and not await engine.graphs.events(f"{prefix}-gdone")
-
-            await eventually(shipped, bool)
+            # every event in Kafka: the ended graph's shipped before it is closed, the queues' streams
+            # trimmed to nothing
+            await scheduler.signals.graph_closed.wait_for(lambda g: g[0] == f"{prefix}-gdone")
+            await shipped(scheduler, [q, qg, qc])
+            assert not any((await engine.events_backlog([q, qg, qc])).values())
+            assert not await engine.graphs.events(f"{prefix}-gdone")
             canceled_at = now_ms()  # one more transition on a queue the shipper watches: how soon in Kafka?
             assert (await engine.cancel(q, "tick")).changed
-            await eventually(shipped, bool)
+            await shipped(scheduler, [q])
+            assert not any((await engine.events_backlog([q, qg, qc])).values())
             print(f"an event of a watched queue was in Kafka within {now_ms() - canceled_at} ms")
         # no scheduler any more: what happens now stays in Redis and is lost with it
         await produce_jobs(topic, q, ["redo"])  # a new run whose events never reached Kafka
-        await eventually(lambda: _state(engine, q, "redo"), lambda s: s == "pending")
+        await batch.wait_for(lambda c: c.get("read", 0) >= 15)
+        assert await _state(engine, q, "redo") == "pending"
         # unscheduled as the gateway does it: the tier's tombstone first, then the cancel in Redis
         await producer.produce_many([Record(far.topic, None, schedule_key(q, "unsched"))])
         assert (await engine.cancel(q, "unsched")).changed

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jqcore.testsignal import KEEP, TestSignal
+from jqcore.testsignal import KEEP, TestSignal, enable_all
 
 
 def test_a_signal_nobody_enabled_records_nothing() -> None:
@@ -52,3 +52,26 @@ async def test_old_values_roll_off_without_hiding_new_ones() -> None:
     await asyncio.sleep(0)
     sig.signal(-1)
     assert await waiter == -1
+
+
+async def test_a_wait_after_a_mark_sees_only_later_values() -> None:
+    sig: TestSignal[int] = TestSignal("rounds")
+    sig.enable()
+    sig.signal(0)
+    mark = sig.mark()
+    waiter = asyncio.ensure_future(sig.wait_for(lambda v: v == 0, timeout_s=5, after=mark))
+    for v in (1, 0):
+        await asyncio.sleep(0)
+        sig.signal(v)
+    assert await waiter == 0
+    assert sig.mark() == mark + 2
+    with pytest.raises(AssertionError):
+        await sig.wait_for(lambda v: v == 1, timeout_s=0.05, after=mark + 1)
+
+
+def test_enable_all_enables_every_signal_of_a_group() -> None:
+    from worker.lease import LeaseSignals
+
+    group = LeaseSignals()
+    enable_all(group)
+    assert group.extended.enabled

@@ -39,6 +39,7 @@ def test_one_rate_rule_for_the_dashboard_and_the_relay() -> None:
 
 async def test_topics_page_shows_partitions_and_lag(dash: Any, producer: Any, eventually: Any) -> None:
     await _produce(producer, dash.topic, f"{dash.prefix}.q", 6)
+    # another client's view of the end offsets: Kafka's, with nothing in this process to wait on
     row = await eventually(lambda: _topic(dash), lambda t: t["lag"] == 6)
     assert [p["partition"] for p in row["partitions"]] == [0, 1]
     assert sum(p["end"] for p in row["partitions"]) == 6
@@ -55,15 +56,15 @@ async def test_topics_page_shows_partitions_and_lag(dash: Any, producer: Any, ev
 
 
 async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
-    dash: Any, make_relay: Any, engine: Any, producer: Any, eventually: Any
+    dash: Any, make_relay: Any, engine: Any, producer: Any
 ) -> None:
     queue = f"{dash.prefix}.q"
     await _produce(producer, dash.topic, queue, 4)
     async with make_relay(dash.topic) as relay:
         topic_relay = relay.relays[0]
-        row = await eventually(
-            lambda: _topic(dash), lambda t: t["lock"]["holder"] == "relay-a" and t["lag"] == 0
-        )
+        await topic_relay.signals.committed.wait_for(lambda n: n >= 4)  # Kafka has the relay's commit
+        row = await _topic(dash)
+        assert (row["lock"]["holder"], row["lag"]) == ("relay-a", 0)
         assert row["lock"]["fence"] >= 1
         assert row["lock"]["session"]
         assert row["lock"]["since_s"] >= 0
@@ -72,28 +73,33 @@ async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
         assert "<strong>relay-a</strong>" in html.text
         assert row["lock"]["session"] in html.text
         gauge = metrics.RELAY_RATE_LIMIT.labels(dash.topic)
+        applied, queue_applied = topic_relay.limit.signals.applied, topic_relay.queue_limits.signals.applied
 
+        mark = applied.mark()
         r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "0"})
         assert r.status == 200, r.text
         assert r.json()["action"] == "rate.topic"
-        await eventually(lambda: topic_relay.limit.rate, lambda rate: rate == 0)
+        await applied.wait_for(lambda rate: rate == 0, after=mark)
         assert gauge._value.get() == 0
         assert (await _topic(dash))["rate"]["state"] == "paused"
 
+        mark = applied.mark()
         r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "12.5"})
-        await eventually(lambda: topic_relay.limit.rate, lambda rate: rate == 12.5)
+        await applied.wait_for(lambda rate: rate == 12.5, after=mark)
         assert (await _topic(dash))["rate"] == {"text": "12.5", "rate": 12.5, "state": "limited"}
 
+        mark = applied.mark()
         r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": ""})  # unlimited: the key goes
-        await eventually(lambda: topic_relay.limit.rate, lambda rate: rate is None)
+        await applied.wait_for(lambda rate: rate is None, after=mark)
         assert gauge._value.get() == -1
         assert (await _topic(dash))["rate"]["state"] == "unlimited"
 
         # a queue's limit: shown on the topics page and the queue's page, followed by the relay
-        await eventually(lambda: engine.queues(), lambda qs: queue in qs)  # the relay wrote its jobs
+        assert queue in await engine.queues()  # the relay wrote its jobs (before its commit)
+        mark = queue_applied.mark()
         r = await dash.post(f"/queues/{queue}/rate", {"rate": "5"})
         assert r.status == 200, r.text
-        await eventually(topic_relay.queue_limits.rates, lambda rates: rates == {queue: 5})
+        await queue_applied.wait_for(lambda rates: rates == {queue: 5}, after=mark)
         shown = (await dash.get("/topics")).json()["queue_rates"]
         assert {
             "queue": queue,
@@ -103,8 +109,9 @@ async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
         assert (await dash.get(f"/queues/{queue}")).json()["rate"]["rate"] == 5
         html = await dash.get("/topics", as_json=False, token="admin")
         assert f'id="queue-rate-form-{queue}"' in html.text
+        mark = queue_applied.mark()
         r = await dash.post(f"/queues/{queue}/rate", {"rate": ""})
-        await eventually(topic_relay.queue_limits.rates, lambda rates: rates == {})
+        await queue_applied.wait_for(lambda rates: rates == {}, after=mark)
     assert await _audit(dash, "rate.topic", f"{dash.topic}=0")
     assert await _audit(dash, "rate.topic", f"{dash.topic}=unlimited")
     assert await _audit(dash, "rate.queue", f"{queue}=5")
