@@ -162,10 +162,11 @@ def test_a_start_in_the_millisecond_the_gateway_rounded_away_is_not_early() -> N
 def test_early_is_judged_against_the_run_at_redis_holds_and_the_claims_it_recorded() -> None:
     reqs = [_req(0, 100, delay_s=1.5), _req(1, 100, delay_s=1.5)]
     runs = [_run(0, 101.6), _run(1, 101.7)]
-    dues = {"j0": Due(run_at=101_550, claimed_at=101_599), "j1": Due(run_at=101_750, claimed_at=101_699)}
+    dues = {"j0": Due(run_at=101_550, claimed_at=101_548), "j1": Due(run_at=101_760, claimed_at=101_699)}
     v = judge("early", reqs, runs, fault_at=99, dues=dues)
     assert (v.early, v.claimed_early) == (1, 1), "j1: started and claimed before its run_at"
-    assert v.notes["early_ms"] == {"j1": 50.0}
+    assert v.notes["early_ms"] == {"j1": 60.0}
+    assert v.notes["claims_stamped_before_run_at"] == {"jobs": 2, "max_ms": 61}, "j0's 2 ms: a clock's lag"
 
 
 def test_executions_dated_by_the_monotonic_clock_come_back_on_the_wall_clock(tmp_path: Path) -> None:
