@@ -65,6 +65,8 @@ class SchedulerSignals:
     """What a scheduler instance reports to a test that listens (:mod:`jqcore.testsignal`), with the
     groups of the parts it makes in ``start``."""
 
+    dealt: TestSignal[tuple[list[str], list[str]]] = field(default_factory=lambda: TestSignal("dealt"))
+    """A beat re-dealt the queues: (the live members it saw, the queues this instance keeps)."""
     graph_closed: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("graph closed"))
     """A graph this instance owns was found ended (or gone) and left the open-graph index, its events
     shipped when there is a shipper: (graph id, state)."""
@@ -342,6 +344,7 @@ class SchedulerService(Service):
         metrics.SCHEDULER_MEMBERS.set(len(members))
         metrics.SCHEDULER_OWNED.set(len(owned))
         self.dealt.set()
+        self.signals.dealt.signal((list(members), list(owned)))
         return owned
 
     def _note(self) -> str:
