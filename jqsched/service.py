@@ -39,7 +39,7 @@ from jqcore.state import REPAIR_AFTER_MS, Engine, GraphSignals
 from jqcore.testsignal import TestSignal
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper, EventSignals
-from jqsched.far import FarMover
+from jqsched.far import FarMover, FarSignals
 from jqsched.settings import SchedulerSettings
 from jqsched.timers import StepResult, Timers, TimerSignals
 
@@ -76,6 +76,8 @@ class SchedulerSignals:
     """Its event shipper's."""
     graphs: GraphSignals = field(default_factory=GraphSignals)
     """Its engine's graph operations'."""
+    far: FarSignals = field(default_factory=FarSignals)
+    """Its far-future mover's."""
 
 
 class SchedulerService(Service):
@@ -158,6 +160,7 @@ class SchedulerService(Service):
         far = self.far_settings
         if s.far and far.enabled:
             self.mover = FarMover(engine, self.kafka, far, s.name)
+            self.mover.signals = self.signals.far
         if s.events:
             self.shipper = EventShipper(engine, self.kafka, self.events_settings)
             self.shipper.signals = self.signals.events

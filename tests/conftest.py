@@ -149,7 +149,7 @@ def make_scheduler(
             events or EventSettings(),
         )
         signals = service.signals
-        enable_all(signals, signals.timers, signals.events, signals.graphs)
+        enable_all(signals, signals.timers, signals.events, signals.graphs, signals.far)
         return service
 
     return make
