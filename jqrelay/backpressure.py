@@ -13,23 +13,41 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
+from jqcore.testsignal import TestSignal
 
-__all__ = ["MemoryGuard"]
+__all__ = ["GuardSignals", "MemoryGuard"]
 
 log = get_logger("jqrelay.backpressure")
 
 
+@dataclass
+class GuardSignals:
+    """What the memory guard reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    stopped: TestSignal[bool] = field(default_factory=lambda: TestSignal("memory guard stopped"))
+    """Relaying stopped at the stop mark (True) or resumed under the slow mark (False)."""
+
+
 class MemoryGuard:
-    def __init__(self, client: RedisClient, slow_at: float, stop_at: float, sample_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        slow_at: float,
+        stop_at: float,
+        sample_s: float = 0.5,
+        signals: GuardSignals | None = None,
+    ) -> None:
         self.client, self.slow_at, self.stop_at, self.sample_s = client, slow_at, stop_at, sample_s
         self.usage = 0.0
         self.stopped = False
+        self.signals = signals if signals is not None else GuardSignals()
         self._sampled_at = 0.0
         self._unreachable_since: float | None = None
 
@@ -71,9 +89,11 @@ class MemoryGuard:
             if self.stopped and usage < self.slow_at:
                 log.info("Redis memory back under the slow mark; relaying again", usage=round(usage, 3))
                 self.stopped = False
+                self.signals.stopped.signal(False)
             if not self.stopped and usage >= self.stop_at:
                 log.warning("Redis memory at the stop mark; relaying paused", usage=round(usage, 3))
                 self.stopped = True
+                self.signals.stopped.signal(True)
             if self.stopped:
                 await asyncio.sleep(self.sample_s)
                 continue

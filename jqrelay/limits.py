@@ -104,6 +104,8 @@ class LimitSignals:
 
     applied: TestSignal[object] = field(default_factory=lambda: TestSignal("rate limits applied"))
     """A Consul answer was applied: the limit in force after it (a topic's rate, or queue → rate)."""
+    held: TestSignal[str] = field(default_factory=lambda: TestSignal("rate limit holds a batch"))
+    """Queue limits only: a batch waits on this queue's limiter (its name)."""
 
 
 class _Watch(Service):
@@ -231,6 +233,7 @@ class QueueRateLimits(_Watch):
             if limiter is None:
                 continue
             self.waiting = queue
+            self.signals.held.signal(queue)
             try:
                 if not await limiter.acquire(n, keep_waiting):
                     return False

@@ -22,7 +22,7 @@ from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
 from jqcore.state import Engine
 from jqcore.tracing import setup_tracing
-from jqrelay.backpressure import MemoryGuard
+from jqrelay.backpressure import GuardSignals, MemoryGuard
 from jqrelay.elector import describe
 from jqrelay.settings import RelaySettings
 from jqrelay.topic import RelaySignals, TopicRelay, dead_topic, retry_topic
@@ -35,7 +35,8 @@ log = get_logger("jqrelay")
 class RelayService(Service):
     """Every configured topic's :class:`TopicRelay`, sharing one Redis client, one Consul client and one
     dead-letter producer, all made in ``start`` (``relays`` is empty until then; ``signals`` holds each
-    topic's test signals from construction on, so a test can enable them before starting)."""
+    topic's test signals, ``guard_signals`` the memory guard's, from construction on, so a test can enable
+    them before starting)."""
 
     def __init__(
         self,
@@ -56,6 +57,7 @@ class RelayService(Service):
                 "the relay has no topic: set JOBQ_RELAY_TOPICS or JOBQ_ROUTES", code="topics_missing"
             )
         self.signals = {t: RelaySignals() for t in self.topics}
+        self.guard_signals = GuardSignals()  # the memory guard's, shared by the topics
         self.relays: list[TopicRelay] = []
         self._redis_client: RedisClient | None = None
         self._consul: consul.aio.Consul | None = None
@@ -83,7 +85,9 @@ class RelayService(Service):
         self._consul = consul = consul_client(self.consul_settings)
         self._dead_producer = dead = AsyncProducer(self.kafka)
         self._engine = engine = Engine(client)
-        guard = MemoryGuard(client, self.settings.memory_slow_at, self.settings.memory_stop_at)
+        guard = MemoryGuard(
+            client, self.settings.memory_slow_at, self.settings.memory_stop_at, signals=self.guard_signals
+        )
         s, kafka, far = self.settings, self.kafka, self.far
         self.relays = [
             TopicRelay(t, s, kafka, engine, consul, dead, guard, far, self.signals[t]) for t in self.topics

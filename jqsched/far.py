@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -31,12 +32,21 @@ from jqcore.log import get_logger
 from jqcore.membership import owner
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
+from jqcore.testsignal import TestSignal
 
-__all__ = ["FarMover"]
+__all__ = ["FarMover", "FarSignals"]
 
 log = get_logger("jqsched.far")
 
 BATCH = 500
+
+
+@dataclass
+class FarSignals:
+    """What the mover reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    scanned: TestSignal[bool] = field(default_factory=lambda: TestSignal("far scan finished"))
+    """A whole read of the owned partitions ended: True when it rewrote every index entry (a rebuild)."""
 
 
 class FarMover:
@@ -64,6 +74,7 @@ class FarMover:
         """The running read writes every index entry (first read of these partitions, or Redis lost)."""
         self._due: dict[tuple[str, str], tuple[Envelope, str]] = {}
         """Jobs found due during a whole read, moved when it ends (a later tombstone removes them)."""
+        self.signals = FarSignals()
 
     async def close(self) -> None:
         if self._consumer is not None:
@@ -150,8 +161,9 @@ class FarMover:
         await self._move_due()
         await self.engine.mark_far_scanned(list(self._scan_end), self.clock())
         self._scan_end = {}
-        self._rebuild = False
+        rebuilt, self._rebuild = self._rebuild, False
         self.scans += 1
+        self.signals.scanned.signal(rebuilt)
 
     async def _handle(self, msgs: Sequence[Message]) -> None:
         """The topic is a changelog keyed ``<queue>/<id>`` (compaction keeps only the latest record of a

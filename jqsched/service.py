@@ -39,7 +39,7 @@ from jqcore.state import REPAIR_AFTER_MS, Engine, GraphSignals
 from jqcore.testsignal import TestSignal
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper, EventSignals
-from jqsched.far import FarMover
+from jqsched.far import FarMover, FarSignals
 from jqsched.settings import SchedulerSettings
 from jqsched.timers import StepResult, Timers, TimerSignals
 
@@ -65,6 +65,8 @@ class SchedulerSignals:
     """What a scheduler instance reports to a test that listens (:mod:`jqcore.testsignal`), with the
     groups of the parts it makes in ``start``."""
 
+    dealt: TestSignal[tuple[list[str], list[str]]] = field(default_factory=lambda: TestSignal("dealt"))
+    """A beat re-dealt the queues: (the live members it saw, the queues this instance keeps)."""
     graph_closed: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("graph closed"))
     """A graph this instance owns was found ended (or gone) and left the open-graph index, its events
     shipped when there is a shipper: (graph id, state)."""
@@ -74,6 +76,8 @@ class SchedulerSignals:
     """Its event shipper's."""
     graphs: GraphSignals = field(default_factory=GraphSignals)
     """Its engine's graph operations'."""
+    far: FarSignals = field(default_factory=FarSignals)
+    """Its far-future mover's."""
 
 
 class SchedulerService(Service):
@@ -156,6 +160,7 @@ class SchedulerService(Service):
         far = self.far_settings
         if s.far and far.enabled:
             self.mover = FarMover(engine, self.kafka, far, s.name)
+            self.mover.signals = self.signals.far
         if s.events:
             self.shipper = EventShipper(engine, self.kafka, self.events_settings)
             self.shipper.signals = self.signals.events
@@ -342,6 +347,7 @@ class SchedulerService(Service):
         metrics.SCHEDULER_MEMBERS.set(len(members))
         metrics.SCHEDULER_OWNED.set(len(owned))
         self.dealt.set()
+        self.signals.dealt.signal((list(members), list(owned)))
         return owned
 
     def _note(self) -> str:

@@ -149,7 +149,7 @@ def make_scheduler(
             events or EventSettings(),
         )
         signals = service.signals
-        enable_all(signals, signals.timers, signals.events, signals.graphs)
+        enable_all(signals, signals.timers, signals.events, signals.graphs, signals.far)
         return service
 
     return make
@@ -356,6 +356,7 @@ def make_relay(
         )
         for signals in service.signals.values():  # tests wait on what the relays did, not on polls
             enable_all(signals, signals.limit, signals.queue_limits)
+        enable_all(service.guard_signals)
         return service
 
     return make

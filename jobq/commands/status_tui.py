@@ -40,6 +40,7 @@ from jobq.commands.status_widgets import (
 )
 from jqcore.clock import now_ms
 from jqcore.redisconn import RedisClient, connect
+from jqcore.testsignal import TestSignal
 from jqweb import series
 from jqweb.overview import Alert, Sources, alerts, collect
 
@@ -95,7 +96,9 @@ class StatusApp(App[None]):
         self.paused = False
         self.hours = 1
         self.refreshes = 0
-        """Refreshes that landed (tests wait for this)."""
+        """Refreshes that landed."""
+        self.refreshed: TestSignal[int] = TestSignal("status refreshed")
+        """A refresh landed on screen: how many have (:mod:`jqcore.testsignal`)."""
         self.snapshot: dict[str, Any] = {}
         self.alerts: list[Alert] = []
         self.error: str | None = None
@@ -192,6 +195,7 @@ class StatusApp(App[None]):
         self.last_at = time.time()
         self._show(snap, rates)
         self.refreshes += 1
+        self.refreshed.signal(self.refreshes)
 
     def _show(self, snap: dict[str, Any], rates: series.Rates) -> None:
         self._show_state()

@@ -41,6 +41,7 @@ async def test_an_http_only_queue_gets_its_delays_retries_and_expired_leases(
     path: Any, scheduler_processes: Any, eventually: Eventually
 ) -> None:
     scheduler_processes.start("s1")
+    # a scheduler process: nothing in this process to wait on, so its membership record is watched
     await eventually(scheduler_processes.members, lambda m: m == ["s1"], 60)
     q = path.queue
 
@@ -75,7 +76,7 @@ async def test_three_instances_split_the_queues_and_one_killed_loses_nothing(
 ) -> None:
     names = ["s1", "s2", "s3"]
     procs = {name: scheduler_processes.start(name) for name in names}
-    await eventually(scheduler_processes.members, lambda m: m == names, 60)
+    await eventually(scheduler_processes.members, lambda m: m == names, 60)  # processes: watched
     queues = [f"{prefix}.q{i}" for i in range(9)]
     victim = owner(queues[0], names)
     assert victim is not None
@@ -128,22 +129,23 @@ async def test_in_steady_state_every_queue_has_exactly_one_keeper(
         await service.start()
     try:
 
-        async def view() -> list[tuple[list[str], list[str]]]:
-            """Each running instance's queues and the members it sees."""
-            return [(list(s.owned), list(s.membership.members)) for s in services if s.running]
+        async def dealt(among: list[SchedulerService]) -> None:
+            """Until each of ``among`` has dealt the queues seeing exactly those instances (after now)."""
+            names = {s.settings.name for s in among}
+            marks = [s.signals.dealt.mark() for s in among]
+            for service, mark in zip(among, marks, strict=True):
+                await service.signals.dealt.wait_for(lambda d: set(d[0]) == names, after=mark)
 
-        def settled(n: int) -> Callable[[list[tuple[list[str], list[str]]]], bool]:
-            # n instances, each seeing all n, keeping together every queue exactly once. Not "each keeps
-            # some": rendezvous hashing leaves one of 3 instances none of 12 queues for 2 % of prefixes.
-            def check(views: list[tuple[list[str], list[str]]]) -> bool:
-                flat = sorted(q for owned, _ in views for q in owned)
-                return len(views) == n and all(len(m) == n for _, m in views) and flat == sorted(queues)
+        def keepers() -> list[str]:
+            # every queue kept exactly once. Not "each keeps some": rendezvous hashing leaves one of 3
+            # instances none of 12 queues for 2 % of prefixes.
+            return sorted(q for s in services if s.running for q in s.owned)
 
-            return check
-
-        await eventually(view, settled(3), 60)
+        await dealt(services)
+        assert keepers() == sorted(queues)
         await services[0].stop()  # leaves the group: the others take its queues
-        await eventually(view, settled(2), 60)
+        await dealt(services[1:])
+        assert keepers() == sorted(queues)
     finally:
         for service in services:
             await service.stop()

@@ -9,7 +9,7 @@ turned off again after the module (``shutdown_tracing``), so later tests see the
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -24,13 +24,13 @@ from jqcore.envelope import decode
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import TraceSettings
 from jqcore.state import Engine
+from jqcore.testsignal import enable_all
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
-Eventually = Callable[..., Awaitable[Any]]
 FAST = Backoff(base_s=0.05, factor=1.0, cap_s=0.05, jitter=False)
 
 
@@ -87,7 +87,6 @@ async def test_a_job_is_one_trace_through_the_hops_and_its_retry_a_linked_new_on
     prefix: str,
     engine: Engine,
     token: str,
-    eventually: Eventually,
 ) -> None:
     q = f"{prefix}.q"
     registry = Registry()
@@ -114,13 +113,22 @@ async def test_a_job_is_one_trace_through_the_hops_and_its_retry_a_linked_new_on
         assert resp.status == 202, await resp.text()
         flaky_id, ok_id = (await resp.json())["ids"]
 
-    async with Pool(registry, engine, PoolConfig([q])):
-        done = await eventually(
-            lambda: engine.get_jobs(q, [flaky_id, ok_id]),
-            lambda infos: all(i is not None and i.state == "completed" for i in infos),
-        )
-    # send, relay and two runs (each span is exported as it ends)
-    spans = await eventually(lambda: _of(exporter, flaky_id), lambda found: len(found) == 4)
+    pool = Pool(registry, engine, PoolConfig([q]))
+    enable_all(pool.signals)
+    succeeded: set[str] = set()
+
+    def both(finished: tuple[str, str]) -> bool:
+        if finished[1] == "succeeded":
+            succeeded.add(finished[0])
+        return succeeded == {flaky_id, ok_id}
+
+    async with pool:
+        await pool.signals.finished.wait_for(both)
+    done = await engine.get_jobs(q, [flaky_id, ok_id])
+    assert all(i is not None and i.state == "completed" for i in done), done
+    # send, relay and two runs (each span is exported as it ends, before the pool reports the job finished)
+    spans = _of(exporter, flaky_id)
+    assert len(spans) == 4, spans
 
     send = _one(spans, f"send {q}")
     relay = _one(spans, f"relay {q}")
@@ -174,7 +182,8 @@ async def test_a_job_is_one_trace_through_the_hops_and_its_retry_a_linked_new_on
     assert (relay.attributes or {}).get("jobq.outcome") == "stored"
 
     # The job that came with its own context: its enqueue span is that context's child.
-    ok_spans = await eventually(lambda: _of(exporter, ok_id), lambda found: len(found) == 3)
+    ok_spans = _of(exporter, ok_id)
+    assert len(ok_spans) == 3, ok_spans
     ok_send = _one(ok_spans, f"send {q}")
     assert ok_send.parent is not None
     assert ok_send.context is not None

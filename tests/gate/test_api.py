@@ -120,7 +120,8 @@ async def test_long_poll_claim_wakes_when_work_arrives(
     async def blocked() -> int:
         return int((await engine._client.info("clients"))["blocked_clients"])
 
-    await eventually(blocked, lambda n: n > blocked_before)  # the claim found nothing and waits in Redis
+    # the claim found nothing and waits in Redis: only Redis knows (no step in this process to wait on)
+    await eventually(blocked, lambda n: n > blocked_before)
     job_id = await put(q)
     status, body = await asyncio.wait_for(claim, 25)
     assert status == 200

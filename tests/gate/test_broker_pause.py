@@ -58,5 +58,6 @@ async def test_paused_broker_gives_503_then_enqueues_resume(
                 return after.status, await after.text()
 
         # the broker is back: the client's retry of the same id goes through
+        # (the broker is another process: polled)
         await eventually(retry, lambda answer: answer[0] == 202, 60)
     assert topic_end(topic) >= 2

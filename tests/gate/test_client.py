@@ -298,7 +298,6 @@ async def test_a_retried_enqueue_through_the_real_gateway_makes_one_job_per_id(
     token: str,
     topic_reader: Callable[..., list[Any]],
     make_relay: Callable[..., RelayService],
-    eventually: Callable[..., Awaitable[Any]],
 ) -> None:
     """The first try reaches the real gateway (and Kafka), then its answer is lost; the retry carries the
     same ids, so Kafka holds each id twice and the engine keeps exactly one job per id."""
@@ -325,11 +324,10 @@ async def test_a_retried_enqueue_through_the_real_gateway_makes_one_job_per_id(
 
     async with make_relay(gw.topic) as relay, JobqClient([gw.url], token) as jq:
         counts = relay.relays[0].counts
-
-        async def settled() -> int:  # "read" is counted before the batch is written: wait for the write
-            return int(counts.get("written", 0)) + int(counts.get("duplicate", 0))
-
-        await eventually(settled, lambda r: r >= 2 * n)
+        # "read" is counted before the batch is written: wait for the write
+        await relay.signals[gw.topic].batch.wait_for(
+            lambda c: c.get("written", 0) + c.get("duplicate", 0) >= 2 * n
+        )
         depth = (await jq.queue(gw.queue))["depth"]
         assert depth["pending"] == n, depth
         jobs = [await jq.get_job(gw.queue, i) for i in ids]

@@ -15,7 +15,6 @@ from jqcore.state import Engine
 from jqrelay.elector import Elector, Role
 from jqrelay.main import RelayService
 
-Eventually = Callable[..., Any]
 Produce = Callable[..., Any]
 Pending = Callable[[str], Any]
 Offsets = Callable[..., Any]
@@ -29,7 +28,6 @@ async def test_relay_writes_jobs_dead_letters_bad_records_and_commits_after_redi
     producer: AsyncProducer,
     produce_jobs: Produce,
     pending: Pending,
-    eventually: Eventually,
     offsets: Offsets,
     topic_reader: TopicReader,
 ) -> None:
@@ -64,7 +62,6 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
     make_relay: Callable[..., RelayService],
     produce_jobs: Produce,
     pending: Pending,
-    eventually: Eventually,
     offsets: Offsets,
 ) -> None:
     topic, queue = make_topic("jobs"), f"{prefix}.q"
@@ -115,21 +112,21 @@ async def test_live_rate_limit_pauses_and_resumes_without_restart(
     consul_client: consul.Consul,
     produce_jobs: Produce,
     pending: Pending,
-    eventually: Eventually,
 ) -> None:
     topic, queue = make_topic("jobs"), f"{prefix}.q"
     kv = consul_client.kv
     rate_key = f"jobq-test/{prefix}/rates/{topic}"
     kv.put(rate_key, "0")
     async with make_relay(topic) as relay:
-        limit = relay.relays[0].limit
-        await eventually(lambda: limit.rate, lambda r: r == 0)
+        applied = relay.signals[topic].limit.applied
+        await applied.wait_for(lambda r: r == 0)
         await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
         await produce_jobs(topic, queue, 50)
         await asyncio.sleep(1.0)  # the one bounded wait: proving *absence* needs a window
         assert await pending(queue) == 0, "rate 0 pauses the relay"
+        mark = applied.mark()
         kv.put(rate_key, "20")
-        await eventually(lambda: limit.rate, lambda r: r == 20)
+        await applied.wait_for(lambda r: r == 20, after=mark)
         await _written(relay, 10)
         kv.put(rate_key, "")  # unlimited
         await _written(relay, 50)
@@ -143,28 +140,28 @@ async def test_a_queue_rate_limit_holds_that_queue_live_and_the_topic_keeps_flow
     consul_client: consul.Consul,
     produce_jobs: Produce,
     pending: Pending,
-    eventually: Eventually,
 ) -> None:
     topic, slow, fast = make_topic("jobs"), f"{prefix}.slow", f"{prefix}.fast"
     kv = consul_client.kv
     slow_key = f"jobq-test/{prefix}/queue-rates/{slow}"
     kv.put(slow_key, "0")
     async with make_relay(topic) as relay:
-        limits = relay.relays[0].queue_limits
-        await eventually(limits.rates, lambda r: r == {slow: 0})
+        applied = relay.signals[topic].queue_limits.applied
+        await applied.wait_for(lambda r: r == {slow: 0})
         await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
         await produce_jobs(topic, fast, 40)
         await _written(relay, 40)
         assert await pending(fast) == 40, "no slow job: not held"
         await produce_jobs(topic, slow, 20)
-        await eventually(lambda: limits.waiting, lambda q: q == slow, 60)
+        await relay.signals[topic].queue_limits.held.wait_for(lambda q: q == slow)
         assert await pending(slow) == 0, "a paused queue's jobs are held at the relay"
         assert relay.relays[0].counts.get("written") == 40
         kv.put(slow_key, "25")
         await _written(relay, 60)
         assert await pending(slow) == 20
+        mark = applied.mark()
         kv.delete(slow_key)
-        await eventually(limits.rates, lambda r: r == {})
+        await applied.wait_for(lambda r: r == {}, after=mark)
         await produce_jobs(topic, slow, 10)
         await _written(relay, 70)
         assert await pending(slow) == 30
@@ -177,7 +174,6 @@ async def test_shadow_mode_reads_and_counts_but_writes_nothing(
     make_relay: Callable[..., RelayService],
     produce_jobs: Produce,
     pending: Pending,
-    eventually: Eventually,
 ) -> None:
     topic, queue = make_topic("jobs"), f"{prefix}.q"
     await produce_jobs(topic, queue, 40)
@@ -194,7 +190,6 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
     engine: Engine,
     produce_jobs: Produce,
     pending: Pending,
-    eventually: Eventually,
 ) -> None:
     """Used memory above the stop mark (of a temporary 1 GiB maxmemory): the relay writes nothing;
     once there is room again (maxmemory raised) it relays everything; Kafka accepted throughout."""
@@ -210,7 +205,7 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
             await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
             await produce_jobs(topic, queue, 30)
             guard = relay.relays[0].guard
-            await eventually(lambda: guard.stopped, lambda s: s is True)
+            await relay.guard_signals.stopped.wait_for(lambda stopped: stopped)
             assert await pending(queue) == 0
             await client.config_set("maxmemory", 1 << 50)
             await _written(relay, 30)
@@ -227,7 +222,6 @@ async def test_a_queue_that_refuses_writes_sends_its_jobs_to_the_retry_topic_and
     engine: Engine,
     produce_jobs: Produce,
     pending: Pending,
-    eventually: Eventually,
     topic_reader: TopicReader,
 ) -> None:
     """A poison queue (its stats key damaged: every script on it fails with WRONGTYPE) must neither block

@@ -60,6 +60,7 @@ async def test_kill_9_moves_the_topics_and_loses_nothing(
     (a, a_port), (b, b_port) = await asyncio.gather(
         relay_process("relay-a", topics, **timing), relay_process("relay-b", topics, **timing)
     )
+    # both relays are processes: nothing in this one signals their steps, so what they leave is watched
     held = await eventually(lambda: asyncio.to_thread(holders), lambda h: all(h.values()), 120)
     assert set(held.values()) <= {"relay-a", "relay-b"}, "each topic has exactly one holder"
 

@@ -54,6 +54,7 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
     kv = consul.Consul(host=host, port=int(cport)).kv
     lock_key = f"jobq-test/{prefix}/locks/{topic}"
     try:
+        # the paused relay is another process: its lock, its writes and its metrics are watched
         await eventually(
             lambda: asyncio.to_thread(kv.get, lock_key), lambda r: r[1] and r[1].get("Session"), 120
         )
@@ -73,7 +74,8 @@ async def test_sigstopped_relay_gets_nothing_accepted_after_resume(
         async with make_relay(topic, "relay-new") as other:
             # Consul ends the paused holder's session after its TTL (up to twice it), then the lock moves
             await other.relays[0].elector.wait_role(Role.LEADER, timeout_s=120)
-            await eventually(lambda: pending(queue), lambda n: n == 100)
+            await other.signals[topic].batch.wait_for(lambda c: c.get("written", 0) >= 50)
+            assert await pending(queue) == 100
             proc.signal(signal.SIGCONT)
             after = await eventually(
                 lambda: asyncio.to_thread(relay_metrics, port, topic), lambda m: m.get("leader") == 0, 120

@@ -31,7 +31,7 @@ async def _finish(engine: Any, q: str, gid: str, fail: str | None = None) -> Non
 
 
 @pytest.fixture
-async def failed_graph(engine: Any, prefix: str, eventually: Any) -> str:
+async def failed_graph(engine: Any, prefix: str) -> str:
     """``<prefix>-etl``: extract → transform (fails) → load, and extract → audit (always after transform);
     over two queues; ends failed."""
     q1, q2 = f"{prefix}.ga", f"{prefix}.gb"
@@ -45,7 +45,8 @@ async def failed_graph(engine: Any, prefix: str, eventually: Any) -> str:
     await _finish(engine, q1, gid)
     await _finish(engine, q2, gid, fail="transform")
     await _finish(engine, q2, gid)
-    await eventually(lambda: engine.graphs.get(gid), lambda info: info.state == "failed")
+    await engine.graphs.signals.ended.wait_for(lambda ended: ended[0] == gid)
+    assert (await engine.graphs.get(gid)).state == "failed"
     return gid
 
 
@@ -158,16 +159,15 @@ async def test_cancel_and_retry_from_the_dashboard(
     ]
 
 
-async def test_a_completed_graph_cannot_be_retried(
-    dash: Any, engine: Any, prefix: str, eventually: Any
-) -> None:
+async def test_a_completed_graph_cannot_be_retried(dash: Any, engine: Any, prefix: str) -> None:
     q = f"{prefix}.gc"
     gid = f"{prefix}-done"
     g = Graph(gid, queue=q)
     g.add("only", "k")
     await engine.graphs.create(g.spec())
     await _finish(engine, q, gid)
-    await eventually(lambda: engine.graphs.get(gid), lambda info: info.state == "completed")
+    await engine.graphs.signals.ended.wait_for(lambda ended: ended[0] == gid)
+    assert (await engine.graphs.get(gid)).state == "completed"
     r = await dash.post(f"/graphs/{gid}/retry")
     assert (r.status, r.code) == (409, "graph_conflict")
 

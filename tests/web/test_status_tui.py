@@ -29,14 +29,12 @@ async def test_watch_screen_shows_queues_alerts_and_obeys_keys(
     topic = web_sources.relay.topics[0]
 
     app = StatusApp(web_sources, every_s=0.5)
+    app.refreshed.enable()
     async with app.run_test(size=(120, 40)) as pilot:
         table = app.query_one("#queues", DataTable)
-
-        async def rows() -> set[str]:
-            await pilot.pause()
-            return {k.value for k in table.rows} if app.refreshes else set()
-
-        await eventually(rows, lambda keys: {q, marked} <= keys)
+        await app.refreshed.wait_for()  # the queues were there before the first refresh
+        await pilot.pause()
+        assert {q, marked} <= {k.value for k in table.rows}
         assert _plain(table.get_row(q))[:6] == [q, "3", "0", "0", "0", "0"]
 
         # the alerts panel names the test topic: no relay holds its lock
@@ -60,17 +58,15 @@ async def test_watch_screen_shows_queues_alerts_and_obeys_keys(
 
         # paused, no refresh lands by itself; r reads at once
         await engine.enqueue_batch([new_envelope(q, "noop", {"n": i}) for i in range(2)])
-        seen = app.refreshes
+        mark = app.refreshed.mark()
         await pilot.press("r")
-
-        async def pending() -> str:
-            await pilot.pause()
-            return _plain(table.get_row(q))[1] if app.refreshes > seen else ""
-
-        await eventually(pending, lambda n: n == "5")
+        await app.refreshed.wait_for(after=mark)
+        await pilot.pause()
+        assert _plain(table.get_row(q))[1] == "5"
         await pilot.press("p")
         assert not app.paused
 
         await pilot.press("q")
+        # Textual's own exit: nothing of ours to signal it
         await eventually(lambda: app.is_running, lambda running: not running, timeout_s=10)
     assert app.return_code == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,14 +12,13 @@ from examples.demo_app import cpu_hash
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
 from jqcore.state import Engine, JobInfo
+from jqcore.testsignal import enable_all
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
 
 pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
 
 FAST = Backoff(base_s=0.01, cap_s=0.02, jitter=False)
-
-Eventually = Callable[..., Awaitable[Any]]
 
 
 async def enqueue(engine: Engine, queue: str, kind: str, args: object = None, **kw: object) -> str:
@@ -132,32 +130,28 @@ async def test_process_pool_handler(engine: Engine, prefix: str) -> None:
     assert (await info(engine, q, job_id)).result == f'"{cpu_hash(100)}"'
 
 
-async def extended_three_times(eventually: Eventually, engine: Engine, queue: str, job_id: str) -> None:
-    """Return once the job's lease deadline has moved three times (each move is one extend); fail after
-    60 s (the pool gives no event per extend, so its record is watched against a deadline)."""
-    deadlines: set[int | None] = set()
-
-    async def seen() -> int:
-        deadlines.add((await info(engine, queue, job_id)).lease_deadline)
-        return len(deadlines)
-
-    await eventually(seen, lambda n: n >= 4, 60)  # the claim's deadline plus three extended ones
-
-
-async def test_lease_keeper_keeps_a_long_job_from_being_reaped(
-    engine: Engine, prefix: str, eventually: Eventually
-) -> None:
+async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, prefix: str) -> None:
     q, reg = f"{prefix}.w", Registry()
+    # The keeper extends a third into each lease; the rest is headroom for a loop that is late on a
+    # loaded machine (with a 300 ms lease a 200 ms stall was enough to have the job reaped).
+    pool = Pool(reg, engine, PoolConfig([q], burst=True, lease_ms=1500))
+    enable_all(pool.signals)
 
     @reg.job("long", queue=q)
     async def long() -> int:
-        await extended_three_times(eventually, engine, q, current_job().id)  # outlives three leases
+        job_id, rounds = current_job().id, 0
+
+        def three(extended: list[str]) -> bool:
+            nonlocal rounds
+            rounds += job_id in extended
+            return rounds >= 3
+
+        await pool.signals.extended.wait_for(three)  # outlives three leases, each extended by the keeper
         return current_job().attempt
 
-    # The keeper extends a third into each lease; the rest is headroom for a loop that is late on a
-    # loaded machine (with a 300 ms lease a 200 ms stall was enough to have the job reaped).
     job_id = await enqueue(engine, q, "long")
-    await drain(reg, engine, q, lease_ms=1500)
+    async with pool:
+        await asyncio.wait_for(pool.drained.wait(), 60)
     got = await info(engine, q, job_id)
     assert (got.state, got.attempt, got.result) == ("completed", 1, "1")
 
