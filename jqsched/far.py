@@ -9,8 +9,9 @@ reads them whole every ``rescan_s``:
   which is how the index comes back after Redis lost everything;
 * a tombstone (an unscheduled or moved job) is skipped.
 
-Redis lost (a partition's ``jobq:far:scanned:<p>`` marker gone) or a re-deal of the partitions starts a
-read from the beginning at once. Nothing is held in memory between records.
+Redis lost (a partition's ``jobq:far:scanned:<topic>/<p>`` marker gone — also when Redis was lost while
+a read ran: a read marks only the partitions whose start mark survived) or a re-deal of the partitions
+starts a read from the beginning at once. Nothing is held in memory between records.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class FarMover:
     async def _redis_lost(self, owned: Sequence[int]) -> bool:
         if self._scan_end or not owned:
             return False  # a read is running; it sets the markers when done
-        return not await self.engine.far_scanned(owned)
+        return not await self.engine.far_scanned(self.far.topic, owned)
 
     async def _scan_from_start(self, owned: list[int]) -> None:
         """Assign ``owned`` from their first offset and remember where each ends now."""
@@ -145,6 +146,7 @@ class FarMover:
             return ends
 
         self._scan_end = await asyncio.to_thread(assign)
+        await self.engine.begin_far_scan(self.far.topic, list(self._scan_end))
         self.owned = owned
         self._next_scan = time.monotonic() + self.far.rescan_s
         log.info("reading the schedule topic", partitions=owned)
@@ -159,7 +161,10 @@ class FarMover:
 
     async def _finish_scan(self) -> None:
         await self._move_due()
-        await self.engine.mark_far_scanned(list(self._scan_end), self.clock())
+        if not await self.engine.mark_far_scanned(self.far.topic, list(self._scan_end), self.clock()):
+            log.warning(
+                "Redis lost the far-future index during a whole read; reading again", topic=self.far.topic
+            )
         self._scan_end = {}
         rebuilt, self._rebuild = self._rebuild, False
         self.scans += 1

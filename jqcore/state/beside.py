@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from jqcore import stages
 from jqcore.presence import Presence
 from jqcore.state.core import EngineCore
-from jqcore.state.keys import far_scanned_key, idempotency_key
+from jqcore.state.keys import far_scanned_key, far_scanning_key, idempotency_key
 
 __all__ = ["BesideQueues"]
 
@@ -33,19 +33,34 @@ class BesideQueues(EngineCore):
         """A presence heartbeat (:class:`jqcore.presence.Presence`) in this engine's Redis."""
         return Presence(self._client, role, name)
 
-    async def far_scanned(self, partitions: Sequence[int]) -> bool:
+    async def far_scanned(self, topic: str, partitions: Sequence[int]) -> bool:
         """Whether every one of the schedule topic's ``partitions`` has its scan marker (none lost)."""
         pipe = self._client.pipeline(transaction=False)
         for p in partitions:
-            pipe.exists(far_scanned_key(p))
+            pipe.exists(far_scanned_key(topic, p))
         return all(await pipe.execute())
 
-    async def mark_far_scanned(self, partitions: Sequence[int], at_ms: int) -> None:
-        """Record that the schedule topic's ``partitions`` were read whole (at ``at_ms``)."""
+    async def begin_far_scan(self, topic: str, partitions: Sequence[int]) -> None:
+        """A whole read of the schedule topic's ``partitions`` starts (see :meth:`mark_far_scanned`)."""
         pipe = self._client.pipeline(transaction=False)
         for p in partitions:
-            pipe.set(far_scanned_key(p), str(at_ms))
+            pipe.set(far_scanning_key(topic, p), "1")
         await pipe.execute()
+
+    async def mark_far_scanned(self, topic: str, partitions: Sequence[int], at_ms: int) -> bool:
+        """Record that the schedule topic's ``partitions`` were read whole (at ``at_ms``) — each only if the
+        mark of its read's start survived: a Redis lost (or flushed) during the read took it with the index
+        entries written so far, and the partition must be read whole again. True when all were marked."""
+        pipe = self._client.pipeline(transaction=False)
+        for p in partitions:
+            pipe.getdel(far_scanning_key(topic, p))
+        began = await pipe.execute()
+        pipe = self._client.pipeline(transaction=False)
+        for p, mark in zip(partitions, began, strict=True):
+            if mark is not None:
+                pipe.set(far_scanned_key(topic, p), str(at_ms))
+        await pipe.execute()
+        return all(mark is not None for mark in began)
 
     async def aclose(self) -> None:
         """Close the engine's Redis client (a process that made the engine for itself)."""

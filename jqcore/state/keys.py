@@ -84,6 +84,7 @@ __all__ = [
     "KeyName",
     "QueueKeys",
     "far_scanned_key",
+    "far_scanning_key",
     "idempotency_key",
 ]
 
@@ -267,10 +268,16 @@ class GraphKeys:
         return [self.named(name) for name in GRAPH_KEY_NAMES]
 
 
-def far_scanned_key(partition: int) -> str:
+def far_scanned_key(topic: str, partition: int) -> str:
     """Set once a scheduler instance read a schedule-topic partition whole since this Redis started: a
     missing key (Redis lost, FLUSHALL) makes the owner read the partition again to rebuild the index."""
-    return f"jobq:far:scanned:{partition}"
+    return f"jobq:far:scanned:{topic}/{partition}"
+
+
+def far_scanning_key(topic: str, partition: int) -> str:
+    """Set when a whole read of a schedule-topic partition starts: a read ends by marking the partition
+    scanned only if this is still there (a Redis lost during the read took it)."""
+    return f"jobq:far:scanning:{topic}/{partition}"
 
 
 def idempotency_key(digest: str) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from jqcore.envelope import Envelope
 from jqcore.state import CancelOutcome, Engine
+from jqcore.state.keys import far_scanned_key, far_scanning_key
 
 Job = Callable[..., Envelope]
 
@@ -48,3 +49,21 @@ async def test_canceling_a_far_job_leaves_a_tombstone_that_refuses_its_move(
     info = await engine.get_job(q, "a")
     assert info is not None
     assert info.state == "canceled"
+
+
+async def test_a_whole_read_marks_a_partition_scanned_only_if_redis_kept_its_start(
+    engine: Engine, q: str
+) -> None:
+    """Redis lost while the far tier read the schedule topic (the read's start mark gone with the index
+    entries written so far): the read must not mark the partition scanned, or the index is never rebuilt."""
+    topic = f"{q}.schedule"
+    assert not await engine.far_scanned(topic, [0, 1])
+    await engine.begin_far_scan(topic, [0, 1])
+    assert await engine.mark_far_scanned(topic, [0, 1], 1_000)
+    assert await engine.far_scanned(topic, [0, 1])
+    await engine.begin_far_scan(topic, [0, 1])
+    for key in (far_scanning_key(topic, 1), far_scanned_key(topic, 1)):  # what a Redis loss does to them
+        await engine._client.delete(key)
+    assert not await engine.mark_far_scanned(topic, [0, 1], 2_000)
+    assert await engine.far_scanned(topic, [0])
+    assert not await engine.far_scanned(topic, [0, 1]), "partition 1 is read whole again"
