@@ -33,6 +33,8 @@ class GuardSignals:
 
     stopped: TestSignal[bool] = field(default_factory=lambda: TestSignal("memory guard stopped"))
     """Relaying stopped at the stop mark (True) or resumed under the slow mark (False)."""
+    unreachable: TestSignal[float] = field(default_factory=lambda: TestSignal("memory guard unreachable"))
+    """A memory sample found Redis away (seconds since it first did), relaying held meanwhile."""
 
 
 class MemoryGuard:
@@ -70,6 +72,7 @@ class MemoryGuard:
             if self._unreachable_since is None:
                 self._unreachable_since = now
                 log.warning("Redis unreachable; relaying waits for it", error=repr(exc))
+            self.signals.unreachable.signal(round(now - self._unreachable_since, 3))
             await asyncio.sleep(min(5.0, 0.1 + (now - self._unreachable_since) / 4))
             return None
         if self._unreachable_since is not None:

@@ -105,7 +105,7 @@ class LimitSignals:
     applied: TestSignal[object] = field(default_factory=lambda: TestSignal("rate limits applied"))
     """A Consul answer was applied: the limit in force after it (a topic's rate, or queue → rate)."""
     held: TestSignal[str] = field(default_factory=lambda: TestSignal("rate limit holds a batch"))
-    """Queue limits only: a batch waits on this queue's limiter (its name)."""
+    """A batch waits on the limit's tokens: the topic (its name) or a limited queue (the queue's name)."""
 
 
 class _Watch(Service):
@@ -183,6 +183,8 @@ class RateLimit(_Watch):
         return self.limiter.batch_cap(wanted)
 
     async def acquire(self, n: int, keep_waiting: Callable[[], bool] = lambda: True) -> bool:
+        if self.limiter.rate is not None:  # a limited topic: this batch waits for its tokens
+            self.signals.held.signal(self.topic)
         return await self.limiter.acquire(n, keep_waiting)
 
 

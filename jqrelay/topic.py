@@ -98,6 +98,9 @@ class RelaySignals:
     """A batch written and its offsets' commit sent: the relay's stage counts after it."""
     committed: TestSignal[int] = field(default_factory=lambda: TestSignal("relay committed"))
     """Kafka confirmed a commit: the sum over partitions of the committed offsets (records behind them)."""
+    stalled: TestSignal[str] = field(default_factory=lambda: TestSignal("relay stalled"))
+    """Redis stopped the relay once more: a batch write to be retried (``write``) or a term that failed
+    and starts over (``loop``)."""
     limit: LimitSignals = field(default_factory=LimitSignals)
     """The topic's rate limit (its watch reports each limit it applies)."""
     queue_limits: LimitSignals = field(default_factory=LimitSignals)
@@ -202,6 +205,7 @@ class TopicRelay(Service):
                     log.warning("term ended mid-batch; nothing committed", topic=self.topic)
             except Exception as exc:  # Kafka trouble: drop this term's consumer, start over if still leader
                 log.error("relay loop failed", topic=self.topic, error=repr(exc))
+                self.signals.stalled.signal("loop")
                 await asyncio.sleep(1)
             finally:
                 metrics.RELAY_LEADER.labels(self.topic).set(0)
@@ -397,6 +401,7 @@ class TopicRelay(Service):
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(retriable),
             wait=wait_exponential(multiplier=0.1, max=5),
+            before_sleep=lambda _: self.signals.stalled.signal("write"),
             reraise=True,
         ):
             with attempt:

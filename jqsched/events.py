@@ -35,6 +35,8 @@ class EventSignals:
         default_factory=lambda: TestSignal("graph events shipped")
     )
     """A graph's own events were shipped (acknowledged and trimmed): (graph id, how many)."""
+    failed: TestSignal[str] = field(default_factory=lambda: TestSignal("events not shipped"))
+    """A shipping round failed (Kafka or Redis away; the events wait in Redis): the error."""
 
 
 class EventShipper:

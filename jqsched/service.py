@@ -269,6 +269,7 @@ class SchedulerService(Service):
                 if not failing:
                     log.warning("shipping events failed; retrying", error=repr(exc))
                 failing = True
+                self.signals.events.failed.signal(repr(exc))
                 await asyncio.sleep(EVENTS_RETRY_S)
                 continue
             if not shipped:

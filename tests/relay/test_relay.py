@@ -121,8 +121,10 @@ async def test_live_rate_limit_pauses_and_resumes_without_restart(
         applied = relay.signals[topic].limit.applied
         await applied.wait_for(lambda r: r == 0)
         await relay.relays[0].elector.wait_role(Role.LEADER, timeout_s=60)
+        held = relay.signals[topic].limit.held
+        mark = held.mark()
         await produce_jobs(topic, queue, 50)
-        await asyncio.sleep(1.0)  # the one bounded wait: proving *absence* needs a window
+        await held.wait_for(after=mark)  # the relay read a batch and waits for the paused limit's tokens
         assert await pending(queue) == 0, "rate 0 pauses the relay"
         mark = applied.mark()
         kv.put(rate_key, "20")

@@ -3,6 +3,7 @@ readiness is a real probe, and a child that dies while starting fails the wait a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,12 +19,13 @@ from jqstack.procs import free_port
 from jqstack.supervise import ChildExited, Children, alive, python_m, start, tcp_open, wait_until
 
 IGNORES_TERM = (
-    "import signal, time\n"
+    "import signal\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     "print('ready', flush=True)\n"
-    "time.sleep(600)\n"
+    "signal.pause()\n"
 )
-SLEEPS = "import time; time.sleep(600)"
+SLEEPS = "import signal; signal.pause()"
+"""A child that lives until a signal ends it."""
 
 
 def _until(check: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
@@ -104,17 +106,31 @@ def test_wait_ready_names_what_timed_out(tmp_path: Path) -> None:
             child.wait_ready(lambda: False, timeout_s=0.2, what="the sleeper's port")
 
 
-def test_wait_ready_with_a_real_tcp_probe() -> None:
+def test_wait_ready_with_a_real_tcp_probe(tmp_path: Path) -> None:
     port = free_port()
-    server = (
-        "import socket, time\n"
-        "time.sleep(0.5)\n"  # not listening at once: the probe must really wait
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    server = (  # listens only once the probe has failed and opened the fifo: the probe must really wait
+        f"import signal, socket; open({str(go)!r}).read()\n"
         f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\n"
-        "time.sleep(600)\n"
+        f"{SLEEPS}\n"
     )
+    listening = tcp_open("127.0.0.1", port)
+    failed: list[bool] = []
+
+    def probe() -> bool:
+        with contextlib.suppress(OSError):  # refused: not listening yet
+            if listening():
+                return True
+        failed.append(True)
+        with contextlib.suppress(OSError):  # ENXIO until the child opened its end
+            os.close(os.open(go, os.O_WRONLY | os.O_NONBLOCK))
+        return False
+
     with Children(grace_s=5) as children:
         child = children.start("listener", [sys.executable, "-c", server])
-        child.wait_ready(tcp_open("127.0.0.1", port), timeout_s=60)
+        child.wait_ready(probe, timeout_s=60)
+        assert failed, "the probe was asked again after it failed"
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     assert not child.running()

@@ -32,10 +32,15 @@ async def test_a_paused_acquire_passes_once_the_rate_changes() -> None:
     limiter = Limiter()
     limiter.set(0)
     waiter = asyncio.create_task(limiter.acquire(3))
-    await asyncio.sleep(0)
-    assert not waiter.done()
-    limiter.set(None)
+    done_before: list[bool] = []
+
+    def resume() -> None:  # runs after the waiter's first step (callbacks run in the order scheduled)
+        done_before.append(waiter.done())
+        limiter.set(None)
+
+    asyncio.get_running_loop().call_soon(resume)
     assert await asyncio.wait_for(waiter, 5)
+    assert done_before == [False], "paused until the rate changed"
 
 
 async def test_more_than_a_bucket_is_taken_in_chunks() -> None:

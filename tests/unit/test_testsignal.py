@@ -27,9 +27,8 @@ async def test_a_wait_returns_a_value_sent_before_it_or_the_first_matching_one_a
     sig.signal(1)
     assert await sig.wait_for(lambda v: v == 1, timeout_s=1) == 1
     waiter = asyncio.ensure_future(sig.wait_for(lambda v: v >= 3, timeout_s=5))
-    for v in (2, 3, 4):
-        await asyncio.sleep(0)
-        sig.signal(v)
+    for v in (2, 3, 4):  # sent once the waiter waits (callbacks run in the order they were scheduled)
+        asyncio.get_running_loop().call_soon(sig.signal, v)
     assert await waiter == 3
     assert sig.values == [1, 2, 3, 4]
 
@@ -49,8 +48,7 @@ async def test_old_values_roll_off_without_hiding_new_ones() -> None:
         sig.signal(v)
     assert len(sig.values) == KEEP
     waiter = asyncio.ensure_future(sig.wait_for(lambda v: v == -1, timeout_s=5))
-    await asyncio.sleep(0)
-    sig.signal(-1)
+    asyncio.get_running_loop().call_soon(sig.signal, -1)  # once the waiter waits
     assert await waiter == -1
 
 
@@ -60,9 +58,8 @@ async def test_a_wait_after_a_mark_sees_only_later_values() -> None:
     sig.signal(0)
     mark = sig.mark()
     waiter = asyncio.ensure_future(sig.wait_for(lambda v: v == 0, timeout_s=5, after=mark))
-    for v in (1, 0):
-        await asyncio.sleep(0)
-        sig.signal(v)
+    for v in (1, 0):  # once the waiter waits
+        asyncio.get_running_loop().call_soon(sig.signal, v)
     assert await waiter == 0
     assert sig.mark() == mark + 2
     with pytest.raises(AssertionError):
