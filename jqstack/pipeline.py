@@ -54,7 +54,7 @@ def checkout_env(**extra: str) -> dict[str, str]:
 
 
 def _on_checkout(env: dict[str, str]) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(repo_root()), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (str(repo_root()), env.get("PYTHONPATH")) if p)
     return {**env, "PYTHONPATH": path}
 
 
