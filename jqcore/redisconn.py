@@ -20,7 +20,7 @@ from redis.exceptions import DataError
 
 from jqcore.settings import RedisSettings
 
-__all__ = ["FastConnection", "RedisClient", "connect", "pack_command"]
+__all__ = ["FastConnection", "RedisClient", "connect", "memory_info", "pack_command"]
 
 RedisClient = aioredis.Redis | RedisCluster
 """A single-node or Cluster client (both speak the commands jobq uses)."""
@@ -80,3 +80,13 @@ def connect(settings: RedisSettings) -> RedisClient:
     if scheme in _BY_SCHEME:
         kwargs["connection_class"] = _BY_SCHEME[scheme]
     return aioredis.Redis.from_url(settings.url, **kwargs)
+
+
+async def memory_info(client: RedisClient) -> dict[str, Any]:
+    """``INFO memory`` (``used_memory``, ``maxmemory``, ``maxmemory_policy``...); on a Cluster that
+    answers per node, the node fullest relative to its ``maxmemory`` (the one that refuses first)."""
+    info: dict[str, Any] = await client.info("memory")
+    nodes = [v for v in info.values() if isinstance(v, dict)]
+    if nodes and len(nodes) == len(info):
+        return max(nodes, key=lambda n: int(n.get("used_memory", 0)) / max(1, int(n.get("maxmemory", 0))))
+    return info

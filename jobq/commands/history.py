@@ -21,11 +21,13 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.history import HistoryStore, Rows, TimelineEntry
 from jqcore.kafka import ensure_topics
-from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, load
+from jqcore.log import configure, get_logger
+from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
 
 __all__ = ["app"]
 
@@ -275,10 +277,19 @@ def run(
     from jqspark.history import run_history
     from jqstack.provision import ensure_spark_jars
 
+    logging = load(LogSettings)
+    configure(logging)  # JOBQ_LOG_FORMAT=json: py4j's and pyspark's records as JSON lines, and the JVM's:
+    json_logs = logging.format == "json"  # Spark's structured logging (log4j2 JSON layout) from its start
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
+    if history.metrics_port is not None:
+        metrics.serve(history.metrics_port)
     ensure_topics(kafka, [events.topic], partitions=events.partitions)  # the schedulers may not have yet
-    _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
-    spark = spark_session("jobq-history", kafka.bootstrap, jars=ensure_spark_jars())
+    if json_logs:
+        get_logger("jqspark").info("history run", topic=events.topic, root=str(history.root), once=once)
+    else:
+        _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
+    conf = {"spark.log.structuredLogging.enabled": "true"} if json_logs else {}
+    spark = spark_session("jobq-history", kafka.bootstrap, jars=ensure_spark_jars(), conf=conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a supervisor's stop or Ctrl-C: end between batches
         signal.signal(sig, lambda _s, _f: stop.set())
