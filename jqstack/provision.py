@@ -1,4 +1,5 @@
-"""Obtaining the servers: Kafka's jars (Maven), Consul (built from its Go module), Redis (Debian).
+"""Obtaining the servers: Kafka's jars (Maven), Consul (built from its Go module), Redis (Debian); and
+promtool (built from Prometheus's Go module), which checks and unit-tests the alert rules.
 (toxiproxy, the fault-injection tests' proxy, is built by :mod:`jqstack.testing.faultproxy`.)
 
 Each ``ensure_*`` is idempotent and cached under ``JOBQ_HOME``: the second call fetches and builds
@@ -13,12 +14,20 @@ import shutil
 from pathlib import Path
 
 from jqstack.errors import StackError
-from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, deploy_dir, home
+from jqstack.paths import (
+    CONSUL_VERSION,
+    KAFKA_VERSION,
+    PROMTOOL_VERSION,
+    SPARK_VERSION,
+    deploy_dir,
+    home,
+)
 from jqstack.procs import run_step
 
 __all__ = [
     "ensure_consul",
     "ensure_kafka_jars",
+    "ensure_promtool",
     "ensure_redis",
     "ensure_spark_jars",
     "require_tool",
@@ -98,6 +107,35 @@ def ensure_consul() -> Path:
         env=env,
         timeout_s=1800,
         hint="The Go module proxy must be reachable; deploy/consul/go.sum pins every module.",
+    )
+    tmp.rename(binary)
+    return binary
+
+
+def ensure_promtool() -> Path:
+    """Prometheus's ``promtool``, built once from its Go module through the wrapper in
+    ``deploy/promtool`` with ``-mod=readonly``: the checked-in ``go.sum`` must pin every module (nothing is
+    resolved anew at build time)."""
+    binary = home() / "bin" / f"promtool-{PROMTOOL_VERSION}"
+    if binary.exists():
+        return binary
+    require_tool("go", "Install Go >= 1.24 (the machine image ships one in /usr/local/go/bin).")
+    module = "github.com/prometheus/prometheus"
+    wrapper = deploy_dir() / "promtool"
+    pin = f"{module} v{PROMTOOL_VERSION}"
+    if not (wrapper / "go.mod").is_file() or pin not in (wrapper / "go.mod").read_text():
+        raise StackError(f"{wrapper / 'go.mod'} must require {pin}: it pins the promtool jobq builds.")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
+    tmp = binary.with_name(binary.name + ".partial")
+    run_step(
+        f"building promtool (Prometheus module v{PROMTOOL_VERSION}) from its Go module",
+        ["go", "build", "-mod=readonly", "-trimpath", "-o", str(tmp), f"{module}/cmd/promtool"],
+        note="first run only, ~5-10 min on 2 cores",
+        cwd=wrapper,
+        env=env,
+        timeout_s=2400,
+        hint="The Go module proxy must be reachable; deploy/promtool/go.sum pins every module.",
     )
     tmp.rename(binary)
     return binary

@@ -35,7 +35,8 @@ def test_liveness_judges_the_age_of_the_heartbeat() -> None:
     assert liveness(None, 100.0, 10.0) is None, "not watched yet: starting, alive"
     assert liveness(95.0, 100.0, 10.0) is None
     stalled = liveness(80.0, 100.0, 10.0)
-    assert stalled is not None and stalled.code == "loop_stalled" and "20.0 s" in stalled.message
+    assert stalled is not None
+    assert (stalled.code, "20.0 s" in stalled.message) == ("loop_stalled", True)
 
 
 def test_readiness_answer_is_200_without_problems_and_a_503_naming_each_otherwise() -> None:
@@ -111,7 +112,8 @@ async def test_a_service_is_ready_only_while_running_and_its_checks_pass(server:
             {"status": "ready", "service": "fake", "answered": True},
         )
         status, text = await answer(server.port, "/metrics")
-        assert status == 200 and 'jobq_service_ready{service="fake"} 1.0' in text
+        assert status == 200
+        assert 'jobq_service_ready{service="fake"} 1.0' in text
         service.problems = [Problem("redis_unreachable", "Redis does not answer")]
         status, body = await answer(server.port, "/readyz")
         assert status == 503
