@@ -87,8 +87,10 @@ def _get(port: int, path: str) -> tuple[int, Any]:
 async def test_a_scheduler_process_is_ready_in_its_group_and_every_log_line_is_json(
     prefix: str, scheduler_processes: Any
 ) -> None:
-    # debug: the standard library's records too (asyncio's, the Kafka and Redis clients'...)
-    child = scheduler_processes.start("s1", JOBQ_LOG_LEVEL="debug")
+    # debug: the standard library's records too (asyncio's, the Kafka and Redis clients'...); the event
+    # shipper (a Kafka producer) runs, the far tier and cron are not needed here
+    off = {"JOBQ_SCHEDULER_FAR": "false", "JOBQ_SCHEDULER_CRON": "false"}
+    child = scheduler_processes.start("s1", JOBQ_LOG_LEVEL="debug", **off)
     port = scheduler_processes.ports["s1"]
     await child.wait_ready_async(http_ok(f"http://127.0.0.1:{port}/readyz"), timeout_s=60)
     status, body = await asyncio.to_thread(_get, port, "/readyz")
