@@ -9,6 +9,7 @@ from typing import Any
 
 import consul
 
+from jqcore import metrics
 from jqcore.envelope import decode, encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine
@@ -144,6 +145,7 @@ async def test_live_rate_limit_pauses_and_resumes_without_restart(
         await produce_jobs(topic, queue, 50)
         await held.wait_for(after=mark)  # the relay read a batch and waits for the paused limit's tokens
         assert await pending(queue) == 0, "rate 0 pauses the relay"
+        assert metrics.RELAY_HELD.labels(topic, "rate_limit")._value.get() == 1, "held, and says so"
         mark = applied.mark()
         kv.put(rate_key, "20")
         await applied.wait_for(lambda r: r == 20, after=mark)
@@ -226,11 +228,16 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
             await produce_jobs(topic, queue, 30)
             guard = relay.relays[0].guard
             await relay.guard_signals.stopped.wait_for(lambda stopped: stopped)
+            held = metrics.RELAY_HELD.labels(topic, "memory")
+            assert held._value.get() == 1, "the batch is held by the memory guard (the gauge says so)"
+            assert metrics.REDIS_MEMORY_MAX._value.get() == gib, "the guard's sample sets the Redis gauges"
             assert await pending(queue) == 0
             await client.config_set("maxmemory", 1 << 50)
             await _written(relay, 30)
             assert await pending(queue) == 30
             assert guard.stopped is False
+            assert held._value.get() == 0
+            assert metrics.RELAY_HELD_TIME.labels(topic, "memory")._value.get() > 0
     finally:
         await client.config_set("maxmemory", 0)
 
