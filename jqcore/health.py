@@ -225,8 +225,7 @@ class HealthServer:
         return self.port
 
     def stop(self) -> None:
-        """Stop the heartbeat and the server (waits for its thread)."""
-        self.unwatch()
+        """Stop the server (waits for its thread); call :meth:`unwatch` on the service's loop first."""
         loop, thread = self._server_loop, self._thread
         if loop is not None and thread is not None and thread.is_alive():
             loop.call_soon_threadsafe(loop.stop)

@@ -160,6 +160,7 @@ async def run_until_signal(
         await _run(service, on_second_signal, until)
     finally:
         if health is not None:
+            health.unwatch()  # on this loop: its timer is cancelled where it runs
             await asyncio.to_thread(health.stop)
 
 

@@ -91,6 +91,7 @@ def server() -> Iterator[HealthServer]:
     try:
         yield health
     finally:
+        health.unwatch()
         health.stop()
 
 
