@@ -159,7 +159,8 @@ RELAY_LAG = Gauge(
 RELAY_HELD = Gauge(
     "jobq_relay_held_batches",
     "Batches waiting right now before their write, by what holds them: memory (Redis memory above the "
-    "relay's slow/stop mark), redis (Redis unreachable), rate_limit (the topic's), queue_rate_limit",
+    "relay's slow/stop mark), redis (Redis unreachable or refusing writes), rate_limit (the topic's), "
+    "queue_rate_limit",
     ["topic", "reason"],
 )
 RELAY_HELD_TIME = Counter(

@@ -39,7 +39,7 @@ from jqcore.log import get_logger, kafka_logging
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.testsignal import TestSignal
-from jqrelay.backpressure import MemoryGuard
+from jqrelay.backpressure import MemoryGuard, held
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.limits import LimitSignals, QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
@@ -444,6 +444,7 @@ class TopicRelay(Service):
             retry=retry_if_exception(retriable),
             wait=wait_exponential(multiplier=0.1, max=5),
             before_sleep=lambda _: self.signals.stalled.signal("write"),
+            sleep=self._held_by_redis,
             reraise=True,
         ):
             with attempt:
@@ -454,6 +455,11 @@ class TopicRelay(Service):
                         envelopes, fence=term.fence, source=self.topic, origins=origins
                     )
         raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+    async def _held_by_redis(self, seconds: float) -> None:
+        """A write's backoff while Redis does not take it: the batch is held (``reason="redis"``)."""
+        with held(self.topic, "redis"):
+            await asyncio.sleep(seconds)
 
     async def _dead_letter(self, dead: Sequence[tuple[Message, str]], *, retry: bool = False) -> None:
         """Malformed and refused records go to ``<topic>.dead``, bytes unchanged, reason in headers;
