@@ -69,7 +69,7 @@ def ensure_helm() -> Path:
     binary = home() / "bin" / f"helm-{HELM_VERSION}"
     if binary.exists():
         return binary
-    require_tool("go", "Install Go >= 1.24 (the machine image ships one in /usr/local/go/bin).")
+    require_tool("go", "Install Go >= 1.26 (the machine image ships one in /usr/local/go/bin).")
     wrapper = deploy_dir() / "helm-tool"
     pinned = _pinned(wrapper, HELM_MODULE)
     if pinned != f"v{HELM_VERSION}":
@@ -114,7 +114,7 @@ def ensure_crd_schemas() -> Path:
     out = home() / ("crd-schemas-" + "-".join(v.lstrip("v") for v in versions.values()))
     if (out / ".complete").exists():
         return out
-    require_tool("go", "Install Go >= 1.24 (the machine image ships one in /usr/local/go/bin).")
+    require_tool("go", "Install Go >= 1.26 (the machine image ships one in /usr/local/go/bin).")
     listing = run_step(
         "fetching KEDA's and the Prometheus Operator's CRDs (their Go modules)",
         ["go", "mod", "download", "-json", *CRD_FILES],
