@@ -186,28 +186,31 @@ from its Secret, routing, logging, and topic handling (services never create top
 {{- default (include "jobq.name" (dict "root" . "component" "history")) .Values.history.persistence.existingClaim -}}
 {{- end -}}
 
-{{/* Liveness on /healthz, readiness on /readyz (the health contract of docs/deploy.md), on a named port. */}}
+{{/*
+Liveness on /healthz, readiness on /readyz (docs/deploy.md "Probes"), on a named port:
+(dict "port" "http") or (dict "port" "http" "ready" "/healthz") where a service has no /readyz.
+*/}}
 {{- define "jobq.probes" -}}
 livenessProbe:
   httpGet:
     path: /healthz
-    port: {{ . }}
+    port: {{ .port }}
   periodSeconds: 10
   timeoutSeconds: 3
   failureThreshold: 3
 readinessProbe:
   httpGet:
-    path: /readyz
-    port: {{ . }}
+    path: {{ .ready | default "/readyz" }}
+    port: {{ .port }}
   periodSeconds: 5
   timeoutSeconds: 3
   failureThreshold: 2
 startupProbe:
   httpGet:
     path: /healthz
-    port: {{ . }}
+    port: {{ .port }}
   periodSeconds: 2
-  failureThreshold: 60
+  failureThreshold: 30
 {{- end -}}
 
 {{/* preStop: keep serving this many seconds while the endpoints controller takes the pod out. */}}
@@ -316,7 +319,7 @@ spec:
             {{- with $c.env }}
             {{- include "jobq.componentEnv" . | trim | nindent 12 }}
             {{- end }}
-          {{- include "jobq.probes" "metrics" | nindent 10 }}
+          {{- include "jobq.probes" (dict "port" "metrics") | nindent 10 }}
           {{- include "jobq.lifecycle" (dict "seconds" ($c.preStopSeconds | default 0) "indent" 10) }}
           resources:
             {{- toYaml $c.resources | nindent 12 }}
