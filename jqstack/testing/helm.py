@@ -29,7 +29,7 @@ import yaml  # type: ignore[import-untyped]
 from jqstack.errors import StackError
 from jqstack.paths import deploy_dir, home
 from jqstack.procs import run_step
-from jqstack.provision import require_tool
+from jqstack.provision import build_go_tool, require_tool
 
 __all__ = ["HELM_VERSION", "crd_schema", "ensure_crd_schemas", "ensure_helm"]
 
@@ -66,10 +66,6 @@ def _pinned(wrapper: Path, module: str) -> str:
 
 def ensure_helm() -> Path:
     """The ``helm`` binary, built once from its Go module through ``deploy/helm-tool``."""
-    binary = home() / "bin" / f"helm-{HELM_VERSION}"
-    if binary.exists():
-        return binary
-    require_tool("go", "Install Go >= 1.26 (the machine image ships one in /usr/local/go/bin).")
     wrapper = deploy_dir() / "helm-tool"
     pinned = _pinned(wrapper, HELM_MODULE)
     if pinned != f"v{HELM_VERSION}":
@@ -82,29 +78,16 @@ def ensure_helm() -> Path:
         for pkg in ("chartutil", "lint/rules")
         for part, value in (("Major", "1"), ("Minor", kube_minor))
     ]
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    tmp = binary.with_name(binary.name + ".partial")
-    run_step(
-        f"building Helm {HELM_VERSION} from its Go module",
-        [
-            *(["nice", "-n", "19"] if shutil.which("nice") else []),  # big: leave the cores to the rest
-            "go",
-            "build",
-            "-trimpath",
-            "-ldflags",
-            " ".join(["-s", "-w", *(f"-X {stamp}" for stamp in stamps)]),
-            "-o",
-            str(tmp),
-            f"{HELM_MODULE}/cmd/helm",
-        ],
+    return build_go_tool(
+        "helm",
+        HELM_VERSION,
+        HELM_MODULE,
+        f"{HELM_MODULE}/cmd/helm",
+        ldflags=" ".join(["-s", "-w", *(f"-X {stamp}" for stamp in stamps)]),
+        wrapper_dir="helm-tool",
         note="first run only, ~2-5 min",
-        cwd=wrapper,
-        env=_go_env(),
         timeout_s=1800,
-        hint="The Go module proxy must be reachable; deploy/helm-tool/go.sum pins every module.",
     )
-    tmp.rename(binary)
-    return binary
 
 
 def ensure_crd_schemas() -> Path:

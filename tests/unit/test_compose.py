@@ -609,8 +609,13 @@ def test_image_runs_jobq_as_a_non_root_user_from_the_lock() -> None:
     assert users, "the services must not run as root"
     assert users[-1].split(":")[0] not in ("root", "0"), "the services must not run as root"
     runs = " ".join(s.args for s in steps if s.keyword == "RUN")
-    assert re.search(r"pip install [^&]*(-c|--constraint|-r|--requirement) requirements\.lock", runs)
-    assert re.search(r"pip install [^&]*--no-deps [^&]*\.(\s|$)", runs)
+    # every distribution checked against the lock's hashes, build tools too (docs/supply-chain.md)
+    installs = re.findall(r"pip install [^&]*", runs)
+    assert installs
+    for install in installs:
+        assert "--require-hashes" in install or "--require-build-hashes" in install, install
+    assert re.search(r"pip install [^&]*--require-hashes [^&]*(-c|--constraint) requirements\.lock", runs)
+    assert re.search(r"pip install [^&]*--no-deps [^&]*--require-build-hashes [^&]*\.(\s|$)", runs)
     known = {n for c in settings_classes() for n in env_names(c)} | {"JOBQ_HOME"}  # jqstack.paths.home()
     for s in steps:
         if s.keyword == "ENV":
