@@ -41,7 +41,11 @@ DEV_WEB_ADMIN = "jobq-dev-admin"
 """The development dashboard tokens (``jobq stack env``, ``jobq demo``): admin may act, viewer may look."""
 DEV_WEB_READ = "jobq-dev-read"
 
-app = typer.Typer(help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack.")
+app = typer.Typer(
+    help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack. The default stack "
+    "uses the documented ports; each other --name runs beside it on ports of its own; --secure makes a "
+    "stack of secured servers (TLS, SASL/ACL users, tokens per role)."
+)
 console = Console()
 
 NameOpt = Annotated[str, typer.Option("--name", help="Stack name (folder under JOBQ_HOME/stacks).")]
