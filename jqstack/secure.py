@@ -195,7 +195,8 @@ class SecureFiles:
         _openssl(
             "signing the secure stack's server certificate",
             ["x509", "-req", "-in", str(csr), "-CA", str(self.ca_cert), "-CAkey", str(self.ca_key)],
-            ["-CAcreateserial", "-out", str(self.server_cert), "-days", "825", "-extfile", str(ext)],
+            ["-set_serial", str(secrets.randbits(63)), "-out", str(self.server_cert), "-days", "825"],
+            ["-extfile", str(ext)],
         )
         csr.unlink()
         ext.unlink()
