@@ -229,12 +229,12 @@ def logs(
 def env(
     name: NameOpt = "default",
     role: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--role",
-            help=f"Secure stack only: whose credentials ({', '.join(ROLES)}).",
+            help=f"Secure stack only: whose credentials ({', '.join(ROLES)}; default admin).",
         ),
-    ] = "admin",
+    ] = None,
 ) -> None:
     """Shell export lines for the stack's endpoints, the local gateway (JOBQ_URL) and the development
     token (JOBQ_TOKEN, accepted by `jobq gate` run in that shell): eval "$(jobq stack env)".
@@ -244,8 +244,10 @@ def env(
     dashboard tokens for the roles that use them. The only command that shows the secrets."""
     stack = existing_stack(name)
     if stack.secure is None:
+        if role is not None:
+            raise typer.BadParameter(f"stack {name!r} is not secure: it has no roles", param_hint="--role")
         exports = dev_exports(stack.endpoints, stack.root)
-    elif role not in ROLES:
+    elif (role := role or "admin") not in ROLES:
         raise typer.BadParameter(f"unknown role {role!r}; roles: {', '.join(ROLES)}", param_hint="--role")
     elif not stack.secure.ca_cert.exists():
         raise typer.BadParameter(

@@ -58,18 +58,19 @@ def test_a_named_stack_keeps_its_block_when_planned_again(home: Path) -> None:
 
 
 def test_a_stopped_stack_keeps_its_ports_from_a_new_one() -> None:
-    base = zlib_block("twin")
+    base = home_block("twin")
     taken = {BLOCK_FIRST + base * BLOCK_SIZE}  # the block "twin" would choose is recorded by another stack
     assert choose_block("twin", [0, 1], taken, free=lambda p: True) == base + 1
 
 
 def test_ports_bound_now_are_skipped() -> None:
-    base = zlib_block("busy")
+    base = home_block("busy")
     first = BLOCK_FIRST + base * BLOCK_SIZE
     assert choose_block("busy", [0, 5], set(), free=lambda p: p != first + 5) == base + 1
 
 
-def zlib_block(name: str) -> int:
+def home_block(name: str) -> int:
+    """The block ``name`` starts counting from (every port free, none recorded)."""
     return choose_block(name, [0], set(), free=lambda p: True)
 
 

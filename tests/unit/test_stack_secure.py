@@ -145,6 +145,13 @@ def test_env_defaults_to_the_admin_role_and_refuses_an_unknown_one(secure: Stack
     assert "unknown role 'nobody'" in result.output
 
 
+def test_a_plain_stack_has_no_roles(secure: Stack) -> None:
+    Stack(StackSpec(name="plain"))
+    result = CliRunner().invoke(app, ["stack", "env", "--name", "plain", "--role", "relay"])
+    assert result.exit_code == 2
+    assert "not secure" in result.output
+
+
 def test_up_keeps_a_secure_stack_secure_unless_told(secure: Stack) -> None:
     from jobq.commands.stack import open_stack
 
