@@ -85,7 +85,7 @@ def example(
     with console.status("starting Spark (local[2]; ~10 s)..."):
         spark = spark_session(
             "jobq-spark-example",
-            kafka.bootstrap,
+            kafka=kafka,
             jars=ensure_spark_jars(),
             conf={"spark.ui.showConsoleProgress": "false"},
             log_level="ERROR",
