@@ -116,6 +116,11 @@ def _masked_config(v: dict[str, str]) -> ClientConfig:
     return ClientConfig(v)
 
 
+def _blank_is_unset(v: object) -> object:
+    """An optional setting written empty (``JOBQ_REDIS_TLS_CA_FILE=``, a compose ``${VAR:-}``) is unset."""
+    return None if v == "" else v
+
+
 def _env_name(model: BaseSettings, field: str) -> str:
     return f"{model.model_config.get('env_prefix') or ''}{field}".upper()
 
@@ -186,6 +191,10 @@ class RedisSettings(BaseSettings):
     """The client certificate's private key (a PEM path; unset: it is in ``JOBQ_REDIS_TLS_CERT_FILE``)."""
     socket_timeout_s: float = Field(35.0, gt=0)
     """Per-command socket timeout; blocking waits stay 1 s below it (so idle workers block ~34 s)."""
+
+    _blank = field_validator(
+        "username", "password", "password_file", "tls_ca_file", "tls_cert_file", "tls_key_file", mode="before"
+    )(_blank_is_unset)
 
     @field_validator("url")
     @classmethod
@@ -359,6 +368,10 @@ class KafkaSettings(BaseSettings):
     """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}`` (they
     win over the settings above; values of secret-looking keys are masked wherever the settings are shown)."""
 
+    _blank = field_validator(*_KAFKA_MAPPED, *(f"{f}_file" for f in _KAFKA_SECRETS), mode="before")(
+        _blank_is_unset
+    )
+
     @model_validator(mode="after")
     def _secured(self) -> KafkaSettings:
         for field in _KAFKA_SECRETS:
@@ -478,6 +491,10 @@ class ConsulSettings(BaseSettings):
     """The client certificate's private key (a PEM path; unset: it is in ``JOBQ_CONSUL_CERT_FILE``)."""
     verify: bool = Field(True, validation_alias=AliasChoices("JOBQ_CONSUL_VERIFY", "CONSUL_HTTP_SSL_VERIFY"))
     """Check the agent's TLS certificate (``false`` only for a throw-away test agent)."""
+
+    _blank = field_validator("token", "token_file", "ca_file", "cert_file", "key_file", mode="before")(
+        _blank_is_unset
+    )
 
     @field_validator("addr")
     @classmethod

@@ -203,7 +203,7 @@ KAFKA_CASES: list[tuple[str, dict[str, str], dict[str, Any], dict[str, Any]]] = 
         },
     ),
     (
-        "scram-sha-256",
+        "scram-sha-256-blank-ca-is-unset",
         {**SCRAM, "JOBQ_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "JOBQ_KAFKA_SSL_CA_LOCATION": ""},
         {
             **B,
@@ -211,7 +211,6 @@ KAFKA_CASES: list[tuple[str, dict[str, str], dict[str, Any], dict[str, Any]]] = 
             "sasl.mechanism": "SCRAM-SHA-256",
             "sasl.username": "relay",
             "sasl.password": SECRET,
-            "ssl.ca.location": "",
         },
         {
             **SB,
