@@ -278,14 +278,14 @@ def run(
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
     ensure_topics(kafka, [events.topic], partitions=events.partitions)  # the schedulers may not have yet
     _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
-    spark = spark_session("jobq-history", kafka.bootstrap, jars=ensure_spark_jars())
+    spark = spark_session("jobq-history", kafka=kafka, jars=ensure_spark_jars())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a supervisor's stop or Ctrl-C: end between batches
         signal.signal(sig, lambda _s, _f: stop.set())
     try:
         run_history(
             spark,
-            bootstrap=kafka.bootstrap,
+            kafka=kafka,
             topic=events.topic,
             root=history.root,
             trigger_s=history.trigger_s,

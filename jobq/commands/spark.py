@@ -68,7 +68,7 @@ def example(
 ) -> None:
     """Stream jobs from Spark's rate source into Kafka for SECONDS, then stop cleanly.
 
-    Kafka comes from JOBQ_KAFKA_BOOTSTRAP (eval "$(jobq stack env)"). Run them with
+    Kafka comes from JOBQ_KAFKA_* (bootstrap, TLS, SASL; eval "$(jobq stack env)"). Run them with
     `jobq relay` and, from a checkout, `PYTHONPATH=. jobq worker --app examples.demo_app --queues QUEUE`.
     """
     from pyspark.sql import functions as sf
@@ -85,7 +85,7 @@ def example(
     with console.status("starting Spark (local[2]; ~10 s)..."):
         spark = spark_session(
             "jobq-spark-example",
-            kafka.bootstrap,
+            kafka=kafka,
             jars=ensure_spark_jars(),
             conf={"spark.ui.showConsoleProgress": "false"},
             log_level="ERROR",
