@@ -23,6 +23,7 @@ from jobq.commands import (
     spark,
     stack,
     status,
+    topics,
     web,
     worker,
 )
@@ -53,7 +54,7 @@ app.command("canary")(canary.canary)
 app.command("reconcile")(reconcile.reconcile)
 app.command("replay")(replay.replay)
 app.command("rebuild")(rebuild.rebuild)
-app.add_typer(gate.topics_app, name="topics")
+app.add_typer(topics.app, name="topics")
 app.add_typer(spark.app, name="spark")
 app.add_typer(cron.app, name="cron")
 app.add_typer(graph.app, name="graph")

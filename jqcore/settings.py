@@ -99,6 +99,9 @@ class RedisSettings(BaseSettings):
     """CA bundle (a path) checking Redis's TLS certificate."""
     socket_timeout_s: float = Field(35.0, gt=0)
     """Per-command socket timeout; blocking waits stay 1 s below it (so idle workers block ~34 s)."""
+    allow_eviction: bool = False
+    """Start even when Redis's ``maxmemory-policy`` is not ``noeviction`` (services refuse otherwise: an
+    evicting Redis drops jobs silently). A Redis that refuses ``CONFIG GET`` is trusted, with a warning."""
 
     @field_validator("url")
     @classmethod
@@ -145,6 +148,12 @@ class KafkaSettings(BaseSettings):
     """CA bundle (a path), librdkafka's ``ssl.ca.location``."""
     config: Annotated[dict[str, str], JsonText] = Field(default_factory=dict)
     """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}``."""
+    replication: int | None = Field(default=None, ge=1)
+    """Replication factor of every jobq topic (``jqcore/topics.py``), and the least an existing one may
+    have; ``min.insync.replicas`` is this − 1 (at least 1). Empty: ``min(3, brokers in the cluster)``."""
+    create_topics: bool = True
+    """Services create the missing topics they own from the declaration (development). ``false`` (production;
+    the Helm chart sets it): a missing topic stops the service at start-up, naming ``jobq topics create``."""
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaSettings:
