@@ -12,6 +12,7 @@ from jobq.commands import (
     canary,
     cron,
     demo,
+    doctor,
     gate,
     graph,
     history,
@@ -49,6 +50,7 @@ app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
 app.command("scheduler")(scheduler.scheduler)
 app.command("status")(status.status)
+app.command("doctor")(doctor.doctor)
 app.command("web")(web.web)
 app.command("canary")(canary.canary)
 app.command("reconcile")(reconcile.reconcile)

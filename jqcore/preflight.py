@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
@@ -30,6 +31,12 @@ from jqcore.topics import TopicSpec, ensure
 __all__ = ["EvictionRefused", "check_redis", "eviction_policies", "preflight"]
 
 log = get_logger("jqcore.preflight")
+
+OWNER_WAIT_S = 10.0
+"""How long a service that owns topics waits for Kafka's metadata at start-up (then it stops: it cannot
+work without them)."""
+USER_WAIT_S = 2.0
+"""How long a service that only uses topics (gateway, canary) waits for it before it starts unchecked."""
 
 _warned: set[str] = set()
 """What this process already warned about (once each)."""
@@ -107,7 +114,12 @@ async def preflight(
     if kafka is None or not (owns or uses):
         return []
     try:
-        created = await asyncio.to_thread(ensure, kafka, owns, uses)
+        wait_s = OWNER_WAIT_S if owns else USER_WAIT_S
+        # a thread of its own, ended here: a start-up leaves no executor thread behind
+        with ThreadPoolExecutor(1, thread_name_prefix="jobq-preflight") as pool:
+            created = await asyncio.get_running_loop().run_in_executor(
+                pool, ensure, kafka, owns, uses, wait_s
+            )
     except BackendUnavailable as exc:
         if owns:
             raise

@@ -25,6 +25,7 @@ raised in place).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -40,6 +41,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
 from jqcore.errors import BackendUnavailable, ConfigError
+from jqcore.kafka import CONSUME_WAIT_S
 from jqcore.settings import EventSettings, FarSettings, KafkaSettings
 
 __all__ = [
@@ -323,8 +325,20 @@ def apply(kafka: KafkaSettings, specs: Sequence[TopicSpec], timeout_s: float = 3
         if p.fix:
             fixes.setdefault(p.topic, {}).update(p.fix)
     _alter(admin, fixes, timeout_s)
+    if fixes:  # brokers apply a change a moment after the controller took it: answer once it shows
+        _settled(admin, [s for s in specs if s.name in fixes], found.replication, timeout_s)
     left = [p for p in found.problems if not p.fix and p.code != "missing"]
     return Applied(found.replication, created, fixes, left)
+
+
+def _settled(admin: AdminClient, specs: Sequence[TopicSpec], replication: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _, seen = _describe(admin, [s.name for s in specs], timeout_s)
+        if not any(p.fix for s in specs for p in diff(s, seen.get(s.name), replication)):
+            return
+        time.sleep(0.1)
+    raise BackendUnavailable("Kafka took the new topic configs but does not show them yet: run it again")
 
 
 def _admin(kafka: KafkaSettings) -> AdminClient:
@@ -332,10 +346,14 @@ def _admin(kafka: KafkaSettings) -> AdminClient:
 
 
 def _describe(admin: AdminClient, names: Sequence[str], timeout_s: float) -> tuple[int, dict[str, Observed]]:
-    try:
-        md = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise BackendUnavailable(f"no metadata from Kafka: {exc}", code="kafka_unavailable") from exc
+    deadline = time.monotonic() + timeout_s
+    while True:  # short waits only (see jqcore.kafka.CONSUME_WAIT_S): long ones were seen to hang
+        try:
+            md = admin.list_topics(timeout=CONSUME_WAIT_S)
+            break
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(f"no metadata from Kafka: {exc}", code="kafka_unavailable") from exc
     present = [n for n in names if n in md.topics and md.topics[n].error is None]
     resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in present]
     configs: dict[str, dict[str, str]] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jqcore.settings import EventSettings, FarSettings, KafkaSettings
+from jqcore.settings import EventSettings, FarSettings, KafkaSettings, load
 from jqcore.topics import (
     Observed,
     TopicSpec,
@@ -15,6 +15,7 @@ from jqcore.topics import (
     replication_for,
 )
 
+EVENTS = EventSettings.model_validate({})
 SCHEDULE = TopicSpec("jobq.schedule", "schedule", 6)
 JOBS = TopicSpec("jobs.default", "jobs", 3)
 
@@ -36,7 +37,7 @@ def test_min_insync_replicas_is_rf_minus_one_at_least_one(rf: int, isr: int) -> 
 
 
 def test_the_declaration_names_every_topic_once_with_its_role() -> None:
-    specs = declaration(["jobs.a", "jobs.b", "jobs.a"], EventSettings(), FarSettings())
+    specs = declaration(["jobs.a", "jobs.b", "jobs.a"], EVENTS, FarSettings.model_validate({}))
     assert [(s.name, s.role) for s in specs] == [
         ("jobs.a", "jobs"),
         ("jobs.a.retry", "retry"),
@@ -47,7 +48,9 @@ def test_the_declaration_names_every_topic_once_with_its_role() -> None:
         ("jobq.events", "events"),
         ("jobq.schedule", "schedule"),
     ]
-    assert "jobq.schedule" not in {s.name for s in declaration([], EventSettings(), FarSettings(horizon_s=0))}
+    assert "jobq.schedule" not in {
+        s.name for s in declaration([], EVENTS, FarSettings.model_validate({"horizon_s": 0}))
+    }
     assert [s.role for s in job_topics(["x"], sides=False)] == ["jobs"]
 
 
@@ -124,9 +127,9 @@ def test_a_wrong_min_isr_is_fixed_in_place(rf: int, declared: int, have: str, wa
 
 
 def test_the_settings_read_replication_and_create_topics(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert KafkaSettings().replication is None
-    assert KafkaSettings().create_topics is True
+    assert load(KafkaSettings).replication is None
+    assert load(KafkaSettings).create_topics is True
     monkeypatch.setenv("JOBQ_KAFKA_REPLICATION", "3")
     monkeypatch.setenv("JOBQ_KAFKA_CREATE_TOPICS", "false")
-    k = KafkaSettings()
+    k = load(KafkaSettings)
     assert (k.replication, k.create_topics) == (3, False)
