@@ -355,23 +355,39 @@ def _describe(admin: AdminClient, names: Sequence[str], timeout_s: float) -> tup
             if time.monotonic() >= deadline:
                 raise BackendUnavailable(f"no metadata from Kafka: {exc}", code="kafka_unavailable") from exc
     present = [n for n in names if n in md.topics and md.topics[n].error is None]
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in present]
-    configs: dict[str, dict[str, str]] = {}
-    if resources:
-        for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items():
-            try:
-                entries = fut.result(timeout_s)
-            except KafkaException as exc:
-                raise BackendUnavailable(
-                    f"describing topic {res.name!r} failed: {exc}", code="kafka_unavailable"
-                ) from exc
-            configs[res.name] = {k: e.value for k, e in entries.items() if e.value is not None}
+    configs = _configs(admin, present, deadline)
     seen = {}
     for n in present:
         parts = md.topics[n].partitions
         rf = min((len(p.replicas) for p in parts.values()), default=0)
         seen[n] = Observed(n, rf, len(parts), configs.get(n, {}))
     return len(md.brokers), seen
+
+
+def _configs(admin: AdminClient, names: Sequence[str], deadline: float) -> dict[str, dict[str, str]]:
+    """Each topic's configs. A topic created a moment ago may be in one broker's metadata and still unknown
+    to the broker asked: asked again until ``deadline``."""
+    out: dict[str, dict[str, str]] = {}
+    left = list(names)
+    while left:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in left]
+        wait = max(1.0, deadline - time.monotonic())
+        left = []
+        for res, fut in admin.describe_configs(resources, request_timeout=wait).items():
+            try:
+                entries = fut.result(wait)
+            except KafkaException as exc:
+                unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if unknown and time.monotonic() < deadline:
+                    left.append(res.name)
+                    continue
+                raise BackendUnavailable(
+                    f"describing topic {res.name!r} failed: {exc}", code="kafka_unavailable"
+                ) from exc
+            out[res.name] = {k: e.value for k, e in entries.items() if e.value is not None}
+        if left:
+            time.sleep(0.05)
+    return out
 
 
 def _create(admin: AdminClient, specs: Sequence[TopicSpec], found: Inspection, timeout_s: float) -> list[str]:
