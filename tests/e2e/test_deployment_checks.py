@@ -15,10 +15,11 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from redis.asyncio.cluster import RedisCluster
 from typer.testing import CliRunner
 
 from jobq.cli import app
-from jqcore.preflight import EvictionRefused
+from jqcore.preflight import EvictionRefused, eviction_policies
 from jqcore.routing import RoutingSettings
 from jqcore.settings import EventSettings, FarSettings, KafkaSettings
 from jqcore.topics import TopicsInvalid
@@ -155,3 +156,8 @@ async def test_an_evicting_redis_stops_services_and_jobq_doctor_names_it_a_weak_
     assert doc["ok"] is False
     checks = {f["check"] for f in doc["findings"] if f["level"] == "problem"}
     assert {"redis", "tokens", "topics"} <= checks
+
+
+@pytest.mark.cluster
+async def test_the_eviction_check_reads_every_primary_of_a_cluster(redis_cluster: RedisCluster) -> None:
+    assert await eviction_policies(redis_cluster) == ["noeviction"] * 3
