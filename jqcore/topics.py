@@ -205,9 +205,9 @@ def diff(spec: TopicSpec, seen: Observed | None, replication: int) -> list[Probl
             Problem(
                 name,
                 "replication_low",
-                f"topic {name!r} has replication factor {seen.replication}, below {replication} "
-                f"(JOBQ_KAFKA_REPLICATION, default min(3, brokers)): Kafka cannot raise it in place; "
-                f"add replicas with kafka-reassign-partitions.sh",
+                f"topic {name!r} ({spec.role}) has replication factor {seen.replication}, below "
+                f"{replication} (JOBQ_KAFKA_REPLICATION, default min(3, brokers)): Kafka cannot raise it in "
+                f"place; add replicas with kafka-reassign-partitions.sh",
             )
         )
     out += _min_isr(spec, seen, replication)
@@ -270,7 +270,12 @@ class Inspection:
 
 def inspect(kafka: KafkaSettings, specs: Sequence[TopicSpec], timeout_s: float = 10.0) -> Inspection:
     """The cluster's view of ``specs``: one metadata request, one describe of the existing ones' configs."""
-    admin = _admin(kafka)
+    return _inspect(_admin(kafka), kafka, specs, timeout_s)
+
+
+def _inspect(
+    admin: AdminClient, kafka: KafkaSettings, specs: Sequence[TopicSpec], timeout_s: float
+) -> Inspection:
     brokers, seen = _describe(admin, [s.name for s in specs], timeout_s)
     rf = replication_for(kafka.replication, brokers)
     problems = [p for s in specs for p in diff(s, seen.get(s.name), rf)]
@@ -289,7 +294,8 @@ def ensure(
     created."""
     specs = list({s.name: s for s in [*owns, *uses]}.values())
     owned = {s.name for s in owns}
-    found = inspect(kafka, specs, timeout_s)
+    admin = _admin(kafka)
+    found = _inspect(admin, kafka, specs, timeout_s)
     missing = [s for s in specs if s.name in owned and s.name not in found.seen]
     lines = [p.line for p in found.problems if p.code != "missing"]
     if missing and not kafka.create_topics:
@@ -299,7 +305,7 @@ def ensure(
         ]
     if lines:
         raise TopicsInvalid("\n".join(lines))
-    return _create(_admin(kafka), missing, found, timeout_s)
+    return _create(admin, missing, found, timeout_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,8 +322,8 @@ class Applied:
 def apply(kafka: KafkaSettings, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> Applied:
     """Create every missing topic of ``specs``, set every wrong config in place (incremental alter) and
     return what is left (a replication factor below the declared one)."""
-    found = inspect(kafka, specs, timeout_s)
     admin = _admin(kafka)
+    found = _inspect(admin, kafka, specs, timeout_s)
     missing = [s for s in specs if s.name not in found.seen]
     created = _create(admin, missing, found, timeout_s)
     fixes: dict[str, dict[str, str]] = {}
