@@ -191,6 +191,9 @@ class RedisSettings(BaseSettings):
     """The client certificate's private key (a PEM path; unset: it is in ``JOBQ_REDIS_TLS_CERT_FILE``)."""
     socket_timeout_s: float = Field(35.0, gt=0)
     """Per-command socket timeout; blocking waits stay 1 s below it (so idle workers block ~34 s)."""
+    allow_eviction: bool = False
+    """Start even when Redis's ``maxmemory-policy`` is not ``noeviction`` (services refuse otherwise: an
+    evicting Redis drops jobs silently). A Redis that refuses ``CONFIG GET`` is trusted, with a warning."""
 
     _blank = field_validator(
         "username", "password", "password_file", "tls_ca_file", "tls_cert_file", "tls_key_file", mode="before"
@@ -368,9 +371,16 @@ class KafkaSettings(BaseSettings):
     """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}`` (they
     win over the settings above; values of secret-looking keys are masked wherever the settings are shown)."""
 
-    _blank = field_validator(*_KAFKA_MAPPED, *(f"{f}_file" for f in _KAFKA_SECRETS), mode="before")(
-        _blank_is_unset
-    )
+    replication: int | None = Field(default=None, ge=1)
+    """Replication factor of every jobq topic (``jqcore/topics.py``), and the least an existing one may
+    have; ``min.insync.replicas`` is this − 1 (at least 1). Empty: ``min(3, brokers in the cluster)``."""
+    create_topics: bool = True
+    """Services create the missing topics they own from the declaration (development). ``false`` (production;
+    the Helm chart sets it): a missing topic stops the service at start-up, naming ``jobq topics create``."""
+
+    _blank = field_validator(
+        *_KAFKA_MAPPED, *(f"{f}_file" for f in _KAFKA_SECRETS), "replication", mode="before"
+    )(_blank_is_unset)
 
     @model_validator(mode="after")
     def _secured(self) -> KafkaSettings:

@@ -41,8 +41,8 @@ from jobq.commands.stack import (
 )
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway
-from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
+from jqcore.topics import ensure, job_topics
 from jqstack.manager import Stack
 from jqstack.paths import home, repo_root
 from jqstack.pipeline import PipelineEnv, history_argv, service_argv, worker_argv
@@ -158,7 +158,7 @@ def demo(
     # the history of this stack's events lives with the stack (a purge removes both); a given path wins
     history = os.environ.get("JOBQ_HISTORY_PATH") or str(history_of(stack.root))
     spec = workload.pipeline_env(stack.endpoints, history)
-    ensure_topics(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), workload.TOPICS, partitions=3)
+    ensure(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), job_topics(workload.TOPICS))
     folder = workdir or home() / "demo" / time.strftime("%Y%m%d-%H%M%S")
     procs = Processes(folder)
     try:

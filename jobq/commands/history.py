@@ -24,8 +24,8 @@ from typer.core import TyperGroup
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.history import HistoryStore, Rows, TimelineEntry
-from jqcore.kafka import ensure_topics
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, load
+from jqcore.topics import ensure, events_topic
 
 __all__ = ["app"]
 
@@ -276,7 +276,7 @@ def run(
     from jqstack.provision import ensure_spark_jars
 
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
-    ensure_topics(kafka, [events.topic], partitions=events.partitions)  # the schedulers may not have yet
+    ensure(kafka, [events_topic(events)])  # the schedulers may not have created it yet
     _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
     spark = spark_session("jobq-history", kafka=kafka, jars=ensure_spark_jars())
     stop = threading.Event()

@@ -22,9 +22,9 @@ import typer
 from rich.console import Console
 
 from jqcore.envelope import validate_name
-from jqcore.kafka import ensure_topics
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, load
+from jqcore.topics import ensure, job_topics
 from jqstack.paths import home
 from jqstack.provision import ensure_spark_jars
 
@@ -79,7 +79,7 @@ def example(
     kafka, routing = load(KafkaSettings), load(RoutingSettings)
     topic, _ = routing.route(queue)
     if create_topic:
-        ensure_topics(kafka, [topic])
+        ensure(kafka, job_topics([topic], sides=False))
     root = home() / "spark" / f"example-{queue}"
     tag = _pipeline_tag(root, fresh)
     with console.status("starting Spark (local[2]; ~10 s)..."):
