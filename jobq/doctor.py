@@ -28,6 +28,7 @@ import orjson
 
 from jobq.commands.stack import DEV_TOKEN, DEV_WEB_ADMIN, DEV_WEB_READ
 from jqcore import keys, membership
+from jqcore.consulconn import consul_sync_client
 from jqcore.preflight import eviction_policies
 from jqcore.presence import count_alive
 from jqcore.redisconn import RedisClient, connect
@@ -315,7 +316,8 @@ async def _redis_facts(client: RedisClient, facts: Facts) -> None:
 def _consul_facts(s: Sources, facts: Facts) -> None:
     settings: ConsulSettings = s.consul
     facts.consul_loopback = _loopback(f"{settings.scheme}://{settings.host}:{settings.port}")
-    anonymous = consul.Consul(host=settings.host, port=settings.port, scheme=settings.scheme)
+    # the deployment's TLS settings (CA, client certificate), no token: what anyone on the network could do
+    anonymous = consul_sync_client(settings.model_copy(update={"token": None}))
     probe = f"{s.relay.kv_prefix}/doctor/anonymous-{secrets.token_hex(4)}"
     try:
         facts.anonymous_write = bool(anonymous.kv.put(probe, "jobq doctor"))
