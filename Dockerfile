@@ -4,45 +4,49 @@
 # in docker-compose.yml rather than here, since the same image also runs relays, workers and the canary.
 
 FROM python:3.11-slim AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore UV_NO_CACHE=1
 WORKDIR /src
-RUN python -m venv /opt/jobq
 
 # Dependencies first, so this layer stays cached while only the code changes: jobq's runtime requirements
-# (pyproject.toml's dependencies), every version pinned by requirements.lock. The lock also pins the extras
-# (dev: pytest, mypy, ruff, ...; bench: matplotlib, hdrhistogram; spark); they stay out of the image.
+# (pyproject.toml's dependencies) at the versions requirements.lock pins, each file checked against the
+# sha256 the lock records (--require-hashes: anything the lock does not pin, or a file that differs, fails
+# the build). The lock also pins the extras (dev: pytest, mypy, ruff, ...; bench: matplotlib, hdrhistogram;
+# spark); they stay out of the image. uv, the installer, comes from the lock too (pip checks its hash) and
+# lives in /opt/uv, outside the image's environment; jqstack/lockfile.py turns the requirements into pins.
 COPY requirements.lock pyproject.toml ./
-RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' > runtime.txt \
- && /opt/jobq/bin/pip install --constraint requirements.lock --requirement runtime.txt
-
-# Fail the build if anything installed is not exactly the lock's pin (a dependency added to pyproject.toml
-# without `uv pip compile` would otherwise come in at whatever version the index serves today).
-RUN /opt/jobq/bin/python -c 'import importlib.metadata as md, re, sys; \
-norm = lambda n: re.sub(r"[-_.]+", "-", n).lower(); \
-lock = dict(l.strip().split("==", 1) for l in open("requirements.lock") if "==" in l and not l.lstrip().startswith("#")); \
-lock = {norm(k): v for k, v in lock.items()}; \
-bad = sorted(f"{d.name}=={d.version}" for d in md.distributions() \
-             if norm(d.name) != "pip" and lock.get(norm(d.name)) != d.version); \
-sys.exit(f"not pinned by requirements.lock: {bad}" if bad else 0)'
+COPY jqstack/lockfile.py jqstack/lockfile.py
+RUN python -m venv /opt/uv \
+ && python jqstack/lockfile.py hashed requirements.lock uv > uv.txt \
+ && /opt/uv/bin/pip install --require-hashes --no-deps -r uv.txt \
+ && python -m venv --without-pip /opt/jobq \
+ && python jqstack/lockfile.py pins requirements.lock pyproject.toml > runtime.txt \
+ && /opt/uv/bin/uv pip install --python /opt/jobq/bin/python --require-hashes -c requirements.lock -r runtime.txt
 
 # The product only: .dockerignore keeps the tests, the benchmarks (loadtest/), the examples and the tests' stack
 # tooling (jqstack/testing/) out of the context, and the wheel leaves them out anyway (tests/unit/test_wheel.py).
+# jobq itself is built with the lock's setuptools (--require-build-hashes: its hash checked too).
 COPY . .
-RUN /opt/jobq/bin/pip install --no-deps --no-build-isolation . && /opt/jobq/bin/pip check
+RUN /opt/uv/bin/uv pip install --python /opt/jobq/bin/python --no-deps --require-build-hashes \
+      --preview-features build-dependency-hashes -b requirements.lock . \
+ && /opt/uv/bin/uv pip check --python /opt/jobq/bin/python
 
 
 # `jobq history run` (docker-compose.yml's `history` service): the same jobq plus PySpark, a Java runtime
 # and Spark's Kafka connector jars, resolved by Maven while the image is built (nothing is fetched when
 # the history runs). Built with `--target history`; the default image (the last stage, below) stays without Spark.
 FROM python:3.11-slim AS history-build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore JOBQ_HOME=/opt/jobq-home
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore UV_NO_CACHE=1 JOBQ_HOME=/opt/jobq-home
 RUN apt-get update && apt-get install -y --no-install-recommends maven openjdk-17-jre-headless \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/jobq /opt/jobq
+COPY --from=build /opt/uv /opt/uv
 COPY --from=build /src /src
 WORKDIR /src
-RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["spark"], sep="\n")' > spark.txt \
- && /opt/jobq/bin/pip install --constraint requirements.lock --requirement spark.txt \
+# pyspark (an sdist, built with the lock's setuptools) under the same hash checks; then the connector's jars,
+# Maven with strict checksums and each jar held to deploy/spark/jars.sha256 (jqstack.provision).
+RUN python jqstack/lockfile.py pins requirements.lock pyproject.toml spark > spark.txt \
+ && /opt/uv/bin/uv pip install --python /opt/jobq/bin/python --require-hashes -c requirements.lock -r spark.txt \
+      --require-build-hashes --preview-features build-dependency-hashes -b requirements.lock \
  && PYTHONPATH=/src /opt/jobq/bin/python -c 'from jqstack.provision import ensure_spark_jars; ensure_spark_jars()'
 
 FROM python:3.11-slim AS history

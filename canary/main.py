@@ -9,9 +9,11 @@ from canary.settings import CanarySettings
 from jqcore.client import Gateway, JobqClient
 from jqcore.kafka import topic_partitions
 from jqcore.lifecycle import run_until_signal
+from jqcore.preflight import preflight
 from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, RedisSettings, load
+from jqcore.topics import job_topics
 
 __all__ = ["gateways", "run"]
 
@@ -31,6 +33,8 @@ async def serve(
     parts = await asyncio.to_thread(topic_partitions, kafka, routing.topics())
     redis = connect(redis_settings)
     try:
+        uses = job_topics(routing.topics(), sides=False)
+        await preflight(redis=(redis, redis_settings), kafka=kafka, uses=uses)
         async with JobqClient(
             gateways(settings), settings.token.get_secret_value(), az=settings.az
         ) as client:

@@ -12,6 +12,7 @@ from jobq.commands import (
     canary,
     cron,
     demo,
+    doctor,
     gate,
     graph,
     history,
@@ -23,6 +24,7 @@ from jobq.commands import (
     spark,
     stack,
     status,
+    topics,
     web,
     worker,
 )
@@ -48,12 +50,13 @@ app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
 app.command("scheduler")(scheduler.scheduler)
 app.command("status")(status.status)
+app.command("doctor")(doctor.doctor)
 app.command("web")(web.web)
 app.command("canary")(canary.canary)
 app.command("reconcile")(reconcile.reconcile)
 app.command("replay")(replay.replay)
 app.command("rebuild")(rebuild.rebuild)
-app.add_typer(gate.topics_app, name="topics")
+app.add_typer(topics.app, name="topics")
 app.add_typer(spark.app, name="spark")
 app.add_typer(cron.app, name="cron")
 app.add_typer(graph.app, name="graph")

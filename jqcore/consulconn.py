@@ -1,17 +1,30 @@
-"""Connecting to Consul: one async client from :class:`~jqcore.settings.ConsulSettings`, and closing it."""
+"""Connecting to Consul: the one place that turns :class:`~jqcore.settings.ConsulSettings` into a py-consul
+client (asyncio or sync: scheme, CA, client certificate, token), and closing one."""
 
 from __future__ import annotations
 
+import consul
 import consul.aio
 
 from jqcore.settings import ConsulSettings
 
-__all__ = ["close_consul", "consul_client"]
+__all__ = ["close_consul", "consul_client", "consul_sync_client"]
 
 
 def consul_client(settings: ConsulSettings) -> consul.aio.Consul:
-    token = settings.token.get_secret_value() if settings.token else None
-    return consul.aio.Consul(host=settings.host, port=settings.port, scheme=settings.scheme, token=token)
+    """An asyncio client (``consul.aio``) for ``settings``."""
+    kwargs = settings.client_kwargs()
+    client = consul.aio.Consul(**kwargs)
+    client.token = kwargs["token"]  # py-consul lets CONSUL_HTTP_TOKEN win over the token it is given
+    return client
+
+
+def consul_sync_client(settings: ConsulSettings) -> consul.Consul:
+    """A synchronous client (``consul.Consul``, over requests) for ``settings``."""
+    kwargs = settings.client_kwargs()
+    client = consul.Consul(**kwargs)
+    client.token = kwargs["token"]
+    return client
 
 
 async def close_consul(client: consul.aio.Consul | None) -> None:

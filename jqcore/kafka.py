@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,7 +41,6 @@ __all__ = [
     "Record",
     "RecordTooLarge",
     "TopicMissing",
-    "ensure_topics",
     "job_record",
     "parse_schedule_key",
     "schedule_key",
@@ -288,53 +287,6 @@ def _settle(fut: asyncio.Future[list[Delivered]], result: list[Delivered] | Exce
         fut.set_exception(result)
     else:
         fut.set_result(result)
-
-
-def ensure_topics(
-    settings: KafkaSettings,
-    topics: Sequence[str],
-    *,
-    partitions: int = 3,
-    replication: int = 1,
-    retention_ms: int = 7 * 86_400_000,
-    compacted: bool = False,
-    timeout_s: float = 30.0,
-    config: Mapping[str, str] | None = None,
-) -> list[str]:
-    """Create the missing ones of ``topics`` (an operator action, never driven by a request); returns
-    the names created. Existing topics are left as they are. ``compacted``: the latest record per key is
-    kept for good (no time retention) and a tombstone removes the key. ``config``: more topic settings
-    (e.g. ``unclean.leader.election.enable``), over the defaults."""
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    conf: dict[str, str | int | float | bool] = {**settings.client_config(), **kafka_logging()}
-    admin = AdminClient(conf)
-    try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
-        raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
-    wanted = [t for t in dict.fromkeys(topics) if t not in existing]
-    if not wanted:
-        return []
-    config = {
-        "retention.ms": "-1" if compacted else str(retention_ms),
-        "cleanup.policy": "compact" if compacted else "delete",
-        "min.insync.replicas": str(min(2, replication)),
-        "max.message.bytes": str(KAFKA_MAX_MESSAGE_BYTES),  # the broker's default (~1 MiB) is too small
-        **(config or {}),
-    }
-    futures = admin.create_topics(
-        [NewTopic(t, partitions, replication, config=config) for t in wanted], operation_timeout=timeout_s
-    )
-    created = []
-    for name, fut in futures.items():
-        try:
-            fut.result(timeout_s)
-            created.append(name)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise ProduceFailed(f"creating topic {name!r} failed: {exc}") from exc
-    return created
 
 
 def topic_partitions(

@@ -1,6 +1,7 @@
 """Connecting to Redis: the client type every Redis user names, and the one place that turns
-:class:`~jqcore.settings.RedisSettings` into a client (single node or Cluster). It imports no engine, so
-anything that only needs a connection (presence, stage counters, the relay's memory guard) stays light."""
+:class:`~jqcore.settings.RedisSettings` into a client (asyncio or sync, single node or Cluster; TLS, ACL
+user). It imports no engine, so anything that only needs a connection (presence, stage counters, the
+relay's memory guard) stays light."""
 
 from __future__ import annotations
 
@@ -8,22 +9,36 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 import hiredis
+import redis
 import redis.asyncio as aioredis
+import redis.cluster
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
     AbstractConnection,
     Connection,
+    ConnectionPool,
     SSLConnection,
     UnixDomainSocketConnection,
+    parse_url,
 )
 from redis.exceptions import DataError
 
 from jqcore.settings import RedisSettings
 
-__all__ = ["FastConnection", "RedisClient", "connect", "memory_info", "pack_command"]
+__all__ = [
+    "FastConnection",
+    "RedisClient",
+    "SyncRedisClient",
+    "connect",
+    "connect_sync",
+    "memory_info",
+    "pack_command",
+]
 
 RedisClient = aioredis.Redis | RedisCluster
 """A single-node or Cluster client (both speak the commands jobq uses)."""
+SyncRedisClient = redis.Redis | redis.cluster.RedisCluster
+"""The same for code without an event loop."""
 
 
 def pack_command(*args: Any) -> list[bytes]:
@@ -69,17 +84,27 @@ _BY_SCHEME: dict[str, type[AbstractConnection]] = {
 
 
 def connect(settings: RedisSettings) -> RedisClient:
-    """A client for ``settings.url``; with ``cluster`` the URL names any one node of the cluster.
-    Commands are packed by hiredis (:class:`FastConnection`)."""
-    kwargs = settings.client_kwargs()
-    scheme = urlsplit(settings.url).scheme
+    """An asyncio client for ``settings``; with ``cluster`` the URL names any one node of the cluster.
+    TLS comes from the URL's scheme (:meth:`RedisSettings.client_url`: ``rediss://`` when
+    ``JOBQ_REDIS_TLS`` is on), the files, user and password from :meth:`RedisSettings.client_kwargs`.
+    A single node's commands are packed by hiredis (:class:`FastConnection` and its TLS and unix twins)."""
+    url, kwargs = settings.client_url(), settings.client_kwargs()
+    if settings.cluster:  # rediss:// makes redis-py's cluster client use TLS (ssl=True) with the ssl_* files
+        return RedisCluster.from_url(url, **kwargs)
+    options = dict(parse_url(url))  # what Redis.from_url does, with our connection classes
+    default = options.pop("connection_class", Connection)
+    connection_class = _BY_SCHEME.get(urlsplit(url).scheme, cast("type[AbstractConnection]", default))
+    pool = ConnectionPool(connection_class=connection_class, **{**kwargs, **options})
+    return aioredis.Redis.from_pool(pool)
+
+
+def connect_sync(settings: RedisSettings) -> SyncRedisClient:
+    """A synchronous client for ``settings``, configured exactly as :func:`connect`'s (redis-py's own
+    connection classes: its synchronous ones already pack with hiredis)."""
+    url, kwargs = settings.client_url(), settings.client_kwargs()
     if settings.cluster:
-        if scheme == "redis":
-            kwargs["connection_class"] = FastConnection
-        return RedisCluster.from_url(settings.url, **kwargs)
-    if scheme in _BY_SCHEME:
-        kwargs["connection_class"] = _BY_SCHEME[scheme]
-    return aioredis.Redis.from_url(settings.url, **kwargs)
+        return redis.cluster.RedisCluster.from_url(url, **kwargs)
+    return redis.Redis.from_url(url, **kwargs)
 
 
 async def memory_info(client: RedisClient) -> dict[str, Any]:

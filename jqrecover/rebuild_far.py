@@ -9,9 +9,10 @@ from collections.abc import Collection
 from confluent_kafka import KafkaException
 
 from jqcore.envelope import Envelope
-from jqcore.kafka import AsyncProducer, Record, ensure_topics, parse_schedule_key, schedule_key
+from jqcore.kafka import AsyncProducer, Record, parse_schedule_key, schedule_key
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
+from jqcore.topics import ensure, schedule_topic
 from jqrecover.errors import ReplayError
 from jqrecover.rebuild_read import Kept, Key, TopicReport, existing_topics, kafka_error
 from jqrecover.replay import Point, iter_records, plan, tool_consumer
@@ -66,10 +67,7 @@ class FarTier:
         missing = [x for x in due_later if (x[2].queue, x[2].id) not in self.tier]
         if missing:
             if self.producer is None:
-                far = self.far
-                await asyncio.to_thread(
-                    lambda: ensure_topics(self.kafka, [far.topic], partitions=far.partitions, compacted=True)
-                )
+                await asyncio.to_thread(ensure, self.kafka, [schedule_topic(self.far)])
                 self.producer = AsyncProducer(self.kafka)
             topic = self.far.topic
             await self.producer.produce_many(

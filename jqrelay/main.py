@@ -14,18 +14,20 @@ import consul.aio
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.errors import ConfigError
 from jqcore.health import Readiness, ping
-from jqcore.kafka import AsyncProducer, ensure_topics
+from jqcore.kafka import AsyncProducer
 from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
+from jqcore.preflight import preflight
 from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
 from jqcore.state import Engine
+from jqcore.topics import job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from jqrelay.backpressure import GuardSignals, MemoryGuard
 from jqrelay.elector import describe
 from jqrelay.settings import RelaySettings
-from jqrelay.topic import RelaySignals, TopicRelay, dead_topic, retry_topic
+from jqrelay.topic import RelaySignals, TopicRelay
 
 __all__ = ["RelayService", "run"]
 
@@ -75,15 +77,8 @@ class RelayService(Service):
 
     async def _start(self) -> None:
         setup_tracing("jqrelay", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-        extra = [name(t) for t in self.topics for name in (dead_topic, retry_topic)]
-        await asyncio.to_thread(ensure_topics, self.kafka, extra)
-        if self.far.enabled:
-            await asyncio.to_thread(
-                lambda: ensure_topics(
-                    self.kafka, [self.far.topic], partitions=self.far.partitions, compacted=True
-                )
-            )
         self._redis_client = client = connect(self.redis)
+        await self._preflight(client)
         self._consul = consul = consul_client(self.consul_settings)
         self._dead_producer = dead = AsyncProducer(self.kafka)
         self._engine = engine = Engine(client)
@@ -97,6 +92,16 @@ class RelayService(Service):
         for relay in self.relays:
             await relay.start()
         log.info("relay started", topics=self.topics, holder=s.holder, shadow=s.shadow)
+
+    async def _preflight(self, client: RedisClient) -> None:
+        """Redis must not evict; the relay owns its topics' ``.retry``/``.dead`` and the schedule topic
+        (created when missing, if allowed) and checks its job topics against the declaration."""
+        specs = job_topics(self.topics)
+        owns = [s for s in specs if s.role != "jobs"] + (
+            [schedule_topic(self.far)] if self.far.enabled else []
+        )
+        uses = [s for s in specs if s.role == "jobs"]
+        await preflight(redis=(client, self.redis), kafka=self.kafka, owns=owns, uses=uses)
 
     async def _stop(self) -> None:
         for relay in self.relays:

@@ -39,6 +39,7 @@ from jqcore.log import get_logger, kafka_logging
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.testsignal import TestSignal
+from jqcore.topics import dead_topic, retry_topic
 from jqrelay.backpressure import MemoryGuard, held
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.limits import LimitSignals, QueueRateLimits, RateLimit
@@ -55,17 +56,6 @@ IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
 """Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
 1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
 to 10 ms on an idle one (≈100 cheap calls/s)."""
-
-
-def dead_topic(topic: str) -> str:
-    """Malformed records and jobs the engine refuses for good, with the reason in headers."""
-    return f"{topic}.dead"
-
-
-def retry_topic(topic: str) -> str:
-    """Jobs whose queue failed the write for a reason of its own (e.g. a damaged queue key): kept
-    here, bytes unchanged, so the partition keeps flowing; re-relayed once the queue is repaired."""
-    return f"{topic}.retry"
 
 
 class TermEnded(Exception):

@@ -24,10 +24,10 @@ from jqcore.clock import now_ms
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.health import Readiness
-from jqcore.kafka import ensure_topics
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.membership import Membership, group_sizes, owned_by
+from jqcore.preflight import preflight
 from jqcore.redisconn import RedisClient, connect, memory_info
 from jqcore.settings import (
     ConsulSettings,
@@ -39,6 +39,7 @@ from jqcore.settings import (
 )
 from jqcore.state import REPAIR_AFTER_MS, Engine, GraphSignals
 from jqcore.testsignal import TestSignal
+from jqcore.topics import events_topic, schedule_topic
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper, EventSignals
 from jqsched.far import FarMover, FarSignals
@@ -169,7 +170,7 @@ class SchedulerService(Service):
             self.cron = CronFirer(CronStore(self.consul, self.cron_settings.kv_prefix), engine, s.name)
         far = self.far_settings
         if s.far and far.enabled:
-            self.mover = FarMover(engine, self.kafka, far, s.name)
+            self.mover = FarMover(engine, self.kafka, far, s.name, clock=engine.clock.now)
             self.mover.signals = self.signals.far
         if s.events:
             self.shipper = EventShipper(engine, self.kafka, self.events_settings)
@@ -177,23 +178,25 @@ class SchedulerService(Service):
 
     async def _start(self) -> None:
         self._connect()
+        await self._preflight()
         await self.timers.start()
         self._task = asyncio.create_task(self._beat_loop(), name="scheduler:beat")
         if self.cron is not None:
             self._cron_task = asyncio.create_task(self._cron_loop(), name="scheduler:cron")
         if self.mover is not None:
-            far = self.far_settings
-            await asyncio.to_thread(
-                lambda: ensure_topics(self.kafka, [far.topic], partitions=far.partitions, compacted=True)
-            )
             self._far_task = asyncio.create_task(self._far_loop(), name="scheduler:far")
         if self.shipper is not None:
-            ev = self.events_settings
-            await asyncio.to_thread(lambda: ensure_topics(self.kafka, [ev.topic], partitions=ev.partitions))
             self._events_task = asyncio.create_task(self._events_loop(), name="scheduler:events")
         self._series_task = asyncio.create_task(self._series_loop(), name="scheduler:series")
         self._graph_task = asyncio.create_task(self._graph_loop(), name="scheduler:graphs")
         log.info("scheduler started", name=self.settings.name, group=self.settings.group)
+
+    async def _preflight(self) -> None:
+        """Redis must not evict; the scheduler owns the schedule topic (with the far tier) and the events
+        topic (when it ships events): created when missing, if allowed, else held to the declaration."""
+        owns = [schedule_topic(self.far_settings)] if self.mover is not None else []
+        owns += [events_topic(self.events_settings)] if self.shipper is not None else []
+        await preflight(redis=(self.client, self.redis), kafka=self.kafka, owns=owns)
 
     async def _stop(self) -> None:
         for task in (self._series_task, self._graph_task, self._events_task):

@@ -56,6 +56,8 @@ from jqcore import metrics
 from jqcore.events import FIELDS, TERMINAL
 from jqcore.history import COLUMN_OF, CURRENT_COLUMNS, CURRENT_DIR, EVENT_COLUMNS, EVENTS_DIR
 from jqcore.log import get_logger
+from jqcore.settings import KafkaSettings
+from jqspark.options import kafka_settings, spark_kafka_options
 
 __all__ = [
     "COMPACT_AFTER",
@@ -211,7 +213,8 @@ class HistoryBatches:
 def start_history(
     spark: SparkSession,
     *,
-    bootstrap: str,
+    kafka: KafkaSettings | None = None,
+    bootstrap: str | None = None,
     topic: str,
     root: Path,
     checkpoint: Path | None = None,
@@ -222,18 +225,23 @@ def start_history(
     compact_after: int = COMPACT_AFTER,
     max_offsets_per_trigger: int | None = None,
 ) -> StreamingQuery:
-    """Start the history query: ``topic`` (on Kafka ``bootstrap``) into the tables under ``root``.
+    """Start the history query: ``topic`` into the tables under ``root``. Kafka is ``kafka`` (jobq's
+    settings: TLS, SASL, mapped by :func:`jqspark.options.spark_kafka_options`) or ``bootstrap`` (a
+    plaintext cluster's ``host:port,...``).
 
     ``checkpoint`` (default ``root/_checkpoint``) is the query's progress: keep it to resume where it
     stopped. ``trigger_s`` is the micro-batch interval; ``available_now`` processes what the topic holds
     now, in as many batches as ``max_offsets_per_trigger`` asks, then stops (``jobq history run --once``).
     ``starting_offsets`` applies to a new checkpoint only (Spark's ``startingOffsets``).
     """
+    settings = kafka_settings(kafka if kafka is not None else bootstrap)
+    if settings is None or (kafka is not None and bootstrap is not None):
+        raise ValueError("give kafka (settings) or bootstrap (a plaintext cluster): one of them")
     checkpoint = checkpoint or root / "_checkpoint"
     root.mkdir(parents=True, exist_ok=True)
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**spark_kafka_options(settings))
         .option("subscribe", topic)
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", "false")
@@ -310,7 +318,8 @@ by batch (readers see progress) instead of in one long first batch."""
 def run_history(
     spark: SparkSession,
     *,
-    bootstrap: str,
+    kafka: KafkaSettings | None = None,
+    bootstrap: str | None = None,
     topic: str,
     root: Path,
     checkpoint: Path | None = None,
@@ -329,6 +338,7 @@ def run_history(
     started = time.monotonic()
     query = start_history(
         spark,
+        kafka=kafka,
         bootstrap=bootstrap,
         topic=topic,
         root=root,

@@ -19,11 +19,26 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from jqcore.errors import JobqError
+from jqcore.settings import KafkaSettings
 
-__all__ = ["BOOTSTRAP_CONF", "SparkSetupError", "connector_jars", "spark_session"]
+__all__ = [
+    "BOOTSTRAP_CONF",
+    "REDACTION_REGEX",
+    "SparkSetupError",
+    "connector_jars",
+    "session_kafka",
+    "spark_session",
+]
 
 BOOTSTRAP_CONF = "spark.jobq.kafka.bootstrap"
 """Session setting holding the Kafka bootstrap servers that ``write_batch``/``write_stream`` default to."""
+
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]key|jaas|keystore[.]key"
+"""``spark.redaction.regex``: Spark's default plus the Kafka options that carry secrets without saying so
+(``kafka.sasl.jaas.config``, ``kafka.ssl.keystore.key``), masked in Spark's UI, event logs and plans."""
+
+_KAFKA: dict[str, KafkaSettings] = {}
+"""The Kafka settings a session was created with, by application id (secrets stay out of Spark's conf)."""
 
 _CONNECTOR = "spark-sql-kafka-0-10_2.13"
 _VERSIONED = re.compile(r"^(?P<artifact>.+)-\d[^-]*(?:-[A-Za-z][^-]*)?$")
@@ -68,6 +83,7 @@ def spark_session(
     app_name: str,
     bootstrap: str | None = None,
     *,
+    kafka: KafkaSettings | None = None,
     jars: str | Path | Iterable[str | Path],
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
@@ -75,12 +91,16 @@ def spark_session(
 ) -> SparkSession:
     """A Spark session with the Kafka connector, bound to loopback, without the web UI.
 
-    ``bootstrap`` (Kafka's ``host:port,...``) is remembered in the session (``spark.jobq.kafka.bootstrap``)
-    as the default of :func:`jqspark.write_batch` / :func:`jqspark.write_stream`. ``jars`` is the folder
+    ``kafka`` (jobq's Kafka settings: TLS, SASL; ``docs/security.md``) or ``bootstrap`` (a plaintext
+    cluster's ``host:port,...``) is remembered as the default of :func:`jqspark.write_batch` /
+    :func:`jqspark.write_stream` (the bootstrap servers in ``spark.jobq.kafka.bootstrap``, the settings in
+    this process only: no secret enters Spark's configuration). ``jars`` is the folder
     ``ensure_spark_jars()`` returns. ``conf`` entries override the defaults set here. Like every
     ``getOrCreate``, this returns the already running session of the process if there is one (its jars and
     settings then stay as they were): start one session per process and share it.
     """
+    if kafka is not None and bootstrap is not None:
+        raise ValueError("give kafka (settings) or bootstrap (a plaintext cluster), not both")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {
@@ -91,13 +111,23 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.redaction.regex": REDACTION_REGEX,
     }
-    if bootstrap:
-        settings[BOOTSTRAP_CONF] = bootstrap
+    servers = kafka.bootstrap if kafka is not None else bootstrap
+    if servers:
+        settings[BOOTSTRAP_CONF] = servers
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
+    if kafka is not None:
+        _KAFKA[session.sparkContext.applicationId] = kafka
     return session
+
+
+def session_kafka(session: SparkSession) -> KafkaSettings | str | None:
+    """The Kafka a session was created with: its settings, else its bootstrap servers, else None."""
+    settings = _KAFKA.get(session.sparkContext.applicationId)
+    return settings if settings is not None else session.conf.get(BOOTSTRAP_CONF, None)

@@ -20,8 +20,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
+from jqcore.settings import ClientConfig, KafkaSettings
+from jqspark.options import kafka_settings, spark_kafka_options
 from jqspark.records import RECORD_COLUMNS
-from jqspark.session import BOOTSTRAP_CONF, SparkSetupError
+from jqspark.session import SparkSetupError, session_kafka
 
 __all__ = ["PRODUCER_DEFAULTS", "kafka_options", "write_batch", "write_stream"]
 
@@ -39,18 +41,19 @@ _ALLOWED = frozenset({*RECORD_COLUMNS, "partition"})
 
 
 def kafka_options(
-    records: DataFrame, bootstrap: str | None, options: Mapping[str, str] | None
-) -> dict[str, str]:
-    """The sink's options: bootstrap servers (given, else the session's ``spark.jobq.kafka.bootstrap``),
+    records: DataFrame, kafka: KafkaSettings | str | None, options: Mapping[str, str] | None
+) -> ClientConfig:
+    """The sink's options: how to reach Kafka (``kafka``: settings or a plaintext bootstrap list; else
+    the session's, :func:`jqspark.spark_session`) mapped by :func:`jqspark.options.spark_kafka_options`,
     the durable producer defaults, then ``options``. ``acks`` other than ``all`` is refused: it would
     drop the guarantee the gateway gives for the same jobs."""
-    servers = bootstrap or records.sparkSession.conf.get(BOOTSTRAP_CONF, None)
-    if not servers:
+    settings = kafka_settings(kafka if kafka else session_kafka(records.sparkSession))
+    if settings is None:
         raise SparkSetupError(
-            "no Kafka bootstrap servers: pass bootstrap=, or create the session with "
-            "jqspark.spark_session(app, bootstrap)"
+            "no Kafka: pass kafka= (jobq's KafkaSettings) or bootstrap=, or create the session with "
+            "jqspark.spark_session(app, kafka=...)"
         )
-    opts = {"kafka.bootstrap.servers": servers, **PRODUCER_DEFAULTS, **(options or {})}
+    opts = ClientConfig({**spark_kafka_options(settings), **PRODUCER_DEFAULTS, **(options or {})})
     if opts["kafka.acks"] not in ("all", "-1"):
         raise ValueError(f"kafka.acks must be all, not {opts['kafka.acks']!r}")
     return opts
@@ -65,20 +68,34 @@ def _check_columns(records: DataFrame) -> None:
         )
 
 
+def _kafka(kafka: KafkaSettings | None, bootstrap: str | None) -> KafkaSettings | str | None:
+    if kafka is not None and bootstrap is not None:
+        raise ValueError("give kafka (settings) or bootstrap (a plaintext cluster), not both")
+    return kafka if kafka is not None else bootstrap
+
+
 def write_batch(
-    records: DataFrame, *, bootstrap: str | None = None, options: Mapping[str, str] | None = None
+    records: DataFrame,
+    *,
+    kafka: KafkaSettings | None = None,
+    bootstrap: str | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> None:
-    """Write a batch DataFrame of records (``df.write.format("kafka")``); returns once Kafka has them."""
+    """Write a batch DataFrame of records (``df.write.format("kafka")``); returns once Kafka has them.
+    ``kafka`` (settings, e.g. ``load(KafkaSettings)``) or ``bootstrap`` (a plaintext cluster) say where;
+    neither: the session's."""
     if records.isStreaming:
         raise ValueError("write_batch needs a batch DataFrame; use write_stream for a streaming one")
     _check_columns(records)
-    records.write.format("kafka").options(**kafka_options(records, bootstrap, options)).save()
+    opts = kafka_options(records, _kafka(kafka, bootstrap), options)
+    records.write.format("kafka").options(**opts).save()
 
 
 def write_stream(
     records: DataFrame,
     *,
     checkpoint: str | Path,
+    kafka: KafkaSettings | None = None,
     bootstrap: str | None = None,
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
@@ -89,14 +106,15 @@ def write_stream(
     ``checkpoint`` is the query's progress (source offsets and committed batches): keep it for the life
     of the pipeline, and restart with the same one to resume where it stopped. ``trigger`` is passed to
     ``DataStreamWriter.trigger`` (``{"processingTime": "2 seconds"}``, ``{"availableNow": True}``);
-    default: the next batch as soon as the previous one is done.
+    default: the next batch as soon as the previous one is done. ``kafka``/``bootstrap``: as for
+    :func:`write_batch`.
     """
     if not records.isStreaming:
         raise ValueError("write_stream needs a streaming DataFrame; use write_batch for a batch one")
     _check_columns(records)
     writer = (
         records.writeStream.format("kafka")
-        .options(**kafka_options(records, bootstrap, options))
+        .options(**kafka_options(records, _kafka(kafka, bootstrap), options))
         .option("checkpointLocation", str(checkpoint))
         .outputMode("append")
     )

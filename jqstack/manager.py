@@ -3,7 +3,12 @@
 A stack has a name and a folder (``JOBQ_HOME/stacks/<name>``) holding ``state.json`` (ports, pids),
 every server's data and log. ``up`` is idempotent: servers already running are left alone, dead ones are
 restarted on their recorded ports with their data. The default stack (``jobq stack up``) uses fixed
-loopback ports; the test stack picks free ports so it never collides with a running default stack.
+loopback ports, every other named stack a block of ports of its own (:mod:`jqstack.ports`), the test stack
+free ports, so none collides with another. Before a server starts, each of its ports is checked: a port
+already taken is named in the error with the process that holds it.
+
+A **secure** stack (``StackSpec.secure``, :mod:`jqstack.secure`) runs SASL_SSL Kafka, TLS + ACL Redis and
+HTTPS + ACL Consul with a CA, certificates and per-role secrets of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import shutil
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +31,19 @@ import redis
 
 from jqstack import provision
 from jqstack.errors import StackError
-from jqstack.paths import stack_dir
+from jqstack.paths import home, stack_dir
+from jqstack.ports import (
+    BLOCK_FIRST,
+    CLUSTER_BUS_OFFSET,
+    DEFAULT_PORTS,
+    block_port,
+    choose_block,
+    is_free,
+    port_holder,
+    recorded_ports,
+)
 from jqstack.procs import free_port, log_tail, run_step
+from jqstack.secure import SecureFiles, consul_acls, kafka_acls
 from jqstack.servers import ConsulServer, KafkaBroker, RedisServer, ServerSpec, kafka_ready
 from jqstack.supervise import alive, spawn, terminate, wait_until
 
@@ -34,21 +51,25 @@ __all__ = ["DEFAULT_PORTS", "Endpoints", "Stack", "StackSpec"]
 
 RedisMode = Literal["single", "cluster", "both"]
 
-DEFAULT_PORTS = {"kafka": 29092, "consul": 28500, "redis": 26379, "redis_cluster": 27001}
+DEFAULT_STACK = "default"
 
 
 @dataclass(frozen=True)
 class StackSpec:
-    name: str = "default"
+    name: str = DEFAULT_STACK
     brokers: int = 1
     redis_mode: RedisMode = "single"
     fixed_ports: bool = True
+    """Ports that stay the stack's: the documented ones for ``default``, a block of its own for any other
+    name (:mod:`jqstack.ports`); false: free ports picked when the stack is planned (test sessions)."""
     redis_replicas: int = 0
     """Replicas per Redis Cluster master (3 masters; 1 gives six nodes, and a killed master fails over)."""
     fault_listener: bool = False
     """Each broker gets a second listener that advertises a *proxy* port (``fault_proxy``): a client
     bootstrapped there reaches the broker only through a TCP fault proxy on that port (the fault suite's
     way to cut one process from Kafka; the normal listener stays direct)."""
+    secure: bool = False
+    """SASL_SSL Kafka, TLS + ACL Redis, HTTPS + ACL Consul (:mod:`jqstack.secure`); single Redis only."""
 
 
 @dataclass
@@ -77,6 +98,19 @@ class Endpoints:
         return env
 
 
+def _describe_holder(port: int) -> str:
+    """Who listens on ``port``: a server of a jobq stack by name, else the process, else "a process"."""
+    holder = port_holder(port)
+    if holder is None:
+        return "a process this user cannot see"
+    for state in (home() / "stacks").glob("*/state.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            for s in json.loads(state.read_text())["servers"]:
+                if s.get("pid") == holder.pid:
+                    return f"{s['name']} of stack {state.parent.name!r} (pid {holder.pid})"
+    return str(holder)
+
+
 def _same_spec(saved: Any, spec: StackSpec) -> bool:
     """Whether a ``state.json``'s spec is ``spec``; fields added to :class:`StackSpec` since it was saved
     take their defaults (a stack started by an older jobq is still the same stack)."""
@@ -89,10 +123,14 @@ class Stack:
     """Provision, start, probe and stop one named local stack."""
 
     def __init__(self, spec: StackSpec, root: Path | None = None) -> None:
+        if spec.secure and (spec.redis_mode != "single" or spec.fault_listener):
+            raise StackError("a secure stack runs one Redis and no fault listener")
         self.spec = spec
         self.root = root or stack_dir(spec.name)
         self.servers: list[ServerSpec] = []
         self.meta: dict[str, Any] = {}
+        self.secure = SecureFiles(self.root / "secrets") if spec.secure else None
+        """The secure stack's CA, certificates and secrets (made by :meth:`up`); ``None`` when plain."""
         self._load_or_plan()
 
     # ---- planning and state --------------------------------------------------------------------
@@ -103,6 +141,7 @@ class Stack:
             if _same_spec(raw.get("spec"), self.spec):
                 self.servers = [ServerSpec(**s) for s in raw["servers"]]
                 self.meta = raw.get("meta", {})
+                self._leave_default_ports()
                 return
             if any(alive(s.get("pid")) for s in raw["servers"]):
                 raise StackError(
@@ -113,24 +152,59 @@ class Stack:
         self.meta = {"kafka_cluster_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")}
         self._save()
 
-    def _port(self, kind: str, offset: int) -> int:
-        if self.spec.fixed_ports:
-            return DEFAULT_PORTS[kind] + offset
-        if kind == "redis_cluster":  # the cluster bus listens on port + 10000
-            return free_port(below=55535, pair_offset=10000)
-        return free_port()
+    def _leave_default_ports(self) -> None:
+        """A named stack planned by an older jobq sits on the default stack's ports: while it is stopped,
+        give it a block of its own (same servers, same data)."""
+        if self.spec.name == DEFAULT_STACK or not self.spec.fixed_ports:
+            return
+        if any(alive(s.pid) for s in self.servers):
+            return
+        default_ports = {s.port for s in self._plan(lambda kind, offset: DEFAULT_PORTS[kind] + offset)}
+        if not default_ports & {s.port for s in self.servers}:
+            return
+        ports = {s.name: s for s in self._plan(self._block_allocator())}
+        for server in self.servers:
+            server.port, server.extra_ports = ports[server.name].port, ports[server.name].extra_ports
+        self._save()
 
-    def _plan(self) -> list[ServerSpec]:
+    def _allocator(self) -> Callable[[str, int], int]:
+        if self.spec.fixed_ports and self.spec.name == DEFAULT_STACK:
+            return lambda kind, offset: DEFAULT_PORTS[kind] + offset
+        if self.spec.fixed_ports:
+            return self._block_allocator()
+
+        def free(kind: str, offset: int) -> int:
+            if kind == "redis_cluster":  # the cluster bus listens on port + 10000
+                return free_port(below=65535 - CLUSTER_BUS_OFFSET, pair_offset=CLUSTER_BUS_OFFSET)
+            return free_port()
+
+        return free
+
+    def _block_allocator(self) -> Callable[[str, int], int]:
+        """Ports in the first free block for this stack's name that no other stack has recorded."""
+        offsets: list[int] = []
+        for s in self._plan(lambda kind, offset: block_port(0, kind, offset)):
+            owned = [p for key, p in s.extra_ports.items() if not key.startswith("fault")]  # free ports
+            offsets += [p - BLOCK_FIRST for p in (s.port, *owned)]
+            if s.kind == "redis-cluster":
+                offsets.append(s.port - BLOCK_FIRST + CLUSTER_BUS_OFFSET)
+        taken = recorded_ports(home() / "stacks", besides=self.spec.name)
+        block = choose_block(self.spec.name, offsets, taken)
+        return lambda kind, offset: block_port(block, kind, offset)
+
+    def _plan(self, port: Callable[[str, int], int] | None = None) -> list[ServerSpec]:
+        """The servers of this spec; ``port(kind, offset)`` assigns each its ports (:meth:`_allocator`)."""
+        port = port or self._allocator()
         out: list[ServerSpec] = []
         for i in range(self.spec.brokers):
-            extra = {"controller": self._port("kafka", 2 * i + 1)}
+            extra = {"controller": port("kafka", 2 * i + 1)}
             if self.spec.fault_listener:
                 extra |= {"fault": free_port(), "fault_proxy": free_port()}
             out.append(
                 ServerSpec(
                     f"kafka-{i + 1}",
                     "kafka",
-                    self._port("kafka", 2 * i),
+                    port("kafka", 2 * i),
                     str(self.root / f"kafka-{i + 1}"),
                     extra,
                 )
@@ -139,24 +213,24 @@ class Stack:
             ServerSpec(
                 "consul",
                 "consul",
-                self._port("consul", 0),
+                port("consul", 0),
                 str(self.root / "consul"),
                 {
-                    "serf_lan": self._port("consul", 1),
-                    "serf_wan": self._port("consul", 2),
-                    "server": self._port("consul", 3),
+                    "serf_lan": port("consul", 1),
+                    "serf_wan": port("consul", 2),
+                    "server": port("consul", 3),
                 },
             )
         )
         if self.spec.redis_mode in ("single", "both"):
-            out.append(ServerSpec("redis", "redis", self._port("redis", 0), str(self.root / "redis")))
+            out.append(ServerSpec("redis", "redis", port("redis", 0), str(self.root / "redis")))
         if self.spec.redis_mode in ("cluster", "both"):
             for i in range(3 * (1 + self.spec.redis_replicas)):
                 out.append(
                     ServerSpec(
                         f"redis-cluster-{i + 1}",
                         "redis-cluster",
-                        self._port("redis_cluster", i),
+                        port("redis_cluster", i),
                         str(self.root / f"redis-cluster-{i + 1}"),
                     )
                 )
@@ -199,30 +273,65 @@ class Stack:
 
     def up(self, timeout_s: float = 90.0) -> Endpoints:
         tools = self.provision()
+        if self.secure:
+            self.secure.ensure()
         for server in self.servers:
             if not alive(server.pid):
                 self.start_server(server, tools)
         self.wait_ready(timeout_s)
         if self.of_kind("redis-cluster"):
             self.form_redis_cluster(timeout_s)
+        if self.secure:
+            kafka_acls(self.endpoints.kafka_bootstrap, self.secure)
+            consul_acls(f"127.0.0.1:{self.of_kind('consul')[0].port}", self.secure)
         return self.endpoints
 
     def start_server(self, server: ServerSpec, tools: dict[str, Path]) -> None:
-        """Spawn ``server`` (``tools``: what :meth:`provision` answered), not waiting; saves its pid."""
+        """Spawn ``server`` (``tools``: what :meth:`provision` answered), not waiting; saves its pid.
+        Raises StackError naming the port and its holder when one of the server's ports is taken."""
+        self.check_ports(server)
         server.pid = spawn(self._command(server, tools), log=server.log, cwd=server.data_dir)
         self._save()
+
+    def check_ports(self, server: ServerSpec) -> None:
+        """Raise StackError when a port ``server`` listens on is taken, naming the port and its holder
+        (a server of a jobq stack by name, else the process's pid and command line)."""
+        ports = {"": server.port} | {k: p for k, p in server.extra_ports.items() if k != "fault_proxy"}
+        if server.kind == "redis-cluster":
+            ports["cluster bus"] = server.port + CLUSTER_BUS_OFFSET
+        for label, port in ports.items():
+            if is_free(port):
+                continue
+            what = f"port {port}" + (f" ({label})" if label else "")
+            raise StackError(
+                f"{server.name} of stack {self.spec.name!r} cannot start: {what} is taken by "
+                f"{_describe_holder(port)}. {self._port_hint()}"
+            )
+
+    def _port_hint(self) -> str:
+        if self.spec.name == DEFAULT_STACK and self.spec.fixed_ports:
+            return (
+                "The default stack's ports are fixed: stop that process, or run a stack of your own "
+                "beside it (`jobq stack up --name NAME`), which gets ports of its own."
+            )
+        return (
+            "Stop that process, or plan this stack's ports anew "
+            f"(`jobq stack down --name {self.spec.name} --purge`, then `up`)."
+        )
 
     def _command(self, server: ServerSpec, tools: dict[str, Path]) -> list[str]:
         if server.kind == "kafka":
             return self._kafka_command(server, tools["kafka"])
         if server.kind == "consul":
-            return ConsulServer.command(server, tools["consul"])
-        return RedisServer.command(server, tools["redis"], cluster=server.kind == "redis-cluster")
+            return ConsulServer.command(server, tools["consul"], self.secure)
+        cluster = server.kind == "redis-cluster"
+        return RedisServer.command(server, tools["redis"], cluster=cluster, secure=self.secure)
 
     def _kafka_command(self, spec: ServerSpec, libs: Path) -> list[str]:
         brokers = self.of_kind("kafka")
         voters = ",".join(f"{i + 1}@127.0.0.1:{b.extra_ports['controller']}" for i, b in enumerate(brokers))
-        KafkaBroker.prepare(spec, libs, brokers.index(spec) + 1, voters, self.meta["kafka_cluster_id"])
+        node_id, cluster_id = brokers.index(spec) + 1, self.meta["kafka_cluster_id"]
+        KafkaBroker.prepare(spec, libs, node_id, voters, cluster_id, self.secure)
         return KafkaBroker.command(spec, libs)
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
@@ -241,10 +350,11 @@ class Stack:
 
     def _ready(self, server: ServerSpec) -> bool:
         if server.kind == "kafka":
-            return kafka_ready(f"127.0.0.1:{server.port}", len(self.of_kind("kafka")))
+            security = self.secure.kafka_client() if self.secure else None
+            return kafka_ready(f"127.0.0.1:{server.port}", len(self.of_kind("kafka")), security=security)
         if server.kind == "consul":
-            return ConsulServer.ready(server)
-        return RedisServer.ready(server)
+            return ConsulServer.ready(server, self.secure)
+        return RedisServer.ready(server, self.secure)
 
     def form_redis_cluster(self, timeout_s: float = 90.0) -> None:
         nodes = self.of_kind("redis-cluster")

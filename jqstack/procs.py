@@ -65,10 +65,18 @@ def run_step(
     env: dict[str, str] | None = None,
     timeout_s: float = 900,
     hint: str = "",
+    secrets: Sequence[str] = (),
 ) -> str:
     """Run one provisioning command, saying what it does (``note``: e.g. ``first run only, ~3 min``)
     and showing it alive meanwhile (:func:`jqstack.progress.step`); on failure raise StackError naming
-    the step, command and output."""
+    the step, command and output (``secrets``: values the command carries that the error shows as
+    ``***``)."""
+
+    def shown(text: str) -> str:
+        for secret in secrets:
+            text = text.replace(secret, "***")
+        return text
+
     with step(what, note) as running:
         try:
             proc = subprocess.Popen(
@@ -77,10 +85,11 @@ def run_step(
         except FileNotFoundError as exc:
             raise StackError(f"{what}: command not found: {cmd[0]}. {hint}".strip()) from exc
         with proc:
-            out, err = _communicate(proc, running, timeout_s, f"{what}: `{' '.join(cmd)}`", hint)
+            command = shown(" ".join(cmd))
+            out, err = _communicate(proc, running, timeout_s, f"{what}: `{command}`", hint)
         if proc.returncode != 0:
-            tail = "\n".join((out + err).splitlines()[-30:])
-            raise StackError(f"{what}: `{' '.join(cmd)}` exited {proc.returncode}:\n{tail}\n{hint}".rstrip())
+            tail = shown("\n".join((out + err).splitlines()[-30:]))
+            raise StackError(f"{what}: `{command}` exited {proc.returncode}:\n{tail}\n{hint}".rstrip())
     return out
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 
 from jqstack.procs import run_step
+from jqstack.secure import BROKER_USER, SERVER_CN, SecureFiles
 
 __all__ = [
     "BROKER_MESSAGE_MAX_BYTES",
@@ -53,13 +54,18 @@ class ServerSpec:
         return self.data_dir / "server.log"
 
 
-def kafka_ready(bootstrap: str, expected_brokers: int, timeout_s: float = 2.0) -> bool:
+def kafka_ready(
+    bootstrap: str, expected_brokers: int, timeout_s: float = 2.0, security: dict[str, str] | None = None
+) -> bool:
+    """Whether a metadata request to ``bootstrap`` lists ``expected_brokers`` (``security``: librdkafka's
+    SASL/TLS settings for a secure stack)."""
     from confluent_kafka.admin import AdminClient
 
     host, _, port = bootstrap.split(",")[0].rpartition(":")
     with socket.create_connection((host, int(port)), timeout=1):
         pass  # cheap pre-check: librdkafka would log every refused connection
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+    conf: dict[str, str | int] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0}
+    admin = AdminClient({**conf, **(security or {})})
     meta = admin.list_topics(timeout=timeout_s)
     return len(meta.brokers) >= expected_brokers
 
@@ -74,11 +80,14 @@ class KafkaBroker:
     """Apache Kafka in KRaft mode (combined broker + controller)."""
 
     @staticmethod
-    def properties(spec: ServerSpec, node_id: int, voters: str) -> str:
+    def properties(spec: ServerSpec, node_id: int, voters: str, secure: SecureFiles | None = None) -> str:
+        """``server.properties``; with ``secure``, clients and brokers meet on one SASL_SSL listener
+        (SCRAM-SHA-512) and the KRaft controller listener takes TLS with client certificates only."""
         port, cport = spec.port, spec.extra_ports["controller"]
-        listeners = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"
-        advertised = f"PLAINTEXT://127.0.0.1:{port}"
-        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        client = "SASL_SSL" if secure else "PLAINTEXT"
+        listeners = f"{client}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"
+        advertised = f"{client}://127.0.0.1:{port}"
+        protocols = f"{client}:{client},CONTROLLER:{'SSL' if secure else 'PLAINTEXT'}"
         if "fault" in spec.extra_ports:  # reached only through a fault proxy on the advertised port
             listeners += f",FAULT://127.0.0.1:{spec.extra_ports['fault']}"
             advertised += f",FAULT://127.0.0.1:{spec.extra_ports['fault_proxy']}"
@@ -93,7 +102,7 @@ class KafkaBroker:
                 f"advertised.listeners={advertised}",
                 "controller.listener.names=CONTROLLER",
                 f"listener.security.protocol.map={protocols}",
-                "inter.broker.listener.name=PLAINTEXT",
+                f"inter.broker.listener.name={client}",
                 f"log.dirs={spec.data_dir / 'log'}",
                 f"num.partitions={3 if voters.count('@') == 1 else 6}",
                 f"offsets.topic.replication.factor={min(3, voters.count('@'))}",
@@ -103,16 +112,50 @@ class KafkaBroker:
                 "auto.create.topics.enable=false",
                 "log.retention.hours=168",
                 f"message.max.bytes={BROKER_MESSAGE_MAX_BYTES}",
+                *(KafkaBroker._secure_properties(secure) if secure else []),
                 "",
             ]
         )
 
     @staticmethod
-    def prepare(spec: ServerSpec, libs: Path, node_id: int, voters: str, cluster_id: str) -> Path:
+    def _secure_properties(files: SecureFiles) -> list[str]:
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{BROKER_USER}" password="{files.secret("kafka", BROKER_USER)}";'
+        )
+        return [
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+            f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}",
+            "listener.name.controller.ssl.client.auth=required",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={files.kafka_keystore}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={files.ca_cert}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found=false",
+            f"super.users=User:{BROKER_USER};User:admin;User:CN={SERVER_CN}",
+        ]
+
+    @staticmethod
+    def prepare(
+        spec: ServerSpec,
+        libs: Path,
+        node_id: int,
+        voters: str,
+        cluster_id: str,
+        secure: SecureFiles | None = None,
+    ) -> Path:
+        """Write ``server.properties`` (0600: a secure broker's holds its SCRAM password) and format the
+        storage once (a secure stack's SCRAM users are created then: ``--add-scram``)."""
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         props = spec.data_dir / "server.properties"
-        props.write_text(KafkaBroker.properties(spec, node_id, voters))
+        props.touch(mode=0o600)
+        props.chmod(0o600)
+        props.write_text(KafkaBroker.properties(spec, node_id, voters, secure))
         if not (spec.data_dir / "log" / "meta.properties").exists():
+            users = secure.scram_users() if secure else []
+            scram = [f"SCRAM-SHA-512=[name={u},password={p}]" for u, p in users]
             run_step(
                 f"formatting Kafka storage for {spec.name}",
                 [
@@ -124,8 +167,10 @@ class KafkaBroker:
                     f"--cluster-id={cluster_id}",  # one token: a random id may start with "-"
                     "-c",
                     str(props),
+                    *[arg for s in scram for arg in ("--add-scram", s)],
                 ],
                 timeout_s=120,
+                secrets=[p for _, p in users],
             )
         return props
 
@@ -157,7 +202,9 @@ class ConsulServer:
     """A Consul agent in dev mode (in-memory server, no DNS, no gRPC), loopback only."""
 
     @staticmethod
-    def command(spec: ServerSpec, binary: Path) -> list[str]:
+    def command(spec: ServerSpec, binary: Path, secure: SecureFiles | None = None) -> list[str]:
+        if secure:
+            return ConsulServer._secure_command(spec, binary, secure)
         p = spec.extra_ports
         return [
             str(binary),
@@ -188,8 +235,62 @@ class ConsulServer:
         ]
 
     @staticmethod
-    def ready(spec: ServerSpec) -> bool:
-        with urllib.request.urlopen(f"http://127.0.0.1:{spec.port}/v1/status/leader", timeout=2) as resp:
+    def _secure_command(spec: ServerSpec, binary: Path, files: SecureFiles) -> list[str]:
+        """HTTPS only (no HTTP port), ACLs on with ``default_policy = "deny"``, bootstrapped with the
+        stack's management token (also the agent's own token). The configuration file is 0600."""
+        p = spec.extra_ports
+        management = files.secret("consul", "management")
+        config = {
+            "node_name": spec.name,
+            "log_level": "warn",
+            "ports": {
+                "http": -1,
+                "https": spec.port,
+                "grpc": -1,
+                "grpc_tls": -1,
+                "dns": -1,
+                "serf_lan": p["serf_lan"],
+                "serf_wan": p["serf_wan"],
+                "server": p["server"],
+            },
+            "tls": {
+                "defaults": {
+                    "ca_file": str(files.ca_cert),
+                    "cert_file": str(files.server_cert),
+                    "key_file": str(files.server_key),
+                    "verify_incoming": False,
+                    "verify_outgoing": True,
+                }
+            },
+            "acl": {
+                "enabled": True,
+                "default_policy": "deny",
+                "enable_token_persistence": False,
+                "tokens": {"initial_management": management, "agent": management},
+            },
+        }
+        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        path = spec.data_dir / "consul.json"
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(json.dumps(config, indent=2))
+        return [
+            str(binary),
+            "agent",
+            "-dev",
+            "-client",
+            "127.0.0.1",
+            "-bind",
+            "127.0.0.1",
+            "-config-file",
+            str(path),
+        ]
+
+    @staticmethod
+    def ready(spec: ServerSpec, secure: SecureFiles | None = None) -> bool:
+        scheme, ctx = ("https", secure.ssl_context()) if secure else ("http", None)
+        url = f"{scheme}://127.0.0.1:{spec.port}/v1/status/leader"
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
             return bool(json.loads(resp.read()))
 
 
@@ -197,12 +298,29 @@ class RedisServer:
     """redis-server with AOF on and ``noeviction`` (eviction would corrupt queue state silently)."""
 
     @staticmethod
-    def command(spec: ServerSpec, binary: Path, *, cluster: bool = False, maxmemory: str = "0") -> list[str]:
+    def command(
+        spec: ServerSpec,
+        binary: Path,
+        *,
+        cluster: bool = False,
+        maxmemory: str = "0",
+        secure: SecureFiles | None = None,
+    ) -> list[str]:
+        """``secure``: TLS only (``port 0``, ``tls-port``) and the ACL users of
+        :meth:`SecureFiles.redis_acl` (an ACL file of hashes, 0600)."""
         spec.data_dir.mkdir(parents=True, exist_ok=True)
+        listen = ["--port", str(spec.port)]
+        if secure:
+            acl = spec.data_dir / "users.acl"
+            acl.touch(mode=0o600)
+            acl.chmod(0o600)
+            acl.write_text(secure.redis_acl())
+            listen = ["--port", "0", "--tls-port", str(spec.port), "--tls-auth-clients", "no"]
+            listen += ["--tls-cert-file", str(secure.server_cert), "--tls-key-file", str(secure.server_key)]
+            listen += ["--tls-ca-cert-file", str(secure.ca_cert), "--aclfile", str(acl)]
         cmd = [
             str(binary),
-            "--port",
-            str(spec.port),
+            *listen,
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -234,8 +352,11 @@ class RedisServer:
         return cmd
 
     @staticmethod
-    def ready(spec: ServerSpec) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=spec.port, socket_timeout=1, socket_connect_timeout=1)
+    def ready(spec: ServerSpec, secure: SecureFiles | None = None) -> bool:
+        tls = secure.redis_client() if secure else {}
+        client = redis.Redis(
+            host="127.0.0.1", port=spec.port, socket_timeout=1, socket_connect_timeout=1, **tls
+        )
         try:
             return bool(client.ping())
         finally:

@@ -16,13 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import consul
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from jqcore import keys, membership
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
+from jqcore.consulconn import close_consul, consul_client, consul_sync_client
 from jqcore.cronstore import CronStore, overview
 from jqcore.history import HistoryStore
 from jqcore.presence import count_alive
@@ -127,15 +126,10 @@ def _lag_seconds(c: Consumer, tp: TopicPartition, offset: int) -> float | None:
     return None
 
 
-def _sync_consul(settings: ConsulSettings) -> consul.Consul:
-    token = settings.token.get_secret_value() if settings.token else None
-    return consul.Consul(host=settings.host, port=settings.port, scheme=settings.scheme, token=token)
-
-
 def relay_locks(consul_settings: ConsulSettings, topics: list[str], relay: RelayKeys) -> list[dict[str, Any]]:
     """Per topic: the lock holder, how long it held it, the fence (Consul's lock index: each new term
     raises it; Redis refuses writes below the newest fence seen)."""
-    c = _sync_consul(consul_settings)
+    c = consul_sync_client(consul_settings)
     rows = []
     for topic in topics:
         _, entry = c.kv.get(relay.lock_key(topic))
@@ -158,7 +152,7 @@ def relay_locks(consul_settings: ConsulSettings, topics: list[str], relay: Relay
 def rate_limits(consul_settings: ConsulSettings, topics: list[str], relay: RelayKeys) -> dict[str, Any]:
     """The live limits the relays apply: ``{"topics": {topic: text}, "queues": {queue: text}}`` (the KV
     value as written: empty or absent is unlimited, ``0`` paused, else jobs per second)."""
-    c = _sync_consul(consul_settings)
+    c = consul_sync_client(consul_settings)
     out: dict[str, dict[str, str]] = {"topics": {}, "queues": {}}
     for topic in topics:
         _, entry = c.kv.get(relay.rate_key(topic))

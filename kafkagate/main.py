@@ -41,6 +41,7 @@ from jqcore.errors import JobqError
 from jqcore.http import serve_http
 from jqcore.lifecycle import Service, cancel_and_wait, run_until_signal
 from jqcore.log import get_logger
+from jqcore.preflight import preflight
 from jqcore.presence import Presence, process_name
 from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
@@ -55,6 +56,7 @@ from jqcore.settings import (
     load,
 )
 from jqcore.state import Engine
+from jqcore.topics import job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
 from kafkagate.settings import GateSettings
@@ -126,6 +128,7 @@ class GateService(Service):
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
         self._redis_client = client = connect(self.redis)
+        await self._preflight(client)
         self._gate = gate = Gate(
             self.settings,
             self.routing,
@@ -147,6 +150,13 @@ class GateService(Service):
         log.info(
             "gateway serving", host=self.settings.host, port=self.port, az=self.settings.az, slot=self.slot
         )
+
+    async def _preflight(self, client: RedisClient) -> None:
+        """Redis must not evict; the routed topics (and the schedule topic, which the gateway writes
+        tombstones to) are held to the declaration when they exist (the gateway creates none)."""
+        uses = job_topics(self.routing.topics(), sides=False)
+        uses += [schedule_topic(self.far)] if self.far.enabled else []
+        await preflight(redis=(client, self.redis), kafka=self.kafka, uses=uses)
 
     @property
     def url(self) -> str:

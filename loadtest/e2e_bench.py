@@ -55,10 +55,10 @@ import redis
 import redis.asyncio as aioredis
 from hdrh.histogram import HdrHistogram
 
-from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.keys import QueueKeys
+from jqcore.topics import ensure, job_topics
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port
@@ -127,7 +127,7 @@ async def pipeline(
     scope = Scope("bench", tag)
     queue = topic = scope.name
     kafka = KafkaSettings(bootstrap=ep.kafka_bootstrap)
-    await asyncio.to_thread(ensure_topics, kafka, [topic], partitions=PARTITIONS)
+    await asyncio.to_thread(ensure, kafka, job_topics([topic], PARTITIONS, sides=False))
     port = free_port()
     spec = PipelineEnv(
         ep.exports(),

@@ -24,8 +24,8 @@ from contextlib import ExitStack, contextmanager
 import orjson
 from hdrh.histogram import HdrHistogram
 
-from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
+from jqcore.topics import ensure, job_topics
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, service_argv
 from jqstack.procs import free_port
@@ -61,7 +61,7 @@ def _every_process_answers(url: str, processes: int) -> bool:
 def _gateway(ep: Endpoints, processes: int = 1) -> Iterator[str]:
     """A gateway of ``processes`` processes on a free port, every one ready; its URL. Stopped (TERM,
     grace, KILL) on exit."""
-    ensure_topics(KafkaSettings(bootstrap=ep.kafka_bootstrap), [TOPIC], partitions=3)
+    ensure(KafkaSettings(bootstrap=ep.kafka_bootstrap), job_topics([TOPIC], sides=False))
     port = free_port()
     spec = PipelineEnv(
         {"JOBQ_KAFKA_BOOTSTRAP": ep.kafka_bootstrap, "JOBQ_REDIS_URL": ep.redis_url or ""},

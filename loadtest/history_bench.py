@@ -64,10 +64,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import new_envelope
 from jqcore.history import HistoryStore
-from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine, QueueConfig
 from jqcore.state.keys import QUEUES_KEY, QueueKeys
+from jqcore.topics import TopicSpec, ensure
 from jqspark import spark_session
 from jqspark.history import start_history
 from jqstack.manager import Endpoints, Stack, StackSpec
@@ -669,7 +669,7 @@ def _stop_between_batches(query: StreamingQuery, timeout_s: float = 30.0) -> Non
 def _lag_part(bench: Bench, sizes: Sizes) -> LagRun:
     queue, topic = f"{bench.prefix}.h", bench.topic("h")
     kafka = KafkaSettings(bootstrap=bench.ep.kafka_bootstrap)
-    ensure_topics(kafka, [topic], partitions=EVENTS_PARTITIONS)  # before the query subscribes
+    ensure(kafka, [TopicSpec(topic, "events", EVENTS_PARTITIONS)])  # before the query subscribes
     asyncio.run(_configure(bench.url, queue, DEFAULT_CAP, paused=False))
     owned = SparkSession.getActiveSession() is None  # never stop a session the caller is using
     _say("starting Spark (local[2])")

@@ -27,12 +27,13 @@ from hdrh.histogram import HdrHistogram
 
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
-from jqcore.kafka import AsyncProducer, Record, ensure_topics, schedule_key
+from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.membership import live_members
 from jqcore.redisconn import RedisClient
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.keys import QueueKeys
+from jqcore.topics import TopicSpec, ensure
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, service_argv
 from jqstack.supervise import Children
@@ -156,9 +157,8 @@ async def _round(ep: Endpoints, quick: bool, rep: int, folder: Path) -> dict[str
             "JOBQ_FAR_RESCAN_S": str(horizon_s / 8),
         },
     )
-    await asyncio.to_thread(
-        ensure_topics, KafkaSettings(bootstrap=ep.kafka_bootstrap), [topic], partitions=6, compacted=True
-    )
+    schedule = TopicSpec(topic, "schedule", 6)
+    await asyncio.to_thread(ensure, KafkaSettings(bootstrap=ep.kafka_bootstrap), [schedule])
     client = aioredis.Redis.from_url(ep.redis_url or "", socket_timeout=90)
     engine = Engine(client)
     first = now_ms() + int(lead_s * 1000)

@@ -66,7 +66,6 @@ from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
 from jqcore.history import CURRENT_DIR, EVENTS_DIR
-from jqcore.kafka import ensure_topics
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -77,6 +76,7 @@ from jqcore.settings import (
     RelayKeys,
 )
 from jqcore.state import Engine, QueueConfig
+from jqcore.topics import ensure, job_topics
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
 from jqweb.overview import Sources
@@ -580,7 +580,7 @@ async def _fill_and_measure(
     planned = await fill_redis(setup, sizes.jobs, progress)
     facts["fill_redis_s"] = round(time.monotonic() - started, 1)
     facts["jobs_per_state"] = {s: sum(p[s] for p in planned.values()) for s, _ in STATES}
-    ensure_topics(setup.sources().kafka, [setup.topic], partitions=3)
+    ensure(setup.sources().kafka, job_topics([setup.topic], sides=False))
     facts["schedules"] = await add_schedules(setup)
     started = time.monotonic()
     facts |= await asyncio.to_thread(fill_history, setup, sizes.history_rows, progress)

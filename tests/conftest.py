@@ -15,6 +15,7 @@ import contextlib
 import inspect
 import os
 import secrets
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -49,6 +50,16 @@ from jqstack.testing.backends import SessionStack, start_test_stack
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
 from loadtest.topics import end_offsets
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A terminated run (a CI timeout, ``kill``) ends like Ctrl-C: the fixtures' teardowns still stop every
+    process and server the session started, instead of leaving them running."""
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import importlib
 from jqcore.errors import ConfigError
 from jqcore.lifecycle import run_until_signal
 from jqcore.log import get_logger
+from jqcore.preflight import preflight
 from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings, TraceSettings, load
 from jqcore.state import Engine
@@ -68,6 +69,7 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
     pool = Pool(registry, Engine(client), config)
     log.info("worker starting", queues=list(settings.queues), concurrency=settings.concurrency)
     try:
+        await preflight(redis=(client, redis))  # an evicting Redis would drop the jobs it runs
         await run_until_signal(
             pool, on_second_signal=pool.hard_stop, until=pool.drained, health_port=settings.metrics_port
         )

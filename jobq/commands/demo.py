@@ -41,10 +41,10 @@ from jobq.commands.stack import (
 )
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway
-from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
+from jqcore.topics import ensure, job_topics
 from jqstack.manager import Stack
-from jqstack.paths import home
+from jqstack.paths import home, repo_root
 from jqstack.pipeline import PipelineEnv, history_argv, service_argv, worker_argv
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, http_ok
@@ -54,6 +54,9 @@ __all__ = ["demo"]
 
 WEB_PORT = 28090
 """The dashboard's port in the demo (``JOBQ_WEB_PORT``'s default; another free one when it is taken)."""
+
+NO_EXAMPLES = "jobq demo: the demo's handlers (examples/) come with a checkout; run ./run demo there"
+"""Said where jobq is installed without its checkout (the wheel leaves ``examples/`` out)."""
 
 
 def _free(port: int) -> bool:
@@ -147,12 +150,15 @@ def demo(
 ) -> None:
     """Bring the whole stack up, run gateways, relays, workers and the canary, and show a demo workload."""
     console = Console()
+    if not (repo_root() / "examples" / "demo_app.py").is_file():
+        typer.echo(NO_EXAMPLES, err=True)
+        raise typer.Exit(2)
     signal.signal(signal.SIGINT, _on_sigint)  # before any asyncio.run: it then keeps this handler
     stack = _stack_up(console, stack_name)
     # the history of this stack's events lives with the stack (a purge removes both); a given path wins
     history = os.environ.get("JOBQ_HISTORY_PATH") or str(history_of(stack.root))
     spec = workload.pipeline_env(stack.endpoints, history)
-    ensure_topics(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), workload.TOPICS, partitions=3)
+    ensure(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), job_topics(workload.TOPICS))
     folder = workdir or home() / "demo" / time.strftime("%Y%m%d-%H%M%S")
     procs = Processes(folder)
     try:

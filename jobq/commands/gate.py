@@ -1,27 +1,20 @@
-"""``jobq gate`` (run a gateway) and ``jobq topics`` (create the routed topics)."""
+"""``jobq gate``: run a gateway."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from jqcore.kafka import ensure_topics
 from jqcore.log import configure
-from jqcore.routing import RoutingSettings
-from jqcore.settings import KafkaSettings, load
+from jqcore.settings import load
 from jqweb.app import make_app as make_web_app
 from jqweb.context import Web
 from jqweb.settings import WebSettings
 from kafkagate.main import run
 from kafkagate.settings import GateSettings
 
-__all__ = ["gate", "topics_app"]
-
-topics_app = typer.Typer(
-    help="Kafka topics of the routes (JOBQ_ROUTES / JOBQ_DEFAULT_TOPIC).", no_args_is_help=True
-)
+__all__ = ["gate"]
 
 
 def gate(
@@ -54,18 +47,3 @@ def gate(
     }
     mounts = {"/ui": make_web_app(Web(load(WebSettings), base="/ui"))} if web else None
     run(load(GateSettings, **overrides), mounts)
-
-
-@topics_app.command("create")
-def create(
-    partitions: Annotated[int, typer.Option(min=1, help="Partitions per topic.")] = 3,
-    replication: Annotated[int, typer.Option(min=1, help="Replication factor.")] = 1,
-    extra: Annotated[
-        list[str] | None, typer.Argument(help="More topics to create besides the routed ones.")
-    ] = None,
-) -> None:
-    """Create every routed topic (and EXTRA ones) that does not exist yet."""
-    routing = load(RoutingSettings)
-    names = [*routing.topics(), *(extra or [])]
-    created = ensure_topics(load(KafkaSettings), names, partitions=partitions, replication=replication)
-    Console().print(f"created: {', '.join(created) or 'none'}; present: {', '.join(names)}")

@@ -25,9 +25,9 @@ from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.history import HistoryStore, Rows, TimelineEntry
-from jqcore.kafka import ensure_topics
 from jqcore.log import configure, get_logger
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
+from jqcore.topics import ensure, events_topic
 
 __all__ = ["app"]
 
@@ -295,20 +295,20 @@ def run(
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
     if history.metrics_port is not None:
         metrics.serve(history.metrics_port)
-    ensure_topics(kafka, [events.topic], partitions=events.partitions)  # the schedulers may not have yet
+    ensure(kafka, [events_topic(events)])  # the schedulers may not have created it yet
     if json_logs:
         get_logger("jqspark").info("history run", topic=events.topic, root=str(history.root), once=once)
     else:
         _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
     conf = SPARK_JSON_LOGS if json_logs else {}
-    spark = spark_session("jobq-history", kafka.bootstrap, jars=ensure_spark_jars(), conf=conf)
+    spark = spark_session("jobq-history", kafka=kafka, jars=ensure_spark_jars(), conf=conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a supervisor's stop or Ctrl-C: end between batches
         signal.signal(sig, lambda _s, _f: stop.set())
     try:
         run_history(
             spark,
-            bootstrap=kafka.bootstrap,
+            kafka=kafka,
             topic=events.topic,
             root=history.root,
             trigger_s=history.trigger_s,

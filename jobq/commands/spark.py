@@ -22,9 +22,9 @@ import typer
 from rich.console import Console
 
 from jqcore.envelope import validate_name
-from jqcore.kafka import ensure_topics
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, load
+from jqcore.topics import ensure, job_topics
 from jqstack.paths import home
 from jqstack.provision import ensure_spark_jars
 
@@ -68,7 +68,7 @@ def example(
 ) -> None:
     """Stream jobs from Spark's rate source into Kafka for SECONDS, then stop cleanly.
 
-    Kafka comes from JOBQ_KAFKA_BOOTSTRAP (eval "$(jobq stack env)"). Run them with
+    Kafka comes from JOBQ_KAFKA_* (bootstrap, TLS, SASL; eval "$(jobq stack env)"). Run them with
     `jobq relay` and, from a checkout, `PYTHONPATH=. jobq worker --app examples.demo_app --queues QUEUE`.
     """
     from pyspark.sql import functions as sf
@@ -79,13 +79,13 @@ def example(
     kafka, routing = load(KafkaSettings), load(RoutingSettings)
     topic, _ = routing.route(queue)
     if create_topic:
-        ensure_topics(kafka, [topic])
+        ensure(kafka, job_topics([topic], sides=False))
     root = home() / "spark" / f"example-{queue}"
     tag = _pipeline_tag(root, fresh)
     with console.status("starting Spark (local[2]; ~10 s)..."):
         spark = spark_session(
             "jobq-spark-example",
-            kafka.bootstrap,
+            kafka=kafka,
             jars=ensure_spark_jars(),
             conf={"spark.ui.showConsoleProgress": "false"},
             log_level="ERROR",

@@ -6,14 +6,17 @@ import json
 import shlex
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
 from jqstack.manager import Endpoints, Stack, StackSpec
+from jqstack.paths import stack_dir
 from jqstack.procs import log_tail
+from jqstack.secure import ROLES, SecureFiles, role_exports
 from kafkagate.settings import GateSettings
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "local_gateway_url",
     "open_stack",
     "print_status",
+    "secure_exports",
 ]
 
 DEV_TOKEN = "jobq-dev-token"
@@ -37,21 +41,30 @@ DEV_WEB_ADMIN = "jobq-dev-admin"
 """The development dashboard tokens (``jobq stack env``, ``jobq demo``): admin may act, viewer may look."""
 DEV_WEB_READ = "jobq-dev-read"
 
-app = typer.Typer(help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack.")
+app = typer.Typer(
+    help="Provision, start, inspect and stop the local Kafka + Consul + Redis stack. The default stack "
+    "uses the documented ports; each other --name runs beside it on ports of its own; --secure makes a "
+    "stack of secured servers (TLS, SASL/ACL users, tokens per role)."
+)
 console = Console()
 
 NameOpt = Annotated[str, typer.Option("--name", help="Stack name (folder under JOBQ_HOME/stacks).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
 
 
-def open_stack(name: str, brokers: int = 1, redis_cluster: bool = False) -> Stack:
-    """The named stack, keeping the shape it already has when it exists (``up`` may change it)."""
-    return Stack(StackSpec(name=name, brokers=brokers, redis_mode="cluster" if redis_cluster else "single"))
+def open_stack(name: str, brokers: int = 1, redis_cluster: bool = False, secure: bool | None = None) -> Stack:
+    """The named stack, keeping the shape it already has when it exists (``up`` may change it);
+    ``secure=None`` keeps a secure stack secure."""
+    if secure is None:
+        state = stack_dir(name) / "state.json"
+        secure = state.exists() and bool(json.loads(state.read_text())["spec"].get("secure"))
+    if secure and redis_cluster:
+        raise typer.BadParameter("a secure stack runs one Redis, not a Redis Cluster", param_hint="--secure")
+    mode: Literal["single", "cluster"] = "cluster" if redis_cluster else "single"
+    return Stack(StackSpec(name=name, brokers=brokers, redis_mode=mode, secure=secure))
 
 
 def existing_stack(name: str) -> Stack:
-    from jqstack.paths import stack_dir
-
     state = stack_dir(name) / "state.json"
     if not state.exists():
         raise typer.BadParameter(
@@ -91,6 +104,43 @@ def dev_exports(endpoints: Endpoints, root: Path) -> dict[str, str]:
     }
 
 
+def _settings_read_files() -> bool:
+    """Whether jqcore's settings read secrets from ``*_FILE`` paths (else ``env`` prints the values too)."""
+    wanted = (
+        (KafkaSettings, "sasl_password_file"),
+        (RedisSettings, "password_file"),
+        (ConsulSettings, "token_file"),
+    )
+    return all(field in cls.model_fields for cls, field in wanted)
+
+
+def secure_exports(stack: Stack, files: SecureFiles, role: str) -> dict[str, str]:
+    """What a process of ``role`` needs on the secure stack: its credentials for the three servers
+    (:func:`jqstack.secure.role_exports`), the history folder, and the stack's own gateway and dashboard
+    tokens for the roles that serve or use them."""
+    url = local_gateway_url()
+    env = role_exports(
+        files,
+        role,
+        kafka_bootstrap=stack.endpoints.kafka_bootstrap,
+        redis_port=stack.of_kind("redis")[0].port,
+        consul_port=stack.of_kind("consul")[0].port,
+        inline=not _settings_read_files(),
+    )
+    env["JOBQ_HISTORY_PATH"] = str(history_of(stack.root))
+    gate, web_admin, web_read = files.secret("gate"), files.secret("web-admin"), files.secret("web-read")
+    web = {"JOBQ_WEB_ADMIN_TOKENS": f"admin:{web_admin}", "JOBQ_WEB_READ_TOKENS": f"viewer:{web_read}"}
+    if role == "gateway":  # `jobq gate --web` serves the dashboard too
+        env |= {"JOBQ_GATE_TOKENS": gate, **web}
+    elif role == "web":
+        env |= web
+    elif role == "canary":
+        env |= {"JOBQ_CANARY_GATEWAYS": url, "JOBQ_CANARY_TOKEN": gate}
+    elif role == "admin":
+        env |= {"JOBQ_URL": url, "JOBQ_TOKEN": gate}
+    return env
+
+
 @app.command()
 def up(
     name: NameOpt = "default",
@@ -98,10 +148,22 @@ def up(
     redis_cluster: Annotated[
         bool, typer.Option("--redis-cluster", help="A 3-master Redis Cluster instead of one Redis.")
     ] = False,
+    secure: Annotated[
+        bool | None,
+        typer.Option(
+            "--secure/--plain",
+            help="Secured servers: SASL_SSL Kafka (SCRAM-SHA-512, ACLs), TLS-only Redis with ACL users, "
+            "HTTPS Consul with ACLs (default deny); a local CA and per-role secrets in the stack's folder. "
+            "Default: the shape the stack already has (plain for a new one).",
+        ),
+    ] = None,
 ) -> None:
-    """Fetch/build what is missing (cached), start every stopped server, wait until each answers."""
+    """Fetch/build what is missing (cached), start every stopped server, wait until each answers.
+
+    The default stack listens on its documented ports; any other --name gets a block of ports of its
+    own (kept in its state.json), so it runs beside the default one."""
     started = time.monotonic()
-    stack = open_stack(name, brokers, redis_cluster)
+    stack = open_stack(name, brokers, redis_cluster, secure)
     stack.provision()  # cached; on the first run each fetch and build says what it does, and how far
     with console.status("starting Kafka, Consul and Redis..."):
         stack.up()
@@ -164,9 +226,34 @@ def logs(
 
 
 @app.command()
-def env(name: NameOpt = "default") -> None:
+def env(
+    name: NameOpt = "default",
+    role: Annotated[
+        str | None,
+        typer.Option(
+            "--role",
+            help=f"Secure stack only: whose credentials ({', '.join(ROLES)}; default admin).",
+        ),
+    ] = None,
+) -> None:
     """Shell export lines for the stack's endpoints, the local gateway (JOBQ_URL) and the development
-    token (JOBQ_TOKEN, accepted by `jobq gate` run in that shell): eval "$(jobq stack env)"."""
+    token (JOBQ_TOKEN, accepted by `jobq gate` run in that shell): eval "$(jobq stack env)".
+
+    On a secure stack: the settings one --role needs (Kafka SASL_SSL user, Redis ACL user over TLS,
+    Consul token over HTTPS, the CA; secrets as *_FILE paths), and the stack's own gateway and
+    dashboard tokens for the roles that use them. The only command that shows the secrets."""
     stack = existing_stack(name)
-    for key, value in dev_exports(stack.endpoints, stack.root).items():
+    if stack.secure is None:
+        if role is not None:
+            raise typer.BadParameter(f"stack {name!r} is not secure: it has no roles", param_hint="--role")
+        exports = dev_exports(stack.endpoints, stack.root)
+    elif (role := role or "admin") not in ROLES:
+        raise typer.BadParameter(f"unknown role {role!r}; roles: {', '.join(ROLES)}", param_hint="--role")
+    elif not stack.secure.ca_cert.exists():
+        raise typer.BadParameter(
+            f"stack {name!r} has no secrets yet; start it: `jobq stack up --name {name}`", param_hint="--name"
+        )
+    else:
+        exports = secure_exports(stack, stack.secure, role)
+    for key, value in exports.items():
         typer.echo(f"export {key}={shlex.quote(value)}")

@@ -44,7 +44,7 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues):
 
     def __init__(self, client: RedisClient) -> None:
         super().__init__(client)
-        self.graphs = Graphs(client, self.run_script, self.enqueue_batch, self.cancel)
+        self.graphs = Graphs(client, self.run_script, self.enqueue_batch, self.cancel, self.clock.now)
         """Task graphs (:mod:`jqcore.state.graphs`)."""
 
     # ---- enqueue -----------------------------------------------------------------------------------

@@ -80,9 +80,17 @@ class Graphs:
     cancel."""
 
     def __init__(
-        self, client: RedisClient, run_script: RunScript, enqueue: EnqueueJobs, cancel_job: CancelJob
+        self,
+        client: RedisClient,
+        run_script: RunScript,
+        enqueue: EnqueueJobs,
+        cancel_job: CancelJob,
+        clock: Callable[[], int] = _now,
     ) -> None:
         self._client = client
+        self._clock = clock
+        """The engine's reading of Redis's clock: a graph's stamps and deadlines are on the clock its
+        jobs' transitions use, whatever this host's clock says."""
         self._run_script = run_script
         self._enqueue = enqueue
         self._cancel_job = cancel_job
@@ -96,7 +104,7 @@ class Graphs:
     async def create(self, spec: GraphSpec, *, now_ms: int | None = None) -> str:
         """Store a graph and release its roots; ``stored`` or ``duplicate`` (the id exists: nothing
         changes, but its unconfirmed releases are finished)."""
-        now = now_ms or _now()
+        now = now_ms or self._clock()
         async with codes.redis_errors("graphs"):
             await self._client.zadd(GRAPHS_KEY, {spec.id: now}, nx=True)
         children = spec.children()
@@ -210,7 +218,7 @@ class Graphs:
                 pairs = [
                     (i, v) for i, v in zip(wanted, await self._client.hmget(key, wanted), strict=True) if v
                 ]
-        now, done = _now(), 0
+        now, done = self._clock(), 0
         for job_id, raw in pairs:
             entry = orjson.loads(raw)
             if older_ms and now - int(entry.get("at", 0)) < older_ms:
@@ -253,7 +261,7 @@ class Graphs:
         self, graph_id: str, *, deadline_ms: int | None = None, now_ms: int | None = None
     ) -> list[str]:
         """Run a failed or canceled graph again from what did not complete; returns the nodes released."""
-        now = now_ms or _now()
+        now = now_ms or self._clock()
         deadline = "" if deadline_ms is None else now + deadline_ms
         reply = await self._run("graph_retry", graph_id, [deadline], now)
         if reply.code == codes.Code.MISSING:
@@ -277,7 +285,7 @@ class Graphs:
     async def repair_graph(self, graph_id: str, *, now_ms: int | None = None) -> str:
         """Finish releases a crash interrupted, end the graph past its deadline. Returns the graph's
         state (``missing`` when its keys are gone)."""
-        now = now_ms or _now()
+        now = now_ms or self._clock()
         keys = GraphKeys(graph_id)
         async with codes.redis_errors("graph repair"):
             state, deadline = await self._client.hmget(keys.named("graph"), ["state", "deadline_at"])

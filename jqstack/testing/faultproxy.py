@@ -24,9 +24,9 @@ from types import TracebackType
 from typing import Any
 
 from jqstack.errors import StackError
-from jqstack.paths import TOXIPROXY_VERSION, deploy_dir, home
-from jqstack.procs import free_port, run_step
-from jqstack.provision import require_tool
+from jqstack.paths import TOXIPROXY_VERSION
+from jqstack.procs import free_port
+from jqstack.provision import build_go_tool
 from jqstack.supervise import http_ok, start
 
 __all__ = ["FaultProxy", "ensure_toxiproxy"]
@@ -38,40 +38,17 @@ _STREAMS = ("upstream", "downstream")
 def ensure_toxiproxy() -> Path:
     """Shopify's toxiproxy server, the TCP fault proxy of the fault-injection tests
     (this module), built once from its Go module through the wrapper in
-    ``deploy/toxiproxy``. The version is stamped into the binary so its ``GET /version`` names it."""
-    binary = home() / "bin" / f"toxiproxy-{TOXIPROXY_VERSION}"
-    if binary.exists():
-        return binary
-    require_tool("go", "Install Go >= 1.23 (the machine image ships one in /usr/local/go/bin).")
+    ``deploy/toxiproxy`` (:func:`jqstack.provision.build_go_tool`). The version is stamped into the binary
+    so its ``GET /version`` names it."""
     module = "github.com/Shopify/toxiproxy/v2"
-    wrapper = deploy_dir() / "toxiproxy"
-    pin = f"{module} v{TOXIPROXY_VERSION}"
-    if not (wrapper / "go.mod").is_file() or pin not in (wrapper / "go.mod").read_text():
-        # Without the wrapper `go build -mod=mod` quietly builds whatever the proxy calls latest.
-        raise StackError(f"{wrapper / 'go.mod'} must require {pin}: it pins the toxiproxy jobq builds.")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
-    tmp = binary.with_name(binary.name + ".partial")
-    run_step(
-        f"building toxiproxy {TOXIPROXY_VERSION} from its Go module",
-        [
-            "go",
-            "build",
-            "-trimpath",
-            "-ldflags",
-            f"-X {module}.Version={TOXIPROXY_VERSION}",
-            "-o",
-            str(tmp),
-            f"{module}/cmd/server",
-        ],
+    return build_go_tool(
+        "toxiproxy",
+        TOXIPROXY_VERSION,
+        module,
+        f"{module}/cmd/server",
+        ldflags=f"-X {module}.Version={TOXIPROXY_VERSION}",
         note="first run only, ~1 min",
-        cwd=wrapper,
-        env=env,
-        timeout_s=900,
-        hint="The Go module proxy must be reachable; deploy/toxiproxy/go.sum pins every module.",
     )
-    tmp.rename(binary)
-    return binary
 
 
 class FaultProxy:

@@ -34,7 +34,6 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "RECORD_LAG_MS",
     "Due",
     "Execution",
     "Request",
@@ -50,11 +49,6 @@ __all__ = [
 SLOW_FACTOR = 10.0
 """A request (or an acked job) is *disturbed* when its answer (its run) came this many times later than the
 median before the fault (the median: the path's start-up, in the first jobs, must not raise the bar)..."""
-RECORD_LAG_MS = 50
-"""How far behind Redis's clock a recorded transition time may be: each process reads Redis's clock as
-``TIME`` plus its monotonic clock since, up to a round trip behind (``jqcore.clock.ServerClock``), so a
-worker's claim of a job a scheduler promoted on time may be stamped a few ms before the job's ``run_at``
-(CI: one claim stamped before it while every handler started after it)."""
 SLOW_FLOOR_S = 2.0
 """...and at least this many seconds late (2-core machines have noisy latency)."""
 
@@ -115,8 +109,8 @@ class Verdict:
     Redis no longer holds the job, the earliest due time its request allows): must be 0 — "never early" is
     a promise of the timers."""
     claimed_early: int = 0
-    """Delayed jobs that Redis itself records as claimed before their ``run_at`` by more than
-    :data:`RECORD_LAG_MS` (the engine's own view): must be 0."""
+    """Delayed jobs that Redis itself records as claimed before their ``run_at`` (the engine's own view; a
+    claim stamps ``started_at`` with Redis's ``TIME`` when the claimer's reading of it lags): must be 0."""
     overlapping_terms: int = 0
     """Pairs of relays that held the topic's lock at the same time (from their logs): must be 0."""
     retried: int = 0
@@ -289,7 +283,7 @@ def judge(
         unacked_executed=len(unacked & per_job.keys()),
         retried=sum(1 for r in reqs if r.tries > 1),
         early=len(early),
-        claimed_early=sum(1 for d in (dues or {}).values() if d.claimed_at < d.run_at - RECORD_LAG_MS),
+        claimed_early=sum(1 for d in (dues or {}).values() if d.claimed_at < d.run_at),
         overlapping_terms=len(overlapping_terms(terms)),
         failed_requests=sum(1 for r in reqs if not r.acked),
         recovery_s=round(max(recovery, 0.0), 2),

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import aiohttp
 
-from jqcore.kafka import ensure_topics
 from jqcore.settings import KafkaSettings
+from jqcore.topics import TopicSpec, apply, job_topics
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port
@@ -85,6 +85,13 @@ class FaultPipeline:
     def names(self, role: str) -> list[str]:
         return sorted(n for n in self.children if n.startswith(f"{role}-"))
 
+    def topics(self) -> list[TopicSpec]:
+        """The pipeline's topics as declared (``topic_config`` added to the job and events topics)."""
+        extra = self.topic_config
+        jobs = [replace(s, extra=extra) for s in job_topics([self.topic], self.partitions)]
+        events = TopicSpec(f"{self.topic}.events", "events", self.partitions, extra)
+        return [*jobs, events, TopicSpec(f"{self.topic}.schedule", "schedule", 1)]
+
     @property
     def spec(self) -> PipelineEnv:
         """Every process's settings (``spec.common()``: also a one-off ``jobq`` command's environment)."""
@@ -96,6 +103,7 @@ class FaultPipeline:
             "JOBQ_WORKER_LEASE_MS": str(self.roles.lease_ms),
             "JOBQ_WORKER_GRACE_S": "5",
             FAULT_DIR_ENV: str(self.executions),
+            "JOBQ_KAFKA_REPLICATION": str(self.replication),  # also while a broker is down
             **self.env_extra,
         }
         scope = Scope("faults", self.tag)
@@ -133,24 +141,8 @@ class FaultPipeline:
     async def start(self) -> None:
         self.executions.mkdir(parents=True, exist_ok=True)
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)
-        kafka = KafkaSettings(bootstrap=self.ep.kafka_bootstrap)
-        topics = [self.topic, f"{self.topic}.retry", f"{self.topic}.dead", f"{self.topic}.events"]
-        await asyncio.to_thread(
-            ensure_topics,
-            kafka,
-            topics,
-            partitions=self.partitions,
-            replication=self.replication,
-            config=self.topic_config,
-        )
-        await asyncio.to_thread(
-            ensure_topics,
-            kafka,
-            [f"{self.topic}.schedule"],
-            partitions=1,
-            replication=self.replication,
-            compacted=True,
-        )
+        kafka = KafkaSettings(bootstrap=self.ep.kafka_bootstrap, replication=self.replication)
+        await asyncio.to_thread(apply, kafka, self.topics())
         r = self.roles
         for role, count in (
             ("gate", r.gateways),

@@ -2,14 +2,14 @@
 gateway → Kafka → relay → Redis → worker (+ scheduler) path, judged by the one checker.
 
 Scenarios that kill no server run on the session's servers; the others get a private stack per shape
-(one node of each; three Kafka brokers; a six-node Redis Cluster), shared by the scenarios of that shape and
-purged after. The verdicts of the session are saved as a report (``JOBQ_HOME/results/faults-<time>/``).
+(one node of each; three Kafka brokers; a six-node Redis Cluster), shared by the tests of that shape and
+purged after the package (``tests/faults/conftest.py``). The verdicts of the session are saved as a report
+(``JOBQ_HOME/results/faults-<time>/``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from jqstack.testing.backends import SessionStack
 from loadtest.faults.report import FaultReport
 from loadtest.faults.run import Scenario, Servers, run_scenario
 from loadtest.faults.scenarios import SCENARIOS
-from loadtest.faults.stacks import can_mount, private_stack
+from loadtest.faults.stacks import can_mount
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
@@ -30,20 +30,6 @@ def fault_report() -> Iterator[FaultReport]:
     yield report
     if report.rows:
         print(f"\nfault report: {report.save()}")
-
-
-@pytest.fixture(scope="module")
-def private_stacks() -> Iterator[Callable[[Servers], Stack]]:
-    """One private stack per shape, started when a scenario first needs it, purged after the module."""
-    opened: dict[Servers, Stack] = {}
-    with ExitStack() as closing:
-
-        def get(servers: Servers) -> Stack:
-            if servers not in opened:
-                opened[servers] = closing.enter_context(private_stack(servers))
-            return opened[servers]
-
-        yield get
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)

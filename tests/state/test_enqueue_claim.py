@@ -126,3 +126,18 @@ async def test_queue_config_is_validated_and_read_back(engine: Engine, q: str, j
     config = QueueConfig(mode="exclusive", excl_key="account", lease_ms=1234, filter_keys=("account",))
     await engine.configure_queue(q, config)
     assert await engine.queue_config(q) == config
+
+
+async def test_a_claim_is_stamped_no_earlier_than_redis_handed_it_out(
+    engine: Engine, q: str, job: Job
+) -> None:
+    """A claimer's reading of Redis's clock may lag (a round trip, a loaded host): the record of a start is
+    Redis's own time then, so a job promoted on time is never recorded as claimed before its run_at."""
+    seconds, micros = await engine._client.time()
+    before = int(seconds) * 1000 + int(micros) // 1000
+    await engine.enqueue_batch([job(q, id="a")], now_ms=before)
+    [claimed] = await engine.claim(q, 1, now_ms=before - 10_000)  # a clock 10 s behind Redis's
+    info = await engine.get_job(q, claimed.id)
+    assert info is not None
+    assert info.started_at is not None
+    assert info.started_at >= before

@@ -100,14 +100,46 @@ def resolve(node: Any, env: Mapping[str, str]) -> Any:
     return node
 
 
+SHELL_TOKENS = {
+    "JOBQ_GATE_TOKENS": "app-7f3c9a2e61d04b58,canary-0e4d8b1f9a6c2357",
+    "JOBQ_CANARY_TOKEN": "canary-0e4d8b1f9a6c2357",
+    "JOBQ_WEB_ADMIN_TOKENS": "admin:5b2e8c1d7f0a4936",
+    "JOBQ_WEB_READ_TOKENS": "viewer:9c4a1e7b3d2f8065",
+}
+"""What the operator exports before ``docker compose up`` (the file's header): the tokens have no defaults."""
+
+
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    """The compose file as compose sees it with nothing set in the shell (every default applies)."""
+    """The compose file as compose sees it with only the required tokens set in the shell (every other
+    default applies)."""
     raw = yaml.safe_load(COMPOSE.read_text())
     assert isinstance(raw, dict)
-    resolved = resolve(raw, {})
+    resolved = resolve(raw, SHELL_TOKENS)
     assert isinstance(resolved, dict)
     return resolved
+
+
+def test_tokens_must_be_set_and_have_no_defaults() -> None:
+    """A token variable is required (``${VAR:?message}``): compose refuses to start without it, naming it,
+    instead of guarding a gateway or the dashboard with a well-known token."""
+    text = COMPOSE.read_text()
+    uses = [
+        m
+        for line in text.splitlines()
+        if not line.lstrip().startswith("#")  # the header's example exports are no substitutions
+        for m in _VAR.finditer(line)
+        if not m.group(1) and "TOKEN" in (m.group(2) or m.group(5))
+    ]
+    assert {m.group(2) or m.group(5) for m in uses} == set(SHELL_TOKENS)
+    for m in uses:
+        assert m.group(3) == ":?", f"{m.group(0)} must be required (${{VAR:?message}}), not defaulted"
+    raw = yaml.safe_load(text)
+    for name in SHELL_TOKENS:
+        with pytest.raises(ValueError, match=name):
+            resolve(raw, {k: v for k, v in SHELL_TOKENS.items() if k != name})
+        with pytest.raises(ValueError, match=name):
+            resolve(raw, {**SHELL_TOKENS, name: ""})
 
 
 @pytest.fixture(scope="module")
@@ -602,8 +634,13 @@ def test_image_runs_jobq_as_a_non_root_user_from_the_lock() -> None:
     assert users, "the services must not run as root"
     assert users[-1].split(":")[0] not in ("root", "0"), "the services must not run as root"
     runs = " ".join(s.args for s in steps if s.keyword == "RUN")
-    assert re.search(r"pip install [^&]*(-c|--constraint|-r|--requirement) requirements\.lock", runs)
-    assert re.search(r"pip install [^&]*--no-deps [^&]*\.(\s|$)", runs)
+    # every distribution checked against the lock's hashes, build tools too (docs/supply-chain.md)
+    installs = re.findall(r"pip install [^&]*", runs)
+    assert installs
+    for install in installs:
+        assert "--require-hashes" in install or "--require-build-hashes" in install, install
+    assert re.search(r"pip install [^&]*--require-hashes [^&]*(-c|--constraint) requirements\.lock", runs)
+    assert re.search(r"pip install [^&]*--no-deps [^&]*--require-build-hashes [^&]*\.(\s|$)", runs)
     known = {n for c in settings_classes() for n in env_names(c)} | {"JOBQ_HOME"}  # jqstack.paths.home()
     for s in steps:
         if s.keyword == "ENV":

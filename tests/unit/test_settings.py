@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,7 +76,6 @@ def test_consul_and_log_defaults() -> None:
         (KafkaSettings, "JOBQ_KAFKA_BOOTSTRAP", "k:1", "bootstrap", "k:1"),
         (KafkaSettings, "KAFKA_BOOTSTRAP_SERVERS", "k1:9092,k2:9092", "bootstrap", "k1:9092,k2:9092"),
         (KafkaSettings, "JOBQ_KAFKA_SECURITY_PROTOCOL", "SSL", "security_protocol", "SSL"),
-        (KafkaSettings, "JOBQ_KAFKA_SSL_CA_LOCATION", "/ca.pem", "ssl_ca_location", "/ca.pem"),
         (ConsulSettings, "JOBQ_CONSUL_ADDR", "c:1", "addr", "c:1"),
         (ConsulSettings, "CONSUL_HTTP_ADDR", "10.1.2.3:8501", "addr", "10.1.2.3:8501"),
         (ConsulSettings, "JOBQ_CONSUL_SCHEME", "https", "scheme", "https"),
@@ -176,30 +176,35 @@ def test_a_secret_does_not_leak_into_a_config_error(monkeypatch: pytest.MonkeyPa
     assert "hunter2" not in info.value.message
 
 
-def test_redis_acl_and_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redis_acl_and_tls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
     monkeypatch.setenv("JOBQ_REDIS_USERNAME", "worker")
     monkeypatch.setenv("JOBQ_REDIS_PASSWORD", "pw-123")
     monkeypatch.setenv("JOBQ_REDIS_TLS", "true")
-    monkeypatch.setenv("JOBQ_REDIS_TLS_CA_FILE", "/etc/ca.pem")
-    kwargs = load(RedisSettings).client_kwargs()
+    monkeypatch.setenv("JOBQ_REDIS_TLS_CA_FILE", str(ca))
+    settings = load(RedisSettings)
+    kwargs = settings.client_kwargs()
     assert kwargs["username"] == "worker"
     assert kwargs["password"] == "pw-123"
-    assert kwargs["ssl"] is True
-    assert kwargs["ssl_ca_certs"] == "/etc/ca.pem"
+    assert "ssl" not in kwargs, "TLS is the URL's scheme: ssl=True beside redis:// fails in redis-py"
+    assert kwargs["ssl_ca_certs"] == str(ca)
+    assert settings.client_url() == "rediss://127.0.0.1:26379/0"
     monkeypatch.setenv("JOBQ_REDIS_URL", "rediss://r:6380/0")
-    assert "ssl" not in load(RedisSettings).client_kwargs(), "rediss:// already means TLS"
+    assert load(RedisSettings).client_url() == "rediss://r:6380/0"
 
 
 # ---- Kafka pass-through --------------------------------------------------------------------------------
 
 
-def test_kafka_sasl_and_config_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kafka_sasl_and_config_pass_through(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9093")
     monkeypatch.setenv("JOBQ_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
     monkeypatch.setenv("JOBQ_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
     monkeypatch.setenv("JOBQ_KAFKA_SASL_USERNAME", "gate")
     monkeypatch.setenv("JOBQ_KAFKA_SASL_PASSWORD", "kpw")
-    monkeypatch.setenv("JOBQ_KAFKA_SSL_CA_LOCATION", "/ca.pem")
+    monkeypatch.setenv("JOBQ_KAFKA_SSL_CA_LOCATION", str(tmp_path / "ca.pem"))
     monkeypatch.setenv("JOBQ_KAFKA_CONFIG", '{"socket.keepalive.enable": "true", "client.id": "gw-1"}')
     assert load(KafkaSettings).client_config() == {
         "bootstrap.servers": "k1:9093",
@@ -207,7 +212,7 @@ def test_kafka_sasl_and_config_pass_through(monkeypatch: pytest.MonkeyPatch) -> 
         "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "gate",
         "sasl.password": "kpw",
-        "ssl.ca.location": "/ca.pem",
+        "ssl.ca.location": str(tmp_path / "ca.pem"),
         "socket.keepalive.enable": "true",
         "client.id": "gw-1",
     }
@@ -256,12 +261,15 @@ def test_bad_values_name_the_setting(
     assert isinstance(info.value.__cause__, ValidationError)
 
 
-def test_sasl_needs_mechanism_and_username(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sasl_plain_needs_a_username_and_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOBQ_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
     monkeypatch.setenv("JOBQ_KAFKA_SASL_MECHANISM", "PLAIN")
-    with pytest.raises(ConfigError, match="JOBQ_KAFKA_SASL_USERNAME"):
+    with pytest.raises(ConfigError, match="JOBQ_KAFKA_SASL_USERNAME, JOBQ_KAFKA_SASL_PASSWORD"):
         load(KafkaSettings)
     monkeypatch.setenv("JOBQ_KAFKA_SASL_USERNAME", "u")
+    with pytest.raises(ConfigError, match="needs JOBQ_KAFKA_SASL_PASSWORD "):
+        load(KafkaSettings)
+    monkeypatch.setenv("JOBQ_KAFKA_SASL_PASSWORD", "p")
     assert load(KafkaSettings).client_config()["sasl.username"] == "u"
 
 

@@ -18,10 +18,10 @@ from kafkagate.settings import GateSettings
 
 
 def stack_env(monkeypatch: pytest.MonkeyPatch, home: Path) -> dict[str, str]:
-    """The variables ``jobq stack env`` exports for a planned (not started) stack named ``dev``."""
+    """The variables ``jobq stack env`` exports for the default stack, planned (not started)."""
     monkeypatch.setenv("JOBQ_HOME", str(home))
-    Stack(StackSpec(name="dev"))  # plans it: ports and state.json, no process
-    result = CliRunner().invoke(app, ["stack", "env", "--name", "dev"])
+    Stack(StackSpec())  # plans it: ports and state.json, no process
+    result = CliRunner().invoke(app, ["stack", "env"])
     assert result.exit_code == 0, result.output
     out: dict[str, str] = {}
     for line in result.stdout.splitlines():

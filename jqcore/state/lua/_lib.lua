@@ -19,6 +19,19 @@
 --   running, completed, canceled, errored, expired.
 local NOW = tonumber(ARGV[1])
 
+-- Redis's own clock (ms), read at most once per call. NOW is the caller's reading of it, up to a round
+-- trip behind (jqcore.clock.ServerClock); a claim stamps started_at with the later of the two, so the
+-- record of a start is never before the moment Redis handed the job out (a delayed job promoted on time
+-- is never recorded as claimed before its run_at).
+local server_ms = nil
+local function server_now()
+  if server_ms == nil then
+    local t = redis.call('TIME')
+    server_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return server_ms
+end
+
 local C_OK = 1              -- done as asked
 local C_STALE = 0           -- the attempt/token no longer owns the job
 local C_MISSING = -1        -- no such job
@@ -309,7 +322,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
           local attempt = tonumber(f[5]) + 1
           local token = token_prefix .. ':' .. claimed
           redis.call('HSET', key, 'attempt', attempt, 'token', token, 'lease_deadline', deadline,
-            'started_at', NOW, 'worker', worker)
+            'started_at', math.max(NOW, server_now()), 'worker', worker)
           set_state(id, key, 'running')
           redis.call('ZADD', RUNNING, deadline, id)
           redis.call('HINCRBY', KINDRUN, kind, 1)

@@ -1,0 +1,441 @@
+"""Every Kafka topic jobq uses, declared once with its settings, and the cluster held to them.
+
+The declaration (:func:`declaration` and its parts) names each topic with its role, partitions and
+configs; the replication factor is the cluster's business: ``JOBQ_KAFKA_REPLICATION``, by default
+``min(3, brokers)`` read from the cluster's metadata, and ``min.insync.replicas`` = RF − 1 (at least 1), so
+a topic keeps taking ``acks=all`` writes with one broker down and an acknowledged record is on two.
+
+=========  ==============================  ==================================================
+role       name                            cleanup
+=========  ==============================  ==================================================
+jobs       every routed topic              delete after 7 days
+retry      ``<topic>.retry``               delete after 7 days
+dead       ``<topic>.dead``                delete after 7 days
+events     ``JOBQ_EVENTS_TOPIC``           delete after 7 days
+schedule   ``JOBQ_FAR_TOPIC``              compact, ``retention.ms=-1``: a far-future job's only
+                                           durable copy must never expire by time
+=========  ==============================  ==================================================
+
+:func:`inspect` compares the cluster with a declaration (one metadata request and one describe of the
+configs), :func:`ensure` is a service's start-up (create what it owns when allowed, refuse on any
+contradiction with one line per problem naming the fix) and :func:`apply` is ``jobq topics create``
+(create everything, fix configs in place with an incremental alter; a replication factor cannot be
+raised in place).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
+from jqcore.errors import BackendUnavailable, ConfigError
+from jqcore.kafka import CONSUME_WAIT_S
+from jqcore.settings import EventSettings, FarSettings, KafkaSettings
+
+__all__ = [
+    "JOB_PARTITIONS",
+    "RETENTION_MS",
+    "Applied",
+    "Inspection",
+    "Observed",
+    "Problem",
+    "Role",
+    "TopicSpec",
+    "TopicsInvalid",
+    "apply",
+    "dead_topic",
+    "declaration",
+    "diff",
+    "ensure",
+    "events_topic",
+    "inspect",
+    "job_topics",
+    "min_isr",
+    "replication_for",
+    "retry_topic",
+    "schedule_topic",
+]
+
+JOB_PARTITIONS = 3
+"""Partitions of a job topic (and its ``.retry``/``.dead``) when jobq creates it."""
+RETENTION_MS = 7 * 86_400_000
+"""Time retention of every topic but the schedule topic (the relay commits within seconds; the events
+topic is what ``jobq rebuild`` reads back)."""
+MAX_BROKER_RF = 3
+"""The default replication factor is ``min(MAX_BROKER_RF, brokers)``."""
+CREATE = "run `jobq topics create`"
+
+Role = Literal["jobs", "retry", "dead", "events", "schedule"]
+
+
+class TopicsInvalid(ConfigError):
+    """An existing topic contradicts its declaration, or one a service needs is missing while services may
+    not create topics (``JOBQ_KAFKA_CREATE_TOPICS=false``): the operator's to fix, one line per problem."""
+
+    code = "topics_invalid"
+
+
+def dead_topic(topic: str) -> str:
+    """Malformed records and jobs the engine refuses for good, with the reason in headers."""
+    return f"{topic}.dead"
+
+
+def retry_topic(topic: str) -> str:
+    """Jobs whose queue failed the write for a reason of its own (e.g. a damaged queue key): kept
+    here, bytes unchanged, so the partition keeps flowing; re-relayed once the queue is repaired."""
+    return f"{topic}.retry"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One declared topic: its name, role and partitions (when jobq creates it)."""
+
+    name: str
+    role: Role
+    partitions: int
+    extra: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """More topic configs to create it with (e.g. ``unclean.leader.election.enable`` in a fault drill)."""
+
+    @property
+    def compacted(self) -> bool:
+        return self.role == "schedule"
+
+    def config(self, replication: int) -> dict[str, str]:
+        """The topic configs jobq creates it with and holds it to (``replication``: the cluster's RF)."""
+        return {
+            "cleanup.policy": "compact" if self.compacted else "delete",
+            "retention.ms": "-1" if self.compacted else str(RETENTION_MS),
+            "min.insync.replicas": str(min_isr(replication)),
+            "max.message.bytes": str(KAFKA_MAX_MESSAGE_BYTES),  # the broker's default (~1 MiB) is too small
+            **self.extra,
+        }
+
+
+def min_isr(replication: int) -> int:
+    """``min.insync.replicas`` for a replication factor: RF − 1, at least 1."""
+    return max(1, replication - 1)
+
+
+def replication_for(setting: int | None, brokers: int) -> int:
+    """The replication factor every topic gets and must have: the setting, else ``min(3, brokers)``."""
+    return max(1, min(MAX_BROKER_RF, brokers)) if setting is None else setting
+
+
+def job_topics(
+    names: Iterable[str], partitions: int = JOB_PARTITIONS, *, sides: bool = True
+) -> list[TopicSpec]:
+    """Each job topic, with its ``.retry`` and ``.dead`` unless ``sides`` is false (the relay writes
+    those; producers use only the job topics)."""
+    out = []
+    for name in dict.fromkeys(names):
+        out.append(TopicSpec(name, "jobs", partitions))
+        if sides:
+            out += [
+                TopicSpec(retry_topic(name), "retry", partitions),
+                TopicSpec(dead_topic(name), "dead", partitions),
+            ]
+    return out
+
+
+def events_topic(events: EventSettings) -> TopicSpec:
+    return TopicSpec(events.topic, "events", events.partitions)
+
+
+def schedule_topic(far: FarSettings) -> TopicSpec:
+    return TopicSpec(far.topic, "schedule", far.partitions)
+
+
+def declaration(
+    job_topic_names: Iterable[str],
+    events: EventSettings,
+    far: FarSettings,
+    *,
+    partitions: int = JOB_PARTITIONS,
+) -> list[TopicSpec]:
+    """Every topic of a deployment: the job topics (with their ``.retry``/``.dead``), the events topic
+    and, when the far-future tier is on, the schedule topic."""
+    specs = [*job_topics(job_topic_names, partitions), events_topic(events)]
+    if far.enabled:
+        specs.append(schedule_topic(far))
+    return list({s.name: s for s in specs}.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """An existing topic as the cluster describes it."""
+
+    name: str
+    replication: int
+    """The smallest replica count of its partitions."""
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One way a topic differs from its declaration: ``line`` names the topic, the problem and the fix;
+    ``fix`` holds the configs an incremental alter sets (empty: not fixable in place)."""
+
+    topic: str
+    code: Literal["missing", "replication_low", "min_isr", "cleanup_policy", "retention"]
+    line: str
+    fix: Mapping[str, str] = field(default_factory=dict)
+
+
+def diff(spec: TopicSpec, seen: Observed | None, replication: int) -> list[Problem]:
+    """How ``seen`` (None: absent) contradicts ``spec`` on a cluster whose topics need ``replication``."""
+    name = spec.name
+    if seen is None:
+        return [Problem(name, "missing", f"topic {name!r} ({spec.role}) does not exist: {CREATE}")]
+    out: list[Problem] = []
+    if seen.replication < replication:
+        out.append(
+            Problem(
+                name,
+                "replication_low",
+                f"topic {name!r} ({spec.role}) has replication factor {seen.replication}, below "
+                f"{replication} (JOBQ_KAFKA_REPLICATION, default min(3, brokers)): Kafka cannot raise it in "
+                f"place; add replicas with kafka-reassign-partitions.sh",
+            )
+        )
+    out += _min_isr(spec, seen, replication)
+    policy = seen.config.get("cleanup.policy", "delete")
+    if spec.compacted:
+        never = {"cleanup.policy": "compact", "retention.ms": "-1"}
+        if policy != "compact":
+            why = "deletes old records" if "delete" in policy else "is not compacted"
+            out.append(_config(spec, "cleanup_policy", f"has cleanup.policy={policy} ({why})", never))
+        if (ms := seen.config.get("retention.ms", "-1")) != "-1":
+            out.append(_config(spec, "retention", f"has retention.ms={ms} (deletes by time)", never))
+    elif "compact" in policy:  # job records share keys (exclusivity values): compaction would drop jobs
+        why = "compaction drops records that share a key"
+        out.append(
+            _config(
+                spec, "cleanup_policy", f"has cleanup.policy={policy} ({why})", {"cleanup.policy": "delete"}
+            )
+        )
+    return out
+
+
+def _min_isr(spec: TopicSpec, seen: Observed, replication: int) -> list[Problem]:
+    """``min.insync.replicas`` must be at least RF − 1 of the declared RF (an acknowledged write is on that
+    many brokers) and at most the topic's own RF − 1 (so one broker down leaves it writable)."""
+    have = int(seen.config.get("min.insync.replicas", "1"))
+    high = min_isr(seen.replication)
+    low = min(min_isr(replication), high)  # a topic short of replicas is flagged for that already
+    if low <= have <= high:
+        return []
+    why = "fewer replicas than RF − 1 confirm a write" if have < low else "one broker down stops its writes"
+    want = low if have < low else high
+    return [
+        _config(
+            spec, "min_isr", f"has min.insync.replicas={have} ({why})", {"min.insync.replicas": str(want)}
+        )
+    ]
+
+
+def _config(
+    spec: TopicSpec,
+    code: Literal["cleanup_policy", "retention", "min_isr"],
+    what: str,
+    fix: Mapping[str, str],
+) -> Problem:
+    sets = ", ".join(f"{k}={v}" for k, v in fix.items())
+    line = f"topic {spec.name!r} ({spec.role}) {what}: {CREATE} (sets {sets})"
+    return Problem(spec.name, code, line, fix)
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    """A declaration against the cluster: its brokers, the replication factor topics need, the topics
+    that exist and every problem (missing ones included)."""
+
+    brokers: int
+    replication: int
+    seen: dict[str, Observed]
+    problems: list[Problem]
+
+
+def inspect(kafka: KafkaSettings, specs: Sequence[TopicSpec], timeout_s: float = 10.0) -> Inspection:
+    """The cluster's view of ``specs``: one metadata request, one describe of the existing ones' configs."""
+    return _inspect(_admin(kafka), kafka, specs, timeout_s)
+
+
+def _inspect(
+    admin: AdminClient, kafka: KafkaSettings, specs: Sequence[TopicSpec], timeout_s: float
+) -> Inspection:
+    brokers, seen = _describe(admin, [s.name for s in specs], timeout_s)
+    rf = replication_for(kafka.replication, brokers)
+    problems = [p for s in specs for p in diff(s, seen.get(s.name), rf)]
+    return Inspection(brokers, rf, seen, problems)
+
+
+def ensure(
+    kafka: KafkaSettings,
+    owns: Sequence[TopicSpec],
+    uses: Sequence[TopicSpec] = (),
+    timeout_s: float = 10.0,
+) -> list[str]:
+    """A service's start-up check: the topics it ``owns`` are created when missing (if
+    ``JOBQ_KAFKA_CREATE_TOPICS`` allows it, else a refusal), those it only ``uses`` are checked when they
+    exist; any contradiction raises :class:`TopicsInvalid` with one line per problem. Returns the names
+    created."""
+    specs = list({s.name: s for s in [*owns, *uses]}.values())
+    owned = {s.name for s in owns}
+    admin = _admin(kafka)
+    found = _inspect(admin, kafka, specs, timeout_s)
+    missing = [s for s in specs if s.name in owned and s.name not in found.seen]
+    lines = [p.line for p in found.problems if p.code != "missing"]
+    if missing and not kafka.create_topics:
+        lines += [
+            f"topic {s.name!r} ({s.role}) does not exist and JOBQ_KAFKA_CREATE_TOPICS is false: {CREATE}"
+            for s in missing
+        ]
+    if lines:
+        raise TopicsInvalid("\n".join(lines))
+    return _create(admin, missing, found, timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What ``jobq topics create`` did: topics created, configs altered, problems left (not fixable in
+    place)."""
+
+    replication: int
+    created: list[str]
+    altered: dict[str, dict[str, str]]
+    left: list[Problem]
+
+
+def apply(kafka: KafkaSettings, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> Applied:
+    """Create every missing topic of ``specs``, set every wrong config in place (incremental alter) and
+    return what is left (a replication factor below the declared one)."""
+    admin = _admin(kafka)
+    found = _inspect(admin, kafka, specs, timeout_s)
+    missing = [s for s in specs if s.name not in found.seen]
+    created = _create(admin, missing, found, timeout_s)
+    fixes: dict[str, dict[str, str]] = {}
+    for p in found.problems:
+        if p.fix:
+            fixes.setdefault(p.topic, {}).update(p.fix)
+    _alter(admin, fixes, timeout_s)
+    if fixes:  # brokers apply a change a moment after the controller took it: answer once it shows
+        _settled(admin, [s for s in specs if s.name in fixes], found.replication, timeout_s)
+    left = [p for p in found.problems if not p.fix and p.code != "missing"]
+    return Applied(found.replication, created, fixes, left)
+
+
+def _settled(admin: AdminClient, specs: Sequence[TopicSpec], replication: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _, seen = _describe(admin, [s.name for s in specs], timeout_s)
+        if not any(p.fix for s in specs for p in diff(s, seen.get(s.name), replication)):
+            return
+        time.sleep(0.1)
+    raise BackendUnavailable("Kafka took the new topic configs but does not show them yet: run it again")
+
+
+def _admin(kafka: KafkaSettings) -> AdminClient:
+    return AdminClient({**kafka.client_config(), "log_level": 0})
+
+
+def _describe(admin: AdminClient, names: Sequence[str], timeout_s: float) -> tuple[int, dict[str, Observed]]:
+    deadline = time.monotonic() + timeout_s
+    while True:  # short waits only (see jqcore.kafka.CONSUME_WAIT_S): long ones were seen to hang
+        try:
+            md = admin.list_topics(timeout=CONSUME_WAIT_S)
+            break
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(f"no metadata from Kafka: {exc}", code="kafka_unavailable") from exc
+    present = [n for n in names if n in md.topics and md.topics[n].error is None]
+    configs = _configs(admin, present, deadline)
+    seen = {}
+    for n in present:
+        parts = md.topics[n].partitions
+        rf = min((len(p.replicas) for p in parts.values()), default=0)
+        seen[n] = Observed(n, rf, len(parts), configs.get(n, {}))
+    return len(md.brokers), seen
+
+
+def _configs(admin: AdminClient, names: Sequence[str], deadline: float) -> dict[str, dict[str, str]]:
+    """Each topic's configs. A topic created a moment ago may be in one broker's metadata and still unknown
+    to the broker asked: asked again until ``deadline``."""
+    out: dict[str, dict[str, str]] = {}
+    left = list(names)
+    while left:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in left]
+        wait = max(1.0, deadline - time.monotonic())
+        left = []
+        for res, fut in admin.describe_configs(resources, request_timeout=wait).items():
+            try:
+                entries = fut.result(wait)
+            except KafkaException as exc:
+                unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if unknown and time.monotonic() < deadline:
+                    left.append(res.name)
+                    continue
+                raise BackendUnavailable(
+                    f"describing topic {res.name!r} failed: {exc}", code="kafka_unavailable"
+                ) from exc
+            out[res.name] = {k: e.value for k, e in entries.items() if e.value is not None}
+        if left:
+            time.sleep(0.05)
+    return out
+
+
+def _create(admin: AdminClient, specs: Sequence[TopicSpec], found: Inspection, timeout_s: float) -> list[str]:
+    if not specs:
+        return []
+    replication = found.replication
+    if replication > found.brokers:
+        raise TopicsInvalid(
+            f"cannot create {', '.join(repr(s.name) for s in specs)}: JOBQ_KAFKA_REPLICATION={replication} "
+            f"but the Kafka cluster has {found.brokers} broker(s) up: lower the setting or start the brokers"
+        )
+    new = [NewTopic(s.name, s.partitions, replication, config=s.config(replication)) for s in specs]
+    created = []
+    for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
+        try:
+            fut.result(timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another service was first
+                raise BackendUnavailable(
+                    f"creating topic {name!r} failed: {exc}", code="kafka_unavailable"
+                ) from exc
+    return created
+
+
+def _alter(admin: AdminClient, fixes: Mapping[str, Mapping[str, str]], timeout_s: float) -> None:
+    if not fixes:
+        return
+    resources = [
+        ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in conf.items()
+            ],
+        )
+        for topic, conf in fixes.items()
+    ]
+    for res, fut in admin.incremental_alter_configs(resources, request_timeout=timeout_s).items():
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            raise BackendUnavailable(
+                f"changing the configs of topic {res.name!r} failed: {exc}", code="kafka_unavailable"
+            ) from exc

@@ -1,0 +1,281 @@
+"""The Helm chart (deploy/helm/jobq), rendered and checked without a cluster.
+
+``helm template`` renders the chart with every values file in ``deploy/helm/jobq/ci`` (the defaults, a
+production-like install with KEDA, the Prometheus Operator's objects and NetworkPolicies, a minimal one);
+every rendered object is validated against the Kubernetes API schemas of the oldest Kubernetes the chart
+supports and the newest ``kubernetes-validate`` knows (strict: an unknown field fails), and the custom
+resources against the CRD schemas KEDA and the Prometheus Operator publish in their Go modules
+(:mod:`jqstack.testing.helm`). ``helm lint --strict`` must be clean, values that break
+``values.schema.json`` must be refused, and the chart must keep the promises docs/deploy.md makes
+(probes, drains, hooks, secrets only from Secrets, one copy of the alert rules).
+
+Helm is built once from its Go module (``./run test`` does it before pytest, as it builds Consul); after
+that the whole file takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate  # type: ignore[import-untyped]
+import kubernetes_validate.utils  # type: ignore[import-untyped]
+import pytest
+import yaml  # type: ignore[import-untyped]
+
+from jqcore.routing import CANARY_PREFIX
+from jqstack.testing.helm import crd_schema, ensure_crd_schemas, ensure_helm
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "jobq"
+VALUES = sorted((CHART / "ci").glob("*.yaml"))
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+SETTINGS_DOC = ROOT / "docs" / "settings.md"
+
+OLDEST_KUBE = re.search(r'kubeVersion: ">=([0-9.]+)', (CHART / "Chart.yaml").read_text())
+assert OLDEST_KUBE is not None, "Chart.yaml must say the oldest Kubernetes it supports (kubeVersion)"
+KUBE_VERSIONS = (OLDEST_KUBE.group(1), str(kubernetes_validate.latest_version()))
+NEWEST_KUBE = KUBE_VERSIONS[-1]
+
+CRD_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
+
+CONTRACT_SETTINGS = {
+    # issue 34's settings that other parts of the issue add; the chart sets them already
+    "JOBQ_KAFKA_CREATE_TOPICS",
+    "JOBQ_KAFKA_REPLICATION",
+    "JOBQ_KAFKA_SSL_CERTIFICATE_LOCATION",
+    "JOBQ_KAFKA_SSL_KEY_LOCATION",
+    "JOBQ_REDIS_TLS_CERT_FILE",
+    "JOBQ_REDIS_TLS_KEY_FILE",
+    "JOBQ_CONSUL_CA_FILE",
+    "JOBQ_CONSUL_CERT_FILE",
+    "JOBQ_CONSUL_KEY_FILE",
+    "JOBQ_CONSUL_VERIFY",
+    "JOBQ_CANARY_METRICS_PORT",
+}
+"""Settings of the shared contracts (relay/scheduler/worker/canary health ports, secured servers, topic
+handling) that may not be in docs/settings.md yet on a branch of its own."""
+
+SECRET_NAME = re.compile(r"(PASSWORD|TOKENS?|SECRET)$")
+
+
+def helm(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(ensure_helm()), *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+    )
+    if check and done.returncode != 0:
+        pytest.fail(f"helm {' '.join(map(str, args))} exited {done.returncode}:\n{done.stderr}")
+    return done
+
+
+@functools.cache
+def _rendered(values: Path, kube: str) -> str:
+    return helm("template", "jobq", CHART, "--namespace", "jobq", "-f", values, "--kube-version", kube).stdout
+
+
+def render(values: Path, kube: str = NEWEST_KUBE) -> list[dict[str, Any]]:
+    """The objects the chart renders with ``values`` (rendered once per file and version, parsed anew)."""
+    return [doc for doc in yaml.load_all(_rendered(values, kube), Loader=yaml.CSafeLoader) if doc]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def schemas_read_once() -> Iterator[None]:
+    """kubernetes-validate reads and parses its schema files (1.8 MB of definitions) on every call:
+    read each once for this module (a tenth of the time)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            kubernetes_validate.utils,
+            "schema_contents",
+            functools.cache(kubernetes_validate.utils.schema_contents),
+        )
+        yield
+
+
+@pytest.fixture(scope="module")
+def crd_validators() -> Callable[[str, str], Any]:
+    """A JSON Schema validator of a custom resource (apiVersion, kind) from its project's CRD, or None."""
+    folder = ensure_crd_schemas()
+
+    @functools.cache
+    def validator(api_version: str, kind: str) -> Any:
+        schema = crd_schema(folder, api_version, kind)
+        return None if schema is None else jsonschema.Draft7Validator(schema)
+
+    return validator
+
+
+@pytest.fixture(scope="module", params=VALUES, ids=[v.stem for v in VALUES])
+def values(request: pytest.FixtureRequest) -> Path:
+    path: Path = request.param
+    return path
+
+
+@pytest.fixture(scope="module")
+def production() -> list[dict[str, Any]]:
+    return render(CHART / "ci" / "production.yaml")
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def containers(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for d in docs:
+        if d["kind"] in ("Deployment", "Job"):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                yield d["metadata"]["name"], c
+
+
+def plain_env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def test_values_files_exist() -> None:
+    assert {v.stem for v in VALUES} >= {"defaults", "production", "minimal"}
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_every_object_matches_its_schema(
+    values: Path, kube: str, crd_validators: Callable[[str, str], Any]
+) -> None:
+    docs = render(values, kube)
+    assert docs
+    for doc in docs:
+        what = f"{values.name} @ {kube}: {doc.get('kind')} {doc.get('metadata', {}).get('name')}"
+        if doc["apiVersion"].startswith(CRD_GROUPS):
+            validator = crd_validators(doc["apiVersion"], doc["kind"])
+            assert validator is not None, f"{what}: no fetched CRD defines {doc['apiVersion']} {doc['kind']}"
+            try:
+                validator.validate(doc)
+            except jsonschema.ValidationError as exc:
+                pytest.fail(f"{what}: {exc.message} at {list(exc.absolute_path)}")
+        else:
+            try:
+                kubernetes_validate.validate(doc, kube, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{what}: {exc.message} at {list(exc.path)}")
+
+
+def test_lint_is_clean(values: Path) -> None:
+    done = helm("lint", "--strict", CHART, "-f", values, "--kube-version", NEWEST_KUBE, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout, done.stdout
+    assert "[ERROR]" not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["--set", "kafka.securityProtocol=SASL"], "securityProtocol"),
+        (["--set", "redis.url=http://redis:6379"], "/redis/url"),
+        (["--set", "gateway.replicas=-1"], "/gateway/replicas"),
+        (["--set", "gatewy.enabled=true"], "gatewy"),
+        (["--set", "worker.queues=null"], "queues"),
+        (["--set", "worker.queues={}"], "/worker/queues"),
+        (["--set-string", "worker.env.JOBQ_REDIS_PASSWORD=hunter2"], "JOBQ_REDIS_PASSWORD"),
+        (["--set-string", "extraEnv.JOBQ_GATE_TOKENS=t"], "JOBQ_GATE_TOKENS"),
+        (["--set", "worker.app="], "worker.app is required"),
+        (["--set", "history.persistence.readers=true"], "needs accessModes [ReadWriteMany]"),
+        (["--set", "gateway.enabled=false"], "canary.enabled needs gateway.enabled"),
+    ],
+    ids=lambda a: a[-1] if isinstance(a, list) else None,
+)
+def test_bad_values_are_refused(args: list[str], refusal: str) -> None:
+    defaults = CHART / "ci" / "defaults.yaml"
+    done = helm("template", "jobq", CHART, "-f", defaults, *args, "--kube-version", NEWEST_KUBE, check=False)
+    assert done.returncode != 0, f"helm rendered {args}"
+    assert refusal in done.stderr, done.stderr
+
+
+def test_settings_are_real(values: Path) -> None:
+    """Every JOBQ_* name the chart sets is a setting (docs/settings.md is generated from the classes)."""
+    documented = set(re.findall(r"`(JOBQ_[A-Z0-9_]+)`", SETTINGS_DOC.read_text())) | CONTRACT_SETTINGS
+    for name, container in containers(render(values)):
+        for env in container.get("env", []):
+            assert env["name"] in documented, f"{name} sets {env['name']}, which no jobq setting reads"
+
+
+def test_secrets_come_only_from_secrets(values: Path) -> None:
+    for name, container in containers(render(values)):
+        assert "envFrom" not in container
+        for env in container.get("env", []):
+            if SECRET_NAME.search(env["name"]):
+                assert "secretKeyRef" in env.get("valueFrom", {}), (
+                    f"{name}: {env['name']} is not from a Secret"
+                )
+    assert not [d for d in render(values) if d["kind"] in ("Secret", "ConfigMap")]
+
+
+def test_services_never_create_topics_and_a_hook_does(production: list[dict[str, Any]]) -> None:
+    for name, container in containers(production):
+        assert plain_env(container)["JOBQ_KAFKA_CREATE_TOPICS"] == "false", name
+    (job,) = of_kind(production, "Job").values()
+    hooks = job["metadata"]["annotations"]["helm.sh/hook"].split(",")
+    assert set(hooks) == {"pre-install", "pre-upgrade"}
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["topics", "create"]
+    assert "serviceAccountName" not in job["spec"]["template"]["spec"], (
+        "a hook runs before the chart's SA exists"
+    )
+
+
+def test_probes_pdbs_and_drains(production: list[dict[str, Any]]) -> None:
+    deployments = of_kind(production, "Deployment")
+    pdbs = {
+        p["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+        for p in of_kind(production, "PodDisruptionBudget").values()
+    }
+    for name, d in deployments.items():
+        component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+        (c,) = d["spec"]["template"]["spec"]["containers"]
+        if component == "history":  # a Spark query without an HTTP endpoint; one replica, Recreate
+            assert d["spec"]["replicas"] == 1
+            assert d["spec"]["strategy"]["type"] == "Recreate"
+            continue
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", name
+        ready = "/healthz" if component == "web" else "/readyz"  # the dashboard has no /readyz yet
+        assert c["readinessProbe"]["httpGet"]["path"] == ready, name
+        assert component in pdbs, f"{name} has no PodDisruptionBudget"
+    worker = deployments["jobq-worker"]["spec"]["template"]["spec"]
+    timeout = float(plain_env(worker["containers"][0])["JOBQ_WORKER_GRACE_S"])
+    assert timeout == 900  # ci/production.yaml's longestJobTimeoutSeconds
+    assert worker["terminationGracePeriodSeconds"] > timeout
+    gateway = deployments["jobq-gateway"]["spec"]["template"]["spec"]
+    assert gateway["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
+
+
+def test_workers_scale_on_the_depth_of_every_queue_they_serve(production: list[dict[str, Any]]) -> None:
+    (scaled,) = of_kind(production, "ScaledObject").values()
+    worker = of_kind(production, "Deployment")["jobq-worker"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "jobq-worker"
+    assert scaled["spec"]["minReplicaCount"] == 0
+    assert "replicas" not in worker["spec"], "KEDA owns the replica count"
+    queues = plain_env(worker["spec"]["template"]["spec"]["containers"][0])["JOBQ_WORKER_QUEUES"].split(",")
+    assert {f"{CANARY_PREFIX}jobs.default", f"{CANARY_PREFIX}jobs.emails"} <= set(queues)
+    watched = {t["metadata"]["listName"] for t in scaled["spec"]["triggers"]}
+    assert watched == {f"jobq:{{{q}}}:{s}" for q in queues for s in ("ready", "running")}
+    (hpa,) = of_kind(production, "HorizontalPodAutoscaler").values()
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "jobq-gateway"
+
+
+def test_alert_rules_are_the_one_copy(production: list[dict[str, Any]]) -> None:
+    (rule,) = of_kind(production, "PrometheusRule").values()
+    assert rule["spec"] == yaml.safe_load(ALERTS.read_text())
+    assert (CHART / "files" / "alerts.yml").resolve() == ALERTS.resolve()
+
+
+def test_network_policies_admit_only_what_is_asked(production: list[dict[str, Any]]) -> None:
+    policies = {
+        p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: p
+        for p in of_kind(production, "NetworkPolicy").values()
+    }
+    assert set(policies) == {"gateway", "web", "relay", "scheduler", "worker", "canary", "history"}
+    assert policies["history"]["spec"]["ingress"] == []
+    for component in ("relay", "scheduler", "worker", "canary"):
+        (rule,) = policies[component]["spec"]["ingress"]
+        assert rule["ports"] == [{"port": "metrics"}], component

@@ -1,0 +1,135 @@
+"""The topic declaration (``jqcore/topics.py``): replication and min ISR rules, config diffs, lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from jqcore.settings import EventSettings, FarSettings, KafkaSettings, load
+from jqcore.topics import (
+    Observed,
+    TopicSpec,
+    declaration,
+    diff,
+    job_topics,
+    min_isr,
+    replication_for,
+)
+
+EVENTS = EventSettings.model_validate({})
+SCHEDULE = TopicSpec("jobq.schedule", "schedule", 6)
+JOBS = TopicSpec("jobs.default", "jobs", 3)
+
+
+def seen(spec: TopicSpec, rf: int, **config: str) -> Observed:
+    return Observed(spec.name, rf, spec.partitions, {k.replace("_", "."): v for k, v in config.items()})
+
+
+@pytest.mark.parametrize(("brokers", "rf"), [(1, 1), (2, 2), (3, 3), (5, 3)])
+def test_the_default_replication_is_min_3_brokers(brokers: int, rf: int) -> None:
+    assert replication_for(None, brokers) == rf
+    assert replication_for(2, brokers) == 2  # the setting wins (a broker down does not lower it)
+
+
+@pytest.mark.parametrize(("rf", "isr"), [(1, 1), (2, 1), (3, 2), (5, 4)])
+def test_min_insync_replicas_is_rf_minus_one_at_least_one(rf: int, isr: int) -> None:
+    assert min_isr(rf) == isr
+    assert JOBS.config(rf)["min.insync.replicas"] == str(isr)
+
+
+def test_the_declaration_names_every_topic_once_with_its_role() -> None:
+    specs = declaration(["jobs.a", "jobs.b", "jobs.a"], EVENTS, FarSettings.model_validate({}))
+    assert [(s.name, s.role) for s in specs] == [
+        ("jobs.a", "jobs"),
+        ("jobs.a.retry", "retry"),
+        ("jobs.a.dead", "dead"),
+        ("jobs.b", "jobs"),
+        ("jobs.b.retry", "retry"),
+        ("jobs.b.dead", "dead"),
+        ("jobq.events", "events"),
+        ("jobq.schedule", "schedule"),
+    ]
+    assert "jobq.schedule" not in {
+        s.name for s in declaration([], EVENTS, FarSettings.model_validate({"horizon_s": 0}))
+    }
+    assert [s.role for s in job_topics(["x"], sides=False)] == ["jobs"]
+
+
+def test_the_schedule_topic_is_compacted_and_never_expires_the_others_delete() -> None:
+    assert SCHEDULE.config(3) == {
+        "cleanup.policy": "compact",
+        "retention.ms": "-1",
+        "min.insync.replicas": "2",
+        "max.message.bytes": SCHEDULE.config(3)["max.message.bytes"],
+    }
+    assert JOBS.config(1)["cleanup.policy"] == "delete"
+    assert int(JOBS.config(1)["retention.ms"]) > 0
+
+
+def test_a_matching_topic_has_no_problem() -> None:
+    assert (
+        diff(
+            SCHEDULE,
+            seen(SCHEDULE, 3, cleanup_policy="compact", retention_ms="-1", min_insync_replicas="2"),
+            3,
+        )
+        == []
+    )
+    assert diff(JOBS, seen(JOBS, 1, cleanup_policy="delete", retention_ms="1000"), 1) == []
+
+
+def test_a_missing_topic_names_jobq_topics_create() -> None:
+    (p,) = diff(SCHEDULE, None, 3)
+    assert p.code == "missing"
+    assert "jobq topics create" in p.line
+    assert "'jobq.schedule'" in p.line
+
+
+def test_a_schedule_topic_that_deletes_by_time_is_two_fixable_problems() -> None:
+    got = diff(SCHEDULE, seen(SCHEDULE, 1, cleanup_policy="delete", retention_ms="604800000"), 1)
+    assert [p.code for p in got] == ["cleanup_policy", "retention"]
+    for p in got:
+        assert p.fix == {"cleanup.policy": "compact", "retention.ms": "-1"}
+        assert "'jobq.schedule'" in p.line
+        assert "jobq topics create" in p.line
+        assert "\n" not in p.line
+    assert "cleanup.policy=delete (deletes old records)" in got[0].line
+    assert "retention.ms=604800000 (deletes by time)" in got[1].line
+    (both,) = diff(SCHEDULE, seen(SCHEDULE, 1, cleanup_policy="compact,delete", retention_ms="-1"), 1)
+    assert both.code == "cleanup_policy"
+
+
+def test_a_compacted_job_topic_is_a_problem() -> None:
+    (p,) = diff(JOBS, seen(JOBS, 1, cleanup_policy="compact"), 1)
+    assert p.code == "cleanup_policy"
+    assert p.fix == {"cleanup.policy": "delete"}
+
+
+def test_a_replication_factor_below_the_declared_one_is_not_fixable_in_place() -> None:
+    got = diff(SCHEDULE, seen(SCHEDULE, 1, cleanup_policy="compact", retention_ms="-1"), 3)
+    assert [p.code for p in got] == ["replication_low"]  # min ISR 1 is right for the topic's own RF 1
+    (p,) = got
+    assert not p.fix
+    assert "replication factor 1, below 3" in p.line
+    assert "kafka-reassign-partitions" in p.line
+    more = seen(JOBS, 5, min_insync_replicas="2")
+    assert diff(JOBS, more, 3) == []  # more replicas than declared is fine
+
+
+@pytest.mark.parametrize(
+    ("rf", "declared", "have", "want"),
+    [(3, 3, "1", "2"), (3, 3, "3", "2"), (1, 1, "2", "1"), (2, 2, "2", "1")],
+)
+def test_a_wrong_min_isr_is_fixed_in_place(rf: int, declared: int, have: str, want: str) -> None:
+    (p,) = diff(JOBS, seen(JOBS, rf, min_insync_replicas=have), declared)
+    assert p.code == "min_isr"
+    assert p.fix == {"min.insync.replicas": want}
+    assert f"min.insync.replicas={have}" in p.line
+
+
+def test_the_settings_read_replication_and_create_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load(KafkaSettings).replication is None
+    assert load(KafkaSettings).create_topics is True
+    monkeypatch.setenv("JOBQ_KAFKA_REPLICATION", "3")
+    monkeypatch.setenv("JOBQ_KAFKA_CREATE_TOPICS", "false")
+    k = load(KafkaSettings)
+    assert (k.replication, k.create_topics) == (3, False)
