@@ -6,7 +6,6 @@ import asyncio
 
 from canary.monitor import Canary
 from canary.settings import CanarySettings
-from jqcore import metrics
 from jqcore.client import Gateway, JobqClient
 from jqcore.kafka import topic_partitions
 from jqcore.lifecycle import run_until_signal
@@ -42,13 +41,11 @@ async def serve(
             canary = Canary(
                 client, redis, parts, interval_s=settings.interval_s, late_after_s=settings.late_after_s
             )
-            await run_until_signal(canary)
+            await run_until_signal(canary, health_port=settings.metrics_port)
     finally:
         await redis.aclose()
 
 
-def run(settings: CanarySettings | None = None, metrics_port: int | None = None) -> None:
-    if metrics_port is not None:
-        metrics.serve(metrics_port)
+def run(settings: CanarySettings | None = None) -> None:
     settings = settings if settings is not None else load(CanarySettings)
     asyncio.run(serve(settings, load(RoutingSettings), load(KafkaSettings), load(RedisSettings)))

@@ -22,6 +22,7 @@ from jqcore import keys, metrics
 from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
+from jqcore.health import Readiness, ping
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
@@ -42,6 +43,8 @@ class Probe:
 
 
 class Canary(Service):
+    health_name = "canary"
+
     def __init__(
         self,
         client: JobqClient,
@@ -57,6 +60,8 @@ class Canary(Service):
         self.outstanding: dict[tuple[str, int], Probe] = {}
         self.health: dict[tuple[str, int], dict[str, Any]] = {}
         self.rounds = 0
+        self.sent_at: float | None = None
+        """When the last round of heartbeats was sent (monotonic seconds; None before the first)."""
         self._round_done = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -70,6 +75,19 @@ class Canary(Service):
         for t in self._tasks:
             await cancel_and_wait(t)  # repeated: a cancel redis-py swallowed must not keep a loop alive
 
+    async def _readiness(self, found: Readiness) -> None:
+        """Ready: beating — a round of heartbeats went out within two intervals (plus the lateness
+        allowance: a round waits for slow gateways), and Redis (where results are kept) answers."""
+        await ping("Redis", self.redis.ping(), found, code="redis_unreachable")
+        window = 2 * self.interval_s + self.late_after_s
+        if self.sent_at is None:
+            found.add("not_beating", "no heartbeat round sent yet (waiting for a gateway to be ready)")
+        elif (age := time.monotonic() - self.sent_at) > window:
+            found.add(
+                "not_beating", f"the last heartbeat round went out {age:.0f} s ago (limit {window:g} s)"
+            )
+        found.facts.update(rounds=self.rounds, partitions=sum(len(p) for p in self.partitions.values()))
+
     async def wait_round(self, timeout_s: float) -> None:
         """Wait until every partition's heartbeat of a round came back (or was flagged)."""
         self._round_done.clear()
@@ -80,6 +98,7 @@ class Canary(Service):
         while True:
             started = time.monotonic()
             await self.send_round()
+            self.sent_at = time.monotonic()
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     async def _gateways_ready(self, timeout_s: float = 60.0) -> None:

@@ -28,3 +28,6 @@ class CanarySettings(BaseSettings):
     """Seconds between two rounds of heartbeats."""
     late_after_s: float = Field(30.0, gt=0)
     """A heartbeat not executed this long after it was sent flags its partition."""
+    metrics_port: int | None = Field(None, ge=1, le=65_535)
+    """Serve ``/healthz``, ``/readyz`` (beating: a round sent within two intervals) and ``/metrics`` on
+    ``JOBQ_METRICS_HOST``:PORT."""

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, Envelope, encode, record_key
 from jqcore.errors import BackendUnavailable, JobqError
+from jqcore.log import kafka_logging
 from jqcore.settings import KafkaSettings
 
 CONSUME_WAIT_S = 0.19
@@ -141,6 +142,7 @@ class AsyncProducer:
     ) -> None:
         conf: dict[str, Any] = {
             **settings.client_config(),
+            **kafka_logging(),
             "acks": "all" if acks == "all" else "1",
             "enable.idempotence": acks == "all",
             "linger.ms": linger_ms,
@@ -293,7 +295,7 @@ def topic_partitions(
     """Partition ids per existing topic (missing topics are left out)."""
     from confluent_kafka.admin import AdminClient
 
-    conf: dict[str, str | int | float | bool] = {**settings.client_config()}
+    conf: dict[str, str | int | float | bool] = {**settings.client_config(), **kafka_logging()}
     try:
         md = AdminClient(conf).list_topics(timeout=timeout_s)
     except KafkaException as exc:

@@ -12,7 +12,9 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
+from jqcore.health import HealthServer, Readiness
 from jqcore.log import get_logger
+from jqcore.settings import MetricsSettings, load
 
 __all__ = ["Service", "cancel_and_wait", "run_until_signal"]
 
@@ -32,8 +34,12 @@ class Service:
     started stops without calling ``_stop``.
     """
 
+    health_name = "service"
+    """How ``/healthz`` and ``/readyz`` name the service: ``relay``, ``scheduler``, ``worker``, ``canary``."""
+
     def __init__(self) -> None:
         self._started = False
+        self._up = False
         self._stopped = False
         self._stop_lock = asyncio.Lock()
 
@@ -52,6 +58,23 @@ class Service:
         except BaseException:
             await self._stop_after_failed_start()
             raise
+        self._up = True
+
+    async def readiness(self) -> Readiness:
+        """What ``/readyz`` answers (:mod:`jqcore.health`): a service still starting or stopping is not
+        ready; a running one is judged by its own :meth:`_readiness`."""
+        found = Readiness()
+        if self._stopped:
+            found.add("stopping", f"the {self.health_name} is stopping")
+        elif not self._up:
+            found.add("starting", f"the {self.health_name} is starting")
+        else:
+            await self._readiness(found)
+        return found
+
+    async def _readiness(self, found: Readiness) -> None:
+        """Add the running service's problems (a dependency that does not answer, its job not done) and
+        facts to ``found``; nothing by default."""
 
     async def _stop_after_failed_start(self) -> None:
         """Release what a failed start acquired; the start's error is the one reported."""
@@ -121,9 +144,31 @@ async def run_until_signal(
     *,
     on_second_signal: Callable[[], Coroutine[Any, Any, None]] | None = None,
     until: asyncio.Event | None = None,
+    health_port: int | None = None,
 ) -> None:
     """Start ``service``, wait for SIGINT/SIGTERM (or ``until``), stop it; a second signal calls
-    ``on_second_signal``."""
+    ``on_second_signal``. ``health_port``: serve ``/healthz``, ``/readyz`` and ``/metrics`` on
+    ``JOBQ_METRICS_HOST``:PORT meanwhile (:class:`jqcore.health.HealthServer`, from before the start
+    to after the stop)."""
+    health: HealthServer | None = None
+    if health_port is not None:
+        settings = load(MetricsSettings)
+        health = HealthServer(service.health_name, stale_s=settings.loop_stale_s)
+        await asyncio.to_thread(health.start, settings.host, health_port)
+        health.watch(service.readiness)
+    try:
+        await _run(service, on_second_signal, until)
+    finally:
+        if health is not None:
+            health.unwatch()  # on this loop: its timer is cancelled where it runs
+            await asyncio.to_thread(health.stop)
+
+
+async def _run(
+    service: Service,
+    on_second_signal: Callable[[], Coroutine[Any, Any, None]] | None,
+    until: asyncio.Event | None,
+) -> None:
     loop = asyncio.get_running_loop()
     stop_requested = until or asyncio.Event()
     hard_tasks: list[asyncio.Task[None]] = []

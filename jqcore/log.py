@@ -1,21 +1,34 @@
 """Structured logging set-up (structlog over the standard library), called once by each main.
 
-JSON lines in production (``JOBQ_LOG_FORMAT=json``), readable console lines otherwise. Secrets never
-reach a log line: settings hold them as ``SecretStr`` and loggers are given endpoints, never URLs with
-passwords.
+JSON lines in production (``JOBQ_LOG_FORMAT=json``), readable console lines otherwise. **Every** line a
+process writes goes through the same renderer: structlog's own events, and the standard library's records
+(aiohttp's access and server logs, asyncio, the Consul client, py4j/pyspark, librdkafka's log lines —
+handed to the ``librdkafka`` logger by :func:`kafka_logging` in each Kafka client's configuration), which
+the root handler formats with structlog's ``ProcessorFormatter``. Secrets never reach a log line:
+settings hold them as ``SecretStr`` and loggers are given endpoints, never URLs with passwords.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
 
 from jqcore.settings import LogSettings
 
-__all__ = ["configure", "get_logger"]
+__all__ = ["KAFKA_LOGGER", "configure", "get_logger", "kafka_logging"]
+
+KAFKA_LOGGER = logging.getLogger("librdkafka")
+"""Where librdkafka's own log lines go (instead of its plain-text stderr)."""
+
+
+def kafka_logging() -> dict[str, Any]:
+    """The librdkafka setting that routes a Kafka client's log lines through :data:`KAFKA_LOGGER`
+    (merged into every producer's, consumer's and admin client's configuration)."""
+    return {"logger": KAFKA_LOGGER}
 
 
 class _CurrentStderr:
@@ -36,6 +49,10 @@ class _CurrentStderr:
 _STDERR = _CurrentStderr()
 
 
+class _JobqHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The root handler :func:`configure` installs (replaced, never doubled, by a second call)."""
+
+
 def configure(settings: LogSettings | None = None) -> None:
     """Route structlog and stdlib logging to stderr in the configured format and level."""
     settings = settings or LogSettings()
@@ -45,11 +62,12 @@ def configure(settings: LogSettings | None = None) -> None:
         if settings.format == "json"
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
             renderer,
@@ -58,7 +76,37 @@ def configure(settings: LogSettings | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=_STDERR),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=level, stream=_STDERR, format="%(levelname)s %(name)s: %(message)s")
+    # the standard library's records: the same renderer, with the logger's name as ``component``
+    handler = _JobqHandler(_STDERR)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                _component,
+                stamp,
+                structlog.stdlib.PositionalArgumentsFormatter(),
+                structlog.stdlib.ExtraAdder(),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _JobqHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)  # warnings.warn (pyspark's, aiohttp's) as records too
+
+
+def _component(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    record = event.get("_record")
+    if record is not None:
+        event.setdefault("component", record.name)
+    return event
 
 
 def get_logger(name: str) -> Any:

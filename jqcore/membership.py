@@ -19,7 +19,7 @@ from typing import Any
 from jqcore.keys import MEMBER_GROUPS_KEY, member_notes_key, members_key
 from jqcore.redisconn import RedisClient
 
-__all__ = ["Membership", "groups", "live_members", "owned_by", "owner", "server_ms"]
+__all__ = ["Membership", "group_sizes", "groups", "live_members", "owned_by", "owner", "server_ms"]
 
 
 def _score(member: str, item: str) -> int:
@@ -87,6 +87,13 @@ async def groups(client: RedisClient, stale_s: float = 3.0) -> dict[str, dict[st
             said = {_text(k): _text(v) for k, v in notes.items()}
             out[group] = {m: said.get(m, "") for m in alive}
     return out
+
+
+async def group_sizes(client: RedisClient, stale_s: float = 3.0) -> dict[str, int]:
+    """Every group ever recorded → its live members now (0: a group nobody keeps any more)."""
+    since = await server_ms(client) - int(stale_s * 1000)
+    names = sorted(_text(g) for g in await client.smembers(MEMBER_GROUPS_KEY))
+    return {group: int(await client.zcount(members_key(group), since, "+inf")) for group in names}
 
 
 async def server_ms(client: RedisClient) -> int:

@@ -8,6 +8,7 @@ from here and expose them with :func:`start_http_server` or :func:`render` in th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 from prometheus_client import (
@@ -39,6 +40,8 @@ __all__ = [
     "GRAPHS_OPEN",
     "GRAPH_NODES",
     "GRAPH_REPAIRS",
+    "HISTORY_LAG",
+    "HISTORY_PROGRESS_TIME",
     "JOBS_ENQUEUED",
     "JOBS_FINISHED",
     "JOBS_IN_FLIGHT",
@@ -47,7 +50,12 @@ __all__ = [
     "JOB_RUN_TIME",
     "LATENCY_BUCKETS",
     "QUEUE_DEPTH",
+    "REDIS_INFO",
+    "REDIS_MEMORY_MAX",
+    "REDIS_MEMORY_USED",
     "RELAY_BATCH_TIME",
+    "RELAY_HELD",
+    "RELAY_HELD_TIME",
     "RELAY_LAG",
     "RELAY_LEADER",
     "RELAY_QUEUE_RATE_LIMIT",
@@ -55,6 +63,7 @@ __all__ = [
     "RELAY_RECORDS",
     "SCHEDULER_CRON",
     "SCHEDULER_FAR_MOVED",
+    "SCHEDULER_GROUP_MEMBERS",
     "SCHEDULER_LATE",
     "SCHEDULER_LATENESS",
     "SCHEDULER_MEMBERS",
@@ -62,6 +71,8 @@ __all__ = [
     "SCHEDULER_OWNED",
     "SCRIPT_CALLS",
     "SCRIPT_TIME",
+    "SERVICE_READY",
+    "redis_memory",
     "render",
     "serve",
 ]
@@ -77,6 +88,14 @@ def _latency(name: str, documentation: str, labels: list[str]) -> Histogram:
     so dashboards can compare hops)."""
     return Histogram(name, documentation, labels, buckets=LATENCY_BUCKETS)
 
+
+# --- every service -------------------------------------------------------------------------------------
+SERVICE_READY = Gauge(
+    "jobq_service_ready",
+    "1 when the process's readiness check passed at the last /readyz or /metrics request, else 0 "
+    "(relays, schedulers, worker pools, canaries: jqcore/health.py)",
+    ["service"],
+)
 
 # --- engine (Redis) ---------------------------------------------------------------------------------
 SCRIPT_CALLS = Counter(
@@ -132,15 +151,49 @@ RELAY_RATE_LIMIT = Gauge("jobq_relay_rate_limit_jobs_per_second", "Live rate lim
 RELAY_QUEUE_RATE_LIMIT = Gauge(
     "jobq_relay_queue_rate_limit_jobs_per_second", "Live per-queue limit (0: paused, -1: none)", ["queue"]
 )
-RELAY_LAG = Gauge("jobq_relay_lag_records", "Records behind the partition end", ["topic", "partition"])
+RELAY_LAG = Gauge(
+    "jobq_relay_lag_records",
+    "Records behind the partition end, reported by the topic's lock holder (each second while it leads)",
+    ["topic", "partition"],
+)
+RELAY_HELD = Gauge(
+    "jobq_relay_held_batches",
+    "Batches waiting right now before their write, by what holds them: memory (Redis memory above the "
+    "relay's slow/stop mark), redis (Redis unreachable or refusing writes), rate_limit (the topic's), "
+    "queue_rate_limit",
+    ["topic", "reason"],
+)
+RELAY_HELD_TIME = Counter(
+    "jobq_relay_held_seconds_total",
+    "Time batches spent held before their write, by reason (see jobq_relay_held_batches)",
+    ["topic", "reason"],
+)
 
-# --- canary ---------------------------------------------------------------------------------------------
+# --- Redis (sampled by relays and schedulers) -----------------------------------------------------------
+REDIS_MEMORY_USED = Gauge("jobq_redis_memory_used_bytes", "Redis used_memory (INFO memory)")
+REDIS_MEMORY_MAX = Gauge("jobq_redis_memory_max_bytes", "Redis maxmemory (0: no limit)")
+REDIS_INFO = Gauge(
+    "jobq_redis_info",
+    "Always 1; its labels carry Redis's maxmemory-policy (jobq needs noeviction: any other policy lets "
+    "Redis delete jobs silently)",
+    ["maxmemory_policy"],
+)
+
+# --- lifecycle events and history -----------------------------------------------------------------------
 EVENTS_SHIPPED = Counter("jobq_events_shipped_total", "Lifecycle events shipped to Kafka", ["queue"])
 EVENTS_BACKLOG = Gauge(
     "jobq_events_backlog", "Lifecycle events waiting in Redis for the shipper (owned queues)", ["queue"]
 )
 EVENTS_DROPPED = Gauge(
     "jobq_events_dropped", "Lifecycle events dropped at the queue's events_cap (lifetime)", ["queue"]
+)
+HISTORY_LAG = Gauge(
+    "jobq_history_lag_records",
+    "Events the history query has not read yet (latest offsets minus its last batch's end, all partitions)",
+)
+HISTORY_PROGRESS_TIME = Gauge(
+    "jobq_history_progress_timestamp_seconds",
+    "Unix time of the history query's last progress report (a batch, or Spark's idle report every 10 s)",
 )
 GRAPHS = Counter(
     "jobq_graphs_total", "Task graphs by outcome: submitted, completed, failed, canceled", ["outcome"]
@@ -157,6 +210,12 @@ GRAPH_REPAIRS = Counter(
     ["step"],
 )
 SCHEDULER_MEMBERS = Gauge("jobq_scheduler_members", "Live scheduler instances of this one's group")
+SCHEDULER_GROUP_MEMBERS = Gauge(
+    "jobq_scheduler_group_members",
+    "Live members of every scheduler group ever seen in Redis, as this scheduler sees them (0: a group "
+    "whose queues nobody keeps)",
+    ["group"],
+)
 SCHEDULER_OWNED = Gauge("jobq_scheduler_owned_queues", "Queues whose timers this instance keeps")
 SCHEDULER_MOVED = Counter(
     "jobq_scheduler_jobs_total", "Jobs moved by the timers", ["queue", "outcome"]
@@ -176,6 +235,7 @@ SCHEDULER_LATE = Counter(
     "jobq_scheduler_late_total", "Delayed jobs promoted later than JOBQ_SCHEDULER_LATE_AFTER_S", ["queue"]
 )
 
+# --- canary ---------------------------------------------------------------------------------------------
 CANARY_SENT = Counter("jobq_canary_sent_total", "Heartbeat jobs sent", ["topic", "partition"])
 CANARY_LATENCY = _latency(
     "jobq_canary_latency_seconds",
@@ -187,6 +247,21 @@ CANARY_HEALTHY = Gauge(
     "1 when the partition's last heartbeat arrived in time, 0 when late or missing",
     ["topic", "partition"],
 )
+
+
+def redis_memory(info: Mapping[str, Any]) -> None:
+    """Set the Redis gauges from an ``INFO memory`` answer (one node's)."""
+    REDIS_MEMORY_USED.set(int(info.get("used_memory", 0)))
+    REDIS_MEMORY_MAX.set(int(info.get("maxmemory", 0)))
+    policy = str(info.get("maxmemory_policy", ""))
+    if policy and policy not in _POLICIES:
+        REDIS_INFO.clear()
+        _POLICIES.clear()
+        _POLICIES.add(policy)
+        REDIS_INFO.labels(policy).set(1)
+
+
+_POLICIES: set[str] = set()
 
 
 def serve(port: int) -> None:

@@ -25,7 +25,15 @@ from redis.exceptions import DataError
 
 from jqcore.settings import RedisSettings
 
-__all__ = ["FastConnection", "RedisClient", "SyncRedisClient", "connect", "connect_sync", "pack_command"]
+__all__ = [
+    "FastConnection",
+    "RedisClient",
+    "SyncRedisClient",
+    "connect",
+    "connect_sync",
+    "memory_info",
+    "pack_command",
+]
 
 RedisClient = aioredis.Redis | RedisCluster
 """A single-node or Cluster client (both speak the commands jobq uses)."""
@@ -97,3 +105,13 @@ def connect_sync(settings: RedisSettings) -> SyncRedisClient:
     if settings.cluster:
         return redis.cluster.RedisCluster.from_url(url, **kwargs)
     return redis.Redis.from_url(url, **kwargs)
+
+
+async def memory_info(client: RedisClient) -> dict[str, Any]:
+    """``INFO memory`` (``used_memory``, ``maxmemory``, ``maxmemory_policy``...); on a Cluster that
+    answers per node, the node fullest relative to its ``maxmemory`` (the one that refuses first)."""
+    info: dict[str, Any] = await client.info("memory")
+    nodes = [v for v in info.values() if isinstance(v, dict)]
+    if nodes and len(nodes) == len(info):
+        return max(nodes, key=lambda n: int(n.get("used_memory", 0)) / max(1, int(n.get("maxmemory", 0))))
+    return info

@@ -685,6 +685,9 @@ class HistorySettings(BaseSettings):
     """Days of events kept in the historic table (and of finished jobs in the current table)."""
     trigger_s: float = Field(5.0, gt=0)
     """How often the streaming query picks up new events."""
+    metrics_port: int | None = Field(None, ge=1, le=65_535)
+    """``jobq history run`` serves Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT (the history's lag
+    behind the events topic: ``jobq_history_lag_records``, ``jobq_history_progress_timestamp_seconds``)."""
 
     @property
     def root(self) -> Path:
@@ -692,15 +695,21 @@ class HistorySettings(BaseSettings):
 
 
 class MetricsSettings(BaseSettings):
-    """Where relays, workers and canaries serve ``/metrics`` (``JOBQ_METRICS_HOST``); the port is each
-    command's ``--metrics-port``. Loopback by default; ``0.0.0.0`` in containers."""
+    """Where relays, schedulers, workers and canaries serve ``/healthz``, ``/readyz`` and ``/metrics``
+    (``JOBQ_METRICS_HOST``); the port is each one's metrics port (``JOBQ_RELAY_METRICS_PORT``,
+    ``JOBQ_SCHEDULER_METRICS_PORT``, ``JOBQ_WORKER_METRICS_PORT``, ``JOBQ_CANARY_METRICS_PORT`` or the
+    command's ``--metrics-port``). Loopback by default; ``0.0.0.0`` in containers (probes come from
+    outside)."""
 
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_METRICS_", extra="ignore", use_attribute_docstrings=True
     )
 
     host: str = "127.0.0.1"
-    """The address ``/metrics`` is served on."""
+    """The address the health and metrics routes are served on."""
+    loop_stale_s: float = Field(10.0, ge=2)
+    """``/healthz`` answers 503 ``loop_stalled`` once the process's event loop has not run for this long
+    (a blocking call or a runaway handler wedged it)."""
 
 
 class TraceSettings(BaseSettings):

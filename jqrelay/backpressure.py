@@ -12,19 +12,35 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from jqcore import metrics
 from jqcore.log import get_logger
-from jqcore.redisconn import RedisClient
+from jqcore.redisconn import RedisClient, memory_info
 from jqcore.testsignal import TestSignal
 
-__all__ = ["GuardSignals", "MemoryGuard"]
+__all__ = ["GuardSignals", "MemoryGuard", "held"]
 
 log = get_logger("jqrelay.backpressure")
+
+
+@contextmanager
+def held(topic: str, reason: str) -> Iterator[None]:
+    """Count a batch of ``topic`` held for ``reason`` while the block runs (``jobq_relay_held_batches``
+    meanwhile, its duration into ``jobq_relay_held_seconds_total``)."""
+    gauge = metrics.child(metrics.RELAY_HELD, topic, reason)
+    gauge.inc()
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        gauge.dec()
+        metrics.child(metrics.RELAY_HELD_TIME, topic, reason).inc(time.monotonic() - started)
 
 
 @dataclass
@@ -56,13 +72,14 @@ class MemoryGuard:
     async def _sample(self) -> float:
         now = time.monotonic()
         if now - self._sampled_at >= self.sample_s:
-            info = await self.client.info("memory")
+            info = await memory_info(self.client)
+            metrics.redis_memory(info)
             used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
             self.usage = used / limit if limit else 0.0
             self._sampled_at = now
         return self.usage
 
-    async def _sample_or_wait(self) -> float | None:
+    async def _sample_or_wait(self, topic: str) -> float | None:
         """The usage, or None after a backoff pause while Redis does not answer (logged once per outage:
         the relay holds its batch and commits nothing meanwhile, as with a failed write)."""
         try:
@@ -73,20 +90,22 @@ class MemoryGuard:
                 self._unreachable_since = now
                 log.warning("Redis unreachable; relaying waits for it", error=repr(exc))
             self.signals.unreachable.signal(round(now - self._unreachable_since, 3))
-            await asyncio.sleep(min(5.0, 0.1 + (now - self._unreachable_since) / 4))
+            with held(topic, "redis"):
+                await asyncio.sleep(min(5.0, 0.1 + (now - self._unreachable_since) / 4))
             return None
         if self._unreachable_since is not None:
             log.info("Redis reachable again", after_s=round(time.monotonic() - self._unreachable_since, 1))
             self._unreachable_since = None
         return usage
 
-    async def wait_for_room(self, keep_waiting: Callable[[], bool] = lambda: True) -> bool:
+    async def wait_for_room(self, keep_waiting: Callable[[], bool] = lambda: True, topic: str = "") -> bool:
         """True when a batch may be written (sleeping first if memory is getting tight); False as soon as
-        ``keep_waiting()`` says to give up (the term ended, the relay stops) while waiting."""
+        ``keep_waiting()`` says to give up (the term ended, the relay stops) while waiting. The waits are
+        counted as ``topic``'s batch held (:func:`held`)."""
         while True:
             if not keep_waiting():
                 return False
-            usage = await self._sample_or_wait()
+            usage = await self._sample_or_wait(topic)
             if usage is None:
                 continue
             if self.stopped and usage < self.slow_at:
@@ -98,8 +117,10 @@ class MemoryGuard:
                 self.stopped = True
                 self.signals.stopped.signal(True)
             if self.stopped:
-                await asyncio.sleep(self.sample_s)
+                with held(topic, "memory"):
+                    await asyncio.sleep(self.sample_s)
                 continue
             if usage > self.slow_at:
-                await asyncio.sleep((usage - self.slow_at) / (self.stop_at - self.slow_at))
+                with held(topic, "memory"):
+                    await asyncio.sleep((usage - self.slow_at) / (self.stop_at - self.slow_at))
             return True

@@ -104,6 +104,8 @@ class Elector(Service):
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._step_down = asyncio.Event()
+        self.error: str | None = None
+        """Why the last campaign step failed (Consul unreachable), until the lock is held or waited for."""
 
     # ---- what callers use ---------------------------------------------------------------------
     def trusted_term(self) -> Term | None:
@@ -146,6 +148,8 @@ class Elector(Service):
                 "elector role", key=self.key, holder=self.holder, role=role.value, previous=self.role.value
             )
         self.role = role
+        if role in (Role.LEADER, Role.WAITING):
+            self.error = None
         async with self._changed:
             self._changed.notify_all()
 
@@ -165,6 +169,7 @@ class Elector(Service):
                 raise
             except Exception as exc:  # Consul unreachable: stay out of leadership, try again
                 log.warning("elector error", key=self.key, error=repr(exc))
+                self.error = repr(exc)
                 await self._resign(Role.CANDIDATE)
                 await asyncio.sleep(self.config.retry_s)
 

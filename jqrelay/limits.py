@@ -29,6 +29,7 @@ from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.rates import parse_rate
 from jqcore.testsignal import TestSignal
+from jqrelay.backpressure import held
 
 __all__ = ["LimitSignals", "Limiter", "QueueRateLimits", "RateLimit", "parse_rate"]
 
@@ -183,9 +184,11 @@ class RateLimit(_Watch):
         return self.limiter.batch_cap(wanted)
 
     async def acquire(self, n: int, keep_waiting: Callable[[], bool] = lambda: True) -> bool:
-        if self.limiter.rate is not None:  # a limited topic: this batch waits for its tokens
-            self.signals.held.signal(self.topic)
-        return await self.limiter.acquire(n, keep_waiting)
+        if self.limiter.rate is None:
+            return True
+        self.signals.held.signal(self.topic)  # a limited topic: this batch waits for its tokens
+        with held(self.topic, "rate_limit"):
+            return await self.limiter.acquire(n, keep_waiting)
 
 
 class QueueRateLimits(_Watch):
@@ -237,8 +240,9 @@ class QueueRateLimits(_Watch):
             self.waiting = queue
             self.signals.held.signal(queue)
             try:
-                if not await limiter.acquire(n, keep_waiting):
-                    return False
+                with held(self.topic, "queue_rate_limit"):
+                    if not await limiter.acquire(n, keep_waiting):
+                        return False
             finally:
                 self.waiting = None
         return True

@@ -11,9 +11,9 @@ from typing import Any
 
 import consul.aio
 
-from jqcore import metrics
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.errors import ConfigError
+from jqcore.health import Readiness, ping
 from jqcore.kafka import AsyncProducer
 from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
@@ -39,6 +39,8 @@ class RelayService(Service):
     dead-letter producer, all made in ``start`` (``relays`` is empty until then; ``signals`` holds each
     topic's test signals, ``guard_signals`` the memory guard's, from construction on, so a test can enable
     them before starting)."""
+
+    health_name = "relay"
 
     def __init__(
         self,
@@ -113,6 +115,22 @@ class RelayService(Service):
         await close_consul(self._consul)
         self._consul = None
 
+    async def _readiness(self, found: Readiness) -> None:
+        """Ready: Redis and Kafka answer and every topic's lock is held or waited for (a relay whose
+        Consul does not answer campaigns for nothing, one whose Kafka consumer fails relays nothing)."""
+        if self._redis_client is not None:
+            await ping("Redis", self._redis_client.ping(), found, code="redis_unreachable")
+        if self._dead_producer is not None:
+            producer = self._dead_producer
+            for topic in self.topics:
+                what = f"Kafka (metadata of {topic!r})"
+                call = asyncio.to_thread(producer.partitions, topic, 1.5)
+                if not await ping(what, call, found, code="kafka_unreachable"):
+                    break
+        for relay in self.relays:
+            relay.check(found)
+        found.facts["topics"] = {r.topic: r.elector.role.value for r in self.relays}
+
     def status(self) -> list[dict[str, Any]]:
         return [{**describe(r.elector), "topic": r.topic, "counts": dict(r.counts)} for r in self.relays]
 
@@ -120,12 +138,11 @@ class RelayService(Service):
 def run(settings: RelaySettings | None = None) -> None:
     """Relay until a signal; the settings not given come from the environment."""
     settings = settings if settings is not None else load(RelaySettings)
-    if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port)
     parts = (load(KafkaSettings), load(RedisSettings), load(ConsulSettings), load(RoutingSettings))
     far, trace = load(FarSettings), load(TraceSettings)
 
     async def main() -> None:
-        await run_until_signal(RelayService(settings, *parts, far, trace))
+        service = RelayService(settings, *parts, far, trace)
+        await run_until_signal(service, health_port=settings.metrics_port)
 
     asyncio.run(main())

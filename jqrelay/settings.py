@@ -37,8 +37,8 @@ class RelaySettings(RelayKeys):
     """Redis used/maxmemory above which the relay slows down..."""
     memory_stop_at: float = Field(0.90, gt=0, lt=1)
     """...and above which it stops writing until workers drained below ``memory_slow_at``."""
-    metrics_port: int | None = None
-    """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+    metrics_port: int | None = Field(None, ge=1, le=65_535)
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 
     @model_validator(mode="after")
     def _order(self) -> RelaySettings:

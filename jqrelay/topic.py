@@ -19,6 +19,7 @@ bytes Kafka holds; nothing is re-encoded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,14 +32,15 @@ from jqcore import metrics, tracing
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
+from jqcore.health import Readiness
 from jqcore.kafka import AsyncProducer, Record, schedule_key
-from jqcore.lifecycle import Service
-from jqcore.log import get_logger
+from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.log import get_logger, kafka_logging
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.testsignal import TestSignal
 from jqcore.topics import dead_topic, retry_topic
-from jqrelay.backpressure import MemoryGuard
+from jqrelay.backpressure import MemoryGuard, held
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.limits import LimitSignals, QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
@@ -48,6 +50,8 @@ __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
 log = get_logger("jqrelay.topic")
 
 STOP_TIMEOUT_S = 15.0
+LAG_EVERY_S = 1.0
+"""How often the lock holder updates ``jobq_relay_lag_records``."""
 IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
 """Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
 1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
@@ -129,6 +133,8 @@ class TopicRelay(Service):
         self.signals = signals if signals is not None else RelaySignals()
         self.limit.signals, self.queue_limits.signals = self.signals.limit, self.signals.queue_limits
         self._committed: dict[int, int] = {}
+        self.error: str | None = None
+        """Why the last term's relay loop failed (Kafka or Redis trouble), until a consumer is made again."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -152,6 +158,15 @@ class TopicRelay(Service):
         await self.elector.stop()
         await self.queue_limits.stop()
         await self.limit.stop()
+
+    def check(self, found: Readiness) -> None:
+        """Add this topic's problems: its lock neither held nor waited for (Consul does not answer), or
+        its term's relay loop failing while it holds the lock (Kafka or Redis trouble)."""
+        role, error = self.elector.role, self.elector.error
+        if role is Role.CANDIDATE and error is not None:
+            found.add("lock_unavailable", f"{self.topic}: the lock is neither held nor waited for ({error})")
+        if role is Role.LEADER and self.error is not None:
+            found.add("relay_failing", f"{self.topic}: the lock is held but relaying fails ({self.error})")
 
     @property
     def stopping(self) -> bool:
@@ -195,6 +210,7 @@ class TopicRelay(Service):
                     log.warning("term ended mid-batch; nothing committed", topic=self.topic)
             except Exception as exc:  # Kafka trouble: drop this term's consumer, start over if still leader
                 log.error("relay loop failed", topic=self.topic, error=repr(exc))
+                self.error = repr(exc)
                 self.signals.stalled.signal("loop")
                 await asyncio.sleep(1)
             finally:
@@ -219,6 +235,7 @@ class TopicRelay(Service):
         group = f"{self.settings.group_prefix}.{self.topic}" + (".shadow" if self.settings.shadow else "")
         conf: dict[str, Any] = {
             **self.kafka.client_config(),
+            **kafka_logging(),
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -243,13 +260,15 @@ class TopicRelay(Service):
         # reports arrive through later consume calls; a lost commit only means a re-read, deduplicated).
         # Blocking consume() calls in worker threads were seen to hang for good on confluent-kafka 2.16.
         consumer = self._consumer()
+        self.error = None
+        lag = asyncio.create_task(self._report_lag(consumer), name=f"relay-lag:{self.topic}")
         try:
             if not self.settings.shadow:
                 await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
             idle = IDLE_POLL_MIN_S
             while self._trusted(term):
                 if not self.settings.shadow and not await self.guard.wait_for_room(
-                    lambda: self._trusted(term) and not self.stopping
+                    lambda: self._trusted(term) and not self.stopping, self.topic
                 ):
                     break
                 n = self.queue_limits.batch_cap(self.limit.batch_cap(self.settings.batch))
@@ -280,7 +299,26 @@ class TopicRelay(Service):
                 await self._save_counts()
                 self._signal_batch()
         finally:
+            await cancel_and_wait(lag)
             consumer.close()
+
+    async def _report_lag(self, consumer: Consumer) -> None:
+        """While this relay leads: each partition's lag (high watermark minus the consumer's position, from
+        librdkafka's cached watermarks: no request) every :data:`LAG_EVERY_S`, held batches included;
+        the series are removed when the term ends, so only the holder reports them."""
+        parts = [TopicPartition(self.topic, p) for p in self._committed]
+        try:
+            while True:
+                for tp in consumer.position(parts):
+                    _, high = consumer.get_watermark_offsets(tp, cached=True)
+                    at = tp.offset if tp.offset >= 0 else self._committed.get(tp.partition, 0)
+                    if high >= 0:
+                        metrics.RELAY_LAG.labels(self.topic, str(tp.partition)).set(max(0, high - at))
+                await asyncio.sleep(LAG_EVERY_S)
+        finally:
+            for tp in parts:
+                with contextlib.suppress(KeyError):
+                    metrics.RELAY_LAG.remove(self.topic, str(tp.partition))
 
     def _signal_batch(self) -> None:
         if self.signals.batch.enabled:  # a copy of the counts per batch only while a test listens
@@ -396,6 +434,7 @@ class TopicRelay(Service):
             retry=retry_if_exception(retriable),
             wait=wait_exponential(multiplier=0.1, max=5),
             before_sleep=lambda _: self.signals.stalled.signal("write"),
+            sleep=self._held_by_redis,
             reraise=True,
         ):
             with attempt:
@@ -406,6 +445,11 @@ class TopicRelay(Service):
                         envelopes, fence=term.fence, source=self.topic, origins=origins
                     )
         raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+    async def _held_by_redis(self, seconds: float) -> None:
+        """A write's backoff while Redis does not take it: the batch is held (``reason="redis"``)."""
+        with held(self.topic, "redis"):
+            await asyncio.sleep(seconds)
 
     async def _dead_letter(self, dead: Sequence[tuple[Message, str]], *, retry: bool = False) -> None:
         """Malformed and refused records go to ``<topic>.dead``, bytes unchanged, reason in headers;

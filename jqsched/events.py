@@ -12,6 +12,7 @@ counted in the queue's ``events_dropped`` stat (``jobq status``, ``jobq_events_d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ class EventShipper:
         self.shipped = 0
         """Events this instance had acknowledged by Kafka (tests and benches wait on it)."""
         self.signals = EventSignals()
+        self._observed: set[str] = set()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.producer.close, 5.0)
@@ -83,7 +85,13 @@ class EventShipper:
         return len(batch)
 
     async def observe(self, queues: Sequence[str]) -> None:
-        """Set the backlog and drop gauges of ``queues`` (called on each beat)."""
+        """Set the backlog and drop gauges of ``queues`` (called on each beat); a queue this instance no
+        longer owns leaves its gauges (its new owner reports it), so no stale backlog stays exported."""
+        for gone in self._observed - set(queues):
+            for gauge in (metrics.EVENTS_BACKLOG, metrics.EVENTS_DROPPED):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(gone)
+        self._observed = set(queues)
         for queue, waiting in (await self.engine.events_backlog(queues)).items():
             metrics.EVENTS_BACKLOG.labels(queue).set(waiting)
             stats = await self.engine.queue_stats(queue)

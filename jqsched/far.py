@@ -29,7 +29,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
 from jqcore.kafka import AsyncProducer, Record, parse_schedule_key, schedule_key
-from jqcore.log import get_logger
+from jqcore.log import get_logger, kafka_logging
 from jqcore.membership import owner
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
@@ -118,6 +118,7 @@ class FarMover:
         return Consumer(
             {
                 **self.kafka.client_config(),
+                **kafka_logging(),
                 "group.id": f"jobq-scheduler.{self.name}",  # never joined or committed: assign only
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from jqcore import metrics
 from jqcore.lifecycle import run_until_signal
 from jqcore.settings import (
     ConsulSettings,
@@ -24,12 +23,11 @@ __all__ = ["run"]
 def run(settings: SchedulerSettings | None = None) -> None:
     """Run until a signal; the settings not given come from the environment."""
     settings = settings if settings is not None else load(SchedulerSettings)
-    if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port)
     parts = (load(RedisSettings), load(ConsulSettings), load(CronSettings), load(KafkaSettings))
     far, events = load(FarSettings), load(EventSettings)
 
     async def main() -> None:
-        await run_until_signal(SchedulerService(settings, *parts, far, events))
+        service = SchedulerService(settings, *parts, far, events)
+        await run_until_signal(service, health_port=settings.metrics_port)
 
     asyncio.run(main())

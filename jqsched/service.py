@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -22,11 +23,12 @@ from jqcore import metrics, series
 from jqcore.clock import now_ms
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
+from jqcore.health import Readiness
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
-from jqcore.membership import Membership, owned_by
+from jqcore.membership import Membership, group_sizes, owned_by
 from jqcore.preflight import preflight
-from jqcore.redisconn import RedisClient, connect
+from jqcore.redisconn import RedisClient, connect, memory_info
 from jqcore.settings import (
     ConsulSettings,
     CronSettings,
@@ -56,6 +58,9 @@ EVENTS_IDLE_S = 2.0
 """Longest wait for a new event before the owned queues are read again (they may have changed)."""
 EVENTS_RETRY_S = 1.0
 """Pause after a failed shipping round (Kafka or Redis away) before the next."""
+OBSERVE_EVERY_S = 5.0
+"""How often a beat also samples the deployment-wide gauges: every scheduler group's live members and
+Redis's memory and eviction policy."""
 GRAPH_CREATE_GRACE_MS = 60_000
 """An indexed graph whose keys are missing is dropped from the index only after this long (its relay
 indexes it just before creating it)."""
@@ -82,6 +87,8 @@ class SchedulerSignals:
 
 
 class SchedulerService(Service):
+    health_name = "scheduler"
+
     def __init__(
         self,
         settings: SchedulerSettings,
@@ -119,6 +126,9 @@ class SchedulerService(Service):
         self._graph_task: asyncio.Task[None] | None = None
         self._series_task: asyncio.Task[None] | None = None
         self._failing = False
+        self._beat_error = ""
+        self._beat_ok_at: float | None = None
+        self._observed_at = 0.0
         self.graphs_owned: list[str] = []
         self.signals = SchedulerSignals()
 
@@ -220,7 +230,7 @@ class SchedulerService(Service):
             except Exception as exc:  # Redis away: keep the queues we had, log once per outage
                 if not self._failing:
                     log.warning("scheduler beat failed; retrying", error=repr(exc))
-                self._failing = True
+                self._failing, self._beat_error = True, repr(exc)
             await asyncio.sleep(self.settings.beat_s)
 
     async def _cron_loop(self) -> None:
@@ -350,9 +360,35 @@ class SchedulerService(Service):
             await self.shipper.observe(owned)
         metrics.SCHEDULER_MEMBERS.set(len(members))
         metrics.SCHEDULER_OWNED.set(len(owned))
+        self._beat_ok_at = time.monotonic()
+        if self._beat_ok_at - self._observed_at >= OBSERVE_EVERY_S:
+            try:
+                await self.observe_deployment()
+            except Exception as exc:  # e.g. an ACL user without INFO: the gauges stay unset, the beat counts
+                log.warning("sampling groups and Redis memory failed", error=repr(exc))
         self.dealt.set()
         self.signals.dealt.signal((list(members), list(owned)))
         return owned
+
+    async def observe_deployment(self) -> None:
+        """Sample what no single service owns: each scheduler group's live members, Redis's memory and
+        its eviction policy (``jobq_scheduler_group_members``, ``jobq_redis_*``)."""
+        self._observed_at = time.monotonic()
+        for group, size in (await group_sizes(self.client, self.settings.stale_s)).items():
+            metrics.SCHEDULER_GROUP_MEMBERS.labels(group).set(size)
+        metrics.redis_memory(await memory_info(self.client))
+
+    async def _readiness(self, found: Readiness) -> None:
+        """Ready: this instance's last heartbeat in its group is younger than ``stale_s`` (so the others
+        count it and it keeps its share of the queues)."""
+        s, at = self.settings, self._beat_ok_at
+        members = self._membership.members if self._membership is not None else []
+        found.facts.update(group=s.group, name=s.name, members=len(members), queues=len(self.owned))
+        if at is None or time.monotonic() - at > s.stale_s:
+            why = self._beat_error or "no heartbeat yet"
+            found.add("not_in_group", f"no heartbeat in group {s.group!r} for over {s.stale_s:g} s ({why})")
+        elif s.name not in members:
+            found.add("not_in_group", f"{s.name!r} is not among the live members of group {s.group!r}")
 
     def _note(self) -> str:
         """What ``jobq status`` shows this instance keeps."""

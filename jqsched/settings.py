@@ -62,7 +62,7 @@ class SchedulerSettings(BaseSettings):
     """Seconds between two samples of the owned queues' counters (the dashboard's rate charts, kept
     25 h in ``jobq:series:<queue>``)."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
-    """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 
     @model_validator(mode="after")
     def _beats_before_stale(self) -> SchedulerSettings:

@@ -42,15 +42,17 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from jqcore import metrics
 from jqcore.events import FIELDS, TERMINAL
 from jqcore.history import COLUMN_OF, CURRENT_COLUMNS, CURRENT_DIR, EVENT_COLUMNS, EVENTS_DIR
 from jqcore.log import get_logger
@@ -65,7 +67,9 @@ __all__ = [
     "HistoryBatches",
     "expire_days",
     "latest_per_job",
+    "observe_progress",
     "parse_events",
+    "progress_lag",
     "run_history",
     "start_history",
 ]
@@ -268,6 +272,42 @@ def start_history(
     return writer.start()
 
 
+def progress_lag(progress: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    """From a streaming query's progress report: the events not read yet (each source's ``latestOffset``
+    minus its ``endOffset``, summed over partitions; None when Spark did not say) and the report's Unix
+    time."""
+    lag: int | None = None
+    for source in progress.get("sources") or []:
+        latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
+        if latest is None or end is None:
+            continue
+        lag = (lag or 0) + sum(max(0, n - end.get(key, 0)) for key, n in latest.items())
+    stamp = progress.get("timestamp")
+    at = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+    return lag, at
+
+
+def _offsets(raw: Any) -> dict[tuple[str, str], int] | None:
+    """``{"topic": {"0": 12, ...}}`` (a dict or its JSON text) → {(topic, partition): offset}."""
+    data = json.loads(raw) if isinstance(raw, str) else raw
+    if not isinstance(data, dict):
+        return None
+    return {(t, p): int(n) for t, parts in data.items() if isinstance(parts, dict) for p, n in parts.items()}
+
+
+def observe_progress(progress: Any) -> None:
+    """Set ``jobq_history_lag_records`` and ``jobq_history_progress_timestamp_seconds`` from the query's
+    last progress (pyspark's ``StreamingQueryProgress``, or the dict older versions return)."""
+    if progress is None:
+        return
+    data = json.loads(progress.json) if hasattr(progress, "json") else progress
+    lag, at = progress_lag(data)
+    if lag is not None:
+        metrics.HISTORY_LAG.set(lag)
+    if at is not None:
+        metrics.HISTORY_PROGRESS_TIME.set(at)
+
+
 STOP_POLL_S = 1
 """How often a running history checks its ``stop`` event."""
 MAX_PER_BATCH = 50_000
@@ -312,6 +352,7 @@ def run_history(
     )
     try:
         while not query.awaitTermination(STOP_POLL_S):
+            observe_progress(query.lastProgress)
             if stop is not None and stop.is_set():
                 break
     finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 __all__ = [
     "CONSUL_VERSION",
     "KAFKA_VERSION",
+    "PROMTOOL_VERSION",
     "SPARK_VERSION",
     "TOXIPROXY_VERSION",
     "deploy_dir",
@@ -24,6 +25,9 @@ KAFKA_VERSION = "4.2.0"
 CONSUL_VERSION = "1.20.2"
 TOXIPROXY_VERSION = "2.12.0"
 SPARK_VERSION = "4.2.0"
+PROMTOOL_VERSION = "0.316.0"
+"""The Go module version of ``github.com/prometheus/prometheus`` (deploy/promtool/go.mod) promtool is
+built from (the module's v0.316.x is Prometheus 3.16's source)."""
 
 
 def home() -> Path:

@@ -1,4 +1,5 @@
-"""Obtaining the servers: Kafka's jars (Maven), Consul (built from its Go module), Redis (Debian).
+"""Obtaining the servers: Kafka's jars (Maven), Consul (built from its Go module), Redis (Debian); and
+promtool (built from Prometheus's Go module), which checks and unit-tests the alert rules.
 (toxiproxy, the fault-injection tests' proxy, is built by :mod:`jqstack.testing.faultproxy`.)
 
 Each ``ensure_*`` is idempotent and cached under ``JOBQ_HOME``: the second call fetches and builds
@@ -20,13 +21,21 @@ import tempfile
 from pathlib import Path
 
 from jqstack.errors import StackError
-from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION, SPARK_VERSION, deploy_dir, home
+from jqstack.paths import (
+    CONSUL_VERSION,
+    KAFKA_VERSION,
+    PROMTOOL_VERSION,
+    SPARK_VERSION,
+    deploy_dir,
+    home,
+)
 from jqstack.procs import run_step
 
 __all__ = [
     "build_go_tool",
     "ensure_consul",
     "ensure_kafka_jars",
+    "ensure_promtool",
     "ensure_redis",
     "ensure_spark_jars",
     "lock_jars",
@@ -240,6 +249,19 @@ def build_go_tool(
     )
     tmp.rename(binary)
     return binary
+
+
+def ensure_promtool() -> Path:
+    """Prometheus's ``promtool`` (checks and unit-tests ``deploy/prometheus/alerts.yml``), built once from
+    its Go module through the wrapper in ``deploy/promtool`` (:func:`build_go_tool`)."""
+    return build_go_tool(
+        "promtool",
+        PROMTOOL_VERSION,
+        "github.com/prometheus/prometheus",
+        "github.com/prometheus/prometheus/cmd/promtool",
+        note="first run only, ~5-10 min on 2 cores",
+        timeout_s=2400,
+    )
 
 
 def ensure_redis() -> Path:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from jqcore.http import error_middleware
+from jqcore import metrics
+from jqcore.health import Readiness, ping, readiness_answer
+from jqcore.http import error_middleware, json_response
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error
@@ -20,6 +22,17 @@ STATIC = Path(__file__).parent / "static"
 
 async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready while Redis (every page reads it) answers; 503 ``redis_unreachable`` otherwise."""
+    found = Readiness()
+    await ping("Redis", request.app[WEB].client.ping(), found, code="redis_unreachable")
+    return json_response(readiness_answer("dashboard", found))
+
+
+async def metrics_route(_: web.Request) -> web.Response:
+    return web.Response(body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
 def make_app(w: Web) -> web.Application:
@@ -35,6 +48,8 @@ def make_app(w: Web) -> web.Application:
     )
     app[WEB] = w
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_route)
     app.router.add_static("/static/", STATIC, follow_symlinks=False, append_version=False)
     for module in PAGES:
         app.router.add_routes(module.routes)

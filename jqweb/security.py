@@ -48,7 +48,9 @@ CSP = (
     "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-OPEN_SUFFIXES = ("/login", "/healthz")
+OPEN_PATHS = frozenset({"/login", "/healthz", "/readyz", "/metrics"})
+"""Paths (under the dashboard's base) served without a token; exact, so no page whose path merely ends
+the same way (a queue named ``metrics``) is opened."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ def auth_middleware(known: list[tuple[bytes, str, bool]], base: str) -> Middlewa
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if path.startswith(f"{base}/static/") or path.endswith(OPEN_SUFFIXES):
+        relative = path[len(base) :] if path.startswith(base) else path
+        if path.startswith(f"{base}/static/") or relative in OPEN_PATHS:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, bearer = header.partition(" ")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 
-from jqcore import metrics
 from jqcore.errors import ConfigError
 from jqcore.lifecycle import run_until_signal
 from jqcore.log import get_logger
@@ -60,7 +59,9 @@ def pool_config(settings: WorkerSettings) -> PoolConfig:
 
 
 async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSettings) -> None:
-    """Load the application, connect to Redis and run one pool until a signal (or a drained burst)."""
+    """Load the application, connect to Redis and run one pool until a signal (or a drained burst),
+    serving its health and metrics on ``settings.metrics_port`` (one endpoint per pool process: the
+    processes of ``mode="process"`` handlers serve none, their jobs are counted by the pool)."""
     registry = load_registry(settings.app)
     setup_tracing("worker", trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
     client = connect(redis)
@@ -69,7 +70,9 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
     log.info("worker starting", queues=list(settings.queues), concurrency=settings.concurrency)
     try:
         await preflight(redis=(client, redis))  # an evicting Redis would drop the jobs it runs
-        await run_until_signal(pool, on_second_signal=pool.hard_stop, until=pool.drained)
+        await run_until_signal(
+            pool, on_second_signal=pool.hard_stop, until=pool.drained, health_port=settings.metrics_port
+        )
     finally:
         await client.aclose()
     log.info("worker stopped")
@@ -77,6 +80,4 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
 
 def run(settings: WorkerSettings) -> None:
     """Run a pool until a signal (or, with ``burst``, until its queues hold nothing to do)."""
-    if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port)
     asyncio.run(serve(settings, load(RedisSettings), load(TraceSettings)))

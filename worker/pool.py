@@ -35,6 +35,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from jqcore import metrics
+from jqcore.health import Readiness, ping
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.presence import process_name
@@ -100,6 +101,8 @@ class PoolSignals:
 class Pool(Service):
     """Runs the handlers of ``registry`` for ``config.queues``."""
 
+    health_name = "worker"
+
     def __init__(self, registry: Registry, engine: Engine, config: PoolConfig) -> None:
         super().__init__()
         self.registry, self.engine, self.config = registry, engine, config
@@ -113,6 +116,8 @@ class Pool(Service):
         self.signals = PoolSignals(extended=self._keeper.signals.extended)
         self._stopping = False
         self._hard = False
+        self._claim_error: str | None = None
+        """Why the last claim round failed (Redis away), until one succeeds."""
         self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
         self._completions_ready = asyncio.Event()
         self._completer: asyncio.Task[None] | None = None
@@ -134,6 +139,19 @@ class Pool(Service):
         await self._presence.start()
         self._completer = asyncio.create_task(self._complete_loop(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
+
+    async def _readiness(self, found: Readiness) -> None:
+        """Ready: claiming — Redis answers, the claim loop is not failing, no stop has begun."""
+        found.facts.update(
+            queues=list(self.config.queues), running=len(self.in_flight), concurrency=self.config.concurrency
+        )
+        if self._stopping:
+            found.add("stopping", "the pool is shutting down and claims nothing more")
+            return
+        if await ping("Redis", self.engine.ping(), found, code="redis_unreachable") and self._claim_error:
+            found.add("claims_failing", f"the last claim failed: {self._claim_error}")
+        if self._fetcher is not None and self._fetcher.done() and not self.drained.is_set():
+            found.add("claims_stopped", "the claim loop ended")
 
     async def _check_filter(self) -> None:
         """Refuse to start with a filter on a key a queue does not index (it would claim nothing, ever)."""
@@ -218,8 +236,10 @@ class Pool(Service):
             try:
                 if await self._fetch_and_wait():
                     return
+                self._claim_error = None
             except Exception as exc:  # Redis away (claim or wait): back off, keep the running jobs going
                 log.warning("claim failed", error=repr(exc))
+                self._claim_error = repr(exc)
                 await asyncio.sleep(1.0)
 
     async def _fetch_and_wait(self) -> bool:

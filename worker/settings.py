@@ -71,7 +71,7 @@ class WorkerSettings(BaseSettings):
     grace_s: float = Field(30.0, ge=0)
     """Seconds running jobs get to finish on SIGTERM before they are released."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
-    """Serve Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 
     @field_validator("queues")
     @classmethod

@@ -17,7 +17,12 @@ __all__ = ["canary"]
 def canary(
     interval: Annotated[float | None, typer.Option(help="Seconds between rounds (default 60).")] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")
+        int | None,
+        typer.Option(
+            min=1,
+            max=65_535,
+            help="Serve /healthz, /readyz and Prometheus /metrics on this port (JOBQ_CANARY_METRICS_PORT).",
+        ),
     ] = None,
 ) -> None:
     """Send one heartbeat job through the gateway to every partition of every routed topic each interval,
@@ -26,5 +31,5 @@ def canary(
     Gateways and token: JOBQ_CANARY_GATEWAYS (url[@az],...) and JOBQ_CANARY_TOKEN.
     """
     configure()
-    overrides = {"interval_s": interval} if interval is not None else {}
-    run(load(CanarySettings, **overrides), metrics_port)
+    given = {"interval_s": interval, "metrics_port": metrics_port}
+    run(load(CanarySettings, **{k: v for k, v in given.items() if v is not None}))

@@ -21,10 +21,12 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.history import HistoryStore, Rows, TimelineEntry
-from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, load
+from jqcore.log import configure, get_logger
+from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
 from jqcore.topics import ensure, events_topic
 
 __all__ = ["app"]
@@ -265,6 +267,18 @@ def errors(
         _plot(rows, plot, f"failed attempts in the last {since}", x="error", y="count", group="kind")
 
 
+SPARK_JSON_LOGS = {
+    # Spark's own JSON layout for the driver JVM's log4j2 (its structured-logging switch is forced off for
+    # pyspark, a "shell" to spark-submit); and no console progress bar
+    "spark.driver.extraJavaOptions": (
+        "-Dlog4j2.configurationFile=classpath:org/apache/spark/log4j2-json-layout.properties"
+    ),
+    "spark.ui.showConsoleProgress": "false",
+}
+"""``jobq history run``'s Spark settings with ``JOBQ_LOG_FORMAT=json``. What stays plain text: the JVM's
+own ``WARNING: Using incubator modules`` line and Spark's two-line note on the default log level."""
+
+
 @app.command("run")
 def run(
     once: Annotated[bool, typer.Option(help="Index what the topic holds now, then stop.")] = False,
@@ -275,10 +289,19 @@ def run(
     from jqspark.history import run_history
     from jqstack.provision import ensure_spark_jars
 
+    logging = load(LogSettings)
+    configure(logging)  # JOBQ_LOG_FORMAT=json: py4j's and pyspark's records as JSON lines, the JVM's too
+    json_logs = logging.format == "json"
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
+    if history.metrics_port is not None:
+        metrics.serve(history.metrics_port)
     ensure(kafka, [events_topic(events)])  # the schedulers may not have created it yet
-    _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
-    spark = spark_session("jobq-history", kafka=kafka, jars=ensure_spark_jars())
+    if json_logs:
+        get_logger("jqspark").info("history run", topic=events.topic, root=str(history.root), once=once)
+    else:
+        _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
+    conf = SPARK_JSON_LOGS if json_logs else {}
+    spark = spark_session("jobq-history", kafka=kafka, jars=ensure_spark_jars(), conf=conf)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a supervisor's stop or Ctrl-C: end between batches
         signal.signal(sig, lambda _s, _f: stop.set())

@@ -22,7 +22,10 @@ def relay(
     holder: Annotated[str | None, typer.Option(help="This process's name in the Consul locks.")] = None,
     shadow: Annotated[bool, typer.Option(help="Read and count, write nothing (migrations).")] = False,
     metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")
+        int | None,
+        typer.Option(
+            help="Serve /healthz, /readyz and Prometheus /metrics on this port (JOBQ_RELAY_METRICS_PORT)."
+        ),
     ] = None,
 ) -> None:
     """Relay jobs from Kafka into Redis for every topic whose Consul lock this process wins.

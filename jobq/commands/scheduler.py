@@ -32,7 +32,9 @@ def scheduler(
     metrics_port: Annotated[
         int | None,
         typer.Option(
-            min=1, max=65_535, help="Serve Prometheus /metrics on this port (JOBQ_SCHEDULER_METRICS_PORT)."
+            min=1,
+            max=65_535,
+            help="Serve /healthz, /readyz and /metrics on this port (JOBQ_SCHEDULER_METRICS_PORT).",
         ),
     ] = None,
 ) -> None:

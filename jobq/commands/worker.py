@@ -92,7 +92,9 @@ def worker(
     metrics_port: Annotated[
         int | None,
         typer.Option(
-            min=1, max=65_535, help="Serve Prometheus /metrics on this port (JOBQ_WORKER_METRICS_PORT)."
+            min=1,
+            max=65_535,
+            help="Serve /healthz, /readyz and Prometheus /metrics on this port (JOBQ_WORKER_METRICS_PORT).",
         ),
     ] = None,
 ) -> None:

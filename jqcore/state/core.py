@@ -41,6 +41,10 @@ class EngineCore:
         await self.clock.sync(self._client.time)
         return self.clock.now()
 
+    async def ping(self) -> None:
+        """One ``PING`` (readiness checks: does Redis answer this client)."""
+        await self._client.ping()
+
     @staticmethod
     def _keys(name: str, queue: str) -> list[str]:
         return QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import redis.asyncio as aioredis
@@ -17,6 +17,7 @@ from jqcore.state import Engine
 from jqcore.testsignal import enable_all
 from jqrelay.main import RelayService
 from jqstack.manager import Endpoints
+from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, python_m
 from kafkagate.main import GateService
 
@@ -64,13 +65,18 @@ class SchedulerProcesses:
     redis_url: str
     tmp: str
 
-    def start(self, name: str) -> Child:
-        return self.children.start(
-            name,
-            python_m("jqsched"),
-            env={**self.env, "JOBQ_SCHEDULER_NAME": name},
-            output=pathlib.Path(self.tmp) / f"{name}.log",
-        )
+    ports: dict[str, int] = field(default_factory=dict)
+    """Each process's metrics port (``/healthz``, ``/readyz``, ``/metrics``)."""
+
+    def start(self, name: str, **extra: str) -> Child:
+        """Start the scheduler ``name`` (``extra``: more environment), logging JSON lines to
+        :meth:`log` and serving its health on ``ports[name]``."""
+        self.ports[name] = port = free_port()
+        env = {**self.env, "JOBQ_SCHEDULER_NAME": name, "JOBQ_SCHEDULER_METRICS_PORT": str(port), **extra}
+        return self.children.start(name, python_m("jqsched"), env=env, output=self.log(name))
+
+    def log(self, name: str) -> pathlib.Path:
+        return pathlib.Path(self.tmp) / f"{name}.log"
 
     async def members(self) -> list[str]:
         client = aioredis.Redis.from_url(self.redis_url)
@@ -96,6 +102,7 @@ def scheduler_processes(
         "JOBQ_SCHEDULER_QUEUES": f"{prefix}*",
         "JOBQ_SCHEDULER_BEAT_S": "0.5",
         "JOBQ_SCHEDULER_STALE_S": "2",
+        "JOBQ_LOG_FORMAT": "json",
     }
     tmp = str(tmp_path_factory.mktemp("schedulers"))
     with Children(grace_s=10) as children:

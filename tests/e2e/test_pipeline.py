@@ -143,6 +143,13 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
     parts = {pipeline.topic: [0, 1, 2]}
     async with canary_pool(pipeline, canary_queue) as pool:
         canary = Canary(pipeline.client, redis, parts, interval_s=3600, late_after_s=60)
+        async with canary:  # started: it waits for a gateway's /readyz, then sends its first round
+            while len(canary.health) < 3:  # a round "done" before the first was sent comes first
+                await canary.wait_round(60)
+            assert {k[1] for k in canary.health} == {0, 1, 2}
+            found = await canary.readiness()  # /readyz's judgement: beating, Redis answers
+            assert (found.problems, found.facts["partitions"]) == ([], 3)
+        assert [p.code for p in (await canary.readiness()).problems] == ["stopping"]
         await canary.send_round()
         assert {k[1] for k in canary.outstanding} == {0, 1, 2}
         await ran(pool, canary)
@@ -151,10 +158,11 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
 
     # no worker serves the canary queue now: the next heartbeat is flagged late, stuck in Redis
     late = Canary(pipeline.client, redis, {pipeline.topic: [1]}, interval_s=3600, late_after_s=1.0)
+    written = pipeline.relay.relays[0].counts.get("written", 0)  # the two rounds above
     await late.send_round()
     probe = late.outstanding[(pipeline.topic, 1)]
     # first let the relay store it (how long that takes is not the point): then "late" means "in Redis"
-    await pipeline.relay.relays[0].signals.batch.wait_for(lambda c: c.get("written", 0) >= 4)
+    await pipeline.relay.relays[0].signals.batch.wait_for(lambda c: c.get("written", 0) > written)
     assert await pipeline.client.get_job(canary_queue, probe.id) is not None
     # late_after_s must pass: the clock is what is waited for here, nothing in this process produces it
     await eventually(late.check_once, lambda _: not late.outstanding, 60)

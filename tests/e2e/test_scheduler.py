@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
@@ -17,6 +20,7 @@ from jqcore.envelope import new_envelope
 from jqcore.membership import owner
 from jqcore.state import Engine
 from jqsched.service import SchedulerService
+from jqstack.supervise import http_ok
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -69,6 +73,42 @@ async def test_an_http_only_queue_gets_its_delays_retries_and_expired_leases(
     third = await http_claim(path)
     assert (third["id"], third["attempt"]) == (delayed, 3)
     assert now_ms() >= again["lease_deadline_ms"]
+
+
+def _get(port: int, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    return status, raw.decode() if path == "/metrics" else orjson.loads(raw)
+
+
+async def test_a_scheduler_process_is_ready_in_its_group_and_every_log_line_is_json(
+    prefix: str, scheduler_processes: Any
+) -> None:
+    # debug: the standard library's records too (asyncio's, the Kafka and Redis clients'...); the event
+    # shipper (a Kafka producer) runs, the far tier and cron are not needed here
+    off = {"JOBQ_SCHEDULER_FAR": "false", "JOBQ_SCHEDULER_CRON": "false"}
+    child = scheduler_processes.start("s1", JOBQ_LOG_LEVEL="debug", **off)
+    port = scheduler_processes.ports["s1"]
+    await child.wait_ready_async(http_ok(f"http://127.0.0.1:{port}/readyz"), timeout_s=60)
+    status, body = await asyncio.to_thread(_get, port, "/readyz")
+    assert status == 200
+    assert (body["service"], body["group"], body["name"], body["members"]) == ("scheduler", prefix, "s1", 1)
+    assert (await asyncio.to_thread(_get, port, "/healthz"))[0] == 200
+    status, text = await asyncio.to_thread(_get, port, "/metrics")
+    assert 'jobq_service_ready{service="scheduler"} 1.0' in text
+    assert f'jobq_scheduler_group_members{{group="{prefix}"}} 1.0' in text
+    assert 'jobq_redis_info{maxmemory_policy="noeviction"} 1.0' in text, "the stack's Redis never evicts"
+    assert "jobq_redis_memory_used_bytes" in text
+    child.stop()  # SIGTERM: a graceful stop, logged too
+    lines = [line for line in scheduler_processes.log("s1").read_text().splitlines() if line.strip()]
+    events = [orjson.loads(line) for line in lines]  # every line: a JSON object, or this raises
+    components = {e.get("component") for e in events}
+    assert {"jqsched", "jqcore.health"} <= components, components
+    assert "asyncio" in components, "a standard-library record went through the same renderer"
+    assert any(e.get("event") == "scheduler stopped" for e in events)
 
 
 async def test_three_instances_split_the_queues_and_one_killed_loses_nothing(

@@ -106,6 +106,8 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
                 await send(300 + rnd * PER_ROUND, PER_ROUND)
                 await next_stall(*stalls)
             assert counts.get("written", 0) == 100, "nothing written while Redis is down"
+            found = await relay.readiness()  # /readyz's judgement meanwhile
+            assert [p.code for p in found.problems][:1] == ["redis_unreachable"], found.problems
             assert (await offsets(topic))[0] == before[0], "no offset committed for jobs Redis never took"
         finally:
             await asyncio.to_thread(stack.stack.up, 180)
@@ -118,3 +120,4 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
         assert counts.get("duplicate", 0) == 0, counts
         assert counts["read"] == counts["written"] + counts.get("duplicate", 0), counts
         assert await depth() == total, "nothing stored twice"
+        assert (await relay.readiness()).problems == [], "ready again once Redis is back"

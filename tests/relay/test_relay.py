@@ -9,11 +9,13 @@ from typing import Any
 
 import consul
 
+from jqcore import metrics
 from jqcore.envelope import decode, encode, new_envelope, record_key
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine
 from jqrelay.elector import Elector, Role
 from jqrelay.main import RelayService
+from jqstack.procs import free_port
 
 Produce = Callable[..., Any]
 Pending = Callable[[str], Any]
@@ -72,6 +74,10 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
         other = eb if leader is ea else ea
         assert await other.wait_role(Role.WAITING, timeout_s=60) is Role.WAITING
         first, second = (a, b) if leader is ea else (b, a)
+        # /readyz's judgement: the holder and the relay waiting for the lock are both ready
+        for service, role in ((first, "leader"), (second, "waiting")):
+            found = await service.readiness()
+            assert (found.problems, found.facts["topics"]) == ([], {topic: role})
         await produce_jobs(topic, queue, 100)
         # written *and* committed: the next holder starts after them
         await first.relays[0].signals.committed.wait_for(lambda n: n >= 100)
@@ -87,6 +93,19 @@ async def test_two_relays_one_holder_and_a_fenced_takeover(
         await _written(second, 100)
         assert await pending(queue) == 200
         assert second.relays[0].counts.get("duplicate", 0) == 0, "offsets committed: nothing re-read"
+
+
+async def test_a_relay_whose_redis_is_gone_is_not_ready(
+    make_topic: Callable[..., str], make_relay: Callable[..., RelayService]
+) -> None:
+    topic = make_topic("jobs")
+    async with make_relay(topic, redis_url=f"redis://127.0.0.1:{free_port()}/0") as relay:
+        role = await relay.relays[0].elector.wait_role(Role.LEADER, Role.WAITING, timeout_s=60)
+        found = await relay.readiness()
+    codes = [p.code for p in found.problems]
+    assert codes[0] == "redis_unreachable", found.problems
+    assert set(codes) <= {"redis_unreachable", "relay_failing"}, "a holder's term fails too (timing)"
+    assert found.facts["topics"] == {topic: role.value}, "its lock is fine: Redis is the problem"
 
 
 async def _written(relay: RelayService, n: int) -> None:
@@ -126,6 +145,7 @@ async def test_live_rate_limit_pauses_and_resumes_without_restart(
         await produce_jobs(topic, queue, 50)
         await held.wait_for(after=mark)  # the relay read a batch and waits for the paused limit's tokens
         assert await pending(queue) == 0, "rate 0 pauses the relay"
+        assert metrics.RELAY_HELD.labels(topic, "rate_limit")._value.get() == 1, "held, and says so"
         mark = applied.mark()
         kv.put(rate_key, "20")
         await applied.wait_for(lambda r: r == 20, after=mark)
@@ -208,11 +228,16 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
             await produce_jobs(topic, queue, 30)
             guard = relay.relays[0].guard
             await relay.guard_signals.stopped.wait_for(lambda stopped: stopped)
+            held = metrics.RELAY_HELD.labels(topic, "memory")
+            assert held._value.get() == 1, "the batch is held by the memory guard (the gauge says so)"
+            assert metrics.REDIS_MEMORY_MAX._value.get() == gib, "the guard's sample sets the Redis gauges"
             assert await pending(queue) == 0
             await client.config_set("maxmemory", 1 << 50)
             await _written(relay, 30)
             assert await pending(queue) == 30
             assert guard.stopped is False
+            assert held._value.get() == 0
+            assert metrics.RELAY_HELD_TIME.labels(topic, "memory")._value.get() > 0
     finally:
         await client.config_set("maxmemory", 0)
 

@@ -529,6 +529,31 @@ def test_gates_listen_on_their_published_port_and_probe_healthz(
     assert len(set(zones)) == len(zones), f"two gates share an availability zone: {zones}"
 
 
+@pytest.mark.parametrize(
+    ("role", "port_setting"),
+    [
+        ("relay", "JOBQ_RELAY_METRICS_PORT"),
+        ("scheduler", "JOBQ_SCHEDULER_METRICS_PORT"),
+        ("worker", "JOBQ_WORKER_METRICS_PORT"),
+        ("canary", "JOBQ_CANARY_METRICS_PORT"),
+    ],
+)
+def test_services_serve_health_on_their_metrics_port_and_probe_readyz(
+    services: dict[str, dict[str, Any]], role: str, port_setting: str
+) -> None:
+    found = role_services(services, role)
+    assert found, f"no {role} service"
+    for name, service in found.items():
+        env = env_of(service)
+        assert env.get(port_setting, "").isdigit(), f"{name} sets no {port_setting}"
+        assert env.get("JOBQ_METRICS_HOST") == "0.0.0.0", f"{name}: a scraper beside it could not reach it"
+        probe = " ".join(service["healthcheck"]["test"])
+        assert "/readyz" in probe
+        assert "_METRICS_PORT" in probe
+        ports = [k for k in env if k.endswith("_METRICS_PORT")]
+        assert ports == [port_setting], f"{name}: the probe reads the one *_METRICS_PORT it has: {ports}"
+
+
 def test_canary_sends_through_every_gate_with_an_accepted_token(
     services: dict[str, dict[str, Any]], cli: TyperGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -682,6 +707,15 @@ def test_the_asked_for_alerts_exist(rules: list[dict[str, Any]]) -> None:
         "sum by (topic) (jobq_relay_leader) == 0",
         "jobq_gate_produce_failures_total",
         'jobq_relay_records_total{stage="dead"}',
+        "jobq_relay_held_seconds_total",
+        "jobq_relay_lag_records",
+        "jobq_redis_memory_used_bytes",
+        'jobq_redis_info{maxmemory_policy!="noeviction"}',
+        "jobq_scheduler_group_members",
+        "jobq_events_dropped",
+        "jobq_events_backlog",
+        "jobq_history_lag_records",
+        "jobq_service_ready == 0",
     }
     for fragment in wanted:
         assert any(fragment in e for e in exprs.values()), f"no alert watches {fragment}"

@@ -25,6 +25,16 @@ async def test_pages_need_a_token(dash: Any) -> None:
         assert raw.headers["X-Jobq-Error"] == "token_invalid"
 
 
+async def test_health_routes_need_no_token(dash: Any) -> None:
+    assert (await dash.get("/healthz", token=None)).status == 200
+    r = await dash.get("/readyz", token=None)
+    assert r.status == 200, r.text
+    assert "dashboard" in r.text
+    r = await dash.get("/metrics", token=None)
+    assert r.status == 200
+    assert "jobq_" in r.text
+
+
 async def test_every_answer_is_hardened(dash: Any) -> None:
     for path in ("/", "/login", "/audit", "/no-such-page", "/static/app.css"):
         r = await dash.get(path, as_json=False)

@@ -176,7 +176,10 @@ async def running_forever(engine: Engine, queue: str, **config: Any) -> tuple[Po
 async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str) -> None:
     q = f"{prefix}.w"
     pool, job_id = await running_forever(engine, q, grace_s=0.2)
+    found = await pool.readiness()  # /readyz's judgement: claiming, Redis answers
+    assert (found.problems, found.facts["running"], found.facts["queues"]) == ([], 1, [q])
     await pool.stop()
+    assert [p.code for p in (await pool.readiness()).problems] == ["stopping"]
     got = await info(engine, q, job_id)
     assert (got.state, got.attempt) == ("pending", 0), "released, and the attempt refunded"
 
