@@ -238,8 +238,7 @@ def test_probes_pdbs_and_drains(production: list[dict[str, Any]]) -> None:
             assert d["spec"]["strategy"]["type"] == "Recreate"
             continue
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", name
-        ready = "/healthz" if component == "web" else "/readyz"  # the dashboard has no /readyz yet
-        assert c["readinessProbe"]["httpGet"]["path"] == ready, name
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", name
         assert component in pdbs, f"{name} has no PodDisruptionBudget"
     worker = deployments["jobq-worker"]["spec"]["template"]["spec"]
     timeout = float(plain_env(worker["containers"][0])["JOBQ_WORKER_GRACE_S"])
