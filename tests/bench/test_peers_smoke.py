@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from loadtest import peers_bench
 
-
 SMOKE = ["jobq", "huey", "rq"]
 
 
