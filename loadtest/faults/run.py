@@ -121,7 +121,11 @@ class Scenario:
     topic_config: dict[str, str] = field(default_factory=dict)
     rate: float = 100.0
     warm: int = 200
-    after: int = 300
+    """Jobs that must go through before anything is measured (the first also wait for the path's start)."""
+    baseline: int = 100
+    """Jobs after the warm-up whose answers and runs say what "normal" is (1 s of load at the default rate)."""
+    after: int = 200
+    """Jobs that must go through after the heal (the flow is steady again) before the load stops."""
     consul_state_lost: bool = False
     """The fault wipes Consul's state (sessions and lock-delays): a deposed holder may still trust its term
     while another takes the lock, and the Redis fence alone keeps one writer (its refusals are counted)."""
@@ -220,7 +224,7 @@ async def run_scenario(
         load.start()
         await drill.flowing(scenario.warm)  # the path is up (the first jobs also wait for its start-up)
         baseline_from = time.time()
-        await drill.flowing(scenario.warm)  # steady flow: what "normal" means for this run
+        await drill.flowing(scenario.baseline)  # steady flow: what "normal" means for this run
         fault_at = time.time()
         await scenario.fault(drill)
         drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
