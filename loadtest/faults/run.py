@@ -123,7 +123,7 @@ class Scenario:
     warm: int = 200
     """Jobs that must go through before anything is measured (the first also wait for the path's start)."""
     baseline: int = 100
-    """Jobs after the warm-up whose answers and runs say what "normal" is (1 s of load at the default rate)."""
+    """Jobs after the warm-up whose answers and runs say what "normal" is (1 s of load at 100 jobs/s)."""
     after: int = 200
     """Jobs that must go through after the heal (the flow is steady again) before the load stops."""
     consul_state_lost: bool = False
