@@ -202,18 +202,17 @@ class ConsulServer:
     """A Consul agent in dev mode (in-memory server, no DNS, no gRPC), loopback only."""
 
     @staticmethod
+    def _agent(binary: Path) -> list[str]:
+        """A development agent (state in memory) answering on loopback only."""
+        return [str(binary), "agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1"]
+
+    @staticmethod
     def command(spec: ServerSpec, binary: Path, secure: SecureFiles | None = None) -> list[str]:
         if secure:
             return ConsulServer._secure_command(spec, binary, secure)
         p = spec.extra_ports
         return [
-            str(binary),
-            "agent",
-            "-dev",
-            "-client",
-            "127.0.0.1",
-            "-bind",
-            "127.0.0.1",
+            *ConsulServer._agent(binary),
             "-http-port",
             str(spec.port),
             "-grpc-port",
@@ -274,17 +273,7 @@ class ConsulServer:
         path.touch(mode=0o600)
         path.chmod(0o600)
         path.write_text(json.dumps(config, indent=2))
-        return [
-            str(binary),
-            "agent",
-            "-dev",
-            "-client",
-            "127.0.0.1",
-            "-bind",
-            "127.0.0.1",
-            "-config-file",
-            str(path),
-        ]
+        return [*ConsulServer._agent(binary), "-config-file", str(path)]
 
     @staticmethod
     def ready(spec: ServerSpec, secure: SecureFiles | None = None) -> bool:
