@@ -32,16 +32,16 @@ from rich.console import Console
 
 from jobq import demo_workload as workload
 from jobq.commands.stack import (
-    DEV_WEB_ADMIN,
-    DEV_WEB_READ,
+    StackTokens,
     existing_stack,
     history_of,
     open_stack,
     print_status,
+    stack_tokens,
 )
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway
-from jqcore.settings import KafkaSettings
+from jqcore.settings import KafkaSettings, load_env
 from jqcore.topics import ensure, job_topics
 from jqstack.manager import Stack
 from jqstack.paths import home, repo_root
@@ -157,8 +157,9 @@ def demo(
     stack = _stack_up(console, stack_name)
     # the history of this stack's events lives with the stack (a purge removes both); a given path wins
     history = os.environ.get("JOBQ_HISTORY_PATH") or str(history_of(stack.root))
-    spec = workload.pipeline_env(stack.endpoints, history)
-    ensure(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), job_topics(workload.TOPICS))
+    tokens = stack_tokens(stack)
+    spec = workload.pipeline_env(stack.client_env, tokens, history)
+    ensure(load_env(KafkaSettings, spec.common()), job_topics(workload.TOPICS))
     folder = workdir or home() / "demo" / time.strftime("%Y%m%d-%H%M%S")
     procs = Processes(folder)
     try:
@@ -167,14 +168,13 @@ def demo(
         console.print(f"processes started; logs in {folder}")
         running.wait_ready()
         console.print(
-            f"[bold]dashboard:[/] http://127.0.0.1:{running.web_port}/  "
-            f"(sign in with [bold]{DEV_WEB_ADMIN}[/] to act, {DEV_WEB_READ} to look)"
+            f"[bold]dashboard:[/] http://127.0.0.1:{running.web_port}/  ({_sign_in(tokens, stack_name)})"
         )
         gateways = [g for g, _ in running.gateways]
-        jobs = asyncio.run(workload.enqueue(gateways))
+        jobs = asyncio.run(workload.enqueue(gateways, tokens.gate))
         _write_atomic(folder / "jobs.json", orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")
-        follow = _Follow(console, procs, gateways, jobs, workload.sources(spec))
+        follow = _Follow(console, procs, gateways, tokens.gate, jobs, workload.sources(spec))
         ok = follow.run(once=once, duration=duration, timeout=timeout)
     except KeyboardInterrupt:
         ok = True
@@ -186,6 +186,15 @@ def demo(
     console.print("stopped; the stack keeps running (`jobq stack down` stops it)")
     if not ok:
         raise typer.Exit(1)
+
+
+def _sign_in(tokens: StackTokens, stack_name: str) -> str:
+    """How to sign in to the dashboard; a secure stack's tokens are only shown by ``jobq stack env``."""
+    if tokens.secret:
+        return (
+            f"sign in with the tokens of `jobq stack env --name {stack_name} --role web` (JOBQ_WEB_*_TOKENS)"
+        )
+    return f"sign in with [bold]{tokens.web_admin}[/] to act, {tokens.web_read} to look"
 
 
 _STOP = threading.Event()
@@ -220,6 +229,7 @@ class _Follow:
     console: Console
     procs: Processes
     gateways: list[Gateway]
+    token: str
     jobs: list[workload.Job]
     sources: Sources
 
@@ -249,7 +259,7 @@ class _Follow:
         """Show the pipeline and the demo jobs; whether every job is done and in the history (None: a
         process exited)."""
         jobs, console = self.jobs, self.console
-        tally = asyncio.run(workload.states(self.gateways, jobs))
+        tally = asyncio.run(workload.states(self.gateways, self.token, jobs))
         archived = workload.in_history(jobs, self.sources.history)
         console.print(render(collect(self.sources)))
         console.print(f"demo jobs in their expected state: {tally['ok']}/{len(jobs)}  others: {tally}")
