@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from redis.asyncio.cluster import RedisCluster
@@ -39,6 +39,8 @@ from jqcore.topics import TopicSpec, ensure
 __all__ = ["EvictionRefused", "ProtocolRefused", "check_redis", "eviction_policies", "preflight", "takes_tls"]
 
 log = get_logger("jqcore.preflight")
+
+_T = TypeVar("_T")
 
 OWNER_WAIT_S = 10.0
 """How long a service that owns topics waits for Kafka's metadata at start-up (then it stops: it cannot
@@ -141,6 +143,12 @@ def _consul_refusal(consul: ConsulSettings) -> ProtocolRefused | None:
     )
 
 
+async def _in_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in a thread of its own, ended here: a start-up leaves no executor thread behind."""
+    with ThreadPoolExecutor(1, thread_name_prefix="jobq-preflight") as pool:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+
 async def eviction_policies(client: RedisClient) -> list[str] | None:
     """Every node's ``maxmemory-policy`` (one for a single Redis); None when ``CONFIG GET`` is refused."""
     try:
@@ -168,7 +176,7 @@ async def check_redis(client: RedisClient, settings: RedisSettings) -> None:
     try:
         policies = await eviction_policies(client)
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        if (refused := await asyncio.to_thread(_redis_refusal, settings, exc)) is not None:
+        if (refused := await _in_thread(_redis_refusal, settings, exc)) is not None:
             raise refused from None
         log.warning("Redis did not answer at start-up: its maxmemory-policy is not checked", error=str(exc))
         return
@@ -209,19 +217,15 @@ async def preflight(
     for Kafka as they always did)."""
     if redis is not None:
         await check_redis(*redis)
-    if consul is not None and (refused := await asyncio.to_thread(_consul_refusal, consul)) is not None:
+    if consul is not None and (refused := await _in_thread(_consul_refusal, consul)) is not None:
         raise refused
     if kafka is None or not (owns or uses):
         return []
     try:
         wait_s = OWNER_WAIT_S if owns else USER_WAIT_S
-        # a thread of its own, ended here: a start-up leaves no executor thread behind
-        with ThreadPoolExecutor(1, thread_name_prefix="jobq-preflight") as pool:
-            created = await asyncio.get_running_loop().run_in_executor(
-                pool, ensure, kafka, owns, uses, wait_s
-            )
+        created = await _in_thread(ensure, kafka, owns, uses, wait_s)
     except BackendUnavailable as exc:
-        if (refused := await asyncio.to_thread(_kafka_refusal, kafka)) is not None:
+        if (refused := await _in_thread(_kafka_refusal, kafka)) is not None:
             raise refused from None
         if owns:
             raise

@@ -4,7 +4,9 @@ It starts (and caches) Kafka, Consul and Redis, creates the topics, then runs as
 2 gateways (AZ labels az-a and az-b), 2 relays, 2 schedulers (which also ship the lifecycle events to
 Kafka), the history pipeline (``jobq history run``, PySpark), the dashboard, a worker pool with the example
 handlers and the heartbeat canary; it enqueues a demo workload over HTTP (:mod:`jobq.demo_workload`) and
-shows it flowing with the status screen.
+shows it flowing with the status screen. On a secure stack (``--stack`` of one made with ``jobq stack up
+--secure``) every process gets its own role's credentials (``Stack.client_env``) and the gateways, canary
+and dashboard the stack's own tokens.
 Ctrl-C stops every process cleanly (workers release what they run; nothing accepted is lost). ``--once``
 exits 0 as soon as every demo job reached its expected state, and the history shows each in that state
 (1 otherwise, after ``--timeout``): ``jobq history JOB_ID`` then tells any demo job's story.
@@ -141,7 +143,12 @@ def demo(
         float, typer.Option(help="With --once: give up (exit 1) after this many seconds.")
     ] = 300.0,
     stack_name: Annotated[
-        str, typer.Option("--stack", help="Run on this stack (other than `default`, it must exist).")
+        str,
+        typer.Option(
+            "--stack",
+            help="Run on this stack (other than `default`, it must exist). On a secure stack every process "
+            "uses its own role's credentials and the stack's own tokens.",
+        ),
     ] = "default",
     workdir: Annotated[
         Path | None,

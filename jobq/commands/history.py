@@ -7,6 +7,7 @@ tables up to date from the events topic (PySpark Structured Streaming). Readers 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import threading
@@ -24,8 +25,9 @@ from typer.core import TyperGroup
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.history import HistoryStore, Rows, TimelineEntry
+from jqcore.preflight import preflight
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, load
-from jqcore.topics import ensure, events_topic
+from jqcore.topics import events_topic
 
 __all__ = ["app"]
 
@@ -276,7 +278,8 @@ def run(
     from jqstack.provision import ensure_spark_jars
 
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
-    ensure(kafka, [events_topic(events)])  # the schedulers may not have created it yet
+    # the schedulers may not have created it yet; plaintext settings against a TLS listener stop here
+    asyncio.run(preflight(kafka=kafka, owns=[events_topic(events)]))
     _console().print(f"history of {events.topic} → {history.root}" + (" (once)" if once else ""))
     spark = spark_session("jobq-history", kafka=kafka, jars=ensure_spark_jars())
     stop = threading.Event()

@@ -31,7 +31,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobq import demo_workload
-from jqcore.settings import HistorySettings, load
+from jqcore.preflight import ProtocolRefused, check_redis
+from jqcore.redisconn import connect
+from jqcore.settings import HistorySettings, RedisSettings, load
 from jqstack.manager import Stack, StackSpec
 from jqstack.pipeline import SERVER_SETTINGS, Service, service_argv
 from jqstack.procs import free_port
@@ -286,6 +288,25 @@ def test_a_service_with_plaintext_settings_stops_naming_what_to_set(secure: Secu
         assert run.returncode == 1, out[-4000:]
         assert last.startswith("jqcore.preflight.ProtocolRefused: "), out[-4000:]
         assert said in last, last
+
+
+async def test_a_redis_user_redis_refuses_stops_a_service_naming_the_settings(secure: Secure) -> None:
+    settings = load(
+        RedisSettings,
+        url=f"rediss://127.0.0.1:{secure.redis_port}/0",
+        tls_ca_file=str(secure.files.ca_cert),
+        username="worker",
+        password="not-the-password",
+    )
+    client = connect(settings)
+    try:
+        with pytest.raises(
+            ProtocolRefused, match=r"^Redis refused user 'worker': set JOBQ_REDIS_USERNAME"
+        ) as err:
+            await check_redis(client, settings)
+    finally:
+        await client.aclose()
+    assert "not-the-password" not in str(err.value)
 
 
 DEMO_TIMEOUT_S = 300
