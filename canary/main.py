@@ -30,11 +30,11 @@ async def serve(
     settings: CanarySettings, routing: RoutingSettings, kafka: KafkaSettings, redis_settings: RedisSettings
 ) -> None:
     """Send heartbeats until a signal (the canary uses this function's clients, closed at the end)."""
-    parts = await asyncio.to_thread(topic_partitions, kafka, routing.topics())
     redis = connect(redis_settings)
     try:
         uses = job_topics(routing.topics(), sides=False)
-        await preflight(redis=(redis, redis_settings), kafka=kafka, uses=uses)
+        await preflight(redis=(redis, redis_settings), kafka=kafka, uses=uses)  # first: it says what is wrong
+        parts = await asyncio.to_thread(topic_partitions, kafka, routing.topics())
         async with JobqClient(
             gateways(settings), settings.token.get_secret_value(), az=settings.az
         ) as client:

@@ -1,34 +1,34 @@
 """What ``jobq demo`` runs and expects: its pipeline's settings, its workload and the checks of its outcome.
 
-The pipeline: topics ``jobs.demo`` (the ``demo.*`` queues) and ``jobs.default``, the development tokens of
-``jobq stack env``, JSON logs, the schedulers keeping the demo's and the canary's queues only. The workload,
-enqueued over HTTP: plain, delayed, prioritized, exclusive, flaky and failing jobs (so the dead-letter list
-fills) and a cron schedule every 10 s, each job with the final state it must reach. The command itself
-(starting and supervising the processes, the status screen) is :mod:`jobq.commands.demo`.
-"""
+The pipeline: topics ``jobs.demo`` (the ``demo.*`` queues) and ``jobs.default``, the stack's tokens (the
+development tokens of ``jobq stack env`` on a plain stack, the secure stack's own), each role's server
+settings from the stack (:meth:`jqstack.manager.Stack.client_env`), JSON logs, the schedulers keeping the
+demo's and the canary's queues only. The workload, enqueued over HTTP: plain, delayed, prioritized,
+exclusive, flaky and failing jobs (so the dead-letter list fills) and a cron schedule every 10 s, each job
+with the final state it must reach. The command itself (starting and supervising the processes, the status
+screen) is :mod:`jobq.commands.demo`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from jobq.commands.stack import DEV_TOKEN, DEV_WEB_ADMIN, DEV_WEB_READ
+from jobq.commands.stack import StackTokens
 from jqcore.client import Gateway, JobqClient
 from jqcore.errors import JobqError
 from jqcore.history import HistoryStore
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load
-from jqstack.manager import Endpoints
-from jqstack.pipeline import PipelineEnv
+from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load_env
+from jqstack.pipeline import PipelineEnv, Role
 from jqweb.overview import Sources
 
 __all__ = [
     "APP",
     "QUEUES",
     "SCHEDULED",
-    "TOKEN",
     "TOPICS",
     "Job",
     "enqueue",
@@ -39,8 +39,6 @@ __all__ = [
     "workload",
 ]
 
-TOKEN = DEV_TOKEN
-"""The development token ``jobq stack env`` exports (JOBQ_TOKEN): one token for every local gateway."""
 APP = "examples.demo_app:registry"
 """The demo worker's handlers (``module:attribute`` of a ``worker.Registry``): ``examples/`` of the checkout
 (``./run demo``), which the worker gets on its ``PYTHONPATH``; the installed product leaves it out."""
@@ -57,16 +55,18 @@ Job = tuple[str, str, str]
 """(queue, job id, expected final state) of an enqueued demo job."""
 
 
-def pipeline_env(endpoints: Endpoints, history_path: str) -> PipelineEnv:
-    """The settings of the demo's processes on the stack at ``endpoints``; the history tables at
-    ``history_path``."""
+def pipeline_env(
+    servers: Callable[[Role], Mapping[str, str]], tokens: StackTokens, history_path: str
+) -> PipelineEnv:
+    """The settings of the demo's processes: each role reaches the servers with ``servers(role)`` (the
+    stack's ``client_env``), the gateways take ``tokens.gate`` (the canary sends it), the dashboard
+    ``tokens``' own; the history tables at ``history_path``."""
     return PipelineEnv(
-        endpoints.exports(),
-        token=TOKEN,
+        servers,
+        token=tokens.gate,
         log_format="json",
         settings={
-            "JOBQ_WEB_ADMIN_TOKENS": f"admin:{DEV_WEB_ADMIN}",
-            "JOBQ_WEB_READ_TOKENS": f"viewer:{DEV_WEB_READ}",
+            **tokens.web_settings(),
             "JOBQ_ROUTES": orjson.dumps(ROUTES).decode(),
             "JOBQ_DEFAULT_TOPIC": "jobs.default",
             "JOBQ_RELAY_TOPICS": ",".join(TOPICS),
@@ -78,19 +78,16 @@ def pipeline_env(endpoints: Endpoints, history_path: str) -> PipelineEnv:
 
 
 def sources(spec: PipelineEnv) -> Sources:
-    """The demo's own reads (status screen, history) with the settings its children get from ``spec``;
-    the demo's environment is left as it was."""
+    """The demo's own reads (status screen, history) with the settings of ``spec``'s one-off commands (the
+    ``admin`` role on a secure stack); the demo's environment is left as it was."""
     env = spec.common()
-    redis: dict[str, Any] = {"cluster": "JOBQ_REDIS_CLUSTER" in env}
-    if "JOBQ_REDIS_URL" in env:
-        redis["url"] = env["JOBQ_REDIS_URL"]
     return Sources(
-        routing=load(RoutingSettings, routes=env["JOBQ_ROUTES"], default_topic=env["JOBQ_DEFAULT_TOPIC"]),
-        relay=load(RelayKeys, topics=env["JOBQ_RELAY_TOPICS"]),
-        kafka=load(KafkaSettings, bootstrap=env["JOBQ_KAFKA_BOOTSTRAP"]),
-        consul=load(ConsulSettings, addr=env["CONSUL_HTTP_ADDR"]),
-        redis=load(RedisSettings, **redis),
-        history=load(HistorySettings, path=env["JOBQ_HISTORY_PATH"]),
+        routing=load_env(RoutingSettings, env),
+        relay=load_env(RelayKeys, env),
+        kafka=load_env(KafkaSettings, env),
+        consul=load_env(ConsulSettings, env),
+        redis=load_env(RedisSettings, env),
+        history=load_env(HistorySettings, env),
     )
 
 
@@ -124,9 +121,9 @@ def workload() -> list[tuple[str, dict[str, Any], str]]:
     return jobs
 
 
-async def enqueue(gateways: list[Gateway]) -> list[Job]:
+async def enqueue(gateways: list[Gateway], token: str) -> list[Job]:
     """Configure the demo's queues and cron schedule, and enqueue :func:`workload` through ``gateways``."""
-    async with JobqClient(gateways, TOKEN, az="az-a") as client:
+    async with JobqClient(gateways, token, az="az-a") as client:
         await client.request(
             "PATCH",
             "/v1/queues/demo.exclusive",
@@ -146,9 +143,9 @@ async def enqueue(gateways: list[Gateway]) -> list[Job]:
         return out
 
 
-async def states(gateways: list[Gateway], jobs: list[Job]) -> dict[str, int]:
+async def states(gateways: list[Gateway], token: str, jobs: list[Job]) -> dict[str, int]:
     """How many demo jobs reached their expected state (``ok``), and the others per state reached."""
-    async with JobqClient(gateways, TOKEN) as client:
+    async with JobqClient(gateways, token) as client:
         tally: dict[str, int] = {"ok": 0}
         for queue, job_id, expected in jobs:
             info = await client.get_job(queue, job_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
@@ -56,6 +56,7 @@ __all__ = [
     "is_secret_key",
     "librdkafka_key",
     "load",
+    "load_env",
 ]
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -751,6 +752,24 @@ def load(cls: type[_S], **overrides: Any) -> _S:
             for err in exc.errors(include_input=False)
         )
         raise ConfigError(f"invalid {cls.__name__}: {problems}", code="config_invalid") from exc
+
+
+def load_env(cls: type[_S], env: Mapping[str, str]) -> _S:
+    """:func:`load` ``cls`` from the environment ``env`` (a child process's, say) instead of this process's:
+    every field is given, from its environment name in ``env`` (the field's aliases, else the prefix and
+    its name) or its default, so nothing of ``os.environ`` mixes in."""
+    prefix = str(cls.model_config.get("env_prefix") or "")
+    given: dict[str, Any] = {}
+    for name, info in cls.model_fields.items():
+        alias = info.validation_alias
+        names = (
+            [str(c) for c in alias.choices]
+            if isinstance(alias, AliasChoices)
+            else [f"{prefix}{name}".upper()]
+        )
+        found = next((env[n] for n in names if n in env), None)
+        given[name] = found if found is not None else info.get_default(call_default_factory=True)
+    return load(cls, **given)
 
 
 def _setting_name(prefix: str, loc: tuple[int | str, ...]) -> str:

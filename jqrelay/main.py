@@ -101,7 +101,9 @@ class RelayService(Service):
             [schedule_topic(self.far)] if self.far.enabled else []
         )
         uses = [s for s in specs if s.role == "jobs"]
-        await preflight(redis=(client, self.redis), kafka=self.kafka, owns=owns, uses=uses)
+        await preflight(
+            redis=(client, self.redis), kafka=self.kafka, consul=self.consul_settings, owns=owns, uses=uses
+        )
 
     async def _stop(self) -> None:
         for relay in self.relays:

@@ -196,7 +196,8 @@ class SchedulerService(Service):
         topic (when it ships events): created when missing, if allowed, else held to the declaration."""
         owns = [schedule_topic(self.far_settings)] if self.mover is not None else []
         owns += [events_topic(self.events_settings)] if self.shipper is not None else []
-        await preflight(redis=(self.client, self.redis), kafka=self.kafka, owns=owns)
+        consul = self.consul_settings if self.consul is not None else None  # the cron schedules
+        await preflight(redis=(self.client, self.redis), kafka=self.kafka, consul=consul, owns=owns)
 
     async def _stop(self) -> None:
         for task in (self._series_task, self._graph_task, self._events_task):

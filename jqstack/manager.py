@@ -43,7 +43,7 @@ from jqstack.ports import (
     recorded_ports,
 )
 from jqstack.procs import free_port, log_tail, run_step
-from jqstack.secure import SecureFiles, consul_acls, kafka_acls
+from jqstack.secure import SecureFiles, consul_acls, kafka_acls, role_exports
 from jqstack.servers import ConsulServer, KafkaBroker, RedisServer, ServerSpec, kafka_ready
 from jqstack.supervise import alive, spawn, terminate, wait_until
 
@@ -260,6 +260,21 @@ class Stack:
                 for s in self.of_kind("kafka")
                 if "fault" in s.extra_ports
             ],
+        )
+
+    def client_env(self, role: str) -> dict[str, str]:
+        """The settings (``JOBQ_*`` environment) a process of ``role`` reaches this stack's servers with: on
+        a plain stack every role gets :meth:`Endpoints.exports`; on a secure one each role its own Kafka
+        SCRAM user, Redis ACL user and Consul token over TLS (:func:`jqstack.secure.role_exports`, secrets
+        as ``*_FILE`` paths). Roles: :data:`jqstack.secure.ROLES` (``admin`` for the CLI)."""
+        if self.secure is None:
+            return self.endpoints.exports()
+        return role_exports(
+            self.secure,
+            role,
+            kafka_bootstrap=self.endpoints.kafka_bootstrap,
+            redis_port=self.of_kind("redis")[0].port,
+            consul_port=self.of_kind("consul")[0].port,
         )
 
     # ---- lifecycle ------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ The demo (``jobq demo``), the benchmarks and the fault suite run the path as sep
 gateways (``python -m kafkagate``), relays (``jqrelay``), schedulers (``jqsched``), worker pools
 (``jobq worker``), the canary, the dashboard (``jqweb``) and the history job (``jobq history run``). A
 :class:`PipelineEnv` holds what they share — how to reach the servers, the names the pipeline owns
-(:class:`Scope`), the gateway token, logging and any other settings — and gives each role its environment;
+(:class:`Scope`), the gateway token, logging and any other settings — and gives each role its environment
+(on a secure stack each role its own credentials: ``servers`` is then a function of the role, the stack's
+:meth:`~jqstack.manager.Stack.client_env`);
 :func:`service_argv`, :func:`worker_argv` and :func:`history_argv` give their command lines.
 
 It lives in ``jqstack`` because both the CLI (the demo) and ``loadtest`` (benchmarks, faults) use it, and
@@ -18,7 +20,7 @@ not installed: a worker's environment has the checkout first on ``PYTHONPATH`` (
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +30,7 @@ from jqstack.supervise import python_m
 __all__ = [
     "MODULES",
     "PipelineEnv",
+    "Role",
     "Scope",
     "Service",
     "checkout_env",
@@ -45,6 +48,23 @@ MODULES: dict[Service, str] = {
     "web": "jqweb",
 }
 """The module each service runs as (``python -m <module>``)."""
+
+Role = Literal["gateway", "relay", "scheduler", "worker", "canary", "web", "history", "admin"]
+"""Whose credentials a process uses on a secure stack (``jqstack.secure.ROLES``); ``admin``: one-off
+commands and the pipeline's own reads (:meth:`PipelineEnv.common`)."""
+
+SERVER_SETTINGS = (
+    *("JOBQ_KAFKA_", "JOBQ_REDIS_", "JOBQ_CONSUL_", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL"),
+    *("CONSUL_HTTP_", "CONSUL_CACERT", "CONSUL_CLIENT_"),
+)
+"""How a process reaches the servers (jqcore's ``KafkaSettings``, ``RedisSettings``, ``ConsulSettings`` and
+Consul's own names). With per-role settings none of them is inherited: a shell that ran ``eval "$(jobq
+stack env ...)"`` for another role or stack would mix its user, password file or address in."""
+KEPT = (
+    *("JOBQ_KAFKA_REPLICATION", "JOBQ_KAFKA_CREATE_TOPICS"),
+    *("JOBQ_REDIS_ALLOW_EVICTION", "JOBQ_REDIS_SOCKET_TIMEOUT_S"),
+)
+"""Inherited all the same: what the deployment wants, not how it connects."""
 
 
 def checkout_env(**extra: str) -> dict[str, str]:
@@ -121,9 +141,11 @@ class PipelineEnv:
     """The settings every process of one pipeline shares, and each role's environment on top of them
     (this process's environment underneath, as a child inherits it)."""
 
-    servers: Mapping[str, str]
-    """How the processes reach the servers: ``Endpoints.exports()``, or the part a pipeline needs (a
-    worker pool only Redis: ``{"JOBQ_REDIS_URL": url}``)."""
+    servers: Mapping[str, str] | Callable[[Role], Mapping[str, str]]
+    """How the processes reach the servers: one mapping for every role (``Endpoints.exports()``, or the
+    part a pipeline needs: a worker pool only Redis, ``{"JOBQ_REDIS_URL": url}``), or each role's own
+    settings (``Stack.client_env``: on a secure stack a Kafka, Redis and Consul user per role); then no
+    server setting is inherited from this process's environment (:data:`SERVER_SETTINGS`)."""
     scope: Scope | None = None
     token: str | None = None
     """The gateways' bearer token (``JOBQ_GATE_TOKENS``), which the canary sends too."""
@@ -133,8 +155,18 @@ class PipelineEnv:
     """Any other settings every process gets (``JOBQ_*``), over the scope's names."""
 
     def common(self) -> dict[str, str]:
-        """What every process gets; also the environment of a one-off command (``jobq rebuild``)."""
-        env = {**os.environ, **self.servers}
+        """What every process gets (with the ``admin`` role's servers); also the environment of a one-off
+        command (``jobq rebuild``)."""
+        return self._env("admin")
+
+    def _env(self, role: Role) -> dict[str, str]:
+        if isinstance(self.servers, Mapping):
+            env = {**os.environ, **self.servers}
+        else:
+            inherited = {
+                k: v for k, v in os.environ.items() if k in KEPT or not k.startswith(SERVER_SETTINGS)
+            }
+            env = {**inherited, **self.servers(role)}
         if self.scope is not None:
             env.update(self.scope.settings())
         if self.token is not None:
@@ -146,7 +178,7 @@ class PipelineEnv:
         return {**env, **self.settings}
 
     def gateway(self, port: int, *, az: str | None = None, processes: int | None = None) -> dict[str, str]:
-        env = {**self.common(), "JOBQ_GATE_PORT": str(port)}
+        env = {**self._env("gateway"), "JOBQ_GATE_PORT": str(port)}
         if az is not None:
             env["JOBQ_GATE_AZ"] = az
         if processes is not None:
@@ -155,13 +187,13 @@ class PipelineEnv:
 
     def relay(self, holder: str | None = None) -> dict[str, str]:
         """``holder``: the name it holds its topics' locks by (default: the relay's own)."""
-        env = self.common()
+        env = self._env("relay")
         if holder is not None:
             env["JOBQ_RELAY_HOLDER"] = holder
         return env
 
     def scheduler(self, name: str, *, queues: str | None = None) -> dict[str, str]:
-        env = {**self.common(), "JOBQ_SCHEDULER_NAME": name}
+        env = {**self._env("scheduler"), "JOBQ_SCHEDULER_NAME": name}
         if queues is not None:
             env["JOBQ_SCHEDULER_QUEUES"] = queues
         return env
@@ -169,12 +201,12 @@ class PipelineEnv:
     def worker(self) -> dict[str, str]:
         """With the checkout first on ``PYTHONPATH``: the handlers of the demo, the benchmarks and the fault
         suite live there."""
-        return _on_checkout(self.common())
+        return _on_checkout(self._env("worker"))
 
     def canary(self, gateways: Sequence[str], *, interval_s: float, late_after_s: float) -> dict[str, str]:
         """``gateways``: ``url@az`` each."""
         env = {
-            **self.common(),
+            **self._env("canary"),
             "JOBQ_CANARY_GATEWAYS": ",".join(gateways),
             "JOBQ_CANARY_INTERVAL_S": f"{interval_s:g}",
             "JOBQ_CANARY_LATE_AFTER_S": f"{late_after_s:g}",
@@ -184,7 +216,7 @@ class PipelineEnv:
         return env
 
     def web(self, port: int) -> dict[str, str]:
-        return {**self.common(), "JOBQ_WEB_PORT": str(port)}
+        return {**self._env("web"), "JOBQ_WEB_PORT": str(port)}
 
     def history(self, *, trigger_s: float) -> dict[str, str]:
-        return {**self.common(), "JOBQ_HISTORY_TRIGGER_S": f"{trigger_s:g}"}
+        return {**self._env("history"), "JOBQ_HISTORY_TRIGGER_S": f"{trigger_s:g}"}

@@ -313,11 +313,11 @@ def consul_acls(addr: str, files: SecureFiles) -> None:
 
 
 def role_exports(
-    files: SecureFiles, role: str, *, kafka_bootstrap: str, redis_port: int, consul_port: int, inline: bool
+    files: SecureFiles, role: str, *, kafka_bootstrap: str, redis_port: int, consul_port: int
 ) -> dict[str, str]:
     """The settings one ``role`` needs to reach the secure servers (environment names of jqcore's
-    ``KafkaSettings``, ``RedisSettings``, ``ConsulSettings``): secrets as ``*_FILE`` paths, and also as
-    values when ``inline`` (settings that cannot read files yet)."""
+    ``KafkaSettings``, ``RedisSettings``, ``ConsulSettings``), secrets as ``*_FILE`` paths (never the
+    values: a child's environment, ``ps e`` or a crash dump then holds none)."""
     if role not in ROLES:
         raise StackError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
     env = {
@@ -338,8 +338,4 @@ def role_exports(
         "JOBQ_CONSUL_VERIFY": "true",
         "JOBQ_CONSUL_TOKEN_FILE": str(files.secret_file("consul", role)),
     }
-    if inline:
-        env["JOBQ_KAFKA_SASL_PASSWORD"] = files.secret("kafka", role)
-        env["JOBQ_REDIS_PASSWORD"] = files.secret("redis", role)
-        env["JOBQ_CONSUL_TOKEN"] = files.secret("consul", role)
     return env

@@ -156,7 +156,7 @@ class GateService(Service):
         tombstones to) are held to the declaration when they exist (the gateway creates none)."""
         uses = job_topics(self.routing.topics(), sides=False)
         uses += [schedule_topic(self.far)] if self.far.enabled else []
-        await preflight(redis=(client, self.redis), kafka=self.kafka, uses=uses)
+        await preflight(redis=(client, self.redis), kafka=self.kafka, consul=self.consul, uses=uses)
 
     @property
     def url(self) -> str:

@@ -4,7 +4,9 @@ It starts (and caches) Kafka, Consul and Redis, creates the topics, then runs as
 2 gateways (AZ labels az-a and az-b), 2 relays, 2 schedulers (which also ship the lifecycle events to
 Kafka), the history pipeline (``jobq history run``, PySpark), the dashboard, a worker pool with the example
 handlers and the heartbeat canary; it enqueues a demo workload over HTTP (:mod:`jobq.demo_workload`) and
-shows it flowing with the status screen.
+shows it flowing with the status screen. On a secure stack (``--stack`` of one made with ``jobq stack up
+--secure``) every process gets its own role's credentials (``Stack.client_env``) and the gateways, canary
+and dashboard the stack's own tokens.
 Ctrl-C stops every process cleanly (workers release what they run; nothing accepted is lost). ``--once``
 exits 0 as soon as every demo job reached its expected state, and the history shows each in that state
 (1 otherwise, after ``--timeout``): ``jobq history JOB_ID`` then tells any demo job's story.
@@ -32,16 +34,16 @@ from rich.console import Console
 
 from jobq import demo_workload as workload
 from jobq.commands.stack import (
-    DEV_WEB_ADMIN,
-    DEV_WEB_READ,
+    StackTokens,
     existing_stack,
     history_of,
     open_stack,
     print_status,
+    stack_tokens,
 )
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway
-from jqcore.settings import KafkaSettings
+from jqcore.settings import KafkaSettings, load_env
 from jqcore.topics import ensure, job_topics
 from jqstack.manager import Stack
 from jqstack.paths import home, repo_root
@@ -141,7 +143,12 @@ def demo(
         float, typer.Option(help="With --once: give up (exit 1) after this many seconds.")
     ] = 300.0,
     stack_name: Annotated[
-        str, typer.Option("--stack", help="Run on this stack (other than `default`, it must exist).")
+        str,
+        typer.Option(
+            "--stack",
+            help="Run on this stack (other than `default`, it must exist). On a secure stack every process "
+            "uses its own role's credentials and the stack's own tokens.",
+        ),
     ] = "default",
     workdir: Annotated[
         Path | None,
@@ -157,8 +164,9 @@ def demo(
     stack = _stack_up(console, stack_name)
     # the history of this stack's events lives with the stack (a purge removes both); a given path wins
     history = os.environ.get("JOBQ_HISTORY_PATH") or str(history_of(stack.root))
-    spec = workload.pipeline_env(stack.endpoints, history)
-    ensure(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), job_topics(workload.TOPICS))
+    tokens = stack_tokens(stack)
+    spec = workload.pipeline_env(stack.client_env, tokens, history)
+    ensure(load_env(KafkaSettings, spec.common()), job_topics(workload.TOPICS))
     folder = workdir or home() / "demo" / time.strftime("%Y%m%d-%H%M%S")
     procs = Processes(folder)
     try:
@@ -167,14 +175,13 @@ def demo(
         console.print(f"processes started; logs in {folder}")
         running.wait_ready()
         console.print(
-            f"[bold]dashboard:[/] http://127.0.0.1:{running.web_port}/  "
-            f"(sign in with [bold]{DEV_WEB_ADMIN}[/] to act, {DEV_WEB_READ} to look)"
+            f"[bold]dashboard:[/] http://127.0.0.1:{running.web_port}/  ({_sign_in(tokens, stack_name)})"
         )
         gateways = [g for g, _ in running.gateways]
-        jobs = asyncio.run(workload.enqueue(gateways))
+        jobs = asyncio.run(workload.enqueue(gateways, tokens.gate))
         _write_atomic(folder / "jobs.json", orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")
-        follow = _Follow(console, procs, gateways, jobs, workload.sources(spec))
+        follow = _Follow(console, procs, gateways, tokens.gate, jobs, workload.sources(spec))
         ok = follow.run(once=once, duration=duration, timeout=timeout)
     except KeyboardInterrupt:
         ok = True
@@ -186,6 +193,15 @@ def demo(
     console.print("stopped; the stack keeps running (`jobq stack down` stops it)")
     if not ok:
         raise typer.Exit(1)
+
+
+def _sign_in(tokens: StackTokens, stack_name: str) -> str:
+    """How to sign in to the dashboard; a secure stack's tokens are only shown by ``jobq stack env``."""
+    if tokens.secret:
+        return (
+            f"sign in with the tokens of `jobq stack env --name {stack_name} --role web` (JOBQ_WEB_*_TOKENS)"
+        )
+    return f"sign in with [bold]{tokens.web_admin}[/] to act, {tokens.web_read} to look"
 
 
 _STOP = threading.Event()
@@ -220,6 +236,7 @@ class _Follow:
     console: Console
     procs: Processes
     gateways: list[Gateway]
+    token: str
     jobs: list[workload.Job]
     sources: Sources
 
@@ -249,7 +266,7 @@ class _Follow:
         """Show the pipeline and the demo jobs; whether every job is done and in the history (None: a
         process exited)."""
         jobs, console = self.jobs, self.console
-        tally = asyncio.run(workload.states(self.gateways, jobs))
+        tally = asyncio.run(workload.states(self.gateways, self.token, jobs))
         archived = workload.in_history(jobs, self.sources.history)
         console.print(render(collect(self.sources)))
         console.print(f"demo jobs in their expected state: {tally['ok']}/{len(jobs)}  others: {tally}")

@@ -7,6 +7,7 @@ tables up to date from the events topic (PySpark Structured Streaming). Readers 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import threading
@@ -26,8 +27,9 @@ from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.history import HistoryStore, Rows, TimelineEntry
 from jqcore.log import configure, get_logger
+from jqcore.preflight import preflight
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
-from jqcore.topics import ensure, events_topic
+from jqcore.topics import events_topic
 
 __all__ = ["app"]
 
@@ -295,7 +297,8 @@ def run(
     history, events, kafka = load(HistorySettings), load(EventSettings), load(KafkaSettings)
     if history.metrics_port is not None:
         metrics.serve(history.metrics_port)
-    ensure(kafka, [events_topic(events)])  # the schedulers may not have created it yet
+    # the schedulers may not have created it yet; plaintext settings against a TLS listener stop here
+    asyncio.run(preflight(kafka=kafka, owns=[events_topic(events)]))
     if json_logs:
         get_logger("jqspark").info("history run", topic=events.topic, root=str(history.root), once=once)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -12,17 +13,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
 from jqstack.manager import Endpoints, Stack, StackSpec
 from jqstack.paths import stack_dir
 from jqstack.procs import log_tail
-from jqstack.secure import ROLES, SecureFiles, role_exports
+from jqstack.secure import ROLES
 from kafkagate.settings import GateSettings
 
 __all__ = [
     "DEV_TOKEN",
     "DEV_WEB_ADMIN",
     "DEV_WEB_READ",
+    "StackTokens",
     "app",
     "dev_exports",
     "existing_stack",
@@ -31,6 +32,7 @@ __all__ = [
     "open_stack",
     "print_status",
     "secure_exports",
+    "stack_tokens",
 ]
 
 DEV_TOKEN = "jobq-dev-token"
@@ -104,32 +106,41 @@ def dev_exports(endpoints: Endpoints, root: Path) -> dict[str, str]:
     }
 
 
-def _settings_read_files() -> bool:
-    """Whether jqcore's settings read secrets from ``*_FILE`` paths (else ``env`` prints the values too)."""
-    wanted = (
-        (KafkaSettings, "sasl_password_file"),
-        (RedisSettings, "password_file"),
-        (ConsulSettings, "token_file"),
-    )
-    return all(field in cls.model_fields for cls, field in wanted)
+@dataclass(frozen=True)
+class StackTokens:
+    """The bearer tokens local processes use on a stack: the gateways' (sent by the canary and clients)
+    and the dashboard's admin and viewer tokens."""
+
+    gate: str
+    web_admin: str
+    web_read: str
+    secret: bool
+    """The secure stack's own (``<stack>/secrets``): never printed but by ``jobq stack env``; else the
+    development tokens."""
+
+    def web_settings(self) -> dict[str, str]:
+        return {
+            "JOBQ_WEB_ADMIN_TOKENS": f"admin:{self.web_admin}",
+            "JOBQ_WEB_READ_TOKENS": f"viewer:{self.web_read}",
+        }
 
 
-def secure_exports(stack: Stack, files: SecureFiles, role: str) -> dict[str, str]:
+def stack_tokens(stack: Stack) -> StackTokens:
+    """The development tokens on a plain stack, the stack's own on a secure one."""
+    if (files := stack.secure) is None:
+        return StackTokens(DEV_TOKEN, DEV_WEB_ADMIN, DEV_WEB_READ, secret=False)
+    return StackTokens(files.secret("gate"), files.secret("web-admin"), files.secret("web-read"), secret=True)
+
+
+def secure_exports(stack: Stack, role: str) -> dict[str, str]:
     """What a process of ``role`` needs on the secure stack: its credentials for the three servers
-    (:func:`jqstack.secure.role_exports`), the history folder, and the stack's own gateway and dashboard
-    tokens for the roles that serve or use them."""
+    (:meth:`Stack.client_env`), the history folder, and the stack's own gateway and dashboard tokens for
+    the roles that serve or use them."""
     url = local_gateway_url()
-    env = role_exports(
-        files,
-        role,
-        kafka_bootstrap=stack.endpoints.kafka_bootstrap,
-        redis_port=stack.of_kind("redis")[0].port,
-        consul_port=stack.of_kind("consul")[0].port,
-        inline=not _settings_read_files(),
-    )
+    env = stack.client_env(role)
     env["JOBQ_HISTORY_PATH"] = str(history_of(stack.root))
-    gate, web_admin, web_read = files.secret("gate"), files.secret("web-admin"), files.secret("web-read")
-    web = {"JOBQ_WEB_ADMIN_TOKENS": f"admin:{web_admin}", "JOBQ_WEB_READ_TOKENS": f"viewer:{web_read}"}
+    tokens = stack_tokens(stack)
+    gate, web = tokens.gate, tokens.web_settings()
     if role == "gateway":  # `jobq gate --web` serves the dashboard too
         env |= {"JOBQ_GATE_TOKENS": gate, **web}
     elif role == "web":
@@ -254,6 +265,6 @@ def env(
             f"stack {name!r} has no secrets yet; start it: `jobq stack up --name {name}`", param_hint="--name"
         )
     else:
-        exports = secure_exports(stack, stack.secure, role)
+        exports = secure_exports(stack, role)
     for key, value in exports.items():
         typer.echo(f"export {key}={shlex.quote(value)}")

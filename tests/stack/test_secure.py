@@ -1,20 +1,28 @@
 """The secure stack (``jobq stack up --name secure --secure``), started once for the module: every server
 refuses plaintext and wrong credentials, each role's credentials work over TLS for what that role does and
-are refused for what it does not, and no secret reaches a server's log."""
+are refused for what it does not, and no secret reaches a server's log. On it, the demo runs end to end
+(``jobq demo --once --stack``: every component with its own role, the PySpark history included), a
+service given plaintext settings stops at once naming what to set, and no process log holds a secret."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import ssl
 import stat
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import consul
+import orjson
 import pytest
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -22,9 +30,15 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from jobq import demo_workload
+from jqcore.preflight import ProtocolRefused, check_redis
+from jqcore.redisconn import connect
+from jqcore.settings import HistorySettings, RedisSettings, load
 from jqstack.manager import Stack, StackSpec
+from jqstack.pipeline import SERVER_SETTINGS, Service, service_argv
+from jqstack.procs import free_port
 from jqstack.secure import ROLES, SecureFiles
-from jqstack.supervise import alive
+from jqstack.supervise import alive, stop_pids
 
 pytestmark = pytest.mark.secure
 
@@ -201,16 +215,174 @@ def test_consul_relay_token_takes_a_lock_and_the_worker_token_may_not(secure: Se
         secure.consul("worker").kv.put(key, "x")
 
 
+def every_secret(files: SecureFiles) -> list[str]:
+    """Every password and token in ``<stack>/secrets``."""
+    return [p.read_text() for p in sorted(files.root.iterdir()) if p.suffix in (".password", ".token")]
+
+
 def test_env_secrets_and_logs(secure: Secure) -> None:
     files = secure.files
     assert stat.S_IMODE(files.root.stat().st_mode) == 0o700
     for path in (files.ca_key, files.server_key, files.kafka_keystore, files.secret_file("redis", "worker")):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    secrets = [files.secret(kind, role) for kind in ("kafka", "redis", "consul") for role in ROLES]
-    secrets += [files.secret("consul", "management"), files.secret("gate")]
+    secrets = every_secret(files)
+    assert len(secrets) == 3 * len(ROLES) + 5  # kafka/redis/consul per role, broker, management, gate, web x2
     for server in secure.stack.servers:
         log = server.log.read_text(errors="replace")
         leaked = [s for s in secrets if s in log]
         assert not leaked, f"{server.name}'s log holds a secret"
     assert (secure.stack.of_kind("redis")[0].data_dir / "users.acl").read_text().count("#") == len(ROLES)
     print(f"secure stack up in {secure.up_s:.1f}s")  # shown with -s: the cost of the module
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any server setting (a developer's shell may hold some)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SERVER_SETTINGS)}
+    return {**env, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1", **extra}
+
+
+def _without(env: dict[str, str], prefix: str) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith(prefix)}
+
+
+def test_a_service_with_plaintext_settings_stops_naming_what_to_set(secure: Secure) -> None:
+    """Against the secure stack, plaintext Redis, Kafka or Consul settings stop a service at start-up with
+    one line naming the settings to set (before: it started unchecked, or retried for ever)."""
+    stack, ep = secure.stack, secure.stack.endpoints
+    gate = {"JOBQ_GATE_TOKENS": "t", "JOBQ_GATE_PORT": str(free_port())}
+    canary = {"JOBQ_CANARY_GATEWAYS": "http://127.0.0.1:1", "JOBQ_CANARY_TOKEN": "t"}
+    cases: list[tuple[Service, dict[str, str], str]] = [  # every setting plaintext: Redis is asked first
+        ("gateway", {**ep.exports(), **gate}, f"Redis at 127.0.0.1:{secure.redis_port} takes TLS only"),
+        (  # the canary's own Redis user, Kafka plaintext
+            "canary",
+            {
+                **_without(stack.client_env("canary"), "JOBQ_KAFKA_"),
+                "JOBQ_KAFKA_BOOTSTRAP": secure.bootstrap,
+                **canary,
+            },
+            f"Kafka at {secure.bootstrap} takes TLS",
+        ),
+        (  # the gateway's own Redis user and Kafka user, Consul over http
+            "gateway",
+            {
+                **_without(stack.client_env("gateway"), "JOBQ_CONSUL_"),
+                "JOBQ_CONSUL_ADDR": ep.consul_addr,
+                **gate,
+            },
+            f"Consul at 127.0.0.1:{secure.consul_port} takes HTTPS only",
+        ),
+    ]
+    runs = [
+        subprocess.Popen(
+            service_argv(service),
+            env=_clean_env(**settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for service, settings, _ in cases
+    ]
+    for run, (_, _, said) in zip(runs, cases, strict=True):
+        out, _ = run.communicate(timeout=60)  # not a hang: each stops within seconds
+        last = out.strip().splitlines()[-1]
+        assert run.returncode == 1, out[-4000:]
+        assert last.startswith("jqcore.preflight.ProtocolRefused: "), out[-4000:]
+        assert said in last, last
+
+
+async def test_a_redis_user_redis_refuses_stops_a_service_naming_the_settings(secure: Secure) -> None:
+    settings = load(
+        RedisSettings,
+        url=f"rediss://127.0.0.1:{secure.redis_port}/0",
+        tls_ca_file=str(secure.files.ca_cert),
+        username="worker",
+        password="not-the-password",
+    )
+    client = connect(settings)
+    try:
+        with pytest.raises(
+            ProtocolRefused, match=r"^Redis refused user 'worker': set JOBQ_REDIS_USERNAME"
+        ) as err:
+            await check_redis(client, settings)
+    finally:
+        await client.aclose()
+    assert "not-the-password" not in str(err.value)
+
+
+DEMO_TIMEOUT_S = 300
+"""``jobq demo --timeout``: it gives up (exit 1) by then; the test allows the stop on top."""
+
+
+class DemoRun:
+    """``jobq demo --once --stack <secure>`` as a process of its own: started when the stack is up, so the
+    module's other tests run while Spark starts (the expensive part); the demo's test waits for it."""
+
+    def __init__(self, stack: Stack, folder: Path) -> None:
+        self.started = time.monotonic()
+        self.workdir, self.history, self.out = folder / "demo", folder / "history", folder / "demo.out"
+        argv = [sys.executable, "-m", "jobq", "demo", "--once", "--timeout", str(DEMO_TIMEOUT_S)]
+        argv += ["--stack", stack.spec.name, "--workdir", str(self.workdir)]
+        with self.out.open("wb") as out:
+            env = _clean_env(JOBQ_HISTORY_PATH=str(self.history))
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """Ctrl-C (the demo stops its processes), then whatever it left: its children run in sessions of
+        their own."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        with contextlib.suppress(OSError, orjson.JSONDecodeError):
+            stop_pids(list(orjson.loads((self.workdir / "pids.json").read_bytes()).values()), grace_s=5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def demo_run(
+    request: pytest.FixtureRequest, secure: Secure, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DemoRun | None]:
+    """Started before the module's first test when the demo's test is among those run (else not at all)."""
+    if not any(
+        item.name == test_the_demo_runs_end_to_end_on_the_secure_stack.__name__
+        for item in request.session.items
+    ):
+        yield None
+        return
+    run = DemoRun(secure.stack, tmp_path_factory.mktemp("secure-demo"))
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+def test_the_demo_runs_end_to_end_on_the_secure_stack(secure: Secure, demo_run: DemoRun | None) -> None:
+    """``jobq demo --once --stack <secure>``: two gateways, two relays, two schedulers, the worker pool, the
+    canary, the dashboard and the PySpark history, each with its own role's Kafka, Redis and Consul
+    credentials; it exits 0 only when every demo job reached its expected state *and* the history (Spark
+    reading the events topic over SASL_SSL) shows it so. Then every log is searched for every secret."""
+    assert demo_run is not None
+    waited = time.monotonic()
+    code = demo_run.proc.wait(DEMO_TIMEOUT_S + 180)  # the demo gives up by itself after its --timeout
+    output = demo_run.output()
+    assert code == 0, output[-12000:]
+    logs = sorted(demo_run.workdir.glob("*.log"))
+    every = {"gate-az-a", "gate-az-b", "relay-1", "relay-2", "scheduler-1", "scheduler-2", "worker"}
+    assert {p.stem for p in logs} >= every | {"canary", "web", "history"}
+
+    jobs = [tuple(j) for j in orjson.loads((demo_run.workdir / "jobs.json").read_bytes())]
+    assert len(jobs) == len(demo_workload.workload())
+    assert demo_workload.in_history(jobs, load(HistorySettings, path=str(demo_run.history))) == len(jobs)
+
+    secrets = every_secret(secure.files)
+    for name, text in [
+        ("the demo's output", output),
+        *((p.name, p.read_text(errors="replace")) for p in logs),
+    ]:
+        assert not [s for s in secrets if s in text], f"{name} holds a secret"
+    took, waited = time.monotonic() - demo_run.started, time.monotonic() - waited
+    print(f"the demo on the secure stack took {took:.1f}s, {waited:.1f}s of them after the other tests")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from jqstack.paths import repo_root
 from jqstack.pipeline import PipelineEnv, Scope, history_argv, service_argv, worker_argv
 
@@ -50,3 +52,20 @@ def test_command_lines() -> None:
     assert history_argv()[-3:] == ["jobq", "history", "run"]
     argv = worker_argv("q", app="m:r", concurrency=5, processes=1, grace_s=5, burst=True)
     assert " ".join(argv[3:]) == "worker --app m:r --queues q --concurrency 5 --processes 1 --grace 5 --burst"
+
+
+def test_per_role_servers_replace_the_inherited_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBQ_REDIS_PASSWORD", "from-the-shell")
+    monkeypatch.setenv("CONSUL_HTTP_ADDR", "127.0.0.1:1")
+    monkeypatch.setenv("JOBQ_REDIS_ALLOW_EVICTION", "true")
+    spec = PipelineEnv(lambda role: {"JOBQ_REDIS_USERNAME": role, **SERVERS}, token="t")
+    assert spec.relay()["JOBQ_REDIS_USERNAME"] == "relay"
+    assert spec.worker()["JOBQ_REDIS_USERNAME"] == "worker"
+    common = spec.common()
+    assert common["JOBQ_REDIS_USERNAME"] == "admin"
+    assert "JOBQ_REDIS_PASSWORD" not in common
+    assert "CONSUL_HTTP_ADDR" not in common
+    assert common["JOBQ_REDIS_ALLOW_EVICTION"] == "true"
+    assert (
+        PipelineEnv(SERVERS).common()["CONSUL_HTTP_ADDR"] == "127.0.0.1:1"
+    )  # one mapping: inherited as before

@@ -157,3 +157,42 @@ def test_up_keeps_a_secure_stack_secure_unless_told(secure: Stack) -> None:
 
     assert open_stack("secure").spec.secure
     assert not open_stack("plain").spec.secure
+
+
+def test_the_demo_gives_each_process_its_own_roles_credentials(
+    secure: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobq import demo_workload
+    from jobq.commands.stack import stack_tokens
+
+    # a shell that ran `eval "$(jobq stack env ...)"` with a password value mixes in nothing
+    monkeypatch.setenv("JOBQ_KAFKA_SASL_PASSWORD", "inherited")
+    monkeypatch.setenv("CONSUL_HTTP_TOKEN", "inherited")
+    monkeypatch.setenv("JOBQ_KAFKA_REPLICATION", "1")  # what the deployment wants is inherited
+    tokens = stack_tokens(secure)
+    spec = demo_workload.pipeline_env(secure.client_env, tokens, "/tmp/history")
+    envs = {
+        "gateway": spec.gateway(8000),
+        "relay": spec.relay("r"),
+        "scheduler": spec.scheduler("s"),
+        "worker": spec.worker(),
+        "canary": spec.canary(["http://127.0.0.1:8000@a"], interval_s=10, late_after_s=20),
+        "web": spec.web(9000),
+        "history": spec.history(trigger_s=2),
+        "admin": spec.common(),
+    }
+    assert set(envs) == set(ROLES)
+    files = files_of(secure)
+    for role, env in envs.items():
+        users = {env[f"JOBQ_{k}_USERNAME"] for k in ("KAFKA_SASL", "REDIS")}
+        assert users == {role}, role
+        assert env["JOBQ_CONSUL_TOKEN_FILE"] == str(files.secret_file("consul", role))
+        assert "JOBQ_KAFKA_SASL_PASSWORD" not in env
+        assert "CONSUL_HTTP_TOKEN" not in env
+        assert env["JOBQ_KAFKA_REPLICATION"] == "1"
+        assert env["JOBQ_GATE_TOKENS"] == tokens.gate == files.secret("gate")
+    sources = demo_workload.sources(spec)  # the demo's own reads: admin, with this process's env ignored
+    assert (sources.kafka.sasl_username, sources.redis.username) == ("admin", "admin")
+    assert sources.kafka.sasl_password is not None
+    assert sources.kafka.sasl_password.get_secret_value() == files.secret("kafka", "admin")
+    assert sources.consul.scheme == "https"
