@@ -1,7 +1,7 @@
-"""``python -m canary`` runs the heartbeat canary (settings from the environment)."""
+"""``python -m canary`` runs the heartbeat canary (settings from the environment, docs/settings.md).
+A setting or a start-up check that can never pass stops it with one line (`jqcore.lifecycle.service_main`)."""
 
 from canary.main import run
-from jqcore.log import configure
+from jqcore.lifecycle import service_main
 
-configure()
-run()
+service_main(run)

@@ -8,13 +8,15 @@ import asyncio
 import contextlib
 import io
 import signal
+import sys
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
+from jqcore.errors import JobqError
 from jqcore.health import HealthServer, Readiness
-from jqcore.log import get_logger
-from jqcore.settings import MetricsSettings, load
+from jqcore.log import configure, get_logger
+from jqcore.settings import LogSettings, MetricsSettings, load
 
 __all__ = ["Service", "cancel_and_wait", "run_until_signal"]
 
@@ -190,3 +192,17 @@ async def _run(
         for task in hard_tasks:
             with contextlib.suppress(Exception):
                 await task
+
+
+def service_main(run: Callable[[], None]) -> None:
+    """What ``python -m <service>`` does: logging from ``JOBQ_LOG_*``, then ``run``. A setting, or a server
+    that refuses what the settings ask (a start-up check: plaintext against TLS, an evicting Redis, a topic
+    that contradicts its declaration), stops it with one line naming the problem and exit status 2 — no
+    traceback; a server that does not answer yet stops it the same way with status 1 (a supervisor
+    restarts it)."""
+    try:
+        configure(load(LogSettings))  # a bad JOBQ_LOG_* is one readable line too
+        run()
+    except JobqError as exc:
+        print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
+        sys.exit(1 if exc.retriable else 2)

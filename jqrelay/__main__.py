@@ -1,7 +1,7 @@
-"""``python -m jqrelay`` runs a relay (settings from the environment, see docs/settings.md)."""
+"""``python -m jqrelay`` runs a relay (settings from the environment, docs/settings.md).
+A setting or a start-up check that can never pass stops it with one line (`jqcore.lifecycle.service_main`)."""
 
-from jqcore.log import configure
+from jqcore.lifecycle import service_main
 from jqrelay.main import run
 
-configure()
-run()
+service_main(run)

@@ -1,7 +1,7 @@
-"""``python -m jqsched`` runs a scheduler instance (settings from the environment, see docs/settings.md)."""
+"""``python -m jqsched`` runs a scheduler instance (settings from the environment, docs/settings.md).
+A setting or a start-up check that can never pass stops it with one line (`jqcore.lifecycle.service_main`)."""
 
-from jqcore.log import configure
+from jqcore.lifecycle import service_main
 from jqsched.main import run
 
-configure()
-run()
+service_main(run)

@@ -1,7 +1,7 @@
-"""``python -m kafkagate`` runs the gateway (settings from the environment, see docs/settings.md)."""
+"""``python -m kafkagate`` runs the gateway (settings from the environment, docs/settings.md).
+A setting or a start-up check that can never pass stops it with one line (`jqcore.lifecycle.service_main`)."""
 
-from jqcore.log import configure
+from jqcore.lifecycle import service_main
 from kafkagate.main import run
 
-configure()
-run()
+service_main(run)

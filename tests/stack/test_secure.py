@@ -285,8 +285,9 @@ def test_a_service_with_plaintext_settings_stops_naming_what_to_set(secure: Secu
     for run, (_, _, said) in zip(runs, cases, strict=True):
         out, _ = run.communicate(timeout=60)  # not a hang: each stops within seconds
         last = out.strip().splitlines()[-1]
-        assert run.returncode == 1, out[-4000:]
-        assert last.startswith("jqcore.preflight.ProtocolRefused: "), out[-4000:]
+        assert run.returncode == 2, out[-4000:]
+        assert last.startswith("error (protocol_refused): "), out[-4000:]
+        assert "Traceback" not in out, "one line, not a traceback"
         assert said in last, last
 
 
