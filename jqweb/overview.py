@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from jqcore import keys, membership
 from jqcore.clock import now_ms
@@ -97,7 +98,7 @@ def kafka_lag(kafka: KafkaSettings, topics: list[str], relay: RelayKeys) -> list
                 rows.append({"topic": topic, "partition": None, "problem": "topic missing"})
                 continue
             parts = [TopicPartition(topic, p) for p in sorted(md.partitions)]
-            for tp in c.committed(parts, timeout=5):
+            for tp in _committed(c, parts):
                 low, high = c.get_watermark_offsets(tp, timeout=5)
                 done = tp.offset if tp.offset >= 0 else low
                 lag = max(0, high - done)
@@ -114,6 +115,25 @@ def kafka_lag(kafka: KafkaSettings, topics: list[str], relay: RelayKeys) -> list
         finally:
             c.close()
     return rows
+
+
+def _retriable(exc: BaseException) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.retriable()
+
+
+def _committed(c: Consumer, parts: list[TopicPartition], timeout_s: float = 5.0) -> list[TopicPartition]:
+    """The relay group's committed offsets; a retriable refusal (a broker just started: its group
+    coordinator still loading) is asked again until ``timeout_s``."""
+    for attempt in Retrying(
+        retry=retry_if_exception(_retriable),
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.2),
+        reraise=True,
+    ):
+        with attempt:
+            return list(c.committed(parts, timeout=timeout_s))
+    raise AssertionError("unreachable: tenacity either returns or re-raises")
 
 
 def _lag_seconds(c: Consumer, tp: TopicPartition, offset: int) -> float | None:
