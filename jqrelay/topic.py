@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import consul.aio
@@ -30,19 +29,19 @@ from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
 
 from jqcore import metrics, tracing
 from jqcore.clock import now_ms
-from jqcore.envelope import Envelope, decode
-from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
+from jqcore.envelope import Envelope
+from jqcore.errors import BackendUnavailable
 from jqcore.health import Readiness
 from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected
-from jqcore.testsignal import TestSignal
 from jqcore.topics import dead_topic, retry_topic
 from jqrelay.backpressure import MemoryGuard, held
+from jqrelay.batch import Batch, RelaySignals, TermEnded, ends_batch, parse_batch, retriable
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
-from jqrelay.limits import LimitSignals, QueueRateLimits, RateLimit
+from jqrelay.limits import QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
 
 __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
@@ -56,49 +55,6 @@ IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
 """Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
 1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
 to 10 ms on an idle one (≈100 cheap calls/s)."""
-
-
-class TermEnded(Exception):
-    """The term stopped being trusted in the middle of a batch: write nothing more, commit nothing."""
-
-
-def retriable(exc: BaseException) -> bool:
-    """A jobq error that says trying again later may succeed (Redis or Kafka unreachable, memory full)."""
-    return isinstance(exc, JobqError) and exc.retriable
-
-
-def ends_batch(exc: BaseException) -> bool:
-    """Stop the whole batch (retried by the term loop) rather than set one queue's jobs aside: the backend
-    may come back (``retriable``), or this relay is no longer the one that may write (fence, term)."""
-    return retriable(exc) or isinstance(exc, FenceRejected | TermEnded)
-
-
-@dataclass
-class Batch:
-    envelopes: list[Envelope]
-    dead: list[tuple[Message, str]]
-    offsets: dict[int, int]
-    source: dict[str, Message]
-    """The record each envelope came from (for dead-lettering what the engine refuses)."""
-    retry: list[tuple[Message, str]] = field(default_factory=list)
-    """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
-
-
-@dataclass
-class RelaySignals:
-    """What a relay reports to a test that listens (:mod:`jqcore.testsignal`)."""
-
-    batch: TestSignal[dict[str, int]] = field(default_factory=lambda: TestSignal("relay batch"))
-    """A batch written and its offsets' commit sent: the relay's stage counts after it."""
-    committed: TestSignal[int] = field(default_factory=lambda: TestSignal("relay committed"))
-    """Kafka confirmed a commit: the sum over partitions of the committed offsets (records behind them)."""
-    stalled: TestSignal[str] = field(default_factory=lambda: TestSignal("relay stalled"))
-    """Redis stopped the relay once more: a batch write to be retried (``write``) or a term that failed
-    and starts over (``loop``)."""
-    limit: LimitSignals = field(default_factory=LimitSignals)
-    """The topic's rate limit (its watch reports each limit it applies)."""
-    queue_limits: LimitSignals = field(default_factory=LimitSignals)
-    """The queues' rate limits."""
 
 
 class TopicRelay(Service):
@@ -334,23 +290,7 @@ class TopicRelay(Service):
         self.signals.committed.signal(sum(self._committed.values()))
 
     def _parse(self, msgs: Sequence[Message]) -> Batch:
-        batch = Batch([], [], {}, {})
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise BackendUnavailable(f"consume error on {self.topic}: {err.str()}")
-                continue
-            batch.offsets[msg.partition() or 0] = max(
-                batch.offsets.get(msg.partition() or 0, -1), msg.offset() or 0
-            )
-            try:
-                env = decode(msg.value() or b"")
-            except EnvelopeError as exc:
-                batch.dead.append((msg, f"{exc.code}: {exc.message}"))
-                continue
-            batch.envelopes.append(env)
-            batch.source[env.id] = msg
+        batch = parse_batch(self.topic, msgs)
         self._count("read", len(batch.envelopes) + len(batch.dead))
         return batch
 

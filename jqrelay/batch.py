@@ -1,0 +1,84 @@
+"""What one relay term works with: a consumed batch parsed into envelopes (and the records to set aside),
+the errors that end a batch, and the signals a relay gives a test that listens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, Message
+
+from jqcore.envelope import Envelope, decode
+from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
+from jqcore.state import FenceRejected
+from jqcore.testsignal import TestSignal
+from jqrelay.limits import LimitSignals
+
+__all__ = ["Batch", "RelaySignals", "TermEnded", "ends_batch", "parse_batch", "retriable"]
+
+
+class TermEnded(Exception):
+    """The term stopped being trusted in the middle of a batch: write nothing more, commit nothing."""
+
+
+def retriable(exc: BaseException) -> bool:
+    """A jobq error that says trying again later may succeed (Redis or Kafka unreachable, memory full)."""
+    return isinstance(exc, JobqError) and exc.retriable
+
+
+def ends_batch(exc: BaseException) -> bool:
+    """Stop the whole batch (retried by the term loop) rather than set one queue's jobs aside: the backend
+    may come back (``retriable``), or this relay is no longer the one that may write (fence, term)."""
+    return retriable(exc) or isinstance(exc, FenceRejected | TermEnded)
+
+
+@dataclass
+class Batch:
+    envelopes: list[Envelope]
+    dead: list[tuple[Message, str]]
+    offsets: dict[int, int]
+    source: dict[str, Message]
+    """The record each envelope came from (for dead-lettering what the engine refuses)."""
+    retry: list[tuple[Message, str]] = field(default_factory=list)
+    """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
+
+
+@dataclass
+class RelaySignals:
+    """What a relay reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    batch: TestSignal[dict[str, int]] = field(default_factory=lambda: TestSignal("relay batch"))
+    """A batch written and its offsets' commit sent: the relay's stage counts after it."""
+    committed: TestSignal[int] = field(default_factory=lambda: TestSignal("relay committed"))
+    """Kafka confirmed a commit: the sum over partitions of the committed offsets (records behind them)."""
+    stalled: TestSignal[str] = field(default_factory=lambda: TestSignal("relay stalled"))
+    """Redis stopped the relay once more: a batch write to be retried (``write``) or a term that failed
+    and starts over (``loop``)."""
+    limit: LimitSignals = field(default_factory=LimitSignals)
+    """The topic's rate limit (its watch reports each limit it applies)."""
+    queue_limits: LimitSignals = field(default_factory=LimitSignals)
+    """The queues' rate limits."""
+
+
+def parse_batch(topic: str, msgs: Sequence[Message]) -> Batch:
+    """The envelopes of ``msgs`` (a consume call's records of ``topic``) and each partition's last
+    offset; a record that is not an envelope goes to ``dead`` with the reason. A consume error other
+    than a partition's end is Kafka failing: :class:`BackendUnavailable`."""
+    batch = Batch([], [], {}, {})
+    for msg in msgs:
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                raise BackendUnavailable(f"consume error on {topic}: {err.str()}")
+            continue
+        batch.offsets[msg.partition() or 0] = max(
+            batch.offsets.get(msg.partition() or 0, -1), msg.offset() or 0
+        )
+        try:
+            env = decode(msg.value() or b"")
+        except EnvelopeError as exc:
+            batch.dead.append((msg, f"{exc.code}: {exc.message}"))
+            continue
+        batch.envelopes.append(env)
+        batch.source[env.id] = msg
+    return batch
