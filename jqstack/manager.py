@@ -38,8 +38,7 @@ from jqstack.ports import (
     DEFAULT_PORTS,
     block_port,
     choose_block,
-    is_free,
-    port_holder,
+    first_taken,
     recorded_ports,
 )
 from jqstack.procs import free_port, log_tail, run_step
@@ -96,19 +95,6 @@ class Endpoints:
             env["JOBQ_REDIS_URL"] = f"redis://{self.redis_cluster_nodes[0]}/0"
             env["JOBQ_REDIS_CLUSTER"] = "1"
         return env
-
-
-def _describe_holder(port: int) -> str:
-    """Who listens on ``port``: a server of a jobq stack by name, else the process, else "a process"."""
-    holder = port_holder(port)
-    if holder is None:
-        return "a process this user cannot see"
-    for state in (home() / "stacks").glob("*/state.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            for s in json.loads(state.read_text())["servers"]:
-                if s.get("pid") == holder.pid:
-                    return f"{s['name']} of stack {state.parent.name!r} (pid {holder.pid})"
-    return str(holder)
 
 
 def _same_spec(saved: Any, spec: StackSpec) -> bool:
@@ -314,25 +300,9 @@ class Stack:
         ports = {"": server.port} | {k: p for k, p in server.extra_ports.items() if k != "fault_proxy"}
         if server.kind == "redis-cluster":
             ports["cluster bus"] = server.port + CLUSTER_BUS_OFFSET
-        for label, port in ports.items():
-            if is_free(port):
-                continue
-            what = f"port {port}" + (f" ({label})" if label else "")
-            raise StackError(
-                f"{server.name} of stack {self.spec.name!r} cannot start: {what} is taken by "
-                f"{_describe_holder(port)}. {self._port_hint()}"
-            )
-
-    def _port_hint(self) -> str:
-        if self.spec.name == DEFAULT_STACK and self.spec.fixed_ports:
-            return (
-                "The default stack's ports are fixed: stop that process, or run a stack of your own "
-                "beside it (`jobq stack up --name NAME`), which gets ports of its own."
-            )
-        return (
-            "Stop that process, or plan this stack's ports anew "
-            f"(`jobq stack down --name {self.spec.name} --purge`, then `up`)."
-        )
+        fixed_default = self.spec.name == DEFAULT_STACK and self.spec.fixed_ports
+        if taken := first_taken(ports, home() / "stacks", self.spec.name, fixed_default=fixed_default):
+            raise StackError(f"{server.name} of stack {self.spec.name!r} cannot start: {taken}")
 
     def _command(self, server: ServerSpec, tools: dict[str, Path]) -> list[str]:
         if server.kind == "kafka":

@@ -14,6 +14,7 @@ listens on ``port + 10000``, which must be free as well.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -32,6 +33,7 @@ __all__ = [
     "Holder",
     "block_port",
     "choose_block",
+    "first_taken",
     "is_free",
     "port_holder",
     "recorded_ports",
@@ -178,3 +180,37 @@ def _command(pid_dir: Path) -> str:
     words = [a.decode(errors="replace") for a in argv if a]
     text = " ".join(words)
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+def first_taken(ports: dict[str, int], stacks_root: Path, stack: str, *, fixed_default: bool) -> str | None:
+    """The first of ``ports`` (label → port) that is taken, said with its holder and what to do (``None``:
+    all free). ``fixed_default``: the ports are the default stack's, which cannot move."""
+    for label, port in ports.items():
+        if is_free(port):
+            continue
+        what = f"port {port}" + (f" ({label})" if label else "")
+        if fixed_default:
+            hint = (
+                "The default stack's ports are fixed: stop that process, or run a stack of your own "
+                "beside it (`jobq stack up --name NAME`), which gets ports of its own."
+            )
+        else:
+            hint = (
+                "Stop that process, or plan this stack's ports anew "
+                f"(`jobq stack down --name {stack} --purge`, then `up`)."
+            )
+        return f"{what} is taken by {describe_holder(port, stacks_root)}. {hint}"
+    return None
+
+
+def describe_holder(port: int, stacks_root: Path) -> str:
+    """Who listens on ``port``: a server of a jobq stack by name, else the process, else "a process"."""
+    holder = port_holder(port)
+    if holder is None:
+        return "a process this user cannot see"
+    for state in stacks_root.glob("*/state.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            for s in json.loads(state.read_text())["servers"]:
+                if s.get("pid") == holder.pid:
+                    return f"{s['name']} of stack {state.parent.name!r} (pid {holder.pid})"
+    return str(holder)
