@@ -24,6 +24,7 @@ from jqcore.settings import KafkaSettings
 __all__ = [
     "BOOTSTRAP_CONF",
     "REDACTION_REGEX",
+    "SPARK_JSON_LOGS",
     "SparkSetupError",
     "connector_jars",
     "session_kafka",
@@ -131,3 +132,15 @@ def session_kafka(session: SparkSession) -> KafkaSettings | str | None:
     """The Kafka a session was created with: its settings, else its bootstrap servers, else None."""
     settings = _KAFKA.get(session.sparkContext.applicationId)
     return settings if settings is not None else session.conf.get(BOOTSTRAP_CONF, None)
+
+
+SPARK_JSON_LOGS = {
+    # Spark's own JSON layout for the driver JVM's log4j2 (its structured-logging switch is forced off for
+    # pyspark, a "shell" to spark-submit); and no console progress bar
+    "spark.driver.extraJavaOptions": (
+        "-Dlog4j2.configurationFile=classpath:org/apache/spark/log4j2-json-layout.properties"
+    ),
+    "spark.ui.showConsoleProgress": "false",
+}
+"""``jobq history run``'s Spark settings with ``JOBQ_LOG_FORMAT=json``. What stays plain text: the JVM's
+own ``WARNING: Using incubator modules`` line and Spark's two-line note on the default log level."""

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from jobq.history_chart import chart
 from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
@@ -187,35 +188,7 @@ def _print_rows(rows: Rows, title: str) -> None:
 
 
 def _plot(rows: Rows, path: Path, title: str, *, x: str, y: str, group: str | None = None) -> None:
-    """A line chart of ``y`` over ``x`` (one line per ``group`` value), saved as PNG."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError(
-            "--plot needs matplotlib: pip install 'jobq[bench]'", code="plot_unavailable"
-        ) from None
-    ix, iy = rows.columns.index(x), rows.columns.index(y)
-    ig = rows.columns.index(group) if group else None
-    lines: dict[str, tuple[list[Any], list[Any]]] = {}
-    for row in rows.rows:
-        xs, ys = lines.setdefault(str(row[ig]) if ig is not None else y, ([], []))
-        xs.append(row[ix])
-        ys.append(row[iy])
-    fig, ax = plt.subplots(figsize=(10, 5))
-    for name, (xs, ys) in lines.items():
-        ax.plot(xs, ys, marker="o", label=name)
-    ax.set_title(title)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    if len(lines) > 1 or group:
-        ax.legend()
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    chart(rows, path, title, x=x, y=y, group=group)
     _console().print(f"chart written to {path}")
 
 
@@ -269,18 +242,6 @@ def errors(
         _plot(rows, plot, f"failed attempts in the last {since}", x="error", y="count", group="kind")
 
 
-SPARK_JSON_LOGS = {
-    # Spark's own JSON layout for the driver JVM's log4j2 (its structured-logging switch is forced off for
-    # pyspark, a "shell" to spark-submit); and no console progress bar
-    "spark.driver.extraJavaOptions": (
-        "-Dlog4j2.configurationFile=classpath:org/apache/spark/log4j2-json-layout.properties"
-    ),
-    "spark.ui.showConsoleProgress": "false",
-}
-"""``jobq history run``'s Spark settings with ``JOBQ_LOG_FORMAT=json``. What stays plain text: the JVM's
-own ``WARNING: Using incubator modules`` line and Spark's two-line note on the default log level."""
-
-
 @app.command("run")
 def run(
     once: Annotated[bool, typer.Option(help="Index what the topic holds now, then stop.")] = False,
@@ -289,6 +250,7 @@ def run(
     tables' folder: stop and start again at will; the same events twice change nothing)."""
     from jqspark import spark_session
     from jqspark.history import run_history
+    from jqspark.session import SPARK_JSON_LOGS
     from jqstack.provision import ensure_spark_jars
 
     logging = load(LogSettings)
