@@ -159,10 +159,12 @@ def own_fields(cls: type[BaseSettings]) -> Iterator[tuple[str, FieldInfo]]:
             yield name, field
 
 
-def table(cls: type[BaseSettings]) -> list[str]:
+def table(cls: type[BaseSettings], module: str) -> list[str]:
+    """``cls``'s section; its heading names ``module``, where the class is imported from (its CLASSES path:
+    ``jqcore.settings``, not the package's inner module that defines it)."""
     parents = [b.__name__ for b in cls.__bases__ if issubclass(b, BaseSettings) and b is not BaseSettings]
     prefix = cls.model_config.get("env_prefix") or ""
-    lines = [f"### `{cls.__name__}` (`{cls.__module__}`, `{prefix}*`)", "", text(cls.__doc__)]
+    lines = [f"### `{cls.__name__}` (`{module}`, `{prefix}*`)", "", text(cls.__doc__)]
     if parents:
         lines[-1] += f" Also reads every setting of {', '.join(f'`{p}`' for p in parents)}."
     lines += ["", "| variable (aliases) | type | default | meaning |", "|---|---|---|---|"]
@@ -177,7 +179,7 @@ def table(cls: type[BaseSettings]) -> list[str]:
 def generated() -> str:
     lines = [BEGIN, ""]
     for path in CLASSES:
-        lines += [*table(settings_class(path)), ""]
+        lines += [*table(settings_class(path), path.partition(":")[0]), ""]
     return "\n".join([*lines, END])
 
 

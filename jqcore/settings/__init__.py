@@ -1,0 +1,234 @@
+"""Typed settings, read from the environment once at start-up.
+
+Every service builds one settings object from these parts. Names follow ``JOBQ_<SECTION>_<FIELD>``;
+the standard names of the ecosystems are honoured as well (``CONSUL_HTTP_ADDR``, ``CONSUL_HTTP_TOKEN``,
+``REDIS_URL``, ``KAFKA_BOOTSTRAP_SERVERS``). Secrets are :class:`pydantic.SecretStr`: they never appear in
+``repr``, logs or ``jobq stack env``. Cross-field checks run at construction, so a bad combination stops
+the service at start-up with a :class:`~jqcore.errors.ConfigError` naming the setting.
+
+The package: ``common`` (the shared types and validators, :func:`load`, :func:`load_env`), ``servers``
+(:class:`RedisSettings`, :class:`ConsulSettings`), ``kafka`` (:class:`KafkaSettings`); this module holds the
+other settings classes and re-exports every name (import from ``jqcore.settings``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jqcore.settings.common import (
+    DEFAULT_CONSUL_ADDR,
+    DEFAULT_KAFKA_BOOTSTRAP,
+    DEFAULT_REDIS_URL,
+    MASK,
+    ClientConfig,
+    CommaList,
+    CommaSecrets,
+    JsonText,
+    is_secret_key,
+    load,
+    load_env,
+)
+from jqcore.settings.kafka import KafkaSettings, SaslMechanism, librdkafka_key
+from jqcore.settings.servers import ConsulSettings, RedisSettings
+from jqstack.paths import stack_dir
+
+__all__ = [
+    "DEFAULT_CONSUL_ADDR",
+    "DEFAULT_KAFKA_BOOTSTRAP",
+    "DEFAULT_REDIS_URL",
+    "MASK",
+    "ClientConfig",
+    "CommaList",
+    "CommaSecrets",
+    "ConsulSettings",
+    "CronSettings",
+    "EventSettings",
+    "FarSettings",
+    "HistorySettings",
+    "JsonText",
+    "KafkaSettings",
+    "LogSettings",
+    "MetricsSettings",
+    "RedisSettings",
+    "RelayKeys",
+    "SaslMechanism",
+    "TraceSettings",
+    "is_secret_key",
+    "librdkafka_key",
+    "load",
+    "load_env",
+]
+
+
+class LogSettings(BaseSettings):
+    """Logging (``JOBQ_LOG_LEVEL``, ``JOBQ_LOG_FORMAT``)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore", use_attribute_docstrings=True)
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level logged."""
+    format: Literal["console", "json"] = "console"
+    """``json``: JSON lines, for production."""
+
+
+class RelayKeys(BaseSettings):
+    """Where the relays keep their state (``JOBQ_RELAY_*``): read by the relay itself (which adds its own
+    settings, ``jqrelay.settings``) and by whoever shows or changes it (``jobq status``, the dashboard)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_RELAY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
+
+    topics: CommaList = Field(default_factory=list)
+    """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
+    kv_prefix: str = "jobq"
+    """Consul KV root: locks at ``<prefix>/locks/<topic>``, rate limits at ``<prefix>/rates/<topic>`` (per
+topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
+    group_prefix: str = "jobq-relay"
+    """Kafka consumer group per topic: ``<group_prefix>.<topic>`` (offsets are committed there)."""
+
+    def lock_key(self, topic: str) -> str:
+        return f"{self.kv_prefix}/locks/{topic}"
+
+    def rate_key(self, topic: str) -> str:
+        return f"{self.kv_prefix}/rates/{topic}"
+
+    def queue_rates_folder(self) -> str:
+        """Per-queue limits: one key per queue, ``<prefix>/queue-rates/<queue>``."""
+        return f"{self.kv_prefix}/queue-rates/"
+
+    def queue_rate_key(self, queue: str) -> str:
+        return f"{self.queue_rates_folder()}{queue}"
+
+    def group(self, topic: str) -> str:
+        return f"{self.group_prefix}.{topic}"
+
+
+class CronSettings(BaseSettings):
+    """Where cron schedules live (Consul KV ``<kv_prefix>/cron/<name>``): read by the scheduler service,
+    written by ``jobq cron`` and the gateway's ``/v1/cron`` routes."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore", use_attribute_docstrings=True)
+
+    kv_prefix: str = Field("jobq", min_length=1)
+    """Consul KV root: schedules at ``<prefix>/cron/<name>``, their state at ``<prefix>/cron-state/<name>``
+    (the scheduler, the gateway and ``jobq cron``)."""
+
+
+class FarSettings(BaseSettings):
+    """The far-future tier (``docs/scheduler.md``): jobs due later than ``horizon_s`` are kept in the
+    compacted ``topic`` instead of Redis. Relays split them off, scheduler instances
+    move them into the engine once they are due within the horizon, the gateway unschedules them."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore", use_attribute_docstrings=True)
+
+    horizon_s: float = Field(3600.0, ge=0)
+    """Jobs due further ahead than this go to the tier (0: the tier is off, every job goes to Redis)."""
+    topic: str = Field("jobq.schedule", min_length=1)
+    """The compacted schedule topic, keyed ``<queue>/<id>``."""
+    partitions: int = Field(6, ge=1, le=1000)
+    """Partitions of the schedule topic when jobq creates it (the unit the schedulers share)."""
+    rescan_s: float = Field(600.0, gt=0)
+    """How often an owner reads its partitions whole, moving what came within the horizon (below
+    ``JOBQ_FAR_HORIZON_S``)."""
+
+    @model_validator(mode="after")
+    def _rescan_within_horizon(self) -> FarSettings:
+        if self.horizon_s and self.rescan_s >= self.horizon_s:
+            raise ValueError(
+                "JOBQ_FAR_RESCAN_S must be below JOBQ_FAR_HORIZON_S (a job must be moved before it is due)"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.horizon_s > 0
+
+
+class EventSettings(BaseSettings):
+    """Lifecycle events (``docs/history.md``): every transition of a job is recorded in its queue's Redis
+    stream by the script that makes it; scheduler instances ship each owned queue's stream to ``topic``
+    (keyed by job id) and trim what Kafka acknowledged."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_EVENTS_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    topic: str = Field("jobq.events", min_length=1)
+    """The lifecycle events topic (``docs/history.md``), keyed by job id."""
+    partitions: int = Field(6, ge=1, le=1000)
+    """Partitions of the events topic when jobq creates it."""
+    batch: int = Field(1000, ge=1, le=100_000)
+    """Events read from one queue's stream and produced per round."""
+
+
+class HistorySettings(BaseSettings):
+    """The history tables (``docs/history.md``): built by ``jobq history run`` (PySpark), read by the CLI
+    and the gateway's archive through DuckDB."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_HISTORY_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    path: str = ""
+    """Folder of the tables ('' = the default local stack's: ``<JOBQ_HOME>/stacks/default/history``,
+    where `jobq demo` keeps the history of that stack's events)."""
+    retention_days: int = Field(30, ge=1)
+    """Days of events kept in the historic table (and of finished jobs in the current table)."""
+    trigger_s: float = Field(5.0, gt=0)
+    """How often the streaming query picks up new events."""
+    metrics_port: int | None = Field(None, ge=1, le=65_535)
+    """``jobq history run`` serves Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT (the history's lag
+    behind the events topic: ``jobq_history_lag_records``, ``jobq_history_progress_timestamp_seconds``)."""
+
+    @property
+    def root(self) -> Path:
+        return Path(self.path).expanduser() if self.path else stack_dir("default") / "history"
+
+
+class MetricsSettings(BaseSettings):
+    """Where relays, schedulers, workers and canaries serve ``/healthz``, ``/readyz`` and ``/metrics``
+    (``JOBQ_METRICS_HOST``); the port is each one's metrics port (``JOBQ_RELAY_METRICS_PORT``,
+    ``JOBQ_SCHEDULER_METRICS_PORT``, ``JOBQ_WORKER_METRICS_PORT``, ``JOBQ_CANARY_METRICS_PORT`` or the
+    command's ``--metrics-port``). Loopback by default; ``0.0.0.0`` in containers (probes come from
+    outside)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_METRICS_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    host: str = "127.0.0.1"
+    """The address the health and metrics routes are served on."""
+    loop_stale_s: float = Field(10.0, ge=2)
+    """``/healthz`` answers 503 ``loop_stalled`` once the process's event loop has not run for this long
+    (a blocking call or a runaway handler wedged it)."""
+
+
+class TraceSettings(BaseSettings):
+    """OpenTelemetry traces across the hops (``jqcore/tracing.py``, ``docs/history.md`` "Traces"): off
+    unless ``otlp_endpoint`` is set; then the gateway, relays and workers export their spans there over
+    OTLP/HTTP (protobuf)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_TRACE_", extra="ignore", use_attribute_docstrings=True)
+
+    otlp_endpoint: str = ""
+    """Collector base URL (``http://collector:4318``; ``/v1/traces`` is added unless given); '' = off."""
+    service_name: str = ""
+    """``service.name`` of this process's spans ('' = the service's own: kafkagate, jqrelay, worker)."""
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    """Share of new traces recorded; a span with a parent follows the parent's decision."""
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("must be empty (off) or start with http:// or https://")
+        return v
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.otlp_endpoint)
