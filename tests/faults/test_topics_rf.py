@@ -7,6 +7,7 @@ its scenarios: ``tests/faults/conftest.py``)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,8 +59,16 @@ def relay(ep: Endpoints, prefix: str, topic: str) -> RelayService:
 
 
 def described(admin: AdminClient, names: list[str]) -> dict[str, dict[str, Any]]:
-    """Per topic: its smallest replica count and its configs."""
-    md = admin.list_topics(timeout=15)
+    """Per topic: its smallest replica count and its configs. The broker answering may not know a topic
+    another broker just created yet (metadata spreads between brokers): its metadata is asked for again
+    until it names every topic."""
+    deadline = time.monotonic() + 30
+    while True:
+        md = admin.list_topics(timeout=15)
+        if all(n in md.topics and md.topics[n].error is None for n in names):
+            break
+        assert time.monotonic() < deadline, f"the brokers' metadata never named all of {names}"
+        time.sleep(0.05)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]
     out = {}
     for res, fut in admin.describe_configs(resources).items():
