@@ -67,7 +67,16 @@ def worker() -> None:
         "JOBQ_WORKER_APP": "jobq_app:registry",
     }
     # the scheduler stays in this process group, so stopping the worker's group stops it too
-    subprocess.Popen([sys.executable, "-m", "jqsched"], env={**env, "JOBQ_SCHEDULER_QUEUES": QUEUE})
+    # timers only, as the peers' schedulers: no Kafka or Consul here, so no events, far tier or cron (a
+    # scheduler with them checks their topics and Consul at start and stops when they do not answer)
+    timers_only = {
+        "JOBQ_SCHEDULER_EVENTS": "false",
+        "JOBQ_SCHEDULER_FAR": "false",
+        "JOBQ_SCHEDULER_CRON": "false",
+    }
+    subprocess.Popen(
+        [sys.executable, "-m", "jqsched"], env={**env, "JOBQ_SCHEDULER_QUEUES": QUEUE, **timers_only}
+    )
     os.execve(sys.executable, [sys.executable, "-m", "worker"], env)
 
 
