@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from jqcore.kafka import AsyncProducer
 from jqcore.routing import RoutingSettings
@@ -247,16 +248,27 @@ def topic_end(endpoints: Endpoints) -> Callable[[str], int]:
     return lambda topic: end_offsets(endpoints.kafka_bootstrap, topic)
 
 
+POLL_S = 0.05
+"""How often a condition with no signal to wait on (``poll_until``, ``eventually``) is looked at again."""
+
+
+def _gave_up(what: str, timeout_s: float) -> Callable[[RetryCallState], Any]:
+    def fail(state: RetryCallState) -> Any:
+        last = state.outcome.result() if state.outcome is not None and not state.outcome.failed else None
+        raise AssertionError(f"{what} after {timeout_s}s; last value: {last!r}")
+
+    return fail
+
+
 def poll_until(probe: Callable[[], Any], ok: Callable[[Any], bool], timeout_s: float, what: str) -> Any:
     """The blocking twin of ``eventually`` (for sync tests and fixtures): ``probe()`` until ``ok(value)``,
-    within ``timeout_s``; returns the value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if ok(value):
-            return value
-        assert time.monotonic() < deadline, f"{what} after {timeout_s}s; last value: {value!r}"
-        time.sleep(0.05)
+    within ``timeout_s``; returns the value (an exception from ``probe`` is not retried)."""
+    return Retrying(
+        retry=retry_if_result(lambda value: not ok(value)),
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(POLL_S),
+        retry_error_callback=_gave_up(what, timeout_s),
+    )(probe)
 
 
 def _wait_for_leaders(admin: AdminClient, topic: str, timeout_s: float = 20) -> None:
@@ -398,16 +410,15 @@ def eventually() -> Eventually:
     signal exists (an elector's role, an event a handler sets) wait on it instead."""
 
     async def wait(probe: Callable[[], Any], ok: Callable[[Any], bool], timeout_s: float = 60) -> Any:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
+        async def look() -> Any:
             value = probe()
-            if inspect.isawaitable(value):
-                value = await value
-            if ok(value):
-                return value
-            if loop.time() > deadline:
-                raise AssertionError(f"condition not reached in {timeout_s}s; last value: {value!r}")
-            await asyncio.sleep(0.05)
+            return await value if inspect.isawaitable(value) else value
+
+        return await AsyncRetrying(
+            retry=retry_if_result(lambda value: not ok(value)),
+            stop=stop_after_delay(timeout_s),
+            wait=wait_fixed(POLL_S),
+            retry_error_callback=_gave_up("condition not reached", timeout_s),
+        )(look)
 
     return wait

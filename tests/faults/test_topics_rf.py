@@ -7,7 +7,6 @@ its scenarios: ``tests/faults/conftest.py``)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,17 +57,18 @@ def relay(ep: Endpoints, prefix: str, topic: str) -> RelayService:
     )
 
 
-def described(admin: AdminClient, names: list[str]) -> dict[str, dict[str, Any]]:
+def described(
+    admin: AdminClient, names: list[str], eventually_sync: Callable[..., Any]
+) -> dict[str, dict[str, Any]]:
     """Per topic: its smallest replica count and its configs. The broker answering may not know a topic
     another broker just created yet (metadata spreads between brokers): its metadata is asked for again
     until it names every topic."""
-    deadline = time.monotonic() + 30
-    while True:
-        md = admin.list_topics(timeout=15)
-        if all(n in md.topics and md.topics[n].error is None for n in names):
-            break
-        assert time.monotonic() < deadline, f"the brokers' metadata never named all of {names}"
-        time.sleep(0.05)
+    md = eventually_sync(
+        lambda: admin.list_topics(timeout=15),
+        lambda m: all(n in m.topics and m.topics[n].error is None for n in names),
+        30,
+        f"the brokers' metadata naming all of {names}",
+    )
     resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]
     out = {}
     for res, fut in admin.describe_configs(resources).items():
@@ -85,7 +85,7 @@ def kafka3(private_stacks: Callable[[Servers], Stack]) -> Endpoints:
 
 
 async def test_every_topic_gets_rf_3_and_min_isr_2_on_three_brokers(
-    kafka3: Endpoints, prefix: str, monkeypatch: pytest.MonkeyPatch
+    kafka3: Endpoints, prefix: str, monkeypatch: pytest.MonkeyPatch, eventually_sync: Callable[..., Any]
 ) -> None:
     ep = kafka3
     admin = AdminClient({"bootstrap.servers": ep.kafka_bootstrap, "log_level": 0})
@@ -121,7 +121,7 @@ async def test_every_topic_gets_rf_3_and_min_isr_2_on_three_brokers(
     assert "altered" not in done.output, "the services created theirs as declared"
 
     names = [jobs, f"{jobs}.retry", f"{jobs}.dead", events, schedule]
-    got = described(admin, names)
+    got = described(admin, names, eventually_sync)
     assert {n: (t["rf"], t["min.insync.replicas"]) for n, t in got.items()} == {n: (3, "2") for n in names}
     assert (got[schedule]["cleanup.policy"], got[schedule]["retention.ms"]) == ("compact", "-1")
     assert {got[n]["cleanup.policy"] for n in names if n != schedule} == {"delete"}

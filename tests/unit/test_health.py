@@ -8,7 +8,7 @@ import asyncio
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -139,7 +139,9 @@ async def test_a_service_is_ready_only_while_running_and_its_checks_pass(server:
     assert (await answer(server.port, "/readyz"))[1]["error"]["code"] == "stopping"
 
 
-async def test_a_wedged_loop_fails_healthz_while_the_server_still_answers(server: HealthServer) -> None:
+async def test_a_wedged_loop_fails_healthz_while_the_server_still_answers(
+    server: HealthServer, eventually: Callable[..., Any]
+) -> None:
     service = Fake()
     server.watch(service.readiness)
     assert (await answer(server.port, "/healthz"))[0] == 200
@@ -161,5 +163,7 @@ async def test_a_wedged_loop_fails_healthz_while_the_server_still_answers(server
     assert (status, body["error"]["code"]) == (503, "loop_stalled")
     status, body = seen["readyz"]
     assert (status, body["error"]["code"]) == (503, "loop_stalled"), "not ready either"
-    await asyncio.sleep(0)  # the loop runs again: the overdue stamp runs in this iteration
+    stalled_at = server.beat_at
+    # the loop runs again: its overdue stamp comes at once
+    await eventually(lambda: server.beat_at, lambda at: at != stalled_at, timeout_s=5)
     assert (await answer(server.port, "/healthz"))[0] == 200
