@@ -34,6 +34,7 @@ from jqcore.log import get_logger
 
 __all__ = [
     "SHUTDOWN_TIMEOUT_S",
+    "TOKEN_NAME",
     "ErrorAnswer",
     "HttpError",
     "answer_for",
@@ -52,6 +53,10 @@ SHUTDOWN_TIMEOUT_S = 5.0
 """How long a stopping server lets running requests finish."""
 RETRY_AFTER_S = "1"
 """The ``Retry-After`` of every 503."""
+
+TOKEN_NAME = web.RequestKey("token_name", str)
+"""The name of the token a request was authenticated with: set by the gateway's and the dashboard's
+authentication, read by their logs, metrics and audit records."""
 
 
 class HttpError(JobqError):
