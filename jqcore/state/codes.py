@@ -27,6 +27,7 @@ __all__ = [
     "QueueConfigInvalid",
     "RedisMemoryFull",
     "StaleLease",
+    "SwitchNotFound",
     "check",
     "redis_errors",
 ]
@@ -93,6 +94,13 @@ class QueueConfigInvalid(JobqError):
 
     code = "queue_config_invalid"
     http_status = 400
+
+
+class SwitchNotFound(JobqError):
+    """No kill switch of that name is in force."""
+
+    code = "switch_not_found"
+    http_status = 404
 
 
 class FilterInvalid(JobqError):
