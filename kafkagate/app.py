@@ -15,7 +15,7 @@ from aiohttp import web
 from jqcore import metrics
 from jqcore.errors import JobqError
 from jqcore.http import HttpError, error_middleware, json_response
-from kafkagate import claims, cron, graphs, history, jobs, queues
+from kafkagate import claims, cron, graphs, history, jobs, queues, switches
 from kafkagate.auth import auth_middleware
 from kafkagate.body import body_middleware
 from kafkagate.openapi import document
@@ -95,6 +95,7 @@ def make_app(gate: Gate, mounts: Mapping[str, web.Application] | None = None) ->
     app.router.add_routes(cron.routes)
     app.router.add_routes(history.routes)
     app.router.add_routes(graphs.routes)
+    app.router.add_routes(switches.routes)
     for prefix, sub in mounts.items():
         app.add_subapp(prefix, sub)
 

@@ -125,6 +125,7 @@ def document() -> dict[str, Any]:
     from kafkagate.claims import ClaimBody, CompleteBody, ExtendBody, FailBody
     from kafkagate.cron import schedule_body_schema
     from kafkagate.queues import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
+    from kafkagate.switches import SwitchBody
 
     q = "/v1/queues/{queue}"
     job = f"{q}/jobs/{{id}}"
@@ -269,6 +270,19 @@ def document() -> dict[str, Any]:
         "/v1/cron/{name}/resume": {"post": _op("fire from the next slot on", errors=no_schedule)},
         "/v1/cron/{name}/trigger": {
             "post": _op("enqueue one job of the schedule now", "202", errors=no_schedule)
+        },
+        "/v1/switches": {"get": _op("every kill switch in force")},
+        "/v1/switches/{name}": {
+            "put": _op(
+                "put a kill switch in force (queue glob, kind, meta pairs; park or dead): matching jobs are"
+                " not started from the answer on; a switch of the same name is replaced",
+                body=_model(SwitchBody),
+                errors={"400": "invalid switch (fields named)", "403": "needs the admin scope"},
+            ),
+            "delete": _op(
+                "lift a kill switch: the jobs it parked are pending again",
+                errors={"404": "no such switch in force", "403": "needs the admin scope"},
+            ),
         },
     }
     for path, ops in paths.items():

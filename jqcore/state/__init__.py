@@ -12,6 +12,7 @@ from jqcore.state.codes import (
     QueueConfigInvalid,
     RedisMemoryFull,
     StaleLease,
+    SwitchInvalid,
     SwitchNotFound,
 )
 from jqcore.state.codes import check as check_code
@@ -68,6 +69,7 @@ __all__ = [
     "Released",
     "StaleLease",
     "Switch",
+    "SwitchInvalid",
     "SwitchNotFound",
     "check_code",
 ]

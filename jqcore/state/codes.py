@@ -27,6 +27,7 @@ __all__ = [
     "QueueConfigInvalid",
     "RedisMemoryFull",
     "StaleLease",
+    "SwitchInvalid",
     "SwitchNotFound",
     "check",
     "redis_errors",
@@ -94,6 +95,12 @@ class QueueConfigInvalid(JobqError):
 
     code = "queue_config_invalid"
     http_status = 400
+
+
+class SwitchInvalid(QueueConfigInvalid):
+    """A kill switch that cannot be put in force as given (bad name, action, glob, kind or meta)."""
+
+    code = "switch_invalid"
 
 
 class SwitchNotFound(JobqError):

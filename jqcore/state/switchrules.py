@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore.state.codes import QueueConfigInvalid
+from jqcore.state.codes import SwitchInvalid
 
 __all__ = ["ACTIONS", "MAX_META_PAIRS", "Switch", "SwitchAction", "queue_list", "switch_from_json"]
 
@@ -63,7 +63,7 @@ class Switch:
             if not _META_KEY_RE.fullmatch(key) or not isinstance(value, str) or len(value) > 256:
                 problems.append(f"meta {key!r}: keys are meta keys, values strings of at most 256 characters")
         if problems:
-            raise QueueConfigInvalid("kill switch: " + "; ".join(problems))
+            raise SwitchInvalid("kill switch: " + "; ".join(problems))
 
     def applies_to(self, queue: str) -> bool:
         return fnmatch.fnmatchcase(queue, self.queue)

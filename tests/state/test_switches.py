@@ -3,6 +3,7 @@ or kills them, claims and hand-offs alike; lifting it gives the parked jobs back
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -20,10 +21,8 @@ async def lift_after(engine: Engine) -> AsyncIterator[list[str]]:
     names: list[str] = []
     yield names
     for name in names:
-        try:
+        with contextlib.suppress(SwitchNotFound):
             await engine.lift_switch(name)
-        except SwitchNotFound:
-            pass
 
 
 async def _set(engine: Engine, names: list[str], switch: Switch) -> list[str]:
@@ -81,7 +80,8 @@ async def test_a_canceled_parked_job_stays_canceled_when_the_switch_lifts(
     assert await engine.lift_switch(name) == 0
     lift_after.remove(name)
     info = await engine.get_job(q, "p")
-    assert info is not None and info.state == "canceled"
+    assert info is not None
+    assert info.state == "canceled"
     assert (await engine.depth(q, now=t0 + 3)).blocked == 0
 
 
@@ -97,7 +97,8 @@ async def test_a_switch_reaches_queues_created_after_it_and_waiting_pools(
     await engine.enqueue_batch([job(q, "poison", id="p")], now_ms=t0 + 1)  # hand-off meets the switch
     assert await engine._client.llen(QueueKeys(q).prefix + "inbox:pool") == 0
     info = await engine.get_job(q, "p")
-    assert info is not None and (info.state, info.attempt) == ("parked", 0)
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
     assert seed.id == "seed"
 
 
