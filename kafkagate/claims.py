@@ -16,7 +16,7 @@ from jqcore.state import ClaimedJob
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
-from kafkagate.state import GATE
+from kafkagate.state import GATE, Gate
 
 __all__ = ["routes"]
 
@@ -76,17 +76,25 @@ async def claim(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     body = parse_model(ClaimBody, await read_body(request))
+    wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
+    jobs = await _claim(gate, queue, body)
+    if jobs or wait_s <= 0:
+        return json_response_jobs(jobs)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
-    while True:
-        jobs = await engine_call(
-            gate.engine.claim(queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None)
-        )
-        left = deadline - loop.time()
-        if jobs or left <= 0:
-            break
-        await engine_call(gate.engine.wait_for_work([queue], left))
+    deadline = loop.time() + wait_s
+    with gate.long_polls.slot():  # 429 gateway_busy past JOBQ_GATE_LONG_POLLS_MAX
+        while not jobs:
+            left = deadline - loop.time()
+            if left <= 0 or not await gate.long_polls.wait(queue, left):
+                break
+            jobs = await _claim(gate, queue, body)
     return json_response_jobs(jobs)
+
+
+async def _claim(gate: Gate, queue: str, body: ClaimBody) -> list[ClaimedJob]:
+    claiming = gate.engine.claim(queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None)
+    jobs: list[ClaimedJob] = await engine_call(claiming)
+    return jobs
 
 
 def json_response_jobs(jobs: list[ClaimedJob]) -> web.Response:

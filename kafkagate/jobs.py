@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import metrics, tracing
@@ -31,6 +32,7 @@ from kafkagate.enqueue import (
     too_large,
 )
 from kafkagate.history import archived
+from kafkagate.limits import busy
 from kafkagate.state import GATE, Gate
 
 __all__ = ["routes"]
@@ -199,8 +201,11 @@ async def replay_job(request: web.Request) -> web.Response:
 
 
 async def engine_call(awaitable: Any) -> Any:
-    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500."""
+    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500; this process's own
+    Redis pool exhausted is a 429 ``gateway_busy`` (Redis is not down)."""
     try:
         return await awaitable
+    except MaxConnectionsError:  # this process's own pool is exhausted: busy here, Redis is fine
+        raise busy("its Redis connections (JOBQ_GATE_REDIS_CONNECTIONS)") from None
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise BackendUnavailable(f"Redis unreachable: {exc}") from exc
