@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 from jqcore.lifecycle import cancel_and_wait
 from jqcore.log import get_logger
@@ -35,6 +36,12 @@ and waits this long before blocking again."""
 PENDING_MAX = 64
 """Most wake tokens kept for a queue with no parked poll (the wake list itself holds at most 64)."""
 PENDING_QUEUES_MAX = 10_000
+
+
+def _discard(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and retrieve what it ends with (no "exception never retrieved")."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 class LongPolls:
@@ -129,6 +136,9 @@ class LongPolls:
             changed = asyncio.create_task(self._changed.wait())
             try:
                 await asyncio.wait([wait, changed], return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # stopped: the wait goes too
+                _discard(wait)
+                raise
             finally:
                 changed.cancel()
             if not wait.done():  # a queue was added: wait again over the new set

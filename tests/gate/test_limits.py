@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,7 +42,7 @@ async def test_parked_long_polls_leave_every_other_request_answering(
             async with http.request(method, url + path, **kw) as r:
                 return r.status, await r.json(), r.headers
 
-        claim = {"n": 1, "wait_ms": 4000}
+        claim = {"n": 1, "wait_ms": 3000}
         polls = [asyncio.create_task(call("POST", f"/{queue}/claims", json=claim)) for _ in range(POLLS)]
         long_polls = service.gate.long_polls
         await eventually(lambda: long_polls.parked, lambda n: n == POLLS, timeout_s=20)
@@ -84,7 +85,7 @@ async def test_body_budget_refuses_what_does_not_fit_now_and_what_never_fits(
     async with service, aiohttp.ClientSession(headers=auth) as http:
         url = f"{service.url}/v1/queues/{prefix}.q/jobs"
         big = b'{"kind": "k", "args": "' + b"x" * (budget + 10) + b'"}'
-        async with http.post(url, data=big, headers={"Content-Type": "application/json"}) as r:
+        async with http.post(url, data=io.BytesIO(big), headers={"Content-Type": "application/json"}) as r:
             body = await r.json()
             assert r.status == 413, body
             assert body["error"]["code"] == "body_too_large"
