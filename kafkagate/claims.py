@@ -79,7 +79,7 @@ async def claim(request: web.Request) -> web.Response:
     wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     jobs = await _claim(gate, queue, body)
     if jobs or wait_s <= 0:
-        return json_response_jobs(jobs)
+        return await _reply(gate, queue, jobs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     with gate.long_polls.slot():  # 429 gateway_busy past JOBQ_GATE_LONG_POLLS_MAX
@@ -88,7 +88,7 @@ async def claim(request: web.Request) -> web.Response:
             if left <= 0 or not await gate.long_polls.wait(queue, left):
                 break
             jobs = await _claim(gate, queue, body)
-    return json_response_jobs(jobs)
+    return await _reply(gate, queue, jobs)
 
 
 async def _claim(gate: Gate, queue: str, body: ClaimBody) -> list[ClaimedJob]:
@@ -97,8 +97,23 @@ async def _claim(gate: Gate, queue: str, body: ClaimBody) -> list[ClaimedJob]:
     return jobs
 
 
-def json_response_jobs(jobs: list[ClaimedJob]) -> web.Response:
-    return json_response({"jobs": [_claimed(j) for j in jobs]})
+async def _reply(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> web.Response:
+    """The claimed jobs that fit ``JOBQ_GATE_CLAIM_REPLY_MAX_BYTES`` (the first always does); the rest
+    are released at once: pending again, unstarted, their attempt refunded (never claimed and dropped)."""
+    parts: list[bytes] = []
+    size, limit = 0, gate.settings.claim_reply_max_bytes
+    for job in jobs:
+        part = orjson.dumps(_claimed(job))
+        if parts and size + len(part) + 1 > limit:
+            break
+        parts.append(part)
+        size += len(part) + 1
+    rest = jobs[len(parts) :]
+    if rest:
+        owned = [(j.envelope.id, j.attempt, j.token, False) for j in rest]
+        await engine_call(gate.engine.release(queue, owned))
+    body = b'{"jobs":[' + b",".join(parts) + b"]}"
+    return web.Response(body=body, content_type="application/json")
 
 
 def _owner(request: web.Request, body: Owner) -> tuple[str, int, str]:

@@ -14,6 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from jqcore.routing import RoutingSettings
+from jqcore.state import Engine
 from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.main import GateService
 
@@ -113,3 +114,32 @@ def held_budget(service: GateService) -> BodyBudget:
     assert runner is not None
     assert isinstance(runner.app, web.Application)
     return runner.app[BODY_BUDGET]
+
+
+async def test_a_claim_reply_is_capped_in_bytes_and_the_rest_stays_claimable(
+    prefix: str,
+    make_topic: Callable[..., str],
+    routing_for: Callable[[str], RoutingSettings],
+    make_gate: Callable[..., GateService],
+    token: str,
+    engine: Engine,
+    put: Callable[..., Awaitable[str]],
+) -> None:
+    """Jobs of ~0.7 MB (~1.6 MB each in a reply) under the smallest cap (4 MiB): a claim of 10 gets 2;
+    the others are pending again with their attempt refunded, and the next claims get them."""
+    service = make_gate(routing_for(make_topic("jobs")), claim_reply_max_bytes=4 << 20)
+    q = f"{prefix}.big"
+    ids = {await put(q, args="z" * 700_000) for _ in range(5)}
+    auth = {"Authorization": f"Bearer {token}"}
+    async with service, aiohttp.ClientSession(headers=auth) as http:
+        got: list[list[dict[str, Any]]] = []
+        for _ in range(3):
+            async with http.post(f"{service.url}/v1/queues/{q}/claims", json={"n": 10}) as r:
+                assert r.status == 200, await r.text()
+                got.append((await r.json())["jobs"])
+            if len(got) == 1:
+                depth = await engine.depth(q)
+                assert (depth.pending, depth.running) == (3, 2)
+    assert [len(jobs) for jobs in got] == [2, 2, 1]
+    assert {j["id"] for jobs in got for j in jobs} == ids
+    assert [j["attempt"] for jobs in got for j in jobs] == [1] * 5
