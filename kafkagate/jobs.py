@@ -41,6 +41,8 @@ log = get_logger("kafkagate.jobs")
 routes = web.RouteTableDef()
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+CANCEL_REASON_MAX = 1000
+"""Longest cancel reason (kept in the job's record, or in its tombstone until the relay brings it)."""
 
 
 def queue_of(request: web.Request) -> str:
@@ -156,7 +158,14 @@ async def cancel_job(request: web.Request) -> web.Response:
     then canceled in Redis (its index entry gone, a canceled record left: a move racing this is refused)."""
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
+    try:  # a job not yet relayed leaves a tombstone: only ids an enqueue could have given
+        validate_name("id", job_id)
+    except EnvelopeError as exc:
+        raise HttpError(400, "id_invalid", exc.message, exc.fields) from None
     reason = request.query.get("reason", "canceled over HTTP")
+    if len(reason) > CANCEL_REASON_MAX:
+        message = f"reason is {len(reason)} characters; at most {CANCEL_REASON_MAX}"
+        raise HttpError(400, "reason_too_long", message, [FieldError("reason", message)])
     if await engine_call(gate.engine.far_run_at(queue, job_id)) is not None:
         await gate.unschedule_far(queue, job_id)
     result = await engine_call(gate.engine.cancel(queue, job_id, reason))

@@ -143,3 +143,15 @@ async def test_a_claim_reply_is_capped_in_bytes_and_the_rest_stays_claimable(
     assert [len(jobs) for jobs in got] == [2, 2, 1]
     assert {j["id"] for jobs in got for j in jobs} == ids
     assert [j["attempt"] for jobs in got for j in jobs] == [1] * 5
+
+
+async def test_cancel_tombstones_take_only_valid_ids_and_short_reasons(gw: Any) -> None:
+    """A cancel of a job Redis has not seen leaves a tombstone: its id must be one an enqueue could give
+    and its reason is capped, so a client cannot grow Redis with arbitrary keys or text."""
+    q = gw.queue
+    status, body = await gw.call("DELETE", f"/v1/queues/{q}/jobs/{'x' * 129}")
+    assert (status, body["error"]["code"]) == (400, "id_invalid")
+    status, body = await gw.call("DELETE", f"/v1/queues/{q}/jobs/ok-1", params={"reason": "r" * 1001})
+    assert (status, body["error"]["code"]) == (400, "reason_too_long")
+    status, body = await gw.call("DELETE", f"/v1/queues/{q}/jobs/ok-1", params={"reason": "r" * 1000})
+    assert status == 200, body
