@@ -58,6 +58,7 @@ __all__ = [
     "RELAY_HELD_TIME",
     "RELAY_LAG",
     "RELAY_LEADER",
+    "RELAY_MISROUTED",
     "RELAY_QUEUE_RATE_LIMIT",
     "RELAY_RATE_LIMIT",
     "RELAY_RECORDS",
@@ -146,6 +147,11 @@ RELAY_RECORDS = Counter(
     ["topic", "stage"],
 )
 RELAY_BATCH_TIME = _latency("jobq_relay_batch_seconds", "Time to write one batch into Redis", ["topic"])
+RELAY_MISROUTED = Counter(
+    "jobq_relay_misrouted_total",
+    "Envelopes dead-lettered as misrouted: their queue is not routed to the topic they were read from",
+    ["topic"],
+)
 RELAY_LEADER = Gauge("jobq_relay_leader", "1 while this process holds the topic's lock", ["topic"])
 RELAY_RATE_LIMIT = Gauge("jobq_relay_rate_limit_jobs_per_second", "Live rate limit (0: paused)", ["topic"])
 RELAY_QUEUE_RATE_LIMIT = Gauge(

@@ -18,6 +18,7 @@ from jqcore.http import HttpError, error_middleware, json_response
 from kafkagate import claims, cron, graphs, history, jobs, queues, switches
 from kafkagate.auth import auth_middleware
 from kafkagate.body import body_middleware
+from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.openapi import document
 from kafkagate.state import GATE, Gate
 
@@ -85,6 +86,7 @@ def make_app(gate: Gate, mounts: Mapping[str, web.Application] | None = None) ->
         handler_args={"auto_decompress": False},
     )
     app[GATE] = gate
+    app[BODY_BUDGET] = BodyBudget(gate.settings.inflight_body_bytes)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)

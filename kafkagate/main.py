@@ -59,6 +59,7 @@ from jqcore.state import Engine
 from jqcore.topics import job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
+from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
 from kafkagate.state import Gate
 
@@ -84,6 +85,8 @@ STOP_GRACE_S = 30.0
 """How long the children get to drain after SIGTERM (their HTTP drain is 5 s,
 ``jqcore.http.SHUTDOWN_TIMEOUT_S``, then producers flush)."""
 PARENT_CHECK_S = 1.0
+REDIS_WAIT_S = 2.0
+"""How long a request waits for a free connection of the process's Redis pool (then 429 gateway_busy)."""
 
 
 class GateService(Service):
@@ -111,6 +114,7 @@ class GateService(Service):
         self.settings, self.routing, self.kafka, self.redis = settings, routing, kafka, redis
         self.consul, self.cron, self.far, self.history, self.trace = consul, cron, far, history, trace
         self._redis_client: RedisClient | None = None
+        self._waits_client: RedisClient | None = None
         self._gate: Gate | None = None
         self._runner: web.AppRunner | None = None
         self._presence: Presence | None = None
@@ -127,8 +131,10 @@ class GateService(Service):
 
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-        self._redis_client = client = connect(self.redis)
+        connections = self.settings.redis_connections
+        self._redis_client = client = connect(self.redis, max_connections=connections, wait_s=REDIS_WAIT_S)
         await self._preflight(client)
+        self._waits_client = connect(self.redis)  # long-polls wait here, never on the requests' pool
         self._gate = gate = Gate(
             self.settings,
             self.routing,
@@ -138,6 +144,7 @@ class GateService(Service):
             self.cron,
             self.far,
             self.history,
+            LongPolls(Engine(self._waits_client), self.settings.long_polls_max),
         )
         app = make_app(gate, self.mounts)
         if self.slot is not None:
@@ -171,9 +178,10 @@ class GateService(Service):
         elif self._gate is not None:  # made, never served: its app never ran the cleanup that closes it
             await self._gate.close()
         self._gate = None
-        if self._redis_client is not None:
-            await self._redis_client.aclose()
-            self._redis_client = None
+        for client in (self._redis_client, self._waits_client):
+            if client is not None:
+                await client.aclose()
+        self._redis_client = self._waits_client = None
 
 
 def _process_header(slot: str) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:

@@ -185,6 +185,7 @@ def document() -> dict[str, Any]:
                     "404": "queue routed nowhere",
                     "409": "Idempotency-Key reused with another body",
                     "413": "too large",
+                    "429": "gateway_busy: the process's in-flight body budget is full (Retry-After)",
                     "503": "Kafka did not confirm (Retry-After)",
                 },
             )
@@ -221,9 +222,13 @@ def document() -> dict[str, Any]:
         },
         f"{q}/claims": {
             "post": _op(
-                "claim jobs (batch, lease, filter, long-poll)",
+                "claim jobs (batch, lease, filter, long-poll); an answer holds at most"
+                " JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay claimable)",
                 body=_model(ClaimBody),
-                errors={"400": "filter on a key the queue does not index"},
+                errors={
+                    "400": "filter on a key the queue does not index",
+                    "429": "gateway_busy: the process's long-polls are all parked (Retry-After)",
+                },
             )
         },
         f"{q}/dead": {
