@@ -77,7 +77,7 @@ async def test_a_token_held_to_billing_queues_is_refused_payments_on_every_route
         **graph,
         "nodes": [*graph["nodes"], {"name": "b", "kind": "k", "queue": payments, "parents": ["a"]}],
     }
-    refused = [
+    refused: list[tuple[str, str, dict[str, Any]]] = [
         ("POST", f"/v1/queues/{payments}/jobs", {"json": {"kind": "k"}}),
         ("POST", f"/v1/queues/{payments}/jobs", {"json": {"jobs": [{"kind": "k"}, {"kind": "k"}]}}),
         ("POST", f"/v1/queues/{payments}/claims", {"json": {"n": 1}}),
