@@ -24,6 +24,7 @@ from jobq.commands import (
     spark,
     stack,
     status,
+    tokens,
     topics,
     web,
     worker,
@@ -61,6 +62,7 @@ app.add_typer(spark.app, name="spark")
 app.add_typer(cron.app, name="cron")
 app.add_typer(graph.app, name="graph")
 app.add_typer(history.app, name="history")
+app.add_typer(tokens.app, name="tokens")
 
 
 def main() -> None:

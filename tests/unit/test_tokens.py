@@ -253,3 +253,17 @@ def test_hash_line_is_what_the_file_takes(tmp_path: Path) -> None:
     assert line == f'sha256 = "{digest(SECRET).hex()}"'
     text = billing().replace(f'sha256 = "{digest(SECRET).hex()}"', line)
     assert load_tokens(write(tmp_path, text)).match(SECRET) is not None
+
+
+def test_jobq_tokens_hash_prints_the_line_never_the_secret() -> None:
+    from typer.testing import CliRunner
+
+    from jobq.cli import app
+
+    result = CliRunner().invoke(app, ["tokens", "hash"], input=SECRET + "\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == hash_line(SECRET)
+    assert SECRET not in result.output
+    short = CliRunner().invoke(app, ["tokens", "hash"], input="abc\n")
+    assert short.exit_code == 2
+    assert "at least 16 characters" in short.output
