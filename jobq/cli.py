@@ -25,6 +25,7 @@ from jobq.commands import (
     stack,
     status,
     switch,
+    tokens,
     topics,
     web,
     worker,
@@ -63,6 +64,7 @@ app.add_typer(cron.app, name="cron")
 app.add_typer(graph.app, name="graph")
 app.add_typer(history.app, name="history")
 app.add_typer(switch.app, name="switch")
+app.add_typer(tokens.app, name="tokens")
 
 
 def main() -> None:

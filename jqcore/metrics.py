@@ -130,7 +130,9 @@ JOB_QUEUE_WAIT = _latency(
 
 # --- gateway (HTTP -> Kafka) --------------------------------------------------------------------------
 GATE_REQUESTS = Counter(
-    "jobq_gate_requests_total", "Gateway requests by route and status", ["route", "method", "status"]
+    "jobq_gate_requests_total",
+    "Gateway requests by route, status and token name (configured names and anonymous only)",
+    ["route", "method", "status", "token"],
 )
 GATE_REQUEST_TIME = _latency("jobq_gate_request_seconds", "Gateway request time by route", ["route"])
 GATE_JOBS_PRODUCED = Counter(

@@ -10,10 +10,12 @@ from aiohttp import web
 from jqcore import metrics
 from jqcore.health import Readiness, ping, readiness_answer
 from jqcore.http import error_middleware, json_response
+from jqcore.settings import load
+from jqcore.tokens import TokenSettings, TokenSource
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error
-from jqweb.security import auth_middleware, csrf_middleware, headers_middleware, parse_tokens
+from jqweb.security import TOKENS, auth_middleware, csrf_middleware, headers_middleware
 
 __all__ = ["STATIC", "make_app"]
 
@@ -35,18 +37,24 @@ async def metrics_route(_: web.Request) -> web.Response:
     return web.Response(body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
-def make_app(w: Web) -> web.Application:
-    known = parse_tokens(w.settings.read_tokens, w.settings.admin_tokens)
+def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
+    """The dashboard; ``tokens`` default to ``JOBQ_TOKENS_FILE`` and ``JOBQ_WEB_*_TOKENS``."""
+    s = w.settings
+    if tokens is None:
+        tokens = TokenSource(
+            load(TokenSettings), web_read=s.read_tokens, web_admin=s.admin_tokens, host=s.host
+        )
     app = web.Application(
         middlewares=[
             headers_middleware,
             error_middleware("the dashboard", render_error),
-            auth_middleware(known, w.base),
+            auth_middleware(tokens, w.base),
             csrf_middleware,
         ],
         client_max_size=1024 * 1024,
     )
     app[WEB] = w
+    app[TOKENS] = tokens
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)

@@ -1,8 +1,11 @@
 """Who may see and who may act, and what a browser may be tricked into.
 
-* **Tokens**: a read token sees every page, an admin token may also act. A browser signs in once on
-  ``/login`` (the token is kept in an ``HttpOnly``, ``SameSite=Strict`` cookie); scripts send
-  ``Authorization: Bearer <token>``. Tokens are compared in constant time against every configured one.
+* **Tokens** (``jqcore.tokens``: ``JOBQ_TOKENS_FILE`` and ``JOBQ_WEB_*_TOKENS``): a token with ``read``
+  sees pages, one with ``admin`` may also act; a token held to some queues sees only those (a page or
+  action on another queue is a 403 ``queue_forbidden``, lists leave the others out). A browser signs in
+  once on ``/login`` (the token is kept in an ``HttpOnly``, ``SameSite=Strict`` cookie); scripts send
+  ``Authorization: Bearer <token>``. Tokens are matched by their SHA-256 in constant time against every
+  configured one.
 * **CSRF**: an unsafe method (POST, PUT, PATCH, DELETE) from a browser must be same-origin: the
   ``Sec-Fetch-Site`` header (``same-origin``; ``none`` for a typed URL) or, for browsers without it, the
   ``Origin`` header equal to the host. A cookie-authenticated request carrying neither is refused too.
@@ -15,29 +18,28 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from pydantic import SecretStr
 
-from jqcore.http import HttpError
+from jqcore.http import TOKEN_NAME, HttpError
+from jqcore.tokens import Token, TokenSource
 
 __all__ = [
     "COOKIE",
     "CSP",
+    "TOKENS",
     "Principal",
     "auth_middleware",
     "csrf_middleware",
     "headers_middleware",
-    "match_token",
-    "parse_tokens",
     "principal",
     "require_admin",
+    "require_queue",
+    "visible",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -58,35 +60,19 @@ class Principal:
     who: str
     admin: bool
     via_cookie: bool = False
+    token: Token | None = None
+    """The token signed in with (its queues narrow what the pages show)."""
+
+    def allows_queue(self, queue: str) -> bool:
+        return self.token is None or self.token.allows_queue(queue)
 
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+TOKENS = web.AppKey("web_tokens", TokenSource)
+"""The dashboard's tokens (``jqcore.tokens``)."""
 
 
-def parse_tokens(read: Sequence[SecretStr], admin: Sequence[SecretStr]) -> list[tuple[bytes, str, bool]]:
-    """(secret, who, admin) per configured token; ``name:secret`` names it, else ``token-<digest>``."""
-    out = []
-    for tokens, is_admin in ((read, False), (admin, True)):
-        for t in tokens:
-            raw = t.get_secret_value()
-            name, sep, secret = raw.partition(":")
-            if not sep:
-                secret = raw
-                name = "token-" + hashlib.sha256(raw.encode()).hexdigest()[:8]
-            out.append((secret.encode(), name, is_admin))
-    return out
-
-
-def match_token(known: list[tuple[bytes, str, bool]], given: str) -> tuple[str, bool] | None:
-    found: tuple[str, bool] | None = None
-    g = given.strip().encode()
-    for secret, who, is_admin in known:  # every token compared: timing does not tell which matched
-        if hmac.compare_digest(g, secret) and (found is None or is_admin):
-            found = (who, is_admin)
-    return found
-
-
-def auth_middleware(known: list[tuple[bytes, str, bool]], base: str) -> Middleware:
+def auth_middleware(source: TokenSource, base: str) -> Middleware:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
@@ -97,13 +83,24 @@ def auth_middleware(known: list[tuple[bytes, str, bool]], base: str) -> Middlewa
         scheme, _, bearer = header.partition(" ")
         via_cookie = not (scheme.lower() == "bearer" and bearer)
         given = request.cookies.get(COOKIE, "") if via_cookie else bearer
-        found = match_token(known, given) if given else None
+        found = source.current.match(given) if given.strip() else None
         if found is None:
             if request.method == "GET" and via_cookie and "text/html" in request.headers.get("Accept", ""):
                 raise web.HTTPSeeOther(f"{base}/login?next={request.path_qs}")
             code = "token_invalid" if given else "unauthenticated"
             raise HttpError(401, code, "sign in with a read or admin token (or send Authorization: Bearer)")
-        request[PRINCIPAL] = Principal(found[0], found[1], via_cookie)
+        request[TOKEN_NAME] = found.name
+        if not found.has("read"):
+            raise HttpError(
+                403,
+                "scope_missing",
+                f"token {found.name!r} lacks the 'read' scope the dashboard needs",
+                details={"token": found.name, "scope": "read"},
+            )
+        request[PRINCIPAL] = Principal(found.name, found.has("admin"), via_cookie, found)
+        queue = request.match_info.get("queue") or request.query.get("queue")
+        if queue:
+            require_queue(request, queue)
         return await handler(request)
 
     return auth
@@ -111,6 +108,24 @@ def auth_middleware(known: list[tuple[bytes, str, bool]], base: str) -> Middlewa
 
 def principal(request: web.Request) -> Principal:
     return request[PRINCIPAL]
+
+
+def require_queue(request: web.Request, queue: str) -> None:
+    """403 ``queue_forbidden`` unless the signed-in token may use ``queue``."""
+    p = principal(request)
+    if not p.allows_queue(queue):
+        raise HttpError(
+            403,
+            "queue_forbidden",
+            f"token {p.who!r} may not use queue {queue!r}",
+            details={"token": p.who, "queue": queue},
+        )
+
+
+def visible(request: web.Request, queues: Iterable[str]) -> list[str]:
+    """The queues of ``queues`` the signed-in token may see."""
+    p = principal(request)
+    return [q for q in queues if p.allows_queue(q)]
 
 
 def require_admin(request: web.Request) -> Principal:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.http import HttpError, json_response
 from jqcore.state import ClaimedJob
+from kafkagate.auth import token_of
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
@@ -75,6 +76,14 @@ def _claimed(job: ClaimedJob) -> dict[str, Any]:
 async def claim(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
+    token = token_of(request)
+    if not token.every_kind:  # a claim takes whatever kind is next: a kind-limited token cannot be held to it
+        raise HttpError(
+            403,
+            "kind_forbidden",
+            f"token {token.name!r} is limited to kinds {', '.join(token.kinds)}; a claim takes any kind",
+            details={"token": token.name, "kind": "*"},
+        )
     body = parse_model(ClaimBody, await read_body(request))
     wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     jobs = await _claim(gate, queue, body)

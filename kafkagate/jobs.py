@@ -19,6 +19,7 @@ from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
 from jqrecover.replay import REPLAYABLE, ReplayError, replayed
+from kafkagate.auth import require_kind, token_of
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
     Parsed,
@@ -117,6 +118,9 @@ async def enqueue(request: web.Request) -> web.Response:
             now=now_ms(),
             stamp=spans.stamp,
         )
+        if not token_of(request).every_kind:
+            for i, env in enumerate(parsed.envelopes):
+                require_kind(request, env.kind, parsed.where(i))
         records, acks = build_records(parsed, gate.routing, queue)
         wanted = [p for p in parsed.partitions if p is not None]
         check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists

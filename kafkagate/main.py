@@ -15,6 +15,9 @@ connections over them), has its own Kafka producer and Redis client, and tags it
 * **Stop**: SIGTERM/SIGINT to the supervisor is forwarded as SIGTERM to every child; each stops accepting
   and lets its running requests finish (``GateService.stop``); the supervisor exits 0 once all exited
   cleanly, kills what is left after :data:`STOP_GRACE_S` and then exits 1. A second signal kills at once.
+* **Tokens**: SIGHUP reloads the tokens (``JOBQ_TOKENS_FILE`` and ``JOBQ_GATE_TOKENS``,
+  :meth:`GateService.reload_tokens`) without dropping a request; a bad file keeps the tokens in force and
+  logs one error line. The supervisor forwards SIGHUP to every process.
 * **Metrics**: prometheus-client's multiprocess mode. The supervisor gives the children one
   ``PROMETHEUS_MULTIPROC_DIR`` (the operator's, wiped at start, or a temporary one removed at exit), so
   ``/metrics`` — whichever process answers the scrape — is the whole gateway's: counters and histograms
@@ -56,9 +59,11 @@ from jqcore.settings import (
     load,
 )
 from jqcore.state import Engine
+from jqcore.tokens import TokenSettings, TokenSource, load_tokens
 from jqcore.topics import job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
+from kafkagate.auth import TOKENS
 from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
 from kafkagate.state import Gate
@@ -118,6 +123,7 @@ class GateService(Service):
         self._gate: Gate | None = None
         self._runner: web.AppRunner | None = None
         self._presence: Presence | None = None
+        self._tokens: TokenSource | None = None
         self.port = settings.port
         self.mounts = dict(mounts or {})
         self.slot = slot
@@ -147,6 +153,9 @@ class GateService(Service):
             LongPolls(Engine(self._waits_client), self.settings.long_polls_max),
         )
         app = make_app(gate, self.mounts)
+        self._tokens = app[TOKENS]
+        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals here
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload_tokens)
         if self.slot is not None:
             app.on_response_prepare.append(_process_header(str(self.slot)))
         self._runner, self.port = await serve_http(
@@ -169,7 +178,14 @@ class GateService(Service):
     def url(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
 
+    def reload_tokens(self) -> bool:
+        """Read the tokens again (the SIGHUP handler): the new set serves the next request; a bad file
+        keeps the old set (one error line). False when not reloaded."""
+        return self._tokens is not None and self._tokens.reload()
+
     async def _stop(self) -> None:
+        with contextlib.suppress(RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         if self._presence is not None:
             await self._presence.stop()
         if self._runner is not None:
@@ -202,6 +218,7 @@ def run(settings: GateSettings | None = None, mounts: Mapping[str, web.Applicati
     slot = os.environ.get(SLOT_ENV)
     parts = (load(RoutingSettings), load(KafkaSettings), load(RedisSettings), load(ConsulSettings))
     more = (load(CronSettings), load(FarSettings), load(HistorySettings), load(TraceSettings))
+    load_tokens(load(TokenSettings), gate=settings.tokens, host=settings.host)
     # (loaded by the supervisor too: a bad setting stops the gateway here, not in N children dying in turn)
     if slot is None and settings.process_count() > 1:
         code = asyncio.run(Supervisor(settings).run())
@@ -254,6 +271,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
+        loop.add_signal_handler(signal.SIGHUP, self._forward_hup)
         own_dir = not os.environ.get(MULTIPROC_ENV)
         self._metrics_dir = (
             tempfile.mkdtemp(prefix="jobq-gate-metrics-") if own_dir else _wiped(os.environ[MULTIPROC_ENV])
@@ -270,7 +288,7 @@ class Supervisor:
             await self._stop.wait()
             codes = await self._stop_children(keepers)
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(sig)
             for task in keepers:
@@ -291,6 +309,12 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
         self._stop.set()
+
+    def _forward_hup(self) -> None:
+        """SIGHUP: every gateway process reloads its tokens."""
+        for proc in self._procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGHUP)
 
     async def _spawn(self, slot: int) -> asyncio.subprocess.Process:
         env = {

@@ -55,11 +55,18 @@ _JOB_IN = {
 }
 
 
+AUTH_ERRORS = {
+    "401": "missing or invalid bearer token",
+    "403": "scope_missing, queue_forbidden or kind_forbidden: the token (named) may not do this",
+    "429": "rate_limited: the token is over its rate (Retry-After says when to try again)",
+}
+
+
 def _op(
     summary: str, ok: str = "200", body: dict[str, Any] | None = None, errors: dict[str, str] | None = None
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {ok: {"description": "success"}}
-    for status, why in {"401": "missing or invalid bearer token", **(errors or {})}.items():
+    for status, why in {**AUTH_ERRORS, **(errors or {})}.items():
         responses[status] = {
             "description": why,
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},

@@ -36,7 +36,8 @@ class GateSettings(BaseSettings):
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
     tokens: CommaSecrets = Field(default_factory=list)
     """Accepted bearer tokens, comma-separated; ``secret:enqueue+read`` limits one to scopes (enqueue, read,
-    worker, admin; none given: all). Empty refuses every request except
+    work (``worker``: its older name), admin; none given: all), on every queue. Named tokens held to queues,
+    kinds and a rate come from ``JOBQ_TOKENS_FILE``. With neither, every request is refused except
     the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.http import TOKEN_NAME, json_response
 from jqcore.state import Switch
+from kafkagate.auth import require_every_queue, require_queue, token_of
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call
 from kafkagate.queues import parse_model
@@ -35,16 +36,29 @@ class SwitchBody(BaseModel):
     dead letters with the reason ``kill switch <name>``."""
 
 
+def _require_scope_of(request: web.Request, queue: str) -> None:
+    """A token limited to some queues may switch one of them by name, never a glob (it could reach
+    another team's queues)."""
+    if any(c in queue for c in "*?["):
+        require_every_queue(request, f"a kill switch on the glob {queue!r} needs a token of every queue")
+    else:
+        require_queue(request, queue)
+
+
 @routes.get("/v1/switches")
 async def list_switches(request: web.Request) -> web.Response:
     gate = request.app[GATE]
-    return json_response({"switches": [s.as_dict() for s in await engine_call(gate.engine.switches())]})
+    token = token_of(request)
+    every = await engine_call(gate.engine.switches())
+    mine = [s for s in every if token.every_queue or token.allows_queue(s.queue)]
+    return json_response({"switches": [s.as_dict() for s in mine]})
 
 
 @routes.put("/v1/switches/{name}")
 async def put_switch(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     body = parse_model(SwitchBody, await read_body(request))
+    _require_scope_of(request, body.queue)
     switch = Switch(
         name=request.match_info["name"],
         action=body.action,
@@ -62,5 +76,8 @@ async def put_switch(request: web.Request) -> web.Response:
 async def delete_switch(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     name = request.match_info["name"]
+    for switch in await engine_call(gate.engine.switches()):
+        if switch.name == name:
+            _require_scope_of(request, switch.queue)
     moved = await engine_call(gate.engine.lift_switch(name))
     return json_response({"name": name, "lifted": True, "jobs_released": moved})

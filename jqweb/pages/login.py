@@ -6,7 +6,7 @@ from aiohttp import web
 
 from jqweb.context import WEB
 from jqweb.render import env, form
-from jqweb.security import COOKIE, match_token, parse_tokens
+from jqweb.security import COOKIE, TOKENS
 
 __all__ = ["routes"]
 
@@ -37,8 +37,7 @@ async def login(request: web.Request) -> web.Response:
     w = request.app[WEB]
     data = await form(request)
     token = data.get("token", "").strip()
-    known = parse_tokens(w.settings.read_tokens, w.settings.admin_tokens)
-    if not token or match_token(known, token) is None:
+    if not token or request.app[TOKENS].current.match(token) is None:
         return _login_page(w.base, _next(w.base, data.get("next")), "that token is not accepted", 401)
     response = web.HTTPSeeOther(_next(w.base, data.get("next")))
     response.set_cookie(
