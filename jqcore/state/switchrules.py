@@ -62,6 +62,8 @@ class Switch:
         for key, value in self.meta.items():
             if not _META_KEY_RE.fullmatch(key) or not isinstance(value, str) or len(value) > 256:
                 problems.append(f"meta {key!r}: keys are meta keys, values strings of at most 256 characters")
+        if not problems and self.queue.strip("*") == "" and not self.kind and not self.meta:
+            problems.append("it would stop every job of every queue: name a kind, meta pairs or queues")
         if problems:
             raise SwitchInvalid("kill switch: " + "; ".join(problems))
 

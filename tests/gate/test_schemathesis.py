@@ -7,6 +7,8 @@ cases per operation and mode (~260 requests, ~5 s)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -15,7 +17,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
 
+from jqcore.state import Engine, SwitchNotFound
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Children, http_ok, python_m
@@ -46,6 +50,20 @@ def gateway_process(endpoints: Endpoints, prefix: str, make_topic: Callable[...,
         gateway = children.start("gateway", python_m("kafkagate"), output="inherit", env=env)
         gateway.wait_ready(http_ok(url + "/healthz", timeout_s=1), timeout_s=30)
         yield url
+    asyncio.run(_lift_every_switch(endpoints.redis_url or ""))
+
+
+async def _lift_every_switch(url: str) -> None:
+    """Generated requests put kill switches in force on every queue of the session's Redis (its admin
+    token may): lifted here, or the tests after this one would claim nothing of their kinds."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        engine = Engine(client)
+        for switch in await engine.switches():
+            with contextlib.suppress(SwitchNotFound):
+                await engine.lift_switch(switch.name)
+    finally:
+        await client.aclose()
 
 
 def test_generated_requests_never_get_a_server_error(gateway_process: str, tmp_path: Path) -> None:

@@ -109,3 +109,5 @@ def test_a_switch_refuses_what_it_cannot_match() -> None:
         Switch("x", action="pause")  # type: ignore[arg-type]
     with pytest.raises(Exception, match="meta"):
         Switch("x", meta={"Bad-Key": "v"})
+    with pytest.raises(Exception, match="every job of every queue"):
+        Switch("x")
