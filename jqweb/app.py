@@ -13,7 +13,7 @@ from jqcore.http import error_middleware, json_response
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error
-from jqweb.security import auth_middleware, csrf_middleware, headers_middleware, parse_tokens
+from jqweb.security import Principal, auth_middleware, csrf_middleware, headers_middleware, parse_tokens
 
 __all__ = ["STATIC", "make_app"]
 
@@ -37,20 +37,37 @@ async def metrics_route(_: web.Request) -> web.Response:
 
 def make_app(w: Web) -> web.Application:
     known = parse_tokens(w.settings.read_tokens, w.settings.admin_tokens)
+    configured: dict[str, bool] = {}
+    for _, who, admin in known:
+        configured[who] = configured.get(who, False) or admin
+
+    async def session_principal(request: web.Request, session_id: str) -> Principal | None:
+        """The live session's principal, with the admin flag of today's configuration; a session whose
+        token is no longer configured is ended."""
+        store = request.app[WEB].sessions()
+        found = await store.use(session_id)
+        if found is None:
+            return None
+        if found.who not in configured:
+            await store.end([found.ref])
+            return None
+        return Principal(found.who, configured[found.who], via_cookie=True, session=found.ref)
+
     app = web.Application(
         middlewares=[
             headers_middleware,
             error_middleware("the dashboard", render_error),
-            auth_middleware(known, w.base),
+            auth_middleware(known, w.base, session_principal),
             csrf_middleware,
         ],
         client_max_size=1024 * 1024,
     )
     app[WEB] = w
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_route)
-    app.router.add_static("/static/", STATIC, follow_symlinks=False, append_version=False)
+    # the open routes by name (jqweb.security.OPEN_ROUTES): no principal needed
+    app.router.add_get("/healthz", healthz, name="healthz")
+    app.router.add_get("/readyz", readyz, name="readyz")
+    app.router.add_get("/metrics", metrics_route, name="metrics")
+    app.router.add_static("/static/", STATIC, follow_symlinks=False, append_version=False, name="static")
     for module in PAGES:
         app.router.add_routes(module.routes)
 

@@ -1,8 +1,12 @@
 """Who may see and who may act, and what a browser may be tricked into.
 
 * **Tokens**: a read token sees every page, an admin token may also act. A browser signs in once on
-  ``/login`` (the token is kept in an ``HttpOnly``, ``SameSite=Strict`` cookie); scripts send
+  ``/login`` and gets a server-side session (``jqweb.sessions``): the ``HttpOnly``, ``SameSite=Strict``
+  cookie holds only the session's random id, never the token; scripts send
   ``Authorization: Bearer <token>``. Tokens are compared in constant time against every configured one.
+* **Open routes** are exempted by the route's *name* (:data:`OPEN_ROUTES`), never by path: a queue or
+  graph named ``login`` or ``healthz`` is a page like any other and needs a principal, which is checked
+  before any handler runs (so before any JSON or HTML branch).
 * **CSRF**: an unsafe method (POST, PUT, PATCH, DELETE) from a browser must be same-origin: the
   ``Sec-Fetch-Site`` header (``same-origin``; ``none`` for a typed URL) or, for browsers without it, the
   ``Origin`` header equal to the host. A cookie-authenticated request carrying neither is refused too.
@@ -19,7 +23,7 @@ import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -30,7 +34,10 @@ from jqcore.http import HttpError
 __all__ = [
     "COOKIE",
     "CSP",
+    "OPEN_ROUTES",
+    "SECURE_COOKIE",
     "Principal",
+    "SessionLookup",
     "auth_middleware",
     "csrf_middleware",
     "headers_middleware",
@@ -38,19 +45,24 @@ __all__ = [
     "parse_tokens",
     "principal",
     "require_admin",
+    "session_id",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 COOKIE = "jobq_session"
+"""The session cookie's name on plain ``http`` to a loopback host (a ``__Host-`` cookie must be Secure)."""
+SECURE_COOKIE = "__Host-jobq_session"
+"""The session cookie's name everywhere else: ``Secure``, ``Path=/``, no ``Domain`` (the browser keeps it
+from any other host or scheme)."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-OPEN_PATHS = frozenset({"/login", "/healthz", "/readyz", "/metrics"})
-"""Paths (under the dashboard's base) served without a token; exact, so no page whose path merely ends
-the same way (a queue named ``metrics``) is opened."""
+OPEN_ROUTES = frozenset({"login", "login-submit", "logout", "healthz", "readyz", "metrics", "static"})
+"""The names of the routes served without a principal (``app.py`` and ``pages/login.py`` name them); any
+other route, and any path no route matches, needs one."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,8 @@ class Principal:
     who: str
     admin: bool
     via_cookie: bool = False
+    session: str = ""
+    """The session's ref (``jqweb.sessions``) when signed in by cookie."""
 
 
 PRINCIPAL = web.RequestKey("principal", Principal)
@@ -86,24 +100,37 @@ def match_token(known: list[tuple[bytes, str, bool]], given: str) -> tuple[str, 
     return found
 
 
-def auth_middleware(known: list[tuple[bytes, str, bool]], base: str) -> Middleware:
+SessionLookup = Callable[[web.Request, str], Awaitable[Principal | None]]
+"""The principal of a live session id (None: expired, signed out, revoked, or its token is gone)."""
+
+
+def session_id(request: web.Request) -> str:
+    """The session id the browser sent (either cookie name), or ``""``."""
+    return request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE) or ""
+
+
+def auth_middleware(known: list[tuple[bytes, str, bool]], base: str, sessions: SessionLookup) -> Middleware:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.path
-        relative = path[len(base) :] if path.startswith(base) else path
-        if path.startswith(f"{base}/static/") or relative in OPEN_PATHS:
+        if request.match_info.route.name in OPEN_ROUTES:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, bearer = header.partition(" ")
         via_cookie = not (scheme.lower() == "bearer" and bearer)
-        given = request.cookies.get(COOKIE, "") if via_cookie else bearer
-        found = match_token(known, given) if given else None
+        found: Principal | None = None
+        if via_cookie:
+            given = session_id(request)
+            found = await sessions(request, given) if given else None
+        else:
+            given = bearer
+            matched = match_token(known, given)
+            found = Principal(matched[0], matched[1]) if matched is not None else None
         if found is None:
             if request.method == "GET" and via_cookie and "text/html" in request.headers.get("Accept", ""):
-                raise web.HTTPSeeOther(f"{base}/login?next={request.path_qs}")
-            code = "token_invalid" if given else "unauthenticated"
+                raise web.HTTPSeeOther(f"{base}/login?next={quote(request.path_qs, safe='/')}")
+            code = ("session_invalid" if via_cookie else "token_invalid") if given else "unauthenticated"
             raise HttpError(401, code, "sign in with a read or admin token (or send Authorization: Bearer)")
-        request[PRINCIPAL] = Principal(found[0], found[1], via_cookie)
+        request[PRINCIPAL] = found
         return await handler(request)
 
     return auth

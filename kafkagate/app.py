@@ -13,9 +13,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from aiohttp import web
 
 from jqcore import metrics
+from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
 from jqcore.http import HttpError, error_middleware, json_response
 from kafkagate import claims, cron, graphs, history, jobs, queues
+from kafkagate.audit import audit_middleware
 from kafkagate.auth import auth_middleware
 from kafkagate.body import body_middleware
 from kafkagate.openapi import document
@@ -68,9 +70,12 @@ async def openapi(request: web.Request) -> web.Response:
     return json_response(document())
 
 
-def make_app(gate: Gate, mounts: Mapping[str, web.Application] | None = None) -> web.Application:
+def make_app(
+    gate: Gate, mounts: Mapping[str, web.Application] | None = None, audit: AuditTrail | None = None
+) -> web.Application:
     """The gateway; ``mounts`` (prefix → application) are served beside it, e.g. the dashboard at ``/ui``
-    (``jobq gate --web``): they answer their own errors and check their own tokens."""
+    (``jobq gate --web``): they answer their own errors and check their own tokens. ``audit``: where admin
+    calls are recorded (``kafkagate.audit``)."""
     mounts = dict(mounts or {})
     app = web.Application(
         client_max_size=gate.settings.max_body_bytes,
@@ -78,6 +83,7 @@ def make_app(gate: Gate, mounts: Mapping[str, web.Application] | None = None) ->
             metrics_middleware,
             error_middleware("the gateway"),
             auth_middleware(gate.settings.tokens, list(mounts)),
+            *([audit_middleware(audit)] if audit is not None else []),
             body_middleware,
         ],
         # bodies are decoded by kafkagate.body, which answers every coding with a JSON status; aiohttp's

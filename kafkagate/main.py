@@ -37,6 +37,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
 from jqcore.http import serve_http
 from jqcore.lifecycle import Service, cancel_and_wait, run_until_signal
@@ -46,6 +47,7 @@ from jqcore.presence import Presence, process_name
 from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
+    AuditSettings,
     ConsulSettings,
     CronSettings,
     FarSettings,
@@ -56,7 +58,7 @@ from jqcore.settings import (
     load,
 )
 from jqcore.state import Engine
-from jqcore.topics import job_topics, schedule_topic
+from jqcore.topics import audit_topic, job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
 from kafkagate.settings import GateSettings
@@ -106,8 +108,11 @@ class GateService(Service):
         mounts: Mapping[str, web.Application] | None = None,
         *,
         slot: int | None = None,
+        audit: AuditSettings | None = None,
     ) -> None:
         super().__init__()
+        self.audit = audit if audit is not None else load(AuditSettings)
+        self._audit: AuditTrail | None = None
         self.settings, self.routing, self.kafka, self.redis = settings, routing, kafka, redis
         self.consul, self.cron, self.far, self.history, self.trace = consul, cron, far, history, trace
         self._redis_client: RedisClient | None = None
@@ -139,7 +144,8 @@ class GateService(Service):
             self.far,
             self.history,
         )
-        app = make_app(gate, self.mounts)
+        self._audit = AuditTrail(client, self.kafka, self.audit)
+        app = make_app(gate, self.mounts, self._audit)
         if self.slot is not None:
             app.on_response_prepare.append(_process_header(str(self.slot)))
         self._runner, self.port = await serve_http(
@@ -153,8 +159,9 @@ class GateService(Service):
 
     async def _preflight(self, client: RedisClient) -> None:
         """Redis must not evict; the routed topics (and the schedule topic, which the gateway writes
-        tombstones to) are held to the declaration when they exist (the gateway creates none)."""
-        uses = job_topics(self.routing.topics(), sides=False)
+        tombstones to, and the audit topic) are held to the declaration when they exist (the gateway
+        creates none)."""
+        uses = [*job_topics(self.routing.topics(), sides=False), audit_topic(self.audit)]
         uses += [schedule_topic(self.far)] if self.far.enabled else []
         await preflight(redis=(client, self.redis), kafka=self.kafka, consul=self.consul, uses=uses)
 
@@ -171,6 +178,9 @@ class GateService(Service):
         elif self._gate is not None:  # made, never served: its app never ran the cleanup that closes it
             await self._gate.close()
         self._gate = None
+        if self._audit is not None:  # the admin calls' records still on their way to Kafka
+            await self._audit.close(5.0)
+            self._audit = None
         if self._redis_client is not None:
             await self._redis_client.aclose()
             self._redis_client = None
