@@ -4,6 +4,7 @@ the Kafka audit topic."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -204,3 +205,37 @@ async def test_a_dashboard_action_and_a_gateway_admin_call_land_in_redis_and_on_
     assert (missing["outcome"] == "ok") == (failed_status < 400)
     on_kafka = _on_kafka(endpoints.kafka_bootstrap, lambda d: queue in d["target"], len(in_redis))
     assert sorted(d["id"] for d in on_kafka) == sorted(e["id"] for e in in_redis)
+
+
+async def test_the_cli_lists_and_revokes_sessions_on_the_audit_trail(dash: Any, endpoints: Any) -> None:
+    from typer.testing import CliRunner
+
+    from jobq.cli import app
+
+    env = {
+        "JOBQ_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+        "JOBQ_REDIS_URL": endpoints.redis_url or "",
+        "JOBQ_AUDIT_WHO": f"{dash.prefix}-oncall",
+        "COLUMNS": "300",
+    }
+
+    def cli(*args: str) -> Any:
+        return CliRunner().invoke(app, ["web", "sessions", *args], env=env)
+
+    await dash.post("/login", {"token": READ}, token=None, as_json=False)
+    ref = ref_of(_cookie(dash))
+    listed = await asyncio.to_thread(cli, "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    row = next(r for r in orjson.loads(listed.stdout)["sessions"] if ref.startswith(r["id"]))
+    assert (row["who"], row["admin"]) == ("viewer", False)
+    assert (await asyncio.to_thread(cli, "revoke")).exit_code == 2  # a target or --all
+    assert (await asyncio.to_thread(cli, "revoke", "nobody-at-all")).exit_code == 1
+    done = await asyncio.to_thread(cli, "revoke", row["id"])
+    assert done.exit_code == 0, done.output
+    assert "revoked 1 session(s)" in done.output
+    assert (await dash.get("/", token=None)).code == "session_invalid"
+    entries = await _audit(dash, lambda e: e["who"] == f"{dash.prefix}-oncall")
+    assert [(e["action"], e["target"], e["count"]) for e in entries] == [
+        ("session.revoke", row["id"], 1),
+        ("session.revoke", "nobody-at-all", 0),
+    ]
