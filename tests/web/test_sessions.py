@@ -136,22 +136,27 @@ async def test_revoked_expired_and_orphaned_sessions_are_refused(dash: Any, even
         await redis.aclose()
 
 
-@pytest.mark.parametrize(
-    "nasty", ["/%09/evil.example/", "/\t/evil.example/", "//evil.example", "/\\evil.example", "/%2F/evil"]
-)
-async def test_sign_in_never_redirects_off_the_dashboard(dash: Any, nasty: str) -> None:
-    r = await dash.post("/login", {"token": READ, "next": nasty}, token=None, as_json=False)
-    assert (r.status, r.headers["Location"]) == (303, "/")
-    form = await dash.get("/login", token=None, as_json=False, next=nasty)
-    assert 'name="next" value="/"' in form.text
+async def test_sign_in_never_redirects_off_the_dashboard(dash: Any) -> None:
+    """Over HTTP, the nasty targets of ``tests/unit/test_web_sessions.py`` that matter most."""
+    for nasty in (
+        "/%09/evil.example/",
+        "/\t/evil.example/",
+        "//evil.example",
+        "/\\evil.example",
+        "/%2F/evil",
+    ):
+        r = await dash.post("/login", {"token": READ, "next": nasty}, token=None, as_json=False)
+        assert (r.status, r.headers["Location"]) == (303, "/"), nasty
+        form = await dash.get("/login", token=None, as_json=False, next=nasty)
+        assert 'name="next" value="/"' in form.text, nasty
 
 
-@pytest.mark.parametrize("path", ["/queues/login", "/graphs/login", "/queues/healthz", "/graphs/metrics"])
-async def test_a_page_named_like_an_open_route_needs_a_session(dash: Any, path: str) -> None:
-    r = await dash.get(path, token=None)
-    assert (r.status, r.code) == (401, "unauthenticated")
-    r = await dash.get(path, token=None, as_json=False)
-    assert (r.status, r.headers["Location"]) == (303, f"/login?next={path}")
+async def test_a_page_named_like_an_open_route_needs_a_session(dash: Any) -> None:
+    for path in ("/queues/login", "/graphs/login", "/queues/healthz", "/graphs/metrics", "/queues/static"):
+        r = await dash.get(path, token=None)
+        assert (r.status, r.code) == (401, "unauthenticated"), path
+        r = await dash.get(path, token=None, as_json=False)
+        assert (r.status, r.headers["Location"]) == (303, f"/login?next={path}"), path
 
 
 async def test_failed_sign_ins_are_throttled_per_address_and_audited(web_sources: Any, prefix: str) -> None:
@@ -239,3 +244,27 @@ async def test_the_cli_lists_and_revokes_sessions_on_the_audit_trail(dash: Any, 
         ("session.revoke", row["id"], 1),
         ("session.revoke", "nobody-at-all", 0),
     ]
+
+
+async def test_off_loopback_the_cookie_is_a_secure_host_cookie(dash: Any) -> None:
+    """Reached by a name that is not loopback (behind a proxy, on a LAN address), the session cookie is
+    ``__Host-jobq_session; Secure; Path=/`` and signs the browser in under that name."""
+    headers = {"Host": "dash.example", "Sec-Fetch-Site": "same-origin", "Accept": "text/html"}
+    async with aiohttp.ClientSession() as s:  # (a fresh jar: the test's one is for 127.0.0.1)
+        async with s.post(
+            f"{dash.url}/login", data={"token": ADMIN}, headers=headers, allow_redirects=False
+        ) as r:
+            assert r.status == 303
+            cookie = r.headers["Set-Cookie"]
+            morsel = r.cookies["__Host-jobq_session"]
+        for attribute in ("Secure", "HttpOnly", "SameSite=Strict", "Path=/"):
+            assert attribute in cookie
+        assert "Domain" not in cookie
+        sid = morsel.value
+        signed = {
+            "Host": "dash.example",
+            "Accept": "application/json",
+            "Cookie": f"__Host-jobq_session={sid}",
+        }
+        async with s.get(f"{dash.url}/audit", headers=signed) as page:
+            assert page.status == 200
