@@ -83,7 +83,9 @@ class SessionStore:
         session_id = secrets.token_urlsafe(32)
         ref, now = ref_of(session_id), now_ms()
         key = web_session_key(ref)
-        async with self.client.pipeline(transaction=True) as pipe:
+        # (no MULTI: the keys are in different Cluster slots; a session left without its TTL still ends at
+        # its absolute expiry, checked on use)
+        async with self.client.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping={"who": who, "admin": "1" if admin else "0", "created_ms": str(now)})
             pipe.pexpire(key, expires_in_ms(now, now, self.idle_s, self.max_s))
             pipe.zadd(WEB_SESSIONS_KEY, {ref: now})
@@ -118,11 +120,12 @@ class SessionStore:
         refs = list(refs)
         if not refs:
             return 0
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(*[web_session_key(r) for r in refs])
+        async with self.client.pipeline(transaction=False) as pipe:
+            for r in refs:  # one DEL per key: they are in different Cluster slots
+                pipe.delete(web_session_key(r))
             pipe.zrem(WEB_SESSIONS_KEY, *refs)
-            deleted, _ = await pipe.execute()
-        return int(deleted)
+            replies = await pipe.execute()
+        return sum(int(n) for n in replies[:-1])
 
     async def list(self) -> list[Session]:
         """Every live session, oldest first (the index forgets the ones that expired)."""
@@ -166,11 +169,14 @@ class Throttle:
             count, ttl = await pipe.execute()
         if count is None or int(count) < self.limit:
             return 0
+        if int(ttl) < 0:  # the EXPIRE after the INCR was lost: the window starts now
+            await self.client.expire(key, self.window_s, nx=True)
+            return self.window_s
         return max(1, int(ttl))
 
     async def failed(self, address: str) -> None:
         key = login_failures_key(address)
-        async with self.client.pipeline(transaction=True) as pipe:
+        async with self.client.pipeline(transaction=False) as pipe:
             pipe.incr(key)
             pipe.expire(key, self.window_s, nx=True)
             await pipe.execute()

@@ -83,7 +83,7 @@ def make_app(
             metrics_middleware,
             error_middleware("the gateway"),
             auth_middleware(gate.settings.tokens, list(mounts)),
-            *([audit_middleware(audit)] if audit is not None else []),
+            *([audit_middleware(audit, list(mounts))] if audit is not None else []),
             body_middleware,
         ],
         # bodies are decoded by kafkagate.body, which answers every coding with a JSON status; aiohttp's

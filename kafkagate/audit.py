@@ -12,7 +12,7 @@ the dashboard: no admin action goes unrecorded without its caller seeing an erro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
 from aiohttp import web
@@ -49,11 +49,17 @@ def count_of(response: web.StreamResponse) -> int:
     return 1 if ok else 0
 
 
-def audit_middleware(trail: AuditTrail) -> Middleware:
+def audit_middleware(trail: AuditTrail, mounted: Sequence[str] = ()) -> Middleware:
+    """``mounted``: the prefixes of sub-applications (the dashboard at ``/ui``), which record their own
+    actions (and whose sign-in is no admin call)."""
+    prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
+
     @web.middleware
     async def audit(request: web.Request, handler: Handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
         if request.method in ("GET", "HEAD", "OPTIONS") or resource is None:
+            return await handler(request)
+        if prefixes and request.path.startswith(prefixes):
             return await handler(request)
         template = resource.canonical
         if required_scope(request.method, template) != "admin":

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from yarl import URL
 
+from jqcore import audit
 from jqcore.audit import AuditEntry, AuditTrail
 from jqcore.clock import now_ms
 from jqcore.redisconn import connect
@@ -161,3 +162,11 @@ async def test_the_gateway_serves_the_dashboard_under_ui(
             assert r.status == 401
         async with s.get(f"{gate.url}/v1/queues", headers=api) as r:
             assert r.status == 200
+        # a POST under the mount is the dashboard's business, not a gateway admin call (its own audit)
+        same = {"Sec-Fetch-Site": "same-origin"}
+        async with s.post(f"{gate.url}/ui/logout", headers=same, allow_redirects=False) as r:
+            assert (r.status, r.headers.get("Location")) == (303, "/ui/login"), await r.text()
+    client = connect(dash.sources.redis)
+    recent = await audit.read(client, 20)
+    await client.aclose()
+    assert not [e for e in recent if e.action.startswith("gate.") and "/ui" in e.action]
