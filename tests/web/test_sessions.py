@@ -19,7 +19,7 @@ from yarl import URL
 from jqcore.envelope import new_envelope
 from jqcore.keys import login_failures_key, web_session_key
 from jqcore.redisconn import connect
-from jqcore.settings import AuditSettings, load
+from jqcore.settings import AuditSettings, RedisSettings, load
 from jqweb.main import WebService
 from jqweb.sessions import SessionStore, ref_of, select
 from jqweb.settings import WebSettings
@@ -268,3 +268,30 @@ async def test_off_loopback_the_cookie_is_a_secure_host_cookie(dash: Any) -> Non
         }
         async with s.get(f"{dash.url}/audit", headers=signed) as page:
             assert page.status == 200
+
+
+async def test_a_kafka_that_does_not_confirm_costs_no_redis_record_and_is_counted(endpoints: Any) -> None:
+    """Kafka unreachable: the record is in Redis at once, the send is retried for ``ship_timeout_ms`` by
+    the producer, then counted as failed; ``record`` never waited for it."""
+    from prometheus_client import REGISTRY
+
+    from jqcore.audit import AuditEntry, AuditTrail
+    from jqcore.settings import KafkaSettings
+
+    redis = connect(RedisSettings(url=endpoints.redis_url or ""))
+    nowhere = KafkaSettings(bootstrap="127.0.0.1:9")  # (discard: nothing listens)
+    trail = AuditTrail(redis, nowhere, AuditSettings(ship_timeout_ms=1000))
+
+    def failed() -> float:
+        return REGISTRY.get_sample_value("jobq_audit_shipped_total", {"outcome": "failed"}) or 0.0
+
+    before = failed()
+    try:
+        entry = await trail.record(AuditEntry(int(time.time() * 1000), "tester", "test.kafka_down", "x", 1))
+        assert entry.id
+        assert await redis.xrange("jobq:audit", entry.id, entry.id)
+        await trail.drain(30)
+        assert failed() == before + 1
+    finally:
+        await trail.close(1.0)
+        await redis.aclose()
