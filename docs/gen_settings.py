@@ -35,6 +35,7 @@ CLASSES = [
     "jqcore.settings:ConsulSettings",
     "jqcore.routing:RoutingSettings",
     "kafkagate.settings:GateSettings",
+    "jqcore.tokens:TokenSettings",
     "jqcore.settings:RelayKeys",
     "jqrelay.settings:RelaySettings",
     "worker.settings:WorkerSettings",
@@ -103,7 +104,7 @@ def kind(field: FieldInfo) -> str:
         return "JSON object" if get_origin(tp) is dict else "JSON list"
     if get_origin(tp) is Literal:
         return ", ".join(f"`{v}`" for v in get_args(tp))
-    names = {bool: "bool", int: "int", float: "number", str: "text", SecretStr: "secret"}
+    names = {bool: "bool", int: "int", float: "number", str: "text", SecretStr: "secret", Path: "path"}
     if tp not in names:
         raise TypeError(f"no rendering for the type {tp!r}: teach docs/gen_settings.py")
     return names[tp]

@@ -24,6 +24,8 @@ from jobq.commands import (
     spark,
     stack,
     status,
+    switch,
+    tokens,
     topics,
     web,
     worker,
@@ -61,6 +63,8 @@ app.add_typer(spark.app, name="spark")
 app.add_typer(cron.app, name="cron")
 app.add_typer(graph.app, name="graph")
 app.add_typer(history.app, name="history")
+app.add_typer(switch.app, name="switch")
+app.add_typer(tokens.app, name="tokens")
 
 
 def main() -> None:

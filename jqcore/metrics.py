@@ -59,6 +59,7 @@ __all__ = [
     "RELAY_HELD_TIME",
     "RELAY_LAG",
     "RELAY_LEADER",
+    "RELAY_MISROUTED",
     "RELAY_QUEUE_RATE_LIMIT",
     "RELAY_RATE_LIMIT",
     "RELAY_RECORDS",
@@ -138,7 +139,9 @@ AUDIT_SHIPPED = Counter(
 
 # --- gateway (HTTP -> Kafka) --------------------------------------------------------------------------
 GATE_REQUESTS = Counter(
-    "jobq_gate_requests_total", "Gateway requests by route and status", ["route", "method", "status"]
+    "jobq_gate_requests_total",
+    "Gateway requests by route, status and token name (configured names and anonymous only)",
+    ["route", "method", "status", "token"],
 )
 GATE_REQUEST_TIME = _latency("jobq_gate_request_seconds", "Gateway request time by route", ["route"])
 GATE_JOBS_PRODUCED = Counter(
@@ -155,6 +158,11 @@ RELAY_RECORDS = Counter(
     ["topic", "stage"],
 )
 RELAY_BATCH_TIME = _latency("jobq_relay_batch_seconds", "Time to write one batch into Redis", ["topic"])
+RELAY_MISROUTED = Counter(
+    "jobq_relay_misrouted_total",
+    "Envelopes dead-lettered as misrouted: their queue is not routed to the topic they were read from",
+    ["topic"],
+)
 RELAY_LEADER = Gauge("jobq_relay_leader", "1 while this process holds the topic's lock", ["topic"])
 RELAY_RATE_LIMIT = Gauge("jobq_relay_rate_limit_jobs_per_second", "Live rate limit (0: paused)", ["topic"])
 RELAY_QUEUE_RATE_LIMIT = Gauge(

@@ -15,13 +15,15 @@ import redis.cluster
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
     AbstractConnection,
+    BlockingConnectionPool,
     Connection,
     ConnectionPool,
     SSLConnection,
     UnixDomainSocketConnection,
     parse_url,
 )
-from redis.exceptions import DataError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError, MaxConnectionsError
 
 from jqcore.settings import RedisSettings
 
@@ -29,6 +31,7 @@ __all__ = [
     "FastConnection",
     "RedisClient",
     "SyncRedisClient",
+    "WaitingPool",
     "connect",
     "connect_sync",
     "memory_info",
@@ -83,18 +86,47 @@ _BY_SCHEME: dict[str, type[AbstractConnection]] = {
 }
 
 
-def connect(settings: RedisSettings) -> RedisClient:
+class WaitingPool(BlockingConnectionPool):
+    """A pool of at most ``max_connections`` where a command waits up to ``timeout`` seconds for a free
+    connection; then :class:`~redis.exceptions.MaxConnectionsError` (the process's own pool is
+    exhausted: not a Redis failure, and never reported as one)."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        try:
+            return cast("AbstractConnection", await super().get_connection(*args, **kwargs))  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if not isinstance(exc.__cause__, TimeoutError):
+                raise
+            message = f"no free connection among this process's {self.max_connections} in {self.timeout} s"
+            raise MaxConnectionsError(message) from exc
+
+
+def connect(
+    settings: RedisSettings, *, max_connections: int | None = None, wait_s: float | None = None
+) -> RedisClient:
     """An asyncio client for ``settings``; with ``cluster`` the URL names any one node of the cluster.
     TLS comes from the URL's scheme (:meth:`RedisSettings.client_url`: ``rediss://`` when
     ``JOBQ_REDIS_TLS`` is on), the files, user and password from :meth:`RedisSettings.client_kwargs`.
-    A single node's commands are packed by hiredis (:class:`FastConnection` and its TLS and unix twins)."""
+    A single node's commands are packed by hiredis (:class:`FastConnection` and its TLS and unix twins).
+
+    ``max_connections`` caps the pool (per node on a Cluster; redis-py's default: 100); with ``wait_s``
+    a single node's command waits that long for a free connection (:class:`WaitingPool`) instead of
+    failing at once with ``Too many connections``."""
     url, kwargs = settings.client_url(), settings.client_kwargs()
     if settings.cluster:  # rediss:// makes redis-py's cluster client use TLS (ssl=True) with the ssl_* files
+        if max_connections is not None:
+            return RedisCluster.from_url(url, max_connections=max_connections, **kwargs)
         return RedisCluster.from_url(url, **kwargs)
     options = dict(parse_url(url))  # what Redis.from_url does, with our connection classes
     default = options.pop("connection_class", Connection)
     connection_class = _BY_SCHEME.get(urlsplit(url).scheme, cast("type[AbstractConnection]", default))
-    pool = ConnectionPool(connection_class=connection_class, **{**kwargs, **options})
+    if max_connections is not None:
+        options["max_connections"] = max_connections
+    pool: ConnectionPool
+    if wait_s is not None:
+        pool = WaitingPool(connection_class=connection_class, timeout=wait_s, **{**kwargs, **options})
+    else:
+        pool = ConnectionPool(connection_class=connection_class, **{**kwargs, **options})
     return aioredis.Redis.from_pool(pool)
 
 

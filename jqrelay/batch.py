@@ -3,7 +3,7 @@ the errors that end a batch, and the signals a relay gives a test that listens."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message
@@ -60,10 +60,13 @@ class RelaySignals:
     """The queues' rate limits."""
 
 
-def parse_batch(topic: str, msgs: Sequence[Message]) -> Batch:
+def parse_batch(
+    topic: str, msgs: Sequence[Message], refuse: Callable[[Envelope], str | None] | None = None
+) -> Batch:
     """The envelopes of ``msgs`` (a consume call's records of ``topic``) and each partition's last
-    offset; a record that is not an envelope goes to ``dead`` with the reason. A consume error other
-    than a partition's end is Kafka failing: :class:`BackendUnavailable`."""
+    offset; a record that is not an envelope, or whose envelope ``refuse`` gives a reason for, goes to
+    ``dead`` with the reason. A consume error other than a partition's end is Kafka failing:
+    :class:`BackendUnavailable`."""
     batch = Batch([], [], {}, {})
     for msg in msgs:
         err = msg.error()
@@ -78,6 +81,10 @@ def parse_batch(topic: str, msgs: Sequence[Message]) -> Batch:
             env = decode(msg.value() or b"")
         except EnvelopeError as exc:
             batch.dead.append((msg, f"{exc.code}: {exc.message}"))
+            continue
+        reason = refuse(env) if refuse is not None else None
+        if reason is not None:
+            batch.dead.append((msg, reason))
             continue
         batch.envelopes.append(env)
         batch.source[env.id] = msg

@@ -56,6 +56,7 @@ class RelayService(Service):
         self.settings, self.kafka, self.redis, self.consul_settings = settings, kafka, redis, consul_settings
         self.far, self.trace = far, trace
         self.topics = settings.topics or routing.topics()
+        self.routing = routing
         if not self.topics:
             raise ConfigError(
                 "the relay has no topic: set JOBQ_RELAY_TOPICS or JOBQ_ROUTES", code="topics_missing"
@@ -86,9 +87,15 @@ class RelayService(Service):
             client, self.settings.memory_slow_at, self.settings.memory_stop_at, signals=self.guard_signals
         )
         s, kafka, far = self.settings, self.kafka, self.far
-        self.relays = [
-            TopicRelay(t, s, kafka, engine, consul, dead, guard, far, self.signals[t]) for t in self.topics
-        ]
+        routed = self.routing.topics()
+        unchecked = [t for t in self.topics if t not in routed]
+        if unchecked:  # JOBQ_RELAY_TOPICS beyond JOBQ_ROUTES: nothing says which queues belong there
+            log.warning("no route names these topics: their queues are not checked", topics=unchecked)
+        self.relays = []
+        for t in self.topics:
+            checked = self.routing if t in routed else None
+            relay = TopicRelay(t, s, kafka, engine, consul, dead, guard, far, self.signals[t], checked)
+            self.relays.append(relay)
         for relay in self.relays:
             await relay.start()
         log.info("relay started", topics=self.topics, holder=s.holder, shadow=s.shadow)

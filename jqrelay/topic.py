@@ -35,6 +35,7 @@ from jqcore.health import Readiness
 from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
+from jqcore.routing import QueueUnrouted, RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.topics import dead_topic, retry_topic
@@ -49,6 +50,7 @@ __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
 log = get_logger("jqrelay.topic")
 
 STOP_TIMEOUT_S = 15.0
+ROUTED_CACHE_MAX = 10_000
 LAG_EVERY_S = 1.0
 """How often the lock holder updates ``jobq_relay_lag_records``."""
 IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
@@ -69,8 +71,12 @@ class TopicRelay(Service):
         guard: MemoryGuard,
         far: FarSettings,
         signals: RelaySignals | None = None,
+        routing: RoutingSettings | None = None,
     ) -> None:
         super().__init__()
+        self.routing = routing
+        """Checks that each envelope's queue is routed to this topic (None: a topic no route names)."""
+        self._routed: dict[str, str | None] = {}
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
         self.far = far
         self.dead_producer, self.guard = dead_producer, guard
@@ -290,9 +296,27 @@ class TopicRelay(Service):
         self.signals.committed.signal(sum(self._committed.values()))
 
     def _parse(self, msgs: Sequence[Message]) -> Batch:
-        batch = parse_batch(self.topic, msgs)
+        batch = parse_batch(self.topic, msgs, self._misrouted if self.routing is not None else None)
         self._count("read", len(batch.envelopes) + len(batch.dead))
         return batch
+
+    def _misrouted(self, env: Envelope) -> str | None:
+        """``misrouted: ...`` when the routing does not send the envelope's queue to this topic (a
+        producer allowed to write this topic must not reach another topic's queues), else None."""
+        if env.queue not in self._routed:
+            if len(self._routed) >= ROUTED_CACHE_MAX:  # queue names come from producers
+                self._routed.clear()
+            assert self.routing is not None
+            try:
+                self._routed[env.queue] = self.routing.route(env.queue)[0]
+            except QueueUnrouted:
+                self._routed[env.queue] = None
+        routed = self._routed[env.queue]
+        if routed == self.topic:
+            return None
+        metrics.RELAY_MISROUTED.labels(self.topic).inc()
+        where = f"is routed to {routed}" if routed is not None else "has no route"
+        return f"misrouted: queue {env.queue[:200]!r} {where}, not {self.topic}"
 
     async def _write(self, batch: Batch, term: Term) -> None:
         await self._split_far(batch, term)

@@ -10,10 +10,12 @@ from aiohttp import web
 from jqcore import metrics
 from jqcore.health import Readiness, ping, readiness_answer
 from jqcore.http import error_middleware, json_response
+from jqcore.settings import load
+from jqcore.tokens import TokenSettings, TokenSource
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error
-from jqweb.security import Principal, auth_middleware, csrf_middleware, headers_middleware, parse_tokens
+from jqweb.security import TOKENS, auth_middleware, csrf_middleware, headers_middleware
 
 __all__ = ["STATIC", "make_app"]
 
@@ -35,34 +37,37 @@ async def metrics_route(_: web.Request) -> web.Response:
     return web.Response(body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
-def make_app(w: Web) -> web.Application:
-    known = parse_tokens(w.settings.read_tokens, w.settings.admin_tokens)
-    configured: dict[str, bool] = {}
-    for _, who, admin in known:
-        configured[who] = configured.get(who, False) or admin
+def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
+    """The dashboard; ``tokens`` default to ``JOBQ_TOKENS_FILE`` and ``JOBQ_WEB_*_TOKENS``."""
+    s = w.settings
+    if tokens is None:
+        tokens = TokenSource(
+            load(TokenSettings), web_read=s.read_tokens, web_admin=s.admin_tokens, host=s.host
+        )
 
-    async def session_principal(request: web.Request, session_id: str) -> Principal | None:
-        """The live session's principal, with the admin flag of today's configuration; a session whose
-        token is no longer configured is ended."""
+    async def session_token(request: web.Request, session_id: str) -> tuple[str, str] | None:
+        """``(token name, ref)`` of the live session; a session whose token is no longer configured is
+        ended."""
         store = request.app[WEB].sessions()
         found = await store.use(session_id)
         if found is None:
             return None
-        if found.who not in configured:
+        if request.app[TOKENS].current.by_name(found.who) is None:
             await store.end([found.ref])
             return None
-        return Principal(found.who, configured[found.who], via_cookie=True, session=found.ref)
+        return found.who, found.ref
 
     app = web.Application(
         middlewares=[
             headers_middleware,
             error_middleware("the dashboard", render_error),
-            auth_middleware(known, w.base, session_principal),
+            auth_middleware(tokens, w.base, session_token),
             csrf_middleware,
         ],
         client_max_size=1024 * 1024,
     )
     app[WEB] = w
+    app[TOKENS] = tokens
     # the open routes by name (jqweb.security.OPEN_ROUTES): no principal needed
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/readyz", readyz, name="readyz")

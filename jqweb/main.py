@@ -12,6 +12,7 @@ from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.settings import load
+from jqcore.tokens import TokenSettings
 from jqweb.app import make_app
 from jqweb.context import Web
 from jqweb.overview import Sources
@@ -27,8 +28,11 @@ class WebService(Service):
 
     def __init__(self, settings: WebSettings, sources: Sources) -> None:
         super().__init__()
-        if not settings.read_tokens and not settings.admin_tokens:
-            raise ConfigError("set JOBQ_WEB_READ_TOKENS and/or JOBQ_WEB_ADMIN_TOKENS: no token, no dashboard")
+        if not settings.read_tokens and not settings.admin_tokens and load(TokenSettings).file is None:
+            raise ConfigError(
+                "set JOBQ_TOKENS_FILE, JOBQ_WEB_READ_TOKENS and/or JOBQ_WEB_ADMIN_TOKENS: no token, "
+                "no dashboard"
+            )
         self.settings = settings
         self.web = Web(settings, sources)
         """What the pages share; it makes its clients on first use and closes them when stopped."""

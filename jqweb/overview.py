@@ -234,6 +234,7 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
         "dashboards": await count_alive(client, "web"),
         "schedulers": await membership.groups(client),
         "memory": {"used": used, "max": cap, "ratio": round(used / cap, 4) if cap else None},
+        "switches": [sw.as_dict() for sw in await engine.switches()],
     }
 
 
@@ -333,9 +334,17 @@ def _redis_alerts(redis: dict[str, Any]) -> list[Alert]:
     for q in redis["queues"]:
         if q.get("past_due"):
             out.append(Alert("warning", f"queue {q['queue']} past due", f"{q['past_due']} timers late"))
+    for sw in redis.get("switches", []):
+        what = " ".join(p for p in (sw["queue"], sw["kind"] or "every kind", _meta_text(sw["meta"])) if p)
+        by = f" by {sw['by']}" if sw.get("by") else ""
+        out.append(Alert("warning", f"kill switch {sw['name']} ({sw['action']})", f"{what}{by}"))
     if not redis.get("schedulers"):
         out.append(Alert("critical", "no scheduler alive", "delayed jobs, retries and leases wait"))
     return out
+
+
+def _meta_text(meta: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in meta.items())
 
 
 def _kafka_alerts(rows: list[dict[str, Any]]) -> list[Alert]:

@@ -1,9 +1,12 @@
 """Who may see and who may act, and what a browser may be tricked into.
 
-* **Tokens**: a read token sees every page, an admin token may also act. A browser signs in once on
-  ``/login`` and gets a server-side session (``jqweb.sessions``): the ``HttpOnly``, ``SameSite=Strict``
-  cookie holds only the session's random id, never the token; scripts send
-  ``Authorization: Bearer <token>``. Tokens are compared in constant time against every configured one.
+* **Tokens** (``jqcore.tokens``: ``JOBQ_TOKENS_FILE`` and ``JOBQ_WEB_*_TOKENS``): a token with ``read``
+  sees pages, one with ``admin`` may also act; a token held to some queues sees only those (a page or
+  action on another queue is a 403 ``queue_forbidden``, lists leave the others out). A browser signs in
+  once on ``/login`` and gets a server-side session (``jqweb.sessions``): the ``HttpOnly``,
+  ``SameSite=Strict`` cookie holds only the session's random id, never the token, and a session whose
+  token is no longer configured is refused; scripts send ``Authorization: Bearer <token>``. Tokens are
+  matched by their SHA-256 in constant time against every configured one.
 * **Open routes** are exempted by the route's *name* (:data:`OPEN_ROUTES`), never by path: a queue or
   graph named ``login`` or ``healthz`` is a page like any other and needs a principal, which is checked
   before any handler runs (so before any JSON or HTML branch).
@@ -19,33 +22,32 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from pydantic import SecretStr
 
-from jqcore.http import HttpError
+from jqcore.http import TOKEN_NAME, HttpError
+from jqcore.tokens import Token, TokenSource
 
 __all__ = [
     "COOKIE",
     "CSP",
     "OPEN_ROUTES",
     "SECURE_COOKIE",
+    "TOKENS",
     "Principal",
     "SessionLookup",
     "auth_middleware",
     "csrf_middleware",
     "headers_middleware",
-    "match_token",
-    "parse_tokens",
     "principal",
     "require_admin",
+    "require_queue",
     "session_id",
+    "visible",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,38 +72,22 @@ class Principal:
     who: str
     admin: bool
     via_cookie: bool = False
+    token: Token | None = None
+    """The token signed in with (its queues narrow what the pages show)."""
     session: str = ""
     """The session's ref (``jqweb.sessions``) when signed in by cookie."""
 
+    def allows_queue(self, queue: str) -> bool:
+        return self.token is None or self.token.allows_queue(queue)
+
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+TOKENS = web.AppKey("web_tokens", TokenSource)
+"""The dashboard's tokens (``jqcore.tokens``)."""
 
 
-def parse_tokens(read: Sequence[SecretStr], admin: Sequence[SecretStr]) -> list[tuple[bytes, str, bool]]:
-    """(secret, who, admin) per configured token; ``name:secret`` names it, else ``token-<digest>``."""
-    out = []
-    for tokens, is_admin in ((read, False), (admin, True)):
-        for t in tokens:
-            raw = t.get_secret_value()
-            name, sep, secret = raw.partition(":")
-            if not sep:
-                secret = raw
-                name = "token-" + hashlib.sha256(raw.encode()).hexdigest()[:8]
-            out.append((secret.encode(), name, is_admin))
-    return out
-
-
-def match_token(known: list[tuple[bytes, str, bool]], given: str) -> tuple[str, bool] | None:
-    found: tuple[str, bool] | None = None
-    g = given.strip().encode()
-    for secret, who, is_admin in known:  # every token compared: timing does not tell which matched
-        if hmac.compare_digest(g, secret) and (found is None or is_admin):
-            found = (who, is_admin)
-    return found
-
-
-SessionLookup = Callable[[web.Request, str], Awaitable[Principal | None]]
-"""The principal of a live session id (None: expired, signed out, revoked, or its token is gone)."""
+SessionLookup = Callable[[web.Request, str], Awaitable[tuple[str, str] | None]]
+"""``(token name, session ref)`` of a live session id (None: expired, signed out or revoked)."""
 
 
 def session_id(request: web.Request) -> str:
@@ -109,7 +95,7 @@ def session_id(request: web.Request) -> str:
     return request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE) or ""
 
 
-def auth_middleware(known: list[tuple[bytes, str, bool]], base: str, sessions: SessionLookup) -> Middleware:
+def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> Middleware:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.match_info.route.name in OPEN_ROUTES:
@@ -117,20 +103,33 @@ def auth_middleware(known: list[tuple[bytes, str, bool]], base: str, sessions: S
         header = request.headers.get("Authorization", "")
         scheme, _, bearer = header.partition(" ")
         via_cookie = not (scheme.lower() == "bearer" and bearer)
-        found: Principal | None = None
+        found: Token | None = None
+        ref = ""
         if via_cookie:
             given = session_id(request)
-            found = await sessions(request, given) if given else None
+            live = await sessions(request, given) if given else None
+            if live is not None:  # its token as configured now: gone (None) ends the session
+                found, ref = source.current.by_name(live[0]), live[1]
         else:
             given = bearer
-            matched = match_token(known, given)
-            found = Principal(matched[0], matched[1]) if matched is not None else None
+            found = source.current.match(given) if given.strip() else None
         if found is None:
             if request.method == "GET" and via_cookie and "text/html" in request.headers.get("Accept", ""):
                 raise web.HTTPSeeOther(f"{base}/login?next={quote(request.path_qs, safe='/')}")
             code = ("session_invalid" if via_cookie else "token_invalid") if given else "unauthenticated"
             raise HttpError(401, code, "sign in with a read or admin token (or send Authorization: Bearer)")
-        request[PRINCIPAL] = found
+        request[TOKEN_NAME] = found.name
+        if not found.has("read"):
+            raise HttpError(
+                403,
+                "scope_missing",
+                f"token {found.name!r} lacks the 'read' scope the dashboard needs",
+                details={"token": found.name, "scope": "read"},
+            )
+        request[PRINCIPAL] = Principal(found.name, found.has("admin"), via_cookie, found, ref)
+        queue = request.match_info.get("queue") or request.query.get("queue")
+        if queue:
+            require_queue(request, queue)
         return await handler(request)
 
     return auth
@@ -138,6 +137,24 @@ def auth_middleware(known: list[tuple[bytes, str, bool]], base: str, sessions: S
 
 def principal(request: web.Request) -> Principal:
     return request[PRINCIPAL]
+
+
+def require_queue(request: web.Request, queue: str) -> None:
+    """403 ``queue_forbidden`` unless the signed-in token may use ``queue``."""
+    p = principal(request)
+    if not p.allows_queue(queue):
+        raise HttpError(
+            403,
+            "queue_forbidden",
+            f"token {p.who!r} may not use queue {queue!r}",
+            details={"token": p.who, "queue": queue},
+        )
+
+
+def visible(request: web.Request, queues: Iterable[str]) -> list[str]:
+    """The queues of ``queues`` the signed-in token may see."""
+    p = principal(request)
+    return [q for q in queues if p.allows_queue(q)]
 
 
 def require_admin(request: web.Request) -> Principal:

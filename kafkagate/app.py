@@ -10,16 +10,20 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+import structlog
 from aiohttp import web
 
 from jqcore import metrics
 from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
-from jqcore.http import HttpError, error_middleware, json_response
-from kafkagate import claims, cron, graphs, history, jobs, queues
+from jqcore.http import TOKEN_NAME, HttpError, error_middleware, json_response
+from jqcore.settings import load
+from jqcore.tokens import TokenSettings, TokenSource
+from kafkagate import claims, cron, graphs, history, jobs, queues, switches
 from kafkagate.audit import audit_middleware
-from kafkagate.auth import auth_middleware
+from kafkagate.auth import TOKENS, auth_middleware
 from kafkagate.body import body_middleware
+from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.openapi import document
 from kafkagate.state import GATE, Gate
 
@@ -34,11 +38,13 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     started = time.perf_counter()
     status = 500
     try:
-        response = await handler(request)
+        with structlog.contextvars.bound_contextvars(token="anonymous"):  # auth names the token
+            response = await handler(request)
         status = response.status
         return response
     finally:
-        metrics.GATE_REQUESTS.labels(route, request.method, str(status)).inc()
+        token = request.get(TOKEN_NAME, "anonymous")  # only configured names: a bounded label
+        metrics.GATE_REQUESTS.labels(route, request.method, str(status), token).inc()
         metrics.GATE_REQUEST_TIME.labels(route).observe(time.perf_counter() - started)
 
 
@@ -71,18 +77,24 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def make_app(
-    gate: Gate, mounts: Mapping[str, web.Application] | None = None, audit: AuditTrail | None = None
+    gate: Gate,
+    mounts: Mapping[str, web.Application] | None = None,
+    tokens: TokenSource | None = None,
+    audit: AuditTrail | None = None,
 ) -> web.Application:
     """The gateway; ``mounts`` (prefix → application) are served beside it, e.g. the dashboard at ``/ui``
-    (``jobq gate --web``): they answer their own errors and check their own tokens. ``audit``: where admin
-    calls are recorded (``kafkagate.audit``)."""
+    (``jobq gate --web``): they answer their own errors and check their own tokens. ``tokens``: the
+    accepted tokens (default: ``JOBQ_TOKENS_FILE`` and ``JOBQ_GATE_TOKENS``); ``audit``: where admin calls
+    are recorded (``kafkagate.audit``)."""
     mounts = dict(mounts or {})
+    if tokens is None:
+        tokens = TokenSource(load(TokenSettings), gate=gate.settings.tokens, host=gate.settings.host)
     app = web.Application(
         client_max_size=gate.settings.max_body_bytes,
         middlewares=[
             metrics_middleware,
             error_middleware("the gateway"),
-            auth_middleware(gate.settings.tokens, list(mounts)),
+            auth_middleware(tokens, list(mounts)),
             *([audit_middleware(audit, list(mounts))] if audit is not None else []),
             body_middleware,
         ],
@@ -91,6 +103,8 @@ def make_app(
         handler_args={"auto_decompress": False},
     )
     app[GATE] = gate
+    app[BODY_BUDGET] = BodyBudget(gate.settings.inflight_body_bytes)
+    app[TOKENS] = tokens
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)
@@ -101,6 +115,7 @@ def make_app(
     app.router.add_routes(cron.routes)
     app.router.add_routes(history.routes)
     app.router.add_routes(graphs.routes)
+    app.router.add_routes(switches.routes)
     for prefix, sub in mounts.items():
         app.add_subapp(prefix, sub)
 

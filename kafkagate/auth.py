@@ -1,29 +1,45 @@
-"""The gateway's authentication: bearer tokens with scopes.
+"""The gateway's authentication: named, scoped tokens (``jqcore.tokens``, ``docs/security.md``).
 
-Errors, their statuses and their one JSON body are :mod:`jqcore.http`'s (shared with the dashboard).
+The middleware matches the bearer token, names it on the request (:data:`~jqcore.http.TOKEN_NAME`, and
+``token=`` on every log line of the request), spends one request of its rate (429 ``rate_limited``), checks
+the route's scope (403 ``scope_missing``) and the path's ``{queue}`` (403 ``queue_forbidden``). What a
+request names in its body or in a stored object (a job's kind, a graph's nodes, a cron schedule's queue) is
+checked by the handler with :func:`require_queue` / :func:`require_kind`; lists of queues are narrowed
+with :func:`visible`. Errors, their statuses and their one JSON body are :mod:`jqcore.http`'s.
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
+import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from pydantic import SecretStr
 
-from jqcore.errors import ConfigError
-from jqcore.http import HttpError
+from jqcore.http import TOKEN_NAME, HttpError
+from jqcore.tokens import SCOPES, Token, TokenSource, retry_after
 
-__all__ = ["SCOPES", "auth_middleware", "parse_tokens", "required_scope"]
+__all__ = [
+    "SCOPES",
+    "TOKEN",
+    "TOKENS",
+    "auth_middleware",
+    "require_every_queue",
+    "require_kind",
+    "require_queue",
+    "required_scope",
+    "token_of",
+    "visible",
+]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 
-SCOPES = ("enqueue", "read", "worker", "admin")
-"""``enqueue``: POST jobs and graphs; ``read``: GET anything; ``worker``: claims, extend, complete, fail;
-``admin``: cancel, replay, queue and job-type configuration, dead letters."""
+TOKEN = web.RequestKey("token", Token)
+"""The token a request was authenticated with."""
+TOKENS = web.AppKey("tokens", TokenSource)
+"""The gateway's tokens (reloaded on SIGHUP: ``kafkagate.main``)."""
 
 
 def required_scope(method: str, path_template: str) -> str:
@@ -33,29 +49,62 @@ def required_scope(method: str, path_template: str) -> str:
     if method == "POST" and (path_template.endswith("/jobs") or path_template == "/v1/graphs"):
         return "enqueue"
     if path_template.endswith(("/claims", "/extend", "/complete", "/fail")):
-        return "worker"
+        return "work"
     return "admin"
 
 
-def parse_tokens(tokens: Sequence[SecretStr]) -> list[tuple[bytes, frozenset[str]]]:
-    """``secret`` (every scope) or ``secret:scope+scope`` per configured token."""
-    out = []
-    for t in tokens:
-        secret, _, scopes = t.get_secret_value().partition(":")
-        granted = frozenset(scopes.split("+")) if scopes else frozenset(SCOPES)
-        unknown = granted - set(SCOPES)
-        if unknown:
-            raise ConfigError(
-                f"JOBQ_GATE_TOKENS: unknown scope(s) {sorted(unknown)}; known: {', '.join(SCOPES)}"
-            )
-        out.append((secret.encode(), granted))
-    return out
+def token_of(request: web.Request) -> Token:
+    return request[TOKEN]
 
 
-def auth_middleware(tokens: Sequence[SecretStr], mounted: Sequence[str] = ()) -> Middleware:
-    """Bearer tokens compared in constant time, each with its scopes; probes and documentation stay open,
-    and so do the ``mounted`` sub-applications' prefixes (the dashboard checks its own tokens)."""
-    known = parse_tokens(tokens)
+def require_queue(request: web.Request, queue: str) -> None:
+    """403 ``queue_forbidden`` unless the request's token may use ``queue``."""
+    token = token_of(request)
+    if not token.allows_queue(queue):
+        raise HttpError(
+            403,
+            "queue_forbidden",
+            f"token {token.name!r} may not use queue {queue!r} (its queues: {', '.join(token.queues)})",
+            details={"token": token.name, "queue": queue},
+        )
+
+
+def require_kind(request: web.Request, kind: str, where: str | None = None) -> None:
+    """403 ``kind_forbidden`` unless the request's token may enqueue jobs of ``kind``; ``where`` names the
+    job in the body (``jobs[3]``, ``nodes.load``)."""
+    token = token_of(request)
+    if not token.allows_kind(kind):
+        at = f" ({where})" if where else ""
+        raise HttpError(
+            403,
+            "kind_forbidden",
+            f"token {token.name!r} may not enqueue kind {kind!r}{at} (its kinds: {', '.join(token.kinds)})",
+            details={"token": token.name, "kind": kind, **({"at": where} if where else {})},
+        )
+
+
+def require_every_queue(request: web.Request, what: str) -> None:
+    """403 ``queue_forbidden`` for an action on every queue at once by a token limited to some."""
+    token = token_of(request)
+    if not token.every_queue:
+        raise HttpError(
+            403,
+            "queue_forbidden",
+            f"token {token.name!r} is limited to queues {', '.join(token.queues)}; {what}",
+            details={"token": token.name, "queue": "*"},
+        )
+
+
+def visible(request: web.Request, queues: Iterable[str]) -> list[str]:
+    """The queues of ``queues`` the request's token may see (lists are narrowed, never refused)."""
+    token = token_of(request)
+    return [q for q in queues if token.allows_queue(q)]
+
+
+def auth_middleware(source: TokenSource, mounted: Sequence[str] = ()) -> Middleware:
+    """Bearer tokens of ``source.current`` (read per request: a reload takes effect at the next one);
+    probes and documentation stay open, and so do the ``mounted`` sub-applications' prefixes (the
+    dashboard checks its own tokens)."""
     prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
 
     @web.middleware
@@ -63,23 +112,39 @@ def auth_middleware(tokens: Sequence[SecretStr], mounted: Sequence[str] = ()) ->
         if request.path in OPEN_PATHS or (prefixes and request.path.startswith(prefixes)):
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
+        scheme, _, secret = header.partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
             raise HttpError(401, "unauthenticated", "send Authorization: Bearer <token>")
-        given = token.strip().encode()
-        granted: frozenset[str] | None = None
-        for secret, scopes in known:  # compare against every token: timing does not reveal which matched
-            if hmac.compare_digest(given, secret):
-                granted = scopes
-        if granted is None:
+        token = source.current.match(secret)
+        if token is None:
             raise HttpError(401, "token_invalid", "the bearer token is not accepted")
+        request[TOKEN] = token
+        request[TOKEN_NAME] = token.name
+        structlog.contextvars.bind_contextvars(token=token.name)  # reset by metrics_middleware
+        wait = source.throttle(token)
+        if wait > 0 and token.rate is not None:
+            after = retry_after(wait)
+            limited = HttpError(
+                429,
+                "rate_limited",
+                f"token {token.name!r} is over its rate of {token.rate}; retry in {after} s",
+                details={"token": token.name, "rate": str(token.rate), "retry_after_s": int(after)},
+            )
+            limited.headers["Retry-After"] = after
+            raise limited
         resource = request.match_info.route.resource
         template = resource.canonical if resource is not None else request.path
         needed = required_scope(request.method, template)
-        if needed not in granted:
+        if not token.has(needed):
             raise HttpError(
-                403, "scope_missing", f"this token lacks the {needed!r} scope for {request.method} {template}"
+                403,
+                "scope_missing",
+                f"token {token.name!r} lacks the {needed!r} scope for {request.method} {template}",
+                details={"token": token.name, "scope": needed},
             )
+        queue = request.match_info.get("queue")
+        if queue is not None:
+            require_queue(request, queue)
         return await handler(request)
 
     return auth

@@ -10,7 +10,10 @@ handler runs, and a request the API cannot read is a 4xx with a code:
   than UTF-8 (JSON is UTF-8, RFC 8259) ⇒ 415 ``content_type_unsupported``;
 * ``Content-Encoding`` other than ``identity``, ``gzip``, ``deflate`` ⇒ 415 ``content_encoding_unsupported``;
 * a body that does not decompress (or a broken chunked framing) ⇒ 400 ``body_undecodable``;
-* more than the body limit on the wire or once decompressed ⇒ 413 ``body_too_large``.
+* more than the body limit on the wire or once decompressed ⇒ 413 ``body_too_large``;
+* more bytes than the process's budget of bodies in flight leaves free (``JOBQ_GATE_INFLIGHT_BODY_BYTES``,
+  :class:`kafkagate.limits.BodyBudget`) ⇒ 429 ``gateway_busy`` with ``Retry-After`` (413 when the body
+  alone exceeds the budget).
 
 Handlers read the decoded bytes with :func:`read_body`.
 """
@@ -23,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 
 from jqcore.http import HttpError
+from kafkagate.limits import BODY_BUDGET
 
 __all__ = ["ENCODINGS", "JSON", "NDJSON", "body_middleware", "inflate", "read_body"]
 
@@ -119,8 +123,23 @@ async def body_middleware(request: web.Request, handler: Handler) -> web.StreamR
     template = resource.canonical if resource is not None else request.path
     check_content_type(request, accepted_types(request.method, template))
     coding = content_encoding(request)
-    request[BODY] = inflate(await request.read(), coding, limit)
-    return await handler(request)
+    budget = request.config_dict.get(BODY_BUDGET)
+    if budget is None:
+        request[BODY] = inflate(await request.read(), coding, limit)
+        return await handler(request)
+    held = 0
+    try:  # the bytes of this body count against the process's budget until it is answered
+        if request.content_length is not None:
+            held += budget.take(request.content_length)
+        raw = await request.read()
+        if request.content_length is None:
+            held += budget.take(len(raw))
+        request[BODY] = decoded = inflate(raw, coding, limit)
+        if coding != "identity":
+            held += budget.take(len(decoded))
+        return await handler(request)
+    finally:
+        budget.give(held)
 
 
 async def read_body(request: web.Request) -> bytes:

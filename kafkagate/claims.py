@@ -13,10 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.http import HttpError, json_response
 from jqcore.state import ClaimedJob
+from kafkagate.auth import token_of
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
-from kafkagate.state import GATE
+from kafkagate.state import GATE, Gate
 
 __all__ = ["routes"]
 
@@ -75,22 +76,53 @@ def _claimed(job: ClaimedJob) -> dict[str, Any]:
 async def claim(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(ClaimBody, await read_body(request))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
-    while True:
-        jobs = await engine_call(
-            gate.engine.claim(queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None)
+    token = token_of(request)
+    if not token.every_kind:  # a claim takes whatever kind is next: a kind-limited token cannot be held to it
+        raise HttpError(
+            403,
+            "kind_forbidden",
+            f"token {token.name!r} is limited to kinds {', '.join(token.kinds)}; a claim takes any kind",
+            details={"token": token.name, "kind": "*"},
         )
-        left = deadline - loop.time()
-        if jobs or left <= 0:
+    body = parse_model(ClaimBody, await read_body(request))
+    wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
+    jobs = await _claim(gate, queue, body)
+    if jobs or wait_s <= 0:
+        return await _reply(gate, queue, jobs)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    with gate.long_polls.slot():  # 429 gateway_busy past JOBQ_GATE_LONG_POLLS_MAX
+        while not jobs:
+            left = deadline - loop.time()
+            if left <= 0 or not await gate.long_polls.wait(queue, left):
+                break
+            jobs = await _claim(gate, queue, body)
+    return await _reply(gate, queue, jobs)
+
+
+async def _claim(gate: Gate, queue: str, body: ClaimBody) -> list[ClaimedJob]:
+    claiming = gate.engine.claim(queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None)
+    jobs: list[ClaimedJob] = await engine_call(claiming)
+    return jobs
+
+
+async def _reply(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> web.Response:
+    """The claimed jobs that fit ``JOBQ_GATE_CLAIM_REPLY_MAX_BYTES`` (the first always does); the rest
+    are released at once: pending again, unstarted, their attempt refunded (never claimed and dropped)."""
+    parts: list[bytes] = []
+    size, limit = 0, gate.settings.claim_reply_max_bytes
+    for job in jobs:
+        part = orjson.dumps(_claimed(job))
+        if parts and size + len(part) + 1 > limit:
             break
-        await engine_call(gate.engine.wait_for_work([queue], left))
-    return json_response_jobs(jobs)
-
-
-def json_response_jobs(jobs: list[ClaimedJob]) -> web.Response:
-    return json_response({"jobs": [_claimed(j) for j in jobs]})
+        parts.append(part)
+        size += len(part) + 1
+    rest = jobs[len(parts) :]
+    if rest:
+        owned = [(j.envelope.id, j.attempt, j.token, False) for j in rest]
+        await engine_call(gate.engine.release(queue, owned))
+    body = b'{"jobs":[' + b",".join(parts) + b"]}"
+    return web.Response(body=body, content_type="application/json")
 
 
 def _owner(request: web.Request, body: Owner) -> tuple[str, int, str]:

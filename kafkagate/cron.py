@@ -13,6 +13,7 @@ from jqcore.cron import CronSchedule, check_name, parse_schedule
 from jqcore.cronstore import CronStore, fire_now, overview
 from jqcore.errors import CronInvalid, CronNotFound, FieldError
 from jqcore.http import HttpError, json_response
+from kafkagate.auth import require_kind, require_queue, visible
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call
 from kafkagate.state import GATE
@@ -44,12 +45,15 @@ async def _existing(request: web.Request) -> CronSchedule:
     schedule = await _store(request).get(name)
     if schedule is None:
         raise CronNotFound(f"no cron schedule named {name!r}")
+    require_queue(request, schedule.queue)
     return schedule
 
 
 @routes.get("/v1/cron")
 async def list_schedules(request: web.Request) -> web.Response:
-    return json_response({"schedules": await overview(_store(request), now_ms())})
+    rows = await overview(_store(request), now_ms())
+    shown = set(visible(request, {r["queue"] for r in rows}))
+    return json_response({"schedules": [r for r in rows if r["queue"] in shown]})
 
 
 @routes.get("/v1/cron/{name}")
@@ -75,13 +79,19 @@ async def put_schedule(request: web.Request) -> web.Response:
         raise CronInvalid(FieldError("created_ms", "is set by the server"))
     if body.setdefault("name", name) != name:
         raise CronInvalid(FieldError("name", f"differs from the path's {name!r}"))
-    stored = await _store(request).put(parse_schedule(body), now_ms())
+    schedule = parse_schedule(body)
+    require_queue(request, schedule.queue)
+    require_kind(request, schedule.kind)
+    current = await _store(request).get(name)
+    if current is not None:  # replacing one of another queue is no less than changing it
+        require_queue(request, current.queue)
+    stored = await _store(request).put(schedule, now_ms())
     return json_response(stored.model_dump())
 
 
 @routes.delete("/v1/cron/{name}")
 async def delete_schedule(request: web.Request) -> web.Response:
-    name = _name(request)
+    name = (await _existing(request)).name
     if not await _store(request).delete(name):
         raise CronNotFound(f"no cron schedule named {name!r}")
     return json_response({"name": name, "removed": True})
@@ -98,7 +108,7 @@ async def resume_schedule(request: web.Request) -> web.Response:
 
 
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:
-    name = _name(request)
+    name = (await _existing(request)).name
     changed = await _store(request).set_paused(name, paused, now_ms())
     if changed is None:
         raise CronNotFound(f"no cron schedule named {name!r}")

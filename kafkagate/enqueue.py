@@ -76,17 +76,25 @@ class Parsed:
         return name if self.single else f"jobs[{index}].{name}"
 
 
-def _documents(body: bytes, content_type: str) -> list[Any]:
+def _too_many(count: int, max_batch: int) -> HttpError:
+    return HttpError(413, "batch_too_large", f"{count} jobs in one request; the limit is {max_batch}")
+
+
+def _documents(body: bytes, content_type: str, max_batch: int) -> list[Any]:
+    """The request's job documents. NDJSON lines are counted before any is parsed; a JSON batch's
+    array is counted once decoded (a bounded body: ``max_body_bytes``), before any job is built."""
     if not body.strip():
         raise HttpError(400, "body_empty", "the request has no body")
     if content_type == "application/x-ndjson":
+        lines = [(n, line) for n, line in enumerate(body.splitlines()) if line.strip()]
+        if len(lines) > max_batch:
+            raise _too_many(len(lines), max_batch)
         docs = []
-        for n, line in enumerate(body.splitlines()):
-            if line.strip():
-                try:
-                    docs.append(orjson.loads(line))
-                except orjson.JSONDecodeError as exc:
-                    raise HttpError(400, "body_not_json", f"line {n + 1} is not JSON: {exc}") from None
+        for n, line in lines:
+            try:
+                docs.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise HttpError(400, "body_not_json", f"line {n + 1} is not JSON: {exc}") from None
         return docs
     try:
         doc = orjson.loads(body)
@@ -97,6 +105,8 @@ def _documents(body: bytes, content_type: str) -> list[Any]:
             raise HttpError(
                 400, "body_invalid", "jobs must be an array", [FieldError("jobs", "not an array")]
             )
+        if len(doc["jobs"]) > max_batch:
+            raise _too_many(len(doc["jobs"]), max_batch)
         return list(doc["jobs"])
     return [doc]
 
@@ -116,9 +126,7 @@ def parse_jobs(
     ``stamp`` (tracing on: ``jqcore.tracing.EnqueueSpans.stamp``) gives each valid job its enqueue span's
     context as ``trace`` before the envelope is encoded, so the size check counts it; None (tracing off)
     leaves the envelopes exactly as the client's fields make them."""
-    docs = _documents(body, content_type)
-    if len(docs) > max_batch:
-        raise HttpError(413, "batch_too_large", f"{len(docs)} jobs in one request; the limit is {max_batch}")
+    docs = _documents(body, content_type, max_batch)
     if not docs:
         raise HttpError(400, "body_empty", "the batch holds no job")
     single = len(docs) == 1 and content_type != "application/x-ndjson"

@@ -15,6 +15,8 @@ from jqcore.graphs import graph_envelope, node_job_id, parse
 from jqcore.http import HttpError, json_response
 from jqcore.kafka import Record
 from jqcore.routing import QueueUnrouted
+from jqcore.state import GraphInfo
+from kafkagate.auth import require_kind, require_queue
 from kafkagate.body import read_body
 from kafkagate.enqueue import Parsed
 from kafkagate.jobs import engine_call, produce
@@ -47,6 +49,10 @@ async def submit(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     now = now_ms()
     spec = parse(await _json(request), now=now)
+    require_queue(request, spec.queue)
+    for node in spec.all_nodes():  # every node's queue and kind, the on_failure node's too
+        require_queue(request, node.queue)
+        require_kind(request, node.kind, f"nodes.{node.name}")
     env = graph_envelope(spec, at_ms=now)
     try:
         topic, acks = gate.routing.route(spec.queue)
@@ -70,13 +76,22 @@ async def submit(request: web.Request) -> web.Response:
 
 @routes.get("/v1/graphs/{graph}")
 async def show(request: web.Request) -> web.Response:
-    info = await engine_call(request.app[GATE].engine.graphs.get(_graph_id(request)))
+    info = await _readable(request, _graph_id(request))
     return json_response(info.as_dict())
+
+
+async def _readable(request: web.Request, graph_id: str) -> GraphInfo:
+    """The graph, once the token may use its home queue and every node's queue."""
+    info: GraphInfo = await engine_call(request.app[GATE].engine.graphs.get(graph_id))
+    for queue in {info.queue, *(n.queue for n in info.nodes)}:
+        require_queue(request, queue)
+    return info
 
 
 @routes.post("/v1/graphs/{graph}/cancel")
 async def cancel(request: web.Request) -> web.Response:
     graph_id = _graph_id(request)
+    await _readable(request, graph_id)
     body = await _json(request)
     reason = body.get("reason", "canceled") if isinstance(body, dict) else "canceled"
     graphs = request.app[GATE].engine.graphs
@@ -90,6 +105,7 @@ async def retry(request: web.Request) -> web.Response:
     """Run a failed or canceled graph again from what did not complete (409 while running or after it
     completed)."""
     graph_id = _graph_id(request)
+    await _readable(request, graph_id)
     body = await _json(request)
     deadline = body.get("deadline_ms") if isinstance(body, dict) else None
     if deadline is not None and (

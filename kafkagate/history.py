@@ -16,6 +16,7 @@ from aiohttp import web
 from jqcore.events import TERMINAL
 from jqcore.history import HistoryStore, JobSnapshot
 from jqcore.http import HttpError, json_response
+from kafkagate.auth import require_queue, token_of
 from kafkagate.state import GATE
 
 __all__ = ["archived", "routes"]
@@ -82,6 +83,16 @@ async def search_jobs(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_LIMIT:
         raise HttpError(400, "query_invalid", f"limit must be 1..{MAX_LIMIT}, not {limit}")
     q = request.query
+    if q.get("queue"):
+        require_queue(request, q["queue"])
+    elif not token_of(request).every_queue:
+        token = token_of(request)
+        raise HttpError(
+            403,
+            "queue_forbidden",
+            f"token {token.name!r} may search only queues {', '.join(token.queues)}: name one (?queue=)",
+            details={"token": token.name, "queue": "*"},
+        )
     since, until = _int(request, "since"), _int(request, "until")
     page = await asyncio.to_thread(  # a bad cursor: QueryInvalid, a 400 like every JobqError with a status
         lambda: store.search(

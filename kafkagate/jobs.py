@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import metrics, tracing
@@ -18,6 +19,7 @@ from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
 from jqrecover.replay import REPLAYABLE, ReplayError, replayed
+from kafkagate.auth import require_kind, token_of
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
     Parsed,
@@ -31,6 +33,7 @@ from kafkagate.enqueue import (
     too_large,
 )
 from kafkagate.history import archived
+from kafkagate.limits import busy
 from kafkagate.state import GATE, Gate
 
 __all__ = ["routes"]
@@ -39,6 +42,8 @@ log = get_logger("kafkagate.jobs")
 routes = web.RouteTableDef()
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+CANCEL_REASON_MAX = 1000
+"""Longest cancel reason (kept in the job's record, or in its tombstone until the relay brings it)."""
 
 
 def queue_of(request: web.Request) -> str:
@@ -113,6 +118,9 @@ async def enqueue(request: web.Request) -> web.Response:
             now=now_ms(),
             stamp=spans.stamp,
         )
+        if not token_of(request).every_kind:
+            for i, env in enumerate(parsed.envelopes):
+                require_kind(request, env.kind, parsed.where(i))
         records, acks = build_records(parsed, gate.routing, queue)
         wanted = [p for p in parsed.partitions if p is not None]
         check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists
@@ -154,7 +162,14 @@ async def cancel_job(request: web.Request) -> web.Response:
     then canceled in Redis (its index entry gone, a canceled record left: a move racing this is refused)."""
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
+    try:  # a job not yet relayed leaves a tombstone: only ids an enqueue could have given
+        validate_name("id", job_id)
+    except EnvelopeError as exc:
+        raise HttpError(400, "id_invalid", exc.message, exc.fields) from None
     reason = request.query.get("reason", "canceled over HTTP")
+    if len(reason) > CANCEL_REASON_MAX:
+        message = f"reason is {len(reason)} characters; at most {CANCEL_REASON_MAX}"
+        raise HttpError(400, "reason_too_long", message, [FieldError("reason", message)])
     if await engine_call(gate.engine.far_run_at(queue, job_id)) is not None:
         await gate.unschedule_far(queue, job_id)
     result = await engine_call(gate.engine.cancel(queue, job_id, reason))
@@ -199,8 +214,11 @@ async def replay_job(request: web.Request) -> web.Response:
 
 
 async def engine_call(awaitable: Any) -> Any:
-    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500."""
+    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500; this process's own
+    Redis pool exhausted is a 429 ``gateway_busy`` (Redis is not down)."""
     try:
         return await awaitable
+    except MaxConnectionsError:  # this process's own pool is exhausted: busy here, Redis is fine
+        raise busy("its Redis connections (JOBQ_GATE_REDIS_CONNECTIONS)") from None
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise BackendUnavailable(f"Redis unreachable: {exc}") from exc

@@ -15,6 +15,9 @@ connections over them), has its own Kafka producer and Redis client, and tags it
 * **Stop**: SIGTERM/SIGINT to the supervisor is forwarded as SIGTERM to every child; each stops accepting
   and lets its running requests finish (``GateService.stop``); the supervisor exits 0 once all exited
   cleanly, kills what is left after :data:`STOP_GRACE_S` and then exits 1. A second signal kills at once.
+* **Tokens**: SIGHUP reloads the tokens (``JOBQ_TOKENS_FILE`` and ``JOBQ_GATE_TOKENS``,
+  :meth:`GateService.reload_tokens`) without dropping a request; a bad file keeps the tokens in force and
+  logs one error line. The supervisor forwards SIGHUP to every process.
 * **Metrics**: prometheus-client's multiprocess mode. The supervisor gives the children one
   ``PROMETHEUS_MULTIPROC_DIR`` (the operator's, wiped at start, or a temporary one removed at exit), so
   ``/metrics`` — whichever process answers the scrape — is the whole gateway's: counters and histograms
@@ -58,9 +61,12 @@ from jqcore.settings import (
     load,
 )
 from jqcore.state import Engine
+from jqcore.tokens import TokenSettings, TokenSource, load_tokens
 from jqcore.topics import audit_topic, job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
+from kafkagate.auth import TOKENS
+from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
 from kafkagate.state import Gate
 
@@ -86,6 +92,8 @@ STOP_GRACE_S = 30.0
 """How long the children get to drain after SIGTERM (their HTTP drain is 5 s,
 ``jqcore.http.SHUTDOWN_TIMEOUT_S``, then producers flush)."""
 PARENT_CHECK_S = 1.0
+REDIS_WAIT_S = 2.0
+"""How long a request waits for a free connection of the process's Redis pool (then 429 gateway_busy)."""
 
 
 class GateService(Service):
@@ -116,9 +124,11 @@ class GateService(Service):
         self.settings, self.routing, self.kafka, self.redis = settings, routing, kafka, redis
         self.consul, self.cron, self.far, self.history, self.trace = consul, cron, far, history, trace
         self._redis_client: RedisClient | None = None
+        self._waits_client: RedisClient | None = None
         self._gate: Gate | None = None
         self._runner: web.AppRunner | None = None
         self._presence: Presence | None = None
+        self._tokens: TokenSource | None = None
         self.port = settings.port
         self.mounts = dict(mounts or {})
         self.slot = slot
@@ -132,8 +142,10 @@ class GateService(Service):
 
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-        self._redis_client = client = connect(self.redis)
+        connections = self.settings.redis_connections
+        self._redis_client = client = connect(self.redis, max_connections=connections, wait_s=REDIS_WAIT_S)
         await self._preflight(client)
+        self._waits_client = connect(self.redis)  # long-polls wait here, never on the requests' pool
         self._gate = gate = Gate(
             self.settings,
             self.routing,
@@ -143,9 +155,13 @@ class GateService(Service):
             self.cron,
             self.far,
             self.history,
+            LongPolls(Engine(self._waits_client), self.settings.long_polls_max),
         )
         self._audit = AuditTrail(client, self.kafka, self.audit)
-        app = make_app(gate, self.mounts, self._audit)
+        app = make_app(gate, self.mounts, audit=self._audit)
+        self._tokens = app[TOKENS]
+        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals here
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload_tokens)
         if self.slot is not None:
             app.on_response_prepare.append(_process_header(str(self.slot)))
         self._runner, self.port = await serve_http(
@@ -169,7 +185,14 @@ class GateService(Service):
     def url(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
 
+    def reload_tokens(self) -> bool:
+        """Read the tokens again (the SIGHUP handler): the new set serves the next request; a bad file
+        keeps the old set (one error line). False when not reloaded."""
+        return self._tokens is not None and self._tokens.reload()
+
     async def _stop(self) -> None:
+        with contextlib.suppress(RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         if self._presence is not None:
             await self._presence.stop()
         if self._runner is not None:
@@ -181,9 +204,10 @@ class GateService(Service):
         if self._audit is not None:  # the admin calls' records still on their way to Kafka
             await self._audit.close(5.0)
             self._audit = None
-        if self._redis_client is not None:
-            await self._redis_client.aclose()
-            self._redis_client = None
+        for client in (self._redis_client, self._waits_client):
+            if client is not None:
+                await client.aclose()
+        self._redis_client = self._waits_client = None
 
 
 def _process_header(slot: str) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
@@ -204,6 +228,7 @@ def run(settings: GateSettings | None = None, mounts: Mapping[str, web.Applicati
     slot = os.environ.get(SLOT_ENV)
     parts = (load(RoutingSettings), load(KafkaSettings), load(RedisSettings), load(ConsulSettings))
     more = (load(CronSettings), load(FarSettings), load(HistorySettings), load(TraceSettings))
+    load_tokens(load(TokenSettings), gate=settings.tokens, host=settings.host)
     # (loaded by the supervisor too: a bad setting stops the gateway here, not in N children dying in turn)
     if slot is None and settings.process_count() > 1:
         code = asyncio.run(Supervisor(settings).run())
@@ -256,6 +281,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
+        loop.add_signal_handler(signal.SIGHUP, self._forward_hup)
         own_dir = not os.environ.get(MULTIPROC_ENV)
         self._metrics_dir = (
             tempfile.mkdtemp(prefix="jobq-gate-metrics-") if own_dir else _wiped(os.environ[MULTIPROC_ENV])
@@ -272,7 +298,7 @@ class Supervisor:
             await self._stop.wait()
             codes = await self._stop_children(keepers)
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(sig)
             for task in keepers:
@@ -293,6 +319,12 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
         self._stop.set()
+
+    def _forward_hup(self) -> None:
+        """SIGHUP: every gateway process reloads its tokens."""
+        for proc in self._procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGHUP)
 
     async def _spawn(self, slot: int) -> asyncio.subprocess.Process:
         env = {

@@ -55,11 +55,18 @@ _JOB_IN = {
 }
 
 
+AUTH_ERRORS = {
+    "401": "missing or invalid bearer token",
+    "403": "scope_missing, queue_forbidden or kind_forbidden: the token (named) may not do this",
+    "429": "rate_limited: the token is over its rate (Retry-After says when to try again)",
+}
+
+
 def _op(
     summary: str, ok: str = "200", body: dict[str, Any] | None = None, errors: dict[str, str] | None = None
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {ok: {"description": "success"}}
-    for status, why in {"401": "missing or invalid bearer token", **(errors or {})}.items():
+    for status, why in {**AUTH_ERRORS, **(errors or {})}.items():
         responses[status] = {
             "description": why,
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
@@ -125,6 +132,7 @@ def document() -> dict[str, Any]:
     from kafkagate.claims import ClaimBody, CompleteBody, ExtendBody, FailBody
     from kafkagate.cron import schedule_body_schema
     from kafkagate.queues import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
+    from kafkagate.switches import SwitchBody
 
     q = "/v1/queues/{queue}"
     job = f"{q}/jobs/{{id}}"
@@ -184,6 +192,7 @@ def document() -> dict[str, Any]:
                     "404": "queue routed nowhere",
                     "409": "Idempotency-Key reused with another body",
                     "413": "too large",
+                    "429": "gateway_busy: the process's in-flight body budget is full (Retry-After)",
                     "503": "Kafka did not confirm (Retry-After)",
                 },
             )
@@ -220,9 +229,13 @@ def document() -> dict[str, Any]:
         },
         f"{q}/claims": {
             "post": _op(
-                "claim jobs (batch, lease, filter, long-poll)",
+                "claim jobs (batch, lease, filter, long-poll); an answer holds at most"
+                " JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay claimable)",
                 body=_model(ClaimBody),
-                errors={"400": "filter on a key the queue does not index"},
+                errors={
+                    "400": "filter on a key the queue does not index",
+                    "429": "gateway_busy: the process's long-polls are all parked (Retry-After)",
+                },
             )
         },
         f"{q}/dead": {
@@ -269,6 +282,19 @@ def document() -> dict[str, Any]:
         "/v1/cron/{name}/resume": {"post": _op("fire from the next slot on", errors=no_schedule)},
         "/v1/cron/{name}/trigger": {
             "post": _op("enqueue one job of the schedule now", "202", errors=no_schedule)
+        },
+        "/v1/switches": {"get": _op("every kill switch in force")},
+        "/v1/switches/{name}": {
+            "put": _op(
+                "put a kill switch in force (queue glob, kind, meta pairs; park or dead): matching jobs are"
+                " not started from the answer on; a switch of the same name is replaced",
+                body=_model(SwitchBody),
+                errors={"400": "invalid switch (fields named)", "403": "needs the admin scope"},
+            ),
+            "delete": _op(
+                "lift a kill switch: the jobs it parked are pending again",
+                errors={"404": "no such switch in force", "403": "needs the admin scope"},
+            ),
         },
     }
     for path, ops in paths.items():

@@ -13,6 +13,7 @@ from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.http import HttpError, json_response
 from jqcore.state import QueueConfig
+from kafkagate.auth import require_every_queue, require_kind, require_queue, visible
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.state import GATE
@@ -98,7 +99,7 @@ def _filter(request: web.Request) -> dict[str, str]:
 @routes.get("/v1/queues")
 async def list_queues(request: web.Request) -> web.Response:
     gate = request.app[GATE]
-    return json_response({"queues": await engine_call(gate.engine.queues())})
+    return json_response({"queues": visible(request, await engine_call(gate.engine.queues()))})
 
 
 @routes.get("/v1/queues/{queue}")
@@ -209,6 +210,11 @@ async def put_kind(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     kind = kind_of(request)
     body = parse_model(KindBody, await read_body(request))
+    require_kind(request, kind)
+    if body.queues is None:
+        require_every_queue(request, "a job type without queues is configured for every queue")
+    for queue in body.queues or ():
+        require_queue(request, queue)
     await engine_call(
         gate.engine.configure_kind(
             kind,
@@ -223,7 +229,7 @@ async def put_kind(request: web.Request) -> web.Response:
 
 async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     gate = request.app[GATE]
-    queues = await engine_call(gate.engine.queues())
+    queues = visible(request, await engine_call(gate.engine.queues()))
     found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
     return found
 

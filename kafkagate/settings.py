@@ -36,7 +36,8 @@ class GateSettings(BaseSettings):
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
     tokens: CommaSecrets = Field(default_factory=list)
     """Accepted bearer tokens, comma-separated; ``secret:enqueue+read`` limits one to scopes (enqueue, read,
-    worker, admin; none given: all). Empty refuses every request except
+    work (``worker``: its older name), admin; none given: all), on every queue. Named tokens held to queues,
+    kinds and a rate come from ``JOBQ_TOKENS_FILE``. With neither, every request is refused except
     the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one
@@ -46,10 +47,27 @@ class GateSettings(BaseSettings):
     """Most jobs in one request (413 ``batch_too_large`` beyond)."""
     produce_timeout_ms: int = Field(10_000, ge=1000)
     """How long Kafka may take to confirm a write before the request gets a 503."""
-    idempotency_ttl_s: int = Field(86_400, gt=0)
-    """How long an ``Idempotency-Key`` is remembered."""
+    idempotency_ttl_s: int = Field(86_400, gt=0, le=7 * 86_400)
+    """How long an ``Idempotency-Key`` is remembered (at most a week: each key is one small Redis string
+    living this long, so their number is bounded by the enqueue rate times this)."""
     claim_wait_max_ms: int = Field(30_000, ge=0)
     """Cap on a long-poll claim's ``wait_ms``."""
+    redis_connections: int = Field(100, gt=0)
+    """Redis connections one gateway process's requests share (per node on a Cluster). A request waits
+    up to 2 s for a free one, then gets a 429 ``gateway_busy`` with ``Retry-After`` (this process is
+    saturated; Redis is not down). Parked long-polls use none of them."""
+    long_polls_max: int = Field(1000, gt=0)
+    """Most long-poll claims parked at once in one gateway process; one more is a 429 ``gateway_busy``
+    with ``Retry-After``. Parked polls hold no Redis connection: one wait per process wakes them
+    (``kafkagate.longpoll``)."""
+    inflight_body_bytes: int = Field(64 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
+    """Request body bytes one gateway process reads and handles at once (each body counts its declared or
+    received size, and again its decompressed size, until its answer); a body that would pass the
+    budget is a 429 ``gateway_busy`` with ``Retry-After``. A body larger than the budget itself can never
+    fit: 413 ``body_too_large``."""
+    claim_reply_max_bytes: int = Field(16 * 1024 * 1024, ge=4 * MAX_ENVELOPE_BYTES)
+    """Largest claim answer in bytes: a claim returns the jobs that fit (always at least one) and gives
+    the rest back to the queue at once, unstarted, their attempt refunded."""
     queue_config_ttl_s: float = Field(5.0, ge=0)
     """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
     without an exclusivity value); 0 reads it on every enqueue."""

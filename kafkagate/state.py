@@ -19,6 +19,7 @@ from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings
 from jqcore.state import Engine, QueueConfig
+from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
 
 __all__ = ["GATE", "PRODUCED_FLUSH_S", "Gate"]
@@ -47,6 +48,7 @@ class Gate:
     cron_settings: CronSettings
     far: FarSettings
     history_settings: HistorySettings
+    long_polls: LongPolls
     _cron: CronStore | None = None
     _history: HistoryStore | None = None
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
@@ -151,6 +153,7 @@ class Gate:
         return self._cron
 
     async def close(self) -> None:
+        await self.long_polls.close()
         if self._cron is not None:
             await close_consul(self._cron.client)
             self._cron = None

@@ -371,16 +371,18 @@ def make_relay(
         holder: str = "relay-a",
         far: FarSettings | None = None,
         redis_url: str | None = None,
+        routing: RoutingSettings | None = None,
         **kw: Any,
     ) -> RelayService:
         """``far``: the far-future tier's settings (default: off, every job goes to Redis);
-        ``redis_url``: another Redis (database) than the session's."""
+        ``redis_url``: another Redis (database) than the session's; ``routing``: routes naming
+        ``topic`` (default: none, so the topic's queues are not checked)."""
         service = RelayService(
             relay_settings(topic, holder, **kw),
             KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
             RedisSettings(url=redis_url or endpoints.redis_url or ""),
             ConsulSettings(addr=endpoints.consul_addr),
-            RoutingSettings(),
+            routing or RoutingSettings(),
             far or FarSettings.model_validate({"horizon_s": 0}),
             TraceSettings(),
         )

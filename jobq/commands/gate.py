@@ -37,7 +37,8 @@ def gate(
 ) -> None:
     """Run the HTTP gateway: enqueue into Kafka (202 after Kafka's ack) and every job/queue operation.
 
-    Tokens come from JOBQ_GATE_TOKENS (comma-separated); Kafka, Redis and routes from their settings.
+    Tokens come from JOBQ_GATE_TOKENS (comma-separated) and JOBQ_TOKENS_FILE (named, scoped; SIGHUP reloads
+    them); Kafka, Redis and routes from their settings.
     """
     configure()
     overrides = {

@@ -127,6 +127,16 @@ def _schedulers_table(schedulers: dict[str, dict[str, str]]) -> Any:
     return t
 
 
+def _switches_table(switches: list[dict[str, Any]]) -> Table:
+    t = Table(title="[yellow]Kill switches in force[/] (`jobq switch lift NAME`)")
+    for col in ("name", "action", "queue", "kind", "meta", "by"):
+        t.add_column(col)
+    for sw in switches:
+        meta = ", ".join(f"{k}={v}" for k, v in sw["meta"].items())
+        t.add_row(sw["name"], sw["action"], sw["queue"], sw["kind"] or "*", meta, sw.get("by", ""))
+    return t
+
+
 def _redis_tables(redis: Any) -> list[Any]:
     parts: list[Any] = []
     if isinstance(redis, dict) and "queues" in redis:
@@ -176,6 +186,8 @@ def _redis_tables(redis: Any) -> list[Any]:
                 f"[red]{q['events_dropped']}[/]" if q.get("events_dropped") else "0",
             )
         parts.append(t)
+        if redis.get("switches"):
+            parts.append(_switches_table(redis["switches"]))
         parts.append(_schedulers_table(redis.get("schedulers", {})))
         t = Table(title="Canary (last heartbeat per partition)")
         for col in ("partition", "health", "total ms", "gate ms", "relay ms", "worker ms", "age s"):

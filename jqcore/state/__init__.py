@@ -12,6 +12,8 @@ from jqcore.state.codes import (
     QueueConfigInvalid,
     RedisMemoryFull,
     StaleLease,
+    SwitchInvalid,
+    SwitchNotFound,
 )
 from jqcore.state.codes import check as check_code
 from jqcore.state.engine import Engine
@@ -33,9 +35,12 @@ from jqcore.state.models import (
     QueueDepth,
     Released,
 )
+from jqcore.state.switchrules import ACTIONS as SWITCH_ACTIONS
+from jqcore.state.switchrules import Switch
 
 __all__ = [
     "REPAIR_AFTER_MS",
+    "SWITCH_ACTIONS",
     "CancelOutcome",
     "CancelResult",
     "ClaimedJob",
@@ -63,5 +68,8 @@ __all__ = [
     "RedisMemoryFull",
     "Released",
     "StaleLease",
+    "Switch",
+    "SwitchInvalid",
+    "SwitchNotFound",
     "check_code",
 ]

@@ -27,6 +27,8 @@ __all__ = [
     "QueueConfigInvalid",
     "RedisMemoryFull",
     "StaleLease",
+    "SwitchInvalid",
+    "SwitchNotFound",
     "check",
     "redis_errors",
 ]
@@ -93,6 +95,19 @@ class QueueConfigInvalid(JobqError):
 
     code = "queue_config_invalid"
     http_status = 400
+
+
+class SwitchInvalid(QueueConfigInvalid):
+    """A kill switch that cannot be put in force as given (bad name, action, glob, kind or meta)."""
+
+    code = "switch_invalid"
+
+
+class SwitchNotFound(JobqError):
+    """No kill switch of that name is in force."""
+
+    code = "switch_not_found"
+    http_status = 404
 
 
 class FilterInvalid(JobqError):

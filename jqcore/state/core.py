@@ -13,8 +13,9 @@ from jqcore import metrics
 from jqcore.clock import ServerClock
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes
-from jqcore.state.keys import KINDS_KEY, QUEUES_KEY, KeyName, QueueKeys
+from jqcore.state.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY, KeyName, QueueKeys
 from jqcore.state.scripts import SCRIPTS, source
+from jqcore.state.switchrules import queue_list, switch_from_json
 
 __all__ = ["EngineCore", "Triple"]
 
@@ -77,6 +78,7 @@ class EngineCore:
         async with codes.redis_errors("register"):  # Redis away here is an outage, not a refusing queue
             await self._client.sadd(QUEUES_KEY, *new)
             defaults = await self._client.hgetall(KINDS_KEY)
+            switches = [switch_from_json(v) for v in (await self._client.hgetall(SWITCHES_KEY)).values()]
         for queue in new:
             # a kind configured for this queue already (before its first job created the queue's
             # configuration) keeps its own options: the defaults only fill in the kinds it lacks
@@ -84,6 +86,8 @@ class EngineCore:
             for kind, options in _kind_defaults(defaults).items():
                 if kind not in own:
                     await self._configure_kind_in(queue, kind, options)
+            if switches:  # the kill switches in force reach a queue that did not exist when they were set
+                await self._run("switch_lift", queue, [queue_list(queue, switches), "", 0], None)
         self._known_queues.update(new)
 
     async def _configure_kind_in(self, queue: str, kind: str, options: Mapping[str, Any]) -> None:

@@ -13,7 +13,8 @@ The engine's methods live in parts by concern over :class:`~jqcore.state.core.En
 the clock, the script runner): :mod:`~jqcore.state.transitions` (worker pools),
 :mod:`~jqcore.state.admin` (cancels, timers' steps, dead letters, configuration),
 :mod:`~jqcore.state.queries` (reads, waits, event streams), :mod:`~jqcore.state.beside` (the few keys
-services keep beside the queues); this module adds the enqueue and puts them together.
+services keep beside the queues), :mod:`~jqcore.state.switches` (kill switches); this module adds the
+enqueue and puts them together.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from jqcore.state.graphs import Graphs
 from jqcore.state.keys import QueueKeys
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
 from jqcore.state.queries import Queries
+from jqcore.state.switches import SwitchBoard
 from jqcore.state.transitions import WorkerTransitions
 
 __all__ = ["Engine", "Triple"]
 
 
-class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues):
+class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchBoard):
     """Typed access to the Lua transitions of every queue in one Redis (or Redis Cluster)."""
 
     def __init__(self, client: RedisClient) -> None:

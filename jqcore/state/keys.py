@@ -79,6 +79,7 @@ __all__ = [
     "KEY_NAMES",
     "KINDS_KEY",
     "QUEUES_KEY",
+    "SWITCHES_KEY",
     "GraphKeyName",
     "GraphKeys",
     "KeyName",
@@ -137,6 +138,8 @@ GRAPHS_KEY = "jobq:graphs"
 
 QUEUES_KEY = "jobq:queues"
 KINDS_KEY = "jobq:kinds"
+SWITCHES_KEY = "jobq:switches"
+"""HASH of the kill switches in force: name → JSON (:mod:`jqcore.state.switchrules`)."""
 
 
 @dataclass(frozen=True, slots=True)

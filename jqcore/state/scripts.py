@@ -101,6 +101,7 @@ _TRANSITIONS = (
     _declare("forget", "prefix done dead config stats events"),
     _declare("configure_queue", "ready config wake"),
     _declare("configure_kind", "prefix ready config kinds kindrun counts stats wake events"),
+    _declare("switch_lift", "prefix ready config counts stats wake events"),
     _declare_graph("graph_create", "graph nodes kids parents nstate pending times rel gevents"),
     _declare_graph("graph_report", _ALL_GRAPH_KEYS),
     _declare_graph("graph_cancel", _ALL_GRAPH_KEYS),

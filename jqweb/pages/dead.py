@@ -16,7 +16,7 @@ from jqweb.context import WEB
 from jqweb.pages.jobs import BATCH, confirm_count, confirm_page, too_many
 from jqweb.render import act, form, page, query_int
 from jqweb.search import job_row
-from jqweb.security import principal, require_admin
+from jqweb.security import principal, require_admin, visible
 
 __all__ = ["routes"]
 
@@ -35,7 +35,7 @@ async def dead(request: web.Request) -> web.Response:
     queue = request.query.get("queue") or None
     offset = query_int(request, "offset", 0)
     size = w.settings.page_size
-    dead_per_queue = await engine.dead_counts(await engine.queues())
+    dead_per_queue = await engine.dead_counts(visible(request, await engine.queues()))
     counts = [{"queue": q, "dead": n} for q, n in dead_per_queue.items() if n or q == queue]
     if queue is not None and queue not in {c["queue"] for c in counts}:
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")

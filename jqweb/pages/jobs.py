@@ -29,7 +29,7 @@ from jqweb.search import (
     matching,
     parse_filters,
 )
-from jqweb.security import principal, require_admin
+from jqweb.security import principal, require_admin, require_queue
 
 __all__ = ["ACTIONS", "cancel_one", "confirm_page", "routes"]
 
@@ -146,6 +146,7 @@ async def _archive(w: Web, f: Filters, ctx: dict[str, Any]) -> None:
 async def jobs(request: web.Request) -> web.Response:
     w = request.app[WEB]
     f = parse_filters(request.query)
+    _one_queue_unless_all(request, f.queue)
     ctx: dict[str, Any] = {
         "filters": f.raw,
         "describe": f.describe(),
@@ -312,3 +313,18 @@ async def bulk(request: web.Request) -> web.Response:
         back=f"{w.base}/jobs",
         next_url=next_url,
     )
+
+
+def _one_queue_unless_all(request: web.Request, queue: str | None) -> None:
+    """A token held to some queues searches one of them at a time (403 ``queue_forbidden`` otherwise)."""
+    if queue:
+        require_queue(request, queue)
+        return
+    token = principal(request).token
+    if token is not None and not token.every_queue:
+        raise HttpError(
+            403,
+            "queue_forbidden",
+            f"token {token.name!r} may search only queues {', '.join(token.queues)}: choose a queue",
+            details={"token": token.name, "queue": "*"},
+        )

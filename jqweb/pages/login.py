@@ -16,7 +16,7 @@ from jqcore.log import get_logger
 from jqweb.context import WEB
 from jqweb.redirect import safe_next
 from jqweb.render import env, form
-from jqweb.security import COOKIE, SECURE_COOKIE, match_token, parse_tokens, session_id
+from jqweb.security import COOKIE, SECURE_COOKIE, TOKENS, session_id
 
 __all__ = ["cookie_name", "routes"]
 
@@ -83,14 +83,16 @@ async def login(request: web.Request) -> web.Response:
     data = await form(request)
     token = data.get("token", "").strip()
     next_url = safe_next(w.base, data.get("next"), f"{w.base}/")
-    known = parse_tokens(w.settings.read_tokens, w.settings.admin_tokens)
-    found = match_token(known, token) if token else None
-    if found is None:
+    found = request.app[TOKENS].current.match(token) if token else None
+    if found is None or not found.has("read"):
         await throttle.failed(address)
-        outcome = "token_invalid: that token is not accepted" if token else "unauthenticated: no token"
+        if found is not None:
+            outcome = f"scope_missing: token {found.name!r} lacks the 'read' scope the dashboard needs"
+        else:
+            outcome = "token_invalid: that token is not accepted" if token else "unauthenticated: no token"
         await w.audit.record(AuditEntry(now_ms(), ANONYMOUS, "session.login", address, 0, outcome))
         return _login_page(w.base, next_url, "that token is not accepted", 401)
-    who, admin = found
+    who, admin = found.name, found.has("admin")
     sid = await w.sessions().create(who, admin)
     await w.audit.record(AuditEntry(now_ms(), who, "session.login", address, 1, token=who))
     log.info("dashboard sign-in", who=who, admin=admin, address=address)

@@ -15,6 +15,7 @@ from jqweb import series
 from jqweb.context import WEB
 from jqweb.overview import alerts, collect
 from jqweb.render import page, query_int
+from jqweb.security import principal, visible
 
 __all__ = ["routes"]
 
@@ -27,11 +28,11 @@ HOUR_MS = 3600 * 1000
 async def overview(request: web.Request) -> web.Response:
     w = request.app[WEB]
     hours = query_int(request, "hours", 24, 1, 24)
-    queues = await w.engine.queues()
+    queues = visible(request, await w.engine.queues())
     until = now_ms()
     since = until - hours * HOUR_MS
     rates = {**(await series.read(w.client, queues, since)).as_dict(), "since_ms": since, "until_ms": until}
-    snap = await collect(w.sources, w.client, parts=("redis",))
+    snap = _narrowed(request, await collect(w.sources, w.client, parts=("redis",)))
     return page(
         request,
         "overview.html",
@@ -42,7 +43,7 @@ async def overview(request: web.Request) -> web.Response:
 @routes.get("/overview/live")
 async def live(request: web.Request) -> web.Response:
     w = request.app[WEB]
-    snap = await collect(w.sources, w.client, parts=("kafka", "locks", "redis", "cron"))
+    snap = _narrowed(request, await collect(w.sources, w.client, parts=("kafka", "locks", "redis", "cron")))
     redis: Any = snap.get("redis")
     queues = [q["queue"] for q in redis["queues"]] if isinstance(redis, dict) and "queues" in redis else []
     grown = await series.growth(w.client, queues, "errored", now_ms() - HOUR_MS) if queues else {}
@@ -52,3 +53,13 @@ async def live(request: web.Request) -> web.Response:
         "now": time.time(),
     }
     return page(request, "overview_live.html", context, partial="overview_live.html")
+
+
+def _narrowed(request: web.Request, snap: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot with only the queue rows the signed-in token may see."""
+    redis = snap.get("redis")
+    p = principal(request)
+    if p.token is None or p.token.every_queue or not isinstance(redis, dict) or "queues" not in redis:
+        return snap
+    rows = [r for r in redis["queues"] if p.allows_queue(r["queue"])]
+    return {**snap, "redis": {**redis, "queues": rows}}

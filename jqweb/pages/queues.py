@@ -19,7 +19,7 @@ from jqweb.context import WEB, Web
 from jqweb.overview import queue_row, queue_rows
 from jqweb.pages.topics import describe_rate, topic_of
 from jqweb.render import act, form, page
-from jqweb.security import require_admin
+from jqweb.security import require_admin, visible
 
 __all__ = ["SETTINGS", "routes"]
 
@@ -63,7 +63,7 @@ async def _sparks(client: RedisClient, queues: list[str]) -> dict[str, list[int]
 async def queues_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     match = request.query.get("q", "").strip()
-    queues = [q for q in await w.engine.queues() if match in q]
+    queues = [q for q in visible(request, await w.engine.queues()) if match in q]
     rows = await queue_rows(w.engine, queues)
     sparks = await _sparks(w.client, queues)
     for row in rows:

@@ -17,6 +17,7 @@ from jqcore.http import HttpError
 from jqcore.state import Engine
 from jqweb.context import WEB
 from jqweb.render import act, form, page
+from jqweb.security import principal
 
 __all__ = ["routes"]
 
@@ -67,9 +68,10 @@ async def schedules(request: web.Request) -> web.Response:
         cron = await overview(w.cron(), now_ms())
     except JobqError as exc:  # Consul away: the queues' timers still show
         cron_error = f"{exc.code}: {exc.message}"
+    p = principal(request)
     context = {
-        "waiting": await _waiting(w.engine),
-        "cron": cron,
+        "waiting": [r for r in await _waiting(w.engine) if p.allows_queue(r["queue"])],
+        "cron": [r for r in cron if p.allows_queue(r["queue"])],
         "cron_error": cron_error,
         "kv_prefix": w.sources.cron.kv_prefix,
     }

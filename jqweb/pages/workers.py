@@ -16,6 +16,7 @@ from jqcore.presence import count_alive
 from jqcore.state import Engine, JobInfo
 from jqweb.context import WEB
 from jqweb.render import page
+from jqweb.security import visible
 
 __all__ = ["routes"]
 
@@ -84,7 +85,7 @@ async def workers(request: web.Request) -> web.Response:
     w = request.app[WEB]
     engine = w.engine
     processes = {role: sorted(await count_alive(w.client, role)) for role in ROLES}
-    queues = await engine.queues()
+    queues = visible(request, await engine.queues())
     jobs, cut = await _running(engine, queues)
     groups = await membership.groups(w.client)
     context = {

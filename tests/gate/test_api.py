@@ -146,7 +146,7 @@ def test_openapi_documents_every_route() -> None:
     from kafkagate.state import Gate
 
     unused: Any = None  # the routes only: nothing is connected or read
-    app = make_app(Gate(GateSettings(), RoutingSettings(), *[unused] * 6))
+    app = make_app(Gate(GateSettings(), RoutingSettings(), *[unused] * 7))
     doc = document()
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert set(routes_of(app)) <= documented

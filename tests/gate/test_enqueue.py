@@ -219,7 +219,7 @@ def test_unknown_scope_is_a_config_error() -> None:
     from pydantic import SecretStr
 
     from jqcore.errors import ConfigError
-    from kafkagate.auth import parse_tokens
+    from jqcore.tokens import load_tokens
 
     with pytest.raises(ConfigError, match="unknown scope"):
-        parse_tokens([SecretStr("t:enqueue+everything")])
+        load_tokens(gate=[SecretStr("t:enqueue+everything")])

@@ -27,6 +27,7 @@ FAMILIES = {
     "xq": "xq:<excl>",
     "parked": "parked:<kind>",
     "inbox": "inbox:<waiter>",
+    "switched": "switched:<name>",
 }
 LOCALS = {local_name(name): name for name in KEY_NAMES}
 GRAPH_LOCALS = {local_name(name): name for name in GRAPH_KEY_NAMES}
@@ -54,7 +55,7 @@ def _code(text: str) -> str:
 
 def _direct(text: str, graph: bool = False) -> tuple[set[str], set[str]]:
     """(key names, derived families) a piece of code touches itself (helpers not followed)."""
-    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked|inbox):", text)}
+    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked|inbox|switched):", text)}
     if re.search(r"\bjkey\(", text):
         families.add("job")
     table = GRAPH_LOCALS if graph else LOCALS

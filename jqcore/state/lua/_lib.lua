@@ -11,12 +11,13 @@
 -- declare. Graph scripts (graph_*.lua) get this file too (for NOW and the codes), then _glib.lua.
 -- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
 -- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
---   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET, inbox:<waiter> LIST
+--   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET, inbox:<waiter> LIST,
+--   switched:<name> ZSET (jobs a kill switch parked, score = priority)
 -- ARGV[1] = now (ms since epoch, from the caller).
 -- Return codes: the C_* constants below, mirrored by jqcore.state.codes.Code (one meaning per number);
 -- each script's "-- returns:" line names the ones it returns.
--- Job states: delayed, pending, waiting (behind an exclusivity value), parked (kind at its limit),
---   running, completed, canceled, errored, expired.
+-- Job states: delayed, pending, waiting (behind an exclusivity value), parked (kind at its limit, or a
+--   kill switch: the job's 'switch' field names it), running, completed, canceled, errored, expired.
 local NOW = tonumber(ARGV[1])
 
 -- Redis's own clock (ms), read at most once per call. NOW is the caller's reading of it, up to a round
@@ -145,6 +146,37 @@ local function split_lines(s)
     for part in string.gmatch(s, '[^\n]+') do out[#out + 1] = part end
   end
   return out
+end
+
+-- Kill switches (jqcore.state.switches): the queue's config field 'switches' holds a JSON array of
+-- {name, action = 'park' | 'dead', kind = '' (any) | kind, meta = {key = value, ...}}, written by the
+-- switch admin calls. A claim meets each ready job through switched(): the first switch matching the job's
+-- kind and every meta pair wins. Decoded at most once per script call; a job's envelope is decoded only
+-- when a switch names meta pairs.
+local switch_list = nil
+local function switched(key, kind)
+  if switch_list == nil then
+    local raw = cfg('switches', '')
+    switch_list = (raw ~= '') and cjson.decode(raw) or {}
+  end
+  if #switch_list == 0 then return nil end
+  local meta = nil
+  for _, s in ipairs(switch_list) do
+    if s.kind == '' or s.kind == kind then
+      local hit = true
+      if next(s.meta) ~= nil then
+        if meta == nil then
+          local env = cjson.decode(redis.call('HGET', key, 'env'))
+          meta = type(env.meta) == 'table' and env.meta or {}
+        end
+        for mk, mv in pairs(s.meta) do
+          if meta[mk] ~= mv then hit = false break end
+        end
+      end
+      if hit then return s end
+    end
+  end
+  return nil
 end
 
 -- Make a job claimable: the ready set plus its filter indexes.
@@ -308,9 +340,20 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
         from_ready(id, key)
         local kind, expires = f[1], tonumber(f[2])
         local limit = tonumber(redis.call('HGET', KINDS, kind .. '|limit') or '')
+        local sw = switched(key, kind)
         if expires and expires <= NOW then
           finish(id, key, 'expired', 'expires_at passed before it ran')
           freed = freed + release_excl(id, key)
+        elseif sw then
+          if sw.action == 'park' then
+            redis.call('ZADD', k('switched:' .. sw.name), tonumber(f[3]), id)
+            redis.call('HSET', key, 'switch', sw.name)
+            set_state(id, key, 'parked', {message = 'kill switch ' .. sw.name})
+            redis.call('HINCRBY', COUNTS, 'blocked', 1)
+          else
+            finish(id, key, 'errored', 'kill switch ' .. sw.name)
+            freed = freed + release_excl(id, key)
+          end
         elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') >= limit then
           redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
           set_state(id, key, 'parked')

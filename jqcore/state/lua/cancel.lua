@@ -16,7 +16,7 @@
 -- KEYS[11] wake     LIST wake tokens for waiting workers
 -- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- KEYS[13] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, switched:<name>
 -- ARGV: [1] now  [2] id  [3] reason
 -- returns: {C_OK, previous_state} canceled | {C_FLAGGED, 'running'} |
 --          {C_TOMBSTONED, 'missing' | 'scheduled' (a far-future job)} |
@@ -42,7 +42,13 @@ elseif state == 'waiting' then
   redis.call('ZREM', k('xq:' .. f[2]), id)
   redis.call('HINCRBY', COUNTS, 'blocked', -1)
 elseif state == 'parked' then
-  redis.call('ZREM', k('parked:' .. f[3]), id)
+  local switch = redis.call('HGET', key, 'switch')
+  if switch then
+    redis.call('ZREM', k('switched:' .. switch), id)
+    redis.call('HDEL', key, 'switch')
+  else
+    redis.call('ZREM', k('parked:' .. f[3]), id)
+  end
   redis.call('HINCRBY', COUNTS, 'blocked', -1)
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)

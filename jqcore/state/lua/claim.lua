@@ -2,7 +2,7 @@
 -- claim: hand up to N pending jobs to a worker, lowest priority value first, each with a lease and a
 -- fresh token; every claim spends an attempt. O(log n) per job. Works at maxmemory (allow-oom).
 -- Jobs met on the way whose expires_at passed become 'expired'; jobs whose kind is at its concurrency
--- limit are parked until a slot frees up. With a filter, only jobs whose declared meta pairs all match.
+-- limit are parked until a slot frees up; jobs a kill switch matches are parked until it lifts, or dead. With a filter, only jobs whose declared meta pairs all match.
 -- A claim that stops at its scan budget with jobs still ready pushes a wake token: a worker whose claim
 -- came back short may block on the wake list, and must not miss jobs it simply did not reach.
 -- Stats: claimed (jobs), wait_ms (their summed start latency: now - max(enqueued_at, run_at)).
@@ -26,7 +26,7 @@
 -- KEYS[14] sched    LIST wake token for the scheduler
 -- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, switched:<name>
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)  [6] worker identity
 --       [7] wait_ms: register for hand-offs this long when the claim comes back short (0 = do not)

@@ -30,7 +30,7 @@
 -- KEYS[17] sched    LIST wake token for the scheduler
 -- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
 --       13 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
 --       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown),

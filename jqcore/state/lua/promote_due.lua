@@ -20,7 +20,7 @@
 -- KEYS[15] sched    LIST wake token for the scheduler
 -- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- KEYS[17] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>
 -- ARGV: [1] now  [2] limit
 -- returns: {promoted, next_run_at or -1, {now - run_at of each promoted job}}
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))

@@ -1,0 +1,38 @@
+"""``jobq tokens hash``: the ``sha256 = "..."`` line of a tokens file (``JOBQ_TOKENS_FILE``) for a secret."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from jqcore.tokens import hash_line
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help="Named, scoped tokens of the gateway and the dashboard (JOBQ_TOKENS_FILE, docs/security.md).",
+    no_args_is_help=True,
+)
+
+MIN_SECRET = 16
+"""Shortest secret accepted (``openssl rand -hex 24`` gives 48 characters)."""
+
+
+@app.command("hash")
+def hash_secret() -> None:
+    """Print the sha256 line of a [[token]] table for a secret read from stdin (one line) or, on a
+    terminal, from a hidden prompt. The secret itself is never printed; send SIGHUP to the gateway to
+    load the changed file."""
+    if sys.stdin.isatty():
+        secret = typer.prompt("secret", hide_input=True, confirmation_prompt=True, err=True)
+    else:
+        secret = sys.stdin.readline().rstrip("\r\n")
+    if len(secret.strip()) < MIN_SECRET:
+        typer.echo(
+            f"jobq tokens hash: the secret must have at least {MIN_SECRET} characters "
+            "(make one with `openssl rand -hex 24`)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    typer.echo(hash_line(secret.strip()))

@@ -1,0 +1,33 @@
+#!lua flags=allow-oom
+-- switch_lift: a kill switch is lifted in this queue (or changed): the queue's switch list becomes
+-- ARGV[2], and up to ARGV[4] jobs the switch ARGV[3] parked go back to the ready set with their priority
+-- (no attempt was spent on them); the caller calls again while jobs remain. Wakes waiting workers.
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] config   HASH queue configuration
+-- KEYS[4] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[5] stats    HASH lifetime counters
+-- KEYS[6] wake     LIST wake tokens for waiting workers
+-- KEYS[7] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- derived: job:<id>, idx:<key>=<value>, switched:<name>
+-- ARGV: [1] now  [2] the queue's switches (JSON array; '' = none)  [3] switch name ('' = none to lift)
+--       [4] at most this many jobs moved back
+-- returns: {jobs made pending, jobs still parked by that switch}.
+if ARGV[2] == '' then redis.call('HDEL', CONFIG, 'switches') else redis.call('HSET', CONFIG, 'switches', ARGV[2]) end
+local n, left = 0, 0
+if ARGV[3] ~= '' then
+  local parked = k('switched:' .. ARGV[3])
+  local moved = redis.call('ZPOPMIN', parked, tonumber(ARGV[4]))
+  for i = 1, #moved, 2 do
+    local id, key = moved[i], jkey(moved[i])
+    if redis.call('HGET', key, 'switch') == ARGV[3] and redis.call('HGET', key, 'state') == 'parked' then
+      redis.call('HDEL', key, 'switch')
+      redis.call('HINCRBY', COUNTS, 'blocked', -1)
+      to_ready(id, key, tonumber(moved[i + 1]), {message = 'kill switch ' .. ARGV[3] .. ' lifted'})
+      n = n + 1
+    end
+  end
+  left = redis.call('ZCARD', parked)
+end
+wake(n)
+return {n, left}

@@ -1,0 +1,111 @@
+"""Kill switches at claim time: a switch on a kind or meta pairs parks matching jobs (no attempt spent)
+or kills them, claims and hand-offs alike; lifting it gives the parked jobs back in priority order."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from jqcore.envelope import Envelope
+from jqcore.state import Engine, Switch, SwitchNotFound
+from jqcore.state.keys import QueueKeys
+
+Job = Callable[..., Envelope]
+
+
+@pytest.fixture
+async def lift_after(engine: Engine) -> AsyncIterator[list[str]]:
+    """Names of the switches a test set: lifted at its end (the switch hash is shared by the session)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        with contextlib.suppress(SwitchNotFound):
+            await engine.lift_switch(name)
+
+
+async def _set(engine: Engine, names: list[str], switch: Switch) -> list[str]:
+    names.append(switch.name)
+    return await engine.set_switch(switch)
+
+
+async def test_a_parked_kind_waits_without_spending_attempts_and_comes_back_in_order(
+    engine: Engine, q: str, prefix: str, job: Job, t0: int, lift_after: list[str]
+) -> None:
+    jobs = [job(q, "poison", id=f"p{i}", priority=5 - i) for i in range(3)] + [job(q, "ok", id="ok")]
+    await engine.enqueue_batch(jobs, now_ms=t0)
+    name = f"{prefix}-poison"
+    assert await _set(engine, lift_after, Switch(name, queue=q, kind="poison")) == [q]
+
+    claimed = await engine.claim(q, 10, now_ms=t0 + 1)
+    assert [j.id for j in claimed] == ["ok"]
+    parked = await engine.get_job(q, "p0")
+    assert parked is not None
+    assert (parked.state, parked.attempt) == ("parked", 0)
+    assert (await engine.depth(q, now=t0 + 1)).blocked == 3
+    assert [s.name for s in await engine.switches() if s.name == name] == [name]
+
+    assert await engine.lift_switch(name) == 3
+    lift_after.remove(name)
+    again = await engine.claim(q, 10, now_ms=t0 + 2)
+    assert [(j.id, j.attempt) for j in again] == [("p2", 1), ("p1", 1), ("p0", 1)]  # priority kept
+    assert (await engine.depth(q, now=t0 + 2)).blocked == 0
+    with pytest.raises(SwitchNotFound):
+        await engine.lift_switch(name)
+
+
+async def test_a_dead_switch_on_meta_sends_matching_jobs_to_the_dead_letters(
+    engine: Engine, q: str, prefix: str, job: Job, t0: int, lift_after: list[str]
+) -> None:
+    await engine.enqueue_batch(
+        [job(q, id="x", meta={"tenant": "acme"}), job(q, id="y", meta={"tenant": "other"})], now_ms=t0
+    )
+    await _set(engine, lift_after, Switch(f"{prefix}-acme", action="dead", queue=q, meta={"tenant": "acme"}))
+    assert [j.id for j in await engine.claim(q, 10, now_ms=t0 + 1)] == ["y"]
+    dead = await engine.get_job(q, "x")
+    assert dead is not None
+    assert (dead.state, dead.attempt, dead.reason) == ("errored", 0, f"kill switch {prefix}-acme")
+    assert [j.id for j in await engine.dead_list(q)] == ["x"]
+
+
+async def test_a_canceled_parked_job_stays_canceled_when_the_switch_lifts(
+    engine: Engine, q: str, prefix: str, job: Job, t0: int, lift_after: list[str]
+) -> None:
+    await engine.enqueue_batch([job(q, "poison", id="p")], now_ms=t0)
+    name = f"{prefix}-stop"
+    await _set(engine, lift_after, Switch(name, queue=q, kind="poison"))
+    assert await engine.claim(q, 1, now_ms=t0 + 1) == []
+    assert (await engine.cancel(q, "p", now_ms=t0 + 2)).outcome == "canceled"
+    assert await engine.lift_switch(name) == 0
+    lift_after.remove(name)
+    info = await engine.get_job(q, "p")
+    assert info is not None
+    assert info.state == "canceled"
+    assert (await engine.depth(q, now=t0 + 3)).blocked == 0
+
+
+async def test_a_switch_reaches_queues_created_after_it_and_waiting_pools(
+    engine: Engine, prefix: str, job: Job, t0: int, lift_after: list[str]
+) -> None:
+    await _set(engine, lift_after, Switch(f"{prefix}-all", queue=f"{prefix}.*", kind="poison"))
+    q = f"{prefix}.later"
+    await engine.enqueue_batch([job(q, "ok", id="seed")], now_ms=t0)  # the queue is born now
+    [seed] = await engine.claim(q, 1, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0)
+    assert await engine.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
+
+    await engine.enqueue_batch([job(q, "poison", id="p")], now_ms=t0 + 1)  # hand-off meets the switch
+    assert await engine._client.llen(QueueKeys(q).prefix + "inbox:pool") == 0
+    info = await engine.get_job(q, "p")
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
+    assert seed.id == "seed"
+
+
+def test_a_switch_refuses_what_it_cannot_match() -> None:
+    with pytest.raises(Exception, match="name"):
+        Switch("has space")
+    with pytest.raises(Exception, match="action"):
+        Switch("x", action="pause")  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="meta"):
+        Switch("x", meta={"Bad-Key": "v"})

@@ -1,0 +1,269 @@
+"""Named, scoped tokens (``jqcore.tokens``): the file's model and its errors, the environment lists, globs,
+matching, rate buckets and reload."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from jqcore.errors import ConfigError
+from jqcore.tokens import (
+    Bucket,
+    Rate,
+    Token,
+    TokenSettings,
+    TokenSource,
+    digest,
+    hash_line,
+    load_tokens,
+    retry_after,
+)
+
+SECRET = "s3cret-billing-0123456789"
+
+
+def write(tmp_path: Path, text: str) -> TokenSettings:
+    path = tmp_path / "tokens.toml"
+    path.write_text(text)
+    return TokenSettings(file=path)
+
+
+def billing(extra: str = "") -> str:
+    return f"""
+[[token]]
+name = "billing-app"
+sha256 = "{digest(SECRET).hex()}"
+scopes = ["enqueue", "read"]
+queues = ["billing.*"]
+{extra}
+"""
+
+
+def test_the_file_gives_named_scoped_tokens_matched_by_secret(tmp_path: Path) -> None:
+    tokens = load_tokens(write(tmp_path, billing('kinds = ["invoice.*"]\nrate = "200/s"')))
+    token = tokens.match(SECRET)
+    assert token == Token(
+        "billing-app", frozenset({"enqueue", "read"}), ("billing.*",), ("invoice.*",), Rate(200, 1.0)
+    )
+    assert tokens.match(" " + SECRET + "\n") == token, "surrounding blanks of a header are ignored"
+    assert tokens.match("nope") is None
+    assert tokens.match("") is None
+    assert tokens.match(SECRET[:-1]) is None
+    assert tokens.by_name("billing-app") == token
+    assert tokens.by_name("other") is None
+    assert tokens.names() == ["billing-app"]
+    assert token.has("enqueue")
+    assert token.has("read")
+    assert not token.has("admin")
+    assert not token.has("work")
+
+
+def test_globs_for_queues_and_kinds() -> None:
+    t = Token("t", frozenset({"read"}), ("billing.*", "ledger"), ("invoice.*",))
+    assert t.allows_queue("billing.x")
+    assert t.allows_queue("ledger")
+    assert not t.allows_queue("payments")
+    assert not t.allows_queue("ledger.x")
+    assert not t.allows_queue("Billing.x"), "globs are case-sensitive, like queue names"
+    assert t.allows_kind("invoice.send")
+    assert not t.allows_kind("refund")
+    assert not t.every_queue
+    assert Token("u", frozenset()).every_queue
+
+
+def test_worker_is_an_alias_of_work(tmp_path: Path) -> None:
+    text = billing().replace('["enqueue", "read"]', '["worker"]')
+    token = load_tokens(write(tmp_path, text)).match(SECRET)
+    assert token is not None
+    assert token.scopes == {"work"}
+    assert token.has("worker")
+    assert token.has("work")
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        (('sha256 = "', 'sha256 = "zz'), ["token 'billing-app'", "sha256", "64 hex"]),
+        (('scopes = ["enqueue", "read"]', 'scopes = ["enqueue", "root"]'), ["scopes", "root", "known:"]),
+        (('scopes = ["enqueue", "read"]', "scopes = []"), ["scopes"]),
+        (('queues = ["billing.*"]', 'queues = ["billing.*"]\nrate = "fast"'), ["rate", "COUNT/UNIT"]),
+        (('queues = ["billing.*"]', 'queues = ["billing.*"]\ncolour = "red"'), ["colour", "not permitted"]),
+        (('name = "billing-app"', 'name = "billing app!"'), ["token 'billing app!'", "name"]),
+        (('name = "billing-app"\n', ""), ["token #1", "name", "required"]),
+    ],
+)
+def test_a_bad_token_names_the_file_the_token_and_the_field(
+    tmp_path: Path, change: tuple[str, str], names: list[str]
+) -> None:
+    settings = write(tmp_path, billing().replace(*change))
+    with pytest.raises(ConfigError) as err:
+        load_tokens(settings)
+    message = err.value.message
+    assert f"JOBQ_TOKENS_FILE {settings.file}" in message
+    for name in names:
+        assert name in message
+    assert digest(SECRET).hex()[8:] not in message, "not even the hash is repeated"
+
+
+def test_sha256_and_secret_exactly_one(tmp_path: Path) -> None:
+    both = billing(f'secret = "{SECRET}"')
+    with pytest.raises(ConfigError, match="exactly one of sha256") as err:
+        load_tokens(write(tmp_path, both), host="127.0.0.1")
+    assert SECRET not in err.value.message
+    with pytest.raises(ConfigError, match="exactly one of sha256"):
+        load_tokens(write(tmp_path, billing().replace("sha256", "# sha256")))
+
+
+def test_plaintext_secrets_only_on_loopback_or_when_allowed(tmp_path: Path) -> None:
+    text = billing().replace(f'sha256 = "{digest(SECRET).hex()}"', f'secret = "{SECRET}"')
+    settings = write(tmp_path, text)
+    for loopback in ("127.0.0.1", "::1", "localhost"):
+        assert load_tokens(settings, host=loopback).match(SECRET) is not None
+    for host in ("0.0.0.0", "10.0.0.7", None):
+        with pytest.raises(ConfigError, match="development only") as err:
+            load_tokens(settings, host=host)
+        assert SECRET not in err.value.message
+    allowed = TokenSettings(file=settings.file, allow_plaintext=True)
+    assert load_tokens(allowed, host="0.0.0.0").match(SECRET) is not None
+    assert SECRET not in repr(load_tokens(allowed)), "a TokenSet shows names only"
+
+
+def test_file_level_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_tokens(TokenSettings(file=tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError, match="not TOML"):
+        load_tokens(write(tmp_path, "[[token]\nname ="))
+    with pytest.raises(ConfigError, match=r"unknown table\(s\) \['tokens'\]"):
+        load_tokens(write(tmp_path, "[[tokens]]\nname = 'x'"))
+    with pytest.raises(ConfigError, match="two tokens are named 'billing-app'"):
+        load_tokens(write(tmp_path, billing() + billing().replace(digest(SECRET).hex(), digest("b").hex())))
+    with pytest.raises(ConfigError, match="have the same secret"):
+        load_tokens(write(tmp_path, billing() + billing().replace("billing-app", "other")))
+    assert len(load_tokens(write(tmp_path, ""))) == 0, "an empty file: no token"
+
+
+def test_the_environment_lists_map_into_the_same_model() -> None:
+    tokens = load_tokens(
+        gate=[SecretStr("all-of-it"), SecretStr("w0rk:worker+read")],
+        web_read=[SecretStr("viewer:v1ew"), SecretStr("bare-read")],
+        web_admin=[SecretStr("admin:adm1n")],
+    )
+    everything = tokens.match("all-of-it")
+    assert everything is not None
+    assert everything.scopes == {"enqueue", "read", "work", "admin"}
+    assert everything.name.startswith("gate-")
+    assert everything.queues == ("*",)
+    assert everything.rate is None
+    w0rk = tokens.match("w0rk")
+    assert w0rk is not None
+    assert w0rk.scopes == {"work", "read"}
+    assert tokens.match("v1ew") == Token("viewer", frozenset({"read"}))
+    assert tokens.match("adm1n") == Token("admin", frozenset({"read", "admin"}))
+    bare = tokens.match("bare-read")
+    assert bare is not None
+    assert bare.name.startswith("token-")
+    assert "bare" not in bare.name
+    with pytest.raises(ConfigError, match="JOBQ_GATE_TOKENS: unknown scope") as err:
+        load_tokens(gate=[SecretStr("t0p:enqueue+everything")])
+    assert "t0p" not in err.value.message
+
+
+def test_one_secret_in_the_read_and_admin_lists_is_one_admin_token() -> None:
+    tokens = load_tokens(web_read=[SecretStr("alice:same")], web_admin=[SecretStr("alice:same")])
+    assert tokens.match("same") == Token("alice", frozenset({"read", "admin"}))
+    assert len(tokens) == 1
+
+
+def test_rates_parse_and_print() -> None:
+    assert Rate.parse("200/s") == Rate(200, 1.0)
+    assert str(Rate(200, 1.0)) == "200/s"
+    assert Rate.parse("10/min") == Rate(10, 60.0)
+    assert str(Rate.parse("10/min")) == "10/min"
+    assert Rate.parse("1000/hour") == Rate(1000, 3600.0)
+    assert str(Rate.parse("1000/h")) == "1000/h"
+    assert Rate.parse("50/10s") == Rate(50, 10.0)
+    assert str(Rate(50, 10.0)) == "50/10s"
+    for bad in ("0/s", "10", "10/day", "-1/s", "5/0s", "ten/s"):
+        with pytest.raises(ValueError, match="no rate"):
+            Rate.parse(bad)
+
+
+def test_a_bucket_allows_a_burst_then_refills_at_the_rate() -> None:
+    bucket = Bucket(Rate(3, 1.0))
+    assert [bucket.take(100.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take(100.0) == pytest.approx(1 / 3)
+    assert bucket.take(100.2) == pytest.approx((1 - 0.6) / 3), "refilled 0.6 of a request in 0.2 s"
+    assert bucket.take(100.34) == 0.0
+    slow = Bucket(Rate(10, 60.0))
+    for _ in range(10):
+        assert slow.take(0.0) == 0.0
+    assert slow.take(0.0) == pytest.approx(6.0)
+    assert retry_after(6.0) == "6"
+    assert retry_after(0.01) == "1"
+    assert retry_after(5.2) == "6"
+
+
+def test_the_source_throttles_per_token_and_resets_a_bucket_whose_rate_changed(tmp_path: Path) -> None:
+    settings = write(tmp_path, billing('rate = "2/s"'))
+    source = TokenSource(settings)
+    token = source.current.match(SECRET)
+    assert token is not None
+    assert [source.throttle(token, now=5.0) for _ in range(3)][:2] == [0.0, 0.0]
+    assert source.throttle(token, now=5.0) > 0
+    unlimited = Token("free", frozenset({"read"}))
+    assert all(source.throttle(unlimited, now=5.0) == 0.0 for _ in range(100))
+    assert settings.file is not None
+    settings.file.write_text(billing('rate = "5/s"'))
+    assert source.reload()
+    fresh = source.current.match(SECRET)
+    assert fresh is not None
+    assert fresh.rate == Rate(5, 1.0)
+    assert source.throttle(fresh, now=5.0) == 0.0, "a new rate starts a new bucket"
+
+
+def test_reload_swaps_the_whole_set_and_keeps_the_old_one_on_a_bad_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = write(tmp_path, billing())
+    source = TokenSource(settings, gate=[SecretStr("env-token")])
+    before = source.current
+    assert settings.file is not None
+    settings.file.write_text(billing().replace("billing.*", "ledger.*"))
+    assert source.reload()
+    assert source.current is not before
+    token = source.current.match(SECRET)
+    assert token is not None
+    assert token.queues == ("ledger.*",)
+    assert source.current.match("env-token") is not None, "the environment's tokens stay"
+    good = source.current
+    settings.file.write_text(billing().replace("sha256 = ", "sha256 = 'x' #"))
+    with caplog.at_level(logging.ERROR):
+        assert not source.reload()
+    assert source.current is good
+    settings.file.write_text(billing(f'secret = "{SECRET}"'))
+    assert not source.reload()
+    assert source.current is good
+
+
+def test_hash_line_is_what_the_file_takes(tmp_path: Path) -> None:
+    line = hash_line(SECRET)
+    assert line == f'sha256 = "{digest(SECRET).hex()}"'
+    text = billing().replace(f'sha256 = "{digest(SECRET).hex()}"', line)
+    assert load_tokens(write(tmp_path, text)).match(SECRET) is not None
+
+
+def test_jobq_tokens_hash_prints_the_line_never_the_secret() -> None:
+    from typer.testing import CliRunner
+
+    from jobq.cli import app
+
+    result = CliRunner().invoke(app, ["tokens", "hash"], input=SECRET + "\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == hash_line(SECRET)
+    assert SECRET not in result.output
+    short = CliRunner().invoke(app, ["tokens", "hash"], input="abc\n")
+    assert short.exit_code == 2
+    assert "at least 16 characters" in short.output

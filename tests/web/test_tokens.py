@@ -1,0 +1,53 @@
+"""The dashboard on named, scoped tokens (``JOBQ_TOKENS_FILE``): a token held to ``<prefix>.billing.*`` sees
+only those queues in lists and is refused another queue's page (403 ``queue_forbidden``); a token without
+``read`` is refused every page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from jqcore.envelope import new_envelope
+from jqcore.state import Engine
+from jqcore.tokens import hash_line
+from jqweb.main import WebService
+from jqweb.overview import Sources
+from jqweb.settings import WebSettings
+
+VIEWER = "billing-viewer-0123456789"
+PRODUCER = "producer-only-0123456789"
+
+
+async def test_a_queue_scoped_token_sees_only_its_queues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str, engine: Engine, web_sources: Sources
+) -> None:
+    billing, payments = f"{prefix}.billing.x", f"{prefix}.payments"
+    await engine.enqueue_batch([new_envelope(billing, "k"), new_envelope(payments, "k")])
+    path = tmp_path / "tokens.toml"
+    path.write_text(
+        f'[[token]]\nname = "billing-viewer"\n{hash_line(VIEWER)}\nscopes = ["read"]\n'
+        f'queues = ["{prefix}.billing.*"]\n\n'
+        f'[[token]]\nname = "producer"\n{hash_line(PRODUCER)}\nscopes = ["enqueue"]\n'
+    )
+    monkeypatch.setenv("JOBQ_TOKENS_FILE", str(path))
+    async with WebService(WebSettings(port=0), web_sources) as service, aiohttp.ClientSession() as http:
+
+        async def get(secret: str, page: str) -> tuple[int, str]:
+            headers = {"Authorization": f"Bearer {secret}", "Accept": "text/html"}
+            async with http.get(service.url + page, headers=headers) as r:
+                return r.status, await r.text()
+
+        status, html = await get(VIEWER, "/queues")
+        assert status == 200
+        assert billing in html
+        assert payments not in html
+        assert (await get(VIEWER, f"/queues/{billing}"))[0] == 200
+        status, html = await get(VIEWER, f"/queues/{payments}")
+        assert status == 403
+        assert "queue_forbidden" in html
+        assert (await get(VIEWER, f"/jobs?queue={payments}"))[0] == 403
+        status, html = await get(PRODUCER, "/queues")
+        assert status == 403
+        assert "scope_missing" in html
