@@ -205,6 +205,8 @@ async def test_a_dashboard_action_and_a_gateway_admin_call_land_in_redis_and_on_
     assert {(e["action"], e["outcome"]) for e in in_redis} >= {("queue.pause", "ok"), (gate_action, "ok")}
     pause = next(e for e in in_redis if e["action"] == "queue.pause")
     assert (pause["who"], pause["token"]) == ("admin", "admin")
+    patched = next(e for e in in_redis if e["action"] == gate_action)
+    assert patched["who"] == patched["token"] != "anonymous"  # the gateway token's name
     missing = next(e for e in in_redis if e["action"] == "gate.DELETE /v1/queues/{queue}/jobs/{id}")
     assert missing["target"] == f"{queue}/{dash.prefix}-nope"
     assert (missing["outcome"] == "ok") == (failed_status < 400)
