@@ -43,6 +43,7 @@ CLASSES = [
     "jqcore.settings:FarSettings",
     "jqcore.settings:CronSettings",
     "jqcore.settings:EventSettings",
+    "jqcore.settings:AuditSettings",
     "jqcore.settings:HistorySettings",
     "canary.settings:CanarySettings",
     "jqweb.settings:WebSettings",

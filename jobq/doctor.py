@@ -32,7 +32,7 @@ from jqcore.consulconn import consul_sync_client
 from jqcore.preflight import eviction_policies
 from jqcore.presence import count_alive
 from jqcore.redisconn import RedisClient, connect
-from jqcore.settings import ConsulSettings, EventSettings, FarSettings, load
+from jqcore.settings import AuditSettings, ConsulSettings, EventSettings, FarSettings, load
 from jqcore.topics import Inspection, declaration, inspect
 from jqweb.overview import CANARY_LATE_S, Sources, relay_locks
 from jqweb.settings import WebSettings
@@ -269,7 +269,7 @@ async def examine(sources: Sources | None = None, gateways: Sequence[str] = ()) 
     gate, web = load(GateSettings), load(WebSettings)
     facts.tokens = _tokens(gate, web)
     urls = list(gateways) or [f"http://{_reachable(gate.host)}:{gate.port}"]
-    specs = declaration(s.routing.topics(), load(EventSettings), load(FarSettings))
+    specs = declaration(s.routing.topics(), load(EventSettings), load(FarSettings), audit=load(AuditSettings))
     client = connect(s.redis)
     try:
         parts = {

@@ -5,7 +5,8 @@ engine).
 Written with a plain client by their owners: the canary's health hash (:data:`CANARY_HEALTH_KEY`), process
 presence (:func:`presence_key`), the scheduler's membership (:func:`members_key`), stage counters
 (:func:`stages_key`), the queues' rate samples (:func:`series_key`, the dashboard's 24 h charts) and the
-dashboard's audit log (:data:`AUDIT_KEY`).
+audit trail (:data:`AUDIT_KEY`, ``jqcore.audit``) and the dashboard's sessions and sign-in throttle
+(:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`, :func:`login_failures_key`; ``jqweb.sessions``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ __all__ = [
     "AUDIT_KEY",
     "CANARY_HEALTH_KEY",
     "MEMBER_GROUPS_KEY",
+    "WEB_SESSIONS_KEY",
+    "login_failures_key",
     "member_notes_key",
     "members_key",
     "presence_key",
     "series_key",
     "stages_key",
+    "web_session_key",
 ]
 
 CANARY_HEALTH_KEY = "jobq:canary:health"
@@ -59,4 +63,20 @@ def series_key(queue: str) -> str:
 
 
 AUDIT_KEY = "jobq:audit"
-"""STREAM of the dashboard's actions (who, what, how many jobs; ``jqweb.audit``), capped."""
+"""STREAM of the audit trail: dashboard actions and sign-ins, gateway admin calls, CLI repairs (who, token,
+what, how many jobs, outcome; ``jqcore.audit``), capped; each entry is also on the Kafka audit topic."""
+
+WEB_SESSIONS_KEY = "jobq:web:sessions"
+"""ZSET of the dashboard's sessions: member = the session's ref (SHA-256 of its id), score = created (ms);
+entries older than the absolute expiry are dropped when a session is made."""
+
+
+def web_session_key(ref: str) -> str:
+    """HASH of one dashboard session (``who``, ``admin``, ``created_ms``), keyed by the SHA-256 of its id
+    (the cookie's value is not in Redis); its TTL is the idle expiry, renewed by each request."""
+    return f"jobq:web:session:{ref}"
+
+
+def login_failures_key(address: str) -> str:
+    """STRING counting failed dashboard sign-ins from one client address in the current window (TTL)."""
+    return f"jobq:web:login-failures:{address}"

@@ -24,6 +24,7 @@ from prometheus_client import (
 from prometheus_client.multiprocess import MultiProcessCollector
 
 __all__ = [
+    "AUDIT_SHIPPED",
     "CANARY_HEALTHY",
     "CANARY_LATENCY",
     "CANARY_SENT",
@@ -126,6 +127,14 @@ JOB_QUEUE_WAIT = _latency(
     "jobq_job_queue_wait_seconds",
     "From when a job was due (run_at, else enqueued_at) to when a worker started it",
     ["queue"],
+)
+
+# --- audit (jqcore.audit) --------------------------------------------------------------------------------
+AUDIT_SHIPPED = Counter(
+    "jobq_audit_shipped_total",
+    "Audit records sent to the Kafka audit topic by outcome (failed: not confirmed after the producer's "
+    "retries; the record stays in the Redis stream)",
+    ["outcome"],
 )
 
 # --- gateway (HTTP -> Kafka) --------------------------------------------------------------------------

@@ -14,6 +14,9 @@ dead       ``<topic>.dead``                delete after 7 days
 events     ``JOBQ_EVENTS_TOPIC``           delete after 7 days
 schedule   ``JOBQ_FAR_TOPIC``              compact, ``retention.ms=-1``: a far-future job's only
                                            durable copy must never expire by time
+audit      ``JOBQ_AUDIT_TOPIC``            delete after ``JOBQ_AUDIT_RETENTION_DAYS`` (365; 0:
+                                           never), never compacted: every record has its own key,
+                                           and compaction would let a tombstone erase one
 =========  ==============================  ==================================================
 
 :func:`inspect` compares the cluster with a declaration (one metadata request and one describe of the
@@ -42,7 +45,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
 from jqcore.errors import BackendUnavailable, ConfigError
 from jqcore.kafka import CONSUME_WAIT_S
-from jqcore.settings import EventSettings, FarSettings, KafkaSettings
+from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load
 
 __all__ = [
     "JOB_PARTITIONS",
@@ -55,6 +58,7 @@ __all__ = [
     "TopicSpec",
     "TopicsInvalid",
     "apply",
+    "audit_topic",
     "dead_topic",
     "declaration",
     "diff",
@@ -77,7 +81,7 @@ MAX_BROKER_RF = 3
 """The default replication factor is ``min(MAX_BROKER_RF, brokers)``."""
 CREATE = "run `jobq topics create`"
 
-Role = Literal["jobs", "retry", "dead", "events", "schedule"]
+Role = Literal["jobs", "retry", "dead", "events", "schedule", "audit"]
 
 
 class TopicsInvalid(ConfigError):
@@ -157,16 +161,24 @@ def schedule_topic(far: FarSettings) -> TopicSpec:
     return TopicSpec(far.topic, "schedule", far.partitions)
 
 
+def audit_topic(audit: AuditSettings) -> TopicSpec:
+    """The audit trail (:mod:`jqcore.audit`): kept ``retention_days`` (0: forever), by time only."""
+    retention = str(audit.retention_days * 86_400_000) if audit.retention_days else "-1"
+    return TopicSpec(audit.topic, "audit", audit.partitions, {"retention.ms": retention})
+
+
 def declaration(
     job_topic_names: Iterable[str],
     events: EventSettings,
     far: FarSettings,
     *,
     partitions: int = JOB_PARTITIONS,
+    audit: AuditSettings | None = None,
 ) -> list[TopicSpec]:
-    """Every topic of a deployment: the job topics (with their ``.retry``/``.dead``), the events topic
-    and, when the far-future tier is on, the schedule topic."""
+    """Every topic of a deployment: the job topics (with their ``.retry``/``.dead``), the events topic,
+    the audit topic and, when the far-future tier is on, the schedule topic."""
     specs = [*job_topics(job_topic_names, partitions), events_topic(events)]
+    specs.append(audit_topic(audit if audit is not None else load(AuditSettings)))
     if far.enabled:
         specs.append(schedule_topic(far))
     return list({s.name: s for s in specs}.values())
@@ -226,6 +238,12 @@ def diff(spec: TopicSpec, seen: Observed | None, replication: int) -> list[Probl
                 spec, "cleanup_policy", f"has cleanup.policy={policy} ({why})", {"cleanup.policy": "delete"}
             )
         )
+    if spec.role == "audit":  # shortening the audit topic's retention would erase its records
+        want = int(spec.config(replication)["retention.ms"])
+        have = int(seen.config.get("retention.ms", str(RETENTION_MS)))
+        if (want == -1 and have != -1) or -1 < have < want:
+            what = f"has retention.ms={have} (shorter than JOBQ_AUDIT_RETENTION_DAYS)"
+            out.append(_config(spec, "retention", what, {"retention.ms": str(want)}))
     return out
 
 

@@ -30,16 +30,18 @@ from jqcore.membership import Membership, group_sizes, owned_by
 from jqcore.preflight import preflight
 from jqcore.redisconn import RedisClient, connect, memory_info
 from jqcore.settings import (
+    AuditSettings,
     ConsulSettings,
     CronSettings,
     EventSettings,
     FarSettings,
     KafkaSettings,
     RedisSettings,
+    load,
 )
 from jqcore.state import REPAIR_AFTER_MS, Engine, GraphSignals
 from jqcore.testsignal import TestSignal
-from jqcore.topics import events_topic, schedule_topic
+from jqcore.topics import audit_topic, events_topic, schedule_topic
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper, EventSignals
 from jqsched.far import FarMover, FarSignals
@@ -192,10 +194,12 @@ class SchedulerService(Service):
         log.info("scheduler started", name=self.settings.name, group=self.settings.group)
 
     async def _preflight(self) -> None:
-        """Redis must not evict; the scheduler owns the schedule topic (with the far tier) and the events
-        topic (when it ships events): created when missing, if allowed, else held to the declaration."""
+        """Redis must not evict; the scheduler owns the schedule topic (with the far tier), the events
+        topic and the audit topic (when it ships events: it has Kafka): created when missing, if allowed,
+        else held to the declaration."""
         owns = [schedule_topic(self.far_settings)] if self.mover is not None else []
-        owns += [events_topic(self.events_settings)] if self.shipper is not None else []
+        if self.shipper is not None:
+            owns += [events_topic(self.events_settings), audit_topic(load(AuditSettings))]
         consul = self.consul_settings if self.consul is not None else None  # the cron schedules
         await preflight(redis=(self.client, self.redis), kafka=self.kafka, consul=consul, owns=owns)
 

@@ -44,21 +44,35 @@ def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
         tokens = TokenSource(
             load(TokenSettings), web_read=s.read_tokens, web_admin=s.admin_tokens, host=s.host
         )
+
+    async def session_token(request: web.Request, session_id: str) -> tuple[str, str] | None:
+        """``(token name, ref)`` of the live session; a session whose token is no longer configured is
+        ended."""
+        store = request.app[WEB].sessions()
+        found = await store.use(session_id)
+        if found is None:
+            return None
+        if request.app[TOKENS].current.by_name(found.who) is None:
+            await store.end([found.ref])
+            return None
+        return found.who, found.ref
+
     app = web.Application(
         middlewares=[
             headers_middleware,
             error_middleware("the dashboard", render_error),
-            auth_middleware(tokens, w.base),
+            auth_middleware(tokens, w.base, session_token),
             csrf_middleware,
         ],
         client_max_size=1024 * 1024,
     )
     app[WEB] = w
     app[TOKENS] = tokens
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_route)
-    app.router.add_static("/static/", STATIC, follow_symlinks=False, append_version=False)
+    # the open routes by name (jqweb.security.OPEN_ROUTES): no principal needed
+    app.router.add_get("/healthz", healthz, name="healthz")
+    app.router.add_get("/readyz", readyz, name="readyz")
+    app.router.add_get("/metrics", metrics_route, name="metrics")
+    app.router.add_static("/static/", STATIC, follow_symlinks=False, append_version=False, name="static")
     for module in PAGES:
         app.router.add_routes(module.routes)
 

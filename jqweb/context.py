@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import consul.aio
 from aiohttp import web
 
+from jqcore.audit import AuditTrail
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.history import HistoryStore
@@ -15,6 +16,7 @@ from jqcore.kafka import AsyncProducer
 from jqcore.redisconn import RedisClient, connect
 from jqcore.state import Engine
 from jqweb.overview import Sources
+from jqweb.sessions import SessionStore, Throttle
 from jqweb.settings import WebSettings
 
 __all__ = ["WEB", "Web"]
@@ -31,6 +33,7 @@ class Web:
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _producer: AsyncProducer | None = None
+    _audit: AuditTrail | None = None
 
     @property
     def client(self) -> RedisClient:
@@ -57,6 +60,19 @@ class Web:
             self._producer = AsyncProducer(self.sources.kafka, acks="all")
         return self._producer
 
+    @property
+    def audit(self) -> AuditTrail:
+        """The audit trail (Redis, then the Kafka audit topic in the background)."""
+        if self._audit is None:
+            self._audit = AuditTrail(self.client, self.sources.kafka, self.sources.audit)
+        return self._audit
+
+    def sessions(self) -> SessionStore:
+        return SessionStore(self.client, self.settings.session_idle_s, self.settings.session_max_s)
+
+    def throttle(self) -> Throttle:
+        return Throttle(self.client, self.settings.login_failures, self.settings.login_window_s)
+
     def cron(self) -> CronStore:
         return CronStore(self.consul, self.sources.cron.kv_prefix)
 
@@ -70,6 +86,9 @@ class Web:
         return self._history
 
     async def close(self) -> None:
+        if self._audit is not None:
+            await self._audit.close(5.0)
+            self._audit = None
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close, 5.0)
             self._producer = None

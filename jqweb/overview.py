@@ -29,6 +29,7 @@ from jqcore.presence import count_alive
 from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
+    AuditSettings,
     ConsulSettings,
     CronSettings,
     HistorySettings,
@@ -76,6 +77,7 @@ class Sources:
     redis: RedisSettings = field(default_factory=lambda: load(RedisSettings))
     cron: CronSettings = field(default_factory=lambda: load(CronSettings))
     history: HistorySettings = field(default_factory=lambda: load(HistorySettings))
+    audit: AuditSettings = field(default_factory=lambda: load(AuditSettings))
 
     def topics(self) -> list[str]:
         return list(self.relay.topics) or self.routing.topics()

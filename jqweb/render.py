@@ -20,12 +20,13 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from jqcore.audit import AuditEntry
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
 from jqcore.http import ErrorAnswer, HttpError
 from jqcore.log import get_logger
-from jqweb import audit
 from jqweb.context import WEB
+from jqweb.redirect import safe_next
 from jqweb.security import principal, require_admin
 
 __all__ = [
@@ -180,13 +181,6 @@ def query_int(request: web.Request, name: str, default: int, low: int = 0, high:
     return value
 
 
-def _safe_next(base: str, value: str | None, default: str) -> str:
-    """A redirect target that stays on the dashboard (a path under ``base``; never ``//host``)."""
-    if value and value.startswith(f"{base}/") and not value.startswith("//") and "\\" not in value:
-        return value
-    return default
-
-
 async def act(
     request: web.Request,
     action: str,
@@ -208,15 +202,17 @@ async def act(
     except JobqError as exc:
         outcome = f"{exc.code}: {exc.message}"
         raise
+    except Exception as exc:  # recorded as failed too (the error middleware answers it)
+        outcome = f"error: {type(exc).__name__}: {exc}"
+        raise
     finally:
-        entry = audit.AuditEntry(now_ms(), who.who, action, target, count, outcome)
-        await audit.record(w.client, entry)
+        await w.audit.record(AuditEntry(now_ms(), who.who, action, target, count, outcome, token=who.who))
         log.info("dashboard action", who=who.who, action=action, target=target, count=count, outcome=outcome)
     message = done(count)
     if wants_json(request):
         body = {"ok": True, "action": action, "target": target, "count": count, "message": message}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
-    response = web.HTTPSeeOther(_safe_next(w.base, next_url, back))
+    response = web.HTTPSeeOther(safe_next(w.base, next_url, back))
     response.set_cookie(FLASH, quote(message), path=w.base or "/", httponly=True, samesite="Strict")
     raise response
 

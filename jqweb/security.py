@@ -3,9 +3,13 @@
 * **Tokens** (``jqcore.tokens``: ``JOBQ_TOKENS_FILE`` and ``JOBQ_WEB_*_TOKENS``): a token with ``read``
   sees pages, one with ``admin`` may also act; a token held to some queues sees only those (a page or
   action on another queue is a 403 ``queue_forbidden``, lists leave the others out). A browser signs in
-  once on ``/login`` (the token is kept in an ``HttpOnly``, ``SameSite=Strict`` cookie); scripts send
-  ``Authorization: Bearer <token>``. Tokens are matched by their SHA-256 in constant time against every
-  configured one.
+  once on ``/login`` and gets a server-side session (``jqweb.sessions``): the ``HttpOnly``,
+  ``SameSite=Strict`` cookie holds only the session's random id, never the token, and a session whose
+  token is no longer configured is refused; scripts send ``Authorization: Bearer <token>``. Tokens are
+  matched by their SHA-256 in constant time against every configured one.
+* **Open routes** are exempted by the route's *name* (:data:`OPEN_ROUTES`), never by path: a queue or
+  graph named ``login`` or ``healthz`` is a page like any other and needs a principal, which is checked
+  before any handler runs (so before any JSON or HTML branch).
 * **CSRF**: an unsafe method (POST, PUT, PATCH, DELETE) from a browser must be same-origin: the
   ``Sec-Fetch-Site`` header (``same-origin``; ``none`` for a typed URL) or, for browsers without it, the
   ``Origin`` header equal to the host. A cookie-authenticated request carrying neither is refused too.
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -31,28 +35,36 @@ from jqcore.tokens import Token, TokenSource
 __all__ = [
     "COOKIE",
     "CSP",
+    "OPEN_ROUTES",
+    "SECURE_COOKIE",
     "TOKENS",
     "Principal",
+    "SessionLookup",
     "auth_middleware",
     "csrf_middleware",
     "headers_middleware",
     "principal",
     "require_admin",
     "require_queue",
+    "session_id",
     "visible",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 COOKIE = "jobq_session"
+"""The session cookie's name on plain ``http`` to a loopback host (a ``__Host-`` cookie must be Secure)."""
+SECURE_COOKIE = "__Host-jobq_session"
+"""The session cookie's name everywhere else: ``Secure``, ``Path=/``, no ``Domain`` (the browser keeps it
+from any other host or scheme)."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-OPEN_PATHS = frozenset({"/login", "/healthz", "/readyz", "/metrics"})
-"""Paths (under the dashboard's base) served without a token; exact, so no page whose path merely ends
-the same way (a queue named ``metrics``) is opened."""
+OPEN_ROUTES = frozenset({"login", "login-submit", "logout", "healthz", "readyz", "metrics", "static"})
+"""The names of the routes served without a principal (``app.py`` and ``pages/login.py`` name them); any
+other route, and any path no route matches, needs one."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,8 @@ class Principal:
     via_cookie: bool = False
     token: Token | None = None
     """The token signed in with (its queues narrow what the pages show)."""
+    session: str = ""
+    """The session's ref (``jqweb.sessions``) when signed in by cookie."""
 
     def allows_queue(self, queue: str) -> bool:
         return self.token is None or self.token.allows_queue(queue)
@@ -72,22 +86,37 @@ TOKENS = web.AppKey("web_tokens", TokenSource)
 """The dashboard's tokens (``jqcore.tokens``)."""
 
 
-def auth_middleware(source: TokenSource, base: str) -> Middleware:
+SessionLookup = Callable[[web.Request, str], Awaitable[tuple[str, str] | None]]
+"""``(token name, session ref)`` of a live session id (None: expired, signed out or revoked)."""
+
+
+def session_id(request: web.Request) -> str:
+    """The session id the browser sent (either cookie name), or ``""``."""
+    return request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE) or ""
+
+
+def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> Middleware:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.path
-        relative = path[len(base) :] if path.startswith(base) else path
-        if path.startswith(f"{base}/static/") or relative in OPEN_PATHS:
+        if request.match_info.route.name in OPEN_ROUTES:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, bearer = header.partition(" ")
         via_cookie = not (scheme.lower() == "bearer" and bearer)
-        given = request.cookies.get(COOKIE, "") if via_cookie else bearer
-        found = source.current.match(given) if given.strip() else None
+        found: Token | None = None
+        ref = ""
+        if via_cookie:
+            given = session_id(request)
+            live = await sessions(request, given) if given else None
+            if live is not None:  # its token as configured now: gone (None) ends the session
+                found, ref = source.current.by_name(live[0]), live[1]
+        else:
+            given = bearer
+            found = source.current.match(given) if given.strip() else None
         if found is None:
             if request.method == "GET" and via_cookie and "text/html" in request.headers.get("Accept", ""):
-                raise web.HTTPSeeOther(f"{base}/login?next={request.path_qs}")
-            code = "token_invalid" if given else "unauthenticated"
+                raise web.HTTPSeeOther(f"{base}/login?next={quote(request.path_qs, safe='/')}")
+            code = ("session_invalid" if via_cookie else "token_invalid") if given else "unauthenticated"
             raise HttpError(401, code, "sign in with a read or admin token (or send Authorization: Bearer)")
         request[TOKEN_NAME] = found.name
         if not found.has("read"):
@@ -97,7 +126,7 @@ def auth_middleware(source: TokenSource, base: str) -> Middleware:
                 f"token {found.name!r} lacks the 'read' scope the dashboard needs",
                 details={"token": found.name, "scope": "read"},
             )
-        request[PRINCIPAL] = Principal(found.name, found.has("admin"), via_cookie, found)
+        request[PRINCIPAL] = Principal(found.name, found.has("admin"), via_cookie, found, ref)
         queue = request.match_info.get("queue") or request.query.get("queue")
         if queue:
             require_queue(request, queue)

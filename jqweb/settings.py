@@ -28,7 +28,18 @@ class WebSettings(BaseSettings):
     """Tokens that may also act (pause, retry, cancel, delete, purge, rate limits, cron, graphs). With no
     token at all every page is refused: never an open dashboard by accident."""
     secure_cookie: bool = False
-    """Mark the session cookie ``Secure`` (set it when the dashboard is served over HTTPS)."""
+    """Always name the session cookie ``__Host-jobq_session`` and mark it ``Secure`` (set it when the
+    dashboard is served over HTTPS). Without it, that is done for every request not addressed to a
+    loopback host; plain ``http://127.0.0.1`` gets a plain ``jobq_session`` cookie."""
+    session_idle_s: int = Field(3600, ge=60, le=7 * 86_400)
+    """A dashboard session not used for this long ends (``docs/security.md``)."""
+    session_max_s: int = Field(43_200, ge=60, le=30 * 86_400)
+    """A dashboard session ends this long after its sign-in, however busy (sign in again)."""
+    login_failures: int = Field(5, ge=1, le=1000)
+    """Failed sign-ins one client address may make per ``login_window_s``; past it the sign-in answers 429
+    with ``Retry-After``."""
+    login_window_s: int = Field(60, ge=1, le=86_400)
+    """The window failed sign-ins are counted in."""
     refresh_s: float = Field(5.0, ge=1, le=300)
     """How often the live parts of a page reload."""
     page_size: int = Field(50, ge=10, le=500)

@@ -14,11 +14,13 @@ import structlog
 from aiohttp import web
 
 from jqcore import metrics
+from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
 from jqcore.http import TOKEN_NAME, HttpError, error_middleware, json_response
 from jqcore.settings import load
 from jqcore.tokens import TokenSettings, TokenSource
 from kafkagate import claims, cron, graphs, history, jobs, queues, switches
+from kafkagate.audit import audit_middleware
 from kafkagate.auth import TOKENS, auth_middleware
 from kafkagate.body import body_middleware
 from kafkagate.limits import BODY_BUDGET, BodyBudget
@@ -75,11 +77,15 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def make_app(
-    gate: Gate, mounts: Mapping[str, web.Application] | None = None, tokens: TokenSource | None = None
+    gate: Gate,
+    mounts: Mapping[str, web.Application] | None = None,
+    tokens: TokenSource | None = None,
+    audit: AuditTrail | None = None,
 ) -> web.Application:
     """The gateway; ``mounts`` (prefix → application) are served beside it, e.g. the dashboard at ``/ui``
     (``jobq gate --web``): they answer their own errors and check their own tokens. ``tokens``: the
-    accepted tokens (default: ``JOBQ_TOKENS_FILE`` and ``JOBQ_GATE_TOKENS``)."""
+    accepted tokens (default: ``JOBQ_TOKENS_FILE`` and ``JOBQ_GATE_TOKENS``); ``audit``: where admin calls
+    are recorded (``kafkagate.audit``)."""
     mounts = dict(mounts or {})
     if tokens is None:
         tokens = TokenSource(load(TokenSettings), gate=gate.settings.tokens, host=gate.settings.host)
@@ -89,6 +95,7 @@ def make_app(
             metrics_middleware,
             error_middleware("the gateway"),
             auth_middleware(tokens, list(mounts)),
+            *([audit_middleware(audit, list(mounts))] if audit is not None else []),
             body_middleware,
         ],
         # bodies are decoded by kafkagate.body, which answers every coding with a JSON status; aiohttp's

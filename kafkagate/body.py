@@ -110,6 +110,8 @@ async def body_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """Check a matched route's body headers, then read and decode the body once for its handler."""
     if request.match_info.http_exception is not None or request.method not in BODY_METHODS:
         return await handler(request)
+    if len(request.match_info.apps) > 1:  # a mounted sub-app (the dashboard at /ui: its sign-in form)
+        return await handler(request)
     limit = request.client_max_size
     if request.content_length is not None and request.content_length > limit:
         message = f"Content-Length {request.content_length} exceeds the limit of {limit} bytes"

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
 from jqcore.http import serve_http
 from jqcore.lifecycle import Service, cancel_and_wait, run_until_signal
@@ -49,6 +50,7 @@ from jqcore.presence import Presence, process_name
 from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
+    AuditSettings,
     ConsulSettings,
     CronSettings,
     FarSettings,
@@ -60,7 +62,7 @@ from jqcore.settings import (
 )
 from jqcore.state import Engine
 from jqcore.tokens import TokenSettings, TokenSource, load_tokens
-from jqcore.topics import job_topics, schedule_topic
+from jqcore.topics import audit_topic, job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
 from kafkagate.auth import TOKENS
@@ -114,8 +116,11 @@ class GateService(Service):
         mounts: Mapping[str, web.Application] | None = None,
         *,
         slot: int | None = None,
+        audit: AuditSettings | None = None,
     ) -> None:
         super().__init__()
+        self.audit = audit if audit is not None else load(AuditSettings)
+        self._audit: AuditTrail | None = None
         self.settings, self.routing, self.kafka, self.redis = settings, routing, kafka, redis
         self.consul, self.cron, self.far, self.history, self.trace = consul, cron, far, history, trace
         self._redis_client: RedisClient | None = None
@@ -152,7 +157,8 @@ class GateService(Service):
             self.history,
             LongPolls(Engine(self._waits_client), self.settings.long_polls_max),
         )
-        app = make_app(gate, self.mounts)
+        self._audit = AuditTrail(client, self.kafka, self.audit)
+        app = make_app(gate, self.mounts, audit=self._audit)
         self._tokens = app[TOKENS]
         with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals here
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload_tokens)
@@ -169,8 +175,9 @@ class GateService(Service):
 
     async def _preflight(self, client: RedisClient) -> None:
         """Redis must not evict; the routed topics (and the schedule topic, which the gateway writes
-        tombstones to) are held to the declaration when they exist (the gateway creates none)."""
-        uses = job_topics(self.routing.topics(), sides=False)
+        tombstones to, and the audit topic) are held to the declaration when they exist (the gateway
+        creates none)."""
+        uses = [*job_topics(self.routing.topics(), sides=False), audit_topic(self.audit)]
         uses += [schedule_topic(self.far)] if self.far.enabled else []
         await preflight(redis=(client, self.redis), kafka=self.kafka, consul=self.consul, uses=uses)
 
@@ -194,6 +201,9 @@ class GateService(Service):
         elif self._gate is not None:  # made, never served: its app never ran the cleanup that closes it
             await self._gate.close()
         self._gate = None
+        if self._audit is not None:  # the admin calls' records still on their way to Kafka
+            await self._audit.close(5.0)
+            self._audit = None
         for client in (self._redis_client, self._waits_client):
             if client is not None:
                 await client.aclose()

@@ -31,6 +31,7 @@ from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, s
 from jqcore.kafka import AsyncProducer
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
+    AuditSettings,
     ConsulSettings,
     CronSettings,
     EventSettings,
@@ -39,9 +40,11 @@ from jqcore.settings import (
     KafkaSettings,
     RedisSettings,
     TraceSettings,
+    load,
 )
 from jqcore.state import Engine
 from jqcore.testsignal import enable_all
+from jqcore.topics import apply, audit_topic
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqsched.service import SchedulerService
@@ -75,6 +78,10 @@ def stack() -> Iterator[SessionStack]:
 
 @pytest.fixture(scope="session")
 def endpoints(stack: SessionStack) -> Endpoints:
+    """The session stack's addresses; its audit topic (``JOBQ_AUDIT_TOPIC``, default ``jobq.audit``) is
+    created once, as ``jobq topics create`` would, so every gateway, dashboard and CLI command of the run
+    ships its audit records there (each test finds its own by its prefix)."""
+    apply(KafkaSettings(bootstrap=stack.endpoints.kafka_bootstrap), [audit_topic(load(AuditSettings))])
     return stack.endpoints
 
 

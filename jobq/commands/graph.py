@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
+from jobq.audited import audited
 from jqcore.errors import GraphNotFound
 from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings, load
@@ -160,12 +161,16 @@ def cancel(
     reason: Annotated[str, typer.Option(help="Why (kept with the graph).")] = "canceled from the CLI",
 ) -> None:
     """Cancel a running graph: its waiting nodes end canceled, its queued and running jobs are canceled."""
-    changed = _run(lambda e: e.graphs.cancel(graph_id, reason))
+    with audited("graph.cancel", graph_id) as note:
+        changed = _run(lambda e: e.graphs.cancel(graph_id, reason))
+        note.count = int(changed)
     typer.echo(f"{graph_id}: {'canceled' if changed else 'had already ended; nothing changed'}")
 
 
 @app.command("retry")
 def retry(graph_id: Annotated[str, typer.Argument(help="The graph's id.")]) -> None:
     """Run a failed or canceled graph again from what did not complete (completed nodes keep results)."""
-    released = _run(lambda e: e.graphs.retry(graph_id))
+    with audited("graph.retry", graph_id) as note:
+        released = _run(lambda e: e.graphs.retry(graph_id))
+        note.count = len(released)
     typer.echo(f"{graph_id}: running again; released {', '.join(released) or 'nothing yet'}")

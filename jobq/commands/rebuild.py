@@ -5,6 +5,7 @@ scheduler's cadences and the report's tables."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from jobq.audited import Note, audited
 from jqcore.errors import JobqError
 from jqcore.settings import EventSettings, load
 from jqrecover.rebuild import DEFAULT_MARGIN_S, Cadences, RebuildReport, rebuild_from_kafka
@@ -76,27 +78,33 @@ def rebuild(
     since = _since(from_)
     events = load(EventSettings) if events_topic is None else load(EventSettings, topic=events_topic)
     err = Console(stderr=True)
-    try:
-        report = asyncio.run(
-            rebuild_from_kafka(
-                since,
-                topic,
-                dry_run=dry_run,
-                cron=cron,
-                margin_s=margin,
-                events=events,
-                cadences=cadences(load(SchedulerSettings)),
+    target = f"{','.join(topic) if topic else 'every topic'} from {from_}" + ("" if cron else " --no-cron")
+    with nullcontext(Note()) if dry_run else audited("rebuild", target) as note:
+        try:
+            report = asyncio.run(
+                rebuild_from_kafka(
+                    since,
+                    topic,
+                    dry_run=dry_run,
+                    cron=cron,
+                    margin_s=margin,
+                    events=events,
+                    cadences=cadences(load(SchedulerSettings)),
+                )
             )
-        )
-    except JobqError as exc:
-        err.print(f"[red]error[/] ({exc.code}): {escape(exc.message)}")
-        raise typer.Exit(2) from exc
-    except ResponseError as exc:  # e.g. a damaged queue key: every script on that queue fails
-        err.print(
-            f"[red]error[/] (rebuild_refused): Redis refused a write: {escape(str(exc))}. What was written "
-            "stays written; repair the queue and run the same rebuild again (dedup makes a rerun safe)."
-        )
-        raise typer.Exit(2) from exc
+        except JobqError as exc:
+            note.outcome = f"{exc.code}: {exc.message}"
+            err.print(f"[red]error[/] ({exc.code}): {escape(exc.message)}")
+            raise typer.Exit(2) from exc
+        except ResponseError as exc:  # e.g. a damaged queue key: every script on that queue fails
+            note.outcome = f"rebuild_refused: Redis refused a write: {exc}"
+            err.print(
+                f"[red]error[/] (rebuild_refused): Redis refused a write: {escape(str(exc))}. What was "
+                "written stays written; repair the queue and run the same rebuild again (dedup makes a "
+                "rerun safe)."
+            )
+            raise typer.Exit(2) from exc
+        note.count = sum(t.totals()["rebuilt"] for t in report.topics)
     if as_json:
         typer.echo(orjson.dumps(report.as_dict()))
         return

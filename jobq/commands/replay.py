@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from jobq.audited import audited
 from jqcore.settings import KafkaSettings, RedisSettings, load
 from jqrecover.replay import (
     PartitionRange,
@@ -72,16 +73,25 @@ def replay(
     if dry_run:
         count_malformed(records)
     else:
-        try:
-            asyncio.run(write_records(records, load(RedisSettings), force))
-        except ResponseError as exc:  # e.g. a damaged queue key: every script on that queue fails
-            written = sum(r.written for r in ranges)
-            Console(stderr=True).print(
-                f"[red]error[/] (replay_refused): Redis refused a write: {escape(str(exc))}. {written} "
-                "job(s) were written before it and stay written; repair the queue and run the same replay "
-                "again (dedup makes a rerun safe)."
-            )
-            raise typer.Exit(2) from exc
+        target = (
+            f"{topic} from {from_}"
+            + (f" to {to}" if to else "")
+            + ("" if partition is None else f" p{partition}")
+        )
+        with audited("replay", target + (" --force" if force else "")) as note:
+            try:
+                asyncio.run(write_records(records, load(RedisSettings), force))
+            except ResponseError as exc:  # e.g. a damaged queue key: every script on that queue fails
+                written = note.count = sum(r.written for r in ranges)
+                note.outcome = f"replay_refused: Redis refused a write: {exc}"
+                Console(stderr=True).print(
+                    f"[red]error[/] (replay_refused): Redis refused a write: {escape(str(exc))}. {written} "
+                    "job(s) were written before it and stay written; repair the queue and run the same "
+                    "replay again (dedup makes a rerun safe)."
+                )
+                raise typer.Exit(2) from exc
+            finally:
+                note.count = sum(r.written for r in ranges)
     _report(topic, ranges, dry_run=dry_run, as_json=as_json)
 
 

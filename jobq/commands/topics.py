@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from jqcore.routing import RoutingSettings
-from jqcore.settings import EventSettings, FarSettings, KafkaSettings, load
+from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load
 from jqcore.topics import JOB_PARTITIONS, apply, declaration, min_isr
 
 __all__ = ["app"]
@@ -41,7 +41,9 @@ def create(
     """
     kafka = load(KafkaSettings, **({"replication": replication} if replication else {}))
     names = [*load(RoutingSettings).topics(), *(extra or [])]
-    specs = declaration(names, load(EventSettings), load(FarSettings), partitions=partitions)
+    specs = declaration(
+        names, load(EventSettings), load(FarSettings), partitions=partitions, audit=load(AuditSettings)
+    )
     done = apply(kafka, specs)
     out = Console()
     out.print(f"replication factor {done.replication}, min.insync.replicas {min_isr(done.replication)}")

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_KAFKA_BOOTSTRAP",
     "DEFAULT_REDIS_URL",
     "MASK",
+    "AuditSettings",
     "ClientConfig",
     "CommaList",
     "CommaSecrets",
@@ -164,6 +165,27 @@ class EventSettings(BaseSettings):
     """Partitions of the events topic when jobq creates it."""
     batch: int = Field(1000, ge=1, le=100_000)
     """Events read from one queue's stream and produced per round."""
+
+
+class AuditSettings(BaseSettings):
+    """The audit trail (``docs/security.md``): every dashboard action, gateway admin call and CLI repair is
+    a record in a capped Redis stream (what the dashboard's audit page reads) and also on ``topic`` in
+    Kafka, which an admin of Redis cannot erase (``jqcore.audit``)."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_AUDIT_", extra="ignore", use_attribute_docstrings=True)
+
+    topic: str = Field("jobq.audit", min_length=1)
+    """The audit topic: one JSON record per action, keyed by its Redis stream id; retained by time (never
+    compacted: a tombstone could erase a record)."""
+    partitions: int = Field(1, ge=1, le=100)
+    """Partitions of the audit topic when jobq creates it (one keeps the records in order)."""
+    retention_days: int = Field(365, ge=0, le=36_500)
+    """How long the audit topic keeps a record (0: forever)."""
+    who: str = ""
+    """Who the CLI's repair commands (rebuild, replay, reconcile) are recorded as; empty: the OS user."""
+    ship_timeout_ms: int = Field(30_000, ge=1000, le=600_000)
+    """How long the producer retries sending one audit record to Kafka before counting it failed
+    (``jobq_audit_shipped_total{outcome="failed"}``; the Redis record is kept either way)."""
 
 
 class HistorySettings(BaseSettings):

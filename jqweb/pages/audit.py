@@ -1,4 +1,4 @@
-"""The audit log: every action taken through the dashboard, newest first."""
+"""The audit log: every dashboard action and sign-in, gateway admin call and CLI repair, newest first."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 from aiohttp import web
 
+from jqcore import audit
 from jqcore.http import HttpError
-from jqweb import audit
 from jqweb.context import WEB
 from jqweb.render import page, query_int
 

@@ -1,16 +1,30 @@
-"""Signing in (a token pasted once, kept in an HttpOnly SameSite=Strict cookie) and out."""
+"""Signing in (a token pasted once; the browser gets a server-side session, ``jqweb.sessions``) and out.
+
+Every sign-in, failed sign-in and sign-out is an audit record; failed sign-ins are throttled per client
+address (429 with ``Retry-After`` before any token is compared)."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from aiohttp import web
 
+from jqcore.audit import AuditEntry
+from jqcore.clock import now_ms
+from jqcore.http import HttpError
+from jqcore.log import get_logger
 from jqweb.context import WEB
+from jqweb.redirect import safe_next
 from jqweb.render import env, form
-from jqweb.security import COOKIE, TOKENS
+from jqweb.security import COOKIE, SECURE_COOKIE, TOKENS, session_id
 
-__all__ = ["routes"]
+__all__ = ["cookie_name", "routes"]
+
+log = get_logger("jqweb")
 
 routes = web.RouteTableDef()
+
+ANONYMOUS = "anonymous"
 
 
 def _login_page(base: str, next_url: str, problem: str | None, status: int = 200) -> web.Response:
@@ -20,35 +34,87 @@ def _login_page(base: str, next_url: str, problem: str | None, status: int = 200
     return web.Response(text=html, status=status, content_type="text/html")
 
 
-def _next(base: str, value: str | None) -> str:
-    if value and value.startswith(f"{base}/") and not value.startswith("//") and "/login" not in value:
-        return value
-    return f"{base}/"
+def _loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
-@routes.get("/login")
+def cookie_name(request: web.Request, secure_setting: bool) -> tuple[str, bool]:
+    """``(name, secure)`` of the session cookie for this request: ``__Host-jobq_session`` and ``Secure``
+    unless the dashboard is reached over plain http on a loopback host (a browser drops a Secure cookie
+    set over http there) and ``secure_cookie`` is not set."""
+    if secure_setting or request.secure or not _loopback(request.url.host):
+        return SECURE_COOKIE, True
+    return COOKIE, False
+
+
+def _address(request: web.Request) -> str:
+    return request.remote or "unknown"
+
+
+@routes.get("/login", name="login")
 async def login_form(request: web.Request) -> web.Response:
     base = request.app[WEB].base
-    return _login_page(base, _next(base, request.query.get("next")), None)
+    return _login_page(base, safe_next(base, request.query.get("next"), f"{base}/"), None)
 
 
-@routes.post("/login")
+@routes.post("/login", name="login-submit")
 async def login(request: web.Request) -> web.Response:
     w = request.app[WEB]
+    address = _address(request)
+    throttle = w.throttle()
+    wait_s = await throttle.retry_after_s(address)
+    if wait_s:
+        log.warning("dashboard sign-in throttled", address=address, retry_after_s=wait_s)
+        raise HttpError(
+            429,
+            "login_throttled",
+            f"too many failed sign-ins from {address}: try again in {wait_s} s",
+            (),
+            details={"retry_after_s": wait_s},
+            **{"Retry-After": str(wait_s)},
+        )
     data = await form(request)
     token = data.get("token", "").strip()
-    if not token or request.app[TOKENS].current.match(token) is None:
-        return _login_page(w.base, _next(w.base, data.get("next")), "that token is not accepted", 401)
-    response = web.HTTPSeeOther(_next(w.base, data.get("next")))
-    response.set_cookie(
-        COOKIE, token, path=w.base or "/", httponly=True, samesite="Strict", secure=w.settings.secure_cookie
-    )
+    next_url = safe_next(w.base, data.get("next"), f"{w.base}/")
+    found = request.app[TOKENS].current.match(token) if token else None
+    if found is None or not found.has("read"):
+        await throttle.failed(address)
+        if found is not None:
+            outcome = f"scope_missing: token {found.name!r} lacks the 'read' scope the dashboard needs"
+        else:
+            outcome = "token_invalid: that token is not accepted" if token else "unauthenticated: no token"
+        await w.audit.record(AuditEntry(now_ms(), ANONYMOUS, "session.login", address, 0, outcome))
+        return _login_page(w.base, next_url, "that token is not accepted", 401)
+    who, admin = found.name, found.has("admin")
+    sid = await w.sessions().create(who, admin)
+    await w.audit.record(AuditEntry(now_ms(), who, "session.login", address, 1, token=who))
+    log.info("dashboard sign-in", who=who, admin=admin, address=address)
+    response = web.HTTPSeeOther(next_url)
+    name, secure = cookie_name(request, w.settings.secure_cookie)
+    response.set_cookie(name, sid, path="/", httponly=True, samesite="Strict", secure=secure)
     raise response
 
 
-@routes.post("/logout")
+@routes.post("/logout", name="logout")
 async def logout(request: web.Request) -> web.Response:
+    """Ends the browser's session (if it has a live one) and clears its cookie; open, so an expired
+    session can still sign out cleanly."""
     w = request.app[WEB]
+    sid = session_id(request)
+    store = w.sessions()
+    live = await store.use(sid) if sid else None
+    if live is not None:
+        await store.end([live.ref])
+        entry = AuditEntry(now_ms(), live.who, "session.logout", _address(request), 1, token=live.who)
+        await w.audit.record(entry)
     response = web.HTTPSeeOther(f"{w.base}/login")
-    response.del_cookie(COOKIE, path=w.base or "/")
+    response.del_cookie(SECURE_COOKIE, path="/", secure=True, httponly=True, samesite="Strict")
+    response.del_cookie(COOKIE, path="/", httponly=True, samesite="Strict")
     raise response

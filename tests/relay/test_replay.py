@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jobq.cli import app
+from jqcore import audit
 from jqcore.envelope import now_ms
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine
@@ -54,7 +55,13 @@ def totals(doc: dict[str, Any]) -> dict[str, int]:
 
 
 async def test_a_range_by_offset_is_written_once_and_the_relay_offsets_stay_untouched(
-    prefix: str, make_topic: MakeTopic, produce_jobs: Produce, pending: Pending, engine: Engine, replay: Any
+    prefix: str,
+    make_topic: MakeTopic,
+    produce_jobs: Produce,
+    pending: Pending,
+    engine: Engine,
+    replay: Any,
+    redis: Any,
 ) -> None:
     topic, queue = make_topic("jobs", partitions=1), f"{prefix}.q"
     await produce_jobs(topic, queue, [f"j{i}" for i in range(30)])
@@ -69,6 +76,12 @@ async def test_a_range_by_offset_is_written_once_and_the_relay_offsets_stay_unto
     code, doc = await replay("--topic", topic, "--from", "0", "--json")  # to the end
     assert code == 0, doc
     assert (totals(doc)["written"], totals(doc)["duplicate"]) == (20, 10)
+    # each replay is on the audit trail (who: JOBQ_AUDIT_WHO, else the OS user), with what it wrote
+    mine = [e for e in await audit.read(redis, 200) if e.action == "cli.replay" and topic in e.target]
+    assert [(e.target, e.count, e.outcome) for e in mine] == [
+        (f"{topic} from 0", 20, "ok"),
+        (f"{topic} from 10 to 20", 10, "ok"),
+    ]
 
 
 async def test_a_range_by_time_starts_at_the_first_record_at_or_after_it(

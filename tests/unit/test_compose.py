@@ -295,6 +295,8 @@ def parse_command(cli: TyperGroup, argv: list[str]) -> tuple[list[str], dict[str
         path.append(name)
         if not isinstance(sub, TyperGroup):
             break
+        if sub.invoke_without_command and (not args or args[0] not in sub.commands):
+            break  # a group that also runs by itself (`jobq web [--port N]`)
         group = sub
     ctx = sub.make_context(" ".join(["jobq", *path]), args)
     return path, dict(ctx.params)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from jqcore.settings import EventSettings, FarSettings, KafkaSettings, load
+from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load
 from jqcore.topics import (
     Observed,
     TopicSpec,
+    audit_topic,
     declaration,
     diff,
     job_topics,
@@ -46,6 +47,7 @@ def test_the_declaration_names_every_topic_once_with_its_role() -> None:
         ("jobs.b.retry", "retry"),
         ("jobs.b.dead", "dead"),
         ("jobq.events", "events"),
+        ("jobq.audit", "audit"),
         ("jobq.schedule", "schedule"),
     ]
     assert "jobq.schedule" not in {
@@ -96,6 +98,21 @@ def test_a_schedule_topic_that_deletes_by_time_is_two_fixable_problems() -> None
     assert "retention.ms=604800000 (deletes by time)" in got[1].line
     (both,) = diff(SCHEDULE, seen(SCHEDULE, 1, cleanup_policy="compact,delete", retention_ms="-1"), 1)
     assert both.code == "cleanup_policy"
+
+
+def test_the_audit_topic_deletes_by_time_only_and_shorter_retention_or_compaction_is_a_problem() -> None:
+    year = audit_topic(AuditSettings.model_validate({}))
+    assert year.config(3)["cleanup.policy"] == "delete"
+    assert year.config(3)["retention.ms"] == str(365 * 86_400_000)
+    forever = audit_topic(AuditSettings.model_validate({"retention_days": 0}))
+    assert forever.config(3)["retention.ms"] == "-1"
+    ok = seen(year, 3, min_insync_replicas="2", retention_ms=str(400 * 86_400_000))
+    assert diff(year, ok, 3) == []
+    short = diff(year, seen(year, 3, min_insync_replicas="2", retention_ms="86400000"), 3)
+    assert [(p.code, dict(p.fix)) for p in short] == [("retention", {"retention.ms": str(365 * 86_400_000)})]
+    assert [p.code for p in diff(forever, seen(forever, 3, min_insync_replicas="2"), 3)] == ["retention"]
+    compacted = seen(year, 3, min_insync_replicas="2", cleanup_policy="compact", retention_ms="-1")
+    assert [p.code for p in diff(year, compacted, 3)] == ["cleanup_policy"]
 
 
 def test_a_compacted_job_topic_is_a_problem() -> None:

@@ -1,0 +1,182 @@
+"""The dashboard's server-side sessions and its sign-in throttle (Redis, shared by every dashboard process).
+
+Signing in makes a random session id (``secrets.token_urlsafe(32)``); the cookie holds only that id, and
+Redis holds only its SHA-256 (the session's *ref*: what ``jobq web sessions list`` shows and ``revoke``
+takes), so neither the token nor a usable id is ever stored. A session ends when
+
+* it was not used for ``session_idle_s`` (the key's TTL, renewed by each request),
+* it is ``session_max_s`` old (absolute: checked against its creation time, and the TTL never outlives it),
+* its browser signs out, or it is revoked (``jobq web sessions revoke``),
+* its token is no longer configured (checked on every request by the caller: the admin flag comes from
+  the configuration of now, not the one at sign-in).
+
+Failed sign-ins are counted per client address in a fixed window; past ``login_failures`` the sign-in
+form answers 429 with ``Retry-After`` until the window ends, before any token is compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from jqcore.clock import now_ms
+from jqcore.keys import WEB_SESSIONS_KEY, login_failures_key, web_session_key
+from jqcore.redisconn import RedisClient
+
+__all__ = ["Session", "SessionStore", "Throttle", "expires_in_ms", "ref_of", "select"]
+
+MIN_REF = 8
+"""The shortest ref prefix ``revoke`` accepts (a shorter one could name several sessions by accident)."""
+
+
+def ref_of(session_id: str) -> str:
+    """The session's ref: the SHA-256 (hex) of its id, the only form Redis and the CLI see."""
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def expires_in_ms(created_ms: int, now: int, idle_s: float, max_s: float) -> int:
+    """How long a session used at ``now`` may live on: the idle expiry, cut at the absolute one (≤ 0:
+    it is over)."""
+    return min(int(idle_s * 1000), created_ms + int(max_s * 1000) - now)
+
+
+@dataclass(frozen=True)
+class Session:
+    ref: str
+    who: str
+    """The name of the token it signed in with."""
+    admin: bool
+    """Whether the token was an admin token at sign-in (the caller checks today's configuration)."""
+    created_ms: int
+    seen_ms: int
+    """When it was last used (its TTL says: the idle expiry minus what is left)."""
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def select(sessions: Iterable[Session], target: str | None) -> list[Session]:
+    """The sessions ``revoke`` ends: ``None`` every one; else those of the token named ``target``, or the
+    one whose ref starts with ``target`` (at least :data:`MIN_REF` characters)."""
+    every = list(sessions)
+    if target is None:
+        return every
+    by_name = [s for s in every if s.who == target]
+    if by_name:
+        return by_name
+    if len(target) >= MIN_REF:
+        return [s for s in every if s.ref.startswith(target.lower())]
+    return []
+
+
+class SessionStore:
+    def __init__(self, client: RedisClient, idle_s: float, max_s: float) -> None:
+        self.client = client
+        self.idle_s = idle_s
+        self.max_s = max_s
+
+    async def create(self, who: str, admin: bool) -> str:
+        """A new session for the token named ``who``; returns its id (the cookie's value)."""
+        session_id = secrets.token_urlsafe(32)
+        ref, now = ref_of(session_id), now_ms()
+        key = web_session_key(ref)
+        # (no MULTI: the keys are in different Cluster slots; a session left without its TTL still ends at
+        # its absolute expiry, checked on use)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping={"who": who, "admin": "1" if admin else "0", "created_ms": str(now)})
+            pipe.pexpire(key, expires_in_ms(now, now, self.idle_s, self.max_s))
+            pipe.zadd(WEB_SESSIONS_KEY, {ref: now})
+            pipe.zremrangebyscore(WEB_SESSIONS_KEY, "-inf", now - int(self.max_s * 1000))  # past any expiry
+            await pipe.execute()
+        return session_id
+
+    async def use(self, session_id: str) -> Session | None:
+        """The live session of this id, its idle expiry renewed; None when there is none (expired, signed
+        out, revoked, or never made)."""
+        ref, now = ref_of(session_id), now_ms()
+        key = web_session_key(ref)
+        raw = await self.client.hgetall(key)
+        found = self._parse(ref, raw, now)
+        if found is None:
+            return None
+        left = expires_in_ms(found.created_ms, now, self.idle_s, self.max_s)
+        if left <= 0:
+            await self.end([ref])
+            return None
+        await self.client.pexpire(key, left)  # no-op when it was deleted meanwhile: never revives one
+        return found
+
+    def _parse(self, ref: str, raw: dict[bytes | str, bytes | str] | None, seen: int) -> Session | None:
+        f = {_s(k): _s(v) for k, v in (raw or {}).items()}
+        if not f.get("who") or not f.get("created_ms", "").isdigit():
+            return None
+        return Session(ref, f["who"], f.get("admin") == "1", int(f["created_ms"]), seen)
+
+    async def end(self, refs: Iterable[str]) -> int:
+        """End these sessions; returns how many were live."""
+        refs = list(refs)
+        if not refs:
+            return 0
+        async with self.client.pipeline(transaction=False) as pipe:
+            for r in refs:  # one DEL per key: they are in different Cluster slots
+                pipe.delete(web_session_key(r))
+            pipe.zrem(WEB_SESSIONS_KEY, *refs)
+            replies = await pipe.execute()
+        return sum(int(n) for n in replies[:-1])
+
+    async def list(self) -> list[Session]:
+        """Every live session, oldest first (the index forgets the ones that expired)."""
+        refs = [_s(r) for r in await self.client.zrange(WEB_SESSIONS_KEY, 0, -1)]  # type: ignore[arg-type]
+        if not refs:
+            return []
+        now = now_ms()
+        async with self.client.pipeline(transaction=False) as pipe:
+            for ref in refs:
+                pipe.hgetall(web_session_key(ref))
+                pipe.pttl(web_session_key(ref))
+            replies = await pipe.execute()
+        out, gone = [], []
+        for i, ref in enumerate(refs):
+            raw, ttl = replies[2 * i], int(replies[2 * i + 1])
+            seen = now - max(0, int(self.idle_s * 1000) - ttl) if ttl > 0 else now
+            found = self._parse(ref, raw, seen)
+            if found is None or ttl == -2:
+                gone.append(ref)
+            else:
+                out.append(found)
+        if gone:
+            await self.client.zrem(WEB_SESSIONS_KEY, *gone)
+        return out
+
+
+class Throttle:
+    """At most ``limit`` failed sign-ins per client address per ``window_s`` (fixed windows)."""
+
+    def __init__(self, client: RedisClient, limit: int, window_s: int) -> None:
+        self.client = client
+        self.limit = limit
+        self.window_s = window_s
+
+    async def retry_after_s(self, address: str) -> int:
+        """0 when ``address`` may try to sign in; else the seconds until it may."""
+        key = login_failures_key(address)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.ttl(key)
+            count, ttl = await pipe.execute()
+        if count is None or int(count) < self.limit:
+            return 0
+        if int(ttl) < 0:  # the EXPIRE after the INCR was lost: the window starts now
+            await self.client.expire(key, self.window_s, nx=True)
+            return self.window_s
+        return max(1, int(ttl))
+
+    async def failed(self, address: str) -> None:
+        key = login_failures_key(address)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, self.window_s, nx=True)
+            await pipe.execute()

@@ -1,0 +1,299 @@
+"""The dashboard's sessions (a cookie that is no token, sign-out, revocation, expiry), the sign-in throttle,
+routes open by name only, and the one audit path: dashboard and gateway actions in the Redis stream and on
+the Kafka audit topic."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from pydantic import SecretStr
+from yarl import URL
+
+from jqcore.envelope import new_envelope
+from jqcore.keys import login_failures_key, web_session_key
+from jqcore.redisconn import connect
+from jqcore.settings import AuditSettings, RedisSettings, load
+from jqweb.main import WebService
+from jqweb.sessions import SessionStore, ref_of, select
+from jqweb.settings import WebSettings
+
+from .conftest import ADMIN, READ
+
+pytestmark = pytest.mark.asyncio
+
+
+def _send_cookie(dash: Any, sid: str) -> None:
+    """The browser now holds ``sid`` as its only session cookie (a replayed or forged one)."""
+    dash.session.cookie_jar.clear()
+    dash.session.cookie_jar.update_cookies({"jobq_session": sid}, URL(dash.url))
+
+
+def _cookie(dash: Any) -> str:
+    found = dash.session.cookie_jar.filter_cookies(URL(dash.url)).get("jobq_session")
+    return found.value if found else ""
+
+
+async def _audit(dash: Any, match: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    entries = (await dash.get("/audit", count=1000, token="admin")).json()["entries"]
+    return [e for e in entries if match(e)]
+
+
+def _on_kafka(
+    bootstrap: str, match: Callable[[dict[str, Any]], bool], want: int, timeout_s: float = 30
+) -> list[dict[str, Any]]:
+    """The audit topic's records ``match`` accepts, read from the start until ``want`` were seen."""
+    topic = load(AuditSettings).topic
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.test", "log_level": 0})
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(found) < want and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            doc = orjson.loads(msg.value())
+            if match(doc):
+                assert msg.key() == doc["id"].encode()  # keyed by its Redis stream id
+                found.append(doc)
+    finally:
+        consumer.close()
+    return found
+
+
+async def test_sign_in_makes_a_server_side_session_ended_by_sign_out(dash: Any) -> None:
+    r = await dash.post("/login", {"token": READ, "next": "/audit"}, token=None, as_json=False)
+    assert (r.status, r.headers["Location"]) == (303, "/audit")
+    cookie = r.headers["Set-Cookie"]
+    for attribute in ("HttpOnly", "SameSite=Strict", "Path=/"):
+        assert attribute in cookie
+    assert "Secure" not in cookie  # plain http on 127.0.0.1: a Secure cookie would be dropped
+    sid = _cookie(dash)
+    assert sid
+    assert READ not in sid
+    assert READ not in cookie
+    redis = connect(dash.sources.redis)
+    try:
+        stored = await redis.hgetall(web_session_key(ref_of(sid)))
+        assert stored[b"who"] == b"viewer"
+        assert not await redis.exists(web_session_key(sid))  # Redis holds the id's hash, not the id
+        page = await dash.get("/audit", token=None)
+        assert page.status == 200
+        r = await dash.post("/logout", token=None, as_json=False)
+        assert r.status == 303
+        assert not await redis.exists(web_session_key(ref_of(sid)))
+    finally:
+        await redis.aclose()
+    _send_cookie(dash, sid)  # the old id, replayed
+    again = await dash.get("/audit", token=None)
+    assert (again.status, again.code) == (401, "session_invalid")
+    done = await _audit(dash, lambda e: e["who"] == "viewer" and e["action"].startswith("session."))
+    assert [e["action"] for e in done[:2]] == ["session.logout", "session.login"]
+
+
+async def test_revoked_expired_and_orphaned_sessions_are_refused(dash: Any, eventually: Any) -> None:
+    redis = connect(dash.sources.redis)
+    store = SessionStore(redis, idle_s=3600, max_s=43_200)
+    try:
+        # revoked (what `jobq web sessions revoke admin` does)
+        await dash.post("/login", {"token": ADMIN}, token=None, as_json=False)
+        assert (await dash.get("/", token=None)).status == 200
+        mine = [s for s in select(await store.list(), "admin") if s.ref == ref_of(_cookie(dash))]
+        assert len(mine) == 1
+        assert mine[0].admin
+        assert await store.end([mine[0].ref]) == 1
+        assert (await dash.get("/", token=None)).code == "session_invalid"
+        # idle: its key's TTL ran out
+        await dash.post("/login", {"token": ADMIN}, token=None, as_json=False)
+        key = web_session_key(ref_of(_cookie(dash)))
+        await redis.pexpire(key, 1)
+        await eventually(lambda: redis.exists(key), lambda n: n == 0, 10)  # (a request meanwhile renews it)
+        refused = await dash.get("/", token=None)
+        assert (refused.status, refused.code) == (401, "session_invalid")
+        # absolute: signed in longer ago than session_max_s, however busy since
+        await dash.post("/login", {"token": ADMIN}, token=None, as_json=False)
+        key = web_session_key(ref_of(_cookie(dash)))
+        await redis.hset(key, "created_ms", str(int(time.time() * 1000) - 43_200_001))
+        assert (await dash.get("/", token=None)).code == "session_invalid"
+        assert not await redis.exists(key)
+        # a session of a token no longer configured
+        ghost = await store.create("ghost", admin=True)
+        _send_cookie(dash, ghost)
+        assert (await dash.get("/", token=None)).code == "session_invalid"
+        assert not await redis.exists(web_session_key(ref_of(ghost)))
+        # a browser is sent to sign in again, with where it was going (encoded)
+        r = await dash.get("/queues/a?state=dead&x=1", token=None, as_json=False)
+        assert (r.status, r.headers["Location"]) == (303, "/login?next=/queues/a?state%3Ddead%26x%3D1")
+    finally:
+        await redis.aclose()
+
+
+async def test_sign_in_never_redirects_off_the_dashboard(dash: Any) -> None:
+    """Over HTTP, the nasty targets of ``tests/unit/test_web_sessions.py`` that matter most."""
+    for nasty in (
+        "/%09/evil.example/",
+        "/\t/evil.example/",
+        "//evil.example",
+        "/\\evil.example",
+        "/%2F/evil",
+    ):
+        r = await dash.post("/login", {"token": READ, "next": nasty}, token=None, as_json=False)
+        assert (r.status, r.headers["Location"]) == (303, "/"), nasty
+        form = await dash.get("/login", token=None, as_json=False, next=nasty)
+        assert 'name="next" value="/"' in form.text, nasty
+
+
+async def test_a_page_named_like_an_open_route_needs_a_session(dash: Any) -> None:
+    for path in ("/queues/login", "/graphs/login", "/queues/healthz", "/graphs/metrics", "/queues/static"):
+        r = await dash.get(path, token=None)
+        assert (r.status, r.code) == (401, "unauthenticated"), path
+        r = await dash.get(path, token=None, as_json=False)
+        assert (r.status, r.headers["Location"]) == (303, f"/login?next={path}"), path
+
+
+async def test_failed_sign_ins_are_throttled_per_address_and_audited(web_sources: Any, prefix: str) -> None:
+    settings = WebSettings(
+        port=0, read_tokens=[SecretStr(f"viewer:{READ}")], login_failures=3, login_window_s=60
+    )
+    redis = connect(web_sources.redis)
+    await redis.delete(login_failures_key("127.0.0.1"))  # other tests' failures from this address
+    jar = aiohttp.CookieJar(unsafe=True)
+    headers = {"Sec-Fetch-Site": "same-origin", "Accept": "text/html"}
+    try:
+        async with WebService(settings, web_sources) as service, aiohttp.ClientSession(cookie_jar=jar) as s:
+            wrong = {"token": f"{prefix}-wrong"}
+            for _ in range(3):
+                async with s.post(f"{service.url}/login", data=wrong, headers=headers) as r:
+                    assert r.status == 401
+            async with s.post(f"{service.url}/login", data={"token": READ}, headers=headers) as r:
+                assert r.status == 429  # even the right token: no guess is compared past the limit
+                assert r.headers["X-Jobq-Error"] == "login_throttled"
+                assert 1 <= int(r.headers["Retry-After"]) <= 60
+        rows = await redis.xrevrange("jobq:audit", count=50)
+        failures = [f for _, f in rows if f[b"action"] == b"session.login" and f[b"who"] == b"anonymous"]
+        assert len(failures) >= 3
+        assert failures[0][b"outcome"].startswith(b"token_invalid")
+    finally:
+        await redis.delete(login_failures_key("127.0.0.1"))
+        await redis.aclose()
+
+
+async def test_a_dashboard_action_and_a_gateway_admin_call_land_in_redis_and_on_kafka(
+    dash: Any, make_gate: Any, token: str, endpoints: Any, engine: Any
+) -> None:
+    queue = f"{dash.prefix}.audited"
+    await engine.enqueue_batch([new_envelope(queue, "k", {})])
+    r = await dash.post(f"/queues/{queue}/pause")
+    assert r.status == 200, r.text
+    gate = make_gate(dash.sources.routing)
+    async with gate, aiohttp.ClientSession() as s:
+        auth = {"Authorization": f"Bearer {token}"}
+        async with s.patch(f"{gate.url}/v1/queues/{queue}", json={"paused": False}, headers=auth) as r:
+            assert r.status == 200, await r.text()
+        async with s.delete(f"{gate.url}/v1/queues/{queue}/jobs/{dash.prefix}-nope", headers=auth) as r:
+            failed_status = r.status
+    gate_action = "gate.PATCH /v1/queues/{queue}"
+    in_redis = await _audit(dash, lambda e: queue in e["target"])
+    assert {(e["action"], e["outcome"]) for e in in_redis} >= {("queue.pause", "ok"), (gate_action, "ok")}
+    pause = next(e for e in in_redis if e["action"] == "queue.pause")
+    assert (pause["who"], pause["token"]) == ("admin", "admin")
+    patched = next(e for e in in_redis if e["action"] == gate_action)
+    assert patched["who"] == patched["token"] != "anonymous"  # the gateway token's name
+    missing = next(e for e in in_redis if e["action"] == "gate.DELETE /v1/queues/{queue}/jobs/{id}")
+    assert missing["target"] == f"{queue}/{dash.prefix}-nope"
+    assert (missing["outcome"] == "ok") == (failed_status < 400)
+    on_kafka = _on_kafka(endpoints.kafka_bootstrap, lambda d: queue in d["target"], len(in_redis))
+    assert sorted(d["id"] for d in on_kafka) == sorted(e["id"] for e in in_redis)
+
+
+async def test_the_cli_lists_and_revokes_sessions_on_the_audit_trail(dash: Any, endpoints: Any) -> None:
+    from typer.testing import CliRunner
+
+    from jobq.cli import app
+
+    env = {
+        "JOBQ_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+        "JOBQ_REDIS_URL": endpoints.redis_url or "",
+        "JOBQ_AUDIT_WHO": f"{dash.prefix}-oncall",
+        "COLUMNS": "300",
+    }
+
+    def cli(*args: str) -> Any:
+        return CliRunner().invoke(app, ["web", "sessions", *args], env=env)
+
+    await dash.post("/login", {"token": READ}, token=None, as_json=False)
+    ref = ref_of(_cookie(dash))
+    listed = await asyncio.to_thread(cli, "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    row = next(r for r in orjson.loads(listed.stdout)["sessions"] if ref.startswith(r["id"]))
+    assert (row["who"], row["admin"]) == ("viewer", False)
+    assert (await asyncio.to_thread(cli, "revoke")).exit_code == 2  # a target or --all
+    assert (await asyncio.to_thread(cli, "revoke", "nobody-at-all")).exit_code == 1
+    done = await asyncio.to_thread(cli, "revoke", row["id"])
+    assert done.exit_code == 0, done.output
+    assert "revoked 1 session(s)" in done.output
+    assert (await dash.get("/", token=None)).code == "session_invalid"
+    entries = await _audit(dash, lambda e: e["who"] == f"{dash.prefix}-oncall")
+    assert [(e["action"], e["target"], e["count"]) for e in entries] == [
+        ("session.revoke", row["id"], 1),
+        ("session.revoke", "nobody-at-all", 0),
+    ]
+
+
+async def test_off_loopback_the_cookie_is_a_secure_host_cookie(dash: Any) -> None:
+    """Reached by a name that is not loopback (behind a proxy, on a LAN address), the session cookie is
+    ``__Host-jobq_session; Secure; Path=/`` and signs the browser in under that name."""
+    headers = {"Host": "dash.example", "Sec-Fetch-Site": "same-origin", "Accept": "text/html"}
+    async with aiohttp.ClientSession() as s:  # (a fresh jar: the test's one is for 127.0.0.1)
+        async with s.post(
+            f"{dash.url}/login", data={"token": ADMIN}, headers=headers, allow_redirects=False
+        ) as r:
+            assert r.status == 303
+            cookie = r.headers["Set-Cookie"]
+            morsel = r.cookies["__Host-jobq_session"]
+        for attribute in ("Secure", "HttpOnly", "SameSite=Strict", "Path=/"):
+            assert attribute in cookie
+        assert "Domain" not in cookie
+        sid = morsel.value
+        signed = {
+            "Host": "dash.example",
+            "Accept": "application/json",
+            "Cookie": f"__Host-jobq_session={sid}",
+        }
+        async with s.get(f"{dash.url}/audit", headers=signed) as page:
+            assert page.status == 200
+
+
+async def test_a_kafka_that_does_not_confirm_costs_no_redis_record_and_is_counted(endpoints: Any) -> None:
+    """Kafka unreachable: the record is in Redis at once, the send is retried for ``ship_timeout_ms`` by
+    the producer, then counted as failed; ``record`` never waited for it."""
+    from prometheus_client import REGISTRY
+
+    from jqcore.audit import AuditEntry, AuditTrail
+    from jqcore.settings import KafkaSettings
+
+    redis = connect(RedisSettings(url=endpoints.redis_url or ""))
+    nowhere = KafkaSettings(bootstrap="127.0.0.1:9")  # (discard: nothing listens)
+    trail = AuditTrail(redis, nowhere, AuditSettings(ship_timeout_ms=1000))
+
+    def failed() -> float:
+        return REGISTRY.get_sample_value("jobq_audit_shipped_total", {"outcome": "failed"}) or 0.0
+
+    before = failed()
+    try:
+        entry = await trail.record(AuditEntry(int(time.time() * 1000), "tester", "test.kafka_down", "x", 1))
+        assert entry.id
+        assert await redis.xrange("jobq:audit", entry.id, entry.id)
+        await trail.drain(30)
+        assert failed() == before + 1
+    finally:
+        await trail.close(1.0)
+        await redis.aclose()
