@@ -119,9 +119,20 @@ def kafka_lag(kafka: KafkaSettings, topics: list[str], relay: RelayKeys) -> list
     return rows
 
 
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+"""Group coordinator answers a fresh broker gives while ``__consumer_offsets`` loads or moves; librdkafka
+does not flag them retriable on a ``committed()`` call, but asking again a moment later succeeds."""
+
+
 def _retriable(exc: BaseException) -> bool:
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and err.retriable()
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _COORDINATOR_MOVING)
 
 
 def _committed(c: Consumer, parts: list[TopicPartition], timeout_s: float = 5.0) -> list[TopicPartition]:
