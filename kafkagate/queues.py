@@ -40,6 +40,9 @@ class QueueConfigBody(BaseModel):
     dedup: Literal["active", "finished"] = "active"
     dedup_window_ms: int = Field(86_400_000, ge=0)
     events_cap: int = Field(100_000, ge=0)
+    fair_key: str | None = None
+    fair_weights: dict[str, int] = Field(default_factory=dict)
+    fair_limits: dict[str, int] = Field(default_factory=dict)
 
 
 class QueuePatchBody(BaseModel):
@@ -58,6 +61,9 @@ class QueuePatchBody(BaseModel):
     dedup: Literal["active", "finished"] | None = None
     dedup_window_ms: int | None = Field(None, ge=0)
     events_cap: int | None = Field(None, ge=0)
+    fair_key: str | None = None
+    fair_weights: dict[str, int] | None = None
+    fair_limits: dict[str, int] | None = None
 
 
 class KindBody(BaseModel):
@@ -148,6 +154,8 @@ async def patch_queue(request: web.Request) -> web.Response:
     changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
     if "filter_keys" in changes:
         changes["filter_keys"] = tuple(changes["filter_keys"])
+    if changes.get("fair_key") == "":  # "" turns fairness off
+        changes["fair_key"] = None
     current = await engine_call(gate.engine.queue_config(queue))
     return await _configure(request, queue, replace(current, **changes))
 

@@ -27,7 +27,7 @@ from jqstack.manager import Stack, StackSpec
 from loadtest.report import Report
 from loadtest.stacks import up_timed
 
-__all__ = ["run"]
+__all__ = ["drain", "run"]
 
 
 def _jobs(queue: str, n: int, start: int = 0) -> list[Envelope]:
@@ -58,7 +58,8 @@ def _drain_worker(url: str, queue: str, result: Any) -> None:
     result.put(asyncio.run(main()))
 
 
-def _drain(url: str, queue: str, n: int) -> float:
+def drain(url: str, queue: str, n: int) -> float:
+    """Claim (50 a call) and complete ``n`` jobs of ``queue`` with 2 worker processes; jobs/s."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=_drain_worker, args=(url, queue, results)) for _ in range(2)]
@@ -69,7 +70,8 @@ def _drain(url: str, queue: str, n: int) -> float:
     elapsed = time.perf_counter() - started
     for p in procs:
         p.join()
-    assert total == n, f"drained {total} of {n}"
+    if total != n:
+        raise RuntimeError(f"drained {total} of {n}")
     return n / elapsed
 
 
@@ -129,7 +131,7 @@ async def _round(url: str, quick: bool, rep: int) -> dict[str, float]:
     engine, prefix = Engine(client), f"bench{os.getpid()}r{rep}"
     n_fill, big = (20_000, 50_000) if quick else (200_000, 1_000_000)
     out: dict[str, float] = {"enqueue_batch": await _fill(engine, f"{prefix}.fill", n_fill)}
-    out["claim+complete, 2 processes"] = await asyncio.to_thread(_drain, url, f"{prefix}.fill", n_fill)
+    out["claim+complete, 2 processes"] = await asyncio.to_thread(drain, url, f"{prefix}.fill", n_fill)
     await _fill(engine, f"{prefix}.small", 1_000)
     out["claim p50 at 1k pending"], out["claim p99 at 1k pending"] = await _claim_latency(
         engine, f"{prefix}.small", 500

@@ -32,6 +32,12 @@ def _drain(quick: bool) -> Report:
     return drain_bench.run(quick=quick)
 
 
+def _fairness(quick: bool) -> Report:
+    from loadtest import fair_bench
+
+    return fair_bench.run(quick=quick)
+
+
 def _relay(quick: bool) -> Report:
     from loadtest import relay_bench
 
@@ -106,6 +112,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "stack": _stack,
     "engine": _engine,
     "drain": _drain,
+    "fairness": _fairness,
     "relay": _relay,
     "gate": _gate,
     "scheduler": _scheduler,

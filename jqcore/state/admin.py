@@ -3,14 +3,20 @@ job types' configuration."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
-from jqcore.state import codes, replies
+import orjson
+
+from jqcore.state import codes, reads, replies
 from jqcore.state.core import EngineCore, _encode_kind, _s
 from jqcore.state.keys import KINDS_KEY, QUEUES_KEY
 from jqcore.state.models import CancelResult, Forgotten, Promoted, QueueConfig
 
-__all__ = ["AdminTransitions"]
+__all__ = ["FAIR_INDEX_CHUNK", "AdminTransitions"]
+
+FAIR_INDEX_CHUNK = 1000
+"""Ready jobs re-indexed per script call when a queue's fairness changes (Redis is never held long)."""
 
 
 class AdminTransitions(EngineCore):
@@ -54,10 +60,19 @@ class AdminTransitions(EngineCore):
         return replies.forget(await self._run("forget", queue, list(ids), now_ms))
 
     async def configure_queue(self, queue: str, config: QueueConfig) -> None:
-        """Apply a queue's configuration (validated here; see :class:`QueueConfig`)."""
+        """Apply a queue's configuration (validated here; see :class:`QueueConfig`). A change of its
+        fairness re-indexes its ready jobs (:data:`FAIR_INDEX_CHUNK` a call)."""
         fields = _config_fields(config)
+        before = await reads.queue_config(self._client, queue)
         await self._run("configure_queue", queue, [x for kv in fields.items() for x in kv], None)
         await self._register([queue])
+        fair = (config.fair_key, dict(config.fair_weights), dict(config.fair_limits))
+        if fair != (before.fair_key, dict(before.fair_weights), dict(before.fair_limits)):
+            offset = 0
+            while True:
+                _, offset = await self._run("fair_index", queue, [offset, FAIR_INDEX_CHUNK], None)
+                if not int(offset):
+                    break
 
     async def pause(self, queue: str, paused: bool = True) -> None:
         """Stop (or resume) claims; enqueues are still accepted while paused."""
@@ -109,6 +124,7 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         raise codes.QueueConfigInvalid("dedup_window_ms must be >= 0")
     if config.events_cap < 0:
         raise codes.QueueConfigInvalid("events_cap must be >= 0 (0: no lifecycle events)")
+    _check_fairness(config)
     return {
         "mode": config.mode,
         "excl_key": config.excl_key or "",
@@ -121,4 +137,27 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         "dedup": config.dedup,
         "dedup_window_ms": str(config.dedup_window_ms),
         "events_cap": str(config.events_cap),
+        "fair_key": config.fair_key or "",
+        "fair_weights": orjson.dumps(dict(config.fair_weights)).decode() if config.fair_weights else "",
+        "fair_limits": orjson.dumps(dict(config.fair_limits)).decode() if config.fair_limits else "",
     }
+
+
+_META_KEY = re.compile(r"[a-z][a-z0-9_]{0,31}")
+MAX_FAIR_ENTRIES = 1000
+
+
+def _check_fairness(config: QueueConfig) -> None:
+    if config.fair_key and not _META_KEY.fullmatch(config.fair_key):
+        raise codes.QueueConfigInvalid(f"fair_key must be a meta key (a-z, 0-9, _), not {config.fair_key!r}")
+    for name, table, low, high in (
+        ("fair_weights", config.fair_weights, 1, 1000),
+        ("fair_limits", config.fair_limits, 1, 10**9),
+    ):
+        if len(table) > MAX_FAIR_ENTRIES:
+            raise codes.QueueConfigInvalid(f"{name}: at most {MAX_FAIR_ENTRIES} values")
+        bad = [v for v, n in table.items() if not isinstance(n, int) or not low <= n <= high or len(v) > 256]
+        if bad:
+            raise codes.QueueConfigInvalid(f"{name}: {bad[0]!r} needs an integer from {low} to {high}")
+    if (config.fair_weights or config.fair_limits) and not config.fair_key:
+        raise codes.QueueConfigInvalid("fair_weights and fair_limits need a fair_key")

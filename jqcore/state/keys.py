@@ -27,6 +27,10 @@ Per queue ``jobq:{q}:``
 ``parked:<kind>``         ZSET    jobs set aside while their kind is at its concurrency limit
 ``kindrun``               HASH    kind → jobs of that kind running now
 ``kinds``                 HASH    ``<kind>|limit``, ``<kind>|attempts``, ``<kind>|delivery``
+``fairring``              ZSET    fair queues: fair_key values with ready jobs, score = pass (the
+                                  lowest is served next; see ``_lib.lua``)
+``fairrun``               HASH    fair queues: value → its jobs running now
+``fair:<value>``          ZSET    fair queues: one value's ready jobs, score = priority
 ``config``                HASH    queue configuration (see ``jqcore.state.models.QueueConfig``)
 ``counts``                HASH    ``blocked``: jobs waiting on an exclusivity value or a kind slot
 ``stats``                 HASH    monotonic counters (enqueued, duplicates, completed, …)
@@ -100,6 +104,8 @@ KeyName = Literal[
     "config",
     "kinds",
     "kindrun",
+    "fairring",
+    "fairrun",
     "counts",
     "stats",
     "xhead",
@@ -186,6 +192,14 @@ class QueueKeys:
     @property
     def kindrun(self) -> str:
         return self._k("kindrun")
+
+    @property
+    def fairring(self) -> str:
+        return self._k("fairring")
+
+    @property
+    def fairrun(self) -> str:
+        return self._k("fairrun")
 
     @property
     def counts(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
@@ -239,6 +240,13 @@ class QueueConfig:
     events_cap: int = 100_000
     """Lifecycle events waiting in Redis for the shipper at most (``docs/history.md``): at the cap a new
     event is counted in the queue's ``events_dropped`` stat instead of stored. 0: no events."""
+    fair_key: str | None = None
+    """A meta key (e.g. ``tenant``): claims deal jobs round-robin across its values instead of in one
+    priority order (priority still orders each value's own jobs); jobs without it share the value ``''``."""
+    fair_weights: Mapping[str, int] = field(default_factory=dict)
+    """Value → weight (1-1000, default 1): a value of weight 3 gets three claims to another's one."""
+    fair_limits: Mapping[str, int] = field(default_factory=dict)
+    """Value → how many of its jobs may run at once (across every worker)."""
 
     MAX_FILTER_KEYS = 4
 
@@ -247,4 +255,5 @@ class QueueConfig:
         every field, ``filter_keys`` as a list."""
         out = asdict(self)
         out["filter_keys"] = list(self.filter_keys)
+        out["fair_weights"], out["fair_limits"] = dict(self.fair_weights), dict(self.fair_limits)
         return out

@@ -10,6 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from jqcore.clock import now_ms
 from jqcore.redisconn import RedisClient
 from jqcore.state.keys import KINDS_KEY, QueueKeys
@@ -279,6 +281,9 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         dedup="finished" if raw.get("dedup") == "finished" else "active",
         dedup_window_ms=int(raw.get("dedup_window_ms") or base.dedup_window_ms),
         events_cap=int(raw.get("events_cap") or base.events_cap),
+        fair_key=raw.get("fair_key") or None,
+        fair_weights=orjson.loads(raw.get("fair_weights") or "{}"),
+        fair_limits=orjson.loads(raw.get("fair_limits") or "{}"),
     )
 
 

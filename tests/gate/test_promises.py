@@ -90,6 +90,16 @@ async def test_patch_changes_one_setting_and_put_refuses_to_drop_exclusivity(gw:
         "PATCH", f"/v1/queues/{q}", json={"dedup": "finished", "dedup_window_ms": 600}
     )
     assert (status, body["config"]["dedup"], body["config"]["dedup_window_ms"]) == (200, "finished", 600)
+    fair = {"fair_key": "tenant", "fair_weights": {"gold": 3}, "fair_limits": {"noisy": 2}}
+    status, body = await gw.call("PATCH", f"/v1/queues/{q}", json=fair)
+    assert status == 200, body
+    assert {k: body["config"][k] for k in fair} == fair
+    status, body = await gw.call("PATCH", f"/v1/queues/{q}", json={"fair_weights": {"gold": 0}})
+    assert (status, body["error"]["code"]) == (400, "queue_config_invalid")
+    status, body = await gw.call(
+        "PATCH", f"/v1/queues/{q}", json={"fair_key": "", "fair_weights": {}, "fair_limits": {}}
+    )
+    assert (status, body["config"]["fair_key"]) == (200, None), body
 
 
 async def test_claim_by_an_unindexed_key_is_a_400(gw: Any, engine: Engine, put: Any) -> None:

@@ -7,12 +7,13 @@
 --   -- KEYS[2] ready    ZSET ...
 -- and jqcore.state.scripts declares the same names, from which the loader binds them to upper-case
 -- locals before this file: P (prefix), READY, DELAYED, RUNNING, DONE, DEAD, CONFIG, KINDS, KINDRUN,
--- COUNTS, STATS, XHEAD, FENCES, WAKE, WAITERS, SCHED, EVENTS, GDONE. A helper below uses the locals its callers must
+-- FAIRRING, FAIRRUN, COUNTS, STATS, XHEAD, FENCES, WAKE, WAITERS, SCHED, EVENTS, GDONE. A helper below uses the locals its callers must
 -- declare. Graph scripts (graph_*.lua) get this file too (for NOW and the codes), then _glib.lua.
 -- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
 -- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
 --   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET, inbox:<waiter> LIST,
---   switched:<name> ZSET (jobs a kill switch parked, score = priority)
+--   switched:<name> ZSET (jobs a kill switch parked, score = priority),
+--   fair:<value> ZSET (a fair queue's ready jobs of one fair_key value, score = priority)
 -- ARGV[1] = now (ms since epoch, from the caller).
 -- Return codes: the C_* constants below, mirrored by jqcore.state.codes.Code (one meaning per number);
 -- each script's "-- returns:" line names the ones it returns.
@@ -179,11 +180,62 @@ local function switched(key, kind)
   return nil
 end
 
+-- Fairness (queue option fair_key, a meta key such as 'tenant'): a claim deals jobs round-robin across
+-- the key's values, weighted (stride scheduling), instead of in one priority order. Each value's ready
+-- jobs are also in fair:<value> (score = priority); FAIRRING holds the values with ready jobs, score =
+-- the value's pass: a claim serves the value with the lowest pass and adds 1e6 / weight to it. A value
+-- that gets ready jobs again enters at the lowest pass in the ring (served within a round, no credit
+-- saved up while idle). FAIRRUN counts the running jobs of each value that has a fair_limits entry
+-- (from the claims after the limit was set); a value at its limit leaves the ring until one of its jobs
+-- finishes. Jobs without the key share the value ''. A job's value is
+-- fixed when it is enqueued (field 'fair'; taken from its envelope when it has none). O(log n) a claim.
+local fair_conf = nil
+local function fairness()
+  if fair_conf == nil then
+    fair_conf = {key = cfg('fair_key', '')}
+    if fair_conf.key ~= '' then
+      local w, l = cfg('fair_weights', ''), cfg('fair_limits', '')
+      fair_conf.weights = (w ~= '') and cjson.decode(w) or {}
+      fair_conf.limits = (l ~= '') and cjson.decode(l) or {}
+    end
+  end
+  return fair_conf
+end
+
+-- The fair value of a job that has none recorded (enqueued before the queue had fair_key).
+local function fair_value(key, fc)
+  local env = cjson.decode(redis.call('HGET', key, 'env'))
+  local v = type(env.meta) == 'table' and env.meta[fc.key] or nil
+  v = type(v) == 'string' and v or ''
+  redis.call('HSET', key, 'fair', v)
+  return v
+end
+
+local function fair_full(v, fc)
+  local limit = fc.limits[v]
+  return limit ~= nil and tonumber(redis.call('HGET', FAIRRUN, v) or '0') >= tonumber(limit)
+end
+
+-- Put value v in the ring (if it has ready jobs, is not there yet and not at its limit).
+local function fair_enter(v, fc)
+  if redis.call('ZSCORE', FAIRRING, v) or fair_full(v, fc) then return end
+  if redis.call('ZCARD', k('fair:' .. v)) == 0 then return end
+  local low = redis.call('ZRANGE', FAIRRING, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', FAIRRING, tonumber(low[2] or '0'), v)
+end
+
 -- Make a job claimable: the ready set plus its filter indexes.
 local function to_ready(id, key, prio, extra)
   redis.call('ZADD', READY, prio, id)
-  for _, name in ipairs(split_lines(redis.call('HGET', key, 'idx'))) do
+  local f = redis.call('HMGET', key, 'idx', 'fair')
+  for _, name in ipairs(split_lines(f[1])) do
     redis.call('ZADD', k('idx:' .. name), prio, id)
+  end
+  local fc = fairness()
+  if fc.key ~= '' then
+    local v = f[2] or fair_value(key, fc)
+    redis.call('ZADD', k('fair:' .. v), prio, id)
+    fair_enter(v, fc)
   end
   set_state(id, key, 'pending', extra)
 end
@@ -191,9 +243,11 @@ end
 -- Take a job out of the ready set and its filter indexes.
 local function from_ready(id, key)
   redis.call('ZREM', READY, id)
-  for _, name in ipairs(split_lines(redis.call('HGET', key, 'idx'))) do
+  local f = redis.call('HMGET', key, 'idx', 'fair')
+  for _, name in ipairs(split_lines(f[1])) do
     redis.call('ZREM', k('idx:' .. name), id)
   end
+  if f[2] then redis.call('ZREM', k('fair:' .. f[2]), id) end
 end
 
 -- A due job enters the pending world: behind its exclusivity value's head, or ready. Returns 1 if ready.
@@ -231,8 +285,14 @@ end
 
 -- A running job left the running set: free its kind slot, unpark one job of that kind. Returns jobs made ready.
 local function release_slot(key)
-  local kind = redis.call('HGET', key, 'kind')
+  local kind, counted = unpack(redis.call('HMGET', key, 'kind', 'fairrun'))
   if redis.call('HINCRBY', KINDRUN, kind, -1) < 0 then redis.call('HSET', KINDRUN, kind, 0) end
+  if counted then  -- a fair queue's limited value: a slot frees, the value may enter the ring again
+    redis.call('HDEL', key, 'fairrun')
+    if redis.call('HINCRBY', FAIRRUN, counted, -1) <= 0 then redis.call('HDEL', FAIRRUN, counted) end
+    local fc = fairness()
+    if fc.key ~= '' then fair_enter(counted, fc) end
+  end
   local nxt = redis.call('ZPOPMIN', k('parked:' .. kind))
   if #nxt == 0 then return 0 end
   redis.call('HINCRBY', COUNTS, 'blocked', -1)
@@ -324,62 +384,100 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
   local before = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
   local earliest = tonumber(before[2] or '-1')
   local new_earliest = nil
+  local fc = fairness()
+  local fair = fc.key ~= ''
+
+  -- One job met on the way: claimed, or moved out of the ready set (gone, expired, switched, parked);
+  -- true when it stays where it is (filtered out, or its fair value is at its limit).
+  local function visit(id, in_ring)
+    local key = jkey(id)
+    local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt', 'enqueued_at', 'run_at', 'fair')
+    if f[1] == false then
+      redis.call('ZREM', src, id)
+      redis.call('ZREM', READY, id)
+      return false
+    end
+    if matches and not matches(key) then return true end
+    if fair and f[8] and fair_full(f[8], fc) then
+      redis.call('ZREM', FAIRRING, f[8])  -- it enters again when one of its jobs finishes
+      return true
+    end
+    from_ready(id, key)
+    local kind, expires = f[1], tonumber(f[2])
+    local limit = tonumber(redis.call('HGET', KINDS, kind .. '|limit') or '')
+    local sw = switched(key, kind)
+    if expires and expires <= NOW then
+      finish(id, key, 'expired', 'expires_at passed before it ran')
+      freed = freed + release_excl(id, key)
+    elseif sw then
+      if sw.action == 'park' then
+        redis.call('ZADD', k('switched:' .. sw.name), tonumber(f[3]), id)
+        redis.call('HSET', key, 'switch', sw.name)
+        set_state(id, key, 'parked', {message = 'kill switch ' .. sw.name})
+        redis.call('HINCRBY', COUNTS, 'blocked', 1)
+      else
+        finish(id, key, 'errored', 'kill switch ' .. sw.name)
+        freed = freed + release_excl(id, key)
+      end
+    elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') >= limit then
+      redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
+      set_state(id, key, 'parked')
+      redis.call('HINCRBY', COUNTS, 'blocked', 1)
+    else
+      local lease = lease_arg
+      if lease == 0 then lease = tonumber(f[4]) or default_lease end
+      local deadline = NOW + lease
+      local attempt = tonumber(f[5]) + 1
+      local token = token_prefix .. ':' .. claimed
+      redis.call('HSET', key, 'attempt', attempt, 'token', token, 'lease_deadline', deadline,
+        'started_at', math.max(NOW, server_now()), 'worker', worker)
+      set_state(id, key, 'running')
+      redis.call('ZADD', RUNNING, deadline, id)
+      redis.call('HINCRBY', KINDRUN, kind, 1)
+      if fair and f[8] then  -- charge the value: its pass grows by 1e6 / weight
+        if in_ring then
+          redis.call('ZINCRBY', FAIRRING, math.floor(1000000 / (tonumber(fc.weights[f[8]]) or 1)), f[8])
+        end
+        if fc.limits[f[8]] then  -- a limited value counts its running jobs (release_slot gives back)
+          redis.call('HSET', key, 'fairrun', f[8])
+          redis.call('HINCRBY', FAIRRUN, f[8], 1)
+          if fair_full(f[8], fc) then redis.call('ZREM', FAIRRING, f[8]) end
+        end
+      end
+      claimed = claimed + 1
+      local since = math.max(tonumber(f[6]) or NOW, tonumber(f[7]) or 0)
+      if since < NOW then waited = waited + (NOW - since) end
+      if new_earliest == nil or deadline < new_earliest then new_earliest = deadline end
+      out[#out + 1] = id
+      out[#out + 1] = redis.call('HGET', key, 'env')
+      out[#out + 1] = attempt
+      out[#out + 1] = token
+      out[#out + 1] = deadline
+    end
+    return false
+  end
+
+  if fair and src == READY then  -- round-robin over the ring: the best job of the lowest pass, each time
+    while claimed < n and scanned < n * 4 + 32 do
+      local head = redis.call('ZRANGE', FAIRRING, 0, 0)
+      if #head == 0 then break end
+      local ids = redis.call('ZRANGE', k('fair:' .. head[1]), 0, 0)
+      if #ids == 0 then
+        redis.call('ZREM', FAIRRING, head[1])
+      else
+        scanned = scanned + 1
+        visit(ids[1], true)
+      end
+    end
+  end
+  -- Priority order: every claim of a plain queue, a filtered claim, and what a fair queue has outside its
+  -- ring (jobs enqueued before it had fair_key; a value held at its limit is skipped in place).
   while claimed < n and scanned < n * 4 + 32 do
     local ids = redis.call('ZRANGE', src, offset, offset + (n - claimed) - 1)
     if #ids == 0 then break end
     for _, id in ipairs(ids) do
       scanned = scanned + 1
-      local key = jkey(id)
-      local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt', 'enqueued_at', 'run_at')
-      if f[1] == false then
-        redis.call('ZREM', src, id)
-        redis.call('ZREM', READY, id)
-      elseif matches and not matches(key) then
-        offset = offset + 1
-      else
-        from_ready(id, key)
-        local kind, expires = f[1], tonumber(f[2])
-        local limit = tonumber(redis.call('HGET', KINDS, kind .. '|limit') or '')
-        local sw = switched(key, kind)
-        if expires and expires <= NOW then
-          finish(id, key, 'expired', 'expires_at passed before it ran')
-          freed = freed + release_excl(id, key)
-        elseif sw then
-          if sw.action == 'park' then
-            redis.call('ZADD', k('switched:' .. sw.name), tonumber(f[3]), id)
-            redis.call('HSET', key, 'switch', sw.name)
-            set_state(id, key, 'parked', {message = 'kill switch ' .. sw.name})
-            redis.call('HINCRBY', COUNTS, 'blocked', 1)
-          else
-            finish(id, key, 'errored', 'kill switch ' .. sw.name)
-            freed = freed + release_excl(id, key)
-          end
-        elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') >= limit then
-          redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
-          set_state(id, key, 'parked')
-          redis.call('HINCRBY', COUNTS, 'blocked', 1)
-        else
-          local lease = lease_arg
-          if lease == 0 then lease = tonumber(f[4]) or default_lease end
-          local deadline = NOW + lease
-          local attempt = tonumber(f[5]) + 1
-          local token = token_prefix .. ':' .. claimed
-          redis.call('HSET', key, 'attempt', attempt, 'token', token, 'lease_deadline', deadline,
-            'started_at', math.max(NOW, server_now()), 'worker', worker)
-          set_state(id, key, 'running')
-          redis.call('ZADD', RUNNING, deadline, id)
-          redis.call('HINCRBY', KINDRUN, kind, 1)
-          claimed = claimed + 1
-          local since = math.max(tonumber(f[6]) or NOW, tonumber(f[7]) or 0)
-          if since < NOW then waited = waited + (NOW - since) end
-          if new_earliest == nil or deadline < new_earliest then new_earliest = deadline end
-          out[#out + 1] = id
-          out[#out + 1] = redis.call('HGET', key, 'env')
-          out[#out + 1] = attempt
-          out[#out + 1] = token
-          out[#out + 1] = deadline
-        end
-      end
+      if visit(id, false) then offset = offset + 1 end
       if claimed >= n then break end
     end
   end

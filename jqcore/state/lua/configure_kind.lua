@@ -6,11 +6,13 @@
 -- KEYS[3] config   HASH queue configuration
 -- KEYS[4] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
 -- KEYS[5] kindrun  HASH kind -> jobs of that kind running
--- KEYS[6] counts   HASH blocked (waiting + parked jobs)
--- KEYS[7] stats    HASH lifetime counters
--- KEYS[8] wake     LIST wake tokens for waiting workers
--- KEYS[9] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- derived: job:<id>, idx:<key>=<value>, parked:<kind>
+-- KEYS[6] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[7] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[8] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[9] stats    HASH lifetime counters
+-- KEYS[10] wake     LIST wake tokens for waiting workers
+-- KEYS[11] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] kind  [3] limit ('' = none)  [4] max attempts ('' = queue default)  [5] delivery
 -- returns: number of parked jobs made pending.
 local kind = ARGV[2]

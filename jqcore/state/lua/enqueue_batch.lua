@@ -21,16 +21,18 @@
 -- KEYS[8] config   HASH queue configuration
 -- KEYS[9] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
 -- KEYS[10] kindrun  HASH kind -> jobs of that kind running
--- KEYS[11] counts   HASH blocked (waiting + parked jobs)
--- KEYS[12] stats    HASH lifetime counters
--- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] fences   HASH fence source -> newest fence
--- KEYS[15] wake     LIST wake tokens for waiting workers
--- KEYS[16] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[17] sched    LIST wake token for the scheduler
--- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>
+-- KEYS[11] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[12] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[13] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[14] stats    HASH lifetime counters
+-- KEYS[15] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[16] fences   HASH fence source -> newest fence
+-- KEYS[17] wake     LIST wake tokens for waiting workers
+-- KEYS[18] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
+-- KEYS[19] sched    LIST wake token for the scheduler
+-- KEYS[20] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[21] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
 --       13 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
 --       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown),
@@ -53,6 +55,7 @@ local excl_key = cfg('excl_key', '')
 local filter_keys = {}
 for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do filter_keys[name] = true end
 local default_attempts = cfgnum('max_attempts', 10)
+local fair_key = fairness().key
 local dedup_finished = cfg('dedup', 'active') == 'finished'
 local dedup_window = cfgnum('dedup_window_ms', DAY)
 local TERMINAL = {completed = true, errored = true, canceled = true, expired = true}
@@ -115,6 +118,7 @@ for i = 0, n - 1 do
       'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'updated_at', NOW,
       'origin', origin, 'accepted_at', stamps.accepted_at)
     if ARGV[b + 12] ~= '' then redis.call('HSET', key, 'graph', ARGV[b + 12]) end
+    if fair_key ~= '' then redis.call('HSET', key, 'fair', meta[fair_key] or '') end
     stat('enqueued')
     if expires_at and expires_at <= NOW then
       finish(id, key, 'expired', 'expired before it was enqueued', stamps)

@@ -11,14 +11,16 @@
 -- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
 -- KEYS[7] config   HASH queue configuration
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
--- KEYS[9] counts   HASH blocked (waiting + parked jobs)
--- KEYS[10] stats    HASH lifetime counters
--- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[12] wake     LIST wake tokens for waiting workers
--- KEYS[13] sched    LIST wake token for the scheduler
--- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[15] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
+-- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[11] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[12] stats    HASH lifetime counters
+-- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[14] wake     LIST wake tokens for waiting workers
+-- KEYS[15] sched    LIST wake token for the scheduler
+-- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[17] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
 -- returns: {C_OK, run_at} handed back | {C_ERRORED} no pool ran it for dead_after ms | {C_STALE} |
 --          {C_MISSING}.

@@ -12,15 +12,17 @@
 -- KEYS[7] config   HASH queue configuration
 -- KEYS[8] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
 -- KEYS[9] kindrun  HASH kind -> jobs of that kind running
--- KEYS[10] counts   HASH blocked (waiting + parked jobs)
--- KEYS[11] stats    HASH lifetime counters
--- KEYS[12] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[13] wake     LIST wake tokens for waiting workers
--- KEYS[14] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[15] sched    LIST wake token for the scheduler
--- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[17] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>
+-- KEYS[10] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[11] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[12] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[13] stats    HASH lifetime counters
+-- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[15] wake     LIST wake tokens for waiting workers
+-- KEYS[16] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
+-- KEYS[17] sched    LIST wake token for the scheduler
+-- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>
 -- ARGV: [1] now  [2] limit
 -- returns: {promoted, next_run_at or -1, {now - run_at of each promoted job}}
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))

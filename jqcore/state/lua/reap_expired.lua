@@ -10,13 +10,15 @@
 -- KEYS[6] config   HASH queue configuration
 -- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
--- KEYS[9] counts   HASH blocked (waiting + parked jobs)
--- KEYS[10] stats    HASH lifetime counters
--- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[12] wake     LIST wake tokens for waiting workers
--- KEYS[13] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[14] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>
+-- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[11] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[12] stats    HASH lifetime counters
+-- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[14] wake     LIST wake tokens for waiting workers
+-- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] limit
 -- returns: {reaped, next_deadline or -1}
 local expired = redis.call('ZRANGEBYSCORE', RUNNING, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[2]))

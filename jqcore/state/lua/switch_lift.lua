@@ -5,11 +5,13 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] config   HASH queue configuration
--- KEYS[4] counts   HASH blocked (waiting + parked jobs)
--- KEYS[5] stats    HASH lifetime counters
--- KEYS[6] wake     LIST wake tokens for waiting workers
--- KEYS[7] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- derived: job:<id>, idx:<key>=<value>, switched:<name>
+-- KEYS[4] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[5] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[6] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[7] stats    HASH lifetime counters
+-- KEYS[8] wake     LIST wake tokens for waiting workers
+-- KEYS[9] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- derived: job:<id>, idx:<key>=<value>, switched:<name>, fair:<value>
 -- ARGV: [1] now  [2] the queue's switches (JSON array; '' = none)  [3] switch name ('' = none to lift)
 --       [4] at most this many jobs moved back
 -- returns: {jobs made pending, jobs still parked by that switch}.
