@@ -12,15 +12,19 @@ import orjson
 from typer.testing import CliRunner
 
 from jobq.cli import app
+from jqcore import audit
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
 from jqstack.manager import Endpoints
 from tests.gate.conftest import Gw
+from tests.web.test_sessions import _on_kafka as on_audit_topic
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 
 
-async def test_a_switch_stops_a_kind_in_two_pools_and_lifts_cleanly(gw: Gw, engine: Engine) -> None:
+async def test_a_switch_stops_a_kind_in_two_pools_and_lifts_cleanly(
+    gw: Gw, engine: Engine, endpoints: Endpoints
+) -> None:
     q, reg = gw.queue, Registry()
     started: list[tuple[str, int]] = []  # (kind, Redis's clock at the handler's start)
     ran: Counter[str] = Counter()
@@ -74,9 +78,21 @@ async def test_a_switch_stops_a_kind_in_two_pools_and_lifts_cleanly(gw: Gw, engi
 
         status, body = await gw.call("DELETE", "/v1/switches/" + q + "-stop")
         assert (status, body["jobs_released"]) == (200, 10), body
+        flips = [e for e in await audit.read(engine._client, 1000) if q + "-stop" in e.target]
+        assert [e.action for e in flips] == [
+            "gate.DELETE /v1/switches/{name}",
+            "gate.PUT /v1/switches/{name}",
+        ]
         await wait("poison", 15)
     assert ran == {"ok": 15, "poison": 15}  # every job once: none lost, none twice
     assert (await engine.depth(q)).blocked == 0
+    shipped = await asyncio.to_thread(
+        on_audit_topic, endpoints.kafka_bootstrap, lambda d: q + "-stop" in d["target"], 2
+    )
+    assert sorted(d["action"] for d in shipped) == [
+        "gate.DELETE /v1/switches/{name}",
+        "gate.PUT /v1/switches/{name}",
+    ]
 
 
 async def test_switch_requests_are_checked(gw: Gw) -> None:
