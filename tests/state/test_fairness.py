@@ -42,8 +42,9 @@ def _tenant(j: object) -> str:
 async def test_one_tenants_backlog_does_not_delay_the_others(
     engine: Engine, q: str, job: Job, t0: int, fair: bool, dropped: None
 ) -> None:
-    # the figure on the single Redis; the order without fair_key needs no big backlog to show
-    big = 100_000 if fair and not isinstance(engine._client, RedisCluster) else 2_000
+    # The ring makes this independent of the backlog's size (run at 100,000 once: 23 s on a loaded machine,
+    # too dear for every CI run); the order without fair_key needs no big backlog to show.
+    big = 20_000 if fair and not isinstance(engine._client, RedisCluster) else 2_000
     if fair:
         await engine.configure_queue(q, QueueConfig(fair_key="tenant"))
     backlog = [job(q, id=f"a{i:06d}", meta={"tenant": "a"}) for i in range(big)]
