@@ -21,9 +21,17 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.errors import JobqError
-from jqcore.settings import JsonText
+from jqcore.settings import CommaList, JsonText
 
-__all__ = ["CANARY_KIND", "CANARY_PREFIX", "DEFAULT_TOPIC", "QueueUnrouted", "Route", "RoutingSettings"]
+__all__ = [
+    "CANARY_KIND",
+    "CANARY_PREFIX",
+    "DEFAULT_TOPIC",
+    "QueueNotAllowed",
+    "QueueUnrouted",
+    "Route",
+    "RoutingSettings",
+]
 
 DEFAULT_TOPIC = "jobs.default"
 CANARY_PREFIX = "canary."
@@ -37,6 +45,13 @@ class QueueUnrouted(JobqError):
 
     code = "queue_unrouted"
     http_status = 404
+
+
+class QueueNotAllowed(QueueUnrouted):
+    """The queue matches none of ``JOBQ_QUEUES_ALLOWED``: nobody may create it."""
+
+    code = "queue_not_allowed"
+    http_status = 403
 
 
 class Route(BaseModel):
@@ -61,18 +76,33 @@ class RoutingSettings(BaseSettings):
     default_acks: Acks = "all"
     """Acks the gateway waits for on the default topic (``leader``: lower latency; a leader failure may
     lose the write)."""
+    queues_allowed: CommaList = Field(default_factory=list)
+    """Queue name globs (comma-separated, e.g. ``billing.*,emails``) a job may name; empty: every queue a
+    route or the default topic takes. A queue outside them is refused by every producer (403
+    ``queue_not_allowed`` at the gateway) and dead-lettered by the relay (``misrouted``): a client cannot
+    create queues (each one scheduler work, metric series and dashboard rows) by naming them."""
 
     def route(self, queue: str) -> tuple[str, Acks]:
-        """(topic, acks) for ``queue``; raises :class:`QueueUnrouted`. ``canary.<topic>`` queues go to
+        """(topic, acks) for ``queue``; raises :class:`QueueUnrouted` (:class:`QueueNotAllowed` for a queue
+        outside ``queues_allowed``). ``canary.<topic>`` queues go to
         ``<topic>`` (the heartbeat canary reaches every topic this way)."""
         if queue.startswith(CANARY_PREFIX) and queue[len(CANARY_PREFIX) :] in self.topics():
             return queue[len(CANARY_PREFIX) :], "all"
+        if not self.allows(queue):
+            raise QueueNotAllowed(
+                f"queue {queue!r} is not one of the queues allowed here (JOBQ_QUEUES_ALLOWED:"
+                f" {', '.join(self.queues_allowed)})"
+            )
         for r in self.routes:
             if fnmatch.fnmatchcase(queue, r.queues):
                 return r.topic, r.acks
         if not self.default_topic:
             raise QueueUnrouted(f"no route sends queue {queue!r} to a topic (see JOBQ_ROUTES)")
         return self.default_topic, self.default_acks
+
+    def allows(self, queue: str) -> bool:
+        """Whether ``queue`` is one of ``queues_allowed`` (every queue when that is empty)."""
+        return not self.queues_allowed or any(fnmatch.fnmatchcase(queue, g) for g in self.queues_allowed)
 
     def topics(self) -> list[str]:
         """Every topic a producer may write (what the relay and the canary cover)."""

@@ -35,7 +35,7 @@ from jqcore.health import Readiness
 from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
-from jqcore.routing import QueueUnrouted, RoutingSettings
+from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.topics import dead_topic, retry_topic
@@ -309,13 +309,15 @@ class TopicRelay(Service):
             assert self.routing is not None
             try:
                 self._routed[env.queue] = self.routing.route(env.queue)[0]
+            except QueueNotAllowed:
+                self._routed[env.queue] = ""
             except QueueUnrouted:
                 self._routed[env.queue] = None
         routed = self._routed[env.queue]
         if routed == self.topic:
             return None
         metrics.RELAY_MISROUTED.labels(self.topic).inc()
-        where = f"is routed to {routed}" if routed is not None else "has no route"
+        where = f"is routed to {routed}" if routed else "has no route" if routed is None else "is not allowed"
         return f"misrouted: queue {env.queue[:200]!r} {where}, not {self.topic}"
 
     async def _write(self, batch: Batch, term: Term) -> None:

@@ -14,7 +14,7 @@ from jqcore.errors import EnvelopeError, FieldError, GraphInvalid
 from jqcore.graphs import graph_envelope, node_job_id, parse
 from jqcore.http import HttpError, json_response
 from jqcore.kafka import Record
-from jqcore.routing import QueueUnrouted
+from jqcore.routing import QueueNotAllowed, QueueUnrouted
 from jqcore.state import GraphInfo
 from kafkagate.auth import require_kind, require_queue
 from kafkagate.body import read_body
@@ -53,6 +53,10 @@ async def submit(request: web.Request) -> web.Response:
     for node in spec.all_nodes():  # every node's queue and kind, the on_failure node's too
         require_queue(request, node.queue)
         require_kind(request, node.kind, f"nodes.{node.name}")
+        if not gate.routing.allows(node.queue):
+            raise QueueNotAllowed(
+                f"node {node.name!r}: queue {node.queue!r} is not one of the queues allowed here"
+            )
     env = graph_envelope(spec, at_ms=now)
     try:
         topic, acks = gate.routing.route(spec.queue)

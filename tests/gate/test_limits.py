@@ -155,3 +155,30 @@ async def test_cancel_tombstones_take_only_valid_ids_and_short_reasons(gw: Any) 
     assert (status, body["error"]["code"]) == (400, "reason_too_long")
     status, body = await gw.call("DELETE", f"/v1/queues/{q}/jobs/ok-1", params={"reason": "r" * 1000})
     assert status == 200, body
+
+
+async def test_a_queue_outside_the_allowlist_is_refused_and_never_created(
+    prefix: str,
+    make_topic: Callable[..., str],
+    routing_for: Callable[[str], RoutingSettings],
+    make_gate: Callable[..., GateService],
+    token: str,
+    engine: Engine,
+) -> None:
+    routing = routing_for(make_topic("jobs")).model_copy(update={"queues_allowed": [f"{prefix}.ok.*"]})
+    auth = {"Authorization": f"Bearer {token}"}
+    async with make_gate(routing) as service, aiohttp.ClientSession(headers=auth) as http:
+
+        async def post(path: str, body: dict[str, Any]) -> tuple[int, Any]:
+            async with http.post(service.url + path, json=body) as r:
+                return r.status, await r.json()
+
+        status, body = await post(f"/v1/queues/{prefix}.made-up/jobs", {"kind": "k"})
+        assert (status, body["error"]["code"]) == (403, "queue_not_allowed"), body
+        node = {"name": "b", "kind": "k", "queue": f"{prefix}.made-up"}
+        graph = {"id": f"{prefix}-g", "queue": f"{prefix}.ok.g", "nodes": [{"name": "a", "kind": "k"}, node]}
+        status, body = await post("/v1/graphs", graph)
+        assert (status, body["error"]["code"]) == (403, "queue_not_allowed"), body
+        status, body = await post(f"/v1/queues/{prefix}.ok.q/jobs", {"kind": "k"})
+        assert status == 202, body
+    assert f"{prefix}.made-up" not in await engine.queues()

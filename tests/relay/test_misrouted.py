@@ -33,23 +33,26 @@ async def test_an_envelope_for_another_topics_queue_is_dead_lettered_as_misroute
             Route(queues=f"{prefix}.payments.*", topic=f"{prefix}.payments"),
         ],
         default_topic="",
+        queues_allowed=[f"{prefix}.billing.q", f"{prefix}.payments.*", f"{prefix}.nowhere"],
     )
     good = new_envelope(mine, "k", None)
     forged = new_envelope(theirs, "k", None)  # written straight into billing's topic
     unrouted = new_envelope(f"{prefix}.nowhere", "k", None)
-    records = [Record(topic, encode(e), record_key(e)) for e in (forged, unrouted, good)]
+    made_up = new_envelope(f"{prefix}.billing.made-up", "k", None)  # routed here, but not allowed
+    records = [Record(topic, encode(e), record_key(e)) for e in (forged, unrouted, made_up, good)]
     await producer.produce_many(records)
     before = metrics.RELAY_MISROUTED.labels(topic)._value.get()
     async with make_relay(topic, routing=routing) as relay:
-        await relay.relays[0].signals.committed.wait_for(lambda n: n >= 3)
+        await relay.relays[0].signals.committed.wait_for(lambda n: n >= 4)
         assert await pending(mine) == 1
-    dead = await asyncio.to_thread(topic_reader, f"{topic}.dead", 2)
+    dead = await asyncio.to_thread(topic_reader, f"{topic}.dead", 3)
     reasons = sorted(dict(m.headers())["jobq-reason"].decode() for m in dead)
     assert reasons == [
+        f"misrouted: queue '{made_up.queue}' is not allowed, not {topic}",
         f"misrouted: queue '{unrouted.queue}' has no route, not {topic}",
         f"misrouted: queue '{theirs}' is routed to {prefix}.payments, not {topic}",
     ]
-    assert {m.value() for m in dead} == {encode(forged), encode(unrouted)}, "bytes unchanged"
+    assert {m.value() for m in dead} == {encode(forged), encode(unrouted), encode(made_up)}, "bytes unchanged"
     assert await engine.get_job(theirs, forged.id) is None
     assert await pending(theirs) == 0
-    assert metrics.RELAY_MISROUTED.labels(topic)._value.get() - before >= 2
+    assert metrics.RELAY_MISROUTED.labels(topic)._value.get() - before >= 3
