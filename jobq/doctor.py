@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import ipaddress
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ from jqcore.preflight import eviction_policies
 from jqcore.presence import count_alive
 from jqcore.redisconn import RedisClient, connect
 from jqcore.settings import AuditSettings, ConsulSettings, EventSettings, FarSettings, load
+from jqcore.tokens import is_loopback
 from jqcore.topics import Inspection, declaration, inspect
 from jqweb.overview import CANARY_LATE_S, Sources, relay_locks
 from jqweb.settings import WebSettings
@@ -249,13 +249,7 @@ def judge(facts: Facts) -> list[Finding]:
 
 
 def _loopback(address: str) -> bool:
-    host = urlsplit(address if "//" in address else f"//{address}").hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(urlsplit(address if "//" in address else f"//{address}").hostname or "")
 
 
 # ---- reading a deployment ------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.errors import ConfigError
+from jqcore.http import HttpError
 from jqcore.log import get_logger
 
 __all__ = [
@@ -272,7 +273,8 @@ def _scope_names(given: Iterable[str]) -> list[str]:
     return out
 
 
-def _is_loopback(host: str | None) -> bool:
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
     if host is None:
         return False
     if host == "localhost":
@@ -385,7 +387,7 @@ def load_tokens(
     settings = settings if settings is not None else TokenSettings()
     entries: list[tuple[bytes, Token]] = []
     if settings.file is not None:
-        entries += _read_file(settings.file, plaintext_ok=settings.allow_plaintext or _is_loopback(host))
+        entries += _read_file(settings.file, plaintext_ok=settings.allow_plaintext or is_loopback(host))
     entries += _gate_env(gate)
     entries += _web_env(web_read, web_admin)
     return _merge(entries)
@@ -437,3 +439,14 @@ class TokenSource:
 def retry_after(wait_s: float) -> str:
     """A ``Retry-After`` value: whole seconds, rounded up, at least 1."""
     return str(max(1, math.ceil(wait_s)))
+
+
+def queue_forbidden(name: str, queue: str, queues: Sequence[str] = ()) -> HttpError:
+    """The 403 ``queue_forbidden`` for token ``name`` on ``queue`` (``queues``: the ones it may use)."""
+    theirs = f" (its queues: {', '.join(queues)})" if queues else ""
+    return HttpError(
+        403,
+        "queue_forbidden",
+        f"token {name!r} may not use queue {queue!r}{theirs}",
+        details={"token": name, "queue": queue},
+    )

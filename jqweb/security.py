@@ -30,7 +30,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from jqcore.http import TOKEN_NAME, HttpError
-from jqcore.tokens import Token, TokenSource
+from jqcore.tokens import Token, TokenSource, queue_forbidden
 
 __all__ = [
     "COOKIE",
@@ -143,12 +143,7 @@ def require_queue(request: web.Request, queue: str) -> None:
     """403 ``queue_forbidden`` unless the signed-in token may use ``queue``."""
     p = principal(request)
     if not p.allows_queue(queue):
-        raise HttpError(
-            403,
-            "queue_forbidden",
-            f"token {p.who!r} may not use queue {queue!r}",
-            details={"token": p.who, "queue": queue},
-        )
+        raise queue_forbidden(p.who, queue)
 
 
 def visible(request: web.Request, queues: Iterable[str]) -> list[str]:

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from jqcore.http import TOKEN_NAME, HttpError
-from jqcore.tokens import SCOPES, Token, TokenSource, retry_after
+from jqcore.tokens import SCOPES, Token, TokenSource, queue_forbidden, retry_after
 
 __all__ = [
     "SCOPES",
@@ -61,12 +61,7 @@ def require_queue(request: web.Request, queue: str) -> None:
     """403 ``queue_forbidden`` unless the request's token may use ``queue``."""
     token = token_of(request)
     if not token.allows_queue(queue):
-        raise HttpError(
-            403,
-            "queue_forbidden",
-            f"token {token.name!r} may not use queue {queue!r} (its queues: {', '.join(token.queues)})",
-            details={"token": token.name, "queue": queue},
-        )
+        raise queue_forbidden(token.name, queue, token.queues)
 
 
 def require_kind(request: web.Request, kind: str, where: str | None = None) -> None:

@@ -18,11 +18,10 @@ import redis.asyncio as aioredis
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
-from jqstack.manager import Stack, StackSpec
 from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.supervise import Children
 from loadtest.report import Report
-from loadtest.stacks import up_timed
+from loadtest.stacks import redis_rounds
 
 __all__ = ["WORKERS", "drain", "fill", "run"]
 
@@ -104,17 +103,7 @@ def run(quick: bool = False) -> Report:
     report = Report(
         "drain", {"jobs": n, "reps": reps, "worker_processes": WORKERS, "concurrency": concurrency}
     )
-    stack = Stack(StackSpec(name=f"bench-drain-{os.getpid()}", redis_mode="single", fixed_ports=False))
-    stack.servers = [s for s in stack.servers if s.kind == "redis"]
-    samples: dict[str, list[float]] = {}
-    try:
-        up_timed(stack)
-        url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
-        for rep in range(reps):
-            for name, value in _round(url, n, rep, concurrency).items():
-                samples.setdefault(name, []).append(value)
-    finally:
-        stack.down(purge=True)
+    samples = redis_rounds("drain", reps, lambda url, rep: _round(url, n, rep, concurrency))
     for name, values in samples.items():
         report.add(name, UNITS[name], values)
     report.notes.append(

@@ -23,9 +23,8 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, new_envelope
 from jqcore.state import Engine
 from jqsched.timers import Timers
-from jqstack.manager import Stack, StackSpec
 from loadtest.report import Report
-from loadtest.stacks import up_timed
+from loadtest.stacks import redis_rounds
 
 __all__ = ["drain", "run"]
 
@@ -158,17 +157,7 @@ UNITS = {
 def run(quick: bool = False) -> Report:
     reps = 1 if quick else 3
     report = Report("engine", {"reps": reps, "quick": quick})
-    stack = Stack(StackSpec(name=f"bench-engine-{os.getpid()}", redis_mode="single", fixed_ports=False))
-    stack.servers = [s for s in stack.servers if s.kind == "redis"]
-    samples: dict[str, list[float]] = {}
-    try:
-        up_timed(stack)
-        url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
-        for rep in range(reps):
-            for name, value in asyncio.run(_round(url, quick, rep)).items():
-                samples.setdefault(name, []).append(value)
-    finally:
-        stack.down(purge=True)
+    samples = redis_rounds("engine", reps, lambda url, rep: asyncio.run(_round(url, quick, rep)))
     for name, values in samples.items():
         report.add(name, UNITS.get(name, "ms"), values)
     report.notes.append("latencies in ms; lateness = claim time - run_at (negative would be early)")

@@ -17,10 +17,9 @@ import redis.asyncio as aioredis
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, new_envelope
 from jqcore.state import Engine, QueueConfig
-from jqstack.manager import Stack, StackSpec
 from loadtest.engine_bench import drain
 from loadtest.report import Report
-from loadtest.stacks import up_timed
+from loadtest.stacks import redis_rounds
 
 __all__ = ["run"]
 
@@ -93,17 +92,7 @@ def _unit(name: str) -> str:
 def run(quick: bool = False) -> Report:
     reps, n = (1, 20_000) if quick else (3, 200_000)
     report = Report("fairness", {"reps": reps, "quick": quick, "jobs": n, "tenants": TENANTS})
-    stack = Stack(StackSpec(name=f"bench-fair-{os.getpid()}", redis_mode="single", fixed_ports=False))
-    stack.servers = [s for s in stack.servers if s.kind == "redis"]
-    samples: dict[str, list[float]] = {}
-    try:
-        up_timed(stack)
-        url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
-        for rep in range(reps):
-            for name, value in asyncio.run(_round(url, n, rep)).items():
-                samples.setdefault(name, []).append(value)
-    finally:
-        stack.down(purge=True)
+    samples = redis_rounds("fair", reps, lambda url, rep: asyncio.run(_round(url, n, rep)))
     for name, values in samples.items():
         report.add(name, _unit(name), values)
     report.notes.append(

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from jqstack.manager import Endpoints, Stack, StackSpec
 from jqstack.supervise import alive
 
-__all__ = ["bench_stack", "up_timed"]
+__all__ = ["bench_stack", "redis_rounds", "up_timed"]
 
 
 def up_timed(stack: Stack, timeout_s: float = 90.0) -> dict[str, float]:
@@ -46,3 +46,22 @@ def bench_stack(scenario: str, endpoints: Endpoints | None = None) -> Iterator[E
         yield stack.up()
     finally:
         stack.down(purge=True)
+
+
+def redis_rounds(
+    scenario: str, reps: int, one_round: Callable[[str, int], dict[str, float]]
+) -> dict[str, list[float]]:
+    """On a throw-away single Redis of its own: ``one_round(url, rep)`` ``reps`` times; each figure's
+    samples. The Redis is stopped and its data removed whatever happens."""
+    stack = Stack(StackSpec(name=f"bench-{scenario}-{os.getpid()}", redis_mode="single", fixed_ports=False))
+    stack.servers = [s for s in stack.servers if s.kind == "redis"]
+    samples: dict[str, list[float]] = {}
+    try:
+        up_timed(stack)
+        url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
+        for rep in range(reps):
+            for name, value in one_round(url, rep).items():
+                samples.setdefault(name, []).append(value)
+    finally:
+        stack.down(purge=True)
+    return samples

@@ -4,10 +4,8 @@ Python (``JobqClient.submit_graph``)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -16,9 +14,8 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from jobq.audited import audited
+from jobq.engine_call import with_engine
 from jqcore.errors import GraphNotFound
-from jqcore.redisconn import connect
-from jqcore.settings import RedisSettings, load
 from jqcore.state import Engine, GraphInfo, NodeInfo
 
 __all__ = ["app", "render"]
@@ -28,7 +25,6 @@ app = typer.Typer(
     "retry from failure.",
     no_args_is_help=True,
 )
-T = TypeVar("T")
 COLORS = {
     "completed": "green",
     "failed": "red",
@@ -38,17 +34,6 @@ COLORS = {
     "waiting": "white",
     "running": "cyan",
 }
-
-
-def _run(action: Callable[[Engine], Awaitable[T]]) -> T:
-    async def go() -> T:
-        client = connect(load(RedisSettings))
-        try:
-            return await action(Engine(client))
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
 
 
 def _when(ms: int | None) -> str:
@@ -124,7 +109,7 @@ def show(
     ] = False,
 ) -> None:
     """A graph: its DAG with each node's state, run time, result or error."""
-    info = _run(lambda e: e.graphs.get(graph_id))
+    info = with_engine(lambda e: e.graphs.get(graph_id))
     if json:
         typer.echo(orjson.dumps(info.as_dict(), option=orjson.OPT_INDENT_2).decode())
         return
@@ -144,7 +129,7 @@ def list_open() -> None:
                 out.append((graph_id, None))
         return out
 
-    rows = _run(go)
+    rows = with_engine(go)
     if not rows:
         typer.echo("no open graphs")
     for graph_id, info in rows:
@@ -162,7 +147,7 @@ def cancel(
 ) -> None:
     """Cancel a running graph: its waiting nodes end canceled, its queued and running jobs are canceled."""
     with audited("graph.cancel", graph_id) as note:
-        changed = _run(lambda e: e.graphs.cancel(graph_id, reason))
+        changed = with_engine(lambda e: e.graphs.cancel(graph_id, reason))
         note.count = int(changed)
     typer.echo(f"{graph_id}: {'canceled' if changed else 'had already ended; nothing changed'}")
 
@@ -171,6 +156,6 @@ def cancel(
 def retry(graph_id: Annotated[str, typer.Argument(help="The graph's id.")]) -> None:
     """Run a failed or canceled graph again from what did not complete (completed nodes keep results)."""
     with audited("graph.retry", graph_id) as note:
-        released = _run(lambda e: e.graphs.retry(graph_id))
+        released = with_engine(lambda e: e.graphs.retry(graph_id))
         note.count = len(released)
     typer.echo(f"{graph_id}: running again; released {', '.join(released) or 'nothing yet'}")

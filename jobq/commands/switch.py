@@ -3,19 +3,16 @@ without a deploy; lift them when the fix is out."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from jqcore.redisconn import connect
-from jqcore.settings import RedisSettings, load
+from jobq.engine_call import with_engine
 from jqcore.state import SWITCH_ACTIONS, Engine, Switch, SwitchInvalid
 
 __all__ = ["app"]
@@ -24,18 +21,6 @@ app = typer.Typer(
     help="Kill switches: jobs matching one are not started (parked until it lifts, or dead-lettered).",
     no_args_is_help=True,
 )
-T = TypeVar("T")
-
-
-def _run(action: Callable[[Engine], Awaitable[T]]) -> T:
-    async def go() -> T:
-        client = connect(load(RedisSettings))
-        try:
-            return await action(Engine(client))
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
 
 
 def _pairs(values: list[str]) -> dict[str, str]:
@@ -68,7 +53,7 @@ def set_switch(
         switch = Switch(name, action, queue, kind, pairs, set_at_ms=at, by=getpass.getuser())  # type: ignore[arg-type]
         return switch, await engine.set_switch(switch)
 
-    switch, queues = _run(go)
+    switch, queues = with_engine(go)
     where = f"{len(queues)} queue(s) now: {', '.join(queues)}" if queues else "no queue yet (new ones get it)"
     Console().print(f"switch {switch.name} in force ({switch.action}) on {where}")
 
@@ -76,7 +61,7 @@ def set_switch(
 @app.command("lift")
 def lift(name: Annotated[str, typer.Argument(help="The switch to lift.")]) -> None:
     """Lift a kill switch: the jobs it parked are pending again, in priority order."""
-    moved = _run(lambda engine: engine.lift_switch(name))
+    moved = with_engine(lambda engine: engine.lift_switch(name))
     Console().print(f"switch {name} lifted; {moved} parked job(s) pending again")
 
 
@@ -85,7 +70,7 @@ def list_switches(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array, for scripts.")] = False,
 ) -> None:
     """The kill switches in force."""
-    switches = _run(lambda engine: engine.switches())
+    switches = with_engine(lambda engine: engine.switches())
     if as_json:
         typer.echo(orjson.dumps([s.as_dict() for s in switches]).decode())
         return
