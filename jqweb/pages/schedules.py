@@ -17,7 +17,7 @@ from jqcore.http import HttpError
 from jqcore.state import Engine
 from jqweb.context import WEB
 from jqweb.render import act, form, page
-from jqweb.security import principal
+from jqweb.security import principal, require_queue
 
 __all__ = ["routes"]
 
@@ -89,10 +89,20 @@ def _missing(name: str) -> HttpError:
     return HttpError(404, "schedule_not_found", f"no cron schedule named {name!r}")
 
 
+async def _allowed(request: web.Request, name: str) -> CronSchedule:
+    """The schedule, when the signed-in token may use its queue (403 ``queue_forbidden`` otherwise)."""
+    schedule = await request.app[WEB].cron().get(name)
+    if schedule is None:
+        raise _missing(name)
+    require_queue(request, schedule.queue)
+    return schedule
+
+
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:
     w = request.app[WEB]
     name = _name(request)
     data = await form(request)
+    await _allowed(request, name)
 
     async def run() -> int:
         if await w.cron().set_paused(name, paused, now_ms()) is None:
@@ -129,6 +139,7 @@ async def trigger(request: web.Request) -> web.Response:
     data = await form(request)
     fired: list[str] = []
     found: list[CronSchedule] = []
+    await _allowed(request, name)
 
     async def run() -> int:
         schedule = await w.cron().get(name)

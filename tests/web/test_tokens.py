@@ -9,6 +9,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from jqcore.clock import now_ms
+from jqcore.consulconn import close_consul, consul_client
+from jqcore.cron import CronSchedule
+from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
 from jqcore.tokens import hash_line
@@ -17,6 +21,7 @@ from jqweb.overview import Sources
 from jqweb.settings import WebSettings
 
 VIEWER = "billing-viewer-0123456789"
+ADMIN = "billing-admin-0123456789"
 PRODUCER = "producer-only-0123456789"
 
 
@@ -51,3 +56,39 @@ async def test_a_queue_scoped_token_sees_only_its_queues(
         status, html = await get(PRODUCER, "/queues")
         assert status == 403
         assert "scope_missing" in html
+
+
+async def test_a_queue_scoped_admin_may_not_act_on_another_queues_cron_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str, web_sources: Sources
+) -> None:
+    theirs, mine = f"{prefix}-payments-nightly", f"{prefix}-billing-nightly"
+    client = consul_client(web_sources.consul)
+    try:
+        store = CronStore(client, web_sources.cron.kv_prefix)
+        await store.put(
+            CronSchedule(name=theirs, every_s=3600, queue=f"{prefix}.payments", kind="k"), now_ms()
+        )
+        await store.put(
+            CronSchedule(name=mine, every_s=3600, queue=f"{prefix}.billing.x", kind="k"), now_ms()
+        )
+    finally:
+        await close_consul(client)
+    path = tmp_path / "tokens.toml"
+    path.write_text(
+        f'[[token]]\nname = "billing-admin"\n{hash_line(ADMIN)}\nscopes = ["read", "admin"]\n'
+        f'queues = ["{prefix}.billing.*"]\n'
+    )
+    monkeypatch.setenv("JOBQ_TOKENS_FILE", str(path))
+    async with WebService(WebSettings(port=0), web_sources) as service, aiohttp.ClientSession() as http:
+
+        async def post(page: str) -> tuple[int, str]:
+            headers = {"Authorization": f"Bearer {ADMIN}", "Accept": "application/json"}
+            async with http.post(service.url + page, headers=headers, data={}) as r:
+                return r.status, await r.text()
+
+        for action in ("pause", "resume", "trigger"):
+            status, body = await post(f"/schedules/{theirs}/{action}")
+            assert status == 403, (action, body)
+            assert "queue_forbidden" in body
+        status, body = await post(f"/schedules/{mine}/pause")
+        assert status in (200, 303), body
