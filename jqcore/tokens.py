@@ -28,6 +28,7 @@ import math
 import re
 import time
 import tomllib
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -393,7 +394,7 @@ def load_tokens(
     return _merge(entries)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the process keeps a weak set of them (reload_all)
 class TokenSource:
     """A server's current :class:`TokenSet` and its tokens' rate buckets. :meth:`reload` (the SIGHUP
     handler) builds a new set and swaps it in whole; requests in flight keep the token they matched."""
@@ -408,6 +409,7 @@ class TokenSource:
 
     def __post_init__(self) -> None:
         self.current = self._load()
+        _SOURCES.add(self)
 
     def _load(self) -> TokenSet:
         return load_tokens(
@@ -434,6 +436,15 @@ class TokenSource:
         if bucket is None or bucket.rate != token.rate:  # new, or its rate changed on a reload
             bucket = self._buckets[token.name] = Bucket(token.rate)
         return bucket.take(time.monotonic() if now is None else now)
+
+
+_SOURCES: weakref.WeakSet[TokenSource] = weakref.WeakSet()
+
+
+def reload_all() -> bool:
+    """Reload every token source of this process (the SIGHUP handler of the gateway, of the dashboard,
+    and of a gateway serving the dashboard under ``/ui``); True when each one reloaded."""
+    return all([source.reload() for source in list(_SOURCES)])
 
 
 def retry_after(wait_s: float) -> str:

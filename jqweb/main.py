@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 
 from aiohttp import web
 
@@ -12,7 +14,7 @@ from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
 from jqcore.presence import Presence, process_name
 from jqcore.settings import load
-from jqcore.tokens import TokenSettings
+from jqcore.tokens import TokenSettings, reload_all
 from jqweb.app import make_app
 from jqweb.context import Web
 from jqweb.overview import Sources
@@ -42,6 +44,8 @@ class WebService(Service):
 
     async def _start(self) -> None:
         self._runner, self.port = await serve_http(make_app(self.web), self.settings.host, self.settings.port)
+        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals here
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_all)
         self._presence = Presence(self.web.client, "web", process_name())
         await self._presence.start()
         log.info("dashboard serving", url=self.url)
@@ -51,6 +55,8 @@ class WebService(Service):
         return f"http://{self.settings.host}:{self.port}"
 
     async def _stop(self) -> None:
+        with contextlib.suppress(RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         if self._presence is not None:
             await self._presence.stop()
         if self._runner is not None:

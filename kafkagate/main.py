@@ -61,7 +61,7 @@ from jqcore.settings import (
     load,
 )
 from jqcore.state import Engine
-from jqcore.tokens import TokenSettings, TokenSource, load_tokens
+from jqcore.tokens import TokenSettings, TokenSource, load_tokens, reload_all
 from jqcore.topics import audit_topic, job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from kafkagate.app import make_app
@@ -186,9 +186,9 @@ class GateService(Service):
         return f"http://{self.settings.host}:{self.port}"
 
     def reload_tokens(self) -> bool:
-        """Read the tokens again (the SIGHUP handler): the new set serves the next request; a bad file
-        keeps the old set (one error line). False when not reloaded."""
-        return self._tokens is not None and self._tokens.reload()
+        """Read the tokens again (the SIGHUP handler), the dashboard's under ``/ui`` too: the new set serves
+        the next request; a bad file keeps the old set (one error line). False when not reloaded."""
+        return self._tokens is not None and reload_all()
 
     async def _stop(self) -> None:
         with contextlib.suppress(RuntimeError, ValueError):

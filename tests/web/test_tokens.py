@@ -4,7 +4,11 @@ only those queues in lists and is refused another queue's page (403 ``queue_forb
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -92,3 +96,25 @@ async def test_a_queue_scoped_admin_may_not_act_on_another_queues_cron_schedule(
             assert "queue_forbidden" in body
         status, body = await post(f"/schedules/{mine}/pause")
         assert status in (200, 303), body
+
+
+async def test_sighup_reloads_the_dashboards_tokens(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    web_sources: Sources,
+    eventually: Callable[..., Awaitable[Any]],
+) -> None:
+    path = tmp_path / "tokens.toml"
+    viewer = f'[[token]]\nname = "viewer"\n{hash_line(VIEWER)}\nscopes = ["read"]\n'
+    path.write_text(f'[[token]]\nname = "producer"\n{hash_line(PRODUCER)}\nscopes = ["enqueue"]\n')
+    monkeypatch.setenv("JOBQ_TOKENS_FILE", str(path))
+    async with WebService(WebSettings(port=0), web_sources) as service, aiohttp.ClientSession() as http:
+
+        async def status() -> int:
+            async with http.get(service.url + "/queues", headers={"Authorization": f"Bearer {VIEWER}"}) as r:
+                return r.status
+
+        assert await status() == 401
+        path.write_text(path.read_text() + "\n" + viewer)
+        os.kill(os.getpid(), signal.SIGHUP)
+        await eventually(status, lambda s: s == 200, 10)
