@@ -66,3 +66,12 @@ def test_down_leaves_no_process_and_purge_no_folder(prefix: str) -> None:
     small.down(purge=True)
     assert not any(alive(p) for p in pids)
     assert not small.root.exists()
+
+
+def test_the_brokers_log_through_log4j(stack: SessionStack) -> None:
+    """Kafka's broker logs its warnings and fatal errors to its ``server.log``: an SLF4J binding that does
+    not match slf4j-api's major version falls back to the NOP logger and the broker says nothing at all,
+    not even why it exited while starting (a fault-suite failure this hid)."""
+    for server in _native(stack).of_kind("kafka"):
+        log = server.log.read_text(errors="replace")
+        assert "NOP" not in log, f"{server.name}: Kafka's logging is off (SLF4J fell back to NOP):\n{log[:400]}"
