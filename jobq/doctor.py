@@ -33,7 +33,8 @@ from jqcore.presence import count_alive
 from jqcore.redisconn import RedisClient, connect
 from jqcore.settings import AuditSettings, ConsulSettings, EventSettings, FarSettings, load
 from jqcore.tokens import is_loopback
-from jqcore.topics import Inspection, declaration, inspect
+from jqcore.topicadmin import inspect
+from jqcore.topics import Inspection, declaration
 from jqweb.overview import CANARY_LATE_S, Sources, relay_locks
 from jqweb.settings import WebSettings
 from kafkagate.settings import GateSettings

@@ -10,7 +10,7 @@
   (:func:`takes_tls`), or Redis refuses the ACL user, the service stops with one line naming the settings
   to set (a plaintext service pointed at a secured deployment no longer starts unchecked or retries for
   ever).
-- **Kafka topics hold to their declaration** (:func:`jqcore.topics.ensure`): the topics a service owns
+- **Kafka topics hold to their declaration** (:func:`jqcore.topicadmin.ensure`): the topics a service owns
   are created when missing (if ``JOBQ_KAFKA_CREATE_TOPICS`` allows it), every topic it uses is compared
   with the declaration, and any contradiction stops it with one line per problem naming the fix.
 """
@@ -34,7 +34,8 @@ from jqcore.errors import BackendUnavailable, ConfigError
 from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
-from jqcore.topics import TopicSpec, ensure
+from jqcore.topicadmin import ensure
+from jqcore.topics import TopicSpec
 
 __all__ = ["EvictionRefused", "ProtocolRefused", "check_redis", "eviction_policies", "preflight", "takes_tls"]
 

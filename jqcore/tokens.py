@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import math
 import re
 import time
 import tomllib
@@ -45,6 +44,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jqcore.buckets import Bucket, Rate, retry_after
 from jqcore.errors import ConfigError
 from jqcore.http import HttpError
 from jqcore.log import get_logger
@@ -60,7 +60,10 @@ __all__ = [
     "TokenSource",
     "digest",
     "hash_line",
+    "is_loopback",
     "load_tokens",
+    "queue_forbidden",
+    "reload_all",
     "retry_after",
 ]
 
@@ -74,8 +77,6 @@ ALIASES = {"worker": "work"}
 """Older scope names still accepted."""
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
 """A token's name: it becomes a log field and a metric label."""
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour)s?\s*$")
-_UNIT_S = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 
 
 def digest(secret: str) -> bytes:
@@ -86,49 +87,6 @@ def digest(secret: str) -> bytes:
 def hash_line(secret: str) -> str:
     """The ``sha256 = "..."`` line of a tokens file for ``secret`` (``jobq tokens hash``)."""
     return f'sha256 = "{digest(secret).hex()}"'
-
-
-@dataclass(frozen=True)
-class Rate:
-    """A request budget: ``count`` requests per ``per_s`` seconds (a burst of ``count`` at most)."""
-
-    count: int
-    per_s: float
-
-    @classmethod
-    def parse(cls, text: str) -> Rate:
-        """``"200/s"``, ``"10/min"``, ``"1000/h"``, ``"50/10s"``."""
-        m = _RATE.match(text)
-        if m is None or int(m.group(1)) <= 0 or m.group(2) == "0":
-            raise ValueError(f"{text!r} is no rate: write COUNT/UNIT, e.g. 200/s, 10/min, 1000/h, 50/10s")
-        return cls(int(m.group(1)), float(int(m.group(2) or 1) * _UNIT_S[m.group(3)]))
-
-    def __str__(self) -> str:
-        for unit, s in (("h", 3600), ("min", 60), ("s", 1)):
-            if self.per_s == s:
-                return f"{self.count}/{unit}"
-        return f"{self.count}/{self.per_s:g}s"
-
-
-@dataclass
-class Bucket:
-    """A token bucket: holds up to ``rate.count`` requests, refilled at ``count / per_s`` per second."""
-
-    rate: Rate
-    level: float = -1.0
-    at: float = 0.0
-
-    def take(self, now: float) -> float:
-        """Spend one request: 0.0 when allowed, else the seconds until one will be."""
-        per_s = self.rate.count / self.rate.per_s
-        if self.level < 0:
-            self.level, self.at = float(self.rate.count), now
-        self.level = min(float(self.rate.count), self.level + (now - self.at) * per_s)
-        self.at = now
-        if self.level >= 1.0:
-            self.level -= 1.0
-            return 0.0
-        return (1.0 - self.level) / per_s
 
 
 def _glob_ok(value: str, globs: Iterable[str]) -> bool:
@@ -445,11 +403,6 @@ def reload_all() -> bool:
     """Reload every token source of this process (the SIGHUP handler of the gateway, of the dashboard,
     and of a gateway serving the dashboard under ``/ui``); True when each one reloaded."""
     return all([source.reload() for source in list(_SOURCES)])
-
-
-def retry_after(wait_s: float) -> str:
-    """A ``Retry-After`` value: whole seconds, rounded up, at least 1."""
-    return str(max(1, math.ceil(wait_s)))
 
 
 def queue_forbidden(name: str, queue: str, queues: Sequence[str] = ()) -> HttpError:

@@ -12,7 +12,8 @@ from jqcore.envelope import Envelope
 from jqcore.kafka import AsyncProducer, Record, parse_schedule_key, schedule_key
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
-from jqcore.topics import ensure, schedule_topic
+from jqcore.topicadmin import ensure
+from jqcore.topics import schedule_topic
 from jqrecover.errors import ReplayError
 from jqrecover.rebuild_read import Kept, Key, TopicReport, existing_topics, kafka_error
 from jqrecover.replay import Point, iter_records, plan, tool_consumer

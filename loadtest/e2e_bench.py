@@ -58,7 +58,8 @@ from hdrh.histogram import HdrHistogram
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.keys import QueueKeys
-from jqcore.topics import ensure, job_topics
+from jqcore.topicadmin import ensure
+from jqcore.topics import job_topics
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port

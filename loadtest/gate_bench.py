@@ -25,7 +25,8 @@ import orjson
 from hdrh.histogram import HdrHistogram
 
 from jqcore.settings import KafkaSettings
-from jqcore.topics import ensure, job_topics
+from jqcore.topicadmin import ensure
+from jqcore.topics import job_topics
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, service_argv
 from jqstack.procs import free_port

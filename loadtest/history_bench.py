@@ -67,7 +67,8 @@ from jqcore.history import HistoryStore
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine, QueueConfig
 from jqcore.state.keys import QUEUES_KEY, QueueKeys
-from jqcore.topics import TopicSpec, ensure
+from jqcore.topicadmin import ensure
+from jqcore.topics import TopicSpec
 from jqspark import spark_session
 from jqspark.history import start_history
 from jqstack.manager import Endpoints, Stack, StackSpec

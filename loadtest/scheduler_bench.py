@@ -33,7 +33,8 @@ from jqcore.redisconn import RedisClient
 from jqcore.settings import KafkaSettings
 from jqcore.state import Engine
 from jqcore.state.keys import QueueKeys
-from jqcore.topics import TopicSpec, ensure
+from jqcore.topicadmin import ensure
+from jqcore.topics import TopicSpec
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, service_argv
 from jqstack.supervise import Children

@@ -76,7 +76,8 @@ from jqcore.settings import (
     RelayKeys,
 )
 from jqcore.state import Engine, QueueConfig
-from jqcore.topics import ensure, job_topics
+from jqcore.topicadmin import ensure
+from jqcore.topics import job_topics
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
 from jqweb.overview import Sources

@@ -44,7 +44,8 @@ from jqcore.settings import (
 )
 from jqcore.state import Engine
 from jqcore.testsignal import enable_all
-from jqcore.topics import apply, audit_topic
+from jqcore.topicadmin import apply
+from jqcore.topics import audit_topic
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqsched.service import SchedulerService

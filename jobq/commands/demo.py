@@ -44,7 +44,8 @@ from jobq.commands.stack import (
 from jobq.commands.status import collect, render
 from jqcore.client import Gateway
 from jqcore.settings import KafkaSettings, load_env
-from jqcore.topics import ensure, job_topics
+from jqcore.topicadmin import ensure
+from jqcore.topics import job_topics
 from jqstack.manager import Stack
 from jqstack.paths import home, repo_root
 from jqstack.pipeline import PipelineEnv, history_argv, service_argv, worker_argv
