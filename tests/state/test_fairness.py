@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
@@ -25,8 +26,19 @@ async def dropped(engine: Engine, q: str) -> AsyncIterator[None]:
     nodes = client.get_primaries() if isinstance(client, RedisCluster) else [None]
     for node in nodes:
         kw = {"target_nodes": node} if node is not None else {}
+        batch: list[bytes] = []
         async for key in client.scan_iter(match=pattern, count=1000, **kw):
-            await client.unlink(key)
+            batch.append(key)
+            if len(batch) == 1000:
+                await _unlink(client, batch)
+        await _unlink(client, batch)
+
+
+async def _unlink(client: Any, keys: list[bytes]) -> None:
+    """One UNLINK for the batch (per key on a Cluster: the keys of one queue share a slot anyway)."""
+    if keys:
+        await client.unlink(*keys)
+        keys.clear()
 
 
 async def _enqueue(engine: Engine, jobs: list[Envelope], t0: int) -> None:
