@@ -312,22 +312,22 @@ def _consul_facts(s: Sources, facts: Facts) -> None:
     settings: ConsulSettings = s.consul
     facts.consul_loopback = _loopback(f"{settings.scheme}://{settings.host}:{settings.port}")
     # the deployment's TLS settings (CA, client certificate), no token: what anyone on the network could do
-    anonymous = consul_sync_client(settings.model_copy(update={"token": None}))
-    probe = f"{s.relay.kv_prefix}/doctor/anonymous-{secrets.token_hex(4)}"
-    try:
-        facts.anonymous_write = bool(anonymous.kv.put(probe, "jobq doctor"))
-    except consul.ACLPermissionDenied:
-        facts.anonymous_write = False
-    if facts.anonymous_write:
-        anonymous.kv.delete(probe)
-    before = time.time()
-    answer = anonymous.http.get(lambda r: r, "/v1/status/leader")
-    after = time.time()
-    date = answer.headers.get("Date") if hasattr(answer, "headers") else None
-    if date:  # one-second resolution: flagged only beyond the threshold plus that second
-        offset = email.utils.parsedate_to_datetime(date).timestamp() - (before + after) / 2
-        if abs(offset) > 1.0:
-            facts.offsets_ms["Consul"] = offset * 1000
+    with consul_sync_client(settings.model_copy(update={"token": None})) as anonymous:
+        probe = f"{s.relay.kv_prefix}/doctor/anonymous-{secrets.token_hex(4)}"
+        try:
+            facts.anonymous_write = bool(anonymous.kv.put(probe, "jobq doctor"))
+        except consul.ACLPermissionDenied:
+            facts.anonymous_write = False
+        if facts.anonymous_write:
+            anonymous.kv.delete(probe)
+        before = time.time()
+        answer = anonymous.http.get(lambda r: r, "/v1/status/leader")
+        after = time.time()
+        date = answer.headers.get("Date") if hasattr(answer, "headers") else None
+        if date:  # one-second resolution: flagged only beyond the threshold plus that second
+            offset = email.utils.parsedate_to_datetime(date).timestamp() - (before + after) / 2
+            if abs(offset) > 1.0:
+                facts.offsets_ms["Consul"] = offset * 1000
     facts.locks = relay_locks(settings, s.topics(), s.relay)
 
 

@@ -162,41 +162,41 @@ def _lag_seconds(c: Consumer, tp: TopicPartition, offset: int) -> float | None:
 def relay_locks(consul_settings: ConsulSettings, topics: list[str], relay: RelayKeys) -> list[dict[str, Any]]:
     """Per topic: the lock holder, how long it held it, the fence (Consul's lock index: each new term
     raises it; Redis refuses writes below the newest fence seen)."""
-    c = consul_sync_client(consul_settings)
-    rows = []
-    for topic in topics:
-        _, entry = c.kv.get(relay.lock_key(topic))
-        row: dict[str, Any] = {"topic": topic, "holder": None, "since_s": None, "fence": None}
-        if entry and entry.get("Session"):
-            try:
-                value = orjson.loads(entry.get("Value") or b"{}")
-            except orjson.JSONDecodeError:
-                value = {"holder": (entry.get("Value") or b"").decode()}
-            row.update(
-                holder=value.get("holder"),
-                since_s=round(time.time() - value["since"], 1) if "since" in value else None,
-                fence=entry.get("LockIndex"),
-                session=entry.get("Session"),
-            )
-        rows.append(row)
-    return rows
+    with consul_sync_client(consul_settings) as c:  # its HTTP session closed, not left to the GC
+        rows = []
+        for topic in topics:
+            _, entry = c.kv.get(relay.lock_key(topic))
+            row: dict[str, Any] = {"topic": topic, "holder": None, "since_s": None, "fence": None}
+            if entry and entry.get("Session"):
+                try:
+                    value = orjson.loads(entry.get("Value") or b"{}")
+                except orjson.JSONDecodeError:
+                    value = {"holder": (entry.get("Value") or b"").decode()}
+                row.update(
+                    holder=value.get("holder"),
+                    since_s=round(time.time() - value["since"], 1) if "since" in value else None,
+                    fence=entry.get("LockIndex"),
+                    session=entry.get("Session"),
+                )
+            rows.append(row)
+        return rows
 
 
 def rate_limits(consul_settings: ConsulSettings, topics: list[str], relay: RelayKeys) -> dict[str, Any]:
     """The live limits the relays apply: ``{"topics": {topic: text}, "queues": {queue: text}}`` (the KV
     value as written: empty or absent is unlimited, ``0`` paused, else jobs per second)."""
-    c = consul_sync_client(consul_settings)
-    out: dict[str, dict[str, str]] = {"topics": {}, "queues": {}}
-    for topic in topics:
-        _, entry = c.kv.get(relay.rate_key(topic))
-        out["topics"][topic] = ((entry or {}).get("Value") or b"").decode()
-    folder = relay.queue_rates_folder()
-    _, entries = c.kv.get(folder, recurse=True)
-    for e in entries or []:
-        name = e["Key"][len(folder) :]
-        if name:
-            out["queues"][name] = (e.get("Value") or b"").decode()
-    return out
+    with consul_sync_client(consul_settings) as c:
+        out: dict[str, dict[str, str]] = {"topics": {}, "queues": {}}
+        for topic in topics:
+            _, entry = c.kv.get(relay.rate_key(topic))
+            out["topics"][topic] = ((entry or {}).get("Value") or b"").decode()
+        folder = relay.queue_rates_folder()
+        _, entries = c.kv.get(folder, recurse=True)
+        for e in entries or []:
+            name = e["Key"][len(folder) :]
+            if name:
+                out["queues"][name] = (e.get("Value") or b"").decode()
+        return out
 
 
 QUEUE_READS_AT_ONCE = 32
