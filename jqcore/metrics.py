@@ -60,6 +60,9 @@ __all__ = [
     "RELAY_LAG",
     "RELAY_LEADER",
     "RELAY_MISROUTED",
+    "RELAY_QUEUE_BUDGET",
+    "RELAY_QUEUE_MEMORY",
+    "RELAY_QUEUE_OVER",
     "RELAY_QUEUE_RATE_LIMIT",
     "RELAY_RATE_LIMIT",
     "RELAY_RECORDS",
@@ -176,14 +179,32 @@ RELAY_LAG = Gauge(
 RELAY_HELD = Gauge(
     "jobq_relay_held_batches",
     "Batches waiting right now before their write, by what holds them: memory (Redis memory above the "
-    "relay's slow/stop mark), redis (Redis unreachable or refusing writes), rate_limit (the topic's), "
-    "queue_rate_limit",
+    "relay's slow/stop mark), queue_memory (a queue of the batch over its memory budget), redis (Redis "
+    "unreachable or refusing writes), rate_limit (the topic's), queue_rate_limit",
     ["topic", "reason"],
 )
 RELAY_HELD_TIME = Counter(
     "jobq_relay_held_seconds_total",
     "Time batches spent held before their write, by reason (see jobq_relay_held_batches)",
     ["topic", "reason"],
+)
+
+RELAY_QUEUE_MEMORY = Gauge(
+    "jobq_relay_queue_memory_bytes",
+    "A queue's estimated share of Redis memory, sampled by the relay that writes its jobs",
+    ["queue"],
+)
+RELAY_QUEUE_BUDGET = Gauge(
+    "jobq_relay_queue_memory_budget_bytes",
+    "The queue's memory budget the relay holds it to (its memory_budget, else the relay's share of "
+    "maxmemory; 0: none)",
+    ["queue"],
+)
+RELAY_QUEUE_OVER = Gauge(
+    "jobq_relay_queue_over_budget",
+    "1 while a queue is over its memory budget: the relay holds every batch carrying its jobs (Kafka keeps "
+    "them) until workers drained it below 90 % of the budget",
+    ["queue"],
 )
 
 # --- Redis (sampled by relays and schedulers) -----------------------------------------------------------

@@ -64,6 +64,8 @@ class MemoryGuard:
     ) -> None:
         self.client, self.slow_at, self.stop_at, self.sample_s = client, slow_at, stop_at, sample_s
         self.usage = 0.0
+        self.maxmemory = 0
+        """Redis's ``maxmemory`` at the last sample (0: no limit)."""
         self.stopped = False
         self.signals = signals if signals is not None else GuardSignals()
         self._sampled_at = 0.0
@@ -76,6 +78,7 @@ class MemoryGuard:
             metrics.redis_memory(info)
             used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
             self.usage = used / limit if limit else 0.0
+            self.maxmemory = limit
             self._sampled_at = now
         return self.usage
 

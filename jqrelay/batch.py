@@ -8,13 +8,15 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message
 
+from jqcore import metrics
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
+from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
 from jqcore.state import FenceRejected
 from jqcore.testsignal import TestSignal
 from jqrelay.limits import LimitSignals
 
-__all__ = ["Batch", "RelaySignals", "TermEnded", "ends_batch", "parse_batch", "retriable"]
+__all__ = ["Batch", "RelaySignals", "RouteCheck", "TermEnded", "ends_batch", "parse_batch", "retriable"]
 
 
 class TermEnded(Exception):
@@ -42,6 +44,10 @@ class Batch:
     retry: list[tuple[Message, str]] = field(default_factory=list)
     """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
 
+    def queues(self) -> list[str]:
+        """The queue of each envelope, in order (repeats included: the rate limits count jobs)."""
+        return [e.queue for e in self.envelopes]
+
 
 @dataclass
 class RelaySignals:
@@ -58,6 +64,39 @@ class RelaySignals:
     """The topic's rate limit (its watch reports each limit it applies)."""
     queue_limits: LimitSignals = field(default_factory=LimitSignals)
     """The queues' rate limits."""
+
+
+ROUTED_CACHE_MAX = 10_000
+"""Queue names whose route a :class:`RouteCheck` remembers (they come from producers: bounded)."""
+
+
+class RouteCheck:
+    """``misrouted: ...`` for an envelope whose queue the routing does not send to ``topic`` (a producer
+    allowed to write this topic must not reach another topic's queues), else None."""
+
+    def __init__(self, topic: str, routing: RoutingSettings) -> None:
+        self.topic, self.routing = topic, routing
+        self._routed: dict[str, str | None] = {}
+
+    def _route(self, queue: str) -> str | None:
+        if queue not in self._routed:
+            if len(self._routed) >= ROUTED_CACHE_MAX:
+                self._routed.clear()
+            try:
+                self._routed[queue] = self.routing.route(queue)[0]
+            except QueueNotAllowed:
+                self._routed[queue] = ""
+            except QueueUnrouted:
+                self._routed[queue] = None
+        return self._routed[queue]
+
+    def __call__(self, env: Envelope) -> str | None:
+        routed = self._route(env.queue)
+        if routed == self.topic:
+            return None
+        metrics.RELAY_MISROUTED.labels(self.topic).inc()
+        where = f"is routed to {routed}" if routed else "has no route" if routed is None else "is not allowed"
+        return f"misrouted: queue {env.queue[:200]!r} {where}, not {self.topic}"
 
 
 def parse_batch(

@@ -25,6 +25,7 @@ from jqcore.state import Engine
 from jqcore.topics import job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from jqrelay.backpressure import GuardSignals, MemoryGuard
+from jqrelay.budgets import BudgetSignals, QueueBudgets
 from jqrelay.elector import describe
 from jqrelay.settings import RelaySettings
 from jqrelay.topic import RelaySignals, TopicRelay
@@ -63,6 +64,8 @@ class RelayService(Service):
             )
         self.signals = {t: RelaySignals() for t in self.topics}
         self.guard_signals = GuardSignals()  # the memory guard's, shared by the topics
+        self.budget_signals = BudgetSignals()  # the per-queue memory budgets', shared too
+        self.budgets: QueueBudgets | None = None
         self.relays: list[TopicRelay] = []
         self._redis_client: RedisClient | None = None
         self._consul: consul.aio.Consul | None = None
@@ -87,6 +90,8 @@ class RelayService(Service):
             client, self.settings.memory_slow_at, self.settings.memory_stop_at, signals=self.guard_signals
         )
         s, kafka, far = self.settings, self.kafka, self.far
+        self.budgets = QueueBudgets(engine, guard, s.queue_memory_share, signals=self.budget_signals)
+        budgets = None if s.shadow else self.budgets
         routed = self.routing.topics()
         unchecked = [t for t in self.topics if t not in routed]
         if unchecked:  # JOBQ_RELAY_TOPICS beyond JOBQ_ROUTES: nothing says which queues belong there
@@ -94,8 +99,9 @@ class RelayService(Service):
         self.relays = []
         for t in self.topics:
             checked = self.routing if t in routed else None
-            relay = TopicRelay(t, s, kafka, engine, consul, dead, guard, far, self.signals[t], checked)
-            self.relays.append(relay)
+            self.relays.append(
+                TopicRelay(t, s, kafka, engine, consul, dead, guard, far, self.signals[t], checked, budgets)
+            )
         for relay in self.relays:
             await relay.start()
         log.info("relay started", topics=self.topics, holder=s.holder, shadow=s.shadow)

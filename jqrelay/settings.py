@@ -37,6 +37,10 @@ class RelaySettings(RelayKeys):
     """Redis used/maxmemory above which the relay slows down..."""
     memory_stop_at: float = Field(0.90, gt=0, lt=1)
     """...and above which it stops writing until workers drained below ``memory_slow_at``."""
+    queue_memory_share: float = Field(0.5, gt=0, le=1)
+    """A queue's memory budget unless its configuration sets ``memory_budget``: this share of Redis's
+    ``maxmemory``; a queue over its budget holds only the batches carrying its jobs (1: no default budget,
+    only the global marks above)."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 

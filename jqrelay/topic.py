@@ -35,12 +35,13 @@ from jqcore.health import Readiness
 from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
-from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
+from jqcore.routing import RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected
 from jqcore.topics import dead_topic, retry_topic
 from jqrelay.backpressure import MemoryGuard, held
-from jqrelay.batch import Batch, RelaySignals, TermEnded, ends_batch, parse_batch, retriable
+from jqrelay.batch import Batch, RelaySignals, RouteCheck, TermEnded, ends_batch, parse_batch, retriable
+from jqrelay.budgets import QueueBudgets
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.limits import QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
@@ -50,7 +51,6 @@ __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
 log = get_logger("jqrelay.topic")
 
 STOP_TIMEOUT_S = 15.0
-ROUTED_CACHE_MAX = 10_000
 LAG_EVERY_S = 1.0
 """How often the lock holder updates ``jobq_relay_lag_records``."""
 IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
@@ -72,11 +72,13 @@ class TopicRelay(Service):
         far: FarSettings,
         signals: RelaySignals | None = None,
         routing: RoutingSettings | None = None,
+        budgets: QueueBudgets | None = None,
     ) -> None:
         super().__init__()
-        self.routing = routing
+        self.budgets = budgets
+        """Per-queue memory budgets, shared by the process's topics (None: only the global guard)."""
+        self._misrouted = RouteCheck(topic, routing) if routing is not None else None
         """Checks that each envelope's queue is routed to this topic (None: a topic no route names)."""
-        self._routed: dict[str, str | None] = {}
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
         self.far = far
         self.dead_producer, self.guard = dead_producer, guard
@@ -241,12 +243,7 @@ class TopicRelay(Service):
                     continue
                 idle = IDLE_POLL_MIN_S
                 batch = self._parse(msgs)
-                trusted = lambda: self._trusted(term)  # noqa: E731 - the limiters ask it while they wait
-                if not await self.limit.acquire(len(msgs), trusted):
-                    raise TermEnded
-                if not await self.queue_limits.acquire((e.queue for e in batch.envelopes), trusted):
-                    raise TermEnded
-                if not self._trusted(term):
+                if not await self._may_write(batch, len(msgs), term):
                     raise TermEnded
                 if self.settings.shadow:
                     self._count("shadow", len(batch.envelopes))
@@ -263,6 +260,17 @@ class TopicRelay(Service):
         finally:
             await cancel_and_wait(lag)
             consumer.close()
+
+    async def _may_write(self, batch: Batch, records: int, term: Term) -> bool:
+        """Wait for the topic's and the queues' rate limits and the queues' memory budgets; False when the
+        term ended meanwhile (the limiters ask whether to keep waiting)."""
+        trusted = lambda: self._trusted(term)  # noqa: E731
+        return (
+            await self.limit.acquire(records, trusted)
+            and await self.queue_limits.acquire(batch.queues(), trusted)
+            and (self.budgets is None or await self.budgets.acquire(self.topic, batch.queues(), trusted))
+            and self._trusted(term)
+        )
 
     async def _report_lag(self, consumer: Consumer) -> None:
         """While this relay leads: each partition's lag (high watermark minus the consumer's position, from
@@ -296,29 +304,9 @@ class TopicRelay(Service):
         self.signals.committed.signal(sum(self._committed.values()))
 
     def _parse(self, msgs: Sequence[Message]) -> Batch:
-        batch = parse_batch(self.topic, msgs, self._misrouted if self.routing is not None else None)
+        batch = parse_batch(self.topic, msgs, self._misrouted)
         self._count("read", len(batch.envelopes) + len(batch.dead))
         return batch
-
-    def _misrouted(self, env: Envelope) -> str | None:
-        """``misrouted: ...`` when the routing does not send the envelope's queue to this topic (a
-        producer allowed to write this topic must not reach another topic's queues), else None."""
-        if env.queue not in self._routed:
-            if len(self._routed) >= ROUTED_CACHE_MAX:  # queue names come from producers
-                self._routed.clear()
-            assert self.routing is not None
-            try:
-                self._routed[env.queue] = self.routing.route(env.queue)[0]
-            except QueueNotAllowed:
-                self._routed[env.queue] = ""
-            except QueueUnrouted:
-                self._routed[env.queue] = None
-        routed = self._routed[env.queue]
-        if routed == self.topic:
-            return None
-        metrics.RELAY_MISROUTED.labels(self.topic).inc()
-        where = f"is routed to {routed}" if routed else "has no route" if routed is None else "is not allowed"
-        return f"misrouted: queue {env.queue[:200]!r} {where}, not {self.topic}"
 
     async def _write(self, batch: Batch, term: Term) -> None:
         await self._split_far(batch, term)

@@ -350,7 +350,7 @@ def make_gate(endpoints: Endpoints, cron_settings: CronSettings) -> Callable[...
 def relay_settings(prefix: str) -> Callable[..., RelaySettings]:
     def make(topic: str, holder: str = "relay-a", **kw: Any) -> RelaySettings:
         return RelaySettings(
-            topics=[topic],
+            topics=kw.pop("topics", [topic]),
             holder=holder,
             kv_prefix=f"jobq-test/{prefix}",
             group_prefix=f"{prefix}-relay",
@@ -389,7 +389,7 @@ def make_relay(
         )
         for signals in service.signals.values():  # tests wait on what the relays did, not on polls
             enable_all(signals, signals.limit, signals.queue_limits)
-        enable_all(service.guard_signals)
+        enable_all(service.guard_signals, service.budget_signals)
         return service
 
     return make

@@ -19,6 +19,7 @@ from jqcore.state.codes import check as check_code
 from jqcore.state.engine import Engine
 from jqcore.state.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
 from jqcore.state.graphs import REPAIR_AFTER_MS, GraphSignals
+from jqcore.state.memory import QueueMemory
 from jqcore.state.models import (
     CancelOutcome,
     CancelResult,
@@ -65,6 +66,7 @@ __all__ = [
     "QueueConfig",
     "QueueConfigInvalid",
     "QueueDepth",
+    "QueueMemory",
     "RedisMemoryFull",
     "Released",
     "StaleLease",

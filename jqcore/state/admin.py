@@ -124,6 +124,8 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         raise codes.QueueConfigInvalid("dedup_window_ms must be >= 0")
     if config.events_cap < 0:
         raise codes.QueueConfigInvalid("events_cap must be >= 0 (0: no lifecycle events)")
+    if config.memory_budget < 0:
+        raise codes.QueueConfigInvalid("memory_budget must be >= 0 bytes (0: the relay's default share)")
     _check_fairness(config)
     return {
         "mode": config.mode,
@@ -140,6 +142,7 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         "fair_key": config.fair_key or "",
         "fair_weights": orjson.dumps(dict(config.fair_weights)).decode() if config.fair_weights else "",
         "fair_limits": orjson.dumps(dict(config.fair_limits)).decode() if config.fair_limits else "",
+        "memory_budget": str(config.memory_budget),
     }
 
 

@@ -247,6 +247,10 @@ class QueueConfig:
     """Value → weight (1-1000, default 1): a value of weight 3 gets three claims to another's one."""
     fair_limits: Mapping[str, int] = field(default_factory=dict)
     """Value → how many of its jobs may run at once (across every worker)."""
+    memory_budget: int = 0
+    """Bytes of Redis memory the queue may hold (estimated, :mod:`jqcore.state.memory`): above it the
+    relay holds the batches that carry the queue's jobs until workers drained it below 90 % of it (0: the
+    relay's default, ``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` of Redis's ``maxmemory``)."""
 
     MAX_FILTER_KEYS = 4
 

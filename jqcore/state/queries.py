@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jqcore.state import reads, waiting
+from jqcore.state import memory, reads, waiting
 from jqcore.state.core import EngineCore
+from jqcore.state.memory import QueueMemory
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
 
 __all__ = ["Queries"]
@@ -52,6 +53,10 @@ class Queries(EngineCore):
     async def dead_list(self, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
         """Errored jobs, oldest first."""
         return await reads.dead_list(self._client, queue, offset, limit)
+
+    async def memory(self, queue: str) -> QueueMemory:
+        """The queue's estimated share of Redis memory and its ``memory_budget`` (:mod:`.memory`)."""
+        return await memory.queue_memory(self._client, queue)
 
     async def queue_config(self, queue: str) -> QueueConfig:
         return await reads.queue_config(self._client, queue)

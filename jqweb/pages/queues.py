@@ -34,9 +34,11 @@ SETTINGS: dict[str, tuple[int, int]] = {
     "retention_ms": (0, 86_400_000 * 3650),
     "dead_retention_ms": (0, 86_400_000 * 3650),
     "events_cap": (0, 1_000_000_000),
+    "memory_budget": (0, 1 << 50),
 }
 """The settings the page edits and their ranges: the gateway's lower bounds (``PATCH /v1/queues/{q}``:
-lease_ms ≥ 100, max_attempts 1..1000, retentions and events_cap ≥ 0) and generous upper ones."""
+lease_ms ≥ 100, max_attempts 1..1000, retentions, events_cap and memory_budget ≥ 0) and generous upper
+ones."""
 
 
 def throughput(points: list[dict[str, int]]) -> list[int]:
