@@ -119,3 +119,19 @@ def test_fairness_settings_are_checked() -> None:
         _config_fields(QueueConfig(fair_key="t", fair_weights={"x": 0}))
     with pytest.raises(QueueConfigInvalid, match="need a fair_key"):
         _config_fields(QueueConfig(fair_limits={"x": 1}))
+
+
+async def test_the_ring_keeps_its_order_across_claims_smaller_than_the_ring(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """A claim reads the ring once and writes the passes back: the next claim goes on where it stopped."""
+    await engine.configure_queue(q, QueueConfig(fair_key="tenant"))
+    tenants = [f"t{i}" for i in range(10)]
+    await engine.enqueue_batch(
+        [job(q, id=f"{t}-{n}", meta={"tenant": t}) for t in tenants for n in range(3)], now_ms=t0
+    )
+    first = {_tenant(j) for j in await engine.claim(q, 4, now_ms=t0 + 1)}
+    second = {_tenant(j) for j in await engine.claim(q, 6, now_ms=t0 + 2)}
+    assert len(first) == 4 and len(second) == 6 and first | second == set(tenants), (first, second)
+    third = [_tenant(j) for j in await engine.claim(q, 10, now_ms=t0 + 3)]
+    assert sorted(third) == tenants, "a second round: each tenant once more"

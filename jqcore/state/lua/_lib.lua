@@ -224,6 +224,66 @@ local function fair_enter(v, fc)
   redis.call('ZADD', FAIRRING, tonumber(low[2] or '0'), v)
 end
 
+-- The ring dealt in Lua: one read of the lowest passes of up to m values (plus the next one's, a bound:
+-- no value read may be served past it), a min-heap in FAIRRING's order (pass, then name), and the new
+-- passes written back in one ZADD XX (a value that left the ring meanwhile stays out). serve(v) claims
+-- v's best job: true (claimed: charge 1e6 / weight), false (its job moved on: ask again), nil (v has no
+-- ready job, or is at its limit: it leaves the ring). Returns true when values are left unread (the
+-- caller reads the ring again while it wants more jobs).
+local function ring_less(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end
+local function heap_push(h, e)
+  h[#h + 1] = e
+  local i = #h
+  while i > 1 and ring_less(h[i], h[math.floor(i / 2)]) do
+    local up = math.floor(i / 2)
+    h[i], h[up] = h[up], h[i]
+    i = up
+  end
+end
+local function heap_pop(h)
+  local top, last = h[1], table.remove(h)
+  if #h == 0 then return top end
+  h[1] = last
+  local i = 1
+  while true do
+    local m, l, r = i, 2 * i, 2 * i + 1
+    if l <= #h and ring_less(h[l], h[m]) then m = l end
+    if r <= #h and ring_less(h[r], h[m]) then m = r end
+    if m == i then return top end
+    h[i], h[m] = h[m], h[i]
+    i = m
+  end
+end
+local function fair_round(fc, m, serve, more)
+  local ring = redis.call('ZRANGE', FAIRRING, 0, m, 'WITHSCORES')
+  local heap, bound, passes, args = {}, nil, {}, {}
+  for i = 1, #ring, 2 do
+    local e = {tonumber(ring[i + 1]), ring[i]}
+    if i > 2 * m then bound = e else heap_push(heap, e) end
+  end
+  while #heap > 0 and more() do
+    local top = heap_pop(heap)
+    if bound and ring_less(bound, top) then break end
+    local got = serve(top[2])
+    if got == nil then
+      redis.call('ZREM', FAIRRING, top[2])
+      passes[top[2]] = nil
+    elseif got then
+      top[1] = top[1] + math.floor(1000000 / (tonumber(fc.weights[top[2]]) or 1))
+      passes[top[2]] = top[1]
+      if not (fc.limits[top[2]] and fair_full(top[2], fc)) then heap_push(heap, top) end
+    else
+      heap_push(heap, top)
+    end
+  end
+  for v, pass in pairs(passes) do
+    args[#args + 1] = string.format('%.17g', pass)
+    args[#args + 1] = v
+  end
+  if #args > 0 then redis.call('ZADD', FAIRRING, 'XX', unpack(args)) end
+  return bound ~= nil
+end
+
 -- Make a job claimable: the ready set plus its filter indexes.
 local function to_ready(id, key, prio, extra)
   redis.call('ZADD', READY, prio, id)
@@ -389,7 +449,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
 
   -- One job met on the way: claimed, or moved out of the ready set (gone, expired, switched, parked);
   -- true when it stays where it is (filtered out, or its fair value is at its limit).
-  local function visit(id, in_ring)
+  local function visit(id)
     local key = jkey(id)
     local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt', 'enqueued_at', 'run_at', 'fair')
     if f[1] == false then
@@ -434,10 +494,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
       set_state(id, key, 'running')
       redis.call('ZADD', RUNNING, deadline, id)
       redis.call('HINCRBY', KINDRUN, kind, 1)
-      if fair and f[8] then  -- charge the value: its pass grows by 1e6 / weight
-        if in_ring then
-          redis.call('ZINCRBY', FAIRRING, math.floor(1000000 / (tonumber(fc.weights[f[8]]) or 1)), f[8])
-        end
+      if fair and f[8] then  -- the ring loop below charges the value's pass
         if fc.limits[f[8]] then  -- a limited value counts its running jobs (release_slot gives back)
           redis.call('HSET', key, 'fairrun', f[8])
           redis.call('HINCRBY', FAIRRUN, f[8], 1)
@@ -458,17 +515,14 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
   end
 
   if fair and src == READY then  -- round-robin over the ring: the best job of the lowest pass, each time
-    while claimed < n and scanned < n * 4 + 32 do
-      local head = redis.call('ZRANGE', FAIRRING, 0, 0)
-      if #head == 0 then break end
-      local ids = redis.call('ZRANGE', k('fair:' .. head[1]), 0, 0)
-      if #ids == 0 then
-        redis.call('ZREM', FAIRRING, head[1])
-      else
-        scanned = scanned + 1
-        visit(ids[1], true)
-      end
-    end
+    while claimed < n and scanned < n * 4 + 32 and fair_round(fc, n - claimed, function(v)
+      local ids = redis.call('ZRANGE', k('fair:' .. v), 0, 0)
+      if #ids == 0 then return nil end
+      scanned = scanned + 1
+      local before = claimed
+      if visit(ids[1]) then return nil end  -- v is at its limit: out of the ring until a job of it ends
+      return claimed > before
+    end, function() return claimed < n and scanned < n * 4 + 32 end) do end
   end
   -- Priority order: every claim of a plain queue, a filtered claim, and what a fair queue has outside its
   -- ring (jobs enqueued before it had fair_key; a value held at its limit is skipped in place).
