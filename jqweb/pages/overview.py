@@ -13,6 +13,7 @@ from aiohttp import web
 from jqcore.clock import now_ms
 from jqweb import series
 from jqweb.context import WEB
+from jqweb.narrow import everything, narrow, own_topics
 from jqweb.overview import alerts, collect
 from jqweb.render import page, query_int
 from jqweb.security import principal, visible
@@ -32,7 +33,7 @@ async def overview(request: web.Request) -> web.Response:
     until = now_ms()
     since = until - hours * HOUR_MS
     rates = {**(await series.read(w.client, queues, since)).as_dict(), "since_ms": since, "until_ms": until}
-    snap = _narrowed(request, await collect(w.sources, w.client, parts=("redis",)))
+    snap = await _narrowed(request, await collect(w.sources, w.client, parts=("redis",)))
     return page(
         request,
         "overview.html",
@@ -43,7 +44,9 @@ async def overview(request: web.Request) -> web.Response:
 @routes.get("/overview/live")
 async def live(request: web.Request) -> web.Response:
     w = request.app[WEB]
-    snap = _narrowed(request, await collect(w.sources, w.client, parts=("kafka", "locks", "redis", "cron")))
+    snap = await _narrowed(
+        request, await collect(w.sources, w.client, parts=("kafka", "locks", "redis", "cron"))
+    )
     redis: Any = snap.get("redis")
     queues = [q["queue"] for q in redis["queues"]] if isinstance(redis, dict) and "queues" in redis else []
     grown = await series.growth(w.client, queues, "errored", now_ms() - HOUR_MS) if queues else {}
@@ -55,11 +58,10 @@ async def live(request: web.Request) -> web.Response:
     return page(request, "overview_live.html", context, partial="overview_live.html")
 
 
-def _narrowed(request: web.Request, snap: dict[str, Any]) -> dict[str, Any]:
-    """The snapshot with only the queue rows the signed-in token may see."""
-    redis = snap.get("redis")
-    p = principal(request)
-    if p.token is None or p.token.every_queue or not isinstance(redis, dict) or "queues" not in redis:
+async def _narrowed(request: web.Request, snap: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot with only the queues, topics and schedules the signed-in token may see."""
+    w, p = request.app[WEB], principal(request)
+    if everything(p):
         return snap
-    rows = [r for r in redis["queues"] if p.allows_queue(r["queue"])]
-    return {**snap, "redis": {**redis, "queues": rows}}
+    topics = own_topics(p, w.sources.routing, await w.engine.queues(), w.sources.topics())
+    return narrow(snap, p, topics)

@@ -13,9 +13,10 @@ from jqcore.http import HttpError
 from jqcore.rates import parse_rate
 from jqcore.routing import QueueUnrouted, RoutingSettings
 from jqweb.context import WEB, Web
+from jqweb.narrow import everything, narrow, own_topics
 from jqweb.overview import collect
 from jqweb.render import act, form, page
-from jqweb.security import require_admin
+from jqweb.security import Principal, principal, require_admin, require_queue
 
 __all__ = ["describe_rate", "routes", "topic_of"]
 
@@ -67,11 +68,13 @@ def _topic_rows(snap: dict[str, Any], topics: list[str]) -> list[dict[str, Any]]
     return rows
 
 
-async def _queue_rates(w: Web, topics: list[str], set_rates: dict[str, str]) -> list[dict[str, Any]]:
-    """Every queue routed to one of ``topics`` or with a limit set, its topic and its limit."""
+async def _queue_rates(
+    w: Web, p: Principal, topics: list[str], set_rates: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Every queue the token may see routed to one of ``topics`` or with a limit set, its topic and limit."""
     wanted = set(topics)
     out = []
-    for queue in sorted(set(await w.engine.queues()) | set(set_rates)):
+    for queue in sorted(q for q in set(await w.engine.queues()) | set(set_rates) if p.allows_queue(q)):
         topic = topic_of(w.sources.routing, queue)
         if topic in wanted or queue in set_rates:
             out.append({"queue": queue, "topic": topic, "rate": describe_rate(set_rates.get(queue, ""))})
@@ -80,16 +83,17 @@ async def _queue_rates(w: Web, topics: list[str], set_rates: dict[str, str]) -> 
 
 @routes.get("/topics")
 async def topics_page(request: web.Request) -> web.Response:
-    w = request.app[WEB]
-    topics = w.sources.topics()
-    snap = await collect(w.sources, w.client, parts=("kafka", "locks", "rates"))
+    w, p = request.app[WEB], principal(request)
+    topics = own_topics(p, w.sources.routing, await w.engine.queues(), w.sources.topics())
+    snap = narrow(await collect(w.sources, w.client, parts=("kafka", "locks", "rates")), p, topics)
     rates = snap.get("rates")
     set_rates = dict(rates.get("queues", {})) if _problem(rates) is None and isinstance(rates, dict) else {}
     context = {
         "topics": _topic_rows(snap, topics),
-        "queue_rates": await _queue_rates(w, topics, set_rates),
+        "queue_rates": await _queue_rates(w, p, topics, set_rates),
         "problems": {p: _problem(snap.get(p)) for p in ("kafka", "locks", "rates") if _problem(snap.get(p))},
         "at": snap.get("at"),
+        "topic_admin": everything(p),  # a topic's limit holds every queue on it: not a scoped admin's
     }
     return page(request, "topics.html", context)
 
@@ -122,7 +126,12 @@ async def _write_rate(w: Web, key: str, text: str) -> int:
 @routes.post("/topics/{topic}/rate")
 async def set_topic_rate(request: web.Request) -> web.Response:
     w = request.app[WEB]
-    require_admin(request)  # a read token learns nothing more than 403
+    if not everything(require_admin(request)):  # a read token learns nothing more than 403
+        raise HttpError(
+            403,
+            "topic_forbidden",
+            "a topic's rate limit holds every queue routed to it: only an admin of every queue sets it",
+        )
     topic = request.match_info["topic"]
     if topic not in w.sources.topics():
         raise HttpError(404, "topic_not_found", f"no topic {topic!r} among the relays' topics")
@@ -152,6 +161,7 @@ async def set_queue_rate(request: web.Request) -> web.Response:
     w = request.app[WEB]
     require_admin(request)
     queue = request.match_info["queue"]
+    require_queue(request, queue)  # a queue-scoped admin limits only its own queues
     if "/" in queue or not await _queue_known(w, queue):
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     fields = await form(request)

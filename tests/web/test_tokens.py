@@ -4,6 +4,7 @@ only those queues in lists and is refused another queue's page (403 ``queue_forb
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
+from jqcore.routing import Route, RoutingSettings
 from jqcore.state import Engine
 from jqcore.tokens import hash_line
 from jqweb.main import WebService
@@ -118,3 +120,60 @@ async def test_sighup_reloads_the_dashboards_tokens(
         path.write_text(path.read_text() + "\n" + viewer)
         os.kill(os.getpid(), signal.SIGHUP)
         await eventually(status, lambda s: s == 200, 10)
+
+
+async def test_a_queue_scoped_admin_sees_and_limits_only_its_own_topics_and_queues(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prefix: str,
+    engine: Engine,
+    web_sources: Sources,
+    make_topic: Callable[..., str],
+) -> None:
+    """Shared parts are narrowed: the topics page and the overview's live panel show the topics that carry
+    the token's queues; a topic's rate (it holds every queue on the topic) and another team's queue rate
+    are refused."""
+    mine, theirs = web_sources.relay.topics[0], make_topic("pay-topic", partitions=1)
+    billing, payments = f"{prefix}.billing.x", f"{prefix}.payments"
+    sources = dataclasses.replace(
+        web_sources,
+        routing=RoutingSettings(
+            routes=[Route(queues=f"{prefix}.payments", topic=theirs), Route(queues=f"{prefix}*", topic=mine)],
+            default_topic="",
+        ),
+        relay=web_sources.relay.model_copy(update={"topics": [mine, theirs]}),
+    )
+    await engine.enqueue_batch([new_envelope(billing, "k"), new_envelope(payments, "k")])
+    path = tmp_path / "tokens.toml"
+    path.write_text(
+        f'[[token]]\nname = "billing-admin"\n{hash_line(ADMIN)}\nscopes = ["read", "admin"]\n'
+        f'queues = ["{prefix}.billing.*"]\n'
+    )
+    monkeypatch.setenv("JOBQ_TOKENS_FILE", str(path))
+    async with WebService(WebSettings(port=0), sources) as service, aiohttp.ClientSession() as http:
+        headers = {"Authorization": f"Bearer {ADMIN}", "Accept": "text/html"}
+
+        async def get(page: str) -> str:
+            async with http.get(service.url + page, headers=headers) as r:
+                assert r.status == 200, (page, r.status)
+                return await r.text()
+
+        async def post(page: str) -> tuple[int, str]:
+            async with http.post(
+                service.url + page, headers={**headers, "Accept": "application/json"}, data={"rate": "0"}
+            ) as r:
+                return r.status, await r.text()
+
+        topics = await get("/topics")
+        assert f'id="{mine}"' in topics
+        assert theirs not in topics
+        assert payments not in topics
+        assert f"rate-form-{mine}" not in topics, "no topic rate form for a scoped admin"
+        live = await get("/overview/live")
+        assert theirs not in live
+        status, body = await post(f"/topics/{mine}/rate")
+        assert (status, "topic_forbidden" in body) == (403, True), body
+        status, body = await post(f"/queues/{payments}/rate")
+        assert (status, "queue_forbidden" in body) == (403, True), body
+        status, body = await post(f"/queues/{billing}/rate")
+        assert status in (200, 303), body
