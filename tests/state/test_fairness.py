@@ -132,6 +132,7 @@ async def test_the_ring_keeps_its_order_across_claims_smaller_than_the_ring(
     )
     first = {_tenant(j) for j in await engine.claim(q, 4, now_ms=t0 + 1)}
     second = {_tenant(j) for j in await engine.claim(q, 6, now_ms=t0 + 2)}
-    assert len(first) == 4 and len(second) == 6 and first | second == set(tenants), (first, second)
+    assert (len(first), len(second)) == (4, 6), (first, second)
+    assert first | second == set(tenants), "the second claim went on with the tenants the first left"
     third = [_tenant(j) for j in await engine.claim(q, 10, now_ms=t0 + 3)]
     assert sorted(third) == tenants, "a second round: each tenant once more"
