@@ -48,6 +48,14 @@ class Batch:
         """The queue of each envelope, in order (repeats included: the rate limits count jobs)."""
         return [e.queue for e in self.envelopes]
 
+    def sizes(self) -> dict[str, tuple[int, int]]:
+        """Per queue: its jobs in the batch and their records' bytes (the memory budgets project them)."""
+        out: dict[str, tuple[int, int]] = {}
+        for e in self.envelopes:
+            jobs, size = out.get(e.queue, (0, 0))
+            out[e.queue] = (jobs + 1, size + len(self.source[e.id].value() or b""))
+        return out
+
 
 @dataclass
 class RelaySignals:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
@@ -30,7 +30,7 @@ from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
 from jqrelay.backpressure import MemoryGuard, held
 
-__all__ = ["RESUME_AT", "SAMPLE_S", "BudgetSignals", "QueueBudgets", "budget_of", "is_over"]
+__all__ = ["RESUME_AT", "SAMPLE_S", "BudgetSignals", "QueueBudgets", "budget_of", "is_over", "projected"]
 
 log = get_logger("jqrelay.budgets")
 
@@ -38,6 +38,9 @@ SAMPLE_S = 2.0
 """A queue's memory is estimated at most this often (two pipelined round trips on its slot)."""
 RESUME_AT = 0.9
 """A queue over its budget is relayed again once its memory is below this fraction of the budget."""
+JOB_OVERHEAD = 300
+"""Bytes a job record takes in Redis beyond its envelope, at the least (its hash's other fields, the
+index entries): what a queue without a sample of its own is projected to grow by per job."""
 
 
 def budget_of(configured: int, share: float, maxmemory: int) -> int:
@@ -67,12 +70,26 @@ class BudgetSignals:
 @dataclass
 class _Sample:
     at: float = float("-inf")
+    used: int = 0
+    """The estimate of the last sample."""
+    per_job: float = 0.0
+    """Bytes per job record then (0: the queue held none)."""
+    added: int = 0
+    """Bytes the relay wrote into the queue since (projected: :func:`projected`)."""
+    budget: int = 0
     over: bool = False
+
+
+def projected(jobs: int, size: int, per_job: float) -> int:
+    """Redis bytes that ``jobs`` new jobs of ``size`` record bytes will take: the queue's own mean per job
+    when it has one, never less than the records plus :data:`JOB_OVERHEAD` each."""
+    return max(size + JOB_OVERHEAD * jobs, round(per_job * jobs))
 
 
 class QueueBudgets:
     """The relay's view of every queue it writes: estimated memory, budget, over or not (shared by the
-    topic relays of one process)."""
+    topic relays of one process). Between two samples of a queue, what the relay wrote into it counts too,
+    so a fast relay cannot run a sample interval's worth of jobs past the budget."""
 
     def __init__(
         self,
@@ -86,59 +103,70 @@ class QueueBudgets:
         self.signals = signals if signals is not None else BudgetSignals()
         self._samples: dict[str, _Sample] = {}
 
-    async def _sample(self, queue: str) -> bool:
-        """Whether ``queue`` is over its budget now (a new estimate when the last is older than
-        ``sample_s``; on a Redis error the last verdict stands: the write will meet the error anyway)."""
-        s = self._samples.setdefault(queue, _Sample())
+    async def _refresh(self, queue: str, s: _Sample) -> None:
+        """A new estimate when the last is older than ``sample_s`` (on a Redis error the last stands: the
+        write will meet the error anyway)."""
         now = time.monotonic()
         if now - s.at < self.sample_s:
-            return s.over
+            return
         try:
             found = await self.engine.memory(queue)
-        except RedisError:
-            return s.over
-        s.at = now
-        budget = budget_of(found.budget, self.share, self.guard.maxmemory)
-        over = is_over(s.over, found.bytes, budget)
+        except RedisError as exc:
+            log.warning("queue memory not sampled", queue=queue, error=repr(exc))
+            return
+        s.at, s.used, s.added = now, found.bytes, 0
+        s.per_job = found.bytes / found.jobs if found.jobs else 0.0
+        s.budget = budget_of(found.budget, self.share, self.guard.maxmemory)
         metrics.child(metrics.RELAY_QUEUE_MEMORY, queue).set(found.bytes)
-        metrics.child(metrics.RELAY_QUEUE_BUDGET, queue).set(budget)
-        self.signals.sampled.signal((queue, found.bytes, budget))
+        metrics.child(metrics.RELAY_QUEUE_BUDGET, queue).set(s.budget)
+        self.signals.sampled.signal((queue, found.bytes, s.budget))
+
+    async def _over(self, queue: str) -> bool:
+        """Whether ``queue`` is over its budget now (the last estimate plus what was written since)."""
+        s = self._samples.setdefault(queue, _Sample())
+        await self._refresh(queue, s)
+        over = is_over(s.over, s.used + s.added, s.budget)
         if over != s.over:
             s.over = over
             metrics.child(metrics.RELAY_QUEUE_OVER, queue).set(int(over))
             self.signals.over.signal((queue, over))
+            used = s.used + s.added
             if over:
                 log.warning(
                     "queue over its memory budget; its jobs wait in Kafka",
                     queue=queue,
-                    used=found.bytes,
-                    budget=budget,
-                    jobs=found.jobs,
+                    used=used,
+                    budget=s.budget,
                 )
             else:
                 log.info(
                     "queue back under its memory budget; relaying it again",
                     queue=queue,
-                    used=found.bytes,
-                    budget=budget,
+                    used=used,
+                    budget=s.budget,
                 )
         return over
 
     async def over(self, queues: Iterable[str]) -> list[str]:
         """The queues among ``queues`` that are over their budgets."""
-        return [q for q in sorted(set(queues)) if await self._sample(q)]
+        return [q for q in sorted(set(queues)) if await self._over(q)]
 
     async def acquire(
-        self, topic: str, queues: Iterable[str], keep_waiting: Callable[[], bool] = lambda: True
+        self,
+        topic: str,
+        sizes: Mapping[str, tuple[int, int]],
+        keep_waiting: Callable[[], bool] = lambda: True,
     ) -> bool:
-        """Wait until no queue of this batch is over its budget; False as soon as ``keep_waiting()`` says
-        to give up (the term ended, the relay stops). The wait counts as ``topic``'s batch held."""
-        wanted = sorted(set(queues))
-        if not await self.over(wanted):
-            return True
-        with held(topic, "queue_memory"):
-            while await self.over(wanted):
-                if not keep_waiting():
-                    return False
-                await asyncio.sleep(self.sample_s)
+        """Wait until no queue of this batch (``sizes``: queue → its jobs and their record bytes) is over
+        its budget, then count the batch as written into each; False as soon as ``keep_waiting()`` says to
+        give up (the term ended, the relay stops). The wait counts as ``topic``'s batch held."""
+        if await self.over(sizes):
+            with held(topic, "queue_memory"):
+                while await self.over(sizes):
+                    if not keep_waiting():
+                        return False
+                    await asyncio.sleep(self.sample_s)
+        for queue, (jobs, size) in sizes.items():
+            s = self._samples[queue]
+            s.added += projected(jobs, size, s.per_job)
         return True

@@ -6,11 +6,11 @@ Per term (see :mod:`jqrelay.elector`):
    the Consul lock decides who reads);
 2. raise the term's fence in every known queue before the first write;
 3. loop: wait for Redis memory room → consume a batch (capped by the live rate limits) → wait for the
-   topic's and the batch's queues' rate limiters (:mod:`jqrelay.limits`) → check the term is still
-   trusted → write the batch with one engine call per queue (fenced; Redis errors are retried with
-   backoff forever, nothing is committed meanwhile) → send malformed or refused records to
-   ``<topic>.dead`` with the reason in headers (confirmed by Kafka) → commit each partition's offset only
-   now, after Redis accepted everything up to it.
+   topic's and the batch's queues' rate limiters (:mod:`jqrelay.limits`) and memory budgets
+   (:mod:`jqrelay.budgets`) → check the term is still trusted → write the batch with one engine call per
+   queue (fenced; Redis errors are retried with backoff forever, nothing is committed meanwhile) → send
+   malformed or refused records to ``<topic>.dead`` with the reason in headers (confirmed by Kafka) →
+   commit each partition's offset only now, after Redis accepted everything up to it.
 
 A refused fence ends the term at once (someone newer writes). Record values are handed to Redis as the
 bytes Kafka holds; nothing is re-encoded.
@@ -268,7 +268,7 @@ class TopicRelay(Service):
         return (
             await self.limit.acquire(records, trusted)
             and await self.queue_limits.acquire(batch.queues(), trusted)
-            and (self.budgets is None or await self.budgets.acquire(self.topic, batch.queues(), trusted))
+            and (self.budgets is None or await self.budgets.acquire(self.topic, batch.sizes(), trusted))
             and self._trusted(term)
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jqrelay.budgets import RESUME_AT, budget_of, is_over
+from jqrelay.budgets import JOB_OVERHEAD, RESUME_AT, budget_of, is_over, projected
 
 MIB = 1 << 20
 
@@ -30,3 +30,9 @@ def test_over_at_the_budget_and_back_only_under_the_resume_mark() -> None:
     assert is_over(True, int(RESUME_AT * budget), budget), "still over between the marks"
     assert not is_over(True, int(RESUME_AT * budget) - 1, budget)
     assert not is_over(True, 10**9, 0), "no budget: never over"
+
+
+def test_written_jobs_are_projected_at_the_queues_own_size_per_job_or_at_least_their_records() -> None:
+    assert projected(10, 5_000, 3_400.0) == 34_000, "the queue's mean job size, sampled"
+    assert projected(10, 5_000, 0.0) == 5_000 + 10 * JOB_OVERHEAD, "no sample yet: records + overhead"
+    assert projected(10, 50_000, 100.0) == 50_000 + 10 * JOB_OVERHEAD, "never less than the records"
