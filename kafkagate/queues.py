@@ -43,6 +43,7 @@ class QueueConfigBody(BaseModel):
     fair_key: str | None = None
     fair_weights: dict[str, int] = Field(default_factory=dict)
     fair_limits: dict[str, int] = Field(default_factory=dict)
+    fair_rates: dict[str, float] = Field(default_factory=dict)
     memory_budget: int = Field(0, ge=0, le=1 << 50)
 
 
@@ -65,6 +66,7 @@ class QueuePatchBody(BaseModel):
     fair_key: str | None = None
     fair_weights: dict[str, int] | None = None
     fair_limits: dict[str, int] | None = None
+    fair_rates: dict[str, float] | None = None
     memory_budget: int | None = Field(None, ge=0, le=1 << 50)
 
 

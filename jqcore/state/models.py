@@ -247,6 +247,9 @@ class QueueConfig:
     """Value → weight (1-1000, default 1): a value of weight 3 gets three claims to another's one."""
     fair_limits: Mapping[str, int] = field(default_factory=dict)
     """Value → how many of its jobs may run at once (across every worker)."""
+    fair_rates: Mapping[str, float] = field(default_factory=dict)
+    """Value → jobs per second it may start (0.001-1,000,000; a burst of one second's worth, at least 1),
+    across every worker: a value over its rate waits out of the round until its next job may start."""
     memory_budget: int = 0
     """Bytes of Redis memory the queue may hold (estimated, :mod:`jqcore.state.memory`): above it the
     relay holds the batches that carry the queue's jobs until workers drained it below 90 % of it (0: the
@@ -260,4 +263,5 @@ class QueueConfig:
         out = asdict(self)
         out["filter_keys"] = list(self.filter_keys)
         out["fair_weights"], out["fair_limits"] = dict(self.fair_weights), dict(self.fair_limits)
+        out["fair_rates"] = dict(self.fair_rates)
         return out

@@ -284,6 +284,7 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         fair_key=raw.get("fair_key") or None,
         fair_weights=orjson.loads(raw.get("fair_weights") or "{}"),
         fair_limits=orjson.loads(raw.get("fair_limits") or "{}"),
+        fair_rates=orjson.loads(raw.get("fair_rates") or "{}"),
         memory_budget=int(raw.get("memory_budget") or 0),
     )
 
