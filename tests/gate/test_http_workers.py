@@ -155,7 +155,7 @@ async def test_heartbeat_extends_many_leases_and_says_which_are_still_held(
     ]
     assert body["held"] == 1
     deadline = body["jobs"][0]["lease_deadline_ms"]
-    assert now + 60_000 <= deadline < now + 70_000
+    assert now + 59_000 <= deadline < now + 70_000  # two readings of Redis's clock: a little slack
     status, got = await gw.call("GET", f"/v1/queues/{q}/jobs/{a['id']}")
     assert got["lease_deadline"] == deadline
     status, got = await gw.call("GET", f"/v1/queues/{q}/jobs/{c['id']}")
