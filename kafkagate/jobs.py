@@ -101,6 +101,21 @@ async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks)
         raise
 
 
+async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
+    """Whether jobs without an id get content ids: ``?id_from=content|random``, else the queue's
+    ``id_from`` policy (cached; Redis not answering: random ids, enqueues never depend on Redis)."""
+    asked = request.query.get("id_from")
+    if asked is not None:
+        if asked not in ("content", "random"):
+            problem = FieldError("id_from", "must be content or random")
+            raise HttpError(
+                400, "id_from_invalid", f"id_from must be content or random, not {asked!r}", [problem]
+            )
+        return asked == "content"
+    config = await gate.queue_config(queue)
+    return config is not None and config.id_from == "content"
+
+
 @routes.post("/v1/queues/{queue}/jobs")
 async def enqueue(request: web.Request) -> web.Response:
     """Enqueue one job or a batch; 202 only after Kafka confirmed every job of the request."""
@@ -108,6 +123,7 @@ async def enqueue(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = await _read_body(request)
     digest = await _idempotency(request, gate, queue, body)
+    content = await _content_ids(request, gate, queue)
     with tracing.enqueue_spans(request.headers) as spans:  # off: a shared no-op, envelopes untouched
         parsed = parse_jobs(
             queue,
@@ -117,6 +133,7 @@ async def enqueue(request: web.Request) -> web.Response:
             idempotency=digest,
             now=now_ms(),
             stamp=spans.stamp,
+            content=content,
         )
         if not token_of(request).every_kind:
             for i, env in enumerate(parsed.envelopes):
