@@ -25,6 +25,8 @@ from django.utils import timezone
 from jqdjango.backend import JobqBackend
 from jqdjango.compat import FAILED, READY, SUCCESSFUL, TaskResult, TaskResultDoesNotExist, task_backends
 from jqdjango.worker import DjangoRegistry
+from jqstack.pipeline import checkout_env
+from jqstack.supervise import python_m
 from worker.pool import Pool, PoolConfig
 
 if not settings.configured:
@@ -170,3 +172,37 @@ async def test_result_ids_of_no_task(dj: Django) -> None:
         await dj.backend.aget_result("no-colon")
     with pytest.raises(TaskResultDoesNotExist):
         await dj.backend.aget_result(f"{dj.queue}:0123456789abcdef0123456789")
+
+
+async def test_manage_py_jobq_worker_runs_the_tasks(
+    dj: Django, path: Any, token: str, endpoints: Any
+) -> None:
+    """The management command (``python -m django jobq_worker``, as ``manage.py`` runs it) in a process of
+    its own, with the example project's settings: it loads ``jqdjango.worker``'s registry as ``python -m
+    worker`` does, serves the backend's queues and, with ``--burst``, exits once they are empty."""
+    added = await dj.tasks.add.aenqueue(40, 2)
+    urgent = await dj.tasks.shout.using(queue_name="urgent").aenqueue("now")
+    for r in (added, urgent):  # in Redis: a burst worker finds them
+        await dj.eventually(lambda r=r: path.client.get_job(r.id.partition(":")[0], r.id), bool, 20)
+    env = checkout_env(
+        DJANGO_SETTINGS_MODULE="examples.djangoapp.settings",
+        JOBQ_GATEWAY=path.client.gateways[0].url,
+        JOBQ_TOKEN=token,
+        JOBQ_DJANGO_QUEUE=dj.queue,
+        JOBQ_REDIS_URL=endpoints.redis_url,
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *python_m("django", "jobq_worker", "--burst"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, out.decode()
+    assert (await dj.backend.aget_result(added.id)).return_value == 42
+    assert (await dj.backend.aget_result(urgent.id)).return_value == "NOW"
