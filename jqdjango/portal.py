@@ -10,6 +10,7 @@ pre-forking server) gets a new loop and client of its own on its first call.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -42,6 +43,7 @@ class Portal:
 
                 self._client = asyncio.run_coroutine_threadsafe(open_client(), loop).result()
                 self._loop, self._pid = loop, os.getpid()
+                atexit.register(self.close)  # its connections closed at exit (no "unclosed" warnings)
             return self._loop, self._client
 
     def call(self, fn: Call[T]) -> T:
@@ -60,6 +62,7 @@ class Portal:
         with self._lock:
             loop, client, pid = self._loop, self._client, self._pid
             self._loop = self._client = self._pid = None
+        atexit.unregister(self.close)
         if loop is None or client is None or pid != os.getpid():
             return
         asyncio.run_coroutine_threadsafe(client.close(), loop).result()

@@ -33,19 +33,24 @@ STATUS = {
 """jobq's job states → Django's (anything else, READY: not finished)."""
 
 _FINISHED = (SUCCESSFUL, FAILED)
-_LAST_LINE = re.compile(r"([A-Za-z_][\w.]*)(?:: .*)?")
+_NAME = re.compile(r"([A-Za-z_][\w.]*)(?::|$)")
 _JOBQ = {"Retry": "jqcore.errors.Retry", "Cancel": "jqcore.errors.Cancel"}
 """The errors the worker writes itself (``Retry: <reason>``, ``Cancel: <reason>``)."""
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 def exception_path(error: str) -> str:
-    """The dotted path of the exception a recorded error names (``traceback.format_exception``'s last line
-    is ``pkg.mod.Error: message``, builtins unqualified); ``builtins.Exception`` when it names none."""
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    last = lines[-1].strip() if lines else ""
-    if last.startswith("timeout after "):
+    """The dotted path of the exception a recorded error names: in a traceback
+    (``traceback.format_exception``), the first unindented line after the last frame reads
+    ``pkg.mod.Error: message`` (builtins unqualified); otherwise the first line. ``builtins.Exception``
+    when it names none."""
+    lines = error.strip().splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
+    after = lines[heads[-1] + 1 :] if heads else lines
+    line = next((text for text in after if text and not text[0].isspace()), "")
+    if line.startswith("timeout after "):
         return "builtins.TimeoutError"
-    found = _LAST_LINE.fullmatch(last)
+    found = _NAME.match(line)
     if found is None:
         return "builtins.Exception"
     name = found.group(1)
