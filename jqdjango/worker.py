@@ -7,7 +7,8 @@
 
 The registry here resolves a job's kind — a task's module path, as :class:`~jqdjango.backend.JobqBackend`
 enqueues it — to the ``@task`` at that path on first sight, so tasks need no registration of their own.
-Only ``Task`` objects run: a kind naming anything else stays unhandled (handed back, as for any kind a
+Only ``Task`` objects of ``INSTALLED_APPS`` modules run (no other module is imported for a kind): a kind
+naming anything else stays unhandled (handed back, as for any kind a
 pool lacks). Sync tasks run in the pool's threads, async tasks on its loop; Django's database connections
 are closed around each sync task as a request's are. A task's return value must be JSON (at most 64 KiB):
 anything else fails the task, instead of completing it with no result. Django's ``task_started`` and
@@ -21,6 +22,7 @@ import traceback
 from typing import Any
 
 import orjson
+from django.apps import apps
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -41,6 +43,10 @@ from worker.registry import JobSpec, Registry, current_job
 __all__ = ["DjangoRegistry", "ResultInvalid"]  # and `registry`, made on first use (__getattr__)
 
 
+MAX_REMEMBERED = 10_000
+"""Kinds remembered as not a task at most (they come from job records)."""
+
+
 class ResultInvalid(TypeError):
     """A task returned something jobq cannot keep as its result (not JSON, or over 64 KiB)."""
 
@@ -55,13 +61,23 @@ class DjangoRegistry(Registry):
     def get(self, kind: str) -> JobSpec[Any, Any] | None:
         spec = super().get(kind)
         if spec is None:
-            if kind not in self._tasks:
-                self._tasks[kind] = _spec_of(kind)
-            spec = self._tasks[kind]
+            if kind in self._tasks:
+                return self._tasks[kind]
+            spec = _spec_of(kind)
+            if spec is not None or len(self._tasks) < MAX_REMEMBERED:  # unknown kinds: bounded
+                self._tasks[kind] = spec
         return spec
 
 
+def _in_an_app(kind: str) -> bool:
+    """Only modules of ``INSTALLED_APPS`` are imported for a kind: a job's kind is text anyone with an
+    enqueue token wrote, and importing an arbitrary module runs its top-level code."""
+    return any(kind.startswith(app.name + ".") for app in apps.get_app_configs())
+
+
 def _spec_of(kind: str) -> JobSpec[Any, Any] | None:
+    if not _in_an_app(kind):
+        return None
     try:
         task = import_string(kind)
     except ImportError:

@@ -11,7 +11,7 @@ from typing import Any
 SECRET_KEY = "example-only"
 USE_TZ = True
 DATABASES: dict[str, Any] = {}
-INSTALLED_APPS = ["jqdjango"]  # manage.py jobq_worker
+INSTALLED_APPS = ["jqdjango", "examples.djangoapp"]  # manage.py jobq_worker
 
 TASKS = {
     "default": {

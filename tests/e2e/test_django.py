@@ -11,6 +11,7 @@ this test's loop also runs the gateway they talk to.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ from jqstack.supervise import python_m
 from worker.pool import Pool, PoolConfig
 
 if not settings.configured:
-    settings.configure(SECRET_KEY="test", USE_TZ=True, DATABASES={}, INSTALLED_APPS=["jqdjango"])
+    settings.configure(
+        SECRET_KEY="test", USE_TZ=True, DATABASES={}, INSTALLED_APPS=["jqdjango", "examples.djangoapp"]
+    )
     django.setup()
 
 Eventually = Callable[..., Awaitable[Any]]
@@ -210,3 +213,11 @@ async def test_manage_py_jobq_worker_runs_the_tasks(
     assert proc.returncode == 0, out.decode()
     assert (await dj.backend.aget_result(added.id)).return_value == 42
     assert (await dj.backend.aget_result(urgent.id)).return_value == "NOW"
+
+
+def test_a_kind_outside_the_installed_apps_is_never_imported() -> None:
+    """A kind is text an enqueuing client wrote: the worker imports only INSTALLED_APPS' modules."""
+    assert "wave" not in sys.modules
+    assert DjangoRegistry().get("wave.open") is None
+    assert "wave" not in sys.modules, "importing a module runs its top-level code"
+    assert DjangoRegistry().get("examples.djangoapp.tasks.add") is not None
