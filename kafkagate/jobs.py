@@ -18,7 +18,7 @@ from jqcore.http import HttpError, json_response
 from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
-from jqrecover.replay import REPLAYABLE, ReplayError, replayed
+from jqrecover.replay import REPLAYABLE, ReplayError, replayed, replayed_from_archive
 from kafkagate.auth import require_kind, token_of
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
@@ -32,7 +32,7 @@ from kafkagate.enqueue import (
     parse_jobs,
     too_large,
 )
-from kafkagate.history import archived
+from kafkagate.history import archived, archived_snapshot
 from kafkagate.limits import busy
 from kafkagate.state import GATE, Gate
 
@@ -198,19 +198,22 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 @routes.post("/v1/queues/{queue}/jobs/{id}/replay")
 async def replay_job(request: web.Request) -> web.Response:
-    """A new job (new id) with the same kind, args and meta as a finished or dead one, through Kafka.
-    With an ``Idempotency-Key`` header the new id is derived from (job, key): the same replay sent twice
-    is one new job."""
+    """A new job (new id) with the same kind, args, meta, priority, lease and expiry as a finished or dead
+    one, through Kafka; from the archive (the history's payload) once Redis forgot the job. With an
+    ``Idempotency-Key`` header the new id is derived from (job, key): the same replay sent twice is one
+    new job."""
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is not None and not 0 < len(key) <= 255:
         raise HttpError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
     info = await engine_call(gate.engine.get_job(queue, job_id))
-    if info is None or info.envelope is None:
+    old = None if info is not None else await archived_snapshot(gate.history(), queue, job_id)
+    if (info is None or info.envelope is None) and old is None:
         raise HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
-    if info.state not in REPLAYABLE:
+    if info is not None and info.state not in REPLAYABLE:
         raise HttpError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
+    source = "redis" if info is not None else "archive"
     new_id = None
     if key is not None:
         new_id = "rp-" + hashlib.sha256(f"{queue}\0{job_id}\0{key}".encode()).hexdigest()[:40]
@@ -219,7 +222,11 @@ async def replay_job(request: web.Request) -> web.Response:
             again = {"ids": [new_id], "replay_of": job_id, "state": done.state, "changed": False}
             return json_response(again)
     try:
-        env = replayed(queue, info, new_id)
+        if info is not None:
+            env = replayed(queue, info, new_id)
+        else:
+            assert old is not None  # one of them, checked above
+            env = replayed_from_archive(queue, old, new_id)
     except ReplayError as exc:
         raise HttpError(exc.http_status, exc.code, exc.message) from exc
     records, acks = build_records(Parsed([env], [None]), gate.routing, queue)
@@ -227,6 +234,7 @@ async def replay_job(request: web.Request) -> web.Response:
     delivered = await gate.producer(acks).produce_many(records)
     body = accepted_body([env], delivered)
     body["replay_of"] = job_id
+    body["source"] = source
     return json_response(body, 202)
 
 
