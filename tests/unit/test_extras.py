@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import tomllib
 from pathlib import Path
 
@@ -64,3 +65,10 @@ def test_require_raises_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatc
     assert isinstance(caught.value, ImportError)
     assert isinstance(caught.value, JobqError)
     assert (caught.value.code, caught.value.extra, extra_for(caught.value)) == ("missing_extra", "web", "web")
+
+
+def test_the_image_installs_the_extras_of_every_role_it_runs() -> None:
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    pins = r"lockfile\.py pins requirements\.lock pyproject\.toml (\S*) > runtime\.txt"
+    runtime = re.findall(pins, dockerfile)
+    assert runtime == ["server,web,history,tracing"]  # gate (--web), relay, scheduler, canary, web, traces
