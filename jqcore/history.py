@@ -29,14 +29,17 @@ import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
-import duckdb
 import orjson
 
 from jqcore.archive import ArchivedPayload
 from jqcore.errors import BackendUnavailable, QueryInvalid
 from jqcore.events import FIELDS, PAYLOAD_FIELDS
+from jqcore.extras import require
+
+if TYPE_CHECKING:  # the history extra's; imported where a table is read
+    import duckdb
 
 __all__ = [
     "COLUMN_OF",
@@ -273,11 +276,14 @@ class HistoryStore:
     """The history tables under ``root`` (``HistorySettings().root``), read through DuckDB views."""
 
     def __init__(self, root: Path) -> None:
+        require("the job history", "history")
         self.root = Path(root).resolve()
 
     # --- plumbing ----------------------------------------------------------------------------------
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        import duckdb
+
         con = duckdb.connect(
             ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
         )
@@ -296,6 +302,8 @@ class HistoryStore:
     def _run(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         """``work`` on a fresh connection, again when a file vanished under it (a compaction or retention
         pass deletes files the glob had listed; the next listing no longer has them)."""
+        import duckdb
+
         for attempt in range(_ATTEMPTS):
             try:
                 con = self._connect()
@@ -412,6 +420,7 @@ class HistoryStore:
         """Run one read-only ``SELECT`` (or ``WITH ... SELECT``) over the views (:data:`VIEWS`); at most
         ``max_rows`` rows come back. Anything else, and any error DuckDB reports for the statement, raises
         :class:`~jqcore.errors.QueryInvalid`."""
+        import duckdb
 
         def work(con: duckdb.DuckDBPyConnection) -> Rows:
             try:
