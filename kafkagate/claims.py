@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.http import HttpError, json_response
 from jqcore.state import ClaimedJob
+from kafkagate import models as m
+from kafkagate.api import Api
 from kafkagate.auth import token_of
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
@@ -21,7 +23,7 @@ from kafkagate.state import GATE, Gate
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Api()
 
 
 class ClaimBody(BaseModel):
@@ -72,7 +74,19 @@ def _claimed(job: ClaimedJob) -> dict[str, Any]:
     }
 
 
-@routes.post("/v1/queues/{queue}/claims")
+@routes.post(
+    "/v1/queues/{queue}/claims",
+    summary="claim jobs (batch, lease, filter, long-poll); an answer holds at most"
+    " JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay claimable)",
+    body=ClaimBody,
+    body_example={"n": 10, "lease_ms": 30000, "wait_ms": 20000},
+    answer=m.Claimed,
+    errors={
+        400: "filter_key_not_indexed: a filter on a key the queue does not index",
+        403: "kind_forbidden: a token limited to some kinds cannot claim (a claim takes any kind)",
+        429: "gateway_busy: the process's long-polls are all parked (Retry-After)",
+    },
+)
 async def claim(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -129,7 +143,17 @@ def _owner(request: web.Request, body: Owner) -> tuple[str, int, str]:
     return request.match_info["id"], body.attempt, body.token
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/extend")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/extend",
+    summary="extend a claimed job's lease",
+    body=ExtendBody,
+    body_example={"attempt": 1, "token": "9f1c", "lease_ms": 60000},
+    answer=m.LeaseExtended,
+    errors={
+        404: "job_not_found: no such job",
+        409: "lease_stale, job_canceled: another attempt owns the job now, or it was canceled",
+    },
+)
 async def extend(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -144,7 +168,18 @@ async def extend(request: web.Request) -> web.Response:
     return json_response({"id": owner[0], "lease_deadline_ms": outcome})
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/complete")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/complete",
+    summary="complete an attempt, with its result (any JSON)",
+    body=CompleteBody,
+    body_example={"attempt": 1, "token": "9f1c", "result": {"sent": True}},
+    answer=m.Completed,
+    errors={
+        400: "queue_config_invalid: the result is larger than the engine keeps",
+        404: "job_not_found: no such job",
+        409: "lease_stale, job_canceled: another attempt owns the job now, or it was canceled",
+    },
+)
 async def complete(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -154,7 +189,18 @@ async def complete(request: web.Request) -> web.Response:
     return json_response({"id": request.match_info["id"], "state": "completed"})
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/fail")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/fail",
+    summary="fail an attempt: retried after its backoff (or retry_in_ms), errored when permanent or out of"
+    " attempts",
+    body=FailBody,
+    body_example={"attempt": 1, "token": "9f1c", "error": "smtp timeout", "retry_in_ms": 5000},
+    answer=m.Failed,
+    errors={
+        404: "job_not_found: no such job",
+        409: "lease_stale, job_canceled: another attempt owns the job now, or it was canceled",
+    },
+)
 async def fail(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
