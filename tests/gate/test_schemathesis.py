@@ -78,7 +78,7 @@ def test_generated_requests_never_get_a_server_error(gateway_process: str, tmp_p
             "--header",
             "Authorization: Bearer schemathesis-token",
             "--checks",
-            "not_a_server_error,refusal_is_json_with_code",
+            "not_a_server_error,refusal_is_json_with_code,status_code_conformance,response_schema_conformance",
             "--mode",
             "all",
             "--max-examples",
