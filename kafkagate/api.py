@@ -87,12 +87,15 @@ class Operation:
     media: str = "application/json"
     also: Mapping[int, type[BaseModel]] = field(default_factory=dict)
     """Other success statuses and their bodies (e.g. a replay made before answers 200, a new one 202)."""
+    tag: str = ""
+    """The group it is listed in (a generated client's module): its table's, else its handler's module."""
 
 
 class Api:
     """A table of routes with their contracts; iterable as aiohttp route definitions (``add_routes``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tag: str = "") -> None:
+        self.tag = tag
         self._table = web.RouteTableDef()
         self.operations: list[Operation] = []
 
@@ -103,7 +106,8 @@ class Api:
         """Declare ``method path`` (``contract``: the fields of :class:`Operation`) and route it."""
 
         def register(handler: Handler) -> Handler:
-            self.operations.append(Operation(method, path, handler, **contract))
+            tag = self.tag or handler.__module__.rpartition(".")[2]
+            self.operations.append(Operation(method, path, handler, **contract, tag=tag))
             self._table.route(method, path)(handler)
             return handler
 

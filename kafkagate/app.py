@@ -50,7 +50,7 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
         metrics.GATE_REQUEST_TIME.labels(route).observe(time.perf_counter() - started)
 
 
-probes = Api()
+probes = Api("probes")
 
 
 @probes.get("/healthz", summary="the process serves", answer=m.Health, open=True)

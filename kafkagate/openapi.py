@@ -112,8 +112,7 @@ def build(ops: Sequence[Operation]) -> dict[str, Any]:
 
 
 def _operation(op: Operation, ref: Any) -> dict[str, Any]:
-    tag = op.handler.__module__.rpartition(".")[2]
-    out: dict[str, Any] = {"operationId": op.handler.__name__, "tags": [tag], "summary": op.summary}
+    out: dict[str, Any] = {"operationId": op.handler.__name__, "tags": [op.tag], "summary": op.summary}
     doc = (op.handler.__doc__ or "").strip()
     if doc:
         out["description"] = " ".join(doc.split())

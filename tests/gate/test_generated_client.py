@@ -77,7 +77,7 @@ async def test_a_generated_client_runs_an_http_workers_loop_with_typed_answers(
         make_relay(gw.topic),
         client_pkg.AuthenticatedClient(base_url=gw.url, token=token, raise_on_unexpected_status=True) as c,
     ):
-        health = await api("app.healthz").asyncio(client=c)
+        health = await api("probes.healthz").asyncio(client=c)
         assert isinstance(health, m.Health)
         assert health.status == "ok"
 
