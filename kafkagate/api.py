@@ -105,6 +105,10 @@ class Api:
     def route(self, method: str, path: str, **contract: Any) -> Callable[[Handler], Handler]:
         """Declare ``method path`` (``contract``: the fields of :class:`Operation`) and route it."""
 
+        missing = [name for name in ("summary", "answer") if name not in contract]
+        if missing:  # a route must be documented to be served: see this module's docstring
+            raise TypeError(f"{method} {path}: declare its {' and '.join(missing)} (kafkagate/api.py)")
+
         def register(handler: Handler) -> Handler:
             tag = self.tag or handler.__module__.rpartition(".")[2]
             self.operations.append(Operation(method, path, handler, **contract, tag=tag))

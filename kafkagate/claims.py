@@ -11,6 +11,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from jqcore.envelope_rules import MAX_LEASE_MS, MIN_LEASE_MS
 from jqcore.http import HttpError, json_response
 from jqcore.state import ClaimedJob
 from kafkagate import models as m
@@ -30,7 +31,7 @@ class ClaimBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     n: int = Field(1, ge=1, le=1000)
-    lease_ms: int | None = Field(None, ge=100, le=86_400_000)
+    lease_ms: int | None = Field(None, ge=MIN_LEASE_MS, le=MAX_LEASE_MS)
     """Omitted: each job's own ``lease_ms``, else the queue's default lease."""
     filter: dict[str, str] = Field(default_factory=dict)
     wait_ms: int = Field(0, ge=0)
@@ -45,7 +46,7 @@ class Owner(BaseModel):
 
 
 class ExtendBody(Owner):
-    lease_ms: int | None = Field(None, ge=100, le=86_400_000)
+    lease_ms: int | None = Field(None, ge=MIN_LEASE_MS, le=MAX_LEASE_MS)
     """Omitted: the job's own ``lease_ms``, else the queue's default lease."""
 
 
