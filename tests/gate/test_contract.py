@@ -142,3 +142,25 @@ def test_the_enqueue_limits_are_the_envelopes(field: str) -> None:
         "lease_ms": str(rules.MAX_LEASE_MS),
     }[field]
     assert expected in text, (field, schema)
+
+
+def test_a_new_route_is_documented_by_its_declaration_and_cannot_be_served_without_one() -> None:
+    from kafkagate.api import Api
+    from kafkagate.auth import required_scope
+    from kafkagate.claims import Owner
+    from kafkagate.models import Completed
+    from kafkagate.openapi import build
+
+    table = Api("claims")
+
+    @table.post("/v1/queues/{queue}/jobs/{id}/release", summary="release", body=Owner, answer=Completed)
+    async def release(request: web.Request) -> web.Response:
+        raise NotImplementedError
+
+    path = "/v1/queues/{queue}/jobs/{id}/release"
+    op = build(table.operations)["paths"][path]["post"]
+    assert (op["operationId"], op["tags"]) == ("release", ["claims"])
+    assert op["x-jobq-scope"] == required_scope("POST", path), "the scope the middleware checks"
+    assert set(op["responses"]) == {"200", "400", "401", "403", "413", "415", "429", "503"}
+    with pytest.raises(TypeError, match="declare its summary and answer"):
+        table.post("/v1/queues/{queue}/jobs/{id}/snooze")
