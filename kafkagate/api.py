@@ -6,13 +6,13 @@ same tables, so a route cannot be served without being documented (``tests/gate/
 compares the app's router with the document). Adding a route::
 
     @routes.post(
-        "/v1/queues/{queue}/jobs/{id}/snooze",
-        summary="put a claimed job back after a delay",
-        body=SnoozeBody,             # the pydantic model the handler parses (parse_model), or None
-        answer=SnoozeAnswer,         # the pydantic model of the success body (kafkagate.models)
+        "/v1/queues/{queue}/jobs/{id}/progress",
+        summary="record a held job's progress",
+        body=ProgressBody,           # the pydantic model the handler parses (parse_model), or None
+        answer=ProgressReply,        # the pydantic model of the success body, with an example
         errors={404: "job_not_found: ...", 409: "lease_stale: ..."},  # what only this route answers
     )
-    async def snooze(request: web.Request) -> web.Response: ...
+    async def progress(request: web.Request) -> web.Response: ...
 
 The statuses every route shares are added for it: 401/403/429/503 for authenticated routes
 (:data:`AUTH_ERRORS`), 400/413/415 for methods that take a body (:data:`BODY_ERRORS`), 400 for a bad path
@@ -88,6 +88,8 @@ class Operation:
     also: Mapping[int, type[BaseModel]] = field(default_factory=dict)
     """Other success statuses and their bodies (e.g. a replay made before answers 200, a new one 202)."""
     tag: str = ""
+    operation_id: str = ""
+    """The operation's name (a generated client's function): its handler's name unless given."""
     """The group it is listed in (a generated client's module): its table's, else its handler's module."""
 
 
@@ -111,6 +113,7 @@ class Api:
 
         def register(handler: Handler) -> Handler:
             tag = self.tag or handler.__module__.rpartition(".")[2]
+            contract.setdefault("operation_id", handler.__name__)
             self.operations.append(Operation(method, path, handler, **contract, tag=tag))
             self._table.route(method, path)(handler)
             return handler

@@ -46,6 +46,7 @@ async def _json(request: web.Request) -> Any:
 
 @routes.post(
     "/v1/graphs",
+    operation_id="submit_graph",
     summary="submit a task graph whole (any DAG, or a pipeline, chain, group + callback, map); 202 once"
     " Kafka has it; the same id again makes no second graph",
     body=m.GraphIn,
@@ -95,6 +96,7 @@ async def submit(request: web.Request) -> web.Response:
 
 @routes.get(
     "/v1/graphs/{graph}",
+    operation_id="get_graph",
     summary="a graph: state, nodes, results, errors, timings",
     answer=m.Graph,
     errors={404: "graph_not_found: no such graph"},
@@ -114,6 +116,7 @@ async def _readable(request: web.Request, graph_id: str) -> GraphInfo:
 
 @routes.post(
     "/v1/graphs/{graph}/cancel",
+    operation_id="cancel_graph",
     summary="cancel a running graph and its nodes",
     body=m.GraphActionIn,
     body_example={"reason": "no longer needed"},
@@ -133,6 +136,7 @@ async def cancel(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/graphs/{graph}/retry",
+    operation_id="retry_graph",
     summary="run a failed or canceled graph again from what did not complete",
     body=m.GraphActionIn,
     body_example={"deadline_ms": 600000},

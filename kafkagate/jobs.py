@@ -103,15 +103,38 @@ async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks)
         raise
 
 
+async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
+    """Whether jobs without an id get content ids: ``?id_from=content|random``, else the queue's
+    ``id_from`` policy (cached; Redis not answering: random ids, enqueues never depend on Redis)."""
+    asked = request.query.get("id_from")
+    if asked is not None:
+        if asked not in ("content", "random"):
+            problem = FieldError("id_from", "must be content or random")
+            raise HttpError(
+                400, "id_from_invalid", f"id_from must be content or random, not {asked!r}", [problem]
+            )
+        return asked == "content"
+    config = await gate.queue_config(queue)
+    return config is not None and config.id_from == "content"
+
+
 @routes.post(
     "/v1/queues/{queue}/jobs",
     summary="enqueue one job, a batch ({jobs: [...]}) or NDJSON; 202 once Kafka confirmed every job",
     body=(m.JobIn, m.JobBatch),
     answer=m.Accepted,
     ok=202,
-    params=(Param("Idempotency-Key", "header", {"type": "string", "minLength": 1, "maxLength": 255}),),
+    params=(
+        Param("Idempotency-Key", "header", {"type": "string", "minLength": 1, "maxLength": 255}),
+        Param(
+            "id_from",
+            "query",
+            {"type": "string", "enum": ["random", "content"]},
+            "ids of jobs without one: random, or from their content (default: the queue's id_from)",
+        ),
+    ),
     errors={
-        400: "body_empty, body_invalid, envelope_invalid, partition_invalid, excl_missing,"
+        400: "body_empty, body_invalid, envelope_invalid, partition_invalid, excl_missing, id_from_invalid,"
         " idempotency_key_invalid: an invalid job (every bad field named, jobs[i].field in a batch)",
         403: "kind_forbidden, queue_not_allowed: the token may not enqueue this kind, or the queue is not"
         " served here",
@@ -129,6 +152,7 @@ async def enqueue(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = await _read_body(request)
     digest = await _idempotency(request, gate, queue, body)
+    content = await _content_ids(request, gate, queue)
     with tracing.enqueue_spans(request.headers) as spans:  # off: a shared no-op, envelopes untouched
         parsed = parse_jobs(
             queue,
@@ -138,6 +162,7 @@ async def enqueue(request: web.Request) -> web.Response:
             idempotency=digest,
             now=now_ms(),
             stamp=spans.stamp,
+            content=content,
         )
         if not token_of(request).every_kind:
             for i, env in enumerate(parsed.envelopes):

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore import envelope_rules as rules
+from jqcore.envelope import MAX_DEDUP_KEY
+from kafkagate.workmodels import ClaimedGraph
 
 Millis = int
 """Milliseconds since the epoch."""
@@ -64,6 +66,12 @@ class JobIn(BaseModel):
     trace: str | None = Field(None, pattern=f"^{rules.TRACEPARENT_PATTERN}$", description="W3C traceparent")
     partition: int | None = Field(None, ge=0, description="explicit Kafka partition (canaries)")
     canary: bool | None = None
+    dedup_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_DEDUP_KEY,
+        description="the job's id is then derived from queue, kind, args and this key (not with id)",
+    )
 
 
 class JobBatch(BaseModel):
@@ -207,6 +215,7 @@ class ClaimedJob(BaseModel):
     lease_deadline_ms: Millis
     lease_ms: int
     envelope_b64: str = Field(description="the envelope as the relay stored it (base64 of its JSON)")
+    graph: ClaimedGraph | None = Field(None, description="a graph node's job: its parents' outcomes")
 
 
 class Claimed(BaseModel):

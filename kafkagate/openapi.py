@@ -84,9 +84,11 @@ def build(ops: Sequence[Operation]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     seen: set[str] = set()
     for op in ops:
-        name = op.handler.__name__
+        name = op.operation_id
         if name in seen:
-            raise ValueError(f"two routes' handlers are named {name!r}: operation ids must be unique")
+            raise ValueError(
+                f"two operations are named {name!r}: give one an operation_id (kafkagate/api.py)"
+            )
         seen.add(name)
         paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, ref)
     return {
@@ -112,7 +114,7 @@ def build(ops: Sequence[Operation]) -> dict[str, Any]:
 
 
 def _operation(op: Operation, ref: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"operationId": op.handler.__name__, "tags": [op.tag], "summary": op.summary}
+    out: dict[str, Any] = {"operationId": op.operation_id, "tags": [op.tag], "summary": op.summary}
     doc = (op.handler.__doc__ or "").strip()
     if doc:
         out["description"] = " ".join(doc.split())

@@ -280,10 +280,12 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         dead_retention_ms=int(raw.get("dead_retention_ms") or base.dead_retention_ms),
         dedup="finished" if raw.get("dedup") == "finished" else "active",
         dedup_window_ms=int(raw.get("dedup_window_ms") or base.dedup_window_ms),
+        id_from="content" if raw.get("id_from") == "content" else "random",
         events_cap=int(raw.get("events_cap") or base.events_cap),
         fair_key=raw.get("fair_key") or None,
         fair_weights=orjson.loads(raw.get("fair_weights") or "{}"),
         fair_limits=orjson.loads(raw.get("fair_limits") or "{}"),
+        fair_rates=orjson.loads(raw.get("fair_rates") or "{}"),
         memory_budget=int(raw.get("memory_budget") or 0),
     )
 

@@ -1,10 +1,8 @@
 """A client generated from the live gateway's ``/openapi.json`` by a third-party generator
 (``openapi-python-client``, offline, into a temporary folder) runs an HTTP worker's loop against the real
-gateway and relay: enqueue, claim, extend, complete, fail, GET — each answer parsed into the generated
-model classes (never None, never a bare dict), and a stale write into the generated error model.
-
-(``release`` — back to pending without spending an attempt — is not part of the loop: its route is added
-on another branch; its declaration puts it in the generated client like every other.)"""
+gateway and relay: enqueue, claim, heartbeat, extend, complete, fail, release, GET — each answer parsed
+into the generated model classes (never None, never a bare dict), and a stale write into the generated
+error model."""
 
 from __future__ import annotations
 
@@ -72,6 +70,7 @@ async def test_a_generated_client_runs_an_http_workers_loop_with_typed_answers(
     m = importlib.import_module(f"{PACKAGE}.models")
     enqueue, get_job = api("jobs.enqueue"), api("jobs.get_job")
     claim, extend, complete, fail = (api(f"claims.{n}") for n in ("claim", "extend", "complete", "fail"))
+    release, heartbeat = api("claims.release"), api("claims.heartbeat")
     q = gw.queue
     async with (
         make_relay(gw.topic),
@@ -81,10 +80,10 @@ async def test_a_generated_client_runs_an_http_workers_loop_with_typed_answers(
         assert isinstance(health, m.Health)
         assert health.status == "ok"
 
-        batch = m.JobBatch(jobs=[m.JobIn(kind="mail", args={"n": i}) for i in range(2)])
+        batch = m.JobBatch(jobs=[m.JobIn(kind="mail", args={"n": i}) for i in (0, 1, 3)])
         accepted = await enqueue.asyncio(q, client=c, body=batch)
         assert isinstance(accepted, m.Accepted), accepted
-        assert len(accepted.ids) == 2
+        assert len(accepted.ids) == 3
         assert all(isinstance(d, m.Delivered) for d in accepted.jobs)
         meta = m.JobInMetaType0.from_dict({"tenant": "a"})
         one = await enqueue.asyncio(q, client=c, body=m.JobIn(kind="mail", args={"n": 2}, meta=meta))
@@ -92,8 +91,8 @@ async def test_a_generated_client_runs_an_http_workers_loop_with_typed_answers(
         assert isinstance(one.jobs[0].offset, int)
 
         held: list[Any] = []
-        while len(held) < 3:  # the relay brings them; the long-poll answers as soon as one is there
-            got = await claim.asyncio(q, client=c, body=m.ClaimBody(n=3, wait_ms=10_000))
+        while len(held) < 4:  # the relay brings them; the long-poll answers as soon as one is there
+            got = await claim.asyncio(q, client=c, body=m.ClaimBody(n=4, wait_ms=10_000, worker="gen-1"))
             assert isinstance(got, m.Claimed), got
             held += got.jobs
         assert all(isinstance(j, m.ClaimedJob) for j in held)
@@ -102,7 +101,12 @@ async def test_a_generated_client_runs_an_http_workers_loop_with_typed_answers(
         assert by_n[2].meta["tenant"] == "a"
         assert all(j.attempt == 1 and isinstance(j.lease_deadline_ms, int) for j in held)
 
-        first, second, third = by_n[0], by_n[1], by_n[2]
+        first, second, third, fourth = by_n[0], by_n[1], by_n[2], by_n[3]
+        beat = m.HeartbeatBody(jobs=[m.HeldJob(id=j.id, attempt=j.attempt, token=j.token) for j in held])
+        alive = await heartbeat.asyncio(q, client=c, body=beat)
+        assert isinstance(alive, m.HeartbeatReply), alive
+        assert alive.held == 4
+        assert all(isinstance(i, m.HeartbeatItem) and i.held for i in alive.jobs)
         owner = {"attempt": first.attempt, "token": first.token}
         extended = await extend.asyncio(q, first.id, client=c, body=m.ExtendBody(**owner, lease_ms=60_000))
         assert isinstance(extended, m.LeaseExtended)
@@ -121,10 +125,19 @@ async def test_a_generated_client_runs_an_http_workers_loop_with_typed_answers(
         assert isinstance(retried, m.Failed)
         assert retried.outcome == "retry"
 
+        body = m.ReleaseBody(attempt=fourth.attempt, token=fourth.token, started=False)
+        given_back = await release.asyncio(q, fourth.id, client=c, body=body)
+        assert isinstance(given_back, m.ReleaseReply), given_back
+        assert given_back.outcome == "released"
+        back = await get_job.asyncio(q, fourth.id, client=c)
+        assert isinstance(back, m.Job)
+        assert (back.state, back.attempt) == ("pending", 0), "pending again, its attempt refunded"
+
         job = await get_job.asyncio(q, first.id, client=c)
         assert isinstance(job, m.Job), job
         assert (job.state, job.attempt, orjson.loads(job.result)) == ("completed", 1, {"ok": 1})
         assert isinstance(job.meta, m.JobMetaType0 | None)
+        assert job.worker == "gen-1", "the claim named its worker"
         dead = await get_job.asyncio(q, second.id, client=c)
         assert isinstance(dead, m.Job)
         assert (dead.state, dead.last_error is not None) == ("errored", True)
