@@ -207,7 +207,8 @@ def new_envelope(
         "expires_at": expires_at,
         "max_attempts": max_attempts,
         "lease_ms": lease_ms,
-        "meta": dict(meta) if meta else None,
+        # a non-object (a string, a list) is passed on for the checks to refuse by name: dict("ab") raised
+        "meta": (dict(meta) or None) if isinstance(meta, Mapping) else meta,
         "excl": excl,
         "graph": dict(graph) if graph is not None else None,
         "trace": trace,

@@ -16,9 +16,12 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from jqcore.envelope_rules import MAX_LEASE_MS, MIN_LEASE_MS
 from jqcore.http import HttpError, json_response
 from jqcore.log import get_logger
 from jqcore.state import ClaimedJob, NodeInputs
+from kafkagate import models as m
+from kafkagate.api import Api
 from kafkagate.auth import token_of
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
@@ -29,7 +32,7 @@ from kafkagate.workmodels import NOT_HELD_CODES, WORKER_PATTERN, Owner
 __all__ = ["report_node", "routes"]
 
 log = get_logger("kafkagate.claims")
-routes = web.RouteTableDef()
+routes = Api()
 
 INPUTS_AT_ONCE = 16
 """Graph nodes of one claim whose inputs are read at once (each read takes one of the process's Redis
@@ -40,7 +43,7 @@ class ClaimBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     n: int = Field(1, ge=1, le=1000)
-    lease_ms: int | None = Field(None, ge=100, le=86_400_000)
+    lease_ms: int | None = Field(None, ge=MIN_LEASE_MS, le=MAX_LEASE_MS)
     """Omitted: each job's own ``lease_ms``, else the queue's default lease."""
     filter: dict[str, str] = Field(default_factory=dict)
     wait_ms: int = Field(0, ge=0)
@@ -50,7 +53,7 @@ class ClaimBody(BaseModel):
 
 
 class ExtendBody(Owner):
-    lease_ms: int | None = Field(None, ge=100, le=86_400_000)
+    lease_ms: int | None = Field(None, ge=MIN_LEASE_MS, le=MAX_LEASE_MS)
     """Omitted: the job's own ``lease_ms``, else the queue's default lease."""
 
 
@@ -81,7 +84,20 @@ def _claimed(job: ClaimedJob, inputs: NodeInputs | None) -> dict[str, Any]:
     }
 
 
-@routes.post("/v1/queues/{queue}/claims")
+@routes.post(
+    "/v1/queues/{queue}/claims",
+    summary="claim jobs (batch, lease, filter, long-poll) for a named worker; a graph node's job carries"
+    " its parents' outcomes (graph); an answer holds at most JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay"
+    " claimable)",
+    body=ClaimBody,
+    body_example={"n": 10, "lease_ms": 30000, "wait_ms": 20000, "worker": "billing-7"},
+    answer=m.Claimed,
+    errors={
+        400: "filter_key_not_indexed: a filter on a key the queue does not index",
+        403: "kind_forbidden: a token limited to some kinds cannot claim (a claim takes any kind)",
+        429: "gateway_busy: the process's long-polls are all parked (Retry-After)",
+    },
+)
 async def claim(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -174,7 +190,17 @@ async def report_node(gate: Gate, queue: str, job_id: str) -> None:
         log.warning("graph report left to the scheduler", job_id=job_id, error=repr(exc))
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/extend")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/extend",
+    summary="extend a claimed job's lease",
+    body=ExtendBody,
+    body_example={"attempt": 1, "token": "9f1c", "lease_ms": 60000},
+    answer=m.LeaseExtended,
+    errors={
+        404: "job_not_found: no such job",
+        409: "lease_stale, job_canceled: another attempt owns the job now, or it was canceled",
+    },
+)
 async def extend(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -190,7 +216,18 @@ async def extend(request: web.Request) -> web.Response:
     return json_response({"id": owner[0], "lease_deadline_ms": outcome})
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/complete")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/complete",
+    summary="complete an attempt, with its result (any JSON)",
+    body=CompleteBody,
+    body_example={"attempt": 1, "token": "9f1c", "result": {"sent": True}},
+    answer=m.Completed,
+    errors={
+        400: "queue_config_invalid: the result is larger than the engine keeps",
+        404: "job_not_found: no such job",
+        409: "lease_stale, job_canceled: another attempt owns the job now, or it was canceled",
+    },
+)
 async def complete(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -201,7 +238,18 @@ async def complete(request: web.Request) -> web.Response:
     return json_response({"id": request.match_info["id"], "state": "completed"})
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/fail")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/fail",
+    summary="fail an attempt: retried after its backoff (or retry_in_ms), errored when permanent or out of"
+    " attempts",
+    body=FailBody,
+    body_example={"attempt": 1, "token": "9f1c", "error": "smtp timeout", "retry_in_ms": 5000},
+    answer=m.Failed,
+    errors={
+        404: "job_not_found: no such job",
+        409: "lease_stale, job_canceled: another attempt owns the job now, or it was canceled",
+    },
+)
 async def fail(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)

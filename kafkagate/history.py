@@ -18,12 +18,14 @@ from aiohttp import web
 from jqcore.events import TERMINAL
 from jqcore.history import HistoryStore, JobSnapshot
 from jqcore.http import HttpError, json_response
+from kafkagate import models as m
+from kafkagate.api import Api, Param
 from kafkagate.auth import require_queue, token_of
 from kafkagate.state import GATE
 
 __all__ = ["archived", "archived_snapshot", "routes"]
 
-routes = web.RouteTableDef()
+routes = Api()
 
 MAX_LIMIT = 500
 
@@ -78,7 +80,26 @@ def _int(request: web.Request, name: str) -> int | None:
         raise HttpError(400, "query_invalid", msg) from None
 
 
-@routes.get("/v1/jobs")
+@routes.get(
+    "/v1/jobs",
+    summary="jobs the history has seen (live as of its last trigger, and archived), newest change first",
+    answer=m.JobPage,
+    params=(
+        Param("queue", "query", {"type": "string"}),
+        Param("kind", "query", {"type": "string"}),
+        Param("state", "query", {"type": "string"}),
+        Param("since", "query", {"type": "integer"}, "ms since the epoch, inclusive"),
+        Param("until", "query", {"type": "integer"}, "ms since the epoch, exclusive"),
+        Param("id_prefix", "query", {"type": "string"}),
+        Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+        Param("after", "query", {"type": "string"}, "the previous page's next"),
+    ),
+    errors={
+        400: "query_invalid: a bad filter or cursor",
+        403: "queue_forbidden: a token limited to some queues must name one (?queue=)",
+        404: "history_missing: no history tables here",
+    },
+)
 async def search_jobs(request: web.Request) -> web.Response:
     """Jobs the history has seen, newest change first, filtered by queue, kind, state, time range (ms,
     ``since`` inclusive, ``until`` exclusive) and id prefix; paged by ``after`` (the previous page's

@@ -19,6 +19,8 @@ from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
 from jqrecover.replay import REPLAYABLE, ReplayError, replayed, replayed_from_archive
+from kafkagate import models as m
+from kafkagate.api import Api, Param
 from kafkagate.auth import require_kind, token_of
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
@@ -39,7 +41,7 @@ from kafkagate.state import GATE, Gate
 __all__ = ["routes"]
 
 log = get_logger("kafkagate.jobs")
-routes = web.RouteTableDef()
+routes = Api()
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 CANCEL_REASON_MAX = 1000
@@ -116,7 +118,34 @@ async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
     return config is not None and config.id_from == "content"
 
 
-@routes.post("/v1/queues/{queue}/jobs")
+@routes.post(
+    "/v1/queues/{queue}/jobs",
+    summary="enqueue one job, a batch ({jobs: [...]}) or NDJSON; 202 once Kafka confirmed every job",
+    body=(m.JobIn, m.JobBatch),
+    answer=m.Accepted,
+    ok=202,
+    params=(
+        Param("Idempotency-Key", "header", {"type": "string", "minLength": 1, "maxLength": 255}),
+        Param(
+            "id_from",
+            "query",
+            {"type": "string", "enum": ["random", "content"]},
+            "ids of jobs without one: random, or from their content (default: the queue's id_from)",
+        ),
+    ),
+    errors={
+        400: "body_empty, body_invalid, envelope_invalid, partition_invalid, excl_missing, id_from_invalid,"
+        " idempotency_key_invalid: an invalid job (every bad field named, jobs[i].field in a batch)",
+        403: "kind_forbidden, queue_not_allowed: the token may not enqueue this kind, or the queue is not"
+        " served here",
+        404: "queue_unrouted: no route sends the queue to a topic",
+        409: "idempotency_key_reused: the Idempotency-Key was used with another body",
+        413: "batch_too_large, job_too_large: more jobs than JOBQ_GATE_MAX_BATCH, or a job over 1 MiB",
+        429: "gateway_busy: the process's in-flight body budget is full (Retry-After)",
+        503: "kafka_unavailable, topic_missing: Kafka did not confirm (Retry-After); nothing is"
+        " half-accepted",
+    },
+)
 async def enqueue(request: web.Request) -> web.Response:
     """Enqueue one job or a batch; 202 only after Kafka confirmed every job of the request."""
     gate = request.app[GATE]
@@ -152,7 +181,13 @@ async def enqueue(request: web.Request) -> web.Response:
     return json_response(accepted, 202)
 
 
-@routes.get("/v1/queues/{queue}/jobs/{id}")
+@routes.get(
+    "/v1/queues/{queue}/jobs/{id}",
+    summary="a job, live or finished: state, attempts, errors, timestamps, result; from the history"
+    " (source: archive) once Redis forgot it",
+    answer=m.Job,
+    errors={404: "job_not_found: no such job (not yet relayed, or forgotten)"},
+)
 async def get_job(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
@@ -172,7 +207,21 @@ async def get_job(request: web.Request) -> web.Response:
     return json_response(out)
 
 
-@routes.delete("/v1/queues/{queue}/jobs/{id}")
+@routes.delete(
+    "/v1/queues/{queue}/jobs/{id}",
+    summary="cancel / unschedule (a job still in Kafka is tombstoned); a finished job answers outcome"
+    " already_<state> and changed=false",
+    answer=m.Canceled,
+    params=(
+        Param(
+            "reason",
+            "query",
+            {"type": "string"},
+            f"kept with the job; at most {CANCEL_REASON_MAX} characters",
+        ),
+    ),
+    errors={400: "reason_too_long: the reason is over 1000 characters"},
+)
 async def cancel_job(request: web.Request) -> web.Response:
     """Cancel or unschedule; a job still in Kafka is tombstoned and refused when the relay brings it. A
     far-future job is first tombstoned in the schedule topic (so no rebuild of the tier brings it back),
@@ -196,7 +245,20 @@ async def cancel_job(request: web.Request) -> web.Response:
     return json_response({"id": job_id, "outcome": result.outcome, "changed": True})
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/replay")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/replay",
+    summary="a new job from a finished or dead one (Idempotency-Key: the same replay twice is one job)",
+    answer=m.Accepted,
+    ok=202,
+    also={200: m.Replayed},
+    params=(Param("Idempotency-Key", "header", {"type": "string", "minLength": 1, "maxLength": 255}),),
+    errors={
+        400: "idempotency_key_invalid: the Idempotency-Key is not 1-255 characters",
+        404: "job_not_found: no such job",
+        409: "job_not_finished: only finished jobs replay; payload_missing / payload_truncated: the archive"
+        " kept no payload, or cut its args or meta",
+    },
+)
 async def replay_job(request: web.Request) -> web.Response:
     """A new job (new id) with the same kind, args, meta, priority, lease and expiry as a finished or dead
     one, through Kafka; from the archive (the history's payload) once Redis forgot the job. With an

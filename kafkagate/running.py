@@ -11,6 +11,7 @@ from aiohttp import web
 
 from jqcore.http import HttpError, json_response
 from jqcore.state import NotExtended, Released, StaleLease
+from kafkagate.api import Api
 from kafkagate.body import read_body
 from kafkagate.claims import report_node
 from kafkagate.jobs import engine_call, queue_of
@@ -31,10 +32,21 @@ from kafkagate.workmodels import (
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Api("claims")
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/release")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/release",
+    summary="give a held job back: pending again, its attempt refunded (an at_most_once job that started:"
+    " errored)",
+    body=ReleaseBody,
+    body_example={"attempt": 1, "token": "9f1c", "started": False},
+    answer=ReleaseReply,
+    errors={
+        404: "job_not_found: no such job",
+        409: "lease_stale: another attempt owns the job now (a stale attempt or lease token)",
+    },
+)
 async def release(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
@@ -51,7 +63,17 @@ async def release(request: web.Request) -> web.Response:
     return json_response(ReleaseReply(id=job_id, outcome="released").model_dump())
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/snooze")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/snooze",
+    summary="put a held job back for delay_ms, no attempt spent",
+    body=SnoozeBody,
+    body_example={"attempt": 1, "token": "9f1c", "delay_ms": 30000},
+    answer=SnoozeReply,
+    errors={
+        404: "job_not_found: no such job",
+        409: "lease_stale: another attempt owns the job now (a stale attempt or lease token)",
+    },
+)
 async def snooze(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
@@ -61,7 +83,18 @@ async def snooze(request: web.Request) -> web.Response:
     return json_response(reply.model_dump())
 
 
-@routes.post("/v1/queues/{queue}/jobs/{id}/cancel")
+@routes.post(
+    "/v1/queues/{queue}/jobs/{id}/cancel",
+    operation_id="cancel_held",
+    summary="the worker cancels a job it holds: canceled, never retried",
+    body=CancelBody,
+    body_example={"attempt": 1, "token": "9f1c", "reason": "the order was withdrawn"},
+    answer=CancelReply,
+    errors={
+        404: "job_not_found: no such job",
+        409: "lease_stale: another attempt owns the job now (a stale attempt or lease token)",
+    },
+)
 async def cancel(request: web.Request) -> web.Response:
     """The worker cancels a job it holds (a Python handler's ``Cancel``); the same pair sent again after a
     lost answer is answered the same."""
@@ -73,7 +106,14 @@ async def cancel(request: web.Request) -> web.Response:
     return json_response(CancelReply(id=job_id, state="canceled").model_dump())
 
 
-@routes.post("/v1/queues/{queue}/heartbeat")
+@routes.post(
+    "/v1/queues/{queue}/heartbeat",
+    summary="extend the leases of many held jobs in one call; per job whether it is still held",
+    body=HeartbeatBody,
+    body_example={"jobs": [{"id": "01J0", "attempt": 1, "token": "9f1c"}], "lease_ms": 60000},
+    answer=HeartbeatReply,
+    errors={400: "body_invalid: a job listed twice, or more than 1000"},
+)
 async def heartbeat(request: web.Request) -> web.Response:
     """Extend the leases of many held jobs in one call; per job whether the worker still holds it."""
     gate = request.app[GATE]

@@ -69,6 +69,8 @@ class ReleaseBody(Owner):
 
 
 class ReleaseReply(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"id": "01J0", "outcome": "released"}]})
+
     id: str
     outcome: Literal["released", "errored"]
     """``released``: pending again, its attempt refunded; ``errored``: an ``at_most_once`` job that had
@@ -81,6 +83,10 @@ class SnoozeBody(Owner):
 
 
 class SnoozeReply(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"id": "01J0", "state": "delayed", "run_at_ms": 1767225630000}]}
+    )
+
     id: str
     state: Literal["pending", "delayed"]
     run_at_ms: int
@@ -92,6 +98,8 @@ class CancelBody(Owner):
 
 
 class CancelReply(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"id": "01J0", "state": "canceled"}]})
+
     id: str
     state: Literal["canceled"]
 
@@ -128,6 +136,14 @@ class HeartbeatItem(BaseModel):
 
 
 class HeartbeatReply(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"jobs": [{"id": "01J0", "held": True, "lease_deadline_ms": 1767225660000}], "held": 1}
+            ]
+        }
+    )
+
     jobs: list[HeartbeatItem]
     """One per job of the request, in its order."""
     held: int
