@@ -248,7 +248,7 @@ async def cancel_job(request: web.Request) -> web.Response:
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/replay",
     summary="a new job from a finished or dead one (Idempotency-Key: the same replay twice is one job)",
-    answer=m.Accepted,
+    answer=m.ReplayAccepted,
     ok=202,
     also={200: m.Replayed},
     params=(Param("Idempotency-Key", "header", {"type": "string", "minLength": 1, "maxLength": 255}),),

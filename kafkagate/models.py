@@ -122,6 +122,22 @@ class Accepted(BaseModel):
     replay_of: str | None = Field(None, description="a replay: the job it was made from")
 
 
+class ReplayAccepted(Accepted):
+    """Kafka has the new job; ``source``: where the old one was read (Redis, or the history's archive)."""
+
+    model_config = shape(
+        {
+            "ids": ["01J1"],
+            "jobs": [{"id": "01J1", "topic": "jobs", "partition": 0, "offset": 43}],
+            "az": "az1",
+            "replay_of": "01J0",
+            "source": "redis",
+        }
+    )
+    replay_of: str
+    source: Literal["redis", "archive"]
+
+
 class Replayed(BaseModel):
     """This replay was made before (same Idempotency-Key): the job it made."""
 
