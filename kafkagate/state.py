@@ -12,6 +12,7 @@ from aiohttp import web
 
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
+from jqcore.extras import MissingExtra
 from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
 from jqcore.lifecycle import cancel_and_wait
@@ -51,6 +52,7 @@ class Gate:
     long_polls: LongPolls
     _cron: CronStore | None = None
     _history: HistoryStore | None = None
+    _history_off: bool = False
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
     """topic → (when seen, partition count)."""
@@ -144,9 +146,14 @@ class Gate:
         ``jobq history run`` made them (``JOBQ_HISTORY_PATH``)."""
         if self._history is None:
             root = self.history_settings.root
-            if not root.is_dir():
+            if not root.is_dir() or self._history_off:
                 return None
-            self._history = HistoryStore(root)
+            try:
+                self._history = HistoryStore(root)
+            except MissingExtra as exc:  # the tables are there, duckdb is not: no archive, said once
+                log.warning("history tables present but not readable; archive fallback off", error=str(exc))
+                self._history_off = True
+                return None
         return self._history
 
     def cron(self) -> CronStore:
