@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -208,16 +207,17 @@ async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, 
 
 async def test_a_fair_values_rate_holds_across_a_running_pool(engine: Engine, prefix: str) -> None:
     """Real clocks: a pool waiting for hand-offs, the scheduler waking the rated tenant (fair_rates 10/s,
-    a burst of 10). Its 25 jobs start no faster than the rate; the other tenant's jobs do not wait for it."""
+    a burst of 10). Its 25 jobs start no faster than the rate — measured by Redis's own stamps
+    (``started_at``) — and the other tenant's jobs do not wait for it."""
     q, reg = f"{prefix}.fair", Registry()
     await engine.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"noisy": 10}))
-    starts: list[tuple[str, float]] = []
+    done: list[str] = []
     all_done = asyncio.Event()
 
     @reg.job("work", queue=q)
     async def work() -> None:
-        starts.append((current_job().meta["tenant"], time.monotonic()))
-        if len(starts) == 35:
+        done.append(current_job().id)
+        if len(done) == 35:
             all_done.set()
 
     envs = [new_envelope(q, "work", None, meta={"tenant": "noisy"}) for _ in range(25)]
@@ -225,7 +225,12 @@ async def test_a_fair_values_rate_holds_across_a_running_pool(engine: Engine, pr
     await engine.enqueue_batch(envs)
     async with Pool(reg, engine, PoolConfig([q], concurrency=4)):
         await asyncio.wait_for(all_done.wait(), 60)
-    noisy = [t for tenant, t in starts if tenant == "noisy"]
-    quiet = [t for tenant, t in starts if tenant == "quiet"]
-    assert noisy[-1] - noisy[0] >= 1.4, "10 at once, then one each 100 ms: the 25th at 1.5 s"
+    # The rate is judged in the claimers' views of Redis's clock (``NOW``), read before each call reaches
+    # Redis; Redis stamps ``started_at`` when the script runs: up to a call's transit apart (under load,
+    # tens of ms), hence the 200 ms allowance (unlimited, the 25 start within ~100 ms).
+    infos = await engine.get_jobs(q, [e.id for e in envs])
+    noisy = sorted(i.started_at for i in infos[:25] if i is not None and i.started_at is not None)
+    quiet = [i.started_at for i in infos[25:] if i is not None and i.started_at is not None]
+    assert (len(noisy), len(quiet)) == (25, 10)
+    assert noisy[-1] - noisy[0] >= 1300, "10 at once, then one each 100 ms: the 25th 1.5 s after the first"
     assert max(quiet) < noisy[-1], "the quiet tenant was not held behind the rated one"
