@@ -12,6 +12,7 @@ from jobq.commands import (
     canary,
     cron,
     demo,
+    dispatcher,
     doctor,
     gate,
     graph,
@@ -51,6 +52,7 @@ app.command("worker")(worker.worker)
 app.command("gate")(gate.gate)
 app.command("relay")(relay.relay)
 app.command("scheduler")(scheduler.scheduler)
+app.command("dispatcher")(dispatcher.dispatcher)
 app.command("status")(status.status)
 app.command("doctor")(doctor.doctor)
 app.add_typer(web.app, name="web")

@@ -261,3 +261,14 @@ class QueueConfig:
         out["filter_keys"] = list(self.filter_keys)
         out["fair_weights"], out["fair_limits"] = dict(self.fair_weights), dict(self.fair_limits)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobLease:
+    """Who may write a job's outcome now: its state, its current attempt and that attempt's lease token
+    (a push dispatcher watches these; the gateway fences a dispatch callback with them)."""
+
+    state: str
+    attempt: int
+    token: str
+    kind: str
