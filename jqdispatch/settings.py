@@ -26,9 +26,7 @@ class DispatcherSettings(BaseSettings):
     ``concurrency``, enforced across every claimer)."""
     callback_url: str = Field("http://127.0.0.1:28080", pattern=r"^https?://")
     """The gateway's base URL as the downstreams reach it: each job carries its callback URLs under it."""
-    callback_secret: SecretStr = Field(
-        SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET")
-    )
+    callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
     """The HMAC secret of callback tokens (``JOBQ_CALLBACK_SECRET``, the gateways' too); required."""
     lease_ms: int = Field(30_000, ge=1000)
     """Lease per claim (ms), renewed every third of it while a POST runs or a callback is awaited."""
