@@ -26,8 +26,8 @@ class DispatcherSettings(BaseSettings):
     ``concurrency``, enforced across every claimer)."""
     callback_url: str = Field("http://127.0.0.1:28080", pattern=r"^https?://")
     """The gateway's base URL as the downstreams reach it: each job carries its callback URLs under it."""
-    callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
-    """The HMAC secret of callback tokens (``JOBQ_CALLBACK_SECRET``, the gateways' too); required."""
+    callback_secret: SecretStr = Field(validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
+    """The HMAC secret of callback tokens (``JOBQ_CALLBACK_SECRET``, the gateways' too)."""
     lease_ms: int = Field(30_000, ge=1000)
     """Lease per claim (ms), renewed every third of it while a POST runs or a callback is awaited."""
     refresh_s: float = Field(2.0, gt=0)
@@ -56,8 +56,6 @@ class DispatcherSettings(BaseSettings):
     @field_validator("callback_secret")
     @classmethod
     def _secret_set(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < 16:
-            raise ValueError(
-                "JOBQ_CALLBACK_SECRET must be set to at least 16 characters (shared with the gateways)"
-            )
+        if not value.get_secret_value().strip():
+            raise ValueError("is empty: set JOBQ_CALLBACK_SECRET, the gateways' callback secret")
         return value

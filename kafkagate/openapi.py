@@ -77,6 +77,11 @@ def _op(
     return op
 
 
+def _signed(op: dict[str, Any]) -> dict[str, Any]:
+    """An operation authenticated by a signed token in its body instead of a bearer token."""
+    return {**op, "security": []}
+
+
 def _model(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema()
 
@@ -129,6 +134,7 @@ _PATH_PARAMS: dict[str, dict[str, Any]] = {
 
 @cache
 def document() -> dict[str, Any]:
+    from kafkagate.callbacks import CallbackCompleteBody, CallbackFailBody
     from kafkagate.claims import ClaimBody, CompleteBody, ExtendBody, FailBody
     from kafkagate.cron import schedule_body_schema
     from kafkagate.queues import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
@@ -140,6 +146,12 @@ def document() -> dict[str, Any]:
         "oneOf": [_JOB_IN, {"type": "object", "properties": {"jobs": {"type": "array", "items": _JOB_IN}}}]
     }
     stale = {"409": "stale attempt or lease token", "404": "no such job"}
+    callback = {
+        "401": "callback_token_invalid: not a callback token",
+        "403": "callback_signature_invalid, callback_expired or callbacks_off (JOBQ_CALLBACK_SECRET unset)",
+        "404": "no such job",
+        "409": "callback_stale: the token's attempt is not the job's current one (failed meanwhile)",
+    }
     no_schedule = {"404": "no such cron schedule"}
     no_graph = {"404": "no such graph"}
     paths: dict[str, Any] = {
@@ -227,6 +239,26 @@ def document() -> dict[str, Any]:
         f"{job}/fail": {
             "post": _op("fail an attempt (retry, errored or canceled)", body=_model(FailBody), errors=stale)
         },
+        "/v1/callbacks/{queue}/jobs/{id}/complete": {
+            "post": _signed(
+                _op(
+                    "a dispatch downstream completes the attempt it answered 202 (no bearer token: the"
+                    " callback_token it was sent authenticates it); sent again, answered the same",
+                    body=_model(CallbackCompleteBody),
+                    errors=callback,
+                )
+            )
+        },
+        "/v1/callbacks/{queue}/jobs/{id}/fail": {
+            "post": _signed(
+                _op(
+                    "a dispatch downstream fails the attempt it answered 202 (retried with the kind's"
+                    " backoff unless permanent)",
+                    body=_model(CallbackFailBody),
+                    errors=callback,
+                )
+            )
+        },
         f"{q}/claims": {
             "post": _op(
                 "claim jobs (batch, lease, filter, long-poll); an answer holds at most"
@@ -246,7 +278,12 @@ def document() -> dict[str, Any]:
         "/v1/kinds": {"get": _op("every configured job type, its defaults and per-queue options")},
         "/v1/kinds/{kind}": {
             "get": _op("one job type", errors={"404": "not configured"}),
-            "put": _op("job type: concurrency, attempts, delivery strategy", body=_model(KindBody)),
+            "put": _op(
+                "job type: concurrency, attempts, delivery strategy, push dispatch (url, timeouts, auth,"
+                " backoff);"
+                " a PUT without dispatch turns push mode off",
+                body=_model(KindBody),
+            ),
         },
         "/v1/graphs": {
             "post": _op(

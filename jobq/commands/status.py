@@ -142,6 +142,7 @@ def _redis_tables(redis: Any) -> list[Any]:
     if isinstance(redis, dict) and "queues" in redis:
         seen = (
             f"gateways: {len(redis['gateways'])}   worker pools: {len(redis['workers'])}   "
+            f"dispatchers: {len(redis.get('dispatchers', []))}   "
             f"dashboards: {len(redis.get('dashboards', []))}"
         )
         t = Table(title=f"Queues (Redis)   {seen}")
