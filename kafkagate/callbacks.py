@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jqcore.dispatch import load_configs, verify_callback
 from jqcore.http import HttpError, json_response
 from jqcore.log import get_logger
-from jqcore.state import Engine, StaleLease
+from jqcore.state import Engine, JobLease, StaleLease
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
@@ -54,8 +54,8 @@ class CallbackFailBody(CallbackBody):
     """Omitted: the kind's backoff."""
 
 
-async def _owner(request: web.Request, token: str) -> tuple[str, str, int, str, str]:
-    """(queue, job id, attempt, lease token, kind) of the attempt a valid callback token names."""
+async def _owner(request: web.Request, token: str) -> tuple[str, str, JobLease]:
+    """(queue, job id, the job's lease) when a valid callback token names its current attempt."""
     gate = request.app[GATE]
     engine: Engine = gate.engine
     queue, job_id = queue_of(request), request.match_info["id"]
@@ -68,7 +68,7 @@ async def _owner(request: web.Request, token: str) -> tuple[str, str, int, str, 
         raise _stale(job_id, attempt, lease.attempt, lease.state)
     if not lease.token:  # the attempt ended without a write of its own (released, reaped)
         raise _stale(job_id, attempt, lease.attempt, lease.state)
-    return queue, job_id, attempt, lease.token, lease.kind
+    return queue, job_id, lease
 
 
 def _stale(job_id: str, attempt: int, current: int, state: str) -> HttpError:
@@ -83,12 +83,13 @@ def _stale(job_id: str, attempt: int, current: int, state: str) -> HttpError:
 @routes.post("/v1/callbacks/{queue}/jobs/{id}/complete")
 async def callback_complete(request: web.Request) -> web.Response:
     body = parse_model(CallbackCompleteBody, await read_body(request))
-    queue, job_id, attempt, token, kind = await _owner(request, body.callback_token)
+    queue, job_id, lease = await _owner(request, body.callback_token)
+    attempt, kind = lease.attempt, lease.kind
     data = None if body.result is None else orjson.dumps(body.result)
     try:
-        await engine_call(request.app[GATE].engine.complete(queue, (job_id, attempt, token), data))
-    except StaleLease:
-        raise _stale(job_id, attempt, attempt, "finished") from None
+        await engine_call(request.app[GATE].engine.complete(queue, (job_id, attempt, lease.token), data))
+    except StaleLease:  # that attempt was failed (callback overdue) or released meanwhile
+        raise _stale(job_id, attempt, attempt, lease.state) from None
     log.info("dispatch callback", job_id=job_id, queue=queue, kind=kind, attempt=attempt, outcome="completed")
     return json_response({"id": job_id, "attempt": attempt, "state": "completed"})
 
@@ -97,7 +98,8 @@ async def callback_complete(request: web.Request) -> web.Response:
 async def callback_fail(request: web.Request) -> web.Response:
     engine: Engine = request.app[GATE].engine
     body = parse_model(CallbackFailBody, await read_body(request))
-    queue, job_id, attempt, token, kind = await _owner(request, body.callback_token)
+    queue, job_id, lease = await _owner(request, body.callback_token)
+    attempt, kind = lease.attempt, lease.kind
     delay = body.retry_in_ms
     if delay is None:
         config = load_configs(await engine_call(engine.dispatch_configs())).get(kind)
@@ -105,10 +107,14 @@ async def callback_fail(request: web.Request) -> web.Response:
     try:
         outcome = await engine_call(
             engine.fail(
-                queue, (job_id, attempt, token), body.error, retry_delay_ms=delay, permanent=body.permanent
+                queue,
+                (job_id, attempt, lease.token),
+                body.error,
+                retry_delay_ms=delay,
+                permanent=body.permanent,
             )
         )
     except StaleLease:
-        raise _stale(job_id, attempt, attempt, "finished") from None
+        raise _stale(job_id, attempt, attempt, lease.state) from None
     log.info("dispatch callback", job_id=job_id, queue=queue, kind=kind, attempt=attempt, outcome=outcome)
     return json_response({"id": job_id, "attempt": attempt, "outcome": outcome})

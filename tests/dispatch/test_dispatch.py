@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from tests.dispatch.conftest import Rig
@@ -38,7 +39,9 @@ async def job(rig: Rig, job_id: str) -> Any:
     return got
 
 
-async def test_answers_at_once_succeed_fail_and_time_out(rig: Rig, prefix: str) -> None:
+async def test_answers_at_once_succeed_fail_and_time_out(
+    rig: Rig, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     ok, flaky, slow, broken = (f"{prefix}.{k}" for k in ("ok", "flaky", "slow", "broken"))
 
     async def echo(j: dict[str, Any]) -> web.StreamResponse:
@@ -88,20 +91,25 @@ async def test_answers_at_once_succeed_fail_and_time_out(rig: Rig, prefix: str) 
     dead = await job(rig, ids[broken])
     assert (dead.state, dead.attempt) == ("errored", 3)
     assert "HTTP 503: overloaded" in (dead.last_error or "")
+    logged = capsys.readouterr()
+    assert "dispatched" in logged.out
+    assert "s3cret-value" not in logged.out + logged.err  # the auth value is never logged
 
 
 async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> None:
-    later, gives_up = f"{prefix}.later", f"{prefix}.gives-up"
+    later, gives_up, waits = f"{prefix}.later", f"{prefix}.gives-up", f"{prefix}.waits"
 
     async def accepted(_: dict[str, Any]) -> web.StreamResponse:
         return web.Response(status=202)
 
-    rig.downstream.behave.update({later: accepted, gives_up: accepted})
+    rig.downstream.behave.update({later: accepted, gives_up: accepted, waits: accepted})
     await put_kind(rig, later, callback_timeout_s=0.5, backoff=FAST)
     await put_kind(rig, gives_up, backoff=FAST)
+    await put_kind(rig, waits, callback_timeout_s=0.3, backoff={"base_s": 600, "factor": 1, "cap_s": 600})
     await rig.dispatcher.refresh()
     job_id = await enqueue(rig, later)
     other = await enqueue(rig, gives_up)
+    waiting = await enqueue(rig, waits)
 
     # attempt 1 is accepted but never called back: failed after callback_timeout_s, retried
     await finished(rig, job_id, 1, "callback_timeout")
@@ -143,9 +151,16 @@ async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> No
     await finished(rig, other, 1, "called_back")
     assert (await job(rig, other)).last_error == "no such user"
 
+    # a callback after its attempt was failed, while the job waits for its retry: stale as well
+    await finished(rig, waiting, 1, "callback_timeout")
+    cb = rig.downstream.posts(waiting)[0]["callback"]
+    status, body = await callback(cb, "complete", callback_token=cb["token"])
+    assert (status, body["error"]["code"], body["error"]["state"]) == (409, "callback_stale", "delayed")
+    assert (await job(rig, waiting)).state == "delayed"
+
 
 async def test_dispatch_configuration_is_validated(rig: Rig, prefix: str) -> None:
-    kind = f"{prefix}.bad"
+    kind, q = f"{prefix}.bad", rig.queue
     for dispatch in (
         {"url": "ftp://example.com/x"},
         {"url": "not a url"},
@@ -157,15 +172,15 @@ async def test_dispatch_configuration_is_validated(rig: Rig, prefix: str) -> Non
         {"url": "http://example.com/", "auth": "Bearer a\r\nInjected: 1"},
         {"url": "http://example.com/", "extra": 1},
     ):
-        status, body = await rig.call("PUT", f"/v1/kinds/{kind}", json={"dispatch": dispatch})
+        status, body = await rig.call("PUT", f"/v1/kinds/{kind}", json={"queues": [q], "dispatch": dispatch})
         assert (status, body["error"]["code"]) == (400, "body_invalid"), dispatch
     status, body = await rig.call(
         "PUT",
         f"/v1/kinds/{kind}",
-        json={"dispatch": {"url": "https://example.com/h", "auth": "env:HOOK_TOKEN"}},
+        json={"queues": [q], "dispatch": {"url": "https://example.com/h", "auth": "env:HOOK_TOKEN"}},
     )
     assert status == 200
     assert body["dispatch"]["auth"] == {"header": "Authorization", "env": "HOOK_TOKEN"}
-    status, body = await rig.call("PUT", f"/v1/kinds/{kind}", json={})
+    status, body = await rig.call("PUT", f"/v1/kinds/{kind}", json={"queues": [q]})
     assert (status, body["dispatch"]) == (200, None)  # a PUT without dispatch: back to worker pools
     assert kind not in await rig.engine.dispatch_configs()
