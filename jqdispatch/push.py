@@ -4,12 +4,12 @@ The body is JSON: the job (``id``, ``queue``, ``kind``, ``args``, ``meta``, ``at
 ``enqueued_at``) and ``callback`` (``token``, ``expires_at_ms``, ``complete_url``, ``fail_url``). Headers:
 ``Idempotency-Key: <id>:<attempt>``, ``X-Jobq-Attempt`` and the kind's auth header. The answer: 202 → the
 downstream calls back; any other 2xx → done (a JSON body of at most 64 KiB is kept as the result); any
-other status, a timeout or no connection → a failed attempt. The auth value is never logged.
+other status (a redirect too: it is not followed), a timeout or no connection → a failed attempt. The
+auth value is never logged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -80,23 +80,32 @@ async def post_job(
     started = time.perf_counter()
     try:
         timeout = aiohttp.ClientTimeout(total=config.timeout_s)
-        async with http.post(
-            str(config.url), data=orjson.dumps(body), headers=headers, timeout=timeout
-        ) as resp:
-            data = await resp.content.read(MAX_RESULT_BYTES + 1)
-            answer = _classify(resp.status, data)
+        data = orjson.dumps(body)
+        post = http.post(str(config.url), data=data, headers=headers, timeout=timeout, allow_redirects=False)
+        async with post as resp:
+            answer = _classify(resp.status, await _read_capped(resp, MAX_RESULT_BYTES + 1))
     except TimeoutError:
         answer = Answer("timeout", error=f"timeout: no answer within {config.timeout_s} s")
     except aiohttp.ClientError as exc:
         answer = Answer("unreachable", error=f"unreachable: {type(exc).__name__}: {exc}")
-    except asyncio.CancelledError:
-        raise
     finally:
         metrics.child(metrics.DISPATCH_LATENCY, job.queue, job.envelope.kind).observe(
             time.perf_counter() - started
         )
     metrics.child(metrics.DISPATCH_OUTCOMES, job.queue, job.envelope.kind, answer.outcome).inc()
     return answer
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, or its first ``limit``-odd bytes when it is longer (enough to tell it is too long)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(16_384):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)
 
 
 def _classify(status: int, data: bytes) -> Answer:
