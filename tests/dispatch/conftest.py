@@ -16,7 +16,7 @@ from jqcore.client import JobqClient
 from jqcore.routing import Route, RoutingSettings
 from jqcore.state import Engine
 from jqcore.testsignal import enable_all
-from jqdispatch.service import Dispatcher
+from jqdispatch.service import Dispatcher, DispatcherSignals
 from jqdispatch.settings import DispatcherSettings
 from jqrelay.main import RelayService
 from kafkagate.main import GateService
@@ -46,18 +46,36 @@ class Downstream:
 
 
 @dataclass
-class Rig:
+class Pipeline:
+    """HTTP → gateway (callbacks on, :data:`SECRET`) → Kafka → relay → Redis for ``queue``, a scheduler."""
+
     queue: str
     client: JobqClient
     http: aiohttp.ClientSession
     gate_url: str
     engine: Engine
-    downstream: Downstream
-    dispatcher: Dispatcher
 
     async def call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         async with self.http.request(method, self.gate_url + path, **kw) as resp:
             return resp.status, await resp.json()
+
+
+@dataclass
+class Rig(Pipeline):
+    """The pipeline with a real downstream and an in-process dispatcher."""
+
+    downstream: Downstream = field(default_factory=Downstream)
+    dispatcher: Dispatcher | None = None
+
+    @property
+    def signals(self) -> DispatcherSignals:
+        assert self.dispatcher is not None
+        return self.dispatcher.signals
+
+    async def refresh(self) -> None:
+        """Make the dispatcher read the kinds just configured (else within its refresh_s)."""
+        assert self.dispatcher is not None
+        await self.dispatcher.refresh()
 
 
 @pytest.fixture
@@ -78,37 +96,40 @@ async def downstream() -> AsyncIterator[Downstream]:
 
 
 @pytest.fixture
-async def rig(
+async def pipeline(
     prefix: str,
     engine: Engine,
     scheduler: Any,  # promotes the retries
     make_topic: Callable[..., str],
     make_gate: Callable[..., GateService],
     make_relay: Callable[..., RelayService],
-    downstream: Downstream,
     token: str,
-) -> AsyncIterator[Rig]:
+) -> AsyncIterator[Pipeline]:
     topic = make_topic("jobs", partitions=1)
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
-    queue = f"{prefix}.hooks"
     async with (
         make_gate(routing, callback_secret=SECRET) as gate,
         make_relay(topic),
         JobqClient([gate.url], token) as client,
         aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
     ):
-        settings = DispatcherSettings(
-            queues=[queue],
-            concurrency=10,
-            callback_url=gate.url,
-            callback_secret=SECRET,
-            lease_ms=3000,
-            refresh_s=0.2,
-            callback_check_s=0.1,
-            idle_wait_s=1.0,
-            grace_s=1.0,
-        )
-        dispatcher = Dispatcher(engine, settings)
-        enable_all(dispatcher.signals)
-        async with dispatcher:
-            yield Rig(queue, client, http, gate.url, engine, downstream, dispatcher)
+        yield Pipeline(f"{prefix}.hooks", client, http, gate.url, engine)
+
+
+@pytest.fixture
+async def rig(pipeline: Pipeline, downstream: Downstream) -> AsyncIterator[Rig]:
+    settings = DispatcherSettings(
+        queues=[pipeline.queue],
+        concurrency=10,
+        callback_url=pipeline.gate_url,
+        callback_secret=SECRET,
+        lease_ms=3000,
+        refresh_s=0.2,
+        callback_check_s=0.1,
+        idle_wait_s=1.0,
+        grace_s=1.0,
+    )
+    dispatcher = Dispatcher(pipeline.engine, settings)
+    enable_all(dispatcher.signals)
+    async with dispatcher:
+        yield Rig(**vars(pipeline), downstream=downstream, dispatcher=dispatcher)

@@ -30,7 +30,7 @@ async def enqueue(rig: Rig, kind: str, args: Any = None) -> str:
 
 
 async def finished(rig: Rig, job_id: str, attempt: int, outcome: str) -> None:
-    await rig.dispatcher.signals.finished.wait_for(lambda v: v == (job_id, attempt, outcome), timeout_s=15)
+    await rig.signals.finished.wait_for(lambda v: v == (job_id, attempt, outcome), timeout_s=15)
 
 
 async def job(rig: Rig, job_id: str) -> Any:
@@ -65,7 +65,7 @@ async def test_answers_at_once_succeed_fail_and_time_out(
         await put_kind(rig, kind, timeout_s=0.3, backoff=FAST)
     status, listed = await rig.call("GET", f"/v1/kinds/{ok}")
     assert (status, listed["dispatch"]["auth"]["value"]) == (200, "********")
-    await rig.dispatcher.refresh()
+    await rig.refresh()
 
     ids = {k: await enqueue(rig, k, {"n": i}) for i, k in enumerate((ok, flaky, slow, broken))}
     await finished(rig, ids[ok], 1, "succeeded")
@@ -106,7 +106,7 @@ async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> No
     await put_kind(rig, later, callback_timeout_s=0.5, backoff=FAST)
     await put_kind(rig, gives_up, backoff=FAST)
     await put_kind(rig, waits, callback_timeout_s=0.3, backoff={"base_s": 600, "factor": 1, "cap_s": 600})
-    await rig.dispatcher.refresh()
+    await rig.refresh()
     job_id = await enqueue(rig, later)
     other = await enqueue(rig, gives_up)
     waiting = await enqueue(rig, waits)
