@@ -20,9 +20,15 @@ __all__ = ["run", "serve"]
 
 log = get_logger("jqdispatch")
 
+REDIS_CONNECTIONS = 64
+"""The process's Redis connections: outcome writes (``service.WRITES_AT_ONCE``), claims, the blocking
+wait, lease extensions, callback checks, presence."""
+REDIS_WAIT_S = 10.0
+
 
 async def serve(settings: DispatcherSettings, redis: RedisSettings) -> None:
-    client = connect(redis)
+    # bounded, and a command waits for a free connection: a burst of outcomes never fails on the pool
+    client = connect(redis, max_connections=REDIS_CONNECTIONS, wait_s=REDIS_WAIT_S)
     dispatcher = Dispatcher(Engine(client), settings)
     log.info("dispatcher starting", queues=list(settings.queues), concurrency=settings.concurrency)
     try:

@@ -38,6 +38,10 @@ __all__ = ["Dispatcher", "DispatcherSignals"]
 
 log = get_logger("jqdispatch")
 
+WRITES_AT_ONCE = 32
+"""Outcomes written to Redis at once: a burst of answers waits for a slot instead of taking a connection
+each (the process's pool is bounded: ``jqdispatch.main``)."""
+
 
 @dataclass(eq=False)
 class Held:
@@ -71,6 +75,7 @@ class Dispatcher(Service):
         self.signals = DispatcherSignals()
         self._secret = settings.callback_secret.get_secret_value()
         self._slot_freed = asyncio.Event()
+        self._writes = asyncio.Semaphore(WRITES_AT_ONCE)
         self._tasks: list[asyncio.Task[None]] = []
         self._http: aiohttp.ClientSession | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self._lost)
@@ -234,16 +239,17 @@ class Dispatcher(Service):
     async def _write(self, held: Held, answer: Answer) -> None:
         job = held.job
         owner = (job.id, job.attempt, job.token)
-        if answer.outcome == "succeeded":
-            await self.engine.complete(job.queue, owner, answer.result)
-        else:
-            delay = held.config.backoff.policy().delay_ms(job.attempt)
-            await self.engine.fail(job.queue, owner, answer.error or answer.outcome, retry_delay_ms=delay)
-        if job.envelope.graph:  # hand a graph node's outcome on now (else the scheduler's repair does)
-            try:
-                await self.engine.graphs.report_finished(job.queue, [job.id])
-            except Exception as exc:
-                log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
+        async with self._writes:
+            if answer.outcome == "succeeded":
+                await self.engine.complete(job.queue, owner, answer.result)
+            else:
+                delay = held.config.backoff.policy().delay_ms(job.attempt)
+                await self.engine.fail(job.queue, owner, answer.error or answer.outcome, retry_delay_ms=delay)
+            if job.envelope.graph:  # hand a graph node's outcome on now (else the scheduler's repair does)
+                try:
+                    await self.engine.graphs.report_finished(job.queue, [job.id])
+                except Exception as exc:
+                    log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
 
     def _done(self, held: Held, outcome: str) -> None:
         if self.held.get(held.job.id) is held:
