@@ -167,10 +167,11 @@ def verify_callback(secret: str, token: str, queue: str, job_id: str, now_ms: in
     version, _, rest = token.partition(".")
     attempt_s, _, rest = rest.partition(".")
     expires_s, _, mac = rest.partition(".")
-    if version != "v1" or not attempt_s.isdigit() or not expires_s.isdigit() or not mac:
+    numbers = (attempt_s, expires_s)
+    if version != "v1" or not mac or not all(n.isascii() and n.isdigit() and len(n) <= 16 for n in numbers):
         raise HttpError(401, "callback_token_invalid", "callback_token is not a jobq callback token")
     attempt, expires = int(attempt_s), int(expires_s)
-    if not hmac.compare_digest(mac, _mac(secret, queue, job_id, attempt, expires)):
+    if not hmac.compare_digest(mac.encode(), _mac(secret, queue, job_id, attempt, expires).encode()):
         raise HttpError(
             403, "callback_signature_invalid", f"callback_token is not signed for job {job_id!r} of {queue!r}"
         )

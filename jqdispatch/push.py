@@ -72,9 +72,9 @@ async def post_job(
     if config.auth is not None:
         value = config.auth.resolve()
         if value is None:
-            return Answer(
-                "failed", error=f"auth: ${config.auth.env} is not set in the dispatcher's environment"
-            )
+            error = f"auth: ${config.auth.env} is not set in the dispatcher's environment"
+            metrics.child(metrics.DISPATCH_OUTCOMES, job.queue, job.envelope.kind, "failed").inc()
+            return Answer("failed", error=error)
         headers[config.auth.header] = value
     metrics.child(metrics.DISPATCHED, job.queue, job.envelope.kind).inc()
     started = time.perf_counter()
