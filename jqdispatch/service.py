@@ -231,10 +231,10 @@ class Dispatcher(Service):
         except asyncio.CancelledError:
             pass
         except StaleLease:  # the lease was lost meanwhile (reaped, canceled): that attempt is not ours
-            self._done(held, "lost")
+            self._lose(held)
         except Exception as exc:  # Redis away while writing: the lease expires, the job is handed out again
             log.warning("writing the outcome failed", job_id=job.id, error=repr(exc))
-            self._done(held, "lost")
+            self._lose(held)
 
     async def _write(self, held: Held, answer: Answer) -> None:
         job = held.job
@@ -291,6 +291,8 @@ class Dispatcher(Service):
 
     def _called_back(self, held: Held) -> None:
         job = held.job
+        if self.held.get(job.id) is not held:
+            return
         metrics.child(metrics.DISPATCH_OUTCOMES, job.queue, job.envelope.kind, "called_back").inc()
         self._done(held, "called_back")
 
@@ -322,7 +324,13 @@ class Dispatcher(Service):
             self._called_back(held)
             return
         log.warning("abandoning job", job_id=job_id, reason=why)
-        metrics.child(metrics.DISPATCH_OUTCOMES, held.job.queue, held.job.envelope.kind, "lost").inc()
         if held.task is not None:
             held.task.cancel()
+        self._lose(held)
+
+    def _lose(self, held: Held) -> None:
+        """Nothing (more) is written for this attempt: its lease expires or has changed hands."""
+        if self.held.get(held.job.id) is not held:
+            return  # already let go (the lease keeper and the write can both find the lease gone)
+        metrics.child(metrics.DISPATCH_OUTCOMES, held.job.queue, held.job.envelope.kind, "lost").inc()
         self._done(held, "lost")
