@@ -22,6 +22,7 @@ same values, so the two never disagree (``tests/unit/test_envelope.py`` holds th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from collections.abc import Mapping
@@ -36,9 +37,12 @@ from jqcore.envelope_rules import VERSION
 from jqcore.errors import EnvelopeError, FieldError
 
 __all__ = [
+    "CONTENT_ID_PREFIX",
     "KAFKA_MAX_MESSAGE_BYTES",
+    "MAX_DEDUP_KEY",
     "MAX_ENVELOPE_BYTES",
     "Envelope",
+    "content_id",
     "decode",
     "encode",
     "encoded",
@@ -138,6 +142,19 @@ def new_job_id() -> str:
     return f"{now_ms():012x}{_ID_BITS.getrandbits(56):014x}"
 
 
+CONTENT_ID_PREFIX = "c-"
+MAX_DEDUP_KEY = 200
+
+
+def content_id(queue: str, kind: str, args: Any, dedup_key: str | None = None) -> str:
+    """A job id derived from what the job is (Slack's dedup rule): queue + kind + args in canonical JSON
+    (object keys sorted) + an optional dedup key. Two enqueues of the same work get the same id, so the
+    engine's dedup policy (``QueueConfig.dedup``: while queued/running, or also a window after it finished)
+    keeps one. ``c-`` + 40 hex digits of SHA-256 (160 bits)."""
+    doc = orjson.dumps([queue, kind, args, dedup_key], option=orjson.OPT_SORT_KEYS)
+    return CONTENT_ID_PREFIX + hashlib.sha256(doc).hexdigest()[:40]
+
+
 def validate_name(kind: str, value: object) -> str:
     """Check a queue name (``kind="queue"``) or an id-like value; raise :class:`EnvelopeError`."""
     problem = rules.check_name(kind, value)
@@ -190,7 +207,8 @@ def new_envelope(
         "expires_at": expires_at,
         "max_attempts": max_attempts,
         "lease_ms": lease_ms,
-        "meta": dict(meta) if meta else None,
+        # a non-object (a string, a list) is passed on for the checks to refuse by name: dict("ab") raised
+        "meta": (dict(meta) or None) if isinstance(meta, Mapping) else meta,
         "excl": excl,
         "graph": dict(graph) if graph is not None else None,
         "trace": trace,

@@ -18,14 +18,19 @@ from msgspec import Meta
 from jqcore.errors import EnvelopeError, FieldError
 
 __all__ = [
+    "ID_PATTERN",
     "INT64_MAX",
     "INT64_MIN",
     "MAX_ARGS_DEPTH",
     "MAX_ATTEMPTS_LIMIT",
     "MAX_LEASE_MS",
     "MAX_META_ENTRIES",
+    "MAX_META_VALUE",
     "MAX_TS_MS",
+    "META_KEY_PATTERN",
     "MIN_LEASE_MS",
+    "QUEUE_PATTERN",
+    "TRACEPARENT_PATTERN",
     "VERSION",
     "WIRE",
     "check_name",
@@ -44,13 +49,18 @@ MIN_LEASE_MS, MAX_LEASE_MS = 100, 86_400_000
 MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}"
 """Job ids, kinds, exclusivity values: printable, no spaces, no braces (they end up inside Redis keys)."""
-_QUEUE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-_META_KEY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
-_TRACEPARENT_RE = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+QUEUE_PATTERN = r"[a-z0-9][a-z0-9._-]{0,63}"
+META_KEY_PATTERN = r"[a-z][a-z0-9_]{0,31}"
+TRACEPARENT_PATTERN = r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}"
+MAX_META_VALUE = 256
+_ID_RE = re.compile(ID_PATTERN)
+_QUEUE_RE = re.compile(QUEUE_PATTERN)
+_META_KEY_RE = re.compile(META_KEY_PATTERN)
+_TRACEPARENT_RE = re.compile(TRACEPARENT_PATTERN)
 _GRAPH_KEYS = frozenset({"id", "node"})
-_MAX_META_VALUE = 256
+_MAX_META_VALUE = MAX_META_VALUE
 
 _REQUIRED = ("v", "id", "queue", "kind", "args", "priority", "enqueued_at")
 _OPTIONAL = ("run_at", "expires_at", "max_attempts", "lease_ms", "meta", "excl", "graph", "trace", "canary")

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.errors import EnvelopeError, FieldError, JobqError
 from jqcore.log import get_logger
@@ -36,6 +37,7 @@ __all__ = [
     "SHUTDOWN_TIMEOUT_S",
     "TOKEN_NAME",
     "ErrorAnswer",
+    "ErrorBody",
     "HttpError",
     "answer_for",
     "error_body",
@@ -110,6 +112,32 @@ def error_body(exc: JobqError) -> dict[str, Any]:
     if isinstance(exc, HttpError):
         err.update({k: v for k, v in exc.details.items() if k not in err})
     return {"error": err}
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(description="where: a field, jobs[i].field, or $ for the whole document")
+    problem: str
+
+
+class ErrorDetail(BaseModel):
+    """What :func:`error_body` puts under ``error``; ``details`` of an :class:`HttpError` are merged in
+    (``token``, ``scope``, ``limit_bytes``, ``retry_after_s``...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="stable, machine-readable reason")
+    message: str
+    fields: list[FieldProblem] | None = Field(None, description="each bad field of the request")
+
+
+class ErrorBody(BaseModel):
+    """The one JSON error body of every jobq HTTP server (:func:`error_body`)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"error": {"code": "body_invalid", "message": "n: too large"}}]}
+    )
+
+    error: ErrorDetail
 
 
 HTTP_CODES = {

@@ -19,7 +19,9 @@ from jqcore.errors import JobqError
 from jqcore.http import TOKEN_NAME, HttpError, error_middleware, json_response
 from jqcore.settings import load
 from jqcore.tokens import TokenSettings, TokenSource
-from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, switches
+from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, running, switches
+from kafkagate import models as m
+from kafkagate.api import Api
 from kafkagate.audit import audit_middleware
 from kafkagate.auth import TOKENS, auth_middleware
 from kafkagate.body import body_middleware
@@ -27,7 +29,7 @@ from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.openapi import document
 from kafkagate.state import GATE, Gate
 
-__all__ = ["make_app"]
+__all__ = ["TABLES", "make_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -48,11 +50,22 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
         metrics.GATE_REQUEST_TIME.labels(route).observe(time.perf_counter() - started)
 
 
+probes = Api("probes")
+
+
+@probes.get("/healthz", summary="the process serves", answer=m.Health, open=True)
 async def healthz(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     return json_response({"status": "ok", "az": gate.settings.az})
 
 
+@probes.get(
+    "/readyz",
+    summary="Kafka reachable and every routed topic present",
+    answer=m.Ready,
+    open=True,
+    errors={503: "kafka_not_ready: Kafka is unreachable or a routed topic is missing (Retry-After)"},
+)
 async def readyz(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     problems: dict[str, str] = {}
@@ -68,12 +81,29 @@ async def readyz(request: web.Request) -> web.Response:
     return json_response({"status": "ready", "az": gate.settings.az, "topics": gate.routing.topics()})
 
 
+@probes.get("/metrics", summary="Prometheus metrics", answer=None, open=True, media="text/plain")
 async def metrics_route(_: web.Request) -> web.Response:
     return web.Response(body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
+@probes.get("/openapi.json", summary="this document (OpenAPI 3.1)", answer=None, open=True)
 async def openapi(request: web.Request) -> web.Response:
     return json_response(document())
+
+
+TABLES: tuple[Api, ...] = (
+    probes,
+    jobs.routes,
+    queues.routes,
+    claims.routes,
+    running.routes,
+    callbacks.routes,
+    cron.routes,
+    history.routes,
+    graphs.routes,
+    switches.routes,
+)
+"""Every route of the gateway with its contract: the app routes them, ``/openapi.json`` documents them."""
 
 
 def make_app(
@@ -105,18 +135,8 @@ def make_app(
     app[GATE] = gate
     app[BODY_BUDGET] = BodyBudget(gate.settings.inflight_body_bytes)
     app[TOKENS] = tokens
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_route)
-    app.router.add_get("/openapi.json", openapi)
-    app.router.add_routes(jobs.routes)
-    app.router.add_routes(queues.routes)
-    app.router.add_routes(claims.routes)
-    app.router.add_routes(callbacks.routes)
-    app.router.add_routes(cron.routes)
-    app.router.add_routes(history.routes)
-    app.router.add_routes(graphs.routes)
-    app.router.add_routes(switches.routes)
+    for table in TABLES:
+        app.router.add_routes(table)
     for prefix, sub in mounts.items():
         app.add_subapp(prefix, sub)
 

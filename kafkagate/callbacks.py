@@ -11,7 +11,7 @@ callback sent twice is answered as the first time.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from aiohttp import web
@@ -21,14 +21,23 @@ from jqcore.dispatch import load_configs, verify_callback
 from jqcore.http import HttpError, json_response
 from jqcore.log import get_logger
 from jqcore.state import Engine, JobLease, StaleLease
+from kafkagate.api import Api
 from kafkagate.body import read_body
+from kafkagate.claims import report_node
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
 from kafkagate.state import GATE
 
-__all__ = ["CALLBACK_PREFIX", "CallbackCompleteBody", "CallbackFailBody", "routes"]
+__all__ = [
+    "CALLBACK_PREFIX",
+    "CallbackCompleteBody",
+    "CallbackCompleted",
+    "CallbackFailBody",
+    "CallbackFailed",
+    "routes",
+]
 
-routes = web.RouteTableDef()
+routes = Api("callbacks")
 log = get_logger("kafkagate.callbacks")
 
 CALLBACK_PREFIX = "/v1/callbacks/"
@@ -52,6 +61,38 @@ class CallbackFailBody(CallbackBody):
     """True: never retried (dead-lettered now)."""
     retry_in_ms: int | None = Field(None, ge=0, le=7 * 86_400_000)
     """Omitted: the kind's backoff."""
+
+
+class CallbackCompleted(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"id": "01J0", "attempt": 1, "state": "completed"}]}
+    )
+
+    id: str
+    attempt: int
+    state: Literal["completed"]
+
+
+class CallbackFailed(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"id": "01J0", "attempt": 1, "outcome": "retry"}]}
+    )
+
+    id: str
+    attempt: int
+    outcome: Literal["retry", "errored", "canceled"]
+    """``retry``: back after the kind's backoff (or ``retry_in_ms``); ``errored``: dead letters (attempts
+    used up, or ``permanent``); ``canceled``: a cancel was asked meanwhile."""
+
+
+ERRORS = {
+    401: "callback_token_invalid: not a callback token",
+    403: "callback_signature_invalid, callback_expired, callbacks_off: not signed for this job with the"
+    " gateway's JOBQ_CALLBACK_SECRET, expired, or no secret here",
+    404: "job_not_found: no such job",
+    409: "callback_stale: the token's attempt is no longer the job's live one (failed meanwhile)",
+}
+EXAMPLE = {"callback_token": "v1.1.1767225630000.3ZrQ", "result": {"sent": True}}
 
 
 async def _owner(request: web.Request, token: str) -> tuple[str, str, JobLease]:
@@ -80,7 +121,16 @@ def _stale(job_id: str, attempt: int, current: int, state: str) -> HttpError:
     )
 
 
-@routes.post("/v1/callbacks/{queue}/jobs/{id}/complete")
+@routes.post(
+    "/v1/callbacks/{queue}/jobs/{id}/complete",
+    summary="a dispatch downstream completes the attempt it answered 202 (no bearer token: the"
+    " callback_token it was sent authenticates it); sent again, answered the same",
+    body=CallbackCompleteBody,
+    body_example=EXAMPLE,
+    answer=CallbackCompleted,
+    errors=ERRORS,
+    open=True,
+)
 async def callback_complete(request: web.Request) -> web.Response:
     body = parse_model(CallbackCompleteBody, await read_body(request))
     queue, job_id, lease = await _owner(request, body.callback_token)
@@ -90,11 +140,21 @@ async def callback_complete(request: web.Request) -> web.Response:
         await engine_call(request.app[GATE].engine.complete(queue, (job_id, attempt, lease.token), data))
     except StaleLease:  # that attempt was failed (callback overdue) or released meanwhile
         raise _stale(job_id, attempt, attempt, lease.state) from None
+    await report_node(request.app[GATE], queue, job_id)
     log.info("dispatch callback", job_id=job_id, queue=queue, kind=kind, attempt=attempt, outcome="completed")
     return json_response({"id": job_id, "attempt": attempt, "state": "completed"})
 
 
-@routes.post("/v1/callbacks/{queue}/jobs/{id}/fail")
+@routes.post(
+    "/v1/callbacks/{queue}/jobs/{id}/fail",
+    summary="a dispatch downstream fails the attempt it answered 202 (retried with the kind's backoff"
+    " unless permanent)",
+    body=CallbackFailBody,
+    body_example={"callback_token": "v1.1.1767225630000.3ZrQ", "error": "no such customer"},
+    answer=CallbackFailed,
+    errors=ERRORS,
+    open=True,
+)
 async def callback_fail(request: web.Request) -> web.Response:
     engine: Engine = request.app[GATE].engine
     body = parse_model(CallbackFailBody, await read_body(request))
@@ -116,5 +176,6 @@ async def callback_fail(request: web.Request) -> web.Response:
         )
     except StaleLease:
         raise _stale(job_id, attempt, attempt, lease.state) from None
+    await report_node(request.app[GATE], queue, job_id)
     log.info("dispatch callback", job_id=job_id, queue=queue, kind=kind, attempt=attempt, outcome=outcome)
     return json_response({"id": job_id, "attempt": attempt, "outcome": outcome})

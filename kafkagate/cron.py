@@ -13,6 +13,8 @@ from jqcore.cron import CronSchedule, check_name, parse_schedule
 from jqcore.cronstore import CronStore, fire_now, overview
 from jqcore.errors import CronInvalid, CronNotFound, FieldError
 from jqcore.http import HttpError, json_response
+from kafkagate import admin_models as m
+from kafkagate.api import Api
 from kafkagate.auth import require_kind, require_queue, visible
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call
@@ -20,7 +22,7 @@ from kafkagate.state import GATE
 
 __all__ = ["routes", "schedule_body_schema"]
 
-routes = web.RouteTableDef()
+routes = Api()
 
 
 def schedule_body_schema() -> dict[str, Any]:
@@ -49,14 +51,19 @@ async def _existing(request: web.Request) -> CronSchedule:
     return schedule
 
 
-@routes.get("/v1/cron")
+@routes.get("/v1/cron", summary="every cron schedule with its last and next run", answer=m.ScheduleList)
 async def list_schedules(request: web.Request) -> web.Response:
     rows = await overview(_store(request), now_ms())
     shown = set(visible(request, {r["queue"] for r in rows}))
     return json_response({"schedules": [r for r in rows if r["queue"] in shown]})
 
 
-@routes.get("/v1/cron/{name}")
+@routes.get(
+    "/v1/cron/{name}",
+    summary="one cron schedule with its last and next run",
+    answer=m.ScheduleRun,
+    errors={404: "cron_not_found: no such cron schedule"},
+)
 async def get_schedule(request: web.Request) -> web.Response:
     name = (await _existing(request)).name
     rows = [r for r in await overview(_store(request), now_ms()) if r["name"] == name]
@@ -65,7 +72,15 @@ async def get_schedule(request: web.Request) -> web.Response:
     return json_response(rows[0])
 
 
-@routes.put("/v1/cron/{name}")
+@routes.put(
+    "/v1/cron/{name}",
+    summary="create or replace a schedule (cron + tz, or every_s; queue, kind, args, misfire policy);"
+    " its first slot comes after now",
+    body=schedule_body_schema(),
+    body_example={"cron": "0 3 * * *", "tz": "Europe/Paris", "queue": "default", "kind": "report"},
+    answer=m.Schedule,
+    errors={400: "cron_invalid: an invalid schedule (fields named)"},
+)
 async def put_schedule(request: web.Request) -> web.Response:
     """Create or replace a schedule; its first slot comes after now."""
     name = _name(request)
@@ -89,7 +104,12 @@ async def put_schedule(request: web.Request) -> web.Response:
     return json_response(stored.model_dump())
 
 
-@routes.delete("/v1/cron/{name}")
+@routes.delete(
+    "/v1/cron/{name}",
+    summary="remove a schedule (jobs already enqueued stay)",
+    answer=m.ScheduleRemoved,
+    errors={404: "cron_not_found: no such cron schedule"},
+)
 async def delete_schedule(request: web.Request) -> web.Response:
     name = (await _existing(request)).name
     if not await _store(request).delete(name):
@@ -97,12 +117,22 @@ async def delete_schedule(request: web.Request) -> web.Response:
     return json_response({"name": name, "removed": True})
 
 
-@routes.post("/v1/cron/{name}/pause")
+@routes.post(
+    "/v1/cron/{name}/pause",
+    summary="stop firing a schedule",
+    answer=m.Schedule,
+    errors={404: "cron_not_found: no such cron schedule"},
+)
 async def pause_schedule(request: web.Request) -> web.Response:
     return await _set_paused(request, True)
 
 
-@routes.post("/v1/cron/{name}/resume")
+@routes.post(
+    "/v1/cron/{name}/resume",
+    summary="fire from the next slot on",
+    answer=m.Schedule,
+    errors={404: "cron_not_found: no such cron schedule"},
+)
 async def resume_schedule(request: web.Request) -> web.Response:
     return await _set_paused(request, False)
 
@@ -115,7 +145,13 @@ async def _set_paused(request: web.Request, paused: bool) -> web.Response:
     return json_response(changed.model_dump())
 
 
-@routes.post("/v1/cron/{name}/trigger")
+@routes.post(
+    "/v1/cron/{name}/trigger",
+    summary="enqueue one job of the schedule now",
+    answer=m.ScheduleTriggered,
+    ok=202,
+    errors={404: "cron_not_found: no such cron schedule"},
+)
 async def trigger_schedule(request: web.Request) -> web.Response:
     """Enqueue one job of the schedule now (id ``cron:<name>:<now>:manual``), paused or not."""
     schedule = await _existing(request)

@@ -16,6 +16,8 @@ from jqcore.http import HttpError, json_response
 from jqcore.kafka import Record
 from jqcore.routing import QueueNotAllowed, QueueUnrouted
 from jqcore.state import GraphInfo
+from kafkagate import admin_models as m
+from kafkagate.api import Api
 from kafkagate.auth import require_kind, require_queue
 from kafkagate.body import read_body
 from kafkagate.enqueue import Parsed
@@ -24,7 +26,7 @@ from kafkagate.state import GATE
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Api()
 
 
 def _graph_id(request: web.Request) -> str:
@@ -42,7 +44,21 @@ async def _json(request: web.Request) -> Any:
         raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
 
 
-@routes.post("/v1/graphs")
+@routes.post(
+    "/v1/graphs",
+    operation_id="submit_graph",
+    summary="submit a task graph whole (any DAG, or a pipeline, chain, group + callback, map); 202 once"
+    " Kafka has it; the same id again makes no second graph",
+    body=m.GraphIn,
+    answer=m.GraphAccepted,
+    ok=202,
+    errors={
+        400: "graph_invalid, queue_unrouted: an invalid graph (each problem named)",
+        403: "kind_forbidden, queue_not_allowed: a node's kind or queue is not the token's, or not served"
+        " here",
+        503: "kafka_unavailable, topic_missing: Kafka did not confirm (Retry-After)",
+    },
+)
 async def submit(request: web.Request) -> web.Response:
     """Validate the graph whole, write it to Kafka as one record and answer 202 once Kafka has it.
     Submitting the same id again makes no second graph (the engine keeps the first)."""
@@ -78,7 +94,13 @@ async def submit(request: web.Request) -> web.Response:
     return json_response(body, 202)
 
 
-@routes.get("/v1/graphs/{graph}")
+@routes.get(
+    "/v1/graphs/{graph}",
+    operation_id="get_graph",
+    summary="a graph: state, nodes, results, errors, timings",
+    answer=m.Graph,
+    errors={404: "graph_not_found: no such graph"},
+)
 async def show(request: web.Request) -> web.Response:
     info = await _readable(request, _graph_id(request))
     return json_response(info.as_dict())
@@ -92,7 +114,15 @@ async def _readable(request: web.Request, graph_id: str) -> GraphInfo:
     return info
 
 
-@routes.post("/v1/graphs/{graph}/cancel")
+@routes.post(
+    "/v1/graphs/{graph}/cancel",
+    operation_id="cancel_graph",
+    summary="cancel a running graph and its nodes",
+    body=m.GraphActionIn,
+    body_example={"reason": "no longer needed"},
+    answer=m.GraphCanceled,
+    errors={404: "graph_not_found: no such graph"},
+)
 async def cancel(request: web.Request) -> web.Response:
     graph_id = _graph_id(request)
     await _readable(request, graph_id)
@@ -104,7 +134,19 @@ async def cancel(request: web.Request) -> web.Response:
     return json_response({"canceled": changed, "state": info.state})
 
 
-@routes.post("/v1/graphs/{graph}/retry")
+@routes.post(
+    "/v1/graphs/{graph}/retry",
+    operation_id="retry_graph",
+    summary="run a failed or canceled graph again from what did not complete",
+    body=m.GraphActionIn,
+    body_example={"deadline_ms": 600000},
+    answer=m.GraphRetried,
+    errors={
+        404: "graph_not_found: no such graph",
+        409: "graph_conflict: still running, or completed",
+        400: "graph_invalid: a bad deadline_ms",
+    },
+)
 async def retry(request: web.Request) -> web.Response:
     """Run a failed or canceled graph again from what did not complete (409 while running or after it
     completed)."""

@@ -1,363 +1,207 @@
-"""The gateway's OpenAPI 3.1 document (served at ``/openapi.json``; a test checks it covers every route)."""
+"""The gateway's OpenAPI 3.1 document, generated from the route declarations (:mod:`kafkagate.api`) and
+the models (:mod:`kafkagate.models`, request bodies beside their handlers, :class:`jqcore.http.ErrorBody`).
+
+Served at ``/openapi.json``; ``docs/gateway.md``'s API reference is generated from it
+(``docs/gen_api.py``). Every operation names the scope it needs (``security``, and ``x-jobq-scope``), its
+body with an example, its success body and every error status it can answer, each with the one error body.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-__all__ = ["document"]
+from jqcore import envelope_rules as rules
+from jqcore.http import ErrorBody
+from kafkagate.api import Operation, statuses
+from kafkagate.auth import required_scope
+from kafkagate.models import example_of
 
-_ERROR = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message"],
-            "properties": {
-                "code": {"type": "string", "description": "stable machine-readable reason"},
-                "message": {"type": "string"},
-                "fields": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
-                    },
-                },
-            },
-        }
-    },
+__all__ = ["build", "document", "operations"]
+
+REF = "#/components/schemas/{model}"
+NAME = {"type": "string", "pattern": f"^{rules.ID_PATTERN}$"}
+PATH_PARAMS: Mapping[str, Mapping[str, Any]] = {
+    "queue": {"type": "string", "pattern": f"^{rules.QUEUE_PATTERN}$"},
+    "id": NAME,
+    "kind": NAME,
+    "graph": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$"},
+    "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
 }
-
-_JOB_IN = {
-    "type": "object",
-    "required": ["kind"],
-    "additionalProperties": False,
-    "properties": {
-        "id": {"type": "string", "description": "client job id (the idempotency key end to end)"},
-        "kind": {"type": "string"},
-        "args": {"description": "any JSON"},
-        "priority": {"type": "integer", "description": "lower runs first; default: enqueue time (FIFO)"},
-        "run_at": {"type": "integer", "description": "ms since epoch"},
-        "delay_ms": {"type": "integer", "minimum": 0},
-        "expires_at": {"type": "integer", "description": "ms since epoch; never run after it"},
-        "max_attempts": {"type": "integer", "minimum": 1},
-        "lease_ms": {"type": "integer"},
-        "meta": {"type": "object", "additionalProperties": {"type": "string"}},
-        "excl": {"type": "string", "description": "exclusivity value (exclusive queues)"},
-        "trace": {"type": "string", "description": "W3C traceparent"},
-        "partition": {"type": "integer", "minimum": 0, "description": "explicit partition (canaries)"},
-        "canary": {"type": "boolean"},
-    },
+RETRY_AFTER = {
+    "Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}
 }
 
 
-AUTH_ERRORS = {
-    "401": "missing or invalid bearer token",
-    "403": "scope_missing, queue_forbidden or kind_forbidden: the token (named) may not do this",
-    "429": "rate_limited: the token is over its rate (Retry-After says when to try again)",
-}
+def operations() -> list[Operation]:
+    """Every declared route of the gateway, in the app's order."""
+    from kafkagate.app import TABLES  # the app imports this module: its tables are read when called
 
-
-def _op(
-    summary: str, ok: str = "200", body: dict[str, Any] | None = None, errors: dict[str, str] | None = None
-) -> dict[str, Any]:
-    responses: dict[str, Any] = {ok: {"description": "success"}}
-    for status, why in {**AUTH_ERRORS, **(errors or {})}.items():
-        responses[status] = {
-            "description": why,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        }
-    op: dict[str, Any] = {"summary": summary, "responses": responses}
-    if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
-    return op
-
-
-def _signed(op: dict[str, Any]) -> dict[str, Any]:
-    """An operation authenticated by a signed token in its body instead of a bearer token."""
-    return {**op, "security": []}
-
-
-def _model(model: type[BaseModel]) -> dict[str, Any]:
-    return model.model_json_schema()
-
-
-_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"}
-_STEP = {"type": "object", "description": "a job: kind, args, queue, name, parents, feed, job options"}
-_GRAPH_IN: dict[str, Any] = {
-    "type": "object",
-    "required": ["id"],
-    "properties": {
-        "id": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$"},
-        "queue": {"type": "string", "description": "home queue: routes the graph, default of its nodes"},
-        "nodes": {"type": "array", "items": _STEP},
-        "pipeline": {"type": "array", "items": _STEP},
-        "chain": {"type": "array", "items": _STEP},
-        "group": {"type": "array", "items": _STEP},
-        "map": {"type": "object", "description": "{kind, items, queue?, job options}"},
-        "callback": _STEP,
-        "on_failure": _STEP,
-        "deadline_ms": {"type": "integer", "minimum": 1},
-        "deadline_at": {"type": "integer"},
-        "cancel_on_failure": {"type": "boolean"},
-        "retention_ms": {"type": "integer", "minimum": 0},
-    },
-    "description": "exactly one of nodes, pipeline, chain, group, map (see docs/graphs.md)",
-}
-_PATH_PARAMS: dict[str, dict[str, Any]] = {
-    "queue": {
-        "name": "queue",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$"},
-    },
-    "id": {"name": "id", "in": "path", "required": True, "schema": _NAME},
-    "kind": {"name": "kind", "in": "path", "required": True, "schema": _NAME},
-    "graph": {
-        "name": "graph",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$"},
-    },
-    "name": {
-        "name": "name",
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
-    },
-}
+    return [op for table in TABLES for op in table.operations]
 
 
 @cache
 def document() -> dict[str, Any]:
-    from kafkagate.callbacks import CallbackCompleteBody, CallbackFailBody
-    from kafkagate.claims import ClaimBody, CompleteBody, ExtendBody, FailBody
-    from kafkagate.cron import schedule_body_schema
-    from kafkagate.queues import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
-    from kafkagate.switches import SwitchBody
+    return build(operations())
 
-    q = "/v1/queues/{queue}"
-    job = f"{q}/jobs/{{id}}"
-    batch = {
-        "oneOf": [_JOB_IN, {"type": "object", "properties": {"jobs": {"type": "array", "items": _JOB_IN}}}]
-    }
-    stale = {"409": "stale attempt or lease token", "404": "no such job"}
-    callback = {
-        "401": "callback_token_invalid: not a callback token",
-        "403": "callback_signature_invalid, callback_expired or callbacks_off (JOBQ_CALLBACK_SECRET unset)",
-        "404": "no such job",
-        "409": "callback_stale: the token's attempt is not the job's current one (failed meanwhile)",
-    }
-    no_schedule = {"404": "no such cron schedule"}
-    no_graph = {"404": "no such graph"}
-    paths: dict[str, Any] = {
-        "/healthz": {
-            "get": {
-                "summary": "the process serves",
-                "security": [],
-                "responses": {"200": {"description": "ok"}},
-            }
-        },
-        "/readyz": {
-            "get": {
-                "summary": "Kafka reachable and every routed topic present",
-                "security": [],
-                "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
-            }
-        },
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics",
-                "security": [],
-                "responses": {"200": {"description": "text"}},
-            }
-        },
-        "/openapi.json": {
-            "get": {"summary": "this document", "security": [], "responses": {"200": {"description": "json"}}}
-        },
-        "/v1/queues": {"get": _op("queues known to the engine")},
-        q: {
-            "get": _op("config, depth per state (depth by filter with ?meta.k=v), oldest pending age"),
-            "put": _op(
-                "replace the whole configuration (simple/exclusive, lease, attempts, filter keys, paused,"
-                " retention, dedup policy)",
-                body=_model(QueueConfigBody),
-                errors={"400": "invalid config", "409": "would turn an exclusive queue simple (name mode)"},
-            ),
-            "patch": _op(
-                "change only the fields given; the others keep their values",
-                body=_model(QueuePatchBody),
-                errors={"400": "invalid config"},
-            ),
-        },
-        f"{q}/jobs": {
-            "post": _op(
-                "enqueue one job, a batch ({jobs: [...]}) or NDJSON; 202 once Kafka confirmed every job",
-                "202",
-                batch,
-                errors={
-                    "400": "invalid job (fields named)",
-                    "404": "queue routed nowhere",
-                    "409": "Idempotency-Key reused with another body",
-                    "413": "too large",
-                    "429": "gateway_busy: the process's in-flight body budget is full (Retry-After)",
-                    "503": "Kafka did not confirm (Retry-After)",
-                },
+
+def _models(ops: Sequence[Operation]) -> tuple[list[tuple[type[BaseModel], JsonSchemaMode]], Any]:
+    wanted: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {(ErrorBody, "serialization"): None}
+    for op in ops:
+        for model in _bodies(op.body):
+            wanted[(model, "validation")] = None
+        for answer in (op.answer, *op.also.values()):
+            if answer is not None:
+                wanted[(answer, "serialization")] = None
+    keys = list(wanted)
+    refs, defs = models_json_schema(keys, ref_template=REF)
+    return keys, (refs, defs.get("$defs", {}))
+
+
+def _bodies(body: object) -> tuple[type[BaseModel], ...]:
+    if isinstance(body, tuple):
+        return body
+    return (body,) if isinstance(body, type) and issubclass(body, BaseModel) else ()
+
+
+def _first_code(why: str) -> str:
+    match = re.match(r"[a-z_]+", why)
+    return match.group(0) if match else "error"
+
+
+def build(ops: Sequence[Operation]) -> dict[str, Any]:
+    """The OpenAPI document of ``ops``."""
+    _, (refs, schemas) = _models(ops)
+
+    def ref(model: type[BaseModel], mode: JsonSchemaMode) -> dict[str, Any]:
+        return dict(refs[(model, mode)])
+
+    paths: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    for op in ops:
+        name = op.operation_id
+        if name in seen:
+            raise ValueError(
+                f"two operations are named {name!r}: give one an operation_id (kafkagate/api.py)"
             )
-        },
-        "/v1/jobs": {
-            "get": _op(
-                "jobs the history has seen (live as of its last trigger, and archived), newest change first;"
-                " filters queue, kind, state, since, until (ms), id_prefix; paged by limit and after",
-                errors={"400": "a bad filter or cursor", "404": "no history tables here"},
-            )
-        },
-        job: {
-            "get": _op(
-                "a job, live or finished: state, attempts with errors, timestamps, result; from the history"
-                " (source: archive) once Redis forgot it",
-                errors={"404": "no such job"},
-            ),
-            "delete": _op(
-                "cancel / unschedule (a job still in Kafka is tombstoned); a finished job answers 200 with"
-                " outcome already_<state> and changed=false"
-            ),
-        },
-        f"{job}/replay": {
-            "post": _op(
-                "a new job from a finished or dead one (Idempotency-Key: the same replay twice is one job)",
-                "202",
-                errors={"404": "no such job", "409": "not finished"},
-            )
-        },
-        f"{job}/extend": {"post": _op("extend a lease", body=_model(ExtendBody), errors=stale)},
-        f"{job}/complete": {"post": _op("complete an attempt", body=_model(CompleteBody), errors=stale)},
-        f"{job}/fail": {
-            "post": _op("fail an attempt (retry, errored or canceled)", body=_model(FailBody), errors=stale)
-        },
-        "/v1/callbacks/{queue}/jobs/{id}/complete": {
-            "post": _signed(
-                _op(
-                    "a dispatch downstream completes the attempt it answered 202 (no bearer token: the"
-                    " callback_token it was sent authenticates it); sent again, answered the same",
-                    body=_model(CallbackCompleteBody),
-                    errors=callback,
-                )
-            )
-        },
-        "/v1/callbacks/{queue}/jobs/{id}/fail": {
-            "post": _signed(
-                _op(
-                    "a dispatch downstream fails the attempt it answered 202 (retried with the kind's"
-                    " backoff unless permanent)",
-                    body=_model(CallbackFailBody),
-                    errors=callback,
-                )
-            )
-        },
-        f"{q}/claims": {
-            "post": _op(
-                "claim jobs (batch, lease, filter, long-poll); an answer holds at most"
-                " JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay claimable)",
-                body=_model(ClaimBody),
-                errors={
-                    "400": "filter on a key the queue does not index",
-                    "429": "gateway_busy: the process's long-polls are all parked (Retry-After)",
-                },
-            )
-        },
-        f"{q}/dead": {
-            "get": _op("dead-letter list (errored jobs)"),
-            "delete": _op("purge dead letters (ids, or oldest up to limit)", body=_model(DeadBody)),
-        },
-        f"{q}/dead/retry": {"post": _op("retry dead letters", body=_model(DeadBody))},
-        "/v1/kinds": {"get": _op("every configured job type, its defaults and per-queue options")},
-        "/v1/kinds/{kind}": {
-            "get": _op("one job type", errors={"404": "not configured"}),
-            "put": _op(
-                "job type: concurrency, attempts, delivery strategy, push dispatch (url, timeouts, auth,"
-                " backoff);"
-                " a PUT without dispatch turns push mode off",
-                body=_model(KindBody),
-            ),
-        },
-        "/v1/graphs": {
-            "post": _op(
-                "submit a task graph whole (any DAG, or a pipeline, chain, group + callback, map); 202 once"
-                " Kafka has it; the same id again makes no second graph",
-                "202",
-                body=_GRAPH_IN,
-                errors={"400": "invalid graph (each problem named)", "503": "Kafka unreachable"},
-            )
-        },
-        "/v1/graphs/{graph}": {
-            "get": _op("a graph: state, nodes, results, errors, timings", errors=no_graph)
-        },
-        "/v1/graphs/{graph}/cancel": {"post": _op("cancel a running graph and its nodes", errors=no_graph)},
-        "/v1/graphs/{graph}/retry": {
-            "post": _op(
-                "run a failed or canceled graph again from what did not complete",
-                errors={**no_graph, "409": "still running, or completed"},
-            )
-        },
-        "/v1/cron": {"get": _op("every cron schedule with its last and next run")},
-        "/v1/cron/{name}": {
-            "get": _op("one cron schedule with its last and next run", errors=no_schedule),
-            "put": _op(
-                "create or replace a schedule (cron + tz, or every_s; queue, kind, args, misfire policy);"
-                " its first slot comes after now",
-                body=schedule_body_schema(),
-                errors={"400": "invalid schedule (fields named)", "503": "Consul unreachable"},
-            ),
-            "delete": _op("remove a schedule (jobs already enqueued stay)", errors=no_schedule),
-        },
-        "/v1/cron/{name}/pause": {"post": _op("stop firing a schedule", errors=no_schedule)},
-        "/v1/cron/{name}/resume": {"post": _op("fire from the next slot on", errors=no_schedule)},
-        "/v1/cron/{name}/trigger": {
-            "post": _op("enqueue one job of the schedule now", "202", errors=no_schedule)
-        },
-        "/v1/switches": {"get": _op("every kill switch in force")},
-        "/v1/switches/{name}": {
-            "put": _op(
-                "put a kill switch in force (queue glob, kind, meta pairs; park or dead): matching jobs are"
-                " not started from the answer on; a switch of the same name is replaced",
-                body=_model(SwitchBody),
-                errors={"400": "invalid switch (fields named)", "403": "needs the admin scope"},
-            ),
-            "delete": _op(
-                "lift a kill switch: the jobs it parked are pending again",
-                errors={"404": "no such switch in force", "403": "needs the admin scope"},
-            ),
-        },
-    }
-    for path, ops in paths.items():
-        params = [_PATH_PARAMS[name] for name in re.findall(r"{(\w+)}", path)]
-        for op in ops.values():
-            if params:
-                op["parameters"] = [*params, *op.get("parameters", [])]
-    paths[f"{q}/dead"]["get"]["parameters"] += [
-        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 2**53}},
-        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-    ]
-    paths[job]["delete"]["parameters"].append({"name": "reason", "in": "query", "schema": {"type": "string"}})
-    paths[f"{job}/replay"]["post"]["parameters"].append(
-        {
-            "name": "Idempotency-Key",
-            "in": "header",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-        }
-    )
+        seen.add(name)
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, ref)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "jobq gateway (kafkagate)", "version": "1"},
+        "info": {
+            "title": "jobq gateway (kafkagate)",
+            "version": "1",
+            "description": "Errors: every 4xx/5xx answers the one JSON body ErrorBody, with a stable code.",
+        },
         "security": [{"bearer": []}],
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": _ERROR, "Job": _JOB_IN},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a named token with scopes read, enqueue, work, admin (docs/security.md)",
+                }
+            },
+            "schemas": schemas,
         },
         "paths": paths,
     }
+
+
+def _operation(op: Operation, ref: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"operationId": op.operation_id, "tags": [op.tag], "summary": op.summary}
+    doc = (op.handler.__doc__ or "").strip()
+    if doc:
+        out["description"] = " ".join(doc.split())
+    if op.open:
+        out["security"] = []
+    else:
+        scope = required_scope(op.method, op.path)
+        out["security"] = [{"bearer": [scope]}]
+        out["x-jobq-scope"] = scope
+    params = [
+        {"name": p, "in": "path", "required": True, "schema": dict(PATH_PARAMS[p])}
+        for p in re.findall(r"{(\w+)}", op.path)
+    ]
+    params += [
+        {
+            "name": p.name,
+            "in": p.where,
+            "schema": dict(p.schema),
+            **({"description": p.description} if p.description else {}),
+        }
+        for p in op.params
+    ]
+    if params:
+        out["parameters"] = params
+    if op.body is not None:
+        out["requestBody"] = _request(op, ref)
+    responses: dict[str, Any] = {str(op.ok): _success(op.answer, op.media, ref)}
+    for status, model in op.also.items():
+        responses[str(status)] = _success(model, "application/json", ref)
+    error = ref(ErrorBody, "serialization")
+    for status, why in statuses(op).items():
+        answer: dict[str, Any] = {
+            "description": why,
+            "content": {
+                "application/json": {
+                    "schema": error,
+                    "example": {
+                        "error": {"code": _first_code(why), "message": why.partition(":")[2].strip()}
+                    },
+                }
+            },
+        }
+        if status in (429, 503):
+            answer["headers"] = RETRY_AFTER
+        responses[str(status)] = answer
+    out["responses"] = responses
+    return out
+
+
+def _request(op: Operation, ref: Any) -> dict[str, Any]:
+    models = _bodies(op.body)
+    if models:
+        schema: dict[str, Any] = (
+            ref(models[0], "validation")
+            if len(models) == 1
+            else {"oneOf": [ref(m, "validation") for m in models]}
+        )
+        example = op.body_example if op.body_example is not None else example_of(models[0])
+    else:
+        schema, example = dict(cast("Mapping[str, Any]", op.body)), op.body_example
+    media: dict[str, Any] = {"schema": schema}
+    if example is not None:
+        media["example"] = example
+    content = {"application/json": media}
+    if op.method == "POST" and op.path.endswith("/jobs"):  # kafkagate.body.accepted_types
+        content["application/x-ndjson"] = {
+            "schema": {"type": "string", "description": "one job (JobIn) per line"},
+            "example": '{"kind": "a"}\n{"kind": "b"}\n',
+        }
+    # a body-less call is read as {} by the routes whose fields all have defaults
+    return {"required": not _all_optional(models), "content": content}
+
+
+def _all_optional(models: Iterable[type[BaseModel]]) -> bool:
+    found = list(models)
+    return bool(found) and all(not f.is_required() for m in found for f in m.model_fields.values())
+
+
+def _success(model: type[BaseModel] | None, media: str, ref: Any) -> dict[str, Any]:
+    if model is None:  # not a model of this document: the metrics' text, this document itself
+        schema = {"type": "object"} if media == "application/json" else {"type": "string"}
+        return {"description": "success", "content": {media: {"schema": schema}}}
+    description = (model.__doc__ or "").strip().split("\n\n")[0] or "success"
+    if model.__doc__ is None or model.__doc__ == BaseModel.__doc__:
+        description = "success"
+    body: dict[str, Any] = {"schema": ref(model, "serialization")}
+    example = example_of(model)
+    if example is not None:
+        body["example"] = example
+    return {"description": " ".join(description.split()), "content": {media: body}}

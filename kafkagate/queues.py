@@ -14,6 +14,8 @@ from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.http import HttpError, json_response
 from jqcore.state import QueueConfig
+from kafkagate import admin_models as m
+from kafkagate.api import Api, Param
 from kafkagate.auth import require_every_queue, require_kind, require_queue, visible
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
@@ -21,7 +23,7 @@ from kafkagate.state import GATE
 
 __all__ = ["parse_model", "routes"]
 
-routes = web.RouteTableDef()
+routes = Api()
 MAX_OFFSET = 2**53
 """Largest dead-list offset accepted (Redis ranges are 64-bit; a bigger one is a client error)."""
 M = TypeVar("M", bound=BaseModel)
@@ -40,10 +42,12 @@ class QueueConfigBody(BaseModel):
     dead_retention_ms: int = Field(7 * 86_400_000, ge=0)
     dedup: Literal["active", "finished"] = "active"
     dedup_window_ms: int = Field(86_400_000, ge=0)
+    id_from: Literal["random", "content"] = "random"
     events_cap: int = Field(100_000, ge=0)
     fair_key: str | None = None
     fair_weights: dict[str, int] = Field(default_factory=dict)
     fair_limits: dict[str, int] = Field(default_factory=dict)
+    fair_rates: dict[str, float] = Field(default_factory=dict)
     memory_budget: int = Field(0, ge=0, le=1 << 50)
 
 
@@ -62,10 +66,12 @@ class QueuePatchBody(BaseModel):
     dead_retention_ms: int | None = Field(None, ge=0)
     dedup: Literal["active", "finished"] | None = None
     dedup_window_ms: int | None = Field(None, ge=0)
+    id_from: Literal["random", "content"] | None = None
     events_cap: int | None = Field(None, ge=0)
     fair_key: str | None = None
     fair_weights: dict[str, int] | None = None
     fair_limits: dict[str, int] | None = None
+    fair_rates: dict[str, float] | None = None
     memory_budget: int | None = Field(None, ge=0, le=1 << 50)
 
 
@@ -108,13 +114,21 @@ def _filter(request: web.Request) -> dict[str, str]:
     return pairs
 
 
-@routes.get("/v1/queues")
+@routes.get("/v1/queues", summary="queues known to the engine (those the token may see)", answer=m.QueueList)
 async def list_queues(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     return json_response({"queues": visible(request, await engine_call(gate.engine.queues()))})
 
 
-@routes.get("/v1/queues/{queue}")
+@routes.get(
+    "/v1/queues/{queue}",
+    summary="config, depth per state (depth by filter with ?meta.KEY=VALUE), oldest pending age",
+    answer=m.QueueInfo,
+    params=(
+        Param("meta.KEY", "query", {"type": "string"}, "depth of the jobs whose meta KEY is this value"),
+    ),
+    errors={400: "filter_invalid, filter_key_not_indexed: more than one meta pair, or a key not indexed"},
+)
 async def get_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -131,7 +145,18 @@ async def get_queue(request: web.Request) -> web.Response:
     return json_response(body)
 
 
-@routes.put("/v1/queues/{queue}")
+@routes.put(
+    "/v1/queues/{queue}",
+    summary="replace the whole configuration (simple/exclusive, lease, attempts, filter keys, paused,"
+    " retention, dedup policy, fairness, memory budget)",
+    body=QueueConfigBody,
+    body_example={"mode": "exclusive", "excl_key": "tenant", "lease_ms": 60000},
+    answer=m.QueueConfigured,
+    errors={
+        400: "queue_config_invalid: an inconsistent configuration",
+        409: "queue_config_would_reset: would turn an exclusive queue simple (send mode, or PATCH)",
+    },
+)
 async def put_queue(request: web.Request) -> web.Response:
     """Replace the whole configuration (fields not given take their defaults). Refused (409) when it
     would silently turn an exclusive queue into a simple one: send ``mode`` explicitly, or PATCH."""
@@ -151,7 +176,14 @@ async def put_queue(request: web.Request) -> web.Response:
     return await _configure(request, queue, config)
 
 
-@routes.patch("/v1/queues/{queue}")
+@routes.patch(
+    "/v1/queues/{queue}",
+    summary="change only the fields given; the others keep their values",
+    body=QueuePatchBody,
+    body_example={"paused": True},
+    answer=m.QueueConfigured,
+    errors={400: "queue_config_invalid: an inconsistent configuration"},
+)
 async def patch_queue(request: web.Request) -> web.Response:
     """Change only the fields given (e.g. ``{"paused": true}``); the rest keep their current values."""
     gate = request.app[GATE]
@@ -168,11 +200,22 @@ async def patch_queue(request: web.Request) -> web.Response:
 
 async def _configure(request: web.Request, queue: str, config: QueueConfig) -> web.Response:
     """Store ``config`` as the queue's configuration; answer with what is now in force."""
-    await engine_call(request.app[GATE].engine.configure_queue(queue, config))
+    gate = request.app[GATE]
+    await engine_call(gate.engine.configure_queue(queue, config))
+    gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     return json_response({"queue": queue, "config": config.as_dict()})
 
 
-@routes.get("/v1/queues/{queue}/dead")
+@routes.get(
+    "/v1/queues/{queue}/dead",
+    summary="dead letters (errored jobs), paged by offset and limit",
+    answer=m.DeadJobs,
+    params=(
+        Param("offset", "query", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
+        Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}),
+    ),
+    errors={400: "query_invalid: offset or limit not an integer in range"},
+)
 async def list_dead(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
@@ -192,12 +235,24 @@ async def list_dead(request: web.Request) -> web.Response:
     return json_response({"queue": queue, "jobs": out})
 
 
-@routes.post("/v1/queues/{queue}/dead/retry")
+@routes.post(
+    "/v1/queues/{queue}/dead/retry",
+    summary="retry dead letters (ids, or the oldest up to limit)",
+    body=DeadBody,
+    body_example={"ids": ["01J0"]},
+    answer=m.DeadRetried,
+)
 async def retry_dead(request: web.Request) -> web.Response:
     return await _on_dead(request, "retried")
 
 
-@routes.delete("/v1/queues/{queue}/dead")
+@routes.delete(
+    "/v1/queues/{queue}/dead",
+    summary="purge dead letters (ids, or the oldest up to limit)",
+    body=DeadBody,
+    body_example={"limit": 100},
+    answer=m.DeadPurged,
+)
 async def purge_dead(request: web.Request) -> web.Response:
     return await _on_dead(request, "purged")
 
@@ -219,7 +274,13 @@ def kind_of(request: web.Request) -> str:
         raise HttpError(400, "kind_invalid", exc.message, exc.fields) from None
 
 
-@routes.put("/v1/kinds/{kind}")
+@routes.put(
+    "/v1/kinds/{kind}",
+    summary="configure a job type: concurrency, attempts, delivery, for every queue or some",
+    body=KindBody,
+    body_example={"concurrency": 4, "delivery": "at_least_once"},
+    answer=m.KindConfigured,
+)
 async def put_kind(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     kind = kind_of(request)
@@ -253,14 +314,21 @@ async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     return found
 
 
-@routes.get("/v1/kinds")
+@routes.get(
+    "/v1/kinds", summary="every configured job type, its defaults and per-queue options", answer=m.KindList
+)
 async def list_kinds(request: web.Request) -> web.Response:
     """Every configured job type: defaults for all queues, and per queue its options and running count."""
     found = await _kinds(request)
     return json_response({"kinds": [{"kind": k, **v} for k, v in sorted(found.items())]})
 
 
-@routes.get("/v1/kinds/{kind}")
+@routes.get(
+    "/v1/kinds/{kind}",
+    summary="one job type",
+    answer=m.Kind,
+    errors={404: "kind_not_found: the job type is not configured"},
+)
 async def get_kind(request: web.Request) -> web.Response:
     kind = kind_of(request)
     found = (await _kinds(request)).get(kind)

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.http import TOKEN_NAME, json_response
 from jqcore.state import Switch
+from kafkagate import admin_models as m
+from kafkagate.api import Api
 from kafkagate.auth import require_every_queue, require_queue, token_of
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call
@@ -19,7 +21,7 @@ from kafkagate.state import GATE
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Api()
 
 
 class SwitchBody(BaseModel):
@@ -45,7 +47,9 @@ def _require_scope_of(request: web.Request, queue: str) -> None:
         require_queue(request, queue)
 
 
-@routes.get("/v1/switches")
+@routes.get(
+    "/v1/switches", summary="every kill switch in force (those the token may see)", answer=m.SwitchList
+)
 async def list_switches(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     token = token_of(request)
@@ -54,7 +58,15 @@ async def list_switches(request: web.Request) -> web.Response:
     return json_response({"switches": [s.as_dict() for s in mine]})
 
 
-@routes.put("/v1/switches/{name}")
+@routes.put(
+    "/v1/switches/{name}",
+    summary="put a kill switch in force (queue glob, kind, meta pairs; park or dead): matching jobs are"
+    " not started from the answer on; a switch of the same name is replaced",
+    body=SwitchBody,
+    body_example={"queue": "billing.*", "kind": "pdf.render", "action": "park"},
+    answer=m.SwitchSet,
+    errors={400: "switch_invalid: an invalid switch (each problem named)"},
+)
 async def put_switch(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     body = parse_model(SwitchBody, await read_body(request))
@@ -72,7 +84,12 @@ async def put_switch(request: web.Request) -> web.Response:
     return json_response({"switch": switch.as_dict(), "queues": queues})
 
 
-@routes.delete("/v1/switches/{name}")
+@routes.delete(
+    "/v1/switches/{name}",
+    summary="lift a kill switch: the jobs it parked are pending again",
+    answer=m.SwitchLifted,
+    errors={404: "switch_not_found: no such switch in force"},
+)
 async def delete_switch(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     name = request.match_info["name"]

@@ -66,8 +66,7 @@ class AdminTransitions(EngineCore):
         before = await reads.queue_config(self._client, queue)
         await self._run("configure_queue", queue, [x for kv in fields.items() for x in kv], None)
         await self._register([queue])
-        fair = (config.fair_key, dict(config.fair_weights), dict(config.fair_limits))
-        if fair != (before.fair_key, dict(before.fair_weights), dict(before.fair_limits)):
+        if _fairness(config) != _fairness(before):
             offset = 0
             while True:
                 _, offset = await self._run("fair_index", queue, [offset, FAIR_INDEX_CHUNK], None)
@@ -120,6 +119,8 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         )
     if config.dedup not in ("active", "finished"):
         raise codes.QueueConfigInvalid(f"dedup must be active or finished, not {config.dedup!r}")
+    if config.id_from not in ("random", "content"):
+        raise codes.QueueConfigInvalid(f"id_from must be random or content, not {config.id_from!r}")
     if config.dedup_window_ms < 0:
         raise codes.QueueConfigInvalid("dedup_window_ms must be >= 0")
     if config.events_cap < 0:
@@ -138,16 +139,24 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         "dead_retention_ms": str(config.dead_retention_ms),
         "dedup": config.dedup,
         "dedup_window_ms": str(config.dedup_window_ms),
+        "id_from": config.id_from,
         "events_cap": str(config.events_cap),
         "fair_key": config.fair_key or "",
         "fair_weights": orjson.dumps(dict(config.fair_weights)).decode() if config.fair_weights else "",
         "fair_limits": orjson.dumps(dict(config.fair_limits)).decode() if config.fair_limits else "",
+        "fair_rates": orjson.dumps(dict(config.fair_rates)).decode() if config.fair_rates else "",
         "memory_budget": str(config.memory_budget),
     }
 
 
 _META_KEY = re.compile(r"[a-z][a-z0-9_]{0,31}")
 MAX_FAIR_ENTRIES = 1000
+FAIR_RATE_RANGE = (0.001, 1_000_000.0)
+
+
+def _fairness(config: QueueConfig) -> tuple[object, ...]:
+    """What a change of re-indexes the ready jobs (``fair_index``)."""
+    return (config.fair_key, dict(config.fair_weights), dict(config.fair_limits), dict(config.fair_rates))
 
 
 def _check_fairness(config: QueueConfig) -> None:
@@ -162,5 +171,17 @@ def _check_fairness(config: QueueConfig) -> None:
         bad = [v for v, n in table.items() if not isinstance(n, int) or not low <= n <= high or len(v) > 256]
         if bad:
             raise codes.QueueConfigInvalid(f"{name}: {bad[0]!r} needs an integer from {low} to {high}")
-    if (config.fair_weights or config.fair_limits) and not config.fair_key:
-        raise codes.QueueConfigInvalid("fair_weights and fair_limits need a fair_key")
+    if len(config.fair_rates) > MAX_FAIR_ENTRIES:
+        raise codes.QueueConfigInvalid(f"fair_rates: at most {MAX_FAIR_ENTRIES} values")
+    slow, fast = FAIR_RATE_RANGE
+    bad = [
+        v
+        for v, r in config.fair_rates.items()
+        if isinstance(r, bool) or not isinstance(r, int | float) or not slow <= r <= fast or len(v) > 256
+    ]
+    if bad:
+        raise codes.QueueConfigInvalid(
+            f"fair_rates: {bad[0]!r} needs jobs per second from {slow:g} to {fast:g}"
+        )
+    if (config.fair_weights or config.fair_limits or config.fair_rates) and not config.fair_key:
+        raise codes.QueueConfigInvalid("fair_weights, fair_limits and fair_rates need a fair_key")

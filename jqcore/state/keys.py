@@ -30,6 +30,10 @@ Per queue ``jobq:{q}:``
 ``fairring``              ZSET    fair queues: fair_key values with ready jobs, score = pass (the
                                   lowest is served next; see ``_lib.lua``)
 ``fairrun``               HASH    fair queues: value → its jobs running now
+``fairtime``              ZSET    fair queues: values out of the ring for their rate, score = when
+                                  their next job may start (``fair_rates``)
+``fairtat:<value>``       STRING  fair queues: a rated value's theoretical arrival time (GCRA; it
+                                  expires once the value's burst is whole again)
 ``fair:<value>``          ZSET    fair queues: one value's ready jobs, score = priority
 ``config``                HASH    queue configuration (see ``jqcore.state.models.QueueConfig``)
 ``counts``                HASH    ``blocked``: jobs waiting on an exclusivity value or a kind slot
@@ -106,6 +110,7 @@ KeyName = Literal[
     "kindrun",
     "fairring",
     "fairrun",
+    "fairtime",
     "counts",
     "stats",
     "xhead",
@@ -200,6 +205,10 @@ class QueueKeys:
     @property
     def fairrun(self) -> str:
         return self._k("fairrun")
+
+    @property
+    def fairtime(self) -> str:
+        return self._k("fairtime")
 
     @property
     def counts(self) -> str:

@@ -217,6 +217,7 @@ class QueueDepth:
 
 Mode = Literal["simple", "exclusive"]
 Dedup = Literal["active", "finished"]
+IdFrom = Literal["random", "content"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +238,10 @@ class QueueConfig:
     finished (at most ``retention_ms``: the window needs the finished job's record). Either way the same
     Kafka record read twice (a relay re-read, a replay) is absorbed."""
     dedup_window_ms: int = 86_400_000
+    id_from: IdFrom = "random"
+    """``content``: a job that arrives at the gateway without an id gets one derived from queue + kind +
+    canonical args (:func:`jqcore.envelope.content_id`), so identical enqueues are one job under the
+    dedup policy above (Slack's rule); ``random``: a fresh id each time."""
     events_cap: int = 100_000
     """Lifecycle events waiting in Redis for the shipper at most (``docs/history.md``): at the cap a new
     event is counted in the queue's ``events_dropped`` stat instead of stored. 0: no events."""
@@ -247,6 +252,9 @@ class QueueConfig:
     """Value → weight (1-1000, default 1): a value of weight 3 gets three claims to another's one."""
     fair_limits: Mapping[str, int] = field(default_factory=dict)
     """Value → how many of its jobs may run at once (across every worker)."""
+    fair_rates: Mapping[str, float] = field(default_factory=dict)
+    """Value → jobs per second it may start (0.001-1,000,000; a burst of one second's worth, at least 1),
+    across every worker: a value over its rate waits out of the round until its next job may start."""
     memory_budget: int = 0
     """Bytes of Redis memory the queue may hold (estimated, :mod:`jqcore.state.memory`): above it the
     relay holds the batches that carry the queue's jobs until workers drained it below 90 % of it (0: the
@@ -260,6 +268,7 @@ class QueueConfig:
         out = asdict(self)
         out["filter_keys"] = list(self.filter_keys)
         out["fair_weights"], out["fair_limits"] = dict(self.fair_weights), dict(self.fair_limits)
+        out["fair_rates"] = dict(self.fair_rates)
         return out
 
 

@@ -54,70 +54,81 @@ _ALL_GRAPH_KEYS = " ".join(GRAPH_KEY_NAMES)
 _TRANSITIONS = (
     _declare(
         "enqueue_batch",
-        "prefix ready delayed far running done dead config kinds kindrun fairring fairrun counts stats"
-        " xhead fences wake waiters sched events gdone",
+        "prefix ready delayed far running done dead config kinds kindrun fairring fairrun fairtime"
+        " counts stats xhead fences wake waiters sched events gdone",
     ),
     _declare(
         "claim",
-        "prefix ready running done dead config kinds kindrun fairring fairrun counts stats xhead wake"
-        " waiters sched events gdone",
+        "prefix ready running done dead config kinds kindrun fairring fairrun fairtime counts stats"
+        " xhead wake waiters sched events gdone",
     ),
     _declare("unwait", "prefix waiters"),
     _declare(
         "extend",
-        "prefix ready running done dead config kindrun fairring fairrun counts stats xhead wake events gdone",
-    ),
-    _declare(
-        "complete",
-        "prefix ready running done dead config kindrun fairring fairrun counts stats xhead wake events gdone",
-    ),
-    _declare(
-        "fail",
-        "prefix ready delayed running done dead config kinds kindrun fairring fairrun counts stats xhead"
-        " wake sched events gdone",
-    ),
-    _declare(
-        "cancel_running",
-        "prefix ready running done dead config kindrun fairring fairrun counts stats xhead wake events gdone",
-    ),
-    _declare(
-        "snooze",
-        "prefix ready delayed running config kindrun fairring fairrun counts stats wake sched events",
-    ),
-    _declare(
-        "hand_back",
-        "prefix ready delayed running done dead config kindrun fairring fairrun counts stats xhead wake"
-        " sched events gdone",
-    ),
-    _declare(
-        "release",
-        "prefix ready running done dead config kinds kindrun fairring fairrun counts stats xhead wake"
+        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
         " events gdone",
     ),
     _declare(
+        "complete",
+        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
+        " events gdone",
+    ),
+    _declare(
+        "fail",
+        "prefix ready delayed running done dead config kinds kindrun fairring fairrun fairtime counts"
+        " stats xhead wake sched events gdone",
+    ),
+    _declare(
+        "cancel_running",
+        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
+        " events gdone",
+    ),
+    _declare(
+        "snooze",
+        "prefix ready delayed running config kindrun fairring fairrun fairtime counts stats wake sched"
+        " events",
+    ),
+    _declare(
+        "hand_back",
+        "prefix ready delayed running done dead config kindrun fairring fairrun fairtime counts stats"
+        " xhead wake sched events gdone",
+    ),
+    _declare(
+        "release",
+        "prefix ready running done dead config kinds kindrun fairring fairrun fairtime counts stats"
+        " xhead wake events gdone",
+    ),
+    _declare(
         "cancel",
-        "prefix ready delayed far done dead config fairring fairrun counts stats xhead wake events gdone",
+        "prefix ready delayed far done dead config fairring fairrun fairtime counts stats xhead wake"
+        " events gdone",
     ),
     _declare("schedule_far", "prefix far config stats events"),
     _declare("drop_far", "far"),
     _declare(
         "promote_due",
-        "prefix ready delayed running done dead config kinds kindrun fairring fairrun counts stats xhead"
-        " wake waiters sched events gdone",
+        "prefix ready delayed running done dead config kinds kindrun fairring fairrun fairtime counts"
+        " stats xhead wake waiters sched events gdone",
     ),
     _declare(
         "reap_expired",
-        "prefix ready running done dead config kinds kindrun fairring fairrun counts stats xhead wake"
-        " events gdone",
+        "prefix ready running done dead config kinds kindrun fairring fairrun fairtime counts stats"
+        " xhead wake events gdone",
     ),
     _declare("gc", "prefix done dead"),
-    _declare("dead_retry", "prefix ready done dead config fairring fairrun counts stats xhead wake events"),
+    _declare(
+        "dead_retry",
+        "prefix ready done dead config fairring fairrun fairtime counts stats xhead wake events",
+    ),
     _declare("dead_purge", "prefix done dead config stats events"),
     _declare("forget", "prefix done dead config stats events"),
     _declare("configure_queue", "ready config wake"),
-    _declare("configure_kind", "prefix ready config kinds kindrun fairring fairrun counts stats wake events"),
-    _declare("switch_lift", "prefix ready config fairring fairrun counts stats wake events"),
-    _declare("fair_index", "prefix ready config fairring fairrun"),
+    _declare(
+        "configure_kind",
+        "prefix ready config kinds kindrun fairring fairrun fairtime counts stats wake events",
+    ),
+    _declare("switch_lift", "prefix ready config fairring fairrun fairtime counts stats wake events"),
+    _declare("fair_index", "prefix ready config fairring fairrun fairtime"),
     _declare_graph("graph_create", "graph nodes kids parents nstate pending times rel gevents"),
     _declare_graph("graph_report", _ALL_GRAPH_KEYS),
     _declare_graph("graph_cancel", _ALL_GRAPH_KEYS),

@@ -6,9 +6,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import schemathesis
+
+
+@schemathesis.serializer("application/x-ndjson")
+def ndjson(ctx: Any, value: Any) -> bytes:
+    """An enqueue's NDJSON body (the document gives it as a string of lines)."""
+    return value.encode() if isinstance(value, str) else json.dumps(value).encode() + b"\n"
 
 
 @schemathesis.check

@@ -90,14 +90,26 @@ async def test_patch_changes_one_setting_and_put_refuses_to_drop_exclusivity(gw:
         "PATCH", f"/v1/queues/{q}", json={"dedup": "finished", "dedup_window_ms": 600}
     )
     assert (status, body["config"]["dedup"], body["config"]["dedup_window_ms"]) == (200, "finished", 600)
-    fair = {"fair_key": "tenant", "fair_weights": {"gold": 3}, "fair_limits": {"noisy": 2}}
+    fair = {
+        "fair_key": "tenant",
+        "fair_weights": {"gold": 3},
+        "fair_limits": {"noisy": 2},
+        "fair_rates": {"noisy": 0.5},
+    }
     status, body = await gw.call("PATCH", f"/v1/queues/{q}", json=fair)
     assert status == 200, body
     assert {k: body["config"][k] for k in fair} == fair
-    status, body = await gw.call("PATCH", f"/v1/queues/{q}", json={"fair_weights": {"gold": 0}})
-    assert (status, body["error"]["code"]) == (400, "queue_config_invalid")
+    for bad, code in (
+        ({"fair_weights": {"gold": 0}}, "queue_config_invalid"),
+        ({"fair_rates": {"noisy": 0}}, "queue_config_invalid"),
+        ({"fair_rates": {"noisy": "1/s"}}, "body_invalid"),
+    ):
+        status, body = await gw.call("PATCH", f"/v1/queues/{q}", json=bad)
+        assert (status, body["error"]["code"]) == (400, code), bad
     status, body = await gw.call(
-        "PATCH", f"/v1/queues/{q}", json={"fair_key": "", "fair_weights": {}, "fair_limits": {}}
+        "PATCH",
+        f"/v1/queues/{q}",
+        json={"fair_key": "", "fair_weights": {}, "fair_limits": {}, "fair_rates": {}},
     )
     assert (status, body["config"]["fair_key"]) == (200, None), body
 

@@ -136,3 +136,46 @@ async def test_the_ring_keeps_its_order_across_claims_smaller_than_the_ring(
     assert first | second == set(tenants), "the second claim went on with the tenants the first left"
     third = [_tenant(j) for j in await engine.claim(q, 10, now_ms=t0 + 3)]
     assert sorted(third) == tenants, "a second round: each tenant once more"
+
+
+async def test_a_tenant_over_its_rate_sits_out_until_its_next_job_may_start(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """fair_rates: 2 jobs/s (a burst of 2): GCRA, exactly; the others keep the slots it may not use, and
+    the scheduler's step (promote_due) learns when the value may start again."""
+    await engine.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"noisy": 2}))
+    jobs = [job(q, id=f"n{i:02d}", meta={"tenant": "noisy"}) for i in range(30)]
+    jobs += [job(q, id=f"q{i:03d}", meta={"tenant": "quiet"}) for i in range(200)]
+    await engine.enqueue_batch(jobs, now_ms=t0)
+    first = await engine.claim(q, 8, now_ms=t0)
+    assert Counter(_tenant(j) for j in first) == {"noisy": 2, "quiet": 6}, "the burst, then it sits out"
+    assert Counter(_tenant(j) for j in await engine.claim(q, 4, now_ms=t0 + 1)) == {"quiet": 4}
+    promoted = await engine.promote_due(q, now_ms=t0 + 2)
+    assert promoted.next_run_at == t0 + 500, "the scheduler steps the queue when noisy may start again"
+    noisy = 2
+    for step in range(1, 51):  # a claim every 100 ms for 5 s: one more noisy job each 500 ms
+        claimed = await engine.claim(q, 3, now_ms=t0 + step * 100)
+        noisy += sum(_tenant(j) == "noisy" for j in claimed)
+    assert noisy == 12, "2 (burst) + 5 s x 2/s"
+
+
+async def test_the_scheduler_step_hands_a_rated_tenants_next_job_to_a_waiting_pool(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """A pool waiting for a hand-off gets the rated tenant's next job from promote_due (no poll), and
+    lifting the rate lets the tenant in at once."""
+    await engine.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"slow": 1}))
+    await engine.enqueue_batch([job(q, id=f"s{i}", meta={"tenant": "slow"}) for i in range(4)], now_ms=t0)
+    assert [j.id for j in await engine.claim(q, 5, now_ms=t0)] == ["s0"]
+    assert await engine.claim(q, 5, waiter="pool-a", wait_ms=60_000, now_ms=t0 + 1) == []
+    assert (await engine.promote_due(q, now_ms=t0 + 999)).next_run_at == t0 + 1000, "not yet"
+    assert (await engine.promote_due(q, now_ms=t0 + 1000)).next_run_at == t0 + 2000
+    handed = await engine.wait_for_handoff(q, "pool-a", 5)
+    assert [j.id for j in handed or []] == ["s1"], "woken by the scheduler's step, handed to the pool"
+    wake = QueueKeys(q).wake
+    await engine._client.delete(wake)
+    await engine.promote_due(q, now_ms=t0 + 2000)
+    assert await engine._client.llen(wake) == 1, "no pool registered: the step wakes the waiting workers"
+    assert [j.id for j in await engine.claim(q, 5, now_ms=t0 + 2000)] == ["s2"]
+    await engine.configure_queue(q, QueueConfig(fair_key="tenant"))  # the rate lifted: it enters at once
+    assert [j.id for j in await engine.claim(q, 5, now_ms=t0 + 2001)] == ["s3"]

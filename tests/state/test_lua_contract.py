@@ -29,6 +29,7 @@ FAMILIES = {
     "inbox": "inbox:<waiter>",
     "switched": "switched:<name>",
     "fair": "fair:<value>",
+    "fairtat": "fairtat:<value>",
 }
 LOCALS = {local_name(name): name for name in KEY_NAMES}
 GRAPH_LOCALS = {local_name(name): name for name in GRAPH_KEY_NAMES}
@@ -56,7 +57,7 @@ def _code(text: str) -> str:
 
 def _direct(text: str, graph: bool = False) -> tuple[set[str], set[str]]:
     """(key names, derived families) a piece of code touches itself (helpers not followed)."""
-    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked|inbox|switched|fair):", text)}
+    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked|inbox|switched|fair|fairtat):", text)}
     if re.search(r"\bjkey\(", text):
         families.add("job")
     table = GRAPH_LOCALS if graph else LOCALS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from examples.demo_app import cpu_hash
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
-from jqcore.state import Engine, JobInfo
+from jqcore.state import Engine, JobInfo, QueueConfig
 from jqcore.testsignal import enable_all
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
@@ -203,3 +204,28 @@ async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, 
         await asyncio.wait_for(done.wait(), 60)
     got = await info(engine, q, job_id)
     assert got.attempt == 2
+
+
+async def test_a_fair_values_rate_holds_across_a_running_pool(engine: Engine, prefix: str) -> None:
+    """Real clocks: a pool waiting for hand-offs, the scheduler waking the rated tenant (fair_rates 10/s,
+    a burst of 10). Its 25 jobs start no faster than the rate; the other tenant's jobs do not wait for it."""
+    q, reg = f"{prefix}.fair", Registry()
+    await engine.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"noisy": 10}))
+    starts: list[tuple[str, float]] = []
+    all_done = asyncio.Event()
+
+    @reg.job("work", queue=q)
+    async def work() -> None:
+        starts.append((current_job().meta["tenant"], time.monotonic()))
+        if len(starts) == 35:
+            all_done.set()
+
+    envs = [new_envelope(q, "work", None, meta={"tenant": "noisy"}) for _ in range(25)]
+    envs += [new_envelope(q, "work", None, meta={"tenant": "quiet"}) for _ in range(10)]
+    await engine.enqueue_batch(envs)
+    async with Pool(reg, engine, PoolConfig([q], concurrency=4)):
+        await asyncio.wait_for(all_done.wait(), 60)
+    noisy = [t for tenant, t in starts if tenant == "noisy"]
+    quiet = [t for tenant, t in starts if tenant == "quiet"]
+    assert noisy[-1] - noisy[0] >= 1.4, "10 at once, then one each 100 ms: the 25th at 1.5 s"
+    assert max(quiet) < noisy[-1], "the quiet tenant was not held behind the rated one"

@@ -7,13 +7,14 @@
 --   -- KEYS[2] ready    ZSET ...
 -- and jqcore.state.scripts declares the same names, from which the loader binds them to upper-case
 -- locals before this file: P (prefix), READY, DELAYED, RUNNING, DONE, DEAD, CONFIG, KINDS, KINDRUN,
--- FAIRRING, FAIRRUN, COUNTS, STATS, XHEAD, FENCES, WAKE, WAITERS, SCHED, EVENTS, GDONE. A helper below uses the locals its callers must
+-- FAIRRING, FAIRRUN, FAIRTIME, COUNTS, STATS, XHEAD, FENCES, WAKE, WAITERS, SCHED, EVENTS, GDONE. A helper below uses the locals its callers must
 -- declare. Graph scripts (graph_*.lua) get this file too (for NOW and the codes), then _glib.lua.
 -- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
 -- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
 --   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET, inbox:<waiter> LIST,
 --   switched:<name> ZSET (jobs a kill switch parked, score = priority),
 --   fair:<value> ZSET (a fair queue's ready jobs of one fair_key value, score = priority)
+--   fairtat:<value> STRING (a rated fair value's theoretical arrival time, ms; see fair_take)
 -- ARGV[1] = now (ms since epoch, from the caller).
 -- Return codes: the C_* constants below, mirrored by jqcore.state.codes.Code (one meaning per number);
 -- each script's "-- returns:" line names the ones it returns.
@@ -187,16 +188,19 @@ end
 -- that gets ready jobs again enters at the lowest pass in the ring (served within a round, no credit
 -- saved up while idle). FAIRRUN counts the running jobs of each value that has a fair_limits entry
 -- (from the claims after the limit was set); a value at its limit leaves the ring until one of its jobs
--- finishes. Jobs without the key share the value ''. A job's value is
+-- finishes. A value with a fair_rates entry (jobs/s) is also held to its rate (fair_take below). Jobs
+-- without the key share the value ''. A job's value is
 -- fixed when it is enqueued (field 'fair'; taken from its envelope when it has none). O(log n) a claim.
 local fair_conf = nil
 local function fairness()
   if fair_conf == nil then
     fair_conf = {key = cfg('fair_key', '')}
     if fair_conf.key ~= '' then
-      local w, l = cfg('fair_weights', ''), cfg('fair_limits', '')
+      local w, l, r = cfg('fair_weights', ''), cfg('fair_limits', ''), cfg('fair_rates', '')
       fair_conf.weights = (w ~= '') and cjson.decode(w) or {}
       fair_conf.limits = (l ~= '') and cjson.decode(l) or {}
+      fair_conf.rates = (r ~= '') and cjson.decode(r) or {}
+      fair_conf.rated = r ~= '' and r ~= '{}'
     end
   end
   return fair_conf
@@ -216,12 +220,53 @@ local function fair_full(v, fc)
   return limit ~= nil and tonumber(redis.call('HGET', FAIRRUN, v) or '0') >= tonumber(limit)
 end
 
--- Put value v in the ring (if it has ready jobs, is not there yet and not at its limit).
+-- Per-value rates (fair_rates: value -> jobs/s, a burst of one second's worth, at least 1): GCRA.
+-- fairtat:<v> holds the value's theoretical arrival time (ms; it expires when the burst is whole again).
+-- A claim that spends the burst puts the value to sleep: out of the ring, in FAIRTIME at the time its
+-- next job may start, and the scheduler is woken when that time is the earliest (it steps the queue
+-- then: promote_due's fair_wake). Claims wake due values too. A sleeping value's jobs are skipped in place.
+local function fair_asleep(v, fc)
+  if fc.rates[v] == nil then return false end
+  local at = redis.call('ZSCORE', FAIRTIME, v)
+  return at ~= false and tonumber(at) > NOW
+end
+
+local function fair_take(v, fc)
+  local rate = tonumber(fc.rates[v])
+  if rate == nil then return end
+  local t = 1000 / rate
+  local tau = (math.max(1, math.ceil(rate)) - 1) * t
+  local key = k('fairtat:' .. v)
+  local tat = math.max(tonumber(redis.call('GET', key) or '0'), NOW) + t
+  redis.call('SET', key, string.format('%.17g', tat), 'PXAT', math.ceil(tat) + 1000)  -- 1 s: clocks' slack
+  local at = tat - tau
+  if at <= NOW then return end
+  redis.call('ZREM', FAIRRING, v)
+  local first = redis.call('ZRANGE', FAIRTIME, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', FAIRTIME, at, v)
+  if #first == 0 or at < tonumber(first[2]) then wake_scheduler() end
+end
+
+-- Put value v in the ring (if it has ready jobs, is not there yet, not at its limit nor asleep).
+-- Returns true when it entered.
 local function fair_enter(v, fc)
-  if redis.call('ZSCORE', FAIRRING, v) or fair_full(v, fc) then return end
-  if redis.call('ZCARD', k('fair:' .. v)) == 0 then return end
+  if redis.call('ZSCORE', FAIRRING, v) or fair_full(v, fc) or fair_asleep(v, fc) then return false end
+  if redis.call('ZCARD', k('fair:' .. v)) == 0 then return false end
   local low = redis.call('ZRANGE', FAIRRING, 0, 0, 'WITHSCORES')
   redis.call('ZADD', FAIRRING, tonumber(low[2] or '0'), v)
+  return true
+end
+
+-- Values whose rate lets them start a job again go back into the ring. Returns how many entered.
+local function fair_wake(fc)
+  local due = redis.call('ZRANGEBYSCORE', FAIRTIME, '-inf', NOW)
+  if #due == 0 then return 0 end
+  redis.call('ZREMRANGEBYSCORE', FAIRTIME, '-inf', NOW)
+  local n = 0
+  for _, v in ipairs(due) do
+    if fc.key ~= '' and fair_enter(v, fc) then n = n + 1 end
+  end
+  return n
 end
 
 -- The ring dealt in Lua: one read of the lowest passes of up to m values (plus the next one's, a bound:
@@ -271,7 +316,7 @@ local function fair_round(fc, m, serve, more)
     elseif got then
       top[1] = top[1] + math.floor(1000000 / (tonumber(fc.weights[top[2]]) or 1))
       passes[top[2]] = top[1]
-      if not (fc.limits[top[2]] and fair_full(top[2], fc)) then heap_push(heap, top) end
+      if not (fair_full(top[2], fc) or fair_asleep(top[2], fc)) then heap_push(heap, top) end
     else
       heap_push(heap, top)
     end
@@ -446,6 +491,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
   local new_earliest = nil
   local fc = fairness()
   local fair = fc.key ~= ''
+  if fair and fc.rated then fair_wake(fc) end
 
   -- One job met on the way: claimed, or moved out of the ready set (gone, expired, switched, parked);
   -- true when it stays where it is (filtered out, or its fair value is at its limit).
@@ -458,8 +504,8 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
       return false
     end
     if matches and not matches(key) then return true end
-    if fair and f[8] and fair_full(f[8], fc) then
-      redis.call('ZREM', FAIRRING, f[8])  -- it enters again when one of its jobs finishes
+    if fair and f[8] and (fair_full(f[8], fc) or fair_asleep(f[8], fc)) then
+      redis.call('ZREM', FAIRRING, f[8])  -- it enters again when one of its jobs finishes / it wakes
       return true
     end
     from_ready(id, key)
@@ -500,6 +546,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
           redis.call('HINCRBY', FAIRRUN, f[8], 1)
           if fair_full(f[8], fc) then redis.call('ZREM', FAIRRING, f[8]) end
         end
+        if fc.rated then fair_take(f[8], fc) end
       end
       claimed = claimed + 1
       local since = math.max(tonumber(f[6]) or NOW, tonumber(f[7]) or 0)

@@ -11,12 +11,13 @@
 -- KEYS[7] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[8] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[9] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[10] counts   HASH blocked (waiting + parked jobs)
--- KEYS[11] stats    HASH lifetime counters
--- KEYS[12] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[13] wake     LIST wake tokens for waiting workers
--- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[15] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[10] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[11] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[12] stats    HASH lifetime counters
+-- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[14] wake     LIST wake tokens for waiting workers
+-- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] reason (the handler's message)
 -- returns: {C_CANCELED} canceled (now or by this same write before) | {C_STALE} stale token/attempt |

@@ -20,15 +20,16 @@
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[11] counts   HASH blocked (waiting + parked jobs)
--- KEYS[12] stats    HASH lifetime counters
--- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] wake     LIST wake tokens for waiting workers
--- KEYS[15] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[16] sched    LIST wake token for the scheduler
--- KEYS[17] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[18] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, switched:<name>, fair:<value>
+-- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[12] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[13] stats    HASH lifetime counters
+-- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[15] wake     LIST wake tokens for waiting workers
+-- KEYS[16] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
+-- KEYS[17] sched    LIST wake token for the scheduler
+-- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key)  [6] worker identity
 --       [7] wait_ms: register for hand-offs this long when the claim comes back short (0 = do not)

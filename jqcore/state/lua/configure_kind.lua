@@ -8,10 +8,11 @@
 -- KEYS[5] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[6] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[7] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[8] counts   HASH blocked (waiting + parked jobs)
--- KEYS[9] stats    HASH lifetime counters
--- KEYS[10] wake     LIST wake tokens for waiting workers
--- KEYS[11] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[8] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[9] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[10] stats    HASH lifetime counters
+-- KEYS[11] wake     LIST wake tokens for waiting workers
+-- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] kind  [3] limit ('' = none)  [4] max attempts ('' = queue default)  [5] delivery
 -- returns: number of parked jobs made pending.

@@ -7,11 +7,12 @@
 -- KEYS[5] config   HASH queue configuration
 -- KEYS[6] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[7] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[8] counts   HASH blocked (waiting + parked jobs)
--- KEYS[9] stats    HASH lifetime counters
--- KEYS[10] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[11] wake     LIST wake tokens for waiting workers
--- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[8] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[9] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[10] stats    HASH lifetime counters
+-- KEYS[11] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[12] wake     LIST wake tokens for waiting workers
+-- KEYS[13] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, fair:<value>
 -- ARGV: [1] now  [2] limit  then ids (none = the oldest dead jobs up to limit)
 -- returns: number of jobs retried.

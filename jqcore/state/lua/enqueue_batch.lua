@@ -23,16 +23,17 @@
 -- KEYS[10] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[11] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[12] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[13] counts   HASH blocked (waiting + parked jobs)
--- KEYS[14] stats    HASH lifetime counters
--- KEYS[15] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[16] fences   HASH fence source -> newest fence
--- KEYS[17] wake     LIST wake tokens for waiting workers
--- KEYS[18] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[19] sched    LIST wake token for the scheduler
--- KEYS[20] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[21] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>
+-- KEYS[13] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[14] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[15] stats    HASH lifetime counters
+-- KEYS[16] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[17] fences   HASH fence source -> newest fence
+-- KEYS[18] wake     LIST wake tokens for waiting workers
+-- KEYS[19] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
+-- KEYS[20] sched    LIST wake token for the scheduler
+-- KEYS[21] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[22] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
 --       13 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
 --       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown),

@@ -14,13 +14,14 @@
 -- KEYS[9] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[10] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[11] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[12] counts   HASH blocked (waiting + parked jobs)
--- KEYS[13] stats    HASH lifetime counters
--- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[15] wake     LIST wake tokens for waiting workers
--- KEYS[16] sched    LIST wake token for the scheduler
--- KEYS[17] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[18] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[12] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[13] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[14] stats    HASH lifetime counters
+-- KEYS[15] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[16] wake     LIST wake tokens for waiting workers
+-- KEYS[17] sched    LIST wake token for the scheduler
+-- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] error text  [6] retry delay ms  [7] permanent 0|1
 -- returns: {C_RETRY, run_at} | {C_ERRORED} attempts used up, permanent or at_most_once |

@@ -13,13 +13,14 @@
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[11] counts   HASH blocked (waiting + parked jobs)
--- KEYS[12] stats    HASH lifetime counters
--- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] wake     LIST wake tokens for waiting workers
--- KEYS[15] sched    LIST wake token for the scheduler
--- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[17] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[12] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[13] stats    HASH lifetime counters
+-- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[15] wake     LIST wake tokens for waiting workers
+-- KEYS[16] sched    LIST wake token for the scheduler
+-- KEYS[17] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[18] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
 -- returns: {C_OK, run_at} handed back | {C_ERRORED} no pool ran it for dead_after ms | {C_STALE} |

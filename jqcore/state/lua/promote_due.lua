@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 -- promote_due: delayed jobs whose run_at has come become pending (or wait behind their exclusivity
--- value). Never early: only run_at <= now. Any number of schedulers may run this at once. Jobs made
--- ready go straight to idle workers registered for hand-offs (hand_off in _lib.lua), the rest wake
--- waiting workers.
+-- value), and fair values held by their rate whose time came go back into the ring. Never early: only
+-- run_at <= now. Any number of schedulers may run this at once. Jobs made ready go straight to idle
+-- workers registered for hand-offs (hand_off in _lib.lua), the rest wake waiting workers.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
@@ -14,17 +14,19 @@
 -- KEYS[9] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[10] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[11] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[12] counts   HASH blocked (waiting + parked jobs)
--- KEYS[13] stats    HASH lifetime counters
--- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[15] wake     LIST wake tokens for waiting workers
--- KEYS[16] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[17] sched    LIST wake token for the scheduler
--- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>
+-- KEYS[12] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[13] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[14] stats    HASH lifetime counters
+-- KEYS[15] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[16] wake     LIST wake tokens for waiting workers
+-- KEYS[17] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
+-- KEYS[18] sched    LIST wake token for the scheduler
+-- KEYS[19] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[20] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] limit
--- returns: {promoted, next_run_at or -1, {now - run_at of each promoted job}}
+-- returns: {promoted, next due time or -1 (a delayed job's run_at, or when a fair value's rate lets it
+--   start a job again), {now - run_at of each promoted job}}
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local ready, late = 0, {}
 for i = 1, #due, 2 do
@@ -36,7 +38,14 @@ for i = 1, #due, 2 do
     ready = ready + admit(id, key)
   end
 end
+local fc = fairness()
+if fc.key ~= '' then ready = ready + fair_wake(fc) end  -- values their rate lets start a job again
 local handed, freed = hand_off()
 wake(ready - handed + freed)
-local nxt = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
-return {#late, tonumber(nxt[2] or '-1'), late}
+local nxt = tonumber(redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')[2] or '-1')
+local asleep = redis.call('ZRANGE', FAIRTIME, 0, 0, 'WITHSCORES')
+if #asleep > 0 then
+  local at = math.ceil(tonumber(asleep[2]))
+  if nxt < 0 or at < nxt then nxt = at end
+end
+return {#late, nxt, late}

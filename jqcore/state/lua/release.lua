@@ -12,12 +12,13 @@
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[11] counts   HASH blocked (waiting + parked jobs)
--- KEYS[12] stats    HASH lifetime counters
--- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] wake     LIST wake tokens for waiting workers
--- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[12] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[13] stats    HASH lifetime counters
+-- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[15] wake     LIST wake tokens for waiting workers
+-- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[17] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  then quadruples id, attempt, token, started (0|1).
 -- returns: one code per job: C_OK released | C_ERRORED (at_most_once) | C_STALE | C_MISSING.

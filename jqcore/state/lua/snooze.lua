@@ -8,11 +8,12 @@
 -- KEYS[6] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[7] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[8] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[9] counts   HASH blocked (waiting + parked jobs)
--- KEYS[10] stats    HASH lifetime counters
--- KEYS[11] wake     LIST wake tokens for waiting workers
--- KEYS[12] sched    LIST wake token for the scheduler
--- KEYS[13] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[9] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[10] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[11] stats    HASH lifetime counters
+-- KEYS[12] wake     LIST wake tokens for waiting workers
+-- KEYS[13] sched    LIST wake token for the scheduler
+-- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms
 -- returns: {C_OK, run_at} | {C_STALE} | {C_MISSING}.

@@ -7,10 +7,11 @@
 -- KEYS[3] config   HASH queue configuration
 -- KEYS[4] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[5] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[6] counts   HASH blocked (waiting + parked jobs)
--- KEYS[7] stats    HASH lifetime counters
--- KEYS[8] wake     LIST wake tokens for waiting workers
--- KEYS[9] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[6] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[7] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[8] stats    HASH lifetime counters
+-- KEYS[9] wake     LIST wake tokens for waiting workers
+-- KEYS[10] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, switched:<name>, fair:<value>
 -- ARGV: [1] now  [2] the queue's switches (JSON array; '' = none)  [3] switch name ('' = none to lift)
 --       [4] at most this many jobs moved back
