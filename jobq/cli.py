@@ -39,6 +39,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("gate", "gate", "gate"),
     ("relay", "relay", "relay"),
     ("scheduler", "scheduler", "scheduler"),
+    ("dispatcher", "dispatcher", "dispatcher"),
     ("status", "status", "status"),
     ("doctor", "doctor", "doctor"),
     ("web", "web", "app"),

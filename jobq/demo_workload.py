@@ -10,6 +10,7 @@ screen) is :mod:`jobq.commands.demo`."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from jqweb.overview import Sources
 
 __all__ = [
     "APP",
+    "HOOK_KIND",
+    "HOOK_QUEUE",
     "QUEUES",
     "SCHEDULED",
     "TOPICS",
@@ -47,6 +50,9 @@ ROUTES = [{"queues": "demo.*", "topic": "jobs.demo"}]
 CRON = "demo.tick"
 """The demo's cron schedule (a no-op job into demo.plain every 10 s)."""
 QUEUES = ["demo.plain", "demo.delayed", "demo.priority", "demo.exclusive", "demo.flaky", "demo.failing"]
+HOOK_QUEUE, HOOK_KIND = "demo.hooks", "demo.hook"
+"""The demo's push-dispatch kind and its queue (``jobq dispatcher`` POSTs them to ``examples.dispatch_hook``;
+no worker pool serves the queue)."""
 SCHEDULED = "demo.*,canary.*"
 """The queues the demo's schedulers keep (and whose events they ship): the demo's and the canary's, not
 whatever else lives in the stack's Redis (the test suite runs the demo on a Redis full of other queues)."""
@@ -73,6 +79,7 @@ def pipeline_env(
             "JOBQ_RELAY_SESSION_TTL_S": "10",
             "JOBQ_RELAY_LOCK_DELAY_S": "1",
             "JOBQ_HISTORY_PATH": history_path,
+            "JOBQ_CALLBACK_SECRET": secrets.token_urlsafe(24),  # the gateways' and the dispatcher's
         },
     )
 
@@ -118,12 +125,26 @@ def workload() -> list[tuple[str, dict[str, Any], str]]:
     ]
     jobs += [("demo.flaky", {"kind": "demo.flaky", "args": {"fail_times": 1}}, "completed") for _ in range(3)]
     jobs += [("demo.failing", {"kind": "demo.always_fails"}, "errored") for _ in range(3)]
+    jobs += [  # pushed to the demo's downstream: answered at once, or 202 and a callback later
+        (HOOK_QUEUE, {"kind": HOOK_KIND, "args": {"mode": mode}}, "completed")
+        for mode in ("now", "now", "now", "later", "later")
+    ]
     return jobs
 
 
-async def enqueue(gateways: list[Gateway], token: str) -> list[Job]:
-    """Configure the demo's queues and cron schedule, and enqueue :func:`workload` through ``gateways``."""
+async def enqueue(gateways: list[Gateway], token: str, hook_url: str) -> list[Job]:
+    """Configure the demo's queues, cron schedule and push-dispatch kind (POSTed to ``hook_url``), and
+    enqueue :func:`workload` through ``gateways``."""
     async with JobqClient(gateways, token, az="az-a") as client:
+        await client.request(
+            "PUT",
+            f"/v1/kinds/{HOOK_KIND}",
+            json={
+                "queues": [HOOK_QUEUE],
+                "dispatch": {"url": hook_url, "timeout_s": 5, "callback_timeout_s": 30},
+            },
+            idempotent=True,
+        )
         await client.request(
             "PATCH",
             "/v1/queues/demo.exclusive",

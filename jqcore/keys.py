@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = [
     "AUDIT_KEY",
     "CANARY_HEALTH_KEY",
+    "DISPATCH_KEY",
     "MEMBER_GROUPS_KEY",
     "WEB_SESSIONS_KEY",
     "login_failures_key",
@@ -27,6 +28,11 @@ __all__ = [
 
 CANARY_HEALTH_KEY = "jobq:canary:health"
 """Hash: ``<topic>/<partition>`` → JSON of the last canary probe (written by the canary, read by status)."""
+
+
+DISPATCH_KEY = "jobq:dispatch"
+"""Hash: kind → JSON of its push-dispatch configuration (``jqcore.dispatch``; written by the gateway's
+``PUT /v1/kinds/{kind}``, read by the dispatchers and the gateway's callbacks)."""
 
 
 PRESENCE_KEY = "jobq:presence:{role}"

@@ -29,6 +29,10 @@ __all__ = [
     "CANARY_LATENCY",
     "CANARY_SENT",
     "CONTENT_TYPE",
+    "DISPATCHED",
+    "DISPATCH_IN_FLIGHT",
+    "DISPATCH_LATENCY",
+    "DISPATCH_OUTCOMES",
     "ENQUEUE_BATCH_SIZE",
     "EVENTS_BACKLOG",
     "EVENTS_DROPPED",
@@ -284,6 +288,21 @@ CANARY_HEALTHY = Gauge(
     "jobq_canary_healthy",
     "1 when the partition's last heartbeat arrived in time, 0 when late or missing",
     ["topic", "partition"],
+)
+
+# --- push dispatcher (jqdispatch) -------------------------------------------------------------------------
+DISPATCHED = Counter("jobq_dispatch_sent_total", "Jobs POSTed to their kind's URL", ["queue", "kind"])
+DISPATCH_OUTCOMES = Counter(
+    "jobq_dispatch_outcomes_total",
+    "Dispatched attempts by outcome: succeeded (2xx), accepted (202: a callback follows), failed (4xx/5xx),"
+    " timeout, unreachable, called_back, callback_timeout, lost, unknown_kind",
+    ["queue", "kind", "outcome"],
+)
+DISPATCH_LATENCY = _latency(
+    "jobq_dispatch_latency_seconds", "Time from the POST to the downstream's answer", ["queue", "kind"]
+)
+DISPATCH_IN_FLIGHT = Gauge(
+    "jobq_dispatch_in_flight", "Jobs a dispatcher holds: POSTs under way and 202s awaiting their callback"
 )
 
 

@@ -1,12 +1,12 @@
 """One pipeline's processes, said once: the environment and the command line of every role.
 
 The demo (``jobq demo``), the benchmarks and the fault suite run the path as separate processes on a stack:
-gateways (``python -m kafkagate``), relays (``jqrelay``), schedulers (``jqsched``), worker pools
-(``jobq worker``), the canary, the dashboard (``jqweb``) and the history job (``jobq history run``). A
-:class:`PipelineEnv` holds what they share — how to reach the servers, the names the pipeline owns
-(:class:`Scope`), the gateway token, logging and any other settings — and gives each role its environment
-(on a secure stack each role its own credentials: ``servers`` is then a function of the role, the stack's
-:meth:`~jqstack.manager.Stack.client_env`);
+gateways (``python -m kafkagate``), relays (``jqrelay``), schedulers (``jqsched``), worker pools (``jobq
+worker``), push dispatchers (``jqdispatch``), the canary, the dashboard (``jqweb``) and the history job
+(``jobq history run``). A :class:`PipelineEnv` holds what they share — how to reach the servers, the names the
+pipeline owns (:class:`Scope`), the gateway token, logging and any other settings — and gives each role its
+environment (on a secure stack each role its own credentials: ``servers`` is then a function of the role, the
+stack's :meth:`~jqstack.manager.Stack.client_env`);
 :func:`service_argv`, :func:`worker_argv` and :func:`history_argv` give their command lines.
 
 It lives in ``jqstack`` because both the CLI (the demo) and ``loadtest`` (benchmarks, faults) use it, and
@@ -39,11 +39,12 @@ __all__ = [
     "worker_argv",
 ]
 
-Service = Literal["gateway", "relay", "scheduler", "canary", "web"]
+Service = Literal["gateway", "relay", "scheduler", "dispatcher", "canary", "web"]
 MODULES: dict[Service, str] = {
     "gateway": "kafkagate",
     "relay": "jqrelay",
     "scheduler": "jqsched",
+    "dispatcher": "jqdispatch",
     "canary": "canary",
     "web": "jqweb",
 }
@@ -202,6 +203,15 @@ class PipelineEnv:
         """With the checkout first on ``PYTHONPATH``: the handlers of the demo, the benchmarks and the fault
         suite live there."""
         return _on_checkout(self._env("worker"))
+
+    def dispatcher(self, queues: str, *, callback_url: str) -> dict[str, str]:
+        """A push dispatcher (the worker's credentials: it does what a pool does to jobs in Redis); the
+        callback secret (``JOBQ_CALLBACK_SECRET``) is one of the pipeline's ``settings``, the gateways'."""
+        return {
+            **self._env("worker"),
+            "JOBQ_DISPATCHER_QUEUES": queues,
+            "JOBQ_DISPATCHER_CALLBACK_URL": callback_url,
+        }
 
     def canary(self, gateways: Sequence[str], *, interval_s: float, late_after_s: float) -> dict[str, str]:
         """``gateways``: ``url@az`` each."""

@@ -242,6 +242,7 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
         "canary": canary,
         "gateways": await count_alive(client, "gate"),
         "workers": await count_alive(client, "worker"),
+        "dispatchers": await count_alive(client, "dispatcher"),
         "dashboards": await count_alive(client, "web"),
         "schedulers": await membership.groups(client),
         "memory": {"used": used, "max": cap, "ratio": round(used / cap, 4) if cap else None},

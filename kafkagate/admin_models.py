@@ -98,6 +98,9 @@ class Kind(BaseModel):
     kind: str
     defaults: KindOptions | None = Field(None, description="for every queue; null when set for some only")
     queues: dict[str, KindOptions] = Field(default_factory=dict)
+    dispatch: dict[str, Any] | None = Field(
+        None, description="push dispatch (docs/dispatcher.md), its auth value masked; null: worker pools"
+    )
 
 
 class KindList(BaseModel):
@@ -120,6 +123,7 @@ class KindConfigured(BaseModel):
     concurrency: int | None = None
     max_attempts: int | None = None
     delivery: str
+    dispatch: dict[str, Any] | None = Field(None, description="push dispatch, its auth value masked")
 
 
 class GraphAccepted(BaseModel):

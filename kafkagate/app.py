@@ -19,7 +19,7 @@ from jqcore.errors import JobqError
 from jqcore.http import TOKEN_NAME, HttpError, error_middleware, json_response
 from jqcore.settings import load
 from jqcore.tokens import TokenSettings, TokenSource
-from kafkagate import claims, cron, graphs, history, jobs, queues, running, switches
+from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, running, switches
 from kafkagate import models as m
 from kafkagate.api import Api
 from kafkagate.audit import audit_middleware
@@ -97,6 +97,7 @@ TABLES: tuple[Api, ...] = (
     queues.routes,
     claims.routes,
     running.routes,
+    callbacks.routes,
     cron.routes,
     history.routes,
     graphs.routes,

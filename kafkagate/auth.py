@@ -35,6 +35,9 @@ __all__ = [
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+SIGNED_PREFIXES = ("/v1/callbacks/",)
+"""Routes that authenticate with their own signed token instead (dispatch callbacks,
+:mod:`kafkagate.callbacks`)."""
 
 TOKEN = web.RequestKey("token", Token)
 """The token a request was authenticated with."""
@@ -109,7 +112,9 @@ def auth_middleware(source: TokenSource, mounted: Sequence[str] = ()) -> Middlew
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS or (prefixes and request.path.startswith(prefixes)):
+        if request.path in OPEN_PATHS or request.path.startswith(SIGNED_PREFIXES):
+            return await handler(request)
+        if prefixes and request.path.startswith(prefixes):
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")

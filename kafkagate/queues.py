@@ -9,6 +9,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from jqcore.dispatch import DispatchConfig, load_configs
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.http import HttpError, json_response
@@ -81,6 +82,9 @@ class KindBody(BaseModel):
     concurrency: int | None = Field(None, ge=1)
     max_attempts: int | None = Field(None, ge=1, le=1000)
     delivery: Literal["at_least_once", "at_most_once"] = "at_least_once"
+    dispatch: DispatchConfig | None = None
+    """Push mode: ``jobq dispatcher`` POSTs each job of this kind to a URL (``docs/dispatcher.md``).
+    Omitted: the kind's jobs are for worker pools (a PUT replaces the whole type, dispatch included)."""
 
 
 class DeadBody(BaseModel):
@@ -295,13 +299,18 @@ async def put_kind(request: web.Request) -> web.Response:
             delivery=body.delivery,
         )
     )
-    return json_response({"kind": kind, **body.model_dump()})
+    await engine_call(gate.engine.set_dispatch(kind, body.dispatch.stored() if body.dispatch else None))
+    shown = body.dispatch.public() if body.dispatch else None
+    return json_response({"kind": kind, **body.model_dump(exclude={"dispatch"}), "dispatch": shown})
 
 
 async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     gate = request.app[GATE]
     queues = visible(request, await engine_call(gate.engine.queues()))
     found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
+    pushed = load_configs(await engine_call(gate.engine.dispatch_configs()))
+    for kind, entry in found.items():
+        entry["dispatch"] = pushed[kind].public() if kind in pushed else None
     return found
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.envelope import MAX_ENVELOPE_BYTES
@@ -71,6 +71,9 @@ class GateSettings(BaseSettings):
     queue_config_ttl_s: float = Field(5.0, ge=0)
     """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
     without an exclusivity value); 0 reads it on every enqueue."""
+    callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
+    """The HMAC secret of dispatch callback tokens, shared with the dispatchers (``jobq dispatcher``,
+    ``docs/dispatcher.md``); unset: ``POST /v1/callbacks/...`` is refused (403 ``callbacks_off``)."""
 
     @model_validator(mode="after")
     def _fixed_port_when_shared(self) -> GateSettings:

@@ -1,12 +1,12 @@
 """``jobq demo``: the README's first command — the whole pipeline on this machine, with a demo workload.
 
-It starts (and caches) Kafka, Consul and Redis, creates the topics, then runs as separate processes
-2 gateways (AZ labels az-a and az-b), 2 relays, 2 schedulers (which also ship the lifecycle events to
-Kafka), the history pipeline (``jobq history run``, PySpark), the dashboard, a worker pool with the example
-handlers and the heartbeat canary; it enqueues a demo workload over HTTP (:mod:`jobq.demo_workload`) and
-shows it flowing with the status screen. On a secure stack (``--stack`` of one made with ``jobq stack up
---secure``) every process gets its own role's credentials (``Stack.client_env``) and the gateways, canary
-and dashboard the stack's own tokens.
+It starts (and caches) Kafka, Consul and Redis, creates the topics, then runs as separate processes 2 gateways
+(AZ labels az-a and az-b), 2 relays, 2 schedulers (which also ship the lifecycle events to Kafka), the history
+pipeline (``jobq history run``, PySpark), the dashboard, a worker pool with the example handlers, a push
+dispatcher with its example downstream (``examples.dispatch_hook``) and the heartbeat canary; it enqueues a
+demo workload over HTTP (:mod:`jobq.demo_workload`) and shows it flowing with the status screen. On a secure
+stack (``--stack`` of one made with ``jobq stack up --secure``) every process gets its own role's credentials
+(``Stack.client_env``) and the gateways, canary and dashboard the stack's own tokens.
 Ctrl-C stops every process cleanly (workers release what they run; nothing accepted is lost). ``--once``
 exits 0 as soon as every demo job reached its expected state, and the history shows each in that state
 (1 otherwise, after ``--timeout``): ``jobq history JOB_ID`` then tells any demo job's story.
@@ -50,7 +50,7 @@ from jqstack.manager import Stack
 from jqstack.paths import home, repo_root
 from jqstack.pipeline import PipelineEnv, history_argv, service_argv, worker_argv
 from jqstack.procs import free_port
-from jqstack.supervise import Child, Children, http_ok
+from jqstack.supervise import Child, Children, http_ok, python_m
 from jqweb.overview import Sources
 
 __all__ = ["demo"]
@@ -91,6 +91,8 @@ class Running:
     gateways: list[tuple[Gateway, Child]]
     web: Child
     web_port: int
+    hook_url: str
+    """The push-dispatch kind's downstream (``examples.dispatch_hook``)."""
 
     def wait_ready(self) -> None:
         for gateway, gate in self.gateways:  # fails at once if a gateway exits
@@ -116,9 +118,13 @@ def _start(procs: Processes, spec: PipelineEnv) -> Running:
     serve = ",".join([*workload.QUEUES, *(f"canary.{t}" for t in workload.TOPICS)])
     worker = worker_argv(serve, app=workload.APP, concurrency=20, grace_s=5)
     procs.run("worker", worker, spec.worker())
+    hook_port = free_port()  # the dispatcher POSTs demo.hook jobs there; it calls back through a gateway
+    procs.run("hook", python_m("examples.dispatch_hook", "--port", str(hook_port)), spec.worker())
+    callbacks = spec.dispatcher(workload.HOOK_QUEUE, callback_url=gateways[0][0].url)
+    procs.run("dispatcher", service_argv("dispatcher"), callbacks)
     urls = [f"{g.url}@{g.az}" for g, _ in gateways]
     procs.run("canary", service_argv("canary"), spec.canary(urls, interval_s=10, late_after_s=20))
-    return Running(gateways, web, web_port)
+    return Running(gateways, web, web_port, f"http://127.0.0.1:{hook_port}/hook")
 
 
 def _stack_up(console: Console, stack_name: str) -> Stack:
@@ -179,7 +185,7 @@ def demo(
             f"[bold]dashboard:[/] http://127.0.0.1:{running.web_port}/  ({_sign_in(tokens, stack_name)})"
         )
         gateways = [g for g, _ in running.gateways]
-        jobs = asyncio.run(workload.enqueue(gateways, tokens.gate))
+        jobs = asyncio.run(workload.enqueue(gateways, tokens.gate, running.hook_url))
         _write_atomic(folder / "jobs.json", orjson.dumps(jobs))
         console.print(f"enqueued {len(jobs)} demo jobs over HTTP (202 = in Kafka)")
         follow = _Follow(console, procs, gateways, tokens.gate, jobs, workload.sources(spec))

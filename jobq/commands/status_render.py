@@ -218,8 +218,8 @@ def _redis(redis: Any, width: int) -> list[RenderableType]:
     if not (isinstance(redis, dict) and "queues" in redis):
         return [f"[red]Redis unreachable:[/] {escape(str(redis))}"]
     seen = (
-        f"gateways: {len(redis['gateways'])}   worker pools: {len(redis['workers'])}   "
-        f"dashboards: {len(redis.get('dashboards', []))}"
+        f"gateways: {len(redis['gateways'])}   worker pools: {len(redis['workers'])}   dispatchers: "
+        f"{len(redis.get('dispatchers', []))}   dashboards: {len(redis.get('dashboards', []))}"
     )
     parts: list[RenderableType] = [
         fit("Queues (Redis)", QUEUE_COLS, [queue_cells(q) for q in redis["queues"]], width),

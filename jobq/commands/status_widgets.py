@@ -127,7 +127,8 @@ def alerts_text(found: Sequence[Alert], error: str | None = None) -> Text:
 
 
 def services_text(redis: Any) -> Text:
-    """Gateways, worker pools, scheduler groups alive and Redis memory (as the dashboard's hint line)."""
+    """Gateways, worker pools, dispatchers, scheduler groups alive and Redis memory (as the dashboard's
+    hint line)."""
     if not isinstance(redis, dict) or "queues" not in redis:
         error = redis.get("error") if isinstance(redis, dict) else redis
         return Text.assemble(("Redis unreadable: ", "bold red"), str(error))
@@ -142,6 +143,8 @@ def services_text(redis: Any) -> Text:
         str(len(redis.get("gateways") or [])),
         ("  ·  worker pools ", "dim"),
         str(len(redis.get("workers") or [])),
+        ("  ·  dispatchers ", "dim"),
+        str(len(redis.get("dispatchers") or [])),
         ("  ·  scheduler groups ", "dim"),
         (str(len(schedulers)), "" if schedulers else "bold red"),
         f" ({instances} instances)",

@@ -1,15 +1,21 @@
 """What the services keep in the engine's Redis beside the queues: stage counters, idempotency keys,
-presence heartbeats, the far tier's scan markers. Small helpers, so that no service needs the engine's
+presence heartbeats, the far tier's scan markers, the push-dispatch configurations (and the leases a
+dispatcher watches). Small helpers, so that no service needs the engine's
 raw client (the keys themselves are named in :mod:`jqcore.keys`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import orjson
+
 from jqcore import stages
+from jqcore.keys import DISPATCH_KEY
 from jqcore.presence import Presence
-from jqcore.state.core import EngineCore
-from jqcore.state.keys import far_scanned_key, far_scanning_key, idempotency_key
+from jqcore.state import codes
+from jqcore.state.core import EngineCore, _s
+from jqcore.state.keys import QueueKeys, far_scanned_key, far_scanning_key, idempotency_key
+from jqcore.state.models import JobLease
 
 __all__ = ["BesideQueues"]
 
@@ -62,6 +68,55 @@ class BesideQueues(EngineCore):
         await pipe.execute()
         return all(mark is not None for mark in began)
 
+    async def set_dispatch(self, kind: str, stored: str | None) -> None:
+        """Store a kind's push-dispatch configuration (``jqcore.dispatch.DispatchConfig.stored``); None
+        removes it (the kind's jobs are for worker pools again)."""
+        async with codes.redis_errors("dispatch"):
+            if stored is None:
+                await self._client.hdel(DISPATCH_KEY, kind)
+            else:
+                await self._client.hset(DISPATCH_KEY, kind, stored)
+
+    async def dispatch_configs(self) -> dict[str, str]:
+        """Every stored push-dispatch configuration: kind → its JSON."""
+        async with codes.redis_errors("dispatch"):
+            raw = await self._client.hgetall(DISPATCH_KEY)
+        return {_s(k): _s(v) for k, v in raw.items()}
+
+    async def leases(self, queue: str, ids: Sequence[str]) -> list[JobLease | None]:
+        """Each job's state, attempt, kind and lease token (None: no such job), one pipelined round trip.
+        A job not running has the token its current attempt wrote its outcome with ('' if none): a write
+        sent again with it is answered as the first time (the scripts' idempotent retries)."""
+        if not ids:
+            return []
+        keys = QueueKeys(queue)
+        pipe = self._client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(keys.job(job_id), "state", "attempt", "token", "kind", "history")
+        async with codes.redis_errors("leases"):
+            rows = await pipe.execute()
+        out: list[JobLease | None] = []
+        for state, attempt, token, kind, history in rows:
+            if state is None:
+                out.append(None)
+                continue
+            n = int(attempt or 0)
+            owner = _s(token) if token else _written_by(history, n)
+            out.append(JobLease(_s(state), n, owner, _s(kind or b"")))
+        return out
+
     async def aclose(self) -> None:
         """Close the engine's Redis client (a process that made the engine for itself)."""
         await self._client.aclose()
+
+
+def _written_by(history: bytes | str | None, attempt: int) -> str:
+    """The lease token attempt ``attempt`` wrote its outcome with, from the job's history ('' if none)."""
+    try:
+        entries = orjson.loads(history or b"[]")
+    except orjson.JSONDecodeError:
+        return ""
+    for entry in reversed(entries if isinstance(entries, list) else []):
+        if isinstance(entry, dict) and entry.get("attempt") == attempt and entry.get("token"):
+            return str(entry["token"])
+    return ""

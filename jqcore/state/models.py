@@ -270,3 +270,14 @@ class QueueConfig:
         out["fair_weights"], out["fair_limits"] = dict(self.fair_weights), dict(self.fair_limits)
         out["fair_rates"] = dict(self.fair_rates)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobLease:
+    """Who may write a job's outcome now: its state, its current attempt and that attempt's lease token
+    (a push dispatcher watches these; the gateway fences a dispatch callback with them)."""
+
+    state: str
+    attempt: int
+    token: str
+    kind: str

@@ -246,6 +246,21 @@ def test_probes_pdbs_and_drains(production: list[dict[str, Any]]) -> None:
     assert worker["terminationGracePeriodSeconds"] > timeout
     gateway = deployments["jobq-gateway"]["spec"]["template"]["spec"]
     assert gateway["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
+    dispatcher = deployments["jobq-dispatcher"]["spec"]["template"]["spec"]
+    assert dispatcher["containers"][0]["args"] == ["dispatcher", "--queues", "hooks,webhooks"]
+    assert dispatcher["terminationGracePeriodSeconds"] > float(
+        plain_env(dispatcher["containers"][0])["JOBQ_DISPATCHER_GRACE_S"]
+    )
+    secrets = {  # the dispatcher signs callback tokens with the secret the gateways check them with
+        name: next(
+            e["valueFrom"]["secretKeyRef"]["key"] for e in d["containers"][0]["env"] if e["name"] == var
+        )
+        for name, d, var in (
+            ("gateway", gateway, "JOBQ_CALLBACK_SECRET"),
+            ("dispatcher", dispatcher, "JOBQ_CALLBACK_SECRET"),
+        )
+    }
+    assert secrets == {"gateway": "callback-secret", "dispatcher": "callback-secret"}
 
 
 def test_workers_scale_on_the_depth_of_every_queue_they_serve(production: list[dict[str, Any]]) -> None:
@@ -273,8 +288,17 @@ def test_network_policies_admit_only_what_is_asked(production: list[dict[str, An
         p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: p
         for p in of_kind(production, "NetworkPolicy").values()
     }
-    assert set(policies) == {"gateway", "web", "relay", "scheduler", "worker", "canary", "history"}
+    assert set(policies) == {
+        "gateway",
+        "web",
+        "relay",
+        "scheduler",
+        "worker",
+        "dispatcher",
+        "canary",
+        "history",
+    }
     assert policies["history"]["spec"]["ingress"] == []
-    for component in ("relay", "scheduler", "worker", "canary"):
+    for component in ("relay", "scheduler", "worker", "dispatcher", "canary"):
         (rule,) = policies[component]["spec"]["ingress"]
         assert rule["ports"] == [{"port": "metrics"}], component

@@ -62,13 +62,15 @@ DEMO_MODULES = (
     ("jqrelay",),
     ("jqsched",),
     ("jobq", "worker"),
+    ("jqdispatch",),
+    ("examples.dispatch_hook",),
     ("jobq", "history"),
     ("canary",),
     ("jqweb",),
 )
 """What the demo's child processes run: ``python -m <module>``, the worker ``python -m jobq worker``, the
 history ``python -m jobq history run``, the dashboard ``python -m jqweb`` (left out before: an aborted demo
-in CI left its dashboard running)."""
+in CI left its dashboard running), the dispatcher and its example downstream."""
 
 
 def _strays(pids: dict[str, int]) -> list[str]:
@@ -135,7 +137,8 @@ async def test_interrupted_demo_leaves_no_process_and_the_restart_finishes_its_j
     assert code == 0, out
     assert "had to kill" not in out, out
     pids: dict[str, int] = orjson.loads((first_dir / "pids.json").read_bytes())
-    assert len(pids) == 10, pids  # 2 gateways, 2 relays, 2 schedulers, history, worker, canary, dashboard
+    # 2 gateways, 2 relays, 2 schedulers, history, worker, canary, dashboard, dispatcher and its downstream
+    assert len(pids) == 12, pids
     assert not _strays(pids), f"stray processes: {_strays(pids)} of {pids}"
     jobs: list[list[str]] = orjson.loads(raw_jobs)
 

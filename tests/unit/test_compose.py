@@ -106,8 +106,10 @@ SHELL_TOKENS = {
     "JOBQ_CANARY_TOKEN": "canary-0e4d8b1f9a6c2357",
     "JOBQ_WEB_ADMIN_TOKENS": "admin:5b2e8c1d7f0a4936",
     "JOBQ_WEB_READ_TOKENS": "viewer:9c4a1e7b3d2f8065",
+    "JOBQ_CALLBACK_SECRET": "3e9d0c7a5b1f4862a0c4",
 }
-"""What the operator exports before ``docker compose up`` (the file's header): the tokens have no defaults."""
+"""What the operator exports before ``docker compose up`` (the file's header): the tokens and the callback
+secret have no defaults."""
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +132,7 @@ def test_tokens_must_be_set_and_have_no_defaults() -> None:
         for line in text.splitlines()
         if not line.lstrip().startswith("#")  # the header's example exports are no substitutions
         for m in _VAR.finditer(line)
-        if not m.group(1) and "TOKEN" in (m.group(2) or m.group(5))
+        if not m.group(1) and any(w in (m.group(2) or m.group(5)) for w in ("TOKEN", "SECRET"))
     ]
     assert {m.group(2) or m.group(5) for m in uses} == set(SHELL_TOKENS)
     for m in uses:

@@ -28,6 +28,8 @@ from jqcore.settings import (
     TraceSettings,
 )
 from jqcore.state import Engine
+from jqdispatch.service import Dispatcher
+from jqdispatch.settings import DispatcherSettings
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqsched.service import SchedulerService
@@ -80,6 +82,11 @@ def pool() -> Pool:
     return Pool(Registry(), Engine(connect(REDIS)), PoolConfig(["never.used"]))
 
 
+def dispatcher() -> Dispatcher:
+    settings = DispatcherSettings(queues=["never.used"], callback_secret="s")
+    return Dispatcher(Engine(connect(REDIS)), settings)
+
+
 def canary() -> Canary:
     client = JobqClient([Gateway(f"http://{NOWHERE}")], "t")
     return Canary(client, connect(REDIS), {"never.used": [0]})
@@ -94,7 +101,7 @@ async def no_leaks() -> AsyncIterator[None]:
     assert asyncio.all_tasks() == {asyncio.current_task()}, "a task was left running"
 
 
-@pytest.mark.parametrize("make", [gate, relay, scheduler, web, pool, canary])
+@pytest.mark.parametrize("make", [gate, relay, scheduler, web, pool, dispatcher, canary])
 async def test_stopping_a_service_never_started_is_a_no_op(
     make: Callable[[], Service], no_leaks: None
 ) -> None:

@@ -191,6 +191,9 @@ def test_the_demo_gives_each_process_its_own_roles_credentials(
         assert "CONSUL_HTTP_TOKEN" not in env
         assert env["JOBQ_KAFKA_REPLICATION"] == "1"
         assert env["JOBQ_GATE_TOKENS"] == tokens.gate == files.secret("gate")
+    dispatcher = spec.dispatcher(demo_workload.HOOK_QUEUE, callback_url="http://127.0.0.1:8000")
+    assert dispatcher["JOBQ_REDIS_USERNAME"] == "worker"  # it does to jobs in Redis what a pool does
+    assert dispatcher["JOBQ_CALLBACK_SECRET"] == envs["gateway"]["JOBQ_CALLBACK_SECRET"]  # signs / checks
     sources = demo_workload.sources(spec)  # the demo's own reads: admin, with this process's env ignored
     assert (sources.kafka.sasl_username, sources.redis.username) == ("admin", "admin")
     assert sources.kafka.sasl_password is not None

@@ -1,0 +1,128 @@
+"""One POST of one attempt to its kind's URL, and what the answer means (``docs/dispatcher.md``).
+
+The body is JSON: the job (``id``, ``queue``, ``kind``, ``args``, ``meta``, ``attempt``, ``max_attempts``,
+``enqueued_at``) and ``callback`` (``token``, ``expires_at_ms``, ``complete_url``, ``fail_url``). Headers:
+``Idempotency-Key: <id>:<attempt>``, ``X-Jobq-Attempt`` and the kind's auth header. The answer: 202 → the
+downstream calls back; any other 2xx → done (a JSON body of at most 64 KiB is kept as the result); any
+other status (a redirect too: it is not followed), a timeout or no connection → a failed attempt. The
+auth value is never logged.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+
+from jqcore import metrics
+from jqcore.dispatch import CALLBACK_GRACE_MS, DispatchConfig, sign_callback
+from jqcore.state import ClaimedJob
+
+__all__ = ["MAX_RESULT_BYTES", "Answer", "post_job"]
+
+MAX_RESULT_BYTES = 65_536
+ERROR_BODY_CHARS = 500
+"""How much of a refusing answer's body is kept in the job's error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    outcome: Literal["succeeded", "accepted", "failed", "timeout", "unreachable"]
+    status: int | None = None
+    result: bytes | None = None
+    error: str | None = None
+
+
+def job_body(
+    job: ClaimedJob, config: DispatchConfig, secret: str, callback_url: str, now_ms: int
+) -> dict[str, Any]:
+    env = job.envelope
+    expires = now_ms + int((config.timeout_s + config.callback_timeout_s) * 1000) + CALLBACK_GRACE_MS
+    base = f"{callback_url.rstrip('/')}/v1/callbacks/{job.queue}/jobs/{env.id}"
+    return {
+        "id": env.id,
+        "queue": job.queue,
+        "kind": env.kind,
+        "args": env.args,
+        "meta": dict(env.meta),
+        "attempt": job.attempt,
+        "max_attempts": env.max_attempts,
+        "enqueued_at": env.enqueued_at,
+        "callback": {
+            "token": sign_callback(secret, job.queue, env.id, job.attempt, expires),
+            "expires_at_ms": expires,
+            "complete_url": f"{base}/complete",
+            "fail_url": f"{base}/fail",
+        },
+    }
+
+
+async def post_job(
+    http: aiohttp.ClientSession, job: ClaimedJob, config: DispatchConfig, body: dict[str, Any]
+) -> Answer:
+    """POST the attempt and classify the answer (never raises for the downstream's faults)."""
+    headers = {
+        "Content-Type": "application/json",
+        "Idempotency-Key": f"{job.envelope.id}:{job.attempt}",
+        "X-Jobq-Attempt": str(job.attempt),
+    }
+    if config.auth is not None:
+        value = config.auth.resolve()
+        if value is None:
+            error = f"auth: ${config.auth.env} is not set in the dispatcher's environment"
+            metrics.child(metrics.DISPATCH_OUTCOMES, job.queue, job.envelope.kind, "failed").inc()
+            return Answer("failed", error=error)
+        headers[config.auth.header] = value
+    metrics.child(metrics.DISPATCHED, job.queue, job.envelope.kind).inc()
+    started = time.perf_counter()
+    try:
+        timeout = aiohttp.ClientTimeout(total=config.timeout_s)
+        data = orjson.dumps(body)
+        post = http.post(str(config.url), data=data, headers=headers, timeout=timeout, allow_redirects=False)
+        async with post as resp:
+            answer = _classify(resp.status, await _read_capped(resp, MAX_RESULT_BYTES + 1))
+    except TimeoutError:
+        answer = Answer("timeout", error=f"timeout: no answer within {config.timeout_s} s")
+    except aiohttp.ClientError as exc:
+        answer = Answer("unreachable", error=f"unreachable: {type(exc).__name__}: {exc}")
+    finally:
+        metrics.child(metrics.DISPATCH_LATENCY, job.queue, job.envelope.kind).observe(
+            time.perf_counter() - started
+        )
+    metrics.child(metrics.DISPATCH_OUTCOMES, job.queue, job.envelope.kind, answer.outcome).inc()
+    return answer
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, or its first ``limit``-odd bytes when it is longer (enough to tell it is too long)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(16_384):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)
+
+
+def _classify(status: int, data: bytes) -> Answer:
+    if status == 202:
+        return Answer("accepted", status)
+    if 200 <= status < 300:
+        return Answer("succeeded", status, result=_result(data))
+    text = data[:ERROR_BODY_CHARS].decode("utf-8", "replace")
+    return Answer("failed", status, error=f"HTTP {status}: {text}" if text else f"HTTP {status}")
+
+
+def _result(data: bytes) -> bytes | None:
+    """A JSON body of at most :data:`MAX_RESULT_BYTES` is the result; anything else is none."""
+    if not data or len(data) > MAX_RESULT_BYTES:
+        return None
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return data

@@ -1,0 +1,61 @@
+"""The dispatcher's settings (``JOBQ_DISPATCHER_*``; the ``jobq dispatcher`` options override them)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jqcore.settings import CommaList
+
+__all__ = ["DispatcherSettings"]
+
+
+class DispatcherSettings(BaseSettings):
+    """The push dispatcher (``jqdispatch``, ``jobq dispatcher``, ``docs/dispatcher.md``): which queues it
+    claims from, how many jobs it holds at once, where downstreams call back."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_DISPATCHER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
+
+    queues: CommaList
+    """Queues this dispatcher claims from (comma-separated): queues of dispatch kinds only (a job of
+    another kind is handed back for a worker pool)."""
+    concurrency: int = Field(100, ge=1, le=100_000)
+    """Jobs held at once: POSTs under way and 202s awaiting their callback (a kind's own limit is its
+    ``concurrency``, enforced across every claimer)."""
+    callback_url: str = Field("http://127.0.0.1:28080", pattern=r"^https?://")
+    """The gateway's base URL as the downstreams reach it: each job carries its callback URLs under it."""
+    callback_secret: SecretStr = Field(validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
+    """The HMAC secret of callback tokens (``JOBQ_CALLBACK_SECRET``, the gateways' too)."""
+    lease_ms: int = Field(30_000, ge=1000)
+    """Lease per claim (ms), renewed every third of it while a POST runs or a callback is awaited."""
+    refresh_s: float = Field(2.0, gt=0)
+    """Seconds between two reads of the dispatch kinds' configurations (a PUT takes effect within)."""
+    callback_check_s: float = Field(0.5, gt=0)
+    """Seconds between two looks at the jobs awaiting a callback (done by their callback, or overdue)."""
+    unknown_kind_retry_s: float = Field(5.0, ge=0)
+    """Seconds before a job of a kind without dispatch configuration is claimable again (by a pool)."""
+    unknown_kind_dead_after_s: float = Field(3600.0, ge=0)
+    """Seconds with nobody running a kind before its jobs are dead-lettered."""
+    idle_wait_s: float = Field(5.0, gt=0)
+    """Longest blocking wait for new work before claiming again."""
+    grace_s: float = Field(30.0, ge=0)
+    """Seconds POSTs under way get to finish on SIGTERM; then they and the awaited jobs are released."""
+    metrics_port: int | None = Field(None, ge=1, le=65_535)
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+
+    @field_validator("queues")
+    @classmethod
+    def _some_queue(cls, value: list[str]) -> list[str]:
+        names = [q.strip() for q in value if q.strip()]
+        if not names:
+            raise ValueError("names no queue (expected q1,q2,...)")
+        return names
+
+    @field_validator("callback_secret")
+    @classmethod
+    def _secret_set(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("is empty: set JOBQ_CALLBACK_SECRET, the gateways' callback secret")
+        return value

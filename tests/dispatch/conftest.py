@@ -1,0 +1,135 @@
+"""The push dispatcher's fixtures: HTTP → gateway → Kafka → relay → Redis → dispatcher → a real aiohttp
+downstream started here, which calls back through the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from jqcore.client import JobqClient
+from jqcore.routing import Route, RoutingSettings
+from jqcore.state import Engine
+from jqcore.testsignal import enable_all
+from jqdispatch.service import Dispatcher, DispatcherSignals
+from jqdispatch.settings import DispatcherSettings
+from jqrelay.main import RelayService
+from kafkagate.main import GateService
+
+SECRET = "test-callback-secret-0123456789"
+
+Behaviour = Callable[[dict[str, Any]], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Downstream:
+    """A real HTTP server: each POSTed job is answered by ``behave[kind]`` and recorded."""
+
+    url: str = ""
+    behave: dict[str, Behaviour] = field(default_factory=dict)
+    received: list[tuple[dict[str, Any], dict[str, str]]] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        job = await request.json()
+        self.received.append((job, dict(request.headers)))
+        self.arrived.set()
+        return await self.behave[job["kind"]](job)
+
+    def posts(self, job_id: str) -> list[dict[str, Any]]:
+        return [j for j, _ in self.received if j["id"] == job_id]
+
+
+@dataclass
+class Pipeline:
+    """HTTP → gateway (callbacks on, :data:`SECRET`) → Kafka → relay → Redis for ``queue``, a scheduler."""
+
+    queue: str
+    client: JobqClient
+    http: aiohttp.ClientSession
+    gate_url: str
+    engine: Engine
+
+    async def call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        async with self.http.request(method, self.gate_url + path, **kw) as resp:
+            return resp.status, await resp.json()
+
+
+@dataclass
+class Rig(Pipeline):
+    """The pipeline with a real downstream and an in-process dispatcher."""
+
+    downstream: Downstream = field(default_factory=Downstream)
+    dispatcher: Dispatcher | None = None
+
+    @property
+    def signals(self) -> DispatcherSignals:
+        assert self.dispatcher is not None
+        return self.dispatcher.signals
+
+    async def refresh(self) -> None:
+        """Make the dispatcher read the kinds just configured (else within its refresh_s)."""
+        assert self.dispatcher is not None
+        await self.dispatcher.refresh()
+
+
+@pytest.fixture
+async def downstream() -> AsyncIterator[Downstream]:
+    found = Downstream()
+    app = web.Application()
+    app.router.add_post("/hook", found.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    found.url = f"http://127.0.0.1:{port}/hook"
+    try:
+        yield found
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def pipeline(
+    prefix: str,
+    engine: Engine,
+    scheduler: Any,  # promotes the retries
+    make_topic: Callable[..., str],
+    make_gate: Callable[..., GateService],
+    make_relay: Callable[..., RelayService],
+    token: str,
+) -> AsyncIterator[Pipeline]:
+    topic = make_topic("jobs", partitions=1)
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
+    async with (
+        make_gate(routing, callback_secret=SECRET) as gate,
+        make_relay(topic),
+        JobqClient([gate.url], token) as client,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
+    ):
+        yield Pipeline(f"{prefix}.hooks", client, http, gate.url, engine)
+
+
+@pytest.fixture
+async def rig(pipeline: Pipeline, downstream: Downstream) -> AsyncIterator[Rig]:
+    settings = DispatcherSettings(
+        queues=[pipeline.queue],
+        concurrency=10,
+        callback_url=pipeline.gate_url,
+        callback_secret=SECRET,
+        lease_ms=3000,
+        refresh_s=0.2,
+        callback_check_s=0.1,
+        idle_wait_s=1.0,
+        grace_s=1.0,
+    )
+    dispatcher = Dispatcher(pipeline.engine, settings)
+    enable_all(dispatcher.signals)
+    async with dispatcher:
+        yield Rig(**vars(pipeline), downstream=downstream, dispatcher=dispatcher)
