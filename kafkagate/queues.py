@@ -77,6 +77,10 @@ class KindBody(BaseModel):
     concurrency: int | None = Field(None, ge=1)
     max_attempts: int | None = Field(None, ge=1, le=1000)
     delivery: Literal["at_least_once", "at_most_once"] = "at_least_once"
+    priority: int | None = Field(None, ge=-(2**53), le=2**53)
+    """The priority of its jobs enqueued without one (lower runs first; the default is the enqueue time)."""
+    ignore_result: bool = False
+    """Drop its jobs' results (kept neither in Redis nor in the history)."""
 
 
 class DeadBody(BaseModel):
@@ -234,6 +238,8 @@ async def put_kind(request: web.Request) -> web.Response:
             concurrency=body.concurrency,
             max_attempts=body.max_attempts,
             delivery=body.delivery,
+            priority=body.priority,
+            ignore_result=body.ignore_result,
         )
     )
     return json_response({"kind": kind, **body.model_dump()})

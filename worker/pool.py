@@ -41,10 +41,11 @@ from jqcore.log import get_logger
 from jqcore.presence import process_name
 from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease, check_code
 from jqcore.testsignal import TestSignal
-from worker.execute import Outcome, run_handler
+from worker.execute import run_handler
 from worker.hooks import WorkerContext, run_shutdown, run_startup
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
+from worker.writeback import reports, write_back
 
 __all__ = ["Pool", "PoolConfig", "PoolSignals"]
 
@@ -165,13 +166,21 @@ class Pool(Service):
 
     async def _register_kinds(self) -> None:
         for spec in self.registry.kinds(set(self.config.queues)):
-            if spec.concurrency or spec.max_attempts or spec.delivery != "at_least_once":
+            if (
+                spec.concurrency
+                or spec.max_attempts
+                or spec.delivery != "at_least_once"
+                or spec.priority is not None
+                or spec.ignore_result
+            ):
                 await self.engine.configure_kind(
                     spec.kind,
                     queues=[spec.queue],
                     concurrency=spec.concurrency,
                     max_attempts=spec.max_attempts,
                     delivery=spec.delivery,
+                    priority=spec.priority,
+                    ignore_result=spec.ignore_result,
                 )
 
     async def _stop(self) -> None:
@@ -335,8 +344,9 @@ class Pool(Service):
             outcome = await run_handler(self.registry, job, self._executor, inputs, self.context)
             if not run.abandoned:
                 run.writing = True
-                await self._write_back(job, outcome)
-                if graph:
+                unknown = (self.config.unknown_kind_retry_ms, self.config.unknown_kind_dead_after_ms)
+                await write_back(self.engine, self.registry, job, outcome, self._complete, unknown)
+                if reports(job):
                     await self._report(job)
                 if self.signals.finished.enabled:  # nothing built per job unless a test listens
                     self.signals.finished.signal((job.id, outcome.label))
@@ -352,39 +362,16 @@ class Pool(Service):
             self._slot_freed.set()
             metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).dec()
 
-    async def _write_back(self, job: ClaimedJob, outcome: Outcome) -> None:
-        owner = (job.id, job.attempt, job.token)
-        kind, queue = job.envelope.kind, job.queue
-        metrics.child(metrics.JOBS_FINISHED, queue, kind, outcome.label).inc()
-        if outcome.kind == "success":
-            await self._complete(job, outcome.result)
-        elif outcome.kind == "snooze":
-            await self.engine.snooze(queue, owner, outcome.delay_ms or 0)
-        elif outcome.kind == "unhandled":
-            then = await self.engine.hand_back(
-                queue, owner, self.config.unknown_kind_retry_ms, self.config.unknown_kind_dead_after_ms
-            )
-            log.warning("no handler for this kind; job handed back", job_id=job.id, kind=kind, then=then)
-        elif outcome.kind == "cancel":
-            await self.engine.cancel_running(queue, owner, outcome.error or "canceled by handler")
-        else:
-            await self.engine.fail(
-                queue,
-                owner,
-                outcome.error or "failed",
-                retry_delay_ms=outcome.delay_ms,
-                permanent=outcome.permanent or self._attempts_used_up(job),
-            )
-
     async def _report(self, job: ClaimedJob) -> None:
-        """A graph node's job finished (or not: a retry leaves nothing to report): hand its outcome to the
-        graph now. On failure the scheduler finds the outcome in the queue's ``gdone`` and hands it on."""
+        """A graph node's or a tail call's child's job finished (or not: a retry leaves nothing to report):
+        hand its outcome to its graph or parent now. On failure the scheduler finds the outcome in the
+        queue's ``gdone`` and hands it on."""
         try:
             await self.engine.graphs.report_finished(job.queue, [job.id])
         except Exception as exc:
-            log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
+            log.warning("report left to the scheduler", job_id=job.id, error=repr(exc))
 
-    async def _complete(self, job: ClaimedJob, result: bytes | None) -> None:
+    async def _complete(self, job: ClaimedJob, result: bytes | None) -> None:  # writeback.Complete
         """Completions are coalesced: while one batch is on its way to Redis the next ones gather, so a
         busy pool sends one pipelined round trip for many jobs (each completion still its own script)."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -413,13 +400,6 @@ class Pool(Service):
                 for (_, _, fut), code in zip(items, results, strict=True):
                     if not fut.done():
                         fut.set_result(code)
-
-    def _attempts_used_up(self, job: ClaimedJob) -> bool:
-        """The handler's ``max_attempts`` counts even for jobs stored before the pool registered its kind
-        (the engine fixes a job's attempt budget at enqueue; the envelope's own value always wins)."""
-        spec = self.registry.get(job.envelope.kind)
-        limit = spec.max_attempts if spec is not None else None
-        return job.envelope.max_attempts is None and limit is not None and job.attempt >= limit
 
     def _owned(self) -> list[tuple[ClaimedJob, float]]:
         """The running jobs whose leases this pool still holds (for the lease keeper), with their starts."""
