@@ -138,6 +138,8 @@ async def test_job_types_can_be_read_back(gw: Any, prefix: str) -> None:
         "concurrency": 2,
         "max_attempts": None,
         "delivery": "at_most_once",
+        "priority": None,
+        "ignore_result": False,
         "running": 0,
     }
     status, body = await gw.call("GET", "/v1/kinds")

@@ -29,7 +29,7 @@ async def test_a_chain_of_tail_calls_across_cluster_slots_completes_the_first_jo
     engine = Engine(redis_cluster)
     q1, q2 = f"{prefix}.tail-a", f"{prefix}.tail-b"  # different hash tags: different slots
     reg = Registry()
-    release = asyncio.Event()
+    release, third_started = asyncio.Event(), asyncio.Event()
     spawned: dict[str, str] = {}
 
     @reg.job("first", queue=q1)
@@ -44,6 +44,7 @@ async def test_a_chain_of_tail_calls_across_cluster_slots_completes_the_first_jo
     @reg.job("third", queue=q1)
     async def third(n: int) -> dict[str, int]:
         spawned["third"] = current_job().id
+        third_started.set()
         await release.wait()
         return {"n": n}
 
@@ -53,13 +54,13 @@ async def test_a_chain_of_tail_calls_across_cluster_slots_completes_the_first_jo
     async with Pool(reg, engine, PoolConfig([q1, q2], concurrency=1, idle_wait_s=0.2)) as pool:
         enable_all(pool.signals)
         await pool.signals.finished.wait_for(lambda f: f[1] == "deferred" and f[0] != env.id, 30)
-        while "third" not in spawned:  # the third job's handler runs (and waits on the test)
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(third_started.wait(), 30)  # its handler runs (and waits on the test)
         parent, middle = await job(engine, q1, env.id), await job(engine, q2, spawned["second"])
         assert (parent.state, parent.tail, parent.lease_deadline) == ("deferred", f"{q2}/{middle.id}", None)
         assert (middle.state, middle.tail) == ("deferred", f"{q1}/{spawned['third']}")
         assert middle.tail_of == f"{q1}/{env.id}"
-        assert (await engine.depth(q1)).running == 1 and (await engine.depth(q2)).running == 0
+        assert (await engine.depth(q1)).running == 1
+        assert (await engine.depth(q2)).running == 0
         release.set()
         await pool.signals.finished.wait_for(lambda f: f == (spawned["third"], "succeeded"), 30)
     parent, middle = await job(engine, q1, env.id), await job(engine, q2, spawned["second"])
@@ -103,7 +104,8 @@ async def test_a_failed_child_fails_or_retries_its_parent_by_policy(engine: Engi
         )
     failed, retried = await job(engine, q, strict_env.id), await job(engine, q, patient_env.id)
     assert (failed.state, failed.attempt) == ("errored", 1)  # never retried though it had attempts left
-    assert failed.reason is not None and "canceled: Cancel: no such account" in failed.reason
+    assert failed.reason is not None
+    assert "canceled: Cancel: no such account" in failed.reason
     assert (retried.state, retried.attempt, retried.result) == ("completed", 2, '"second try"')
 
 
