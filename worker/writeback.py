@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from jqcore import metrics
 from jqcore.log import get_logger
-from jqcore.state import TAIL_ID_PREFIX, ClaimedJob, Engine
+from jqcore.state import TAIL_ID_PREFIX, ClaimedJob, Engine, check_code
 from worker.execute import Outcome
 from worker.registry import Registry
 
-__all__ = ["reports", "write_back"]
+__all__ = ["Completions", "reports", "write_back"]
 
 log = get_logger("worker.pool")
 
@@ -65,3 +66,43 @@ def _attempts_used_up(registry: Registry, job: ClaimedJob) -> bool:
     spec = registry.get(job.envelope.kind)
     limit = spec.max_attempts if spec is not None else None
     return job.envelope.max_attempts is None and limit is not None and job.attempt >= limit
+
+
+class Completions:
+    """Completions are coalesced: while one batch is on its way to Redis the next ones gather, so a busy
+    pool sends one pipelined round trip for many jobs (each completion still its own script)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._pending: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
+        self._ready = asyncio.Event()
+
+    async def complete(self, job: ClaimedJob, result: bytes | None) -> None:
+        """Complete ``job`` in the next batch (raises StaleLease / JobNotFound)."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending.append((job, result, fut))
+        self._ready.set()
+        check_code(await fut, job.id, "complete")
+
+    async def run(self) -> None:
+        """Send the gathered completions, a batch per queue, until cancelled (the pool's completer)."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._pending = self._pending, []
+            by_queue: dict[str, list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]]] = {}
+            for item in batch:
+                by_queue.setdefault(item[0].queue, []).append(item)
+            for queue, items in by_queue.items():
+                try:
+                    results = await self.engine.complete_many(
+                        queue, [((j.id, j.attempt, j.token), r) for j, r, _ in items]
+                    )
+                except Exception as exc:
+                    for _, _, fut in items:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (_, _, fut), code in zip(items, results, strict=True):
+                    if not fut.done():
+                        fut.set_result(code)
