@@ -39,6 +39,7 @@ CLASSES = [
     "jqcore.settings:RelayKeys",
     "jqrelay.settings:RelaySettings",
     "worker.settings:WorkerSettings",
+    "worker.settings:LiveSettings",
     "jqsched.settings:SchedulerSettings",
     "jqcore.settings:FarSettings",
     "jqcore.settings:CronSettings",

@@ -131,3 +131,18 @@ async def test_a_crash_between_the_hand_offs_is_repaired_from_the_outbox(engine:
     done = await job(engine, q1, parent.id)
     assert (done.state, done.result) == ("completed", '"done"')
     assert await engine.graphs.report_finished(q2) == 0  # handed on once
+
+
+async def test_a_canceled_deferred_job_stays_canceled(engine: Engine, prefix: str) -> None:
+    q = f"{prefix}.tail-x"
+    await engine.enqueue_batch([parent := new_envelope(q, "p")])
+    (claimed,) = await engine.claim(q, 1)
+    child = new_envelope(q, "c", id="tail@cancel1")
+    assert await engine.tails.defer(q, (claimed.id, claimed.attempt, claimed.token), child) == "deferred"
+    assert (await engine.cancel(q, parent.id, "operator")).outcome == "canceled"
+    (running,) = await engine.claim(q, 1)
+    assert running.id == child.id  # the child runs on
+    await engine.complete(q, (running.id, running.attempt, running.token), b"1")
+    assert await engine.graphs.report_finished(q, [child.id]) == 1  # handed on: it changes nothing
+    got = await job(engine, q, parent.id)
+    assert (got.state, got.result, got.reason) == ("canceled", None, "operator")

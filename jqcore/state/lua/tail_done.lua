@@ -3,9 +3,10 @@
 -- its outcome. Completed: the parent completes with the child's result (dropped when the parent's kind
 -- has ignore_result). Errored, canceled or expired: by the parent's policy, 'fail' ends it errored with
 -- the child's reason (never retried), 'retry' retries it like a failed attempt (errored once its
--- attempts are used up). The caller runs this from the child's gdone entry (another queue, maybe
--- another slot: the worker that finished the child, else the scheduler's repair); a report for a child
--- the parent no longer waits on (canceled meanwhile, retried onto a new child) changes nothing.
+-- attempts are used up; at once for an at_most_once kind). The caller runs this from the child's gdone
+-- entry (another queue, maybe another slot: the worker that finished the child, else the scheduler's
+-- repair); a report for a child the parent no longer waits on (canceled meanwhile, retried onto a new
+-- child) changes nothing.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
@@ -49,7 +50,8 @@ else
   local err = string.sub('tail ' .. cid .. ' ' .. cstate .. ': ' .. cerr, 1, 4000)
   redis.call('HSET', key, 'last_error', err)
   local e = failure(err)
-  if f[3] == 'retry' and (tonumber(f[5]) or 0) < (tonumber(f[6]) or 0) then
+  local once = redis.call('HGET', KINDS, f[7] .. '|delivery') == 'at_most_once'
+  if f[3] == 'retry' and not once and (tonumber(f[5]) or 0) < (tonumber(f[6]) or 0) then
     local run_at = NOW + (tonumber(f[4]) or 0)
     local first = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
     redis.call('ZADD', DELAYED, run_at, id)
