@@ -8,7 +8,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=igno
 WORKDIR /src
 
 # Dependencies first, so this layer stays cached while only the code changes: jobq's runtime requirements
-# (pyproject.toml's dependencies) at the versions requirements.lock pins, each file checked against the
+# (pyproject.toml's dependencies and the extras every role of the image needs: server, web, history,
+# tracing; not tui nor spark) at the versions requirements.lock pins, each file checked against the
 # sha256 the lock records (--require-hashes: anything the lock does not pin, or a file that differs, fails
 # the build). The lock also pins the extras (dev: pytest, mypy, ruff, ...; bench: matplotlib, hdrhistogram;
 # spark); they stay out of the image. uv, the installer, comes from the lock too (pip checks its hash) and
@@ -19,7 +20,7 @@ RUN python -m venv /opt/uv \
  && python jqstack/lockfile.py hashed requirements.lock uv > uv.txt \
  && /opt/uv/bin/pip install --require-hashes --no-deps -r uv.txt \
  && python -m venv --without-pip /opt/jobq \
- && python jqstack/lockfile.py pins requirements.lock pyproject.toml > runtime.txt \
+ && python jqstack/lockfile.py pins requirements.lock pyproject.toml server,web,history,tracing > runtime.txt \
  && /opt/uv/bin/uv pip install --python /opt/jobq/bin/python --require-hashes -c requirements.lock -r runtime.txt
 
 # The product only: .dockerignore keeps the tests, the benchmarks (loadtest/), the examples and the tests' stack

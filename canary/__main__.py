@@ -1,7 +1,6 @@
 """``python -m canary`` runs the heartbeat canary (settings from the environment, docs/settings.md).
 A setting or a start-up check that can never pass stops it with one line (`jqcore.lifecycle.service_main`)."""
 
-from canary.main import run
 from jqcore.lifecycle import service_main
 
-service_main(run)
+service_main("canary.main")  # imported by service_main: a missing extra is one line

@@ -18,16 +18,20 @@ import asyncio
 import getpass
 import os
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import orjson
 
 from jqcore import metrics
 from jqcore.errors import JobqError
-from jqcore.kafka import AsyncProducer, Record
+from jqcore.extras import require
 from jqcore.keys import AUDIT_KEY
 from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.settings import AuditSettings, KafkaSettings, load
+
+if TYPE_CHECKING:  # the server extra's (Kafka); loaded when the first entry is shipped
+    from jqcore.kafka import AsyncProducer
 
 __all__ = ["MAX_ENTRIES", "AuditEntry", "AuditTrail", "cli_who", "read"]
 
@@ -81,6 +85,8 @@ class AuditTrail:
     def __init__(
         self, client: RedisClient, kafka: KafkaSettings | None, settings: AuditSettings | None = None
     ) -> None:
+        if kafka is not None:
+            require("the audit trail's Kafka topic", "server")
         self.client = client
         self.kafka = kafka
         self.settings = settings if settings is not None else load(AuditSettings)
@@ -104,6 +110,8 @@ class AuditTrail:
         return entry
 
     def _producer_for(self, kafka: KafkaSettings) -> AsyncProducer:
+        from jqcore.kafka import AsyncProducer
+
         if self._producer is None:
             self._producer = AsyncProducer(
                 kafka, acks="all", delivery_timeout_ms=self.settings.ship_timeout_ms
@@ -111,6 +119,8 @@ class AuditTrail:
         return self._producer
 
     async def _ship(self, entry: AuditEntry) -> None:
+        from jqcore.kafka import Record
+
         assert self.kafka is not None
         record = Record(self.topic, orjson.dumps(entry.as_dict()), entry.id.encode())
         try:

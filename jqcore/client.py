@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import aiohttp
 import orjson
@@ -41,7 +41,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from jqcore.envelope import new_job_id
+from jqcore.envelope import content_id, new_job_id
 from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.graphs import Graph
 
@@ -260,12 +260,20 @@ class JobqClient:
             raise GatewayUnavailable(f"{where}: {exc!r}") from exc
 
     async def enqueue(
-        self, queue: str, jobs: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+        self,
+        queue: str,
+        jobs: Sequence[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        id_from: Literal["random", "content"] = "random",
     ) -> list[str]:
         """Enqueue jobs (dicts with the API's job fields); returns their ids once Kafka has them all.
 
-        Jobs without an ``id`` get one here, before the first try, so every retry sends the same ids."""
-        batch = [dict(j) if j.get("id") else {**j, "id": new_job_id()} for j in jobs]
+        Jobs without an ``id`` get one here, before the first try, so every retry sends the same ids:
+        a fresh one, or with ``id_from="content"`` (or a job's ``dedup_key``) the gateway's content id
+        (:func:`~jqcore.envelope.content_id`: identical work is one job). A queue's own ``id_from``
+        policy applies to jobs that reach the gateway without an id: this client always names them."""
+        batch = [_named(queue, j, id_from == "content") for j in jobs]
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         body = await self._post_jobs(queue, {"jobs": batch}, headers)
         return list(body["ids"])
@@ -349,3 +357,18 @@ def _worse(a: GatewayUnavailable | None, b: GatewayUnavailable) -> GatewayUnavai
     waits = [w for w in (a.retry_after_s if a else None, b.retry_after_s) if w is not None]
     b.retry_after_s = max(waits) if waits else None
     return b
+
+
+def _named(queue: str, job: Mapping[str, Any], content: bool) -> dict[str, Any]:
+    """The job with its id set (see :meth:`JobqClient.enqueue`); a ``dedup_key`` is used up here."""
+    out = dict(job)
+    key = out.pop("dedup_key", None)
+    if out.get("id"):
+        if key is not None:
+            raise ValueError("give a job an id or a dedup_key, not both")
+        return out
+    if content or key is not None:
+        out["id"] = content_id(queue, str(out.get("kind")), out.get("args"), key)
+    else:
+        out["id"] = new_job_id()
+    return out

@@ -22,6 +22,7 @@ same values, so the two never disagree (``tests/unit/test_envelope.py`` holds th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from collections.abc import Mapping
@@ -36,9 +37,12 @@ from jqcore.envelope_rules import VERSION
 from jqcore.errors import EnvelopeError, FieldError
 
 __all__ = [
+    "CONTENT_ID_PREFIX",
     "KAFKA_MAX_MESSAGE_BYTES",
+    "MAX_DEDUP_KEY",
     "MAX_ENVELOPE_BYTES",
     "Envelope",
+    "content_id",
     "decode",
     "encode",
     "encoded",
@@ -136,6 +140,19 @@ def new_job_id() -> str:
     The bits come from a private generator seeded from the OS (and re-seeded in a forked child): an id
     must be unique, not secret, and a system call per id (``secrets``) was 8 % of the gateway's CPU."""
     return f"{now_ms():012x}{_ID_BITS.getrandbits(56):014x}"
+
+
+CONTENT_ID_PREFIX = "c-"
+MAX_DEDUP_KEY = 200
+
+
+def content_id(queue: str, kind: str, args: Any, dedup_key: str | None = None) -> str:
+    """A job id derived from what the job is (Slack's dedup rule): queue + kind + args in canonical JSON
+    (object keys sorted) + an optional dedup key. Two enqueues of the same work get the same id, so the
+    engine's dedup policy (``QueueConfig.dedup``: while queued/running, or also a window after it finished)
+    keeps one. ``c-`` + 40 hex digits of SHA-256 (160 bits)."""
+    doc = orjson.dumps([queue, kind, args, dedup_key], option=orjson.OPT_SORT_KEYS)
+    return CONTENT_ID_PREFIX + hashlib.sha256(doc).hexdigest()[:40]
 
 
 def validate_name(kind: str, value: object) -> str:

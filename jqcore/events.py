@@ -27,6 +27,10 @@ schema:
 ``accepted_at`` int when the gateway (or producer) accepted the job (enqueue events), else 0
 ========== ====== ==================================================================================
 
+An event that ends a job (``to`` in :data:`ENDS`) also carries the job's payload (:data:`PAYLOAD_FIELDS`),
+added by the shipper from the job's Redis record (``jqcore.archive``): not in the stream, only in Kafka and
+the history.
+
 The hop stamps of a job: ``accepted_at`` (gateway), ``origin`` (Kafka), the first event's ``at`` (the
 relay's write into Redis), then the claims (``to == "running"``, with ``worker``) and the outcomes.
 """
@@ -38,7 +42,7 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["FIELDS", "STATES", "TERMINAL", "Event", "parse"]
+__all__ = ["ENDS", "FIELDS", "PAYLOAD_FIELDS", "STATES", "TERMINAL", "Event", "parse"]
 
 STATES: Final = (
     "far",
@@ -59,6 +63,8 @@ completion to a job it spawned, :func:`worker.defer_to`), ``far`` (kept in the s
 ``deleted`` (removed on request: ``forget``, a dead-letter purge)."""
 
 TERMINAL: Final = frozenset({"completed", "canceled", "errored", "expired", "deleted"})
+ENDS: Final = TERMINAL - {"deleted"}
+"""The ``to`` of the events that carry the job's payload (the ends a job can be replayed from)."""
 
 FIELDS: Final[tuple[tuple[str, type], ...]] = (
     ("id", str),
@@ -78,6 +84,18 @@ FIELDS: Final[tuple[tuple[str, type], ...]] = (
     ("accepted_at", int),
 )
 """The event's fields in schema order (Spark's and DuckDB's column order)."""
+
+PAYLOAD_FIELDS: Final[tuple[tuple[str, type], ...]] = (
+    ("args", str),
+    ("meta", str),
+    ("result", str),
+    ("envelope", str),
+    ("truncated", str),
+)
+"""What the shipper adds to an event in :data:`ENDS` (``jqcore.archive``; ``""`` on every other event): the
+job's ``args``, ``meta`` and ``result`` as JSON text (each at most ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES``; a
+longer one is cut there and named in ``truncated``, comma-separated), and ``envelope``, the JSON object of
+the envelope fields a replay keeps (``jqcore.archive.REPLAY_FIELDS``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,13 +29,17 @@ import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
-import duckdb
 import orjson
 
+from jqcore.archive import ArchivedPayload
 from jqcore.errors import BackendUnavailable, QueryInvalid
-from jqcore.events import FIELDS
+from jqcore.events import FIELDS, PAYLOAD_FIELDS
+from jqcore.extras import require
+
+if TYPE_CHECKING:  # the history extra's; imported where a table is read
+    import duckdb
 
 __all__ = [
     "COLUMN_OF",
@@ -45,6 +49,7 @@ __all__ = [
     "EVENTS_DIR",
     "EVENTS_GLOB",
     "EVENT_COLUMNS",
+    "PAYLOAD_COLUMNS",
     "VIEWS",
     "EventRow",
     "HistoryStore",
@@ -64,6 +69,11 @@ CURRENT_COLUMNS: Final[tuple[tuple[str, type], ...]] = (*EVENT_COLUMNS, ("first_
 """The columns of a ``current`` row: the job's latest event, except ``accepted_at`` (the job's, from its
 enqueue event), plus ``first_at`` (its first event's ``at``)."""
 
+PAYLOAD_COLUMNS: Final[tuple[tuple[str, type], ...]] = PAYLOAD_FIELDS
+"""The payload columns (``jqcore.events.PAYLOAD_FIELDS``, same names) after the event's own, in both tables:
+set on the events that end a job, ``""`` on the others; NULL in files written before the history kept
+payloads (the views read such files as well)."""
+
 EVENTS_DIR: Final = "events"
 CURRENT_DIR: Final = "current"
 EVENTS_GLOB: Final = f"{EVENTS_DIR}/day=*/batch=*/*.parquet"
@@ -78,6 +88,7 @@ _T = TypeVar("_T")
 _REPORT_BY = ("kind", "queue")
 _REPORT_PER = ("minute", "hour", "day")
 _MAX_PAGE = 1000
+_SUMMARY = (*(c for c, _ in CURRENT_COLUMNS),)
 
 
 class Rows(NamedTuple):
@@ -118,12 +129,22 @@ class TimelineEntry(EventRow):
 
 @dataclass(frozen=True, slots=True)
 class JobSnapshot(EventRow):
-    """A job as its latest recorded event left it (a row of the ``current`` view)."""
+    """A job as its latest recorded event left it (a row of the ``current`` view), with the payload that
+    event carries (:meth:`HistoryStore.current`; a :meth:`HistoryStore.search` leaves it out: ``""``)."""
 
     first_at: int
+    args: str | None = ""
+    meta: str | None = ""
+    result: str | None = ""
+    envelope: str | None = ""
+    truncated: str | None = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def payload(self) -> ArchivedPayload:
+        """The payload columns, parsed (``kept`` is False when the history has no payload of the job)."""
+        return ArchivedPayload.from_columns(self.args, self.meta, self.result, self.envelope, self.truncated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,38 +169,47 @@ def _files_view(
 ) -> str:
     """A view over the Parquet files of one table (plus its folder names' columns, ``hive_cols``: name
     -> SQL type), or an empty one of the same columns when there are no files yet (DuckDB refuses a glob
-    that matches nothing)."""
+    that matches nothing). The files are united by name with an empty row set of every column, so a
+    column no file has yet (the payload, in files written before it was kept) reads as NULL."""
     cols = ", ".join(f'"{c}"' for c, _ in columns)
+    typed = [f'CAST(NULL AS {_SQL_TYPE[t]}) AS "{c}"' for c, t in columns]
+    typed += [f'CAST(NULL AS {t}) AS "{c}"' for c, t in hive_cols.items()]
+    empty = f"SELECT {', '.join(typed)} WHERE false"
     if next(root.glob(glob), None) is None:
-        typed = [f'CAST(NULL AS {_SQL_TYPE[t]}) AS "{c}"' for c, t in columns]
-        typed += [f'CAST(NULL AS {t}) AS "{c}"' for c, t in hive_cols.items()]
-        return f"CREATE VIEW {name} AS SELECT {', '.join(typed)} WHERE false"
+        return f"CREATE VIEW {name} AS {empty}"
     types = ", ".join(f"'{c}': {t}" for c, t in hive_cols.items())
     source = (
         f"read_parquet({_literal(str(root / glob))}, hive_partitioning = true, union_by_name = true, "
         f"hive_types = {{{types}}})"
     )
-    return f"CREATE VIEW {name} AS SELECT {cols}, {', '.join(hive_cols)} FROM {source}"
+    return (
+        f"CREATE VIEW {name} AS SELECT {cols}, {', '.join(hive_cols)} "
+        f"FROM (SELECT * FROM {source} UNION ALL BY NAME {empty})"
+    )
 
 
 def _current_sql(where: str = "") -> str:
     """The highest version of each job among the ``current_files`` rows matching ``where`` (a condition on
     the partition columns only — queue, id, kind — so every version of a matching job is kept); first_at
-    and accepted_at over every copy (min / max are the same over any superset of the rows)."""
+    and accepted_at over every copy (min / max are the same over any superset of the rows). Of two copies
+    of the latest version, one with a payload wins."""
     latest_cols = ", ".join(
         "max(accepted_at) OVER job AS accepted_at" if c == "accepted_at" else f'"{c}"'
         for c, _ in EVENT_COLUMNS
     )
+    payload_cols = ", ".join(f'"{c}"' for c, _ in PAYLOAD_COLUMNS)
     return f"""SELECT * EXCLUDE (_rank) FROM (
-              SELECT {latest_cols}, min(first_at) OVER job AS first_at,
-                     row_number() OVER (PARTITION BY queue, id ORDER BY v DESC) AS _rank
+              SELECT {latest_cols}, min(first_at) OVER job AS first_at, {payload_cols},
+                     row_number() OVER (
+                       PARTITION BY queue, id ORDER BY v DESC, envelope DESC NULLS LAST
+                     ) AS _rank
               FROM current_files {f"WHERE {where}" if where else ""} WINDOW job AS (PARTITION BY queue, id)
             ) WHERE _rank = 1"""
 
 
 def _events_sql(where: str = "") -> str:
     """Any one copy of each event (the copies are equal), of the jobs matching ``where`` (on queue/id)."""
-    event_cols = ", ".join(f'"{c}"' for c, _ in EVENT_COLUMNS)
+    event_cols = ", ".join(f'"{c}"' for c, _ in (*EVENT_COLUMNS, *PAYLOAD_COLUMNS))
     return f"SELECT DISTINCT ON (queue, id, v) {event_cols}, day FROM events_files" + (
         f" WHERE {where}" if where else ""
     )
@@ -195,8 +225,16 @@ def _job_states_sql(events: str) -> str:
 
 def _view_sql(root: Path) -> list[str]:
     return [
-        _files_view("events_files", root, EVENTS_GLOB, EVENT_COLUMNS, {"day": "DATE", "batch": "VARCHAR"}),
-        _files_view("current_files", root, CURRENT_GLOB, CURRENT_COLUMNS, {"seg": "VARCHAR"}),
+        _files_view(
+            "events_files",
+            root,
+            EVENTS_GLOB,
+            (*EVENT_COLUMNS, *PAYLOAD_COLUMNS),
+            {"day": "DATE", "batch": "VARCHAR"},
+        ),
+        _files_view(
+            "current_files", root, CURRENT_GLOB, (*CURRENT_COLUMNS, *PAYLOAD_COLUMNS), {"seg": "VARCHAR"}
+        ),
         f"CREATE VIEW events AS {_events_sql()}",
         f"CREATE VIEW current AS {_current_sql()}",
         f"CREATE VIEW job_states AS {_job_states_sql('events')}",
@@ -238,11 +276,14 @@ class HistoryStore:
     """The history tables under ``root`` (``HistorySettings().root``), read through DuckDB views."""
 
     def __init__(self, root: Path) -> None:
+        require("the job history", "history")
         self.root = Path(root).resolve()
 
     # --- plumbing ----------------------------------------------------------------------------------
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        import duckdb
+
         con = duckdb.connect(
             ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
         )
@@ -261,6 +302,8 @@ class HistoryStore:
     def _run(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         """``work`` on a fresh connection, again when a file vanished under it (a compaction or retention
         pass deletes files the glob had listed; the next listing no longer has them)."""
+        import duckdb
+
         for attempt in range(_ATTEMPTS):
             try:
                 con = self._connect()
@@ -327,7 +370,7 @@ class HistoryStore:
             conds.append("(at_ms < ? OR (at_ms = ? AND (queue > ? OR (queue = ? AND id > ?))))")
             params += [at_ms, at_ms, last_queue, last_queue, last_id]
         where = f"WHERE {' AND '.join(conds)}" if conds else ""
-        cols = ", ".join(_names(JobSnapshot))
+        cols = ", ".join(_SUMMARY)  # without the payload (a page of jobs, not each job's data)
         # queue and id select whole jobs (every version), so they filter before the ranking; the rest
         # (state, time, kind) is a property of the latest version and filters after it
         latest = _current_sql(" AND ".join(inner))
@@ -377,6 +420,7 @@ class HistoryStore:
         """Run one read-only ``SELECT`` (or ``WITH ... SELECT``) over the views (:data:`VIEWS`); at most
         ``max_rows`` rows come back. Anything else, and any error DuckDB reports for the statement, raises
         :class:`~jqcore.errors.QueryInvalid`."""
+        import duckdb
 
         def work(con: duckdb.DuckDBPyConnection) -> Rows:
             try:

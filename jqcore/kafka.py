@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, Envelope, encode, record_key
 from jqcore.errors import BackendUnavailable, JobqError
@@ -41,6 +42,7 @@ __all__ = [
     "Record",
     "RecordTooLarge",
     "TopicMissing",
+    "committed_offsets",
     "job_record",
     "parse_schedule_key",
     "schedule_key",
@@ -301,3 +303,34 @@ def topic_partitions(
     except KafkaException as exc:
         raise ProduceFailed(f"no metadata from Kafka: {exc}") from exc
     return {t: sorted(md.topics[t].partitions) for t in topics if t in md.topics and md.topics[t].partitions}
+
+
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+
+def _coordinator_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and exc.args[0].code() in _COORDINATOR_MOVING
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: Sequence[TopicPartition], patience_s: float = 30.0
+) -> list[TopicPartition]:
+    """The group's committed offsets, asked again while its coordinator is being found or loads (a fresh
+    broker answers the first ask ``NOT_COORDINATOR``: the group's offsets partition is not loaded yet).
+    Blocking: call it from a thread."""
+    for attempt in Retrying(
+        retry=retry_if_exception(_coordinator_moving),
+        wait=wait_exponential(multiplier=0.05, max=1.0),
+        stop=stop_after_delay(patience_s),
+        reraise=True,
+    ):
+        with attempt:
+            return list(consumer.committed(list(partitions), timeout=10))
+    raise AssertionError("unreachable: Retrying reraises")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import io
 import signal
 import sys
@@ -14,6 +15,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from jqcore.errors import JobqError
+from jqcore.extras import MissingExtra, extra_for
 from jqcore.health import HealthServer, Readiness
 from jqcore.log import configure, get_logger
 from jqcore.settings import LogSettings, MetricsSettings, load
@@ -194,15 +196,29 @@ async def _run(
                 await task
 
 
-def service_main(run: Callable[[], None]) -> None:
-    """What ``python -m <service>`` does: logging from ``JOBQ_LOG_*``, then ``run``. A setting, or a server
-    that refuses what the settings ask (a start-up check: plaintext against TLS, an evicting Redis, a topic
-    that contradicts its declaration), stops it with one line naming the problem and exit status 2 — no
-    traceback; a server that does not answer yet stops it the same way with status 1 (a supervisor
-    restarts it)."""
+def service_main(run: Callable[[], None] | str) -> None:
+    """What ``python -m <service>`` does: logging from ``JOBQ_LOG_*``, then ``run`` (or the ``run`` of the
+    module named so, imported here: a library of an extra that is not installed is one line naming the
+    extra, ``jqcore.extras``). A setting, or a server that refuses what the settings ask (a start-up check:
+    plaintext against TLS, an evicting Redis, a topic that contradicts its declaration), stops it with one
+    line naming the problem and exit status 2 — no traceback; a server that does not answer yet stops it
+    the same way with status 1 (a supervisor restarts it)."""
     try:
         configure(load(LogSettings))  # a bad JOBQ_LOG_* is one readable line too
+        if isinstance(run, str):
+            run = _import_run(run)
         run()
     except JobqError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         sys.exit(1 if exc.retriable else 2)
+
+
+def _import_run(module: str) -> Callable[[], None]:
+    try:
+        found: Callable[[], None] = importlib.import_module(module).run
+    except ImportError as exc:
+        extra = extra_for(exc)
+        if extra is None:
+            raise
+        raise MissingExtra(f"python -m {module.partition('.')[0]}", extra) from None
+    return found

@@ -34,7 +34,6 @@ from jqcore.errors import BackendUnavailable, ConfigError
 from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
-from jqcore.topicadmin import ensure
 from jqcore.topics import TopicSpec
 
 __all__ = ["EvictionRefused", "ProtocolRefused", "check_redis", "eviction_policies", "preflight", "takes_tls"]
@@ -222,6 +221,8 @@ async def preflight(
         raise refused
     if kafka is None or not (owns or uses):
         return []
+    from jqcore.topicadmin import ensure  # Kafka's admin client: the server extra (a worker needs neither)
+
     try:
         wait_s = OWNER_WAIT_S if owns else USER_WAIT_S
         created = await _in_thread(ensure, kafka, owns, uses, wait_s)

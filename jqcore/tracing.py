@@ -3,7 +3,8 @@
 Opt-in (:class:`~jqcore.settings.TraceSettings`, ``JOBQ_TRACE_*``). Off, nothing is installed: the
 OpenTelemetry API keeps its no-op tracer, the helpers below return shared do-nothing objects after one
 check of a module flag, the gateway adds no ``trace`` to envelopes (their bytes are exactly the ones built
-from the client's fields) and no traceparent is ever formatted or parsed.
+from the client's fields) and no traceparent is ever formatted or parsed. OpenTelemetry is imported only
+once tracing is on: a worker or client installed without the ``tracing`` extra runs without it.
 
 On, each service calls :func:`setup_tracing` once at start-up; the spans follow OpenTelemetry's guidance
 for messaging (a job is a message, its envelope's ``trace`` field its creation context):
@@ -35,29 +36,17 @@ from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import (
-    INVALID_SPAN,
-    Link,
-    NonRecordingSpan,
-    Span,
-    SpanContext,
-    SpanKind,
-    Status,
-    StatusCode,
-    TraceFlags,
-    Tracer,
-)
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
 from jqcore.envelope import Envelope
+from jqcore.extras import require
 from jqcore.log import get_logger
 from jqcore.settings import TraceSettings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the tracing extra's: imported where a span is made, i.e. only once tracing is on
+    from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Link, Span, SpanContext, Tracer
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
     "EnqueueSpans",
@@ -78,13 +67,12 @@ log = get_logger("jqcore.tracing")
 
 SYSTEM = "jobq"
 INSTRUMENTATION = "jobq"
-_NOOP_TRACER: Tracer = trace.NoOpTracer()
 
 _enabled = False
 """The one check every per-job helper makes first."""
-_tracer: Tracer = _NOOP_TRACER
+_tracer: Tracer | None = None
 _provider: TracerProvider | None = None
-_HEADERS = TraceContextTextMapPropagator()
+_headers: TraceContextTextMapPropagator | None = None
 
 
 # ---- set-up ----------------------------------------------------------------------------------------
@@ -100,10 +88,13 @@ def setup_tracing(service_name: str, settings: TraceSettings, exporter: SpanExpo
     adding its ``exporter``. The SDK provider also becomes OpenTelemetry's global one when none was set,
     so handlers' own spans (``opentelemetry.trace.get_tracer``) nest in the run span.
     """
-    global _enabled, _tracer, _provider
+    global _enabled, _tracer, _provider, _headers
     if exporter is None and not settings.enabled:
         return _enabled
+    require("tracing (JOBQ_TRACE_OTLP_ENDPOINT)", "tracing")
+    from opentelemetry import trace
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     if _provider is None:
         _provider = _new_provider(settings.service_name or service_name, settings.sample_ratio)
@@ -115,6 +106,7 @@ def setup_tracing(service_name: str, settings: TraceSettings, exporter: SpanExpo
     if exporter is not None:
         _provider.add_span_processor(SimpleSpanProcessor(exporter))
     _tracer = _provider.get_tracer(INSTRUMENTATION)
+    _headers = TraceContextTextMapPropagator()
     _enabled = True
     return True
 
@@ -123,7 +115,7 @@ def shutdown_tracing() -> None:
     """Turn this process's tracing off again (flushing what was recorded): the helpers go back to doing
     nothing. OpenTelemetry's global provider cannot be unset; it stays, shut down."""
     global _enabled, _tracer, _provider
-    _enabled, _tracer = False, _NOOP_TRACER
+    _enabled, _tracer = False, None
     provider, _provider = _provider, None
     if provider is not None:
         provider.shutdown()
@@ -134,8 +126,13 @@ def enabled() -> bool:
 
 
 def tracer() -> Tracer:
-    """This process's jobq tracer (the API's no-op tracer while tracing is off)."""
-    return _tracer
+    """This process's jobq tracer (the API's no-op tracer while tracing is off; needs the tracing extra)."""
+    if _tracer is not None:
+        return _tracer
+    require("jqcore.tracing.tracer()", "tracing")
+    from opentelemetry import trace
+
+    return trace.NoOpTracer()
 
 
 def _new_provider(service_name: str, ratio: float) -> TracerProvider:
@@ -148,6 +145,7 @@ def _new_provider(service_name: str, ratio: float) -> TracerProvider:
         SamplingResult,
         TraceIdRatioBased,
     )
+    from opentelemetry.trace import SpanKind
     from opentelemetry.trace.span import TraceState
     from opentelemetry.util.types import Attributes
 
@@ -201,13 +199,17 @@ def _context_of(value: str | None) -> SpanContext | None:
     decoder); None without one, or for what W3C calls invalid (version ff, all-zero ids)."""
     if value is None or value.startswith("ff"):
         return None
+    from opentelemetry.trace import SpanContext, TraceFlags
+
     _, trace_id, span_id, flags = value.split("-", 3)
     ctx = SpanContext(int(trace_id, 16), int(span_id, 16), True, TraceFlags(int(flags[:2], 16)))
     return ctx if ctx.is_valid else None
 
 
 def _under(ctx: SpanContext) -> Context:
-    return trace.set_span_in_context(NonRecordingSpan(ctx))
+    from opentelemetry.trace import NonRecordingSpan, set_span_in_context
+
+    return set_span_in_context(NonRecordingSpan(ctx))
 
 
 def _sampled(value: str | None) -> bool:
@@ -227,6 +229,8 @@ def _attributes(env: Envelope, operation: str, kind: str) -> dict[str, Any]:
 
 
 def _fail(span: Span, exc: BaseException, description: str | None = None) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
     span.record_exception(exc)
     span.set_status(Status(StatusCode.ERROR, description or f"{type(exc).__name__}: {exc}"[:500]))
 
@@ -263,6 +267,9 @@ class EnqueueSpans(_Spans):
         return self
 
     def _stamp(self, env: Envelope) -> Envelope:
+        from opentelemetry.trace import SpanKind
+
+        assert _tracer is not None  # stamping happens only while tracing is on
         own = _context_of(env.trace)  # the client's context for this job wins over the request's header
         span = _tracer.start_span(
             f"send {env.queue}",
@@ -286,9 +293,9 @@ _NO_ENQUEUE = EnqueueSpans(None)
 
 def enqueue_spans(headers: Mapping[str, str]) -> EnqueueSpans:
     """The gateway's spans for one request (``headers``: the request's, for a ``traceparent``)."""
-    if not _enabled:
+    if not _enabled or _headers is None:
         return _NO_ENQUEUE
-    return EnqueueSpans(_HEADERS.extract(headers))
+    return EnqueueSpans(_headers.extract(headers))
 
 
 # ---- relay ---------------------------------------------------------------------------------------
@@ -324,6 +331,8 @@ class RelaySpans(_Spans):
                 continue
             span.set_attribute("jobq.outcome", o.outcome)
             if o.outcome == "refused":
+                from opentelemetry.trace import Status, StatusCode
+
                 span.set_status(Status(StatusCode.ERROR, f"refused: {o.reason}"))
 
 
@@ -332,8 +341,10 @@ _NO_RELAY = RelaySpans({})
 
 def relay_write_spans(topic: str, envelopes: Iterable[Envelope]) -> RelaySpans:
     """Spans for writing ``envelopes`` (read from ``topic``) into Redis, started now."""
-    if not _enabled:
+    if not _enabled or _tracer is None:
         return _NO_RELAY
+    from opentelemetry.trace import SpanKind
+
     by_id: dict[str, Span] = {}
     for env in envelopes:
         if not _sampled(env.trace) or env.id in by_id:
@@ -351,14 +362,18 @@ def relay_write_spans(topic: str, envelopes: Iterable[Envelope]) -> RelaySpans:
 
 # ---- worker --------------------------------------------------------------------------------------
 
-_NO_RUN: AbstractContextManager[Span] = nullcontext(INVALID_SPAN)
+_NO_RUN: AbstractContextManager[Span | None] = nullcontext(None)
 
 
-def run_span(envelope: Envelope, attempt: int) -> AbstractContextManager[Span]:
+def run_span(envelope: Envelope, attempt: int) -> AbstractContextManager[Span | None]:
     """The span of one attempt, current while the handler runs (a child of the envelope's context on
-    attempt 1, a new trace linked to it on a retry); an exception escaping it is recorded."""
-    if not _enabled:
+    attempt 1, a new trace linked to it on a retry); an exception escaping it is recorded. None while
+    tracing is off (the worker then needs no OpenTelemetry installed)."""
+    if not _enabled or _tracer is None:
         return _NO_RUN
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, SpanKind
+
     ctx = _context_of(envelope.trace)
     links: list[Link] | None = None
     if ctx is not None and attempt <= 1:
@@ -378,13 +393,13 @@ def run_span(envelope: Envelope, attempt: int) -> AbstractContextManager[Span]:
     )
 
 
-def run_failed(span: Span, exc: BaseException, outcome: str) -> None:
+def run_failed(span: Span | None, exc: BaseException, outcome: str) -> None:
     """The attempt failed (``outcome``: retried, failed, timeout): the exception and an error status."""
-    if span.is_recording():
+    if span is not None and span.is_recording():
         _fail(span, exc, f"{outcome}: {type(exc).__name__}: {exc}"[:500])
 
 
-def run_outcome(span: Span, outcome: str) -> None:
+def run_outcome(span: Span | None, outcome: str) -> None:
     """How the attempt ended (``worker.execute.Outcome.label``)."""
-    if span.is_recording():
+    if span is not None and span.is_recording():
         span.set_attribute("jobq.outcome", outcome)

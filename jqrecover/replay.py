@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from jqcore.envelope import Envelope, decode, new_envelope
 from jqcore.errors import EnvelopeError
+from jqcore.history import JobSnapshot
 from jqcore.kafka import CONSUME_WAIT_S
 from jqcore.redisconn import connect
 from jqcore.settings import KafkaSettings, RedisSettings
@@ -53,6 +54,7 @@ __all__ = [
     "plan",
     "read_range",
     "replayed",
+    "replayed_from_archive",
     "tool_consumer",
     "write_records",
 ]
@@ -279,16 +281,20 @@ def count_malformed(records: list[tuple[PartitionRange, Message]]) -> None:
             r.malformed += 1
 
 
+def _not_finished(job_id: str, state: str) -> ReplayError:
+    return ReplayError(
+        f"job {job_id!r} is {state}; only finished jobs replay", code="job_not_finished", http_status=409
+    )
+
+
 def replayed(queue: str, info: JobInfo, new_id: str | None = None) -> Envelope:
-    """A new job (``new_id``, else a fresh id) with the same kind, args, meta, exclusivity and attempts as
-    the finished job ``info`` of ``queue``. Raises :class:`ReplayError` (``job_not_finished``, HTTP 409)
-    when the job is not in :data:`REPLAYABLE` or its envelope is gone."""
+    """A new job (``new_id``, else a fresh id) with the same kind, args, meta, exclusivity, attempts,
+    priority, lease and expiry as the finished job ``info`` of ``queue`` (an ``expires_at`` already past:
+    the engine archives the new job as ``expired`` at once, and it never runs). Raises
+    :class:`ReplayError` (``job_not_finished``, HTTP 409) when the job is not in :data:`REPLAYABLE` or its
+    envelope is gone."""
     if info.state not in REPLAYABLE or info.envelope is None:
-        raise ReplayError(
-            f"job {info.id!r} is {info.state}; only finished jobs replay",
-            code="job_not_finished",
-            http_status=409,
-        )
+        raise _not_finished(info.id, info.state)
     old = decode(info.envelope)
     return new_envelope(
         queue,
@@ -298,4 +304,44 @@ def replayed(queue: str, info: JobInfo, new_id: str | None = None) -> Envelope:
         meta=old.meta or None,
         excl=old.excl,
         max_attempts=old.max_attempts,
+        priority=old.priority,
+        lease_ms=old.lease_ms,
+        expires_at=old.expires_at,
+    )
+
+
+def replayed_from_archive(queue: str, job: JobSnapshot, new_id: str | None = None) -> Envelope:
+    """:func:`replayed` of a job Redis forgot, from the payload the history kept with its end
+    (``jqcore.archive``). Raises :class:`ReplayError`, HTTP 409: ``job_not_finished``,
+    ``payload_missing`` (the history has no payload of it: shipped before payloads were kept, with
+    ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES=0``, or after its record was gone) or ``payload_truncated`` (its args or
+    meta were longer than the cap: a replay would run it with other arguments)."""
+    if job.to_state not in REPLAYABLE:
+        raise _not_finished(job.id, job.to_state)
+    kept = job.payload()
+    if not kept.kept:
+        raise ReplayError(
+            f"the history kept no payload of job {job.id!r}: it cannot be replayed",
+            code="payload_missing",
+            http_status=409,
+        )
+    if cut := sorted(kept.truncated & {"args", "meta"}):
+        raise ReplayError(
+            f"the history kept only the start of job {job.id!r}'s {' and '.join(cut)} "
+            "(longer than JOBQ_EVENTS_PAYLOAD_MAX_BYTES): it cannot be replayed",
+            code="payload_truncated",
+            http_status=409,
+        )
+    env = kept.envelope
+    return new_envelope(
+        queue,
+        job.kind,
+        kept.args,
+        id=new_id,
+        meta=kept.meta or None,
+        excl=env.get("excl"),
+        max_attempts=env.get("max_attempts"),
+        priority=env.get("priority"),
+        lease_ms=env.get("lease_ms"),
+        expires_at=env.get("expires_at"),
     )

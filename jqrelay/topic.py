@@ -32,7 +32,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
 from jqcore.health import Readiness
-from jqcore.kafka import AsyncProducer, Record, schedule_key
+from jqcore.kafka import AsyncProducer, Record, committed_offsets, schedule_key
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
 from jqcore.routing import RoutingSettings
@@ -213,7 +213,7 @@ class TopicRelay(Service):
         if not parts:
             consumer.close()
             raise BackendUnavailable(f"topic {self.topic!r} has no partitions (does it exist?)")
-        committed = consumer.committed([TopicPartition(self.topic, p) for p in parts], timeout=10)
+        committed = committed_offsets(consumer, [TopicPartition(self.topic, p) for p in parts])
         self._committed = {tp.partition: max(tp.offset, 0) for tp in committed}
         consumer.assign(committed)  # OFFSET_INVALID (nothing committed) falls back to auto.offset.reset
         return consumer
@@ -223,7 +223,7 @@ class TopicRelay(Service):
         # its own threads, ``consume(n, 0)`` takes what has arrived, and commits are asynchronous (their
         # reports arrive through later consume calls; a lost commit only means a re-read, deduplicated).
         # Blocking consume() calls in worker threads were seen to hang for good on confluent-kafka 2.16.
-        consumer = self._consumer()
+        consumer = await asyncio.to_thread(self._consumer)  # metadata and offsets block: not on the loop
         self.error = None
         lag = asyncio.create_task(self._report_lag(consumer), name=f"relay-lag:{self.topic}")
         try:

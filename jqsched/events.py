@@ -7,6 +7,11 @@ acknowledged. At least once: a crash between the acknowledgement and the trim, o
 owning one queue during a re-deal, ships an event twice; readers keep one per (queue, id, v). While Kafka
 is away nothing is trimmed: the stream grows to the queue's ``events_cap`` and each event past it is
 counted in the queue's ``events_dropped`` stat (``jobq status``, ``jobq_events_dropped``).
+
+An event that ends a job (``jqcore.events.ENDS``) leaves with the job's payload (args, meta, result, the
+envelope fields a replay keeps), read from the job's record when the batch is shipped (one pipelined read
+per batch) and cut to ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES`` per field (``jqcore.archive``): the history keeps
+what a ``GET`` or a replay needs once Redis forgot the job.
 """
 
 from __future__ import annotations
@@ -16,13 +21,20 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import orjson
+
 from jqcore import metrics
+from jqcore.archive import payload_of_record
+from jqcore.events import ENDS
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.settings import EventSettings, KafkaSettings
-from jqcore.state import Engine
+from jqcore.state import Engine, StreamEvent
 from jqcore.testsignal import TestSignal
 
 __all__ = ["EventShipper", "EventSignals"]
+
+_RECORD_FIELDS = ("env", "result", "version")
+"""What the shipper reads of a job's record for the payload of its ending."""
 
 
 @dataclass
@@ -60,8 +72,12 @@ class EventShipper:
             batch = await self.engine.events(queue, self.settings.batch)
             if not batch:
                 continue
+            values = await self.with_payloads(queue, batch)
             await self.producer.produce_many(
-                [Record(self.settings.topic, e.value, key=e.job_id.encode()) for e in batch]
+                [
+                    Record(self.settings.topic, v, key=e.job_id.encode())
+                    for e, v in zip(batch, values, strict=True)
+                ]
             )
             await self.engine.trim_events(queue, batch[-1].entry)
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
@@ -69,6 +85,27 @@ class EventShipper:
         self.shipped += total
         self.signals.shipped.signal(total)
         return total
+
+    async def with_payloads(self, queue: str, batch: Sequence[StreamEvent]) -> list[bytes]:
+        """The Kafka values of ``batch``: the events as stored, those ending a job with its payload (a
+        record gone already gives an empty one; a record that moved on since gives no result)."""
+        values = [e.value for e in batch]
+        cap = self.settings.payload_max_bytes
+        if cap <= 0:
+            return values
+        ends: list[tuple[int, dict[str, object]]] = []
+        for i, e in enumerate(batch):
+            event = orjson.loads(e.value)
+            if event.get("to") in ENDS:
+                ends.append((i, event))
+        if not ends:
+            return values
+        rows = await self.engine.job_fields(queue, [batch[i].job_id for i, _ in ends], _RECORD_FIELDS)
+        for (i, event), (env, result, version) in zip(ends, rows, strict=True):
+            if version is None or int(version) != event.get("v"):
+                result = None  # not this transition's: the job moved on (its later ending has its own)
+            values[i] = orjson.dumps({**event, **payload_of_record(env, result, cap)})
+        return values
 
     async def ship_graph(self, graph_id: str) -> int:
         """Ship a task graph's own events (its transitions, nodes it skipped or canceled while waiting)."""

@@ -53,8 +53,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from jqcore import metrics
-from jqcore.events import FIELDS, TERMINAL
-from jqcore.history import COLUMN_OF, CURRENT_COLUMNS, CURRENT_DIR, EVENT_COLUMNS, EVENTS_DIR
+from jqcore.events import FIELDS, PAYLOAD_FIELDS, TERMINAL
+from jqcore.history import COLUMN_OF, CURRENT_COLUMNS, CURRENT_DIR, EVENT_COLUMNS, EVENTS_DIR, PAYLOAD_COLUMNS
 from jqcore.log import get_logger
 from jqcore.settings import KafkaSettings
 from jqspark.options import kafka_settings, spark_kafka_options
@@ -87,17 +87,20 @@ def _spark_type(t: type) -> StringType | LongType:
     return StringType() if t is str else LongType()
 
 
-EVENT_SCHEMA = StructType([StructField(name, _spark_type(t)) for name, t in FIELDS])
-"""An event's JSON value (``jqcore.events.FIELDS``, with the fields' own names)."""
+EVENT_SCHEMA = StructType([StructField(name, _spark_type(t)) for name, t in (*FIELDS, *PAYLOAD_FIELDS)])
+"""An event's JSON value (``jqcore.events.FIELDS`` and ``PAYLOAD_FIELDS``, with the fields' own names)."""
 
-CURRENT_SCHEMA = StructType([StructField(name, _spark_type(t)) for name, t in CURRENT_COLUMNS])
-"""A ``current`` segment's columns (``jqcore.history.CURRENT_COLUMNS``)."""
+CURRENT_SCHEMA = StructType(
+    [StructField(name, _spark_type(t)) for name, t in (*CURRENT_COLUMNS, *PAYLOAD_COLUMNS)]
+)
+"""A ``current`` segment's columns (``jqcore.history.CURRENT_COLUMNS``, then ``PAYLOAD_COLUMNS``)."""
 
 
 def parse_events(records: DataFrame) -> DataFrame:
     """Kafka records (a ``value`` column) -> event rows with the tables' column names plus ``day`` (the
     UTC date of ``at_ms``, independent of the session's time zone). A value that is not an event (no
-    ``id``, ``queue``, ``v`` or ``at``) is skipped; a missing optional field becomes ``""`` / ``0``."""
+    ``id``, ``queue``, ``v`` or ``at``) is skipped; a missing optional field becomes ``""`` / ``0`` (the
+    payload fields, too, on the events that carry none)."""
     parsed = records.select(sf.from_json(sf.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select(
         "e.*"
     )
@@ -105,7 +108,7 @@ def parse_events(records: DataFrame) -> DataFrame:
     required = required & sf.col("v").isNotNull() & sf.col("at").isNotNull()
     columns = [
         sf.coalesce(sf.col(f"`{name}`"), sf.lit("" if t is str else 0)).alias(COLUMN_OF.get(name, name))
-        for name, t in FIELDS
+        for name, t in (*FIELDS, *PAYLOAD_FIELDS)
     ]
     rows = parsed.where(required).select(*columns)
     return rows.withColumn("day", sf.date_from_unix_date(sf.floor(sf.col("at_ms") / _DAY_MS).cast("int")))
@@ -113,16 +116,19 @@ def parse_events(records: DataFrame) -> DataFrame:
 
 def latest_per_job(rows: DataFrame, first_at: str = "at_ms") -> DataFrame:
     """One row per ``(queue, id)``: the one with the highest ``v``, with ``first_at`` the smallest of the
-    ``first_at`` column (``at_ms`` for event rows) and ``accepted_at`` the largest over the job's rows.
-    Columns: ``jqcore.history.CURRENT_COLUMNS``."""
+    ``first_at`` column (``at_ms`` for event rows) and ``accepted_at`` the largest over the job's rows; the
+    payload is the chosen row's (of two copies of one version, one with a payload wins). Columns:
+    ``jqcore.history.CURRENT_COLUMNS`` then ``PAYLOAD_COLUMNS``."""
     job = Window.partitionBy("queue", "id")
+    latest = job.orderBy(sf.col("v").desc(), sf.col("envelope").desc_nulls_last())
     ranked = rows.select(
         *[sf.col(c) for c, _ in EVENT_COLUMNS if c != "accepted_at"],
         sf.max("accepted_at").over(job).alias("accepted_at"),
         sf.min(first_at).over(job).alias("first_at"),
-        sf.row_number().over(job.orderBy(sf.col("v").desc())).alias("_rank"),
+        *[sf.col(c) for c, _ in PAYLOAD_COLUMNS],
+        sf.row_number().over(latest).alias("_rank"),
     )
-    return ranked.where(sf.col("_rank") == 1).select(*[c for c, _ in CURRENT_COLUMNS])
+    return ranked.where(sf.col("_rank") == 1).select(*[c for c, _ in (*CURRENT_COLUMNS, *PAYLOAD_COLUMNS)])
 
 
 def _overwrite(df: DataFrame, path: Path, partitions: Sequence[str]) -> None:

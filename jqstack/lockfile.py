@@ -18,6 +18,7 @@ import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = ["LockError", "hashed", "locked_versions", "normalize", "pins"]
 
@@ -39,18 +40,36 @@ def locked_versions(lock: str) -> dict[str, str]:
     return {normalize(m[1]): m[2] for line in lock.splitlines() if (m := _PIN.match(line))}
 
 
+def _requirements(project: dict[str, Any], extras: Iterable[str]) -> list[str]:
+    """The project's runtime requirements and those of ``extras``; an extra may name others of the project
+    itself (``all = ["jobq[server,web,...]"]``): theirs are taken in its place."""
+    requirements: list[str] = list(project.get("dependencies", []))
+    optional: dict[str, list[str]] = project.get("optional-dependencies", {})
+    own = normalize(str(project.get("name", "")))
+    todo, done = list(extras), set()
+    while todo:
+        extra = todo.pop(0)
+        if extra in done:
+            continue
+        done.add(extra)
+        if extra not in optional:
+            raise LockError(f"unknown extra {extra!r}: pyproject.toml defines {', '.join(sorted(optional))}")
+        for requirement in optional[extra]:
+            match = _REQUIREMENT.match(requirement)
+            if match is not None and normalize(match[1]) == own:
+                todo += [e.strip() for e in (match[2] or "[]")[1:-1].split(",") if e.strip()]
+            else:
+                requirements.append(requirement)
+    return requirements
+
+
 def pins(pyproject: Mapping[str, object], lock: str, extras: Iterable[str]) -> list[str]:
     """``name[extras]==version`` (with its environment marker) for each runtime requirement of
     ``pyproject`` and each requirement of ``extras``, at the version the lock pins."""
     project = pyproject.get("project")
     if not isinstance(project, dict):
         raise LockError("pyproject.toml has no [project] table")
-    requirements = list(project.get("dependencies", []))
-    optional = project.get("optional-dependencies", {})
-    for extra in extras:
-        if extra not in optional:
-            raise LockError(f"unknown extra {extra!r}: pyproject.toml defines {', '.join(sorted(optional))}")
-        requirements += optional[extra]
+    requirements = _requirements(project, extras)
     versions = locked_versions(lock)
     out: list[str] = []
     for requirement in requirements:

@@ -2,6 +2,5 @@
 A setting or a start-up check that can never pass stops it with one line (`jqcore.lifecycle.service_main`)."""
 
 from jqcore.lifecycle import service_main
-from kafkagate.main import run
 
-service_main(run)
+service_main("kafkagate.main")  # imported by service_main: a missing extra is one line

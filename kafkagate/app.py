@@ -19,7 +19,7 @@ from jqcore.errors import JobqError
 from jqcore.http import TOKEN_NAME, HttpError, error_middleware, json_response
 from jqcore.settings import load
 from jqcore.tokens import TokenSettings, TokenSource
-from kafkagate import claims, cron, graphs, history, jobs, queues, switches
+from kafkagate import claims, cron, graphs, history, jobs, queues, running, switches
 from kafkagate.audit import audit_middleware
 from kafkagate.auth import TOKENS, auth_middleware
 from kafkagate.body import body_middleware
@@ -112,6 +112,7 @@ def make_app(
     app.router.add_routes(jobs.routes)
     app.router.add_routes(queues.routes)
     app.router.add_routes(claims.routes)
+    app.router.add_routes(running.routes)
     app.router.add_routes(cron.routes)
     app.router.add_routes(history.routes)
     app.router.add_routes(graphs.routes)

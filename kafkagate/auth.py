@@ -42,13 +42,18 @@ TOKENS = web.AppKey("tokens", TokenSource)
 """The gateway's tokens (reloaded on SIGHUP: ``kafkagate.main``)."""
 
 
+WORK_ROUTES = ("/claims", "/extend", "/complete", "/fail", "/release", "/snooze", "/cancel", "/heartbeat")
+"""The ends of the queue routes a worker uses (scope ``work``); a job's cancel by its holder is one of them,
+``DELETE`` of a job (any job) is ``admin``."""
+
+
 def required_scope(method: str, path_template: str) -> str:
     """The scope a route needs (by the route's template, e.g. ``/v1/queues/{queue}/jobs``)."""
     if method == "GET":
         return "read"
     if method == "POST" and (path_template.endswith("/jobs") or path_template == "/v1/graphs"):
         return "enqueue"
-    if path_template.endswith(("/claims", "/extend", "/complete", "/fail")):
+    if path_template.startswith("/v1/queues/") and path_template.endswith(WORK_ROUTES):
         return "work"
     return "admin"
 

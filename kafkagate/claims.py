@@ -1,10 +1,15 @@
 """The worker API for workers in other languages: claim (batch, lease, filter, long-poll), extend,
-complete, fail. Every write carries the attempt and the lease token; a stale one is a 409 (Rickover)."""
+complete, fail (release, snooze, cancel and heartbeat: :mod:`kafkagate.running`). Every write carries the
+attempt and the lease token; a stale one is a 409 (Rickover). A claim names its worker (stored on the job
+and in its events, as a Python pool's name); a graph node's claim carries its parents' outcomes, and its
+end written here is reported to its graph before the answer (the Python pool's path: the next nodes are
+released at once, not by the scheduler's repair)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from typing import Any
 
 import orjson
@@ -12,16 +17,23 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.http import HttpError, json_response
-from jqcore.state import ClaimedJob
+from jqcore.log import get_logger
+from jqcore.state import ClaimedJob, NodeInputs
 from kafkagate.auth import token_of
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
 from kafkagate.queues import parse_model
 from kafkagate.state import GATE, Gate
+from kafkagate.workmodels import NOT_HELD_CODES, WORKER_PATTERN, Owner
 
-__all__ = ["routes"]
+__all__ = ["report_node", "routes"]
 
+log = get_logger("kafkagate.claims")
 routes = web.RouteTableDef()
+
+INPUTS_AT_ONCE = 16
+"""Graph nodes of one claim whose inputs are read at once (each read takes one of the process's Redis
+connections for its round trip)."""
 
 
 class ClaimBody(BaseModel):
@@ -33,13 +45,8 @@ class ClaimBody(BaseModel):
     filter: dict[str, str] = Field(default_factory=dict)
     wait_ms: int = Field(0, ge=0)
     """Long-poll: wait up to this long (capped by the gateway) for work when none is claimable now."""
-
-
-class Owner(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    attempt: int = Field(ge=1)
-    token: str = Field(min_length=1, max_length=64)
+    worker: str | None = Field(None, pattern=WORKER_PATTERN)
+    """Who claims (kept on each job as ``worker`` and in its events); omitted: ``http:<token name>``."""
 
 
 class ExtendBody(Owner):
@@ -57,8 +64,9 @@ class FailBody(Owner):
     permanent: bool = False
 
 
-def _claimed(job: ClaimedJob) -> dict[str, Any]:
+def _claimed(job: ClaimedJob, inputs: NodeInputs | None) -> dict[str, Any]:
     env = job.envelope
+    graph = {"graph": inputs.as_dict()} if inputs is not None else {}
     return {
         "id": env.id,
         "kind": env.kind,
@@ -69,6 +77,7 @@ def _claimed(job: ClaimedJob) -> dict[str, Any]:
         "lease_deadline_ms": job.lease_deadline_ms,
         "lease_ms": job.lease_ms,
         "envelope_b64": base64.b64encode(env.raw or b"").decode(),
+        **graph,
     }
 
 
@@ -85,8 +94,9 @@ async def claim(request: web.Request) -> web.Response:
             details={"token": token.name, "kind": "*"},
         )
     body = parse_model(ClaimBody, await read_body(request))
+    worker = body.worker or f"http:{token.name}"
     wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
-    jobs = await _claim(gate, queue, body)
+    jobs = await _claim(gate, queue, body, worker)
     if jobs or wait_s <= 0:
         return await _reply(gate, queue, jobs)
     loop = asyncio.get_running_loop()
@@ -96,14 +106,36 @@ async def claim(request: web.Request) -> web.Response:
             left = deadline - loop.time()
             if left <= 0 or not await gate.long_polls.wait(queue, left):
                 break
-            jobs = await _claim(gate, queue, body)
+            jobs = await _claim(gate, queue, body, worker)
     return await _reply(gate, queue, jobs)
 
 
-async def _claim(gate: Gate, queue: str, body: ClaimBody) -> list[ClaimedJob]:
-    claiming = gate.engine.claim(queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None)
+async def _claim(gate: Gate, queue: str, body: ClaimBody, worker: str) -> list[ClaimedJob]:
+    claiming = gate.engine.claim(
+        queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None, worker=worker
+    )
     jobs: list[ClaimedJob] = await engine_call(claiming)
     return jobs
+
+
+async def _inputs(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> list[NodeInputs | None]:
+    """Each graph node's view of its graph (its parents' outcomes), as a Python pool reads it before
+    running the node; None for a plain job. Unreadable (Redis away): the jobs are given back first."""
+
+    async def one(job: ClaimedJob) -> NodeInputs | None:
+        graph = job.envelope.graph
+        return await gate.engine.graphs.inputs(graph["id"], graph["node"]) if graph else None
+
+    out: list[NodeInputs | None] = []
+    try:
+        for at in range(0, len(jobs), INPUTS_AT_ONCE):
+            out += await asyncio.gather(*(one(j) for j in jobs[at : at + INPUTS_AT_ONCE]))
+    except Exception:
+        owned = [(j.envelope.id, j.attempt, j.token, False) for j in jobs]
+        with contextlib.suppress(Exception):
+            await gate.engine.release(queue, owned)
+        raise
+    return out
 
 
 async def _reply(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> web.Response:
@@ -111,8 +143,9 @@ async def _reply(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> web.Response
     are released at once: pending again, unstarted, their attempt refunded (never claimed and dropped)."""
     parts: list[bytes] = []
     size, limit = 0, gate.settings.claim_reply_max_bytes
-    for job in jobs:
-        part = orjson.dumps(_claimed(job))
+    inputs = await engine_call(_inputs(gate, queue, jobs)) if any(j.envelope.graph for j in jobs) else None
+    for i, job in enumerate(jobs):
+        part = orjson.dumps(_claimed(job, inputs[i] if inputs else None))
         if parts and size + len(part) + 1 > limit:
             break
         parts.append(part)
@@ -129,6 +162,18 @@ def _owner(request: web.Request, body: Owner) -> tuple[str, int, str]:
     return request.match_info["id"], body.attempt, body.token
 
 
+async def report_node(gate: Gate, queue: str, job_id: str) -> None:
+    """The job ended here: when it is a graph node's (its id ``<graph>:<node>[@run]``), hand its outcome to
+    the graph now, as a Python pool does after its write (the next nodes are released before the answer).
+    A failure leaves the outcome in the queue's ``gdone`` for the scheduler's repair."""
+    if ":" not in job_id:  # no graph node's job: skip the look-up
+        return
+    try:
+        await gate.engine.graphs.report_finished(queue, [job_id])
+    except Exception as exc:
+        log.warning("graph report left to the scheduler", job_id=job_id, error=repr(exc))
+
+
 @routes.post("/v1/queues/{queue}/jobs/{id}/extend")
 async def extend(request: web.Request) -> web.Response:
     gate = request.app[GATE]
@@ -139,8 +184,9 @@ async def extend(request: web.Request) -> web.Response:
     outcome = result[owner[0]]
     if isinstance(outcome, str):
         status = 404 if outcome == "missing" else 409
-        code = {"missing": "job_not_found", "stale": "lease_stale", "canceled": "job_canceled"}[outcome]
-        raise HttpError(status, code, f"lease of job {owner[0]!r} not extended: {outcome}")
+        if outcome == "canceled":  # canceled at this extend: a graph node's end goes to its graph
+            await report_node(gate, queue, owner[0])
+        raise HttpError(status, NOT_HELD_CODES[outcome], f"lease of job {owner[0]!r} not extended: {outcome}")
     return json_response({"id": owner[0], "lease_deadline_ms": outcome})
 
 
@@ -151,6 +197,7 @@ async def complete(request: web.Request) -> web.Response:
     body = parse_model(CompleteBody, await read_body(request))
     data = None if body.result is None else orjson.dumps(body.result)
     await engine_call(gate.engine.complete(queue, _owner(request, body), data))
+    await report_node(gate, queue, request.match_info["id"])
     return json_response({"id": request.match_info["id"], "state": "completed"})
 
 
@@ -168,4 +215,6 @@ async def fail(request: web.Request) -> web.Response:
             permanent=body.permanent,
         )
     )
+    if outcome != "retry":
+        await report_node(gate, queue, request.match_info["id"])
     return json_response({"id": request.match_info["id"], "outcome": outcome})

@@ -7,11 +7,15 @@ client never has to guess which half of a batch went in. The same holds for a jo
 exceed ``MAX_ENVELOPE_BYTES`` (413 ``job_too_large``), an explicit partition the topic does not have (400
 ``partition_invalid``) and a job for an exclusive queue without an exclusivity value (400 ``excl_missing``).
 
-``Idempotency-Key``: jobs without a client id get ids derived from the key (``ik-<hash>-<index>``), so a
-retried request produces the same ids and the engine's dedup absorbs it even when the first attempt did
-reach Kafka. The key's body hash is kept in Redis for the TTL; the same key with a different body is a
-409. That check is best effort: with Redis unreachable the gateway still accepts (enqueues must not
-depend on Redis), and the deterministic ids still prevent a double run.
+Content ids (``?id_from=content``, a job's ``dedup_key``, or the queue's ``id_from: content`` policy): jobs
+without a client id get :func:`jqcore.envelope.content_id` — queue + kind + canonical args (+ the dedup
+key) — so the same work enqueued twice is one job while the queue's dedup policy says so (Slack's rule).
+
+``Idempotency-Key``: jobs without a client id (and no content id) get ids derived from the key
+(``ik-<hash>-<index>``), so a retried request produces the same ids and the engine's dedup absorbs it even
+when the first attempt did reach Kafka. The key's body hash is kept in Redis for the TTL; the same key
+with a different body is a 409. That check is best effort: with Redis unreachable the gateway still
+accepts (enqueues must not depend on Redis), and the deterministic ids still prevent a double run.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore.envelope import MAX_ENVELOPE_BYTES, Envelope, encoded, new_envelope
+from jqcore.envelope import MAX_DEDUP_KEY, MAX_ENVELOPE_BYTES, Envelope, content_id, encoded, new_envelope
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.http import HttpError
 from jqcore.kafka import Record, job_record
@@ -57,6 +61,7 @@ CLIENT_FIELDS = frozenset(
         "trace",
         "partition",
         "canary",
+        "dedup_key",
     }
 )
 
@@ -120,12 +125,14 @@ def parse_jobs(
     idempotency: str | None,
     now: int,
     stamp: Callable[[Envelope], Envelope] | None = None,
+    content: bool = False,
 ) -> Parsed:
     """Validate every job of the request; raises HttpError / EnvelopeError naming each bad field.
 
     ``stamp`` (tracing on: ``jqcore.tracing.EnqueueSpans.stamp``) gives each valid job its enqueue span's
     context as ``trace`` before the envelope is encoded, so the size check counts it; None (tracing off)
-    leaves the envelopes exactly as the client's fields make them."""
+    leaves the envelopes exactly as the client's fields make them. ``content``: jobs without an id get
+    :func:`~jqcore.envelope.content_id` (so does any job with a ``dedup_key``)."""
     docs = _documents(body, content_type, max_batch)
     if not docs:
         raise HttpError(400, "body_empty", "the batch holds no job")
@@ -136,7 +143,7 @@ def parse_jobs(
     for i, doc in enumerate(docs):
         where = "" if single else f"jobs[{i}]."
         try:
-            env, partition = _one(queue, doc, i, idempotency, now)
+            env, partition = _one(queue, doc, i, idempotency, now, content)
         except EnvelopeError as exc:
             problems += [FieldError(where + f.field, f.problem) for f in exc.fields]
             continue
@@ -199,7 +206,9 @@ def check_exclusive(parsed: Parsed, config: QueueConfig | None) -> None:
         raise EnvelopeError(problems, code="excl_missing")
 
 
-def _one(queue: str, doc: Any, index: int, idempotency: str | None, now: int) -> tuple[Envelope, int | None]:
+def _one(
+    queue: str, doc: Any, index: int, idempotency: str | None, now: int, content: bool = False
+) -> tuple[Envelope, int | None]:
     if not isinstance(doc, dict):
         raise EnvelopeError(FieldError("$", "a job must be a JSON object"))
     unknown = sorted(set(doc) - CLIENT_FIELDS)
@@ -212,9 +221,7 @@ def _one(queue: str, doc: Any, index: int, idempotency: str | None, now: int) ->
         not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
     ):
         raise EnvelopeError(FieldError("partition", "must be a non-negative integer"))
-    job_id = doc.get("id")
-    if job_id is None and idempotency is not None:
-        job_id = f"ik-{idempotency[:32]}-{index}"
+    job_id = _job_id(queue, doc, index, idempotency, content)
     try:
         env = new_envelope(
             queue,
@@ -231,6 +238,27 @@ def _one(queue: str, doc: Any, index: int, idempotency: str | None, now: int) ->
     except TypeError as exc:  # a wrongly typed scalar the envelope builder could not even look at
         raise EnvelopeError(FieldError("$", str(exc))) from None
     return env, partition
+
+
+def _job_id(queue: str, doc: dict[str, Any], index: int, idempotency: str | None, content: bool) -> Any:
+    """The client's id; else the content id (asked for, or a ``dedup_key``); else one derived from the
+    Idempotency-Key; else None (the envelope builder makes a fresh one)."""
+    key = doc.get("dedup_key")
+    if key is not None:
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_DEDUP_KEY:
+            raise EnvelopeError(
+                FieldError("dedup_key", f"must be a string of 1 to {MAX_DEDUP_KEY} characters")
+            )
+        if doc.get("id") is not None:
+            raise EnvelopeError(FieldError("dedup_key", "give id or dedup_key, not both"))
+    if doc.get("id") is not None:
+        return doc["id"]
+    if content or key is not None:
+        try:
+            return content_id(queue, str(doc["kind"]), doc.get("args"), key)
+        except TypeError as exc:  # args orjson cannot write (never from parsed JSON)
+            raise EnvelopeError(FieldError("args", str(exc))) from None
+    return f"ik-{idempotency[:32]}-{index}" if idempotency is not None else None
 
 
 def _present(doc: Mapping[str, Any]) -> dict[str, Any]:

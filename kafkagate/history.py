@@ -3,7 +3,9 @@ the job search over them (``docs/history.md``).
 
 The tables are read through DuckDB (``jqcore.history``) in a worker thread, never a Spark session. The
 search covers every job the history has seen — live ones too, as of the history pipeline's last trigger
-(seconds behind Redis); ``GET`` of one job answers from Redis whenever Redis still has it.
+(seconds behind Redis); ``GET`` of one job answers from Redis whenever Redis still has it. ``GET`` of an
+archived job shows the payload the history kept with its end (``jqcore.archive``: args, meta, result,
+priority, lease, expiry; ``truncated`` names a field cut to the cap); the search pages leave it out.
 """
 
 from __future__ import annotations
@@ -19,18 +21,18 @@ from jqcore.http import HttpError, json_response
 from kafkagate.auth import require_queue, token_of
 from kafkagate.state import GATE
 
-__all__ = ["archived", "routes"]
+__all__ = ["archived", "archived_snapshot", "routes"]
 
 routes = web.RouteTableDef()
 
 MAX_LIMIT = 500
 
 
-def job_dict(job: JobSnapshot) -> dict[str, Any]:
+def job_dict(job: JobSnapshot, *, payload: bool = False) -> dict[str, Any]:
     """A job of the archive in the shape of a live ``GET`` (the fields the history keeps), marked
-    ``source: archive``."""
+    ``source: archive``; ``payload``: with args, meta, result and the envelope fields the history kept."""
     final = job.to_state in TERMINAL
-    return {
+    out = {
         "id": job.id,
         "queue": job.queue,
         "state": job.to_state,
@@ -47,14 +49,22 @@ def job_dict(job: JobSnapshot) -> dict[str, Any]:
         "origin": job.origin or None,
         "source": "archive",
     }
+    if payload:
+        out.update(job.payload().as_dict())
+    return out
+
+
+async def archived_snapshot(store: HistoryStore | None, queue: str, job_id: str) -> JobSnapshot | None:
+    """The job's latest row in the history, or None (no history configured, or it never saw the job)."""
+    if store is None:
+        return None
+    return await asyncio.to_thread(store.current, queue, job_id)
 
 
 async def archived(store: HistoryStore | None, queue: str, job_id: str) -> dict[str, Any] | None:
-    """The archived job, or None (no history configured, or it never saw the job)."""
-    if store is None:
-        return None
-    job = await asyncio.to_thread(store.current, queue, job_id)
-    return job_dict(job) if job is not None else None
+    """The archived job with its payload, or None (no history configured, or it never saw the job)."""
+    job = await archived_snapshot(store, queue, job_id)
+    return job_dict(job, payload=True) if job is not None else None
 
 
 def _int(request: web.Request, name: str) -> int | None:

@@ -18,7 +18,7 @@ from jqcore.http import HttpError, json_response
 from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
-from jqrecover.replay import REPLAYABLE, ReplayError, replayed
+from jqrecover.replay import REPLAYABLE, ReplayError, replayed, replayed_from_archive
 from kafkagate.auth import require_kind, token_of
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
@@ -32,7 +32,7 @@ from kafkagate.enqueue import (
     parse_jobs,
     too_large,
 )
-from kafkagate.history import archived
+from kafkagate.history import archived, archived_snapshot
 from kafkagate.limits import busy
 from kafkagate.state import GATE, Gate
 
@@ -101,6 +101,21 @@ async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks)
         raise
 
 
+async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
+    """Whether jobs without an id get content ids: ``?id_from=content|random``, else the queue's
+    ``id_from`` policy (cached; Redis not answering: random ids, enqueues never depend on Redis)."""
+    asked = request.query.get("id_from")
+    if asked is not None:
+        if asked not in ("content", "random"):
+            problem = FieldError("id_from", "must be content or random")
+            raise HttpError(
+                400, "id_from_invalid", f"id_from must be content or random, not {asked!r}", [problem]
+            )
+        return asked == "content"
+    config = await gate.queue_config(queue)
+    return config is not None and config.id_from == "content"
+
+
 @routes.post("/v1/queues/{queue}/jobs")
 async def enqueue(request: web.Request) -> web.Response:
     """Enqueue one job or a batch; 202 only after Kafka confirmed every job of the request."""
@@ -108,6 +123,7 @@ async def enqueue(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = await _read_body(request)
     digest = await _idempotency(request, gate, queue, body)
+    content = await _content_ids(request, gate, queue)
     with tracing.enqueue_spans(request.headers) as spans:  # off: a shared no-op, envelopes untouched
         parsed = parse_jobs(
             queue,
@@ -117,6 +133,7 @@ async def enqueue(request: web.Request) -> web.Response:
             idempotency=digest,
             now=now_ms(),
             stamp=spans.stamp,
+            content=content,
         )
         if not token_of(request).every_kind:
             for i, env in enumerate(parsed.envelopes):
@@ -181,19 +198,22 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 @routes.post("/v1/queues/{queue}/jobs/{id}/replay")
 async def replay_job(request: web.Request) -> web.Response:
-    """A new job (new id) with the same kind, args and meta as a finished or dead one, through Kafka.
-    With an ``Idempotency-Key`` header the new id is derived from (job, key): the same replay sent twice
-    is one new job."""
+    """A new job (new id) with the same kind, args, meta, priority, lease and expiry as a finished or dead
+    one, through Kafka; from the archive (the history's payload) once Redis forgot the job. With an
+    ``Idempotency-Key`` header the new id is derived from (job, key): the same replay sent twice is one
+    new job."""
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is not None and not 0 < len(key) <= 255:
         raise HttpError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
     info = await engine_call(gate.engine.get_job(queue, job_id))
-    if info is None or info.envelope is None:
+    old = None if info is not None else await archived_snapshot(gate.history(), queue, job_id)
+    if (info is None or info.envelope is None) and old is None:
         raise HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
-    if info.state not in REPLAYABLE:
+    if info is not None and info.state not in REPLAYABLE:
         raise HttpError(409, "job_not_finished", f"job {job_id!r} is {info.state}; only finished jobs replay")
+    source = "redis" if info is not None else "archive"
     new_id = None
     if key is not None:
         new_id = "rp-" + hashlib.sha256(f"{queue}\0{job_id}\0{key}".encode()).hexdigest()[:40]
@@ -202,7 +222,11 @@ async def replay_job(request: web.Request) -> web.Response:
             again = {"ids": [new_id], "replay_of": job_id, "state": done.state, "changed": False}
             return json_response(again)
     try:
-        env = replayed(queue, info, new_id)
+        if info is not None:
+            env = replayed(queue, info, new_id)
+        else:
+            assert old is not None  # one of them, checked above
+            env = replayed_from_archive(queue, old, new_id)
     except ReplayError as exc:
         raise HttpError(exc.http_status, exc.code, exc.message) from exc
     records, acks = build_records(Parsed([env], [None]), gate.routing, queue)
@@ -210,6 +234,7 @@ async def replay_job(request: web.Request) -> web.Response:
     delivered = await gate.producer(acks).produce_many(records)
     body = accepted_body([env], delivered)
     body["replay_of"] = job_id
+    body["source"] = source
     return json_response(body, 202)
 
 

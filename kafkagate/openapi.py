@@ -63,9 +63,15 @@ AUTH_ERRORS = {
 
 
 def _op(
-    summary: str, ok: str = "200", body: dict[str, Any] | None = None, errors: dict[str, str] | None = None
+    summary: str,
+    ok: str = "200",
+    body: dict[str, Any] | None = None,
+    errors: dict[str, str] | None = None,
+    reply: type[BaseModel] | None = None,
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {ok: {"description": "success"}}
+    if reply is not None:
+        responses[ok]["content"] = {"application/json": {"schema": _model(reply)}}
     for status, why in {**AUTH_ERRORS, **(errors or {})}.items():
         responses[status] = {
             "description": why,
@@ -78,7 +84,21 @@ def _op(
 
 
 def _model(model: type[BaseModel]) -> dict[str, Any]:
-    return model.model_json_schema()
+    schema = model.model_json_schema()
+    inlined: dict[str, Any] = _inline(schema, schema.pop("$defs", {}))
+    return inlined
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """A schema with its ``$defs`` references replaced by the definitions (they would not resolve
+    inside this document)."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _inline(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
 
 
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"}
@@ -133,6 +153,16 @@ def document() -> dict[str, Any]:
     from kafkagate.cron import schedule_body_schema
     from kafkagate.queues import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
     from kafkagate.switches import SwitchBody
+    from kafkagate.workmodels import (
+        CancelBody,
+        CancelReply,
+        HeartbeatBody,
+        HeartbeatReply,
+        ReleaseBody,
+        ReleaseReply,
+        SnoozeBody,
+        SnoozeReply,
+    )
 
     q = "/v1/queues/{queue}"
     job = f"{q}/jobs/{{id}}"
@@ -227,10 +257,44 @@ def document() -> dict[str, Any]:
         f"{job}/fail": {
             "post": _op("fail an attempt (retry, errored or canceled)", body=_model(FailBody), errors=stale)
         },
+        f"{job}/release": {
+            "post": _op(
+                "give a held job back: pending again, its attempt refunded (an at_most_once job that started:"
+                " errored)",
+                body=_model(ReleaseBody),
+                errors=stale,
+                reply=ReleaseReply,
+            )
+        },
+        f"{job}/snooze": {
+            "post": _op(
+                "put a held job back for delay_ms, no attempt spent",
+                body=_model(SnoozeBody),
+                errors=stale,
+                reply=SnoozeReply,
+            )
+        },
+        f"{job}/cancel": {
+            "post": _op(
+                "the worker cancels a job it holds: canceled, never retried",
+                body=_model(CancelBody),
+                errors=stale,
+                reply=CancelReply,
+            )
+        },
+        f"{q}/heartbeat": {
+            "post": _op(
+                "extend the leases of many held jobs in one call; per job whether it is still held",
+                body=_model(HeartbeatBody),
+                errors={"400": "invalid body (a job listed twice, more than 1000)"},
+                reply=HeartbeatReply,
+            )
+        },
         f"{q}/claims": {
             "post": _op(
-                "claim jobs (batch, lease, filter, long-poll); an answer holds at most"
-                " JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay claimable)",
+                "claim jobs (batch, lease, filter, long-poll) for a named worker; a graph node's job carries"
+                " its parents' outcomes (graph); an answer holds at most JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the"
+                " rest stay claimable)",
                 body=_model(ClaimBody),
                 errors={
                     "400": "filter on a key the queue does not index",

@@ -39,6 +39,7 @@ class QueueConfigBody(BaseModel):
     dead_retention_ms: int = Field(7 * 86_400_000, ge=0)
     dedup: Literal["active", "finished"] = "active"
     dedup_window_ms: int = Field(86_400_000, ge=0)
+    id_from: Literal["random", "content"] = "random"
     events_cap: int = Field(100_000, ge=0)
     fair_key: str | None = None
     fair_weights: dict[str, int] = Field(default_factory=dict)
@@ -62,6 +63,7 @@ class QueuePatchBody(BaseModel):
     dead_retention_ms: int | None = Field(None, ge=0)
     dedup: Literal["active", "finished"] | None = None
     dedup_window_ms: int | None = Field(None, ge=0)
+    id_from: Literal["random", "content"] | None = None
     events_cap: int | None = Field(None, ge=0)
     fair_key: str | None = None
     fair_weights: dict[str, int] | None = None
@@ -170,7 +172,9 @@ async def patch_queue(request: web.Request) -> web.Response:
 
 async def _configure(request: web.Request, queue: str, config: QueueConfig) -> web.Response:
     """Store ``config`` as the queue's configuration; answer with what is now in force."""
-    await engine_call(request.app[GATE].engine.configure_queue(queue, config))
+    gate = request.app[GATE]
+    await engine_call(gate.engine.configure_queue(queue, config))
+    gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     return json_response({"queue": queue, "config": config.as_dict()})
 
 

@@ -122,6 +122,10 @@ class Gate:
         self._queue_configs[queue] = (now, config)
         return config
 
+    def forget_queue_config(self, queue: str) -> None:
+        """Drop the cached configuration (this gateway just changed it)."""
+        self._queue_configs.pop(queue, None)
+
     def producer(self, acks: Literal["all", "leader"]) -> AsyncProducer:
         """One idempotent ``acks=all`` producer, and a ``leader`` one created when a queue first needs it."""
         if acks not in self._producers:

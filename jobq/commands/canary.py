@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from canary.main import run
-from canary.settings import CanarySettings
+from jqcore.extras import require
 from jqcore.log import configure
 from jqcore.settings import load
 
@@ -30,6 +29,10 @@ def canary(
 
     Gateways and token: JOBQ_CANARY_GATEWAYS (url[@az],...) and JOBQ_CANARY_TOKEN.
     """
+    require("jobq canary", "server")
+    from canary.main import run
+    from canary.settings import CanarySettings
+
     configure()
     given = {"interval_s": interval, "metrics_port": metrics_port}
     run(load(CanarySettings, **{k: v for k, v in given.items() if v is not None}))

@@ -269,7 +269,7 @@ class _Follow:
         jobs, console = self.jobs, self.console
         tally = asyncio.run(workload.states(self.gateways, self.token, jobs))
         archived = workload.in_history(jobs, self.sources.history)
-        console.print(render(collect(self.sources)))
+        console.print(render(collect(self.sources), console.width))
         console.print(f"demo jobs in their expected state: {tally['ok']}/{len(jobs)}  others: {tally}")
         console.print(
             f"demo jobs in the history in that state: {archived}/{len(jobs)} (`jobq history JOB_ID`)"

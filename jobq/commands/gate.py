@@ -6,13 +6,9 @@ from typing import Annotated
 
 import typer
 
+from jqcore.extras import require
 from jqcore.log import configure
 from jqcore.settings import load
-from jqweb.app import make_app as make_web_app
-from jqweb.context import Web
-from jqweb.settings import WebSettings
-from kafkagate.main import run
-from kafkagate.settings import GateSettings
 
 __all__ = ["gate"]
 
@@ -40,11 +36,21 @@ def gate(
     Tokens come from JOBQ_GATE_TOKENS (comma-separated) and JOBQ_TOKENS_FILE (named, scoped; SIGHUP reloads
     them); Kafka, Redis and routes from their settings.
     """
+    require("jobq gate --web" if web else "jobq gate", "server", *(("web",) if web else ()))
+    from kafkagate.main import run
+    from kafkagate.settings import GateSettings
+
     configure()
     overrides = {
         k: v
         for k, v in {"port": port, "host": host, "az": az, "processes": processes}.items()
         if v is not None
     }
-    mounts = {"/ui": make_web_app(Web(load(WebSettings), base="/ui"))} if web else None
+    mounts = None
+    if web:
+        from jqweb.app import make_app as make_web_app
+        from jqweb.context import Web
+        from jqweb.settings import WebSettings
+
+        mounts = {"/ui": make_web_app(Web(load(WebSettings), base="/ui"))}
     run(load(GateSettings, **overrides), mounts)

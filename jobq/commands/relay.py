@@ -6,10 +6,9 @@ from typing import Annotated
 
 import typer
 
+from jqcore.extras import require
 from jqcore.log import configure
 from jqcore.settings import load
-from jqrelay.main import run
-from jqrelay.settings import RelaySettings
 
 __all__ = ["relay"]
 
@@ -34,6 +33,10 @@ def relay(
     LockIndex; live rate limits come from Consul KV <prefix>/rates/<topic> and
     <prefix>/queue-rates/<queue> (jobs/s, 0 pauses).
     """
+    require("jobq relay", "server")
+    from jqrelay.main import run
+    from jqrelay.settings import RelaySettings
+
     configure()
     overrides: dict[str, object] = {"shadow": shadow} if shadow else {}
     if topics is not None:

@@ -6,10 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
+from jqcore.extras import require
 from jqcore.log import configure
 from jqcore.settings import LogSettings, load
-from jqsched.main import run
-from jqsched.settings import SchedulerSettings
 
 __all__ = ["scheduler"]
 
@@ -45,6 +44,10 @@ def scheduler(
     rendezvous hashing) and re-deal within JOBQ_SCHEDULER_STALE_S (3 s) when one joins or dies.
     Every option has a JOBQ_SCHEDULER_* setting (docs/settings.md); an option given here wins.
     """
+    require("jobq scheduler", "server")
+    from jqsched.main import run
+    from jqsched.settings import SchedulerSettings
+
     configure(load(LogSettings))
     given: dict[str, Any] = {"name": name, "group": group, "queues": queues, "metrics_port": metrics_port}
     run(load(SchedulerSettings, **{k: v for k, v in given.items() if v is not None}))

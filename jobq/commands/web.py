@@ -14,10 +14,10 @@ from rich.table import Table
 
 from jqcore.audit import AuditEntry, AuditTrail, cli_who
 from jqcore.clock import now_ms
+from jqcore.extras import require
 from jqcore.log import configure
 from jqcore.redisconn import connect
 from jqcore.settings import AuditSettings, KafkaSettings, RedisSettings, load
-from jqweb.main import run
 from jqweb.sessions import MIN_REF, Session, SessionStore, select
 from jqweb.settings import WebSettings
 
@@ -46,6 +46,9 @@ def web(
     """
     if ctx.invoked_subcommand is not None:
         return
+    require("jobq web", "server", "web")
+    from jqweb.main import run
+
     configure()
     overrides = {k: v for k, v in {"port": port, "host": host}.items() if v is not None}
     run(load(WebSettings, **overrides))

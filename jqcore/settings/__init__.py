@@ -165,6 +165,11 @@ class EventSettings(BaseSettings):
     """Partitions of the events topic when jobq creates it."""
     batch: int = Field(1000, ge=1, le=100_000)
     """Events read from one queue's stream and produced per round."""
+    payload_max_bytes: int = Field(65_536, ge=0, le=524_288)
+    """The job's args, meta and result an event that ends it carries into the history (the archive,
+``docs/history.md``): each kept up to this many bytes of JSON; a longer one is cut there and named in the
+event's ``truncated`` (GET from the archive shows it; a job whose args or meta were cut cannot be replayed
+from the archive). 0: the history keeps no payload."""
 
 
 class AuditSettings(BaseSettings):

@@ -35,6 +35,7 @@ from jqcore.state.models import (
     QueueConfig,
     QueueDepth,
     Released,
+    StreamEvent,
 )
 from jqcore.state.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqcore.state.switchrules import Switch
@@ -72,6 +73,7 @@ __all__ = [
     "RedisMemoryFull",
     "Released",
     "StaleLease",
+    "StreamEvent",
     "Switch",
     "SwitchInvalid",
     "SwitchNotFound",

@@ -130,6 +130,8 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         )
     if config.dedup not in ("active", "finished"):
         raise codes.QueueConfigInvalid(f"dedup must be active or finished, not {config.dedup!r}")
+    if config.id_from not in ("random", "content"):
+        raise codes.QueueConfigInvalid(f"id_from must be random or content, not {config.id_from!r}")
     if config.dedup_window_ms < 0:
         raise codes.QueueConfigInvalid("dedup_window_ms must be >= 0")
     if config.events_cap < 0:
@@ -148,6 +150,7 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         "dead_retention_ms": str(config.dead_retention_ms),
         "dedup": config.dedup,
         "dedup_window_ms": str(config.dedup_window_ms),
+        "id_from": config.id_from,
         "events_cap": str(config.events_cap),
         "fair_key": config.fair_key or "",
         "fair_weights": orjson.dumps(dict(config.fair_weights)).decode() if config.fair_weights else "",

@@ -61,6 +61,21 @@ class NodeInputs:
             return [values]
         return []
 
+    def as_dict(self) -> dict[str, Any]:
+        """This view as JSON (what an HTTP worker's claim carries as ``graph``): the parents by name in
+        parent order, and ``fed``, the values a Python handler gets appended to its positional args."""
+        return {
+            "id": self.graph_id,
+            "node": self.node,
+            "feed": self.feed,
+            "parents": {
+                name: {"state": p.state, "result": p.result, "error": p.error, "attempt": p.attempt}
+                for name, p in self.parents.items()
+            },
+            "failures": [dict(f) for f in self.failures],
+            "fed": self.fed(),
+        }
+
 
 def _failure_doc(node: str, p: ParentOutcome) -> dict[str, Any]:
     return {"node": node, "state": p.state, "error": p.error, "attempt": p.attempt}

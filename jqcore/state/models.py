@@ -222,6 +222,7 @@ class QueueDepth:
 
 Mode = Literal["simple", "exclusive"]
 Dedup = Literal["active", "finished"]
+IdFrom = Literal["random", "content"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +243,10 @@ class QueueConfig:
     finished (at most ``retention_ms``: the window needs the finished job's record). Either way the same
     Kafka record read twice (a relay re-read, a replay) is absorbed."""
     dedup_window_ms: int = 86_400_000
+    id_from: IdFrom = "random"
+    """``content``: a job that arrives at the gateway without an id gets one derived from queue + kind +
+    canonical args (:func:`jqcore.envelope.content_id`), so identical enqueues are one job under the
+    dedup policy above (Slack's rule); ``random``: a fresh id each time."""
     events_cap: int = 100_000
     """Lifecycle events waiting in Redis for the shipper at most (``docs/history.md``): at the cap a new
     event is counted in the queue's ``events_dropped`` stat instead of stored. 0: no events."""

@@ -25,6 +25,12 @@ class Queries(EngineCore):
         """Many jobs of one queue, pipelined (benchmarks read thousands)."""
         return await reads.get_jobs(self._client, queue, ids)
 
+    async def job_fields(
+        self, queue: str, ids: Sequence[str], names: Sequence[str]
+    ) -> list[list[bytes | None]]:
+        """Raw fields of the jobs' records (None where absent), one pipelined read."""
+        return await reads.job_fields(self._client, queue, ids, names)
+
     async def far_jobs(self, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
         """Far-future jobs by id (``list_ids(queue, "far")``), ``scheduled`` with their ``run_at``."""
         return await reads.far_jobs(self._client, queue, ids)

@@ -24,6 +24,7 @@ __all__ = [
     "far_jobs",
     "get_job",
     "get_jobs",
+    "job_fields",
     "kinds",
     "past_due",
     "queue_config",
@@ -94,6 +95,20 @@ async def get_jobs(
             pipe.hgetall(keys.job(job_id))
         out += [_job_info(queue, j, raw) for j, raw in zip(part, await pipe.execute(), strict=True)]
     return out
+
+
+async def job_fields(
+    client: RedisClient, queue: str, ids: Sequence[str], names: Sequence[str]
+) -> list[list[bytes | None]]:
+    """The raw values of fields ``names`` of each job's record (None: no such field, or no record), one
+    pipelined round trip: the event shipper's read of the payload it adds to a job's ending."""
+    if not ids:
+        return []
+    keys = QueueKeys(queue)
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(keys.job(job_id), list(names))
+    return [[_b(v) for v in row] for row in await pipe.execute()]
 
 
 async def far_jobs(client: RedisClient, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
@@ -287,6 +302,7 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         dead_retention_ms=int(raw.get("dead_retention_ms") or base.dead_retention_ms),
         dedup="finished" if raw.get("dedup") == "finished" else "active",
         dedup_window_ms=int(raw.get("dedup_window_ms") or base.dedup_window_ms),
+        id_from="content" if raw.get("id_from") == "content" else "random",
         events_cap=int(raw.get("events_cap") or base.events_cap),
         fair_key=raw.get("fair_key") or None,
         fair_weights=orjson.loads(raw.get("fair_weights") or "{}"),

@@ -1,7 +1,8 @@
 """One job: its state, times, worker, the args/meta/kind of its envelope, its result exactly as stored,
 each attempt's error and traceback, and its timeline across hops (the history tables; else the job's own
 attempt records). A job GC removed from Redis is shown as the history last saw it. Actions: cancel,
-retry (a dead job), replay (a finished job: a new job with the same kind, args and meta, through Kafka)."""
+retry (a dead job), replay (a finished job: a new job with the same kind, args, meta, priority, lease and
+expiry, through Kafka)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from jqcore.envelope import decode
+from jqcore.envelope import content_id, decode
 from jqcore.routing import Route, RoutingSettings
 from kafkagate.main import GateService
 
@@ -223,3 +223,37 @@ def test_unknown_scope_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="unknown scope"):
         load_tokens(gate=[SecretStr("t:enqueue+everything")])
+
+
+async def test_content_ids_make_identical_work_one_job(gw: Any) -> None:
+    """Slack's rule: queue + kind + canonical args (+ a dedup key) → the id; per request, per job, or the
+    queue's policy; an explicit id still wins. The engine's dedup then keeps one job per id."""
+    path = f"/v1/queues/{gw.queue}/jobs"
+    a = {"kind": "report", "args": {"user": 7, "month": "2026-11"}}
+    same = {"kind": "report", "args": {"month": "2026-11", "user": 7}}  # other key order, same work
+    other = {"kind": "report", "args": {"user": 8, "month": "2026-11"}}
+    status, first = await gw.call("POST", path + "?id_from=content", json={"jobs": [a, same, other]})
+    assert status == 202, first
+    ids = first["ids"]
+    assert ids[0] == ids[1] != ids[2]
+    assert ids[0] == content_id(gw.queue, "report", a["args"])
+    _, random_ids = await gw.call("POST", path, json={"jobs": [a, a]})
+    assert random_ids["ids"][0] != random_ids["ids"][1], "random ids unless asked (queue policy: random)"
+    _, keyed = await gw.call(
+        "POST", path, json={"jobs": [{**a, "dedup_key": "run-1"}, {**a, "dedup_key": "run-2"}]}
+    )
+    assert keyed["ids"][0] not in (keyed["ids"][1], ids[0]), "a dedup key is part of the identity"
+    status, body = await gw.call("PATCH", f"/v1/queues/{gw.queue}", json={"id_from": "content"})
+    assert (status, body["config"]["id_from"]) == (200, "content"), body
+    _, policy = await gw.call("POST", path, json=same)
+    assert policy["ids"] == [ids[0]], "the queue's policy: content ids without asking"
+    _, named = await gw.call("POST", path, json={**a, "id": "mine-1"})
+    assert named["ids"] == ["mine-1"]
+    for query, job, code in (
+        ("?id_from=sometimes", a, "id_from_invalid"),
+        ("", {**a, "dedup_key": ""}, "envelope_invalid"),
+        ("", {**a, "dedup_key": 5}, "envelope_invalid"),
+        ("", {**a, "id": "x1", "dedup_key": "k"}, "envelope_invalid"),
+    ):
+        status, body = await gw.call("POST", path + query, json=job)
+        assert (status, body["error"]["code"]) == (400, code), (query, job, body)

@@ -532,6 +532,35 @@ def test_gates_listen_on_their_published_port_and_probe_healthz(
     assert len(set(zones)) == len(zones), f"two gates share an availability zone: {zones}"
 
 
+def volume_mounts(service: Mapping[str, Any]) -> dict[str, tuple[str, bool]]:
+    """Container path -> (named volume or host path, read-only) of the service's mounts."""
+    out = {}
+    for raw in service.get("volumes") or []:
+        if isinstance(raw, dict):
+            out[str(raw["target"])] = (str(raw.get("source", "")), bool(raw.get("read_only")))
+        else:
+            source, target, *mode = str(raw).split(":")
+            out[target] = (source, "ro" in mode)
+    return out
+
+
+def test_gates_read_the_history_the_history_service_writes(services: dict[str, dict[str, Any]]) -> None:
+    """The archive fallback is on in the shipped deployment: every gateway (and the dashboard) mounts the
+    volume the history service writes its tables to, read-only, at its JOBQ_HISTORY_PATH."""
+    (writer,) = role_services(services, "history", "run").values()
+    path = env_of(writer)["JOBQ_HISTORY_PATH"]
+    volume, read_only = volume_mounts(writer)[path]
+    assert not read_only
+    readers = {**role_services(services, "gate"), **role_services(services, "web")}
+    assert len(readers) >= 3
+    for name, service in readers.items():
+        where = env_of(service).get("JOBQ_HISTORY_PATH")
+        assert where, f"{name} has no JOBQ_HISTORY_PATH: its archive is off"
+        assert volume_mounts(service).get(where) == (volume, True), (
+            f"{name} does not mount {volume} at {where}"
+        )
+
+
 @pytest.mark.parametrize(
     ("role", "port_setting"),
     [

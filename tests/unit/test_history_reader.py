@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from jqcore.errors import QueryInvalid
-from jqcore.history import CURRENT_COLUMNS, EVENT_COLUMNS, HistoryStore, JobSnapshot
+from jqcore.history import CURRENT_COLUMNS, EVENT_COLUMNS, PAYLOAD_COLUMNS, HistoryStore, JobSnapshot
 
 T0 = int(datetime(2026, 3, 1, 23, 0, tzinfo=UTC).timestamp() * 1000)  # day 1 ends an hour later
 HOUR = 3_600_000
@@ -303,7 +303,7 @@ def test_empty_store_answers_empty(tmp_path: Path) -> None:
     for view in ("events", "current", "job_states", "jobs"):
         assert store.query(f"SELECT count(*) FROM {view}").rows == [(0,)]
     cols = store.query("SELECT * FROM current").columns
-    assert cols == [c for c, _ in CURRENT_COLUMNS]
+    assert cols == [c for c, _ in (*CURRENT_COLUMNS, *PAYLOAD_COLUMNS)]
     # events but no current segment yet (and the other way round) are fine too
     write_parquet(tmp_path / "x" / "events" / "day=2026-03-01" / "batch=b" / "p.parquet", A, EVENT_COLUMNS)
     half = HistoryStore(tmp_path / "x")
@@ -371,3 +371,47 @@ def test_since_spans(root: Path) -> None:
     assert since_ms("2h", now=10 * HOUR) == 8 * HOUR
     assert since_ms("90s", now=100_000) == 10_000
     assert since_ms("7d", now=8 * 24 * HOUR) == 24 * HOUR
+
+
+# ---- the payload kept with a job's end (the archive) ------------------------------------------------------
+
+
+def test_the_payload_of_a_jobs_end_is_read_beside_files_without_one(root: Path) -> None:
+    """Segments written since the history keeps payloads carry the payload columns; the older ones in the
+    same root have none (NULL). ``current`` gives the payload of the job's latest row, a copy with a payload
+    winning over an equal copy without; ``search`` leaves the payload out."""
+    payload = {
+        "args": '{"to":"ann"}',
+        "meta": '{"tenant":"t1"}',
+        "result": '"sent"',
+        "envelope": '{"priority":7,"lease_ms":4000,"expires_at":99}',
+        "truncated": "",
+    }
+    end = ev("q1", "d", 2, 700, "completed", from_state="running", attempt=1)
+    cols = (*CURRENT_COLUMNS, *PAYLOAD_COLUMNS)
+    bare = {**end, "first_at": end["at_ms"]}
+    write_parquet(root / "current" / "seg=bnew-1" / "p.parquet", [{**bare, **payload}], cols)
+    write_segment(root, "bnew-2", [end])  # an equal copy without the payload columns at all
+    big = ev("q1", "e", 2, 800, "completed", from_state="running", attempt=1)
+    cut = {**payload, "args": '{"to":"a', "truncated": "args"}
+    write_parquet(root / "current" / "seg=bnew-3" / "p.parquet", [{**big, "first_at": 0, **cut}], cols)
+
+    store = HistoryStore(root)
+    got = store.current("q1", "d")
+    assert got is not None
+    assert got.to_state == "completed"
+    kept = got.payload()
+    assert kept.kept
+    assert (kept.args, kept.meta, kept.result) == ({"to": "ann"}, {"tenant": "t1"}, '"sent"')
+    assert (kept.as_dict()["priority"], kept.as_dict()["lease_ms"]) == (7, 4000)
+    assert kept.as_dict()["truncated"] == []
+    partial = store.current("q1", "e")
+    assert partial is not None
+    assert (partial.payload().args, partial.payload().truncated) == ('{"to":"a', {"args"})
+    old = store.current("q1", "a")  # written without payload columns: NULL, nothing kept
+    assert old is not None
+    assert (old.payload().kept, old.payload().args) == (False, None)
+    found = {j.id: j for j in store.search(queue="q1", limit=100).jobs}
+    assert (found["d"].args, found["d"].envelope) == ("", "")
+    rows = store.query("SELECT id, args FROM events WHERE args IS NOT NULL").rows
+    assert rows == []  # only the current segments were written with a payload here

@@ -46,6 +46,25 @@ def test_pins_take_the_locked_version_of_each_requirement_with_its_extras_and_ma
     )
 
 
+def test_pins_take_the_extras_an_extra_names_of_the_project_itself() -> None:
+    project = {
+        "project": {
+            "name": "jobq",
+            "dependencies": ["aiohttp>=3.10"],
+            "optional-dependencies": {
+                "store": ["redis>=5.2"],
+                "all": ["jobq[store]"],
+                "dev": ["jobq[all,store]", "typing_extensions>=4"],
+            },
+        }
+    }
+    wanted = ["aiohttp==3.14.5", "typing_extensions==4.16.0", "redis==8.1.0"]
+    assert pins(project, SMALL_LOCK, ["dev"]) == wanted
+    assert pins(PYPROJECT, LOCK, ["all"]) == pins(
+        PYPROJECT, LOCK, ["server", "web", "history", "tracing", "tui", "spark", "django"]
+    )
+
+
 def test_pins_refuse_an_unknown_extra_and_an_unlocked_requirement() -> None:
     with pytest.raises(LockError, match="unknown extra 'bench'"):
         pins(SMALL_PROJECT, SMALL_LOCK, ["bench"])

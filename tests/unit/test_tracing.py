@@ -56,7 +56,7 @@ def test_off_no_sdk_provider_is_installed_nor_the_sdk_imported() -> None:
         assert isinstance(tracing.tracer(), trace.NoOpTracer)
         env = new_envelope("q", "k", None)
         with tracing.run_span(env, 1) as span:
-            assert not span.is_recording()
+            assert span is None
         assert tracing.relay_write_spans("t", [env]) is tracing.relay_write_spans("t", [])
         assert "opentelemetry.sdk.trace" not in sys.modules, "the SDK was imported"
         print("ok")

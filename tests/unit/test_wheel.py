@@ -4,15 +4,12 @@ stack tooling (``jqstack.testing``)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from jqstack.testing.wheel import build_wheel
+
 LEFT_OUT = ("loadtest/", "tests/", "examples/", "jqstack/testing/")
 """What no path in the wheel may start with."""
 MOVED = ("jqstack/backends.py", "jqstack/containers.py", "jqstack/faultproxy.py", "worker/examples.py")
@@ -22,18 +19,8 @@ PRODUCT = ("jobq/cli.py", "kafkagate/app.py", "worker/pool.py", "jqcore/py.typed
 
 @pytest.fixture(scope="module")
 def wheel_names(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """Every path in a wheel built from a copy of this checkout (so no ``build/`` left over from an earlier
-    build leaks in, and the checkout gets none), with setuptools as installed: offline, a few seconds."""
-    src = tmp_path_factory.mktemp("src") / "jobq"
-    junk = (".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "results")
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*junk))
-    build = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
-    done = subprocess.run(
-        [sys.executable, "-c", build, str(src / "dist")], cwd=src, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    name = done.stdout.strip().splitlines()[-1]
-    with zipfile.ZipFile(src / "dist" / name) as whl:
+    """Every path in a wheel built from a copy of this checkout (``jqstack.testing.wheel``)."""
+    with zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("src"))) as whl:
         return whl.namelist()
 
 

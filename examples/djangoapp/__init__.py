@@ -1,0 +1,1 @@
+"""A minimal Django project whose tasks run on jobq (docs/integrations.md; the tests use it too)."""
