@@ -40,6 +40,7 @@ CLASSES = [
     "jqrelay.settings:RelaySettings",
     "worker.settings:WorkerSettings",
     "jqdispatch.settings:DispatcherSettings",
+    "worker.settings:LiveSettings",
     "jqsched.settings:SchedulerSettings",
     "jqcore.settings:FarSettings",
     "jqcore.settings:CronSettings",

@@ -51,13 +51,15 @@ STATES: Final = (
     "waiting",
     "parked",
     "running",
+    "deferred",
     "completed",
     "canceled",
     "errored",
     "expired",
     "deleted",
 )
-"""Every ``to`` an event may carry: the engine's job states, ``far`` (kept in the schedule topic) and
+"""Every ``to`` an event may carry: the engine's job states (``deferred``: its handler handed its
+completion to a job it spawned, :func:`worker.defer_to`), ``far`` (kept in the schedule topic) and
 ``deleted`` (removed on request: ``forget``, a dead-letter purge)."""
 
 TERMINAL: Final = frozenset({"completed", "canceled", "errored", "expired", "deleted"})

@@ -85,6 +85,10 @@ class KindBody(BaseModel):
     dispatch: DispatchConfig | None = None
     """Push mode: ``jobq dispatcher`` POSTs each job of this kind to a URL (``docs/dispatcher.md``).
     Omitted: the kind's jobs are for worker pools (a PUT replaces the whole type, dispatch included)."""
+    priority: int | None = Field(None, ge=-(2**53), le=2**53)
+    """The priority of its jobs enqueued without one (lower runs first; the default is the enqueue time)."""
+    ignore_result: bool = False
+    """Drop its jobs' results (kept neither in Redis nor in the history)."""
 
 
 class DeadBody(BaseModel):
@@ -297,6 +301,8 @@ async def put_kind(request: web.Request) -> web.Response:
             concurrency=body.concurrency,
             max_attempts=body.max_attempts,
             delivery=body.delivery,
+            priority=body.priority,
+            ignore_result=body.ignore_result,
         )
     )
     await engine_call(gate.engine.set_dispatch(kind, body.dispatch.stored() if body.dispatch else None))

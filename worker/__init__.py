@@ -30,6 +30,7 @@ from jqcore.backoff import Backoff
 from jqcore.errors import Cancel, Retry, Snooze
 from worker.hooks import StartupFailed, WorkerContext
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, current_job
+from worker.tail import Deferred, defer_to
 
 if TYPE_CHECKING:
     from worker.main import run
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Backoff",
     "Cancel",
+    "Deferred",
     "JobContext",
     "JobSpec",
     "PayloadInvalid",
@@ -48,6 +50,7 @@ __all__ = [
     "WorkerContext",
     "WorkerSettings",
     "current_job",
+    "defer_to",
     "run",
 ]
 

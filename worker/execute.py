@@ -15,11 +15,13 @@ from typing import Any, Literal
 import orjson
 
 from jqcore import metrics, tracing
+from jqcore.envelope import Envelope
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.state import ClaimedJob, NodeInputs
 from worker.builtin import builtin
 from worker.hooks import WorkerContext
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
+from worker.tail import Deferred, Policy
 
 __all__ = ["Outcome", "run_handler"]
 
@@ -28,13 +30,16 @@ MAX_RESULT_BYTES = 65_536
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    kind: Literal["success", "failure", "cancel", "snooze", "unhandled"]
+    kind: Literal["success", "failure", "cancel", "snooze", "unhandled", "defer"]
     label: str
-    """Metric outcome: succeeded, failed, retried, timeout, canceled, snoozed, handed_back."""
+    """Metric outcome: succeeded, failed, retried, timeout, canceled, snoozed, handed_back, deferred."""
     result: bytes | None = None
     error: str | None = None
     delay_ms: int | None = None
     permanent: bool = False
+    child: Envelope | None = None
+    """A tail call's job (``defer``: :func:`worker.defer_to`); ``delay_ms`` is the retry delay then."""
+    on_failure: Policy = "fail"
 
 
 def _context(
@@ -110,8 +115,9 @@ async def run_handler(
     with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
         try:
             value = await asyncio.wait_for(_call(spec, job, executor_for, inputs, worker), spec.timeout_s)
-            outcome = Outcome("success", "succeeded", result=_result_bytes(value))
-            if inputs is not None and value is not None and outcome.result is None:
+            kept = None if spec.ignore_result else _result_bytes(value)
+            outcome = Outcome("success", "succeeded", result=kept)
+            if inputs is not None and value is not None and kept is None and not spec.ignore_result:
                 outcome = Outcome(  # a graph node's result is its children's input: never dropped silently
                     "failure",
                     "failed",
@@ -135,6 +141,10 @@ def _outcome_of(exc: Exception, spec: JobSpec[Any, Any], job: ClaimedJob) -> Out
         return Outcome("failure", "retried", error=f"Retry: {exc.reason}", delay_ms=delay)
     if isinstance(exc, Cancel):
         return Outcome("cancel", "canceled", error=f"Cancel: {exc.reason}")
+    if isinstance(exc, Deferred):
+        return Outcome(
+            "defer", "deferred", child=exc.child, on_failure=exc.on_failure, delay_ms=_backoff(spec, job)
+        )
     if isinstance(exc, Snooze):
         return Outcome("snooze", "snoozed", delay_ms=int(exc.delay_s * 1000))
     if isinstance(exc, PayloadInvalid):

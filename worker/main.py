@@ -2,13 +2,16 @@
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within the grace period and releases the rest
 (no attempt spent); a second SIGINT/SIGTERM is a hard stop (nothing written back, leases expire and the
-reaper hands the jobs out again). ``burst`` exits 0 once the queues hold nothing to do.
+reaper hands the jobs out again). ``burst`` exits 0 once the queues hold nothing to do. SIGHUP re-reads
+the ``settings_file`` (when set): a changed concurrency applies to the running pool at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import signal
+from pathlib import Path
 
 from jqcore.errors import ConfigError
 from jqcore.lifecycle import run_until_signal
@@ -20,9 +23,9 @@ from jqcore.state import Engine
 from jqcore.tracing import setup_tracing
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
-from worker.settings import WorkerSettings
+from worker.settings import LiveSettings, WorkerSettings
 
-__all__ = ["load_registry", "pool_config", "run", "serve"]
+__all__ = ["load_registry", "pool_config", "read_live", "reload", "reload_on_sighup", "run", "serve"]
 
 log = get_logger("worker")
 
@@ -45,9 +48,10 @@ def load_registry(spec: str) -> Registry:
 
 def pool_config(settings: WorkerSettings) -> PoolConfig:
     """The pool's configuration for these settings (seconds become the engine's milliseconds)."""
+    live = read_live(settings.settings_file) if settings.settings_file else None
     return PoolConfig(
         queues=list(settings.queues),
-        concurrency=settings.concurrency,
+        concurrency=(live and live.concurrency) or settings.concurrency,
         lease_ms=settings.lease_ms,
         grace_s=settings.grace_s,
         burst=settings.burst,
@@ -67,7 +71,9 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
     client = connect(redis)
     config = pool_config(settings)
     pool = Pool(registry, Engine(client), config)
-    log.info("worker starting", queues=list(settings.queues), concurrency=settings.concurrency)
+    log.info("worker starting", queues=list(settings.queues), concurrency=config.concurrency)
+    if settings.settings_file is not None:
+        reload_on_sighup(pool, settings.settings_file)
     try:
         await preflight(redis=(client, redis))  # an evicting Redis would drop the jobs it runs
         await run_until_signal(
@@ -76,6 +82,29 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
     finally:
         await client.aclose()
     log.info("worker stopped")
+
+
+def read_live(path: Path) -> LiveSettings:
+    """The live settings in ``path`` (a dotenv file); a missing or invalid file is a ConfigError."""
+    if not path.is_file():
+        raise ConfigError(f"settings file {str(path)!r} is not a readable file", code="config_invalid")
+    return load(LiveSettings, _env_file=path)
+
+
+def reload(pool: Pool, path: Path) -> None:
+    """Apply ``path``'s live settings to the running pool (SIGHUP); a bad file changes nothing."""
+    try:
+        live = read_live(path)
+    except ConfigError as exc:
+        log.error("settings file not applied", path=str(path), error=exc.message)
+        return
+    if live.concurrency is not None and live.concurrency != pool.concurrency:
+        pool.set_concurrency(live.concurrency)
+
+
+def reload_on_sighup(pool: Pool, path: Path) -> None:
+    """SIGHUP re-reads ``path`` into the running pool (:func:`reload`)."""
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload, pool, path)
 
 
 def run(settings: WorkerSettings) -> None:

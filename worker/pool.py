@@ -33,18 +33,20 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from jqcore import metrics
 from jqcore.health import Readiness, ping
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.presence import process_name
-from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease, check_code
+from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease
 from jqcore.testsignal import TestSignal
-from worker.execute import Outcome, run_handler
+from worker.execute import run_handler
 from worker.hooks import WorkerContext, run_shutdown, run_startup
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
+from worker.writeback import Completions, reports, write_back
 
 __all__ = ["Pool", "PoolConfig", "PoolSignals"]
 
@@ -107,6 +109,9 @@ class Pool(Service):
         super().__init__()
         self.registry, self.engine, self.config = registry, engine, config
         self.in_flight: dict[str, Running] = {}
+        self.concurrency = config.concurrency
+        """Jobs run at once; :meth:`set_concurrency` changes it while the pool runs."""
+        self._resized = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self.drained = asyncio.Event()
         self._threads: Executor | None = None
@@ -118,8 +123,7 @@ class Pool(Service):
         self._hard = False
         self._claim_error: str | None = None
         """Why the last claim round failed (Redis away), until one succeeds."""
-        self._completions: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
-        self._completions_ready = asyncio.Event()
+        self._completions = Completions(engine)
         self._completer: asyncio.Task[None] | None = None
         self._presence = engine.presence("worker", process_name(",".join(config.queues)))
         self.context = WorkerContext(self._presence.name, tuple(config.queues))
@@ -137,13 +141,13 @@ class Pool(Service):
         await run_startup(self.registry.startup_hooks, self.context)
         await self._keeper.start()
         await self._presence.start()
-        self._completer = asyncio.create_task(self._complete_loop(), name="worker:completer")
+        self._completer = asyncio.create_task(self._completions.run(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
     async def _readiness(self, found: Readiness) -> None:
         """Ready: claiming — Redis answers, the claim loop is not failing, no stop has begun."""
         found.facts.update(
-            queues=list(self.config.queues), running=len(self.in_flight), concurrency=self.config.concurrency
+            queues=list(self.config.queues), running=len(self.in_flight), concurrency=self.concurrency
         )
         if self._stopping:
             found.add("stopping", "the pool is shutting down and claims nothing more")
@@ -165,13 +169,21 @@ class Pool(Service):
 
     async def _register_kinds(self) -> None:
         for spec in self.registry.kinds(set(self.config.queues)):
-            if spec.concurrency or spec.max_attempts or spec.delivery != "at_least_once":
+            if (
+                spec.concurrency
+                or spec.max_attempts
+                or spec.delivery != "at_least_once"
+                or spec.priority is not None
+                or spec.ignore_result
+            ):
                 await self.engine.configure_kind(
                     spec.kind,
                     queues=[spec.queue],
                     concurrency=spec.concurrency,
                     max_attempts=spec.max_attempts,
                     delivery=spec.delivery,
+                    priority=spec.priority,
+                    ignore_result=spec.ignore_result,
                 )
 
     async def _stop(self) -> None:
@@ -246,6 +258,7 @@ class Pool(Service):
         """One claim round, then the wait for more work; True when a burst pool has drained its queues.
         Every Redis call of the loop is in here, so none of their errors can end the loop (a BLPOP on a
         Cluster node that just died used to end it, and the pool never claimed again)."""
+        self._resized.clear()  # a change from here on ends the wait below
         if await self._fetch_once():
             return False
         if self.config.burst and not self.in_flight and await self._queues_empty():
@@ -253,14 +266,54 @@ class Pool(Service):
             return True
         wait_s = self._wait_s()
         if self._waiter:
-            handed = await self.engine.wait_for_handoff(self.config.queues[0], self._waiter, wait_s)
-            for job in handed or ():
+            queue = self.config.queues[0]
+            wait = asyncio.ensure_future(self.engine.wait_for_handoff(queue, self._waiter, wait_s))
+            if await self._interrupted(wait):  # resized: wake our own blocking pop (nothing is lost)
+                await self.engine.nudge(queue, self._waiter)
+            handed = await self._within_limit(await wait or [])
+            for job in handed:
                 self._launch(job)
             if handed:
                 await asyncio.sleep(0)  # the jobs start before the next claim is packed and sent
         else:
-            await self.engine.wait_for_work(self.config.queues, wait_s)
+            wait_for_work = asyncio.ensure_future(self.engine.wait_for_work(self.config.queues, wait_s))
+            if await self._interrupted(wait_for_work):  # resized: a wake token's wait, nothing to lose
+                await cancel_and_wait(wait_for_work)
         return False
+
+    async def _interrupted(self, wait: asyncio.Future[Any]) -> bool:
+        """Wait for ``wait`` or a change of concurrency; True when the change came first."""
+        resized = asyncio.ensure_future(self._resized.wait())
+        try:
+            await asyncio.wait([wait, resized], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the pool stops: no wait may outlive the claim loop
+            wait.cancel()
+            raise
+        finally:
+            await cancel_and_wait(resized)
+        return not wait.done()
+
+    async def _within_limit(self, handed: list[ClaimedJob]) -> list[ClaimedJob]:
+        """Jobs handed off beyond the free slots (a registration made before the concurrency was lowered)
+        go back at once, attempt refunded."""
+        keep = max(0, self.concurrency - len(self.in_flight))
+        if len(handed) > keep:
+            back = [(j.id, j.attempt, j.token, False) for j in handed[keep:]]
+            await self.engine.release(self.config.queues[0], back)
+        return handed[:keep]
+
+    def set_concurrency(self, n: int) -> None:
+        """Run up to ``n`` jobs at once from now on, without a restart: lowered, the running jobs finish
+        and fewer are claimed; raised, more are claimed at once (SIGHUP with a settings file: main.py)."""
+        if n < 1:
+            raise ValueError(f"concurrency must be at least 1, not {n}")
+        before, self.concurrency = self.concurrency, n
+        if self._threads is not None and n > before:  # a thread per running job: a bigger executor
+            old, self._threads = self._threads, ThreadPoolExecutor(n, thread_name_prefix="jobq")
+            old.shutdown(wait=False)  # its running handlers finish on their threads
+        log.info("concurrency changed", before=before, now=n)
+        self._resized.set()
+        self._slot_freed.set()
 
     async def _queues_empty(self) -> bool:
         for queue in self.config.queues:
@@ -273,11 +326,11 @@ class Pool(Service):
         """Claim up to the free slots; True when a queue filled them all (it may hold more). A claim
         that came back short found the claimable jobs exhausted: the pool then blocks on the wake list
         instead of asking again (every enqueue, completion and promotion pushes a wake token)."""
-        while len(self.in_flight) >= self.config.concurrency:
+        while len(self.in_flight) >= self.concurrency:
             self._slot_freed.clear()
             await self._slot_freed.wait()
         for queue in self.config.queues:
-            free = self.config.concurrency - len(self.in_flight)
+            free = self.concurrency - len(self.in_flight)
             if free <= 0:
                 return True
             jobs = await self.engine.claim(
@@ -320,7 +373,7 @@ class Pool(Service):
     def _executor(self, mode: str) -> Executor:
         if mode == "thread":
             if self._threads is None:
-                self._threads = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="jobq")
+                self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="jobq")
             return self._threads
         if self._processes is None:
             self._processes = ProcessPoolExecutor(max_workers=self.config.process_workers or None)
@@ -335,8 +388,11 @@ class Pool(Service):
             outcome = await run_handler(self.registry, job, self._executor, inputs, self.context)
             if not run.abandoned:
                 run.writing = True
-                await self._write_back(job, outcome)
-                if graph:
+                unknown = (self.config.unknown_kind_retry_ms, self.config.unknown_kind_dead_after_ms)
+                await write_back(
+                    self.engine, self.registry, job, outcome, self._completions.complete, unknown
+                )
+                if reports(job):
                     await self._report(job)
                 if self.signals.finished.enabled:  # nothing built per job unless a test listens
                     self.signals.finished.signal((job.id, outcome.label))
@@ -352,74 +408,14 @@ class Pool(Service):
             self._slot_freed.set()
             metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).dec()
 
-    async def _write_back(self, job: ClaimedJob, outcome: Outcome) -> None:
-        owner = (job.id, job.attempt, job.token)
-        kind, queue = job.envelope.kind, job.queue
-        metrics.child(metrics.JOBS_FINISHED, queue, kind, outcome.label).inc()
-        if outcome.kind == "success":
-            await self._complete(job, outcome.result)
-        elif outcome.kind == "snooze":
-            await self.engine.snooze(queue, owner, outcome.delay_ms or 0)
-        elif outcome.kind == "unhandled":
-            then = await self.engine.hand_back(
-                queue, owner, self.config.unknown_kind_retry_ms, self.config.unknown_kind_dead_after_ms
-            )
-            log.warning("no handler for this kind; job handed back", job_id=job.id, kind=kind, then=then)
-        elif outcome.kind == "cancel":
-            await self.engine.cancel_running(queue, owner, outcome.error or "canceled by handler")
-        else:
-            await self.engine.fail(
-                queue,
-                owner,
-                outcome.error or "failed",
-                retry_delay_ms=outcome.delay_ms,
-                permanent=outcome.permanent or self._attempts_used_up(job),
-            )
-
     async def _report(self, job: ClaimedJob) -> None:
-        """A graph node's job finished (or not: a retry leaves nothing to report): hand its outcome to the
-        graph now. On failure the scheduler finds the outcome in the queue's ``gdone`` and hands it on."""
+        """A graph node's or a tail call's child's job finished (or not: a retry leaves nothing to report):
+        hand its outcome to its graph or parent now. On failure the scheduler finds the outcome in the
+        queue's ``gdone`` and hands it on."""
         try:
             await self.engine.graphs.report_finished(job.queue, [job.id])
         except Exception as exc:
-            log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
-
-    async def _complete(self, job: ClaimedJob, result: bytes | None) -> None:
-        """Completions are coalesced: while one batch is on its way to Redis the next ones gather, so a
-        busy pool sends one pipelined round trip for many jobs (each completion still its own script)."""
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._completions.append((job, result, fut))
-        self._completions_ready.set()
-        check_code(await fut, job.id, "complete")
-
-    async def _complete_loop(self) -> None:
-        while True:
-            await self._completions_ready.wait()
-            self._completions_ready.clear()
-            batch, self._completions = self._completions, []
-            by_queue: dict[str, list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]]] = {}
-            for item in batch:
-                by_queue.setdefault(item[0].queue, []).append(item)
-            for queue, items in by_queue.items():
-                try:
-                    results = await self.engine.complete_many(
-                        queue, [((j.id, j.attempt, j.token), r) for j, r, _ in items]
-                    )
-                except Exception as exc:
-                    for _, _, fut in items:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                for (_, _, fut), code in zip(items, results, strict=True):
-                    if not fut.done():
-                        fut.set_result(code)
-
-    def _attempts_used_up(self, job: ClaimedJob) -> bool:
-        """The handler's ``max_attempts`` counts even for jobs stored before the pool registered its kind
-        (the engine fixes a job's attempt budget at enqueue; the envelope's own value always wins)."""
-        spec = self.registry.get(job.envelope.kind)
-        limit = spec.max_attempts if spec is not None else None
-        return job.envelope.max_attempts is None and limit is not None and job.attempt >= limit
+            log.warning("report left to the scheduler", job_id=job.id, error=repr(exc))
 
     def _owned(self) -> list[tuple[ClaimedJob, float]]:
         """The running jobs whose leases this pool still holds (for the lease keeper), with their starts."""

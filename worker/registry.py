@@ -110,6 +110,10 @@ class JobSpec(Generic[P, R]):
     concurrency: int | None = None
     mode: Mode = "async"
     payload: type[BaseModel] | None = None
+    priority: int | None = None
+    """The priority of this kind's jobs enqueued without one (``configure_kind``; lower runs first)."""
+    ignore_result: bool = False
+    """Drop this kind's results (kept neither in Redis nor in the history)."""
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -177,11 +181,16 @@ class Registry:
         concurrency: int | None = None,
         mode: Mode | None = None,
         payload: type[BaseModel] | None = None,
+        priority: int | None = None,
+        ignore_result: bool = False,
     ) -> Callable[[Callable[P, R]], JobSpec[P, R]]:
         """Register the decorated function as the handler of ``kind``.
 
         ``mode`` defaults to ``async`` for coroutine functions and ``thread`` for plain functions;
         ``process`` runs a plain, picklable, module-level function in the pool's process pool.
+        ``priority`` and ``ignore_result`` are the kind's defaults in Redis (set when a pool serving its
+        queue starts, like ``concurrency``): its jobs enqueued without a priority get this one, and its
+        results are dropped.
         """
         validate_name("kind", kind)
         validate_name("queue", queue)
@@ -208,6 +217,8 @@ class Registry:
                 concurrency,
                 chosen,
                 payload,
+                priority,
+                ignore_result,
             )
             self._specs[kind] = spec
             return spec

@@ -6,14 +6,15 @@ that silently ran the demo handlers, or served no queue, would look healthy and 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from jqcore.settings import CommaList
 
-__all__ = ["WorkerSettings", "parse_filter"]
+__all__ = ["LiveSettings", "WorkerSettings", "parse_filter"]
 
 
 def parse_filter(value: object) -> object:
@@ -72,6 +73,9 @@ class WorkerSettings(BaseSettings):
     """Seconds running jobs get to finish on SIGTERM before they are released."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+    settings_file: Path | None = None
+    """A dotenv file read at start and again on SIGHUP: its ``JOBQ_WORKER_CONCURRENCY`` replaces the
+    pool's concurrency (over the environment and ``--concurrency``) while it runs, without a restart."""
 
     @field_validator("queues")
     @classmethod
@@ -88,3 +92,26 @@ class WorkerSettings(BaseSettings):
         if not module or (colon and not attr) or ":" in attr:
             raise ValueError(f"{value!r}: expected module[:attribute], e.g. myapp.jobs:registry")
         return value.strip()
+
+
+class LiveSettings(BaseSettings):
+    """What a running pool takes from its ``settings_file`` (at start and on SIGHUP): the file's values
+    only, since a running process's environment never changes."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_WORKER_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    concurrency: int | None = Field(None, ge=1)
+    """Jobs run at once by this pool (unset: unchanged)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, dotenv_settings)

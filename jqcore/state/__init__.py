@@ -40,10 +40,12 @@ from jqcore.state.models import (
 )
 from jqcore.state.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqcore.state.switchrules import Switch
+from jqcore.state.tails import TAIL_ID_PREFIX
 
 __all__ = [
     "REPAIR_AFTER_MS",
     "SWITCH_ACTIONS",
+    "TAIL_ID_PREFIX",
     "CancelOutcome",
     "CancelResult",
     "ClaimedJob",

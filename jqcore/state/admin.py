@@ -85,15 +85,26 @@ class AdminTransitions(EngineCore):
         concurrency: int | None = None,
         max_attempts: int | None = None,
         delivery: str = "at_least_once",
+        priority: int | None = None,
+        ignore_result: bool = False,
     ) -> None:
-        """A job type's options in ``queues`` (default: every known queue, and every future one)."""
+        """A job type's options in ``queues`` (default: every known queue, and every future one).
+        ``priority``: the priority its jobs get when enqueued without one (lower runs first; the default
+        is the enqueue time, so 0 puts them ahead of every job left to the default); ``ignore_result``:
+        its results are dropped (kept neither in Redis nor in the history)."""
         if delivery not in ("at_least_once", "at_most_once"):
             raise codes.QueueConfigInvalid(
                 f"delivery must be at_least_once or at_most_once, not {delivery!r}"
             )
         if (concurrency is not None and concurrency < 1) or (max_attempts is not None and max_attempts < 1):
             raise codes.QueueConfigInvalid("concurrency and max_attempts must be at least 1")
-        options = {"limit": concurrency, "attempts": max_attempts, "delivery": delivery}
+        options = {
+            "limit": concurrency,
+            "attempts": max_attempts,
+            "delivery": delivery,
+            "prio": priority,
+            "noresult": 1 if ignore_result else None,
+        }
         if queues is None:
             await self._client.hset(KINDS_KEY, kind, _encode_kind(options))
             queues = [_s(q) for q in await self._client.smembers(QUEUES_KEY)]

@@ -91,7 +91,8 @@ class EngineCore:
         self._known_queues.update(new)
 
     async def _configure_kind_in(self, queue: str, kind: str, options: Mapping[str, Any]) -> None:
-        args = [kind, *("" if options[n] is None else options[n] for n in ("limit", "attempts", "delivery"))]
+        names = ("limit", "attempts", "delivery", "prio", "noresult")
+        args = [kind, *("" if options.get(n) is None else options[n] for n in names)]
         await self._run("configure_kind", queue, args, None)
 
 

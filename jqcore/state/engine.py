@@ -36,6 +36,7 @@ from jqcore.state.keys import QueueKeys
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
 from jqcore.state.queries import Queries
 from jqcore.state.switches import SwitchBoard
+from jqcore.state.tails import Tails
 from jqcore.state.transitions import WorkerTransitions
 
 __all__ = ["Engine", "Triple"]
@@ -46,8 +47,15 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
 
     def __init__(self, client: RedisClient) -> None:
         super().__init__(client)
-        self.graphs = Graphs(client, self.run_script, self.enqueue_batch, self.cancel, self.clock.now)
+        self.tails = Tails(client, self.run_script, self.enqueue_batch, self._report)
+        """Tail calls (:mod:`jqcore.state.tails`)."""
+        self.graphs = Graphs(
+            client, self.run_script, self.enqueue_batch, self.cancel, self.clock.now, self.tails.settle
+        )
         """Task graphs (:mod:`jqcore.state.graphs`)."""
+
+    async def _report(self, queue: str, ids: Sequence[str]) -> int:
+        return await self.graphs.report_finished(queue, ids)
 
     # ---- enqueue -----------------------------------------------------------------------------------
     async def enqueue_batch(
@@ -57,14 +65,17 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
         fence: int = 0,
         source: str = "",
         origins: Mapping[str, str] | None = None,
+        parents: Mapping[str, str] | None = None,
         now_ms: int | None = None,
     ) -> EnqueueResult:
         """Store jobs (grouped per queue, one script call each). ``source`` names the fence's scope
         (the relay's topic); ``""`` is an unfenced tool write. ``origins`` maps a job id to the Kafka
         record it was read from (``topic/partition/offset``): the same record read again is always a
         duplicate, a new record with a finished job's id follows the queue's dedup policy (an unknown
-        origin counts as a re-read). A ``jobq.graph`` envelope creates the task graph it carries
-        (``stored``, ``duplicate``, ``refused``). Raises :class:`codes.FenceRejected`."""
+        origin counts as a re-read). ``parents`` maps a tail call's child (:mod:`jqcore.state.tails`) to
+        the queue and id (tab-separated) of the job that deferred to it. A ``jobq.graph`` envelope creates
+        the task graph it carries (``stored``, ``duplicate``, ``refused``). Raises
+        :class:`codes.FenceRejected`."""
         by_queue: dict[str, list[Envelope]] = defaultdict(list)
         outcomes: list[EnqueueOutcome] = []
         for env in envelopes:
@@ -74,9 +85,8 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
                 by_queue[env.queue].append(env)
         created: list[str] = []
         for queue, batch in by_queue.items():
-            reply = await self._run(
-                "enqueue_batch", queue, [source, fence, len(batch), *_job_args(batch, origins or {})], now_ms
-            )
+            jobs = _job_args(batch, origins or {}, parents or {})
+            reply = await self._run("enqueue_batch", queue, [source, fence, len(batch), *jobs], now_ms)
             new, stored = replies.enqueue(batch, reply, source, fence)
             if new:
                 created.append(queue)
@@ -119,7 +129,7 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
             replies.fence(await self._run("enqueue_batch", queue, [source, fence, 0], None), source, fence)
 
 
-def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any]:
+def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str], parents: Mapping[str, str]) -> list[Any]:
     args: list[Any] = []
     for env in batch:
         meta = "\n".join(f"{k}={v}" for k, v in env.meta.items())
@@ -130,5 +140,5 @@ def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str]) -> list[Any
             "" if env.lease_ms is None else env.lease_ms,
         ]
         graph = f"{env.graph['id']}\t{env.graph['node']}" if env.graph else ""
-        args += [meta, origins.get(env.id, ""), env.enqueued_at, graph]
+        args += [meta, origins.get(env.id, ""), env.enqueued_at, graph, parents.get(env.id, "")]
     return args

@@ -54,6 +54,8 @@ EnqueueJobs = Callable[[Sequence[Envelope]], Awaitable[EnqueueResult]]
 """The engine's batch enqueue (a released node's job goes through it like any other job)."""
 CancelJob = Callable[[str, str, str], Awaitable[CancelResult]]
 """The engine's cancel: (queue, job id, reason)."""
+SettleOther = Callable[[str, str, dict[str, Any]], Awaitable[None]]
+"""Hands on a ``gdone`` entry that is not a graph node's: (queue, field, entry)."""
 
 REPAIR_AFTER_MS = 2000
 """A release or report older than this without its second step is repaired by the scheduler (younger:
@@ -86,6 +88,7 @@ class Graphs:
         enqueue: EnqueueJobs,
         cancel_job: CancelJob,
         clock: Callable[[], int] = _now,
+        settle_other: SettleOther | None = None,
     ) -> None:
         self._client = client
         self._clock = clock
@@ -94,6 +97,8 @@ class Graphs:
         self._run_script = run_script
         self._enqueue = enqueue
         self._cancel_job = cancel_job
+        self._settle_other = settle_other
+        """Hands on the ``gdone`` entries that are not a graph node's (tail calls: :mod:`~.tails`)."""
         self.signals = GraphSignals()
 
     async def _run(self, name: str, graph_id: str, args: Sequence[Any], now: int | None) -> Reply:
@@ -208,7 +213,8 @@ class Graphs:
         self, queue: str, ids: Iterable[str] | None = None, *, older_ms: int = 0
     ) -> int:
         """Report the finished graph-node jobs of ``queue`` waiting in its ``gdone`` hash (``ids``: only
-        these; ``older_ms``: only entries at least that old). Returns how many were handed to graphs."""
+        these; ``older_ms``: only entries at least that old), and hand on its tail calls' entries the same
+        way (:mod:`jqcore.state.tails`). Returns how many were handed on."""
         key = QueueKeys(queue).gdone
         async with codes.redis_errors("graph report"):
             if ids is None:
@@ -222,6 +228,13 @@ class Graphs:
         for job_id, raw in pairs:
             entry = orjson.loads(raw)
             if older_ms and now - int(entry.get("at", 0)) < older_ms:
+                continue
+            if "graph" not in entry:  # a tail call's hand-off: the same outbox, another reader
+                if self._settle_other is not None:
+                    await self._settle_other(queue, _s(job_id), entry)
+                    async with codes.redis_errors("tail report"):
+                        await self._client.hdel(key, job_id)
+                    done += 1
                 continue
             graph_id, _, node = str(entry["graph"]).partition("\t")
             await self.report(

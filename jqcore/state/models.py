@@ -180,6 +180,11 @@ class JobInfo:
     last_duplicate_at: int | None = None
     handed_back_since: int | None = None
     """Set while pools without a handler for its kind keep handing it back (rolling deploys)."""
+    tail: str | None = None
+    """``<queue>/<id>`` of the job its handler deferred to (``worker.defer_to``; state ``deferred`` while
+    that job runs)."""
+    tail_of: str | None = None
+    """``<queue>/<id>`` of the job that deferred to this one (it finishes with this job's outcome)."""
     envelope: bytes | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:

@@ -170,7 +170,14 @@ def _job_info(queue: str, job_id: str, raw: Mapping[Any, Any]) -> JobInfo | None
         duplicates=_i(h.get("dups")) or 0,
         last_duplicate_at=_i(h.get("dup_at")),
         handed_back_since=_i(h.get("unhandled_since")) if _s(h.get("state")) == "delayed" else None,
+        tail=_link(h.get("tail")),
+        tail_of=_link(h.get("parent")),
     )
+
+
+def _link(value: Any) -> str | None:
+    """A tail call's link (``<queue>\t<id>``) as ``<queue>/<id>``."""
+    return (_s(value) or "").replace("\t", "/", 1) or None
 
 
 def _history(raw: Any) -> list[dict[str, Any]]:
@@ -352,6 +359,8 @@ def _kind_options(fields: Mapping[str, str | None]) -> dict[str, Any]:
         "concurrency": int(limit) if limit else None,
         "max_attempts": int(attempts) if attempts else None,
         "delivery": fields.get("delivery") or "at_least_once",
+        "priority": int(prio) if (prio := fields.get("prio")) else None,
+        "ignore_result": fields.get("noresult") == "1",
     }
 
 

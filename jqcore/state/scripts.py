@@ -70,13 +70,23 @@ _TRANSITIONS = (
     ),
     _declare(
         "complete",
-        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
-        " events gdone",
+        "prefix ready running done dead config kinds kindrun fairring fairrun fairtime counts stats xhead"
+        " wake events gdone",
     ),
     _declare(
         "fail",
         "prefix ready delayed running done dead config kinds kindrun fairring fairrun fairtime counts"
         " stats xhead wake sched events gdone",
+    ),
+    _declare(
+        "defer",
+        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
+        " events gdone",
+    ),
+    _declare(
+        "tail_done",
+        "prefix ready delayed done dead config kinds fairring fairrun fairtime counts stats xhead wake"
+        " sched events gdone",
     ),
     _declare(
         "cancel_running",

@@ -60,6 +60,11 @@ class WorkerTransitions(EngineCore):
             return None
         return replies.handed([message], self.clock.now()) if message else []
 
+    async def nudge(self, queue: str, waiter: str) -> None:
+        """End ``waiter``'s blocking :meth:`wait_for_handoff` at once with no jobs (``[]``: claim again),
+        or its next one if it is not waiting now (a pool whose concurrency changed)."""
+        await waiting.nudge(self._client, queue, waiter)
+
     async def unwait(self, queue: str, waiter: str, *, now_ms: int | None = None) -> list[ClaimedJob]:
         """``waiter`` stops waiting for hand-offs in ``queue``: deregistered; returns the jobs handed to
         it meanwhile (leased to it: run or release them)."""

@@ -17,9 +17,10 @@ from redis.asyncio.cluster import RedisCluster
 from jqcore.redisconn import RedisClient
 from jqcore.state.keys import QueueKeys
 
-__all__ = ["block_limit_s", "wait_for_due", "wait_for_events", "wait_for_handoff", "wait_for_work"]
+__all__ = ["block_limit_s", "nudge", "wait_for_due", "wait_for_events", "wait_for_handoff", "wait_for_work"]
 
 REDIS_PY_DEFAULT_TIMEOUT_S = 5.0
+NUDGE_TTL_MS = 600_000
 
 
 async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
@@ -39,6 +40,14 @@ async def wait_for_handoff(client: RedisClient, queue: str, waiter: str, timeout
     if _text(key) == keys.wake:
         return b""
     return value.encode() if isinstance(value, str) else value
+
+
+async def nudge(client: RedisClient, queue: str, waiter: str) -> None:
+    """An empty hand-off message for ``waiter``: its blocking pop returns at once (see
+    :func:`wait_for_handoff`); the inbox expires like one a hand-off filled."""
+    inbox = QueueKeys(queue).inbox(waiter)
+    await client.rpush(inbox, b"[]")
+    await client.pexpire(inbox, NUDGE_TTL_MS)
 
 
 async def wait_for_due(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:

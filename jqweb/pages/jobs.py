@@ -35,7 +35,7 @@ __all__ = ["ACTIONS", "cancel_one", "confirm_page", "routes"]
 
 routes = web.RouteTableDef()
 
-CANCELABLE = frozenset({"pending", "waiting", "parked", "delayed", "running", "scheduled"})
+CANCELABLE = frozenset({"pending", "waiting", "parked", "delayed", "running", "deferred", "scheduled"})
 BATCH = 500
 
 

@@ -138,10 +138,19 @@ async def test_job_types_can_be_read_back(gw: Any, prefix: str) -> None:
         "concurrency": 2,
         "max_attempts": None,
         "delivery": "at_most_once",
+        "priority": None,
+        "ignore_result": False,
         "running": 0,
     }
     status, body = await gw.call("GET", "/v1/kinds")
     assert kind in {k["kind"] for k in body["kinds"]}
+    quiet = {"queues": [gw.queue], "priority": 0, "ignore_result": True}  # per-kind defaults (issue 37)
+    status, _ = await gw.call("PUT", f"/v1/kinds/{kind}", json=quiet)
+    assert status == 200
+    status, body = await gw.call("GET", f"/v1/kinds/{kind}")
+    assert (body["queues"][gw.queue]["priority"], body["queues"][gw.queue]["ignore_result"]) == (0, True)
+    status, body = await gw.call("PUT", f"/v1/kinds/{kind}", json={"priority": "soon"})
+    assert (status, body["error"]["code"]) == (400, "body_invalid")
 
 
 async def test_replay_with_an_idempotency_key_makes_one_new_job(gw: Any, engine: Engine, put: Any) -> None:

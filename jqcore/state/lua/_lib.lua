@@ -19,7 +19,8 @@
 -- Return codes: the C_* constants below, mirrored by jqcore.state.codes.Code (one meaning per number);
 -- each script's "-- returns:" line names the ones it returns.
 -- Job states: delayed, pending, waiting (behind an exclusivity value), parked (kind at its limit, or a
---   kill switch: the job's 'switch' field names it), running, completed, canceled, errored, expired.
+--   kill switch: the job's 'switch' field names it), running, deferred (its handler handed its completion
+--   to a job it spawned: defer.lua, tail_done.lua), completed, canceled, errored, expired.
 local NOW = tonumber(ARGV[1])
 
 -- Redis's own clock (ms), read at most once per call. NOW is the caller's reading of it, up to a round
@@ -422,13 +423,16 @@ local function finish(id, key, state, reason, extra)
   stat(state)
   -- A task graph's node: leave the outcome for its graph (another slot). The worker reports it right
   -- after; the scheduler repairs a report a crash interrupted (jqcore.state.graphs).
-  local graph = redis.call('HGET', key, 'graph')
-  if graph and graph ~= '' then
+  -- A tail call's child (worker.defer_to) reports to the job that deferred to it the same way: field
+  -- 'parent' is "<parent queue>\t<parent id>"; jqcore.state.tails hands the outcome on (tail_done).
+  local link = redis.call('HMGET', key, 'graph', 'parent')
+  if (link[1] and link[1] ~= '') or (link[2] and link[2] ~= '') then
     local f = redis.call('HMGET', key, 'attempt', 'result', 'last_error')
     local err = reason or ''
     if state == 'errored' and f[3] then err = f[3] end
-    redis.call('HSET', GDONE, id, cjson.encode({graph = graph, state = state, attempt = tonumber(f[1]) or 0,
-      result = f[2] or '', error = err, at = NOW}))
+    local entry = {state = state, attempt = tonumber(f[1]) or 0, result = f[2] or '', error = err, at = NOW}
+    if link[1] and link[1] ~= '' then entry.graph = link[1] else entry.parent = link[2] end
+    redis.call('HSET', GDONE, id, cjson.encode(entry))
   end
   extra = extra or {}
   if reason and extra.message == nil then extra.message = string.sub(reason, 1, 200) end
@@ -441,7 +445,8 @@ local function reopen(id, key)
   redis.call('ZREM', DONE, id)
   redis.call('ZREM', DEAD, id)
   redis.call('HDEL', key, 'result', 'reason', 'last_error', 'finished_at', 'started_at', 'cancel',
-    'tombstone', 'token', 'lease_deadline', 'dups', 'dup_at', 'unhandled_since')
+    'tombstone', 'token', 'lease_deadline', 'dups', 'dup_at', 'unhandled_since', 'tail', 'tail_policy',
+    'tail_delay', 'parent')
 end
 
 -- Append one attempt's outcome to the job's bounded history (JSON array). A worker's own write (complete,

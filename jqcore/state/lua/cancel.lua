@@ -55,6 +55,9 @@ elseif state == 'parked' then
   redis.call('HINCRBY', COUNTS, 'blocked', -1)
 elseif state == 'delayed' then
   redis.call('ZREM', DELAYED, id)
+elseif state == 'deferred' then
+  -- waiting on its tail call's child (defer.lua): in no set; the child runs on, its report finds the
+  -- parent finished and changes nothing
 else
   return {C_FINAL, state}
 end

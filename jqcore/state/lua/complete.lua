@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
--- complete: a running job succeeded. Keeps an optional small result for the retention period, frees the
--- job's kind slot and exclusivity value (waking the next job), and leaves a dedup marker (the job record
--- itself, until GC). Idempotent: the same (attempt, token) sent again after a lost answer is answered
+-- complete: a running job succeeded. Keeps an optional small result for the retention period (none when
+-- its kind has ignore_result), frees the job's kind slot and exclusivity value (waking the next job), and
+-- leaves a dedup marker (the job record itself, until GC). Idempotent: the same (attempt, token) sent again after a lost answer is answered
 -- {1} again and changes nothing.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
@@ -9,16 +9,17 @@
 -- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
 -- KEYS[6] config   HASH queue configuration
--- KEYS[7] kindrun  HASH kind -> jobs of that kind running
--- KEYS[8] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[9] fairrun  HASH fair queues: value -> its jobs running
--- KEYS[10] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[11] counts   HASH blocked (waiting + parked jobs)
--- KEYS[12] stats    HASH lifetime counters
--- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] wake     LIST wake tokens for waiting workers
--- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
+-- KEYS[8] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[12] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[13] stats    HASH lifetime counters
+-- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[15] wake     LIST wake tokens for waiting workers
+-- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[17] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] result ('' = none)
 -- returns: {C_OK} done (now or by this same write before) | {C_STALE} stale token/attempt |
@@ -33,7 +34,9 @@ if own == 'stale' then
 end
 redis.call('ZREM', RUNNING, id)
 local freed = release_slot(key)
-if result ~= '' then redis.call('HSET', key, 'result', result) end
+if result ~= '' and redis.call('HGET', KINDS, redis.call('HGET', key, 'kind') .. '|noresult') ~= '1' then
+  redis.call('HSET', key, 'result', result)
+end
 record_attempt(key, 'completed', nil, token, 'completed')
 finish(id, key, 'completed', nil)
 freed = freed + release_excl(id, key)

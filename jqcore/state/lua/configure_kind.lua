@@ -1,10 +1,11 @@
 #!lua flags=allow-oom
 -- configure_kind: a job type's options in this queue — concurrency limit across all workers, max
--- attempts, delivery (at_least_once | at_most_once). Raising the limit unparks waiting jobs.
+-- attempts, delivery (at_least_once | at_most_once), the default priority of its jobs enqueued without
+-- one (enqueue_batch), ignore_result (complete keeps no result). Raising the limit unparks waiting jobs.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] config   HASH queue configuration
--- KEYS[4] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[4] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
 -- KEYS[5] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[6] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[7] fairrun  HASH fair queues: value -> its jobs running
@@ -15,9 +16,11 @@
 -- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] kind  [3] limit ('' = none)  [4] max attempts ('' = queue default)  [5] delivery
+--       [6] default priority ('' = none: the enqueue time)  [7] ignore_result ('1', or '' = keep results)
 -- returns: number of parked jobs made pending.
 local kind = ARGV[2]
-local fields = {limit = ARGV[3], attempts = ARGV[4], delivery = ARGV[5]}
+local fields = {limit = ARGV[3], attempts = ARGV[4], delivery = ARGV[5], prio = ARGV[6] or '',
+  noresult = ARGV[7] or ''}
 for name, value in pairs(fields) do
   if value == '' then redis.call('HDEL', KINDS, kind .. '|' .. name)
   else redis.call('HSET', KINDS, kind .. '|' .. name, value) end

@@ -19,7 +19,7 @@
 -- KEYS[6] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[7] dead     ZSET errored jobs (the dead-letter list)
 -- KEYS[8] config   HASH queue configuration
--- KEYS[9] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[9] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
 -- KEYS[10] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[11] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
 -- KEYS[12] fairrun  HASH fair queues: value -> its jobs running
@@ -35,10 +35,13 @@
 -- KEYS[22] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N, then per job
---       13 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
+--       14 values: id, envelope, priority, run_at|'' , expires_at|'', excl|'', kind, max_attempts|'',
 --       lease_ms|'', meta as "k=v\n…", origin ("topic/partition/offset" of the Kafka record, '' unknown),
 --       accepted_at (the envelope's enqueued_at: when the gateway or producer accepted it), graph
---       ("<graph id>\t<node>" for a task graph's node, else ''; finish() reports such a job to its graph).
+--       ("<graph id>\t<node>" for a task graph's node, else ''; finish() reports such a job to its graph),
+--       parent ("<queue>\t<id>" of the job that deferred to this one, else ''; finish() reports to it).
+-- A job whose priority is its enqueued_at (the default: none given) takes its kind's default priority
+-- when the kind has one (kinds <kind>|prio).
 -- returns: {C_OK, created(0|1), outcome_1 … outcome_N} with outcome one of
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
@@ -76,7 +79,7 @@ local ready, earliest_delayed = 0, nil
 local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 local prev_earliest = tonumber(first_delayed[2] or '-1')
 for i = 0, n - 1 do
-  local b = 5 + i * 13
+  local b = 5 + i * 14
   local id, env, prio = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
   local run_at, expires_at, excl = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5]
   local kind, attempts, lease, origin = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 10]
@@ -119,6 +122,14 @@ for i = 0, n - 1 do
       'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'updated_at', NOW,
       'origin', origin, 'accepted_at', stamps.accepted_at)
     if ARGV[b + 12] ~= '' then redis.call('HSET', key, 'graph', ARGV[b + 12]) end
+    if ARGV[b + 13] ~= '' then redis.call('HSET', key, 'parent', ARGV[b + 13]) end
+    if prio == stamps.accepted_at then
+      local kp = tonumber(redis.call('HGET', KINDS, kind .. '|prio') or '')
+      if kp then
+        prio = kp
+        redis.call('HSET', key, 'prio', prio)
+      end
+    end
     if fair_key ~= '' then redis.call('HSET', key, 'fair', meta[fair_key] or '') end
     stat('enqueued')
     if expires_at and expires_at <= NOW then
