@@ -4,7 +4,7 @@ Kafka: per topic and partition the end offset, the relay group's committed offse
 and in seconds (age of the oldest unrelayed record). Consul: who holds each topic's lock and since when.
 Redis: every queue's depth per state, oldest pending age, dead letters; canary health per partition;
 how many gateways and worker pools announced themselves in the last 20 s. The layout fits the terminal's
-width (80 when piped): ``jobq/commands/status_render.py``.
+width (80 when piped): ``jobq/status_render.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import orjson
 import typer
 from rich.console import Console
 
-from jobq.commands.status_render import render
+from jobq.status_render import render
 from jqweb import overview
 
 __all__ = ["collect", "render", "status"]

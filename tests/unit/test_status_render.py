@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from jobq.commands.status_render import QUEUE_COLS, Col, fit, render
+from jobq.status_render import QUEUE_COLS, Col, fit, render
 
 NOW_MS = int(time.time() * 1000)
 
