@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from jqcore.settings import CommaList
+from jqcore.settings import QueueNames
 
 __all__ = ["DispatcherSettings"]
 
@@ -18,7 +18,7 @@ class DispatcherSettings(BaseSettings):
         env_prefix="JOBQ_DISPATCHER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
     )
 
-    queues: CommaList
+    queues: QueueNames
     """Queues this dispatcher claims from (comma-separated): queues of dispatch kinds only (a job of
     another kind is handed back for a worker pool)."""
     concurrency: int = Field(100, ge=1, le=100_000)
@@ -44,14 +44,6 @@ class DispatcherSettings(BaseSettings):
     """Seconds POSTs under way get to finish on SIGTERM; then they and the awaited jobs are released."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
-
-    @field_validator("queues")
-    @classmethod
-    def _some_queue(cls, value: list[str]) -> list[str]:
-        names = [q.strip() for q in value if q.strip()]
-        if not names:
-            raise ValueError("names no queue (expected q1,q2,...)")
-        return names
 
     @field_validator("callback_secret")
     @classmethod

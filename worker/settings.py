@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from jqcore.settings import CommaList
+from jqcore.settings import QueueNames
 
 __all__ = ["LiveSettings", "WorkerSettings", "parse_filter"]
 
@@ -53,7 +53,7 @@ class WorkerSettings(BaseSettings):
     app: str = Field(min_length=1)
     """``module[:attribute]`` of the application's ``worker.Registry`` (the attribute defaults to
     ``registry``)."""
-    queues: CommaList
+    queues: QueueNames
     """Queues this pool serves, in claim order (comma-separated)."""
     concurrency: int = Field(10, ge=1)
     """Jobs run at once by this pool."""
@@ -76,14 +76,6 @@ class WorkerSettings(BaseSettings):
     settings_file: Path | None = None
     """A dotenv file read at start and again on SIGHUP: its ``JOBQ_WORKER_CONCURRENCY`` replaces the
     pool's concurrency (over the environment and ``--concurrency``) while it runs, without a restart."""
-
-    @field_validator("queues")
-    @classmethod
-    def _some_queue(cls, value: list[str]) -> list[str]:
-        names = [q.strip() for q in value if q.strip()]
-        if not names:
-            raise ValueError("names no queue (expected q1,q2,...)")
-        return names
 
     @field_validator("app")
     @classmethod

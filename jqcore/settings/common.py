@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from pydantic import AliasChoices, BeforeValidator, SecretStr, ValidationError
+from pydantic import AfterValidator, AliasChoices, BeforeValidator, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsError
 
 from jqcore.errors import ConfigError
@@ -25,6 +25,7 @@ __all__ = [
     "CommaList",
     "CommaSecrets",
     "JsonText",
+    "QueueNames",
     "is_secret_key",
     "load",
     "load_env",
@@ -43,6 +44,17 @@ CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_split)]
 """A list setting written ``a,b,c`` in the environment (a Python list is accepted too)."""
 CommaSecrets = Annotated[list[SecretStr], NoDecode, BeforeValidator(_comma_split)]
 """The same for secrets (never shown in ``repr`` or logs)."""
+
+
+def _some_queue(value: list[str]) -> list[str]:
+    names = [q.strip() for q in value if q.strip()]
+    if not names:
+        raise ValueError("names no queue (expected q1,q2,...)")
+    return names
+
+
+QueueNames = Annotated[list[str], NoDecode, BeforeValidator(_comma_split), AfterValidator(_some_queue)]
+"""The queues a process works (``q1,q2``): at least one."""
 
 
 def _json_text(v: object) -> object:
