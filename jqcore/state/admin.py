@@ -138,6 +138,10 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         raise codes.QueueConfigInvalid("events_cap must be >= 0 (0: no lifecycle events)")
     if config.memory_budget < 0:
         raise codes.QueueConfigInvalid("memory_budget must be >= 0 bytes (0: the relay's default share)")
+    if not 0 <= config.default_delay_ms <= QueueConfig.MAX_DEFAULT_DELAY_MS:
+        raise codes.QueueConfigInvalid(
+            f"default_delay_ms must be 0..{QueueConfig.MAX_DEFAULT_DELAY_MS} (30 days; 0: no default delay)"
+        )
     _check_fairness(config)
     return {
         "mode": config.mode,
@@ -157,6 +161,8 @@ def _config_fields(config: QueueConfig) -> dict[str, str]:
         "fair_limits": orjson.dumps(dict(config.fair_limits)).decode() if config.fair_limits else "",
         "fair_rates": orjson.dumps(dict(config.fair_rates)).decode() if config.fair_rates else "",
         "memory_budget": str(config.memory_budget),
+        "default_delay_ms": str(config.default_delay_ms),
+        "enqueue_blocked": "1" if config.enqueue_blocked else "0",
     }
 
 

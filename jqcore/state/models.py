@@ -264,8 +264,20 @@ class QueueConfig:
     """Bytes of Redis memory the queue may hold (estimated, :mod:`jqcore.state.memory`): above it the
     relay holds the batches that carry the queue's jobs until workers drained it below 90 % of it (0: the
     relay's default, ``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` of Redis's ``maxmemory``)."""
+    default_delay_ms: int = 0
+    """Timestone's default invisibility: a job that comes without ``run_at`` or ``delay_ms`` becomes
+    visible this long after it was accepted (its ``enqueued_at``), never earlier. Applied where every
+    producer's jobs enter Redis (``enqueue_batch``: the relay, replays, the rebuild, graphs, tail calls),
+    with the configuration in force then. An explicit ``run_at`` or ``delay_ms`` wins (``delay_ms: 0``:
+    now). 0: no default delay."""
+    enqueue_blocked: bool = False
+    """The gateway refuses new jobs (``POST /v1/queues/{q}/jobs``: 423 ``queue_blocked``), read through
+    its cached configuration (``JOBQ_GATE_QUEUE_CONFIG_TTL_S``; with Redis unreachable it accepts). Jobs
+    already in Kafka still go in, and so do the other writers (the Spark writer, cron fires, replays, the
+    rebuild, task graphs' nodes, tail calls); claims go on (``paused`` stops those)."""
 
     MAX_FILTER_KEYS = 4
+    MAX_DEFAULT_DELAY_MS = 30 * 86_400_000
 
     def as_dict(self) -> dict[str, Any]:
         """The configuration as JSON shows it (the gateway's ``GET /v1/queues/{queue}``, the dashboard):

@@ -67,6 +67,10 @@ class Queries(EngineCore):
     async def queue_config(self, queue: str) -> QueueConfig:
         return await reads.queue_config(self._client, queue)
 
+    async def configured(self, queues: list[str]) -> set[str]:
+        """Which of ``queues`` have a configuration set in Redis (not only the defaults)."""
+        return await reads.configured(self._client, queues)
+
     async def queue_stats(self, queue: str) -> dict[str, int]:
         """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, ...)."""
         return await reads.queue_stats(self._client, queue)

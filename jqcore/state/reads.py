@@ -309,7 +309,15 @@ async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
         fair_limits=orjson.loads(raw.get("fair_limits") or "{}"),
         fair_rates=orjson.loads(raw.get("fair_rates") or "{}"),
         memory_budget=int(raw.get("memory_budget") or 0),
+        default_delay_ms=int(raw.get("default_delay_ms") or 0),
+        enqueue_blocked=raw.get("enqueue_blocked") == "1",
     )
+
+
+async def configured(client: RedisClient, queues: list[str]) -> set[str]:
+    """Which of ``queues`` have a configuration in Redis (set by ``configure_queue``; a queue a job
+    created has only defaults)."""
+    return {q for q in queues if await client.hexists(QueueKeys(q).config, "mode")}
 
 
 async def events(client: RedisClient, queue: str, count: int) -> list[StreamEvent]:

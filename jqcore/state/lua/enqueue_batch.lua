@@ -42,6 +42,9 @@
 --       parent ("<queue>\t<id>" of the job that deferred to this one, else ''; finish() reports to it).
 -- A job whose priority is its enqueued_at (the default: none given) takes its kind's default priority
 -- when the kind has one (kinds <kind>|prio).
+-- A job without run_at ('') in a queue with config default_delay_ms > 0 gets run_at = accepted_at +
+-- default_delay_ms (NOW when accepted_at is unknown): Timestone's default invisibility, never early; an
+-- explicit run_at (a producer's delay_ms, 0 included, is one) wins.
 -- returns: {C_OK, created(0|1), outcome_1 … outcome_N} with outcome one of
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
@@ -62,6 +65,7 @@ local default_attempts = cfgnum('max_attempts', 10)
 local fair_key = fairness().key
 local dedup_finished = cfg('dedup', 'active') == 'finished'
 local dedup_window = cfgnum('dedup_window_ms', DAY)
+local default_delay = cfgnum('default_delay_ms', 0)
 local TERMINAL = {completed = true, errored = true, canceled = true, expired = true}
 
 -- May this existing record be enqueued again as a new run? (see the header)
@@ -84,6 +88,9 @@ for i = 0, n - 1 do
   local run_at, expires_at, excl = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 5]
   local kind, attempts, lease, origin = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 10]
   local stamps = {origin = origin, accepted_at = tonumber(ARGV[b + 11]) or 0}
+  if run_at == nil and default_delay > 0 then
+    run_at = (stamps.accepted_at > 0 and stamps.accepted_at or NOW) + default_delay
+  end
   local idx, meta = {}, {}
   for _, pair in ipairs(split_lines(ARGV[b + 9])) do
     local eq = string.find(pair, '=', 1, true)
