@@ -4,6 +4,10 @@
 died with Redis). The rebuild asks the lifecycle events first (``jqcore.events``, shipped to the events
 topic by the schedulers) what became of each job:
 
+0. **Configurations first**: the queues' configurations and the job types' options kept in Consul
+   (:mod:`jqcore.configstore`, written by the gateway and the dashboard) go back into Redis before any
+   job, where Redis lacks them, so an exclusive queue is exclusive again and a kind's options (attempts,
+   concurrency, priority) are in force when its jobs are written.
 1. **Job records**: every record of the job topics (default: every routed topic, like the relay) from
    ``since_ms`` (``--from``, a time) to the end offsets seen at start, read with a throw-away consumer
    (:mod:`jqrecover.replay`'s reading; :mod:`jqrecover.rebuild_read`).
@@ -40,6 +44,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from jqcore.clock import now_ms
+from jqcore.configstore import ConfigStore, Restored, restore
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
 from jqcore.graphs import GRAPH_KIND
 from jqcore.redisconn import connect
@@ -119,6 +125,7 @@ class RebuildReport:
     topics: list[TopicReport]
     cron: CronReport
     window: dict[str, Any]
+    configs: Restored
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +142,7 @@ class RebuildReport:
                 "retention_cut_ms": self.events.retention_cut_ms,
             },
             "cron": asdict(self.cron),
+            "configs": asdict(self.configs),
             "window": self.window,
         }
 
@@ -227,6 +235,7 @@ async def rebuild_from_kafka(
     *,
     dry_run: bool = False,
     cron: bool = True,
+    configs: bool = True,
     margin_s: float = DEFAULT_MARGIN_S,
     kafka: KafkaSettings | None = None,
     redis: RedisSettings | None = None,
@@ -239,7 +248,8 @@ async def rebuild_from_kafka(
     """Rebuild the pending state from Kafka after a Redis loss (see the module's text): the job topics'
     records from ``since_ms`` (ms since the epoch) to their end offsets now, without the jobs the events
     topic knows finished. Settings not given are read from the environment; ``cadences`` (the scheduler's)
-    only tell the report's window (:func:`window`). Raises :class:`RebuildError`
+    only tell the report's window (:func:`window`). ``configs``: restore the configurations kept in
+    Consul first (where Redis lacks them; a dry run lists every one kept). Raises :class:`RebuildError`
     before writing anything when a topic is missing; Redis errors while writing propagate (what was
     written stays written; running it again is safe: dedup)."""
     kafka = kafka or load(KafkaSettings)
@@ -265,15 +275,17 @@ async def rebuild_from_kafka(
     cron_report = CronReport()
     fires = cron_fires(index, keys, cron_report) if cron else {}
     schedules: dict[str, CronSchedule | None] = {}
+    consul, cron_settings = consul or load(ConsulSettings), cron_settings or load(CronSettings)
     if fires:
-        schedules = await schedules_of(
-            fires, consul or load(ConsulSettings), cron_settings or load(CronSettings)
-        )
+        schedules = await schedules_of(fires, consul, cron_settings)
+    keeper = ConfigKeeper(consul, cron_settings.kv_prefix) if configs else None
     if dry_run:
+        restored = await keeper.restore(None) if keeper else Restored()
         await refire(None, fires, schedules, cron_report)
     else:
-        await _write_all(
+        restored = await _write_all(
             redis or load(RedisSettings),
+            keeper,
             far_tier,
             reports,
             decided,
@@ -290,24 +302,43 @@ async def rebuild_from_kafka(
         topics=reports,
         cron=cron_report,
         window=window(cadences, index),
+        configs=restored,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKeeper:
+    """Where the configurations are kept (Consul, :mod:`jqcore.configstore`)."""
+
+    consul: ConsulSettings
+    prefix: str
+
+    async def restore(self, engine: Engine | None) -> Restored:
+        client = consul_client(self.consul)
+        try:
+            return await restore(ConfigStore(client, self.prefix), engine)
+        finally:
+            await close_consul(client)
 
 
 async def _write_all(
     redis: RedisSettings,
+    keeper: ConfigKeeper | None,
     far: FarTier,
     reports: list[TopicReport],
     decided: list[list[Kept]],
     fires: dict[str, list[Key]],
     schedules: dict[str, CronSchedule | None],
     cron_report: CronReport,
-) -> None:
+) -> Restored:
     client = connect(redis)
     engine = Engine(client)
     try:
+        restored = await keeper.restore(engine) if keeper else Restored()  # before any job
         for report, kept in zip(reports, decided, strict=True):
             await _write(engine, far, report, kept)
         await refire(engine, fires, schedules, cron_report)
+        return restored
     finally:
         await far.close()
         await client.aclose()

@@ -103,6 +103,20 @@ async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks)
         raise
 
 
+async def _check_blocked(gate: Gate, queue: str) -> None:
+    """423 ``queue_blocked`` when the queue's ``enqueue_blocked`` flag is set (the cached configuration;
+    Redis not answering: accepted, enqueues never depend on Redis)."""
+    config = await gate.queue_config(queue)
+    if config is not None and config.enqueue_blocked:
+        raise HttpError(
+            423,
+            "queue_blocked",
+            f"queue {queue!r} does not take new jobs (enqueue_blocked); nothing was written. Other queues"
+            f" are not affected; an operator lifts it with PATCH /v1/queues/{queue}"
+            ' {"enqueue_blocked": false}',
+        )
+
+
 async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
     """Whether jobs without an id get content ids: ``?id_from=content|random``, else the queue's
     ``id_from`` policy (cached; Redis not answering: random ids, enqueues never depend on Redis)."""
@@ -141,6 +155,8 @@ async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
         404: "queue_unrouted: no route sends the queue to a topic",
         409: "idempotency_key_reused: the Idempotency-Key was used with another body",
         413: "batch_too_large, job_too_large: more jobs than JOBQ_GATE_MAX_BATCH, or a job over 1 MiB",
+        423: "queue_blocked: the queue's enqueue_blocked flag is set (its cached configuration); nothing"
+        " written",
         429: "gateway_busy: the process's in-flight body budget is full (Retry-After)",
         503: "kafka_unavailable, topic_missing: Kafka did not confirm (Retry-After); nothing is"
         " half-accepted",
@@ -151,6 +167,7 @@ async def enqueue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     body = await _read_body(request)
+    await _check_blocked(gate, queue)
     digest = await _idempotency(request, gate, queue, body)
     content = await _content_ids(request, gate, queue)
     with tracing.enqueue_spans(request.headers) as spans:  # off: a shared no-op, envelopes untouched

@@ -301,3 +301,5 @@ class QueueConfig(BaseModel):
     fair_weights: dict[str, int] | None = None
     fair_limits: dict[str, int] | None = None
     memory_budget: int | None = None
+    default_delay_ms: int | None = None
+    enqueue_blocked: bool | None = None

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from jqcore.dispatch import DispatchConfig, load_configs
+from jqcore.dispatch import load_configs
 from jqcore.envelope import validate_name
-from jqcore.errors import EnvelopeError, FieldError
+from jqcore.errors import EnvelopeError
 from jqcore.http import HttpError, json_response
 from jqcore.state import QueueConfig
 from kafkagate import admin_models as m
@@ -19,6 +17,7 @@ from kafkagate.api import Api, Param
 from kafkagate.auth import require_every_queue, require_kind, require_queue, visible
 from kafkagate.body import read_body
 from kafkagate.jobs import engine_call, queue_of
+from kafkagate.queue_bodies import DeadBody, KindBody, QueueConfigBody, QueuePatchBody, parse_model
 from kafkagate.state import GATE
 
 __all__ = ["parse_model", "routes"]
@@ -26,89 +25,6 @@ __all__ = ["parse_model", "routes"]
 routes = Api()
 MAX_OFFSET = 2**53
 """Largest dead-list offset accepted (Redis ranges are 64-bit; a bigger one is a client error)."""
-M = TypeVar("M", bound=BaseModel)
-
-
-class QueueConfigBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mode: Literal["simple", "exclusive"] = "simple"
-    excl_key: str | None = None
-    lease_ms: int = Field(30_000, ge=100)
-    max_attempts: int = Field(10, ge=1, le=1000)
-    filter_keys: list[str] = Field(default_factory=list)
-    paused: bool = False
-    retention_ms: int = Field(86_400_000, ge=0)
-    dead_retention_ms: int = Field(7 * 86_400_000, ge=0)
-    dedup: Literal["active", "finished"] = "active"
-    dedup_window_ms: int = Field(86_400_000, ge=0)
-    id_from: Literal["random", "content"] = "random"
-    events_cap: int = Field(100_000, ge=0)
-    fair_key: str | None = None
-    fair_weights: dict[str, int] = Field(default_factory=dict)
-    fair_limits: dict[str, int] = Field(default_factory=dict)
-    fair_rates: dict[str, float] = Field(default_factory=dict)
-    memory_budget: int = Field(0, ge=0, le=1 << 50)
-
-
-class QueuePatchBody(BaseModel):
-    """A partial update: only the fields given change; the others keep their current values."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    mode: Literal["simple", "exclusive"] | None = None
-    excl_key: str | None = None
-    lease_ms: int | None = Field(None, ge=100)
-    max_attempts: int | None = Field(None, ge=1, le=1000)
-    filter_keys: list[str] | None = None
-    paused: bool | None = None
-    retention_ms: int | None = Field(None, ge=0)
-    dead_retention_ms: int | None = Field(None, ge=0)
-    dedup: Literal["active", "finished"] | None = None
-    dedup_window_ms: int | None = Field(None, ge=0)
-    id_from: Literal["random", "content"] | None = None
-    events_cap: int | None = Field(None, ge=0)
-    fair_key: str | None = None
-    fair_weights: dict[str, int] | None = None
-    fair_limits: dict[str, int] | None = None
-    fair_rates: dict[str, float] | None = None
-    memory_budget: int | None = Field(None, ge=0, le=1 << 50)
-
-
-class KindBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    queues: list[str] | None = None
-    concurrency: int | None = Field(None, ge=1)
-    max_attempts: int | None = Field(None, ge=1, le=1000)
-    delivery: Literal["at_least_once", "at_most_once"] = "at_least_once"
-    dispatch: DispatchConfig | None = None
-    """Push mode: ``jobq dispatcher`` POSTs each job of this kind to a URL (``docs/dispatcher.md``).
-    Omitted: the kind's jobs are for worker pools (a PUT replaces the whole type, dispatch included)."""
-    priority: int | None = Field(None, ge=-(2**53), le=2**53)
-    """The priority of its jobs enqueued without one (lower runs first; the default is the enqueue time)."""
-    ignore_result: bool = False
-    """Drop its jobs' results (kept neither in Redis nor in the history)."""
-
-
-class DeadBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    ids: list[str] = Field(default_factory=list)
-    limit: int = Field(1000, ge=1, le=100_000)
-
-
-def parse_model(model: type[M], body: bytes) -> M:
-    """A request body as ``model``; every bad field named in the 400."""
-    try:
-        return model.model_validate(orjson.loads(body or b"{}"))
-    except orjson.JSONDecodeError as exc:
-        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
-    except ValidationError as exc:
-        fields = [FieldError(".".join(str(p) for p in e["loc"]) or "$", e["msg"]) for e in exc.errors()]
-        raise HttpError(
-            400, "body_invalid", "; ".join(f"{f.field}: {f.problem}" for f in fields), fields
-        ) from None
 
 
 def _filter(request: web.Request) -> dict[str, str]:
@@ -152,7 +68,7 @@ async def get_queue(request: web.Request) -> web.Response:
 @routes.put(
     "/v1/queues/{queue}",
     summary="replace the whole configuration (simple/exclusive, lease, attempts, filter keys, paused,"
-    " retention, dedup policy, fairness, memory budget)",
+    " retention, dedup policy, fairness, memory budget, default delay, enqueues blocked)",
     body=QueueConfigBody,
     body_example={"mode": "exclusive", "excl_key": "tenant", "lease_ms": 60000},
     answer=m.QueueConfigured,
@@ -203,10 +119,13 @@ async def patch_queue(request: web.Request) -> web.Response:
 
 
 async def _configure(request: web.Request, queue: str, config: QueueConfig) -> web.Response:
-    """Store ``config`` as the queue's configuration; answer with what is now in force."""
+    """Store ``config`` as the queue's configuration (in force in Redis, then kept in Consul for a
+    rebuild: Consul unreachable is a 503 with the change in force but not kept; send it again); answer
+    with what is now in force."""
     gate = request.app[GATE]
     await engine_call(gate.engine.configure_queue(queue, config))
     gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
+    await gate.configs().put_queue(queue, config)
     return json_response({"queue": queue, "config": config.as_dict()})
 
 
@@ -294,18 +213,12 @@ async def put_kind(request: web.Request) -> web.Response:
         require_every_queue(request, "a job type without queues is configured for every queue")
     for queue in body.queues or ():
         require_queue(request, queue)
-    await engine_call(
-        gate.engine.configure_kind(
-            kind,
-            queues=body.queues,
-            concurrency=body.concurrency,
-            max_attempts=body.max_attempts,
-            delivery=body.delivery,
-            priority=body.priority,
-            ignore_result=body.ignore_result,
-        )
+    options = body.model_dump(
+        include={"concurrency", "max_attempts", "delivery", "priority", "ignore_result"}
     )
+    await engine_call(gate.engine.configure_kind(kind, queues=body.queues, **options))
     await engine_call(gate.engine.set_dispatch(kind, body.dispatch.stored() if body.dispatch else None))
+    await gate.configs().put_kind(kind, body.queues, **options)
     shown = body.dispatch.public() if body.dispatch else None
     return json_response({"kind": kind, **body.model_dump(exclude={"dispatch"}), "dispatch": shown})
 

@@ -70,7 +70,8 @@ class GateSettings(BaseSettings):
     the rest back to the queue at once, unstarted, their attempt refunded."""
     queue_config_ttl_s: float = Field(5.0, ge=0)
     """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
-    without an exclusivity value); 0 reads it on every enqueue."""
+    without an exclusivity value, blocked queues refuse every job, ``id_from``); 0 reads it on every
+    enqueue."""
     callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
     """The HMAC secret of dispatch callback tokens, shared with the dispatchers (``jobq dispatcher``,
     ``docs/dispatcher.md``); unset: ``POST /v1/callbacks/...`` is refused (403 ``callbacks_off``)."""

@@ -8,8 +8,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
+import consul.aio
 from aiohttp import web
 
+from jqcore.configstore import ConfigStore
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.extras import MissingExtra
@@ -50,7 +52,7 @@ class Gate:
     far: FarSettings
     history_settings: HistorySettings
     long_polls: LongPolls
-    _cron: CronStore | None = None
+    _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
@@ -156,18 +158,26 @@ class Gate:
                 return None
         return self._history
 
+    def _consul_client(self) -> consul.aio.Consul:
+        """The Consul client, made on first use (only the cron and configuration routes need it)."""
+        if self._consul is None:
+            self._consul = consul_client(self.consul_settings)
+        return self._consul
+
     def cron(self) -> CronStore:
-        """The cron schedules in Consul (the client is made on first use: only cron routes need it)."""
-        if self._cron is None:
-            client = consul_client(self.consul_settings)
-            self._cron = CronStore(client, self.cron_settings.kv_prefix)
-        return self._cron
+        """The cron schedules in Consul."""
+        return CronStore(self._consul_client(), self.cron_settings.kv_prefix)
+
+    def configs(self) -> ConfigStore:
+        """The durable copy of the queues' configurations and the kinds' options in Consul
+        (:mod:`jqcore.configstore`)."""
+        return ConfigStore(self._consul_client(), self.cron_settings.kv_prefix)
 
     async def close(self) -> None:
         await self.long_polls.close()
-        if self._cron is not None:
-            await close_consul(self._cron.client)
-            self._cron = None
+        if self._consul is not None:
+            await close_consul(self._consul)
+            self._consul = None
         # repeated cancels: redis-py may turn one into an error the flush loop carries on after (seen: a
         # gateway whose stop waited forever on this loop after a broker pause)
         await cancel_and_wait(self._flusher)

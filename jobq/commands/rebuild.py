@@ -70,6 +70,13 @@ def rebuild(
     cron: Annotated[
         bool, typer.Option(help="Fire again the cron fires that were pending (schedules from Consul).")
     ] = True,
+    configs: Annotated[
+        bool,
+        typer.Option(
+            help="Restore first the queue configurations and job type options kept in Consul (where Redis "
+            "lacks them)."
+        ),
+    ] = True,
     dry_run: Annotated[bool, typer.Option(help="Read and decide; write nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -79,6 +86,7 @@ def rebuild(
     events = load(EventSettings) if events_topic is None else load(EventSettings, topic=events_topic)
     err = Console(stderr=True)
     target = f"{','.join(topic) if topic else 'every topic'} from {from_}" + ("" if cron else " --no-cron")
+    target += "" if configs else " --no-configs"
     with nullcontext(Note()) if dry_run else audited("rebuild", target) as note:
         try:
             report = asyncio.run(
@@ -87,6 +95,7 @@ def rebuild(
                     topic,
                     dry_run=dry_run,
                     cron=cron,
+                    configs=configs,
                     margin_s=margin,
                     events=events,
                     cadences=cadences(load(SchedulerSettings)),
@@ -129,7 +138,16 @@ def _print(report: RebuildReport) -> None:
         row = [t.topic, d["read"], rebuilt, d["far"], d["graphs"], skipped, d["duplicate"]]
         table.add_row(*(str(v) for v in [*row, d["unscheduled"], d["refused"], d["malformed"]]))
     console.print(table)
-    ev, w = report.events, report.window
+    ev, w, c = report.events, report.window, report.configs
+    console.print(
+        f"configurations from Consul: {len(c.queues)} queues and {len(c.kinds)} job type options "
+        f"{'kept there (Redis not read)' if report.dry_run else 'restored'}, {c.kept} left as Redis had them"
+        + (
+            f", [yellow]{len(c.unreadable)} unreadable[/]: {escape(', '.join(c.unreadable))}"
+            if c.unreadable
+            else ""
+        )
+    )
     console.print(
         f"events: {escape(report.events_topic)} from {_when(report.events_from_ms)}: {ev.read} read, "
         f"{len(ev.jobs)} jobs known, newest {_when(ev.newest_ms)}; cron fires: "

@@ -113,13 +113,16 @@ topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
 
 class CronSettings(BaseSettings):
     """Where cron schedules live (Consul KV ``<kv_prefix>/cron/<name>``): read by the scheduler service,
-    written by ``jobq cron`` and the gateway's ``/v1/cron`` routes."""
+    written by ``jobq cron`` and the gateway's ``/v1/cron`` routes. The same root keeps the queues'
+    configurations and the kinds' options (``jqcore.configstore``; ``jobq rebuild`` restores them)."""
 
     model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore", use_attribute_docstrings=True)
 
     kv_prefix: str = Field("jobq", min_length=1)
     """Consul KV root: schedules at ``<prefix>/cron/<name>``, their state at ``<prefix>/cron-state/<name>``
-    (the scheduler, the gateway and ``jobq cron``)."""
+    (the scheduler, the gateway and ``jobq cron``); queue configurations at ``<prefix>/queue-config/<q>``
+    and kind options at ``<prefix>/kind-config/<kind>/<queue or *>`` (the gateway, the dashboard,
+    ``jobq rebuild``)."""
 
 
 class FarSettings(BaseSettings):

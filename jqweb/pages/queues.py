@@ -1,6 +1,7 @@
 """Queues: every queue's depth per state, oldest pending age, pause and throughput over the last hour;
 one queue's configuration, lifetime counters, job types and rate limit. Actions: pause, resume, and the
-settings an operator tunes (lease, attempts, retention, the lifecycle events' cap)."""
+settings an operator tunes (lease, attempts, retention, the lifecycle events' cap, the default delay);
+each change is kept in Consul too (:mod:`jqcore.configstore`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 from aiohttp import web
 
 from jqcore.clock import now_ms
+from jqcore.configstore import ConfigStore
 from jqcore.http import HttpError
 from jqcore.redisconn import RedisClient
+from jqcore.state import QueueConfig
 from jqweb import series
 from jqweb.context import WEB, Web
 from jqweb.overview import queue_row, queue_rows
@@ -35,10 +38,11 @@ SETTINGS: dict[str, tuple[int, int]] = {
     "dead_retention_ms": (0, 86_400_000 * 3650),
     "events_cap": (0, 1_000_000_000),
     "memory_budget": (0, 1 << 50),
+    "default_delay_ms": (0, QueueConfig.MAX_DEFAULT_DELAY_MS),
 }
 """The settings the page edits and their ranges: the gateway's lower bounds (``PATCH /v1/queues/{q}``:
-lease_ms ≥ 100, max_attempts 1..1000, retentions, events_cap and memory_budget ≥ 0) and generous upper
-ones."""
+lease_ms ≥ 100, max_attempts 1..1000, retentions, events_cap and memory_budget ≥ 0, default_delay_ms
+0..30 days) and generous upper ones."""
 
 
 def throughput(points: list[dict[str, int]]) -> list[int]:
@@ -109,6 +113,13 @@ async def queue_page(request: web.Request) -> web.Response:
     return page(request, "queue.html", context)
 
 
+async def _keep(w: Web, queue: str) -> None:
+    """Keep the queue's configuration in force in Consul too (``jobq rebuild`` restores it from there:
+    :mod:`jqcore.configstore`)."""
+    config = await w.engine.queue_config(queue)
+    await ConfigStore(w.consul, w.sources.cron.kv_prefix).put_queue(queue, config)
+
+
 async def _pause(request: web.Request, paused: bool) -> web.Response:
     require_admin(request)
     w = request.app[WEB]
@@ -117,6 +128,7 @@ async def _pause(request: web.Request, paused: bool) -> web.Response:
 
     async def run() -> int:
         await w.engine.pause(queue, paused)
+        await _keep(w, queue)
         return 0
 
     word = "paused" if paused else "resumed"
@@ -169,6 +181,7 @@ async def settings(request: web.Request) -> web.Response:
     async def run() -> int:
         current = await w.engine.queue_config(queue)
         await w.engine.configure_queue(queue, dataclasses.replace(current, **changes))
+        await _keep(w, queue)
         return 0
 
     said = ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed"

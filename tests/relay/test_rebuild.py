@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 import redis.asyncio as aioredis
@@ -27,6 +28,7 @@ from jqcore.errors import GraphNotFound
 from jqcore.events import FIELDS
 from jqcore.graphs import Step, chain, graph_envelope, parse
 from jqcore.kafka import AsyncProducer, Record, schedule_key
+from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
     CronSettings,
@@ -42,6 +44,7 @@ from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 from jqsched.timers import StepResult
 from jqstack.manager import Endpoints
+from kafkagate.main import GateService
 
 Eventually = Callable[..., Awaitable[Any]]
 MakeTopic = Callable[..., str]
@@ -328,3 +331,88 @@ async def test_bad_input_is_refused_with_the_problem_named(
     assert code == 2, out
     assert message.format(prefix=prefix) in " ".join(out.split()), out
     assert "Traceback" not in out
+
+
+async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_any_job(
+    prefix: str,
+    endpoints: Endpoints,
+    lost_db: str,
+    cron_settings: CronSettings,
+    make_topic: MakeTopic,
+    make_gate: Callable[..., GateService],
+    token: str,
+) -> None:
+    """Configured through the gateway (kept in Consul too), lost with the queue's Redis keys: the rebuild
+    writes the configuration and the kind's options back first, so the jobs come back into an exclusive
+    queue (one job per account runs) with their kind's attempts."""
+    t0 = now_ms()
+    topic, events_topic = make_topic("jobs", partitions=1), make_topic("events", partitions=1)
+    q, kind = f"{prefix}.x", f"{prefix}.k"
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
+    jobs = [
+        {"id": i, "kind": kind, "meta": {"account": a}} for i, a in (("a1", "x"), ("a2", "x"), ("b1", "y"))
+    ]
+    async with (
+        make_gate(routing, redis_url=lost_db) as gate,
+        aiohttp.ClientSession(base_url=gate.url, headers={"Authorization": f"Bearer {token}"}) as http,
+    ):
+        for method, path, body in [
+            ("PUT", f"/v1/queues/{q}", {"mode": "exclusive", "excl_key": "account", "lease_ms": 5000}),
+            ("PUT", f"/v1/kinds/{kind}", {"queues": [q], "max_attempts": 3, "priority": 7}),
+            ("POST", f"/v1/queues/{q}/jobs", {"jobs": jobs}),
+        ]:
+            async with http.request(method, path, json=body) as resp:
+                assert resp.status in (200, 202), await resp.text()
+    redis = aioredis.Redis.from_url(lost_db)
+    engine = Engine(redis)
+    lost = [key async for key in redis.scan_iter(match=f"jobq:{{{q}}}:*")]
+    assert lost, "the gateway configured the queue in this database"
+    await redis.delete(*lost)
+    assert (await engine.queue_config(q)).mode == "simple", "Redis lost it"
+
+    report = await rebuild_from_kafka(
+        t0 - 1000,
+        [topic],
+        kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+        redis=RedisSettings(url=lost_db),
+        events=EventSettings(topic=events_topic),
+        far=FarSettings.model_validate({"horizon_s": 0}),
+        consul=ConsulSettings(addr=endpoints.consul_addr),
+        cron_settings=cron_settings,
+        cadences=cadences(SchedulerSettings()),
+    )
+    assert report.as_dict()["configs"] == {
+        "queues": [q],
+        "kinds": [f"{kind}@{q}"],
+        "kept": 0,
+        "unreadable": [],
+    }
+    (t,) = report.topics
+    assert t.totals()["rebuilt"] == 3
+    config = await engine.queue_config(q)
+    assert (config.mode, config.excl_key, config.lease_ms) == ("exclusive", "account", 5000)
+    options = (await engine.kinds([q]))[kind]["queues"][q]
+    assert (options["max_attempts"], options["priority"]) == (3, 7)
+    for job_id in ("a1", "a2", "b1"):  # written after the options: the kind's attempts and priority
+        info = await engine.get_job(q, job_id)
+        assert info is not None
+        assert (info.max_attempts, info.priority) == (3, 7), job_id
+    claimed = sorted(c.id for c in await engine.claim(q, 10))
+    assert claimed in (["a1", "b1"], ["a2", "b1"]), "written into an exclusive queue: one per account"
+
+    again = await rebuild_from_kafka(  # what Redis has now is left alone
+        t0 - 1000,
+        [topic],
+        kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+        redis=RedisSettings(url=lost_db),
+        events=EventSettings(topic=events_topic),
+        far=FarSettings.model_validate({"horizon_s": 0}),
+        consul=ConsulSettings(addr=endpoints.consul_addr),
+        cron_settings=cron_settings,
+        cadences=cadences(SchedulerSettings()),
+    )
+    assert (again.configs.queues, again.configs.kinds, again.configs.kept) == ([], [], 2)
+    consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    await consul.kv.delete(cron_settings.kv_prefix + "/", recurse=True)
+    await close_consul(consul)
+    await redis.aclose()

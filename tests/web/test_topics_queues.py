@@ -7,10 +7,13 @@ from typing import Any
 
 from jqcore import metrics, series
 from jqcore.clock import now_ms
+from jqcore.configstore import ConfigStore
+from jqcore.consulconn import close_consul, consul_client
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.kafka import Record
 from jqcore.rates import parse_rate
 from jqrelay.limits import parse_rate as relay_parse_rate
+from jqweb.overview import Sources
 
 
 async def _produce(producer: Any, topic: str, queue: str, n: int) -> list[str]:
@@ -179,7 +182,7 @@ async def test_queues_page_shows_depth_and_throughput(dash: Any, engine: Any) ->
     assert (missing.status, missing.code) == (404, "queue_not_found")
 
 
-async def test_pause_resume_and_settings(dash: Any, engine: Any) -> None:
+async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: Sources) -> None:
     queue = f"{dash.prefix}.q"
     await engine.enqueue_batch([new_envelope(queue, "k", {})])
     r = await dash.post(f"/queues/{queue}/pause")
@@ -196,17 +199,25 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any) -> None:
 
     before = await engine.queue_config(queue)
     r = await dash.post(
-        f"/queues/{queue}/settings", {"lease_ms": "5000", "max_attempts": "3", "events_cap": ""}
+        f"/queues/{queue}/settings",
+        {"lease_ms": "5000", "max_attempts": "3", "events_cap": "", "default_delay_ms": "2000"},
     )
     assert r.status == 200, r.text
     after = await engine.queue_config(queue)
-    assert (after.lease_ms, after.max_attempts) == (5000, 3)
+    assert (after.lease_ms, after.max_attempts, after.default_delay_ms) == (5000, 3, 2000)
+    consul = consul_client(web_sources.consul)
+    kept, _ = await ConfigStore(consul, web_sources.cron.kv_prefix).queue_configs()
+    await consul.kv.delete(web_sources.cron.kv_prefix + "/", recurse=True)
+    await close_consul(consul)
+    assert kept[queue] == after, "the change is kept in Consul too (jobq rebuild restores it)"
     assert (after.retention_ms, after.events_cap, after.mode) == (
         before.retention_ms,
         before.events_cap,
         before.mode,
     )
-    assert await _audit(dash, "queue.settings", f"{queue}: lease_ms=5000, max_attempts=3")
+    assert await _audit(
+        dash, "queue.settings", f"{queue}: lease_ms=5000, max_attempts=3, default_delay_ms=2000"
+    )
     for field, bad in (
         ("lease_ms", "50"),
         ("lease_ms", "x"),
@@ -215,6 +226,7 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any) -> None:
         ("retention_ms", "-1"),
         ("dead_retention_ms", "1.5"),
         ("events_cap", "-5"),
+        ("default_delay_ms", str(31 * 86_400_000)),
     ):
         r = await dash.post(f"/queues/{queue}/settings", {field: bad})
         assert (r.status, r.code) == (400, "form_invalid"), (field, bad)

@@ -1,0 +1,107 @@
+"""The bodies of the queue and job type administration routes (:mod:`kafkagate.queues`), and
+:func:`parse_model` that every route reading a JSON body parses with."""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jqcore.dispatch import DispatchConfig
+from jqcore.errors import FieldError
+from jqcore.http import HttpError
+from jqcore.state import QueueConfig
+
+__all__ = ["DeadBody", "KindBody", "QueueConfigBody", "QueuePatchBody", "parse_model"]
+
+M = TypeVar("M", bound=BaseModel)
+MAX_DELAY = QueueConfig.MAX_DEFAULT_DELAY_MS
+
+
+class QueueConfigBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["simple", "exclusive"] = "simple"
+    excl_key: str | None = None
+    lease_ms: int = Field(30_000, ge=100)
+    max_attempts: int = Field(10, ge=1, le=1000)
+    filter_keys: list[str] = Field(default_factory=list)
+    paused: bool = False
+    retention_ms: int = Field(86_400_000, ge=0)
+    dead_retention_ms: int = Field(7 * 86_400_000, ge=0)
+    dedup: Literal["active", "finished"] = "active"
+    dedup_window_ms: int = Field(86_400_000, ge=0)
+    id_from: Literal["random", "content"] = "random"
+    events_cap: int = Field(100_000, ge=0)
+    fair_key: str | None = None
+    fair_weights: dict[str, int] = Field(default_factory=dict)
+    fair_limits: dict[str, int] = Field(default_factory=dict)
+    fair_rates: dict[str, float] = Field(default_factory=dict)
+    memory_budget: int = Field(0, ge=0, le=1 << 50)
+    default_delay_ms: int = Field(0, ge=0, le=MAX_DELAY)
+    """Jobs enqueued without ``run_at``/``delay_ms`` become visible this long after they were accepted."""
+    enqueue_blocked: bool = False
+    """``POST /v1/queues/{queue}/jobs`` answers 423 ``queue_blocked`` (jobs already in Kafka still go in)."""
+
+
+class QueuePatchBody(BaseModel):
+    """A partial update: only the fields given change; the others keep their current values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["simple", "exclusive"] | None = None
+    excl_key: str | None = None
+    lease_ms: int | None = Field(None, ge=100)
+    max_attempts: int | None = Field(None, ge=1, le=1000)
+    filter_keys: list[str] | None = None
+    paused: bool | None = None
+    retention_ms: int | None = Field(None, ge=0)
+    dead_retention_ms: int | None = Field(None, ge=0)
+    dedup: Literal["active", "finished"] | None = None
+    dedup_window_ms: int | None = Field(None, ge=0)
+    id_from: Literal["random", "content"] | None = None
+    events_cap: int | None = Field(None, ge=0)
+    fair_key: str | None = None
+    fair_weights: dict[str, int] | None = None
+    fair_limits: dict[str, int] | None = None
+    fair_rates: dict[str, float] | None = None
+    memory_budget: int | None = Field(None, ge=0, le=1 << 50)
+    default_delay_ms: int | None = Field(None, ge=0, le=MAX_DELAY)
+    enqueue_blocked: bool | None = None
+
+
+class KindBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queues: list[str] | None = None
+    concurrency: int | None = Field(None, ge=1)
+    max_attempts: int | None = Field(None, ge=1, le=1000)
+    delivery: Literal["at_least_once", "at_most_once"] = "at_least_once"
+    dispatch: DispatchConfig | None = None
+    """Push mode: ``jobq dispatcher`` POSTs each job of this kind to a URL (``docs/dispatcher.md``).
+    Omitted: the kind's jobs are for worker pools (a PUT replaces the whole type, dispatch included)."""
+    priority: int | None = Field(None, ge=-(2**53), le=2**53)
+    """The priority of its jobs enqueued without one (lower runs first; the default is the enqueue time)."""
+    ignore_result: bool = False
+    """Drop its jobs' results (kept neither in Redis nor in the history)."""
+
+
+class DeadBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(default_factory=list)
+    limit: int = Field(1000, ge=1, le=100_000)
+
+
+def parse_model(model: type[M], body: bytes) -> M:
+    """A request body as ``model``; every bad field named in the 400."""
+    try:
+        return model.model_validate(orjson.loads(body or b"{}"))
+    except orjson.JSONDecodeError as exc:
+        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
+    except ValidationError as exc:
+        fields = [FieldError(".".join(str(p) for p in e["loc"]) or "$", e["msg"]) for e in exc.errors()]
+        raise HttpError(
+            400, "body_invalid", "; ".join(f"{f.field}: {f.problem}" for f in fields), fields
+        ) from None
