@@ -1,7 +1,7 @@
 """Queues: every queue's depth per state, oldest pending age, pause and throughput over the last hour;
-one queue's configuration, lifetime counters, job types and rate limit. Actions: pause, resume, and the
-settings an operator tunes (lease, attempts, retention, the lifecycle events' cap, the default delay);
-each change is kept in Consul too (:mod:`jqcore.configstore`)."""
+one queue's configuration, lifetime counters, job types and rate limit. Actions: pause, resume, block and
+unblock enqueues, and the settings an operator tunes (lease, attempts, retention, the lifecycle events'
+cap, the default delay); each change is kept in Consul too (:mod:`jqcore.configstore`)."""
 
 from __future__ import annotations
 
@@ -141,6 +141,40 @@ async def _pause(request: web.Request, paused: bool) -> web.Response:
         back=f"{w.base}/queues/{queue}",
         next_url=fields.get("next"),
     )
+
+
+async def _block(request: web.Request, blocked: bool) -> web.Response:
+    require_admin(request)
+    w = request.app[WEB]
+    queue = await _known(w, request.match_info["queue"])
+    fields = await form(request)
+
+    async def run() -> int:
+        current = await w.engine.queue_config(queue)
+        await w.engine.configure_queue(queue, dataclasses.replace(current, enqueue_blocked=blocked))
+        await _keep(w, queue)
+        return 0
+
+    word = "blocked: the gateways answer 423 to new jobs" if blocked else "accepts new jobs again"
+    return await act(
+        request,
+        "queue.block" if blocked else "queue.unblock",
+        queue,
+        run,
+        done=lambda _: f"queue {queue} {word}",
+        back=f"{w.base}/queues/{queue}",
+        next_url=fields.get("next"),
+    )
+
+
+@routes.post("/queues/{queue}/block")
+async def block(request: web.Request) -> web.Response:
+    return await _block(request, True)
+
+
+@routes.post("/queues/{queue}/unblock")
+async def unblock(request: web.Request) -> web.Response:
+    return await _block(request, False)
 
 
 @routes.post("/queues/{queue}/pause")

@@ -197,6 +197,15 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
     assert await _audit(dash, "queue.pause", queue)
     assert await _audit(dash, "queue.resume", queue)
 
+    r = await dash.post(f"/queues/{queue}/block")
+    assert (r.status, r.json()["action"]) == (200, "queue.block"), r.text
+    assert (await engine.queue_config(queue)).enqueue_blocked
+    html = await dash.get(f"/queues/{queue}", as_json=False, token="admin")
+    assert f'id="unblock-{queue}"' in html.text
+    r = await dash.post(f"/queues/{queue}/unblock")
+    assert (r.status, r.json()["action"]) == (200, "queue.unblock"), r.text
+    assert not (await engine.queue_config(queue)).enqueue_blocked
+
     before = await engine.queue_config(queue)
     r = await dash.post(
         f"/queues/{queue}/settings",
@@ -234,7 +243,7 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
     assert (await engine.queue_config(queue)).lease_ms == 5000, "refused settings change nothing"
 
     nope = f"{dash.prefix}.nope"
-    for action in ("pause", "resume", "settings"):
+    for action in ("pause", "resume", "block", "unblock", "settings"):
         r = await dash.post(f"/queues/{nope}/{action}", {"lease_ms": "1000"})
         assert (r.status, r.code) == (404, "queue_not_found"), action
         r = await dash.post(f"/queues/{queue}/{action}", {"lease_ms": "1000"}, token="read")
