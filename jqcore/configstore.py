@@ -80,6 +80,8 @@ class ConfigStore:
         bad: list[str] = []
         for entry in await self._list(root):
             queue = entry["Key"][len(root) :]
+            if not queue or "/" in queue:  # a folder key (made in Consul's UI)
+                continue
             try:
                 out[queue] = _queue_config(orjson.loads(entry.get("Value") or b"null"))
             except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
@@ -93,6 +95,8 @@ class ConfigStore:
         bad: list[str] = []
         for entry in await self._list(root):
             kind, _, scope = entry["Key"][len(root) :].partition("/")
+            if not kind or not scope or "/" in scope:  # a folder key (made in Consul's UI)
+                continue
             try:
                 doc = orjson.loads(entry.get("Value") or b"null")
                 options = {k: doc.get(k) for k in KIND_FIELDS}
@@ -101,8 +105,7 @@ class ConfigStore:
             except (orjson.JSONDecodeError, AttributeError):
                 bad.append(entry["Key"])
                 continue
-            if kind and scope:
-                out.append(KindEntry(kind, scope, options, int(entry.get("ModifyIndex") or 0)))
+            out.append(KindEntry(kind, scope, options, int(entry.get("ModifyIndex") or 0)))
         return sorted(out, key=lambda e: e.index), bad
 
     async def _list(self, root: str) -> list[dict[str, Any]]:
