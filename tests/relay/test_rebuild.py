@@ -369,24 +369,26 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     assert lost, "the gateway configured the queue in this database"
     await redis.delete(*lost)
     assert (await engine.queue_config(q)).mode == "simple", "Redis lost it"
+    consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    broken = f"{cron_settings.kv_prefix}/queue-config/{q}.broken"
+    await consul.kv.put(broken, "{not json")  # written by hand: named, not restored, nothing stops
 
-    report = await rebuild_from_kafka(
-        t0 - 1000,
-        [topic],
-        kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
-        redis=RedisSettings(url=lost_db),
-        events=EventSettings(topic=events_topic),
-        far=FarSettings.model_validate({"horizon_s": 0}),
-        consul=ConsulSettings(addr=endpoints.consul_addr),
-        cron_settings=cron_settings,
-        cadences=cadences(SchedulerSettings()),
-    )
-    assert report.as_dict()["configs"] == {
-        "queues": [q],
-        "kinds": [f"{kind}@{q}"],
-        "kept": 0,
-        "unreadable": [],
-    }
+    async def rebuild() -> Any:
+        return await rebuild_from_kafka(
+            t0 - 1000,
+            [topic],
+            kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+            redis=RedisSettings(url=lost_db),
+            events=EventSettings(topic=events_topic),
+            far=FarSettings.model_validate({"horizon_s": 0}),
+            consul=ConsulSettings(addr=endpoints.consul_addr),
+            cron_settings=cron_settings,
+            cadences=cadences(SchedulerSettings()),
+        )
+
+    report = await rebuild()
+    restored = {"queues": [q], "kinds": [f"{kind}@{q}"], "kept": 0, "unreadable": [broken]}
+    assert report.as_dict()["configs"] == restored
     (t,) = report.topics
     assert t.totals()["rebuilt"] == 3
     config = await engine.queue_config(q)
@@ -400,19 +402,8 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     claimed = sorted(c.id for c in await engine.claim(q, 10))
     assert claimed in (["a1", "b1"], ["a2", "b1"]), "written into an exclusive queue: one per account"
 
-    again = await rebuild_from_kafka(  # what Redis has now is left alone
-        t0 - 1000,
-        [topic],
-        kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
-        redis=RedisSettings(url=lost_db),
-        events=EventSettings(topic=events_topic),
-        far=FarSettings.model_validate({"horizon_s": 0}),
-        consul=ConsulSettings(addr=endpoints.consul_addr),
-        cron_settings=cron_settings,
-        cadences=cadences(SchedulerSettings()),
-    )
-    assert (again.configs.queues, again.configs.kinds, again.configs.kept) == ([], [], 2)
-    consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    again = (await rebuild()).configs  # what Redis has now is left alone
+    assert (again.queues, again.kinds, again.kept) == ([], [], 2)
     await consul.kv.delete(cron_settings.kv_prefix + "/", recurse=True)
     await close_consul(consul)
     await redis.aclose()
