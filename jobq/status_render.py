@@ -219,7 +219,8 @@ def _redis(redis: Any, width: int) -> list[RenderableType]:
         return [f"[red]Redis unreachable:[/] {escape(str(redis))}"]
     seen = (
         f"gateways: {len(redis['gateways'])}   worker pools: {len(redis['workers'])}   dispatchers: "
-        f"{len(redis.get('dispatchers', []))}   dashboards: {len(redis.get('dashboards', []))}"
+        f"{len(redis.get('dispatchers', []))}   http workers: {len(redis.get('http_workers', []))}   "
+        f"dashboards: {len(redis.get('dashboards', []))}"
     )
     parts: list[RenderableType] = [
         fit("Queues (Redis)", QUEUE_COLS, [queue_cells(q) for q in redis["queues"]], width),

@@ -13,7 +13,7 @@ from jqcore.keys import presence_key
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.redisconn import RedisClient
 
-__all__ = ["Presence", "count_alive", "process_name"]
+__all__ = ["Presence", "count_alive", "process_name", "seen"]
 
 
 def process_name(extra: str = "") -> str:
@@ -47,3 +47,13 @@ async def count_alive(client: RedisClient, role: str, stale_s: float = 20.0) -> 
         m.decode() if isinstance(m, bytes) else str(m)
         for m in await client.zrangebyscore(presence_key(role), since, "+inf")
     ]
+
+
+async def seen(client: RedisClient, role: str, name: str, forget_s: float = 3600.0) -> None:
+    """Someone else's heartbeat, noted for it (an HTTP worker seen claiming at a gateway); members silent
+    for ``forget_s`` are dropped in the same round trip, so names chosen by clients cannot pile up."""
+    now = now_ms()
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.zadd(presence_key(role), {name: now})
+        pipe.zremrangebyscore(presence_key(role), "-inf", now - int(forget_s * 1000))
+        await pipe.execute()

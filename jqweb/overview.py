@@ -243,6 +243,7 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
         "gateways": await count_alive(client, "gate"),
         "workers": await count_alive(client, "worker"),
         "dispatchers": await count_alive(client, "dispatcher"),
+        "http_workers": await count_alive(client, "http-worker", stale_s=60.0),
         "dashboards": await count_alive(client, "web"),
         "schedulers": await membership.groups(client),
         "memory": {"used": used, "max": cap, "ratio": round(used / cap, 4) if cap else None},

@@ -111,6 +111,7 @@ async def claim(request: web.Request) -> web.Response:
         )
     body = parse_model(ClaimBody, await read_body(request))
     worker = body.worker or f"http:{token.name}"
+    await gate.saw_worker(worker)
     wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     jobs = await _claim(gate, queue, body, worker)
     if jobs or wait_s <= 0:

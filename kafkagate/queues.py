@@ -28,9 +28,11 @@ MAX_OFFSET = 2**53
 
 
 def _filter(request: web.Request) -> dict[str, str]:
-    pairs = {k[5:]: v for k, v in request.query.items() if k.startswith("meta.")}
-    if len(pairs) > 1:
-        raise HttpError(400, "filter_invalid", "depth by filter takes one meta.KEY=VALUE pair")
+    """The ``meta.KEY=VALUE`` query pairs (any number; a job must have them all), each key once."""
+    given = [(k[5:], v) for k, v in request.query.items() if k.startswith("meta.")]
+    pairs = dict(given)
+    if len(pairs) < len(given):
+        raise HttpError(400, "filter_invalid", "depth by filter takes each meta.KEY once")
     return pairs
 
 
@@ -42,12 +44,18 @@ async def list_queues(request: web.Request) -> web.Response:
 
 @routes.get(
     "/v1/queues/{queue}",
-    summary="config, depth per state (depth by filter with ?meta.KEY=VALUE), oldest pending age",
+    summary="config, depth per state (depth by filter with ?meta.KEY=VALUE&…, jobs having every pair),"
+    " oldest pending age",
     answer=m.QueueInfo,
     params=(
-        Param("meta.KEY", "query", {"type": "string"}, "depth of the jobs whose meta KEY is this value"),
+        Param(
+            "meta.KEY",
+            "query",
+            {"type": "string"},
+            "depth of the jobs whose meta KEY is this value (repeat with other keys: all must match)",
+        ),
     ),
-    errors={400: "filter_invalid, filter_key_not_indexed: more than one meta pair, or a key not indexed"},
+    errors={400: "filter_invalid, filter_key_not_indexed: a meta key given twice, or a key not indexed"},
 )
 async def get_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]

@@ -39,6 +39,8 @@ have grown); a stream of bad partitions therefore costs at most one metadata req
 QUEUE_CONFIG_TIMEOUT_S = 0.5
 """Longest an enqueue waits for Redis to give a queue's configuration; beyond it the check is skipped."""
 QUEUE_CONFIG_CACHE_MAX = 10_000
+WORKER_SEEN_EVERY_S = 5.0
+WORKER_SEEN_MAX = 10_000
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Gate:
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False
+    _workers_seen: dict[str, float] = field(default_factory=dict)
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
     """topic → (when seen, partition count)."""
@@ -125,6 +128,20 @@ class Gate:
             self._queue_configs.clear()
         self._queue_configs[queue] = (now, config)
         return config
+
+    async def saw_worker(self, name: str) -> None:
+        """An HTTP worker claimed here: counted in ``jobq status`` as alive (noted at most every
+        :data:`WORKER_SEEN_EVERY_S` per name; never fails the claim)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._workers_seen.get(name, float("-inf")) < WORKER_SEEN_EVERY_S:
+            return
+        if len(self._workers_seen) >= WORKER_SEEN_MAX:  # names come from requests
+            self._workers_seen.clear()
+        self._workers_seen[name] = now
+        try:
+            await self.engine.saw("http-worker", name)
+        except Exception as exc:  # Redis trouble shows on the claim itself
+            log.debug("http worker presence not noted", worker=name, error=repr(exc))
 
     def forget_queue_config(self, queue: str) -> None:
         """Drop the cached configuration (this gateway just changed it)."""

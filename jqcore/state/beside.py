@@ -11,7 +11,7 @@ import orjson
 
 from jqcore import stages
 from jqcore.keys import DISPATCH_KEY
-from jqcore.presence import Presence
+from jqcore.presence import Presence, seen
 from jqcore.state import codes
 from jqcore.state.core import EngineCore, _s
 from jqcore.state.keys import QueueKeys, far_scanned_key, far_scanning_key, idempotency_key
@@ -38,6 +38,10 @@ class BesideQueues(EngineCore):
     def presence(self, role: str, name: str) -> Presence:
         """A presence heartbeat (:class:`jqcore.presence.Presence`) in this engine's Redis."""
         return Presence(self._client, role, name)
+
+    async def saw(self, role: str, name: str) -> None:
+        """A heartbeat noted for someone else (:func:`jqcore.presence.seen`: an HTTP worker's claim)."""
+        await seen(self._client, role, name)
 
     async def far_scanned(self, topic: str, partitions: Sequence[int]) -> bool:
         """Whether every one of the schedule topic's ``partitions`` has its scan marker (none lost)."""

@@ -22,6 +22,8 @@ Per queue ``jobq:{q}:``
 ``dead``                  ZSET    errored jobs (the dead-letter list), score = when they died (ms)
 ``job:<id>``              HASH    one job: envelope bytes, state, attempt, token, history, version
 ``idx:<k>=<v>``           ZSET    pending jobs with ``meta[k] == v`` for declared filter keys
+``fcur:<sha1>``           STRING  a filtered claim's cursor: ``<score> <id>`` of the last index entry
+                                  it read (sha1 of the sorted pairs; expires a day after its last use)
 ``xhead``                 HASH    exclusive queues: exclusivity value → the job allowed to run
 ``xq:<value>``            ZSET    exclusive queues: jobs waiting behind that value's head
 ``parked:<kind>``         ZSET    jobs set aside while their kind is at its concurrency limit

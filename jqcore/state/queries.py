@@ -42,7 +42,8 @@ class Queries(EngineCore):
     async def depth(
         self, queue: str, filter: Mapping[str, str] | None = None, *, now: int | None = None
     ) -> QueueDepth:
-        """Jobs per state (``by_filter``: pending jobs matching one declared ``meta`` pair)."""
+        """Jobs per state (``by_filter``: pending jobs having every declared ``meta`` pair of ``filter``,
+        exact; :class:`FilterInvalid` for a key the queue does not index)."""
         return await reads.depth(self._client, queue, filter, now=now or await self.now())
 
     async def list_ids(

@@ -1,4 +1,5 @@
-"""Admin reads: a job by id, depths per state and per filter, the dead-letter list, queue config.
+"""Admin reads: a job by id, depths per state and by filter (any number of pairs), the dead-letter list,
+queue config.
 
 Reads change nothing, so they are plain commands (pipelined on the queue's slot), not scripts. Callers
 outside ``jqcore.state`` use them as :class:`~jqcore.state.engine.Engine` methods.
@@ -14,6 +15,7 @@ import orjson
 
 from jqcore.clock import now_ms
 from jqcore.redisconn import RedisClient
+from jqcore.state.codes import FilterInvalid
 from jqcore.state.keys import KINDS_KEY, QueueKeys
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
 
@@ -196,7 +198,10 @@ def _history(raw: Any) -> list[dict[str, Any]]:
 async def depth(
     client: RedisClient, queue: str, filter: Mapping[str, str] | None = None, *, now: int | None = None
 ) -> QueueDepth:
-    """Jobs per state (``by_filter``: pending jobs matching one declared ``meta`` pair)."""
+    """Jobs per state; ``by_filter``: the pending jobs having every ``meta`` pair of ``filter`` (any number
+    of declared pairs), counted in Redis: ZCARD of one pair's index, ZINTERCARD of several (exact; it
+    costs the smallest index times the pairs). Raises :class:`FilterInvalid` for a key the queue does
+    not index, as a claim does."""
     keys = QueueKeys(queue)
     pipe = client.pipeline(transaction=False)
     pipe.zcard(keys.ready)
@@ -207,10 +212,21 @@ async def depth(
     pipe.zcard(keys.done)
     pipe.zrange(keys.ready, 0, 0)
     pipe.zcard(keys.far)
-    if filter:
-        (k, v), *_ = filter.items()
-        pipe.zcard(keys.index(k, v))
+    indexes = [keys.index(k, v) for k, v in sorted((filter or {}).items())]
+    if indexes:
+        pipe.hget(keys.config, "filter_keys")
+        if len(indexes) == 1:
+            pipe.zcard(indexes[0])
+        else:
+            pipe.zintercard(len(indexes), indexes)
     res = await pipe.execute()
+    if indexes:
+        declared = set((_s(res[8]) or "").split(","))
+        if missing := sorted(set(filter or {}) - declared):
+            raise FilterInvalid(
+                f"queue {queue!r} does not index meta key {missing[0]!r}; declare it in the queue's"
+                " filter_keys to count by it"
+            )
     oldest = None
     if res[6]:
         enqueued = _i(await client.hget(keys.job(_s(res[6][0]) or ""), "enqueued_at"))
@@ -223,7 +239,7 @@ async def depth(
         errored=int(res[4]),
         finished=int(res[5]) - int(res[4]),
         oldest_pending_age_ms=oldest,
-        by_filter=int(res[8]) if filter else None,
+        by_filter=int(res[9]) if indexes else None,
         far=int(res[7]),
     )
 

@@ -41,12 +41,14 @@ class WorkerTransitions(EngineCore):
     ) -> list[ClaimedJob]:
         """Up to ``n`` jobs, lowest priority value first, each with a lease and a fresh token.
         ``lease_ms=0``: each job's own ``lease_ms``, else the queue's default. Raises
-        :class:`codes.FilterInvalid` for a filter on a key the queue does not index. ``worker`` names the
+        :class:`codes.FilterInvalid` for a filter on a key the queue does not index; ``filter`` may name
+        any number of declared ``meta`` pairs, all of which a job must have (a deep match is reached
+        within a few short claims, never starved: docs/engine.md, Filters). ``worker`` names the
         claimer in the job record and its lifecycle events. ``waiter`` (a pool's unique id) with ``wait_ms``
         > 0 and no filter: when the claim comes back short, the pool is registered for hand-offs for that
         long — new jobs are then claimed for it by the transition that makes them ready
         (:meth:`wait_for_handoff`); any other claim naming ``waiter`` deregisters it."""
-        pairs = "\n".join(f"{k}={v}" for k, v in (filter or {}).items())
+        pairs = "\n".join(f"{k}={v}" for k, v in sorted((filter or {}).items()))  # one cursor per filter
         now = now_ms if now_ms is not None else await self.now()
         args = [n, lease_ms, secrets.token_hex(8), pairs, worker, wait_ms, waiter]
         return replies.claim(queue, await self._run("claim", queue, args, now), now)

@@ -32,15 +32,23 @@ async def test_get_cancel_and_replay_a_job(gw: Any, engine: Engine, put: Any) ->
 
 async def test_queue_config_depth_by_filter_and_pause(gw: Any, engine: Engine, put: Any) -> None:
     q = gw.queue
-    status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"filter_keys": ["region"], "lease_ms": 5000})
+    status, body = await gw.call(
+        "PUT", f"/v1/queues/{q}", json={"filter_keys": ["region", "tier"], "lease_ms": 5000}
+    )
     assert status == 200, body
-    for region in ("eu", "eu", "us"):
-        await put(q, meta={"region": region})
+    for region, tier in (("eu", "a"), ("eu", "b"), ("us", "a")):
+        await put(q, meta={"region": region, "tier": tier})
     status, body = await gw.call("GET", f"/v1/queues/{q}?meta.region=eu")
     assert status == 200
     assert (body["depth"]["pending"], body["depth"]["by_filter"]) == (3, 2)
-    assert body["config"]["filter_keys"] == ["region"]
+    assert body["config"]["filter_keys"] == ["region", "tier"]
     assert body["topic"] == gw.topic
+    status, body = await gw.call("GET", f"/v1/queues/{q}?meta.region=eu&meta.tier=a")
+    assert (status, body["depth"]["by_filter"]) == (200, 1), "every pair must match"
+    status, body = await gw.call("GET", f"/v1/queues/{q}?meta.region=eu&meta.region=us")
+    assert (status, body["error"]["code"]) == (400, "filter_invalid")
+    status, body = await gw.call("GET", f"/v1/queues/{q}?meta.region=eu&meta.plan=x")
+    assert (status, body["error"]["code"]) == (400, "filter_key_not_indexed")
     status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"mode": "exclusive"})
     assert (status, body["error"]["code"]) == (400, "queue_config_invalid")
     status, body = await gw.call("PUT", f"/v1/queues/{q}", json={"lease_ms": "long", "colour": 1})

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from jqcore.graphs import Graph
+from jqcore.presence import count_alive
 from jqcore.state import Engine
 from jqcore.state.keys import QueueKeys
 from kafkagate.auth import required_scope
@@ -54,6 +55,7 @@ async def test_a_claim_records_its_worker_on_the_job_and_in_its_events(
     assert (status, got["worker"]) == (200, "billing-go:pod-7f9c:1")
     events = [orjson.loads(e.value) for e in await engine.events(q) if e.job_id == a]
     assert [e["worker"] for e in events if e["to"] == "running"] == ["billing-go:pod-7f9c:1"]
+    assert "billing-go:pod-7f9c:1" in await count_alive(engine._client, "http-worker", 60), "jobq status"
     await claim_one(gw, q)  # no name given: the token's
     status, got = await gw.call("GET", f"/v1/queues/{q}/jobs/{b}")
     assert got["worker"].startswith("http:gate-"), "the token's name (a bare gateway secret's)"

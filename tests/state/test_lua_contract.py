@@ -24,6 +24,7 @@ LUA = Path(__file__).parents[2] / "jqcore" / "state" / "lua"
 FAMILIES = {
     "job": "job:<id>",
     "idx": "idx:<key>=<value>",
+    "fcur": "fcur:<filter>",
     "xq": "xq:<excl>",
     "parked": "parked:<kind>",
     "inbox": "inbox:<waiter>",
@@ -57,7 +58,8 @@ def _code(text: str) -> str:
 
 def _direct(text: str, graph: bool = False) -> tuple[set[str], set[str]]:
     """(key names, derived families) a piece of code touches itself (helpers not followed)."""
-    families = {m.group(1) for m in re.finditer(r"\bk\('(idx|xq|parked|inbox|switched|fair|fairtat):", text)}
+    pattern = r"\bk\('(idx|fcur|xq|parked|inbox|switched|fair|fairtat):"
+    families = {m.group(1) for m in re.finditer(pattern, text)}
     if re.search(r"\bjkey\(", text):
         families.add("job")
     table = GRAPH_LOCALS if graph else LOCALS

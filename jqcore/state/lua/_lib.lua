@@ -12,6 +12,7 @@
 -- Derived keys, built from P (same hash tag, so each script touches exactly one Cluster slot); each
 -- script's header has a "-- derived:" line naming the families it builds, directly or through helpers:
 --   job:<id> HASH, idx:<key>=<value> ZSET, xq:<excl> ZSET, parked:<kind> ZSET, inbox:<waiter> LIST,
+--   fcur:<filter> STRING (a filtered claim's cursor, "<score> <id>"; <filter> = sha1 of its pairs; claim.lua),
 --   switched:<name> ZSET (jobs a kill switch parked, score = priority),
 --   fair:<value> ZSET (a fair queue's ready jobs of one fair_key value, score = priority)
 --   fairtat:<value> STRING (a rated fair value's theoretical arrival time, ms; see fair_take)
@@ -482,13 +483,19 @@ local function owned(key, attempt, token)
   return 'ok'
 end
 
--- Claim up to n jobs from src (READY, or a filter index with `matches` checking the other pairs) for
--- `worker`: lowest priority value first, each with a lease (lease_arg, 0 = the job's own lease_ms, else
--- the queue's) and the token <token_prefix>:<i>; every claim spends an attempt. Jobs met on the way whose
--- expires_at passed become 'expired'; jobs whose kind is at its concurrency limit are parked. Appends
--- id, envelope, attempt, token, deadline per claimed job to `out`. Returns claimed, freed (jobs made
--- ready on the way: a released exclusivity value). Stats: claimed, wait_ms (summed start latency).
-local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
+-- Claim up to n jobs from src (READY, or a filter index: see `scan`) for `worker`: lowest priority value
+-- first, each with a lease (lease_arg, 0 = the job's own lease_ms, else the queue's) and the token
+-- <token_prefix>:<i>; every claim spends an attempt. Jobs met on the way whose expires_at passed become
+-- 'expired'; jobs whose kind is at its concurrency limit are parked. Appends id, envelope, attempt,
+-- token, deadline per claimed job to `out`. Returns claimed, freed (jobs made ready on the way: a
+-- released exclusivity value). Stats: claimed, wait_ms (summed start latency).
+-- A visit budget bounds every call: n * 4 + 32 jobs met. `scan` (a filtered claim, claim.lua) is a table
+-- {others = the other pairs' index keys a job must also be in, start = the rank in src to read from,
+-- reads = index entries to read at most}; entries not in every other index are passed over without
+-- opening the job (one ZMSCORE per other index per chunk of 64). On return scan.next is the rank of the
+-- first entry not read, scan.last the last entry read that stayed in src (nil: none), scan.done true
+-- when src was read to its end.
+local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
   local default_lease = cfgnum('lease_ms', 30000)
   local claimed, scanned, offset, freed, waited = 0, 0, 0, 0, 0
   local before = redis.call('ZRANGE', RUNNING, 0, 0, 'WITHSCORES')
@@ -508,7 +515,6 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
       redis.call('ZREM', READY, id)
       return false
     end
-    if matches and not matches(key) then return true end
     if fair and f[8] and (fair_full(f[8], fc) or fair_asleep(f[8], fc)) then
       redis.call('ZREM', FAIRRING, f[8])  -- it enters again when one of its jobs finishes / it wakes
       return true
@@ -578,15 +584,40 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, matches, out)
   end
   -- Priority order: every claim of a plain queue, a filtered claim, and what a fair queue has outside its
   -- ring (jobs enqueued before it had fair_key; a value held at its limit is skipped in place).
-  while claimed < n and scanned < n * 4 + 32 do
-    local ids = redis.call('ZRANGE', src, offset, offset + (n - claimed) - 1)
-    if #ids == 0 then break end
-    for _, id in ipairs(ids) do
-      scanned = scanned + 1
-      if visit(id, false) then offset = offset + 1 end
-      if claimed >= n then break end
+  local budget, read = n * 4 + 32, 0
+  if scan then offset = scan.start end
+  while claimed < n and scanned < budget and (scan == nil or read < scan.reads) do
+    local want = n - claimed
+    if scan then want = math.min(64, scan.reads - read) end
+    local ids = redis.call('ZRANGE', src, offset, offset + want - 1)
+    if #ids == 0 then
+      if scan then scan.done = true end
+      break
+    end
+    local passed = {}  -- chunk positions of entries missing from another pair's index
+    if scan then
+      for _, other in ipairs(scan.others) do
+        local got = redis.call('ZMSCORE', other, unpack(ids))
+        for i = 1, #ids do
+          if not got[i] then passed[i] = true end
+        end
+      end
+    end
+    for i, id in ipairs(ids) do
+      read = read + 1
+      local stays = true
+      if not passed[i] then
+        scanned = scanned + 1
+        stays = visit(id)
+      end
+      if stays then
+        offset = offset + 1
+        if scan then scan.last = id end
+      end
+      if claimed >= n or scanned >= budget then break end
     end
   end
+  if scan then scan.next = offset end
   if claimed > 0 then
     stat('claimed', claimed)
     if waited > 0 then stat('wait_ms', waited) end
