@@ -300,6 +300,8 @@ class QueueConfig(BaseModel):
     fair_key: str | None = None
     fair_weights: dict[str, int] | None = None
     fair_limits: dict[str, int] | None = None
+    fair_rates: dict[str, float] | None = None
+    id_from: str | None = None
     memory_budget: int | None = None
     default_delay_ms: int | None = None
     enqueue_blocked: bool | None = None

@@ -17,10 +17,12 @@ from aiohttp import web
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.http import HttpError, error_body
 from jqcore.routing import RoutingSettings
+from jqcore.state import QueueConfig as EngineQueueConfig
 from kafkagate.app import make_app
 from kafkagate.enqueue import CLIENT_FIELDS
-from kafkagate.models import JobIn
+from kafkagate.models import JobIn, QueueConfig
 from kafkagate.openapi import document
+from kafkagate.queue_bodies import QueueConfigBody
 from kafkagate.settings import GateSettings
 from kafkagate.state import Gate
 
@@ -117,6 +119,14 @@ def test_the_error_body_schema_is_what_the_gateway_answers() -> None:
 
 def test_the_enqueue_model_names_exactly_the_fields_the_gateway_reads() -> None:
     assert set(JobIn.model_fields) == set(CLIENT_FIELDS)
+
+
+def test_the_queue_config_models_name_exactly_the_engines_fields() -> None:
+    """The answer's model and the PUT body follow the engine's configuration (open models would let a
+    new field go undeclared)."""
+    fields = set(EngineQueueConfig().as_dict())
+    assert set(QueueConfig.model_fields) == fields
+    assert set(QueueConfigBody.model_fields) == fields
 
 
 def test_docs_gateway_md_holds_the_reference_generated_from_the_document() -> None:
