@@ -109,7 +109,7 @@ def render(doc: str, spec: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from kafkagate.openapi import document
+    from kafkagate.app import document
 
     current = DOC.read_text()
     fresh = render(current, document())

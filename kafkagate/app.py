@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import cache
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -26,10 +28,10 @@ from kafkagate.audit import audit_middleware
 from kafkagate.auth import TOKENS, auth_middleware
 from kafkagate.body import body_middleware
 from kafkagate.limits import BODY_BUDGET, BodyBudget
-from kafkagate.openapi import document
+from kafkagate.openapi import build
 from kafkagate.state import GATE, Gate
 
-__all__ = ["TABLES", "make_app"]
+__all__ = ["TABLES", "document", "make_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -104,6 +106,12 @@ TABLES: tuple[Api, ...] = (
     switches.routes,
 )
 """Every route of the gateway with its contract: the app routes them, ``/openapi.json`` documents them."""
+
+
+@cache
+def document() -> dict[str, Any]:
+    """The OpenAPI document of every declared route (:func:`kafkagate.openapi.build`), in the app's order."""
+    return build([op for table in TABLES for op in table.operations])
 
 
 def make_app(

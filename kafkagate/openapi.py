@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -22,7 +21,7 @@ from kafkagate.api import Operation, statuses
 from kafkagate.auth import required_scope
 from kafkagate.models import example_of
 
-__all__ = ["build", "document", "operations"]
+__all__ = ["build"]
 
 REF = "#/components/schemas/{model}"
 NAME = {"type": "string", "pattern": f"^{rules.ID_PATTERN}$"}
@@ -36,18 +35,6 @@ PATH_PARAMS: Mapping[str, Mapping[str, Any]] = {
 RETRY_AFTER = {
     "Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}
 }
-
-
-def operations() -> list[Operation]:
-    """Every declared route of the gateway, in the app's order."""
-    from kafkagate.app import TABLES  # the app imports this module: its tables are read when called
-
-    return [op for table in TABLES for op in table.operations]
-
-
-@cache
-def document() -> dict[str, Any]:
-    return build(operations())
 
 
 def _models(ops: Sequence[Operation]) -> tuple[list[tuple[type[BaseModel], JsonSchemaMode]], Any]:

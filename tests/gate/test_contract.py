@@ -18,10 +18,9 @@ from jqcore.errors import EnvelopeError, FieldError
 from jqcore.http import HttpError, error_body
 from jqcore.routing import RoutingSettings
 from jqcore.state import QueueConfig as EngineQueueConfig
-from kafkagate.app import make_app
+from kafkagate.app import document, make_app
 from kafkagate.enqueue import CLIENT_FIELDS
 from kafkagate.models import JobIn, QueueConfig
-from kafkagate.openapi import document
 from kafkagate.queue_bodies import QueueConfigBody
 from kafkagate.settings import GateSettings
 from kafkagate.state import Gate

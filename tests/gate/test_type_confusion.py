@@ -16,7 +16,7 @@ import jsonschema
 import orjson
 
 from jqcore.state import Engine, SwitchNotFound
-from kafkagate.openapi import document
+from kafkagate.app import document
 
 JSON = {"Content-Type": "application/json"}
 JSON_TYPES: tuple[Any, ...] = (None, True, 7, 1.5, "ab", [1], {"k": "v"})
