@@ -120,51 +120,44 @@ async def _keep(w: Web, queue: str) -> None:
     await ConfigStore(w.consul, w.sources.cron.kv_prefix).put_queue(queue, config)
 
 
-async def _pause(request: web.Request, paused: bool) -> web.Response:
+async def _switch(
+    request: web.Request, action: str, word: str, *, paused: bool | None = None, blocked: bool | None = None
+) -> web.Response:
+    """Flip one flag of a queue's configuration (``paused``, ``enqueue_blocked``), audited as ``action``."""
     require_admin(request)
     w = request.app[WEB]
     queue = await _known(w, request.match_info["queue"])
     fields = await form(request)
 
     async def run() -> int:
-        await w.engine.pause(queue, paused)
+        if paused is not None:
+            await w.engine.pause(queue, paused)
+        if blocked is not None:
+            current = await w.engine.queue_config(queue)
+            await w.engine.configure_queue(queue, dataclasses.replace(current, enqueue_blocked=blocked))
         await _keep(w, queue)
         return 0
 
-    word = "paused" if paused else "resumed"
     return await act(
         request,
-        "queue.pause" if paused else "queue.resume",
+        action,
         queue,
         run,
         done=lambda _: f"queue {queue} {word}",
         back=f"{w.base}/queues/{queue}",
         next_url=fields.get("next"),
     )
+
+
+async def _pause(request: web.Request, paused: bool) -> web.Response:
+    word = "paused" if paused else "resumed"
+    return await _switch(request, "queue.pause" if paused else "queue.resume", word, paused=paused)
 
 
 async def _block(request: web.Request, blocked: bool) -> web.Response:
-    require_admin(request)
-    w = request.app[WEB]
-    queue = await _known(w, request.match_info["queue"])
-    fields = await form(request)
-
-    async def run() -> int:
-        current = await w.engine.queue_config(queue)
-        await w.engine.configure_queue(queue, dataclasses.replace(current, enqueue_blocked=blocked))
-        await _keep(w, queue)
-        return 0
-
     word = "blocked: the gateways answer 423 to new jobs" if blocked else "accepts new jobs again"
-    return await act(
-        request,
-        "queue.block" if blocked else "queue.unblock",
-        queue,
-        run,
-        done=lambda _: f"queue {queue} {word}",
-        back=f"{w.base}/queues/{queue}",
-        next_url=fields.get("next"),
-    )
+    action = "queue.block" if blocked else "queue.unblock"
+    return await _switch(request, action, word, blocked=blocked)
 
 
 @routes.post("/queues/{queue}/block")
