@@ -5,6 +5,7 @@ states, heals it, and leaves notes for the report; :func:`loadtest.faults.run.ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from datetime import UTC, datetime
@@ -16,6 +17,18 @@ import orjson
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.settings import ConsulSettings, RelayKeys
 from jqstack.supervise import alive, python_m
+from loadtest.faults.bites import (
+    errors_logged,
+    killed,
+    moved,
+    no_space,
+    refused,
+    replaced,
+    roundtrip_ms,
+    skew_seen_s,
+    skewed,
+    slowed,
+)
 from loadtest.faults.pipeline import TOKEN, Roles
 from loadtest.faults.run import Drill, Scenario
 
@@ -27,9 +40,13 @@ HOLD_S = 3.0
 
 async def _kill_and_restart(d: Drill, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
     d.notes["killed"] = name
+    old = d.pipe.children[name].pid
     d.pipe.kill(name, sig)
+    gone = killed(old)
     await d.hold(HOLD_S)
     await d.pipe.restart(name)
+    new = d.pipe.children[name].pid
+    d.evidence(f"{name} killed and replaced", gone and replaced(old, new), old_pid=old, new_pid=new)
 
 
 async def _lock_holder(d: Drill) -> tuple[str, str]:
@@ -80,6 +97,7 @@ async def relay_session_destroyed(d: Drill) -> None:
     for _ in range(600):
         successor, new_session = await _lock_holder(d)
         if new_session != session:
+            d.evidence("the holder's session replaced", True, old=session, new=new_session)
             d.notes["lock_after"] = successor
             d.notes["relock_s"] = round(time.monotonic() - started, 2)
             return
@@ -118,6 +136,7 @@ async def poison_jobs(d: Drill) -> None:
             if time.monotonic() - started > 120:
                 raise TimeoutError(f"poison jobs not in their final states: {states}")
             await asyncio.sleep(0.25)
+    d.evidence("every poison job reached its final state", True, jobs=len(ids))
     d.notes["poison_final_s"] = round(time.monotonic() - started, 2)
     d.notes["poison"] = {k: v for k, v in POISON.items()}
 
@@ -149,6 +168,9 @@ async def clock_skew(d: Drill) -> None:
         await d.pipe.restart(name)
     for name in SKEWS:  # up and logging (with its skewed clock) before the skew counts
         await d.pipe.logged(name, timeout_s=120)
+        log = d.pipe.log(name)
+        seen = skew_seen_s(await asyncio.to_thread(log.read_text), log.stat().st_mtime)
+        d.evidence(f"{name}'s clock {SKEWS[name]} s off", skewed(seen, float(SKEWS[name])), seen_s=seen)
     await d.hold(10.0)
     for name in SKEWS:
         del d.pipe.overrides[name]
@@ -164,7 +186,9 @@ def _restart_servers(d: Drill) -> float:
 
 
 async def _kill_server(d: Drill, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+    pid = d.server().server(name).pid
     await asyncio.to_thread(d.server().kill, name, sig)
+    d.evidence(f"{name} ({sig.name}) gone", killed(pid), pid=pid)
 
 
 async def redis_kill(d: Drill) -> None:
@@ -178,7 +202,10 @@ async def redis_lost(d: Drill) -> None:
     """Redis lost with its data (killed, data directory deleted, started empty 3 s later); the operator then
     applies the queue's settings again and runs ``jobq rebuild`` from before the run began: pending jobs
     come back from Kafka, finished ones (the events topic says which) do not run again."""
+    redis = d.server().server("redis")
+    pid = redis.pid
     await asyncio.to_thread(d.server().wipe, "redis")
+    d.evidence("redis gone with its data", killed(pid) and not redis.data_dir.exists(), pid=pid)
     await d.hold(HOLD_S)
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     await d.pipe.configure_queue()
@@ -213,21 +240,24 @@ async def consul_kill(d: Drill) -> None:
 DISK_HOLD_S = 8.0
 
 
-def _fill(folder: Path) -> int:
-    """Write a ballast file into ``folder`` until its file system is full; the bytes written."""
+def _fill(folder: Path) -> tuple[int, int | None]:
+    """Write a ballast file into ``folder`` until its file system is full; the bytes written and the
+    error number of the write that failed (``ENOSPC``: the disk is full)."""
     written = 0
     chunk = b"\0" * (1 << 20)
     with (folder / "ballast").open("wb", buffering=0) as f:
         while True:
             try:
                 written += f.write(chunk)
-            except OSError:
-                return written
+            except OSError as exc:
+                return written, exc.errno
 
 
 async def _disk_full(d: Drill, server: str) -> None:
     folder = d.server().server(server).data_dir
-    d.notes["ballast_mb"] = round(await asyncio.to_thread(_fill, folder) / (1 << 20))
+    written, err = await asyncio.to_thread(_fill, folder)
+    d.notes["ballast_mb"] = round(written / (1 << 20))
+    d.evidence(f"{server}'s disk full: a write failed", no_space(err), errno=err)
     await d.hold(DISK_HOLD_S)
     d.notes["server_survived"] = alive(d.server().server(server).pid)
     await asyncio.to_thread((folder / "ballast").unlink)
@@ -248,28 +278,40 @@ async def kafka_disk_full(d: Drill) -> None:
 # ---- network: links through the fault proxy --------------------------------------------------------
 
 NET_HOLD_S = 5.0
+CUT_SEEN_S = 2.0
+"""How long after a link came back its processes' logs are read (what they log of the cut)."""
 
 
-async def _cut(d: Drill, names: list[str], seconds: float) -> None:
+async def _cut(d: Drill, names: list[str], seconds: float, who: str) -> None:
+    """Cut the links ``names`` for ``seconds``; the evidence: each proxy refused connections meanwhile,
+    and the processes ``who`` names (a role or one process) logged problems while cut or just after."""
     proxy = d.faults()
     d.notes["cut"] = names
     for name in names:
         await asyncio.to_thread(proxy.cut, name)
+    cut_at = time.time()
+    for name in names:
+        d.evidence(f"{name} refused connections", await asyncio.to_thread(refused, d.proxy_ports[name]))
     await d.hold(seconds)
     for name in names:
         await asyncio.to_thread(proxy.restore, name)
+    await asyncio.sleep(CUT_SEEN_S)
+    logs = [d.pipe.log(n) for n in d.pipe.names(who.split("-")[0]) if n == who or "-" not in who]
+    texts = await asyncio.to_thread(lambda: [p.read_text() for p in logs if p.exists()])
+    seen = errors_logged(texts, cut_at, time.time())
+    d.evidence(f"the cut {who} processes logged problems", seen > 0, lines=seen)
 
 
 async def relays_cut_from_redis(d: Drill) -> None:
-    await _cut(d, d.links("relay", "redis"), NET_HOLD_S)
+    await _cut(d, d.links("relay", "redis"), NET_HOLD_S, "relay")
 
 
 async def relays_cut_from_kafka(d: Drill) -> None:
-    await _cut(d, d.links("relay", "kafka"), NET_HOLD_S)
+    await _cut(d, d.links("relay", "kafka"), NET_HOLD_S, "relay")
 
 
 async def gateways_cut_from_kafka(d: Drill) -> None:
-    await _cut(d, d.links("gate", "kafka"), NET_HOLD_S)
+    await _cut(d, d.links("gate", "kafka"), NET_HOLD_S, "gate")
 
 
 async def holder_cut_from_consul(d: Drill) -> None:
@@ -277,7 +319,7 @@ async def holder_cut_from_consul(d: Drill) -> None:
     writing within its trust window; the other relay takes the lock once the session expired."""
     holder, session = await _lock_holder(d)
     d.notes["holder"] = holder
-    await _cut(d, d.links(holder, "consul"), 20.0)
+    await _cut(d, d.links(holder, "consul"), 20.0, holder)
     successor, new_session = await _lock_holder(d)
     d.notes["lock_after"] = successor
     d.notes["new_session"] = new_session != session
@@ -288,6 +330,8 @@ async def relays_redis_slow(d: Drill) -> None:
     proxy = d.faults()
     (name,) = d.links("relay", "redis")
     await asyncio.to_thread(proxy.slow, name, 100)
+    took = await asyncio.to_thread(roundtrip_ms, d.proxy_ports[name])
+    d.evidence(f"{name} slowed", slowed(took), roundtrip_ms=round(took, 1))
     await d.hold(10.0)
     await asyncio.to_thread(proxy.restore, name)
 
@@ -327,9 +371,23 @@ async def _wait_in_sync(d: Drill, timeout_s: float = 180.0) -> float:
 async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None:
     d.notes["brokers"] = names
     await asyncio.gather(*(_kill_server(d, n, sig) for n in names))
-    await d.hold(KAFKA_HOLD_S)
+    if len(names) == 1:  # a leader gone: another broker leads its partition within the hold
+        await _leader_moved(d, names[0])
+    else:
+        await d.hold(KAFKA_HOLD_S)
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     d.notes["in_sync_s"] = await _wait_in_sync(d)
+
+
+async def _leader_moved(d: Drill, gone: str) -> None:
+    """Hold the fault ``KAFKA_HOLD_S``, watching partition 0's leader move off ``gone`` meanwhile."""
+    started, now = time.monotonic(), gone
+    while time.monotonic() - started < KAFKA_HOLD_S:
+        if now == gone:
+            with contextlib.suppress(Exception):  # the metadata may be unreachable for a moment
+                now = await asyncio.to_thread(_leader, d)
+        await asyncio.sleep(0.25)
+    d.evidence("partition 0's leader moved", moved(gone, now), before=gone, after=now)
 
 
 async def kafka_leader_kill(d: Drill) -> None:
@@ -396,6 +454,7 @@ async def redis_master_kill(d: Drill) -> None:
             raise TimeoutError("no replica took over the killed master's slots")
         await asyncio.sleep(0.25)
     d.notes["failover_s"] = round(time.monotonic() - started, 2)
+    d.evidence("the queue's slot moved to another master", moved(master, now), before=master, after=now)
     d.notes["new_master"] = now
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     await _rebuild(d, since=killed_at - 30)
