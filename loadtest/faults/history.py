@@ -39,6 +39,7 @@ class Request:
     priority: int | None = None
     tenant: str = ""
     excl: str = ""
+    queue: str = ""
 
     @property
     def due(self) -> float:

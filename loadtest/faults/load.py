@@ -5,7 +5,8 @@ It goes to the gateways in turn; like a careful client it tries again on another
 id, when the answer is not a 2xx or did not come (at most ``tries`` times, ``retry_after_s`` apart) — so
 a gateway that dies costs availability, not acknowledged jobs. Every tenth job is delayed by 1.5 s, so the
 scheduler's timers are on the path too; every fiftieth (a delayed one) is canceled as soon as it was acked
-(tried like an enqueue), so "a canceled job never starts" is judged too.
+(tried like an enqueue), so "a canceled job never starts" is judged too; every fifth goes to the exclusive
+queue beside the load's, on one of ``EXCL_KEYS`` keys in turn (one at a time per key, in order).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ __all__ = ["Load"]
 DELAY_EVERY = 10
 DELAY_MS = 1500
 CANCEL_EVERY = 50
+EXCL_EVERY = 5
+EXCL_KEYS = 8
 
 
 @dataclass
@@ -31,6 +34,7 @@ class Load:
     urls: list[str]
     queue: str
     token: str
+    xqueue: str
     run: str
     rate: float = 100.0
     tries: int = 3
@@ -81,13 +85,14 @@ class Load:
     async def _send(
         self, http: aiohttp.ClientSession, i: int, method: str, path: str, body: object = None
     ) -> tuple[int, int, bytes]:
+        """``path`` under ``/v1/queues/``."""
         """(status, tries, answer) of a request tried on the gateways in turn (status 0: no answer)."""
         status, answer, tries = 0, b"", 0
         for attempt in range(self.tries):
             tries += 1
             url = self.urls[(i + attempt) % len(self.urls)]
             try:
-                async with http.request(method, f"{url}/v1/queues/{self.queue}/{path}", json=body) as resp:
+                async with http.request(method, f"{url}/v1/queues/{path}", json=body) as resp:
                     status = resp.status
                     answer = await resp.read()
             except (aiohttp.ClientError, TimeoutError):
@@ -102,15 +107,21 @@ class Load:
     async def _one(self, http: aiohttp.ClientSession, i: int) -> None:
         job_id = f"{self.run}-{i}"
         body: dict[str, object] = {"id": job_id, "kind": "fault.record"}
+        queue, excl = self.queue, ""
         if i % DELAY_EVERY == 0:
             body["delay_ms"] = DELAY_MS
+        elif i % EXCL_EVERY == 2:  # the Kafka record's key is the envelope's excl: one key, one partition
+            queue, excl = self.xqueue, f"k{(i // EXCL_EVERY) % EXCL_KEYS}"
+            body["excl"], body["meta"] = excl, {"excl": excl}
         sent = time.time()
-        status, tries, _ = await self._send(http, i, "POST", "jobs", body)
+        status, tries, _ = await self._send(http, i, "POST", f"{queue}/jobs", body)
         delay_s = DELAY_MS / 1000 if "delay_ms" in body else 0.0
         acked = 200 <= status < 300
-        self.requests.append(Request(job_id, sent, time.time(), acked, status, delay_s, tries))
+        self.requests.append(
+            Request(job_id, sent, time.time(), acked, status, delay_s, tries, excl=excl, queue=queue)
+        )
         if acked and i % CANCEL_EVERY == 0:
             sent = time.time()
-            status, _, answer = await self._send(http, i, "DELETE", f"jobs/{job_id}")
+            status, _, answer = await self._send(http, i, "DELETE", f"{queue}/jobs/{job_id}")
             outcome = str(orjson.loads(answer).get("outcome", "")) if 200 <= status < 300 else ""
             self.cancels.append(Cancel(job_id, sent, time.time(), outcome))

@@ -48,6 +48,10 @@ def _by(runs: Iterable[Execution], key: str) -> dict[str, list[Execution]]:
     return out
 
 
+def _jobs(groups: Mapping[str, list[Execution]]) -> int:
+    return len({e.id for runs in groups.values() for e in runs})
+
+
 def exclusive_one_at_a_time(runs: Sequence[Execution]) -> Check:
     """Never two jobs of one exclusivity key running at once (re-runs of one job: ``one-live-attempt``)."""
     bad: list[str] = []
@@ -61,7 +65,7 @@ def exclusive_one_at_a_time(runs: Sequence[Execution]) -> Check:
                     break
                 if b.id != a.id:
                     bad += [a.id, b.id]
-    return judged("exclusive-one-at-a-time", len(keys), bad)
+    return judged("exclusive-one-at-a-time", _jobs(keys), bad, keys=len(keys))
 
 
 def exclusive_in_order(runs: Sequence[Execution]) -> Check:
@@ -77,7 +81,7 @@ def exclusive_in_order(runs: Sequence[Execution]) -> Check:
         jobs = sorted(first.values(), key=lambda e: e.enqueued_at)
         for i, a in enumerate(jobs):
             bad += [b.id for b in jobs[i + 1 :] if b.enqueued_at > a.enqueued_at and b.at < a.at]
-    return judged("exclusive-in-order", len(keys), bad)
+    return judged("exclusive-in-order", _jobs(keys), bad, keys=len(keys))
 
 
 @dataclass(frozen=True)

@@ -175,9 +175,15 @@ async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Du
     and each delayed job's ``run_at`` and the time its last attempt was claimed, both as Redis stored them
     (ms): what "never early" is judged against (a job Redis no longer holds is judged by its request's
     send time instead)."""
-    ids = [r.id for r in drill.load.requests if r.acked]
+    by_queue: dict[str, list[str]] = {}
+    for r in drill.load.requests:
+        if r.acked:
+            by_queue.setdefault(r.queue or drill.pipe.queue, []).append(r.id)
+    ids, jobs = [], []
     async with drill.engine() as engine:
-        jobs = await engine.get_jobs(drill.pipe.queue, ids)
+        for queue, mine in by_queue.items():
+            ids += mine
+            jobs += await engine.get_jobs(queue, mine)
     delayed = {r.id for r in drill.load.requests if r.delay_s}
     records = {i: (Record(j.state, j.attempt) if j else None) for i, j in zip(ids, jobs, strict=True)}
     dues = {
@@ -201,8 +207,8 @@ async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
             ran = {e.id for e in read_executions(pipe.executions)}
             if len(ran) != seen:
                 seen, last_change = len(ran), time.monotonic()
-            depth = await engine.depth(pipe.queue)
-            if acked <= ran and depth.pending + depth.delayed + depth.running == 0:
+            depths = [await engine.depth(q) for q in pipe.queues]
+            if acked <= ran and sum(d.pending + d.delayed + d.running for d in depths) == 0:
                 return
             if time.monotonic() - last_change > idle_s:
                 return
@@ -229,7 +235,7 @@ async def run_scenario(
         replication=scenario.replication,
         topic_config=scenario.topic_config,
     )
-    load = Load(pipe.gate_urls, pipe.queue, TOKEN, tag, rate=scenario.rate)
+    load = Load(pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, tag, rate=scenario.rate)
     drill = Drill(pipe, load, stack)
     try:
         if scenario.links:

@@ -147,7 +147,7 @@ def test_two_jobs_of_one_exclusive_key_never_run_at_once() -> None:
     c = exclusive_one_at_a_time([*runs[1:], run(4, 100.2, excl="a")])
     assert c.status == "pass"
     c = exclusive_one_at_a_time([*runs, run(5, 100.03, excl="a")])
-    assert (c.status, c.ids, c.checked) == ("fail", ("j1", "j5"), 2)
+    assert (c.status, c.ids, c.checked, c.detail["keys"]) == ("fail", ("j1", "j5"), 4, 2)
     died = [
         run(6, 100, excl="c", end=None),
         run(7, 102, excl="c"),
