@@ -1,23 +1,24 @@
 """The one checker every fault scenario uses (Jepsen's shape: record, then judge after the fact).
 
-Two logs, kept by processes that are not under test:
+What is recorded, outside the system under test (:mod:`loadtest.faults.history`): the client's requests
+and cancels, the handlers' runs (start, end, lease, meta), and — once the path is quiet — Redis's record
+of every acked job.
 
-* **requests** (the load generator): every enqueue it sent — job id, when it was sent, when the answer came,
-  and whether the answer was a 2xx (``acked``: the gateway promised the job will run);
-* **executions** (the handlers): every time a job's handler finished its side effect — job id, attempt,
-  worker process, time. Each worker process appends one JSON line per execution to a file of its own.
+:func:`judge` answers a :class:`Verdict`: the counts every report row has (acked, executed, lost,
+duplicates, unacked runs, retried requests, early jobs, overlapping lock terms, recovery) and ``checks``,
+every promise as a named invariant (:func:`invariants`: :mod:`loadtest.faults.invariants`,
+:mod:`loadtest.faults.ordering`), each ``pass``/``fail`` with counts and offending ids, or ``n/a`` when the
+scenario's load produced nothing it could judge — plus ``fault-took-effect``, the fault's own proof
+(:mod:`loadtest.faults.bites`).
 
-After the system has quiesced, :func:`judge` compares them:
-
-* ``lost = acked − executed`` must be empty unless the scenario documents an accepted-loss mode;
-* ``duplicates``: executions beyond the first per job (at-least-once allows them; each names a cause such
-  as a lease expiring under a killed worker);
+* ``lost = acked − executed − canceled`` must be empty unless the scenario documents an accepted-loss mode;
+* ``duplicates``: executions beyond the first per job (at-least-once allows them; ``one-live-attempt``
+  says which are legal and why);
 * ``unacked_executed``: jobs whose request failed or timed out but which ran anyway (the answer was lost, not
   the job: allowed, counted);
 * ``recovery_s``: how long the disturbance lasted — from the first sign of it (a failed request, or an acked
   job that took far longer than before the fault to run) to the moment the last of those resolved (the failed
-  request's answer, the slow job's execution). 0 when the fault was invisible to clients and to latency.
-"""
+  request's answer, the slow job's execution). 0 when the fault was invisible to clients and to latency."""
 
 from __future__ import annotations
 
@@ -41,7 +42,15 @@ from loadtest.faults.invariants import (
     one_live_attempt,
     unacked_not_run,
 )
-from loadtest.faults.ordering import exclusive_in_order, exclusive_one_at_a_time, priority_order, rate_within
+from loadtest.faults.ordering import (
+    callbacks_once,
+    exclusive_in_order,
+    exclusive_one_at_a_time,
+    nodes_once,
+    priority_order,
+    rate_within,
+    skipped_never_ran,
+)
 
 __all__ = [
     "Cancel",
@@ -266,4 +275,7 @@ def invariants(
         priority_order(()),  # claims and readiness as Redis dated them are not recorded (see reliability.md)
         rate_within(runs, rates or {}),
         history_agrees(runs, records or {}),
+        nodes_once(()),  # the fault load runs no graph
+        callbacks_once((), ()),
+        skipped_never_ran((), ()),
     ]

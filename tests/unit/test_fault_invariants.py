@@ -62,6 +62,9 @@ def test_a_clean_history_passes_what_it_exercises_and_the_rest_is_not_applicable
         "priority-order": "n/a",
         "rate-within": "n/a",
         "history-agrees": "pass",
+        "graph-node-once": "n/a",
+        "graph-callback-once": "n/a",
+        "graph-skipped-never-ran": "n/a",
     }
     v = judge("clean", reqs, runs, fault_at=100.2, cancels=cancels, records=records)
     assert v.lost == 0
