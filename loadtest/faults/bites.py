@@ -45,6 +45,8 @@ SKEW_SLACK_S = 30.0
 
 _TEXT_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\S+Z) \[(\w+)")
 _JSON_LINE = re.compile(r'"level": "(\w+)".*"timestamp": "([^"]+)"')
+_RDKAFKA_LINE = re.compile(r"^%(\d)\|(\d+\.\d+)\|")
+"""librdkafka's own log lines on stderr: ``%<syslog level>|<epoch s>|<facility>|...`` (3 error, 4 warning)."""
 PROBLEMS = frozenset({"warning", "error", "critical", "exception"})
 
 
@@ -126,12 +128,14 @@ def errors_logged(logs: Iterable[str], start: float, end: float) -> int:
     for text in logs:
         for line in text.splitlines():
             if m := _TEXT_LINE.match(line):
-                stamp, level = m[1], m[2]
+                problem, at = m[2].lower() in PROBLEMS, _stamp(m[1])
             elif j := _JSON_LINE.search(line):
-                level, stamp = j[1], j[2]
+                problem, at = j[1].lower() in PROBLEMS, _stamp(j[2])
+            elif k := _RDKAFKA_LINE.match(line):
+                problem, at = int(k[1]) <= 4, float(k[2])
             else:
                 continue
-            if level.lower() in PROBLEMS and start <= _stamp(stamp) <= end:
+            if problem and start <= at <= end:
                 n += 1
     return n
 

@@ -57,6 +57,8 @@ class Drill:
     """When the scenario began (before its first job was sent)."""
     proxy_ports: dict[str, int] = field(default_factory=dict)
     """The fault proxy's listening port per link name."""
+    afterwards: list[Callable[[], None]] = field(default_factory=list)
+    """Evidence read once the path is quiet (what processes logged of a fault can come seconds later)."""
 
     def evidence(self, what: str, ok: bool, **facts: Any) -> bool:
         """Record whether the fault did ``what`` (with the facts that say so): the scenario fails when a
@@ -253,6 +255,8 @@ async def run_scenario(
         drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
         await load.stop()
         await _quiesce(drill, idle_s, cap_s)
+        for look in drill.afterwards:
+            await asyncio.to_thread(look)
         records, dues = await _records(drill)
     finally:
         await load.stop()

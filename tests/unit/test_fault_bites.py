@@ -126,3 +126,8 @@ def test_problems_logged_during_a_cut_are_counted_in_either_log_format() -> None
     start = 1795860000.0  # 2026-11-28T10:00:00Z
     assert errors_logged([text], start, start + 10) == 2
     assert errors_logged([text], start + 20, start + 30) == 0
+
+
+def test_librdkafka_problems_on_stderr_count_too() -> None:
+    text = "%3|1795860001.500|FAIL|rdkafka#producer-1| refused\n%7|1795860002.0|DEBUG|x\n"
+    assert errors_logged([text], 1795860000.0, 1795860010.0) == 1
