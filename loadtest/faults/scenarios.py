@@ -289,9 +289,9 @@ async def _cut(d: Drill, names: list[str], seconds: float, who: str) -> None:
     ``CUT_SEEN_S`` after the heal (read once the path is quiet: a client may notice late)."""
     proxy = d.faults()
     d.notes["cut"] = names
+    cut_at = time.time()
     for name in names:
         await asyncio.to_thread(proxy.cut, name)
-    cut_at = time.time()
     for name in names:
         d.evidence(f"{name} refused connections", await asyncio.to_thread(refused, d.proxy_ports[name]))
     await d.hold(seconds)
