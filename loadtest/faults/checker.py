@@ -255,6 +255,10 @@ def judge(
     )
 
 
+def _offsets(records: Mapping[str, Record | None]) -> dict[str, int]:
+    return {i: r.offset for i, r in records.items() if r is not None and r.offset is not None}
+
+
 def invariants(
     requests: Sequence[Request],
     runs: Sequence[Execution],
@@ -271,7 +275,7 @@ def invariants(
         never_early(requests, runs, dues),
         canceled_never_started(cancels, runs),
         exclusive_one_at_a_time(runs),
-        exclusive_in_order(runs),
+        exclusive_in_order(runs, _offsets(records or {})),
         priority_order(()),  # claims and readiness as Redis dated them are not recorded (see reliability.md)
         rate_within(runs, rates or {}),
         history_agrees(runs, records or {}),

@@ -98,10 +98,18 @@ class Due:
 
 @dataclass(frozen=True)
 class Record:
-    """A job as Redis holds it once the path is quiet: its state and the attempt it is at."""
+    """A job as Redis holds it once the path is quiet: its state, the attempt it is at, and the Kafka
+    record it came from (``topic/partition/offset``; ``""``: not written by the relay)."""
 
     state: str
     attempt: int
+    origin: str = ""
+
+    @property
+    def offset(self) -> int | None:
+        """The record's offset in its partition (one exclusivity key's records share a partition)."""
+        tail = self.origin.rsplit("/", 1)[-1]
+        return int(tail) if tail.isdigit() else None
 
 
 def _meta_int(value: object) -> int | None:

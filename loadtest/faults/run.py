@@ -187,7 +187,9 @@ async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Du
             ids += mine
             jobs += await engine.get_jobs(queue, mine)
     delayed = {r.id for r in drill.load.requests if r.delay_s}
-    records = {i: (Record(j.state, j.attempt) if j else None) for i, j in zip(ids, jobs, strict=True)}
+    records = {
+        i: (Record(j.state, j.attempt, j.origin or "") if j else None) for i, j in zip(ids, jobs, strict=True)
+    }
     dues = {
         i: Due(j.run_at, j.started_at)
         for i, j in zip(ids, jobs, strict=True)

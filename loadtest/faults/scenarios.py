@@ -380,21 +380,24 @@ async def _wait_in_sync(d: Drill, timeout_s: float = 180.0) -> float:
 async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None:
     d.notes["brokers"] = names
     await asyncio.gather(*(_kill_server(d, n, sig) for n in names))
-    if len(names) == 1:  # a leader gone: another broker leads its partition within the hold
-        await _leader_moved(d, names[0])
-    else:
-        await d.hold(KAFKA_HOLD_S)
+    back = asyncio.Event()
+    # a leader gone: another broker leads its partition once the controller noticed (the broker session
+    # timeout, 9 s: often after the hold, while the broker starts again — watched until it is back)
+    watch = asyncio.create_task(_leader_moved(d, names[0], back)) if len(names) == 1 else None
+    await d.hold(KAFKA_HOLD_S)
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
+    back.set()
+    if watch is not None:
+        await watch
     d.notes["in_sync_s"] = await _wait_in_sync(d)
 
 
-async def _leader_moved(d: Drill, gone: str) -> None:
-    """Hold the fault ``KAFKA_HOLD_S``, watching partition 0's leader move off ``gone`` meanwhile."""
-    started, now = time.monotonic(), gone
-    while time.monotonic() - started < KAFKA_HOLD_S:
-        if now == gone:
-            with contextlib.suppress(Exception):  # the metadata may be unreachable for a moment
-                now = await asyncio.to_thread(_leader, d)
+async def _leader_moved(d: Drill, gone: str, back: asyncio.Event) -> None:
+    """Watch partition 0's leader move off ``gone`` until it moved or ``back`` is set; the evidence."""
+    now = gone
+    while not moved(gone, now) and not back.is_set():
+        with contextlib.suppress(Exception):  # the metadata may be unreachable for a moment
+            now = await asyncio.to_thread(_leader, d)
         await asyncio.sleep(0.25)
     d.evidence("partition 0's leader moved", moved(gone, now), before=gone, after=now)
 

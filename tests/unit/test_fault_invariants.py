@@ -158,15 +158,17 @@ def test_two_jobs_of_one_exclusive_key_never_run_at_once() -> None:
     assert exclusive_one_at_a_time(died).ids == ("j6", "j7")
 
 
-def test_an_exclusive_key_runs_its_jobs_in_enqueue_order() -> None:
-    runs = [run(1, 100, excl="a", enq=10), run(2, 100.1, excl="a", enq=11), run(3, 100.2, excl="a", enq=12)]
-    assert exclusive_in_order(runs).status == "pass"
-    swapped = [
-        run(1, 100.2, excl="a", enq=10),
-        run(2, 100.1, excl="a", enq=11),
-        run(3, 100.3, excl="a", enq=12),
-    ]
-    assert exclusive_in_order(swapped).ids == ("j2",)
+def test_an_exclusive_key_runs_its_jobs_in_the_order_of_their_kafka_records() -> None:
+    offsets = {
+        f"j{i}": Record("completed", 1, f"t/0/{o}").offset or 0 for i, o in ((1, 10), (2, 11), (3, 12))
+    }
+    runs = [run(1, 100, excl="a"), run(2, 100.1, excl="a"), run(3, 100.2, excl="a")]
+    assert exclusive_in_order(runs, offsets).status == "pass"
+    swapped = [run(1, 100.2, excl="a"), run(2, 100.1, excl="a"), run(3, 100.3, excl="a")]
+    assert exclusive_in_order(swapped, offsets).ids == ("j2",)
+    accepted_late = [run(1, 100.2, excl="a", enq=5), run(2, 100.3, excl="a", enq=4)]
+    assert exclusive_in_order(accepted_late, offsets).status == "pass", "the partition's order, not the clock"
+    assert exclusive_in_order(swapped, {}).status == "n/a"
 
 
 def test_a_ready_job_of_better_priority_passed_over_at_a_claim_is_caught() -> None:
