@@ -75,15 +75,26 @@ def exclusive_in_order(runs: Sequence[Execution], offsets: Mapping[str, int]) ->
     order, say while its leader moves). An offender started before a job of its key enqueued earlier had
     started; a job without a known offset is not judged."""
     bad: list[str] = []
+    pairs: list[dict[str, object]] = []  # the first few (earlier record, later record started first)
     keys = _by((e for e in runs if e.id in offsets), "excl")
-    for mine in keys.values():
+    for key, mine in keys.items():
         first: dict[str, Execution] = {}
         for e in sorted(mine, key=lambda e: e.at):
             first.setdefault(e.id, e)
         jobs = sorted(first.values(), key=lambda e: offsets[e.id])
         for i, a in enumerate(jobs):
-            bad += [b.id for b in jobs[i + 1 :] if b.at < a.at]
-    return judged("exclusive-in-order", _jobs(keys), bad, keys=len(keys))
+            for b in jobs[i + 1 :]:
+                if b.at < a.at:
+                    bad.append(b.id)
+                    if len(pairs) < 5:
+                        pairs.append({"key": key, "earlier": _at(a, offsets)})
+                        pairs[-1]["started_first"] = _at(b, offsets)
+    shown = {"pairs": pairs} if pairs else {}
+    return judged("exclusive-in-order", _jobs(keys), bad, keys=len(keys), **shown)
+
+
+def _at(e: Execution, offsets: Mapping[str, int]) -> dict[str, object]:
+    return {"id": e.id, "offset": offsets[e.id], "started": round(e.at, 3), "enqueued_at": e.enqueued_at}
 
 
 @dataclass(frozen=True)
