@@ -382,13 +382,11 @@ def _queue_master(d: Drill) -> str:
 
 async def redis_master_kill(d: Drill) -> None:
     """kill -9 of the master holding the queue; its replica takes over (node timeout 5 s); the old master
-    comes back as a replica. Replication is asynchronous: what the relay wrote in the last moment before
-    the kill may never have reached the replica, with its Kafka offsets already committed (one job of
-    1,714 in a CI run). The operator's repair follows, as after any Redis loss: ``jobq rebuild`` from a
-    little before the kill (finished jobs whose events were shipped do not run again)."""
+    comes back as a replica. No repair follows: replication is asynchronous, but the relay commits a
+    batch's offsets only once a replica acknowledged its writes (``WAIT``), and writes a batch again when
+    the master died first."""
     master = await asyncio.to_thread(_queue_master, d)
     d.notes["killed"] = master
-    killed_at = time.time()
     await _kill_server(d, master)
     started = time.monotonic()
     while (now := await asyncio.to_thread(_queue_master, d)) == master:
@@ -398,7 +396,6 @@ async def redis_master_kill(d: Drill) -> None:
     d.notes["failover_s"] = round(time.monotonic() - started, 2)
     d.notes["new_master"] = now
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
-    await _rebuild(d, since=killed_at - 30)
 
 
 UNCLEAN = {"unclean.leader.election.enable": "true"}
