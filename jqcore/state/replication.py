@@ -29,7 +29,7 @@ from jqcore.state.keys import synced_key
 __all__ = ["ReplicaWait", "note_write", "recording_writes"]
 
 RECHECK_S = 5.0
-"""How long a master's count of connected replicas is trusted (``auto``: whether to wait on it)."""
+"""How long a master's count of online replicas is trusted (``auto``: whether to wait on it)."""
 SYNCED_TTL_MS = 60_000
 
 _WRITES: ContextVar[set[str] | None] = ContextVar("jobq_written_keys", default=None)
@@ -54,6 +54,16 @@ def note_write(key: str) -> None:
         written.add(key)
 
 
+def _online(info: dict[str, Any]) -> int:
+    """Replicas that ``INFO replication`` lists as ``online`` (one still in its first sync cannot
+    acknowledge yet, and holds nothing it could take over with)."""
+    return sum(
+        1
+        for k, v in info.items()
+        if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"
+    )
+
+
 @dataclass(frozen=True)
 class _Master:
     name: str
@@ -63,7 +73,7 @@ class _Master:
 
 class ReplicaWait:
     """``WAIT`` on each master of a set of written keys. ``replicas``: how many replicas must hold the
-    writes; None (``auto``): 1 on each master that reports a connected replica (checked every
+    writes; None (``auto``): 1 on each master that reports an online replica (checked every
     :data:`RECHECK_S`), none elsewhere; 0: off."""
 
     def __init__(self, client: RedisClient, replicas: int | None, timeout_ms: int) -> None:
@@ -121,7 +131,7 @@ class ReplicaWait:
                 else:
                     info = await self.client.info("replication", target_nodes=m.node)
                     info = next(iter(info.values()), {}) if "role" not in info else info
-                connected = int(info.get("connected_slaves", 0))
+                connected = _online(info)
             except RedisError:
                 connected = 1  # cannot tell: wait, and let WAIT say whether the master answers
             checked = self._connected[m.name] = (time.monotonic(), connected)

@@ -240,6 +240,10 @@ async def run_scenario(
     (folder / "requests.jsonl").write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in load.requests))
     relay_logs = [log.read_text() for log in sorted((folder / "logs").glob("relay-*.log"))]
     drill.notes["fence_refusals"] = sum(text.count("fence refused; stepping down") for text in relay_logs)
+    if rewrites := sum(text.count("batch not on the replicas yet") for text in relay_logs):
+        drill.notes["replica_rewrites"] = (
+            rewrites  # batches written again: WAIT found no replica holding them
+        )
     verdict = judge(
         scenario.name,
         load.requests,

@@ -29,12 +29,14 @@ WAIT_MS = 200
 def _server(children: Children, name: str, port: int, folder: Path, *extra: str) -> Child:
     folder.mkdir()
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder)]
-    return children.start(name, [*argv, "--save", "", "--appendonly", "no", *extra])
+    return children.start(
+        name, [*argv, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", *extra]
+    )
 
 
 def _replicating(port: int) -> bool:
     with redis.Redis(port=port, socket_timeout=2) as client:
-        return int(client.info("replication")["connected_slaves"]) == 1
+        return bool(client.info("replication").get("slave0", {}).get("state") == "online")
 
 
 @pytest.fixture
