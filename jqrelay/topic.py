@@ -8,8 +8,8 @@ Per term (see :mod:`jqrelay.elector`):
 3. loop: wait for Redis memory room → consume a batch (capped by the live rate limits) → wait for the
    topic's and the batch's queues' rate limiters (:mod:`jqrelay.limits`) and memory budgets
    (:mod:`jqrelay.budgets`) → check the term is still trusted → write the batch with one engine call per
-   queue (fenced; Redis errors are retried with backoff forever, nothing is committed meanwhile) → send
-   wait until the masters written hold the batch on their replicas (``WAIT``; else write it again) → send
+   queue (fenced; Redis errors are retried with backoff forever, nothing is committed meanwhile) → wait
+   until the masters written hold the batch on their replicas (``WAIT``; else write it again) → send
    malformed or refused records to ``<topic>.dead`` with the reason in headers (confirmed by Kafka) →
    commit each partition's offset only now, after Redis accepted everything up to it.
 

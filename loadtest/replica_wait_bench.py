@@ -1,4 +1,4 @@
-"""``python -m loadtest.replica_wait_bench``: what the relay's replica check costs per batch.
+"""``python -m loadtest.replica_wait_bench [BATCHES] [JOBS]``: what the relay's replica check costs per batch.
 
 A Redis master with one replica (``redis-server`` processes of its own, no persistence, on loopback);
 batches of the relay's default size written with one engine call each, as the relay writes them, then
@@ -32,13 +32,13 @@ def _synced(port: int) -> bool:
         return bool(client.info("replication").get("slave0", {}).get("state") == "online")
 
 
-async def _measure(port: int, batches: int) -> tuple[list[float], list[float]]:
+async def _measure(port: int, batches: int, size: int) -> tuple[list[float], list[float]]:
     client = aioredis.Redis(port=port)
     engine, writes, checks = Engine(client), [], []
     wait = ReplicaWait(client, None, 1000)
     try:
         for b in range(batches):
-            envs = [new_envelope("bench", "noop", None, id=f"j{b}-{i}") for i in range(BATCH)]
+            envs = [new_envelope("bench", "noop", None, id=f"j{b}-{i}") for i in range(size)]
             with recording_writes() as written:
                 started = time.perf_counter()
                 await engine.enqueue_batch(envs, source="bench", origins={e.id: f"t/0/{b}" for e in envs})
@@ -54,7 +54,7 @@ async def _measure(port: int, batches: int) -> tuple[list[float], list[float]]:
     return writes, checks
 
 
-def main(batches: int) -> None:
+def main(batches: int = 200, size: int = BATCH) -> None:
     master_port, replica_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp, Children(grace_s=5.0) as children:
         for name, port, extra in (
@@ -67,14 +67,12 @@ def main(batches: int) -> None:
                 name, [*argv, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", *extra]
             )
         children.members[0].wait_ready(lambda: _synced(master_port), timeout_s=30, what="the replica")
-        writes, checks = asyncio.run(_measure(master_port, batches))
+        writes, checks = asyncio.run(_measure(master_port, batches, size))
     write, check = statistics.median(writes) * 1e6, statistics.median(checks) * 1e6
-    print(
-        f"{batches} batches of {BATCH} jobs: write {write:.0f} µs/batch, replica check {check:.0f} µs/batch"
-    )
+    print(f"{batches} batches of {size} jobs: write {write:.0f} µs/batch, replica check {check:.0f} µs/batch")
     p90 = statistics.quantiles(checks, n=10)[-1] * 1e6
-    print(f"check per job {check / BATCH:.2f} µs; p90 check {p90:.0f} µs")
+    print(f"check per job {check / size:.2f} µs; p90 check {p90:.0f} µs")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
+    main(*(int(a) for a in sys.argv[1:3]))

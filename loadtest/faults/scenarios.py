@@ -380,6 +380,17 @@ def _queue_master(d: Drill) -> str:
     raise RuntimeError("no live Redis Cluster node knows who serves the queue's slot")
 
 
+def _wait_calls(d: Drill, name: str) -> int:
+    """How many ``WAIT`` commands the Redis server ``name`` has answered (the relay's replica checks)."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=d.server().server(name).port, socket_timeout=5)
+    try:
+        return int(client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+    finally:
+        client.close()
+
+
 async def redis_master_kill(d: Drill) -> None:
     """kill -9 of the master holding the queue; its replica takes over (node timeout 5 s); the old master
     comes back as a replica. No repair follows: replication is asynchronous, but the relay commits a
@@ -387,6 +398,9 @@ async def redis_master_kill(d: Drill) -> None:
     the master died first."""
     master = await asyncio.to_thread(_queue_master, d)
     d.notes["killed"] = master
+    d.notes["waits_before_kill"] = await asyncio.to_thread(_wait_calls, d, master)
+    if not d.notes["waits_before_kill"]:
+        raise RuntimeError(f"the relay never waited for {master}'s replica: the drill would prove nothing")
     await _kill_server(d, master)
     started = time.monotonic()
     while (now := await asyncio.to_thread(_queue_master, d)) == master:
