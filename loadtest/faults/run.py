@@ -126,6 +126,9 @@ class Scenario:
     """Jobs after the warm-up whose answers and runs say what "normal" is (1 s of load at 100 jobs/s)."""
     after: int = 200
     """Jobs that must go through after the heal (the flow is steady again) before the load stops."""
+    graceful: bool = False
+    """The fault only stops processes gracefully (no lease expires, nothing dies holding a job): any job
+    that ran twice is an illegal duplicate."""
     consul_state_lost: bool = False
     """The fault wipes Consul's state (sessions and lock-delays): a deposed holder may still trust its term
     while another takes the lock, and the Redis fence alone keeps one writer (its refusals are counted)."""

@@ -51,6 +51,28 @@ async def worker_kill(d: Drill) -> None:
     await _kill_and_restart(d, "worker-1")
 
 
+async def worker_scale_in(d: Drill) -> None:
+    """Scale-in under load: SIGTERM of each worker pool in turn while it runs jobs. A pool stops claiming,
+    lets its running jobs finish (or releases them, no attempt spent) and exits 0; the other carries the
+    load; each is started again after :data:`HOLD_S` (scaled out again), so the run ends with both."""
+    stopped: dict[str, float] = {}
+    running: dict[str, int] = {}
+    for name in [f"worker-{i + 1}" for i in range(d.pipe.roles.workers)]:
+        async with d.engine() as engine:
+            running[name] = (await engine.depth(d.pipe.queue)).running
+        started = time.monotonic()
+        await asyncio.to_thread(d.pipe.kill, name, signal.SIGTERM)
+        stopped[name] = round(time.monotonic() - started, 2)
+        code = d.pipe.children[name].returncode
+        if code != 0:
+            raise RuntimeError(f"{name} did not stop gracefully on SIGTERM (exit {code})")
+        await d.hold(HOLD_S)
+        await d.pipe.restart(name)
+    if not any(running.values()):
+        raise RuntimeError("no job was running when the pools were stopped: the drill would prove nothing")
+    d.notes["stop_s"], d.notes["running_at_sigterm"] = stopped, running
+
+
 async def gateway_kill(d: Drill) -> None:
     await _kill_and_restart(d, "gate-1")
 
@@ -417,6 +439,12 @@ UNCLEAN = {"unclean.leader.election.enable": "true"}
 
 SCENARIOS: list[Scenario] = [
     Scenario("kill-worker", "kill -9 of a worker pool, restarted 3 s later", worker_kill),
+    Scenario(
+        "worker-scale-in",
+        "SIGTERM of each worker pool in turn under load, started again 3 s later",
+        worker_scale_in,
+        graceful=True,
+    ),
     Scenario("kill-gateway", "kill -9 of a gateway, restarted 3 s later", gateway_kill),
     Scenario("kill-relay", "kill -9 of the relay holding the lock, restarted 3 s later", relay_kill),
     Scenario("kill-scheduler", "kill -9 of a scheduler, restarted 3 s later", scheduler_kill),
