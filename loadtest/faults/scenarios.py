@@ -54,7 +54,7 @@ async def worker_kill(d: Drill) -> None:
 async def worker_scale_in(d: Drill) -> None:
     """Scale-in under load: SIGTERM of each worker pool in turn while it runs jobs. A pool stops claiming,
     lets its running jobs finish (or releases them, no attempt spent) and exits 0; the other carries the
-    load; each is started again after :data:`HOLD_S` (scaled out again), so the run ends with both."""
+    load; each is started again a second later (scaled out again), so the run ends with both."""
     stopped: dict[str, float] = {}
     running: dict[str, int] = {}
     for name in [f"worker-{i + 1}" for i in range(d.pipe.roles.workers)]:
@@ -66,7 +66,7 @@ async def worker_scale_in(d: Drill) -> None:
         code = d.pipe.children[name].returncode
         if code != 0:
             raise RuntimeError(f"{name} did not stop gracefully on SIGTERM (exit {code})")
-        await d.hold(HOLD_S)
+        await d.hold(1.0)
         await d.pipe.restart(name)
     if not any(running.values()):
         raise RuntimeError("no job was running when the pools were stopped: the drill would prove nothing")
@@ -441,7 +441,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("kill-worker", "kill -9 of a worker pool, restarted 3 s later", worker_kill),
     Scenario(
         "worker-scale-in",
-        "SIGTERM of each worker pool in turn under load, started again 3 s later",
+        "SIGTERM of each worker pool in turn under load, started again 1 s later",
         worker_scale_in,
         graceful=True,
     ),
