@@ -38,6 +38,7 @@ from jqcore.state.models import (
     Released,
     StreamEvent,
 )
+from jqcore.state.replication import ReplicaWait, recording_writes
 from jqcore.state.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqcore.state.switchrules import Switch
 from jqcore.state.tails import TAIL_ID_PREFIX
@@ -74,10 +75,12 @@ __all__ = [
     "QueueMemory",
     "RedisMemoryFull",
     "Released",
+    "ReplicaWait",
     "StaleLease",
     "StreamEvent",
     "Switch",
     "SwitchInvalid",
     "SwitchNotFound",
     "check_code",
+    "recording_writes",
 ]

@@ -138,6 +138,9 @@ class Scenario:
     """Jobs after the warm-up whose answers and runs say what "normal" is (1 s of load at 100 jobs/s)."""
     after: int = 200
     """Jobs that must go through after the heal (the flow is steady again) before the load stops."""
+    graceful: bool = False
+    """The fault only stops processes gracefully (no lease expires, nothing dies holding a job): any job
+    that ran twice is an illegal duplicate."""
     consul_state_lost: bool = False
     """The fault wipes Consul's state (sessions and lock-delays): a deposed holder may still trust its term
     while another takes the lock, and the Redis fence alone keeps one writer (its refusals are counted)."""
@@ -269,6 +272,10 @@ async def run_scenario(
     (folder / "requests.jsonl").write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in load.requests))
     relay_logs = [log.read_text() for log in sorted((folder / "logs").glob("relay-*.log"))]
     drill.notes["fence_refusals"] = sum(text.count("fence refused; stepping down") for text in relay_logs)
+    if rewrites := sum(text.count("batch not on the replicas yet") for text in relay_logs):
+        drill.notes["replica_rewrites"] = (
+            rewrites  # batches written again: WAIT found no replica holding them
+        )
     verdict = judge(
         scenario.name,
         load.requests,
