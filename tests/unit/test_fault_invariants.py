@@ -168,6 +168,12 @@ def test_an_exclusive_key_runs_its_jobs_in_the_order_of_their_kafka_records() ->
     assert exclusive_in_order(swapped, offsets).ids == ("j2",)
     accepted_late = [run(1, 100.2, excl="a", enq=5), run(2, 100.3, excl="a", enq=4)]
     assert exclusive_in_order(accepted_late, offsets).status == "pass", "the partition's order, not the clock"
+    # two gateways' records crossed in the partition (j2 accepted first, written after j1): the engine
+    # orders a key's waiting jobs by their accept stamps, so j2 may start first
+    crossed = [run(1, 100.3, excl="a", enq=5), run(2, 100.2, excl="a", enq=4)]
+    assert exclusive_in_order(crossed, offsets).status == "pass"
+    agreed = [run(1, 100.3, excl="a", enq=4), run(2, 100.2, excl="a", enq=5)]  # earlier in both orders
+    assert exclusive_in_order(agreed, offsets).ids == ("j2",)
     assert exclusive_in_order(swapped, {}).status == "n/a"
 
 
