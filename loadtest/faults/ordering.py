@@ -71,12 +71,12 @@ def exclusive_one_at_a_time(runs: Sequence[Execution]) -> Check:
 def exclusive_in_order(runs: Sequence[Execution], offsets: Mapping[str, int]) -> Check:
     """Per exclusivity key, jobs first start in the order they were enqueued. Two orders say "earlier":
     the Kafka records' (``offsets``; one key's records share a partition, and the relay writes a partition
-    in order) and the gateways' accept stamps (``enqueued_at``, the default priority, by which the engine
-    orders a key's waiting jobs: ``docs/engine.md``). They agree unless two gateways' records of one key
-    crossed on their way into the partition (its leader moved while both were produced); then either
-    start order is the engine's rule applied to what Redis held at the time. An offender started before
-    a job of its key that is earlier in both orders had started; a job without a known offset is not
-    judged."""
+    in order) and the engine's (a key's waiting jobs are taken by priority — the accept stamp
+    ``enqueued_at`` by default — then id: ``docs/engine.md``). They agree unless two gateways' records of
+    one key crossed on their way into the partition (its leader moved while both were produced), or two
+    gateways stamped the same millisecond; then either start order is the engine's rule applied to what
+    Redis held at the time. An offender started before a job of its key that is earlier in both orders
+    had started; a job without a known offset is not judged."""
     bad: list[str] = []
     pairs: list[dict[str, object]] = []  # the first few (earlier record, later record started first)
     keys = _by((e for e in runs if e.id in offsets), "excl")
@@ -87,7 +87,7 @@ def exclusive_in_order(runs: Sequence[Execution], offsets: Mapping[str, int]) ->
         jobs = sorted(first.values(), key=lambda e: offsets[e.id])
         for i, a in enumerate(jobs):
             for b in jobs[i + 1 :]:
-                if b.at < a.at and a.enqueued_at <= b.enqueued_at:
+                if b.at < a.at and (a.enqueued_at, a.id) < (b.enqueued_at, b.id):
                     bad.append(b.id)
                     if len(pairs) < 5:
                         pairs.append({"key": key, "earlier": _at(a, offsets)})

@@ -169,6 +169,23 @@ async def test_a_handler_cancel_is_one_transition_that_frees_the_next_job(
     assert (await engine.depth(q)).blocked == 0
 
 
+async def test_an_exclusive_keys_jobs_of_one_batch_run_in_the_batchs_order(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """One request's jobs share one stamp (their default priority); their default ids increase in the
+    order they were made, so the key's waiting jobs (taken by priority, then id) keep the batch's order."""
+    await engine.configure_queue(q, QueueConfig(mode="exclusive", excl_key="account"))
+    batch = [job(q, excl="x") for _ in range(12)]
+    assert len({e.priority for e in batch}) == 1
+    await engine.enqueue_batch(batch, now_ms=t0)
+    ran = []
+    for i in range(12):
+        [c] = await engine.claim(q, 5, now_ms=t0 + i)  # one at a time: the key's head only
+        await engine.complete(q, own(c), now_ms=t0 + i)
+        ran.append(c.id)
+    assert ran == [e.id for e in batch]
+
+
 async def test_reaper_at_least_once_vs_at_most_once(engine: Engine, q: str, job: Job, t0: int) -> None:
     await engine.configure_kind("risky", queues=[q], delivery="at_most_once")
     await engine.enqueue_batch([job(q, "safe", id="s"), job(q, "risky", id="r")], now_ms=t0)

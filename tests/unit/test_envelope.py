@@ -294,6 +294,13 @@ def test_new_envelope_generates_distinct_valid_ids() -> None:
         assert STRICT.evolve(schema=SCHEMA["$defs"]["idlike"]).is_valid(job_id)
 
 
+def test_one_processs_job_ids_increase_in_the_order_it_made_them() -> None:
+    # equal priorities are claimed in id order: a batch's jobs (one stamp) keep their order
+    ids = [new_job_id() for _ in range(2_000)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+
+
 def test_job_ids_do_not_follow_the_applications_random_seed() -> None:
     # An application seeding `random` (common in ML code) must not make two processes repeat ids.
     random.seed(7)

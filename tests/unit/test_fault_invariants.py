@@ -174,6 +174,15 @@ def test_an_exclusive_key_runs_its_jobs_in_the_order_of_their_kafka_records() ->
     assert exclusive_in_order(crossed, offsets).status == "pass"
     agreed = [run(1, 100.3, excl="a", enq=4), run(2, 100.2, excl="a", enq=5)]  # earlier in both orders
     assert exclusive_in_order(agreed, offsets).ids == ("j2",)
+    # one stamp: the engine takes the smaller id first (j1 < j2 and j1's record is first: an offender)
+    assert exclusive_in_order(
+        [run(1, 100.3, excl="a", enq=4), run(2, 100.2, excl="a", enq=4)], offsets
+    ).ids == ("j2",)
+    tied = {"j1": offsets["j2"], "j2": offsets["j1"]}  # one stamp, records crossed: either order
+    assert (
+        exclusive_in_order([run(1, 100.3, excl="a", enq=4), run(2, 100.2, excl="a", enq=4)], tied).status
+        == "pass"
+    )
     assert exclusive_in_order(swapped, {}).status == "n/a"
 
 
