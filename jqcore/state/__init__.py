@@ -36,6 +36,7 @@ from jqcore.state.models import (
     QueueConfig,
     QueueDepth,
     Released,
+    Settle,
     StreamEvent,
 )
 from jqcore.state.switchrules import ACTIONS as SWITCH_ACTIONS
@@ -74,6 +75,7 @@ __all__ = [
     "QueueMemory",
     "RedisMemoryFull",
     "Released",
+    "Settle",
     "StaleLease",
     "StreamEvent",
     "Switch",
