@@ -103,7 +103,8 @@ async def test_a_crashed_batch_comes_back_by_its_leases(engine: Engine, prefix: 
         await asyncio.Event().wait()
 
     ids = await enqueue(engine, q, "rows", [{"n": n} for n in range(4)])
-    pool = Pool(reg, engine, PoolConfig([q], lease_ms=1000))
+    # two queues: no hand-off registration, which could hand the jobs back to the dead pool once more
+    pool = Pool(reg, engine, PoolConfig([q, f"{q}.other"], lease_ms=1000))
     await pool.start()
     await asyncio.wait_for(started.wait(), 30)
     await pool.hard_stop()  # as after SIGKILL: nothing written back
@@ -160,3 +161,26 @@ async def test_settle_checks_each_lease_and_answers_a_repeat_the_same(engine: En
     assert await engine.settle(q, items[:2]) == first[:2], "a write sent again gets its first answer"
     got = await infos(engine, q, [a.id, b.id, c.id])
     assert [(g.state, g.result) for g in got] == [("completed", "1"), ("delayed", None), ("running", None)]
+
+
+async def test_a_stop_releases_the_jobs_still_gathering(engine: Engine, prefix: str) -> None:
+    q, reg = f"{prefix}.b", Registry()
+
+    @reg.job("rows", queue=q, batch=100, batch_wait_ms=600_000)
+    async def rows(items: list[BatchItem]) -> None:
+        raise AssertionError("a batch that never filled must not run")
+
+    ids = await enqueue(engine, q, "rows", [{"n": n} for n in range(3)])
+    pool = Pool(reg, engine, PoolConfig([q], lease_ms=900))
+    enable_all(pool.signals)
+    await pool.start()
+    kept: set[str] = set()
+
+    def all_kept(extended: list[str]) -> bool:  # claimed and gathering: the keeper holds their leases
+        kept.update(extended)
+        return kept >= set(ids)
+
+    await pool.signals.extended.wait_for(all_kept, 30)
+    assert {g.state for g in await infos(engine, q, ids)} == {"running"}
+    await pool.stop()
+    assert [(g.state, g.attempt) for g in await infos(engine, q, ids)] == [("pending", 0)] * 3
