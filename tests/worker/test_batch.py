@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pydantic import BaseModel
 
 from jqcore.envelope import new_envelope
 from jqcore.state import Code, Engine, JobInfo, Settle
@@ -57,8 +58,17 @@ async def test_per_item_outcomes_beside_single_jobs_in_one_queue(engine: Engine,
     async def single() -> str:
         return current_job().kind
 
+    class Row(BaseModel):
+        n: int
+
+    @reg.job("sync_rows", queue=q, batch=5, payload=Row)
+    def sync_rows(items: list[BatchItem]) -> None:  # a plain function: in the thread pool
+        for item in items:
+            item.complete(item.args.n + 100)
+
     ids = await enqueue(engine, q, "rows", [{"n": n} for n in range(8)])
     (one,) = await enqueue(engine, q, "single", [None])
+    synced = await enqueue(engine, q, "sync_rows", [{"n": 1}, {"n": "not a number"}])
     await drain(reg, engine, q, concurrency=2)
     assert sorted(calls[0]) == [(n, 1) for n in range(8)], "one call for the eight jobs"
     assert sorted(x for c in calls[1:] for x in c) == [(1, 2), (5, 2)], "the retried rows, attempt 2"
@@ -72,10 +82,13 @@ async def test_per_item_outcomes_beside_single_jobs_in_one_queue(engine: Engine,
     assert [g.result for g in got[:4]] == ["0", None, None, None]
     assert got[4].result == "40"
     assert got[2].last_error == "bad row"
-    assert {j.id for j in await engine.dead_list(q)} == {ids[2], ids[6]}
+    assert {j.id for j in await engine.dead_list(q)} == {ids[2], ids[6], synced[1]}
     assert [h["outcome"] for h in got[1].history] == ["failed", "completed"]
     assert "Retry: again" in (got[1].history[0]["error"] or "")
     assert ((await infos(engine, q, [one]))[0].result) == '"single"'
+    good, bad = await infos(engine, q, synced)
+    assert (good.state, good.result, bad.state) == ("completed", "101", "errored"), "bad args: permanent"
+    assert "args do not match" in (bad.last_error or "")
 
 
 async def test_an_exception_fails_every_item_then_they_retry(engine: Engine, prefix: str) -> None:
