@@ -83,7 +83,7 @@ class BatchItem:
             "success", "succeeded", None if spec.ignore_result else result_bytes(result)
         )
 
-    def retry(self, delay_s: float | None = None, reason: str = "") -> None:
+    def retry(self, delay_s: float | None = None, reason: str = "retry requested") -> None:
         """This attempt failed: again after ``delay_s`` (None: the kind's backoff) while attempts remain."""
         self._set = lambda spec: outcome_of(Retry(delay_s, reason), spec, self.job)
 
