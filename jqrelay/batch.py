@@ -11,16 +11,32 @@ from confluent_kafka import KafkaError, Message
 from jqcore import metrics
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
+from jqcore.kafka import Record
 from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
 from jqcore.state import FenceRejected
 from jqcore.testsignal import TestSignal
 from jqrelay.limits import LimitSignals
 
-__all__ = ["Batch", "RelaySignals", "RouteCheck", "TermEnded", "ends_batch", "parse_batch", "retriable"]
+__all__ = [
+    "Batch",
+    "RelaySignals",
+    "ReplicasBehind",
+    "RouteCheck",
+    "TermEnded",
+    "ends_batch",
+    "parse_batch",
+    "retriable",
+    "set_aside",
+]
 
 
 class TermEnded(Exception):
     """The term stopped being trusted in the middle of a batch: write nothing more, commit nothing."""
+
+
+class ReplicasBehind(Exception):
+    """A batch's writes did not reach the replicas required (``JOBQ_RELAY_WAIT_REPLICAS``) in time: write
+    the batch again and wait again before committing."""
 
 
 def retriable(exc: BaseException) -> bool:
@@ -43,6 +59,8 @@ class Batch:
     """The record each envelope came from (for dead-lettering what the engine refuses)."""
     retry: list[tuple[Message, str]] = field(default_factory=list)
     """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
+    far: list[Envelope] = field(default_factory=list)
+    """Jobs due beyond the far-future horizon: in the schedule topic, only indexed in Redis."""
 
     def queues(self) -> list[str]:
         """The queue of each envelope, in order (repeats included: the rate limits count jobs)."""
@@ -66,8 +84,9 @@ class RelaySignals:
     committed: TestSignal[int] = field(default_factory=lambda: TestSignal("relay committed"))
     """Kafka confirmed a commit: the sum over partitions of the committed offsets (records behind them)."""
     stalled: TestSignal[str] = field(default_factory=lambda: TestSignal("relay stalled"))
-    """Redis stopped the relay once more: a batch write to be retried (``write``) or a term that failed
-    and starts over (``loop``)."""
+    """Redis stopped the relay once more: a batch write to be retried (``write``), a batch whose writes
+    did not reach the replicas, written again (``replicas``), or a term that failed and starts over
+    (``loop``)."""
     limit: LimitSignals = field(default_factory=LimitSignals)
     """The topic's rate limit (its watch reports each limit it applies)."""
     queue_limits: LimitSignals = field(default_factory=LimitSignals)
@@ -136,3 +155,20 @@ def parse_batch(
         batch.envelopes.append(env)
         batch.source[env.id] = msg
     return batch
+
+
+def set_aside(to: str, topic: str, dead: Sequence[tuple[Message, str]]) -> list[Record]:
+    """The records of ``topic`` to send on to ``to`` (``.dead`` or ``.retry``): bytes and key unchanged,
+    the reason and the source (``topic/partition/offset``) in headers."""
+    return [
+        Record(
+            to,
+            msg.value() or b"",
+            msg.key(),
+            [
+                ("jobq-reason", reason.encode()[:1000]),
+                ("jobq-source", f"{topic}/{msg.partition()}/{msg.offset()}".encode()),
+            ],
+        )
+        for msg, reason in dead
+    ]

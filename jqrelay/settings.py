@@ -41,6 +41,14 @@ class RelaySettings(RelayKeys):
     """A queue's memory budget unless its configuration sets ``memory_budget``: this share of Redis's
     ``maxmemory``; a queue over its budget holds only the batches carrying its jobs (1: no default budget,
     only the global marks above)."""
+    wait_replicas: int | None = Field(None, ge=0, le=16, json_schema_extra={"doc_default": "auto"})
+    """Replicas that must hold a batch's writes (``WAIT`` on each Redis master the batch wrote) before its
+    Kafka offsets are committed. Unset: 1 on each master that reports a connected replica (a Redis Cluster
+    with replicas, a Redis with a replica), none elsewhere; 0: off, and a master killed right after a
+    commit can take the batch's last writes with it when its replica is promoted."""
+    wait_replicas_ms: int = Field(1000, ge=10, le=30_000)
+    """How long one ``WAIT`` waits; a batch not confirmed in time is written again (what Redis kept counts
+    as a duplicate) and waited for again, with backoff; nothing is committed meanwhile."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 

@@ -8,7 +8,8 @@ Per term (see :mod:`jqrelay.elector`):
 3. loop: wait for Redis memory room → consume a batch (capped by the live rate limits) → wait for the
    topic's and the batch's queues' rate limiters (:mod:`jqrelay.limits`) and memory budgets
    (:mod:`jqrelay.budgets`) → check the term is still trusted → write the batch with one engine call per
-   queue (fenced; Redis errors are retried with backoff forever, nothing is committed meanwhile) → send
+   queue (fenced; Redis errors are retried with backoff forever, nothing is committed meanwhile) → wait
+   until the masters written hold the batch on their replicas (``WAIT``; else write it again) → send
    malformed or refused records to ``<topic>.dead`` with the reason in headers (confirmed by Kafka) →
    commit each partition's offset only now, after Redis accepted everything up to it.
 
@@ -19,13 +20,12 @@ bytes Kafka holds; nothing is re-encoded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
-from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
+from tenacity import AsyncRetrying, retry_base, retry_if_exception, retry_if_exception_type, wait_exponential
 
 from jqcore import metrics, tracing
 from jqcore.clock import now_ms
@@ -37,12 +37,23 @@ from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
 from jqcore.routing import RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
-from jqcore.state import Engine, EnqueueResult, FenceRejected
+from jqcore.state import Engine, EnqueueResult, FenceRejected, recording_writes
 from jqcore.topics import dead_topic, retry_topic
 from jqrelay.backpressure import MemoryGuard, held
-from jqrelay.batch import Batch, RelaySignals, RouteCheck, TermEnded, ends_batch, parse_batch, retriable
+from jqrelay.batch import (
+    Batch,
+    RelaySignals,
+    ReplicasBehind,
+    RouteCheck,
+    TermEnded,
+    ends_batch,
+    parse_batch,
+    retriable,
+    set_aside,
+)
 from jqrelay.budgets import QueueBudgets
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
+from jqrelay.lag import report_lag
 from jqrelay.limits import QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
 
@@ -51,8 +62,6 @@ __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
 log = get_logger("jqrelay.topic")
 
 STOP_TIMEOUT_S = 15.0
-LAG_EVERY_S = 1.0
-"""How often the lock holder updates ``jobq_relay_lag_records``."""
 IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
 """Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
 1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
@@ -88,6 +97,7 @@ class TopicRelay(Service):
             settings.holder,
             ElectorConfig(ttl_s=settings.session_ttl_s, lock_delay_s=settings.lock_delay_s),
         )
+        self.replicas = engine.replica_wait(settings.wait_replicas, settings.wait_replicas_ms)
         self.limit = RateLimit(consul_client, settings.rate_key(topic), topic)
         self.queue_limits = QueueRateLimits(consul_client, settings.queue_rates_folder(), topic)
         self.counts: dict[str, int] = {}
@@ -225,7 +235,9 @@ class TopicRelay(Service):
         # Blocking consume() calls in worker threads were seen to hang for good on confluent-kafka 2.16.
         consumer = await asyncio.to_thread(self._consumer)  # metadata and offsets block: not on the loop
         self.error = None
-        lag = asyncio.create_task(self._report_lag(consumer), name=f"relay-lag:{self.topic}")
+        lag = asyncio.create_task(
+            report_lag(self.topic, consumer, self._committed), name=f"relay-lag:{self.topic}"
+        )
         try:
             if not self.settings.shadow:
                 await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
@@ -248,7 +260,9 @@ class TopicRelay(Service):
                 if self.settings.shadow:
                     self._count("shadow", len(batch.envelopes))
                 else:
-                    await self._write(batch, term)
+                    with recording_writes() as written:
+                        await self._write(batch, term)
+                        await self._replicated(batch, term, written)
                     await self._dead_letter(batch.dead)
                     await self._dead_letter(batch.retry, retry=True)
                 if not self._trusted(term):
@@ -271,24 +285,6 @@ class TopicRelay(Service):
             and (self.budgets is None or await self.budgets.acquire(self.topic, batch.sizes(), trusted))
             and self._trusted(term)
         )
-
-    async def _report_lag(self, consumer: Consumer) -> None:
-        """While this relay leads: each partition's lag (high watermark minus the consumer's position, from
-        librdkafka's cached watermarks: no request) every :data:`LAG_EVERY_S`, held batches included;
-        the series are removed when the term ends, so only the holder reports them."""
-        parts = [TopicPartition(self.topic, p) for p in self._committed]
-        try:
-            while True:
-                for tp in consumer.position(parts):
-                    _, high = consumer.get_watermark_offsets(tp, cached=True)
-                    at = tp.offset if tp.offset >= 0 else self._committed.get(tp.partition, 0)
-                    if high >= 0:
-                        metrics.RELAY_LAG.labels(self.topic, str(tp.partition)).set(max(0, high - at))
-                await asyncio.sleep(LAG_EVERY_S)
-        finally:
-            for tp in parts:
-                with contextlib.suppress(KeyError):
-                    metrics.RELAY_LAG.remove(self.topic, str(tp.partition))
 
     def _signal_batch(self) -> None:
         if self.signals.batch.enabled:  # a copy of the counts per batch only while a test listens
@@ -358,7 +354,7 @@ class TopicRelay(Service):
         far = [e for e in batch.envelopes if self.far.enabled and e.run_at is not None and e.run_at > cut]
         if not far:
             return
-        batch.envelopes = [e for e in batch.envelopes if e.run_at is None or e.run_at <= cut]
+        batch.envelopes, batch.far = [e for e in batch.envelopes if e.run_at is None or e.run_at <= cut], far
         records = [
             Record(self.far.topic, batch.source[e.id].value(), schedule_key(e.queue, e.id)) for e in far
         ]
@@ -367,6 +363,10 @@ class TopicRelay(Service):
         ):
             with attempt:
                 await self.dead_producer.produce_many(records)
+        await self._index_far(far, term)
+        self._count("scheduled", len(far))
+
+    async def _index_far(self, far: Sequence[Envelope], term: Term) -> None:
         by_queue: dict[str, list[tuple[str, int]]] = {}
         for env in far:
             by_queue.setdefault(env.queue, []).append((env.id, env.run_at or 0))
@@ -378,19 +378,28 @@ class TopicRelay(Service):
                     if not self._trusted(term):
                         raise TermEnded
                     await self.engine.schedule_far(queue, items)
-        self._count("scheduled", len(far))
+
+    async def _replicated(self, batch: Batch, term: Term, written: set[str]) -> None:
+        """Wait until the masters written hold the batch on their replicas (``JOBQ_RELAY_WAIT_REPLICAS``).
+        Not in time (a replica behind, a master killed, its slots moved to the promoted replica): write
+        the batch again — what Redis kept is a duplicate of the same record, what a failover lost is
+        stored again — and wait again, with backoff, for as long as it takes (nothing is committed)."""
+        async for attempt in self._held_retries(retry_if_exception_type(ReplicasBehind), "replicas"):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    await self._index_far(batch.far, term)
+                    if batch.envelopes:  # the outcomes were counted the first time
+                        await self._write_engine(Batch(batch.envelopes, [], {}, batch.source), term)
+                why = await self.replicas.confirm(written)
+                if why is not None:
+                    log.warning("batch not on the replicas yet; writing it again", topic=self.topic, why=why)
+                    raise ReplicasBehind(why)
 
     async def _enqueue(
         self, envelopes: Sequence[Envelope], term: Term, origins: Mapping[str, str]
     ) -> EnqueueResult:
         """One fenced engine call, retried with backoff for as long as Redis is unreachable."""
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(retriable),
-            wait=wait_exponential(multiplier=0.1, max=5),
-            before_sleep=lambda _: self.signals.stalled.signal("write"),
-            sleep=self._held_by_redis,
-            reraise=True,
-        ):
+        async for attempt in self._held_retries(retry_if_exception(retriable), "write"):
             with attempt:
                 if not self._trusted(term):
                     raise TermEnded
@@ -399,6 +408,17 @@ class TopicRelay(Service):
                         envelopes, fence=term.fence, source=self.topic, origins=origins
                     )
         raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+    def _held_retries(self, retry: retry_base, stall: str) -> AsyncRetrying:
+        """Tries of a batch's write while Redis holds it: backoff up to 5 s (:meth:`_held_by_redis`), each
+        wait signalled as a ``stall``; the last error re-raised if ``retry`` does not take it."""
+        return AsyncRetrying(
+            retry=retry,
+            wait=wait_exponential(multiplier=0.1, max=5),
+            before_sleep=lambda _: self.signals.stalled.signal(stall),
+            sleep=self._held_by_redis,
+            reraise=True,
+        )
 
     async def _held_by_redis(self, seconds: float) -> None:
         """A write's backoff while Redis does not take it: the batch is held (``reason="redis"``)."""
@@ -410,18 +430,7 @@ class TopicRelay(Service):
         Kafka must confirm before the offsets move past them (retried forever, like Redis writes)."""
         if not dead:
             return
-        records = [
-            Record(
-                retry_topic(self.topic) if retry else dead_topic(self.topic),
-                msg.value() or b"",
-                msg.key(),
-                [
-                    ("jobq-reason", reason.encode()[:1000]),
-                    ("jobq-source", f"{self.topic}/{msg.partition()}/{msg.offset()}".encode()),
-                ],
-            )
-            for msg, reason in dead
-        ]
+        records = set_aside(retry_topic(self.topic) if retry else dead_topic(self.topic), self.topic, dead)
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(retriable), wait=wait_exponential(multiplier=0.1, max=5)
         ):

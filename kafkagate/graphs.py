@@ -21,7 +21,7 @@ from kafkagate.api import Api
 from kafkagate.auth import require_kind, require_queue
 from kafkagate.body import read_body
 from kafkagate.enqueue import Parsed
-from kafkagate.jobs import engine_call, produce
+from kafkagate.jobs import check_blocked, engine_call, produce
 from kafkagate.state import GATE
 
 __all__ = ["routes"]
@@ -56,6 +56,7 @@ async def _json(request: web.Request) -> Any:
         400: "graph_invalid, queue_unrouted: an invalid graph (each problem named)",
         403: "kind_forbidden, queue_not_allowed: a node's kind or queue is not the token's, or not served"
         " here",
+        423: "queue_blocked: the graph's queue or a node's has its enqueue_blocked flag set; nothing written",
         503: "kafka_unavailable, topic_missing: Kafka did not confirm (Retry-After)",
     },
 )
@@ -73,6 +74,10 @@ async def submit(request: web.Request) -> web.Response:
             raise QueueNotAllowed(
                 f"node {node.name!r}: queue {node.queue!r} is not one of the queues allowed here"
             )
+    await check_blocked(gate, spec.queue, "the graph's ")
+    for node in spec.all_nodes():  # a graph goes in whole or not at all
+        if node.queue != spec.queue:
+            await check_blocked(gate, node.queue, f"node {node.name!r}: ")
     env = graph_envelope(spec, at_ms=now)
     try:
         topic, acks = gate.routing.route(spec.queue)

@@ -103,16 +103,17 @@ async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks)
         raise
 
 
-async def _check_blocked(gate: Gate, queue: str) -> None:
+async def check_blocked(gate: Gate, queue: str, what: str = "") -> None:
     """423 ``queue_blocked`` when the queue's ``enqueue_blocked`` flag is set (the cached configuration;
-    Redis not answering: accepted, enqueues never depend on Redis)."""
+    Redis not answering: accepted, enqueues never depend on Redis). ``what``: whose queue it is, named
+    first in the message (a graph's node)."""
     config = await gate.queue_config(queue)
     if config is not None and config.enqueue_blocked:
         raise HttpError(
             423,
             "queue_blocked",
-            f"queue {queue!r} does not take new jobs (enqueue_blocked); nothing was written. Other queues"
-            f" are not affected; an operator lifts it with PATCH /v1/queues/{queue}"
+            f"{what}queue {queue!r} does not take new jobs (enqueue_blocked); nothing was written. Other"
+            f" queues are not affected; an operator lifts it with PATCH /v1/queues/{queue}"
             ' {"enqueue_blocked": false}',
         )
 
@@ -167,7 +168,7 @@ async def enqueue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     body = await _read_body(request)
-    await _check_blocked(gate, queue)
+    await check_blocked(gate, queue)
     digest = await _idempotency(request, gate, queue, body)
     content = await _content_ids(request, gate, queue)
     with tracing.enqueue_spans(request.headers) as spans:  # off: a shared no-op, envelopes untouched

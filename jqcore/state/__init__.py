@@ -39,6 +39,7 @@ from jqcore.state.models import (
     Settle,
     StreamEvent,
 )
+from jqcore.state.replication import ReplicaWait, recording_writes
 from jqcore.state.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqcore.state.switchrules import Switch
 from jqcore.state.tails import TAIL_ID_PREFIX
@@ -75,6 +76,7 @@ __all__ = [
     "QueueMemory",
     "RedisMemoryFull",
     "Released",
+    "ReplicaWait",
     "Settle",
     "StaleLease",
     "StreamEvent",
@@ -82,4 +84,5 @@ __all__ = [
     "SwitchInvalid",
     "SwitchNotFound",
     "check_code",
+    "recording_writes",
 ]

@@ -14,6 +14,7 @@ from jqcore.clock import ServerClock
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes
 from jqcore.state.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY, KeyName, QueueKeys
+from jqcore.state.replication import ReplicaWait, note_write
 from jqcore.state.scripts import SCRIPTS, source
 from jqcore.state.switchrules import queue_list, switch_from_json
 
@@ -42,6 +43,11 @@ class EngineCore:
         await self.clock.sync(self._client.time)
         return self.clock.now()
 
+    def replica_wait(self, replicas: int | None, timeout_ms: int) -> ReplicaWait:
+        """``WAIT`` on the masters a task wrote (:mod:`jqcore.state.replication`): the relay's check that a
+        batch reached the replicas before its offsets are committed."""
+        return ReplicaWait(self._client, replicas, timeout_ms)
+
     async def ping(self) -> None:
         """One ``PING`` (readiness checks: does Redis answer this client)."""
         await self._client.ping()
@@ -58,6 +64,8 @@ class EngineCore:
         modules of :mod:`jqcore.state` (queue transitions here, graph ones in :mod:`~jqcore.state.graphs`)."""
         started = time.perf_counter()
         outcome = "ok"
+        if keys:
+            note_write(keys[0])  # every key of a script shares its slot
         try:
             async with codes.redis_errors(name):
                 return await self._scripts[name](keys=keys, args=[now or await self.now(), *args])
@@ -76,6 +84,7 @@ class EngineCore:
         if not new:
             return
         async with codes.redis_errors("register"):  # Redis away here is an outage, not a refusing queue
+            note_write(QUEUES_KEY)
             await self._client.sadd(QUEUES_KEY, *new)
             defaults = await self._client.hgetall(KINDS_KEY)
             switches = [switch_from_json(v) for v in (await self._client.hgetall(SWITCHES_KEY)).values()]

@@ -73,8 +73,8 @@ Only ``jqcore.state`` (the engine) reads or writes these: everyone else asks the
 
 Global (never touched by a script, so they need no hash tag): ``jobq:queues`` (SET of queue names),
 ``jobq:kinds`` (HASH: job-type defaults applied to new queues). Beside the queues, kept by the engine: the
-far-future tier's scan markers (:func:`far_scanned_key`) and the gateway's idempotency records
-(:func:`idempotency_key`).
+far-future tier's scan markers (:func:`far_scanned_key`), the gateway's idempotency records
+(:func:`idempotency_key`) and the relay's replication checks (:func:`synced_key`, expiring in a minute).
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ __all__ = [
     "far_scanned_key",
     "far_scanning_key",
     "idempotency_key",
+    "synced_key",
 ]
 
 KeyName = Literal[
@@ -306,6 +307,15 @@ def far_scanning_key(topic: str, partition: int) -> str:
     """Set when a whole read of a schedule-topic partition starts: a read ends by marking the partition
     scanned only if this is still there (a Redis lost during the read took it)."""
     return f"jobq:far:scanning:{topic}/{partition}"
+
+
+def synced_key(key: str) -> str:
+    """A tiny key in ``key``'s slot that a replication check writes before its ``WAIT``
+    (:mod:`jqcore.state.replication`): the same hash tag, or the whole key as the tag when it has none."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    tag = key[start + 1 : end] if end > start + 1 else key
+    return f"jobq:synced:{{{tag}}}"
 
 
 def idempotency_key(digest: str) -> str:

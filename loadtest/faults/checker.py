@@ -1,45 +1,68 @@
 """The one checker every fault scenario uses (Jepsen's shape: record, then judge after the fact).
 
-Two logs, kept by processes that are not under test:
+What is recorded, outside the system under test (:mod:`loadtest.faults.history`): the client's requests
+and cancels, the handlers' runs (start, end, lease, meta), and — once the path is quiet — Redis's record
+of every acked job.
 
-* **requests** (the load generator): every enqueue it sent — job id, when it was sent, when the answer came,
-  and whether the answer was a 2xx (``acked``: the gateway promised the job will run);
-* **executions** (the handlers): every time a job's handler finished its side effect — job id, attempt,
-  worker process, time. Each worker process appends one JSON line per execution to a file of its own.
+:func:`judge` answers a :class:`Verdict`: the counts every report row has (acked, executed, lost,
+duplicates, unacked runs, retried requests, early jobs, overlapping lock terms, recovery) and ``checks``,
+every promise as a named invariant (:func:`invariants`: :mod:`loadtest.faults.invariants`,
+:mod:`loadtest.faults.ordering`), each ``pass``/``fail`` with counts and offending ids, or ``n/a`` when the
+scenario's load produced nothing it could judge — plus ``fault-took-effect``, the fault's own proof
+(:mod:`loadtest.faults.bites`).
 
-After the system has quiesced, :func:`judge` compares them:
-
-* ``lost = acked − executed`` must be empty unless the scenario documents an accepted-loss mode;
-* ``duplicates``: executions beyond the first per job (at-least-once allows them; each names a cause such
-  as a lease expiring under a killed worker);
+* ``lost = acked − executed − canceled`` must be empty unless the scenario documents an accepted-loss mode;
+* ``duplicates``: executions beyond the first per job (at-least-once allows them; ``one-live-attempt``
+  says which are legal and why);
 * ``unacked_executed``: jobs whose request failed or timed out but which ran anyway (the answer was lost, not
   the job: allowed, counted);
 * ``recovery_s``: how long the disturbance lasted — from the first sign of it (a failed request, or an acked
   job that took far longer than before the fault to run) to the moment the last of those resolved (the failed
-  request's answer, the slow job's execution). 0 when the fault was invisible to clients and to latency.
-"""
+  request's answer, the slow job's execution). 0 when the fault was invisible to clients and to latency."""
 
 from __future__ import annotations
 
 import re
 import statistics
-import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import orjson
+from loadtest.faults.bites import fault_took_effect
+from loadtest.faults.history import Cancel, Due, Execution, Record, Request, read_executions
+from loadtest.faults.invariants import (
+    Check,
+    acked_not_lost,
+    canceled_never_started,
+    early_runs,
+    history_agrees,
+    never_early,
+    one_live_attempt,
+    unacked_not_run,
+)
+from loadtest.faults.ordering import (
+    callbacks_once,
+    exclusive_in_order,
+    exclusive_one_at_a_time,
+    nodes_once,
+    priority_order,
+    rate_within,
+    skipped_never_ran,
+)
 
 __all__ = [
+    "Cancel",
+    "Check",
     "Due",
     "Execution",
+    "Record",
     "Request",
     "Term",
     "Verdict",
     "early_runs",
+    "invariants",
     "judge",
     "overlapping_terms",
     "read_executions",
@@ -51,44 +74,6 @@ SLOW_FACTOR = 10.0
 median before the fault (the median: the path's start-up, in the first jobs, must not raise the bar)..."""
 SLOW_FLOOR_S = 2.0
 """...and at least this many seconds late (2-core machines have noisy latency)."""
-
-
-@dataclass(frozen=True)
-class Request:
-    """One enqueue as the client saw it (times in seconds since the epoch)."""
-
-    id: str
-    sent: float
-    answered: float
-    acked: bool
-    status: int = 0
-    """HTTP status (0: no answer — connection refused, reset or timed out)."""
-    delay_s: float = 0.0
-    """How long after its acceptance the job was asked to run (``delay_ms``): lateness counts from then."""
-    tries: int = 1
-    """Requests the client sent for this job (the same id each time; more than one: a gateway failed it)."""
-
-    @property
-    def due(self) -> float:
-        return self.answered + self.delay_s
-
-
-@dataclass(frozen=True)
-class Execution:
-    """One finished execution of a job's handler."""
-
-    id: str
-    attempt: int
-    worker: str
-    at: float
-
-
-@dataclass(frozen=True)
-class Due:
-    """A delayed job's due time and the claim of its last attempt, as Redis stored them (ms)."""
-
-    run_at: int
-    claimed_at: int
 
 
 @dataclass
@@ -118,9 +103,18 @@ class Verdict:
     duplicates the queue's ``dedup: active`` policy lets run again once the first copy finished)."""
     lost_ids: list[str] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    """Every invariant's verdict (:mod:`loadtest.faults.invariants`), the fault's proof among them."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if c.failed]
 
 
 @dataclass(frozen=True)
@@ -174,24 +168,6 @@ def overlapping_terms(terms: Sequence[Term]) -> list[tuple[Term, Term]]:
     ]
 
 
-def read_executions(folder: Path) -> list[Execution]:
-    """Every execution the handlers recorded under ``folder`` (``exec-*.jsonl``), dated on this process's
-    wall clock (the handlers write the system-wide monotonic clock, which no skewed clock touches); a torn
-    last line (the process was killed mid-write) is skipped — its job was not recorded, exactly as if it
-    had not run."""
-    wall_minus_mono = time.time() - time.monotonic()
-    out: list[Execution] = []
-    for path in sorted(folder.glob("exec-*.jsonl")):
-        for line in path.read_bytes().splitlines():
-            try:
-                doc = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            at = float(doc["mono"]) + wall_minus_mono if "mono" in doc else float(doc["at"])
-            out.append(Execution(doc["id"], int(doc["attempt"]), str(doc["worker"]), at))
-    return out
-
-
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
@@ -216,27 +192,6 @@ def _disturbance(
             yield r.due, first_run[r.id]
 
 
-def early_runs(
-    requests: Iterable[Request], first_run: dict[str, float], dues: dict[str, Due] | None = None
-) -> dict[str, float]:
-    """Delayed jobs whose first run started before they were due, with by how much (ms).
-
-    Due means the job's ``run_at`` as Redis holds it (``dues``). Without it, the earliest due time the
-    request allows: the gateway stamps ``run_at = now_ms() + delay_ms`` on receipt, ``now_ms`` in whole
-    milliseconds rounded down, so that is the client's send time *rounded down to the millisecond* plus
-    the delay — a start within the same millisecond as the unrounded ``sent + delay`` is on time, not
-    early (hand-offs start a promoted job about a millisecond after it is due)."""
-    out: dict[str, float] = {}
-    for r in requests:
-        if not r.delay_s or r.id not in first_run:
-            continue
-        due = dues.get(r.id) if dues else None
-        earliest_due = due.run_at / 1000 if due else int(r.sent * 1000) / 1000 + r.delay_s
-        if first_run[r.id] < earliest_due:
-            out[r.id] = round((earliest_due - first_run[r.id]) * 1000, 3)
-    return out
-
-
 def judge(
     scenario: str,
     requests: Iterable[Request],
@@ -247,8 +202,12 @@ def judge(
     terms: Sequence[Term] = (),
     notes: dict[str, Any] | None = None,
     dues: dict[str, Due] | None = None,
+    cancels: Sequence[Cancel] = (),
+    records: Mapping[str, Record | None] | None = None,
 ) -> Verdict:
-    """Compare the client's log with the handlers' log (see the module docstring)."""
+    """Compare the client's log with the handlers' log (see the module docstring); ``checks``: every
+    invariant, ``n/a`` where its input is missing (no records: the history is not judged; no evidence in
+    ``notes["bite"]``: nothing is said of the fault unless ``notes`` has the key)."""
     reqs = list(requests)
     sent = {r.id for r in reqs}
     runs = [e for e in executions if e.id in sent]
@@ -261,7 +220,10 @@ def judge(
     first_run: dict[str, float] = {}
     for e in runs:
         first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
-    lost = sorted(acked - per_job.keys())
+    checks = invariants(reqs, runs, cancels, dues, records)
+    if notes is not None and "bite" in notes:
+        checks.append(fault_took_effect(notes["bite"]))
+    lost = sorted(acked - per_job.keys() - {c.id for c in cancels if c.stops_the_job or not c.outcome})
     early = early_runs(reqs, first_run, dues)
     if early:
         extra["early_ms"] = dict(sorted(early.items(), key=lambda kv: kv[1])[:20])
@@ -289,4 +251,35 @@ def judge(
         recovery_s=round(max(recovery, 0.0), 2),
         lost_ids=lost[:20],
         notes={**(notes or {}), **extra},
+        checks=checks,
     )
+
+
+def _offsets(records: Mapping[str, Record | None]) -> dict[str, int]:
+    return {i: r.offset for i, r in records.items() if r is not None and r.offset is not None}
+
+
+def invariants(
+    requests: Sequence[Request],
+    runs: Sequence[Execution],
+    cancels: Sequence[Cancel] = (),
+    dues: Mapping[str, Due] | None = None,
+    records: Mapping[str, Record | None] | None = None,
+    rates: Mapping[str, float] | None = None,
+) -> list[Check]:
+    """Every invariant the recorded history lets the checker judge (the rest ``n/a``), in report order."""
+    return [
+        acked_not_lost(requests, runs, cancels),
+        unacked_not_run(requests, runs),
+        one_live_attempt(runs),
+        never_early(requests, runs, dues),
+        canceled_never_started(cancels, runs),
+        exclusive_one_at_a_time(runs),
+        exclusive_in_order(runs, _offsets(records or {})),
+        priority_order(()),  # claims and readiness as Redis dated them are not recorded (see reliability.md)
+        rate_within(runs, rates or {}),
+        history_agrees(runs, records or {}),
+        nodes_once(()),  # the fault load runs no graph
+        callbacks_once((), ()),
+        skipped_never_ran((), ()),
+    ]

@@ -1,37 +1,58 @@
 """The fault suite's handlers (``jobq worker --app loadtest.faults.handlers:registry``).
 
 ``fault.record`` is the load: it appends one JSON line per execution — job id, attempt, worker process,
-``CLOCK_MONOTONIC`` time (system-wide, and left alone by the clock-skew scenario) — to
-``$JOBQ_FAULT_DIR/exec-<pid>.jsonl``. That file is outside everything under test (no Redis, no Kafka): a
-plain ``O_APPEND`` write of one short line survives the process being killed right after it.
+run number, ``CLOCK_MONOTONIC`` time (system-wide, and left alone by the clock-skew scenario), the lease its
+pool claims with, the job's accept time and meta — to ``$JOBQ_FAULT_DIR/exec-<pid>.jsonl``, and one more
+line (its run number and end time) when its work is done: a run without an end line was cut short. That
+file is outside everything under test (no Redis, no Kafka): a plain ``O_APPEND`` write of one short line
+survives the process being killed right after it.
 The poison kinds misbehave the ways real handlers do (the ``poison`` scenario).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 
 import orjson
 
-from worker.registry import Registry, current_job
+from worker.registry import JobContext, Registry, current_job
 
 __all__ = ["FAULT_DIR_ENV", "process_exit", "registry"]
 
 FAULT_DIR_ENV = "JOBQ_FAULT_DIR"
 registry = Registry()
 _fd: int | None = None
+_runs = itertools.count(1)
 
 
-def _record(job_id: str, attempt: int) -> None:
+def _write(line: dict[str, object]) -> None:
     global _fd
     if _fd is None:
         path = os.path.join(os.environ[FAULT_DIR_ENV], f"exec-{os.getpid()}.jsonl")
         _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    # the system-wide monotonic clock: a worker whose wall clock is skewed on purpose must not date its work
-    line = {"id": job_id, "attempt": attempt, "worker": str(os.getpid()), "mono": time.monotonic()}
     os.write(_fd, orjson.dumps(line) + b"\n")
+
+
+def _record(job: JobContext) -> int:
+    """The run's start line; its number (the end line names it)."""
+    run = next(_runs)
+    # the system-wide monotonic clock: a worker whose wall clock is skewed on purpose must not date its work
+    _write(
+        {
+            "id": job.id,
+            "attempt": job.attempt,
+            "worker": str(os.getpid()),
+            "run": run,
+            "mono": time.monotonic(),
+            "lease_ms": int(os.environ.get("JOBQ_WORKER_LEASE_MS", "0")),
+            "enq": job.enqueued_at,
+            "meta": dict(job.meta),
+        }
+    )
+    return run
 
 
 WORK_S = 0.05
@@ -42,9 +63,9 @@ recorded and not yet acknowledged: the at-least-once duplicates the checker coun
 @registry.job("fault.record")
 async def record() -> None:
     """The side effect the checker counts, then a little work."""
-    job = current_job()
-    _record(job.id, job.attempt)
+    run = _record(current_job())
     await asyncio.sleep(WORK_S)
+    _write({"run": run, "end": time.monotonic()})
 
 
 @registry.job("fault.raise", max_attempts=2)

@@ -4,7 +4,9 @@ Job *i* (id ``<run>-<i>``) is due at ``t0 + i / rate`` and sent then, whatever e
 It goes to the gateways in turn; like a careful client it tries again on another gateway, with the same job
 id, when the answer is not a 2xx or did not come (at most ``tries`` times, ``retry_after_s`` apart) — so
 a gateway that dies costs availability, not acknowledged jobs. Every tenth job is delayed by 1.5 s, so the
-scheduler's timers are on the path too.
+scheduler's timers are on the path too; every fiftieth (a delayed one) is canceled as soon as it was acked
+(tried like an enqueue), so "a canceled job never starts" is judged too; every fifth goes to the exclusive
+queue beside the load's, on one of ``EXCL_KEYS`` keys in turn (one at a time per key, in order).
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+import orjson
 
-from loadtest.faults.checker import Request
+from loadtest.faults.history import Cancel, Request
 
 __all__ = ["Load"]
 
 DELAY_EVERY = 10
 DELAY_MS = 1500
+CANCEL_EVERY = 50
+EXCL_EVERY = 5
+EXCL_KEYS = 8
 
 
 @dataclass
@@ -28,12 +34,14 @@ class Load:
     urls: list[str]
     queue: str
     token: str
+    xqueue: str
     run: str
     rate: float = 100.0
     tries: int = 3
     retry_after_s: float = 0.5
     timeout_s: float = 15.0
     requests: list[Request] = field(default_factory=list)
+    cancels: list[Cancel] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
@@ -74,21 +82,19 @@ class Load:
             if pending:
                 await asyncio.gather(*pending)
 
-    async def _one(self, http: aiohttp.ClientSession, i: int) -> None:
-        job_id = f"{self.run}-{i}"
-        body: dict[str, object] = {"id": job_id, "kind": "fault.record"}
-        if i % DELAY_EVERY == 0:
-            body["delay_ms"] = DELAY_MS
-        sent = time.time()
-        status = 0
-        tries = 0
+    async def _send(
+        self, http: aiohttp.ClientSession, i: int, method: str, path: str, body: object = None
+    ) -> tuple[int, int, bytes]:
+        """``path`` under ``/v1/queues/``."""
+        """(status, tries, answer) of a request tried on the gateways in turn (status 0: no answer)."""
+        status, answer, tries = 0, b"", 0
         for attempt in range(self.tries):
             tries += 1
             url = self.urls[(i + attempt) % len(self.urls)]
             try:
-                async with http.post(f"{url}/v1/queues/{self.queue}/jobs", json=body) as resp:
+                async with http.request(method, f"{url}/v1/queues/{path}", json=body) as resp:
                     status = resp.status
-                    await resp.read()
+                    answer = await resp.read()
             except (aiohttp.ClientError, TimeoutError):
                 status = 0
             if 200 <= status < 300:
@@ -96,5 +102,26 @@ class Load:
             if 400 <= status < 500 and status != 429:
                 break  # the request itself is wrong: no other gateway will take it
             await asyncio.sleep(self.retry_after_s)
+        return status, tries, answer
+
+    async def _one(self, http: aiohttp.ClientSession, i: int) -> None:
+        job_id = f"{self.run}-{i}"
+        body: dict[str, object] = {"id": job_id, "kind": "fault.record"}
+        queue, excl = self.queue, ""
+        if i % DELAY_EVERY == 0:
+            body["delay_ms"] = DELAY_MS
+        elif i % EXCL_EVERY == 2:  # the Kafka record's key is the envelope's excl: one key, one partition
+            queue, excl = self.xqueue, f"k{(i // EXCL_EVERY) % EXCL_KEYS}"
+            body["excl"], body["meta"] = excl, {"excl": excl}
+        sent = time.time()
+        status, tries, _ = await self._send(http, i, "POST", f"{queue}/jobs", body)
         delay_s = DELAY_MS / 1000 if "delay_ms" in body else 0.0
-        self.requests.append(Request(job_id, sent, time.time(), 200 <= status < 300, status, delay_s, tries))
+        acked = 200 <= status < 300
+        self.requests.append(
+            Request(job_id, sent, time.time(), acked, status, delay_s, tries, excl=excl, queue=queue)
+        )
+        if acked and i % CANCEL_EVERY == 0:
+            sent = time.time()
+            status, _, answer = await self._send(http, i, "DELETE", f"{queue}/jobs/{job_id}")
+            outcome = str(orjson.loads(answer).get("outcome", "")) if 200 <= status < 300 else ""
+            self.cancels.append(Cancel(job_id, sent, time.time(), outcome))

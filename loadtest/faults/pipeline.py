@@ -69,6 +69,15 @@ class FaultPipeline:
         return Scope("faults", self.tag).name
 
     @property
+    def xqueue(self) -> str:
+        """The exclusive queue beside it (``<queue>.excl``, exclusive on ``meta.excl``), same topic."""
+        return f"{self.queue}.excl"
+
+    @property
+    def queues(self) -> list[str]:
+        return [self.queue, self.xqueue]
+
+    @property
     def topic(self) -> str:
         return Scope("faults", self.tag).name
 
@@ -104,6 +113,7 @@ class FaultPipeline:
             "JOBQ_WORKER_LEASE_MS": str(self.roles.lease_ms),
             "JOBQ_WORKER_GRACE_S": "5",
             FAULT_DIR_ENV: str(self.executions),
+            "JOBQ_SCHEDULER_QUEUES": ",".join(self.queues),
             "JOBQ_KAFKA_REPLICATION": str(self.replication),  # also while a broker is down
             **self.env_extra,
         }
@@ -120,7 +130,7 @@ class FaultPipeline:
             return service_argv("relay"), spec.relay(name)
         if role == "sched":
             return service_argv("scheduler"), spec.scheduler(name)
-        argv = worker_argv(self.queue, app=APP, concurrency=self.roles.concurrency, processes=1)
+        argv = worker_argv(",".join(self.queues), app=APP, concurrency=self.roles.concurrency, processes=1)
         return argv, spec.worker()  # the handlers (loadtest.faults.handlers) are not installed
 
     def log(self, name: str) -> Path:
@@ -159,15 +169,18 @@ class FaultPipeline:
 
     async def configure_queue(self) -> None:
         """``dedup: finished`` — what a queue fed by retrying clients chooses (``docs/architecture.md``): a
-        client that sends a job again because its first answer failed must not run a finished job twice."""
+        client that sends a job again because its first answer failed must not run a finished job twice;
+        the exclusive queue runs one job per ``meta.excl`` value at a time."""
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        url = f"{self.gate_urls[0]}/v1/queues/{self.queue}"
-        async with (
-            aiohttp.ClientSession(headers=headers) as http,
-            http.patch(url, json={"dedup": "finished"}) as r,
-        ):
-            if r.status != 200:
-                raise RuntimeError(f"configuring {self.queue} failed: {r.status} {await r.text()}")
+        configs = {
+            self.queue: {"dedup": "finished"},
+            self.xqueue: {"dedup": "finished", "mode": "exclusive", "excl_key": "excl"},
+        }
+        async with aiohttp.ClientSession(headers=headers) as http:
+            for queue, config in configs.items():
+                async with http.patch(f"{self.gate_urls[0]}/v1/queues/{queue}", json=config) as r:
+                    if r.status != 200:
+                        raise RuntimeError(f"configuring {queue} failed: {r.status} {await r.text()}")
 
     async def wait_gateway(self, name: str, timeout_s: float = 90.0) -> None:
         await self.children[name].wait_ready_async(

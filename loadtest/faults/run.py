@@ -6,7 +6,9 @@
 3. The load goes on until ``after`` more jobs were acknowledged after the heal (the flow is steady again),
    then stops; the path runs until nothing of the queue is left ready, delayed or running and every acked
    job ran, or nothing new ran for ``idle_s``.
-4. :func:`loadtest.faults.checker.judge` compares the client's log with the handlers' log.
+4. :func:`loadtest.faults.checker.judge` compares the client's log with the handlers' log and Redis's
+   records, invariant by invariant, and checks the evidence that the fault took effect
+   (:mod:`loadtest.faults.bites`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from jqcore.settings import RedisSettings
 from jqcore.state import Engine
 from jqstack.manager import Endpoints, Stack
 from jqstack.testing.faultproxy import FaultProxy
-from loadtest.faults.checker import Due, Verdict, judge, read_executions, relay_terms
+from loadtest.faults.checker import Due, Record, Verdict, judge, read_executions, relay_terms
 from loadtest.faults.load import Load
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
@@ -50,9 +52,19 @@ class Drill:
     proxy: FaultProxy | None = None
     """The fault proxy the scenario's ``links`` go through (proxies named ``<process>-<service>``; Kafka's
     are ``kafka-<n>``, one per broker, shared by every process sent through them)."""
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=lambda: {"bite": []})
     started: float = field(default_factory=time.time)
     """When the scenario began (before its first job was sent)."""
+    proxy_ports: dict[str, int] = field(default_factory=dict)
+    """The fault proxy's listening port per link name."""
+    afterwards: list[Callable[[], None]] = field(default_factory=list)
+    """Evidence read once the path is quiet (what processes logged of a fault can come seconds later)."""
+
+    def evidence(self, what: str, ok: bool, **facts: Any) -> bool:
+        """Record whether the fault did ``what`` (with the facts that say so): the scenario fails when a
+        piece was not seen, or none was recorded (:func:`loadtest.faults.bites.fault_took_effect`)."""
+        self.notes["bite"].append({"what": what, "ok": bool(ok), **facts})
+        return ok
 
     async def hold(self, seconds: float) -> None:
         """Keep the fault in place for ``seconds`` of load (the scenario's stated duration; the pipeline's
@@ -126,6 +138,9 @@ class Scenario:
     """Jobs after the warm-up whose answers and runs say what "normal" is (1 s of load at 100 jobs/s)."""
     after: int = 200
     """Jobs that must go through after the heal (the flow is steady again) before the load stops."""
+    graceful: bool = False
+    """The fault only stops processes gracefully (no lease expires, nothing dies holding a job): any job
+    that ran twice is an illegal duplicate."""
     consul_state_lost: bool = False
     """The fault wipes Consul's state (sessions and lock-delays): a deposed holder may still trust its term
     while another takes the lock, and the Redis fence alone keeps one writer (its refusals are counted)."""
@@ -135,9 +150,10 @@ class Scenario:
     for ``kafka``."""
 
 
-def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> None:
-    """Open a proxy per link and point the linked processes' settings at it."""
+def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> dict[str, int]:
+    """Open a proxy per link and point the linked processes' settings at it; each link's port."""
     ep = pipe.ep
+    ports: dict[str, int] = {}
     opened: set[str] = set()
     for process, service in scenario.links:
         values = pipe.overrides.setdefault(process, {})
@@ -146,37 +162,51 @@ def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> 
                 raise RuntimeError(f"{scenario.name}: the stack has no Kafka fault listener")
             for i, (proxy_port, broker_port) in enumerate(ep.kafka_fault_links):
                 if (name := f"kafka-{i + 1}") not in opened:  # one per broker, shared by the linked processes
-                    proxy.add(name, f"127.0.0.1:{broker_port}", listen_port=proxy_port)
+                    ports[name] = proxy.add(name, f"127.0.0.1:{broker_port}", listen_port=proxy_port)
                     opened.add(name)
             values["JOBQ_KAFKA_BOOTSTRAP"] = ep.kafka_fault_bootstrap
         elif service == "redis":
             host_port = (ep.redis_url or "").removeprefix("redis://").split("/")[0]
-            port = proxy.add(f"{process}-redis", host_port)
+            port = ports[f"{process}-redis"] = proxy.add(f"{process}-redis", host_port)
             values["JOBQ_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
         else:
-            port = proxy.add(f"{process}-consul", ep.consul_addr)
+            port = ports[f"{process}-consul"] = proxy.add(f"{process}-consul", ep.consul_addr)
             values["JOBQ_CONSUL_ADDR"] = values["CONSUL_HTTP_ADDR"] = f"127.0.0.1:{port}"
+    return ports
 
 
-async def _due_times(drill: Drill) -> dict[str, Due]:
-    """Each delayed job's ``run_at`` and the time its last attempt was claimed, both as Redis stored them
-    (ms): what "never early" is judged against (a job the history no longer holds is judged by its
-    request's send time instead)."""
-    ids = [r.id for r in drill.load.requests if r.delay_s and r.acked]
+async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Due]]:
+    """Every acked job as Redis holds it once the path is quiet (state, attempt: what the history says),
+    and each delayed job's ``run_at`` and the time its last attempt was claimed, both as Redis stored them
+    (ms): what "never early" is judged against (a job Redis no longer holds is judged by its request's
+    send time instead)."""
+    by_queue: dict[str, list[str]] = {}
+    for r in drill.load.requests:
+        if r.acked:
+            by_queue.setdefault(r.queue or drill.pipe.queue, []).append(r.id)
+    ids, jobs = [], []
     async with drill.engine() as engine:
-        jobs = await engine.get_jobs(drill.pipe.queue, ids)
-    return {
+        for queue, mine in by_queue.items():
+            ids += mine
+            jobs += await engine.get_jobs(queue, mine)
+    delayed = {r.id for r in drill.load.requests if r.delay_s}
+    records = {
+        i: (Record(j.state, j.attempt, j.origin or "") if j else None) for i, j in zip(ids, jobs, strict=True)
+    }
+    dues = {
         i: Due(j.run_at, j.started_at)
         for i, j in zip(ids, jobs, strict=True)
-        if j is not None and j.run_at is not None and j.started_at is not None
+        if i in delayed and j is not None and j.run_at is not None and j.started_at is not None
     }
+    return records, dues
 
 
 async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
     """Until every acked job ran and the queue holds nothing ready, delayed or running — or nothing new ran
     for ``idle_s`` (what is missing then is lost), or ``cap_s`` passed."""
     pipe = drill.pipe
-    acked = {r.id for r in drill.load.requests if r.acked}
+    canceled = {c.id for c in drill.load.cancels if c.stops_the_job or not c.outcome}
+    acked = {r.id for r in drill.load.requests if r.acked} - canceled
     started = last_change = time.monotonic()
     seen = -1
     async with drill.engine() as engine:
@@ -184,8 +214,8 @@ async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
             ran = {e.id for e in read_executions(pipe.executions)}
             if len(ran) != seen:
                 seen, last_change = len(ran), time.monotonic()
-            depth = await engine.depth(pipe.queue)
-            if acked <= ran and depth.pending + depth.delayed + depth.running == 0:
+            depths = [await engine.depth(q) for q in pipe.queues]
+            if acked <= ran and sum(d.pending + d.delayed + d.running for d in depths) == 0:
                 return
             if time.monotonic() - last_change > idle_s:
                 return
@@ -212,13 +242,13 @@ async def run_scenario(
         replication=scenario.replication,
         topic_config=scenario.topic_config,
     )
-    load = Load(pipe.gate_urls, pipe.queue, TOKEN, tag, rate=scenario.rate)
+    load = Load(pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, tag, rate=scenario.rate)
     drill = Drill(pipe, load, stack)
     try:
         if scenario.links:
             (folder / "logs").mkdir(parents=True, exist_ok=True)
             drill.proxy = FaultProxy(folder / "logs")
-            _route_links(scenario, pipe, drill.proxy)
+            drill.proxy_ports = _route_links(scenario, pipe, drill.proxy)
         await pipe.start()
         load.urls = pipe.gate_urls
         load.start()
@@ -230,7 +260,9 @@ async def run_scenario(
         drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
         await load.stop()
         await _quiesce(drill, idle_s, cap_s)
-        dues = await _due_times(drill)
+        for look in drill.afterwards:
+            await asyncio.to_thread(look)
+        records, dues = await _records(drill)
     finally:
         await load.stop()
         drill.notes["exited"] = pipe.dead()
@@ -240,6 +272,10 @@ async def run_scenario(
     (folder / "requests.jsonl").write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in load.requests))
     relay_logs = [log.read_text() for log in sorted((folder / "logs").glob("relay-*.log"))]
     drill.notes["fence_refusals"] = sum(text.count("fence refused; stepping down") for text in relay_logs)
+    if rewrites := sum(text.count("batch not on the replicas yet") for text in relay_logs):
+        drill.notes["replica_rewrites"] = (
+            rewrites  # batches written again: WAIT found no replica holding them
+        )
     verdict = judge(
         scenario.name,
         load.requests,
@@ -249,6 +285,8 @@ async def run_scenario(
         terms=relay_terms(relay_logs),
         notes=drill.notes,
         dues=dues,
+        cancels=load.cancels,
+        records=records,
     )
     (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))
     return verdict

@@ -55,6 +55,14 @@ async def test_scenario(
     assert verdict.claimed_early == 0, "Redis records a delayed job claimed before its run_at"
     if not scenario.consul_state_lost:  # Consul's lock-delay keeps a new holder out until the old one knows
         assert verdict.overlapping_terms == 0, "two relays held the topic's lock at once (their logs say so)"
+    if scenario.graceful:
+        assert verdict.duplicates == 0, "a job ran twice although every stop was graceful"
     if not scenario.loss_allowed:
         assert verdict.lost == 0, f"acknowledged jobs never ran: {verdict.lost_ids}"
-    assert verdict.executed >= verdict.acked - verdict.lost
+    bite = verdict.check("fault-took-effect")
+    assert not bite.failed, f"the fault did not take effect: {list(bite.ids)} ({dict(bite.detail)})"
+    allowed = {"acked-not-lost"} if scenario.loss_allowed else set()
+    broken = [c for c in verdict.failed_checks if c.name not in allowed]
+    assert not broken, "invariants broken: " + "; ".join(
+        f"{c.name} {c.violations} of {c.checked}: {list(c.ids)} {dict(c.detail)}" for c in broken
+    )

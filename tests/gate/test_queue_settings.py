@@ -40,6 +40,16 @@ async def test_a_blocked_queue_answers_423_its_neighbours_202_and_changes_are_ke
     assert "enqueue_blocked" in body["error"]["message"]
     status, body = await gw.call("POST", f"/v1/queues/{neighbour}/jobs", json={"kind": "k"})
     assert status == 202, body
+    # a graph goes in whole or not at all: its own queue blocked, or any node's
+    graph = {"id": f"{q}-g", "queue": q, "nodes": [{"name": "a", "kind": "k"}]}
+    status, body = await gw.call("POST", "/v1/graphs", json=graph)
+    assert (status, body["error"]["code"]) == (423, "queue_blocked"), body
+    assert "the graph's queue" in body["error"]["message"]
+    graph = {"id": f"{q}-h", "queue": neighbour, "nodes": [{"name": "a", "kind": "k"}, {"name": "b",
+             "kind": "k", "queue": q, "parents": ["a"]}]}  # fmt: skip
+    status, body = await gw.call("POST", "/v1/graphs", json=graph)
+    assert (status, body["error"]["code"]) == (423, "queue_blocked"), body
+    assert "node 'b'" in body["error"]["message"]
     assert topic_end(gw.topic) == 1, "only the neighbour's job was produced"
 
     configs, unreadable = await kept.queue_configs()

@@ -174,3 +174,18 @@ def test_executions_dated_by_the_monotonic_clock_come_back_on_the_wall_clock(tmp
     (tmp_path / "exec-9.jsonl").write_bytes(line)
     [e] = read_executions(tmp_path)
     assert abs(e.at - time.time()) < 1.0
+
+
+def test_a_run_ends_with_its_own_line_and_one_without_an_end_was_cut_short(tmp_path: Path) -> None:
+    start = {"id": "x", "attempt": 1, "worker": "5", "run": 1, "mono": 10.0, "lease_ms": 3000, "enq": 9500}
+    lines = [
+        {**start, "meta": {"excl": "k1"}},
+        {**start, "id": "y", "run": 2, "mono": 10.01},
+        {"run": 1, "end": 10.05},
+    ]
+    (tmp_path / "exec-5.jsonl").write_bytes(b"".join(orjson.dumps(doc) + b"\n" for doc in lines))
+    x, y = read_executions(tmp_path)
+    assert (x.id, x.lease_s, x.enqueued_at, x.excl) == ("x", 3.0, 9.5, "k1")
+    assert x.end is not None
+    assert abs(x.end - x.at - 0.05) < 0.01, "the end is dated on the wall clock like the start"
+    assert (y.id, y.end) == ("y", None)

@@ -1,0 +1,196 @@
+"""The ordering promises as invariants over recorded runs (pure, like :mod:`loadtest.faults.invariants`):
+exclusive keys one at a time and in enqueue order, priority (EDF) at each claim, rate limits, task graphs
+(each node once per generation, callbacks once, skipped nodes never run)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from loadtest.faults.history import Execution
+from loadtest.faults.invariants import LEASE_SLACK_S, Check, judged
+
+__all__ = [
+    "CLAIM_TOLERANCE_S",
+    "RATE_TOLERANCE",
+    "Claim",
+    "NodeRun",
+    "callbacks_once",
+    "exclusive_in_order",
+    "exclusive_one_at_a_time",
+    "nodes_once",
+    "priority_order",
+    "rate_within",
+    "skipped_never_ran",
+]
+
+CLAIM_TOLERANCE_S = 0.001
+"""Claims and readiness are stamped by Redis in whole ms: a job ready within the same ms as a claim may
+miss it. (An unfiltered claim takes the head of the ready set atomically: ``docs/engine.md``.)"""
+RATE_TOLERANCE = 0.1
+"""Starts may exceed a rate by this share in any one-second window (``docs/relay.md``: the limits are
+GCRA with a burst of one second's worth, on Redis's clock; starts are dated by the handlers)."""
+
+
+def _span(e: Execution) -> tuple[float, float]:
+    """When a run held its job: start to end; a run whose process died, until its lease ran out."""
+    return e.at, e.end if e.end is not None else e.at + e.lease_s
+
+
+def _by(runs: Iterable[Execution], key: str) -> dict[str, list[Execution]]:
+    out: dict[str, list[Execution]] = defaultdict(list)
+    for e in runs:
+        if value := getattr(e, key):
+            out[value].append(e)
+    return out
+
+
+def _jobs(groups: Mapping[str, list[Execution]]) -> int:
+    return len({e.id for runs in groups.values() for e in runs})
+
+
+def exclusive_one_at_a_time(runs: Sequence[Execution]) -> Check:
+    """Never two jobs of one exclusivity key running at once (re-runs of one job: ``one-live-attempt``)."""
+    bad: list[str] = []
+    keys = _by(runs, "excl")
+    for mine in keys.values():
+        mine.sort(key=lambda e: e.at)
+        for i, a in enumerate(mine):
+            _, a_end = _span(a)
+            for b in mine[i + 1 :]:
+                if b.at >= a_end:
+                    break
+                if b.id != a.id:
+                    bad += [a.id, b.id]
+    return judged("exclusive-one-at-a-time", _jobs(keys), bad, keys=len(keys))
+
+
+def exclusive_in_order(runs: Sequence[Execution], offsets: Mapping[str, int]) -> Check:
+    """Per exclusivity key, jobs first start in the order they were enqueued: the order of their Kafka
+    records (``offsets``; one key's records share a partition, and the relay writes a partition in order
+    — not the gateways' accept times: two gateways' records of one key may reach the partition in either
+    order, say while its leader moves). An offender started before a job of its key enqueued earlier had
+    started; a job without a known offset is not judged."""
+    bad: list[str] = []
+    pairs: list[dict[str, object]] = []  # the first few (earlier record, later record started first)
+    keys = _by((e for e in runs if e.id in offsets), "excl")
+    for key, mine in keys.items():
+        first: dict[str, Execution] = {}
+        for e in sorted(mine, key=lambda e: e.at):
+            first.setdefault(e.id, e)
+        jobs = sorted(first.values(), key=lambda e: offsets[e.id])
+        for i, a in enumerate(jobs):
+            for b in jobs[i + 1 :]:
+                if b.at < a.at:
+                    bad.append(b.id)
+                    if len(pairs) < 5:
+                        pairs.append({"key": key, "earlier": _at(a, offsets)})
+                        pairs[-1]["started_first"] = _at(b, offsets)
+    shown = {"pairs": pairs} if pairs else {}
+    return judged("exclusive-in-order", _jobs(keys), bad, keys=len(keys), **shown)
+
+
+def _at(e: Execution, offsets: Mapping[str, int]) -> dict[str, object]:
+    return {"id": e.id, "offset": offsets[e.id], "started": round(e.at, 3), "enqueued_at": e.enqueued_at}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job's claim as Redis dated it: when it became ready (enqueued due, or promoted) and when it was
+    claimed, with its priority (lower first; a deadline for EDF) and its fairness group."""
+
+    id: str
+    priority: float
+    ready_at: float
+    claimed_at: float
+    group: str = ""
+
+
+def priority_order(claims: Sequence[Claim], tolerance_s: float = CLAIM_TOLERANCE_S) -> Check:
+    """At every claim no ready job of a better priority (an earlier deadline) in the same group was passed
+    over: an offender is a job that was ready while a worse one was claimed, and was claimed only later.
+    Groups are a fair queue's values (the ring deals across them; each keeps its own order)."""
+    bad: list[str] = []
+    groups: dict[str, list[Claim]] = defaultdict(list)
+    for c in claims:
+        groups[c.group].append(c)
+    for mine in groups.values():
+        mine.sort(key=lambda c: c.claimed_at)
+        times = [c.claimed_at for c in mine]
+        for a in mine:
+            lo = bisect.bisect_right(times, a.ready_at + tolerance_s)
+            hi = bisect.bisect_left(times, a.claimed_at - tolerance_s)
+            if any(b.priority > a.priority for b in mine[lo:hi]):
+                bad.append(a.id)
+    return judged("priority-order", len(claims), bad)
+
+
+def rate_within(
+    runs: Sequence[Execution], limits: Mapping[str, float], tolerance: float = RATE_TOLERANCE
+) -> Check:
+    """Per tenant with a rate (jobs/s), no one-second window holds more first starts than a burst of one
+    second's worth plus a second's rate, with ``tolerance``: the offender is the job over the bound."""
+    bad: list[str] = []
+    judged_tenants = 0
+    for tenant, mine in _by(runs, "tenant").items():
+        if (rate := limits.get(tenant)) is None:
+            continue
+        judged_tenants += 1
+        first: dict[str, float] = {}
+        for e in mine:
+            first[e.id] = min(e.at, first.get(e.id, e.at))
+        starts = sorted((t, i) for i, t in first.items())
+        bound = int(max(rate, 1.0) + rate * (1 + tolerance))
+        for n, (t, _) in enumerate(starts):
+            end = bisect.bisect_left(starts, (t + 1.0, ""))
+            if end - n > bound:
+                bad.append(starts[n + bound][1])
+    return judged("rate-within", judged_tenants, bad)
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """A run of a task graph's node (its job's run) in one generation of the graph."""
+
+    graph: str
+    generation: int
+    node: str
+    run: Execution
+
+    @property
+    def label(self) -> str:
+        return f"{self.graph}/{self.generation}/{self.node}"
+
+
+def nodes_once(runs: Sequence[NodeRun], slack_s: float = LEASE_SLACK_S) -> Check:
+    """Each node ran at most once per generation; the one legal re-run is after the earlier run's process
+    died and its lease ran out (a node that ran to its end and ran again completed twice)."""
+    by_node: dict[str, list[Execution]] = defaultdict(list)
+    for r in runs:
+        by_node[r.label].append(r.run)
+    bad: list[str] = []
+    for label, mine in by_node.items():
+        mine.sort(key=lambda e: e.at)
+        for a, b in itertools.pairwise(mine):
+            if a.end is not None or not a.lease_s or b.at < a.at + a.lease_s - slack_s:
+                bad.append(label)
+    return judged("graph-node-once", len(by_node), bad)
+
+
+def callbacks_once(callbacks: Sequence[tuple[str, int]], generations: Iterable[tuple[str, int]]) -> Check:
+    """Each finished generation of a graph fired its callback exactly once (offender: ``graph/gen``)."""
+    fired: dict[tuple[str, int], int] = defaultdict(int)
+    for c in callbacks:
+        fired[c] += 1
+    gens = set(generations)
+    bad = [f"{g}/{n}" for g, n in gens | set(fired) if fired.get((g, n), 0) != 1]
+    return judged("graph-callback-once", len(gens), bad)
+
+
+def skipped_never_ran(runs: Sequence[NodeRun], skipped: Iterable[tuple[str, int, str]]) -> Check:
+    """A node the graph skipped (a parent failed) never ran in that generation."""
+    labels = {f"{g}/{n}/{node}" for g, n, node in skipped}
+    return judged("graph-skipped-never-ran", len(labels), [r.label for r in runs if r.label in labels])

@@ -1,0 +1,211 @@
+"""Checker v2 on hand-made histories: a clean one passes every invariant it has inputs for (the rest are
+``n/a``, never ``pass``), and each invariant catches a history made to break it, naming the offenders."""
+
+from __future__ import annotations
+
+from loadtest.faults.checker import invariants, judge
+from loadtest.faults.history import Cancel, Due, Execution, Record, Request
+from loadtest.faults.invariants import (
+    acked_not_lost,
+    canceled_never_started,
+    history_agrees,
+    never_early,
+    one_live_attempt,
+    unacked_not_run,
+)
+from loadtest.faults.ordering import (
+    Claim,
+    NodeRun,
+    callbacks_once,
+    exclusive_in_order,
+    exclusive_one_at_a_time,
+    nodes_once,
+    priority_order,
+    rate_within,
+    skipped_never_ran,
+)
+
+LEASE = 3.0
+
+
+def req(i: int, sent: float = 100.0, *, acked: bool = True, status: int = 202, delay: float = 0.0) -> Request:
+    return Request(f"j{i}", sent, sent + 0.01, acked, status, delay)
+
+
+def run(
+    i: int, at: float, *, attempt: int = 1, end: float | None = -1, excl: str = "", enq: float = 0.0
+) -> Execution:
+    """A run of job ``i`` from ``at``; ``end`` -1: 50 ms later, None: its process died."""
+    return Execution(f"j{i}", attempt, "w1", at, at + 0.05 if end == -1 else end, LEASE, enq, excl=excl)
+
+
+def clean() -> tuple[list[Request], list[Execution], list[Cancel], dict[str, Record | None]]:
+    reqs = [req(i, 100 + i * 0.01, delay=1.5 if i % 10 == 0 else 0.0) for i in range(50)]
+    runs = [run(i, 100 + i * 0.01 + (1.6 if i % 10 == 0 else 0.05)) for i in range(50) if i != 20]
+    cancels = [Cancel("j20", 100.3, 100.31, "canceled")]
+    records: dict[str, Record | None] = {f"j{i}": Record("completed", 1) for i in range(50) if i != 20}
+    records["j20"] = Record("canceled", 0)
+    return reqs, runs, cancels, records
+
+
+def test_a_clean_history_passes_what_it_exercises_and_the_rest_is_not_applicable() -> None:
+    reqs, runs, cancels, records = clean()
+    status = {c.name: c.status for c in invariants(reqs, runs, cancels, records=records)}
+    assert status == {
+        "acked-not-lost": "pass",
+        "unacked-not-run": "n/a",  # every request was acked: nothing to judge
+        "one-live-attempt": "pass",
+        "never-early": "pass",
+        "canceled-never-started": "pass",
+        "exclusive-one-at-a-time": "n/a",
+        "exclusive-in-order": "n/a",
+        "priority-order": "n/a",
+        "rate-within": "n/a",
+        "history-agrees": "pass",
+        "graph-node-once": "n/a",
+        "graph-callback-once": "n/a",
+        "graph-skipped-never-ran": "n/a",
+    }
+    v = judge("clean", reqs, runs, fault_at=100.2, cancels=cancels, records=records)
+    assert v.lost == 0
+    assert not v.failed_checks
+    assert "fault-took-effect" not in {c.name for c in v.checks}, "no evidence key: the fault is not judged"
+
+
+def test_an_acked_job_that_never_ran_is_lost_unless_its_cancel_stopped_it() -> None:
+    reqs, runs, cancels, _ = clean()
+    c = acked_not_lost(reqs, [r for r in runs if r.id != "j7"], cancels)
+    assert (c.status, c.violations, c.ids, c.checked) == ("fail", 1, ("j7",), 49)
+    assert c.cell() == "**✗ 1 of 49**"
+
+
+def test_a_refused_job_that_ran_is_caught_and_a_lost_answer_is_not() -> None:
+    reqs = [req(1, acked=False, status=400), req(2, acked=False, status=0), req(3, acked=False, status=503)]
+    c = unacked_not_run(reqs, [run(1, 101), run(2, 101), run(3, 101)])
+    assert (c.status, c.ids) == ("fail", ("j1",))
+    assert c.detail["answer_lost"] == 2
+
+
+def test_two_live_runs_of_one_job_are_illegal_and_duplicates_say_why_they_are_legal() -> None:
+    runs = [
+        run(1, 100.0),
+        run(1, 100.2, attempt=2),  # sequential: the first had ended (its completion was lost)
+        run(2, 100.0, end=None),
+        run(2, 103.1, attempt=2),  # its process died; a re-run after the lease ran out
+        run(3, 100.0, end=101.0),
+        run(3, 100.5, attempt=2),  # both live, the first's lease valid: two live attempts
+        run(4, 100.0, end=None),
+        run(4, 101.0, attempt=2),  # the first's process died but its lease was still valid
+    ]
+    c = one_live_attempt(runs)
+    assert (c.status, c.ids) == ("fail", ("j3", "j4"))
+    assert c.detail["duplicates"] == {"sequential": 1, "lease_expired": 1}
+    assert one_live_attempt(runs[:4]).status == "pass"
+
+
+def test_a_delayed_job_run_or_claimed_before_its_run_at_is_early() -> None:
+    reqs = [req(1, 100, delay=1.5), req(2, 100, delay=1.5), req(3, 100, delay=1.5)]
+    runs = [run(1, 101.2), run(2, 101.6), run(3, 101.6)]
+    dues = {"j2": Due(101_500, 101_500), "j3": Due(101_500, 101_499)}
+    c = never_early(reqs, runs, dues)
+    assert (c.status, c.ids) == ("fail", ("j1", "j3"))
+    assert (c.detail["handler"], c.detail["claim"]) == (1, 1)
+
+
+def test_a_canceled_job_that_started_after_the_cancel_was_answered_is_caught() -> None:
+    cancels = [
+        Cancel("j1", 100, 100.1, "canceled"),
+        Cancel("j2", 100, 100.1, "tombstoned"),
+        Cancel("j3", 100, 100.1, "flagged"),  # running: it may go on
+        Cancel("j4", 100, 100.1, "canceled"),
+    ]
+    runs = [run(1, 99.9), run(2, 100.5), run(3, 100.5), run(4, 100.05)]
+    c = canceled_never_started(cancels, runs)
+    assert (c.status, c.ids, c.checked) == ("fail", ("j2",), 3)
+    assert c.detail == {"flagged": 1}
+
+
+def test_the_history_must_agree_with_the_runs() -> None:
+    runs = [run(1, 100), run(2, 100), run(3, 100), run(4, 100, attempt=2), run(6, 100)]
+    records: dict[str, Record | None] = {
+        "j1": Record("completed", 1),
+        "j2": Record("running", 1),  # ran, never finished
+        "j3": Record("completed", 2),  # completed by an attempt that never ran its handler
+        "j4": Record("completed", 2),
+        "j5": Record("completed", 1),  # completed without running
+        "j6": None,  # Redis no longer holds it: not judged
+    }
+    c = history_agrees(runs, records)
+    assert (c.status, c.ids, c.checked) == ("fail", ("j2", "j3", "j5"), 5)
+    assert c.detail == {
+        "not_held": 1,
+        "ran_but_not_finished": 1,
+        "completed_attempt_never_ran": 1,
+        "completed_never_ran": 1,
+    }
+
+
+def test_two_jobs_of_one_exclusive_key_never_run_at_once() -> None:
+    runs = [run(1, 100, excl="a"), run(2, 100.1, excl="a"), run(3, 100.02, excl="b")]
+    c = exclusive_one_at_a_time([*runs[1:], run(4, 100.2, excl="a")])
+    assert c.status == "pass"
+    c = exclusive_one_at_a_time([*runs, run(5, 100.03, excl="a")])
+    assert (c.status, c.ids, c.checked, c.detail["keys"]) == ("fail", ("j1", "j5"), 4, 2)
+    died = [
+        run(6, 100, excl="c", end=None),
+        run(7, 102, excl="c"),
+    ]  # a dead run holds its key until its lease
+    assert exclusive_one_at_a_time(died).ids == ("j6", "j7")
+
+
+def test_an_exclusive_key_runs_its_jobs_in_the_order_of_their_kafka_records() -> None:
+    offsets = {
+        f"j{i}": Record("completed", 1, f"t/0/{o}").offset or 0 for i, o in ((1, 10), (2, 11), (3, 12))
+    }
+    runs = [run(1, 100, excl="a"), run(2, 100.1, excl="a"), run(3, 100.2, excl="a")]
+    assert exclusive_in_order(runs, offsets).status == "pass"
+    swapped = [run(1, 100.2, excl="a"), run(2, 100.1, excl="a"), run(3, 100.3, excl="a")]
+    assert exclusive_in_order(swapped, offsets).ids == ("j2",)
+    accepted_late = [run(1, 100.2, excl="a", enq=5), run(2, 100.3, excl="a", enq=4)]
+    assert exclusive_in_order(accepted_late, offsets).status == "pass", "the partition's order, not the clock"
+    assert exclusive_in_order(swapped, {}).status == "n/a"
+
+
+def test_a_ready_job_of_better_priority_passed_over_at_a_claim_is_caught() -> None:
+    claims = [
+        Claim("hi", 1, ready_at=100.0, claimed_at=100.5),
+        Claim("lo", 9, ready_at=99.0, claimed_at=100.2),  # claimed while "hi" was ready and waiting
+        Claim("early", 9, ready_at=98.0, claimed_at=99.5),  # before "hi" was ready: fine
+    ]
+    c = priority_order(claims)
+    assert (c.status, c.ids) == ("fail", ("hi",))
+    other_tenant = [*claims[:1], Claim("lo", 9, 99.0, 100.2, group="t2"), claims[2]]
+    assert priority_order(other_tenant).status == "pass", "a fair queue orders each value on its own"
+
+
+def test_starts_over_a_tenants_rate_are_caught() -> None:
+    def tenant_run(i: int, at: float, tenant: str) -> Execution:
+        return Execution(f"{tenant}{i}", 1, "w1", at, at + 0.05, LEASE, tenant=tenant)
+
+    steady = [tenant_run(i, 100 + i * 0.2, "t1") for i in range(20)]  # 5/s
+    burst = [tenant_run(i, 100 + i * 0.01, "t2") for i in range(30)]  # 30 in 0.3 s
+    assert rate_within(steady, {"t1": 5}).status == "pass"
+    c = rate_within([*steady, *burst], {"t1": 5, "t2": 5})
+    assert c.status == "fail"
+    assert c.ids[0] == "t210"
+    assert rate_within(burst, {}).status == "n/a"
+
+
+def test_graph_nodes_run_once_per_generation_callbacks_once_and_skipped_nodes_never() -> None:
+    def node(gen: int, name: str, at: float, end: float | None = -1) -> NodeRun:
+        return NodeRun("g", gen, name, run(1, at, end=end))
+
+    runs = [node(1, "a", 100), node(1, "b", 100.1), node(2, "a", 101)]
+    assert nodes_once(runs).status == "pass"
+    assert nodes_once([*runs, node(1, "a", 100.5)]).ids == ("g/1/a",)
+    assert nodes_once([node(3, "a", 100, end=None), node(3, "a", 103.5)]).status == "pass", "a legal re-run"
+    assert callbacks_once([("g", 1), ("g", 2)], [("g", 1), ("g", 2)]).status == "pass"
+    c = callbacks_once([("g", 1), ("g", 1)], [("g", 1), ("g", 2)])
+    assert (c.status, c.ids) == ("fail", ("g/1", "g/2"))
+    assert skipped_never_ran(runs, [("g", 1, "c")]).status == "pass"
+    assert skipped_never_ran(runs, [("g", 2, "a")]).ids == ("g/2/a",)
