@@ -35,6 +35,9 @@ def bench(
     requests: Annotated[
         int | None, typer.Option("--requests", min=1, help="web: measured requests per page (default 20).")
     ] = None,
+    batch: Annotated[
+        int | None, typer.Option("--batch", min=1, help="drain: a batch handler's items, batches of N.")
+    ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
     if scenario not in SCENARIO_NAMES:
@@ -42,7 +45,11 @@ def bench(
     sizes = {"--jobs": jobs, "--history-rows": history_rows, "--requests": requests}
     if scenario != "web" and any(v is not None for v in sizes.values()):
         raise typer.BadParameter(f"{', '.join(k for k, v in sizes.items() if v is not None)}: web only")
-    if scenario == "web":
+    if scenario != "drain" and batch is not None:
+        raise typer.BadParameter("--batch: drain only")
+    if scenario == "drain":
+        report = registry.drain(quick, batch=batch or 0)
+    elif scenario == "web":
         report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
     else:
         report = registry.SCENARIOS[scenario](quick)

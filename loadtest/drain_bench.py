@@ -4,6 +4,9 @@ The jobs are stored into a paused queue on a throw-away Redis, the two workers s
 settle, then the queue is resumed and the clock runs until both workers exited (every job completed).
 Reported: jobs/s, and CPU seconds per 1k jobs of the worker processes (user + system, from rusage) and
 of Redis (from ``INFO cpu``).
+
+``--batch N`` drains a batch handler's jobs instead (``loadtest/batch_app.py``, batches of N, each pool's
+concurrency 2 N: a batch gathers while one runs): reported as items/s.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from jqcore.envelope import new_envelope
 from jqcore.state import Engine
 from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.supervise import Children
+from loadtest.batch_app import KIND
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 
@@ -28,7 +32,7 @@ __all__ = ["WORKERS", "drain", "fill", "run"]
 WORKERS = 2
 
 
-async def fill(url: str, queue: str, n: int) -> None:
+async def fill(url: str, queue: str, n: int, kind: str = "demo.noop") -> None:
     """Store ``n`` no-op jobs (ids ``d0``…) into ``queue``, paused first so nothing runs yet."""
     client = aioredis.Redis.from_url(url, socket_timeout=90)
     engine = Engine(client)
@@ -36,7 +40,7 @@ async def fill(url: str, queue: str, n: int) -> None:
     t = now_ms()
     for i in range(0, n, 1000):
         await engine.enqueue_batch(
-            [new_envelope(queue, "demo.noop", None, id=f"d{j}", at_ms=t) for j in range(i, min(n, i + 1000))]
+            [new_envelope(queue, kind, None, id=f"d{j}", at_ms=t) for j in range(i, min(n, i + 1000))]
         )
     await client.aclose()
 
@@ -62,11 +66,14 @@ async def _finished(url: str, queue: str) -> int:
     return d.finished
 
 
-def drain(url: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
+def drain(url: str, queue: str, n: int, concurrency: int, batch: int = 0) -> dict[str, float]:
     """Drain the paused ``queue`` holding ``n`` jobs (:func:`fill`) with :data:`WORKERS` burst workers: start
-    them, let them settle, resume the queue and time until both exited. The figures of this scenario."""
+    them, let them settle, resume the queue and time until both exited. The figures of this scenario.
+    ``batch``: the jobs are the batch app's, in batches of this size."""
     env = PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker()
-    argv = worker_argv(queue, app="examples.demo_app:registry", concurrency=concurrency, burst=True)
+    app = "loadtest.batch_app:registry" if batch else "examples.demo_app:registry"
+    env["JOBQ_BENCH_BATCH"] = str(batch)
+    argv = worker_argv(queue, app=app, concurrency=concurrency, burst=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with Children(grace_s=30.0) as workers:
         for i in range(WORKERS):
@@ -89,25 +96,27 @@ def drain(url: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
     }
 
 
-def _round(url: str, n: int, rep: int, concurrency: int) -> dict[str, float]:
+def _round(url: str, n: int, rep: int, concurrency: int, batch: int) -> dict[str, float]:
     queue = f"drain{os.getpid()}r{rep}"
-    asyncio.run(fill(url, queue, n))
-    return drain(url, queue, n, concurrency)
+    asyncio.run(fill(url, queue, n, KIND if batch else "demo.noop"))
+    return drain(url, queue, n, concurrency, batch)
 
 
 UNITS = {"drain": "jobs/s", "worker CPU s per 1k jobs": "s", "redis CPU s per 1k jobs": "s"}
 
 
-def run(quick: bool = False) -> Report:
+def run(quick: bool = False, batch: int = 0) -> Report:
+    """``batch`` > 0: batch handlers' items (batches of ``batch``), each pool's concurrency ``2 batch``."""
     n, reps, concurrency = (10_000, 1, 50) if quick else (100_000, 3, 50)
-    report = Report(
-        "drain", {"jobs": n, "reps": reps, "worker_processes": WORKERS, "concurrency": concurrency}
-    )
-    samples = redis_rounds("drain", reps, lambda url, rep: _round(url, n, rep, concurrency))
+    concurrency = 2 * batch if batch else concurrency
+    params = {"jobs": n, "reps": reps, "worker_processes": WORKERS, "concurrency": concurrency}
+    report = Report("drain", {**params, "batch": batch})
+    samples = redis_rounds("drain", reps, lambda url, rep: _round(url, n, rep, concurrency, batch))
     for name, values in samples.items():
-        report.add(name, UNITS[name], values)
+        report.add(name, "items/s" if batch and name == "drain" else UNITS[name], values)
+    what = f"{KIND} items in batches of {batch}" if batch else "demo.noop jobs"
     report.notes.append(
-        f"{n} demo.noop jobs, {WORKERS} worker processes x concurrency {concurrency}, "
+        f"{n} {what}, {WORKERS} worker processes x concurrency {concurrency}, "
         "worker CPU includes process start-up"
     )
     return report

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "web"]
+__all__ = ["SCENARIOS", "drain", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -26,10 +26,11 @@ def _engine(quick: bool) -> Report:
     return engine_bench.run(quick=quick)
 
 
-def _drain(quick: bool) -> Report:
+def drain(quick: bool, *, batch: int = 0) -> Report:
+    """``./run bench drain``; ``--batch N``: a batch handler's items, in batches of N."""
     from loadtest import drain_bench
 
-    return drain_bench.run(quick=quick)
+    return drain_bench.run(quick=quick, batch=batch)
 
 
 def _fairness(quick: bool) -> Report:
@@ -111,7 +112,7 @@ def web(
 SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "stack": _stack,
     "engine": _engine,
-    "drain": _drain,
+    "drain": drain,
     "fairness": _fairness,
     "relay": _relay,
     "gate": _gate,

@@ -17,8 +17,8 @@ A minimal application::
 run by ``jobq worker --app myapp.jobs:registry --queues emails``, or by ``python -m worker`` with
 ``JOBQ_WORKER_APP=myapp.jobs:registry JOBQ_WORKER_QUEUES=emails`` (docs/workers.md, docs/settings.md).
 
-Importing this package is cheap (the registry and the handler controls); ``run`` and ``WorkerSettings``,
-which pull in Redis and the settings machinery, load on first use.
+Importing this package is cheap (the registry and the handler controls); ``run``, ``WorkerSettings`` and
+``BatchItem``, which pull in Redis and the settings machinery, load on first use.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, curre
 from worker.tail import Deferred, defer_to
 
 if TYPE_CHECKING:
+    from worker.batch import BatchItem
     from worker.main import run
     from worker.settings import WorkerSettings
 
 __all__ = [
     "Backoff",
+    "BatchItem",
     "Cancel",
     "Deferred",
     "JobContext",
@@ -54,11 +56,11 @@ __all__ = [
     "run",
 ]
 
-_LAZY = {"WorkerSettings": "worker.settings", "run": "worker.main"}
+_LAZY = {"BatchItem": "worker.batch", "WorkerSettings": "worker.settings", "run": "worker.main"}
 
 
 def __getattr__(name: str) -> object:
-    """``run`` and ``WorkerSettings`` on first use (they import Redis and pydantic-settings)."""
+    """``run``, ``WorkerSettings`` and ``BatchItem`` on first use (they import Redis, pydantic-settings)."""
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'worker' has no attribute {name!r}")

@@ -23,7 +23,7 @@ from worker.hooks import WorkerContext
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
 from worker.tail import Deferred, Policy
 
-__all__ = ["Outcome", "run_handler"]
+__all__ = ["Outcome", "outcome_of", "result_bytes", "run_handler"]
 
 MAX_RESULT_BYTES = 65_536
 
@@ -87,7 +87,7 @@ async def _call(
     return await loop.run_in_executor(executor_for("process"), functools.partial(spec.fn, *args, **kwargs))
 
 
-def _result_bytes(value: Any) -> bytes | None:
+def result_bytes(value: Any) -> bytes | None:
     if value is None:
         return None
     try:
@@ -115,7 +115,7 @@ async def run_handler(
     with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
         try:
             value = await asyncio.wait_for(_call(spec, job, executor_for, inputs, worker), spec.timeout_s)
-            kept = None if spec.ignore_result else _result_bytes(value)
+            kept = None if spec.ignore_result else result_bytes(value)
             outcome = Outcome("success", "succeeded", result=kept)
             if inputs is not None and value is not None and kept is None and not spec.ignore_result:
                 outcome = Outcome(  # a graph node's result is its children's input: never dropped silently
@@ -125,7 +125,7 @@ async def run_handler(
                     permanent=True,
                 )
         except Exception as exc:
-            outcome = _outcome_of(exc, spec, job)
+            outcome = outcome_of(exc, spec, job)
             if outcome.kind == "failure":
                 tracing.run_failed(span, exc, outcome.label)
         finally:
@@ -134,7 +134,7 @@ async def run_handler(
     return outcome
 
 
-def _outcome_of(exc: Exception, spec: JobSpec[Any, Any], job: ClaimedJob) -> Outcome:
+def outcome_of(exc: Exception, spec: JobSpec[Any, Any], job: ClaimedJob) -> Outcome:
     """What a handler's exception means for its job."""
     if isinstance(exc, Retry):  # Retry(0) retries at once; Retry() takes the kind's backoff
         delay = _backoff(spec, job) if exc.delay_s is None else max(0, int(exc.delay_s * 1000))

@@ -42,11 +42,13 @@ from jqcore.log import get_logger
 from jqcore.presence import process_name
 from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease
 from jqcore.testsignal import TestSignal
+from worker.batch import Batches
 from worker.execute import run_handler
 from worker.hooks import WorkerContext, run_shutdown, run_startup
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
-from worker.writeback import Completions, reports, write_back
+from worker.running import Running
+from worker.writeback import Completions, report, reports, write_back
 
 __all__ = ["Pool", "PoolConfig", "PoolSignals"]
 
@@ -76,17 +78,6 @@ class PoolConfig:
     ``filter_keys``)."""
     unknown_kind_retry_ms: int = 5_000
     unknown_kind_dead_after_ms: int = 3_600_000
-
-
-@dataclass(eq=False)
-class Running:
-    job: ClaimedJob
-    task: asyncio.Task[None] | None = None
-    started: bool = False
-    abandoned: bool = False
-    writing: bool = False
-    """The outcome is being written: an extend racing it sees ``stale`` and must not abandon the job."""
-    started_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -128,6 +119,10 @@ class Pool(Service):
         self._presence = engine.presence("worker", process_name(",".join(config.queues)))
         self.context = WorkerContext(self._presence.name, tuple(config.queues))
         """What the registry's hooks and the handlers share (``current_job().worker``)."""
+        complete, concurrency = self._completions.complete, lambda: self.concurrency
+        self._batches = Batches(
+            registry, engine, config.queues, self.context, self._executor, complete, self._done, concurrency
+        )
         self._hooks_started = False
         handoff = len(config.queues) == 1 and not config.filter
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
@@ -168,6 +163,7 @@ class Pool(Service):
                 )
 
     async def _register_kinds(self) -> None:
+        self._batches.load()
         for spec in self.registry.kinds(set(self.config.queues)):
             if (
                 spec.concurrency
@@ -189,6 +185,7 @@ class Pool(Service):
     async def _stop(self) -> None:
         self._stopping = True
         await self._cancel_fetcher()
+        self._batches.close()  # the jobs still gathering are released below, attempt refunded
         tasks = [r.task for r in self.in_flight.values() if r.task is not None]
         if tasks:  # asyncio.wait, not wait_for(gather): a timeout must not cancel the jobs themselves
             await asyncio.wait(tasks, timeout=self.config.grace_s)
@@ -296,7 +293,7 @@ class Pool(Service):
     async def _within_limit(self, handed: list[ClaimedJob]) -> list[ClaimedJob]:
         """Jobs handed off beyond the free slots (a registration made before the concurrency was lowered)
         go back at once, attempt refunded."""
-        keep = max(0, self.concurrency - len(self.in_flight))
+        keep = max(0, self._capacity() - len(self.in_flight))
         if len(handed) > keep:
             back = [(j.id, j.attempt, j.token, False) for j in handed[keep:]]
             await self.engine.release(self.config.queues[0], back)
@@ -314,6 +311,7 @@ class Pool(Service):
         log.info("concurrency changed", before=before, now=n)
         self._resized.set()
         self._slot_freed.set()
+        self._batches.poke()
 
     async def _queues_empty(self) -> bool:
         for queue in self.config.queues:
@@ -326,11 +324,11 @@ class Pool(Service):
         """Claim up to the free slots; True when a queue filled them all (it may hold more). A claim
         that came back short found the claimable jobs exhausted: the pool then blocks on the wake list
         instead of asking again (every enqueue, completion and promotion pushes a wake token)."""
-        while len(self.in_flight) >= self.concurrency:
+        while len(self.in_flight) >= self._capacity():
             self._slot_freed.clear()
             await self._slot_freed.wait()
         for queue in self.config.queues:
-            free = self.concurrency - len(self.in_flight)
+            free = self._capacity() - len(self.in_flight)
             if free <= 0:
                 return True
             jobs = await self.engine.claim(
@@ -347,6 +345,10 @@ class Pool(Service):
             if len(jobs) == free:
                 return True
         return False
+
+    def _capacity(self) -> int:
+        """Claimed jobs the pool holds at most: its concurrency, plus a batch per batch kind."""
+        return self.concurrency + self._batches.room
 
     def _handoff_ms(self) -> int:
         """How long a short claim registers this pool for hand-offs: the wait that follows, plus a margin
@@ -367,7 +369,8 @@ class Pool(Service):
         metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
         due = job.envelope.run_at or job.envelope.enqueued_at
         metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, time.time() - due / 1000))
-        run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
+        if not self._batches.add(run):
+            run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
 
     # ---- running --------------------------------------------------------------------------------
     def _executor(self, mode: str) -> Executor:
@@ -380,8 +383,10 @@ class Pool(Service):
         return self._processes
 
     async def _execute(self, run: Running) -> None:
-        job = run.job
+        job, label = run.job, None
         try:
+            if self._batches.room:  # more jobs claimed than slots: wait for one
+                await self._batches.take_slot()
             run.started = True
             graph = job.envelope.graph
             inputs = await self.engine.graphs.inputs(graph["id"], graph["node"]) if graph else None
@@ -393,9 +398,8 @@ class Pool(Service):
                     self.engine, self.registry, job, outcome, self._completions.complete, unknown
                 )
                 if reports(job):
-                    await self._report(job)
-                if self.signals.finished.enabled:  # nothing built per job unless a test listens
-                    self.signals.finished.signal((job.id, outcome.label))
+                    await report(self.engine, job)
+                label = outcome.label
         except asyncio.CancelledError:
             pass
         except StaleLease:  # the lease expired and the job was handed out again: that attempt owns it now
@@ -404,18 +408,17 @@ class Pool(Service):
         except Exception as exc:
             log.error("writing a job's outcome failed", job_id=job.id, error=repr(exc))
         finally:
-            self.in_flight.pop(job.id, None)
-            self._slot_freed.set()
-            metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).dec()
+            if run.started and self._batches.room:
+                self._batches.give_slot()
+            self._done(run, label)
 
-    async def _report(self, job: ClaimedJob) -> None:
-        """A graph node's or a tail call's child's job finished (or not: a retry leaves nothing to report):
-        hand its outcome to its graph or parent now. On failure the scheduler finds the outcome in the
-        queue's ``gdone`` and hands it on."""
-        try:
-            await self.engine.graphs.report_finished(job.queue, [job.id])
-        except Exception as exc:
-            log.warning("report left to the scheduler", job_id=job.id, error=repr(exc))
+    def _done(self, run: Running, label: str | None) -> None:
+        """A job left the pool; ``label``: its outcome's, when one was written (and acknowledged)."""
+        self.in_flight.pop(run.job.id, None)
+        self._slot_freed.set()
+        metrics.child(metrics.JOBS_IN_FLIGHT, run.job.queue).dec()
+        if label is not None and self.signals.finished.enabled:  # nothing built unless a test listens
+            self.signals.finished.signal((run.job.id, label))
 
     def _owned(self) -> list[tuple[ClaimedJob, float]]:
         """The running jobs whose leases this pool still holds (for the lease keeper), with their starts."""
@@ -429,5 +432,5 @@ class Pool(Service):
         run.abandoned = True
         log.warning("abandoning job", job_id=job_id, reason=why)
         metrics.JOBS_FINISHED.labels(run.job.queue, run.job.envelope.kind, "lost").inc()
-        if run.task is not None:
+        if run.task is not None and not run.batched:  # a batch's other jobs run on
             run.task.cancel()

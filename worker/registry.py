@@ -114,6 +114,10 @@ class JobSpec(Generic[P, R]):
     """The priority of this kind's jobs enqueued without one (``configure_kind``; lower runs first)."""
     ignore_result: bool = False
     """Drop this kind's results (kept neither in Redis nor in the history)."""
+    batch: int = 0
+    """A batch handler (:mod:`worker.batch`): it gets a list of up to this many jobs (0: one job a call)."""
+    batch_wait_ms: int = 50
+    """How long a batch gathers after its first job before it runs short."""
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -183,6 +187,8 @@ class Registry:
         payload: type[BaseModel] | None = None,
         priority: int | None = None,
         ignore_result: bool = False,
+        batch: int = 0,
+        batch_wait_ms: int = 50,
     ) -> Callable[[Callable[P, R]], JobSpec[P, R]]:
         """Register the decorated function as the handler of ``kind``.
 
@@ -190,9 +196,15 @@ class Registry:
         ``process`` runs a plain, picklable, module-level function in the pool's process pool.
         ``priority`` and ``ignore_result`` are the kind's defaults in Redis (set when a pool serving its
         queue starts, like ``concurrency``): its jobs enqueued without a priority get this one, and its
-        results are dropped.
+        results are dropped. ``batch=N``: the handler takes a list of up to N
+        :class:`~worker.batch.BatchItem` (gathered for at most ``batch_wait_ms`` after the first) and sets
+        each item's outcome (docs/workers.md, Batch handlers).
         """
         validate_name("kind", kind)
+        if batch < 0 or batch_wait_ms < 0:
+            raise ValueError(f"{kind}: batch and batch_wait_ms must be >= 0")
+        if batch and mode == "process":
+            raise ValueError(f"{kind}: a batch handler runs as a coroutine or in a thread, not a process")
         validate_name("queue", queue)
         if kind in self._specs:
             raise ValueError(f"kind {kind!r} is already registered to {self._specs[kind].fn!r}")
@@ -219,6 +231,8 @@ class Registry:
                 payload,
                 priority,
                 ignore_result,
+                batch,
+                batch_wait_ms,
             )
             self._specs[kind] = spec
             return spec

@@ -11,7 +11,7 @@ from jqcore.state import TAIL_ID_PREFIX, ClaimedJob, Engine, check_code
 from worker.execute import Outcome
 from worker.registry import Registry
 
-__all__ = ["Completions", "reports", "write_back"]
+__all__ = ["Complete", "Completions", "attempts_used_up", "report", "reports", "write_back"]
 
 log = get_logger("worker.pool")
 
@@ -51,7 +51,7 @@ async def write_back(
             owner,
             outcome.error or "failed",
             retry_delay_ms=outcome.delay_ms,
-            permanent=outcome.permanent or _attempts_used_up(registry, job),
+            permanent=outcome.permanent or attempts_used_up(registry, job),
         )
 
 
@@ -60,7 +60,17 @@ def reports(job: ClaimedJob) -> bool:
     return bool(job.envelope.graph) or job.id.startswith(TAIL_ID_PREFIX)
 
 
-def _attempts_used_up(registry: Registry, job: ClaimedJob) -> bool:
+async def report(engine: Engine, job: ClaimedJob) -> None:
+    """A graph node's or a tail call's child's job finished (or not: a retry leaves nothing to report):
+    hand its outcome to its graph or parent now. On failure the scheduler finds the outcome in the
+    queue's ``gdone`` and hands it on."""
+    try:
+        await engine.graphs.report_finished(job.queue, [job.id])
+    except Exception as exc:
+        log.warning("report left to the scheduler", job_id=job.id, error=repr(exc))
+
+
+def attempts_used_up(registry: Registry, job: ClaimedJob) -> bool:
     """The handler's ``max_attempts`` counts even for jobs stored before the pool registered its kind
     (the engine fixes a job's attempt budget at enqueue; the envelope's own value always wins)."""
     spec = registry.get(job.envelope.kind)

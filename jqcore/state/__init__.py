@@ -36,6 +36,7 @@ from jqcore.state.models import (
     QueueConfig,
     QueueDepth,
     Released,
+    Settle,
     StreamEvent,
 )
 from jqcore.state.replication import ReplicaWait, recording_writes
@@ -76,6 +77,7 @@ __all__ = [
     "RedisMemoryFull",
     "Released",
     "ReplicaWait",
+    "Settle",
     "StaleLease",
     "StreamEvent",
     "Switch",

@@ -24,6 +24,7 @@ __all__ = [
     "QueueConfig",
     "QueueDepth",
     "Released",
+    "Settle",
 ]
 
 Outcome = Literal["stored", "delayed", "duplicate", "canceled", "expired", "refused"]
@@ -64,6 +65,18 @@ class ClaimedJob:
     @property
     def queue(self) -> str:
         return self.envelope.queue
+
+
+class Settle(NamedTuple):
+    """One job's outcome in a batch write (:meth:`jqcore.state.Engine.settle`): completed when ``error``
+    is None (``result`` kept), else failed: retried after ``delay_ms`` or errored (``permanent``, attempts
+    used up, an ``at_most_once`` kind)."""
+
+    job: tuple[str, int, str]
+    result: bytes | None = None
+    error: str | None = None
+    delay_ms: int = 0
+    permanent: bool = False
 
 
 class Promoted(NamedTuple):

@@ -41,6 +41,7 @@ __all__ = [
     "hand_back",
     "promoted",
     "release",
+    "settled",
     "single",
     "snooze",
     "timer",
@@ -176,3 +177,8 @@ def timer(reply: Sequence[Any]) -> tuple[int, int]:
 def promoted(reply: Sequence[Any]) -> Promoted:
     """``promote_due``: jobs promoted, the next ``run_at`` or -1, and each promoted job's lateness."""
     return Promoted(int(reply[0]), int(reply[1]), tuple(int(x) for x in reply[2]))
+
+
+def settled(reply: Sequence[Any]) -> list[tuple[Code, int]]:
+    """``settle``'s answer: per job its code and the retry's run_at (0 unless ``RETRY``)."""
+    return [(Code(int(reply[i])), int(reply[i + 1])) for i in range(1, len(reply), 2)]

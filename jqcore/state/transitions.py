@@ -16,7 +16,7 @@ from jqcore import metrics
 from jqcore.backoff import Backoff
 from jqcore.state import codes, replies, waiting
 from jqcore.state.core import EngineCore, Triple
-from jqcore.state.models import ClaimedJob, Failed, HandedBack, NotExtended, Released
+from jqcore.state.models import ClaimedJob, Failed, HandedBack, NotExtended, Released, Settle
 
 __all__ = ["MAX_ERROR_CHARS", "MAX_RESULT_BYTES", "WorkerTransitions"]
 
@@ -119,6 +119,24 @@ class WorkerTransitions(EngineCore):
                 raise reply
             out.append(replies.code(reply))
         return out
+
+    async def settle(
+        self, queue: str, items: Sequence[Settle], *, now_ms: int | None = None
+    ) -> list[tuple[codes.Code, int]]:
+        """The outcomes of many running jobs of one queue in one script call (a batch handler's items):
+        each completed (``error`` None; ``result`` kept, if any) or failed (retried after ``delay_ms``
+        or errored, as :meth:`fail`). Per job, in order: its code (``OK``, ``RETRY``, ``ERRORED``,
+        ``CANCELED``, ``STALE``, ``MISSING``) and the retry's run_at (0 otherwise)."""
+        if not items:
+            return []
+        args: list[Any] = [len(items)]
+        for it in items:
+            if it.error is None:
+                result = it.result or b""
+                args += [*it.job, "c", b"" if len(result) > MAX_RESULT_BYTES else result, 0, 0]
+            else:
+                args += [*it.job, "f", it.error[:MAX_ERROR_CHARS], max(0, it.delay_ms), int(it.permanent)]
+        return replies.settled(await self._run("settle", queue, args, now_ms))
 
     async def _pipelined(self, name: str, keys: Sequence[str], calls: Sequence[Sequence[Any]]) -> list[Any]:
         """One round trip of EVALSHA calls. (redis-py's own script pipelining asks SCRIPT EXISTS before

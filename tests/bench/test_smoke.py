@@ -17,6 +17,13 @@ def test_drain_scenario_runs_and_saves_a_report() -> None:
     assert all(f["median"] > 0 for f in figures.values())
 
 
+def test_drain_of_a_batch_handler_runs_and_counts_items() -> None:
+    report = drain_bench.run(quick=True, batch=500)
+    figures = {f.name: f for f in report.figures}
+    assert (figures["drain"].unit, report.params["batch"]) == ("items/s", 500)
+    assert all(f.median > 0 for f in figures.values())
+
+
 def test_engine_scenario_runs_and_saves_a_report() -> None:
     report = engine_bench.run(quick=True)
     folder = report.save()

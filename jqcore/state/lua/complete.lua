@@ -24,21 +24,8 @@
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] result ('' = none)
 -- returns: {C_OK} done (now or by this same write before) | {C_STALE} stale token/attempt |
 --          {C_MISSING} no such job.
-local id, attempt, token, result = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local key = jkey(id)
-local own = owned(key, attempt, token)
-if own == 'missing' then return {C_MISSING} end
-if own == 'stale' then
-  if acked(key, attempt, token) == 'completed' then return {C_OK} end
-  return {C_STALE}
-end
-redis.call('ZREM', RUNNING, id)
-local freed = release_slot(key)
-if result ~= '' and redis.call('HGET', KINDS, redis.call('HGET', key, 'kind') .. '|noresult') ~= '1' then
-  redis.call('HSET', key, 'result', result)
-end
-record_attempt(key, 'completed', nil, token, 'completed')
-finish(id, key, 'completed', nil)
-freed = freed + release_excl(id, key)
+local state, freed = complete_job(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 wake(freed)
+if state == 'missing' then return {C_MISSING} end
+if state == 'stale' then return {C_STALE} end
 return {C_OK}

@@ -1,0 +1,47 @@
+#!lua flags=allow-oom
+-- settle: the outcomes of a batch of running jobs (a batch handler's items) in one call: each job
+-- completed (with an optional small result) or failed (retried after its delay, or errored), exactly as
+-- complete.lua and fail.lua do for one job (the same helpers: lease and token checked per job, one event
+-- per transition, idempotent per job), and the workers woken once for all the jobs it made ready.
+-- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
+-- KEYS[2] ready    ZSET pending jobs, score = priority
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at
+-- KEYS[4] running  ZSET claimed jobs, score = lease deadline
+-- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
+-- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
+-- KEYS[7] config   HASH queue configuration
+-- KEYS[8] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |noresult)
+-- KEYS[9] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[10] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[11] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[12] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[13] counts   HASH blocked (waiting + parked jobs)
+-- KEYS[14] stats    HASH lifetime counters
+-- KEYS[15] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[16] wake     LIST wake tokens for waiting workers
+-- KEYS[17] sched    LIST wake token for the scheduler
+-- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
+-- ARGV: [1] now  [2] N, then per job 7 values: id, attempt, token, 'c' (complete) | 'f' (fail),
+--       result ('' = none) or error text, retry delay ms, permanent 0|1 (the last two: 'f' only)
+-- returns: {C_OK, code, run_at, …} per job in order: C_OK completed | C_RETRY (run_at) | C_ERRORED |
+--          C_CANCELED (a cancel was requested meanwhile) | C_STALE | C_MISSING; run_at 0 unless C_RETRY.
+local CODE = {ok = C_OK, retry = C_RETRY, errored = C_ERRORED, canceled = C_CANCELED, stale = C_STALE,
+              missing = C_MISSING}
+local out, woken = {C_OK}, 0
+for i = 0, tonumber(ARGV[2]) - 1 do
+  local b = 3 + i * 7
+  local id, attempt, token, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 4]
+  local state, freed, run_at = nil, 0, 0
+  if ARGV[b + 3] == 'c' then
+    state, freed = complete_job(id, attempt, token, text)
+  else
+    state, freed, run_at = fail_job(id, attempt, token, text, tonumber(ARGV[b + 5]), ARGV[b + 6] == '1')
+  end
+  out[#out + 1] = CODE[state]
+  out[#out + 1] = run_at
+  woken = woken + freed
+end
+wake(woken)
+return out
