@@ -19,7 +19,7 @@ enqueue and puts them together.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
@@ -94,8 +94,8 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
             outcomes += stored
             metrics.ENQUEUE_BATCH_SIZE.observe(len(batch))
         await self._register(by_queue, again=created)
-        for o in outcomes:
-            metrics.child(metrics.JOBS_ENQUEUED, o.queue, o.outcome).inc()
+        for (queue, outcome), n in Counter((o.queue, o.outcome) for o in outcomes).items():
+            metrics.child(metrics.JOBS_ENQUEUED, queue, outcome).inc(n)
         return EnqueueResult(outcomes, created)
 
     async def schedule_far(

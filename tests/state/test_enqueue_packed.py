@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from prometheus_client import REGISTRY
+
 from jqcore.envelope import Envelope, decode
 from jqcore.state import Engine
 
@@ -34,9 +36,14 @@ async def test_each_kind_gets_its_own_options_in_one_call(engine: Engine, q: str
     }
 
 
+def _enqueued_metric(queue: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("jobq_jobs_enqueued_total", {"queue": queue, "outcome": outcome}) or 0.0
+
+
 async def test_stats_are_counted_once_per_call(engine: Engine, q: str, job: Job, t0: int) -> None:
     await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
     before = await engine.queue_stats(q)
+    metric_before = {o: _enqueued_metric(q, o) for o in ("stored", "duplicate", "delayed")}
     result = await engine.enqueue_batch(
         [
             job(q, id="a"),
@@ -51,6 +58,8 @@ async def test_stats_are_counted_once_per_call(engine: Engine, q: str, job: Job,
     after = await engine.queue_stats(q)
     assert after["enqueued"] - before["enqueued"] == 3
     assert after["duplicates"] - before.get("duplicates", 0) == 2
+    metric = {o: _enqueued_metric(q, o) - metric_before[o] for o in ("stored", "duplicate", "delayed")}
+    assert metric == {"stored": 2, "duplicate": 2, "delayed": 1}
 
 
 async def test_every_row_field_arrives(engine: Engine, q: str, job: Job, t0: int) -> None:
