@@ -55,7 +55,7 @@ class EventSignals:
 class EventShipper:
     def __init__(self, engine: Engine, kafka: KafkaSettings, events: EventSettings) -> None:
         self.engine, self.settings = engine, events
-        self.producer = AsyncProducer(kafka, linger_ms=5)
+        self.producer = AsyncProducer(kafka, extra=events.produce_options())
         self.shipped = 0
         """Events this instance had acknowledged by Kafka (tests and benches wait on it)."""
         self.signals = EventSignals()

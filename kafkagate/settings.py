@@ -8,14 +8,14 @@ from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.envelope import MAX_ENVELOPE_BYTES
-from jqcore.settings import CommaSecrets
+from jqcore.settings import CommaSecrets, ProduceBatching
 
 __all__ = ["GateSettings"]
 
 
-class GateSettings(BaseSettings):
+class GateSettings(BaseSettings, ProduceBatching):
     """The gateway (``kafkagate``, ``jobq gate``, ``docs/gateway.md``): where it listens, whom it serves,
-    its request limits."""
+    its request limits, how its Kafka producer batches (``produce_*``)."""
 
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_GATE_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True

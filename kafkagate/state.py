@@ -151,7 +151,10 @@ class Gate:
         """One idempotent ``acks=all`` producer, and a ``leader`` one created when a queue first needs it."""
         if acks not in self._producers:
             self._producers[acks] = AsyncProducer(
-                self.kafka, acks=acks, delivery_timeout_ms=self.settings.produce_timeout_ms
+                self.kafka,
+                acks=acks,
+                delivery_timeout_ms=self.settings.produce_timeout_ms,
+                extra=self.settings.produce_options(),
             )
         return self._producers[acks]
 

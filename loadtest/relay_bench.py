@@ -79,7 +79,14 @@ async def _pending(client: aioredis.Redis, queue: str) -> int:
     return (await Engine(client).depth(queue)).pending
 
 
-async def _throughput(ep: Endpoints, n: int, tag: str) -> float:
+async def _redis_cpu_s(client: aioredis.Redis) -> float:
+    info = await client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def _throughput(ep: Endpoints, n: int, tag: str) -> tuple[float, float, float]:
+    """Jobs/s, and CPU µs per job of the relay (this process: its event loop and librdkafka's threads)
+    and of Redis, over the same stretch (from the first written batch to the last job in Redis)."""
     topic, queue = f"bench.{tag}", f"bench.{tag}"
     await asyncio.to_thread(_topic, ep, topic)
     await asyncio.to_thread(_produce, ep, topic, queue, 0, n)
@@ -89,13 +96,15 @@ async def _throughput(ep: Endpoints, n: int, tag: str) -> float:
         counts = relay.relays[0].counts
         while not counts.get("written"):  # noqa: ASYNC110 (the relay's state, sampled)
             await asyncio.sleep(0.005)
-        started = time.perf_counter()
+        started, cpu, redis_cpu = time.perf_counter(), time.process_time(), await _redis_cpu_s(client)
         first = counts["written"]
         while await _pending(client, queue) < n:  # noqa: ASYNC110 (Redis state, sampled)
             await asyncio.sleep(0.02)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        redis_cpu = await _redis_cpu_s(client) - redis_cpu
     await client.aclose()
-    return (n - first) / elapsed
+    jobs = max(n - first, 1)
+    return jobs / elapsed, cpu / jobs * 1e6, redis_cpu / jobs * 1e6
 
 
 async def _rate_accuracy(ep: Endpoints, rate: float, seconds: float, tag: str, per_queue: bool) -> float:
@@ -121,11 +130,13 @@ async def _rate_accuracy(ep: Endpoints, rate: float, seconds: float, tag: str, p
 async def _round(ep: Endpoints, quick: bool, rep: int) -> dict[str, float]:
     n, rate, window = (20_000, 500.0, 3.0) if quick else (200_000, 2000.0, 10.0)
     tag = f"{os.getpid()}r{rep}"
-    through = await _throughput(ep, n, f"t{tag}")
+    through, relay_cpu, redis_cpu = await _throughput(ep, n, f"t{tag}")
     achieved = await _rate_accuracy(ep, rate, window, f"l{tag}", per_queue=False)
     per_queue = await _rate_accuracy(ep, rate, window, f"q{tag}", per_queue=True)
     return {
         "relay throughput, limits off": through,
+        "relay CPU per job, limits off": relay_cpu,
+        "Redis CPU per job, limits off": redis_cpu,
         f"achieved rate at a {rate:g}/s topic limit": achieved,
         "topic rate error": abs(achieved - rate) / rate * 100,
         f"achieved rate at a {rate:g}/s queue limit": per_queue,
@@ -133,7 +144,13 @@ async def _round(ep: Endpoints, quick: bool, rep: int) -> dict[str, float]:
     }
 
 
-UNITS = {"relay throughput, limits off": "jobs/s", "topic rate error": "%", "queue rate error": "%"}
+UNITS = {
+    "relay throughput, limits off": "jobs/s",
+    "relay CPU per job, limits off": "µs/job",
+    "Redis CPU per job, limits off": "µs/job",
+    "topic rate error": "%",
+    "queue rate error": "%",
+}
 
 
 def run(quick: bool = False, endpoints: Endpoints | None = None) -> Report:

@@ -33,7 +33,7 @@ from jqcore.settings.common import (
     load,
     load_env,
 )
-from jqcore.settings.kafka import KafkaSettings, SaslMechanism, librdkafka_key
+from jqcore.settings.kafka import KafkaSettings, ProduceBatching, SaslMechanism, librdkafka_key
 from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqstack.paths import stack_dir
 
@@ -55,6 +55,7 @@ __all__ = [
     "KafkaSettings",
     "LogSettings",
     "MetricsSettings",
+    "ProduceBatching",
     "QueueNames",
     "RedisSettings",
     "RelayKeys",
@@ -155,10 +156,10 @@ class FarSettings(BaseSettings):
         return self.horizon_s > 0
 
 
-class EventSettings(BaseSettings):
+class EventSettings(BaseSettings, ProduceBatching):
     """Lifecycle events (``docs/history.md``): every transition of a job is recorded in its queue's Redis
     stream by the script that makes it; scheduler instances ship each owned queue's stream to ``topic``
-    (keyed by job id) and trim what Kafka acknowledged."""
+    (keyed by job id, batched as the ``produce_*`` settings say) and trim what Kafka acknowledged."""
 
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_EVENTS_", extra="ignore", use_attribute_docstrings=True
@@ -175,6 +176,9 @@ class EventSettings(BaseSettings):
 ``docs/history.md``): each kept up to this many bytes of JSON; a longer one is cut there and named in the
 event's ``truncated`` (GET from the archive shows it; a job whose args or meta were cut cannot be replayed
 from the archive). 0: the history keeps no payload."""
+    produce_linger_ms: int = Field(5, ge=0, le=1000)
+    """How long the shipper's producer waits for more events before it sends a batch (librdkafka's
+    ``linger.ms``): no request waits on it, so longer than the gateway's."""
 
 
 class AuditSettings(BaseSettings):

@@ -19,9 +19,10 @@ enqueue and puts them together.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+
+import msgspec
 
 from jqcore import metrics
 from jqcore.envelope import Envelope, encode
@@ -85,16 +86,16 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
                 by_queue[env.queue].append(env)
         created: list[str] = []
         for queue, batch in by_queue.items():
-            jobs = _job_args(batch, origins or {}, parents or {})
-            reply = await self._run("enqueue_batch", queue, [source, fence, len(batch), *jobs], now_ms)
+            rows = _job_rows(batch, origins or {}, parents or {})
+            reply = await self._run("enqueue_batch", queue, [source, fence, len(batch), rows], now_ms)
             new, stored = replies.enqueue(batch, reply, source, fence)
             if new:
                 created.append(queue)
             outcomes += stored
             metrics.ENQUEUE_BATCH_SIZE.observe(len(batch))
         await self._register(by_queue, again=created)
-        for o in outcomes:
-            metrics.child(metrics.JOBS_ENQUEUED, o.queue, o.outcome).inc()
+        for (queue, outcome), n in Counter((o.queue, o.outcome) for o in outcomes).items():
+            metrics.child(metrics.JOBS_ENQUEUED, queue, outcome).inc(n)
         return EnqueueResult(outcomes, created)
 
     async def schedule_far(
@@ -129,16 +130,32 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
             replies.fence(await self._run("enqueue_batch", queue, [source, fence, 0], None), source, fence)
 
 
-def _job_args(batch: Sequence[Envelope], origins: Mapping[str, str], parents: Mapping[str, str]) -> list[Any]:
-    args: list[Any] = []
+_ROWS = msgspec.msgpack.Encoder()
+
+
+def _job_rows(batch: Sequence[Envelope], origins: Mapping[str, str], parents: Mapping[str, str]) -> bytes:
+    """``enqueue_batch.lua``'s rows (its header names the 14 values), packed as one MessagePack array.
+    The envelope goes as a MessagePack string (Redis's cmsgpack reads no binary type; it is UTF-8 JSON)."""
+    rows = []
     for env in batch:
-        meta = "\n".join(f"{k}={v}" for k, v in env.meta.items())
-        opt = ["" if x is None else x for x in (env.run_at, env.expires_at)]
-        args += [env.id, encode(env), env.priority, *opt, env.excl or "", env.kind]
-        args += [
-            "" if env.max_attempts is None else env.max_attempts,
-            "" if env.lease_ms is None else env.lease_ms,
-        ]
+        meta = "\n".join(f"{k}={v}" for k, v in env.meta.items()) if env.meta else ""
         graph = f"{env.graph['id']}\t{env.graph['node']}" if env.graph else ""
-        args += [meta, origins.get(env.id, ""), env.enqueued_at, graph, parents.get(env.id, "")]
-    return args
+        rows.append(
+            (
+                env.id,
+                encode(env).decode(),
+                env.priority,
+                "" if env.run_at is None else env.run_at,
+                "" if env.expires_at is None else env.expires_at,
+                env.excl or "",
+                env.kind,
+                "" if env.max_attempts is None else env.max_attempts,
+                "" if env.lease_ms is None else env.lease_ms,
+                meta,
+                origins.get(env.id, ""),
+                env.enqueued_at,
+                graph,
+                parents.get(env.id, ""),
+            )
+        )
+    return _ROWS.encode(rows)

@@ -1,0 +1,84 @@
+"""enqueue_batch's packed rows (one MessagePack string a call): every field of every job arrives, a kind's
+options are applied per kind, the stats are counted once per call, the envelope's bytes stay verbatim."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import REGISTRY
+
+from jqcore.envelope import Envelope, decode
+from jqcore.state import Engine
+
+Job = Callable[..., Envelope]
+
+
+async def test_each_kind_gets_its_own_options_in_one_call(engine: Engine, q: str, job: Job, t0: int) -> None:
+    await engine.enqueue_batch([job(q, id="first")], now_ms=t0)  # the queue exists: kinds configured in it
+    await engine.configure_kind("urgent", queues=[q], priority=0, max_attempts=3)
+    await engine.configure_kind("plain", queues=[q], max_attempts=5)
+    batch = [
+        job(q, "urgent", id="u1"),
+        job(q, "plain", id="p1"),
+        job(q, "urgent", id="u2", priority=7),  # a priority given wins over the kind's
+        job(q, "plain", id="p2", max_attempts=9),  # so do attempts given
+        job(q, "noop", id="n1"),  # a kind without options: the queue's defaults
+    ]
+    result = await engine.enqueue_batch(batch, now_ms=t0)
+    assert [o.outcome for o in result.outcomes] == ["stored"] * 5
+    got = {i: await engine.get_job(q, i) for i in ("u1", "p1", "u2", "p2", "n1")}
+    assert {i: (j.priority, j.max_attempts) for i, j in got.items() if j} == {
+        "u1": (0, 3),
+        "p1": (t0, 5),
+        "u2": (7, 3),
+        "p2": (t0, 9),
+        "n1": (t0, 10),
+    }
+
+
+def _enqueued_metric(queue: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("jobq_jobs_enqueued_total", {"queue": queue, "outcome": outcome}) or 0.0
+
+
+async def test_stats_are_counted_once_per_call(engine: Engine, q: str, job: Job, t0: int) -> None:
+    await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
+    before = await engine.queue_stats(q)
+    metric_before = {o: _enqueued_metric(q, o) for o in ("stored", "duplicate", "delayed")}
+    result = await engine.enqueue_batch(
+        [
+            job(q, id="a"),
+            job(q, id="b"),
+            job(q, id="c"),
+            job(q, id="b"),
+            job(q, id="late", run_at=t0 + 60_000),
+        ],
+        now_ms=t0,
+    )
+    assert [o.outcome for o in result.outcomes] == ["duplicate", "stored", "stored", "duplicate", "delayed"]
+    after = await engine.queue_stats(q)
+    assert after["enqueued"] - before["enqueued"] == 3
+    assert after["duplicates"] - before.get("duplicates", 0) == 2
+    metric = {o: _enqueued_metric(q, o) - metric_before[o] for o in ("stored", "duplicate", "delayed")}
+    assert metric == {"stored": 2, "duplicate": 2, "delayed": 1}
+
+
+async def test_every_row_field_arrives(engine: Engine, q: str, job: Job, t0: int) -> None:
+    env = job(q, id="full", run_at=t0 + 5_000, expires_at=t0 + 9_000, lease_ms=1234, meta={"tenant": "t1"})
+    [out] = (await engine.enqueue_batch([env], origins={"full": "topic/2/17"}, now_ms=t0)).outcomes
+    assert out.outcome == "delayed"
+    info = await engine.get_job(q, "full")
+    assert info is not None
+    assert (info.run_at, info.origin, info.enqueued_at) == (t0 + 5_000, "topic/2/17", t0)
+    [fields] = await engine.job_fields(q, ["full"], ["expires_at", "lease_ms", "accepted_at", "fair"])
+    assert fields == [str(t0 + 9_000).encode(), b"1234", str(env.enqueued_at).encode(), None]
+
+
+async def test_utf8_envelope_bytes_are_stored_verbatim(engine: Engine, q: str, t0: int) -> None:
+    raw = (
+        '{"v":1,"id":"u-1","queue":"' + q + '","kind":"noop","args":{"s":"grüße 😀 \\n"},'
+        '"priority":1,"enqueued_at":1,"meta":{"who":"zoë"}}'
+    ).encode()
+    await engine.enqueue_batch([decode(raw)], now_ms=t0)
+    [claimed] = await engine.claim(q, 1, now_ms=t0)
+    assert claimed.envelope.raw == raw
+    assert claimed.envelope.meta == {"who": "zoë"}
