@@ -38,16 +38,21 @@ def bench(
     batch: Annotated[
         int | None, typer.Option("--batch", min=1, help="drain: a batch handler's items, batches of N.")
     ] = None,
+    chaos: Annotated[
+        bool, typer.Option("--chaos", help="faults: one seeded run of random faults (--seed, --minutes).")
+    ] = False,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="faults --chaos: the seed (default: today, YYYYMMDD).")
+    ] = None,
+    minutes: Annotated[
+        float, typer.Option("--minutes", min=0.1, max=600, help="faults --chaos: about how long.")
+    ] = 5.0,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
-    if scenario not in SCENARIO_NAMES:
-        raise typer.BadParameter(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIO_NAMES)}")
-    sizes = {"--jobs": jobs, "--history-rows": history_rows, "--requests": requests}
-    if scenario != "web" and any(v is not None for v in sizes.values()):
-        raise typer.BadParameter(f"{', '.join(k for k, v in sizes.items() if v is not None)}: web only")
-    if scenario != "drain" and batch is not None:
-        raise typer.BadParameter("--batch: drain only")
-    if scenario == "drain":
+    _only(scenario, web=(jobs, history_rows, requests), drain=batch, chaos=(chaos, seed))
+    if chaos:
+        report = registry.chaos(seed, minutes)
+    elif scenario == "drain":
         report = registry.drain(quick, batch=batch or 0)
     elif scenario == "web":
         report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
@@ -63,6 +68,23 @@ def bench(
     console = Console()
     console.print(table)
     console.print(f"report: {folder}")
+
+
+def _only(
+    scenario: str, *, web: tuple[int | None, ...], drain: int | None, chaos: tuple[bool, int | None]
+) -> None:
+    """Refuse an unknown scenario and options of another scenario."""
+    if scenario not in SCENARIO_NAMES:
+        raise typer.BadParameter(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIO_NAMES)}")
+    sizes = dict(zip(("--jobs", "--history-rows", "--requests"), web, strict=True))
+    if scenario != "web" and any(v is not None for v in sizes.values()):
+        raise typer.BadParameter(f"{', '.join(k for k, v in sizes.items() if v is not None)}: web only")
+    if scenario != "drain" and drain is not None:
+        raise typer.BadParameter("--batch: drain only")
+    if scenario != "faults" and (chaos[0] or chaos[1] is not None):
+        raise typer.BadParameter("--chaos, --seed: faults only")
+    if chaos[1] is not None and not chaos[0]:
+        raise typer.BadParameter("--seed: with --chaos")
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

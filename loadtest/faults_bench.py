@@ -3,7 +3,8 @@ its own (one single-node stack for the scenarios that kill no server or one of e
 Kafka sit on small tmpfs mounts, three Kafka brokers, a six-node Redis Cluster), and the report
 ``docs/reliability.md`` copies: per scenario acked, executed, lost, duplicates, recovery time, and each
 invariant's verdict with the fault's proof.
-``--quick`` runs the scenarios that need only the single-node stack.
+``--quick`` runs the scenarios that need only the single-node stack. ``--chaos --seed N --minutes M``
+runs one seeded multi-fault scenario instead (:mod:`loadtest.faults.chaos`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+from loadtest.faults.chaos import chaos_scenario
 from loadtest.faults.report import FaultReport
 from loadtest.faults.run import Servers, run_scenario
 from loadtest.faults.scenarios import SCENARIOS
 from loadtest.faults.stacks import can_mount, private_stack
 
-__all__ = ["run"]
+__all__ = ["run", "run_chaos"]
 
 ORDER: tuple[Servers, ...] = ("own", "disk", "kafka3", "cluster")
 """Stack shapes in the order they run; ``shared`` scenarios run on the ``own`` stack (they kill no server);
@@ -41,6 +43,23 @@ def run(quick: bool = False) -> FaultReport:
     for name, unit, value in _totals(report):
         report.add(name, unit, [value])
     report.notes.append(f"logs and every scenario's verdict.json: {work}")
+    return report
+
+
+def run_chaos(seed: int, minutes: float) -> FaultReport:
+    """One seeded multi-fault run on a single-node stack of its own; its seed and steps in the report."""
+    scenario = chaos_scenario(seed, minutes)
+    report = FaultReport("faults-chaos", {"seed": seed, "minutes": minutes})
+    print(f"chaos seed {seed}: {scenario.title}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="jobq-chaos-"))
+    with private_stack("own") as stack:
+        verdict = asyncio.run(run_scenario(scenario, stack.endpoints, work, stack=stack, cap_s=300))
+    report.add_verdict(scenario, verdict)
+    print(f"{scenario.name}: {verdict}", flush=True)
+    for name, unit, value in _totals(report):
+        report.add(name, unit, [value])
+    report.notes.append(f"reproduce: ./run bench faults --chaos --seed {seed} --minutes {minutes:g}")
+    report.notes.append(f"logs and the verdict.json: {work}")
     return report
 
 

@@ -93,6 +93,15 @@ def _faults(quick: bool) -> Report:
     return faults_bench.run(quick=quick)
 
 
+def chaos(seed: int | None, minutes: float) -> Report:
+    """``./run bench faults --chaos --seed N --minutes M``: one seeded multi-fault run (``None``: today's
+    seed, printed)."""
+    from loadtest import faults_bench
+    from loadtest.faults.chaos import daily_seed
+
+    return faults_bench.run_chaos(daily_seed() if seed is None else seed, minutes)
+
+
 def _envelope(quick: bool) -> Report:
     from loadtest import envelope_bench
 
