@@ -74,9 +74,9 @@ def _gateway(ep: Endpoints, processes: int = 1) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     with Children(grace_s=30.0) as children:
         gateway = children.start("gateway", service_argv("gateway"), output="inherit", env=env)
-        gateway.wait_ready(http_ok(url + "/readyz"), timeout_s=30, interval_s=0.2)
+        gateway.wait_ready(http_ok(url + "/readyz"), timeout_s=60, interval_s=0.2)
         if processes > 1:
-            gateway.wait_ready(lambda: _every_process_answers(url, processes), timeout_s=30, interval_s=0.2)
+            gateway.wait_ready(lambda: _every_process_answers(url, processes), timeout_s=60, interval_s=0.2)
         yield url
 
 
