@@ -1,7 +1,8 @@
 """``./run bench drain``: drain pre-enqueued no-op jobs with 2 real worker processes (``jobq worker``).
 
 The jobs are stored into a paused queue on a throw-away Redis, the two workers start (``--burst``) and
-settle, then the queue is resumed and the clock runs until both workers exited (every job completed).
+announce themselves (their presence heartbeat: imported, connected, about to claim), then the queue is
+resumed and the clock runs until both workers exited (every job completed).
 Reported: jobs/s, and CPU seconds per 1k jobs of the worker processes (user + system, from rusage) and
 of Redis (from ``INFO cpu``).
 
@@ -14,12 +15,16 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import socket
 import time
+from functools import partial
 
+import redis
 import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
+from jqcore.keys import presence_key
 from jqcore.state import Engine
 from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.supervise import Children
@@ -66,10 +71,20 @@ async def _finished(url: str, queue: str) -> int:
     return d.finished
 
 
+def _announced(url: str, pid: int, queue: str) -> bool:
+    """True once the pool of process ``pid`` serving ``queue`` beats in the workers' presence set (a pool
+    beats when it has imported its handlers and connected, right before its claim loop starts)."""
+    client = redis.Redis.from_url(url)
+    try:
+        return client.zscore(presence_key("worker"), f"{socket.gethostname()}:{pid}:{queue}") is not None
+    finally:
+        client.close()
+
+
 def drain(url: str, queue: str, n: int, concurrency: int, batch: int = 0) -> dict[str, float]:
     """Drain the paused ``queue`` holding ``n`` jobs (:func:`fill`) with :data:`WORKERS` burst workers: start
-    them, let them settle, resume the queue and time until both exited. The figures of this scenario.
-    ``batch``: the jobs are the batch app's, in batches of this size."""
+    them, wait until both announced themselves, resume the queue and time until both exited. The figures
+    of this scenario. ``batch``: the jobs are the batch app's, in batches of this size."""
     env = PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker()
     app = "loadtest.batch_app:registry" if batch else "examples.demo_app:registry"
     env["JOBQ_BENCH_BATCH"] = str(batch)
@@ -78,7 +93,8 @@ def drain(url: str, queue: str, n: int, concurrency: int, batch: int = 0) -> dic
     with Children(grace_s=30.0) as workers:
         for i in range(WORKERS):
             workers.start(f"worker-{i}", argv, output="inherit", env=env)  # their warnings reach the terminal
-        time.sleep(2.0)  # let both workers import and block on the paused queue before the clock starts
+        for w in workers:  # both imported and about to claim before the clock starts (fails if one exits)
+            w.wait_ready(partial(_announced, url, w.pid, queue), timeout_s=120, what=f"{w.name} presence")
         redis_cpu = asyncio.run(_redis_cpu(url))
         started = time.perf_counter()
         asyncio.run(_resume_and_count(url, queue))
@@ -107,7 +123,7 @@ UNITS = {"drain": "jobs/s", "worker CPU s per 1k jobs": "s", "redis CPU s per 1k
 
 def run(quick: bool = False, batch: int = 0) -> Report:
     """``batch`` > 0: batch handlers' items (batches of ``batch``), each pool's concurrency ``2 batch``."""
-    n, reps, concurrency = (10_000, 1, 50) if quick else (100_000, 3, 50)
+    n, reps, concurrency = (3_000, 1, 50) if quick else (100_000, 3, 50)
     concurrency = 2 * batch if batch else concurrency
     params = {"jobs": n, "reps": reps, "worker_processes": WORKERS, "concurrency": concurrency}
     report = Report("drain", {**params, "batch": batch})

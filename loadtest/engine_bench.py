@@ -2,7 +2,7 @@
 
 * enqueue_batch jobs/s (batches of 500);
 * claim + complete jobs/s with 2 worker processes (batch claims of 50, completes in parallel);
-* claim latency p50/p99 with 1k pending vs 1M pending (``--quick``: 1k vs 50k) — O(log n) claims;
+* claim latency p50/p99 with 1k pending vs 1M pending (``--quick``: 1k vs 10k) — O(log n) claims;
 * Redis commands/s in total with 100 idle waiting workers (the cost of waiting);
 * delayed-job lateness p50/p99/max with the scheduler running (negative would mean early).
 """
@@ -128,7 +128,7 @@ def _pct(values: Sequence[float], p: float) -> float:
 async def _round(url: str, quick: bool, rep: int) -> dict[str, float]:
     client = aioredis.Redis.from_url(url, socket_timeout=90)
     engine, prefix = Engine(client), f"bench{os.getpid()}r{rep}"
-    n_fill, big = (20_000, 50_000) if quick else (200_000, 1_000_000)
+    n_fill, big = (5_000, 10_000) if quick else (200_000, 1_000_000)
     out: dict[str, float] = {"enqueue_batch": await _fill(engine, f"{prefix}.fill", n_fill)}
     out["claim+complete, 2 processes"] = await asyncio.to_thread(drain, url, f"{prefix}.fill", n_fill)
     await _fill(engine, f"{prefix}.small", 1_000)
@@ -138,7 +138,7 @@ async def _round(url: str, quick: bool, rep: int) -> dict[str, float]:
     await _fill(engine, f"{prefix}.big", big, batch=1000)
     p50, p99 = await _claim_latency(engine, f"{prefix}.big", 500)
     out[f"claim p50 at {big // 1000}k pending"], out[f"claim p99 at {big // 1000}k pending"] = p50, p99
-    out["redis commands/s, 100 idle workers"] = await _idle_cost(client, url, prefix, 100, 5 if quick else 30)
+    out["redis commands/s, 100 idle workers"] = await _idle_cost(client, url, prefix, 100, 2 if quick else 30)
     late = await _lateness(engine, f"{prefix}.delayed", 100 if quick else 500, 2000 if quick else 5000)
     out["lateness min"], out["lateness p50"] = late[0], _pct(late, 0.5)
     out["lateness p99"], out["lateness max"] = _pct(late, 0.99), late[-1]

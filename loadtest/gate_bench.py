@@ -74,9 +74,9 @@ def _gateway(ep: Endpoints, processes: int = 1) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     with Children(grace_s=30.0) as children:
         gateway = children.start("gateway", service_argv("gateway"), output="inherit", env=env)
-        gateway.wait_ready(http_ok(url + "/readyz"), timeout_s=30, interval_s=0.2)
+        gateway.wait_ready(http_ok(url + "/readyz"), timeout_s=60, interval_s=0.2)
         if processes > 1:
-            gateway.wait_ready(lambda: _every_process_answers(url, processes), timeout_s=30, interval_s=0.2)
+            gateway.wait_ready(lambda: _every_process_answers(url, processes), timeout_s=60, interval_s=0.2)
         yield url
 
 
@@ -146,7 +146,7 @@ async def _single(base: str, seconds: float) -> float:
 
 
 async def _round(base: str, quick: bool) -> dict[str, float]:
-    seconds, rate = (2.0, 500.0) if quick else (10.0, 2500.0)
+    seconds, rate = (1.0, 500.0) if quick else (10.0, 2500.0)
     out = {SINGLE: await _single(base, seconds)}
     async with _raw(base) as http:
         p50, p99, err = await _open_loop(http, http.request("POST", PATH, b'{"kind": "noop"}'), rate, seconds)
@@ -172,10 +172,10 @@ def run(quick: bool = False, endpoints: Endpoints | None = None) -> Report:
         one = gateways.enter_context(_gateway(ep))
         many = gateways.enter_context(_gateway(ep, CORES))
         for base in (one, many):  # warm-up, not measured: the broker's first writes, the first connections
-            asyncio.run(_single(base, 1.0))
+            asyncio.run(_single(base, 0.5 if quick else 1.0))
         for _ in range(reps):  # alternately, so a drift of the machine touches both alike
             figures = asyncio.run(_round(one, quick))
-            figures[MULTI] = asyncio.run(_single(many, 2.0 if quick else 10.0))
+            figures[MULTI] = asyncio.run(_single(many, 1.0 if quick else 10.0))
             figures[RATIO] = figures[MULTI] / figures[SINGLE] if figures[SINGLE] else float("nan")
             for name, value in figures.items():
                 samples.setdefault(name, []).append(value)

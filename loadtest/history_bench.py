@@ -21,7 +21,7 @@ One stack (Kafka + Redis on free ports; the smoke test passes the test session's
 3. **History lag.** :func:`jqspark.history.start_history` (trigger 1 s, a local[2] Spark session in this
    process) over a scheduler's topic while jobs flow to 2 worker processes, open loop
    (``Engine.enqueue_batch`` every 10 ms with the jobs due by then), at each of ``Sizes.rates`` (500,
-   1,000 and 2,000 jobs/s; quick: 300) for ``Sizes.seconds`` (90 s; quick: 6 s), one after the other,
+   1,000 and 2,000 jobs/s; quick: 300) for ``Sizes.seconds`` (90 s; quick: 3 s), one after the other,
    each followed by its catch-up, after an unmeasured 30-s flow at the first rate (Spark's first batches
    are slow). Every 2 s (quick: 1 s) a sample through :class:`jqcore.history.HistoryStore` (the
    raw ``events_files`` view filtered to the newest batch folders; DuckDB still opens every file's
@@ -106,7 +106,7 @@ class Sizes:
     """Seconds between lag samples (each reads the history through HistoryStore: not free)."""
 
 
-QUICK = Sizes(5_000, pairs=1, ship_jobs=3_000, ship_reps=1, rates=(300.0,), seconds=6, warm_s=0, sample_s=1)
+QUICK = Sizes(2_000, pairs=1, ship_jobs=1_000, ship_reps=1, rates=(300.0,), seconds=3, warm_s=0, sample_s=1)
 FULL = Sizes(
     100_000,
     pairs=3,

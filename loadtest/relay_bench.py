@@ -128,7 +128,7 @@ async def _rate_accuracy(ep: Endpoints, rate: float, seconds: float, tag: str, p
 
 
 async def _round(ep: Endpoints, quick: bool, rep: int) -> dict[str, float]:
-    n, rate, window = (20_000, 500.0, 3.0) if quick else (200_000, 2000.0, 10.0)
+    n, rate, window = (5_000, 500.0, 1.0) if quick else (200_000, 2000.0, 10.0)
     tag = f"{os.getpid()}r{rep}"
     through, relay_cpu, redis_cpu = await _throughput(ep, n, f"t{tag}")
     achieved = await _rate_accuracy(ep, rate, window, f"l{tag}", per_queue=False)

@@ -1,6 +1,6 @@
 """``./run bench scheduler``: the scheduler service under a large delayed load, with a far-future share.
 
-``N`` delayed jobs (1M; ``--quick``: 3k) spread over the next ``SPREAD`` (10 min; quick 12 s) in 12
+``N`` delayed jobs (1M; ``--quick``: 3k) spread over the next ``SPREAD`` (10 min; quick 8 s) in 12
 queues; those due beyond the horizon (half of the spread) go to the far-future tier as a relay would
 write them (the record into the compacted schedule topic, an index entry into Redis), the rest straight
 into the engine. Three ``python -m jqsched`` processes keep the timers and move the far jobs in; one is
@@ -141,7 +141,7 @@ async def _claim_all(
 
 
 async def _round(ep: Endpoints, quick: bool, rep: int, folder: Path) -> dict[str, float]:
-    n, spread_s = (3_000, 12.0) if quick else (1_000_000, 600.0)
+    n, spread_s = (3_000, 8.0) if quick else (1_000_000, 600.0)
     lead_s = 8.0 if quick else 420.0  # loading 1M jobs takes ~4-5 min here: the first is due after it
     prefix = f"bench{os.getpid()}s{rep}"
     topic, queues = f"{prefix}.schedule", [f"{prefix}.q{i}" for i in range(QUEUES)]

@@ -140,8 +140,8 @@ async def test_three_instances_split_the_queues_and_one_killed_loses_nothing(
 
     start = now_ms()
     jobs = []
-    for i in range(180):  # 20 per queue, due over the next 9 s: some before the kill, most after
-        run_at = start + 1000 + i * 50
+    for i in range(180):  # 20 per queue, due over the next 5.5 s: some before the kill, most after
+        run_at = start + 1000 + i * 25
         env = new_envelope(queues[i % len(queues)], "tick", None, run_at=run_at)
         due_at[env.id] = run_at
         jobs.append(env)

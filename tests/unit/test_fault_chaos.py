@@ -3,6 +3,7 @@ of the catalogue is one the single-node stack can inject."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 
 from loadtest.faults.chaos import CATALOGUE, FAULT_S, GAP_S, chaos_scenario, daily_seed, plan
@@ -20,7 +21,7 @@ def test_a_plan_fills_its_minutes_without_repeating_a_fault_twice_in_a_row() -> 
     budget = sum(s.gap_s + FAULT_S for s in steps)
     assert 300 <= budget < 300 + GAP_S[1] + FAULT_S
     assert all(GAP_S[0] <= s.gap_s <= GAP_S[1] for s in steps)
-    assert all(a.fault != b.fault for a, b in zip(steps, steps[1:], strict=False))
+    assert all(a.fault != b.fault for a, b in itertools.pairwise(steps))
     assert {s.fault for s in plan(1, 60)} == set(CATALOGUE), "a long run draws every fault"
     assert len(plan(1, 0.01)) == 1
 
@@ -32,9 +33,10 @@ def test_the_catalogue_holds_single_stack_faults_the_scenarios_run_on_the_same_l
         single = by_fault[fault]
         assert single.name == name
         assert single.servers in ("shared", "own"), name
-        assert not single.consul_state_lost and not single.graceful, name
+        assert not single.consul_state_lost, name
+        assert not single.graceful, name
         assert set(single.links) <= set(scenario.links), name
-    assert scenario.name == "chaos-3" and scenario.servers == "own"
+    assert (scenario.name, scenario.servers) == ("chaos-3", "own")
 
 
 def test_the_daily_seed_is_the_utc_date() -> None:
