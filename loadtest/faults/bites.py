@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from jqstack.supervise import alive
 from loadtest.faults.invariants import Check
 
@@ -33,6 +35,7 @@ __all__ = [
     "refused",
     "replaced",
     "roundtrip_ms",
+    "severed",
     "skew_seen_s",
     "skewed",
     "slowed",
@@ -105,6 +108,22 @@ def refused(port: int, timeout_s: float = 2.0) -> bool:
             return False
     except OSError:
         return True
+
+
+def severed(proxy_log: str, name: str, start: float, end: float) -> int:
+    """Live connections of proxy ``name`` that toxiproxy broke within ``[start, end]`` (epoch s, whole
+    seconds in its log): a cut that met clients using the link, whether or not they retried silently."""
+    n = 0
+    for line in proxy_log.splitlines():
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if entry.get("name") != name or entry.get("level") != "warn" or "bytes" not in entry:
+            continue
+        if int(start) <= _stamp(str(entry.get("time", ""))) <= end:
+            n += 1
+    return n
 
 
 def roundtrip_ms(port: int, request: bytes = b"PING\r\n", timeout_s: float = 5.0) -> float:

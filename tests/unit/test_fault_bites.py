@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -131,3 +132,20 @@ def test_problems_logged_during_a_cut_are_counted_in_either_log_format() -> None
 def test_librdkafka_problems_on_stderr_count_too() -> None:
     text = "%3|1795860001.500|FAIL|rdkafka#producer-1| refused\n%7|1795860002.0|DEBUG|x\n"
     assert errors_logged([text], 1795860000.0, 1795860010.0) == 1
+
+
+def test_a_cut_that_broke_no_live_connection_is_not_taken_for_one() -> None:
+    from loadtest.faults.bites import severed
+
+    lines = [
+        '{"level":"info","name":"relay-redis","time":"2026-11-28T10:55:30Z","message":"Terminated proxy"}',
+        '{"level":"warn","name":"relay-redis","bytes":445922,"time":"2026-11-28T10:55:30Z","error":"x"}',
+        '{"level":"warn","name":"relay-redis","bytes":10,"time":"2026-11-28T10:56:06Z","error":"x"}',
+        '{"level":"warn","name":"other-redis","bytes":10,"time":"2026-11-28T10:55:31Z","error":"x"}',
+        "not json",
+    ]
+    log = "\n".join(lines)
+    cut = datetime(2026, 11, 28, 10, 55, 30, 400_000, tzinfo=UTC).timestamp()
+    assert severed(log, "relay-redis", cut, cut + 5) == 1
+    assert severed(log, "relay-redis", cut + 10, cut + 15) == 0, "a break after the heal is not the cut's"
+    assert severed("\n".join(lines[:1]), "relay-redis", cut, cut + 5) == 0, "a cut of an idle link"
