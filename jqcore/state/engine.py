@@ -118,8 +118,8 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
     async def far_run_at(self, queue: str, job_id: str) -> int | None:
         """The ``run_at`` of a far-future job still in the schedule topic (None: not there)."""
         async with codes.redis_errors("far"):
-            score = await self._client.zscore(QueueKeys(queue).far, job_id)
-        return None if score is None else int(score)
+            run_at = await self._client.hget(QueueKeys(queue).far, job_id)
+        return None if run_at is None else int(run_at)
 
     async def raise_fence(self, queues: Iterable[str], *, fence: int, source: str) -> None:
         """Record ``fence`` as the newest for ``source`` in each queue (a new relay term does this before

@@ -24,6 +24,7 @@ __all__ = [
     "dead_list",
     "depth",
     "far_jobs",
+    "far_next",
     "get_job",
     "get_jobs",
     "job_fields",
@@ -56,7 +57,7 @@ async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | Non
     keys = QueueKeys(queue)
     found = _job_info(queue, job_id, await client.hgetall(keys.job(job_id)))
     if found is None:
-        run_at = await client.zscore(keys.far, job_id)
+        run_at = await client.hget(keys.far, job_id)
         if run_at is not None:
             return _scheduled(queue, job_id, int(run_at))
     return found
@@ -118,14 +119,10 @@ async def far_jobs(client: RedisClient, queue: str, ids: Sequence[str]) -> list[
     schedule topic, so no kind or args), one pipelined round trip; None for an id not in the tier."""
     if not ids:
         return []
-    key = QueueKeys(queue).far
-    pipe = client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.zscore(key, job_id)
-    scores = await pipe.execute()
+    found = await client.hmget(QueueKeys(queue).far, list(ids))
     return [
-        None if score is None else _scheduled(queue, job_id, int(score))
-        for job_id, score in zip(ids, scores, strict=True)
+        None if run_at is None else _scheduled(queue, job_id, int(run_at))
+        for job_id, run_at in zip(ids, found, strict=True)
     ]
 
 
@@ -211,7 +208,7 @@ async def depth(
     pipe.zcard(keys.dead)
     pipe.zcard(keys.done)
     pipe.zrange(keys.ready, 0, 0)
-    pipe.zcard(keys.far)
+    pipe.hlen(keys.far)
     indexes = [keys.index(k, v) for k, v in sorted((filter or {}).items())]
     if indexes:
         pipe.hget(keys.config, "filter_keys")
@@ -264,17 +261,22 @@ LISTED = {
     "done": "done",
     "dead": "dead",
 }
-"""The states whose jobs can be listed, and the ZSET each lives in (``done``: completed, canceled,
-expired and errored jobs until GC; ``dead``: the errored ones)."""
+"""The states whose jobs can be listed, and the key each lives in: a ZSET, but ``far``'s is a HASH (``done``:
+completed, canceled, expired and errored jobs until GC; ``dead``: the errored ones)."""
+FAR_NEXT_UP_TO = 10_000
+""":func:`far_next` reads the whole index of a queue holding at most this many far-future jobs."""
 
 
 async def list_ids(
     client: RedisClient, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
 ) -> tuple[list[str], int]:
-    """Job ids of one listed state in the ZSET's order (pending: priority; delayed and far: run_at;
-    running: lease deadline; done: GC time; dead: death time), ``newest`` reversed, and how many there
-    are in all."""
+    """Job ids of one listed state in the ZSET's order (pending: priority; delayed: run_at; running: lease
+    deadline; done: GC time; dead: death time), ``newest`` reversed, and how many there are in all. The
+    far-future index is a HASH: its ids come in no order (``newest`` ignored), each page sorted by
+    ``run_at``; a page at ``offset`` scans the ``offset`` entries before it."""
     key = getattr(QueueKeys(queue), LISTED[state])
+    if state == "far":
+        return await _far_ids(client, key, offset, limit)
     pipe = client.pipeline(transaction=False)
     if newest:
         pipe.zrevrange(key, offset, offset + limit - 1)
@@ -283,6 +285,27 @@ async def list_ids(
     pipe.zcard(key)
     ids, total = await pipe.execute()
     return [_s(i) or "" for i in ids], int(total)
+
+
+async def _far_ids(client: RedisClient, key: str, offset: int, limit: int) -> tuple[list[str], int]:
+    page: list[tuple[int, str]] = []
+    seen = 0
+    async for job_id, run_at in client.hscan_iter(key, count=1000):
+        if seen >= offset:
+            page.append((int(run_at), _s(job_id) or ""))
+            if len(page) >= limit:
+                break
+        seen += 1
+    return [job_id for _, job_id in sorted(page)], int(await client.hlen(key))
+
+
+async def far_next(client: RedisClient, queue: str) -> int | None:
+    """The earliest ``run_at`` of a queue's far-future jobs; None when there is none, or more than
+    :data:`FAR_NEXT_UP_TO` (the index is unordered: only the schedulers' memory knows it cheaply)."""
+    key = QueueKeys(queue).far
+    if int(await client.hlen(key)) > FAR_NEXT_UP_TO:
+        return None
+    return min((int(v) for v in await client.hvals(key)), default=None)
 
 
 async def dead_counts(client: RedisClient, queues: Sequence[str], chunk: int = 1000) -> dict[str, int]:

@@ -51,19 +51,18 @@ async def test_canceling_a_far_job_leaves_a_tombstone_that_refuses_its_move(
     assert info.state == "canceled"
 
 
-async def test_a_whole_read_marks_a_partition_scanned_only_if_redis_kept_its_start(
+async def test_a_rewrite_marks_a_partition_scanned_only_if_redis_kept_its_start(
     engine: Engine, q: str
 ) -> None:
-    """Redis lost while the far tier read the schedule topic (the read's start mark gone with the index
-    entries written so far): the read must not mark the partition scanned, or the index is never rebuilt."""
+    """Redis lost while the far tier wrote a partition's index entries from memory (the start mark gone
+    with the entries written so far): the partition must not be marked, or the entries are never written."""
     topic = f"{q}.schedule"
-    assert not await engine.far_scanned(topic, [0, 1])
+    assert await engine.far_unscanned(topic, [0, 1]) == [0, 1]
     await engine.begin_far_scan(topic, [0, 1])
     assert await engine.mark_far_scanned(topic, [0, 1], 1_000)
-    assert await engine.far_scanned(topic, [0, 1])
+    assert await engine.far_unscanned(topic, [0, 1]) == []
     await engine.begin_far_scan(topic, [0, 1])
     for key in (far_scanning_key(topic, 1), far_scanned_key(topic, 1)):  # what a Redis loss does to them
         await engine._client.delete(key)
     assert not await engine.mark_far_scanned(topic, [0, 1], 2_000)
-    assert await engine.far_scanned(topic, [0])
-    assert not await engine.far_scanned(topic, [0, 1]), "partition 1 is read whole again"
+    assert await engine.far_unscanned(topic, [0, 1]) == [1], "partition 1 is written again"
