@@ -39,7 +39,7 @@ from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
 from jqsched.farfetch import Fetcher
-from jqsched.farindex import PartitionIndex, parse_run_at
+from jqsched.farindex import Keys, PartitionIndex, parse_run_at
 
 __all__ = ["FarMover", "FarSignals"]
 
@@ -94,8 +94,14 @@ class FarMover:
         self.builds = 0
         """Partition index builds done (a partition is read whole only when gained)."""
         self.build_rate = 0.0
-        """Records per second of the last build of at least 1,000 records."""
+        """Records per second of the last round of builds (the partitions gained together) of at least
+        1,000 records."""
+        self._round: tuple[float, int] | None = None
+        """While partitions are being built: when the first of them started, and the records read by
+        those already built."""
         self.indexes: dict[int, PartitionIndex] = {}
+        self.keys = Keys()
+        """How the indexes hold the records' keys (packed small)."""
         self._building: dict[int, _Building] = {}
         self._consumer: Consumer | None = None
         self._fetcher: Fetcher | None = None
@@ -181,6 +187,8 @@ class FarMover:
         for p, end in ends.items():
             self.indexes[p] = PartitionIndex()
             self._building[p] = _Building(end, time.monotonic())
+        if new and self._round is None:
+            self._round = (time.monotonic(), 0)
         self.owned = owned
         log.info("schedule partitions dealt", owned=owned, gained=new, lost=gone)
 
@@ -200,15 +208,14 @@ class FarMover:
                 index.put(key, offset, run_at)
                 continue
             if index.remove(key) and partition not in self._building:
-                parsed = parse_schedule_key(key)
-                if parsed is not None:
-                    dropped.setdefault(parsed[0], []).append(parsed[1])
+                queue, job_id = self.keys.unpack(key)
+                dropped.setdefault(queue, []).append(job_id)
         for queue, ids in dropped.items():
             await self.engine.drop_far(queue, ids)
         await asyncio.sleep(0)  # a long build must not hold the timers' loop
 
     def _record(self, msg: Message) -> tuple[int, int, bytes, int | None] | None:
-        """``(partition, offset, key, run_at or None for a tombstone)``; None for what is skipped."""
+        """``(partition, offset, packed key, run_at or None for a tombstone)``; None for what is skipped."""
         err = msg.error()
         if err is not None:
             if err.code() != KafkaError._PARTITION_EOF:
@@ -220,10 +227,11 @@ class FarMover:
         building = self._building.get(partition)
         if building is not None and offset + 1 >= building.end:
             building.end = 0  # read up to the end it had when gained
-        key = msg.key()
-        if key is None or parse_schedule_key(key) is None:
+        parsed = parse_schedule_key(msg.key())
+        if parsed is None:
             log.error("record without a <queue>/<id> key in the schedule topic; left there")
             return None
+        key = self.keys.pack(*parsed)
         value = msg.value()
         if value is None:
             return partition, offset, key, None
@@ -250,8 +258,6 @@ class FarMover:
         for p in done:
             b = self._building.pop(p)
             records, took = self.indexes[p].read, time.monotonic() - b.started
-            if records >= 1000:
-                self.build_rate = records / max(took, 1e-6)
             self.builds += 1
             log.info(
                 "schedule partition indexed",
@@ -261,8 +267,19 @@ class FarMover:
                 seconds=round(took, 3),
             )
             self.signals.built.signal((p, len(self.indexes[p])))
+            if self._round is not None:
+                self._round = (self._round[0], self._round[1] + records)
         if done:
             self._checked_at = 0.0  # check the markers of the built ones now
+        if not self._building and self._round is not None:
+            (started, records), self._round = self._round, None
+            took = time.monotonic() - started
+            rate = records / max(took, 1e-6)
+            if records >= 1000:
+                self.build_rate = rate
+            log.info(
+                "schedule partitions indexed", records=records, seconds=round(took, 3), per_s=round(rate)
+            )
 
     async def _check_redis(self) -> None:
         """Rewrite the index entries of the built partitions whose marker Redis lost."""
@@ -283,9 +300,8 @@ class FarMover:
         written = 0
         for p in partitions:
             for key, run_at in self.indexes[p].entries():
-                parsed = parse_schedule_key(key)
-                if parsed is not None:
-                    by_queue.setdefault(parsed[0], []).append((parsed[1], run_at))
+                queue, job_id = self.keys.unpack(key)
+                by_queue.setdefault(queue, []).append((job_id, run_at))
         for queue, items in by_queue.items():
             for i in range(0, len(items), WRITE):
                 await self.engine.schedule_far(queue, items[i : i + WRITE])
@@ -293,8 +309,10 @@ class FarMover:
         if await self.engine.mark_far_scanned(topic, partitions, self.clock()):
             log.info("far-future index entries written from memory", partitions=partitions, entries=written)
             self.signals.rewritten.signal((partitions, written))
-        else:  # lost again while writing: the next check writes them again
-            log.warning("Redis lost the far-future index while it was rewritten", partitions=partitions)
+        else:  # Redis lost meanwhile (or an owner of a moment ago finished first): checked again
+            log.warning(
+                "a far-future index marker went while its entries were written", partitions=partitions
+            )
 
     # -- moves --------------------------------------------------------------------------------------
 
@@ -322,9 +340,11 @@ class FarMover:
         already holds is not moved again), then tombstone them."""
         by_queue: dict[str, list[Envelope]] = {}
         origins: dict[str, str] = {}
-        done: list[tuple[bytes, int]] = []
+        done: list[tuple[bytes, bytes, int]] = []  # (the record's key, packed, offset)
         for msg in msgs:
-            key, value, offset = msg.key() or b"", msg.value(), msg.offset() or 0
+            raw, value, offset = msg.key() or b"", msg.value(), msg.offset() or 0
+            parsed = parse_schedule_key(raw)
+            key = self.keys.pack(*parsed) if parsed is not None else b""
             if value is None or not index.is_latest(key, offset):
                 continue  # superseded by a later record or a tombstone
             try:
@@ -333,7 +353,7 @@ class FarMover:
                 log.error("malformed record in the schedule topic; left there", error=exc.message)
                 index.forget(key, offset)
                 continue
-            done.append((key, offset))
+            done.append((raw, key, offset))
             by_queue.setdefault(env.queue, []).append(env)
             origins[env.id] = f"{self.far.topic}/{partition}/{offset}"
         moved = 0
@@ -344,8 +364,8 @@ class FarMover:
                 await self.engine.enqueue_batch(movable, origins=origins)
                 moved += len(movable)
         # the engine holds them now (or held them already): the topic forgets them
-        await self.producer.produce_many([Record(self.far.topic, None, key) for key, _ in done])
-        for key, offset in done:
+        await self.producer.produce_many([Record(self.far.topic, None, raw) for raw, _, _ in done])
+        for _, key, offset in done:
             index.forget(key, offset)
         self.moved += moved
         metrics.SCHEDULER_FAR_MOVED.inc(moved)

@@ -3,14 +3,15 @@
 The compacted topic is the store; this index only says which of its records are live and when each is
 due, so the mover can fetch them by offset a horizon ahead. Per partition it keeps
 
-* ``latest``: record key ``b"<queue>/<id>"`` → ``run_at << 40 | offset`` of the key's latest record
-  (a later record or a tombstone replaces or removes it);
+* ``latest``: the record's key, packed by :class:`Keys` (the queue as a number, a jobq id as its 13
+  bytes), → ``run_at << 40 | offset`` of the key's latest record (a later record or a tombstone replaces
+  or removes it);
 * time buckets: for each second of ``run_at``, the offsets of the records due then (``array('q')``, 8
   bytes each), with a heap of the bucket seconds.
 
 Nothing else: no envelope is held. An offset in a bucket whose key has a later record since is skipped
 lazily, when the bucket comes due (:meth:`PartitionIndex.is_latest` with the fetched record's key). About
-150 bytes per live record in all (the key's bytes, the dict slot, the packed int, the bucket entry).
+150 bytes per live record in all (the packed key, the dict slot, the packed int, the bucket entry).
 """
 
 from __future__ import annotations
@@ -19,14 +20,47 @@ import heapq
 from array import array
 from collections.abc import Iterator
 
-__all__ = ["OFFSET_BITS", "RUN_AT_HEADER", "PartitionIndex", "parse_run_at"]
+__all__ = ["OFFSET_BITS", "Keys", "PartitionIndex", "parse_run_at"]
 
 OFFSET_BITS = 40
 """Offsets below 2**40 (a trillion records in a partition) fit beside ``run_at``."""
 _OFFSET_MASK = (1 << OFFSET_BITS) - 1
-RUN_AT_HEADER = "jobq-run-at"
-"""The header a far record carries (the relay writes it): its job's ``run_at`` in ms, decimal ASCII, so
-an index build need not decode the envelope (records without it are decoded)."""
+_RAW = 0x8000
+"""Set in a packed key's queue number when the id follows as UTF-8 (not a 26-hex-digit jobq id)."""
+_HEX_ID = 26
+
+
+class Keys:
+    """Schedule-topic keys ``<queue>/<id>`` packed small: 2 bytes of queue number (this table's), then
+    the id — 13 bytes for a jobq id (26 lowercase hex digits), else its UTF-8 with the number's high bit
+    set. 48 bytes a key in memory instead of ~80."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+        self._queues: list[str] = []
+
+    def pack(self, queue: str, job_id: str) -> bytes:
+        number = self._numbers.get(queue)
+        if number is None:
+            number = self._numbers[queue] = len(self._queues)
+            if number >= _RAW:
+                raise ValueError("more than 32,767 queues in one schedule topic")
+            self._queues.append(queue)
+        if len(job_id) == _HEX_ID:
+            try:
+                raw = bytes.fromhex(job_id)
+            except ValueError:
+                raw = b""
+            if raw and raw.hex() == job_id:
+                return number.to_bytes(2, "big") + raw
+        return (number | _RAW).to_bytes(2, "big") + job_id.encode()
+
+    def unpack(self, key: bytes) -> tuple[str, str]:
+        """``(queue, id)``."""
+        number = int.from_bytes(key[:2], "big")
+        if number & _RAW:
+            return self._queues[number & ~_RAW], key[2:].decode()
+        return self._queues[number], key[2:].hex()
 
 
 def parse_run_at(raw: bytes | str | None) -> int | None:
@@ -53,7 +87,7 @@ class PartitionIndex:
         return len(self.latest)
 
     def put(self, key: bytes, offset: int, run_at: int) -> None:
-        """The key's record at ``offset`` is due at ``run_at`` (ms); it replaces any earlier one."""
+        """The (packed) key's record at ``offset`` is due at ``run_at`` (ms); it replaces any earlier one."""
         self.read += 1
         self.latest[key] = max(0, run_at) << OFFSET_BITS | offset
         self._bucket(max(0, run_at) // 1000).append(offset)
@@ -104,6 +138,6 @@ class PartitionIndex:
         self._bucket(0).extend(offsets)
 
     def entries(self) -> Iterator[tuple[bytes, int]]:
-        """Every live key with its ``run_at`` (the Redis index entries to rewrite)."""
+        """Every live (packed) key with its ``run_at`` (the Redis index entries to rewrite)."""
         for key, packed in self.latest.items():
             yield key, packed >> OFFSET_BITS

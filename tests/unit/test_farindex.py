@@ -3,7 +3,9 @@ second they are due, superseded offsets skipped lazily."""
 
 from __future__ import annotations
 
-from jqsched.farindex import PartitionIndex, parse_run_at
+import pytest
+
+from jqsched.farindex import Keys, PartitionIndex, parse_run_at
 
 
 def test_due_buckets_come_out_whole_in_time_order_and_leave_the_buckets() -> None:
@@ -55,3 +57,16 @@ def test_run_at_header_values() -> None:
     assert parse_run_at(b"1700000000123") == 1_700_000_000_123
     assert parse_run_at(None) is None
     assert parse_run_at(b"soon") is None
+
+
+@pytest.mark.parametrize(
+    "job_id", ["0190a1b2c3d4e5f60718293a4b", "0190A1B2C3D4E5F60718293A4B", "c-content-id", "x" * 26, "é/ü"]
+)
+def test_keys_pack_small_and_come_back_whole(job_id: str) -> None:
+    keys = Keys()
+    packed = keys.pack("q.one", job_id)
+    assert keys.unpack(packed) == ("q.one", job_id)
+    assert keys.unpack(keys.pack("q.two", job_id)) == ("q.two", job_id)
+    assert packed == keys.pack("q.one", job_id)
+    if job_id == "0190a1b2c3d4e5f60718293a4b":
+        assert len(packed) == 15, "a jobq id: 2 bytes of queue, 13 of id"
