@@ -32,7 +32,7 @@ from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
-from jqcore.kafka import RUN_AT_HEADER, AsyncProducer, Record, parse_schedule_key
+from jqcore.kafka import RUN_AT_HEADER, AsyncProducer, Record
 from jqcore.log import get_logger, kafka_logging
 from jqcore.membership import owner
 from jqcore.settings import FarSettings, KafkaSettings
@@ -45,12 +45,18 @@ __all__ = ["FarMover", "FarSignals"]
 
 log = get_logger("jqsched.far")
 
-READ = 5_000
-"""Records read from the build/tail consumer per step."""
+READ = 1_000
+"""Records read from the build/tail consumer per step (the event loop is not yielded while they are
+indexed)."""
 MOVE = 2_000
 """Offsets fetched and moved per partition and step (whole seconds: a bucket is never split)."""
 WRITE = 1_000
 """Index entries per ``schedule_far`` call when they are written from memory."""
+BUILD_WAIT_S = 0.01
+"""While a partition is built, the pause when no record is at hand (else the loop's idle pause)."""
+PARK_S = 60.0
+"""A partition lost in a re-deal stays indexed (and read) this long, moving nothing: regained meanwhile —
+a member that missed heartbeats on a loaded machine is soon back — it needs no build."""
 CHECK_REDIS_S = 1.0
 """How often the partitions' markers in Redis are checked (a loss rewrites the index entries)."""
 
@@ -107,6 +113,9 @@ class FarMover:
         self._fetcher: Fetcher | None = None
         self._partitions: list[int] = []
         self._checked_at = 0.0
+        self._parked: dict[int, float] = {}
+        """Partitions lost in a re-deal, still indexed: when they were lost (``time.monotonic()``)."""
+        self.park_s = PARK_S
         self.signals = FarSignals()
 
     async def close(self) -> None:
@@ -123,7 +132,8 @@ class FarMover:
         owned = await self._owned(members)
         if owned != self.owned:
             await self._redeal(owned)
-        if not owned or self._consumer is None:
+        await self._drop_parked()
+        if not self.indexes or self._consumer is None:
             return False
         msgs = self._consumer.consume(READ, 0)
         if msgs:
@@ -131,6 +141,9 @@ class FarMover:
         await self._finish_builds(bool(msgs))
         await self._check_redis()
         moved = await self._move_due()
+        if self._building and not msgs:  # the prefetch ran dry mid-build: a short wait, not the idle one
+            await asyncio.sleep(BUILD_WAIT_S)
+            return True
         return bool(msgs) or moved
 
     # -- ownership ----------------------------------------------------------------------------------
@@ -157,21 +170,25 @@ class FarMover:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
-                "queued.max.messages.kbytes": 16_384,
+                "queued.max.messages.kbytes": 4_096,  # prefetched records: bounded, they are not kept
+                "fetch.max.bytes": 4 * 1024 * 1024,
             }
         )
 
     async def _redeal(self, owned: list[int]) -> None:
-        """Drop the partitions lost (their index leaves memory); build the ones gained from the start."""
+        """Park the partitions lost (see :data:`PARK_S`); build the ones gained from the start (unless
+        parked: they are indexed already)."""
         gone = [p for p in self.owned if p not in owned]
-        new = [p for p in owned if p not in self.owned]
+        gained = [p for p in owned if p not in self.owned]
+        new = [p for p in gained if p not in self._parked]
+        for p in gained:
+            self._parked.pop(p, None)
+        self._parked.update(dict.fromkeys(gone, time.monotonic()))
         if self._consumer is None:
             self._consumer = await asyncio.to_thread(self._new_consumer)
         consumer, topic = self._consumer, self.far.topic
 
         def assign() -> dict[int, int]:
-            if gone:
-                consumer.incremental_unassign([TopicPartition(topic, p) for p in gone])
             ends = {}
             for p in new:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -181,16 +198,30 @@ class FarMover:
             return ends
 
         ends = await asyncio.to_thread(assign)
-        for p in gone:
-            self.indexes.pop(p, None)
-            self._building.pop(p, None)
         for p, end in ends.items():
             self.indexes[p] = PartitionIndex()
             self._building[p] = _Building(end, time.monotonic())
         if new and self._round is None:
             self._round = (time.monotonic(), 0)
         self.owned = owned
-        log.info("schedule partitions dealt", owned=owned, gained=new, lost=gone)
+        log.info("schedule partitions dealt", owned=owned, gained=gained, built=new, lost=gone)
+        if gained:
+            self._checked_at = 0.0  # a parked one's markers: checked now
+
+    async def _drop_parked(self) -> None:
+        """Partitions parked longer than ``park_s`` leave memory (and the consumer)."""
+        now = time.monotonic()
+        old = [p for p, at in self._parked.items() if now - at >= self.park_s]
+        if not old or self._consumer is None:
+            return
+        consumer = self._consumer
+        await asyncio.to_thread(
+            consumer.incremental_unassign, [TopicPartition(self.far.topic, p) for p in old]
+        )
+        for p in old:
+            del self._parked[p]
+            self.indexes.pop(p, None)
+            self._building.pop(p, None)
 
     # -- the build and the tail ---------------------------------------------------------------------
 
@@ -207,7 +238,7 @@ class FarMover:
             if run_at is not None:
                 index.put(key, offset, run_at)
                 continue
-            if index.remove(key) and partition not in self._building:
+            if index.remove(key) and partition in self.owned and partition not in self._building:
                 queue, job_id = self.keys.unpack(key)
                 dropped.setdefault(queue, []).append(job_id)
         for queue, ids in dropped.items():
@@ -227,21 +258,21 @@ class FarMover:
         building = self._building.get(partition)
         if building is not None and offset + 1 >= building.end:
             building.end = 0  # read up to the end it had when gained
-        parsed = parse_schedule_key(msg.key())
-        if parsed is None:
+        key = self.keys.pack_record_key(msg.key())
+        if key is None:
             log.error("record without a <queue>/<id> key in the schedule topic; left there")
             return None
-        key = self.keys.pack(*parsed)
+        run_at = _header_run_at(msg)
+        if run_at is not None:
+            return partition, offset, key, run_at
         value = msg.value()
         if value is None:
             return partition, offset, key, None
-        run_at = parse_run_at(dict(msg.headers() or ()).get(RUN_AT_HEADER))
-        if run_at is None:  # written before the header existed
-            try:
-                run_at = decode(value).run_at or 0
-            except EnvelopeError as exc:
-                log.error("malformed record in the schedule topic; left there", error=exc.message)
-                return None
+        try:  # written before the header existed
+            run_at = decode(value).run_at or 0
+        except EnvelopeError as exc:
+            log.error("malformed record in the schedule topic; left there", error=exc.message)
+            return None
         return partition, offset, key, run_at
 
     async def _finish_builds(self, read: bool) -> None:
@@ -320,7 +351,8 @@ class FarMover:
         """Move what is due within the horizon from the built partitions; True when some was."""
         cut = self.clock() + int(self.far.horizon_s * 1000)
         any_moved = False
-        for p, index in list(self.indexes.items()):
+        for p in list(self.owned):
+            index = self.indexes[p]
             if p in self._building or (index.next_due() or cut + 1) > cut:
                 continue
             offsets = index.take_due(cut, MOVE)
@@ -343,8 +375,7 @@ class FarMover:
         done: list[tuple[bytes, bytes, int]] = []  # (the record's key, packed, offset)
         for msg in msgs:
             raw, value, offset = msg.key() or b"", msg.value(), msg.offset() or 0
-            parsed = parse_schedule_key(raw)
-            key = self.keys.pack(*parsed) if parsed is not None else b""
+            key = self.keys.pack_record_key(raw) or b""
             if value is None or not index.is_latest(key, offset):
                 continue  # superseded by a later record or a tombstone
             try:
@@ -375,8 +406,19 @@ class FarMover:
         return {
             "partitions": self.owned,
             "moved": self.moved,
-            "indexed": sum(len(i) for i in self.indexes.values()),
+            "indexed": sum(len(self.indexes[p]) for p in self.owned),
+            "parked": sorted(self._parked),
             "building": sorted(self._building),
             "builds": self.builds,
             "build_records_per_s": round(self.build_rate),
         }
+
+
+def _header_run_at(msg: Message) -> int | None:
+    """The record's ``jobq-run-at`` header (None: absent, as on a tombstone or an older record)."""
+    headers = msg.headers()
+    if isinstance(headers, list):
+        for name, raw in headers:
+            if name == RUN_AT_HEADER:
+                return parse_run_at(raw)
+    return None

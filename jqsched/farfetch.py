@@ -39,7 +39,8 @@ class Fetcher:
                 "group.id": f"jobq-scheduler.{name}.fetch",  # never joined or committed: assign only
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
-                "queued.max.messages.kbytes": 8_192,
+                "queued.max.messages.kbytes": 2_048,
+                "fetch.max.bytes": 2 * 1024 * 1024,
             }
         )
 

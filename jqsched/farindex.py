@@ -16,6 +16,7 @@ lazily, when the bucket comes due (:meth:`PartitionIndex.is_latest` with the fet
 
 from __future__ import annotations
 
+import binascii
 import heapq
 from array import array
 from collections.abc import Iterator
@@ -36,30 +37,41 @@ class Keys:
     set. 48 bytes a key in memory instead of ~80."""
 
     def __init__(self) -> None:
-        self._numbers: dict[str, int] = {}
+        self._numbers: dict[bytes, bytes] = {}
+        """A queue's UTF-8 name → its number, 2 bytes."""
         self._queues: list[str] = []
 
     def pack(self, queue: str, job_id: str) -> bytes:
+        return self._pack(queue.encode(), job_id.encode())
+
+    def pack_record_key(self, key: bytes | None) -> bytes | None:
+        """A schedule-topic record's key ``<queue>/<id>`` packed; None when it is not one."""
+        queue, slash, job_id = (key or b"").partition(b"/")
+        if not (slash and queue and job_id):
+            return None
+        return self._pack(queue, job_id)
+
+    def _pack(self, queue: bytes, job_id: bytes) -> bytes:
         number = self._numbers.get(queue)
         if number is None:
-            number = self._numbers[queue] = len(self._queues)
-            if number >= _RAW:
+            if len(self._queues) >= _RAW:
                 raise ValueError("more than 32,767 queues in one schedule topic")
-            self._queues.append(queue)
+            number = self._numbers[queue] = len(self._queues).to_bytes(2, "big")
+            self._queues.append(queue.decode("utf-8", "replace"))
         if len(job_id) == _HEX_ID:
             try:
-                raw = bytes.fromhex(job_id)
-            except ValueError:
+                raw = binascii.unhexlify(job_id)
+            except binascii.Error:
                 raw = b""
-            if raw and raw.hex() == job_id:
-                return number.to_bytes(2, "big") + raw
-        return (number | _RAW).to_bytes(2, "big") + job_id.encode()
+            if raw and binascii.hexlify(raw) == job_id:
+                return number + raw
+        return (number[0] | 0x80).to_bytes(1, "big") + number[1:] + job_id
 
     def unpack(self, key: bytes) -> tuple[str, str]:
         """``(queue, id)``."""
         number = int.from_bytes(key[:2], "big")
         if number & _RAW:
-            return self._queues[number & ~_RAW], key[2:].decode()
+            return self._queues[number & ~_RAW], key[2:].decode("utf-8", "replace")
         return self._queues[number], key[2:].hex()
 
 

@@ -2,12 +2,12 @@
 
 ``N`` far-future jobs (1M; ``--quick``: 3k) are written as a relay writes them — the record into the
 compacted schedule topic (with its ``jobq-run-at`` header), an index entry into Redis — in 12 queues,
-their ``run_at`` spread evenly over a window ``W`` (6 min; quick 12 s) that starts a horizon ``H`` (90 s;
-quick 4 s) after the load is expected to end. Then three ``python -m jqsched`` processes build their
-partitions' index from the topic and move each job into Redis a horizon ahead; the one owning the most
-partitions is SIGKILLed at 40 % of the window (the survivors build its partitions from the topic). Two
-claimer processes (:mod:`loadtest.sched_claimer`) take every job as soon as it is claimable and record
-its start.
+their ``run_at`` spread evenly over a window ``W`` (9 min; quick 12 s) that starts a horizon ``H`` (60 s;
+quick 4 s) after the load is expected to end (200 s; quick 10 s). Then three ``python -m jqsched``
+processes build their partitions' index from the topic and move each job into Redis a horizon ahead; the
+one owning the most partitions is SIGKILLed at 40 % of the window (the survivors build its partitions
+from the topic). Two claimer processes (:mod:`loadtest.sched_claimer`) take every job as soon as it is
+claimable and record its start.
 
 Figures: lateness (start − run_at) p50/p99/max; early starts, jobs run twice, jobs never run (all must be
 0); Redis bytes per far-future job (its index entry, ``MEMORY USAGE``, and the ``used_memory`` growth with
@@ -99,6 +99,8 @@ async def _load(
     finally:
         await asyncio.to_thread(producer.close, 30.0)
     grown = await _used_memory(client) - before
+    for queue in queues:  # their "far" events: shipped long ago in a deployment, not by these schedulers
+        await client.delete(QueueKeys(queue).events)
     # as after a scheduler generation that kept this Redis: the index entries are known to be there
     partitions = list(range(PARTITIONS))
     await engine.begin_far_scan(topic, partitions)
@@ -160,8 +162,14 @@ def _lateness(folder: Path, n: int) -> dict[str, float]:
     }
 
 
-async def _round(ep: Endpoints, quick: bool, folder: Path) -> dict[str, float]:
-    n, window_s, horizon_s, load_s = (3_000, 12.0, 4.0, 10.0) if quick else (1_000_000, 360.0, 90.0, 150.0)
+SCALES = {"quick": (3_000, 12.0, 4.0, 10.0), "full": (1_000_000, 540.0, 60.0, 200.0)}
+"""jobs, window W (s), horizon H (s), the load's expected time (s): the first run_at is H after it."""
+
+
+async def _round(
+    ep: Endpoints, scale: tuple[int, float, float, float], folder: Path, events: bool
+) -> dict[str, float]:
+    n, window_s, horizon_s, load_s = scale
     prefix = f"bench{os.getpid()}s"
     topic, queues = f"{prefix}.schedule", [f"{prefix}.q{i}" for i in range(QUEUES)]
     spec = PipelineEnv(
@@ -171,6 +179,7 @@ async def _round(ep: Endpoints, quick: bool, folder: Path) -> dict[str, float]:
         settings={
             "JOBQ_SCHEDULER_GROUP": prefix,
             "JOBQ_SCHEDULER_CRON": "false",
+            "JOBQ_SCHEDULER_EVENTS": str(events).lower(),
             "JOBQ_SCHEDULER_STALE_S": str(STALE_S),
             "JOBQ_FAR_TOPIC": topic,
             "JOBQ_FAR_HORIZON_S": str(horizon_s),
@@ -265,11 +274,20 @@ UNITS = {
 }
 
 
-def run(quick: bool = False, endpoints: Endpoints | None = None) -> Report:
-    report = Report("scheduler", {"quick": quick, "queues": QUEUES, "instances": 3, "claimers": CLAIMERS})
+def run(
+    quick: bool = False,
+    endpoints: Endpoints | None = None,
+    scale: tuple[int, float, float, float] | None = None,
+    events: bool = True,
+) -> Report:
+    """``scale``: (jobs, window s, horizon s, expected load s) instead of the quick or full one;
+    ``events``: the schedulers ship the lifecycle events (as shipped) or not (the tier alone)."""
+    scale = scale or SCALES["quick" if quick else "full"]
+    params = {"queues": QUEUES, "instances": 3, "claimers": CLAIMERS, "scale": scale, "events": events}
+    report = Report("scheduler", params)
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"jobq-bench-scheduler-{os.getpid()}"
     with bench_stack("scheduler", endpoints) as ep:
-        figures = asyncio.run(_round(ep, quick, folder))
+        figures = asyncio.run(_round(ep, scale, folder, events))
     for name, value in figures.items():
         unit = "MiB" if name.endswith("peak RSS") else UNITS.get(name, "ms")
         report.add(name, unit, [value])
