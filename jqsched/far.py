@@ -52,6 +52,10 @@ MOVE = 2_000
 """Offsets fetched and moved per partition and step (whole seconds: a bucket is never split)."""
 WRITE = 1_000
 """Index entries per ``schedule_far`` call when they are written from memory."""
+BUILD_READS = 10
+"""Reads of ``READ`` records per step while a partition is built (the loop is yielded between)."""
+MOVE_EVERY_S = 0.2
+"""Moves are looked for at most this often (a bucket is a second; the horizon is the slack)."""
 BUILD_WAIT_S = 0.01
 """While a partition is built, the pause when no record is at hand (else the loop's idle pause)."""
 PARK_S = 60.0
@@ -113,6 +117,7 @@ class FarMover:
         self._fetcher: Fetcher | None = None
         self._partitions: list[int] = []
         self._checked_at = 0.0
+        self._moved_at = 0.0
         self._parked: dict[int, float] = {}
         """Partitions lost in a re-deal, still indexed: when they were lost (``time.monotonic()``)."""
         self.park_s = PARK_S
@@ -135,16 +140,24 @@ class FarMover:
         await self._drop_parked()
         if not self.indexes or self._consumer is None:
             return False
-        msgs = self._consumer.consume(READ, 0)
-        if msgs:
+        read = 0
+        for _ in range(BUILD_READS if self._building else 1):
+            msgs = self._consumer.consume(READ, 0)
+            if not msgs:
+                break
             await self._apply(msgs)
-        await self._finish_builds(bool(msgs))
+            read += len(msgs)
+        await self._finish_builds(read > 0)
         await self._check_redis()
-        moved = await self._move_due()
-        if self._building and not msgs:  # the prefetch ran dry mid-build: a short wait, not the idle one
+        moved = False
+        every = MOVE_EVERY_S * (5 if self._building else 1)  # builds first: the horizon is the slack
+        if time.monotonic() - self._moved_at >= every:
+            self._moved_at = time.monotonic()
+            moved = await self._move_due()
+        if self._building and not read:  # the prefetch ran dry mid-build: a short wait, not the idle one
             await asyncio.sleep(BUILD_WAIT_S)
             return True
-        return bool(msgs) or moved
+        return read > 0 or moved
 
     # -- ownership ----------------------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ __all__ = ["run"]
 QUEUES = 12
 CLAIMERS = 2
 BATCH = 5_000
+LOADERS = 4
 STALE_S = 3.0
 PARTITIONS = 6
 DRAIN_S = 120.0
@@ -80,22 +81,26 @@ async def _load(
     engine = Engine(client)
     producer = AsyncProducer(KafkaSettings(bootstrap=ep.kafka_bootstrap))
     before = await _used_memory(client)
-    try:
-        for start in range(0, n, BATCH):
-            envs = [
-                new_envelope(queues[i % len(queues)], "noop", None, run_at=first_ms + i * window_ms // n)
-                for i in range(start, min(n, start + BATCH))
-            ]
-            await producer.produce_many(
-                [schedule_record(topic, e.queue, e.id, e.run_at or 0, encode(e)) for e in envs]
-            )
-            by_queue: dict[str, list[tuple[str, int]]] = {}
-            for e in envs:
-                by_queue.setdefault(e.queue, []).append((e.id, e.run_at or 0))
-            for queue, items in by_queue.items():
-                await engine.schedule_far(queue, items)
-            if (start + BATCH) % 100_000 == 0:
-                print(f"... loaded {start + BATCH:,} of {n:,} jobs", file=sys.stderr, flush=True)
+
+    async def batch(start: int) -> None:
+        envs = [
+            new_envelope(queues[i % len(queues)], "noop", None, run_at=first_ms + i * window_ms // n)
+            for i in range(start, min(n, start + BATCH))
+        ]
+        records = [schedule_record(topic, e.queue, e.id, e.run_at or 0, encode(e)) for e in envs]
+        by_queue: dict[str, list[tuple[str, int]]] = {}
+        for e in envs:
+            by_queue.setdefault(e.queue, []).append((e.id, e.run_at or 0))
+        await producer.produce_many(records)
+        for queue, items in by_queue.items():
+            await engine.schedule_far(queue, items)
+        if (start + BATCH) % 100_000 == 0:
+            print(f"... loaded {start + BATCH:,} of {n:,} jobs", file=sys.stderr, flush=True)
+
+    try:  # a few batches in flight: a batch's delivery reports are awaited while the next is built
+        starts = list(range(0, n, BATCH))
+        for i in range(0, len(starts), LOADERS):
+            await asyncio.gather(*(batch(s) for s in starts[i : i + LOADERS]))
     finally:
         await asyncio.to_thread(producer.close, 30.0)
     grown = await _used_memory(client) - before
@@ -236,9 +241,15 @@ async def _round(
         out[f"scheduler {name} peak RSS"] = watch.peak[name] / 1024
     out.update(_build_rates(folder, names))
     out["load average (1 min, max)"] = watch.load_avg
-    for queue in queues:
-        keys = QueueKeys(queue)
-        await client.delete(keys.delayed, keys.far, keys.ready, keys.done, keys.events)
+    for queue in queues:  # every key of the bench's queues (job records too: a shared stack stays small)
+        found: list[Any] = []
+        async for key in client.scan_iter(match=f"{QueueKeys(queue).prefix}*", count=5000):
+            found.append(key)
+            if len(found) >= 5000:
+                await client.unlink(*found)
+                found = []
+        if found:
+            await client.unlink(*found)
     await client.aclose()
     return out
 
