@@ -27,12 +27,11 @@ from jqcore import metrics
 from jqcore.envelope import Envelope, encode
 from jqcore.graphs import GRAPH_KIND
 from jqcore.redisconn import RedisClient
-from jqcore.state import codes, replies
+from jqcore.state import codes, farreads, replies
 from jqcore.state.admin import AdminTransitions
 from jqcore.state.beside import BesideQueues
 from jqcore.state.core import Triple
 from jqcore.state.graphs import Graphs
-from jqcore.state.keys import QueueKeys
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
 from jqcore.state.queries import Queries
 from jqcore.state.switches import SwitchBoard
@@ -118,8 +117,7 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
     async def far_run_at(self, queue: str, job_id: str) -> int | None:
         """The ``run_at`` of a far-future job still in the schedule topic (None: not there)."""
         async with codes.redis_errors("far"):
-            run_at = await self._client.hget(QueueKeys(queue).far, job_id)
-        return None if run_at is None else int(run_at)
+            return await farreads.far_run_at(self._client, queue, job_id)
 
     async def raise_fence(self, queues: Iterable[str], *, fence: int, source: str) -> None:
         """Record ``fence`` as the newest for ``source`` in each queue (a new relay term does this before

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jqcore.state import memory, reads, waiting
+from jqcore.state import farreads, memory, reads, waiting
 from jqcore.state.core import EngineCore
 from jqcore.state.memory import QueueMemory
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
@@ -37,7 +37,7 @@ class Queries(EngineCore):
 
     async def far_next(self, queue: str) -> int | None:
         """The earliest ``run_at`` of the queue's far-future jobs (None: none, or too many to read)."""
-        return await reads.far_next(self._client, queue)
+        return await farreads.far_next(self._client, queue)
 
     async def queues_holding(self, queues: Sequence[str], job_id: str) -> list[str]:
         """Which of ``queues`` hold a job with this id (the dashboard's search by exact id)."""

@@ -15,6 +15,7 @@ import orjson
 
 from jqcore.clock import now_ms
 from jqcore.redisconn import RedisClient
+from jqcore.state import farreads
 from jqcore.state.codes import FilterInvalid
 from jqcore.state.keys import KINDS_KEY, QueueKeys
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
@@ -24,7 +25,6 @@ __all__ = [
     "dead_list",
     "depth",
     "far_jobs",
-    "far_next",
     "get_job",
     "get_jobs",
     "job_fields",
@@ -57,9 +57,9 @@ async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | Non
     keys = QueueKeys(queue)
     found = _job_info(queue, job_id, await client.hgetall(keys.job(job_id)))
     if found is None:
-        run_at = await client.hget(keys.far, job_id)
+        run_at = await farreads.far_run_at(client, queue, job_id)
         if run_at is not None:
-            return _scheduled(queue, job_id, int(run_at))
+            return _scheduled(queue, job_id, run_at)
     return found
 
 
@@ -119,9 +119,9 @@ async def far_jobs(client: RedisClient, queue: str, ids: Sequence[str]) -> list[
     schedule topic, so no kind or args), one pipelined round trip; None for an id not in the tier."""
     if not ids:
         return []
-    found = await client.hmget(QueueKeys(queue).far, list(ids))
+    found = await farreads.far_run_ats(client, queue, ids)
     return [
-        None if run_at is None else _scheduled(queue, job_id, int(run_at))
+        None if run_at is None else _scheduled(queue, job_id, run_at)
         for job_id, run_at in zip(ids, found, strict=True)
     ]
 
@@ -208,7 +208,6 @@ async def depth(
     pipe.zcard(keys.dead)
     pipe.zcard(keys.done)
     pipe.zrange(keys.ready, 0, 0)
-    pipe.hlen(keys.far)
     indexes = [keys.index(k, v) for k, v in sorted((filter or {}).items())]
     if indexes:
         pipe.hget(keys.config, "filter_keys")
@@ -218,7 +217,7 @@ async def depth(
             pipe.zintercard(len(indexes), indexes)
     res = await pipe.execute()
     if indexes:
-        declared = set((_s(res[8]) or "").split(","))
+        declared = set((_s(res[7]) or "").split(","))
         if missing := sorted(set(filter or {}) - declared):
             raise FilterInvalid(
                 f"queue {queue!r} does not index meta key {missing[0]!r}; declare it in the queue's"
@@ -236,8 +235,8 @@ async def depth(
         errored=int(res[4]),
         finished=int(res[5]) - int(res[4]),
         oldest_pending_age_ms=oldest,
-        by_filter=int(res[9]) if indexes else None,
-        far=int(res[7]),
+        by_filter=int(res[8]) if indexes else None,
+        far=await farreads.far_count(client, queue),
     )
 
 
@@ -263,8 +262,6 @@ LISTED = {
 }
 """The states whose jobs can be listed, and the key each lives in: a ZSET, but ``far``'s is a HASH (``done``:
 completed, canceled, expired and errored jobs until GC; ``dead``: the errored ones)."""
-FAR_NEXT_UP_TO = 10_000
-""":func:`far_next` reads the whole index of a queue holding at most this many far-future jobs."""
 
 
 async def list_ids(
@@ -276,7 +273,7 @@ async def list_ids(
     ``run_at``; a page at ``offset`` scans the ``offset`` entries before it."""
     key = getattr(QueueKeys(queue), LISTED[state])
     if state == "far":
-        return await _far_ids(client, key, offset, limit)
+        return await farreads.far_ids(client, queue, offset, limit)
     pipe = client.pipeline(transaction=False)
     if newest:
         pipe.zrevrange(key, offset, offset + limit - 1)
@@ -285,27 +282,6 @@ async def list_ids(
     pipe.zcard(key)
     ids, total = await pipe.execute()
     return [_s(i) or "" for i in ids], int(total)
-
-
-async def _far_ids(client: RedisClient, key: str, offset: int, limit: int) -> tuple[list[str], int]:
-    page: list[tuple[int, str]] = []
-    seen = 0
-    async for job_id, run_at in client.hscan_iter(key, count=1000):
-        if seen >= offset:
-            page.append((int(run_at), _s(job_id) or ""))
-            if len(page) >= limit:
-                break
-        seen += 1
-    return [job_id for _, job_id in sorted(page)], int(await client.hlen(key))
-
-
-async def far_next(client: RedisClient, queue: str) -> int | None:
-    """The earliest ``run_at`` of a queue's far-future jobs; None when there is none, or more than
-    :data:`FAR_NEXT_UP_TO` (the index is unordered: only the schedulers' memory knows it cheaply)."""
-    key = QueueKeys(queue).far
-    if int(await client.hlen(key)) > FAR_NEXT_UP_TO:
-        return None
-    return min((int(v) for v in await client.hvals(key)), default=None)
 
 
 async def dead_counts(client: RedisClient, queues: Sequence[str], chunk: int = 1000) -> dict[str, int]:
