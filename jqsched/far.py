@@ -21,6 +21,7 @@ A partition lost in a re-deal leaves memory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -118,12 +119,19 @@ class FarMover:
         self._partitions: list[int] = []
         self._checked_at = 0.0
         self._moved_at = 0.0
+        self._moving: asyncio.Task[bool] | None = None
+        """The move under way (it runs beside the reads)."""
         self._parked: dict[int, float] = {}
         """Partitions lost in a re-deal, still indexed: when they were lost (``time.monotonic()``)."""
         self.park_s = PARK_S
         self.signals = FarSignals()
 
     async def close(self) -> None:
+        if self._moving is not None:
+            self._moving.cancel()
+            with contextlib.suppress(BaseException):
+                await self._moving
+            self._moving = None
         if self._consumer is not None:
             await asyncio.to_thread(self._consumer.close)
             self._consumer = None
@@ -149,15 +157,18 @@ class FarMover:
             read += len(msgs)
         await self._finish_builds(read > 0)
         await self._check_redis()
-        moved = False
-        every = MOVE_EVERY_S * (5 if self._building else 1)  # builds first: the horizon is the slack
-        if time.monotonic() - self._moved_at >= every:
+        moving = self._moving
+        if moving is not None and moving.done():
+            self._moving = None
+            moving.result()  # a failed move: raised here (the loop logs it and steps again)
+        if self._moving is None and time.monotonic() - self._moved_at >= MOVE_EVERY_S:
+            # moves run beside the reads (a build or the tail goes on while records are fetched)
             self._moved_at = time.monotonic()
-            moved = await self._move_due()
+            self._moving = asyncio.create_task(self._move_due(), name="far:move")
         if self._building and not read:  # the prefetch ran dry mid-build: a short wait, not the idle one
             await asyncio.sleep(BUILD_WAIT_S)
             return True
-        return read > 0 or moved
+        return read > 0
 
     # -- ownership ----------------------------------------------------------------------------------
 
@@ -365,8 +376,8 @@ class FarMover:
         cut = self.clock() + int(self.far.horizon_s * 1000)
         any_moved = False
         for p in list(self.owned):
-            index = self.indexes[p]
-            if p in self._building or (index.next_due() or cut + 1) > cut:
+            index = self.indexes.get(p)
+            if index is None or p in self._building or (index.next_due() or cut + 1) > cut:
                 continue
             offsets = index.take_due(cut, MOVE)
             try:

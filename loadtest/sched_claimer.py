@@ -1,6 +1,6 @@
 """A claimer process of the scheduler bench (``loadtest.scheduler_bench``): claims every job of its queues
 as soon as it is claimable (batched claims, batched completions), and records each job's start minus its
-``run_at`` (ms). At the end it writes the lateness values (``array('i')``) and its counts to files the
+``run_at`` (ms). At the end it writes the lateness values (``array('q')``) and its counts to files the
 bench reads."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ async def _claim(
 ) -> None:
     client = aioredis.Redis.from_url(url, socket_timeout=90)
     engine = Engine(client)
-    lateness = array("i")
+    lateness = array("q")
     seen: set[str] = set()
     again = 0
     while not stop.is_set():

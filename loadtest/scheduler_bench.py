@@ -144,7 +144,7 @@ def _build_rates(folder: Path, names: list[str]) -> dict[str, float]:
 
 
 def _lateness(folder: Path, n: int) -> dict[str, float]:
-    values = array("i")
+    values = array("q")
     claimed = again = 0
     for i in range(CLAIMERS):
         with (folder / f"claimer{i}.lat").open("rb") as f:
