@@ -35,6 +35,7 @@ REPORT_GRACE_S = 5.0
 __all__ = [
     "CONSUME_WAIT_S",
     "REPORT_GRACE_S",
+    "RUN_AT_HEADER",
     "AsyncProducer",
     "Delivered",
     "PartitionInvalid",
@@ -46,6 +47,7 @@ __all__ = [
     "job_record",
     "parse_schedule_key",
     "schedule_key",
+    "schedule_record",
     "topic_partitions",
 ]
 
@@ -117,6 +119,16 @@ def schedule_key(queue: str, job_id: str) -> bytes:
     """The key of a job's record in the far-future tier's compacted topic: ``<queue>/<id>`` (queue names
     have no ``/``), so a tombstone alone says which queue's index entry it ends."""
     return f"{queue}/{job_id}".encode()
+
+
+RUN_AT_HEADER = "jobq-run-at"
+"""The header of a far-future job's record in the schedule topic: its ``run_at`` in ms (decimal ASCII), so
+a scheduler indexing the topic need not decode the envelope (records written without it are decoded)."""
+
+
+def schedule_record(topic: str, queue: str, job_id: str, run_at: int, value: bytes | None) -> Record:
+    """A far-future job's record in the schedule topic: key ``<queue>/<id>``, header ``jobq-run-at``."""
+    return Record(topic, value, schedule_key(queue, job_id), [(RUN_AT_HEADER, str(run_at).encode())])
 
 
 def parse_schedule_key(key: bytes | None) -> tuple[str, str] | None:

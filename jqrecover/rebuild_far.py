@@ -9,7 +9,7 @@ from collections.abc import Collection
 from confluent_kafka import KafkaException
 
 from jqcore.envelope import Envelope
-from jqcore.kafka import AsyncProducer, Record, parse_schedule_key, schedule_key
+from jqcore.kafka import AsyncProducer, parse_schedule_key, schedule_record
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
 from jqcore.topicadmin import ensure
@@ -72,7 +72,7 @@ class FarTier:
                 self.producer = AsyncProducer(self.kafka)
             topic = self.far.topic
             await self.producer.produce_many(
-                [Record(topic, msg.value(), schedule_key(e.queue, e.id)) for _, msg, e in missing]
+                [schedule_record(topic, e.queue, e.id, e.run_at or 0, msg.value()) for _, msg, e in missing]
             )
             self.tier.update(((e.queue, e.id), True) for _, _, e in missing)
         by_queue: dict[str, list[Kept]] = {}

@@ -32,7 +32,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
 from jqcore.health import Readiness
-from jqcore.kafka import AsyncProducer, Record, committed_offsets, schedule_key
+from jqcore.kafka import AsyncProducer, Record, committed_offsets, schedule_record
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
 from jqcore.routing import RoutingSettings
@@ -347,16 +347,18 @@ class TopicRelay(Service):
         return result
 
     async def _split_far(self, batch: Batch, term: Term) -> None:
-        """Jobs due later than the horizon go to the schedule topic (keyed by id, the record's bytes
-        unchanged; Kafka must confirm, retried forever like Redis writes) and get only an index entry in
-        Redis; the rest of the batch stays for the engine. The offsets move past them only afterwards."""
+        """Jobs due later than the horizon go to the schedule topic (keyed ``<queue>/<id>``, the record's
+        bytes unchanged, ``run_at`` in a header for the schedulers' index; Kafka must confirm, retried
+        forever like Redis writes) and get only an index entry in Redis; the rest of the batch stays for
+        the engine. The offsets move past them only afterwards."""
         cut = now_ms() + int(self.far.horizon_s * 1000)
         far = [e for e in batch.envelopes if self.far.enabled and e.run_at is not None and e.run_at > cut]
         if not far:
             return
         batch.envelopes, batch.far = [e for e in batch.envelopes if e.run_at is None or e.run_at <= cut], far
         records = [
-            Record(self.far.topic, batch.source[e.id].value(), schedule_key(e.queue, e.id)) for e in far
+            schedule_record(self.far.topic, e.queue, e.id, e.run_at or 0, batch.source[e.id].value())
+            for e in far
         ]
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(retriable), wait=wait_exponential(multiplier=0.1, max=5)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.settings.common import (
@@ -139,17 +139,6 @@ class FarSettings(BaseSettings):
     """The compacted schedule topic, keyed ``<queue>/<id>``."""
     partitions: int = Field(6, ge=1, le=1000)
     """Partitions of the schedule topic when jobq creates it (the unit the schedulers share)."""
-    rescan_s: float = Field(600.0, gt=0)
-    """How often an owner reads its partitions whole, moving what came within the horizon (below
-    ``JOBQ_FAR_HORIZON_S``)."""
-
-    @model_validator(mode="after")
-    def _rescan_within_horizon(self) -> FarSettings:
-        if self.horizon_s and self.rescan_s >= self.horizon_s:
-            raise ValueError(
-                "JOBQ_FAR_RESCAN_S must be below JOBQ_FAR_HORIZON_S (a job must be moved before it is due)"
-            )
-        return self
 
     @property
     def enabled(self) -> bool:

@@ -43,24 +43,27 @@ class BesideQueues(EngineCore):
         """A heartbeat noted for someone else (:func:`jqcore.presence.seen`: an HTTP worker's claim)."""
         await seen(self._client, role, name)
 
-    async def far_scanned(self, topic: str, partitions: Sequence[int]) -> bool:
-        """Whether every one of the schedule topic's ``partitions`` has its scan marker (none lost)."""
+    async def far_unscanned(self, topic: str, partitions: Sequence[int]) -> list[int]:
+        """The schedule topic's ``partitions`` whose marker is missing: Redis lost their index entries
+        (or nobody wrote them yet)."""
         pipe = self._client.pipeline(transaction=False)
         for p in partitions:
             pipe.exists(far_scanned_key(topic, p))
-        return all(await pipe.execute())
+        return [p for p, found in zip(partitions, await pipe.execute(), strict=True) if not found]
 
     async def begin_far_scan(self, topic: str, partitions: Sequence[int]) -> None:
-        """A whole read of the schedule topic's ``partitions`` starts (see :meth:`mark_far_scanned`)."""
+        """The index entries of the schedule topic's ``partitions`` are being written (see
+        :meth:`mark_far_scanned`)."""
         pipe = self._client.pipeline(transaction=False)
         for p in partitions:
             pipe.set(far_scanning_key(topic, p), "1")
         await pipe.execute()
 
     async def mark_far_scanned(self, topic: str, partitions: Sequence[int], at_ms: int) -> bool:
-        """Record that the schedule topic's ``partitions`` were read whole (at ``at_ms``) — each only if the
-        mark of its read's start survived: a Redis lost (or flushed) during the read took it with the index
-        entries written so far, and the partition must be read whole again. True when all were marked."""
+        """Record that the index entries of the schedule topic's ``partitions`` are all written (at
+        ``at_ms``) — each only if the mark of the writing's start survived: a Redis lost (or flushed)
+        meanwhile took it with the entries written so far, and they must be written again. True when all
+        were marked."""
         pipe = self._client.pipeline(transaction=False)
         for p in partitions:
             pipe.getdel(far_scanning_key(topic, p))

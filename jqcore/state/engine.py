@@ -28,12 +28,11 @@ from jqcore import metrics
 from jqcore.envelope import Envelope, encode
 from jqcore.graphs import GRAPH_KIND
 from jqcore.redisconn import RedisClient
-from jqcore.state import codes, replies
+from jqcore.state import codes, farreads, replies
 from jqcore.state.admin import AdminTransitions
 from jqcore.state.beside import BesideQueues
 from jqcore.state.core import Triple
 from jqcore.state.graphs import Graphs
-from jqcore.state.keys import QueueKeys
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
 from jqcore.state.queries import Queries
 from jqcore.state.switches import SwitchBoard
@@ -119,8 +118,7 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
     async def far_run_at(self, queue: str, job_id: str) -> int | None:
         """The ``run_at`` of a far-future job still in the schedule topic (None: not there)."""
         async with codes.redis_errors("far"):
-            score = await self._client.zscore(QueueKeys(queue).far, job_id)
-        return None if score is None else int(score)
+            return await farreads.far_run_at(self._client, queue, job_id)
 
     async def raise_fence(self, queues: Iterable[str], *, fence: int, source: str) -> None:
         """Record ``fence`` as the newest for ``source`` in each queue (a new relay term does this before

@@ -15,8 +15,8 @@ Per queue ``jobq:{q}:``
 ========================  ======  ============================================================
 ``ready``                 ZSET    pending jobs claimable now, score = priority (lower first)
 ``delayed``               ZSET    invisible jobs, score = run_at (ms)
-``far``                   ZSET    far-future jobs kept in Kafka's schedule topic, score = run_at (ms):
-                                  only the index ``GET`` and ``DELETE`` read, a few dozen bytes a job
+``far``                   HASH    far-future jobs kept in Kafka's schedule topic: id → run_at (ms), only
+                                  the index ``GET`` and ``DELETE`` read (~90 bytes a job, unordered)
 ``running``               ZSET    claimed jobs, score = lease deadline (ms)
 ``done``                  ZSET    terminal jobs, score = when GC may remove them (ms)
 ``dead``                  ZSET    errored jobs (the dead-letter list), score = when they died (ms)
@@ -298,15 +298,15 @@ class GraphKeys:
 
 
 def far_scanned_key(topic: str, partition: int) -> str:
-    """Set once a scheduler instance read a schedule-topic partition whole since this Redis started: a
-    missing key (Redis lost, FLUSHALL) makes the owner read the partition again to rebuild the index."""
-    return f"jobq:far:scanned:{topic}/{partition}"
+    """Set once a scheduler instance wrote (or found) every index entry of a schedule-topic partition in this
+    Redis: a missing key (Redis lost, FLUSHALL) makes the owner write them again from its memory."""
+    return f"jobq:far:indexed:{topic}/{partition}"
 
 
 def far_scanning_key(topic: str, partition: int) -> str:
-    """Set when a whole read of a schedule-topic partition starts: a read ends by marking the partition
-    scanned only if this is still there (a Redis lost during the read took it)."""
-    return f"jobq:far:scanning:{topic}/{partition}"
+    """Set when the owner starts writing a schedule-topic partition's index entries: it marks the partition
+    scanned only if this is still there (a Redis lost meanwhile took it)."""
+    return f"jobq:far:indexing:{topic}/{partition}"
 
 
 def synced_key(key: str) -> str:

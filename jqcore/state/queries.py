@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jqcore.state import memory, reads, waiting
+from jqcore.state import farreads, memory, reads, waiting
 from jqcore.state.core import EngineCore
 from jqcore.state.memory import QueueMemory
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
@@ -35,6 +35,10 @@ class Queries(EngineCore):
         """Far-future jobs by id (``list_ids(queue, "far")``), ``scheduled`` with their ``run_at``."""
         return await reads.far_jobs(self._client, queue, ids)
 
+    async def far_next(self, queue: str) -> int | None:
+        """The earliest ``run_at`` of the queue's far-future jobs (None: none, or too many to read)."""
+        return await farreads.far_next(self._client, queue)
+
     async def queues_holding(self, queues: Sequence[str], job_id: str) -> list[str]:
         """Which of ``queues`` hold a job with this id (the dashboard's search by exact id)."""
         return await reads.queues_holding(self._client, queues, job_id)
@@ -50,7 +54,8 @@ class Queries(EngineCore):
         self, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
     ) -> tuple[list[str], int]:
         """Ids of the jobs in one listed state (``reads.LISTED``: pending, delayed, far, running, done,
-        dead) in that state's order, and the state's total: the dashboard's lists and searches."""
+        dead) in that state's order (far: unordered, each page by run_at), and the state's total: the
+        dashboard's lists and searches."""
         return await reads.list_ids(self._client, queue, state, offset, limit, newest=newest)
 
     async def dead_counts(self, queues: Sequence[str]) -> dict[str, int]:

@@ -15,6 +15,7 @@ import orjson
 
 from jqcore.clock import now_ms
 from jqcore.redisconn import RedisClient
+from jqcore.state import farreads
 from jqcore.state.codes import FilterInvalid
 from jqcore.state.keys import KINDS_KEY, QueueKeys
 from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
@@ -56,9 +57,9 @@ async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | Non
     keys = QueueKeys(queue)
     found = _job_info(queue, job_id, await client.hgetall(keys.job(job_id)))
     if found is None:
-        run_at = await client.zscore(keys.far, job_id)
+        run_at = await farreads.far_run_at(client, queue, job_id)
         if run_at is not None:
-            return _scheduled(queue, job_id, int(run_at))
+            return _scheduled(queue, job_id, run_at)
     return found
 
 
@@ -118,14 +119,10 @@ async def far_jobs(client: RedisClient, queue: str, ids: Sequence[str]) -> list[
     schedule topic, so no kind or args), one pipelined round trip; None for an id not in the tier."""
     if not ids:
         return []
-    key = QueueKeys(queue).far
-    pipe = client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.zscore(key, job_id)
-    scores = await pipe.execute()
+    found = await farreads.far_run_ats(client, queue, ids)
     return [
-        None if score is None else _scheduled(queue, job_id, int(score))
-        for job_id, score in zip(ids, scores, strict=True)
+        None if run_at is None else _scheduled(queue, job_id, run_at)
+        for job_id, run_at in zip(ids, found, strict=True)
     ]
 
 
@@ -211,7 +208,6 @@ async def depth(
     pipe.zcard(keys.dead)
     pipe.zcard(keys.done)
     pipe.zrange(keys.ready, 0, 0)
-    pipe.zcard(keys.far)
     indexes = [keys.index(k, v) for k, v in sorted((filter or {}).items())]
     if indexes:
         pipe.hget(keys.config, "filter_keys")
@@ -221,7 +217,7 @@ async def depth(
             pipe.zintercard(len(indexes), indexes)
     res = await pipe.execute()
     if indexes:
-        declared = set((_s(res[8]) or "").split(","))
+        declared = set((_s(res[7]) or "").split(","))
         if missing := sorted(set(filter or {}) - declared):
             raise FilterInvalid(
                 f"queue {queue!r} does not index meta key {missing[0]!r}; declare it in the queue's"
@@ -239,8 +235,8 @@ async def depth(
         errored=int(res[4]),
         finished=int(res[5]) - int(res[4]),
         oldest_pending_age_ms=oldest,
-        by_filter=int(res[9]) if indexes else None,
-        far=int(res[7]),
+        by_filter=int(res[8]) if indexes else None,
+        far=await farreads.far_count(client, queue),
     )
 
 
@@ -264,17 +260,20 @@ LISTED = {
     "done": "done",
     "dead": "dead",
 }
-"""The states whose jobs can be listed, and the ZSET each lives in (``done``: completed, canceled,
-expired and errored jobs until GC; ``dead``: the errored ones)."""
+"""The states whose jobs can be listed, and the key each lives in: a ZSET, but ``far``'s is a HASH (``done``:
+completed, canceled, expired and errored jobs until GC; ``dead``: the errored ones)."""
 
 
 async def list_ids(
     client: RedisClient, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
 ) -> tuple[list[str], int]:
-    """Job ids of one listed state in the ZSET's order (pending: priority; delayed and far: run_at;
-    running: lease deadline; done: GC time; dead: death time), ``newest`` reversed, and how many there
-    are in all."""
+    """Job ids of one listed state in the ZSET's order (pending: priority; delayed: run_at; running: lease
+    deadline; done: GC time; dead: death time), ``newest`` reversed, and how many there are in all. The
+    far-future index is a HASH: its ids come in no order (``newest`` ignored), each page sorted by
+    ``run_at``; a page at ``offset`` scans the ``offset`` entries before it."""
     key = getattr(QueueKeys(queue), LISTED[state])
+    if state == "far":
+        return await farreads.far_ids(client, queue, offset, limit)
     pipe = client.pipeline(transaction=False)
     if newest:
         pipe.zrevrange(key, offset, offset + limit - 1)

@@ -28,12 +28,13 @@ BACK = "/schedules"
 
 
 async def _next_run(engine: Engine, queue: str, state: str) -> int | None:
-    """When the first job of ``delayed`` or ``far`` runs (None: there is none)."""
+    """When the first job of ``delayed`` or ``far`` runs (None: there is none, or too many far-future
+    jobs to read their unordered index)."""
+    if state == "far":
+        return await engine.far_next(queue)
     ids, _ = await engine.list_ids(queue, state, 0, 1)
     if not ids:
         return None
-    if state == "far":
-        return await engine.far_run_at(queue, ids[0])
     job = await engine.get_job(queue, ids[0])
     return job.run_at if job is not None else None
 

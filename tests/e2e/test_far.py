@@ -1,7 +1,9 @@
-"""The far-future tier on the real stack: a job due beyond the horizon (shortened here to 3 s so the
-test stays quick) is kept in the compacted schedule topic with only an index entry in Redis; GET answers
-``scheduled``; DELETE unschedules it; Redis losing everything (FLUSHDB) loses no far-future job: it comes
-back from the topic and runs on time, and the unscheduled one never runs."""
+"""The far-future tier on the real stack: a job due beyond the horizon (shortened here so the test stays
+quick) is kept in the compacted schedule topic with only an index entry in Redis; GET answers
+``scheduled``; DELETE unschedules it. The scheduler reads a partition whole only once, when it gains it:
+the jobs written after come from the tail; Redis losing everything (FLUSHDB) loses no far-future job (its
+entry is written again from the scheduler's memory) and it runs on time, the unscheduled one never; an
+instance gone, another builds its partitions from the topic and moves their jobs."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ import redis.asyncio as aioredis
 
 from jqcore.client import JobqClient
 from jqcore.clock import now_ms
+from jqcore.envelope import encode, new_envelope
+from jqcore.kafka import AsyncProducer, schedule_record
+from jqcore.membership import owner
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import FarSettings
+from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
 from jqrelay.main import RelayService
 from jqsched.service import SchedulerService
@@ -51,7 +56,7 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
 ) -> None:
     # the steps below must happen before the job comes within the horizon (run_at - horizon_s): 12 s of
     # room, since the gateway → Kafka → relay trip alone took over 6 s on a loaded 2-core machine
-    far = FarSettings.model_validate({"horizon_s": 8, "rescan_s": 1, "topic": f"{prefix}.schedule"})
+    far = FarSettings.model_validate({"horizon_s": 8, "topic": f"{prefix}.schedule"})
     topic = make_topic("jobs", partitions=2)
     q = f"{prefix}.q"
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
@@ -70,6 +75,10 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
     gate = make_gate(routing, redis_url=own_db, far=far)
     relay = make_relay(topic, far=far, redis_url=own_db)
     async with gate, relay, scheduler, JobqClient([gate.url], token) as client:
+        mover = scheduler.mover
+        assert mover is not None
+        await scheduler.signals.far.built.wait_for(lambda _: mover.builds == len(mover.owned) > 0)
+        builds = mover.builds
         run_at = now_ms() + 20_000
         kept = (await client.enqueue_one(q, "far.job", run_at=run_at))["id"]
         dropped = (await client.enqueue_one(q, "far.job", run_at=run_at))["id"]
@@ -85,6 +94,7 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
         records = await asyncio.to_thread(topic_reader, far.topic, 2)
         keys = sorted(r.key().decode() for r in records)
         assert keys == sorted([f"{q}/{kept}", f"{q}/{dropped}"]), "in the schedule topic"
+        assert await redis.type(f"jobq:{{{q}}}:far") == b"hash"
         per_job = int(await redis.memory_usage(f"jobq:{{{q}}}:far") or 0) / 2
         print(f"Redis bytes per far-future job (index entry): {per_job:.0f}")
 
@@ -93,18 +103,70 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
         assert gone is not None
         assert gone["state"] == "canceled"
 
-        scanned = scheduler.signals.far.scanned
-        mark = scanned.mark()
+        signals = scheduler.signals.far
+        mark = signals.rewritten.mark()
         await redis.flushdb()  # Redis lost everything: the index, the tombstone, the queue list
-        # rebuilt by whichever read notices the loss (one under way at the flush may not): watched
-        await eventually(lambda: client.get_job(q, kept), lambda i: i is not None, 60)
-        await scanned.wait_for(after=mark)
+        _, entries = await signals.rewritten.wait_for(lambda r: r[1] > 0, after=mark)
+        assert entries == 1, "only the live job's entry is written again (the dropped one was tombstoned)"
+        info = await client.get_job(q, kept)
+        assert info is not None
+        assert (info["state"], info["run_at"]) == ("scheduled", run_at), "from the scheduler's memory"
+        assert await client.get_job(q, dropped) is None
 
         async with Pool(registry, engine, PoolConfig([q], concurrency=4)):
+            # both were due in the same second: one move would have taken the dropped one with the kept
+            assert await signals.moved.wait_for(lambda n: n > 0) == 1
             await asyncio.wait_for(done.wait(), 60)
             assert ran[kept] >= run_at, "never early"
-            mark = scanned.mark()
-            await scanned.wait_for(after=mark + 1)  # two whole reads since: the dropped one was not moved
         assert dropped not in ran, "an unscheduled job never runs, Redis lost or not"
         assert await client.get_job(q, dropped) is None
+        assert mover.builds == builds, "no partition was read whole again: the records came from the tail"
+    await redis.aclose()
+
+
+async def test_an_instance_gone_its_partitions_are_built_by_another_and_their_jobs_moved(
+    prefix: str, endpoints: Endpoints, make_scheduler: Callable[..., SchedulerService], eventually: Eventually
+) -> None:
+    far = FarSettings.model_validate({"horizon_s": 2, "topic": f"{prefix}.schedule", "partitions": 2})
+    # two names that split the two partitions between them (rendezvous hashing is deterministic)
+    names = next(
+        (a, b)
+        for a, b in ((f"a{i}", f"b{i}") for i in range(100))
+        if {owner(f"{far.topic}/{p}", [a, b]) for p in (0, 1)} == {a, b}
+    )
+    first, second = (make_scheduler(n, far=far) for n in names)
+    q = f"{prefix}.q"
+    redis = aioredis.Redis.from_url(endpoints.redis_url or "")
+    engine = Engine(redis)
+    producer = AsyncProducer(KafkaSettings(bootstrap=endpoints.kafka_bootstrap))
+    async with second:
+        async with first:
+            movers = [s.mover for s in (first, second)]
+            for m in movers:
+                assert m is not None
+                m.park_s = 0  # a partition lost is dropped at once (else regained without a build)
+            for s in (first, second):  # each has built what it owns (what it gains later: built then)
+                await s.signals.far.built.wait_for(lambda _: True)
+            run_at = now_ms() + 8_000  # moved 2 s before: 6 s from now
+            envs = [new_envelope(q, "far.job", None, run_at=run_at) for _ in range(40)]
+            # written as the relay writes them: the record, then the index entry
+            records = [schedule_record(far.topic, q, e.id, run_at, encode(e)) for e in envs]
+            delivered = await producer.produce_many(records)
+            await engine.schedule_far(q, [(e.id, run_at) for e in envs])
+            theirs = sum(1 for d in delivered if owner(f"{far.topic}/{d.partition}", list(names)) == names[0])
+            assert 0 < theirs < len(envs), "both partitions hold some"
+            first_mover = first.mover
+            assert first_mover is not None
+            await eventually(lambda: first_mover.status()["indexed"], lambda n: n == theirs, 10)
+        # the first is gone (it left the group): the second builds its partition from the topic, moves all
+        gained = await second.signals.far.built.wait_for(lambda b: b[1] > 0, timeout_s=10)
+        assert gained[1] == theirs, "the gained partition's live records, read from the topic"
+        mover = second.mover
+        assert mover is not None
+        await eventually(lambda: mover.moved, lambda n: n >= len(envs), 20)
+        assert mover.moved == len(envs)
+        jobs = await engine.get_jobs(q, [e.id for e in envs])
+        assert all(j is not None and j.state in ("delayed", "pending") for j in jobs), "moved into Redis"
+        assert [j.run_at for j in jobs if j is not None] == [run_at] * len(envs)
+    await asyncio.to_thread(producer.close, 5.0)
     await redis.aclose()

@@ -121,9 +121,7 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
     t0 = now_ms()
     topic, events_topic = make_topic("jobs", partitions=2), make_topic("events", partitions=2)
     # the schedule topic is the relay's to create (compacted, never expiring: jqcore/topics.py)
-    far = FarSettings.model_validate(
-        {"horizon_s": 600, "rescan_s": 60, "topic": f"{prefix}.schedule", "partitions": 1}
-    )
+    far = FarSettings.model_validate({"horizon_s": 600, "topic": f"{prefix}.schedule", "partitions": 1})
     q, qg, qc = f"{prefix}.q", f"{prefix}.g", f"{prefix}.c"
     redis = aioredis.Redis.from_url(lost_db)
     engine = Engine(redis)

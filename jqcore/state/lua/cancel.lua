@@ -6,7 +6,7 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] far      ZSET far-future jobs kept in Kafka, score = run_at
+-- KEYS[4] far      HASH far-future jobs kept in Kafka: id -> run_at
 -- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
 -- KEYS[7] config   HASH queue configuration
@@ -29,7 +29,7 @@ local key = jkey(id)
 local f = redis.call('HMGET', key, 'state', 'excl', 'kind')
 local state = f[1]
 if state == false then
-  local far = redis.call('ZREM', FAR, id)
+  local far = redis.call('HDEL', FAR, id)
   redis.call('HSET', key, 'tombstone', '1', 'enqueued_at', NOW, 'attempt', 0, 'version', 0)
   finish(id, key, 'canceled', reason)
   return {C_TOMBSTONED, far == 1 and 'scheduled' or 'missing'}

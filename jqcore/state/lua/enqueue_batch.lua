@@ -14,7 +14,7 @@
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] far      ZSET far-future jobs kept in Kafka, score = run_at
+-- KEYS[4] far      HASH far-future jobs kept in Kafka: id -> run_at
 -- KEYS[5] running  ZSET claimed jobs, score = lease deadline
 -- KEYS[6] done     ZSET terminal jobs, score = when GC removes them
 -- KEYS[7] dead     ZSET errored jobs (the dead-letter list)
@@ -122,7 +122,7 @@ for i = 1, n do
   end
   if exclusive and excl == '' and excl_key ~= '' and meta[excl_key] then excl = meta[excl_key] end
   local key = jkey(id)
-  if has_far then redis.call('ZREM', FAR, id) end
+  if has_far then redis.call('HDEL', FAR, id) end
   local existing = redis.call('HMGET', key, 'state', 'tombstone')
   if existing[1] ~= false and existing[2] ~= '1' and reopens(key, existing[1], origin) then
     reopen(id, key)

@@ -3,7 +3,7 @@
 -- DELETE finds them. The job's record stays in Kafka; Redis keeps only this index entry. A job Redis
 -- already holds in any state (moved in earlier, or a cancel's tombstone) is left alone: its record wins.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] far      ZSET far-future jobs kept in Kafka, score = run_at
+-- KEYS[2] far      HASH far-future jobs kept in Kafka: id -> run_at
 -- KEYS[3] config   HASH queue configuration
 -- KEYS[4] stats    HASH lifetime counters
 -- KEYS[5] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
@@ -12,12 +12,15 @@
 -- returns: {C_OK, outcome_1 … outcome_N} with outcome 'scheduled' (indexed) | 'held' (Redis has it)
 local n = tonumber(ARGV[2])
 local out = {C_OK}
+if redis.call('TYPE', FAR)['ok'] == 'zset' then
+  redis.call('DEL', FAR) -- an index written before it was a HASH: the schedulers write it again
+end
 for i = 0, n - 1 do
   local id, run_at = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
   if redis.call('EXISTS', jkey(id)) == 1 then
     out[#out + 1] = 'held'
   else
-    if redis.call('ZADD', FAR, run_at, id) == 1 then
+    if redis.call('HSET', FAR, id, run_at) == 1 then
       emit_far(id, tonumber(run_at))
     end
     out[#out + 1] = 'scheduled'
