@@ -32,7 +32,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
 from jqcore.health import Readiness
-from jqcore.kafka import AsyncProducer, Record, committed_offsets, schedule_record
+from jqcore.kafka import AsyncProducer, committed_offsets, schedule_record
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger, kafka_logging
 from jqcore.routing import RoutingSettings

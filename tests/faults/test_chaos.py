@@ -35,5 +35,6 @@ async def test_a_seeded_run_of_random_faults_breaks_no_promise(
     assert verdict.lost == 0, f"acknowledged jobs never ran: {verdict.lost_ids}"
     assert verdict.overlapping_terms == 0, "two relays held the topic's lock at once (their logs say so)"
     assert not verdict.failed_checks, "invariants broken: " + "; ".join(
-        f"{c.name} {c.violations} of {c.checked}: {list(c.ids)} {dict(c.detail)}" for c in verdict.failed_checks
+        f"{c.name} {c.violations} of {c.checked}: {list(c.ids)} {dict(c.detail)}"
+        for c in verdict.failed_checks
     )
