@@ -365,12 +365,13 @@ class SchedulerService(Service):
             await self.shipper.observe(owned)
         metrics.SCHEDULER_MEMBERS.set(len(members))
         metrics.SCHEDULER_OWNED.set(len(owned))
-        self._beat_ok_at = time.monotonic()
-        if self._beat_ok_at - self._observed_at >= OBSERVE_EVERY_S:
+        beat_at = time.monotonic()
+        if beat_at - self._observed_at >= OBSERVE_EVERY_S:
             try:
                 await self.observe_deployment()
             except Exception as exc:  # e.g. an ACL user without INFO: the gauges stay unset, the beat counts
                 log.warning("sampling groups and Redis memory failed", error=repr(exc))
+        self._beat_ok_at = beat_at  # after the first sample: a ready instance's gauges are set
         self.dealt.set()
         self.signals.dealt.signal((list(members), list(owned)))
         return owned
