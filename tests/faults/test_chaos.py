@@ -17,7 +17,7 @@ from loadtest.faults.run import Servers, run_scenario
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
-MINUTES = float(os.environ.get("JOBQ_CHAOS_MINUTES", "1.5"))
+MINUTES = float(os.environ.get("JOBQ_CHAOS_MINUTES", "1"))
 
 
 async def test_a_seeded_run_of_random_faults_breaks_no_promise(
