@@ -47,7 +47,7 @@ def private_stack(servers: Servers) -> Iterator[Stack]:
                 folder.mkdir(parents=True, exist_ok=True)
                 _run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(folder)])
                 mounted.append(str(folder))
-        stack.up(timeout_s=180)
+        stack.up(timeout_s=300)  # three KRaft brokers once took 184 s to form their quorum in CI (cause open)
         yield stack
     finally:
         stack.down()
