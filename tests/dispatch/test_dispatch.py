@@ -50,9 +50,13 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     async def flaky_first(j: dict[str, Any]) -> web.StreamResponse:
         return web.Response(status=500, text="db down") if j["attempt"] == 1 else await echo(j)
 
+    retried = asyncio.Event()
+
     async def slow_first(j: dict[str, Any]) -> web.StreamResponse:
-        if j["attempt"] == 1:
-            await asyncio.sleep(1)
+        if j["attempt"] == 1:  # answers only once the dispatcher gave up on it and sent attempt 2
+            await asyncio.wait_for(retried.wait(), 30)
+        else:
+            retried.set()
         return await echo(j)
 
     async def refuse(_: dict[str, Any]) -> web.StreamResponse:

@@ -116,16 +116,25 @@ async def double(n: int) -> int:
 CLIENT = """
 import asyncio, json, sys
 from jqcore.client import JobqClient
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+
+
+def unfinished(jobs):
+    return not all(j is not None and j["state"] == "completed" for j in jobs)
 
 
 async def main(url: str, token: str, queue: str, n: int) -> None:
     async with JobqClient([url], token) as client:
         ids = await client.enqueue(queue, [{"kind": "slim.double", "args": {"n": i}} for i in range(n)])
-        for _ in range(600):  # the worker's results, read back through the gateway (60 s at most)
-            jobs = [await client.get_job(queue, i) for i in ids]
-            if all(j is not None and j["state"] == "completed" for j in jobs):
-                break
-            await asyncio.sleep(0.1)
+        # the worker's results, read back through the gateway until all completed (60 s at most)
+        until = AsyncRetrying(
+            retry=retry_if_result(unfinished), stop=stop_after_delay(60), wait=wait_fixed(0.1),
+            retry_error_callback=lambda state: state.outcome.result(),
+        )
+        async def read():
+            return await asyncio.gather(*(client.get_job(queue, i) for i in ids))
+
+        jobs = await until(read)
         print(json.dumps([[j["state"], j.get("result")] if j else None for j in jobs]))
 
 

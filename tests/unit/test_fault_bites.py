@@ -38,7 +38,7 @@ from loadtest.faults.run import Drill
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    proc = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     yield proc
     proc.kill()
     proc.wait()

@@ -21,6 +21,8 @@ from worker.pool import Pool, PoolConfig
 async def test_concurrency_changes_while_the_pool_runs(engine: Engine, prefix: str, tmp_path: Path) -> None:
     q, reg = f"{prefix}.live", Registry()
     gate, three = asyncio.Event(), asyncio.Event()
+    started: asyncio.Queue[str] = asyncio.Queue()  # phase 2: each job held until the test lets it end
+    ends: dict[str, asyncio.Event] = {}
     runs: Counter[str] = Counter()
     peaks = {1: 0, 2: 0}
     running = 0
@@ -34,7 +36,13 @@ async def test_concurrency_changes_while_the_pool_runs(engine: Engine, prefix: s
         if running == 3:
             three.set()
         try:
-            await (gate.wait() if phase == 1 else asyncio.sleep(0.02))
+            if phase == 1:
+                await gate.wait()
+            else:
+                job_id = current_job().id
+                ends[job_id] = asyncio.Event()
+                started.put_nowait(job_id)
+                await ends[job_id].wait()
         finally:
             running -= 1
 
@@ -56,6 +64,8 @@ async def test_concurrency_changes_while_the_pool_runs(engine: Engine, prefix: s
             await engine.enqueue_batch(second)
             assert (await engine.depth(q)).pending == 3  # a full pool claims none of them
             gate.set()
+            for _ in second:  # one at a time: each held while running, so a second one would show
+                ends[await asyncio.wait_for(started.get(), 30)].set()
             for env in first + second:
                 await pool.signals.finished.wait_for(lambda f, i=env.id: f == (i, "succeeded"), 30)
         finally:
