@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import metrics
-from jqcore.errors import JobqError
+from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.extras import require
 from jqcore.keys import AUDIT_KEY
 from jqcore.log import get_logger
@@ -98,10 +100,13 @@ class AuditTrail:
         return self.settings.topic
 
     async def record(self, entry: AuditEntry) -> AuditEntry:
-        """Append ``entry`` to the Redis stream (raises when Redis refuses) and hand it to Kafka; returns it
-        with its stream id."""
+        """Append ``entry`` to the Redis stream (raises when Redis refuses; BackendUnavailable when it does
+        not answer) and hand it to Kafka; returns it with its stream id."""
         fields = {k: str(v) for k, v in entry.as_dict().items() if k != "id"}
-        raw = await self.client.xadd(AUDIT_KEY, fields, maxlen=MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
+        try:
+            raw = await self.client.xadd(AUDIT_KEY, fields, maxlen=MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # a 503 for a caller, not a 500
+            raise BackendUnavailable(f"audit: Redis unreachable: {exc}") from exc
         entry = replace(entry, id=_s(raw))
         if self.kafka is not None:
             task = asyncio.create_task(self._ship(entry))

@@ -251,7 +251,7 @@ async def write_records(
                 except EnvelopeError:
                     r.malformed += 1
                     continue
-                origins[chunk[-1][1].id] = origin_of(msg)
+                origins.setdefault(chunk[-1][1].id, origin_of(msg))  # the first: the record stored
             if force:
                 await _forget(engine, chunk)
             await enqueue_counted(engine, chunk, origins)

@@ -56,7 +56,10 @@ class Batch:
     dead: list[tuple[Message, str]]
     offsets: dict[int, int]
     source: dict[str, Message]
-    """The record each envelope came from (for dead-lettering what the engine refuses)."""
+    """The record each job came from: its first in the batch — the one the engine stores (a later record
+    of the same id, e.g. a client's retry through another gateway, is a duplicate of it). Its offset is
+    the job's ``origin``, which decides whether a later read is the same record again (for dead-lettering
+    what the engine refuses, too)."""
     retry: list[tuple[Message, str]] = field(default_factory=list)
     """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
     far: list[Envelope] = field(default_factory=list)
@@ -153,7 +156,7 @@ def parse_batch(
             batch.dead.append((msg, reason))
             continue
         batch.envelopes.append(env)
-        batch.source[env.id] = msg
+        batch.source.setdefault(env.id, msg)
     return batch
 
 

@@ -300,7 +300,9 @@ async def test_an_exclusive_queue_refuses_jobs_without_an_exclusivity_value(
 async def test_without_redis_the_exclusivity_check_is_skipped_and_the_job_accepted(
     endpoints: Endpoints, prefix: str, make_topic: Callable[..., str], routing_for: Any, token: str
 ) -> None:
-    """Enqueues never depend on Redis: the relay still dead-letters a job an exclusive queue cannot take."""
+    """Enqueues never depend on Redis: the relay still dead-letters a job an exclusive queue cannot take.
+    An admin call, which Redis answers and the audit trail records there, is a 503 with its code — not the
+    500 a fault run saw when the audit record met a Redis that did not answer."""
     topic = make_topic("jobs")
     service = GateService(
         GateSettings(port=0, tokens=[token]),
@@ -316,9 +318,12 @@ async def test_without_redis_the_exclusivity_check_is_skipped_and_the_job_accept
     async with (
         service,
         aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
-        http.post(f"{service.url}/v1/queues/{prefix}.q/jobs", json={"kind": "k"}) as resp,
     ):
-        assert resp.status == 202, await resp.text()
+        async with http.post(f"{service.url}/v1/queues/{prefix}.q/jobs", json={"kind": "k"}) as resp:
+            assert resp.status == 202, await resp.text()
+        async with http.delete(f"{service.url}/v1/queues/{prefix}.q/jobs/j1") as resp:
+            body = await resp.json()
+            assert (resp.status, body["error"]["code"]) == (503, "backend_unavailable"), body
 
 
 # ---- 7. malformed JSON -------------------------------------------------------------------------------
