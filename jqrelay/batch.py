@@ -1,20 +1,25 @@
 """What one relay term works with: a consumed batch parsed into envelopes (and the records to set aside),
-the errors that end a batch, and the signals a relay gives a test that listens."""
+the errors that end a batch, how a held batch is tried again, and the signals a relay gives a test that
+listens."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message
+from tenacity import AsyncRetrying, RetryCallState, retry_base, wait_exponential
 
 from jqcore import metrics
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
 from jqcore.kafka import Record
+from jqcore.log import get_logger
 from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
 from jqcore.state import FenceRejected
 from jqcore.testsignal import TestSignal
+from jqrelay.backpressure import held
 from jqrelay.limits import LimitSignals
 
 __all__ = [
@@ -24,10 +29,13 @@ __all__ = [
     "RouteCheck",
     "TermEnded",
     "ends_batch",
+    "held_retries",
     "parse_batch",
     "retriable",
     "set_aside",
 ]
+
+log = get_logger("jqrelay.topic")
 
 
 class TermEnded(Exception):
@@ -175,3 +183,22 @@ def set_aside(to: str, topic: str, dead: Sequence[tuple[Message, str]]) -> list[
         )
         for msg, reason in dead
     ]
+
+
+def held_retries(topic: str, signals: RelaySignals, retry: retry_base, stall: str) -> AsyncRetrying:
+    """Tries of a batch's write while Redis holds it: backoff up to 5 s, each wait counted as the batch
+    held (``reason="redis"``), logged and signalled as a ``stall``, so a write stuck for minutes is never
+    silent; the last error re-raised if ``retry`` does not take it."""
+
+    def stalled(state: RetryCallState) -> None:
+        error = repr(state.outcome.exception()) if state.outcome is not None else ""
+        held_s = round(state.seconds_since_start or 0.0, 1)
+        log.warning("batch held", topic=topic, stage=stall, tries=state.attempt_number, s=held_s, error=error)
+        signals.stalled.signal(stall)
+
+    async def sleep(seconds: float) -> None:
+        with held(topic, "redis"):
+            await asyncio.sleep(seconds)
+
+    wait = wait_exponential(multiplier=0.1, max=5)
+    return AsyncRetrying(retry=retry, wait=wait, before_sleep=stalled, sleep=sleep, reraise=True)

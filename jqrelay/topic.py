@@ -25,7 +25,7 @@ from typing import Any
 
 import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
-from tenacity import AsyncRetrying, retry_base, retry_if_exception, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception, retry_if_exception_type, wait_exponential
 
 from jqcore import metrics, tracing
 from jqcore.clock import now_ms
@@ -39,7 +39,7 @@ from jqcore.routing import RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected, recording_writes
 from jqcore.topics import dead_topic, retry_topic
-from jqrelay.backpressure import MemoryGuard, held
+from jqrelay.backpressure import MemoryGuard
 from jqrelay.batch import (
     Batch,
     RelaySignals,
@@ -47,6 +47,7 @@ from jqrelay.batch import (
     RouteCheck,
     TermEnded,
     ends_batch,
+    held_retries,
     parse_batch,
     retriable,
     set_aside,
@@ -386,7 +387,8 @@ class TopicRelay(Service):
         Not in time (a replica behind, a master killed, its slots moved to the promoted replica): write
         the batch again — what Redis kept is a duplicate of the same record, what a failover lost is
         stored again — and wait again, with backoff, for as long as it takes (nothing is committed)."""
-        async for attempt in self._held_retries(retry_if_exception_type(ReplicasBehind), "replicas"):
+        behind = retry_if_exception_type(ReplicasBehind)
+        async for attempt in held_retries(self.topic, self.signals, behind, "replicas"):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     await self._index_far(batch.far, term)
@@ -401,7 +403,7 @@ class TopicRelay(Service):
         self, envelopes: Sequence[Envelope], term: Term, origins: Mapping[str, str]
     ) -> EnqueueResult:
         """One fenced engine call, retried with backoff for as long as Redis is unreachable."""
-        async for attempt in self._held_retries(retry_if_exception(retriable), "write"):
+        async for attempt in held_retries(self.topic, self.signals, retry_if_exception(retriable), "write"):
             with attempt:
                 if not self._trusted(term):
                     raise TermEnded
@@ -410,22 +412,6 @@ class TopicRelay(Service):
                         envelopes, fence=term.fence, source=self.topic, origins=origins
                     )
         raise AssertionError("unreachable: tenacity either returns or re-raises")
-
-    def _held_retries(self, retry: retry_base, stall: str) -> AsyncRetrying:
-        """Tries of a batch's write while Redis holds it: backoff up to 5 s (:meth:`_held_by_redis`), each
-        wait signalled as a ``stall``; the last error re-raised if ``retry`` does not take it."""
-        return AsyncRetrying(
-            retry=retry,
-            wait=wait_exponential(multiplier=0.1, max=5),
-            before_sleep=lambda _: self.signals.stalled.signal(stall),
-            sleep=self._held_by_redis,
-            reraise=True,
-        )
-
-    async def _held_by_redis(self, seconds: float) -> None:
-        """A write's backoff while Redis does not take it: the batch is held (``reason="redis"``)."""
-        with held(self.topic, "redis"):
-            await asyncio.sleep(seconds)
 
     async def _dead_letter(self, dead: Sequence[tuple[Message, str]], *, retry: bool = False) -> None:
         """Malformed and refused records go to ``<topic>.dead``, bytes unchanged, reason in headers;
