@@ -44,7 +44,7 @@ from jqstack.ports import (
 from jqstack.procs import free_port, log_tail, run_step
 from jqstack.secure import SecureFiles, consul_acls, kafka_acls, role_exports
 from jqstack.servers import ConsulServer, KafkaBroker, RedisServer, ServerSpec, kafka_ready
-from jqstack.supervise import alive, spawn, terminate, wait_until
+from jqstack.supervise import alive, spawn, stop_pids, terminate, wait_until
 
 __all__ = ["DEFAULT_PORTS", "Endpoints", "Stack", "StackSpec"]
 
@@ -372,7 +372,13 @@ class Stack:
         finally:
             first.close()
 
-    def down(self, purge: bool = False) -> None:
+    def down(self, purge: bool = False, *, kill: bool = False) -> None:
+        """Stop every server, each in turn with a grace period (Kafka flushes, Redis saves); ``purge`` also
+        deletes the stack's folder. ``kill``, and always with ``purge`` (the data is deleted anyway), skips
+        the grace: every server gets SIGKILL at once — a three-broker stack's last broker otherwise waits
+        out its grace looking for a quorum that stopped before it."""
+        if purge or kill:
+            stop_pids([s.pid for s in self.servers], grace_s=0)
         for server in reversed(self.servers):
             terminate(server.pid)
             server.pid = None

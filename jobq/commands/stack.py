@@ -185,9 +185,11 @@ def up(
 @app.command()
 def down(
     name: NameOpt = "default",
-    purge: Annotated[bool, typer.Option("--purge", help="Also delete the stack's data and logs.")] = False,
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Also delete the stack's data and logs (servers killed at once).")
+    ] = False,
 ) -> None:
-    """Stop every server of the stack (TERM, then KILL after a grace period)."""
+    """Stop every server of the stack (TERM, then KILL after a grace period; no grace with --purge)."""
     existing_stack(name).down(purge=purge)
     console.print(f"stack [bold]{name}[/] stopped" + (" and purged" if purge else ""))
 

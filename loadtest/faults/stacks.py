@@ -61,7 +61,7 @@ def private_stack(servers: Servers) -> Iterator[Stack]:
             raise StackError(f"{exc}\nevery server's log kept in {_keep_logs(stack)}") from None
         yield stack
     finally:
-        stack.down()
+        stack.down(kill=True)  # its data is purged below: no grace needed
         for mount in mounted:
             with contextlib.suppress(StackError):
                 _run(["umount", "-l", mount])
