@@ -128,17 +128,19 @@ def _report_slow_stop(service: Service) -> None:
     )
 
 
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+async def cancel_and_wait(task: asyncio.Future[Any] | None, every_s: float = RECANCEL_S) -> None:
     """Cancel a helper task of a service and wait until it has finished (its cancellation swallowed).
 
-    The cancel is repeated every :data:`RECANCEL_S` while the task runs on: a library that turns a
+    The cancel is repeated every ``every_s`` while the task runs on: a library that turns a
     cancellation into an ordinary exception (redis-py can, mid-command) lets a ``while True`` loop that
-    suppresses errors carry on — seen as a gateway whose presence heartbeat kept it from ever stopping."""
+    suppresses errors carry on — seen as a gateway whose presence heartbeat kept it from ever stopping;
+    and on Python 3.11 a cancel that meets ``asyncio.wait_for`` as its future completes is lost (redis-py
+    sets up a fresh connection under one), so the task goes on to its next step."""
     if task is None:
         return
     while not task.done():
         task.cancel()
-        await asyncio.wait([task], timeout=RECANCEL_S)
+        await asyncio.wait([task], timeout=every_s)
     with contextlib.suppress(asyncio.CancelledError):
         await task
 

@@ -10,8 +10,11 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
+from jqcore.redisconn import connect
+from jqcore.settings import RedisSettings
 from jqcore.state import Engine, RedisMemoryFull
 from jqsched.timers import Timers
+from jqstack.manager import Endpoints
 
 Job = Callable[..., Envelope]
 
@@ -23,6 +26,31 @@ async def test_enqueue_wakes_a_waiting_worker(engine: Engine, q: str, job: Job) 
     await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
     assert await asyncio.wait_for(waiter, 30) == q
     assert await engine.wait_for_work([q], timeout_s=0.05) is None
+
+
+@pytest.mark.cluster
+async def test_each_wake_of_a_second_queue_ends_the_wait_while_the_first_stays_idle(
+    endpoints: Endpoints, q: str, job: Job
+) -> None:
+    """A pool of two queues whose first is idle, woken by the second again and again, on a Cluster
+    client made as the services make theirs (its socket timeout puts redis-py's connection set-up under
+    ``asyncio.wait_for``). Each queue's wait is its own BLPOP and the idle one is cancelled when the other
+    answers; on Python 3.11 a cancel that met the idle queue's fresh connection being set up was lost, so
+    every other wake was seen only when the idle queue's wait ran out (a fault run's exclusive queue ran
+    one job per key per 30 s). The waits here run 60 s: each must end with its wake, long before."""
+    if not endpoints.redis_cluster_nodes:
+        pytest.skip("no Redis Cluster in this stack")
+    client = connect(RedisSettings(url=f"redis://{endpoints.redis_cluster_nodes[0]}/0", cluster=True))
+    engine = Engine(client)
+    idle = f"{q}.idle"
+    for n in range(6):
+        await engine.enqueue_batch([job(q, id=f"w{n}", at_ms=now_ms())])
+        woken = await asyncio.wait_for(engine.wait_for_work([idle, q], timeout_s=60), 20)
+        assert woken == q, f"wake {n}"
+        [claimed] = await engine.claim(q, 1)
+        await engine.complete(q, (claimed.id, claimed.attempt, claimed.token))
+        await engine.wait_for_work([q], timeout_s=0.01)  # the completion's token, if any
+    await client.aclose()
 
 
 async def test_scheduler_promotes_delayed_jobs_never_early(engine: Engine, q: str, job: Job) -> None:
