@@ -276,6 +276,8 @@ class Pool(Service):
             wait_for_work = asyncio.ensure_future(self.engine.wait_for_work(self.config.queues, wait_s))
             if await self._interrupted(wait_for_work):  # resized: a wake token's wait, nothing to lose
                 await cancel_and_wait(wait_for_work)
+            elif (error := wait_for_work.exception()) is not None:
+                raise error  # Redis away: the loop logs it and backs off (it was dropped unread)
         return False
 
     async def _interrupted(self, wait: asyncio.Future[Any]) -> bool:
