@@ -1,9 +1,9 @@
 """``./run bench scheduler``: the far-future tier at a million jobs (Dynein's timing).
 
-``N`` far-future jobs (1M; ``--quick``: 3k) are written as a relay writes them — the record into the
+``N`` far-future jobs (1M; ``--quick``: 2k) are written as a relay writes them — the record into the
 compacted schedule topic (with its ``jobq-run-at`` header), an index entry into Redis — in 12 queues,
-their ``run_at`` spread evenly over a window ``W`` (9 min; quick 12 s) that starts a horizon ``H`` (60 s;
-quick 4 s) after the load is expected to end (120 s; quick 10 s). Then three ``python -m jqsched``
+their ``run_at`` spread evenly over a window ``W`` (9 min; quick 8 s) that starts a horizon ``H`` (60 s;
+quick 3 s) after the load is expected to end (120 s; quick 7 s). Then three ``python -m jqsched``
 processes build their partitions' index from the topic and move each job into Redis a horizon ahead; the
 one owning the most partitions is SIGKILLed at 40 % of the window (the survivors build its partitions
 from the topic). Two claimer processes (:mod:`loadtest.sched_claimer`) take every job as soon as it is
@@ -168,7 +168,7 @@ def _lateness(folder: Path, n: int) -> dict[str, float]:
     }
 
 
-SCALES = {"quick": (3_000, 12.0, 4.0, 10.0), "full": (1_000_000, 540.0, 60.0, 120.0)}
+SCALES = {"quick": (2_000, 8.0, 3.0, 7.0), "full": (1_000_000, 540.0, 60.0, 120.0)}
 """jobs, window W (s), horizon H (s), the load's expected time (s): the first run_at is H after it."""
 
 
