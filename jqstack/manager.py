@@ -379,8 +379,10 @@ class Stack:
         out its grace looking for a quorum that stopped before it."""
         if purge or kill:
             stop_pids([s.pid for s in self.servers], grace_s=0)
-        for server in reversed(self.servers):
-            terminate(server.pid)
+        else:
+            for server in reversed(self.servers):
+                terminate(server.pid)
+        for server in self.servers:
             server.pid = None
         if purge:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -30,11 +30,11 @@ SPECS: dict[Servers, StackSpec] = {
     "disk": StackSpec(name="faults-disk", redis_mode="single", fixed_ports=False),
 }
 DISK_MB = {"redis": 256, "kafka-1": 1024}
+"""tmpfs size per server of the ``disk`` shape."""
 START_S = 300.0
 """Ceiling on a private stack's start. Three KRaft brokers usually form their quorum in 7–9 s here; in one
 CI run (CI8, 2026-11-28) they reached no controller port, their own included, for 184 s and then did; the
 cause is not known (the logs were purged with the stack: a failed start now keeps them)."""
-"""tmpfs size per server of the ``disk`` shape."""
 
 
 def can_mount() -> bool:

@@ -43,14 +43,16 @@ async def test_each_wake_of_a_second_queue_ends_the_wait_while_the_first_stays_i
     client = connect(RedisSettings(url=f"redis://{endpoints.redis_cluster_nodes[0]}/0", cluster=True))
     engine = Engine(client)
     idle = f"{q}.idle"
-    for n in range(6):
-        await engine.enqueue_batch([job(q, id=f"w{n}", at_ms=now_ms())])
-        woken = await asyncio.wait_for(engine.wait_for_work([idle, q], timeout_s=60), 20)
-        assert woken == q, f"wake {n}"
-        [claimed] = await engine.claim(q, 1)
-        await engine.complete(q, (claimed.id, claimed.attempt, claimed.token))
-        await engine.wait_for_work([q], timeout_s=0.01)  # the completion's token, if any
-    await client.aclose()
+    try:
+        for n in range(6):
+            await engine.enqueue_batch([job(q, id=f"w{n}", at_ms=now_ms())])
+            woken = await asyncio.wait_for(engine.wait_for_work([idle, q], timeout_s=60), 20)
+            assert woken == q, f"wake {n}"
+            [claimed] = await engine.claim(q, 1)
+            await engine.complete(q, (claimed.id, claimed.attempt, claimed.token))
+            await engine.wait_for_work([q], timeout_s=0.01)  # the completion's token, if any
+    finally:
+        await client.aclose()
 
 
 async def test_scheduler_promotes_delayed_jobs_never_early(engine: Engine, q: str, job: Job) -> None:
