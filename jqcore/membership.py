@@ -39,6 +39,23 @@ def owned_by(member: str, members: Sequence[str], items: Iterable[str]) -> list[
     return [item for item in items if owner(item, members) == member]
 
 
+def deal_evenly(items: Sequence[str], members: Sequence[str]) -> dict[str, str]:
+    """Each item's member, rendezvous-like but even: the (member, item) pairs are taken by descending
+    score, an item going to the first member still below ``ceil(items / members)``. Every member computes
+    the same deal from the same lists; a member gone moves its items and few others. For a few units of
+    similar weight (the schedule topic's partitions), where plain rendezvous once dealt 5, 1 and 0 of 6."""
+    if not members:
+        return {}
+    cap = -(-len(items) // len(members))
+    load = dict.fromkeys(members, 0)
+    dealt: dict[str, str] = {}
+    for _, member, item in sorted(((_score(m, i), m, i) for i in items for m in members), reverse=True):
+        if item not in dealt and load[member] < cap:
+            dealt[item] = member
+            load[member] += 1
+    return dealt
+
+
 class Membership:
     """One member's heartbeat in a group, and the group's live members as of the last beat."""
 

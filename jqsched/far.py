@@ -1,5 +1,5 @@
 """The far-future tier's mover: each scheduler instance owns some partitions of the compacted schedule
-topic (rendezvous over ``<topic>/<partition>`` among the group's live members, like the queues). The
+topic (dealt evenly by rendezvous over ``<topic>/<partition>`` among the group's live members). The
 topic is the index:
 
 * **built once**: a partition gained is read from its beginning up to the end offset it had then, into
@@ -8,9 +8,10 @@ topic is the index:
 * **kept by the tail**: the same consumer goes on reading what is written after (new far jobs,
   unschedules' tombstones, the tombstones of moves); it never reads a partition whole again;
 * **moved a horizon ahead**: the offsets of the buckets now due within the horizon are fetched by offset
-  (:mod:`jqsched.farfetch`) and moved into the engine (``schedule_far`` first: a job Redis already holds
-  — moved earlier, or canceled — is not moved again; then ``enqueue_batch``), then their records are
-  tombstoned (compaction forgets them). Moves of a partition wait until its build is done, so a
+  (:mod:`jqsched.farfetch`, one partition ahead of the writes) and moved into the engine, a queue's
+  jobs beside the others' (``schedule_far`` first: a job Redis already holds — moved earlier, or canceled
+  — is not moved again; then ``enqueue_batch``), then their records are tombstoned in their partition
+  (compaction forgets them). Moves of a partition wait until its build is done, so a
   tombstone later in the log cancels the move of an earlier record.
 
 Redis keeps only an index entry per far job (``GET``/``DELETE``). Redis lost (a partition's
@@ -33,14 +34,14 @@ from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
-from jqcore.kafka import RUN_AT_HEADER, AsyncProducer, Record
-from jqcore.log import get_logger, kafka_logging
-from jqcore.membership import owner
+from jqcore.kafka import AsyncProducer, Record
+from jqcore.log import get_logger
+from jqcore.membership import deal_evenly
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
-from jqsched.farfetch import Fetcher
-from jqsched.farindex import Keys, PartitionIndex, parse_run_at
+from jqsched.farfetch import Fetcher, schedule_consumer
+from jqsched.farindex import Keys, PartitionIndex, record_run_at
 
 __all__ = ["FarMover", "FarSignals"]
 
@@ -175,8 +176,8 @@ class FarMover:
     async def _owned(self, members: Sequence[str]) -> list[int]:
         if not self._partitions:
             self._partitions = await asyncio.to_thread(self._topic_partitions)
-        topic = self.far.topic
-        return [p for p in self._partitions if owner(f"{topic}/{p}", members) == self.name]
+        dealt = deal_evenly([f"{self.far.topic}/{p}" for p in self._partitions], members)
+        return [p for p in self._partitions if dealt.get(f"{self.far.topic}/{p}") == self.name]
 
     def _topic_partitions(self) -> list[int]:
         consumer = self._consumer or self._new_consumer()
@@ -186,28 +187,19 @@ class FarMover:
         return sorted(found.partitions) if found is not None and found.error is None else []
 
     def _new_consumer(self) -> Consumer:
-        return Consumer(
-            {
-                **self.kafka.client_config(),
-                **kafka_logging(),
-                "group.id": f"jobq-scheduler.{self.name}",  # never joined or committed: assign only
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-                "queued.max.messages.kbytes": 4_096,  # prefetched records: bounded, they are not kept
-                "fetch.max.bytes": 4 * 1024 * 1024,
-            }
-        )
+        return schedule_consumer(self.kafka, f"jobq-scheduler.{self.name}", 4_096)
 
     async def _redeal(self, owned: list[int]) -> None:
-        """Park the partitions lost (see :data:`PARK_S`); build the ones gained from the start (unless
-        parked: they are indexed already)."""
+        """Park the partitions lost (see :data:`PARK_S`) — drop those still being built: regained, they
+        would be built again anyway —; build the ones gained from the start (unless parked: they are
+        indexed already)."""
         gone = [p for p in self.owned if p not in owned]
         gained = [p for p in owned if p not in self.owned]
         new = [p for p in gained if p not in self._parked]
         for p in gained:
             self._parked.pop(p, None)
-        self._parked.update(dict.fromkeys(gone, time.monotonic()))
+        await self._drop([p for p in gone if p in self._building])
+        self._parked.update({p: time.monotonic() for p in gone if p in self.indexes})
         if self._consumer is None:
             self._consumer = await asyncio.to_thread(self._new_consumer)
         consumer, topic = self._consumer, self.far.topic
@@ -235,15 +227,15 @@ class FarMover:
     async def _drop_parked(self) -> None:
         """Partitions parked longer than ``park_s`` leave memory (and the consumer)."""
         now = time.monotonic()
-        old = [p for p, at in self._parked.items() if now - at >= self.park_s]
-        if not old or self._consumer is None:
+        await self._drop([p for p, at in self._parked.items() if now - at >= self.park_s])
+
+    async def _drop(self, partitions: list[int]) -> None:
+        if not partitions or self._consumer is None:
             return
-        consumer = self._consumer
-        await asyncio.to_thread(
-            consumer.incremental_unassign, [TopicPartition(self.far.topic, p) for p in old]
-        )
-        for p in old:
-            del self._parked[p]
+        tps = [TopicPartition(self.far.topic, p) for p in partitions]
+        await asyncio.to_thread(self._consumer.incremental_unassign, tps)
+        for p in partitions:
+            self._parked.pop(p, None)
             self.indexes.pop(p, None)
             self._building.pop(p, None)
 
@@ -286,18 +278,11 @@ class FarMover:
         if key is None:
             log.error("record without a <queue>/<id> key in the schedule topic; left there")
             return None
-        run_at = _header_run_at(msg)
-        if run_at is not None:
-            return partition, offset, key, run_at
-        value = msg.value()
-        if value is None:
-            return partition, offset, key, None
-        try:  # written before the header existed
-            run_at = decode(value).run_at or 0
+        try:
+            return partition, offset, key, record_run_at(msg.headers(), msg.value())
         except EnvelopeError as exc:
             log.error("malformed record in the schedule topic; left there", error=exc.message)
             return None
-        return partition, offset, key, run_at
 
     async def _finish_builds(self, read: bool) -> None:
         """Partitions read up to the end they had when gained are built: their Redis entries are
@@ -372,24 +357,40 @@ class FarMover:
     # -- moves --------------------------------------------------------------------------------------
 
     async def _move_due(self) -> bool:
-        """Move what is due within the horizon from the built partitions; True when some was."""
+        """Move what is due within the horizon from the built partitions; True when some was. The
+        partitions' records are fetched one partition ahead of the writes into Redis (one consumer
+        fetches, in a thread, while the event loop writes the partition before)."""
         cut = self.clock() + int(self.far.horizon_s * 1000)
-        any_moved = False
+        due: list[tuple[int, PartitionIndex, list[int]]] = []
         for p in list(self.owned):
             index = self.indexes.get(p)
             if index is None or p in self._building or (index.next_due() or cut + 1) > cut:
                 continue
-            offsets = index.take_due(cut, MOVE)
-            try:
-                if self._fetcher is None:
-                    self._fetcher = await asyncio.to_thread(Fetcher, self.kafka, self.far.topic, self.name)
-                msgs = await asyncio.to_thread(self._fetcher.fetch, p, offsets)
+            due.append((p, index, index.take_due(cut, MOVE)))
+        if not due:
+            return False
+        left = list(due)  # taken and not moved yet: given back when a fetch or a write fails
+        fetching: asyncio.Future[list[Message]] | None = None
+        try:
+            if self._fetcher is None:
+                self._fetcher = await asyncio.to_thread(Fetcher, self.kafka, self.far.topic, self.name)
+            fetcher = self._fetcher
+            fetching = asyncio.ensure_future(asyncio.to_thread(fetcher.fetch, due[0][0], due[0][2]))
+            for i, (p, index, _) in enumerate(due):
+                msgs = await fetching
+                if i + 1 < len(due):
+                    nxt = due[i + 1]
+                    fetching = asyncio.ensure_future(asyncio.to_thread(fetcher.fetch, nxt[0], nxt[2]))
                 await self._move(p, index, msgs)
-            except BaseException:
+                left.pop(0)
+        except BaseException:
+            if fetching is not None and not fetching.done():  # its thread uses the consumer: let it end
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(fetching)
+            for _, index, offsets in left:
                 index.give_back(offsets)  # due again at once
-                raise
-            any_moved = True
-        return any_moved
+            raise
+        return True
 
     async def _move(self, partition: int, index: PartitionIndex, msgs: Sequence[Message]) -> None:
         """Move the fetched records still latest for their key (``schedule_far`` first: a job Redis
@@ -411,20 +412,25 @@ class FarMover:
             done.append((raw, key, offset))
             by_queue.setdefault(env.queue, []).append(env)
             origins[env.id] = f"{self.far.topic}/{partition}/{offset}"
-        moved = 0
-        for queue, envs in by_queue.items():
-            outcomes = await self.engine.schedule_far(queue, [(e.id, e.run_at or 0) for e in envs])
-            movable = [e for e, o in zip(envs, outcomes, strict=True) if o == "scheduled"]
-            if movable:
-                await self.engine.enqueue_batch(movable, origins=origins)
-                moved += len(movable)
-        # the engine holds them now (or held them already): the topic forgets them
-        await self.producer.produce_many([Record(self.far.topic, None, raw) for raw, _, _ in done])
+        moved = sum(await asyncio.gather(*(self._into_engine(envs, origins) for envs in by_queue.values())))
+        # the engine holds them now (or held them already): the topic forgets them (in the record's own
+        # partition, whatever the key's partition would be)
+        topic = self.far.topic
+        tombstones = [Record(topic, None, raw, partition=partition) for raw, _, _ in done]
+        await self.producer.produce_many(tombstones)
         for _, key, offset in done:
             index.forget(key, offset)
         self.moved += moved
         metrics.SCHEDULER_FAR_MOVED.inc(moved)
         self.signals.moved.signal(moved)
+
+    async def _into_engine(self, envs: list[Envelope], origins: dict[str, str]) -> int:
+        """One queue's part of a move (the queues of a move are written concurrently): how many moved."""
+        outcomes = await self.engine.schedule_far(envs[0].queue, [(e.id, e.run_at or 0) for e in envs])
+        movable = [e for e, o in zip(envs, outcomes, strict=True) if o == "scheduled"]
+        if movable:
+            await self.engine.enqueue_batch(movable, origins=origins)
+        return len(movable)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -436,13 +442,3 @@ class FarMover:
             "builds": self.builds,
             "build_records_per_s": round(self.build_rate),
         }
-
-
-def _header_run_at(msg: Message) -> int | None:
-    """The record's ``jobq-run-at`` header (None: absent, as on a tombstone or an older record)."""
-    headers = msg.headers()
-    if isinstance(headers, list):
-        for name, raw in headers:
-            if name == RUN_AT_HEADER:
-                return parse_run_at(raw)
-    return None

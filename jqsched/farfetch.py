@@ -17,7 +17,7 @@ from jqcore.errors import BackendUnavailable
 from jqcore.log import kafka_logging
 from jqcore.settings import KafkaSettings
 
-__all__ = ["GAP", "Fetcher"]
+__all__ = ["GAP", "Fetcher", "schedule_consumer"]
 
 GAP = 2_000
 """Wanted offsets further apart than this are reached by a seek, not by reading what lies between."""
@@ -25,24 +25,36 @@ READ = 2_000
 """Records asked of librdkafka per call."""
 POLL_S = 0.02
 """Longest wait of one read (librdkafka waits this long unless ``READ`` records arrive)."""
+FETCH_BACKOFF_MS = 10
+"""librdkafka's pause before the next fetch once a partition's queue passed ``queued.max.messages.kbytes``
+(default 1,000 ms): with a bounded queue, a fetch that moved to another partition and back met it one
+time in five or so, a 1 s stall per move of 2,000 jobs (measured: 6.4 s of 36 fetches → 0.34 s)."""
 WAIT_S = 10.0
 """Longest wait for the next records before the fetch fails (Kafka away: the mover retries)."""
+
+
+def schedule_consumer(kafka: KafkaSettings, group: str, queued_kbytes: int) -> Consumer:
+    """A consumer of the schedule topic that is only assigned partitions (``group`` is never joined or
+    committed), prefetching at most ``queued_kbytes`` per partition."""
+    return Consumer(
+        {
+            **kafka.client_config(),
+            **kafka_logging(),
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "queued.max.messages.kbytes": queued_kbytes,  # records read ahead: bounded, they are not kept
+            "fetch.max.bytes": queued_kbytes * 1024,
+            "fetch.queue.backoff.ms": FETCH_BACKOFF_MS,
+        }
+    )
 
 
 class Fetcher:
     def __init__(self, kafka: KafkaSettings, topic: str, name: str) -> None:
         self.topic = topic
-        self._consumer = Consumer(
-            {
-                **kafka.client_config(),
-                **kafka_logging(),
-                "group.id": f"jobq-scheduler.{name}.fetch",  # never joined or committed: assign only
-                "enable.auto.commit": False,
-                "enable.partition.eof": False,
-                "queued.max.messages.kbytes": 2_048,
-                "fetch.max.bytes": 2 * 1024 * 1024,
-            }
-        )
+        self._consumer = schedule_consumer(kafka, f"jobq-scheduler.{name}.fetch", 2_048)
 
     def close(self) -> None:
         self._consumer.close()

@@ -21,7 +21,10 @@ import heapq
 from array import array
 from collections.abc import Iterator
 
-__all__ = ["OFFSET_BITS", "Keys", "PartitionIndex", "parse_run_at"]
+from jqcore.envelope import decode
+from jqcore.kafka import RUN_AT_HEADER
+
+__all__ = ["OFFSET_BITS", "Keys", "PartitionIndex", "parse_run_at", "record_run_at"]
 
 OFFSET_BITS = 40
 """Offsets below 2**40 (a trillion records in a partition) fit beside ``run_at``."""
@@ -83,6 +86,20 @@ def parse_run_at(raw: bytes | str | None) -> int | None:
         return int(raw)
     except ValueError:
         return None
+
+
+def record_run_at(headers: object, value: bytes | None) -> int | None:
+    """A schedule-topic record's ``run_at`` (ms): its ``jobq-run-at`` header, else (a record written before
+    the header existed) its envelope's; None for a tombstone. Raises :class:`EnvelopeError` for a record
+    that is neither."""
+    for name, raw in headers if isinstance(headers, list) else ():
+        if name == RUN_AT_HEADER:
+            run_at = parse_run_at(raw)
+            if run_at is not None:
+                return run_at
+    if value is None:
+        return None
+    return decode(value).run_at or 0
 
 
 class PartitionIndex:

@@ -137,8 +137,9 @@ class FarSettings(BaseSettings):
     """Jobs due further ahead than this go to the tier (0: the tier is off, every job goes to Redis)."""
     topic: str = Field("jobq.schedule", min_length=1)
     """The compacted schedule topic, keyed ``<queue>/<id>``."""
-    partitions: int = Field(6, ge=1, le=1000)
-    """Partitions of the schedule topic when jobq creates it (the unit the schedulers share)."""
+    partitions: int = Field(24, ge=1, le=1000)
+    """Partitions of the schedule topic when jobq creates it (the unit the schedulers share: many more
+    than instances, so rendezvous deals them evenly; a topic keeps the count it was created with)."""
 
     @property
     def enabled(self) -> bool:

@@ -18,7 +18,7 @@ from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
 from jqcore.kafka import AsyncProducer, schedule_record
-from jqcore.membership import owner
+from jqcore.membership import deal_evenly
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
@@ -128,12 +128,9 @@ async def test_an_instance_gone_its_partitions_are_built_by_another_and_their_jo
     prefix: str, endpoints: Endpoints, make_scheduler: Callable[..., SchedulerService], eventually: Eventually
 ) -> None:
     far = FarSettings.model_validate({"horizon_s": 2, "topic": f"{prefix}.schedule", "partitions": 2})
-    # two names that split the two partitions between them (rendezvous hashing is deterministic)
-    names = next(
-        (a, b)
-        for a, b in ((f"a{i}", f"b{i}") for i in range(100))
-        if {owner(f"{far.topic}/{p}", [a, b]) for p in (0, 1)} == {a, b}
-    )
+    names = (f"{prefix}-a", f"{prefix}-b")
+    dealt = deal_evenly([f"{far.topic}/{p}" for p in (0, 1)], names)
+    assert set(dealt.values()) == set(names), "two partitions, two instances: one each"
     first, second = (make_scheduler(n, far=far) for n in names)
     q = f"{prefix}.q"
     redis = aioredis.Redis.from_url(endpoints.redis_url or "")
@@ -153,7 +150,7 @@ async def test_an_instance_gone_its_partitions_are_built_by_another_and_their_jo
             records = [schedule_record(far.topic, q, e.id, run_at, encode(e)) for e in envs]
             delivered = await producer.produce_many(records)
             await engine.schedule_far(q, [(e.id, run_at) for e in envs])
-            theirs = sum(1 for d in delivered if owner(f"{far.topic}/{d.partition}", list(names)) == names[0])
+            theirs = sum(1 for d in delivered if dealt[f"{far.topic}/{d.partition}"] == names[0])
             assert 0 < theirs < len(envs), "both partitions hold some"
             first_mover = first.mover
             assert first_mover is not None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from jqsched.farindex import Keys, PartitionIndex, parse_run_at
+from jqcore.envelope import encode, new_envelope
+from jqcore.errors import EnvelopeError
+from jqsched.farindex import Keys, PartitionIndex, parse_run_at, record_run_at
 
 
 def test_due_buckets_come_out_whole_in_time_order_and_leave_the_buckets() -> None:
@@ -70,3 +72,13 @@ def test_keys_pack_small_and_come_back_whole(job_id: str) -> None:
     assert packed == keys.pack("q.one", job_id)
     if job_id == "0190a1b2c3d4e5f60718293a4b":
         assert len(packed) == 15, "a jobq id: 2 bytes of queue, 13 of id"
+
+
+def test_a_records_time_comes_from_its_header_else_its_envelope_and_a_tombstone_has_none() -> None:
+    env = new_envelope("q", "k", None, run_at=7_000)
+    assert record_run_at([("jobq-queue", b"q"), ("jobq-run-at", b"9000")], encode(env)) == 9_000
+    assert record_run_at([("jobq-run-at", b"soon")], encode(env)) == 7_000, "a bad header: the envelope's"
+    assert record_run_at(None, encode(env)) == 7_000, "a record written before the header existed"
+    assert record_run_at(None, None) is None
+    with pytest.raises(EnvelopeError):
+        record_run_at([], b"not an envelope")

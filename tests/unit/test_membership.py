@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from jqcore.membership import owned_by, owner
+from jqcore.membership import deal_evenly, owned_by, owner
 
 ITEMS = [f"queue.{i}" for i in range(3000)]
 
@@ -35,3 +35,22 @@ def test_a_member_leaving_moves_only_its_own_items_and_a_joiner_takes_only_what_
     after_join = {i: owner(i, ["a", "b", "c", "d"]) for i in ITEMS}
     changed = Counter(after_join[i] for i in ITEMS if before[i] != after_join[i])
     assert set(changed) == {"d"}
+
+
+def test_an_even_deal_gives_each_member_its_share_the_same_for_every_member() -> None:
+    parts = [f"jobq.schedule/{p}" for p in range(24)]
+    dealt = deal_evenly(parts, ["a", "b", "c"])
+    assert sorted(dealt) == sorted(parts)
+    assert Counter(dealt.values()) == {"a": 8, "b": 8, "c": 8}
+    assert deal_evenly(parts, ["c", "a", "b"]) == dealt, "the member list's order does not matter"
+    assert Counter(deal_evenly(parts[:7], ["a", "b", "c"]).values()).most_common(1)[0][1] == 3
+    assert deal_evenly(parts, []) == {}
+
+
+def test_a_member_gone_from_an_even_deal_moves_its_items_and_few_others() -> None:
+    parts = [f"jobq.schedule/{p}" for p in range(24)]
+    before = deal_evenly(parts, ["a", "b", "c"])
+    after = deal_evenly(parts, ["a", "b"])
+    assert Counter(after.values()) == {"a": 12, "b": 12}
+    moved_between_survivors = [p for p in parts if before[p] != "c" and after[p] != before[p]]
+    assert len(moved_between_survivors) <= 2
