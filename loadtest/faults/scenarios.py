@@ -370,6 +370,19 @@ async def holder_cut_from_consul(d: Drill) -> None:
     d.notes["new_session"] = new_session != session
 
 
+async def holder_isolated(d: Drill) -> None:
+    """The lock holder's host partitioned from Consul and Redis at once (Kafka still reachable) for longer
+    than its session's TTL: its batch writes fail and are held, its session expires and it stops writing
+    within its trust window (the held batch dropped, its offsets never committed); a new session takes the
+    lock — the other relay's, or its own again once healed — and goes on from the committed offsets."""
+    holder, session = await _lock_holder(d)
+    d.notes["holder"] = holder
+    await _cut(d, [*d.links(holder, "consul"), *d.links(holder, "redis")], 20.0, holder)
+    successor, new_session = await _lock_holder(d)
+    d.notes["lock_after"] = successor
+    d.evidence("a new session holds the lock", new_session != session, old=session, new=new_session)
+
+
 async def relays_redis_slow(d: Drill) -> None:
     """Every relay-to-Redis round trip 100 ms slower each way for 10 s."""
     proxy = d.faults()
@@ -575,6 +588,13 @@ SCENARIOS: list[Scenario] = [
         holder_cut_from_consul,
         "own",
         links=(("relay-1", "consul"), ("relay-2", "consul")),
+    ),
+    Scenario(
+        "net-holder-isolated",
+        "the lock holder cut from Consul and Redis at once for 20 s (its session expires)",
+        holder_isolated,
+        "own",
+        links=tuple((relay, service) for relay in ("relay-1", "relay-2") for service in ("consul", "redis")),
     ),
     Scenario(
         "net-relays-redis-slow",
