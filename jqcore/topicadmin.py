@@ -9,6 +9,7 @@ raised in place).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -183,11 +184,33 @@ def _create(admin: AdminClient, specs: Sequence[TopicSpec], found: Inspection, t
             fut.result(timeout_s)
             created.append(name)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another service was first
+            code = exc.args[0].code()
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:  # another service was first
+                continue
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # a role that may not create topics (ACLs)
+                if _appears(admin, name, timeout_s):  # ... raced the one that may (a scheduler, a relay)
+                    continue
                 raise BackendUnavailable(
-                    f"creating topic {name!r} failed: {exc}", code="kafka_unavailable"
+                    f"topic {name!r} does not exist, this service may not create it ({exc}) and no other "
+                    f"did within {timeout_s:g} s: {CREATE}",
+                    code="kafka_unavailable",
                 ) from exc
+            raise BackendUnavailable(
+                f"creating topic {name!r} failed: {exc}", code="kafka_unavailable"
+            ) from exc
     return created
+
+
+def _appears(admin: AdminClient, name: str, timeout_s: float) -> bool:
+    """Whether topic ``name`` shows in Kafka's metadata within ``timeout_s`` (created by another service)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(KafkaException):
+            topic = admin.list_topics(name, timeout=CONSUME_WAIT_S).topics.get(name)
+            if topic is not None and topic.error is None:
+                return True
+        time.sleep(0.2)
+    return False
 
 
 def _alter(admin: AdminClient, fixes: Mapping[str, Mapping[str, str]], timeout_s: float) -> None:

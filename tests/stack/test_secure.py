@@ -13,6 +13,7 @@ import ssl
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,9 +32,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobq import demo_workload
+from jqcore.errors import BackendUnavailable
 from jqcore.preflight import ProtocolRefused, check_redis
 from jqcore.redisconn import connect
-from jqcore.settings import HistorySettings, RedisSettings, load
+from jqcore.settings import HistorySettings, KafkaSettings, RedisSettings, load
+from jqcore.topicadmin import ensure
+from jqcore.topics import TopicSpec
 from jqstack.manager import Stack, StackSpec
 from jqstack.pipeline import SERVER_SETTINGS, Service, service_argv
 from jqstack.procs import free_port
@@ -390,3 +394,23 @@ def test_the_demo_runs_end_to_end_on_the_secure_stack(secure: Secure, demo_run: 
         assert not [s for s in secrets if s in text], f"{name} holds a secret"
     took, waited = time.monotonic() - demo_run.started, time.monotonic() - waited
     print(f"the demo on the secure stack took {took:.1f}s, {waited:.1f}s of them after the other tests")
+
+
+def test_a_role_that_may_not_create_a_topic_waits_for_the_one_that_may(
+    secure: Secure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history (no CREATE on the cluster) starting before the scheduler made the events topic: its
+    start-up check waits for the topic instead of stopping on the refusal; a topic nobody makes is named."""
+    for key, value in secure.stack.client_env("history").items():
+        monkeypatch.setenv(key, value)
+    kafka = load(KafkaSettings)
+    late, never = (f"jobq-secure-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    admin = AdminClient(secure.kafka("admin"))
+    timer = threading.Timer(1.0, lambda: admin.create_topics([NewTopic(late, 1, 1)])[late].result(timeout=30))
+    timer.start()
+    try:
+        assert ensure(kafka, [TopicSpec(late, "events", 1)], timeout_s=15) == []
+    finally:
+        timer.join()
+    with pytest.raises(BackendUnavailable, match=f"topic '{never}' does not exist, this service may not"):
+        ensure(kafka, [TopicSpec(never, "events", 1)], timeout_s=2)
