@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from jqcore import envelope_rules
 from jqcore.dispatch import DispatchConfig
 from jqcore.errors import FieldError
 from jqcore.http import HttpError
@@ -85,6 +86,16 @@ class KindBody(BaseModel):
     """The priority of its jobs enqueued without one (lower runs first; the default is the enqueue time)."""
     ignore_result: bool = False
     """Drop its jobs' results (kept neither in Redis nor in the history)."""
+
+    @field_validator("queues")
+    @classmethod
+    def _queue_names(cls, queues: list[str] | None) -> list[str] | None:
+        """Queue names as the queue routes take them (a bad one reached Redis and then Consul's key)."""
+        for queue in queues or ():
+            problem = envelope_rules.check_name("queue", queue)
+            if problem:
+                raise ValueError(f"queue {queue!r}: {problem}")
+        return queues
 
 
 class DeadBody(BaseModel):
