@@ -5,7 +5,10 @@
   filter registers for **hand-off claims** with its short claim: the transition that makes a job ready
   (enqueue, promotion) claims it for the pool at once, leased like any claim, and the pool's blocking pop
   returns the job itself — no wake-then-claim round trip before it starts. Jobs handed to a pool that
-  dies before running them come back when their leases expire, like any claimed job.
+  dies before running them come back when their leases expire, like any claimed job. Such a pool's
+  **claims ride its completions**: a round of finished jobs is written and replaced by one script call
+  (``settle_claim``, :class:`worker.writeback.Refill`); the claim loop claims only when a round came back
+  short.
 * **Handlers** run as coroutines, in a thread pool (sync functions) or in a process pool
   (``mode="process"``). A per-job timeout cancels a coroutine; a thread or process cannot be killed from
   Python, so on timeout its result is discarded, the attempt is failed as ``timeout`` and the function
@@ -28,6 +31,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -40,15 +44,16 @@ from jqcore.health import Readiness, ping
 from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.presence import process_name
-from jqcore.state import ClaimedJob, Engine, FilterInvalid, StaleLease
+from jqcore.state import ClaimedJob, Engine, StaleLease
 from jqcore.testsignal import TestSignal
 from worker.batch import Batches
+from worker.checks import check_filter, queues_empty
 from worker.execute import run_handler
 from worker.hooks import WorkerContext, run_shutdown, run_startup
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
 from worker.running import Running
-from worker.writeback import Completions, report, reports, write_back
+from worker.writeback import Completions, Refill, report, reports, write_back
 
 __all__ = ["Pool", "PoolConfig", "PoolSignals"]
 
@@ -57,6 +62,9 @@ log = get_logger("worker.pool")
 HANDOFF_WAIT_S = 5.0
 """A pool registered for hand-offs waits at most this long before it claims (and registers) again: a
 pool killed while registered is handed at most one batch, within this window."""
+COMPLETIONS_WAIT_S = 5.0
+"""A stopping pool waits this long for its completions on their way (they may bring claimed jobs, which it
+then releases with the rest) before it releases what it holds."""
 HANDOFF_MARGIN_MS = 1_000
 """A hand-off registration outlives the blocking pop it is for by this much (the pop's round trip)."""
 
@@ -114,9 +122,21 @@ class Pool(Service):
         self._hard = False
         self._claim_error: str | None = None
         """Why the last claim round failed (Redis away), until one succeeds."""
-        self._completions = Completions(engine)
-        self._completer: asyncio.Task[None] | None = None
         self._presence = engine.presence("worker", process_name(",".join(config.queues)))
+        handoff = len(config.queues) == 1 and not config.filter
+        refill = (
+            Refill(
+                config.queues[0],
+                self._refill_room,
+                self._launch_all,
+                config.lease_ms or 0,
+                self._presence.name,
+            )
+            if handoff
+            else None
+        )
+        self._completions = Completions(engine, refill)
+        self._completer: asyncio.Task[None] | None = None
         self.context = WorkerContext(self._presence.name, tuple(config.queues))
         """What the registry's hooks and the handlers share (``current_job().worker``)."""
         complete, concurrency = self._completions.complete, lambda: self.concurrency
@@ -124,13 +144,12 @@ class Pool(Service):
             registry, engine, config.queues, self.context, self._executor, complete, self._done, concurrency
         )
         self._hooks_started = False
-        handoff = len(config.queues) == 1 and not config.filter
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
         """This pool's id for hand-off claims ('' = none: several queues or a filter)."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
-        await self._check_filter()
+        await check_filter(self.engine, self.config.queues, self.config.filter)
         await self._register_kinds()
         self._hooks_started = True  # from here on the shut-down hooks run at stop, even if this fails
         await run_startup(self.registry.startup_hooks, self.context)
@@ -151,16 +170,6 @@ class Pool(Service):
             found.add("claims_failing", f"the last claim failed: {self._claim_error}")
         if self._fetcher is not None and self._fetcher.done() and not self.drained.is_set():
             found.add("claims_stopped", "the claim loop ended")
-
-    async def _check_filter(self) -> None:
-        """Refuse to start with a filter on a key a queue does not index (it would claim nothing, ever)."""
-        for queue in self.config.queues if self.config.filter else ():
-            indexed = (await self.engine.queue_config(queue)).filter_keys
-            missing = sorted(set(self.config.filter or {}) - set(indexed))
-            if missing:
-                raise FilterInvalid(
-                    f"queue {queue!r} does not index {missing} (its filter_keys: {list(indexed)})"
-                )
 
     async def _register_kinds(self) -> None:
         self._batches.load()
@@ -189,6 +198,8 @@ class Pool(Service):
         tasks = [r.task for r in self.in_flight.values() if r.task is not None]
         if tasks:  # asyncio.wait, not wait_for(gather): a timeout must not cancel the jobs themselves
             await asyncio.wait(tasks, timeout=self.config.grace_s)
+        with contextlib.suppress(TimeoutError):  # a round on its way may bring claimed jobs: release them too
+            await asyncio.wait_for(self._completions.idle.wait(), COMPLETIONS_WAIT_S)
         await self._release_rest()
         if self._hooks_started and not self._hard:
             await run_shutdown(self.registry.shutdown_hooks, self.context)
@@ -258,7 +269,7 @@ class Pool(Service):
         self._resized.clear()  # a change from here on ends the wait below
         if await self._fetch_once():
             return False
-        if self.config.burst and not self.in_flight and await self._queues_empty():
+        if self.config.burst and not self.in_flight and await queues_empty(self.engine, self.config.queues):
             self.drained.set()
             return True
         wait_s = self._wait_s()
@@ -315,13 +326,6 @@ class Pool(Service):
         self._slot_freed.set()
         self._batches.poke()
 
-    async def _queues_empty(self) -> bool:
-        for queue in self.config.queues:
-            d = await self.engine.depth(queue)
-            if d.pending or d.delayed or d.running or d.blocked:
-                return False
-        return True
-
     async def _fetch_once(self) -> bool:
         """Claim up to the free slots; True when a queue filled them all (it may hold more). A claim
         that came back short found the claimable jobs exhausted: the pool then blocks on the wake list
@@ -364,6 +368,18 @@ class Pool(Service):
         """The idle wait for more work (burst: something runs, wake often)."""
         wait_s = 0.2 if self.config.burst else self.config.idle_wait_s
         return min(wait_s, HANDOFF_WAIT_S) if self._waiter else wait_s
+
+    def _refill_room(self, finished: int) -> int:
+        """Jobs to claim with the completions of ``finished`` jobs (complete-and-claim): one for each, up
+        to the capacity they leave (none once the pool stops). The slots free before that are the claim
+        loop's: the two never claim the same slot."""
+        if self._stopping:
+            return 0
+        return max(0, min(finished, self._capacity() - (len(self.in_flight) - finished)))
+
+    def _launch_all(self, jobs: list[ClaimedJob]) -> None:
+        for job in jobs:
+            self._launch(job)
 
     def _launch(self, job: ClaimedJob) -> None:
         run = Running(job)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from jqcore import metrics
 from jqcore.log import get_logger
-from jqcore.state import TAIL_ID_PREFIX, ClaimedJob, Engine, check_code
+from jqcore.state import TAIL_ID_PREFIX, ClaimedJob, Engine, Settle, check_code
 from worker.execute import Outcome
 from worker.registry import Registry
 
-__all__ = ["Complete", "Completions", "attempts_used_up", "report", "reports", "write_back"]
+__all__ = ["Complete", "Completions", "Refill", "attempts_used_up", "report", "reports", "write_back"]
 
 log = get_logger("worker.pool")
 
@@ -78,24 +79,48 @@ def attempts_used_up(registry: Registry, job: ClaimedJob) -> bool:
     return job.envelope.max_attempts is None and limit is not None and job.attempt >= limit
 
 
+@dataclass(frozen=True, slots=True)
+class Refill:
+    """Complete-and-claim: a single-queue pool's claims ride its completions (``settle_claim``), so a
+    busy pool makes one script call per round instead of one per completion plus a claim."""
+
+    queue: str
+    room: Callable[[int], int]
+    """Jobs to claim with a round that finishes this many (0: none, e.g. while the pool stops)."""
+    launch: Callable[[list[ClaimedJob]], None]
+    """Start the claimed jobs (called before the round's completions are answered)."""
+    lease_ms: int = 0
+    worker: str = ""
+
+
 class Completions:
     """Completions are coalesced: while one batch is on its way to Redis the next ones gather, so a busy
-    pool sends one pipelined round trip for many jobs (each completion still its own script)."""
+    pool sends one script call per queue for many jobs (``settle``; each job checked and written as
+    ``complete`` would), and, with a :class:`Refill`, claims the jobs to replace them in that same call.
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    The window a crash leaves: a job whose handler returned is completed only once its round's call
+    answered; a pool killed before that leaves it running under its lease, which expires and hands the
+    job out again (a legal duplicate: at least once). Jobs a round claimed are leased to the pool before
+    the answer reaches it: lost with the pool (or the answer), they come back by lease, like any claim."""
+
+    def __init__(self, engine: Engine, refill: Refill | None = None) -> None:
+        self.engine, self.refill = engine, refill
         self._pending: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]] = []
         self._ready = asyncio.Event()
+        self.idle = asyncio.Event()
+        """Set while nothing is gathered or on its way (a stopping pool waits for it before releasing)."""
+        self.idle.set()
 
     async def complete(self, job: ClaimedJob, result: bytes | None) -> None:
         """Complete ``job`` in the next batch (raises StaleLease / JobNotFound)."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending.append((job, result, fut))
+        self.idle.clear()
         self._ready.set()
         check_code(await fut, job.id, "complete")
 
     async def run(self) -> None:
-        """Send the gathered completions, a batch per queue, until cancelled (the pool's completer)."""
+        """Send the gathered completions, a call per queue, until cancelled (the pool's completer)."""
         while True:
             await self._ready.wait()
             self._ready.clear()
@@ -104,15 +129,29 @@ class Completions:
             for item in batch:
                 by_queue.setdefault(item[0].queue, []).append(item)
             for queue, items in by_queue.items():
-                try:
-                    results = await self.engine.complete_many(
-                        queue, [((j.id, j.attempt, j.token), r) for j, r, _ in items]
-                    )
-                except Exception as exc:
-                    for _, _, fut in items:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                for (_, _, fut), code in zip(items, results, strict=True):
-                    if not fut.done():
-                        fut.set_result(code)
+                await self._send(queue, items)
+            if not self._pending:
+                self.idle.set()
+
+    async def _send(
+        self, queue: str, items: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]]
+    ) -> None:
+        outcomes = [Settle((j.id, j.attempt, j.token), r) for j, r, _ in items]
+        refill = self.refill if self.refill is not None and self.refill.queue == queue else None
+        n = refill.room(len(items)) if refill is not None else 0
+        try:
+            if refill is not None and n > 0:
+                answers, claimed = await self.engine.settle_claim(
+                    queue, outcomes, n, lease_ms=refill.lease_ms, worker=refill.worker
+                )
+                refill.launch(claimed)
+            else:
+                answers = await self.engine.settle(queue, outcomes)
+        except Exception as exc:
+            for _, _, fut in items:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, _, fut), (code, _) in zip(items, answers, strict=True):
+            if not fut.done():
+                fut.set_result(code)

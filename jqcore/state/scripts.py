@@ -84,6 +84,11 @@ _TRANSITIONS = (
         " stats xhead wake sched events gdone",
     ),
     _declare(
+        "settle_claim",
+        "prefix ready delayed running done dead config kinds kindrun fairring fairrun fairtime counts"
+        " stats xhead wake sched events gdone",
+    ),
+    _declare(
         "defer",
         "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
         " events gdone",

@@ -129,14 +129,27 @@ class WorkerTransitions(EngineCore):
         ``CANCELED``, ``STALE``, ``MISSING``) and the retry's run_at (0 otherwise)."""
         if not items:
             return []
-        args: list[Any] = [len(items)]
-        for it in items:
-            if it.error is None:
-                result = it.result or b""
-                args += [*it.job, "c", b"" if len(result) > MAX_RESULT_BYTES else result, 0, 0]
-            else:
-                args += [*it.job, "f", it.error[:MAX_ERROR_CHARS], max(0, it.delay_ms), int(it.permanent)]
-        return replies.settled(await self._run("settle", queue, args, now_ms))
+        return replies.settled(await self._run("settle", queue, _settle_args(items), now_ms))
+
+    async def settle_claim(
+        self,
+        queue: str,
+        items: Sequence[Settle],
+        n: int,
+        *,
+        lease_ms: int = 0,
+        worker: str = "",
+        now_ms: int | None = None,
+    ) -> tuple[list[tuple[codes.Code, int]], list[ClaimedJob]]:
+        """A pool's round in one script call: ``items``' outcomes written as :meth:`settle` writes them,
+        then up to ``n`` jobs claimed as an unfiltered :meth:`claim` claims them (none while the queue is
+        paused; no hand-off registration is made or dropped). Returns the outcomes' codes and run_ats, in
+        order, and the claimed jobs."""
+        now = now_ms if now_ms is not None else await self.now()
+        args = [*_settle_args(items), n, lease_ms, secrets.token_hex(8), worker]
+        reply = await self._run("settle_claim", queue, args, now)
+        cut = 1 + 2 * len(items)
+        return replies.settled(reply[:cut]), replies.claimed_rows(reply[cut:], now)
 
     async def _pipelined(self, name: str, keys: Sequence[str], calls: Sequence[Sequence[Any]]) -> list[Any]:
         """One round trip of EVALSHA calls. (redis-py's own script pipelining asks SCRIPT EXISTS before
@@ -208,3 +221,15 @@ class WorkerTransitions(EngineCore):
             args += [job_id, attempt, token, int(started)]
         reply = await self._run("release", queue, args, now_ms)
         return replies.release([j[0] for j in jobs], reply)
+
+
+def _settle_args(items: Sequence[Settle]) -> list[Any]:
+    """``settle``'s and ``settle_claim``'s ARGV for the outcomes (after ``now``): N, then 7 values a job."""
+    args: list[Any] = [len(items)]
+    for it in items:
+        if it.error is None:
+            result = it.result or b""
+            args += [*it.job, "c", b"" if len(result) > MAX_RESULT_BYTES else result, 0, 0]
+        else:
+            args += [*it.job, "f", it.error[:MAX_ERROR_CHARS], max(0, it.delay_ms), int(it.permanent)]
+    return args

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from jqcore.envelope import new_envelope
-from jqcore.state import CancelOutcome, CancelResult, Engine, StaleLease, reads
+from jqcore.state import CancelOutcome, CancelResult, ClaimedJob, Code, Engine, Settle, StaleLease, reads
 from jqstack.testing.backends import SessionStack
 
 T0 = 1_800_000_000_000
@@ -93,7 +93,26 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 3))
     def claim(self, n: int) -> None:
-        claimed = self.run(self.engine.claim(self.q, n, lease_ms=LEASE, now_ms=self.model.now))
+        self._claimed(self.run(self.engine.claim(self.q, n, lease_ms=LEASE, now_ms=self.model.now)), n)
+
+    @rule(data=st.data(), n=st.integers(0, 3))
+    def complete_and_claim(self, data: st.DataObject, n: int) -> None:
+        """A pool's round (``settle_claim``): some running jobs completed, then up to n claimed."""
+        done = (
+            data.draw(st.lists(st.sampled_from(self._running()), unique=True, max_size=2))
+            if self._running()
+            else []
+        )
+        items = [Settle((i, self.model.jobs[i].attempt, self.model.jobs[i].token)) for i in done]
+        answers, claimed = self.run(
+            self.engine.settle_claim(self.q, items, n, lease_ms=LEASE, now_ms=self.model.now)
+        )
+        assert [code for code, _ in answers] == [Code.OK] * len(done)
+        for job_id in done:
+            self.model.jobs[job_id].state = "completed"
+        self._claimed(claimed, n)
+
+    def _claimed(self, claimed: list[ClaimedJob], n: int) -> None:
         expected = [i for _, i in self.model.pending()[:n]]  # type: ignore[misc]
         assert [c.id for c in claimed] == expected
         for c in claimed:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from examples.demo_app import cpu_hash
+from jqcore import metrics
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
 from jqcore.state import Engine, JobInfo, QueueConfig
@@ -234,3 +235,25 @@ async def test_a_fair_values_rate_holds_across_a_running_pool(engine: Engine, pr
     assert (len(noisy), len(quiet)) == (25, 10)
     assert noisy[-1] - noisy[0] >= 1300, "10 at once, then one each 100 ms: the 25th 1.5 s after the first"
     assert max(quiet) < noisy[-1], "the quiet tenant was not held behind the rated one"
+
+
+def _script_calls(name: str) -> float:
+    return metrics.SCRIPT_CALLS.labels(name, "ok")._value.get()
+
+
+async def test_a_busy_pools_completions_carry_its_next_claims(engine: Engine, prefix: str) -> None:
+    """Complete-and-claim: the jobs a round finished are replaced by the same script call (settle_claim);
+    the claim loop claims only when a round came back short."""
+    q, reg, ran = f"{prefix}.w", Registry(), []
+
+    @reg.job("tick", queue=q)
+    async def tick(n: int) -> None:
+        ran.append(n)
+
+    await engine.enqueue_batch([new_envelope(q, "tick", {"n": i}) for i in range(300)])
+    claims, rounds = _script_calls("claim"), _script_calls("settle_claim")
+    await drain(reg, engine, q, concurrency=10)
+    claims, rounds = _script_calls("claim") - claims, _script_calls("settle_claim") - rounds
+    assert sorted(ran) == list(range(300))
+    assert rounds > 0
+    assert claims < rounds, f"{claims} claim calls beside {rounds} rounds: the rounds did not claim"

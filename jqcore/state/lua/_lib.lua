@@ -73,23 +73,29 @@ end
 -- version, so each version is exactly one event: no transition without its event, none without its
 -- transition. The queue's stream holds at most config events_cap entries (default 100000; 0 = events
 -- off): at the cap the event is counted in stats events_dropped instead of stored, never dropped silently.
-local queue_name, events_cap = nil, nil
+-- The stream's length is read once per call and counted on from there (a call only appends to it).
+local queue_name, events_cap, events_len = nil, nil, nil
 local function store_event(e)
   if events_cap == nil then events_cap = cfgnum('events_cap', 100000) end
   if events_cap <= 0 then return end
-  if redis.call('XLEN', EVENTS) >= events_cap then
+  if events_len == nil then events_len = redis.call('XLEN', EVENTS) end
+  if events_len >= events_cap then
     stat('events_dropped')
     return
   end
   if queue_name == nil then queue_name = string.match(P, '{(.*)}') or P end
   e.queue = queue_name
   redis.call('XADD', EVENTS, '*', 'i', e.id, 'e', cjson.encode(e))
+  events_len = events_len + 1
 end
 
-local function emit(id, key, from, to, extra)
+-- `f`: the record's kind, attempt and worker when the caller read them (set_state), updated_at set too.
+local function emit(id, key, from, to, extra, f)
   local v = redis.call('HINCRBY', key, 'version', 1)
-  redis.call('HSET', key, 'updated_at', NOW)
-  local f = redis.call('HMGET', key, 'kind', 'attempt', 'worker')
+  if f == nil then
+    redis.call('HSET', key, 'updated_at', NOW)
+    f = redis.call('HMGET', key, 'kind', 'attempt', 'worker')
+  end
   local worker = ''
   if from == 'running' or to == 'running' then worker = f[3] or '' end
   local e = {id = id, kind = f[1] or '', from = from, to = to, v = v, at = NOW,
@@ -110,9 +116,9 @@ end
 
 -- Change a job's state and record the transition: the one way a script sets 'state'.
 local function set_state(id, key, to, extra)
-  local from = redis.call('HGET', key, 'state') or ''
-  redis.call('HSET', key, 'state', to)
-  emit(id, key, from, to, extra)
+  local f = redis.call('HMGET', key, 'kind', 'attempt', 'worker', 'state')
+  redis.call('HSET', key, 'state', to, 'updated_at', NOW)
+  emit(id, key, f[4] or '', to, extra, f)
 end
 
 -- The event fields of a failed attempt: error class, digest and message from the worker's text (a
@@ -410,8 +416,11 @@ end
 -- Move a job to a terminal state and schedule its removal after the retention period. The event's
 -- message is the reason unless `extra` says otherwise (a failure's error).
 local function finish(id, key, state, reason, extra)
-  redis.call('HSET', key, 'finished_at', NOW)
-  if reason then redis.call('HSET', key, 'reason', reason) end
+  if reason then
+    redis.call('HSET', key, 'finished_at', NOW, 'reason', reason)
+  else
+    redis.call('HSET', key, 'finished_at', NOW)
+  end
   redis.call('HDEL', key, 'token')
   local retention
   if state == 'errored' then
@@ -454,9 +463,10 @@ end
 -- fail) also records its lease token and what followed ('completed', 'retry:<run_at>', 'errored',
 -- 'canceled'), so the same write retried after a lost answer gets the same answer (see acked()).
 local function record_attempt(key, outcome, err, token, after)
-  local raw = redis.call('HGET', key, 'history')
+  local f = redis.call('HMGET', key, 'history', 'attempt')
+  local raw = f[1]
   local hist = (raw and raw ~= '') and cjson.decode(raw) or {}
-  hist[#hist + 1] = {attempt = tonumber(redis.call('HGET', key, 'attempt')) or 0, at = NOW,
+  hist[#hist + 1] = {attempt = tonumber(f[2]) or 0, at = NOW,
                      outcome = outcome, error = err, token = token, after = after}
   while #hist > 20 do table.remove(hist, 1) end
   redis.call('HSET', key, 'history', cjson.encode(hist))
@@ -729,4 +739,27 @@ local function fail_job(id, attempt, token, err, delay, permanent)
   stat('retried')
   if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
   return 'retry', freed, run_at
+end
+
+-- The outcomes of `count` running jobs in ARGV from index b (7 values a job: id, attempt, token, 'c' |
+-- 'f', result or error text, retry delay ms, permanent 0|1), each written by complete_job or fail_job;
+-- appends per job its code (`codes`: the script's map of the helpers' words 'ok', 'retry', 'errored',
+-- 'canceled', 'stale', 'missing' to its C_* codes) and the retry's run_at (0 unless a retry) to `out`.
+-- Returns the jobs made ready (the caller wakes workers for those). settle.lua and settle_claim.lua.
+local function settle_jobs(b, count, out, codes)
+  local woken = 0
+  for i = 0, count - 1 do
+    local at = b + i * 7
+    local id, attempt, token, text = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 4]
+    local state, freed, run_at = nil, 0, 0
+    if ARGV[at + 3] == 'c' then
+      state, freed = complete_job(id, attempt, token, text)
+    else
+      state, freed, run_at = fail_job(id, attempt, token, text, tonumber(ARGV[at + 5]), ARGV[at + 6] == '1')
+    end
+    out[#out + 1] = codes[state]
+    out[#out + 1] = run_at
+    woken = woken + freed
+  end
+  return woken
 end

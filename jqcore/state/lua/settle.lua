@@ -29,19 +29,6 @@
 --          C_CANCELED (a cancel was requested meanwhile) | C_STALE | C_MISSING; run_at 0 unless C_RETRY.
 local CODE = {ok = C_OK, retry = C_RETRY, errored = C_ERRORED, canceled = C_CANCELED, stale = C_STALE,
               missing = C_MISSING}
-local out, woken = {C_OK}, 0
-for i = 0, tonumber(ARGV[2]) - 1 do
-  local b = 3 + i * 7
-  local id, attempt, token, text = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 4]
-  local state, freed, run_at = nil, 0, 0
-  if ARGV[b + 3] == 'c' then
-    state, freed = complete_job(id, attempt, token, text)
-  else
-    state, freed, run_at = fail_job(id, attempt, token, text, tonumber(ARGV[b + 5]), ARGV[b + 6] == '1')
-  end
-  out[#out + 1] = CODE[state]
-  out[#out + 1] = run_at
-  woken = woken + freed
-end
-wake(woken)
+local out = {C_OK}
+wake(settle_jobs(3, tonumber(ARGV[2]), out, CODE))
 return out
