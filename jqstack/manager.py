@@ -369,6 +369,14 @@ class Stack:
                     what="Redis Cluster state ok",
                     timeout_s=timeout_s,
                 )
+            wait_until(  # a replica still in its first sync is no copy: the relay would not wait on it
+                lambda: (
+                    _replicas_online(nodes)
+                    >= self.spec.redis_replicas * (len(nodes) // (1 + self.spec.redis_replicas))
+                ),
+                what="every Redis Cluster master's replicas in sync",
+                timeout_s=timeout_s,
+            )
         finally:
             first.close()
 
@@ -454,3 +462,21 @@ class Stack:
     @staticmethod
     def environ() -> dict[str, str]:
         return dict(os.environ)
+
+
+def _replicas_online(nodes: list[ServerSpec]) -> int:
+    """Replicas the cluster's masters list as ``online`` (synced and streaming), summed."""
+    online = 0
+    for node in nodes:
+        client = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        if info.get("role") == "master":
+            online += sum(
+                1
+                for k, v in info.items()
+                if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"
+            )
+    return online
