@@ -3,8 +3,8 @@
 The jobs are stored into a paused queue on a throw-away Redis, the two workers start (``--burst``) and
 announce themselves (their presence heartbeat: imported, connected, about to claim), then the queue is
 resumed and the clock runs until both workers exited (every job completed).
-Reported: jobs/s, and CPU seconds per 1k jobs of the worker processes (user + system, from rusage) and
-of Redis (from ``INFO cpu``).
+Reported: jobs/s, CPU seconds per 1k jobs of the worker processes (user + system, from rusage) and of
+Redis (from ``INFO cpu``), and the script calls Redis answered per 1k jobs (``INFO commandstats``).
 
 ``--batch N`` drains a batch handler's jobs instead (``loadtest/batch_app.py``, batches of N, each pool's
 concurrency 2 N: a batch gathers while one runs): reported as items/s.
@@ -50,11 +50,13 @@ async def fill(url: str, queue: str, n: int, kind: str = "demo.noop") -> None:
     await client.aclose()
 
 
-async def _redis_cpu(url: str) -> float:
+async def _redis_cpu(url: str) -> tuple[float, int]:
+    """Redis's CPU seconds (user + system) and the script calls it answered, so far."""
     client = aioredis.Redis.from_url(url)
-    info = await client.info("cpu")
+    info, stats = await client.info("cpu"), await client.info("commandstats")
     await client.aclose()
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    calls = sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"]), calls
 
 
 async def _resume_and_count(url: str, queue: str) -> int:
@@ -95,13 +97,14 @@ def drain(url: str, queue: str, n: int, concurrency: int, batch: int = 0) -> dic
             workers.start(f"worker-{i}", argv, output="inherit", env=env)  # their warnings reach the terminal
         for w in workers:  # both imported and about to claim before the clock starts (fails if one exits)
             w.wait_ready(partial(_announced, url, w.pid, queue), timeout_s=120, what=f"{w.name} presence")
-        redis_cpu = asyncio.run(_redis_cpu(url))
+        cpu_before, scripts_before = asyncio.run(_redis_cpu(url))
         started = time.perf_counter()
         asyncio.run(_resume_and_count(url, queue))
         codes = [w.wait(600) for w in workers]
         elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    redis_cpu = asyncio.run(_redis_cpu(url)) - redis_cpu
+    cpu_after, scripts_after = asyncio.run(_redis_cpu(url))
+    redis_cpu, scripts = cpu_after - cpu_before, scripts_after - scripts_before
     if any(codes) or asyncio.run(_finished(url, queue)) != n:
         raise RuntimeError(f"drain failed: exit codes {codes}")
     worker_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -109,6 +112,7 @@ def drain(url: str, queue: str, n: int, concurrency: int, batch: int = 0) -> dic
         "drain": n / elapsed,
         "worker CPU s per 1k jobs": worker_cpu / n * 1000,
         "redis CPU s per 1k jobs": redis_cpu / n * 1000,
+        "script calls per 1k jobs": scripts / n * 1000,
     }
 
 
@@ -118,7 +122,12 @@ def _round(url: str, n: int, rep: int, concurrency: int, batch: int) -> dict[str
     return drain(url, queue, n, concurrency, batch)
 
 
-UNITS = {"drain": "jobs/s", "worker CPU s per 1k jobs": "s", "redis CPU s per 1k jobs": "s"}
+UNITS = {
+    "drain": "jobs/s",
+    "worker CPU s per 1k jobs": "s",
+    "redis CPU s per 1k jobs": "s",
+    "script calls per 1k jobs": "calls",
+}
 
 
 def run(quick: bool = False, batch: int = 0) -> Report:

@@ -378,8 +378,13 @@ class Pool(Service):
         return max(0, min(finished, self._capacity() - (len(self.in_flight) - finished)))
 
     def _launch_all(self, jobs: list[ClaimedJob]) -> None:
+        """A round's claimed jobs: started; once a stop began, held for its release (a hard stop leaves
+        them to their leases, as a crash would)."""
         for job in jobs:
-            self._launch(job)
+            if not self._stopping:
+                self._launch(job)
+            elif not self._hard:
+                self.in_flight[job.id] = Running(job)
 
     def _launch(self, job: ClaimedJob) -> None:
         run = Running(job)

@@ -13,7 +13,12 @@ def test_drain_scenario_runs_and_saves_a_report() -> None:
     folder = report.save()
     saved = json.loads((folder / "results.json").read_text())
     figures = saved["figures"]
-    assert {"drain", "worker CPU s per 1k jobs", "redis CPU s per 1k jobs"} <= set(figures)
+    assert {
+        "drain",
+        "worker CPU s per 1k jobs",
+        "redis CPU s per 1k jobs",
+        "script calls per 1k jobs",
+    } <= set(figures)
     assert all(f["median"] > 0 for f in figures.values())
 
 
