@@ -198,8 +198,9 @@ class Pool(Service):
         tasks = [r.task for r in self.in_flight.values() if r.task is not None]
         if tasks:  # asyncio.wait, not wait_for(gather): a timeout must not cancel the jobs themselves
             await asyncio.wait(tasks, timeout=self.config.grace_s)
-        with contextlib.suppress(TimeoutError):  # a round on its way may bring claimed jobs: release them too
-            await asyncio.wait_for(self._completions.idle.wait(), COMPLETIONS_WAIT_S)
+        if not self._hard:  # a round on its way may bring claimed jobs: release them too
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._completions.idle.wait(), COMPLETIONS_WAIT_S)
         await self._release_rest()
         if self._hooks_started and not self._hard:
             await run_shutdown(self.registry.shutdown_hooks, self.context)

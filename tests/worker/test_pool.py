@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from typing import Any
 
@@ -257,3 +258,66 @@ async def test_a_busy_pools_completions_carry_its_next_claims(engine: Engine, pr
     assert sorted(ran) == list(range(300))
     assert rounds > 0
     assert claims < rounds, f"{claims} claim calls beside {rounds} rounds: the rounds did not claim"
+
+
+class _HeldRounds:
+    """Holds a pool's complete-and-claim rounds at the door to Redis until ``gate`` opens."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.real, self.gate, self.arrived = engine.settle_claim, asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, *args: Any, **kw: Any) -> Any:
+        self.arrived.set()
+        await self.gate.wait()
+        return await self.real(*args, **kw)
+
+
+async def _held_pool(
+    engine: Engine, q: str, ran: list[str], ids: list[str], **config: Any
+) -> tuple[Pool, _HeldRounds]:
+    """A pool of concurrency 1 on three enqueued jobs (``ids``), its first round held on its way to Redis."""
+    reg = Registry()
+
+    @reg.job("quick", queue=q)
+    async def quick() -> None:
+        ran.append(current_job().id)
+
+    ids += [await enqueue(engine, q, "quick") for _ in range(3)]
+    held = _HeldRounds(engine)
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, **config))
+    pool.engine = copy.copy(engine)
+    pool.engine.settle_claim = held  # type: ignore[method-assign]
+    pool._completions.engine = pool.engine
+    await pool.start()
+    await asyncio.wait_for(held.arrived.wait(), 30)
+    return pool, held
+
+
+async def test_a_stop_releases_the_jobs_a_round_on_its_way_brought(engine: Engine, prefix: str) -> None:
+    """The round sent before the stop claims its replacement; the stopping pool holds it unstarted and
+    releases it with the rest (attempt refunded), after the round's completion was written."""
+    q, ran, ids = f"{prefix}.w", [], []
+    pool, held = await _held_pool(engine, q, ran, ids)
+    stopping = asyncio.create_task(pool.stop())
+    await asyncio.sleep(0)  # the stop runs up to its first wait: it claims nothing more from here on
+    assert pool._stopping
+    held.gate.set()
+    await asyncio.wait_for(stopping, 30)
+    states = sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j)
+    assert len(ran) == 1
+    assert states == [("completed", 1), ("pending", 0), ("pending", 0)]
+
+
+async def test_a_crash_before_a_rounds_answer_loses_nothing(engine: Engine, prefix: str) -> None:
+    """The window complete-and-claim leaves: a job whose handler returned but whose round never reached
+    Redis stays running under its lease, which expires; the job runs again (attempt 2), nothing is lost."""
+    q, ran, ids = f"{prefix}.w", [], []
+    pool, _ = await _held_pool(engine, q, ran, ids, lease_ms=1000)
+    first = ran[0]
+    await pool.hard_stop()
+    assert (await info(engine, q, first)).state == "running", "its completion never reached Redis"
+    await drain(pool.registry, engine, q)
+    got = await info(engine, q, first)
+    assert (got.state, got.attempt) == ("completed", 2)
+    assert sorted(set(ran)) == sorted(ids)
+    assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["completed"] * 3
