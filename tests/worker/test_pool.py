@@ -298,11 +298,15 @@ async def test_a_stop_releases_the_jobs_a_round_on_its_way_brought(engine: Engin
     releases it with the rest (attempt refunded), after the round's completion was written."""
     q, ran, ids = f"{prefix}.w", [], []
     pool, held = await _held_pool(engine, q, ran, ids)
-    stopping = asyncio.create_task(pool.stop())
-    await asyncio.sleep(0)  # the stop runs up to its first wait: it claims nothing more from here on
-    assert pool._stopping
-    held.gate.set()
-    await asyncio.wait_for(stopping, 30)
+    cancel_fetcher = pool._cancel_fetcher
+
+    async def open_the_gate_once_stopping() -> None:  # the stop's first step: it claims nothing more
+        assert pool._stopping
+        held.gate.set()
+        await cancel_fetcher()
+
+    pool._cancel_fetcher = open_the_gate_once_stopping  # type: ignore[method-assign]
+    await asyncio.wait_for(pool.stop(), 30)
     states = sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j)
     assert len(ran) == 1
     assert states == [("completed", 1), ("pending", 0), ("pending", 0)]
