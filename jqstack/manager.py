@@ -159,10 +159,13 @@ class Stack:
         if self.spec.fixed_ports:
             return self._block_allocator()
 
+        promised = recorded_ports(home() / "stacks", besides=self.spec.name)
+
         def free(kind: str, offset: int) -> int:
-            if kind == "redis_cluster":  # the cluster bus listens on port + 10000
-                return free_port(below=65535 - CLUSTER_BUS_OFFSET, pair_offset=CLUSTER_BUS_OFFSET)
-            return free_port()
+            pair = CLUSTER_BUS_OFFSET if kind == "redis_cluster" else None  # the bus listens on port + 10000
+            port = free_port(pair_offset=pair, avoid=promised)
+            promised.update({port} if pair is None else {port, port + pair})
+            return port
 
         return free
 
@@ -184,8 +187,9 @@ class Stack:
         out: list[ServerSpec] = []
         for i in range(self.spec.brokers):
             extra = {"controller": port("kafka", 2 * i + 1)}
-            if self.spec.fault_listener:
-                extra |= {"fault": free_port(), "fault_proxy": free_port()}
+            if self.spec.fault_listener:  # loose ports even in a block (the block has no room for them)
+                loose = port if not self.spec.fixed_ports else lambda kind, offset: free_port()
+                extra |= {"fault": loose("fault", 2 * i), "fault_proxy": loose("fault", 2 * i + 1)}
             out.append(
                 ServerSpec(
                     f"kafka-{i + 1}",

@@ -6,7 +6,11 @@
   range, so an outgoing connection never squats on it): the first block, counting from one derived from the
   name, whose ports are free now and recorded by no other stack's ``state.json``. The stack records it, so
   it keeps its ports across restarts.
-* A test session's stack takes free ports anywhere (:func:`jqstack.procs.free_port`).
+* A stack with no fixed ports (a test session's, a fault scenario's own) and a test's own server take
+  **loose** ports (:func:`loose_port`): free now, drawn from ``[LOOSE_FIRST, LOOSE_LAST)`` — never from
+  Linux's ephemeral range. A port the kernel handed out by binding port 0 lies in that range, where the
+  source port of any outgoing connection (or of a client that connects to the port itself while its server
+  is still starting: TCP's simultaneous open) can take it between the draw and the server's bind.
 
 Inside a block each kind of server has its offsets (:data:`BLOCK_OFFSETS`); a Redis Cluster node's bus
 listens on ``port + 10000``, which must be free as well.
@@ -17,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import socket
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,8 @@ __all__ = [
     "BLOCK_SIZE",
     "CLUSTER_BUS_OFFSET",
     "DEFAULT_PORTS",
+    "LOOSE_FIRST",
+    "LOOSE_LAST",
     "Holder",
     "block_port",
     "choose_block",
@@ -89,6 +96,40 @@ def choose_block(
         if not any(p in taken for p in ports) and all(check(p) for p in ports):
             return block
     raise OSError(f"no free block of {BLOCK_SIZE} loopback ports in {BLOCK_FIRST}-{BLOCK_LAST}")
+
+
+LOOSE_FIRST = 10000
+LOOSE_LAST = 20000
+"""Loose ports lie in ``[LOOSE_FIRST, LOOSE_LAST)``: below the named stacks' blocks and the ephemeral range.
+A pair's second port (a Redis Cluster node's bus, ``port + 10000``) lands in ``[20000, 30000)``."""
+
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_range(path: Path = EPHEMERAL) -> range:
+    """The ports Linux picks outgoing connections' source ports from (32768–60999 unless configured)."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def loose_port(*, pair_offset: int | None = None, avoid: Collection[int] = ()) -> int:
+    """A loopback port nothing listens on now, outside the ephemeral range and the default stack's ports,
+    not in ``avoid``; with ``pair_offset``, ``port + pair_offset`` is such a port as well."""
+    ephemeral = ephemeral_range()
+    reserved = {p + i for p in DEFAULT_PORTS.values() for i in range(BLOCK_SIZE)}
+
+    def usable(port: int) -> bool:
+        return port not in ephemeral and port not in reserved and port not in avoid and is_free(port)
+
+    candidates = list(range(LOOSE_FIRST, LOOSE_LAST))
+    random.shuffle(candidates)
+    for port in candidates:
+        if usable(port) and (pair_offset is None or usable(port + pair_offset)):
+            return port
+    raise OSError(f"no free loopback port in {LOOSE_FIRST}-{LOOSE_LAST} outside the ephemeral range")
 
 
 def recorded_ports(stacks_root: Path, *, besides: str) -> set[int]:

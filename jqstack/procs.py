@@ -5,47 +5,26 @@ Starting, probing and stopping processes is :mod:`jqstack.supervise`.
 
 from __future__ import annotations
 
-import random
-import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from jqstack.errors import StackError
+from jqstack.ports import loose_port
 from jqstack.progress import Step, step
 
 __all__ = ["free_port", "log_tail", "run_step"]
 
 
-def free_port(*, below: int | None = None, pair_offset: int | None = None) -> int:
-    """A TCP port on loopback that nothing listens on right now.
+def free_port(*, pair_offset: int | None = None, avoid: Collection[int] = ()) -> int:
+    """A TCP port on loopback that nothing listens on right now, for a server about to start: a loose
+    port (:func:`jqstack.ports.loose_port`), never one an outgoing connection can take meanwhile.
 
-    ``below``: the port must be lower (Redis Cluster needs ``port + 10000`` to be a valid port too);
-    ``pair_offset``: ``port + pair_offset`` must be free as well (the cluster bus port).
+    ``pair_offset``: ``port + pair_offset`` must be free as well (the cluster bus port); ``avoid``: ports
+    already promised to another server.
     """
-    if below is None and pair_offset is None:
-        return _bind_free(0)
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20000, below or 60000)
-        if _is_free(port) and (pair_offset is None or _is_free(port + pair_offset)):
-            return port
-    raise OSError("no free loopback port pair found")
-
-
-def _bind_free(port: int) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", port))
-        return int(s.getsockname()[1])
-
-
-def _is_free(port: int) -> bool:
-    try:
-        _bind_free(port)
-    except OSError:
-        return False
-    return True
+    return loose_port(pair_offset=pair_offset, avoid=avoid)
 
 
 def log_tail(path: Path, lines: int = 25) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,14 @@ from jqstack.ports import (
     BLOCK_FIRST,
     BLOCK_LAST,
     BLOCK_SIZE,
+    CLUSTER_BUS_OFFSET,
     DEFAULT_PORTS,
+    LOOSE_FIRST,
+    LOOSE_LAST,
     block_port,
     choose_block,
+    ephemeral_range,
+    loose_port,
 )
 
 
@@ -133,3 +139,33 @@ def test_a_port_held_by_another_stack_names_that_stack_and_server(home: Path) ->
 def test_a_secure_stack_runs_one_redis(home: Path) -> None:
     with pytest.raises(StackError, match="one Redis"):
         Stack(StackSpec(name="s", secure=True, redis_mode="cluster"))
+
+
+def test_a_test_stack_takes_loose_ports_no_outgoing_connection_can_take(home: Path) -> None:
+    """A stack with no fixed ports (a test session's, a fault scenario's) never draws from the ephemeral
+    range: a client's source port there took a Kafka controller's port before the broker bound it."""
+    spec = StackSpec(name="t", brokers=3, redis_mode="both", fixed_ports=False, fault_listener=True)
+    stack = Stack(spec)
+    taken = [p for s in stack.servers for p in (s.port, *s.extra_ports.values())]
+    buses = [s.port + CLUSTER_BUS_OFFSET for s in stack.of_kind("redis-cluster")]
+    ephemeral = ephemeral_range()
+    assert len(set(taken + buses)) == len(taken) + len(buses)  # nothing promised twice
+    assert all(LOOSE_FIRST <= p < LOOSE_LAST for p in taken)
+    assert not [p for p in taken + buses if p in ephemeral]
+    other = Stack(replace(spec, name="u"))  # the first stack is recorded, so the second avoids its ports
+    assert not ports(other) & set(taken + buses)
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_setting(tmp_path: Path) -> None:
+    setting = tmp_path / "ip_local_port_range"
+    setting.write_text("40000\t50000\n")
+    assert ephemeral_range(setting) == range(40000, 50001)
+    assert ephemeral_range(tmp_path / "missing") == range(32768, 61000)
+
+
+def test_a_loose_port_skips_what_it_is_told_to_avoid() -> None:
+    every = set(range(LOOSE_FIRST, LOOSE_LAST))
+    keep = {LOOSE_FIRST + 7}
+    assert loose_port(avoid=every - keep) in keep
+    with pytest.raises(OSError, match="no free loopback port"):
+        loose_port(avoid=every)
