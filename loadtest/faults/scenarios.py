@@ -17,6 +17,7 @@ import orjson
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.settings import ConsulSettings, RelayKeys
 from jqstack.supervise import alive, python_m
+from jqstack.testing.kafkatools import reassign_partitions
 from loadtest.faults.bites import (
     errors_logged,
     killed,
@@ -475,6 +476,56 @@ async def kafka_rolling_restart(d: Drill) -> None:
         d.notes[f"{name}_in_sync_s"] = await _wait_in_sync(d)
 
 
+def _assignment(d: Drill) -> dict[int, tuple[list[int], int]]:
+    """Each partition of the scenario's topic: (its replicas in order, its leader)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
+    parts = admin.list_topics(d.pipe.topic, timeout=20).topics[d.pipe.topic].partitions
+    return {p: (list(m.replicas), m.leader) for p, m in parts.items()}
+
+
+def _reassigned(d: Drill, plan: dict[int, list[int]]) -> bool:
+    """Every partition holds exactly its planned replicas, all in sync."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
+    parts = admin.list_topics(d.pipe.topic, timeout=20).topics[d.pipe.topic].partitions
+    return all(list(parts[p].replicas) == r and set(parts[p].isrs) == set(r) for p, r in plan.items())
+
+
+async def kafka_reassign(d: Drill) -> None:
+    """Every partition of the job topic (RF 2 on three brokers) moved to another pair of brokers under
+    load with Kafka's own ``ReassignPartitionsCommand``: the broker the partition lacked is added, its
+    leader removed — the data copied to the newcomer, then the leadership moved while clients write."""
+    before = await asyncio.to_thread(_assignment, d)
+    brokers = {b for replicas, _ in before.values() for b in replicas} | {1, 2, 3}
+    plan = {
+        p: [next(b for b in sorted(brokers) if b not in replicas), *(b for b in replicas if b != leader)]
+        for p, (replicas, leader) in before.items()
+    }
+    d.notes["reassignment"] = {str(p): [before[p][0], plan[p]] for p in plan}
+    doc = {
+        "version": 1,
+        "partitions": [{"topic": d.pipe.topic, "partition": p, "replicas": r} for p, r in plan.items()],
+    }
+    plan_file = d.pipe.folder / "reassignment.json"
+    plan_file.write_bytes(orjson.dumps(doc))
+    started = time.monotonic()
+    await asyncio.to_thread(reassign_partitions, d.pipe.ep.kafka_bootstrap, plan_file)
+    while not await asyncio.to_thread(_reassigned, d, plan):
+        if time.monotonic() - started > 120:
+            raise TimeoutError("the reassignment did not complete in 120 s")
+        await asyncio.sleep(0.25)
+    d.notes["reassigned_s"] = round(time.monotonic() - started, 2)
+    after = await asyncio.to_thread(_assignment, d)
+    d.evidence(
+        "every partition on its new replicas, its old leader gone from them",
+        all(after[p][0] == plan[p] and before[p][1] not in after[p][0] for p in plan),
+        leaders={str(p): [before[p][1], after[p][1]] for p in plan},
+    )
+
+
 # ---- Redis Cluster: three masters with a replica each ------------------------------------------------
 
 
@@ -658,6 +709,13 @@ SCENARIOS: list[Scenario] = [
         kafka_rolling_restart,
         "kafka3",
         replication=3,
+    ),
+    Scenario(
+        "kafka-reassign",
+        "every partition's replicas moved to another broker pair under load (its leader removed)",
+        kafka_reassign,
+        "kafka3",
+        replication=2,
     ),
     Scenario(
         "redis-cluster-failover",
