@@ -18,6 +18,7 @@ import secrets
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import consul
@@ -25,6 +26,7 @@ import pytest
 import redis.asyncio as aioredis
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from redis import Redis as SyncRedis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
@@ -51,6 +53,8 @@ from jqrelay.settings import RelaySettings
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 from jqstack.manager import Endpoints
+from jqstack.procs import free_port
+from jqstack.supervise import Child, Children
 from jqstack.testing.backends import SessionStack, start_test_stack
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
@@ -432,3 +436,36 @@ def eventually() -> Eventually:
         )(look)
 
     return wait
+
+
+def _redis_server(children: Children, name: str, port: int, folder: Path, *extra: str) -> Child:
+    folder.mkdir()
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder)]
+    return children.start(
+        name, [*argv, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", *extra]
+    )
+
+
+def _replicating(port: int) -> bool:
+    with SyncRedis(port=port, socket_timeout=2) as client:
+        return bool(client.info("replication").get("slave0", {}).get("state") == "online")
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[tuple[str, Child]]:
+    """A Redis of this test's own with one replica: (the master's URL, the replica's process)."""
+    master_port = free_port()
+    replica_port = free_port(avoid={master_port})
+    with Children(grace_s=5.0) as children:
+        master = _redis_server(children, "redis-master", master_port, tmp_path / "master")
+        replica = _redis_server(
+            children,
+            "redis-replica",
+            replica_port,
+            tmp_path / "replica",
+            "--replicaof",
+            "127.0.0.1",
+            str(master_port),
+        )
+        master.wait_ready(lambda: _replicating(master_port), timeout_s=30, what="the replica in sync")
+        yield f"redis://127.0.0.1:{master_port}/0", replica

@@ -32,7 +32,7 @@ from jqcore.state import codes, farreads, replies
 from jqcore.state.admin import AdminTransitions
 from jqcore.state.beside import BesideQueues
 from jqcore.state.core import Triple
-from jqcore.state.graphs import Graphs
+from jqcore.state.graphs import REPLICA_WAIT_MS, Graphs
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
 from jqcore.state.queries import Queries
 from jqcore.state.switches import SwitchBoard
@@ -50,7 +50,13 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
         self.tails = Tails(client, self.run_script, self.enqueue_batch, self._report)
         """Tail calls (:mod:`jqcore.state.tails`)."""
         self.graphs = Graphs(
-            client, self.run_script, self.enqueue_batch, self.cancel, self.clock.now, self.tails.settle
+            client,
+            self.run_script,
+            self.enqueue_batch,
+            self.cancel,
+            self.clock.now,
+            self.tails.settle,
+            self.replica_wait(None, REPLICA_WAIT_MS),
         )
         """Task graphs (:mod:`jqcore.state.graphs`)."""
 

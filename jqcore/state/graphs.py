@@ -12,8 +12,14 @@ atomic, idempotent steps with a durable record in between, and a repair that red
   scheduler) runs ``graph_report`` (counted once per node and generation) and only then deletes the entry.
 
 A crash between two steps leaves a ``rel`` member or a ``gdone`` entry; the scheduler service finds both
-(:meth:`Graphs.repair_queue`, :meth:`Graphs.repair_graph`) and finishes the hand-off. Nothing polls a
+(:meth:`Graphs.report_finished`, :meth:`Graphs.repair_graph`) and finishes the hand-off. Nothing polls a
 waiting node: it exists only in its graph until its parents finished.
+
+The second step erases the only record of the first, so it waits until the first step's writes are on
+the replicas (``WAIT``, :mod:`jqcore.state.replication`; where a master has an online replica): a master
+that dies and is replaced by a replica that lacks the first step then still holds the record, and the
+repair redoes the step — where otherwise a released node's job, or a node's report, would be gone for good
+and the graph would never finish. Not confirmed in :data:`REPLICA_WAIT_MS`: the record stays for the repair.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from jqcore.clock import now_ms as _now
 from jqcore.envelope import Envelope
 from jqcore.errors import GraphConflict, GraphInvalid, GraphNotFound
 from jqcore.graphs import GraphSpec, Node, node_job_id, parse
+from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes, reads
 from jqcore.state.graphmodels import (
@@ -43,6 +50,7 @@ from jqcore.state.graphmodels import (
 )
 from jqcore.state.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqcore.state.models import CancelResult, EnqueueOutcome, EnqueueResult, StreamEvent
+from jqcore.state.replication import ReplicaWait, recording_writes
 from jqcore.state.scripts import SCRIPTS
 from jqcore.testsignal import TestSignal
 
@@ -57,6 +65,10 @@ CancelJob = Callable[[str, str, str], Awaitable[CancelResult]]
 SettleOther = Callable[[str, str, dict[str, Any]], Awaitable[None]]
 """Hands on a ``gdone`` entry that is not a graph node's: (queue, field, entry)."""
 
+log = get_logger("jqcore.graphs")
+
+REPLICA_WAIT_MS = 1000
+"""How long a hand-off's second step waits for the first step's writes to reach a replica."""
 REPAIR_AFTER_MS = 2000
 """A release or report older than this without its second step is repaired by the scheduler (younger:
 the process that made it is most likely finishing it)."""
@@ -89,8 +101,11 @@ class Graphs:
         cancel_job: CancelJob,
         clock: Callable[[], int] = _now,
         settle_other: SettleOther | None = None,
+        replicas: ReplicaWait | None = None,
     ) -> None:
         self._client = client
+        self._replicas = replicas
+        """Confirms a hand-off's first step on the replicas before its second step (None: never waits)."""
         self._clock = clock
         """The engine's reading of Redis's clock: a graph's stamps and deadlines are on the clock its
         jobs' transitions use, whatever this host's clock says."""
@@ -167,14 +182,29 @@ class Graphs:
         if not names:
             return
         jobs = await self._node_jobs(graph_id, names)
-        result = await self._enqueue([node.envelope(graph_id, gen) for _, node, gen in jobs.values()])
+        with recording_writes() as written:
+            result = await self._enqueue([node.envelope(graph_id, gen) for _, node, gen in jobs.values()])
         for o in result.outcomes:  # a job that can never be stored (or a tombstone waited) ends its node now
             if o.outcome in ("refused", "canceled"):
                 state = "errored" if o.outcome == "refused" else "canceled"
                 await self.report(graph_id, jobs[o.id][0], o.id, state, error=o.reason or o.outcome)
+        if not await self._on_replicas(written, "release", graph_id):
+            return
         async with codes.redis_errors("graph release"):
             await self._client.srem(GraphKeys(graph_id).named("rel"), *names)
         metrics.GRAPH_NODES.labels("released").inc(len(jobs))
+
+    async def _on_replicas(self, written: set[str], step: str, subject: str) -> bool:
+        """Whether a hand-off's first step (its ``written`` keys) is on the replicas, so its record may go;
+        False (logged): the record stays for the repair."""
+        if self._replicas is None or not written:
+            return True
+        why = await self._replicas.confirm(written)
+        if why is not None:
+            log.warning(
+                "hand-off not on the replicas yet: left to the repair", step=step, of=subject, why=why
+            )
+        return why is None
 
     async def report(
         self,
@@ -231,21 +261,27 @@ class Graphs:
                 continue
             if "graph" not in entry:  # a tail call's hand-off: the same outbox, another reader
                 if self._settle_other is not None:
-                    await self._settle_other(queue, _s(job_id), entry)
+                    with recording_writes() as written:
+                        await self._settle_other(queue, _s(job_id), entry)
+                    if not await self._on_replicas(written, "tail report", _s(job_id)):
+                        continue
                     async with codes.redis_errors("tail report"):
                         await self._client.hdel(key, job_id)
                     done += 1
                 continue
             graph_id, _, node = str(entry["graph"]).partition("\t")
-            await self.report(
-                graph_id,
-                node,
-                _s(job_id),
-                entry["state"],
-                attempt=int(entry.get("attempt", 0)),
-                result=str(entry.get("result", "")),
-                error=str(entry.get("error", "")),
-            )
+            with recording_writes() as written:
+                await self.report(
+                    graph_id,
+                    node,
+                    _s(job_id),
+                    entry["state"],
+                    attempt=int(entry.get("attempt", 0)),
+                    result=str(entry.get("result", "")),
+                    error=str(entry.get("error", "")),
+                )
+            if not await self._on_replicas(written, "report", graph_id):
+                continue
             async with codes.redis_errors("graph report"):
                 await self._client.hdel(key, job_id)
             done += 1

@@ -38,13 +38,17 @@ _WRITES: ContextVar[set[str] | None] = ContextVar("jobq_written_keys", default=N
 @contextmanager
 def recording_writes() -> Iterator[set[str]]:
     """While active, the engine adds a key of each script call (and each global write) of this task to
-    the set it yields: one per slot written is enough to find the masters."""
+    the set it yields: one per slot written is enough to find the masters. Nested, the outer recording
+    gets the inner one's keys too (a relay batch that creates a graph waits on its releases' writes)."""
     written: set[str] = set()
+    outer = _WRITES.get()
     token = _WRITES.set(written)
     try:
         yield written
     finally:
         _WRITES.reset(token)
+        if outer is not None:
+            outer |= written
 
 
 def note_write(key: str) -> None:

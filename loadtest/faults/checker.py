@@ -40,9 +40,12 @@ from loadtest.faults.invariants import (
     history_agrees,
     never_early,
     one_live_attempt,
+    rerun_causes,
     unacked_not_run,
 )
 from loadtest.faults.ordering import (
+    NodeRun,
+    after_parents,
     callbacks_once,
     exclusive_in_order,
     exclusive_one_at_a_time,
@@ -204,6 +207,7 @@ def judge(
     dues: dict[str, Due] | None = None,
     cancels: Sequence[Cancel] = (),
     records: Mapping[str, Record | None] | None = None,
+    graph: Mapping[str, Sequence[str]] | None = None,
 ) -> Verdict:
     """Compare the client's log with the handlers' log (see the module docstring); ``checks``: every
     invariant, ``n/a`` where its input is missing (no records: the history is not judged; no evidence in
@@ -220,9 +224,13 @@ def judge(
     first_run: dict[str, float] = {}
     for e in runs:
         first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
-    checks = invariants(reqs, runs, cancels, dues, records)
+    checks = invariants(reqs, runs, cancels, dues, records, graph=graph)
     if notes is not None and "bite" in notes:
-        checks.append(fault_took_effect(notes["bite"]))
+        evidence = list(notes["bite"])
+        if graph:  # a graph load is there to be hit half done: the fault must meet open fan-ins
+            n = fan_ins_across(node_runs(runs), graph, fault_at)
+            evidence.append({"what": "graph fan-ins open when the fault struck", "ok": n > 0, "graphs": n})
+        checks.append(fault_took_effect(evidence))
     lost = sorted(acked - per_job.keys() - {c.id for c in cancels if c.stops_the_job or not c.outcome})
     early = early_runs(reqs, first_run, dues)
     if early:
@@ -266,8 +274,14 @@ def invariants(
     dues: Mapping[str, Due] | None = None,
     records: Mapping[str, Record | None] | None = None,
     rates: Mapping[str, float] | None = None,
+    graph: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Check]:
-    """Every invariant the recorded history lets the checker judge (the rest ``n/a``), in report order."""
+    """Every invariant the recorded history lets the checker judge (the rest ``n/a``), in report order.
+    ``graph``: the shape of the load's task graphs (node → its parents); their nodes' runs are the runs
+    whose id is a node's job id (``<graph>:<node>``, ``@<gen>`` after a retry)."""
+    shape = graph or {}
+    nodes = node_runs(runs) if shape else []
+    fired, finished = callbacks(nodes, shape)
     return [
         acked_not_lost(requests, runs, cancels),
         unacked_not_run(requests, runs),
@@ -279,7 +293,62 @@ def invariants(
         priority_order(()),  # claims and readiness as Redis dated them are not recorded (see reliability.md)
         rate_within(runs, rates or {}),
         history_agrees(runs, records or {}),
-        nodes_once(()),  # the fault load runs no graph
-        callbacks_once((), ()),
-        skipped_never_ran((), ()),
+        nodes_once(nodes),
+        callbacks_once(fired, finished),
+        after_parents(nodes, shape),
+        skipped_never_ran(nodes, ()),  # the load's graphs never fail a node: nothing is skipped
     ]
+
+
+def node_runs(runs: Sequence[Execution]) -> list[NodeRun]:
+    """The runs of graph nodes' jobs (ids ``<graph>:<node>`` or ``<graph>:<node>@<gen>``)."""
+    out: list[NodeRun] = []
+    for e in runs:
+        graph, colon, rest = e.id.partition(":")
+        if colon:
+            node, _, gen = rest.partition("@")
+            out.append(NodeRun(graph, int(gen or 0), node, e))
+    return out
+
+
+def callbacks(
+    nodes: Sequence[NodeRun], shape: Mapping[str, Sequence[str]]
+) -> tuple[list[tuple[str, int]], set[tuple[str, int]]]:
+    """(each firing of a callback, each generation that must fire one): a callback is a node with parents
+    that is no node's parent; it fired once per run but for the re-runs at-least-once allows
+    (:func:`rerun_causes`: from outside a legal re-run and a second firing look alike — the engine counts
+    each node once per generation, ``graph_report``); a generation must fire once every parent of its
+    callbacks ran to its end."""
+    parents_of_all = {p for mine in shape.values() for p in mine}
+    sinks = {n: mine for n, mine in shape.items() if mine and n not in parents_of_all}
+    runs: dict[tuple[str, int, str], list[Execution]] = {}
+    for r in nodes:
+        runs.setdefault((r.graph, r.generation, r.node), []).append(r.run)
+    fired: list[tuple[str, int]] = []
+    finished: set[tuple[str, int]] = set()
+    for (graph, gen, node), mine in runs.items():
+        if node in sinks:
+            fired += [(graph, gen)] * (1 + sum(1 for c in rerun_causes(mine) if c is None))
+    for graph, gen in {(r.graph, r.generation) for r in nodes}:
+        for parents in sinks.values():
+            if all(any(e.end is not None for e in runs.get((graph, gen, p), [])) for p in parents):
+                finished.add((graph, gen))
+    return fired, finished
+
+
+def fan_ins_across(nodes: Sequence[NodeRun], shape: Mapping[str, Sequence[str]], at: float) -> int:
+    """Fan-ins open when the fault struck: graph generations where a node with parents first started
+    after ``at`` while one of its parents had ended before it (the fault met the graph half done)."""
+    ends: dict[tuple[str, int, str], float] = {}
+    starts: dict[tuple[str, int, str], float] = {}
+    for r in nodes:
+        key = (r.graph, r.generation, r.node)
+        starts[key] = min(r.run.at, starts.get(key, r.run.at))
+        if r.run.end is not None:
+            ends[key] = min(r.run.end, ends.get(key, r.run.end))
+    open_ = {
+        (g, gen)
+        for (g, gen, node), start in starts.items()
+        if shape.get(node) and start > at and any(ends.get((g, gen, p), at) < at for p in shape[node])
+    }
+    return len(open_)

@@ -61,10 +61,11 @@ recorded and not yet acknowledged: the at-least-once duplicates the checker coun
 
 
 @registry.job("fault.record")
-async def record() -> None:
-    """The side effect the checker counts, then a little work."""
+async def record(work_s: float = WORK_S) -> None:
+    """The side effect the checker counts, then a little work (``work_s``: a graph's slow parent keeps
+    its fan-in open)."""
     run = _record(current_job())
-    await asyncio.sleep(WORK_S)
+    await asyncio.sleep(work_s)
     _write({"run": run, "end": time.monotonic()})
 
 

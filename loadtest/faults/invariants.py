@@ -26,6 +26,7 @@ __all__ = [
     "judged",
     "never_early",
     "one_live_attempt",
+    "rerun_causes",
     "unacked_not_run",
 ]
 
@@ -113,19 +114,32 @@ def one_live_attempt(runs: Sequence[Execution], slack_s: float = LEASE_SLACK_S) 
     causes: dict[str, int] = {"sequential": 0, "lease_expired": 0}
     illegal: list[str] = []
     for job, mine in by_job.items():
-        mine.sort(key=lambda e: e.at)
-        for i, later in enumerate(mine[1:], 1):
-            for earlier in mine[:i]:
-                if earlier.end is not None and later.at >= earlier.end:
-                    cause = "sequential"
-                elif earlier.lease_s and later.at >= earlier.at + earlier.lease_s - slack_s:
-                    cause = "lease_expired"
-                else:
-                    illegal.append(job)
-                    break
-            else:
-                causes[cause] += 1
+        for cause in rerun_causes(mine, slack_s):
+            if cause is None:
+                illegal.append(job)
+                break
+            causes[cause] += 1
     return judged("one-live-attempt", len(by_job), illegal, duplicates=causes)
+
+
+def rerun_causes(runs: Sequence[Execution], slack_s: float = LEASE_SLACK_S) -> list[str | None]:
+    """Why each run of one job after its first was legal, in start order: ``sequential`` (every earlier
+    run had ended: a completion never written back), ``lease_expired`` (it started after each earlier
+    live run's lease ran out), None (it overlapped a run whose lease was valid: two live attempts)."""
+    mine = sorted(runs, key=lambda e: e.at)
+    out: list[str | None] = []
+    for i, later in enumerate(mine[1:], 1):
+        cause: str | None = "sequential"
+        for earlier in mine[:i]:
+            if earlier.end is not None and later.at >= earlier.end:
+                continue
+            if earlier.lease_s and later.at >= earlier.at + earlier.lease_s - slack_s:
+                cause = "lease_expired"
+                continue
+            cause = None
+            break
+        out.append(cause)
+    return out
 
 
 def early_runs(

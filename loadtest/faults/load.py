@@ -6,7 +6,11 @@ id, when the answer is not a 2xx or did not come (at most ``tries`` times, ``ret
 a gateway that dies costs availability, not acknowledged jobs. Every tenth job is delayed by 1.5 s, so the
 scheduler's timers are on the path too; every fiftieth (a delayed one) is canceled as soon as it was acked
 (tried like an enqueue), so "a canceled job never starts" is judged too; every fifth goes to the exclusive
-queue beside the load's, on one of ``EXCL_KEYS`` keys in turn (one at a time per key, in order).
+queue beside the load's, on one of ``EXCL_KEYS`` keys in turn (one at a time per key, in order). With
+``graphs``, every twenty-fifth is a task graph instead (``POST /v1/graphs``, id ``<run>-<i>``): ``FANOUT``
+nodes and a ``join`` node whose parents they all are (a fan-in; the last parent works ``SLOW_PARENT_S``, so
+at any moment several fan-ins are half done); each node's job is logged as a request of its own (id
+``<graph>:<node>``, the graph's answer), so a node that never runs is a lost job.
 """
 
 from __future__ import annotations
@@ -18,15 +22,25 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
+from jqcore.graphs.spec import node_job_id
 from loadtest.faults.history import Cancel, Request
 
-__all__ = ["Load"]
+__all__ = ["GRAPH_SHAPE", "Load"]
 
 DELAY_EVERY = 10
 DELAY_MS = 1500
 CANCEL_EVERY = 50
 EXCL_EVERY = 5
 EXCL_KEYS = 8
+GRAPH_EVERY = 25
+FANOUT = 4
+JOIN = "join"
+GRAPH_SHAPE: dict[str, tuple[str, ...]] = {
+    **{f"p{n}": () for n in range(1, FANOUT + 1)},
+    JOIN: tuple(f"p{n}" for n in range(1, FANOUT + 1)),
+}
+"""The load's graphs: node → its parents (what the checker judges them by)."""
+SLOW_PARENT_S = 2.0
 
 
 @dataclass
@@ -37,6 +51,7 @@ class Load:
     xqueue: str
     run: str
     rate: float = 100.0
+    graphs: bool = False
     tries: int = 3
     retry_after_s: float = 0.5
     timeout_s: float = 15.0
@@ -85,14 +100,14 @@ class Load:
     async def _send(
         self, http: aiohttp.ClientSession, i: int, method: str, path: str, body: object = None
     ) -> tuple[int, int, bytes]:
-        """``path`` under ``/v1/queues/``."""
-        """(status, tries, answer) of a request tried on the gateways in turn (status 0: no answer)."""
+        """(status, tries, answer) of a request to ``path`` (under ``/v1/``) tried on the gateways in turn
+        (status 0: no answer)."""
         status, answer, tries = 0, b"", 0
         for attempt in range(self.tries):
             tries += 1
             url = self.urls[(i + attempt) % len(self.urls)]
             try:
-                async with http.request(method, f"{url}/v1/queues/{path}", json=body) as resp:
+                async with http.request(method, f"{url}/v1/{path}", json=body) as resp:
                     status = resp.status
                     answer = await resp.read()
             except (aiohttp.ClientError, TimeoutError):
@@ -106,6 +121,9 @@ class Load:
 
     async def _one(self, http: aiohttp.ClientSession, i: int) -> None:
         job_id = f"{self.run}-{i}"
+        if self.graphs and i % GRAPH_EVERY == 4:
+            await self._graph(http, i, job_id)
+            return
         body: dict[str, object] = {"id": job_id, "kind": "fault.record"}
         queue, excl = self.queue, ""
         if i % DELAY_EVERY == 0:
@@ -114,7 +132,7 @@ class Load:
             queue, excl = self.xqueue, f"k{(i // EXCL_EVERY) % EXCL_KEYS}"
             body["excl"], body["meta"] = excl, {"excl": excl}
         sent = time.time()
-        status, tries, _ = await self._send(http, i, "POST", f"{queue}/jobs", body)
+        status, tries, _ = await self._send(http, i, "POST", f"queues/{queue}/jobs", body)
         delay_s = DELAY_MS / 1000 if "delay_ms" in body else 0.0
         acked = 200 <= status < 300
         self.requests.append(
@@ -122,6 +140,26 @@ class Load:
         )
         if acked and i % CANCEL_EVERY == 0:
             sent = time.time()
-            status, _, answer = await self._send(http, i, "DELETE", f"{queue}/jobs/{job_id}")
+            status, _, answer = await self._send(http, i, "DELETE", f"queues/{queue}/jobs/{job_id}")
             outcome = str(orjson.loads(answer).get("outcome", "")) if 200 <= status < 300 else ""
             self.cancels.append(Cancel(job_id, sent, time.time(), outcome))
+
+    async def _graph(self, http: aiohttp.ClientSession, i: int, graph: str) -> None:
+        slow = f"p{FANOUT}"
+        nodes = [
+            {
+                "name": name,
+                "kind": "fault.record",
+                **({"parents": list(mine)} if mine else {}),
+                **({"args": {"work_s": SLOW_PARENT_S}} if name == slow else {}),
+            }
+            for name, mine in GRAPH_SHAPE.items()
+        ]
+        sent = time.time()
+        body = {"id": graph, "queue": self.queue, "nodes": nodes}
+        status, tries, _ = await self._send(http, i, "POST", "graphs", body)
+        answered, acked = time.time(), 200 <= status < 300
+        for node in GRAPH_SHAPE:
+            self.requests.append(
+                Request(node_job_id(graph, node), sent, answered, acked, status, 0.0, tries, queue=self.queue)
+            )

@@ -1,23 +1,23 @@
 """The ordering promises as invariants over recorded runs (pure, like :mod:`loadtest.faults.invariants`):
 exclusive keys one at a time and in enqueue order, priority (EDF) at each claim, rate limits, task graphs
-(each node once per generation, callbacks once, skipped nodes never run)."""
+(each node once per generation, callbacks once, a node after its parents, skipped nodes never run)."""
 
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from loadtest.faults.history import Execution
-from loadtest.faults.invariants import LEASE_SLACK_S, Check, judged
+from loadtest.faults.invariants import LEASE_SLACK_S, Check, judged, rerun_causes
 
 __all__ = [
     "CLAIM_TOLERANCE_S",
     "RATE_TOLERANCE",
     "Claim",
     "NodeRun",
+    "after_parents",
     "callbacks_once",
     "exclusive_in_order",
     "exclusive_one_at_a_time",
@@ -169,18 +169,35 @@ class NodeRun:
 
 
 def nodes_once(runs: Sequence[NodeRun], slack_s: float = LEASE_SLACK_S) -> Check:
-    """Each node ran at most once per generation; the one legal re-run is after the earlier run's process
-    died and its lease ran out (a node that ran to its end and ran again completed twice)."""
+    """Each node ran once per generation but for the re-runs at-least-once allows any job (its earlier run
+    ended with its completion never written back, or its lease ran out: :func:`rerun_causes`); a re-run
+    that overlapped a live run is not one (the graph counts a node once per generation either way)."""
     by_node: dict[str, list[Execution]] = defaultdict(list)
     for r in runs:
         by_node[r.label].append(r.run)
-    bad: list[str] = []
-    for label, mine in by_node.items():
-        mine.sort(key=lambda e: e.at)
-        for a, b in itertools.pairwise(mine):
-            if a.end is not None or not a.lease_s or b.at < a.at + a.lease_s - slack_s:
-                bad.append(label)
+    bad = [label for label, mine in by_node.items() if None in rerun_causes(mine, slack_s)]
     return judged("graph-node-once", len(by_node), bad)
+
+
+def after_parents(runs: Sequence[NodeRun], parents: Mapping[str, Sequence[str]]) -> Check:
+    """A node with parents (``parents``: node → its parents' names, the same in every graph judged) first
+    started only after each parent had run to its end in the same generation: a fan-in released early
+    (a parent counted that had not finished) is caught here (offender: ``graph/gen/node``)."""
+    ends: dict[str, list[float]] = defaultdict(list)
+    starts: dict[str, float] = {}
+    for r in runs:
+        if r.run.end is not None:
+            ends[r.label].append(r.run.end)
+        starts[r.label] = min(r.run.at, starts.get(r.label, r.run.at))
+    judged_nodes, bad = 0, []
+    for r in runs:
+        if not (mine := parents.get(r.node)) or r.run.at != starts[r.label]:
+            continue
+        judged_nodes += 1
+        first = f"{r.graph}/{r.generation}/"
+        if any(not any(end <= r.run.at for end in ends.get(first + p, [])) for p in mine):
+            bad.append(r.label)
+    return judged("graph-after-parents", judged_nodes, bad)
 
 
 def callbacks_once(callbacks: Sequence[tuple[str, int]], generations: Iterable[tuple[str, int]]) -> Check:

@@ -30,7 +30,7 @@ from jqcore.state import Engine
 from jqstack.manager import Endpoints, Stack
 from jqstack.testing.faultproxy import FaultProxy
 from loadtest.faults.checker import Due, Record, Verdict, judge, read_executions, relay_terms
-from loadtest.faults.load import Load
+from loadtest.faults.load import GRAPH_SHAPE, Load
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
 __all__ = ["Drill", "Scenario", "run_scenario"]
@@ -144,6 +144,9 @@ class Scenario:
     consul_state_lost: bool = False
     """The fault wipes Consul's state (sessions and lock-delays): a deposed holder may still trust its term
     while another takes the lock, and the Redis fence alone keeps one writer (its refusals are counted)."""
+    graphs: bool = False
+    """Every twenty-fifth request is a task graph (a fan-out of four and a join: :class:`Load`), judged
+    node by node (``graph-*``)."""
     links: tuple[tuple[str, Service], ...] = ()
     """(process or role, service) pairs whose connections go through the fault proxy (``("relay",
     "consul")``: both relays reach Consul only through it); needs a stack with Kafka fault listeners
@@ -242,7 +245,9 @@ async def run_scenario(
         replication=scenario.replication,
         topic_config=scenario.topic_config,
     )
-    load = Load(pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, tag, rate=scenario.rate)
+    load = Load(
+        pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, tag, rate=scenario.rate, graphs=scenario.graphs
+    )
     drill = Drill(pipe, load, stack)
     try:
         if scenario.links:
@@ -287,6 +292,7 @@ async def run_scenario(
         dues=dues,
         cancels=load.cancels,
         records=records,
+        graph=GRAPH_SHAPE if scenario.graphs else None,
     )
     (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))
     return verdict

@@ -719,9 +719,10 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "redis-cluster-failover",
-        "kill -9 of the queue's Redis Cluster master; its replica promoted",
+        "kill -9 of the queue's Redis Cluster master during graph fan-ins; its replica promoted",
         redis_master_kill,
         "cluster",
+        graphs=True,
     ),
     Scenario(
         "kafka-leader-kill-acks-leader",

@@ -6,56 +6,21 @@ Redis Cluster, whose masters have no replica."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from jqcore.state import ReplicaWait
 from jqrelay.main import RelayService
-from jqstack.procs import free_port
-from jqstack.supervise import Child, Children
+from jqstack.supervise import Child
 
 Produce = Callable[..., Any]
 Offsets = Callable[..., Any]
 
 WAIT_MS = 200
-
-
-def _server(children: Children, name: str, port: int, folder: Path, *extra: str) -> Child:
-    folder.mkdir()
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder)]
-    return children.start(
-        name, [*argv, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", *extra]
-    )
-
-
-def _replicating(port: int) -> bool:
-    with redis.Redis(port=port, socket_timeout=2) as client:
-        return bool(client.info("replication").get("slave0", {}).get("state") == "online")
-
-
-@pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[tuple[str, Child]]:
-    """A Redis of this test's own with one replica: (the master's URL, the replica's process)."""
-    master_port, replica_port = free_port(), free_port()
-    with Children(grace_s=5.0) as children:
-        master = _server(children, "redis-master", master_port, tmp_path / "master")
-        replica = _server(
-            children,
-            "redis-replica",
-            replica_port,
-            tmp_path / "replica",
-            "--replicaof",
-            "127.0.0.1",
-            str(master_port),
-        )
-        master.wait_ready(lambda: _replicating(master_port), timeout_s=30, what="the replica in sync")
-        yield f"redis://127.0.0.1:{master_port}/0", replica
 
 
 async def test_offsets_wait_for_the_replica_and_the_batch_is_written_again_meanwhile(

@@ -16,6 +16,7 @@ from loadtest.faults.invariants import (
 from loadtest.faults.ordering import (
     Claim,
     NodeRun,
+    after_parents,
     callbacks_once,
     exclusive_in_order,
     exclusive_one_at_a_time,
@@ -64,6 +65,7 @@ def test_a_clean_history_passes_what_it_exercises_and_the_rest_is_not_applicable
         "history-agrees": "pass",
         "graph-node-once": "n/a",
         "graph-callback-once": "n/a",
+        "graph-after-parents": "n/a",
         "graph-skipped-never-ran": "n/a",
     }
     v = judge("clean", reqs, runs, fault_at=100.2, cancels=cancels, records=records)
@@ -217,10 +219,58 @@ def test_graph_nodes_run_once_per_generation_callbacks_once_and_skipped_nodes_ne
 
     runs = [node(1, "a", 100), node(1, "b", 100.1), node(2, "a", 101)]
     assert nodes_once(runs).status == "pass"
-    assert nodes_once([*runs, node(1, "a", 100.5)]).ids == ("g/1/a",)
-    assert nodes_once([node(3, "a", 100, end=None), node(3, "a", 103.5)]).status == "pass", "a legal re-run"
+    assert nodes_once([*runs, node(1, "a", 100.02)]).ids == ("g/1/a",), "two live runs of a node"
+    assert nodes_once([node(3, "a", 100, end=None), node(3, "a", 103.5)]).status == "pass", "lease ran out"
+    assert nodes_once([*runs, node(1, "a", 100.5)]).status == "pass", "its completion lost: at least once"
     assert callbacks_once([("g", 1), ("g", 2)], [("g", 1), ("g", 2)]).status == "pass"
     c = callbacks_once([("g", 1), ("g", 1)], [("g", 1), ("g", 2)])
     assert (c.status, c.ids) == ("fail", ("g/1", "g/2"))
     assert skipped_never_ran(runs, [("g", 1, "c")]).status == "pass"
     assert skipped_never_ran(runs, [("g", 2, "a")]).ids == ("g/2/a",)
+
+
+def test_a_node_that_starts_before_a_parent_ended_is_caught() -> None:
+    def node(name: str, at: float, end: float | None = -1, graph: str = "g") -> NodeRun:
+        return NodeRun(graph, 0, name, run(1, at, end=end))
+
+    shape = {"a": (), "b": (), "join": ("a", "b")}
+    ok = [node("a", 100), node("b", 100.01), node("join", 100.2)]
+    assert after_parents(ok, shape).status == "pass"
+    early = [node("a", 100), node("b", 100.01, end=None), node("join", 100.2)]  # b never ended
+    assert after_parents(early, shape).ids == ("g/0/join",)
+    racing = [node("a", 100), node("b", 100.01), node("join", 100.03)]  # before b's end (100.06)
+    assert after_parents(racing, shape).ids == ("g/0/join",)
+    rerun = [*ok, node("join", 104)]  # only the first start is judged
+    assert after_parents(rerun, shape).status == "pass"
+    assert after_parents(ok, {}).status == "n/a"
+
+
+def test_the_loads_graphs_are_judged_from_their_nodes_job_ids() -> None:
+    shape = {"p1": (), "p2": (), "join": ("p1", "p2")}
+    reqs = [Request(f"g{n}:{node}", 100.0, 100.01, True, 202) for n in range(2) for node in shape]
+
+    def runs_of(graph: str, join_at: float, *more: Execution) -> list[Execution]:
+        ids = [f"{graph}:p1", f"{graph}:p2"]
+        return [Execution(i, 1, "w1", 100.1, 100.15, LEASE) for i in ids] + [
+            Execution(f"{graph}:join", 1, "w1", join_at, join_at + 0.05, LEASE),
+            *more,
+        ]
+
+    fine = runs_of("g0", 100.2) + runs_of("g1", 100.3)
+    status = {c.name: c.status for c in invariants(reqs, fine, graph=shape)}
+    assert [status[n] for n in ("graph-node-once", "graph-callback-once", "graph-after-parents")] == [
+        "pass"
+    ] * 3
+    assert status["acked-not-lost"] == "pass", "every node's job ran"
+    twice = [*fine, Execution("g1:join", 1, "w2", 100.31, 100.36, LEASE)]  # fired again while the first ran
+    checks = {c.name: c for c in invariants(reqs, twice, graph=shape)}
+    assert checks["graph-callback-once"].ids == ("g1/0",)
+    assert checks["graph-node-once"].ids == ("g1/0/join",)
+    never = [e for e in fine if e.id != "g0:join"]  # both parents ended: the join had to fire
+    checks = {c.name: c for c in invariants(reqs, never, graph=shape)}
+    assert checks["graph-callback-once"].ids == ("g0/0",)
+    assert checks["acked-not-lost"].ids == ("g0:join",)
+    early = runs_of("g0", 100.12) + runs_of("g1", 100.3)  # the join before its parents ended
+    assert {c.name: c for c in invariants(reqs, early, graph=shape)}["graph-after-parents"].ids == (
+        "g0/0/join",
+    )

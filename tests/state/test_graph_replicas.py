@@ -1,0 +1,64 @@
+"""A graph hand-off's second step erases the only record of its first (``rel``: a released node's job
+enqueued; ``gdone``: a node's report counted), so it waits until the first step is on a replica: against a
+Redis of the test's own with one replica, paused with SIGSTOP (the master keeps taking writes, the replica
+acknowledges none), the records stay for the repair; once it acknowledges again the repair finishes the
+hand-offs, each exactly once. (A master that died here would have been replaced by a replica without the
+node's job, and the graph would never have finished.)"""
+
+from __future__ import annotations
+
+import signal
+
+import redis.asyncio as aioredis
+
+from jqcore.graphs import parse
+from jqcore.state import Engine
+from jqcore.state.graphs import REPAIR_AFTER_MS
+from jqcore.state.keys import GraphKeys, QueueKeys
+from jqstack.supervise import Child
+
+
+async def test_a_hand_off_keeps_its_record_until_a_replica_has_the_first_step(
+    replicated: tuple[str, Child], prefix: str
+) -> None:
+    url, replica = replicated
+    client = aioredis.Redis.from_url(url)
+    engine = Engine(client)
+    gid, queue = f"{prefix}-g", f"{prefix}.q"
+    doc = {
+        "id": gid,
+        "queue": queue,
+        "nodes": [{"name": "a", "kind": "k"}, {"name": "b", "kind": "k", "parents": ["a"]}],
+    }
+    rel = GraphKeys(gid).named("rel")
+    try:
+        replica.signal(signal.SIGSTOP)  # connected, acknowledging nothing
+        try:
+            assert await engine.graphs.create(parse(doc)) == "stored"
+            assert await client.smembers(rel) == {b"a"}, "a's job enqueued, not yet on the replica: kept"
+            assert (await engine.depth(queue)).pending == 1
+        finally:
+            replica.signal(signal.SIGCONT)
+        later = await engine.now() + REPAIR_AFTER_MS
+        assert await engine.graphs.repair_graph(gid, now_ms=later) == "running"
+        assert await client.smembers(rel) == set(), "the repair released it again, then confirmed it"
+        assert (await engine.depth(queue)).pending == 1, "enqueued twice, stored once"
+
+        (job,) = await engine.claim(queue, 1)
+        await engine.complete(queue, (job.id, job.attempt, job.token), b"1")
+        replica.signal(signal.SIGSTOP)
+        try:
+            assert await engine.graphs.report_finished(queue, [job.id]) == 0, "a's report not confirmed"
+            assert await client.hexists(QueueKeys(queue).gdone, job.id), "the outbox keeps a's outcome"
+            assert await client.smembers(rel) == {b"b"}, "b released into its queue, not yet confirmed"
+        finally:
+            replica.signal(signal.SIGCONT)
+        assert await engine.graphs.report_finished(queue, [job.id]) == 1, "reported again: counted once"
+        assert not await client.hexists(QueueKeys(queue).gdone, job.id)
+        assert await engine.graphs.repair_graph(gid, now_ms=await engine.now() + REPAIR_AFTER_MS) == "running"
+        assert await client.smembers(rel) == set()
+        assert (await engine.depth(queue)).pending == 1, "b's job, once"
+        (b,) = await engine.claim(queue, 1)
+        assert b.id == f"{gid}:b"
+    finally:
+        await client.aclose()
