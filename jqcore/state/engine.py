@@ -47,7 +47,8 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
 
     def __init__(self, client: RedisClient) -> None:
         super().__init__(client)
-        self.tails = Tails(client, self.run_script, self.enqueue_batch, self._report)
+        hand_offs = self.replica_wait(None, REPLICA_WAIT_MS)  # cross-slot steps wait for a replica
+        self.tails = Tails(client, self.run_script, self.enqueue_batch, self._report, hand_offs)
         """Tail calls (:mod:`jqcore.state.tails`)."""
         self.graphs = Graphs(
             client,
@@ -56,7 +57,7 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
             self.cancel,
             self.clock.now,
             self.tails.settle,
-            self.replica_wait(None, REPLICA_WAIT_MS),
+            hand_offs,
         )
         """Task graphs (:mod:`jqcore.state.graphs`)."""
 

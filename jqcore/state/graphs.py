@@ -35,7 +35,6 @@ from jqcore.clock import now_ms as _now
 from jqcore.envelope import Envelope
 from jqcore.errors import GraphConflict, GraphInvalid, GraphNotFound
 from jqcore.graphs import GraphSpec, Node, node_job_id, parse
-from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes, reads
 from jqcore.state.graphmodels import (
@@ -50,7 +49,7 @@ from jqcore.state.graphmodels import (
 )
 from jqcore.state.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqcore.state.models import CancelResult, EnqueueOutcome, EnqueueResult, StreamEvent
-from jqcore.state.replication import ReplicaWait, recording_writes
+from jqcore.state.replication import ReplicaWait, first_step_replicated, recording_writes
 from jqcore.state.scripts import SCRIPTS
 from jqcore.testsignal import TestSignal
 
@@ -64,8 +63,6 @@ CancelJob = Callable[[str, str, str], Awaitable[CancelResult]]
 """The engine's cancel: (queue, job id, reason)."""
 SettleOther = Callable[[str, str, dict[str, Any]], Awaitable[None]]
 """Hands on a ``gdone`` entry that is not a graph node's: (queue, field, entry)."""
-
-log = get_logger("jqcore.graphs")
 
 REPLICA_WAIT_MS = 1000
 """How long a hand-off's second step waits for the first step's writes to reach a replica."""
@@ -188,23 +185,11 @@ class Graphs:
             if o.outcome in ("refused", "canceled"):
                 state = "errored" if o.outcome == "refused" else "canceled"
                 await self.report(graph_id, jobs[o.id][0], o.id, state, error=o.reason or o.outcome)
-        if not await self._on_replicas(written, "release", graph_id):
+        if not await first_step_replicated(self._replicas, written, "release", graph_id):
             return
         async with codes.redis_errors("graph release"):
             await self._client.srem(GraphKeys(graph_id).named("rel"), *names)
         metrics.GRAPH_NODES.labels("released").inc(len(jobs))
-
-    async def _on_replicas(self, written: set[str], step: str, subject: str) -> bool:
-        """Whether a hand-off's first step (its ``written`` keys) is on the replicas, so its record may go;
-        False (logged): the record stays for the repair."""
-        if self._replicas is None or not written:
-            return True
-        why = await self._replicas.confirm(written)
-        if why is not None:
-            log.warning(
-                "hand-off not on the replicas yet: left to the repair", step=step, of=subject, why=why
-            )
-        return why is None
 
     async def report(
         self,
@@ -263,7 +248,7 @@ class Graphs:
                 if self._settle_other is not None:
                     with recording_writes() as written:
                         await self._settle_other(queue, _s(job_id), entry)
-                    if not await self._on_replicas(written, "tail report", _s(job_id)):
+                    if not await first_step_replicated(self._replicas, written, "tail report", _s(job_id)):
                         continue
                     async with codes.redis_errors("tail report"):
                         await self._client.hdel(key, job_id)
@@ -280,7 +265,7 @@ class Graphs:
                     result=str(entry.get("result", "")),
                     error=str(entry.get("error", "")),
                 )
-            if not await self._on_replicas(written, "report", graph_id):
+            if not await first_step_replicated(self._replicas, written, "report", graph_id):
                 continue
             async with codes.redis_errors("graph report"):
                 await self._client.hdel(key, job_id)

@@ -23,10 +23,13 @@ from typing import Any
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
+from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.state.keys import synced_key
 
-__all__ = ["ReplicaWait", "note_write", "recording_writes"]
+__all__ = ["ReplicaWait", "first_step_replicated", "note_write", "recording_writes"]
+
+log = get_logger("jqcore.replication")
 
 RECHECK_S = 5.0
 """How long a master's count of online replicas is trusted (``auto``: whether to wait on it)."""
@@ -140,3 +143,15 @@ class ReplicaWait:
                 connected = 1  # cannot tell: wait, and let WAIT say whether the master answers
             checked = self._connected[m.name] = (time.monotonic(), connected)
         return 1 if checked[1] > 0 else 0
+
+
+async def first_step_replicated(wait: ReplicaWait | None, written: set[str], step: str, subject: str) -> bool:
+    """A cross-slot hand-off (a graph's, a tail call's) may erase the record of its first step — whose
+    writes are ``written`` — only once they are on the replicas: else a failover could lose the step and
+    the record that would have repaired it. False (logged): keep the record for the repair."""
+    if wait is None or not written:
+        return True
+    why = await wait.confirm(written)
+    if why is not None:
+        log.warning("hand-off not on the replicas yet: left to the repair", step=step, of=subject, why=why)
+    return why is None

@@ -16,7 +16,9 @@ the second step:
   by its failure policy, and only then deletes the entry. A parent that is itself a child (a chain)
   leaves its own entry at that moment, handed on the same way.
 
-A crash between two steps leaves a ``gdone`` entry; the scheduler's graph repair round
+Each second step waits until the first step's writes are on a replica (as a graph's do: the record must
+outlive a failover that loses the step). A crash between two steps leaves a ``gdone`` entry; the scheduler's
+graph repair round
 (:meth:`jqcore.state.graphs.Graphs.report_finished`, entries older than ``REPAIR_AFTER_MS``) finishes it.
 """
 
@@ -31,6 +33,7 @@ from jqcore.state import codes
 from jqcore.state.core import Triple
 from jqcore.state.keys import KeyName, QueueKeys
 from jqcore.state.models import EnqueueResult
+from jqcore.state.replication import ReplicaWait, first_step_replicated, recording_writes
 from jqcore.state.scripts import SCRIPTS
 
 __all__ = ["TAIL_ID_PREFIX", "Tails"]
@@ -50,12 +53,19 @@ class Tails:
     """The tail-call operations of one :class:`~jqcore.state.Engine` (``engine.tails``)."""
 
     def __init__(
-        self, client: RedisClient, run_script: RunScript, enqueue: EnqueueLinked, report: Report
+        self,
+        client: RedisClient,
+        run_script: RunScript,
+        enqueue: EnqueueLinked,
+        report: Report,
+        replicas: ReplicaWait | None = None,
     ) -> None:
         self._client = client
         self._run_script = run_script
         self._enqueue = enqueue
         self._report = report
+        self.replicas = replicas
+        """Confirms a spawned child on the replicas before its ``gdone`` entry goes (None: never waits)."""
 
     async def _run(self, name: str, queue: str, args: Sequence[Any], now: int | None) -> Any:
         keys = QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys))
@@ -87,12 +97,15 @@ class Tails:
     async def spawn(self, parent_queue: str, parent_id: str, child: Envelope) -> None:
         """Enqueue a deferred job's child (again: a duplicate then), then drop its ``gdone`` entry. A
         child that can never run (refused, canceled before it arrived) ends its parent at once."""
-        result = await self._enqueue([child], parents={child.id: f"{parent_queue}\t{parent_id}"})
+        with recording_writes() as written:
+            result = await self._enqueue([child], parents={child.id: f"{parent_queue}\t{parent_id}"})
         outcome = result.outcomes[0]
         if outcome.outcome == "refused":
             await self.done(parent_queue, parent_id, child.id, "errored", error=outcome.reason or "refused")
         elif outcome.outcome in ("canceled", "expired"):  # finished on arrival: its report is there
             await self._report(child.queue, [child.id])
+        if not await first_step_replicated(self.replicas, written, "tail spawn", child.id):
+            return
         async with codes.redis_errors("tail spawn"):
             await self._client.hdel(QueueKeys(parent_queue).gdone, ">" + child.id)
 

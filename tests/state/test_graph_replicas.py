@@ -3,7 +3,7 @@ enqueued; ``gdone``: a node's report counted), so it waits until the first step 
 Redis of the test's own with one replica, paused with SIGSTOP (the master keeps taking writes, the replica
 acknowledges none), the records stay for the repair; once it acknowledges again the repair finishes the
 hand-offs, each exactly once. (A master that died here would have been replaced by a replica without the
-node's job, and the graph would never have finished.)"""
+node's job, and the graph would never have finished.) A tail call's spawn is held to the same rule."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import signal
 
 import redis.asyncio as aioredis
 
+from jqcore.envelope import new_envelope
 from jqcore.graphs import parse
 from jqcore.state import Engine
 from jqcore.state.graphs import REPAIR_AFTER_MS
@@ -60,5 +61,31 @@ async def test_a_hand_off_keeps_its_record_until_a_replica_has_the_first_step(
         assert (await engine.depth(queue)).pending == 1, "b's job, once"
         (b,) = await engine.claim(queue, 1)
         assert b.id == f"{gid}:b"
+    finally:
+        await client.aclose()
+
+
+async def test_a_tail_calls_spawn_keeps_its_entry_until_a_replica_has_the_child(
+    replicated: tuple[str, Child], prefix: str
+) -> None:
+    url, replica = replicated
+    client = aioredis.Redis.from_url(url)
+    engine = Engine(client)
+    queue = f"{prefix}.tail"
+    try:
+        await engine.enqueue_batch([new_envelope(queue, "p", id="parent")])
+        (parent,) = await engine.claim(queue, 1)
+        child = new_envelope(queue, "c", id="tail@child")
+        replica.signal(signal.SIGSTOP)
+        try:
+            triple = (parent.id, parent.attempt, parent.token)
+            assert await engine.tails.defer(queue, triple, child) == "deferred"
+            assert await client.hexists(QueueKeys(queue).gdone, ">tail@child"), "the spawn's entry stays"
+        finally:
+            replica.signal(signal.SIGCONT)
+        assert await engine.graphs.report_finished(queue) == 1, "the repair spawns it again, then drops it"
+        assert not await client.hexists(QueueKeys(queue).gdone, ">tail@child")
+        (running,) = await engine.claim(queue, 1)
+        assert running.id == "tail@child", "the child, once"
     finally:
         await client.aclose()
