@@ -144,9 +144,10 @@ class Scenario:
     consul_state_lost: bool = False
     """The fault wipes Consul's state (sessions and lock-delays): a deposed holder may still trust its term
     while another takes the lock, and the Redis fence alone keeps one writer (its refusals are counted)."""
-    graphs: bool = False
+    graphs: bool = True
     """Every twenty-fifth request is a task graph (a fan-out of four and a join: :class:`Load`), judged
-    node by node (``graph-*``)."""
+    node by node (``graph-*``), and the fault must meet fan-ins half done (off: a scenario whose load
+    cannot carry graphs)."""
     links: tuple[tuple[str, Service], ...] = ()
     """(process or role, service) pairs whose connections go through the fault proxy (``("relay",
     "consul")``: both relays reach Consul only through it); needs a stack with Kafka fault listeners
