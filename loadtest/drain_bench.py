@@ -3,8 +3,10 @@
 The jobs are stored into a paused queue on a throw-away Redis, the two workers start (``--burst``) and
 announce themselves (their presence heartbeat: imported, connected, about to claim), then the queue is
 resumed and the clock runs until both workers exited (every job completed).
-Reported: jobs/s, CPU seconds per 1k jobs of the worker processes (user + system, from rusage) and of
-Redis (from ``INFO cpu``), and the script calls Redis answered per 1k jobs (``INFO commandstats``).
+Reported: jobs/s, CPU seconds per 1k jobs of the worker processes (user + system, from rusage, less what
+they had spent when the clock started: their imports and connections, as ``jobq bench peers`` leaves
+start-up out) and of Redis (from ``INFO cpu``), the workers' start-up CPU seconds, and the script calls
+Redis answered per 1k jobs (``INFO commandstats``).
 
 ``--batch N`` drains a batch handler's jobs instead (``loadtest/batch_app.py``, batches of N, each pool's
 concurrency 2 N: a batch gathers while one runs): reported as items/s.
@@ -29,6 +31,7 @@ from jqcore.state import Engine
 from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.supervise import Children
 from loadtest.batch_app import KIND
+from loadtest.cpu import tree_cpu_s
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 
@@ -97,6 +100,7 @@ def drain(url: str, queue: str, n: int, concurrency: int, batch: int = 0) -> dic
             workers.start(f"worker-{i}", argv, output="inherit", env=env)  # their warnings reach the terminal
         for w in workers:  # both imported and about to claim before the clock starts (fails if one exits)
             w.wait_ready(partial(_announced, url, w.pid, queue), timeout_s=120, what=f"{w.name} presence")
+        start_up = tree_cpu_s([w.pid for w in workers])  # spent before the clock
         cpu_before, scripts_before = asyncio.run(_redis_cpu(url))
         started = time.perf_counter()
         asyncio.run(_resume_and_count(url, queue))
@@ -107,10 +111,11 @@ def drain(url: str, queue: str, n: int, concurrency: int, batch: int = 0) -> dic
     redis_cpu, scripts = cpu_after - cpu_before, scripts_after - scripts_before
     if any(codes) or asyncio.run(_finished(url, queue)) != n:
         raise RuntimeError(f"drain failed: exit codes {codes}")
-    worker_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    worker_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) - start_up
     return {
         "drain": n / elapsed,
         "worker CPU s per 1k jobs": worker_cpu / n * 1000,
+        "worker start-up CPU s": start_up,
         "redis CPU s per 1k jobs": redis_cpu / n * 1000,
         "script calls per 1k jobs": scripts / n * 1000,
     }
@@ -125,6 +130,7 @@ def _round(url: str, n: int, rep: int, concurrency: int, batch: int) -> dict[str
 UNITS = {
     "drain": "jobs/s",
     "worker CPU s per 1k jobs": "s",
+    "worker start-up CPU s": "s",
     "redis CPU s per 1k jobs": "s",
     "script calls per 1k jobs": "calls",
 }

@@ -16,6 +16,7 @@ def test_drain_scenario_runs_and_saves_a_report() -> None:
     assert {
         "drain",
         "worker CPU s per 1k jobs",
+        "worker start-up CPU s",
         "redis CPU s per 1k jobs",
         "script calls per 1k jobs",
     } <= set(figures)
