@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jqcore.graphs.spec import node_job_id
 from loadtest.faults.bites import fault_took_effect
 from loadtest.faults.history import Cancel, Due, Execution, Record, Request, read_executions
 from loadtest.faults.invariants import (
@@ -44,6 +45,7 @@ from loadtest.faults.invariants import (
     unacked_not_run,
 )
 from loadtest.faults.ordering import (
+    Claim,
     NodeRun,
     after_parents,
     callbacks_once,
@@ -208,12 +210,15 @@ def judge(
     cancels: Sequence[Cancel] = (),
     records: Mapping[str, Record | None] | None = None,
     graph: Mapping[str, Sequence[str]] | None = None,
+    skipped: Sequence[tuple[str, int, str]] = (),
+    claims: Sequence[Claim] | None = None,
+    rates: Mapping[str, float] | None = None,
 ) -> Verdict:
     """Compare the client's log with the handlers' log (see the module docstring); ``checks``: every
     invariant, ``n/a`` where its input is missing (no records: the history is not judged; no evidence in
     ``notes["bite"]``: nothing is said of the fault unless ``notes`` has the key)."""
     reqs = list(requests)
-    sent = {r.id for r in reqs}
+    sent = {r.id for r in reqs} | {node_job_id(g, node, gen) for g, gen, node in skipped}
     runs = [e for e in executions if e.id in sent]
     extra: dict[str, Any] = (
         {"phantom_executions": n} if (n := sum(1 for e in executions if e.id not in sent)) else {}
@@ -224,7 +229,9 @@ def judge(
     first_run: dict[str, float] = {}
     for e in runs:
         first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
-    checks = invariants(reqs, runs, cancels, dues, records, graph=graph)
+    checks = invariants(
+        reqs, runs, cancels, dues, records, graph=graph, skipped=skipped, claims=claims, rates=rates
+    )
     if notes is not None and "bite" in notes:
         evidence = list(notes["bite"])
         if graph:  # a graph load is there to be hit half done: the fault must meet open fan-ins
@@ -275,13 +282,18 @@ def invariants(
     records: Mapping[str, Record | None] | None = None,
     rates: Mapping[str, float] | None = None,
     graph: Mapping[str, Sequence[str]] | None = None,
+    skipped: Sequence[tuple[str, int, str]] = (),
+    claims: Sequence[Claim] | None = None,
 ) -> list[Check]:
     """Every invariant the recorded history lets the checker judge (the rest ``n/a``), in report order.
     ``graph``: the shape of the load's task graphs (node → its parents); their nodes' runs are the runs
-    whose id is a node's job id (``<graph>:<node>``, ``@<gen>`` after a retry)."""
+    whose id is a node's job id (``<graph>:<node>``, ``@<gen>`` after a retry). ``skipped``: (graph,
+    generation, node) of the nodes a failing parent skips (their generation fires no callback). ``claims``:
+    jobs' readiness and claims as Redis dated them (``None``: not recorded, ``priority-order`` is n/a)."""
     shape = graph or {}
     nodes = node_runs(runs) if shape else []
     fired, finished = callbacks(nodes, shape)
+    finished -= {(g, gen) for g, gen, _ in skipped}
     return [
         acked_not_lost(requests, runs, cancels),
         unacked_not_run(requests, runs),
@@ -290,13 +302,13 @@ def invariants(
         canceled_never_started(cancels, runs),
         exclusive_one_at_a_time(runs),
         exclusive_in_order(runs, _offsets(records or {})),
-        priority_order(()),  # claims and readiness as Redis dated them are not recorded (see reliability.md)
-        rate_within(runs, rates or {}),
+        priority_order(claims or ()),
+        rate_within(claims or (), rates or {}),
         history_agrees(runs, records or {}),
         nodes_once(nodes),
         callbacks_once(fired, finished),
         after_parents(nodes, shape),
-        skipped_never_ran(nodes, ()),  # the load's graphs never fail a node: nothing is skipped
+        skipped_never_ran(nodes, skipped),
     ]
 
 

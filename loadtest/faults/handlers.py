@@ -69,6 +69,15 @@ async def record(work_s: float = WORK_S) -> None:
     _write({"run": run, "end": time.monotonic()})
 
 
+@registry.job("fault.fail", max_attempts=1)
+async def fail() -> None:
+    """A graph node that fails for good (its one attempt raises after its run is recorded, start and end):
+    the nodes that require it are skipped — and must never run."""
+    job = current_job()
+    _write({"run": _record(job), "end": time.monotonic()})
+    raise RuntimeError("a failing graph node: its dependents are skipped")
+
+
 @registry.job("fault.raise", max_attempts=2)
 async def raises() -> None:
     """A poison job: raises every time (ends dead after its attempts)."""

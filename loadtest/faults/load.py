@@ -6,11 +6,17 @@ id, when the answer is not a 2xx or did not come (at most ``tries`` times, ``ret
 a gateway that dies costs availability, not acknowledged jobs. Every tenth job is delayed by 1.5 s, so the
 scheduler's timers are on the path too; every fiftieth (a delayed one) is canceled as soon as it was acked
 (tried like an enqueue), so "a canceled job never starts" is judged too; every fifth goes to the exclusive
-queue beside the load's, on one of ``EXCL_KEYS`` keys in turn (one at a time per key, in order). With
+queue beside the load's, on one of ``EXCL_KEYS`` keys in turn (one at a time per key, in order); the rest
+carry an earliest-deadline-first priority ``PRIORITY_SPREAD_MS`` before, at or after their send time (so a
+backlog a fault builds is claimed out of arrival order, and "no ready job of an earlier deadline passed
+over" is judged); every ``RATED_EVERY``-th is tenant ``rated``'s, whose starts the load queue limits to
+:attr:`Load.fair_rates` (a fair queue on ``meta.tenant``). With
 ``graphs``, every twenty-fifth is a task graph instead (``POST /v1/graphs``, id ``<run>-<i>``): ``FANOUT``
 nodes and a ``join`` node whose parents they all are (a fan-in; the last parent works ``SLOW_PARENT_S``, so
 at any moment several fan-ins are half done); each node's job is logged as a request of its own (id
-``<graph>:<node>``, the graph's answer), so a node that never runs is a lost job.
+``<graph>:<node>``, the graph's answer), so a node that never runs is a lost job. Every ``FAIL_EVERY``-th
+graph's first parent fails for good (``fault.fail``, one attempt): its ``join`` must be skipped, never run —
+logged in ``skipped``, not as a request.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ DELAY_MS = 1500
 CANCEL_EVERY = 50
 EXCL_EVERY = 5
 EXCL_KEYS = 8
+PRIORITY_SPREAD_MS = 500
 GRAPH_EVERY = 25
 FANOUT = 4
 JOIN = "join"
@@ -40,6 +47,13 @@ GRAPH_SHAPE: dict[str, tuple[str, ...]] = {
     JOIN: tuple(f"p{n}" for n in range(1, FANOUT + 1)),
 }
 """The load's graphs: node → its parents (what the checker judges them by)."""
+RATED_EVERY = 20
+RATED_TENANT = "rated"
+RATED_HEADROOM = 4.0
+"""The rated tenant's start rate is this many times what the load offers it: a fault's backlog drains at
+the rate (the limit binds), steady flow never waits for it."""
+FAIL_EVERY = 4
+"""Every fourth graph has a failing parent (the rest keep fan-ins open for the faults to meet)."""
 SLOW_PARENT_S = 1.0
 """The last parent's work: about 4 fan-ins are half done at any moment at 100 requests/s (every scenario's
 quiet end waits for the last graph's, so longer costs the suite time)."""
@@ -59,6 +73,8 @@ class Load:
     timeout_s: float = 15.0
     requests: list[Request] = field(default_factory=list)
     cancels: list[Cancel] = field(default_factory=list)
+    skipped: list[tuple[str, int, str]] = field(default_factory=list)
+    """(graph, generation, node) of every node a failing parent must skip (its job must never run)."""
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
@@ -71,6 +87,11 @@ class Load:
         if self._task is not None:
             await self._task
         return self.requests
+
+    @property
+    def fair_rates(self) -> dict[str, float]:
+        """The load queue's per-tenant start rates (jobs/s) the load is sent under."""
+        return {RATED_TENANT: self.rate / RATED_EVERY * RATED_HEADROOM}
 
     def acked_since(self, t: float) -> int:
         return sum(1 for r in self.requests if r.acked and r.sent >= t)
@@ -127,18 +148,36 @@ class Load:
             await self._graph(http, i, job_id)
             return
         body: dict[str, object] = {"id": job_id, "kind": "fault.record"}
-        queue, excl = self.queue, ""
+        queue, excl, tenant = self.queue, "", ""
         if i % DELAY_EVERY == 0:
             body["delay_ms"] = DELAY_MS
         elif i % EXCL_EVERY == 2:  # the Kafka record's key is the envelope's excl: one key, one partition
             queue, excl = self.xqueue, f"k{(i // EXCL_EVERY) % EXCL_KEYS}"
             body["excl"], body["meta"] = excl, {"excl": excl}
+        else:  # a deadline (EDF): half a second sooner than its accept time, at it, or half a second later
+            body["priority"] = int(time.time() * 1000) + (i % 3 - 1) * PRIORITY_SPREAD_MS
+            if i % RATED_EVERY == 9:
+                tenant = RATED_TENANT
+                body["meta"] = {"tenant": tenant}
         sent = time.time()
         status, tries, _ = await self._send(http, i, "POST", f"queues/{queue}/jobs", body)
         delay_s = DELAY_MS / 1000 if "delay_ms" in body else 0.0
         acked = 200 <= status < 300
+        priority = body.get("priority")
         self.requests.append(
-            Request(job_id, sent, time.time(), acked, status, delay_s, tries, excl=excl, queue=queue)
+            Request(
+                job_id,
+                sent,
+                time.time(),
+                acked,
+                status,
+                delay_s,
+                tries,
+                priority=priority if isinstance(priority, int) else None,
+                tenant=tenant,
+                excl=excl,
+                queue=queue,
+            )
         )
         if acked and i % CANCEL_EVERY == 0:
             sent = time.time()
@@ -147,13 +186,14 @@ class Load:
             self.cancels.append(Cancel(job_id, sent, time.time(), outcome))
 
     async def _graph(self, http: aiohttp.ClientSession, i: int, graph: str) -> None:
-        slow = f"p{FANOUT}"
+        slow, failing = f"p{FANOUT}", "p1" if (i // GRAPH_EVERY) % FAIL_EVERY == 1 else ""
         nodes = [
             {
                 "name": name,
                 "kind": "fault.record",
                 **({"parents": list(mine)} if mine else {}),
                 **({"args": {"work_s": SLOW_PARENT_S}} if name == slow else {}),
+                **({"kind": "fault.fail", "max_attempts": 1} if name == failing else {}),
             }
             for name, mine in GRAPH_SHAPE.items()
         ]
@@ -162,6 +202,9 @@ class Load:
         status, tries, _ = await self._send(http, i, "POST", "graphs", body)
         answered, acked = time.time(), 200 <= status < 300
         for node in GRAPH_SHAPE:
+            if failing and node == JOIN:  # created or not, it must never run
+                self.skipped.append((graph, 0, node))
+                continue
             self.requests.append(
                 Request(node_job_id(graph, node), sent, answered, acked, status, 0.0, tries, queue=self.queue)
             )

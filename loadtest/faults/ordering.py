@@ -102,21 +102,26 @@ def _at(e: Execution, offsets: Mapping[str, int]) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class Claim:
-    """A job's claim as Redis dated it: when it became ready (enqueued due, or promoted) and when it was
-    claimed, with its priority (lower first; a deadline for EDF) and its fairness group."""
+    """A job's claim as Redis dated it: when it became ready (enqueued due, or promoted; ``None``: not
+    recorded) and when it was claimed, with its priority (lower first; a deadline for EDF) and its fairness
+    group (a tenant)."""
 
     id: str
     priority: float
-    ready_at: float
+    ready_at: float | None
     claimed_at: float
     group: str = ""
 
 
 def priority_order(claims: Sequence[Claim], tolerance_s: float = CLAIM_TOLERANCE_S) -> Check:
     """At every claim no ready job of a better priority (an earlier deadline) in the same group was passed
-    over: an offender is a job that was ready while a worse one was claimed, and was claimed only later.
-    Groups are a fair queue's values (the ring deals across them; each keeps its own order)."""
+    over: an offender is a job that was ready while a worse one was claimed, and was claimed only later
+    (judged: the claims whose readiness is known; any claim can be the worse one claimed meanwhile).
+    Groups are a fair queue's values (the ring deals across them; each keeps its own order). The detail
+    ``overtook`` counts claims ahead of a job that was ready earlier (by priority: what shows a backlog
+    formed and the order was put to the test)."""
     bad: list[str] = []
+    overtook = 0
     groups: dict[str, list[Claim]] = defaultdict(list)
     for c in claims:
         groups[c.group].append(c)
@@ -124,34 +129,49 @@ def priority_order(claims: Sequence[Claim], tolerance_s: float = CLAIM_TOLERANCE
         mine.sort(key=lambda c: c.claimed_at)
         times = [c.claimed_at for c in mine]
         for a in mine:
+            if a.ready_at is None:
+                continue
             lo = bisect.bisect_right(times, a.ready_at + tolerance_s)
             hi = bisect.bisect_left(times, a.claimed_at - tolerance_s)
             if any(b.priority > a.priority for b in mine[lo:hi]):
                 bad.append(a.id)
-    return judged("priority-order", len(claims), bad)
+        latest, folded = float("-inf"), 0  # the latest claim of the jobs ready before the one at hand
+        by_ready = sorted((c.ready_at, c.claimed_at) for c in mine if c.ready_at is not None)
+        for ready, claimed in by_ready:
+            while by_ready[folded][0] < ready:
+                latest = max(latest, by_ready[folded][1])
+                folded += 1
+            overtook += latest > claimed + tolerance_s
+    judged_claims = sum(1 for c in claims if c.ready_at is not None)
+    return judged("priority-order", judged_claims, bad, overtook=overtook)
 
 
 def rate_within(
-    runs: Sequence[Execution], limits: Mapping[str, float], tolerance: float = RATE_TOLERANCE
+    claims: Sequence[Claim], limits: Mapping[str, float], tolerance: float = RATE_TOLERANCE
 ) -> Check:
-    """Per tenant with a rate (jobs/s), no one-second window holds more first starts than a burst of one
-    second's worth plus a second's rate, with ``tolerance``: the offender is the job over the bound."""
+    """Per tenant (a claim's group) with a rate (jobs/s), no one-second window holds more claims than a
+    burst of one second's worth plus a second's rate, with ``tolerance``: the offender is the job over the
+    bound. Claims as Redis dated them (a job's last claim: the claims judged are a subset of those made,
+    so a window over the bound is one for certain). The detail ``busiest``: each tenant's fullest window
+    against its bound (what shows the limit was reached at all)."""
     bad: list[str] = []
-    judged_tenants = 0
-    for tenant, mine in _by(runs, "tenant").items():
-        if (rate := limits.get(tenant)) is None:
-            continue
-        judged_tenants += 1
-        first: dict[str, float] = {}
-        for e in mine:
-            first[e.id] = min(e.at, first.get(e.id, e.at))
-        starts = sorted((t, i) for i, t in first.items())
+    busiest: dict[str, str] = {}
+    groups: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for c in claims:
+        if c.group in limits:
+            groups[c.group].append((c.claimed_at, c.id))
+    for tenant, starts in groups.items():
+        starts.sort()
+        rate = limits[tenant]
         bound = int(max(rate, 1.0) + rate * (1 + tolerance))
+        most = 0
         for n, (t, _) in enumerate(starts):
             end = bisect.bisect_left(starts, (t + 1.0, ""))
+            most = max(most, end - n)
             if end - n > bound:
                 bad.append(starts[n + bound][1])
-    return judged("rate-within", judged_tenants, bad)
+        busiest[tenant] = f"{most} of {bound}"
+    return judged("rate-within", len(groups), bad, busiest=busiest)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ class FaultPipeline:
     partitions: int = 3
     topic_config: dict[str, str] = field(default_factory=dict)
     env_extra: dict[str, str] = field(default_factory=dict)
+    fair_rates: dict[str, float] = field(default_factory=dict)
+    """Tenants' start rates on the load queue (jobs/s; the queue is fair on ``meta.tenant``)."""
     overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     """Settings for some processes only, keyed by a name (``relay-1``) or a role (``relay``): how a
     scenario sends one process's links through the fault proxy."""
@@ -170,10 +172,12 @@ class FaultPipeline:
     async def configure_queue(self) -> None:
         """``dedup: finished`` — what a queue fed by retrying clients chooses (``docs/architecture.md``): a
         client that sends a job again because its first answer failed must not run a finished job twice;
-        the exclusive queue runs one job per ``meta.excl`` value at a time."""
+        the exclusive queue runs one job per ``meta.excl`` value at a time; the load queue is fair on
+        ``meta.tenant``, with ``fair_rates``."""
         headers = {"Authorization": f"Bearer {TOKEN}"}
+        fair = {"fair_key": "tenant", "fair_rates": self.fair_rates} if self.fair_rates else {}
         configs = {
-            self.queue: {"dedup": "finished"},
+            self.queue: {"dedup": "finished", **fair},
             self.xqueue: {"dedup": "finished", "mode": "exclusive", "excl_key": "excl"},
         }
         async with aiohttp.ClientSession(headers=headers) as http:

@@ -27,10 +27,12 @@ import orjson
 from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings
 from jqcore.state import Engine
+from jqcore.state.models import JobInfo
 from jqstack.manager import Endpoints, Stack
 from jqstack.testing.faultproxy import FaultProxy
 from loadtest.faults.checker import Due, Record, Verdict, judge, read_executions, relay_terms
 from loadtest.faults.load import GRAPH_SHAPE, Load
+from loadtest.faults.ordering import Claim
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
 __all__ = ["Drill", "Scenario", "run_scenario"]
@@ -179,11 +181,19 @@ def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> 
     return ports
 
 
-async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Due]]:
-    """Every acked job as Redis holds it once the path is quiet (state, attempt: what the history says),
-    and each delayed job's ``run_at`` and the time its last attempt was claimed, both as Redis stored them
+STRAIGHT_PATH = 3
+"""A record's version after pending → running → completed: claimed once, never given back or re-run."""
+
+
+async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Due], list[Claim]]:
+    """Every acked job as Redis holds it once the path is quiet (state, attempt: what the history says);
+    each delayed job's ``run_at`` and the time its last attempt was claimed, both as Redis stored them
     (ms): what "never early" is judged against (a job Redis no longer holds is judged by its request's
-    send time instead)."""
+    send time instead); and the claims "priority-order" judges: the load queue's jobs that went straight
+    from stored to claimed to completed (ready from ``enqueued_at`` to ``started_at``, both Redis's clock);
+    a delayed job's readiness (its promotion) and a re-claimed job's (a release, a lease run out) are not
+    recorded, but their last claim is (what ``rate-within`` counts, and a claim a better job may have
+    waited behind)."""
     by_queue: dict[str, list[str]] = {}
     for r in drill.load.requests:
         if r.acked:
@@ -202,7 +212,30 @@ async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Du
         for i, j in zip(ids, jobs, strict=True)
         if i in delayed and j is not None and j.run_at is not None and j.started_at is not None
     }
-    return records, dues
+    tenants = {r.id: r.tenant for r in drill.load.requests}
+    claims = [
+        Claim(
+            i,
+            j.priority,
+            _ready_at(j) if i not in delayed else None,
+            j.started_at / 1000,
+            tenants.get(i, ""),
+        )
+        for i, j in zip(ids, jobs, strict=True)
+        if j is not None
+        and j.queue == drill.pipe.queue
+        and j.priority is not None
+        and j.started_at is not None
+    ]
+    return records, dues, claims
+
+
+def _ready_at(job: JobInfo) -> float | None:
+    """When a job stored, claimed once and completed became ready to claim (its ``enqueued_at``, s); None
+    for any other path (its readiness is not recorded)."""
+    if (job.state, job.attempt, job.version) != ("completed", 1, STRAIGHT_PATH) or job.enqueued_at is None:
+        return None
+    return job.enqueued_at / 1000
 
 
 async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
@@ -249,6 +282,7 @@ async def run_scenario(
     load = Load(
         pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, tag, rate=scenario.rate, graphs=scenario.graphs
     )
+    pipe.fair_rates = load.fair_rates
     drill = Drill(pipe, load, stack)
     try:
         if scenario.links:
@@ -268,7 +302,7 @@ async def run_scenario(
         await _quiesce(drill, idle_s, cap_s)
         for look in drill.afterwards:
             await asyncio.to_thread(look)
-        records, dues = await _records(drill)
+        records, dues, claims = await _records(drill)
     finally:
         await load.stop()
         drill.notes["exited"] = pipe.dead()
@@ -294,6 +328,9 @@ async def run_scenario(
         cancels=load.cancels,
         records=records,
         graph=GRAPH_SHAPE if scenario.graphs else None,
+        skipped=load.skipped,
+        claims=claims,
+        rates=load.fair_rates,
     )
     (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))
     return verdict

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from prometheus_client import REGISTRY
 
+from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.state import Engine
 
@@ -71,6 +72,17 @@ async def test_every_row_field_arrives(engine: Engine, q: str, job: Job, t0: int
     assert (info.run_at, info.origin, info.enqueued_at) == (t0 + 5_000, "topic/2/17", t0)
     [fields] = await engine.job_fields(q, ["full"], ["expires_at", "lease_ms", "accepted_at", "fair"])
     assert fields == [str(t0 + 9_000).encode(), b"1234", str(env.enqueued_at).encode(), None]
+
+
+async def test_a_record_is_never_dated_before_redis_stored_it(engine: Engine, q: str, job: Job) -> None:
+    """A caller's ``now`` may lag Redis's clock (a round trip, or far more): ``enqueued_at`` is the later of
+    the two, as a claim's ``started_at`` is, so a wait measured between them is Redis's own."""
+    before = now_ms()
+    await engine.enqueue_batch([job(q, id="lagging")], now_ms=before - 60_000)
+    info = await engine.get_job(q, "lagging")
+    assert info is not None
+    assert info.enqueued_at is not None
+    assert before <= info.enqueued_at <= now_ms()
 
 
 async def test_utf8_envelope_bytes_are_stored_verbatim(engine: Engine, q: str, t0: int) -> None:

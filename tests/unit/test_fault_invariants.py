@@ -196,21 +196,29 @@ def test_a_ready_job_of_better_priority_passed_over_at_a_claim_is_caught() -> No
     ]
     c = priority_order(claims)
     assert (c.status, c.ids) == ("fail", ("hi",))
+    edf = [Claim("late", 9, 99.0, 100.6), Claim("urgent", 1, 100.0, 100.1)]  # a deadline jumped the line
+    c = priority_order(edf)
+    assert (c.status, c.detail) == ("pass", {"overtook": 1})
     other_tenant = [*claims[:1], Claim("lo", 9, 99.0, 100.2, group="t2"), claims[2]]
     assert priority_order(other_tenant).status == "pass", "a fair queue orders each value on its own"
 
 
-def test_starts_over_a_tenants_rate_are_caught() -> None:
-    def tenant_run(i: int, at: float, tenant: str) -> Execution:
-        return Execution(f"{tenant}{i}", 1, "w1", at, at + 0.05, LEASE, tenant=tenant)
+def test_claims_over_a_tenants_rate_are_caught() -> None:
+    def claim(i: int, at: float, tenant: str) -> Claim:
+        return Claim(f"{tenant}{i}", 1, None, at, group=tenant)
 
-    steady = [tenant_run(i, 100 + i * 0.2, "t1") for i in range(20)]  # 5/s
-    burst = [tenant_run(i, 100 + i * 0.01, "t2") for i in range(30)]  # 30 in 0.3 s
-    assert rate_within(steady, {"t1": 5}).status == "pass"
+    steady = [claim(i, 100 + i * 0.2, "t1") for i in range(20)]  # 5/s
+    burst = [claim(i, 100 + i * 0.01, "t2") for i in range(30)]  # 30 in 0.3 s
+    c = rate_within(steady, {"t1": 5})
+    assert (c.status, c.detail) == ("pass", {"busiest": {"t1": "5 of 10"}})
     c = rate_within([*steady, *burst], {"t1": 5, "t2": 5})
     assert c.status == "fail"
     assert c.ids[0] == "t210"
     assert rate_within(burst, {}).status == "n/a"
+    unknown_readiness = [claim(1, 100.0, "t1"), Claim("x", 9, None, 100.5)]
+    assert priority_order(unknown_readiness).status == "n/a", (
+        "only a claim whose readiness is known is judged"
+    )
 
 
 def test_graph_nodes_run_once_per_generation_callbacks_once_and_skipped_nodes_never() -> None:
@@ -274,3 +282,26 @@ def test_the_loads_graphs_are_judged_from_their_nodes_job_ids() -> None:
     assert {c.name: c for c in invariants(reqs, early, graph=shape)}["graph-after-parents"].ids == (
         "g0/0/join",
     )
+
+
+def test_a_failing_graphs_skipped_join_must_never_run_and_fires_no_callback() -> None:
+    """The load's failing graphs: the join is not a request (nothing to lose), only a node to skip."""
+    shape = {"p1": (), "p2": (), "join": ("p1", "p2")}
+    reqs = [Request(f"g0:{node}", 100.0, 100.01, True, 202) for node in ("p1", "p2")]
+    parents = [Execution(f"g0:{p}", 1, "w1", 100.1, 100.15, LEASE) for p in ("p1", "p2")]
+    skipped = [("g0", 0, "join")]
+    verdict = judge("s", reqs, parents, fault_at=0.0, graph=shape, skipped=skipped)
+    status = {c.name: c.status for c in verdict.checks}
+    assert (status["graph-skipped-never-ran"], status["graph-callback-once"]) == ("pass", "n/a")
+    assert (verdict.lost, status["acked-not-lost"]) == (0, "pass")
+    ran = judge(
+        "s",
+        reqs,
+        [*parents, Execution("g0:join", 1, "w1", 100.2, 100.25, LEASE)],
+        fault_at=0.0,
+        graph=shape,
+        skipped=skipped,
+    )
+    checks = {c.name: c for c in ran.checks}
+    assert checks["graph-skipped-never-ran"].ids == ("g0/0/join",)
+    assert "phantom_executions" not in ran.notes, "a skipped node's job is one the load knows"

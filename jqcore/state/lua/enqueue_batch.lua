@@ -10,7 +10,9 @@
 -- finished job is enqueued again: a new run under the same id ('reopened'). A dropped duplicate is
 -- counted on the job record (dups, dup_at) so a reader can see what happened to it.
 -- Jobs made ready go straight to idle workers registered for hand-offs (hand_off in _lib.lua), the rest
--- wake waiting workers.
+-- wake waiting workers. A record's enqueued_at is the later of NOW and Redis's own clock, as a claim's
+-- started_at is: the moment it was stored is never recorded before the moment Redis stored it (a
+-- caller's NOW may be a round trip behind), so enqueued_at → started_at is a wait Redis dated both ends of.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
@@ -149,7 +151,7 @@ for i = 1, n do
     local stored_excl = exclusive and excl or ''
     redis.call('HSET', key, 'env', env, 'prio', prio, 'kind', kind, 'excl', stored_excl,
       'idx', table.concat(idx, '\n'), 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
-      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', NOW, 'updated_at', NOW,
+      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', math.max(NOW, server_now()), 'updated_at', NOW,
       'origin', origin, 'accepted_at', stamps.accepted_at)
     if row[13] ~= '' then redis.call('HSET', key, 'graph', row[13]) end
     if row[14] ~= '' then redis.call('HSET', key, 'parent', row[14]) end
