@@ -32,7 +32,7 @@ from typing import Any
 
 from jqcore.graphs.spec import node_job_id
 from loadtest.faults.bites import fault_took_effect
-from loadtest.faults.history import Cancel, Due, Execution, Record, Request, read_executions
+from loadtest.faults.history import Cancel, Control, Due, Execution, Record, Request, read_executions
 from loadtest.faults.invariants import (
     Check,
     acked_not_lost,
@@ -49,6 +49,7 @@ from loadtest.faults.ordering import (
     NodeRun,
     after_parents,
     callbacks_once,
+    controls_held,
     exclusive_in_order,
     exclusive_one_at_a_time,
     nodes_once,
@@ -213,6 +214,7 @@ def judge(
     skipped: Sequence[tuple[str, int, str]] = (),
     claims: Sequence[Claim] | None = None,
     rates: Mapping[str, float] | None = None,
+    controls: Sequence[Control] = (),
 ) -> Verdict:
     """Compare the client's log with the handlers' log (see the module docstring); ``checks``: every
     invariant, ``n/a`` where its input is missing (no records: the history is not judged; no evidence in
@@ -230,7 +232,16 @@ def judge(
     for e in runs:
         first_run[e.id] = min(e.at, first_run.get(e.id, e.at))
     checks = invariants(
-        reqs, runs, cancels, dues, records, graph=graph, skipped=skipped, claims=claims, rates=rates
+        reqs,
+        runs,
+        cancels,
+        dues,
+        records,
+        graph=graph,
+        skipped=skipped,
+        claims=claims,
+        rates=rates,
+        controls=controls,
     )
     if notes is not None and "bite" in notes:
         evidence = list(notes["bite"])
@@ -284,12 +295,14 @@ def invariants(
     graph: Mapping[str, Sequence[str]] | None = None,
     skipped: Sequence[tuple[str, int, str]] = (),
     claims: Sequence[Claim] | None = None,
+    controls: Sequence[Control] = (),
 ) -> list[Check]:
     """Every invariant the recorded history lets the checker judge (the rest ``n/a``), in report order.
     ``graph``: the shape of the load's task graphs (node → its parents); their nodes' runs are the runs
     whose id is a node's job id (``<graph>:<node>``, ``@<gen>`` after a retry). ``skipped``: (graph,
     generation, node) of the nodes a failing parent skips (their generation fires no callback). ``claims``:
-    jobs' readiness and claims as Redis dated them (``None``: not recorded, ``priority-order`` is n/a)."""
+    jobs' readiness and claims as Redis dated them (``None``: not recorded, ``priority-order`` is n/a).
+    ``controls``: the kill switches and pauses the load put in force (judged against the claims)."""
     shape = graph or {}
     nodes = node_runs(runs) if shape else []
     fired, finished = callbacks(nodes, shape)
@@ -304,6 +317,8 @@ def invariants(
         exclusive_in_order(runs, _offsets(records or {})),
         priority_order(claims or ()),
         rate_within(claims or (), rates or {}),
+        controls_held(claims or (), controls, "switch"),
+        controls_held(claims or (), controls, "pause"),
         history_agrees(runs, records or {}),
         nodes_once(nodes),
         callbacks_once(fired, finished),

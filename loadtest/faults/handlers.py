@@ -18,6 +18,7 @@ import time
 
 import orjson
 
+from worker import Cancel
 from worker.registry import JobContext, Registry, current_job
 
 __all__ = ["FAULT_DIR_ENV", "process_exit", "registry"]
@@ -69,13 +70,14 @@ async def record(work_s: float = WORK_S) -> None:
     _write({"run": run, "end": time.monotonic()})
 
 
-@registry.job("fault.fail", max_attempts=1)
-async def fail() -> None:
-    """A graph node that fails for good (its one attempt raises after its run is recorded, start and end):
-    the nodes that require it are skipped — and must never run."""
+@registry.job("fault.abandon")
+async def abandon() -> None:
+    """A graph node that gives up for good: its run recorded (start and end), then ``Cancel`` — the node
+    does not complete, so the nodes requiring it are skipped and must never run. (Not a failure with one
+    attempt: a claim a fault took away spends an attempt, and the node would end dead without a run.)"""
     job = current_job()
     _write({"run": _record(job), "end": time.monotonic()})
-    raise RuntimeError("a failing graph node: its dependents are skipped")
+    raise Cancel("a graph node that gives up: its dependents are skipped")
 
 
 @registry.job("fault.raise", max_attempts=2)

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Cancel", "Due", "Execution", "Record", "Request", "read_executions"]
+__all__ = ["Cancel", "Control", "Due", "Execution", "Record", "Request", "read_executions"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Request:
     tenant: str = ""
     excl: str = ""
     queue: str = ""
+    switched: bool = False
+    """The job matches the load's kill switch (``meta.sw``)."""
 
     @property
     def due(self) -> float:
@@ -67,6 +69,18 @@ class Cancel:
         """The job was not running and is now canceled (or tombstoned; ``already_canceled``: a try whose
         answer was lost did it): it must never start."""
         return self.outcome in ("canceled", "tombstoned", "already_canceled")
+
+
+@dataclass(frozen=True)
+class Control:
+    """A kill switch (``switch``: on the load queue's ``meta.sw`` jobs) or a pause (``pause``: of a whole
+    queue) the client put in force: from the answer that put it in force (``on``) to the send of the first
+    request that lifted it (``off``), no claim may hand out a job it covers."""
+
+    what: str
+    queue: str
+    on: float
+    off: float
 
 
 @dataclass(frozen=True)

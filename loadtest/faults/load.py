@@ -15,13 +15,16 @@ over" is judged); every ``RATED_EVERY``-th is tenant ``rated``'s, whose starts t
 nodes and a ``join`` node whose parents they all are (a fan-in; the last parent works ``SLOW_PARENT_S``, so
 at any moment several fan-ins are half done); each node's job is logged as a request of its own (id
 ``<graph>:<node>``, the graph's answer), so a node that never runs is a lost job. Every ``FAIL_EVERY``-th
-graph's first parent fails for good (``fault.fail``, one attempt): its ``join`` must be skipped, never run —
-logged in ``skipped``, not as a request.
+graph's first parent gives up for good (``fault.abandon``: it cancels itself): its ``join`` must be skipped,
+never run — logged in ``skipped``, not as a request. Every ``CONTROL_EVERY_S`` the load puts a kill switch
+(on the load queue's ``meta.sw`` jobs, every ``SWITCHED_EVERY``-th) and a pause of the exclusive queue in
+force for ``CONTROL_HOLD_S`` (``controls``: what was in force when, for "no claim hands out a covered job").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -29,9 +32,12 @@ import aiohttp
 import orjson
 
 from jqcore.graphs.spec import node_job_id
-from loadtest.faults.history import Cancel, Request
+from loadtest.faults.history import Cancel, Control, Request
 
 __all__ = ["GRAPH_SHAPE", "Load"]
+
+Call = tuple[str, str, object]
+"""A request of the load: method, path under ``/v1/``, JSON body."""
 
 DELAY_EVERY = 10
 DELAY_MS = 1500
@@ -52,6 +58,10 @@ RATED_TENANT = "rated"
 RATED_HEADROOM = 4.0
 """The rated tenant's start rate is this many times what the load offers it: a fault's backlog drains at
 the rate (the limit binds), steady flow never waits for it."""
+SWITCHED_EVERY = 20
+CONTROL_EVERY_S = 2.0
+"""How often the load puts its controls in force: the kill switch and the exclusive queue's pause."""
+CONTROL_HOLD_S = 1.0
 FAIL_EVERY = 4
 """Every fourth graph has a failing parent (the rest keep fan-ins open for the faults to meet)."""
 SLOW_PARENT_S = 1.0
@@ -75,6 +85,9 @@ class Load:
     cancels: list[Cancel] = field(default_factory=list)
     skipped: list[tuple[str, int, str]] = field(default_factory=list)
     """(graph, generation, node) of every node a failing parent must skip (its job must never run)."""
+    controls: list[Control] = field(default_factory=list)
+    lift_within_s: float = 300.0
+    """How long a control's lift is tried (a fault may make the gateways refuse it for a while)."""
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
@@ -103,6 +116,7 @@ class Load:
         pending: set[asyncio.Task[None]] = set()
         async with aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector) as http:
             loop = asyncio.get_running_loop()
+            controls = loop.create_task(self._controls(http))
             t0 = loop.time()
             i = 0
             while not self._stop.is_set():
@@ -119,6 +133,7 @@ class Load:
                 i += 1
             if pending:
                 await asyncio.gather(*pending)
+            await controls
 
     async def _send(
         self, http: aiohttp.ClientSession, i: int, method: str, path: str, body: object = None
@@ -142,13 +157,60 @@ class Load:
             await asyncio.sleep(self.retry_after_s)
         return status, tries, answer
 
+    async def _controls(self, http: aiohttp.ClientSession) -> None:
+        """Every ``CONTROL_EVERY_S`` until the load stops, both controls held for ``CONTROL_HOLD_S``: the
+        kill switch (park the load queue's ``meta.sw`` jobs) and the exclusive queue's pause."""
+        switch = f"{self.run}-sw"
+        controls: list[tuple[str, str, Call, Call]] = [
+            (
+                "switch",
+                self.queue,
+                ("PUT", f"switches/{switch}", {"queue": self.queue, "meta": {"sw": "1"}}),
+                ("DELETE", f"switches/{switch}", None),
+            ),
+            (
+                "pause",
+                self.xqueue,
+                ("PATCH", f"queues/{self.xqueue}", {"paused": True}),
+                ("PATCH", f"queues/{self.xqueue}", {"paused": False}),
+            ),
+        ]
+        n = 0
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), CONTROL_EVERY_S - CONTROL_HOLD_S)
+                return
+            await asyncio.gather(*(self._hold(http, n, *c) for c in controls))
+            n += 1
+
+    async def _hold(
+        self, http: aiohttp.ClientSession, n: int, what: str, queue: str, on: Call, off: Call
+    ) -> None:
+        status, _, _ = await self._send(http, n, *on)
+        since = time.time()
+        await asyncio.sleep(CONTROL_HOLD_S)
+        until = await self._lift(http, n, *off)
+        if 200 <= status < 300:
+            self.controls.append(Control(what, queue, since, until))
+
+    async def _lift(self, http: aiohttp.ClientSession, n: int, method: str, path: str, body: object) -> float:
+        """Lift a control (tried until a gateway answers it, even if putting it in force seemed to fail: it
+        may be in force); the send time of the first try (it may be what lifted it)."""
+        first = time.time()
+        deadline = time.monotonic() + self.lift_within_s
+        while True:
+            status, _, _ = await self._send(http, n, method, path, body)
+            if 200 <= status < 300 or status == 404 or time.monotonic() > deadline:
+                return first
+            n += 1
+
     async def _one(self, http: aiohttp.ClientSession, i: int) -> None:
         job_id = f"{self.run}-{i}"
         if self.graphs and i % GRAPH_EVERY == 4:
             await self._graph(http, i, job_id)
             return
         body: dict[str, object] = {"id": job_id, "kind": "fault.record"}
-        queue, excl, tenant = self.queue, "", ""
+        queue, excl, tenant, switched = self.queue, "", "", False
         if i % DELAY_EVERY == 0:
             body["delay_ms"] = DELAY_MS
         elif i % EXCL_EVERY == 2:  # the Kafka record's key is the envelope's excl: one key, one partition
@@ -159,6 +221,8 @@ class Load:
             if i % RATED_EVERY == 9:
                 tenant = RATED_TENANT
                 body["meta"] = {"tenant": tenant}
+            elif i % SWITCHED_EVERY == 19:
+                switched, body["meta"] = True, {"sw": "1"}
         sent = time.time()
         status, tries, _ = await self._send(http, i, "POST", f"queues/{queue}/jobs", body)
         delay_s = DELAY_MS / 1000 if "delay_ms" in body else 0.0
@@ -175,6 +239,7 @@ class Load:
                 tries,
                 priority=priority if isinstance(priority, int) else None,
                 tenant=tenant,
+                switched=switched,
                 excl=excl,
                 queue=queue,
             )
@@ -193,7 +258,7 @@ class Load:
                 "kind": "fault.record",
                 **({"parents": list(mine)} if mine else {}),
                 **({"args": {"work_s": SLOW_PARENT_S}} if name == slow else {}),
-                **({"kind": "fault.fail", "max_attempts": 1} if name == failing else {}),
+                **({"kind": "fault.abandon"} if name == failing else {}),
             }
             for name, mine in GRAPH_SHAPE.items()
         ]

@@ -1,6 +1,7 @@
 """The ordering promises as invariants over recorded runs (pure, like :mod:`loadtest.faults.invariants`):
-exclusive keys one at a time and in enqueue order, priority (EDF) at each claim, rate limits, task graphs
-(each node once per generation, callbacks once, a node after its parents, skipped nodes never run)."""
+exclusive keys one at a time and in enqueue order, priority (EDF) at each claim, rate limits, kill switches
+and pauses, task graphs (each node once per generation, callbacks once, a node after its parents, skipped
+nodes never run)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from loadtest.faults.history import Execution
+from loadtest.faults.history import Control, Execution
 from loadtest.faults.invariants import LEASE_SLACK_S, Check, judged, rerun_causes
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "NodeRun",
     "after_parents",
     "callbacks_once",
+    "controls_held",
     "exclusive_in_order",
     "exclusive_one_at_a_time",
     "nodes_once",
@@ -31,8 +33,9 @@ CLAIM_TOLERANCE_S = 0.001
 """Claims and readiness are stamped by Redis in whole ms: a job ready within the same ms as a claim may
 miss it. (An unfiltered claim takes the head of the ready set atomically: ``docs/engine.md``.)"""
 RATE_TOLERANCE = 0.1
-"""Starts may exceed a rate by this share in any one-second window (``docs/relay.md``: the limits are
-GCRA with a burst of one second's worth, on Redis's clock; starts are dated by the handlers)."""
+"""Claims may exceed a rate by this share in any one-second window (``docs/engine.md``: the limits are
+GCRA with a burst of one second's worth, on the callers' reading of Redis's clock, a little behind the
+clock the claims are stamped with)."""
 
 
 def _span(e: Execution) -> tuple[float, float]:
@@ -111,6 +114,11 @@ class Claim:
     ready_at: float | None
     claimed_at: float
     group: str = ""
+    queue: str = ""
+    switched: bool = False
+    """The job matches the load's kill switch."""
+    acked_at: float | None = None
+    """When the gateway acknowledged its enqueue (client's clock)."""
 
 
 def priority_order(claims: Sequence[Claim], tolerance_s: float = CLAIM_TOLERANCE_S) -> Check:
@@ -122,9 +130,9 @@ def priority_order(claims: Sequence[Claim], tolerance_s: float = CLAIM_TOLERANCE
     formed and the order was put to the test)."""
     bad: list[str] = []
     overtook = 0
-    groups: dict[str, list[Claim]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[Claim]] = defaultdict(list)
     for c in claims:
-        groups[c.group].append(c)
+        groups[c.queue, c.group].append(c)
     for mine in groups.values():
         mine.sort(key=lambda c: c.claimed_at)
         times = [c.claimed_at for c in mine]
@@ -172,6 +180,27 @@ def rate_within(
                 bad.append(starts[n + bound][1])
         busiest[tenant] = f"{most} of {bound}"
     return judged("rate-within", len(groups), bad, busiest=busiest)
+
+
+def controls_held(
+    claims: Sequence[Claim], controls: Sequence[Control], what: str, tolerance_s: float = CLAIM_TOLERANCE_S
+) -> Check:
+    """While a control of kind ``what`` was in force — from the answer that put it in force to the send of
+    the first request lifting it — no claim (as Redis dated it) handed out a job it covers: a ``pause``
+    covers its queue's jobs, a ``switch`` the switched jobs of its queue. Offender: the job claimed. The
+    detail ``held``: covered jobs acknowledged while it was in force and claimed only after (what shows
+    it bit)."""
+    mine = [w for w in controls if w.what == what]
+    bad: list[str] = []
+    held = 0
+    for w in mine:
+        for c in claims:
+            if c.queue != w.queue or not (what == "pause" or c.switched):
+                continue
+            if w.on + tolerance_s < c.claimed_at < w.off - tolerance_s:
+                bad.append(c.id)
+            held += c.acked_at is not None and w.on < c.acked_at < w.off <= c.claimed_at
+    return judged(f"{what}-held", len(mine), bad, held=held)
 
 
 @dataclass(frozen=True)

@@ -212,20 +212,21 @@ async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Du
         for i, j in zip(ids, jobs, strict=True)
         if i in delayed and j is not None and j.run_at is not None and j.started_at is not None
     }
-    tenants = {r.id: r.tenant for r in drill.load.requests}
+    sent = {r.id: r for r in drill.load.requests}
+    plain = drill.pipe.queue  # the exclusive queue's order is its keys': no readiness judged there
     claims = [
         Claim(
             i,
             j.priority,
-            _ready_at(j) if i not in delayed else None,
+            _ready_at(j) if i not in delayed and j.queue == plain else None,
             j.started_at / 1000,
-            tenants.get(i, ""),
+            sent[i].tenant,
+            j.queue,
+            sent[i].switched,
+            sent[i].answered,
         )
         for i, j in zip(ids, jobs, strict=True)
-        if j is not None
-        and j.queue == drill.pipe.queue
-        and j.priority is not None
-        and j.started_at is not None
+        if j is not None and j.priority is not None and j.started_at is not None
     ]
     return records, dues, claims
 
@@ -331,6 +332,7 @@ async def run_scenario(
         skipped=load.skipped,
         claims=claims,
         rates=load.fair_rates,
+        controls=load.controls,
     )
     (folder / "verdict.json").write_bytes(orjson.dumps(verdict.as_dict(), option=orjson.OPT_INDENT_2))
     return verdict

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from loadtest.faults.checker import invariants, judge
-from loadtest.faults.history import Cancel, Due, Execution, Record, Request
+from loadtest.faults.history import Cancel, Control, Due, Execution, Record, Request
 from loadtest.faults.invariants import (
     acked_not_lost,
     canceled_never_started,
@@ -18,6 +18,7 @@ from loadtest.faults.ordering import (
     NodeRun,
     after_parents,
     callbacks_once,
+    controls_held,
     exclusive_in_order,
     exclusive_one_at_a_time,
     nodes_once,
@@ -62,6 +63,8 @@ def test_a_clean_history_passes_what_it_exercises_and_the_rest_is_not_applicable
         "exclusive-in-order": "n/a",
         "priority-order": "n/a",
         "rate-within": "n/a",
+        "switch-held": "n/a",
+        "pause-held": "n/a",
         "history-agrees": "pass",
         "graph-node-once": "n/a",
         "graph-callback-once": "n/a",
@@ -305,3 +308,21 @@ def test_a_failing_graphs_skipped_join_must_never_run_and_fires_no_callback() ->
     checks = {c.name: c for c in ran.checks}
     assert checks["graph-skipped-never-ran"].ids == ("g0/0/join",)
     assert "phantom_executions" not in ran.notes, "a skipped node's job is one the load knows"
+
+
+def test_a_claim_while_a_kill_switch_or_a_pause_was_in_force_is_caught() -> None:
+    switch, pause = Control("switch", "q", on=100.0, off=101.0), Control("pause", "x", on=102.0, off=103.0)
+    claims = [
+        Claim("sw-before", 1, None, 99.9, queue="q", switched=True),
+        Claim("plain-during", 1, None, 100.5, queue="q"),  # the switch covers meta.sw jobs only
+        Claim("sw-after", 1, None, 101.2, queue="q", switched=True),
+        Claim("x-after", 1, None, 103.1, queue="x"),
+    ]
+    assert [controls_held(claims, [switch, pause], w).status for w in ("switch", "pause")] == ["pass"] * 2
+    during = [*claims, Claim("sw-during", 1, None, 100.4, queue="q", switched=True)]
+    assert controls_held(during, [switch], "switch").ids == ("sw-during",)
+    paused = [*claims, Claim("x-during", 1, None, 102.5, queue="x")]
+    assert controls_held(paused, [switch, pause], "pause").ids == ("x-during",)
+    assert controls_held(claims, [switch], "pause").status == "n/a", "no pause was in force"
+    waited = [Claim("sw-held", 1, None, 101.05, queue="q", switched=True, acked_at=100.2)]
+    assert controls_held(waited, [switch], "switch").detail == {"held": 1}
