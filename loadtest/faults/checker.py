@@ -34,6 +34,7 @@ from jqcore.graphs.spec import node_job_id
 from loadtest.faults.bites import fault_took_effect
 from loadtest.faults.history import Cancel, Control, Due, Execution, Record, Request, read_executions
 from loadtest.faults.invariants import (
+    REDIS_WRITES_LOST,
     Check,
     acked_not_lost,
     canceled_never_started,
@@ -242,6 +243,7 @@ def judge(
         claims=claims,
         rates=rates,
         controls=controls,
+        redis_lost_at=(notes or {}).get(REDIS_WRITES_LOST, ()),
     )
     if notes is not None and "bite" in notes:
         evidence = list(notes["bite"])
@@ -296,13 +298,15 @@ def invariants(
     skipped: Sequence[tuple[str, int, str]] = (),
     claims: Sequence[Claim] | None = None,
     controls: Sequence[Control] = (),
+    redis_lost_at: Sequence[float] = (),
 ) -> list[Check]:
     """Every invariant the recorded history lets the checker judge (the rest ``n/a``), in report order.
     ``graph``: the shape of the load's task graphs (node → its parents); their nodes' runs are the runs
     whose id is a node's job id (``<graph>:<node>``, ``@<gen>`` after a retry). ``skipped``: (graph,
     generation, node) of the nodes a failing parent skips (their generation fires no callback). ``claims``:
     jobs' readiness and claims as Redis dated them (``None``: not recorded, ``priority-order`` is n/a).
-    ``controls``: the kill switches and pauses the load put in force (judged against the claims)."""
+    ``controls``: the kill switches and pauses the load put in force (judged against the claims);
+    ``redis_lost_at``: when Redis lost its latest writes (a cancel just before may be lost with them)."""
     shape = graph or {}
     nodes = node_runs(runs) if shape else []
     fired, finished = callbacks(nodes, shape)
@@ -312,7 +316,7 @@ def invariants(
         unacked_not_run(requests, runs),
         one_live_attempt(runs),
         never_early(requests, runs, dues),
-        canceled_never_started(cancels, runs),
+        canceled_never_started(cancels, runs, redis_lost_at),
         exclusive_one_at_a_time(runs),
         exclusive_in_order(runs, _offsets(records or {})),
         priority_order(claims or ()),

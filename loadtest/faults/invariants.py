@@ -17,7 +17,9 @@ from typing import Any, Literal
 from loadtest.faults.history import Cancel, Due, Execution, Record, Request
 
 __all__ = [
+    "CANCEL_AT_RISK_S",
     "LEASE_SLACK_S",
+    "REDIS_WRITES_LOST",
     "Check",
     "acked_not_lost",
     "canceled_never_started",
@@ -37,6 +39,13 @@ LEASE_SLACK_S = 0.5
 """How long before its handler started a run's claim may have been (the pool's hand-over from claim to
 handler): a re-run starting this close to the earlier run's start + lease is still a legal re-run."""
 FINAL = frozenset({"completed", "errored", "canceled", "expired"})
+REDIS_WRITES_LOST = "redis_writes_lost_at"
+"""The notes' key of the times a fault made Redis lose its latest writes (a kill, a wipe, a master's)."""
+CANCEL_AT_RISK_S = 5.0
+"""A cancel lives only in Redis until its event is shipped to Kafka (the events topic is what a rebuild
+reads): one acknowledged this long before Redis lost its latest writes may be lost with them, and its job
+run (an accepted-loss mode: ``docs/reliability.md``). Redis's AOF loses up to its last second; the events'
+shipping lag is well under this (``jobq status``)."""
 
 
 @dataclass(frozen=True)
@@ -174,13 +183,22 @@ def never_early(
     return judged("never-early", len(delayed), [*early, *claimed], handler=len(early), claim=len(claimed))
 
 
-def canceled_never_started(cancels: Sequence[Cancel], runs: Sequence[Execution]) -> Check:
+def canceled_never_started(
+    cancels: Sequence[Cancel], runs: Sequence[Execution], redis_lost_at: Sequence[float] = ()
+) -> Check:
     """A job whose cancel answered ``canceled``/``tombstoned`` never started after that answer (a running
-    job's cancel is ``flagged``: it may finish; a finished one's is ``already_<state>``)."""
+    job's cancel is ``flagged``: it may finish; a finished one's is ``already_<state>``) — but for a cancel
+    answered within :data:`CANCEL_AT_RISK_S` before Redis lost its latest writes (``redis_lost_at``): that
+    one may be lost with them (counted ``lost_with_redis`` when its job started, not an offence)."""
     stopping = {c.id: c.answered for c in cancels if c.stops_the_job}
-    started_after = [e.id for e in runs if e.id in stopping and e.at > stopping[e.id]]
+    started_after = {e.id for e in runs if e.id in stopping and e.at > stopping[e.id]}
+    at_risk = {
+        i for i in started_after if any(0 <= t - stopping[i] <= CANCEL_AT_RISK_S for t in redis_lost_at)
+    }
     other = Counter(c.outcome or "no_answer" for c in cancels if not c.stops_the_job)
-    return judged("canceled-never-started", len(stopping), started_after, **dict(other))
+    if at_risk:
+        other["lost_with_redis"] = len(at_risk)
+    return judged("canceled-never-started", len(stopping), started_after - at_risk, **dict(other))
 
 
 def history_agrees(runs: Sequence[Execution], records: Mapping[str, Record | None]) -> Check:

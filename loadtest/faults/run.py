@@ -31,6 +31,7 @@ from jqcore.state.models import JobInfo
 from jqstack.manager import Endpoints, Stack
 from jqstack.testing.faultproxy import FaultProxy
 from loadtest.faults.checker import Due, Record, Verdict, judge, read_executions, relay_terms
+from loadtest.faults.invariants import REDIS_WRITES_LOST
 from loadtest.faults.load import GRAPH_SHAPE, Load
 from loadtest.faults.ordering import Claim
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
@@ -67,6 +68,12 @@ class Drill:
         piece was not seen, or none was recorded (:func:`loadtest.faults.bites.fault_took_effect`)."""
         self.notes["bite"].append({"what": what, "ok": bool(ok), **facts})
         return ok
+
+    def redis_writes_lost(self) -> None:
+        """Note that Redis lost its latest writes now (killed: the last second of its AOF; wiped: all that
+        its events had not shipped; a master killed: what it had not replicated): an acknowledged cancel
+        among them is lost with Redis (:data:`loadtest.faults.invariants.CANCEL_AT_RISK_S`)."""
+        self.notes.setdefault(REDIS_WRITES_LOST, []).append(time.time())
 
     async def hold(self, seconds: float) -> None:
         """Keep the fault in place for ``seconds`` of load (the scenario's stated duration; the pipeline's

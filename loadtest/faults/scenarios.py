@@ -214,6 +214,8 @@ def _restart_servers(d: Drill) -> float:
 async def _kill_server(d: Drill, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
     pid = d.server().server(name).pid
     await asyncio.to_thread(d.server().kill, name, sig)
+    if name.startswith("redis"):
+        d.redis_writes_lost()
     d.evidence(f"{name} ({sig.name}) gone", killed(pid), pid=pid)
 
 
@@ -231,6 +233,7 @@ async def redis_lost(d: Drill) -> None:
     redis = d.server().server("redis")
     pid = redis.pid
     await asyncio.to_thread(d.server().wipe, "redis")
+    d.redis_writes_lost()
     d.evidence("redis gone with its data", killed(pid) and not redis.data_dir.exists(), pid=pid)
     await d.hold(HOLD_S)
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)

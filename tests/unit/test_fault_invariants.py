@@ -326,3 +326,15 @@ def test_a_claim_while_a_kill_switch_or_a_pause_was_in_force_is_caught() -> None
     assert controls_held(claims, [switch], "pause").status == "n/a", "no pause was in force"
     waited = [Claim("sw-held", 1, None, 101.05, queue="q", switched=True, acked_at=100.2)]
     assert controls_held(waited, [switch], "switch").detail == {"held": 1}
+
+
+def test_a_cancel_lost_with_redis_s_latest_writes_is_counted_not_excused_otherwise() -> None:
+    """A cancel lives only in Redis until its event is shipped: Redis losing its latest writes just after
+    the answer may lose it (an accepted-loss mode), never a cancel answered long before or after."""
+    cancels = [Cancel("j1", 100.0, 100.01, "canceled")]
+    ran = [run(1, 104.0)]
+    assert canceled_never_started(cancels, ran).ids == ("j1",)
+    c = canceled_never_started(cancels, ran, redis_lost_at=[100.5])
+    assert (c.status, c.detail) == ("pass", {"lost_with_redis": 1})
+    assert canceled_never_started(cancels, ran, redis_lost_at=[99.0]).ids == ("j1",), "lost before the cancel"
+    assert canceled_never_started(cancels, ran, redis_lost_at=[120.0]).ids == ("j1",), "long after it"
