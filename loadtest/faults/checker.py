@@ -26,6 +26,7 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ from jqcore.graphs.spec import node_job_id
 from loadtest.faults.bites import fault_took_effect
 from loadtest.faults.history import Cancel, Control, Due, Execution, Record, Request, read_executions
 from loadtest.faults.invariants import (
+    REDIS_WIPED,
     REDIS_WRITES_LOST,
     Check,
     acked_not_lost,
@@ -244,6 +246,7 @@ def judge(
         rates=rates,
         controls=controls,
         redis_lost_at=(notes or {}).get(REDIS_WRITES_LOST, ()),
+        across_loss=across_wipes(reqs, first_run, (notes or {}).get(REDIS_WIPED, ())),
     )
     if notes is not None and "bite" in notes:
         evidence = list(notes["bite"])
@@ -283,6 +286,21 @@ def judge(
     )
 
 
+def across_wipes(
+    requests: Sequence[Request], first_run: Mapping[str, float], wipes: Sequence[Sequence[float]]
+) -> set[str]:
+    """Exclusive jobs in flight across a Redis wipe (``wipes``: [wiped at, settings back at]): acknowledged
+    before the queue's settings were applied again, first started after the wipe
+    (:data:`loadtest.faults.invariants.REDIS_WIPED`)."""
+    return {
+        r.id
+        for r in requests
+        if r.excl
+        and r.id in first_run
+        and any(r.answered <= back and first_run[r.id] >= wiped for wiped, back in wipes)
+    }
+
+
 def _offsets(records: Mapping[str, Record | None]) -> dict[str, int]:
     return {i: r.offset for i, r in records.items() if r is not None and r.offset is not None}
 
@@ -299,6 +317,7 @@ def invariants(
     claims: Sequence[Claim] | None = None,
     controls: Sequence[Control] = (),
     redis_lost_at: Sequence[float] = (),
+    across_loss: AbstractSet[str] = frozenset(),
 ) -> list[Check]:
     """Every invariant the recorded history lets the checker judge (the rest ``n/a``), in report order.
     ``graph``: the shape of the load's task graphs (node → its parents); their nodes' runs are the runs
@@ -306,7 +325,8 @@ def invariants(
     generation, node) of the nodes a failing parent skips (their generation fires no callback). ``claims``:
     jobs' readiness and claims as Redis dated them (``None``: not recorded, ``priority-order`` is n/a).
     ``controls``: the kill switches and pauses the load put in force (judged against the claims);
-    ``redis_lost_at``: when Redis lost its latest writes (a cancel just before may be lost with them)."""
+    ``redis_lost_at``: when Redis lost its latest writes (a cancel just before may be lost with them);
+    ``across_loss``: exclusive jobs in flight across a Redis wipe (:func:`across_wipes`), not judged."""
     shape = graph or {}
     nodes = node_runs(runs) if shape else []
     fired, finished = callbacks(nodes, shape)
@@ -317,8 +337,8 @@ def invariants(
         one_live_attempt(runs),
         never_early(requests, runs, dues),
         canceled_never_started(cancels, runs, redis_lost_at),
-        exclusive_one_at_a_time(runs),
-        exclusive_in_order(runs, _offsets(records or {})),
+        exclusive_one_at_a_time(runs, across_loss),
+        exclusive_in_order(runs, _offsets(records or {}), across_loss),
         priority_order(claims or ()),
         rate_within(claims or (), rates or {}),
         controls_held(claims or (), controls, "switch"),

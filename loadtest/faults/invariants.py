@@ -19,6 +19,7 @@ from loadtest.faults.history import Cancel, Due, Execution, Record, Request
 __all__ = [
     "CANCEL_AT_RISK_S",
     "LEASE_SLACK_S",
+    "REDIS_WIPED",
     "REDIS_WRITES_LOST",
     "Check",
     "acked_not_lost",
@@ -41,6 +42,12 @@ handler): a re-run starting this close to the earlier run's start + lease is sti
 FINAL = frozenset({"completed", "errored", "canceled", "expired"})
 REDIS_WRITES_LOST = "redis_writes_lost_at"
 """The notes' key of the times a fault made Redis lose its latest writes (a kill, a wipe, a master's)."""
+REDIS_WIPED = "redis_wiped"
+"""The notes' key of each Redis wipe: ``[wiped at, the queues' settings applied again at]``. An exclusive
+job in flight across it (acknowledged before the settings were back, started after the wipe) is not judged
+for its key's order or exclusivity: the wipe took its record and the queue's settings; the relay writes
+newer jobs to a queue of default settings until they are applied again, and ``jobq rebuild`` brings the
+older ones back after those (``docs/reliability.md``, accepted-loss modes)."""
 CANCEL_AT_RISK_S = 5.0
 """A cancel lives only in Redis until its event is shipped to Kafka (the events topic is what a rebuild
 reads): one acknowledged this long before Redis lost its latest writes may be lost with them, and its job

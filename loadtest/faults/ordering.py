@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from loadtest.faults.history import Control, Execution
@@ -55,9 +56,20 @@ def _jobs(groups: Mapping[str, list[Execution]]) -> int:
     return len({e.id for runs in groups.values() for e in runs})
 
 
-def exclusive_one_at_a_time(runs: Sequence[Execution]) -> Check:
-    """Never two jobs of one exclusivity key running at once (re-runs of one job: ``one-live-attempt``)."""
+def _across(
+    runs: Sequence[Execution], across_loss: AbstractSet[str]
+) -> tuple[list[Execution], dict[str, int]]:
+    """The runs judged, and the detail naming the jobs left out (in flight across a Redis wipe)."""
+    if not across_loss:
+        return list(runs), {}
+    return [e for e in runs if e.id not in across_loss], {"across_loss": len(across_loss)}
+
+
+def exclusive_one_at_a_time(runs: Sequence[Execution], across_loss: AbstractSet[str] = frozenset()) -> Check:
+    """Never two jobs of one exclusivity key running at once (re-runs of one job: ``one-live-attempt``).
+    ``across_loss``: jobs in flight across a Redis wipe, not judged (``docs/reliability.md``)."""
     bad: list[str] = []
+    runs, left_out = _across(runs, across_loss)
     keys = _by(runs, "excl")
     for mine in keys.values():
         mine.sort(key=lambda e: e.at)
@@ -68,10 +80,12 @@ def exclusive_one_at_a_time(runs: Sequence[Execution]) -> Check:
                     break
                 if b.id != a.id:
                     bad += [a.id, b.id]
-    return judged("exclusive-one-at-a-time", _jobs(keys), bad, keys=len(keys))
+    return judged("exclusive-one-at-a-time", _jobs(keys), bad, keys=len(keys), **left_out)
 
 
-def exclusive_in_order(runs: Sequence[Execution], offsets: Mapping[str, int]) -> Check:
+def exclusive_in_order(
+    runs: Sequence[Execution], offsets: Mapping[str, int], across_loss: AbstractSet[str] = frozenset()
+) -> Check:
     """Per exclusivity key, jobs first start in the order they were enqueued. Two orders say "earlier":
     the Kafka records' (``offsets``; one key's records share a partition, and the relay writes a partition
     in order) and the engine's (a key's waiting jobs are taken by priority — the accept stamp
@@ -79,9 +93,10 @@ def exclusive_in_order(runs: Sequence[Execution], offsets: Mapping[str, int]) ->
     one key crossed on their way into the partition (its leader moved while both were produced), or two
     gateways stamped the same millisecond; then either start order is the engine's rule applied to what
     Redis held at the time. An offender started before a job of its key that is earlier in both orders
-    had started; a job without a known offset is not judged."""
+    had started; a job without a known offset, or in flight across a Redis wipe, is not judged."""
     bad: list[str] = []
     pairs: list[dict[str, object]] = []  # the first few (earlier record, later record started first)
+    runs, left_out = _across(runs, across_loss)
     keys = _by((e for e in runs if e.id in offsets), "excl")
     for key, mine in keys.items():
         first: dict[str, Execution] = {}
@@ -96,7 +111,7 @@ def exclusive_in_order(runs: Sequence[Execution], offsets: Mapping[str, int]) ->
                         pairs.append({"key": key, "earlier": _at(a, offsets)})
                         pairs[-1]["started_first"] = _at(b, offsets)
     shown = {"pairs": pairs} if pairs else {}
-    return judged("exclusive-in-order", _jobs(keys), bad, keys=len(keys), **shown)
+    return judged("exclusive-in-order", _jobs(keys), bad, keys=len(keys), **shown, **left_out)
 
 
 def _at(e: Execution, offsets: Mapping[str, int]) -> dict[str, object]:

@@ -31,6 +31,7 @@ from loadtest.faults.bites import (
     skewed,
     slowed,
 )
+from loadtest.faults.invariants import REDIS_WIPED
 from loadtest.faults.pipeline import TOKEN, Roles
 from loadtest.faults.run import Drill, Scenario
 
@@ -233,11 +234,13 @@ async def redis_lost(d: Drill) -> None:
     redis = d.server().server("redis")
     pid = redis.pid
     await asyncio.to_thread(d.server().wipe, "redis")
+    wiped = time.time()
     d.redis_writes_lost()
     d.evidence("redis gone with its data", killed(pid) and not redis.data_dir.exists(), pid=pid)
     await d.hold(HOLD_S)
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     await d.pipe.configure_queue()
+    d.notes.setdefault(REDIS_WIPED, []).append([wiped, time.time()])
     await _rebuild(d, since=d.started - 10)
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from loadtest.faults.checker import invariants, judge
+from loadtest.faults.checker import across_wipes, invariants, judge
 from loadtest.faults.history import Cancel, Control, Due, Execution, Record, Request
 from loadtest.faults.invariants import (
     acked_not_lost,
@@ -338,3 +338,26 @@ def test_a_cancel_lost_with_redis_s_latest_writes_is_counted_not_excused_otherwi
     assert (c.status, c.detail) == ("pass", {"lost_with_redis": 1})
     assert canceled_never_started(cancels, ran, redis_lost_at=[99.0]).ids == ("j1",), "lost before the cancel"
     assert canceled_never_started(cancels, ran, redis_lost_at=[120.0]).ids == ("j1",), "long after it"
+
+
+def test_exclusive_jobs_in_flight_across_a_redis_wipe_are_left_out_and_counted() -> None:
+    """A wipe takes a pending exclusive job's record and the queue's settings: the rebuild brings the job
+    back after newer ones of its key ran. Those jobs are not judged; every other job still is."""
+    reqs = [
+        Request("old", 100.0, 100.01, True, 202, excl="k"),  # pending when Redis was wiped at 101
+        Request("new", 102.0, 102.01, True, 202, excl="k"),  # written by the relay after the restart
+        Request("late", 110.0, 110.01, True, 202, excl="k"),  # after the settings were back (105)
+    ]
+    runs = [
+        Execution("new", 1, "w1", 102.5, 102.55, LEASE, 102.0, excl="k"),
+        Execution("old", 1, "w1", 106.0, 106.05, LEASE, 100.0, excl="k"),
+        Execution("late", 1, "w1", 110.5, 110.55, LEASE, 110.0, excl="k"),
+    ]
+    first = {e.id: e.at for e in runs}
+    offsets = {"old": 1, "new": 2, "late": 3}
+    assert exclusive_in_order(runs, offsets).ids == ("new",), "the rebuilt job ran after a newer one"
+    across = across_wipes(reqs, first, [[101.0, 105.0]])
+    assert across == {"old", "new"}
+    c = exclusive_in_order(runs, offsets, across)
+    assert (c.status, c.checked, c.detail["across_loss"]) == ("pass", 1, 2)
+    assert exclusive_one_at_a_time(runs, across).detail == {"keys": 1, "across_loss": 2}
