@@ -195,7 +195,7 @@ def _disturbance(
     for r in requests:
         if r.sent < fault_at:
             continue
-        if not r.acked or r.answered - r.sent > answer_bound:
+        if (not r.acked and not r.refused) or r.answered - r.sent > answer_bound:
             yield r.sent, r.answered
         if r.acked and r.id in first_run and first_run[r.id] - r.due > run_bound:
             yield r.due, first_run[r.id]
@@ -278,7 +278,7 @@ def judge(
         early=len(early),
         claimed_early=sum(1 for d in (dues or {}).values() if d.claimed_at < d.run_at),
         overlapping_terms=len(overlapping_terms(terms)),
-        failed_requests=sum(1 for r in reqs if not r.acked),
+        failed_requests=sum(1 for r in reqs if not r.acked and not r.refused),
         recovery_s=round(max(recovery, 0.0), 2),
         lost_ids=lost[:20],
         notes={**(notes or {}), **extra},

@@ -9,7 +9,8 @@ scheduler's timers are on the path too; every fiftieth (a delayed one) is cancel
 queue beside the load's, on one of ``EXCL_KEYS`` keys in turn (one at a time per key, in order); the rest
 carry an earliest-deadline-first priority ``PRIORITY_SPREAD_MS`` before, at or after their send time (so a
 backlog a fault builds is claimed out of arrival order, and "no ready job of an earlier deadline passed
-over" is judged); every ``RATED_EVERY``-th is tenant ``rated``'s, whose starts the load queue limits to
+over" is judged); every ``REFUSED_EVERY``-th is invalid (a 400: its job must never run); every
+``RATED_EVERY``-th is tenant ``rated``'s, whose starts the load queue limits to
 :attr:`Load.fair_rates` (a fair queue on ``meta.tenant``). With
 ``graphs``, every twenty-fifth is a task graph instead (``POST /v1/graphs``, id ``<run>-<i>``): ``FANOUT``
 nodes and a ``join`` node whose parents they all are (a fan-in; the last parent works ``SLOW_PARENT_S``, so
@@ -44,6 +45,7 @@ DELAY_MS = 1500
 CANCEL_EVERY = 50
 EXCL_EVERY = 5
 EXCL_KEYS = 8
+REFUSED_EVERY = 100
 PRIORITY_SPREAD_MS = 500
 GRAPH_EVERY = 25
 FANOUT = 4
@@ -216,6 +218,8 @@ class Load:
         elif i % EXCL_EVERY == 2:  # the Kafka record's key is the envelope's excl: one key, one partition
             queue, excl = self.xqueue, f"k{(i // EXCL_EVERY) % EXCL_KEYS}"
             body["excl"], body["meta"] = excl, {"excl": excl}
+        elif i % REFUSED_EVERY == 53:  # a request no gateway may take (400): its job must never run
+            body["delay_ms"] = -1
         else:  # a deadline (EDF): half a second sooner than its accept time, at it, or half a second later
             body["priority"] = int(time.time() * 1000) + (i % 3 - 1) * PRIORITY_SPREAD_MS
             if i % RATED_EVERY == 9:

@@ -189,3 +189,16 @@ def test_a_run_ends_with_its_own_line_and_one_without_an_end_was_cut_short(tmp_p
     assert x.end is not None
     assert abs(x.end - x.at - 0.05) < 0.01, "the end is dated on the wall clock like the start"
     assert (y.id, y.end) == ("y", None)
+
+
+def test_a_request_refused_on_purpose_is_no_failure_and_must_never_run() -> None:
+    """The load's invalid requests (a 400) are not signs of a fault; their jobs are judged never to run."""
+    refused = Request("bad", 102.0, 102.01, False, 400)
+    reqs = [_req(0, 100), refused]
+    v = judge("refused", reqs, [_run(0, 100.1)], fault_at=101.0)
+    assert (v.failed_requests, v.recovery_s) == (0, 0.0)
+    assert {c.name: c.status for c in v.checks}["unacked-not-run"] == "pass"
+    ran = judge(
+        "refused", reqs, [_run(0, 100.1), Execution("bad", 1, "w1", 103.0, 103.05, 3.0)], fault_at=101.0
+    )
+    assert {c.name: c.ids for c in ran.checks}["unacked-not-run"] == ("bad",)
