@@ -16,7 +16,7 @@ from jqcore.envelope import new_envelope
 from jqcore.state import CancelOutcome, CancelResult, ClaimedJob, Code, Engine, Settle, StaleLease, reads
 from jqstack.testing.backends import SessionStack
 
-T0 = 1_800_000_000_000
+T0 = 1_900_000_000_000  # ahead of the real clock, as tests/state/conftest.py's
 LEASE = 1000
 RETRY = 50
 MAX_ATTEMPTS = 2
