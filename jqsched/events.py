@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -79,7 +79,7 @@ class EventShipper:
                     for e, v in zip(batch, values, strict=True)
                 ]
             )
-            await self.engine.trim_events(queue, batch[-1].entry)
+            await self.engine.trim_events(queue, batch)
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
             total += len(batch)
         self.shipped += total
@@ -93,9 +93,9 @@ class EventShipper:
         cap = self.settings.payload_max_bytes
         if cap <= 0:
             return values
-        ends: list[tuple[int, dict[str, object]]] = []
+        ends: list[tuple[int, Mapping[str, object]]] = []
         for i, e in enumerate(batch):
-            event = orjson.loads(e.value)
+            event = e.fields if e.fields is not None else orjson.loads(e.value)
             if event.get("to") in ENDS:
                 ends.append((i, event))
         if not ends:

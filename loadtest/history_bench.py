@@ -122,6 +122,12 @@ FULL = Sizes(
 _T0: list[float] = []
 
 
+def waiting_events(client: redis.Redis, queue: str) -> int:
+    """Events of ``queue`` not shipped yet (stats ``events_waiting``; a stream entry holds a script call's
+    events, so its length counts calls, not events)."""
+    return int(client.hget(QueueKeys(queue).stats, "events_waiting") or 0)
+
+
 def _say(text: str) -> None:
     """A progress line, with the seconds since the run's first one."""
     if not _T0:
@@ -179,7 +185,7 @@ class Bench:
         """Events of ``queue`` not shipped yet."""
         if self._client is None:
             self._client = self.sync_redis()
-        return int(self._client.xlen(QueueKeys(queue).events))
+        return waiting_events(self._client, queue)
 
     def scheduler(self, children: Children, name: str, queues: str, topic: str) -> Child:
         """A ``python -m jqsched`` of a group of its own keeping ``queues`` and shipping to ``topic``."""
@@ -270,11 +276,10 @@ class BacklogSampler:
 
     def _run(self) -> None:
         client = self.bench.sync_redis()
-        key = QueueKeys(self.queue).events
         started = time.monotonic()
         try:
             while not self._stop.is_set():
-                self.points.append((time.monotonic() - started, int(client.xlen(key))))
+                self.points.append((time.monotonic() - started, waiting_events(client, self.queue)))
                 self._stop.wait(self.every_s)
         finally:
             client.close()
@@ -382,13 +387,12 @@ def _ship_round(bench: Bench, n: int, rep: int) -> dict[str, float]:
         )
     _say(f"shipping {produced:,} events with one scheduler")
     client = bench.sync_redis()
-    key = QueueKeys(queue).events
     with Children(grace_s=15.0) as children:
         sched = bench.scheduler(children, f"sched-ship{rep}", queue, topic)
         first: tuple[float, int, float] | None = None
         deadline = time.monotonic() + 300
         while True:
-            left = int(client.xlen(key))
+            left = waiting_events(client, queue)
             now = time.monotonic()
             if first is None and left < produced:
                 first = (now, left, cpu_s(sched.pid))

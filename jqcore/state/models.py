@@ -209,11 +209,14 @@ class JobInfo:
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
     """One lifecycle event waiting in a queue's stream: its stream entry id (what the shipper trims up
-    to), the job id (the Kafka key) and the event's JSON (``jqcore.events``; the Kafka value)."""
+    to; the events of one script call share one entry), the job id (the Kafka key) and the event's JSON
+    (``jqcore.events``; the Kafka value)."""
 
     entry: str
     job_id: str
     value: bytes
+    fields: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The event already decoded, when it came in an entry of several (decoded once for all of them)."""
 
 
 @dataclass(slots=True)

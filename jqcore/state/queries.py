@@ -101,12 +101,21 @@ class Queries(EngineCore):
 
     # ---- lifecycle events (jqcore.events; shipped to Kafka by the scheduler service) -----------------
     async def events(self, queue: str, count: int = 1000) -> list[StreamEvent]:
-        """The oldest unshipped events of ``queue``."""
-        return await reads.events(self._client, queue, count)
+        """The oldest unshipped events of ``queue``: whole stream entries (one script call's events
+        each) until at least ``count`` events (``events_read.lua``)."""
+        out: list[StreamEvent] = []
+        for entry, fields in await self._run("events_read", queue, [count], None):
+            out.extend(reads.decode_entry(entry, fields))
+        return out
 
-    async def trim_events(self, queue: str, upto: str) -> int:
-        """Forget the events up to stream entry ``upto`` (Kafka has them)."""
-        return await reads.trim_events(self._client, queue, upto)
+    async def trim_events(self, queue: str, shipped: Sequence[StreamEvent]) -> int:
+        """Forget ``shipped`` (the oldest events :meth:`events` read; Kafka has them): the stream's
+        entries up to the last one's, counted off its ``events_waiting``. Returns the entries removed."""
+        if not shipped:
+            return 0
+        entries, upto = len({e.entry for e in shipped}), reads.next_entry(shipped[-1].entry)
+        reply = await self._run("events_trim", queue, [upto, entries, len(shipped)], None)
+        return int(reply[1])
 
     async def events_backlog(self, queues: Sequence[str]) -> dict[str, int]:
         return await reads.events_backlog(self._client, queues)

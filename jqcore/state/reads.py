@@ -335,38 +335,50 @@ async def configured(client: RedisClient, queues: list[str]) -> set[str]:
     return {q for q in queues if await client.hexists(QueueKeys(q).config, "mode")}
 
 
-async def events(client: RedisClient, queue: str, count: int) -> list[StreamEvent]:
-    """The oldest ``count`` events of the queue's stream (everything there is unshipped: the shipper
-    trims what Kafka acknowledged)."""
-    return await stream_events(client, QueueKeys(queue).events, count)
-
-
 async def stream_events(client: RedisClient, key: str, count: int) -> list[StreamEvent]:
-    """The oldest ``count`` entries of an events stream (a queue's, or a task graph's)."""
-    out = []
+    """The oldest ``count`` entries of a task graph's events stream (one event each)."""
+    out: list[StreamEvent] = []
     for entry, fields in await client.xrange(key, count=count) or []:
-        f = {_s(k): v for k, v in (fields or {}).items()}
-        value = f.get("e") or b""
-        out.append(StreamEvent(_s(entry) or "", _s(f.get("i")) or "", _b(value) or b""))
+        out.extend(decode_entry(entry, fields or {}))
     return out
 
 
-async def trim_events(client: RedisClient, queue: str, upto: str) -> int:
-    """Drop the events up to stream entry ``upto`` inclusive (they are in Kafka); returns how many."""
-    return await trim_stream(client, QueueKeys(queue).events, upto)
+def decode_entry(entry: Any, fields: Mapping[Any, Any] | Sequence[Any]) -> list[StreamEvent]:
+    """The events of one stream entry (``_frame.lua``): ``i <id> e <JSON>`` holds one, ``n <count>
+    e <JSON array>`` a script call's several. ``fields`` as XRANGE gives them: a mapping (redis-py) or
+    the flat list a script returns."""
+    if not isinstance(fields, Mapping):
+        fields = dict(zip(fields[::2], fields[1::2], strict=True))
+    f = {_s(k): v for k, v in fields.items()}
+    entry_id, value = _s(entry) or "", _b(f.get("e")) or b""
+    if f.get("n") is None:
+        return [StreamEvent(entry_id, _s(f.get("i")) or "", value)]
+    return [
+        StreamEvent(entry_id, str(event.get("id", "")), orjson.dumps(event), event)
+        for event in orjson.loads(value)
+    ]
 
 
 async def trim_stream(client: RedisClient, key: str, upto: str) -> int:
-    """Drop the entries of an events stream up to ``upto`` inclusive (exactly: ``MINID`` of the next id)."""
-    ms, _, seq = upto.partition("-")
-    return int(await client.xtrim(key, minid=f"{ms}-{int(seq or 0) + 1}", approximate=False))
+    """Drop the entries of a graph's events stream up to ``upto`` inclusive (exactly: ``MINID`` of the
+    next id)."""
+    return int(await client.xtrim(key, minid=next_entry(upto), approximate=False))
+
+
+def next_entry(entry: str) -> str:
+    """The stream entry id right after ``entry`` (what ``MINID`` keeps first when trimming up to it)."""
+    ms, _, seq = entry.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
 
 
 async def events_backlog(client: RedisClient, queues: Sequence[str]) -> dict[str, int]:
-    """Events waiting to be shipped, per queue."""
+    """Events waiting to be shipped, per queue (stats ``events_waiting``; a stream written before it was
+    counted: its length)."""
     out = {}
     for queue in queues:
-        out[queue] = int(await client.xlen(QueueKeys(queue).events))
+        keys = QueueKeys(queue)
+        waiting = await client.hget(keys.stats, "events_waiting")
+        out[queue] = int(waiting) if waiting is not None else int(await client.xlen(keys.events))
     return out
 
 

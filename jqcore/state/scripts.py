@@ -149,6 +149,8 @@ _TRANSITIONS = (
     ),
     _declare("switch_lift", "prefix ready config fairring fairrun fairtime counts stats wake events"),
     _declare("fair_index", "prefix ready config fairring fairrun fairtime"),
+    _declare("events_read", "events"),
+    _declare("events_trim", "stats events"),
     _declare_graph("graph_create", "graph nodes kids parents nstate pending times rel gevents"),
     _declare_graph("graph_report", _ALL_GRAPH_KEYS),
     _declare_graph("graph_cancel", _ALL_GRAPH_KEYS),
@@ -168,10 +170,15 @@ def _read(name: str) -> str:
     return resources.files("jqcore.state").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
+_MARKER = "--@TRANSITION\n"
+"""The line of ``_frame.lua`` the transition takes the place of."""
+
+
 @cache
 def source(name: str) -> str:
-    """The script text sent to Redis: shebang line, the binding of its declared ``KEYS``, the shared
-    helpers, then the transition body."""
+    """The script text sent to Redis: shebang line, then ``_frame.lua`` around the transition — the
+    binding of its declared ``KEYS``, the shared helpers and the transition body, as one function whose
+    lifecycle events the frame writes once it ended."""
     text = _read(name)
     shebang, _, body = text.partition("\n")
     if not shebang.startswith("#!lua"):
@@ -180,4 +187,7 @@ def source(name: str) -> str:
     names = ", ".join(local_name(k) for k in script.keys)
     values = ", ".join(f"KEYS[{i}]" for i in range(1, len(script.keys) + 1))
     libs = _read("_lib") + ("\n" + _read("_glib") if script.graph else "")
-    return f"{shebang}\nlocal {names} = {values}\n{libs}\n{body}"
+    frame = _read("_frame")
+    if frame.count(_MARKER) != 1:
+        raise ValueError(f"_frame.lua must hold the line {_MARKER!r} once")
+    return f"{shebang}\n" + frame.replace(_MARKER, f"local {names} = {values}\n{libs}\n{body}\n")

@@ -9,9 +9,12 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable
 
+import pytest
+
 from jqcore.envelope import Envelope
 from jqcore.events import Event, parse
 from jqcore.state import Engine, QueueConfig
+from jqcore.state.keys import QueueKeys
 
 Job = Callable[..., Envelope]
 
@@ -133,12 +136,63 @@ async def test_the_stream_is_capped_and_every_drop_counted(engine: Engine, q: st
     await engine.enqueue_batch([job(q, id=f"j{i}") for i in range(5)], now_ms=t0)
     kept = await engine.events(q)
     assert [e.job_id for e in kept] == ["j0", "j1", "j2"]
+    assert len({e.entry for e in kept}) == 1, "one script call, one stream entry"
     assert (await engine.queue_stats(q))["events_dropped"] == 2
-    assert await engine.trim_events(q, kept[1].entry) == 2, "up to and including the entry"
-    assert [e.job_id for e in await engine.events(q)] == ["j2"]
+    assert await engine.events_backlog([q]) == {q: 3}, "the cap counts events, not entries"
     await engine.claim(q, 1, now_ms=t0 + 1)
-    assert [e.job_id for e in await engine.events(q)] == ["j2", "j0"], "room again after the trim"
-    assert await engine.events_backlog([q]) == {q: 2}
+    assert (await engine.queue_stats(q))["events_dropped"] == 3, "j0's claim: still at the cap"
+    assert await engine.trim_events(q, kept) == 1, "the entry that held them"
+    assert await engine.events_backlog([q]) == {q: 0}
+    await engine.claim(q, 1, now_ms=t0 + 2)
+    assert [e.job_id for e in await engine.events(q)] == ["j1"], "room again after the trim"
+    assert await engine.events_backlog([q]) == {q: 1}
+
+
+async def test_one_entry_per_call_read_whole_until_the_count(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    for i, n in enumerate((2, 3, 1)):  # three calls: entries of 2, 3 and 1 events
+        await engine.enqueue_batch([job(q, id=f"c{i}-{j}") for j in range(n)], now_ms=t0)
+    assert [len(await engine.events(q, count)) for count in (1, 2, 3, 5, 6, 100)] == [2, 2, 5, 5, 6, 6]
+    first = await engine.events(q, 3)
+    assert [e.job_id for e in first] == ["c0-0", "c0-1", "c1-0", "c1-1", "c1-2"], "in the order they happened"
+    assert [parse(e.value).id for e in first] == [e.job_id for e in first], "each value is its own event"
+    assert await engine.trim_events(q, first) == 2
+    assert [e.job_id for e in await engine.events(q)] == ["c2-0"]
+    assert await engine.events_backlog([q]) == {q: 1}
+
+
+async def test_a_stream_of_one_entry_per_event_is_read_and_counted(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """A stream written before the count (one ``i``/``e`` entry per event, no ``events_waiting``):
+    read as it was, its length counted against the cap by the next call."""
+    await engine.enqueue_batch([job(q, id="old")], now_ms=t0)
+    [old] = await engine.events(q)
+    keys, redis = QueueKeys(q), engine._client
+    await redis.xadd(keys.events, {"i": "old", "e": old.value})
+    await redis.hdel(keys.stats, "events_waiting")
+    await engine.claim(q, 1, now_ms=t0 + 1)
+    assert await engine.events_backlog([q]) == {q: 3}
+    assert [parse(e.value).to for e in await engine.events(q)] == ["pending", "pending", "running"]
+
+
+async def test_a_call_that_fails_midway_still_writes_its_events(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """Redis keeps a script's writes up to an error: the frame writes the events of the transitions done."""
+    await engine.enqueue_batch([job(q, id="a"), job(q, id="b")], now_ms=t0)
+    await engine.trim_events(q, await engine.events(q))
+    redis = engine._client
+    await redis.delete(QueueKeys(q).job("b"))
+    await redis.set(QueueKeys(q).job("b"), "not a hash")  # the claim of b fails on its record
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await engine.claim(q, 2, now_ms=t0 + 1)
+    [claimed] = [parse(e.value) for e in await engine.events(q)]
+    assert (claimed.id, claimed.to) == ("a", "running")
+    info = await engine.get_job(q, "a")
+    assert info is not None
+    assert (info.state, info.version) == ("running", claimed.v)
 
 
 async def test_events_off_still_counts_versions(engine: Engine, q: str, job: Job, t0: int) -> None:

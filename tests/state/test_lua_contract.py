@@ -34,7 +34,7 @@ FAMILIES = {
 }
 LOCALS = {local_name(name): name for name in KEY_NAMES}
 GRAPH_LOCALS = {local_name(name): name for name in GRAPH_KEY_NAMES}
-LIBS = ("_lib", "_glib")
+LIBS = ("_lib", "_glib", "_frame")
 
 
 def _lib(name: str = "_lib") -> str:
@@ -176,7 +176,8 @@ def test_scripts_return_named_codes_their_header_lists(name: str) -> None:
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_the_loaded_script_binds_the_declared_keys_in_order(name: str) -> None:
-    binding = source(name).splitlines()[1]
+    lines = source(name).splitlines()
+    binding = lines[lines.index("local function transition()") + 1]  # _frame.lua's marker line
     names, values = binding.removeprefix("local ").split(" = ")
     declared = SCRIPTS[name].keys
     assert names.split(", ") == [local_name(n) for n in declared]
