@@ -89,23 +89,22 @@ class EventShipper:
     async def with_payloads(self, queue: str, batch: Sequence[StreamEvent]) -> list[bytes]:
         """The Kafka values of ``batch``: the events as stored, those ending a job with its payload (a
         record gone already gives an empty one; a record that moved on since gives no result)."""
-        values = [e.value for e in batch]
         cap = self.settings.payload_max_bytes
         if cap <= 0:
-            return values
+            return [e.value for e in batch]
         ends: list[tuple[int, Mapping[str, object]]] = []
         for i, e in enumerate(batch):
             event = e.fields if e.fields is not None else orjson.loads(e.value)
             if event.get("to") in ENDS:
                 ends.append((i, event))
-        if not ends:
-            return values
-        rows = await self.engine.job_fields(queue, [batch[i].job_id for i, _ in ends], _RECORD_FIELDS)
-        for (i, event), (env, result, version) in zip(ends, rows, strict=True):
-            if version is None or int(version) != event.get("v"):
-                result = None  # not this transition's: the job moved on (its later ending has its own)
-            values[i] = orjson.dumps({**event, **payload_of_record(env, result, cap)})
-        return values
+        with_payload: dict[int, bytes] = {}
+        if ends:
+            rows = await self.engine.job_fields(queue, [batch[i].job_id for i, _ in ends], _RECORD_FIELDS)
+            for (i, event), (env, result, version) in zip(ends, rows, strict=True):
+                if version is None or int(version) != event.get("v"):
+                    result = None  # not this transition's: the job moved on (its later ending has its own)
+                with_payload[i] = orjson.dumps({**event, **payload_of_record(env, result, cap)})
+        return [with_payload.get(i) or e.value for i, e in enumerate(batch)]
 
     async def ship_graph(self, graph_id: str) -> int:
         """Ship a task graph's own events (its transitions, nodes it skipped or canceled while waiting)."""

@@ -102,6 +102,12 @@ def chaos(seed: int | None, minutes: float) -> Report:
     return faults_bench.run_chaos(daily_seed() if seed is None else seed, minutes)
 
 
+def _events(quick: bool) -> Report:
+    from loadtest import events_bench
+
+    return events_bench.run(quick=quick)
+
+
 def _envelope(quick: bool) -> Report:
     from loadtest import envelope_bench
 
@@ -134,5 +140,6 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "web": web,
     "faults": _faults,
     "envelope": _envelope,
+    "events": _events,
 }
 """Scenario name → a function running it (``quick``: tiny sizes, one repetition) and returning its report."""

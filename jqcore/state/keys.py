@@ -39,14 +39,16 @@ Per queue ``jobq:{q}:``
 ``fair:<value>``          ZSET    fair queues: one value's ready jobs, score = priority
 ``config``                HASH    queue configuration (see ``jqcore.state.models.QueueConfig``)
 ``counts``                HASH    ``blocked``: jobs waiting on an exclusivity value or a kind slot
-``stats``                 HASH    monotonic counters (enqueued, duplicates, completed, …)
+``stats``                 HASH    monotonic counters (enqueued, duplicates, completed, …), and
+                                  ``events_waiting``: the events the ``events`` stream holds now
 ``fences``                HASH    fence source (topic) → newest fence seen
 ``wake``                  LIST    wake-up tokens for waiting workers (kept short)
 ``waiters``               HASH    idle worker pools registered for hand-off claims: waiter id →
                                   ``slots|lease_ms|deadline|token prefix|worker``
 ``inbox:<waiter>``        LIST    jobs claimed for that waiting pool by a hand-off (JSON arrays)
 ``sched``                 LIST    wake-up token for the scheduler (an earlier due time appeared)
-``events``                STREAM  lifecycle events not shipped to Kafka yet (``jqcore.events``), capped
+``events``                STREAM  lifecycle events not shipped to Kafka yet (``jqcore.events``), one
+                                  entry per script call (``_frame.lua``), capped
 ``gdone``                 HASH    graph nodes' jobs that finished, not yet reported to their graph:
                                   job id → JSON outcome (the cross-slot hand-off's outbox)
 ========================  ======  ============================================================

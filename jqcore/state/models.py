@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
+import orjson
+
 from jqcore.envelope import Envelope
 
 __all__ = [
@@ -206,17 +208,37 @@ class JobInfo:
         return out
 
 
-@dataclass(frozen=True, slots=True)
 class StreamEvent:
     """One lifecycle event waiting in a queue's stream: its stream entry id (what the shipper trims up
     to; the events of one script call share one entry), the job id (the Kafka key) and the event's JSON
     (``jqcore.events``; the Kafka value)."""
 
-    entry: str
-    job_id: str
-    value: bytes
-    fields: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
-    """The event already decoded, when it came in an entry of several (decoded once for all of them)."""
+    __slots__ = ("_value", "entry", "fields", "job_id")
+
+    def __init__(
+        self, entry: str, job_id: str, value: bytes | None, fields: Mapping[str, Any] | None = None
+    ) -> None:
+        self.entry, self.job_id, self._value = entry, job_id, value
+        self.fields = fields
+        """The event already decoded, when it came in an entry of several (decoded once for all of
+        them; its JSON is then made only when asked for)."""
+
+    @property
+    def value(self) -> bytes:
+        if self._value is None:
+            self._value = orjson.dumps(self.fields)
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StreamEvent):
+            return NotImplemented
+        return (self.entry, self.job_id, self.value) == (other.entry, other.job_id, other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.entry, self.job_id, self.value))
+
+    def __repr__(self) -> str:
+        return f"StreamEvent(entry={self.entry!r}, job_id={self.job_id!r})"
 
 
 @dataclass(slots=True)

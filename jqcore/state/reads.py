@@ -353,10 +353,7 @@ def decode_entry(entry: Any, fields: Mapping[Any, Any] | Sequence[Any]) -> list[
     entry_id, value = _s(entry) or "", _b(f.get("e")) or b""
     if f.get("n") is None:
         return [StreamEvent(entry_id, _s(f.get("i")) or "", value)]
-    return [
-        StreamEvent(entry_id, str(event.get("id", "")), orjson.dumps(event), event)
-        for event in orjson.loads(value)
-    ]
+    return [StreamEvent(entry_id, str(event.get("id", "")), None, event) for event in orjson.loads(value)]
 
 
 async def trim_stream(client: RedisClient, key: str, upto: str) -> int:

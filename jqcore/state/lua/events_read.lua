@@ -8,16 +8,23 @@
 -- returns: the entries, as XRANGE gives them ({id, {field, value, ...}}; field 'n' first when it holds more
 --   than one event)
 local want = tonumber(ARGV[2])
-local out, got, start = {}, 0, '-'
+-- XRANGE copies every entry it returns into Lua: ask for few at first (1, 2, 4 …), and never for more
+-- than the entries seen so far suggest are still needed (an entry of 2,000 events is read alone)
+local out, got, start, ask, largest = {}, 0, '-', 1, 1
 while got < want do
-  local entries = redis.call('XRANGE', EVENTS, start, '+', 'COUNT', math.min(want - got, 1000))
+  local entries = redis.call('XRANGE', EVENTS, start, '+', 'COUNT', ask)
   if #entries == 0 then break end
   for _, entry in ipairs(entries) do
-    out[#out + 1] = entry
     local fields = entry[2]
-    if fields[1] == 'n' then got = got + tonumber(fields[2]) else got = got + 1 end
+    local n = 1
+    if fields[1] == 'n' then n = tonumber(fields[2]) end
+    out[#out + 1] = entry
+    got = got + n
+    if n > largest then largest = n end
     if got >= want then break end
   end
+  if #entries < ask then break end
   start = '(' .. entries[#entries][1]
+  ask = math.max(1, math.min(ask * 2, math.ceil((want - got) / largest)))
 end
 return out
