@@ -114,40 +114,22 @@ class Batches:
         executor_for: Callable[[str], Executor],
         complete: Complete,
         done: Callable[[Running, str | None], None],
-        limit: Callable[[], int],
     ) -> None:
         """``complete``: the pool's coalesced completion; ``done(run, label)``: a job left the pool (its
-        outcome label, None when none was written); ``limit()``: the pool's concurrency."""
+        outcome label, None when none was written)."""
         self.registry, self.engine, self.context = registry, engine, context
         self._queues = set(queues)
         self.specs: dict[str, JobSpec[Any, Any]] = {}
         self.room = 0
         """The claimed jobs a pool holds beyond its concurrency (0: no batch kinds)."""
-        self._executor_for, self._complete, self._done, self._limit = executor_for, complete, done, limit
+        self._executor_for, self._complete, self._done = executor_for, complete, done
         self._gathering: dict[str, list[Running]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._singles = 0
-        self._freed = asyncio.Event()
 
     def load(self) -> None:
         """Read the registry's batch kinds (at the pool's start: kinds registered after it was made too)."""
         self.specs = {s.kind: s for s in self.registry.kinds() if s.batch}
         self.room = sum(s.batch for s in self.specs.values() if s.queue in self._queues)
-
-    # ---- single jobs' slots (a pool with batch kinds claims more jobs than it runs singly) ----------
-    async def take_slot(self) -> None:
-        while self._singles >= self._limit():
-            self._freed.clear()
-            await self._freed.wait()
-        self._singles += 1
-
-    def give_slot(self) -> None:
-        self._singles -= 1
-        self._freed.set()
-
-    def poke(self) -> None:
-        """The concurrency changed: waiting single jobs look again."""
-        self._freed.set()
 
     # ---- gathering ------------------------------------------------------------------------------
     def add(self, run: Running) -> bool:

@@ -52,6 +52,7 @@ def pool_config(settings: WorkerSettings) -> PoolConfig:
     return PoolConfig(
         queues=list(settings.queues),
         concurrency=(live and live.concurrency) or settings.concurrency,
+        prefetch=settings.prefetch,
         lease_ms=settings.lease_ms,
         grace_s=settings.grace_s,
         burst=settings.burst,

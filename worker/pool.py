@@ -9,6 +9,11 @@
   **claims ride its completions**: a round of finished jobs is written and replaced by one script call
   (``settle_claim``, :class:`worker.writeback.Refill`); the claim loop claims only when a round came back
   short.
+* **Prefetch** (``PoolConfig.prefetch``): a pool may hold more claimed jobs than it runs; each waits for a
+  handler's slot (:class:`worker.slots.HandlerSlots`, first come first served) and starts the moment one
+  frees, while the finished job's outcome is still on its way to Redis. Held jobs are leased and kept
+  alive like running ones; one that found no slot within half its lease, or that a stop catches waiting,
+  is handed back with its attempt refunded.
 * **Handlers** run as coroutines, in a thread pool (sync functions) or in a process pool
   (``mode="process"``). A per-job timeout cancels a coroutine; a thread or process cannot be killed from
   Python, so on timeout its result is discarded, the attempt is failed as ``timeout`` and the function
@@ -34,9 +39,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from jqcore import metrics
@@ -45,14 +48,16 @@ from jqcore.lifecycle import Service, cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.presence import process_name
 from jqcore.state import ClaimedJob, Engine, StaleLease
-from jqcore.testsignal import TestSignal
 from worker.batch import Batches
 from worker.checks import check_filter, queues_empty
-from worker.execute import run_handler
+from worker.config import PoolConfig, PoolSignals
+from worker.execute import Outcome, run_handler
+from worker.handback import hand_back_unstarted, release_rest
 from worker.hooks import WorkerContext, run_shutdown, run_startup
 from worker.lease import LeaseKeeper
 from worker.registry import Registry
 from worker.running import Running
+from worker.slots import HandlerSlots
 from worker.writeback import Completions, Refill, report, reports, write_back
 
 __all__ = ["Pool", "PoolConfig", "PoolSignals"]
@@ -69,36 +74,6 @@ HANDOFF_MARGIN_MS = 1_000
 """A hand-off registration outlives the blocking pop it is for by this much (the pop's round trip)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PoolConfig:
-    queues: Sequence[str]
-    concurrency: int = 10
-    lease_ms: int | None = None
-    """Lease per claim; ``None``: each job's own ``lease_ms``, else the queue's default."""
-    grace_s: float = 30.0
-    burst: bool = False
-    """Exit once the queues hold nothing pending, delayed, blocked or running (scripts and tests)."""
-    idle_wait_s: float = 30.0
-    process_workers: int = 0
-    """Size of the process pool for ``mode="process"`` handlers (0: the CPU count)."""
-    filter: Mapping[str, str] | None = None
-    """Claim only jobs whose ``meta`` has all these pairs (each key must be one of the queue's
-    ``filter_keys``)."""
-    unknown_kind_retry_ms: int = 5_000
-    unknown_kind_dead_after_ms: int = 3_600_000
-
-
-@dataclass
-class PoolSignals:
-    """What a pool reports to a test that listens (:mod:`jqcore.testsignal`)."""
-
-    extended: TestSignal[list[str]]
-    """Its lease keeper's extend rounds (:class:`worker.lease.LeaseSignals`)."""
-    finished: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("pool finished"))
-    """A job's outcome was written and acknowledged by Redis (a graph node's also handed to its graph):
-    (job id, its metric label: ``succeeded``, ``failed``, ``retried``, ``timeout``, ``canceled``...)."""
-
-
 class Pool(Service):
     """Runs the handlers of ``registry`` for ``config.queues``."""
 
@@ -112,6 +87,7 @@ class Pool(Service):
         """Jobs run at once; :meth:`set_concurrency` changes it while the pool runs."""
         self._resized = asyncio.Event()
         self._slot_freed = asyncio.Event()
+        self._slots = HandlerSlots(lambda: self.concurrency)
         self.drained = asyncio.Event()
         self._threads: Executor | None = None
         self._processes: Executor | None = None
@@ -139,9 +115,9 @@ class Pool(Service):
         self._completer: asyncio.Task[None] | None = None
         self.context = WorkerContext(self._presence.name, tuple(config.queues))
         """What the registry's hooks and the handlers share (``current_job().worker``)."""
-        complete, concurrency = self._completions.complete, lambda: self.concurrency
+        complete = self._completions.complete
         self._batches = Batches(
-            registry, engine, config.queues, self.context, self._executor, complete, self._done, concurrency
+            registry, engine, config.queues, self.context, self._executor, complete, self._done
         )
         self._hooks_started = False
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
@@ -193,15 +169,18 @@ class Pool(Service):
 
     async def _stop(self) -> None:
         self._stopping = True
+        for run in self.in_flight.values():  # prefetched jobs waiting for a slot: released below, unrun
+            if not run.started and not run.batched and run.task is not None:
+                run.task.cancel()
         await self._cancel_fetcher()
         self._batches.close()  # the jobs still gathering are released below, attempt refunded
-        tasks = [r.task for r in self.in_flight.values() if r.task is not None]
+        tasks = [r.task for r in self.in_flight.values() if r.task is not None and (r.started or r.batched)]
         if tasks:  # asyncio.wait, not wait_for(gather): a timeout must not cancel the jobs themselves
             await asyncio.wait(tasks, timeout=self.config.grace_s)
         if not self._hard:  # a round on its way may bring claimed jobs: release them too
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._completions.idle.wait(), COMPLETIONS_WAIT_S)
-        await self._release_rest()
+        await release_rest(self.engine, list(self.in_flight.values()))
         if self._hooks_started and not self._hard:
             await run_shutdown(self.registry.shutdown_hooks, self.context)
         await self._shutdown_helpers()
@@ -225,22 +204,6 @@ class Pool(Service):
                     self.in_flight[job.id] = Running(job)
             except Exception as exc:  # Redis away: the registration expires, handed jobs' leases too
                 log.warning("leaving the hand-off list failed", error=repr(exc))
-
-    async def _release_rest(self) -> None:
-        rest = [r for r in self.in_flight.values() if not r.abandoned]
-        for run in rest:
-            run.abandoned = True
-            if run.task is not None:
-                run.task.cancel()
-        by_queue: dict[str, list[tuple[str, int, str, bool]]] = {}
-        for run in rest:
-            by_queue.setdefault(run.job.queue, []).append(
-                (run.job.id, run.job.attempt, run.job.token, run.started)
-            )
-        for queue, jobs in by_queue.items():
-            outcome = await self.engine.release(queue, jobs)
-            log.info("released jobs at shutdown", queue=queue, jobs=outcome)
-        await asyncio.gather(*(r.task for r in rest if r.task), return_exceptions=True)
 
     async def _shutdown_helpers(self) -> None:
         await cancel_and_wait(self._completer)
@@ -325,7 +288,7 @@ class Pool(Service):
         log.info("concurrency changed", before=before, now=n)
         self._resized.set()
         self._slot_freed.set()
-        self._batches.poke()
+        self._slots.poke()
 
     async def _fetch_once(self) -> bool:
         """Claim up to the free slots; True when a queue filled them all (it may hold more). A claim
@@ -354,8 +317,8 @@ class Pool(Service):
         return False
 
     def _capacity(self) -> int:
-        """Claimed jobs the pool holds at most: its concurrency, plus a batch per batch kind."""
-        return self.concurrency + self._batches.room
+        """Claimed jobs the pool holds at most: its concurrency, its prefetch, a batch per batch kind."""
+        return self.concurrency + self.config.prefetch + self._batches.room
 
     def _handoff_ms(self) -> int:
         """How long a short claim registers this pool for hand-offs: the wait that follows, plus a margin
@@ -407,23 +370,23 @@ class Pool(Service):
         return self._processes
 
     async def _execute(self, run: Running) -> None:
-        job, label = run.job, None
+        job, label, slot = run.job, None, False
         try:
-            if self._batches.room:  # more jobs claimed than slots: wait for one
-                await self._batches.take_slot()
+            if self._capacity() > self.concurrency:  # more jobs held than run at once: wait for a slot
+                slot = await self._slots.take(max(job.lease_ms, 1_000) / 2000)
+                if not slot:
+                    await hand_back_unstarted(self.engine, run)
+                    return
+                if self._stopping:  # a slot came as the stop began: held for its release, unrun
+                    return
             run.started = True
             graph = job.envelope.graph
             inputs = await self.engine.graphs.inputs(graph["id"], graph["node"]) if graph else None
             outcome = await run_handler(self.registry, job, self._executor, inputs, self.context)
-            if not run.abandoned:
-                run.writing = True
-                unknown = (self.config.unknown_kind_retry_ms, self.config.unknown_kind_dead_after_ms)
-                await write_back(
-                    self.engine, self.registry, job, outcome, self._completions.complete, unknown
-                )
-                if reports(job):
-                    await report(self.engine, job)
-                label = outcome.label
+            if slot:  # the next job starts while this one's outcome is on its way
+                slot = False
+                self._slots.give()
+            label = await self._write_outcome(run, outcome)
         except asyncio.CancelledError:
             pass
         except StaleLease:  # the lease expired and the job was handed out again: that attempt owns it now
@@ -432,9 +395,22 @@ class Pool(Service):
         except Exception as exc:
             log.error("writing a job's outcome failed", job_id=job.id, error=repr(exc))
         finally:
-            if run.started and self._batches.room:
-                self._batches.give_slot()
-            self._done(run, label)
+            if slot:
+                self._slots.give()
+            if run.started or run.abandoned or not self._stopping:
+                self._done(run, label)
+            # else: a prefetched job the stop caught waiting: still ours, released unrun (release_rest)
+
+    async def _write_outcome(self, run: Running, outcome: Outcome) -> str | None:
+        """Write a finished handler's outcome (not for a job abandoned meanwhile): its metric label."""
+        if run.abandoned:
+            return None
+        run.writing = True
+        unknown = (self.config.unknown_kind_retry_ms, self.config.unknown_kind_dead_after_ms)
+        await write_back(self.engine, self.registry, run.job, outcome, self._completions.complete, unknown)
+        if reports(run.job):
+            await report(self.engine, run.job)
+        return outcome.label
 
     def _done(self, run: Running, label: str | None) -> None:
         """A job left the pool; ``label``: its outcome's, when one was written (and acknowledged)."""

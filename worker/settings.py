@@ -57,6 +57,10 @@ class WorkerSettings(BaseSettings):
     """Queues this pool serves, in claim order (comma-separated)."""
     concurrency: int = Field(10, ge=1)
     """Jobs run at once by this pool."""
+    prefetch: int = Field(0, ge=0)
+    """Jobs claimed beyond the concurrency, each started the moment a handler's slot frees (no round trip
+    between one job's end and the next one's start); leased like running jobs, handed back (attempt
+    refunded) when no slot freed within half its lease."""
     processes: int = Field(0, ge=0)
     """Process-pool size for ``mode="process"`` handlers (0: the CPU count)."""
     burst: bool = False

@@ -36,6 +36,14 @@ def worker(
         int | None,
         typer.Option(min=1, help="Jobs run at once by this pool (default JOBQ_WORKER_CONCURRENCY, 10)."),
     ] = None,
+    prefetch: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Jobs claimed beyond --concurrency, started the moment a slot frees; one that waits half "
+            "its lease is handed back (default JOBQ_WORKER_PREFETCH, 0).",
+        ),
+    ] = None,
     processes: Annotated[
         int | None,
         typer.Option(
@@ -110,6 +118,7 @@ def worker(
         "app": app,
         "queues": queues,
         "concurrency": concurrency,
+        "prefetch": prefetch,
         "processes": processes,
         "burst": burst,
         "lease_ms": lease_ms,

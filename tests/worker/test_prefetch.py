@@ -1,0 +1,120 @@
+"""Prefetch: a pool holds jobs beyond its concurrency and starts each the moment a slot frees — before the
+finished job's round reached Redis; held jobs go back unrun (attempt refunded) at a stop, or when no slot
+freed within half their lease."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from jqcore.envelope import new_envelope
+from jqcore.events import parse
+from jqcore.state import Engine
+from tests.conftest import Eventually
+from worker.pool import Pool, PoolConfig
+from worker.registry import Registry, current_job
+
+pytestmark = pytest.mark.usefixtures("scheduler")
+
+
+async def _enqueue(engine: Engine, queue: str, kind: str, n: int) -> list[str]:
+    envs = [new_envelope(queue, kind, None) for _ in range(n)]
+    await engine.enqueue_batch(envs)
+    return [e.id for e in envs]
+
+
+class _HeldRounds:
+    """Holds a pool's complete-and-claim rounds at the door to Redis until ``gate`` opens."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.real, self.gate, self.arrived = engine.settle_claim, asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, *args: Any, **kw: Any) -> Any:
+        self.arrived.set()
+        await self.gate.wait()
+        return await self.real(*args, **kw)
+
+
+async def test_a_held_job_starts_while_the_finished_ones_round_is_on_its_way(
+    engine: Engine, prefix: str
+) -> None:
+    q, reg, started = f"{prefix}.p", Registry(), asyncio.Queue[str]()
+
+    @reg.job("quick", queue=q)
+    async def quick() -> None:
+        started.put_nowait(current_job().id)
+
+    ids = await _enqueue(engine, q, "quick", 3)
+    held = _HeldRounds(engine)
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=2))
+    pool.engine = copy.copy(engine)
+    pool.engine.settle_claim = held  # type: ignore[method-assign]
+    pool._completions.engine = pool.engine
+    async with pool:
+        first = await asyncio.wait_for(started.get(), 30)
+        await asyncio.wait_for(held.arrived.wait(), 30)  # the first job's round waits at Redis's door ...
+        second = await asyncio.wait_for(started.get(), 30)  # ... and the next job has started meanwhile
+        third = await asyncio.wait_for(started.get(), 30)
+        assert sorted([first, second, third]) == sorted(ids)
+        assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["running"] * 3, (
+            "no round got through"
+        )
+        held.gate.set()
+    assert sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j) == [("completed", 1)] * 3
+
+
+async def test_a_stop_releases_held_jobs_unrun_with_their_attempts_refunded(
+    engine: Engine, prefix: str
+) -> None:
+    q, reg, running, go = f"{prefix}.p", Registry(), asyncio.Event(), asyncio.Event()
+    ran: list[str] = []
+
+    @reg.job("slow", queue=q)
+    async def slow() -> None:
+        ran.append(current_job().id)
+        running.set()
+        await go.wait()
+
+    ids = await _enqueue(engine, q, "slow", 4)
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=3, grace_s=30))
+    await pool.start()
+    await asyncio.wait_for(running.wait(), 30)
+    assert len(pool.in_flight) == 4, "one running, three held"
+    stopping = asyncio.create_task(pool.stop())
+    await asyncio.sleep(0)  # the stop began: the held jobs are let go, the running one finishes
+    go.set()
+    await asyncio.wait_for(stopping, 30)
+    assert len(ran) == 1, "a held job never starts once the pool stops"
+    states = sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j)
+    assert states == [("completed", 1)] + [("pending", 0)] * 3
+
+
+async def test_a_held_job_without_a_slot_within_half_its_lease_goes_back(
+    engine: Engine, prefix: str, eventually: Eventually
+) -> None:
+    q, reg, go = f"{prefix}.p", Registry(), asyncio.Event()
+
+    @reg.job("slow", queue=q)
+    async def slow() -> None:
+        if current_job().id == blocker:
+            await go.wait()
+
+    [blocker] = await _enqueue(engine, q, "slow", 1)
+    [waiting] = await _enqueue(engine, q, "slow", 1)
+
+    async def tos() -> list[str]:
+        return [parse(e.value).to for e in await engine.events(q, 10_000) if e.job_id == waiting]
+
+    async with Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=1, lease_ms=1_000)):
+        # held 0.5 s (half its 1 s lease) without a slot: released, unrun; held again, released again ...
+        await eventually(tos, lambda seen: seen[:3] == ["pending", "running", "pending"], 30)
+        go.set()
+        await eventually(
+            lambda: engine.get_job(q, waiting), lambda j: j is not None and j.state == "completed"
+        )
+    got = await engine.get_job(q, waiting)
+    assert got is not None
+    assert got.attempt == 1, "every hand-back refunded its attempt"
