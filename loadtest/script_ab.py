@@ -7,10 +7,10 @@ on the same server, the same data sizes, the same moments (separate runs on this
 its own loader (``jqcore.state.scripts.source``, run with it on ``PYTHONPATH``) and called through this
 checkout's engine, so the two must take the same ``KEYS`` and ``ARGV`` (true when only Lua changed).
 
-Per tree, per repetition, on a fresh queue: 20,000 no-op jobs stored in calls of 2,000 (``enqueue_batch``),
-then run in pool rounds of 50 (``settle_claim``: the last round's completions and the next claims in one
-call); events off (``events_cap`` 0) and on. The figure is Redis's time in the script calls
-(``INFO commandstats``, ``evalsha``), µs per job.
+Per tree, per run (6 a sample, the trees' order alternating), on a fresh queue: 20,000 no-op jobs stored
+in calls of 2,000 (``enqueue_batch``), then run in pool rounds of 50 (``settle_claim``: the last round's
+completions and the next claims in one call); events off (``events_cap`` 0) and on. The figure is Redis's
+time in the script calls (``INFO commandstats``, ``evalsha``), µs per job.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from loadtest.stacks import redis_rounds
 
 __all__ = ["run"]
 
-JOBS, CALL, ROUND, REPS = 20_000, 2_000, 50, 6
+CALL, ROUND = 2_000, 50
 
 
 def baseline_sources(root: Path) -> dict[str, str]:
@@ -62,13 +62,15 @@ async def _script_usec(client: aioredis.Redis) -> float:
     return float(stats.get("cmdstat_evalsha", {}).get("usec", 0))
 
 
-async def _phases(engine: Engine, client: aioredis.Redis, queue: str, events: bool) -> tuple[float, float]:
-    """(enqueue, rounds) script µs per job on a fresh ``queue``."""
+async def _phases(
+    engine: Engine, client: aioredis.Redis, queue: str, events: bool, jobs: int
+) -> tuple[float, float]:
+    """(enqueue, rounds) script µs per job on a fresh ``queue`` of ``jobs`` jobs."""
     await engine.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
     t, start = now_ms(), await _script_usec(client)
-    for i in range(0, JOBS, CALL):
-        jobs = range(i, min(JOBS, i + CALL))
-        await engine.enqueue_batch([new_envelope(queue, "noop", None, id=f"a{j}", at_ms=t) for j in jobs])
+    for i in range(0, jobs, CALL):
+        ids = range(i, min(jobs, i + CALL))
+        await engine.enqueue_batch([new_envelope(queue, "noop", None, id=f"a{j}", at_ms=t) for j in ids])
     enqueue, start = await _script_usec(client) - start, await _script_usec(client)
     done = 0
     _, claimed = await engine.settle_claim(queue, [], ROUND, lease_ms=60_000, worker="ab")
@@ -76,14 +78,14 @@ async def _phases(engine: Engine, client: aioredis.Redis, queue: str, events: bo
         items = [Settle((c.envelope.id, c.attempt, c.token)) for c in claimed]
         _, claimed = await engine.settle_claim(queue, items, ROUND, lease_ms=60_000, worker="ab")
         done += len(items)
-    if done != JOBS:
-        raise RuntimeError(f"rounds finished {done} of {JOBS} jobs")
+    if done != jobs:
+        raise RuntimeError(f"rounds finished {done} of {jobs} jobs")
     rounds = await _script_usec(client) - start
     await client.delete(*[k async for k in client.scan_iter(match=f"{QueueKeys(queue).prefix}*")])
-    return enqueue / JOBS, rounds / JOBS
+    return enqueue / jobs, rounds / jobs
 
 
-def _ab(url: str, baseline: dict[str, str]) -> dict[str, float]:
+def _ab(url: str, baseline: dict[str, str], jobs: int, reps: int) -> dict[str, float]:
     async def both() -> dict[str, float]:
         client = aioredis.Redis.from_url(url, socket_timeout=120)
         engines = {"this": Engine(client), "baseline": Engine(client)}
@@ -91,15 +93,16 @@ def _ab(url: str, baseline: dict[str, str]) -> dict[str, float]:
             engines["baseline"]._scripts[name] = client.register_script(text)
         sums: dict[str, float] = {}
         try:
-            for rep in range(REPS):
+            for rep in range(reps):
                 order = list(engines) if rep % 2 == 0 else list(reversed(engines))
                 for events in (False, True):
                     for tree in order:
                         on = "on" if events else "off"
-                        enqueue, rounds = await _phases(engines[tree], client, f"ab{tree}{rep}{on}", events)
+                        queue = f"ab{tree}{rep}{on}"
+                        enqueue, rounds = await _phases(engines[tree], client, queue, events, jobs)
                         for phase, value in (("enqueue", enqueue), ("rounds", rounds)):
                             key = f"{phase}, events {on}: {tree}"
-                            sums[key] = sums.get(key, 0.0) + value / REPS
+                            sums[key] = sums.get(key, 0.0) + value / reps
         finally:
             await client.aclose()
         return sums
@@ -107,15 +110,17 @@ def _ab(url: str, baseline: dict[str, str]) -> dict[str, float]:
     return asyncio.run(both())
 
 
-def run(baseline_root: Path) -> Report:
+def run(baseline_root: Path, quick: bool = False) -> Report:
+    """``quick``: tiny sizes, one sample (a smoke run)."""
+    jobs, reps, samples_n = (1_000, 2, 1) if quick else (20_000, 6, 3)
     baseline = baseline_sources(baseline_root)
-    report = Report("script-ab", {"baseline": str(baseline_root), "jobs": JOBS, "reps": REPS})
-    samples = redis_rounds("script-ab", 3, lambda url, _rep: _ab(url, baseline))
+    report = Report("script-ab", {"baseline": str(baseline_root), "jobs": jobs, "reps": reps})
+    samples = redis_rounds("script-ab", samples_n, lambda url, _rep: _ab(url, baseline, jobs, reps))
     for name, values in sorted(samples.items()):
         report.add(name, "µs script/job", values)
     report.notes.append(
-        f"{JOBS:,} no-op jobs a run, enqueued in calls of {CALL:,}, run in rounds of {ROUND}; {REPS} runs a "
-        "sample, the trees interleaved on one Redis; 3 samples, each on a Redis of its own"
+        f"{jobs:,} no-op jobs a run, enqueued in calls of {CALL:,}, run in rounds of {ROUND}; {reps} runs a "
+        f"sample, the trees interleaved on one Redis; {samples_n} samples, each on a Redis of its own"
     )
     return report
 

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from jqstack.manager import Endpoints
-from loadtest import drain_bench, e2e_bench, engine_bench, gate_bench, relay_bench, scheduler_bench
+from loadtest import (
+    drain_bench,
+    e2e_bench,
+    engine_bench,
+    events_bench,
+    gate_bench,
+    relay_bench,
+    scheduler_bench,
+    script_ab,
+)
 
 
 def test_drain_scenario_runs_and_saves_a_report() -> None:
@@ -37,6 +47,26 @@ def test_engine_scenario_runs_and_saves_a_report() -> None:
     figures = {f.name: f for f in report.figures}
     assert figures["enqueue_batch"].median > 0
     assert figures["lateness min"].median >= 0, "a delayed job was claimed before its time"
+
+
+def test_events_scenario_writes_one_stream_entry_per_script_call() -> None:
+    report = events_bench.run(quick=True)
+    figures = {f.name: f.median for f in report.figures}
+    # 4,000 jobs: 2 enqueue calls and 81 rounds of 50 — one entry each, not one per event (12,000)
+    assert figures["stream entries per 1k jobs"] < 25, figures
+    assert all(v > 0 for k, v in figures.items() if k.startswith(("ship", "rounds, events on"))), figures
+
+
+def test_script_ab_compares_two_trees_on_one_redis() -> None:
+    report = script_ab.run(Path(__file__).parents[2], quick=True)  # this checkout against itself
+    names = {f.name for f in report.figures}
+    assert {
+        f"{p}, events {e}: {t}"
+        for p in ("enqueue", "rounds")
+        for e in ("on", "off")
+        for t in ("this", "baseline")
+    } == names
+    assert all(f.median > 0 for f in report.figures)
 
 
 def test_gate_relay_and_e2e_scenarios_run_on_the_session_stack(endpoints: Endpoints) -> None:
