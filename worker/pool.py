@@ -181,6 +181,8 @@ class Pool(Service):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._completions.idle.wait(), COMPLETIONS_WAIT_S)
         await release_rest(self.engine, list(self.in_flight.values()))
+        for run in [r for r in self.in_flight.values() if r.task is not None]:  # released unrun: gone
+            self._done(run, None)
         if self._hooks_started and not self._hard:
             await run_shutdown(self.registry.shutdown_hooks, self.context)
         await self._shutdown_helpers()
@@ -413,8 +415,10 @@ class Pool(Service):
         return outcome.label
 
     def _done(self, run: Running, label: str | None) -> None:
-        """A job left the pool; ``label``: its outcome's, when one was written (and acknowledged)."""
-        self.in_flight.pop(run.job.id, None)
+        """A job left the pool; ``label``: its outcome's, when one was written (and acknowledged). Once."""
+        if self.in_flight.get(run.job.id) is not run:
+            return
+        del self.in_flight[run.job.id]
         self._slot_freed.set()
         metrics.child(metrics.JOBS_IN_FLIGHT, run.job.queue).dec()
         if label is not None and self.signals.finished.enabled:  # nothing built unless a test listens

@@ -118,3 +118,28 @@ async def test_a_held_job_without_a_slot_within_half_its_lease_goes_back(
     got = await engine.get_job(q, waiting)
     assert got is not None
     assert got.attempt == 1, "every hand-back refunded its attempt"
+
+
+async def test_held_jobs_of_a_crashed_pool_come_back_by_lease(engine: Engine, prefix: str) -> None:
+    """A hard stop (as SIGKILL) writes nothing back: the held jobs' leases expire and another pool runs
+    them (attempt 2: the crashed claim spent one, as for any claim lost with its pool)."""
+    q, reg, running = f"{prefix}.p", Registry(), asyncio.Event()
+    ran: list[tuple[str, int]] = []
+
+    @reg.job("step", queue=q)
+    async def step() -> None:
+        ran.append((current_job().id, current_job().attempt))
+        running.set()
+        if current_job().attempt == 1:
+            await asyncio.Event().wait()  # the first pool's job never ends: the crash takes it
+
+    ids = await _enqueue(engine, q, "step", 3)
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=2, lease_ms=1_000))
+    await pool.start()
+    await asyncio.wait_for(running.wait(), 30)
+    await pool.hard_stop()
+    assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["running"] * 3, "all claimed by the pool"
+    async with Pool(reg, engine, PoolConfig([q], burst=True, concurrency=3)) as second:
+        await asyncio.wait_for(second.drained.wait(), 60)
+    assert sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j) == [("completed", 2)] * 3
+    assert len([a for _, a in ran if a == 1]) == 1, "the held jobs never ran in the crashed pool"
