@@ -30,7 +30,7 @@ from jqcore.state.keys import QueueKeys
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 
-__all__ = ["run"]
+__all__ = ["run", "run_in_rounds", "store"]
 
 CALL = 2_000
 """Jobs per enqueue call (the relay's batch)."""
@@ -71,6 +71,27 @@ class _Timer:
         }
 
 
+async def store(engine: Engine, queue: str, n: int) -> None:
+    """``n`` no-op jobs into ``queue``, in calls of :data:`CALL` (the relay's batches)."""
+    t = now_ms()
+    for i in range(0, n, CALL):
+        ids = range(i, min(n, i + CALL))
+        await engine.enqueue_batch([new_envelope(queue, "noop", None, id=f"e{j}", at_ms=t) for j in ids])
+
+
+async def run_in_rounds(engine: Engine, queue: str, n: int) -> None:
+    """Run ``queue``'s ``n`` jobs as a pool's rounds do: one ``settle_claim`` call completing the last
+    round's :data:`ROUND` jobs and claiming as many more."""
+    done = 0
+    _, claimed = await engine.settle_claim(queue, [], ROUND, lease_ms=60_000, worker="bench")
+    while claimed:
+        items = [Settle((c.envelope.id, c.attempt, c.token)) for c in claimed]
+        _, claimed = await engine.settle_claim(queue, items, ROUND, lease_ms=60_000, worker="bench")
+        done += len(items)
+    if done != n:
+        raise RuntimeError(f"rounds finished {done} of {n} jobs")
+
+
 async def _one(url: str, queue: str, n: int, events: bool) -> dict[str, float]:
     client = aioredis.Redis.from_url(url, socket_timeout=120)
     engine = Engine(client)
@@ -78,23 +99,11 @@ async def _one(url: str, queue: str, n: int, events: bool) -> dict[str, float]:
     out: dict[str, float] = {}
     try:
         await engine.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
-        t = now_ms()
         async with _Timer(client) as timer:
-            for i in range(0, n, CALL):
-                jobs = range(i, min(n, i + CALL))
-                await engine.enqueue_batch(
-                    [new_envelope(queue, "noop", None, id=f"e{j}", at_ms=t) for j in jobs]
-                )
+            await store(engine, queue, n)
         out |= timer.figures(f"enqueue, events {tag}", n)
-        done = 0
         async with _Timer(client) as timer:
-            _, claimed = await engine.settle_claim(queue, [], ROUND, lease_ms=60_000, worker="bench")
-            while claimed:
-                items = [Settle((c.envelope.id, c.attempt, c.token)) for c in claimed]
-                _, claimed = await engine.settle_claim(queue, items, ROUND, lease_ms=60_000, worker="bench")
-                done += len(items)
-        if done != n:
-            raise RuntimeError(f"rounds finished {done} of {n} jobs")
+            await run_in_rounds(engine, queue, n)
         out |= timer.figures(f"rounds, events {tag}", n)
         if not events:
             return out

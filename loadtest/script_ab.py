@@ -24,17 +24,14 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from jqcore.clock import now_ms
-from jqcore.envelope import new_envelope
-from jqcore.state import Engine, QueueConfig, Settle
+from jqcore.state import Engine, QueueConfig
 from jqcore.state.keys import QueueKeys
 from jqcore.state.scripts import SCRIPT_NAMES
+from loadtest.events_bench import CALL, ROUND, run_in_rounds, store
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 
 __all__ = ["run"]
-
-CALL, ROUND = 2_000, 50
 
 
 def baseline_sources(root: Path) -> dict[str, str]:
@@ -67,19 +64,10 @@ async def _phases(
 ) -> tuple[float, float]:
     """(enqueue, rounds) script µs per job on a fresh ``queue`` of ``jobs`` jobs."""
     await engine.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
-    t, start = now_ms(), await _script_usec(client)
-    for i in range(0, jobs, CALL):
-        ids = range(i, min(jobs, i + CALL))
-        await engine.enqueue_batch([new_envelope(queue, "noop", None, id=f"a{j}", at_ms=t) for j in ids])
+    start = await _script_usec(client)
+    await store(engine, queue, jobs)
     enqueue, start = await _script_usec(client) - start, await _script_usec(client)
-    done = 0
-    _, claimed = await engine.settle_claim(queue, [], ROUND, lease_ms=60_000, worker="ab")
-    while claimed:
-        items = [Settle((c.envelope.id, c.attempt, c.token)) for c in claimed]
-        _, claimed = await engine.settle_claim(queue, items, ROUND, lease_ms=60_000, worker="ab")
-        done += len(items)
-    if done != jobs:
-        raise RuntimeError(f"rounds finished {done} of {jobs} jobs")
+    await run_in_rounds(engine, queue, jobs)
     rounds = await _script_usec(client) - start
     await client.delete(*[k async for k in client.scan_iter(match=f"{QueueKeys(queue).prefix}*")])
     return enqueue / jobs, rounds / jobs

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import threading
 from typing import Any
 
@@ -15,6 +14,7 @@ from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
 from jqcore.state import Engine, JobInfo, QueueConfig
 from jqcore.testsignal import enable_all
+from tests.worker.held import HeldRounds, hold_rounds
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
 
@@ -260,21 +260,9 @@ async def test_a_busy_pools_completions_carry_its_next_claims(engine: Engine, pr
     assert claims < rounds, f"{claims} claim calls beside {rounds} rounds: the rounds did not claim"
 
 
-class _HeldRounds:
-    """Holds a pool's complete-and-claim rounds at the door to Redis until ``gate`` opens."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.real, self.gate, self.arrived = engine.settle_claim, asyncio.Event(), asyncio.Event()
-
-    async def __call__(self, *args: Any, **kw: Any) -> Any:
-        self.arrived.set()
-        await self.gate.wait()
-        return await self.real(*args, **kw)
-
-
 async def _held_pool(
     engine: Engine, q: str, ran: list[str], ids: list[str], **config: Any
-) -> tuple[Pool, _HeldRounds]:
+) -> tuple[Pool, HeldRounds]:
     """A pool of concurrency 1 on three enqueued jobs (``ids``), its first round held on its way to Redis."""
     reg = Registry()
 
@@ -283,11 +271,8 @@ async def _held_pool(
         ran.append(current_job().id)
 
     ids += [await enqueue(engine, q, "quick") for _ in range(3)]
-    held = _HeldRounds(engine)
     pool = Pool(reg, engine, PoolConfig([q], concurrency=1, **config))
-    pool.engine = copy.copy(engine)
-    pool.engine.settle_claim = held  # type: ignore[method-assign]
-    pool._completions.engine = pool.engine
+    held = hold_rounds(pool)
     await pool.start()
     await asyncio.wait_for(held.arrived.wait(), 30)
     return pool, held

@@ -5,8 +5,6 @@ freed within half their lease."""
 from __future__ import annotations
 
 import asyncio
-import copy
-from typing import Any
 
 import pytest
 
@@ -14,6 +12,7 @@ from jqcore.envelope import new_envelope
 from jqcore.events import parse
 from jqcore.state import Engine
 from tests.conftest import Eventually
+from tests.worker.held import hold_rounds
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -26,18 +25,6 @@ async def _enqueue(engine: Engine, queue: str, kind: str, n: int) -> list[str]:
     return [e.id for e in envs]
 
 
-class _HeldRounds:
-    """Holds a pool's complete-and-claim rounds at the door to Redis until ``gate`` opens."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.real, self.gate, self.arrived = engine.settle_claim, asyncio.Event(), asyncio.Event()
-
-    async def __call__(self, *args: Any, **kw: Any) -> Any:
-        self.arrived.set()
-        await self.gate.wait()
-        return await self.real(*args, **kw)
-
-
 async def test_a_held_job_starts_while_the_finished_ones_round_is_on_its_way(
     engine: Engine, prefix: str
 ) -> None:
@@ -48,11 +35,8 @@ async def test_a_held_job_starts_while_the_finished_ones_round_is_on_its_way(
         started.put_nowait(current_job().id)
 
     ids = await _enqueue(engine, q, "quick", 3)
-    held = _HeldRounds(engine)
     pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=2))
-    pool.engine = copy.copy(engine)
-    pool.engine.settle_claim = held  # type: ignore[method-assign]
-    pool._completions.engine = pool.engine
+    held = hold_rounds(pool)
     async with pool:
         first = await asyncio.wait_for(started.get(), 30)
         await asyncio.wait_for(held.arrived.wait(), 30)  # the first job's round waits at Redis's door ...
