@@ -36,6 +36,7 @@ from jqcore.state.graphs import REPLICA_WAIT_MS, Graphs
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
 from jqcore.state.queries import Queries
 from jqcore.state.switches import SwitchBoard
+from jqcore.state.switchrules import queue_list
 from jqcore.state.tails import Tails
 from jqcore.state.transitions import WorkerTransitions
 
@@ -91,9 +92,11 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
             else:
                 by_queue[env.queue].append(env)
         created: list[str] = []
+        switches = await self.switches() if by_queue else []  # a queue this call creates starts held
         for queue, batch in by_queue.items():
             rows = _job_rows(batch, origins or {}, parents or {})
-            reply = await self._run("enqueue_batch", queue, [source, fence, len(batch), rows], now_ms)
+            listed = queue_list(queue, switches)
+            reply = await self._run("enqueue_batch", queue, [source, fence, len(batch), rows, listed], now_ms)
             new, stored = replies.enqueue(batch, reply, source, fence)
             if new:
                 created.append(queue)

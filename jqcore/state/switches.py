@@ -4,7 +4,8 @@ The switches are kept in one hash (:data:`~jqcore.state.keys.SWITCHES_KEY`: name
 queue's configuration carries the list that applies to it (field ``switches``), which its claim script
 reads: setting or lifting a switch rewrites that list in every known queue before it returns, so no claim
 that starts after the call answered hands out a matching job — hand-offs to waiting pools included. A
-queue registered later gets the list when it registers (:meth:`EngineCore._register`).
+queue born later (or again, after Redis lost it) gets the list from the call that creates it — the engine
+reads the switches before each ``enqueue_batch`` — and again when it registers (:meth:`EngineCore._register`).
 """
 
 from __future__ import annotations

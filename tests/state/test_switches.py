@@ -102,6 +102,25 @@ async def test_a_switch_reaches_queues_created_after_it_and_waiting_pools(
     assert seed.id == "seed"
 
 
+async def test_a_switch_set_before_its_queue_existed_holds_the_first_batch(
+    engine: Engine, prefix: str, job: Job, t0: int, lift_after: list[str]
+) -> None:
+    """A queue born (or born again after Redis lost it) under a switch: its first batch is held already —
+    the batch that creates it hands nothing matching to a pool waiting for it."""
+    q = f"{prefix}.born"
+    assert await engine.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
+    await _set(engine, lift_after, Switch(f"{prefix}-born", queue=q, meta={"sw": "1"}))
+    result = await engine.enqueue_batch(
+        [job(q, "k", id="held", meta={"sw": "1"}), job(q, "k", id="free")], now_ms=t0
+    )
+    assert result.created_queues == [q], "this batch created the queue"
+    handed = await engine.wait_for_handoff(q, "pool", 1.0)
+    assert [j.id for j in handed or []] == ["free"]
+    info = await engine.get_job(q, "held")
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
+
+
 def test_a_switch_refuses_what_it_cannot_match() -> None:
     with pytest.raises(Exception, match="name"):
         Switch("has space")

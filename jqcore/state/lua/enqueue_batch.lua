@@ -46,6 +46,8 @@
 --       (One string for the batch instead of 14 arguments a job: Redis builds two objects, not 28,000,
 --       for a 2,000-job batch; cmsgpack is built into Redis's Lua.) A kind's options are read once per
 --       call and the stats counted once per call.
+--       [6] the kill switches that apply to the queue (its config 'switches' list, '' none): set only when
+--       this call creates the queue, before any of its jobs is made ready or handed off.
 -- A job whose priority is its enqueued_at (the default: none given) takes its kind's default priority
 -- when the kind has one (kinds <kind>|prio).
 -- A job without run_at ('') in a queue with config default_delay_ms > 0 gets run_at = accepted_at +
@@ -62,7 +64,13 @@ if source ~= '' then
   if fence > newest then redis.call('HSET', FENCES, source, fence) end
 end
 local created = 0
-if redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then created = 1 end
+if redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
+  created = 1
+  -- the kill switches in force (the engine read them before the call) hold this first batch already: a
+  -- switch set before the queue existed (or before Redis lost it) reached no queue list, and the engine
+  -- registers the queue only after this call (a list a switch change wrote meanwhile is kept)
+  if (ARGV[6] or '') ~= '' then redis.call('HSETNX', CONFIG, 'switches', ARGV[6]) end
+end
 local exclusive = cfg('mode', 'simple') == 'exclusive'
 local excl_key = cfg('excl_key', '')
 local filter_keys = {}
