@@ -16,7 +16,7 @@ from jqcore.state import codes
 from jqcore.state.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY, KeyName, QueueKeys
 from jqcore.state.replication import ReplicaWait, note_write
 from jqcore.state.scripts import SCRIPTS, source
-from jqcore.state.switchrules import queue_list, switch_from_json
+from jqcore.state.switchrules import Switch, queue_list, switch_from_json
 
 __all__ = ["EngineCore", "Triple"]
 
@@ -75,6 +75,19 @@ class EngineCore:
         finally:
             metrics.child(metrics.SCRIPT_CALLS, name, outcome).inc()
             metrics.child(metrics.SCRIPT_TIME, name).observe(time.perf_counter() - started)
+
+    async def _announce(self, queues: Sequence[str]) -> list[Switch]:
+        """Before writing jobs to ``queues``: list them in the queue list, then read the kill switches in
+        force (one round trip). The order closes a race with :meth:`set_switch`, which writes the switch
+        first and then rewrites every listed queue: either the switch is read here (and a queue the write
+        creates starts with it), or the queue was listed when the switch went looking for it."""
+        async with codes.redis_errors("register"):
+            note_write(QUEUES_KEY)
+            pipe = self._client.pipeline(transaction=False)
+            pipe.sadd(QUEUES_KEY, *queues)
+            pipe.hgetall(SWITCHES_KEY)
+            _, raw = await pipe.execute()
+        return [switch_from_json(v) for v in raw.values()]
 
     async def _register(self, queues: Iterable[str], again: Iterable[str] = ()) -> None:
         """Add queues to the queue list once per engine; ``again``: queues whose configuration the write

@@ -92,7 +92,7 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchB
             else:
                 by_queue[env.queue].append(env)
         created: list[str] = []
-        switches = await self.switches() if by_queue else []  # a queue this call creates starts held
+        switches = await self._announce(list(by_queue)) if by_queue else []
         for queue, batch in by_queue.items():
             rows = _job_rows(batch, origins or {}, parents or {})
             listed = queue_list(queue, switches)
