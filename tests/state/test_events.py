@@ -183,11 +183,15 @@ async def test_a_call_that_fails_midway_still_writes_its_events(
     """Redis keeps a script's writes up to an error: the frame writes the events of the transitions done."""
     await engine.enqueue_batch([job(q, id="a"), job(q, id="b")], now_ms=t0)
     await engine.trim_events(q, await engine.events(q))
-    redis = engine._client
-    await redis.delete(QueueKeys(q).job("b"))
-    await redis.set(QueueKeys(q).job("b"), "not a hash")  # the claim of b fails on its record
-    with pytest.raises(Exception, match="WRONGTYPE"):
-        await engine.claim(q, 2, now_ms=t0 + 1)
+    redis, b = engine._client, QueueKeys(q).job("b")
+    await redis.delete(b)
+    await redis.set(b, "not a hash")  # the claim of b fails on its record
+    try:
+        with pytest.raises(Exception, match="WRONGTYPE"):
+            await engine.claim(q, 2, now_ms=t0 + 1)
+    finally:  # the session's Redis is shared: a broken record would fail whoever reads every queue
+        await redis.delete(b)
+        await redis.zrem(QueueKeys(q).ready, "b")
     [claimed] = [parse(e.value) for e in await engine.events(q)]
     assert (claimed.id, claimed.to) == ("a", "running")
     info = await engine.get_job(q, "a")

@@ -15,8 +15,8 @@
 -- miss jobs it simply did not reach.
 -- Stats: claimed (jobs), wait_ms (their summed start latency: now - max(enqueued_at, run_at)).
 -- Hand-off registration: a claim naming a waiter id (unique per worker pool) with wait_ms > 0 that comes
--- back short (no filter) registers it in 'waiters' with its free slots until now + wait_ms; any other
--- claim naming it deregisters it. A registered pool blocks on its inbox and the wake list
+-- back short (no filter) registers it in 'waiters' with its free slots until now + wait_ms — unless its
+-- inbox still holds jobs handed to it (they fill those slots); any other claim naming it deregisters it. A registered pool blocks on its inbox and the wake list
 -- (jqcore/state/waiting.py); enqueue_batch and promote_due claim jobs for it (hand_off in _lib.lua).
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
@@ -37,7 +37,7 @@
 -- KEYS[17] sched    LIST wake token for the scheduler
 -- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
 -- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
--- derived: job:<id>, idx:<key>=<value>, fcur:<filter>, xq:<excl>, parked:<kind>, switched:<name>, fair:<value>, fairtat:<value>
+-- derived: job:<id>, idx:<key>=<value>, fcur:<filter>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key; sorted, one cursor per filter)  [6] worker identity
 --       [7] wait_ms: register for hand-offs this long when the claim comes back short (0 = do not)
@@ -115,7 +115,9 @@ end
 if claimed < n and #pairs_wanted == 0 and redis.call('ZCARD', READY) > 0 then freed = freed + 1 end
 wake(freed)
 if waiter ~= '' then
-  if wait_ms > 0 and claimed < n and #pairs_wanted == 0 then
+  -- jobs handed to this pool that it has not popped yet fill slots the claim counted free: no registration
+  -- then (the pool pops them and claims again), or a later hand-off would bring more than fit
+  if wait_ms > 0 and claimed < n and #pairs_wanted == 0 and redis.call('EXISTS', k('inbox:' .. waiter)) == 0 then
     redis.call('HSET', WAITERS, waiter,
       (n - claimed) .. '|' .. lease_arg .. '|' .. (NOW + wait_ms) .. '|' .. token_prefix .. ':h|' .. worker)
   else
