@@ -8,23 +8,37 @@ import asyncio
 from worker.slots import HandlerSlots
 
 
+def asking(slots: HandlerSlots) -> tuple[asyncio.Task[bool], asyncio.Event]:
+    """A task taking a slot, and an event set the moment it asks (``take`` queues it in the same step)."""
+    asked = asyncio.Event()
+
+    async def take() -> bool:
+        asked.set()
+        return await slots.take(30)
+
+    return asyncio.create_task(take()), asked
+
+
 async def test_slots_go_to_waiters_first_come_first_served() -> None:
     slots = HandlerSlots(lambda: 1)
     assert slots.try_take()
-    order: list[str] = []
+    order: asyncio.Queue[str] = asyncio.Queue()
 
-    async def wait(name: str) -> None:
+    async def wait(name: str, asked: asyncio.Event) -> None:
+        asked.set()
         assert await slots.take(30)
-        order.append(name)
+        order.put_nowait(name)
 
-    waiters = [asyncio.create_task(wait(n)) for n in "abc"]
-    await asyncio.sleep(0)
+    events = {n: asyncio.Event() for n in "abc"}
+    waiters = [asyncio.create_task(wait(n, e)) for n, e in events.items()]
+    await events["c"].wait()  # all three asked, in order
     assert not slots.try_take(), "taken, and others wait first"
+    got = []
     for _ in "abc":
         slots.give()
-        await asyncio.sleep(0)
+        got.append(await asyncio.wait_for(order.get(), 5))
     await asyncio.gather(*waiters)
-    assert order == ["a", "b", "c"]
+    assert got == ["a", "b", "c"]
     assert slots.taken == 1
 
 
@@ -40,9 +54,9 @@ async def test_a_waiter_gives_up_after_its_timeout_taking_nothing() -> None:
 async def test_a_slot_handed_to_a_cancelled_waiter_is_passed_on() -> None:
     slots = HandlerSlots(lambda: 1)
     assert slots.try_take()
-    first = asyncio.create_task(slots.take(30))
-    second = asyncio.create_task(slots.take(30))
-    await asyncio.sleep(0)
+    first, _ = asking(slots)
+    second, asked = asking(slots)
+    await asked.wait()
     slots.give()  # handed to the first ...
     first.cancel()  # ... which is cancelled before it resumes
     assert await second is True
@@ -54,8 +68,8 @@ async def test_a_raised_limit_hands_the_new_slots_at_once() -> None:
     limit = 1
     slots = HandlerSlots(lambda: limit)
     assert slots.try_take()
-    waiter = asyncio.create_task(slots.take(30))
-    await asyncio.sleep(0)
+    waiter, asked = asking(slots)
+    await asked.wait()
     limit = 2
     slots.poke()
     assert await waiter is True

@@ -67,10 +67,15 @@ async def test_a_stop_releases_held_jobs_unrun_with_their_attempts_refunded(
     await pool.start()
     await asyncio.wait_for(running.wait(), 30)
     assert len(pool.in_flight) == 4, "one running, three held"
-    stopping = asyncio.create_task(pool.stop())
-    await asyncio.sleep(0)  # the stop began: the held jobs are let go, the running one finishes
-    go.set()
-    await asyncio.wait_for(stopping, 30)
+    cancel_fetcher = pool._cancel_fetcher
+
+    async def let_the_running_job_end_once_stopping() -> None:  # the stop let go of the held jobs first
+        assert pool._stopping
+        go.set()
+        await cancel_fetcher()
+
+    pool._cancel_fetcher = let_the_running_job_end_once_stopping  # type: ignore[method-assign]
+    await asyncio.wait_for(pool.stop(), 30)
     assert len(ran) == 1, "a held job never starts once the pool stops"
     states = sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j)
     assert states == [("completed", 1)] + [("pending", 0)] * 3
