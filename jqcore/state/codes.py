@@ -31,6 +31,7 @@ __all__ = [
     "SwitchNotFound",
     "check",
     "redis_errors",
+    "server_reply",
 ]
 
 
@@ -148,6 +149,19 @@ in ``<topic>.retry``), a replica or a master mid-failover, a dataset loading, a 
 without quorum."""
 
 
+def server_reply(exc: ResponseError) -> str:
+    """The error Redis answered: redis-py puts ``Command # 2 (…) of pipeline caused error: `` (and, for a
+    single Redis, the repr of the error's arguments: ``('MISCONF …',)``) before it when the command was
+    one of a pipeline's."""
+    text = str(exc)
+    if _PIPELINE_ERROR not in text:
+        return text
+    return text.split(_PIPELINE_ERROR, 1)[1].lstrip("(\"' ")
+
+
+_PIPELINE_ERROR = "caused error: "
+
+
 @asynccontextmanager
 async def redis_errors(script: str) -> AsyncIterator[None]:
     """Map Redis failures: OOM → :class:`RedisMemoryFull`; connection trouble, and a server refusing every
@@ -158,9 +172,10 @@ async def redis_errors(script: str) -> AsyncIterator[None]:
     except OutOfMemoryError as exc:
         raise RedisMemoryFull(f"{script}: {exc}") from exc
     except ResponseError as exc:
-        if str(exc).startswith("OOM"):
+        reply = server_reply(exc)
+        if reply.startswith("OOM"):
             raise RedisMemoryFull(f"{script}: {exc}") from exc
-        if str(exc).startswith(SERVER_STATES):
+        if reply.startswith(SERVER_STATES):
             raise BackendUnavailable(f"{script}: Redis refuses writes for now: {exc}") from exc
         raise
     except (RedisConnectionError, RedisTimeoutError) as exc:

@@ -80,13 +80,14 @@ class EngineCore:
         """Before writing jobs to ``queues``: list them in the queue list, then read the kill switches in
         force. The order closes a race with :meth:`set_switch`, which writes the switch first and then
         rewrites every listed queue: either the switch is read here (and a queue the write creates starts
-        with it), or the queue was listed when the switch went looking for it. Two commands, not a
-        pipeline: a pipeline's error text ("Command # 1 ... caused error: MISCONF ...") would hide that
-        Redis only refuses writes for now, and the relay would set the batch aside."""
+        with it), or the queue was listed when the switch went looking for it. One round trip (a
+        pipeline, in order; its errors mapped as any: :func:`codes.server_reply`)."""
         async with codes.redis_errors("register"):
             note_write(QUEUES_KEY)
-            await self._client.sadd(QUEUES_KEY, *queues)
-            raw = await self._client.hgetall(SWITCHES_KEY)
+            pipe = self._client.pipeline(transaction=False)
+            pipe.sadd(QUEUES_KEY, *queues)
+            pipe.hgetall(SWITCHES_KEY)
+            _, raw = await pipe.execute()
         return [switch_from_json(v) for v in raw.values()]
 
     async def _register(self, queues: Iterable[str], again: Iterable[str] = ()) -> None:

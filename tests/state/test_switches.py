@@ -7,8 +7,10 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import Envelope
+from jqcore.errors import BackendUnavailable
 from jqcore.state import Engine, Switch, SwitchNotFound
 from jqcore.state.keys import QueueKeys
 
@@ -130,3 +132,21 @@ def test_a_switch_refuses_what_it_cannot_match() -> None:
         Switch("x", meta={"Bad-Key": "v"})
     with pytest.raises(Exception, match="every job of every queue"):
         Switch("x")
+
+
+async def test_a_redis_refusing_writes_holds_an_enqueue_before_its_switches_are_read(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """The enqueue's first round trip (list the queue, read the switches: a pipeline) meets a Redis that
+    refuses every write for now: an outage to wait out (BackendUnavailable), not a queue refusing the
+    batch — redis-py's pipeline wording around the server's reply must not hide its kind."""
+    client = engine._client
+    if isinstance(client, RedisCluster):
+        pytest.skip("one Redis's setting")
+    await client.config_set("min-replicas-to-write", 5)  # NOREPLICAS for every write
+    try:
+        with pytest.raises(BackendUnavailable, match="NOREPLICAS"):
+            await engine.enqueue_batch([job(q, "k", id="a")], now_ms=t0)
+    finally:
+        await client.config_set("min-replicas-to-write", 0)
+    assert (await engine.enqueue_batch([job(q, "k", id="a")], now_ms=t0)).count("stored") == 1
