@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message
+from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryCallState, retry_base, wait_exponential
 
 from jqcore import metrics
@@ -17,7 +18,7 @@ from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
 from jqcore.kafka import Record
 from jqcore.log import get_logger
 from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
-from jqcore.state import FenceRejected
+from jqcore.state import FenceRejected, refused_by_script
 from jqcore.testsignal import TestSignal
 from jqrelay.backpressure import held
 from jqrelay.limits import LimitSignals
@@ -30,6 +31,7 @@ __all__ = [
     "TermEnded",
     "ends_batch",
     "held_retries",
+    "holds_batch",
     "parse_batch",
     "retriable",
     "set_aside",
@@ -56,6 +58,16 @@ def ends_batch(exc: BaseException) -> bool:
     """Stop the whole batch (retried by the term loop) rather than set one queue's jobs aside: the backend
     may come back (``retriable``), or this relay is no longer the one that may write (fence, term)."""
     return retriable(exc) or isinstance(exc, FenceRejected | TermEnded)
+
+
+def holds_batch(exc: BaseException) -> bool:
+    """Try the write again (with backoff, for as long as it takes) rather than set jobs aside: a retriable
+    error, or an error of Redis that says nothing about the queues' data — an ACL that no longer lets the
+    relay run its scripts, a reply redis-py wraps or names that no mapping knows. Only a script that ran
+    and failed on what it found (:func:`~jqcore.state.refused_by_script`) refuses a queue's jobs, and an
+    error of this process (a bug met by one job's encoding) sets them aside too: holding the partition
+    for them would hold every job behind them for good."""
+    return retriable(exc) or (isinstance(exc, RedisError) and not refused_by_script(exc))
 
 
 @dataclass

@@ -48,6 +48,7 @@ from jqrelay.batch import (
     TermEnded,
     ends_batch,
     held_retries,
+    holds_batch,
     parse_batch,
     retriable,
     set_aside,
@@ -322,8 +323,9 @@ class TopicRelay(Service):
                 batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
 
     async def _write_engine(self, batch: Batch, term: Term) -> EnqueueResult:
-        """One engine call for the batch; if a queue's state refuses it, queue by queue (a refusing
-        queue's records are set aside for ``<topic>.retry``)."""
+        """One engine call for the batch; if a queue's state refuses it (a script failed on its keys, or
+        this process failed on a job), queue by queue (a refusing queue's records are set aside for
+        ``<topic>.retry``). Any other error of Redis holds the batch (:meth:`_enqueue`)."""
         origins = {i: f"{self.topic}/{m.partition()}/{m.offset()}" for i, m in batch.source.items()}
         try:
             return await self._enqueue(batch.envelopes, term, origins)
@@ -402,8 +404,9 @@ class TopicRelay(Service):
     async def _enqueue(
         self, envelopes: Sequence[Envelope], term: Term, origins: Mapping[str, str]
     ) -> EnqueueResult:
-        """One fenced engine call, retried with backoff for as long as Redis is unreachable."""
-        async for attempt in held_retries(self.topic, self.signals, retry_if_exception(retriable), "write"):
+        """One fenced engine call, retried with backoff for as long as Redis is unreachable or answers
+        with an error that does not refuse these queues' jobs (:func:`holds_batch`)."""
+        async for attempt in held_retries(self.topic, self.signals, retry_if_exception(holds_batch), "write"):
             with attempt:
                 if not self._trusted(term):
                     raise TermEnded

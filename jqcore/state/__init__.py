@@ -14,6 +14,7 @@ from jqcore.state.codes import (
     StaleLease,
     SwitchInvalid,
     SwitchNotFound,
+    refused_by_script,
 )
 from jqcore.state.codes import check as check_code
 from jqcore.state.engine import Engine
@@ -85,4 +86,5 @@ __all__ = [
     "SwitchNotFound",
     "check_code",
     "recording_writes",
+    "refused_by_script",
 ]

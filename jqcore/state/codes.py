@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from enum import IntEnum
 
+from redis.exceptions import ClusterDownError, OutOfMemoryError, ReadOnlyError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore.errors import BackendUnavailable, JobqError
@@ -31,6 +31,7 @@ __all__ = [
     "SwitchNotFound",
     "check",
     "redis_errors",
+    "refused_by_script",
     "server_reply",
 ]
 
@@ -148,6 +149,10 @@ or an RDB save (MISCONF — found by the fault suite: the relay used to park eve
 in ``<topic>.retry``), a replica or a master mid-failover, a dataset loading, a busy script, a cluster
 without quorum."""
 
+_SERVER_STATE_ERRORS = (ReadOnlyError, TryAgainError, ClusterDownError)
+"""The same states as redis-py raises them: it gives READONLY, TRYAGAIN, CLUSTERDOWN and MASTERDOWN replies
+classes of their own and strips the prefix from their text (so :data:`SERVER_STATES` cannot see them)."""
+
 
 def server_reply(exc: ResponseError) -> str:
     """The error Redis answered: redis-py puts ``Command # 2 (…) of pipeline caused error: `` (and, for a
@@ -162,6 +167,14 @@ def server_reply(exc: ResponseError) -> str:
 _PIPELINE_ERROR = "caused error: "
 
 
+def refused_by_script(exc: BaseException) -> bool:
+    """A script ran and failed on what it found — a key of the wrong type, a record Lua cannot read (Redis
+    ends such a reply with ``script: <sha>, on @user_script:<line>.``): the data of the keys it was given
+    refuses the write, and only those. Anything else Redis answers (an ACL refusal, a reply redis-py
+    wraps or names, a command it does not know) says nothing about the data: not this."""
+    return type(exc) is ResponseError and "@user_script:" in server_reply(exc)
+
+
 @asynccontextmanager
 async def redis_errors(script: str) -> AsyncIterator[None]:
     """Map Redis failures: OOM → :class:`RedisMemoryFull`; connection trouble, and a server refusing every
@@ -171,6 +184,8 @@ async def redis_errors(script: str) -> AsyncIterator[None]:
         yield
     except OutOfMemoryError as exc:
         raise RedisMemoryFull(f"{script}: {exc}") from exc
+    except _SERVER_STATE_ERRORS as exc:
+        raise BackendUnavailable(f"{script}: Redis refuses writes for now: {exc}") from exc
     except ResponseError as exc:
         reply = server_reply(exc)
         if reply.startswith("OOM"):

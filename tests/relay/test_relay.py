@@ -15,6 +15,7 @@ from jqcore.kafka import AsyncProducer, Record
 from jqcore.state import Engine
 from jqrelay.elector import Elector, Role
 from jqrelay.main import RelayService
+from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 
 Produce = Callable[..., Any]
@@ -240,6 +241,48 @@ async def test_memory_backpressure_stops_then_resumes_relaying(
             assert metrics.RELAY_HELD_TIME.labels(topic, "memory")._value.get() > 0
     finally:
         await client.config_set("maxmemory", 0)
+
+
+async def test_a_redis_error_that_says_nothing_about_the_jobs_holds_the_batch(
+    prefix: str,
+    endpoints: Endpoints,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    engine: Engine,
+    produce_jobs: Produce,
+    pending: Pending,
+) -> None:
+    """An ACL that stops letting the relay run its scripts answers NOPERM — an error about no queue's data.
+    The relay used to take any error it had no mapping for as the queue refusing the batch and set the
+    jobs aside in ``<topic>.retry``; it holds the batch and tries again until the ACL is repaired, then
+    writes every job, none set aside."""
+    topic, queue, user = make_topic("jobs", partitions=1), f"{prefix}.q", f"relay-{prefix}"
+    client = engine._client
+    await client.acl_setuser(
+        user, enabled=True, passwords=["+pw"], keys=["*"], channels=["*"], commands=["+@all"]
+    )
+    assert endpoints.redis_url
+    url = endpoints.redis_url.replace("redis://", f"redis://{user}:pw@", 1)
+    try:
+        async with make_relay(topic, redis_url=url) as relay:
+            one = relay.relays[0]
+            await produce_jobs(topic, queue, 5)
+            await one.signals.batch.wait_for(lambda c: c.get("written", 0) >= 5)
+            await client.acl_setuser(user, commands=["-evalsha", "-eval"])
+            mark = one.signals.stalled.mark()
+            await produce_jobs(topic, queue, 10)
+            await one.signals.stalled.wait_for(lambda stage: stage == "write", after=mark)
+            await one.signals.stalled.wait_for(
+                lambda stage: stage == "write", after=one.signals.stalled.mark()
+            )
+            assert one.counts.get("retried", 0) == 0, "nothing set aside"
+            assert await pending(queue) == 5, "the batch is held, not written"
+            await client.acl_setuser(user, commands=["+@all"])
+            await one.signals.batch.wait_for(lambda c: c.get("written", 0) >= 15)
+            assert one.counts.get("retried", 0) == 0
+            assert await pending(queue) == 15
+    finally:
+        await client.acl_deluser(user)
 
 
 async def test_a_queue_that_refuses_writes_sends_its_jobs_to_the_retry_topic_and_the_rest_flows(
