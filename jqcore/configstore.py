@@ -88,6 +88,21 @@ class ConfigStore:
                 bad.append(entry["Key"])
         return out, bad
 
+    async def queue_configs_of(self, queues: Sequence[str]) -> tuple[dict[str, QueueConfig], list[str]]:
+        """The kept configurations of ``queues`` (one read each), and the keys that could not be read."""
+        out: dict[str, QueueConfig] = {}
+        bad: list[str] = []
+        for queue in queues:
+            key = f"{self.prefix}/queue-config/{queue}"
+            _, entry = await self._call("get", self.client.kv.get(key))
+            if entry is None:
+                continue
+            try:
+                out[queue] = _queue_config(orjson.loads(entry.get("Value") or b"null"))
+            except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+                bad.append(key)
+        return out, bad
+
     async def kind_entries(self) -> tuple[list[KindEntry], list[str]]:
         """Every kept job type's options, in the order they were written, and the unreadable keys."""
         root = f"{self.prefix}/kind-config/"
@@ -135,15 +150,27 @@ class Restored:
     """Consul keys that could not be read (not restored)."""
 
 
-async def restore(store: ConfigStore, engine: Engine | None) -> Restored:
+async def _kept(
+    store: ConfigStore, only: Sequence[str] | None
+) -> tuple[dict[str, QueueConfig], list[KindEntry], list[str]]:
+    """The kept queue configurations and kind entries (of ``only``'s queues alone, when given), and the
+    keys that could not be read."""
+    queues, bad_queues = await (store.queue_configs() if only is None else store.queue_configs_of(only))
+    entries, bad_kinds = await store.kind_entries()
+    if only is not None:
+        entries = [e for e in entries if e.scope in only]
+    return queues, entries, bad_queues + bad_kinds
+
+
+async def restore(store: ConfigStore, engine: Engine | None, only: Sequence[str] | None = None) -> Restored:
     """Write into Redis the kept configurations and options Redis lacks (``engine`` None: a dry run,
     nothing written): every-queue kind options first, then the queue configurations (a configured queue
     gets those defaults), then per-queue kind options, each group in the order Consul took them. What
-    Redis still has is left alone: it is what is in force."""
+    Redis still has is left alone: it is what is in force. ``only``: these queues' own settings alone
+    (their configurations and their kinds' options for them, not the every-queue options) — what a relay
+    restores before it writes to a queue Redis has no configuration of."""
     report = Restored()
-    queues, bad_queues = await store.queue_configs()
-    entries, bad_kinds = await store.kind_entries()
-    report.unreadable = bad_queues + bad_kinds
+    queues, entries, report.unreadable = await _kept(store, only)
     named = sorted(set(queues) | {e.scope for e in entries if e.scope != EVERY_QUEUE})
     if engine is not None:
         configured = await engine.configured(named)

@@ -11,6 +11,7 @@ from typing import Any
 
 import consul.aio
 
+from jqcore.configstore import ConfigStore
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.errors import ConfigError
 from jqcore.health import Readiness, ping
@@ -20,13 +21,22 @@ from jqcore.log import get_logger
 from jqcore.preflight import preflight
 from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    FarSettings,
+    KafkaSettings,
+    RedisSettings,
+    TraceSettings,
+    load,
+)
 from jqcore.state import Engine
 from jqcore.topics import job_topics, schedule_topic
 from jqcore.tracing import setup_tracing
 from jqrelay.backpressure import GuardSignals, MemoryGuard
 from jqrelay.budgets import BudgetSignals, QueueBudgets
 from jqrelay.elector import describe
+from jqrelay.kept import restorer
 from jqrelay.settings import RelaySettings
 from jqrelay.topic import RelaySignals, TopicRelay
 
@@ -52,10 +62,14 @@ class RelayService(Service):
         routing: RoutingSettings,
         far: FarSettings,
         trace: TraceSettings,
+        kept: CronSettings | None = None,
     ) -> None:
+        """``kept``: where Consul keeps the queues' settings (``JOBQ_CRON_KV_PREFIX``; default: from the
+        environment), restored before the first write to a queue Redis does not know (:mod:`jqrelay.kept`)."""
         super().__init__()
         self.settings, self.kafka, self.redis, self.consul_settings = settings, kafka, redis, consul_settings
         self.far, self.trace = far, trace
+        self.kept = kept if kept is not None else load(CronSettings)
         self.topics = settings.topics or routing.topics()
         self.routing = routing
         if not self.topics:
@@ -86,6 +100,8 @@ class RelayService(Service):
         self._consul = consul = consul_client(self.consul_settings)
         self._dead_producer = dead = AsyncProducer(self.kafka)
         self._engine = engine = Engine(client)
+        if not self.settings.shadow:
+            engine.before_new_queues = restorer(ConfigStore(consul, self.kept.kv_prefix), engine)
         guard = MemoryGuard(
             client, self.settings.memory_slow_at, self.settings.memory_stop_at, signals=self.guard_signals
         )

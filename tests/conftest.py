@@ -369,7 +369,7 @@ def relay_settings(prefix: str) -> Callable[..., RelaySettings]:
 
 @pytest.fixture
 def make_relay(
-    endpoints: Endpoints, relay_settings: Callable[..., RelaySettings]
+    endpoints: Endpoints, relay_settings: Callable[..., RelaySettings], cron_settings: CronSettings
 ) -> Callable[..., RelayService]:
     def make(
         topic: str,
@@ -390,6 +390,7 @@ def make_relay(
             routing or RoutingSettings(),
             far or FarSettings.model_validate({"horizon_s": 0}),
             TraceSettings(),
+            kept=cron_settings,
         )
         for signals in service.signals.values():  # tests wait on what the relays did, not on polls
             enable_all(signals, signals.limit, signals.queue_limits)

@@ -123,7 +123,7 @@ class CronSettings(BaseSettings):
     """Consul KV root: schedules at ``<prefix>/cron/<name>``, their state at ``<prefix>/cron-state/<name>``
     (the scheduler, the gateway and ``jobq cron``); queue configurations at ``<prefix>/queue-config/<q>``
     and kind options at ``<prefix>/kind-config/<kind>/<queue or *>`` (the gateway, the dashboard,
-    ``jobq rebuild``)."""
+    ``jobq rebuild``, and the relay: before its first write to a queue Redis does not know)."""
 
 
 class FarSettings(BaseSettings):

@@ -6,7 +6,7 @@ puts them together."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from jqcore import metrics
@@ -37,6 +37,11 @@ class EngineCore:
         """Redis's clock: the ``now`` of every transition a caller does not give one."""
         self._scripts = {name: client.register_script(source(name)) for name in SCRIPTS}
         self._known_queues: set[str] = set()
+        self.before_new_queues: Callable[[list[str]], Awaitable[Sequence[str]]] | None = None
+        """Called by an enqueue with the queues Redis has no configuration of — new ones, or ones lost
+        with Redis's data — before any of their jobs is written; returns those it configured. The relay
+        restores their kept settings (Consul) here, so a wiped exclusive queue is exclusive again before
+        its next job lands (``docs/relay.md``)."""
 
     async def now(self) -> int:
         """Redis's clock now (ms): a ``TIME`` round trip at most every :data:`~jqcore.clock.RESYNC_S`."""
@@ -81,13 +86,25 @@ class EngineCore:
         force. The order closes a race with :meth:`set_switch`, which writes the switch first and then
         rewrites every listed queue: either the switch is read here (and a queue the write creates starts
         with it), or the queue was listed when the switch went looking for it. One round trip (a
-        pipeline, in order; its errors mapped as any: :func:`codes.server_reply`)."""
+        pipeline, in order; its errors mapped as any: :func:`codes.server_reply`). With
+        :attr:`before_new_queues` set, the same round trip asks which queues Redis has a configuration
+        of; the others are handed to it first, and those it configured get the switches in force and the
+        kinds' defaults (:meth:`_register`) before their first job — a configured queue is no longer
+        created by the enqueue, which is where a new queue gets them otherwise."""
+        hook = self.before_new_queues
         async with codes.redis_errors("register"):
             note_write(QUEUES_KEY)
             pipe = self._client.pipeline(transaction=False)
             pipe.sadd(QUEUES_KEY, *queues)
             pipe.hgetall(SWITCHES_KEY)
-            _, raw = await pipe.execute()
+            if hook is not None:
+                for queue in queues:
+                    pipe.hexists(QueueKeys(queue).config, "created_at")
+            _, raw, *present = await pipe.execute()
+        unknown = [q for q, known in zip(queues, present, strict=False) if not known]
+        if hook is not None and unknown:
+            configured = list(await hook(unknown))
+            await self._register(configured, again=configured)
         return [switch_from_json(v) for v in raw.values()]
 
     async def _register(self, queues: Iterable[str], again: Iterable[str] = ()) -> None:

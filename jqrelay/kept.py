@@ -1,0 +1,40 @@
+"""A queue's kept settings restored before the relay writes its first job.
+
+Redis holds a queue's configuration; Consul keeps a copy (:mod:`jqcore.configstore`). A queue Redis has no
+configuration of is new, or was lost with Redis's data (a wipe, a lost volume): without this, the relay's
+write would create it with the defaults — an exclusive queue simple, a fair queue unfair — until an
+operator runs ``jobq rebuild``. The engine asks which queues of a write Redis knows in the round trip it
+makes anyway (:attr:`jqcore.state.Engine.before_new_queues`) and hands the others here first: their kept
+configuration and their kinds' options for them come back from Consul. Consul unreachable holds the
+batch (retried like a Redis outage); a queue with nothing kept is created with the defaults, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from jqcore.configstore import ConfigStore, restore
+from jqcore.log import get_logger
+from jqcore.state import Engine
+
+__all__ = ["restorer"]
+
+log = get_logger("jqrelay.kept")
+
+
+def restorer(store: ConfigStore, engine: Engine) -> Callable[[list[str]], Awaitable[list[str]]]:
+    """The engine's ``before_new_queues``: restore what Consul keeps for these queues; the queues given a
+    configuration or a kind's options."""
+
+    async def restore_kept(queues: list[str]) -> list[str]:
+        report = await restore(store, engine, only=queues)
+        if report.unreadable:
+            log.warning("kept settings unreadable, not restored", keys=report.unreadable)
+        touched = sorted(set(report.queues) | {k.rpartition("@")[2] for k in report.kinds})
+        if touched:
+            log.info(
+                "kept settings restored before the first write", queues=report.queues, kinds=report.kinds
+            )
+        return touched
+
+    return restore_kept

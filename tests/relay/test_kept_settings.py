@@ -1,0 +1,55 @@
+"""A queue Redis has no configuration of — new, or lost with Redis's data — gets its kept settings from
+Consul before the relay writes its first job (``jqrelay/kept.py``): a wiped exclusive queue is exclusive
+again for its very next job, not only once an operator runs ``jobq rebuild``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jqcore.configstore import ConfigStore
+from jqcore.consulconn import close_consul, consul_client
+from jqcore.settings import ConsulSettings, CronSettings
+from jqcore.state import Engine, QueueConfig
+from jqrelay.main import RelayService
+from jqstack.manager import Endpoints
+from tests.relay.conftest import Produce
+
+
+async def test_a_queue_redis_lost_is_given_its_kept_settings_before_its_next_job(
+    prefix: str,
+    endpoints: Endpoints,
+    cron_settings: CronSettings,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    engine: Engine,
+    produce_jobs: Produce,
+) -> None:
+    topic, queue = make_topic("jobs", partitions=1), f"{prefix}.x"
+    consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    store = ConfigStore(consul, cron_settings.kv_prefix)
+    await store.put_queue(queue, QueueConfig(mode="exclusive", excl_key="account"))
+    await store.put_kind("k", [queue], concurrency=1, max_attempts=2)
+    account = {"account": "a"}
+    try:
+        async with make_relay(topic) as relay:
+            written = relay.relays[0].signals.batch
+            await produce_jobs(topic, queue, ["a1"], meta=account)
+            await written.wait_for(lambda c: c.get("written", 0) >= 1)
+            assert (await engine.queue_config(queue)).mode == "exclusive", "a new queue: its kept settings"
+
+            keys = [k async for k in engine._client.scan_iter(match=f"jobq:{{{queue}}}:*")]
+            assert await engine._client.delete(*keys)  # Redis lost the queue (a wipe, a lost volume)
+            await produce_jobs(topic, queue, ["a2", "a3"], meta=account)
+            await written.wait_for(lambda c: c.get("written", 0) >= 3)
+            config = await engine.queue_config(queue)
+            assert (config.mode, config.excl_key) == ("exclusive", "account")
+            options = (await engine.kinds([queue]))["k"]["queues"][queue]
+            assert (options["concurrency"], options["max_attempts"]) == (1, 2)
+            claimed = await engine.claim(queue, 10)
+            assert [j.id for j in claimed] == ["a2"], "one job of the account at a time, in order"
+            info = await engine.get_job(queue, "a2")
+            assert info is not None
+            assert info.max_attempts == 2, "the kind's kept options hold for its jobs"
+    finally:
+        await consul.kv.delete(f"{cron_settings.kv_prefix}/", recurse=True)
+        await close_consul(consul)
