@@ -6,8 +6,8 @@ no transition without its event, no event without its transition. Scheduler inst
 queue's stream to the events topic (value: the JSON object below, key: the job id) and trim what Kafka
 acknowledged. Delivery is at least once; readers keep one event per ``(queue, id, v)``.
 
-Every field is always present (``""`` / ``0`` when it does not apply), so Spark and DuckDB read one fixed
-schema:
+Every field is always present in Kafka (``""`` / ``0`` when it does not apply), so Spark and DuckDB read
+one fixed schema (the stream keeps a call's several events lean: :data:`DEFAULTS`):
 
 ========== ====== ==================================================================================
 ``id``     str    job id
@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["ENDS", "FIELDS", "PAYLOAD_FIELDS", "STATES", "TERMINAL", "Event", "parse"]
+__all__ = ["DEFAULTS", "ENDS", "FIELDS", "PAYLOAD_FIELDS", "STATES", "TERMINAL", "Event", "parse"]
 
 STATES: Final = (
     "far",
@@ -84,6 +84,11 @@ FIELDS: Final[tuple[tuple[str, type], ...]] = (
     ("accepted_at", int),
 )
 """The event's fields in schema order (Spark's and DuckDB's column order)."""
+
+DEFAULTS: Final[dict[str, Any]] = {name: "" if kind is str else 0 for name, kind in FIELDS}
+"""Each field's value when it does not apply. The stream keeps an event of a script call's several without
+the fields at these values (and without ``queue``: the stream's own), :func:`jqcore.state.reads.decode_entry`
+puts them back; Kafka's records carry every field."""
 
 PAYLOAD_FIELDS: Final[tuple[tuple[str, type], ...]] = (
     ("args", str),

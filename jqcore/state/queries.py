@@ -105,7 +105,7 @@ class Queries(EngineCore):
         each) until at least ``count`` events (``events_read.lua``)."""
         out: list[StreamEvent] = []
         for entry, fields in await self._run("events_read", queue, [count], None):
-            out.extend(reads.decode_entry(entry, fields))
+            out.extend(reads.decode_entry(entry, fields, queue))
         return out
 
     async def trim_events(self, queue: str, shipped: Sequence[StreamEvent]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from jqcore.clock import now_ms
+from jqcore.events import DEFAULTS
 from jqcore.redisconn import RedisClient
 from jqcore.state import farreads
 from jqcore.state.codes import FilterInvalid
@@ -343,17 +344,22 @@ async def stream_events(client: RedisClient, key: str, count: int) -> list[Strea
     return out
 
 
-def decode_entry(entry: Any, fields: Mapping[Any, Any] | Sequence[Any]) -> list[StreamEvent]:
-    """The events of one stream entry (``_frame.lua``): ``i <id> e <JSON>`` holds one, ``n <count>
-    e <JSON array>`` a script call's several. ``fields`` as XRANGE gives them: a mapping (redis-py) or
-    the flat list a script returns."""
+def decode_entry(entry: Any, fields: Mapping[Any, Any] | Sequence[Any], queue: str = "") -> list[StreamEvent]:
+    """The events of one stream entry (``_frame.lua``): ``i <id> e <JSON>`` holds one (every field of the
+    schema), ``n <count> e <JSON array>`` a script call's several, each with only the fields that apply:
+    completed here from :data:`jqcore.events.DEFAULTS` and ``queue`` (the stream's). ``fields`` as XRANGE
+    gives them: a mapping (redis-py) or the flat list a script returns."""
     if not isinstance(fields, Mapping):
         fields = dict(zip(fields[::2], fields[1::2], strict=True))
     f = {_s(k): v for k, v in fields.items()}
     entry_id, value = _s(entry) or "", _b(f.get("e")) or b""
     if f.get("n") is None:
         return [StreamEvent(entry_id, _s(f.get("i")) or "", value)]
-    return [StreamEvent(entry_id, str(event.get("id", "")), None, event) for event in orjson.loads(value)]
+    base = {**DEFAULTS, "queue": queue}
+    return [
+        StreamEvent(entry_id, str(event.get("id", "")), None, {**base, **event})
+        for event in orjson.loads(value)
+    ]
 
 
 async def trim_stream(client: RedisClient, key: str, upto: str) -> int:

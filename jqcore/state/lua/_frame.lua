@@ -10,14 +10,23 @@
 --   single event: XADD <events> * i <job id> e <event JSON>
 --   more:         XADD <events> * n <count>  e <JSON array of the events, in the order they happened>
 -- then stats events_waiting = the events the stream holds now (what store_event counts against the cap).
-local event_sink = {events = {}, stream = nil, stats = nil, waiting = 0}
+-- Events are built lean (_lib.lua's store_event): a single one is completed here with every field of the
+-- schema (jqcore.events.FIELDS; its JSON goes to Kafka as it is), an array's events by their reader.
+local event_sink = {events = {}, stream = nil, stats = nil, waiting = 0, queue = ''}
+local EVENT_DEFAULTS = {kind = '', from = '', worker = '', error = '', digest = '', message = '', run_at = 0,
+                        origin = '', accepted_at = 0}
 local function transition()
 --@TRANSITION
 end
 local ok, result = pcall(transition)
 local stored = event_sink.events
 if #stored == 1 then
-  redis.call('XADD', event_sink.stream, '*', 'i', stored[1].id, 'e', cjson.encode(stored[1]))
+  local e = stored[1]
+  for name, value in pairs(EVENT_DEFAULTS) do
+    if e[name] == nil then e[name] = value end
+  end
+  e.queue = event_sink.queue
+  redis.call('XADD', event_sink.stream, '*', 'i', e.id, 'e', cjson.encode(e))
 elseif #stored > 1 then
   redis.call('XADD', event_sink.stream, '*', 'n', #stored, 'e', cjson.encode(stored))
 end

@@ -73,7 +73,10 @@ end
 -- version, so each version is exactly one event: no transition without its event, none without its
 -- transition. A call's events are kept in `event_sink` (the loader's frame, _frame.lua) and written
 -- once it ends, as ONE stream entry: fields i <id> e <event JSON> for a single event, n <count>
--- e <JSON array> for more (jqcore.state.reads.decode_entry). The queue's stream holds at most config
+-- e <JSON array> for more (jqcore.state.reads.decode_entry). An event is built with the fields that say
+-- something: `worker`, `error`, `digest`, `message`, `run_at`, `origin` and `accepted_at` only when they
+-- apply, `queue` not at all — the frame completes a single event, the reader of an array completes its
+-- events (jqcore.events.DEFAULTS), so Kafka's records still carry every field. The queue's stream holds at most config
 -- events_cap events (default 100000; 0 = events off), counted in stats events_waiting (set by the frame,
 -- lowered by events_trim.lua once they are shipped): at the cap an event is counted in stats events_dropped
 -- instead of stored, never dropped silently.
@@ -90,8 +93,10 @@ local function store_event(e)
     stat('events_dropped')
     return
   end
-  if queue_name == nil then queue_name = string.match(P, '{(.*)}') or P end
-  e.queue = queue_name
+  if queue_name == nil then
+    queue_name = string.match(P, '{(.*)}') or P
+    event_sink.queue = queue_name
+  end
   event_sink.events[#event_sink.events + 1] = e
   events_len = events_len + 1
   event_sink.waiting = events_len
@@ -104,11 +109,8 @@ local function emit(id, key, from, to, extra, f)
     redis.call('HSET', key, 'updated_at', NOW)
     f = redis.call('HMGET', key, 'kind', 'attempt', 'worker')
   end
-  local worker = ''
-  if from == 'running' or to == 'running' then worker = f[3] or '' end
-  local e = {id = id, kind = f[1] or '', from = from, to = to, v = v, at = NOW,
-             attempt = tonumber(f[2]) or 0, worker = worker, error = '', digest = '', message = '',
-             run_at = 0, origin = '', accepted_at = 0}
+  local e = {id = id, kind = f[1] or '', from = from, to = to, v = v, at = NOW, attempt = tonumber(f[2]) or 0}
+  if (from == 'running' or to == 'running') and f[3] and f[3] ~= '' then e.worker = f[3] end
   if extra then
     for name, value in pairs(extra) do e[name] = value end
   end
@@ -118,8 +120,7 @@ end
 -- A far-future job was indexed: it has no record in Redis yet (hence no version: its event is v 0, the
 -- record's own events start at 1 when it is moved in).
 local function emit_far(id, run_at)
-  store_event({id = id, kind = '', from = '', to = 'far', v = 0, at = NOW, attempt = 0, worker = '',
-               error = '', digest = '', message = '', run_at = run_at, origin = '', accepted_at = 0})
+  store_event({id = id, kind = '', from = '', to = 'far', v = 0, at = NOW, attempt = 0, run_at = run_at})
 end
 
 -- Change a job's state and record the transition: the one way a script sets 'state'.
