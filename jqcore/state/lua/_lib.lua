@@ -76,10 +76,10 @@ end
 -- e <JSON array> for more (jqcore.state.reads.decode_entry). An event is built with the fields that say
 -- something: `worker`, `error`, `digest`, `message`, `run_at`, `origin` and `accepted_at` only when they
 -- apply, `queue` not at all — the frame completes a single event, the reader of an array completes its
--- events (jqcore.events.DEFAULTS), so Kafka's records still carry every field. The queue's stream holds at most config
--- events_cap events (default 100000; 0 = events off), counted in stats events_waiting (set by the frame,
--- lowered by events_trim.lua once they are shipped): at the cap an event is counted in stats events_dropped
--- instead of stored, never dropped silently.
+-- events (jqcore.events.DEFAULTS), so Kafka's records still carry every field. The queue's stream holds
+-- at most config events_cap events (default 100000; 0 = events off), counted in stats events_waiting (set
+-- by the frame, lowered by events_trim.lua once they are shipped): at the cap an event is counted in stats
+-- events_dropped instead of stored, never dropped silently.
 local queue_name, events_cap, events_len = nil, nil, nil
 local function store_event(e)
   if events_cap == nil then events_cap = cfgnum('events_cap', 100000) end
