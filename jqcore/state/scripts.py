@@ -15,6 +15,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import cast
 
+from jqcore.events import DEFAULTS
 from jqcore.state.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
 
 __all__ = ["SCRIPTS", "SCRIPT_NAMES", "Script", "local_name", "source"]
@@ -172,6 +173,16 @@ def _read(name: str) -> str:
 
 _MARKER = "--@TRANSITION\n"
 """The line of ``_frame.lua`` the transition takes the place of."""
+_DEFAULTS_MARKER = "--@EVENT_DEFAULTS\n"
+"""The line of ``_frame.lua`` the event schema's defaults take the place of."""
+
+
+def _event_defaults() -> str:
+    """``local EVENT_DEFAULTS = {...}``: :data:`jqcore.events.DEFAULTS` as Lua (``queue`` left out: the
+    frame sets the stream's), what the frame completes a single lean event with."""
+    lua = {k: "''" if isinstance(v, str) else str(v) for k, v in DEFAULTS.items() if k != "queue"}
+    pairs = ", ".join(f"['{k}'] = {v}" for k, v in lua.items())
+    return f"local EVENT_DEFAULTS = {{{pairs}}}\n"
 
 
 @cache
@@ -188,6 +199,8 @@ def source(name: str) -> str:
     values = ", ".join(f"KEYS[{i}]" for i in range(1, len(script.keys) + 1))
     libs = _read("_lib") + ("\n" + _read("_glib") if script.graph else "")
     frame = _read("_frame")
-    if frame.count(_MARKER) != 1:
-        raise ValueError(f"_frame.lua must hold the line {_MARKER!r} once")
+    for marker in (_MARKER, _DEFAULTS_MARKER):
+        if frame.count(marker) != 1:
+            raise ValueError(f"_frame.lua must hold the line {marker!r} once")
+    frame = frame.replace(_DEFAULTS_MARKER, _event_defaults())
     return f"{shebang}\n" + frame.replace(_MARKER, f"local {names} = {values}\n{libs}\n{body}\n")

@@ -11,10 +11,10 @@
 --   more:         XADD <events> * n <count>  e <JSON array of the events, in the order they happened>
 -- then stats events_waiting = the events the stream holds now (what store_event counts against the cap).
 -- Events are built lean (_lib.lua's store_event): a single one is completed here with every field of the
--- schema (jqcore.events.FIELDS; its JSON goes to Kafka as it is), an array's events by their reader.
+-- schema (its JSON goes to Kafka as it is), an array's events by their reader. The loader puts the
+-- schema's defaults (jqcore.events.DEFAULTS, but `queue`: the stream's) in place of the marker line below.
 local event_sink = {events = {}, stream = nil, stats = nil, waiting = 0, queue = ''}
-local EVENT_DEFAULTS = {kind = '', from = '', worker = '', error = '', digest = '', message = '', run_at = 0,
-                        origin = '', accepted_at = 0}
+--@EVENT_DEFAULTS
 local function transition()
 --@TRANSITION
 end

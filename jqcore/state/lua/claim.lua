@@ -16,8 +16,9 @@
 -- Stats: claimed (jobs), wait_ms (their summed start latency: now - max(enqueued_at, run_at)).
 -- Hand-off registration: a claim naming a waiter id (unique per worker pool) with wait_ms > 0 that comes
 -- back short (no filter) registers it in 'waiters' with its free slots until now + wait_ms — unless its
--- inbox still holds jobs handed to it (they fill those slots); any other claim naming it deregisters it. A registered pool blocks on its inbox and the wake list
--- (jqcore/state/waiting.py); enqueue_batch and promote_due claim jobs for it (hand_off in _lib.lua).
+-- inbox still holds jobs handed to it (they fill those slots); any other claim naming it deregisters it.
+-- A registered pool blocks on its inbox and the wake list (jqcore/state/waiting.py); enqueue_batch and
+-- promote_due claim jobs for it (hand_off in _lib.lua).
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] running  ZSET claimed jobs, score = lease deadline
