@@ -19,11 +19,12 @@ from typing import Any
 import orjson
 
 from jqcore import keys, metrics
+from jqcore.aio import cancel_and_wait
 from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
 from jqcore.health import Readiness, ping
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.redisconn import RedisClient
 from jqcore.routing import CANARY_KIND, CANARY_PREFIX

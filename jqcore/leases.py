@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.aio import cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.state import ClaimedJob, Engine
 from jqcore.testsignal import TestSignal

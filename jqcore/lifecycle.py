@@ -20,12 +20,10 @@ from jqcore.health import HealthServer, Readiness
 from jqcore.log import configure, get_logger
 from jqcore.settings import LogSettings, MetricsSettings, load
 
-__all__ = ["Service", "cancel_and_wait", "run_until_signal"]
+__all__ = ["Service", "run_until_signal"]
 
 SLOW_STOP_S = 30.0
 """A stop still running after this long logs every pending task's stack (what it waits for)."""
-RECANCEL_S = 0.5
-"""How often :func:`cancel_and_wait` repeats a cancel a task did not act on."""
 
 
 class Service:
@@ -126,23 +124,6 @@ def _report_slow_stop(service: Service) -> None:
     get_logger("jqcore.lifecycle").error(
         "stop is taking long; pending tasks follow", service=type(service).__name__, tasks=stacks
     )
-
-
-async def cancel_and_wait(task: asyncio.Future[Any] | None, every_s: float = RECANCEL_S) -> None:
-    """Cancel a helper task of a service and wait until it has finished (its cancellation swallowed).
-
-    The cancel is repeated every ``every_s`` while the task runs on: a library that turns a
-    cancellation into an ordinary exception (redis-py can, mid-command) lets a ``while True`` loop that
-    suppresses errors carry on — seen as a gateway whose presence heartbeat kept it from ever stopping;
-    and on Python 3.11 a cancel that meets ``asyncio.wait_for`` as its future completes is lost (redis-py
-    sets up a fresh connection under one), so the task goes on to its next step."""
-    if task is None:
-        return
-    while not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=every_s)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def run_until_signal(

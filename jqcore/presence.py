@@ -8,9 +8,10 @@ import contextlib
 import os
 import socket
 
+from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
 from jqcore.keys import presence_key
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.redisconn import RedisClient
 
 __all__ = ["Presence", "count_alive", "process_name", "seen"]

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from jqcore import metrics
+from jqcore.aio import cancel_and_wait
 from jqcore.dispatch import DispatchConfig, load_configs
 from jqcore.health import Readiness, ping
 from jqcore.leases import LeaseKeeper
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.presence import process_name
 from jqcore.state import ClaimedJob, Engine, StaleLease

@@ -43,7 +43,8 @@ import consul
 import consul.aio
 import orjson
 
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.aio import cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 
 __all__ = ["Elector", "ElectorConfig", "Role", "Term", "describe"]

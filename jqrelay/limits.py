@@ -25,7 +25,8 @@ import consul.aio
 from aiolimiter import AsyncLimiter
 
 from jqcore import metrics
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.aio import cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.rates import parse_rate
 from jqcore.testsignal import TestSignal

@@ -28,12 +28,13 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, retry_if_exception_type, wait_exponential
 
 from jqcore import metrics, tracing
+from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
 from jqcore.health import Readiness
 from jqcore.kafka import AsyncProducer, committed_offsets, schedule_record
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger, kafka_logging
 from jqcore.routing import RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings

@@ -20,11 +20,12 @@ from typing import Any, TypeVar
 import consul.aio
 
 from jqcore import metrics, series
+from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.health import Readiness
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.membership import Membership, group_sizes, owned_by
 from jqcore.preflight import preflight

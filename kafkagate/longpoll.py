@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from jqcore.lifecycle import cancel_and_wait
+from jqcore.aio import cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.state import Engine
 from kafkagate.limits import busy

@@ -40,10 +40,11 @@ from pathlib import Path
 
 from aiohttp import web
 
+from jqcore.aio import cancel_and_wait
 from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
 from jqcore.http import serve_http
-from jqcore.lifecycle import Service, cancel_and_wait, run_until_signal
+from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
 from jqcore.preflight import preflight
 from jqcore.presence import Presence, process_name

@@ -11,13 +11,13 @@ from typing import Literal
 import consul.aio
 from aiohttp import web
 
+from jqcore.aio import cancel_and_wait
 from jqcore.configstore import ConfigStore
 from jqcore.consulconn import close_consul, consul_client
 from jqcore.cronstore import CronStore
 from jqcore.extras import MissingExtra
 from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
-from jqcore.lifecycle import cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings

@@ -43,8 +43,9 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 from jqcore import metrics
+from jqcore.aio import cancel_and_wait
 from jqcore.health import Readiness, ping
-from jqcore.lifecycle import Service, cancel_and_wait
+from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.presence import process_name
 from jqcore.state import ClaimedJob, Engine, StaleLease

@@ -13,6 +13,7 @@ other settings classes and re-exports every name (import from ``jqcore.settings`
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -35,7 +36,6 @@ from jqcore.settings.common import (
 )
 from jqcore.settings.kafka import KafkaSettings, ProduceBatching, SaslMechanism, librdkafka_key
 from jqcore.settings.servers import ConsulSettings, RedisSettings
-from jqstack.paths import stack_dir
 
 __all__ = [
     "DEFAULT_CONSUL_ADDR",
@@ -213,7 +213,13 @@ class HistorySettings(BaseSettings):
 
     @property
     def root(self) -> Path:
-        return Path(self.path).expanduser() if self.path else stack_dir("default") / "history"
+        return Path(self.path).expanduser() if self.path else _jobq_home() / "stacks" / "default" / "history"
+
+
+def _jobq_home() -> Path:
+    """``JOBQ_HOME`` (default ``~/.cache/jobq``), read here rather than from the local stack's package
+    (``jqstack.paths.home``, which computes the same path): the kernel imports no other jobq package."""
+    return Path(os.environ.get("JOBQ_HOME", Path.home() / ".cache" / "jobq")).expanduser()
 
 
 class MetricsSettings(BaseSettings):

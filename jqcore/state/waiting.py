@@ -16,7 +16,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from jqcore.lifecycle import cancel_and_wait
+from jqcore.aio import cancel_and_wait
 from jqcore.redisconn import RedisClient
 from jqcore.state.keys import QueueKeys
 

@@ -1,0 +1,30 @@
+"""Small asyncio helpers every layer may use (the engine's waits, the runtime's services): nothing here
+knows of a service, a connection or a setting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+__all__ = ["RECANCEL_S", "cancel_and_wait"]
+
+RECANCEL_S = 0.5
+"""How often :func:`cancel_and_wait` repeats a cancel a task did not act on."""
+
+
+async def cancel_and_wait(task: asyncio.Future[Any] | None, every_s: float = RECANCEL_S) -> None:
+    """Cancel a helper task of a service and wait until it has finished (its cancellation swallowed).
+
+    The cancel is repeated every ``every_s`` while the task runs on: a library that turns a
+    cancellation into an ordinary exception (redis-py can, mid-command) lets a ``while True`` loop that
+    suppresses errors carry on — seen as a gateway whose presence heartbeat kept it from ever stopping;
+    and on Python 3.11 a cancel that meets ``asyncio.wait_for`` as its future completes is lost (redis-py
+    sets up a fresh connection under one), so the task goes on to its next step."""
+    if task is None:
+        return
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=every_s)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
