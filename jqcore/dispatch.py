@@ -2,7 +2,7 @@
 running them in a worker pool, and the signed callback tokens with which the downstream reports later.
 
 * A kind's :class:`DispatchConfig` (``PUT /v1/kinds/{kind}`` ``{"dispatch": {...}}``) is kept in Redis
-  beside the queues (:meth:`jqcore.state.Engine.set_dispatch`), one JSON document per kind. Its ``auth``
+  beside the queues (:mod:`jqcore.dispatchstore`), one JSON document per kind. Its ``auth``
   is a header value (stored, shown masked, never logged) or a reference to an environment variable of the
   dispatcher's process (``env``: the secret never leaves that process).
 * A **callback token** proves that the holder was sent attempt N of job J of queue Q and may report it

@@ -2,11 +2,14 @@
 are the engine's own: :mod:`jqcore.state.keys` (only ``jqcore.state`` formats them; everyone else asks the
 engine).
 
-Written with a plain client by their owners: the canary's health hash (:data:`CANARY_HEALTH_KEY`), process
-presence (:func:`presence_key`), the scheduler's membership (:func:`members_key`), stage counters
-(:func:`stages_key`), the queues' rate samples (:func:`series_key`, the dashboard's 24 h charts) and the
-audit trail (:data:`AUDIT_KEY`, ``jqcore.audit``) and the dashboard's sessions and sign-in throttle
-(:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`, :func:`login_failures_key`; ``jqweb.sessions``).
+Written with a plain client by their owners (one rule for every non-queue key): the canary's health hash
+(:data:`CANARY_HEALTH_KEY`), process presence (:func:`presence_key`), the scheduler's membership
+(:func:`members_key`), stage counters (:func:`stages_key`), the queues' rate samples (:func:`series_key`,
+the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqcore.audit``), the gateway's
+idempotency records (:func:`idempotency_key`), the far tier's scan markers (:func:`far_scanned_key`,
+:func:`far_scanning_key`), the push-dispatch configurations (:data:`DISPATCH_KEY`) and the dashboard's
+sessions and sign-in throttle (:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`,
+:func:`login_failures_key`; ``jqweb.sessions``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ __all__ = [
     "DISPATCH_KEY",
     "MEMBER_GROUPS_KEY",
     "WEB_SESSIONS_KEY",
+    "far_scanned_key",
+    "far_scanning_key",
+    "idempotency_key",
     "login_failures_key",
     "member_notes_key",
     "members_key",
@@ -86,3 +92,20 @@ def web_session_key(ref: str) -> str:
 def login_failures_key(address: str) -> str:
     """STRING counting failed dashboard sign-ins from one client address in the current window (TTL)."""
     return f"jobq:web:login-failures:{address}"
+
+
+def idempotency_key(digest: str) -> str:
+    """The gateway's record of one ``Idempotency-Key`` (its body hash)."""
+    return f"jobq:idem:{digest}"
+
+
+def far_scanned_key(topic: str, partition: int) -> str:
+    """Set once a scheduler instance wrote (or found) every index entry of a schedule-topic partition in this
+    Redis: a missing key (Redis lost, FLUSHALL) makes the owner write them again from its memory."""
+    return f"jobq:far:indexed:{topic}/{partition}"
+
+
+def far_scanning_key(topic: str, partition: int) -> str:
+    """Set when the owner starts writing a schedule-topic partition's index entries: it marks the partition
+    scanned only if this is still there (a Redis lost meanwhile took it)."""
+    return f"jobq:far:indexing:{topic}/{partition}"

@@ -29,7 +29,7 @@ REDIS_WAIT_S = 10.0
 async def serve(settings: DispatcherSettings, redis: RedisSettings) -> None:
     # bounded, and a command waits for a free connection: a burst of outcomes never fails on the pool
     client = connect(redis, max_connections=REDIS_CONNECTIONS, wait_s=REDIS_WAIT_S)
-    dispatcher = Dispatcher(Engine(client), settings)
+    dispatcher = Dispatcher(Engine(client), settings, redis=client)
     log.info("dispatcher starting", queues=list(settings.queues), concurrency=settings.concurrency)
     try:
         await preflight(redis=(client, redis))

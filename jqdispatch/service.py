@@ -22,14 +22,15 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from jqcore import metrics
+from jqcore import dispatchstore, metrics
 from jqcore.aio import cancel_and_wait
 from jqcore.dispatch import DispatchConfig, load_configs
 from jqcore.health import Readiness, ping
 from jqcore.leases import LeaseKeeper
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.presence import process_name
+from jqcore.presence import Presence, process_name
+from jqcore.redisconn import RedisClient
 from jqcore.state import ClaimedJob, Engine, StaleLease
 from jqcore.testsignal import TestSignal
 from jqdispatch.push import Answer, job_body, post_job
@@ -68,9 +69,11 @@ class DispatcherSignals:
 class Dispatcher(Service):
     health_name = "dispatcher"
 
-    def __init__(self, engine: Engine, settings: DispatcherSettings) -> None:
+    def __init__(self, engine: Engine, settings: DispatcherSettings, *, redis: RedisClient) -> None:
         super().__init__()
         self.engine, self.settings = engine, settings
+        self.redis = redis
+        """The engine's Redis: the push-dispatch configurations and this process's presence heartbeat."""
         self.held: dict[str, Held] = {}
         self.configs: dict[str, DispatchConfig] = {}
         self.signals = DispatcherSignals()
@@ -80,7 +83,7 @@ class Dispatcher(Service):
         self._tasks: list[asyncio.Task[None]] = []
         self._http: aiohttp.ClientSession | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self._lost)
-        self._presence = engine.presence("dispatcher", process_name(",".join(settings.queues)))
+        self._presence = Presence(redis, "dispatcher", process_name(",".join(settings.queues)))
         self._stopping = False
         self._claim_error: str | None = None
 
@@ -139,7 +142,7 @@ class Dispatcher(Service):
     # ---- configuration --------------------------------------------------------------------------
     async def refresh(self) -> None:
         """Read the dispatch kinds' configurations (a PUT /v1/kinds takes effect within refresh_s)."""
-        self.configs = load_configs(await self.engine.dispatch_configs())
+        self.configs = load_configs(await dispatchstore.configs(self.redis))
 
     async def _refresh_loop(self) -> None:
         while True:

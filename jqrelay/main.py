@@ -116,7 +116,9 @@ class RelayService(Service):
         for t in self.topics:
             checked = self.routing if t in routed else None
             self.relays.append(
-                TopicRelay(t, s, kafka, engine, consul, dead, guard, far, self.signals[t], checked, budgets)
+                TopicRelay(
+                    t, s, kafka, engine, client, consul, dead, guard, far, self.signals[t], checked, budgets
+                )
             )
         for relay in self.relays:
             await relay.start()

@@ -27,7 +27,7 @@ import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, retry_if_exception_type, wait_exponential
 
-from jqcore import metrics, tracing
+from jqcore import metrics, stages, tracing
 from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
@@ -36,6 +36,7 @@ from jqcore.health import Readiness
 from jqcore.kafka import AsyncProducer, committed_offsets, schedule_record
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger, kafka_logging
+from jqcore.redisconn import RedisClient
 from jqcore.routing import RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine, EnqueueResult, FenceRejected, recording_writes
@@ -78,6 +79,7 @@ class TopicRelay(Service):
         settings: RelaySettings,
         kafka: KafkaSettings,
         engine: Engine,
+        redis: RedisClient,
         consul_client: consul.aio.Consul,
         dead_producer: AsyncProducer,
         guard: MemoryGuard,
@@ -92,6 +94,8 @@ class TopicRelay(Service):
         self._misrouted = RouteCheck(topic, routing) if routing is not None else None
         """Checks that each envelope's queue is routed to this topic (None: a topic no route names)."""
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
+        self.redis = redis
+        """The engine's Redis, for the stage counters (:mod:`jqcore.stages`)."""
         self.far = far
         self.dead_producer, self.guard = dead_producer, guard
         self.elector = Elector(
@@ -160,7 +164,7 @@ class TopicRelay(Service):
         if not self._unsaved:
             return
         try:
-            await self.engine.add_stage_counts(self.topic, self._unsaved)
+            await stages.add(self.redis, self.topic, self._unsaved)
         except Exception as exc:
             log.warning("stage counters not saved yet", topic=self.topic, error=repr(exc))
             return

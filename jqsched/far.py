@@ -30,13 +30,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from jqcore import metrics
+from jqcore import farscan, metrics
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
 from jqcore.kafka import AsyncProducer, Record
 from jqcore.log import get_logger
 from jqcore.membership import deal_evenly
+from jqcore.redisconn import RedisClient
 from jqcore.settings import FarSettings, KafkaSettings
 from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
@@ -93,6 +94,7 @@ class FarMover:
     def __init__(
         self,
         engine: Engine,
+        redis: RedisClient,
         kafka: KafkaSettings,
         far: FarSettings,
         name: str,
@@ -100,6 +102,8 @@ class FarMover:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.engine, self.kafka, self.far, self.name, self.clock = engine, kafka, far, name, clock
+        self.redis = redis
+        """The engine's Redis, for the partitions' scan markers (:mod:`jqcore.farscan`)."""
         self.producer = AsyncProducer(kafka)
         self.owned: list[int] = []
         self.moved = 0
@@ -328,14 +332,14 @@ class FarMover:
         built = [p for p in self.owned if p not in self._building]
         if not built:
             return
-        lost = await self.engine.far_unscanned(self.far.topic, built)
+        lost = await farscan.unscanned(self.redis, self.far.topic, built)
         if lost:
             await self._rewrite(lost)
         self._checked_at = time.monotonic()
 
     async def _rewrite(self, partitions: list[int]) -> None:
         topic = self.far.topic
-        await self.engine.begin_far_scan(topic, partitions)
+        await farscan.begin(self.redis, topic, partitions)
         by_queue: dict[str, list[tuple[str, int]]] = {}
         written = 0
         for p in partitions:
@@ -346,7 +350,7 @@ class FarMover:
             for i in range(0, len(items), WRITE):
                 await self.engine.schedule_far(queue, items[i : i + WRITE])
             written += len(items)
-        if await self.engine.mark_far_scanned(topic, partitions, self.clock()):
+        if await farscan.mark(self.redis, topic, partitions, self.clock()):
             log.info("far-future index entries written from memory", partitions=partitions, entries=written)
             self.signals.rewritten.signal((partitions, written))
         else:  # Redis lost meanwhile (or an owner of a moment ago finished first): checked again

@@ -173,7 +173,7 @@ class SchedulerService(Service):
             self.cron = CronFirer(CronStore(self.consul, self.cron_settings.kv_prefix), engine, s.name)
         far = self.far_settings
         if s.far and far.enabled:
-            self.mover = FarMover(engine, self.kafka, far, s.name, clock=engine.clock.now)
+            self.mover = FarMover(engine, client, self.kafka, far, s.name, clock=engine.clock.now)
             self.mover.signals = self.signals.far
         if s.events:
             self.shipper = EventShipper(engine, self.kafka, self.events_settings)

@@ -17,6 +17,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from jqcore import dispatchstore
 from jqcore.dispatch import load_configs, verify_callback
 from jqcore.http import HttpError, json_response
 from jqcore.log import get_logger
@@ -162,7 +163,8 @@ async def callback_fail(request: web.Request) -> web.Response:
     attempt, kind = lease.attempt, lease.kind
     delay = body.retry_in_ms
     if delay is None:
-        config = load_configs(await engine_call(engine.dispatch_configs())).get(kind)
+        stored = await engine_call(dispatchstore.configs(request.app[GATE].redis_client))
+        config = load_configs(stored).get(kind)
         delay = config.backoff.policy().delay_ms(attempt) if config is not None else None
     try:
         outcome = await engine_call(

@@ -10,7 +10,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jqcore import metrics, tracing
+from jqcore import idempotency, metrics, tracing
 from jqcore.clock import now_ms
 from jqcore.envelope import decode, validate_name
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
@@ -64,7 +64,9 @@ async def _read_body(request: web.Request) -> bytes:
 async def _check_idempotency(gate: Gate, digest: str, body_hash: str) -> None:
     """Refuse a reused key with a different body (best effort: Redis down ⇒ skip, ids stay stable)."""
     try:
-        previous = await gate.engine.remember_idempotency(digest, body_hash, gate.settings.idempotency_ttl_s)
+        previous = await idempotency.remember(
+            gate.redis_client, digest, body_hash, gate.settings.idempotency_ttl_s
+        )
     except Exception as exc:
         log.warning("idempotency check skipped (Redis unreachable)", error=repr(exc))
         return

@@ -152,6 +152,7 @@ class GateService(Service):
             self.routing,
             self.kafka,
             Engine(client),
+            client,
             self.consul,
             self.cron,
             self.far,

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from jqcore import dispatchstore
 from jqcore.dispatch import load_configs
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError
@@ -225,7 +226,9 @@ async def put_kind(request: web.Request) -> web.Response:
         include={"concurrency", "max_attempts", "delivery", "priority", "ignore_result"}
     )
     await engine_call(gate.engine.configure_kind(kind, queues=body.queues, **options))
-    await engine_call(gate.engine.set_dispatch(kind, body.dispatch.stored() if body.dispatch else None))
+    await engine_call(
+        dispatchstore.put(gate.redis_client, kind, body.dispatch.stored() if body.dispatch else None)
+    )
     await gate.configs().put_kind(kind, body.queues, **options)
     shown = body.dispatch.public() if body.dispatch else None
     return json_response({"kind": kind, **body.model_dump(exclude={"dispatch"}), "dispatch": shown})
@@ -235,7 +238,7 @@ async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     gate = request.app[GATE]
     queues = visible(request, await engine_call(gate.engine.queues()))
     found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
-    pushed = load_configs(await engine_call(gate.engine.dispatch_configs()))
+    pushed = load_configs(await engine_call(dispatchstore.configs(gate.redis_client)))
     for kind, entry in found.items():
         entry["dispatch"] = pushed[kind].public() if kind in pushed else None
     return found

@@ -11,6 +11,7 @@ from typing import Literal
 import consul.aio
 from aiohttp import web
 
+from jqcore import presence, stages
 from jqcore.aio import cancel_and_wait
 from jqcore.configstore import ConfigStore
 from jqcore.consulconn import close_consul, consul_client
@@ -19,6 +20,7 @@ from jqcore.extras import MissingExtra
 from jqcore.history import HistoryStore
 from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
 from jqcore.log import get_logger
+from jqcore.redisconn import RedisClient
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings
 from jqcore.state import Engine, QueueConfig
@@ -49,6 +51,9 @@ class Gate:
     routing: RoutingSettings
     kafka: KafkaSettings
     engine: Engine
+    redis_client: RedisClient
+    """The engine's Redis, for the keys the gateway keeps beside the queues (stage counters, idempotency
+    records, HTTP workers' presence, push-dispatch configurations)."""
     consul_settings: ConsulSettings
     cron_settings: CronSettings
     far: FarSettings
@@ -82,7 +87,7 @@ class Gate:
         pending, self._produced = self._produced, {}
         for topic, n in pending.items():
             try:
-                await self.engine.add_stage_counts(topic, {"produced": n})
+                await stages.add(self.redis_client, topic, {"produced": n})
             except Exception:
                 self._produced[topic] = self._produced.get(topic, 0) + n
 
@@ -139,7 +144,7 @@ class Gate:
             self._workers_seen.clear()
         self._workers_seen[name] = now
         try:
-            await self.engine.saw("http-worker", name)
+            await presence.seen(self.redis_client, "http-worker", name)
         except Exception as exc:  # Redis trouble shows on the claim itself
             log.debug("http worker presence not noted", worker=name, error=repr(exc))
 

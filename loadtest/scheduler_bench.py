@@ -32,6 +32,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from jqcore import farscan
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
 from jqcore.kafka import AsyncProducer, schedule_record
@@ -109,8 +110,8 @@ async def _load(
         await client.delete(QueueKeys(queue).events)
     # as after a scheduler generation that kept this Redis: the index entries are known to be there
     partitions = list(range(PARTITIONS))
-    await engine.begin_far_scan(topic, partitions)
-    await engine.mark_far_scanned(topic, partitions, now_ms())
+    await farscan.begin(client, topic, partitions)
+    await farscan.mark(client, topic, partitions, now_ms())
     index = 0
     for queue in queues:
         index += int(await client.memory_usage(QueueKeys(queue).far, samples=0) or 0)

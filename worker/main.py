@@ -71,7 +71,7 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
     setup_tracing("worker", trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
     client = connect(redis)
     config = pool_config(settings)
-    pool = Pool(registry, Engine(client), config)
+    pool = Pool(registry, Engine(client), config, redis=client)
     log.info("worker starting", queues=list(settings.queues), concurrency=config.concurrency)
     if settings.settings_file is not None:
         reload_on_sighup(pool, settings.settings_file)

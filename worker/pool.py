@@ -47,7 +47,8 @@ from jqcore.aio import cancel_and_wait
 from jqcore.health import Readiness, ping
 from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.presence import process_name
+from jqcore.presence import Presence, process_name
+from jqcore.redisconn import RedisClient
 from jqcore.state import ClaimedJob, Engine, StaleLease
 from worker.batch import Batches
 from worker.checks import check_filter, queues_empty
@@ -76,11 +77,12 @@ HANDOFF_MARGIN_MS = 1_000
 
 
 class Pool(Service):
-    """Runs the handlers of ``registry`` for ``config.queues``."""
+    """Runs the handlers of ``registry`` for ``config.queues``; ``redis`` is the engine's Redis, where the
+    pool's presence heartbeat goes (:mod:`jqcore.presence`)."""
 
     health_name = "worker"
 
-    def __init__(self, registry: Registry, engine: Engine, config: PoolConfig) -> None:
+    def __init__(self, registry: Registry, engine: Engine, config: PoolConfig, *, redis: RedisClient) -> None:
         super().__init__()
         self.registry, self.engine, self.config = registry, engine, config
         self.in_flight: dict[str, Running] = {}
@@ -99,7 +101,7 @@ class Pool(Service):
         self._hard = False
         self._claim_error: str | None = None
         """Why the last claim round failed (Redis away), until one succeeds."""
-        self._presence = engine.presence("worker", process_name(",".join(config.queues)))
+        self._presence = Presence(redis, "worker", process_name(",".join(config.queues)))
         handoff = len(config.queues) == 1 and not config.filter
         refill = (
             Refill(

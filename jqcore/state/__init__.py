@@ -14,6 +14,7 @@ from jqcore.state.codes import (
     StaleLease,
     SwitchInvalid,
     SwitchNotFound,
+    redis_errors,
     refused_by_script,
 )
 from jqcore.state.codes import check as check_code
@@ -86,5 +87,6 @@ __all__ = [
     "SwitchNotFound",
     "check_code",
     "recording_writes",
+    "redis_errors",
     "refused_by_script",
 ]

@@ -57,6 +57,10 @@ class EngineCore:
         """One ``PING`` (readiness checks: does Redis answer this client)."""
         await self._client.ping()
 
+    async def aclose(self) -> None:
+        """Close the engine's Redis client (a process that made the engine for itself)."""
+        await self._client.aclose()
+
     @staticmethod
     def _keys(name: str, queue: str) -> list[str]:
         return QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys))

@@ -12,9 +12,10 @@ cannot make a lease expire early, a delayed job run early or a lease live on.
 The engine's methods live in parts by concern over :class:`~jqcore.state.core.EngineCore` (the client,
 the clock, the script runner): :mod:`~jqcore.state.transitions` (worker pools),
 :mod:`~jqcore.state.admin` (cancels, timers' steps, dead letters, configuration),
-:mod:`~jqcore.state.queries` (reads, waits, event streams), :mod:`~jqcore.state.beside` (the few keys
-services keep beside the queues), :mod:`~jqcore.state.switches` (kill switches); this module adds the
-enqueue and puts them together.
+:mod:`~jqcore.state.queries` (reads, waits, event streams, leases), :mod:`~jqcore.state.switches` (kill
+switches); this module adds the enqueue and puts them together. The keys services keep beside the queues
+(stage counters, idempotency records, presence, far-tier scan markers, push-dispatch configurations) are
+not the engine's: their owners write them with a plain client (:mod:`jqcore.keys`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from jqcore.graphs import GRAPH_KIND
 from jqcore.redisconn import RedisClient
 from jqcore.state import codes, farreads, replies
 from jqcore.state.admin import AdminTransitions
-from jqcore.state.beside import BesideQueues
 from jqcore.state.core import Triple
 from jqcore.state.graphs import REPLICA_WAIT_MS, Graphs
 from jqcore.state.models import EnqueueOutcome, EnqueueResult
@@ -43,7 +43,7 @@ from jqcore.state.transitions import WorkerTransitions
 __all__ = ["Engine", "Triple"]
 
 
-class Engine(WorkerTransitions, AdminTransitions, Queries, BesideQueues, SwitchBoard):
+class Engine(WorkerTransitions, AdminTransitions, Queries, SwitchBoard):
     """Typed access to the Lua transitions of every queue in one Redis (or Redis Cluster)."""
 
     def __init__(self, client: RedisClient) -> None:

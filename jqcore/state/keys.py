@@ -75,8 +75,9 @@ Only ``jqcore.state`` (the engine) reads or writes these: everyone else asks the
 
 Global (never touched by a script, so they need no hash tag): ``jobq:queues`` (SET of queue names),
 ``jobq:kinds`` (HASH: job-type defaults applied to new queues). Beside the queues, kept by the engine: the
-far-future tier's scan markers (:func:`far_scanned_key`), the gateway's idempotency records
-(:func:`idempotency_key`) and the relay's replication checks (:func:`synced_key`, expiring in a minute).
+relay's replication checks (:func:`synced_key`, expiring in a minute). The keys services keep beside the
+queues with a plain client (the far tier's scan markers, the gateway's idempotency records, presence,
+stage counters...) are named in :mod:`jqcore.keys`.
 """
 
 from __future__ import annotations
@@ -96,9 +97,6 @@ __all__ = [
     "GraphKeys",
     "KeyName",
     "QueueKeys",
-    "far_scanned_key",
-    "far_scanning_key",
-    "idempotency_key",
     "synced_key",
 ]
 
@@ -299,18 +297,6 @@ class GraphKeys:
         return [self.named(name) for name in GRAPH_KEY_NAMES]
 
 
-def far_scanned_key(topic: str, partition: int) -> str:
-    """Set once a scheduler instance wrote (or found) every index entry of a schedule-topic partition in this
-    Redis: a missing key (Redis lost, FLUSHALL) makes the owner write them again from its memory."""
-    return f"jobq:far:indexed:{topic}/{partition}"
-
-
-def far_scanning_key(topic: str, partition: int) -> str:
-    """Set when the owner starts writing a schedule-topic partition's index entries: it marks the partition
-    scanned only if this is still there (a Redis lost meanwhile took it)."""
-    return f"jobq:far:indexing:{topic}/{partition}"
-
-
 def synced_key(key: str) -> str:
     """A tiny key in ``key``'s slot that a replication check writes before its ``WAIT``
     (:mod:`jqcore.state.replication`): the same hash tag, or the whole key as the tag when it has none."""
@@ -318,8 +304,3 @@ def synced_key(key: str) -> str:
     end = key.find("}", start + 1) if start >= 0 else -1
     tag = key[start + 1 : end] if end > start + 1 else key
     return f"jobq:synced:{{{tag}}}"
-
-
-def idempotency_key(digest: str) -> str:
-    """The gateway's record of one ``Idempotency-Key`` (its body hash), outside every queue's slot."""
-    return f"jobq:idem:{digest}"

@@ -1,15 +1,19 @@
 """Reads (plain commands: they change nothing), the blocking waits and the lifecycle event streams of
-the queues, over :mod:`jqcore.state.reads` and :mod:`jqcore.state.waiting`."""
+the queues, over :mod:`jqcore.state.reads` and :mod:`jqcore.state.waiting`; the jobs' leases (what a
+dispatcher's callbacks check)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jqcore.state import farreads, memory, reads, waiting
-from jqcore.state.core import EngineCore
+import orjson
+
+from jqcore.state import codes, farreads, memory, reads, waiting
+from jqcore.state.core import EngineCore, _s
+from jqcore.state.keys import QueueKeys
 from jqcore.state.memory import QueueMemory
-from jqcore.state.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
+from jqcore.state.models import JobInfo, JobLease, QueueConfig, QueueDepth, StreamEvent
 
 __all__ = ["Queries"]
 
@@ -65,6 +69,28 @@ class Queries(EngineCore):
     async def dead_list(self, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
         """Errored jobs, oldest first."""
         return await reads.dead_list(self._client, queue, offset, limit)
+
+    async def leases(self, queue: str, ids: Sequence[str]) -> list[JobLease | None]:
+        """Each job's state, attempt, kind and lease token (None: no such job), one pipelined round trip.
+        A job not running has the token its current attempt wrote its outcome with ('' if none): a write
+        sent again with it is answered as the first time (the scripts' idempotent retries)."""
+        if not ids:
+            return []
+        keys = QueueKeys(queue)
+        pipe = self._client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(keys.job(job_id), "state", "attempt", "token", "kind", "history")
+        async with codes.redis_errors("leases"):
+            rows = await pipe.execute()
+        out: list[JobLease | None] = []
+        for state, attempt, token, kind, history in rows:
+            if state is None:
+                out.append(None)
+                continue
+            n = int(attempt or 0)
+            owner = _s(token) if token else _written_by(history, n)
+            out.append(JobLease(_s(state), n, owner, _s(kind or b"")))
+        return out
 
     async def memory(self, queue: str) -> QueueMemory:
         """The queue's estimated share of Redis memory and its ``memory_budget`` (:mod:`.memory`)."""
@@ -126,3 +152,15 @@ class Queries(EngineCore):
     def block_limit_s(self, wanted_s: float) -> float:
         """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
         return waiting.block_limit_s(self._client, wanted_s)
+
+
+def _written_by(history: bytes | str | None, attempt: int) -> str:
+    """The lease token attempt ``attempt`` wrote its outcome with, from the job's history ('' if none)."""
+    try:
+        entries = orjson.loads(history or b"[]")
+    except orjson.JSONDecodeError:
+        return ""
+    for entry in reversed(entries if isinstance(entries, list) else []):
+        if isinstance(entry, dict) and entry.get("attempt") == attempt and entry.get("token"):
+            return str(entry["token"])
+    return ""

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import web
 
 from jqcore.client import JobqClient
@@ -54,6 +55,7 @@ class Pipeline:
     http: aiohttp.ClientSession
     gate_url: str
     engine: Engine
+    redis: aioredis.Redis
 
     async def call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         async with self.http.request(method, self.gate_url + path, **kw) as resp:
@@ -99,6 +101,7 @@ async def downstream() -> AsyncIterator[Downstream]:
 async def pipeline(
     prefix: str,
     engine: Engine,
+    redis: aioredis.Redis,
     scheduler: Any,  # promotes the retries
     make_topic: Callable[..., str],
     make_gate: Callable[..., GateService],
@@ -113,7 +116,7 @@ async def pipeline(
         JobqClient([gate.url], token) as client,
         aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
     ):
-        yield Pipeline(f"{prefix}.hooks", client, http, gate.url, engine)
+        yield Pipeline(f"{prefix}.hooks", client, http, gate.url, engine, redis)
 
 
 @pytest.fixture
@@ -129,7 +132,7 @@ async def rig(pipeline: Pipeline, downstream: Downstream) -> AsyncIterator[Rig]:
         idle_wait_s=1.0,
         grace_s=1.0,
     )
-    dispatcher = Dispatcher(pipeline.engine, settings)
+    dispatcher = Dispatcher(pipeline.engine, settings, redis=pipeline.redis)
     enable_all(dispatcher.signals)
     async with dispatcher:
         yield Rig(**vars(pipeline), downstream=downstream, dispatcher=dispatcher)

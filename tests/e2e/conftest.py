@@ -28,6 +28,8 @@ class Path:
     client: JobqClient
     engine: Engine
     relay: RelayService
+    redis: aioredis.Redis
+    """The engine's Redis (what a pool's presence heartbeat is written with)."""
 
 
 @pytest.fixture
@@ -51,7 +53,7 @@ async def path(
         make_relay(topic) as relay,
         JobqClient([gate.url], token) as client,
     ):
-        yield Path(f"{prefix}.q", client, engine, relay)
+        yield Path(f"{prefix}.q", client, engine, relay, redis)
     await redis.aclose()
 
 

@@ -48,10 +48,11 @@ class Django:
     tasks: Any  # the module examples.djangoapp.tasks
     eventually: Eventually
     engine: Any
+    redis: Any
 
     def pool(self) -> Pool:
         """A jobq pool running the Django tasks of this test's queue, one at a time."""
-        return Pool(DjangoRegistry(), self.engine, PoolConfig([self.queue], concurrency=1))
+        return Pool(DjangoRegistry(), self.engine, PoolConfig([self.queue], concurrency=1), redis=self.redis)
 
     async def finished(self, result: TaskResult[Any], timeout_s: float = 20) -> TaskResult[Any]:
         """The result, read through ``aget_result``, once it is finished."""
@@ -89,7 +90,7 @@ def dj(path: Any, token: str, eventually: Eventually) -> Iterator[Django]:
         backend = task_backends["default"]
         assert isinstance(backend, JobqBackend)
         try:
-            yield Django(path.queue, backend, tasks, eventually, path.engine)
+            yield Django(path.queue, backend, tasks, eventually, path.engine, path.redis)
         finally:
             backend.close()
 

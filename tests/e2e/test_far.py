@@ -113,7 +113,7 @@ async def test_far_future_jobs_live_in_kafka_survive_a_redis_loss_and_run_on_tim
         assert (info["state"], info["run_at"]) == ("scheduled", run_at), "from the scheduler's memory"
         assert await client.get_job(q, dropped) is None
 
-        async with Pool(registry, engine, PoolConfig([q], concurrency=4)):
+        async with Pool(registry, engine, PoolConfig([q], concurrency=4), redis=redis):
             # both were due in the same second: one move would have taken the dropped one with the kept
             assert await signals.moved.wait_for(lambda n: n > 0) == 1
             await asyncio.wait_for(done.wait(), 60)

@@ -32,7 +32,7 @@ async def api(path: Any, token: str) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def example_worker(path: Any) -> AsyncIterator[None]:
     """A pool running the example's handlers on this test's queue."""
-    async with Pool(registry, path.engine, PoolConfig([path.queue])):
+    async with Pool(registry, path.engine, PoolConfig([path.queue]), redis=path.redis):
         yield
 
 

@@ -39,6 +39,7 @@ class GraphStack:
     relay: RelayService
     registry: Registry
     eventually: Eventually
+    redis: Any
 
     async def finished(self, graph_id: str, timeout_s: float = 120, after: int = 0) -> dict[str, Any]:
         """The graph (the gateway's view) once a pool of this test ended it (its last report went
@@ -64,7 +65,9 @@ class GraphStack:
 def gs(prefix: str, path: Any, eventually: Eventually) -> GraphStack:
     """The path (HTTP → gateway → Kafka → relay → Redis for ``<prefix>*``) and two queues of it."""
     qa, qb = f"{prefix}.ga", f"{prefix}.gb"
-    return GraphStack(prefix, qa, qb, path.client, path.engine, path.relay, Registry(), eventually)
+    return GraphStack(
+        prefix, qa, qb, path.client, path.engine, path.relay, Registry(), eventually, path.redis
+    )
 
 
 def results(graph: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +103,7 @@ def arithmetic(gs: GraphStack) -> Counter[str]:
 
 
 def pool(gs: GraphStack, concurrency: int = 50) -> Pool:
-    return Pool(gs.registry, gs.engine, PoolConfig([gs.qa, gs.qb], concurrency=concurrency))
+    return Pool(gs.registry, gs.engine, PoolConfig([gs.qa, gs.qb], concurrency=concurrency), redis=gs.redis)
 
 
 async def test_every_shape_runs_over_http_with_results_flowing(gs: GraphStack) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from canary.monitor import Canary
 from jqcore.client import Gateway, JobqClient
@@ -32,6 +33,7 @@ class Pipeline:
     queue: str
     client: JobqClient
     engine: Engine
+    redis: aioredis.Redis
     registry: Registry
     gates: list[GateService]
     relay: RelayService
@@ -45,6 +47,7 @@ async def pipeline(
     make_gate: Callable[..., GateService],
     make_relay: Callable[..., RelayService],
     engine: Engine,
+    redis: aioredis.Redis,
     token: str,
 ) -> AsyncIterator[Pipeline]:
     topic = make_topic("jobs", partitions=3)
@@ -55,7 +58,9 @@ async def pipeline(
     async with gate_a, gate_b, relay:
         gws = [Gateway(gate_a.url, "az-a"), Gateway(gate_b.url, "az-b")]
         async with JobqClient(gws, token, az="az-a") as client:
-            yield Pipeline(topic, f"{prefix}.q", client, engine, Registry(), [gate_a, gate_b], relay, routing)
+            yield Pipeline(
+                topic, f"{prefix}.q", client, engine, redis, Registry(), [gate_a, gate_b], relay, routing
+            )
 
 
 async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pipeline) -> None:
@@ -74,7 +79,9 @@ async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pip
         pipeline.queue, [{"kind": "e2e.add", "args": {"i": i}} for i in range(n - 1)]
     )
     ids.append(await add.enqueue(pipeline.client, i=n - 1))  # the registry's sugar, same path
-    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue], concurrency=20)):
+    async with Pool(
+        pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue], concurrency=20), redis=pipeline.redis
+    ):
         await asyncio.wait_for(done.wait(), 120)
     assert sorted(seen) == list(range(n)), "each job ran exactly once"
     job = await pipeline.client.get_job(pipeline.queue, ids[7])
@@ -110,14 +117,14 @@ async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline, eventu
     await pipeline.relay.relays[0].signals.batch.wait_for(lambda c: c.get("written", 0) >= 4)
     depth = (await pipeline.client.queue(q))["depth"]
     assert (depth["pending"], depth["delayed"]) == (3, 1)
-    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([q], concurrency=1)):
+    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([q], concurrency=1), redis=pipeline.redis):
         await asyncio.wait_for(done.wait(), 60)
     assert order == ["high", "mid", "low", "later"]
 
 
 def canary_pool(pipeline: Pipeline, queue: str) -> Pool:
     """A pool for the canary queue whose finished jobs a test can wait on."""
-    pool = Pool(Registry(), pipeline.engine, PoolConfig([queue], concurrency=4))
+    pool = Pool(Registry(), pipeline.engine, PoolConfig([queue], concurrency=4), redis=pipeline.redis)
     enable_all(pool.signals)
     return pool
 
@@ -221,7 +228,7 @@ async def test_reconcile_accounts_for_every_job_end_to_end(
     await pipeline.client.enqueue(
         pipeline.queue, [{"kind": "e2e.count", "args": {"i": i}} for i in range(30)]
     )
-    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue])):
+    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue]), redis=pipeline.redis):
         await asyncio.wait_for(done.wait(), 120)
 
     def snapshot() -> dict[str, Any]:

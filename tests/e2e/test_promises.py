@@ -40,7 +40,7 @@ async def relayed(path: Any, n: int) -> reads.JobInfo | None:
 
 async def run_once(path: Any, registry: Registry) -> None:
     """Drain the queue with a burst pool."""
-    pool = Pool(registry, path.engine, PoolConfig([path.queue], concurrency=4, burst=True))
+    pool = Pool(registry, path.engine, PoolConfig([path.queue], concurrency=4, burst=True), redis=path.redis)
     async with pool:
         await asyncio.wait_for(pool.drained.wait(), 60)
 
@@ -93,8 +93,8 @@ async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(
     async def new_kind(n: int) -> None:
         ran.append(n)
 
-    old_pool = Pool(old, path.engine, PoolConfig([path.queue], unknown_kind_retry_ms=200))
-    new_pool = Pool(new, path.engine, PoolConfig([path.queue]))
+    old_pool = Pool(old, path.engine, PoolConfig([path.queue], unknown_kind_retry_ms=200), redis=path.redis)
+    new_pool = Pool(new, path.engine, PoolConfig([path.queue]), redis=path.redis)
     enable_all(old_pool.signals, new_pool.signals)
     async with old_pool:
         await path.client.enqueue_one(path.queue, "deploy.new", {"n": 1}, id="rolled")

@@ -112,7 +112,7 @@ async def test_a_scheduler_process_is_ready_in_its_group_and_every_log_line_is_j
 
 
 async def test_three_instances_split_the_queues_and_one_killed_loses_nothing(
-    prefix: str, engine: Engine, scheduler_processes: Any, eventually: Eventually
+    prefix: str, engine: Engine, redis: aioredis.Redis, scheduler_processes: Any, eventually: Eventually
 ) -> None:
     names = ["s1", "s2", "s3"]
     procs = {name: scheduler_processes.start(name) for name in names}
@@ -147,7 +147,7 @@ async def test_three_instances_split_the_queues_and_one_killed_loses_nothing(
         jobs.append(env)
     await engine.enqueue_batch(jobs)
 
-    async with Pool(registry, engine, PoolConfig(queues, concurrency=20)):
+    async with Pool(registry, engine, PoolConfig(queues, concurrency=20), redis=redis):
         await asyncio.wait_for(some_ran.wait(), 60)
         procs[victim].signal(signal.SIGKILL)
         survivors = [n for n in names if n != victim]

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -86,6 +87,7 @@ async def test_a_job_is_one_trace_through_the_hops_and_its_retry_a_linked_new_on
     exporter: InMemorySpanExporter,
     prefix: str,
     engine: Engine,
+    redis: aioredis.Redis,
     token: str,
 ) -> None:
     q = f"{prefix}.q"
@@ -113,7 +115,7 @@ async def test_a_job_is_one_trace_through_the_hops_and_its_retry_a_linked_new_on
         assert resp.status == 202, await resp.text()
         flaky_id, ok_id = (await resp.json())["ids"]
 
-    pool = Pool(registry, engine, PoolConfig([q]))
+    pool = Pool(registry, engine, PoolConfig([q]), redis=redis)
     enable_all(pool.signals)
     succeeded: set[str] = set()
 

@@ -53,7 +53,7 @@ def validator(doc: dict[str, Any], schema: dict[str, Any]) -> jsonschema.Draft20
 
 def test_every_route_of_the_app_is_documented_and_every_documented_one_is_served() -> None:
     unused: Any = None  # the routes only: nothing is connected or read
-    app = make_app(Gate(GateSettings(), RoutingSettings(), *[unused] * 7))
+    app = make_app(Gate(GateSettings(), RoutingSettings(), *[unused] * 8))
     documented = {(method, path) for method, path, _ in operations(document())}
     assert served(app) - documented == set(), "routes served without a declaration (kafkagate/api.py)"
     assert documented - served(app) == set(), "documented routes the app does not serve"

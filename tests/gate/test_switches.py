@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from jobq.cli import app
@@ -23,7 +24,7 @@ from worker.registry import Registry
 
 
 async def test_a_switch_stops_a_kind_in_two_pools_and_lifts_cleanly(
-    gw: Gw, engine: Engine, endpoints: Endpoints
+    gw: Gw, engine: Engine, redis: aioredis.Redis, endpoints: Endpoints
 ) -> None:
     q, reg = gw.queue, Registry()
     started: list[tuple[str, int]] = []  # (kind, Redis's clock at the handler's start)
@@ -56,7 +57,7 @@ async def test_a_switch_stops_a_kind_in_two_pools_and_lifts_cleanly(
             await asyncio.wait_for(enough[kind].wait(), 30)
 
     config = PoolConfig([q], concurrency=4, idle_wait_s=1)
-    async with Pool(reg, engine, config), Pool(reg, engine, config):
+    async with Pool(reg, engine, config, redis=redis), Pool(reg, engine, config, redis=redis):
         await enqueue(5)
         await wait("ok", 5)
         await wait("poison", 5)  # both kinds run before the flip

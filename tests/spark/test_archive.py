@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
@@ -45,6 +46,7 @@ async def test_a_job_gone_from_redis_answers_from_the_archive(
     make_relay: Callable[..., RelayService],
     make_scheduler: Callable[..., SchedulerService],
     engine: Engine,
+    redis: aioredis.Redis,
     token: str,
     eventually: Eventually,
     topic_end: Callable[[str], int],
@@ -68,7 +70,7 @@ async def test_a_job_gone_from_redis_answers_from_the_archive(
         JobqClient([gate.url], token) as client,
     ):
         ids = await client.enqueue(q, [{"kind": "arch.flaky", "args": {"i": i}} for i in range(20)])
-        async with Pool(registry, engine, PoolConfig([q], concurrency=5)):
+        async with Pool(registry, engine, PoolConfig([q], concurrency=5), redis=redis):
             await eventually(
                 lambda: engine.get_jobs(q, ids),
                 lambda infos: all(i and i.state == "completed" for i in infos),

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from jqcore.client import ApiRefused, JobqClient
@@ -44,6 +45,7 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
     make_relay: Callable[..., RelayService],
     make_scheduler: Callable[..., SchedulerService],
     engine: Engine,
+    redis: aioredis.Redis,
     token: str,
     eventually: Eventually,
     topic_end: Callable[[str], int],
@@ -82,7 +84,7 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
         make_relay(jobs_topic),
         make_scheduler(f"{prefix}-s0", events=EventSettings(topic=events_topic, payload_max_bytes=CAP)),
         JobqClient([gate.url], token) as client,
-        Pool(registry, engine, PoolConfig([q], concurrency=3)),
+        Pool(registry, engine, PoolConfig([q], concurrency=3), redis=redis),
     ):
         a, b, c = await client.enqueue(q, jobs)
         infos = await eventually(

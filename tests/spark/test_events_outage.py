@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from jqcore.envelope import new_envelope
@@ -44,6 +45,7 @@ async def test_kafka_away_loses_no_event_and_the_history_catches_up(
     make_topic: Callable[..., str],
     make_scheduler: Callable[..., SchedulerService],
     engine: Engine,
+    redis: aioredis.Redis,
     eventually: Eventually,
     topic_reader: Callable[..., list[Any]],
     topic_end: Callable[[str], int],
@@ -71,7 +73,7 @@ async def test_kafka_away_loses_no_event_and_the_history_catches_up(
             for queue, queue_ids in ids.items():
                 envs = [new_envelope(queue, "outage.ok", {"i": i}, id=j) for i, j in enumerate(queue_ids)]
                 await engine.enqueue_batch(envs)
-            async with Pool(registry, engine, PoolConfig([q, small], concurrency=20)):
+            async with Pool(registry, engine, PoolConfig([q, small], concurrency=20), redis=redis):
                 for queue, queue_ids in ids.items():
                     await eventually(
                         lambda queue=queue, queue_ids=queue_ids: engine.get_jobs(queue, queue_ids),

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from jqcore.backoff import Backoff
@@ -72,6 +73,7 @@ async def test_every_job_has_its_whole_story_in_the_events_topic_and_the_history
     tmp_path: Path,
     prefix: str,
     engine: Engine,
+    redis: aioredis.Redis,
     eventually: Eventually,
     topic_reader: TopicReader,
     topic_end: Callable[[str], int],
@@ -119,7 +121,7 @@ async def test_every_job_has_its_whole_story_in_the_events_topic_and_the_history
     await eventually(time.time, lambda t: t * 1000 > expires_at + 10, 10)  # expiry needs the clock to pass
     await engine.pause(q_exp, False)
 
-    async with Pool(registry, engine, PoolConfig([q, q_exp], concurrency=20)):
+    async with Pool(registry, engine, PoolConfig([q, q_exp], concurrency=20), redis=redis):
         await eventually(
             lambda: engine.get_jobs(q, ids),
             lambda infos: all(i is not None and i.state == expected[i.id] for i in infos),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.streaming.query import StreamingQuery
@@ -116,6 +117,7 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
     make_topic: Callable[..., str],
     make_relay: Callable[..., RelayService],
     engine: Engine,
+    redis: aioredis.Redis,
     eventually: Eventually,
     topic_end: Callable[[str], int],
     tmp_path: Path,
@@ -143,7 +145,10 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
         records = to_kafka_records(rows, routing=routing, queue=queue, kind="spark.e2e", args_cols=["n"])
         return write_stream(records, checkpoint=checkpoint, bootstrap=endpoints.kafka_bootstrap)
 
-    async with make_relay(topic) as relay, Pool(registry, engine, PoolConfig([queue], concurrency=20)):
+    async with (
+        make_relay(topic) as relay,
+        Pool(registry, engine, PoolConfig([queue], concurrency=20), redis=redis),
+    ):
         counts = relay.relays[0].counts
         for i in range(2):
             drop_file(src, i, range(i * per_file, (i + 1) * per_file))

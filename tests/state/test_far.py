@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from jqcore import farscan
 from jqcore.envelope import Envelope
+from jqcore.keys import far_scanned_key, far_scanning_key
 from jqcore.state import CancelOutcome, Engine
-from jqcore.state.keys import far_scanned_key, far_scanning_key
 
 Job = Callable[..., Envelope]
 
@@ -55,35 +56,16 @@ async def test_a_rewrite_marks_a_partition_scanned_only_if_redis_kept_its_start(
     engine: Engine, q: str
 ) -> None:
     """Redis lost while the far tier wrote a partition's index entries from memory (the start mark gone
-    with the entries written so far): the partition must not be marked, or the entries are never written."""
-    topic = f"{q}.schedule"
-    assert await engine.far_unscanned(topic, [0, 1]) == [0, 1]
-    await engine.begin_far_scan(topic, [0, 1])
-    assert await engine.mark_far_scanned(topic, [0, 1], 1_000)
-    assert await engine.far_unscanned(topic, [0, 1]) == []
-    await engine.begin_far_scan(topic, [0, 1])
+    with the entries written so far): the partition must not be marked, or the entries are never written.
+    The markers are the scheduler's own (:mod:`jqcore.farscan`, a plain client), beside the queues of the
+    engine's Redis (single or Cluster)."""
+    topic, client = f"{q}.schedule", engine._client
+    assert await farscan.unscanned(client, topic, [0, 1]) == [0, 1]
+    await farscan.begin(client, topic, [0, 1])
+    assert await farscan.mark(client, topic, [0, 1], 1_000)
+    assert await farscan.unscanned(client, topic, [0, 1]) == []
+    await farscan.begin(client, topic, [0, 1])
     for key in (far_scanning_key(topic, 1), far_scanned_key(topic, 1)):  # what a Redis loss does to them
-        await engine._client.delete(key)
-    assert not await engine.mark_far_scanned(topic, [0, 1], 2_000)
-    assert await engine.far_unscanned(topic, [0, 1]) == [1], "partition 1 is written again"
-
-
-async def test_an_index_an_older_jobq_wrote_as_a_zset_is_read_until_schedule_far_replaces_it(
-    engine: Engine, q: str, t0: int
-) -> None:
-    far = f"jobq:{{{q}}}:far"
-    await engine._client.zadd(far, {"old": t0 + 9_000_000, "older": t0 + 8_000_000})
-    info = await engine.get_job(q, "old")
-    assert info is not None
-    assert (info.state, info.run_at) == ("scheduled", t0 + 9_000_000)
-    assert (await engine.depth(q, now=t0)).far == 2
-    assert await engine.list_ids(q, "far") == (["older", "old"], 2)
-    assert await engine.far_next(q) == t0 + 8_000_000
-    assert [j.run_at if j else None for j in await engine.far_jobs(q, ["old", "nope"])] == [
-        t0 + 9_000_000,
-        None,
-    ]
-    assert await engine.schedule_far(q, [("new", t0 + 7_000_000)], now_ms=t0) == ["scheduled"]
-    assert await engine._client.type(far) == b"hash", "replaced: the schedulers write the old entries again"
-    assert await engine.list_ids(q, "far") == (["new"], 1)
-    assert await engine.far_next(q) == t0 + 7_000_000
+        await client.delete(key)
+    assert not await farscan.mark(client, topic, [0, 1], 2_000)
+    assert await farscan.unscanned(client, topic, [0, 1]) == [1], "partition 1 is written again"

@@ -79,12 +79,14 @@ def web() -> WebService:
 
 
 def pool() -> Pool:
-    return Pool(Registry(), Engine(connect(REDIS)), PoolConfig(["never.used"]))
+    client = connect(REDIS)
+    return Pool(Registry(), Engine(client), PoolConfig(["never.used"]), redis=client)
 
 
 def dispatcher() -> Dispatcher:
     settings = DispatcherSettings(queues=["never.used"], callback_secret="s")
-    return Dispatcher(Engine(connect(REDIS)), settings)
+    client = connect(REDIS)
+    return Dispatcher(Engine(client), settings, redis=client)
 
 
 def canary() -> Canary:

@@ -138,7 +138,7 @@ async def live(
         make_relay(web_sources.relay.topics[0], redis_url=redis_url),
         make_scheduler(f"{prefix}-s0", redis_url=redis_url, series_every_s=1),
         JobqClient([gate.url], token) as client,
-        Pool(registry, engine, PoolConfig([ok_q, flaky_q, f"canary.{topic}"], concurrency=4)),
+        Pool(registry, engine, PoolConfig([ok_q, flaky_q, f"canary.{topic}"], concurrency=4), redis=raw),
         Canary(client, raw, {topic: [0, 1]}, interval_s=1, late_after_s=20),
         WebService(settings, sources) as web,
         async_playwright() as pw,

@@ -14,6 +14,7 @@ from jqcore.cron import CronSchedule
 from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
 from jqcore.membership import Membership
+from jqcore.presence import Presence
 
 pytestmark = pytest.mark.asyncio
 
@@ -51,9 +52,9 @@ async def test_a_running_job_shows_under_the_worker_that_claimed_it(
     assert _worker(r.json(), me) is None, "a finished job leaves its worker's row"
 
 
-async def test_an_announced_pool_is_listed_alive_and_idle(dash: Any, engine: Any, prefix: str) -> None:
+async def test_an_announced_pool_is_listed_alive_and_idle(dash: Any, redis: Any, prefix: str) -> None:
     name = f"{prefix}-pool:77:{prefix}.a,{prefix}.b"
-    async with engine.presence("worker", name):
+    async with Presence(redis, "worker", name):
         r = await dash.get("/workers")
         assert name in r.json()["processes"]["worker"]
         row = _worker(r.json(), name)

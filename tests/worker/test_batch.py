@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from jqcore.envelope import new_envelope
@@ -32,12 +33,14 @@ async def infos(engine: Engine, queue: str, ids: list[str]) -> list[JobInfo]:
     return [g for g in got if g is not None]
 
 
-async def drain(reg: Registry, engine: Engine, queue: str, **kw: object) -> None:
-    async with Pool(reg, engine, PoolConfig([queue], burst=True, **kw)) as pool:  # type: ignore[arg-type]
+async def drain(reg: Registry, engine: Engine, redis: aioredis.Redis, queue: str, **kw: object) -> None:
+    async with Pool(reg, engine, PoolConfig([queue], burst=True, **kw), redis=redis) as pool:  # type: ignore[arg-type]
         await asyncio.wait_for(pool.drained.wait(), 30)
 
 
-async def test_per_item_outcomes_beside_single_jobs_in_one_queue(engine: Engine, prefix: str) -> None:
+async def test_per_item_outcomes_beside_single_jobs_in_one_queue(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.b", Registry()
     calls: list[list[tuple[int, int]]] = []
 
@@ -69,7 +72,7 @@ async def test_per_item_outcomes_beside_single_jobs_in_one_queue(engine: Engine,
     ids = await enqueue(engine, q, "rows", [{"n": n} for n in range(8)])
     (one,) = await enqueue(engine, q, "single", [None])
     synced = await enqueue(engine, q, "sync_rows", [{"n": 1}, {"n": "not a number"}])
-    await drain(reg, engine, q, concurrency=2)
+    await drain(reg, engine, redis, q, concurrency=2)
     assert sorted(calls[0]) == [(n, 1) for n in range(8)], "one call for the eight jobs"
     assert sorted(x for c in calls[1:] for x in c) == [(1, 2), (5, 2)], "the retried rows, attempt 2"
     got = await infos(engine, q, ids)
@@ -91,7 +94,9 @@ async def test_per_item_outcomes_beside_single_jobs_in_one_queue(engine: Engine,
     assert "args do not match" in (bad.last_error or "")
 
 
-async def test_an_exception_fails_every_item_then_they_retry(engine: Engine, prefix: str) -> None:
+async def test_an_exception_fails_every_item_then_they_retry(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.b", Registry()
 
     # one batch for all twelve: a retried item must never share a batch with a first attempt, or the
@@ -102,14 +107,16 @@ async def test_an_exception_fails_every_item_then_they_retry(engine: Engine, pre
             raise ValueError("the store is down")
 
     ids = await enqueue(engine, q, "rows", [{"n": n} for n in range(12)])
-    await drain(reg, engine, q)
+    await drain(reg, engine, redis, q)
     for got in await infos(engine, q, ids):
         assert (got.state, got.attempt) == ("completed", 2)
         assert [h["outcome"] for h in got.history] == ["failed", "completed"]
         assert "ValueError: the store is down" in (got.history[0]["error"] or "")
 
 
-async def test_a_crashed_batch_comes_back_by_its_leases(engine: Engine, prefix: str) -> None:
+async def test_a_crashed_batch_comes_back_by_its_leases(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg, started = f"{prefix}.b", Registry(), asyncio.Event()
 
     @reg.job("rows", queue=q, batch=4, batch_wait_ms=10)
@@ -119,7 +126,7 @@ async def test_a_crashed_batch_comes_back_by_its_leases(engine: Engine, prefix: 
 
     ids = await enqueue(engine, q, "rows", [{"n": n} for n in range(4)])
     # two queues: no hand-off registration, which could hand the jobs back to the dead pool once more
-    pool = Pool(reg, engine, PoolConfig([q, f"{q}.other"], lease_ms=1000))
+    pool = Pool(reg, engine, PoolConfig([q, f"{q}.other"], lease_ms=1000), redis=redis)
     await pool.start()
     await asyncio.wait_for(started.wait(), 30)
     await pool.hard_stop()  # as after SIGKILL: nothing written back
@@ -133,14 +140,14 @@ async def test_a_crashed_batch_comes_back_by_its_leases(engine: Engine, prefix: 
             item.complete(item.attempt)
         seen.set()
 
-    await drain(reg2, engine, q)
+    await drain(reg2, engine, redis, q)
     assert seen.is_set()
     assert [(g.state, g.result) for g in await infos(engine, q, ids)] == [("completed", "2")] * 4
 
 
-async def test_a_long_batch_keeps_every_lease(engine: Engine, prefix: str) -> None:
+async def test_a_long_batch_keeps_every_lease(engine: Engine, redis: aioredis.Redis, prefix: str) -> None:
     q, reg = f"{prefix}.b", Registry()
-    pool = Pool(reg, engine, PoolConfig([q], burst=True, lease_ms=1500))
+    pool = Pool(reg, engine, PoolConfig([q], burst=True, lease_ms=1500), redis=redis)
     enable_all(pool.signals)
 
     @reg.job("rows", queue=q, batch=3, batch_wait_ms=10)
@@ -178,7 +185,9 @@ async def test_settle_checks_each_lease_and_answers_a_repeat_the_same(engine: En
     assert [(g.state, g.result) for g in got] == [("completed", "1"), ("delayed", None), ("running", None)]
 
 
-async def test_a_stop_releases_the_jobs_still_gathering(engine: Engine, prefix: str) -> None:
+async def test_a_stop_releases_the_jobs_still_gathering(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.b", Registry()
 
     @reg.job("rows", queue=q, batch=100, batch_wait_ms=600_000)
@@ -186,7 +195,7 @@ async def test_a_stop_releases_the_jobs_still_gathering(engine: Engine, prefix: 
         raise AssertionError("a batch that never filled must not run")
 
     ids = await enqueue(engine, q, "rows", [{"n": n} for n in range(3)])
-    pool = Pool(reg, engine, PoolConfig([q], lease_ms=900))
+    pool = Pool(reg, engine, PoolConfig([q], lease_ms=900), redis=redis)
     enable_all(pool.signals)
     await pool.start()
     kept: set[str] = set()

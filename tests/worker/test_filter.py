@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine, FilterInvalid, QueueConfig
@@ -16,7 +17,9 @@ from worker.settings import parse_filter
 pytestmark = pytest.mark.usefixtures("scheduler")  # pools run no timers: the service does
 
 
-async def test_a_pool_with_a_filter_runs_only_matching_jobs(engine: Engine, prefix: str) -> None:
+async def test_a_pool_with_a_filter_runs_only_matching_jobs(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.f", Registry()
     await engine.configure_queue(q, QueueConfig(filter_keys=("region",)))
     ran: list[str] = []
@@ -30,19 +33,21 @@ async def test_a_pool_with_a_filter_runs_only_matching_jobs(engine: Engine, pref
 
     envs = [new_envelope(q, "where", {"region": r}, meta={"region": r}) for r in ("eu", "us", "eu")]
     await engine.enqueue_batch(envs)
-    async with Pool(reg, engine, PoolConfig([q], filter={"region": "eu"})):
+    async with Pool(reg, engine, PoolConfig([q], filter={"region": "eu"}), redis=redis):
         await asyncio.wait_for(eu_done.wait(), 30)
     assert sorted(ran) == ["eu", "eu"]
     assert (await engine.depth(q)).pending == 1, "the us job waits for a pool that wants it"
 
 
-async def test_a_filter_on_an_unindexed_key_is_refused(engine: Engine, prefix: str) -> None:
+async def test_a_filter_on_an_unindexed_key_is_refused(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q = f"{prefix}.f"
     await engine.configure_queue(q, QueueConfig(filter_keys=("region",)))
     with pytest.raises(FilterInvalid, match="tier"):
         await engine.claim(q, 1, filter={"tier": "gold"})
     with pytest.raises(FilterInvalid, match="tier"):  # a pool says so at start instead of idling forever
-        async with Pool(Registry(), engine, PoolConfig([q], filter={"tier": "gold"})):
+        async with Pool(Registry(), engine, PoolConfig([q], filter={"tier": "gold"}), redis=redis):
             pass
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
@@ -21,7 +22,9 @@ async def enqueue(engine: Engine, queue: str, kind: str, args: object = None) ->
     return env.id
 
 
-async def test_hooks_run_once_each_in_order_and_handlers_see_their_state(engine: Engine, prefix: str) -> None:
+async def test_hooks_run_once_each_in_order_and_handlers_see_their_state(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.hooks", Registry()
     calls: list[str] = []
     seen: list[WorkerContext] = []
@@ -56,7 +59,7 @@ async def test_hooks_run_once_each_in_order_and_handlers_see_their_state(engine:
         return f"{current_job().worker.state['greeting']} {name}"
 
     a, b = await enqueue(engine, q, "greet", ["ada"]), await enqueue(engine, q, "greet.sync", ["bob"])
-    async with Pool(reg, engine, PoolConfig([q], burst=True)) as pool:
+    async with Pool(reg, engine, PoolConfig([q], burst=True), redis=redis) as pool:
         await asyncio.wait_for(pool.drained.wait(), 60)
         assert pool.context is seen[0]
     assert calls == ["startup 1", "startup 2", "job", "shutdown 1 ['greeting', 'punct']", "shutdown 2"]
@@ -68,7 +71,7 @@ async def test_hooks_run_once_each_in_order_and_handlers_see_their_state(engine:
 
 
 async def test_a_failing_startup_hook_claims_nothing_and_still_runs_the_shutdown_hooks(
-    engine: Engine, prefix: str
+    engine: Engine, redis: aioredis.Redis, prefix: str
 ) -> None:
     q, reg = f"{prefix}.hooks", Registry()
     calls: list[str] = []
@@ -91,7 +94,7 @@ async def test_a_failing_startup_hook_claims_nothing_and_still_runs_the_shutdown
         calls.append("job")
 
     job_id = await enqueue(engine, q, "work")
-    pool = Pool(reg, engine, PoolConfig([q]))
+    pool = Pool(reg, engine, PoolConfig([q]), redis=redis)
     with pytest.raises(StartupFailed, match=r"connect_db failed: ConnectionRefusedError\('no database'\)"):
         await pool.start()
     assert not pool.running

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import redis.asyncio as aioredis
+
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
 from jqcore.testsignal import enable_all
@@ -28,7 +30,9 @@ async def test_a_kinds_default_priority_orders_its_jobs_enqueued_without_one(
     assert kinds["urgent"]["queues"][q]["priority"] == 5
 
 
-async def test_a_kind_with_ignore_result_keeps_no_result(engine: Engine, prefix: str) -> None:
+async def test_a_kind_with_ignore_result_keeps_no_result(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q = f"{prefix}.kquiet"
     reg = Registry()
 
@@ -41,7 +45,9 @@ async def test_a_kind_with_ignore_result_keeps_no_result(engine: Engine, prefix:
         return "kept"
 
     a, b = new_envelope(q, "quiet"), new_envelope(q, "loud")
-    async with Pool(reg, engine, PoolConfig([q], idle_wait_s=0.2)) as pool:  # registers the kinds' options
+    async with Pool(
+        reg, engine, PoolConfig([q], idle_wait_s=0.2), redis=redis
+    ) as pool:  # registers the kinds' options
         enable_all(pool.signals)
         await engine.enqueue_batch([a, b])
         await pool.signals.finished.wait_for(lambda f: f == (a.id, "succeeded"))

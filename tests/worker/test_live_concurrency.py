@@ -10,6 +10,8 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+import redis.asyncio as aioredis
+
 from jqcore.envelope import new_envelope
 from jqcore.state import Engine
 from jqcore.testsignal import enable_all
@@ -18,7 +20,9 @@ from worker.main import reload_on_sighup
 from worker.pool import Pool, PoolConfig
 
 
-async def test_concurrency_changes_while_the_pool_runs(engine: Engine, prefix: str, tmp_path: Path) -> None:
+async def test_concurrency_changes_while_the_pool_runs(
+    engine: Engine, redis: aioredis.Redis, prefix: str, tmp_path: Path
+) -> None:
     q, reg = f"{prefix}.live", Registry()
     gate, three = asyncio.Event(), asyncio.Event()
     started: asyncio.Queue[str] = asyncio.Queue()  # phase 2: each job held until the test lets it end
@@ -48,7 +52,7 @@ async def test_concurrency_changes_while_the_pool_runs(engine: Engine, prefix: s
 
     settings = tmp_path / "worker.env"
     loop = asyncio.get_running_loop()
-    async with Pool(reg, engine, PoolConfig([q], concurrency=1, idle_wait_s=5)) as pool:
+    async with Pool(reg, engine, PoolConfig([q], concurrency=1, idle_wait_s=5), redis=redis) as pool:
         enable_all(pool.signals)
         reload_on_sighup(pool, settings)
         try:

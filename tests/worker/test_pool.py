@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from examples.demo_app import cpu_hash
 from jqcore import metrics
@@ -35,13 +36,15 @@ async def info(engine: Engine, queue: str, job_id: str) -> JobInfo:
     return got
 
 
-async def drain(reg: Registry, engine: Engine, queue: str, **kw: object) -> None:
+async def drain(reg: Registry, engine: Engine, redis: aioredis.Redis, queue: str, **kw: object) -> None:
     """Run a burst pool until nothing is claimable and nothing runs."""
-    async with Pool(reg, engine, PoolConfig([queue], burst=True, **kw)) as pool:  # type: ignore[arg-type]
+    async with Pool(reg, engine, PoolConfig([queue], burst=True, **kw), redis=redis) as pool:  # type: ignore[arg-type]
         await asyncio.wait_for(pool.drained.wait(), 60)
 
 
-async def test_async_and_sync_handlers_complete_with_results(engine: Engine, prefix: str) -> None:
+async def test_async_and_sync_handlers_complete_with_results(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.w", Registry()
     threads: list[str] = []
 
@@ -58,13 +61,15 @@ async def test_async_and_sync_handlers_complete_with_results(engine: Engine, pre
 
     a = await enqueue(engine, q, "add", {"a": 2, "b": 3})
     s = await enqueue(engine, q, "shout", ["hi"])
-    await drain(reg, engine, q)
+    await drain(reg, engine, redis, q)
     assert ((await info(engine, q, a)).state, (await info(engine, q, a)).result) == ("completed", "5")
     assert (await info(engine, q, s)).result == '"HI"'
     assert threads[0].startswith("jobq")
 
 
-async def test_failures_retry_with_backoff_then_dead_letter(engine: Engine, prefix: str) -> None:
+async def test_failures_retry_with_backoff_then_dead_letter(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.w", Registry()
 
     @reg.job("boom", queue=q, max_attempts=3, backoff=FAST)
@@ -72,7 +77,7 @@ async def test_failures_retry_with_backoff_then_dead_letter(engine: Engine, pref
         raise ValueError(f"broken on attempt {current_job().attempt}")
 
     job_id = await enqueue(engine, q, "boom")
-    await drain(reg, engine, q)
+    await drain(reg, engine, redis, q)
     got = await info(engine, q, job_id)
     assert (got.state, got.attempt) == ("errored", 3)
     assert "ValueError: broken on attempt 3" in (got.last_error or "")
@@ -80,7 +85,7 @@ async def test_failures_retry_with_backoff_then_dead_letter(engine: Engine, pref
     assert [j.id for j in await engine.dead_list(q)] == [job_id]
 
 
-async def test_cancel_and_snooze_from_handlers(engine: Engine, prefix: str) -> None:
+async def test_cancel_and_snooze_from_handlers(engine: Engine, redis: aioredis.Redis, prefix: str) -> None:
     q, reg = f"{prefix}.w", Registry()
 
     @reg.job("refuse", queue=q)
@@ -97,14 +102,14 @@ async def test_cancel_and_snooze_from_handlers(engine: Engine, prefix: str) -> N
     later_seen: list[int] = []
     r = await enqueue(engine, q, "refuse")
     s = await enqueue(engine, q, "later")
-    await drain(reg, engine, q)
+    await drain(reg, engine, redis, q)
     refused = await info(engine, q, r)
     assert (refused.state, refused.attempt) == ("canceled", 1)
     snoozed = await info(engine, q, s)
     assert (snoozed.state, snoozed.result) == ("completed", '"attempt 1"'), "a snooze spends no attempt"
 
 
-async def test_timeout_stops_an_async_job(engine: Engine, prefix: str) -> None:
+async def test_timeout_stops_an_async_job(engine: Engine, redis: aioredis.Redis, prefix: str) -> None:
     q, reg = f"{prefix}.w", Registry()
     cancelled = asyncio.Event()
 
@@ -117,26 +122,28 @@ async def test_timeout_stops_an_async_job(engine: Engine, prefix: str) -> None:
             raise
 
     job_id = await enqueue(engine, q, "stuck")
-    await drain(reg, engine, q)
+    await drain(reg, engine, redis, q)
     assert cancelled.is_set()
     got = await info(engine, q, job_id)
     assert got.state == "errored"
     assert "timeout after 0.2s" in (got.last_error or "")
 
 
-async def test_process_pool_handler(engine: Engine, prefix: str) -> None:
+async def test_process_pool_handler(engine: Engine, redis: aioredis.Redis, prefix: str) -> None:
     q, reg = f"{prefix}.w", Registry()
     reg.job("cpu", queue=q, mode="process")(cpu_hash)
     job_id = await enqueue(engine, q, "cpu", {"rounds": 100})
-    await drain(reg, engine, q, process_workers=1)
+    await drain(reg, engine, redis, q, process_workers=1)
     assert (await info(engine, q, job_id)).result == f'"{cpu_hash(100)}"'
 
 
-async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, prefix: str) -> None:
+async def test_lease_keeper_keeps_a_long_job_from_being_reaped(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q, reg = f"{prefix}.w", Registry()
     # The keeper extends a third into each lease; the rest is headroom for a loop that is late on a
     # loaded machine (with a 300 ms lease a 200 ms stall was enough to have the job reaped).
-    pool = Pool(reg, engine, PoolConfig([q], burst=True, lease_ms=1500))
+    pool = Pool(reg, engine, PoolConfig([q], burst=True, lease_ms=1500), redis=redis)
     enable_all(pool.signals)
 
     @reg.job("long", queue=q)
@@ -158,7 +165,9 @@ async def test_lease_keeper_keeps_a_long_job_from_being_reaped(engine: Engine, p
     assert (got.state, got.attempt, got.result) == ("completed", 1, "1")
 
 
-async def running_forever(engine: Engine, queue: str, **config: Any) -> tuple[Pool, str]:
+async def running_forever(
+    engine: Engine, redis: aioredis.Redis, queue: str, **config: Any
+) -> tuple[Pool, str]:
     """A started pool (``PoolConfig`` options ``config``) running one job that runs until the pool stops
     it, returned once the job started; (the pool, the job id)."""
     reg, started = Registry(), asyncio.Event()
@@ -169,15 +178,17 @@ async def running_forever(engine: Engine, queue: str, **config: Any) -> tuple[Po
         await asyncio.Event().wait()
 
     job_id = await enqueue(engine, queue, "long")
-    pool = Pool(reg, engine, PoolConfig([queue], **config))
+    pool = Pool(reg, engine, PoolConfig([queue], **config), redis=redis)
     await pool.start()
     await asyncio.wait_for(started.wait(), 30)
     return pool, job_id
 
 
-async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str) -> None:
+async def test_graceful_shutdown_releases_a_long_job(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q = f"{prefix}.w"
-    pool, job_id = await running_forever(engine, q, grace_s=0.2)
+    pool, job_id = await running_forever(engine, redis, q, grace_s=0.2)
     found = await pool.readiness()  # /readyz's judgement: claiming, Redis answers
     assert (found.problems, found.facts["running"], found.facts["queues"]) == ([], 1, [q])
     await pool.stop()
@@ -186,10 +197,12 @@ async def test_graceful_shutdown_releases_a_long_job(engine: Engine, prefix: str
     assert (got.state, got.attempt) == ("pending", 0), "released, and the attempt refunded"
 
 
-async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, prefix: str) -> None:
+async def test_hard_stop_loses_nothing_the_lease_brings_it_back(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q = f"{prefix}.w"
     # short enough that the next pool reaps it soon, long enough that the keeper is never late for it
-    pool, job_id = await running_forever(engine, q, lease_ms=1000)
+    pool, job_id = await running_forever(engine, redis, q, lease_ms=1000)
     await pool.hard_stop()
     assert (await info(engine, q, job_id)).state == "running"
 
@@ -201,13 +214,15 @@ async def test_hard_stop_loses_nothing_the_lease_brings_it_back(engine: Engine, 
         done.set()
         return current_job().attempt
 
-    async with Pool(reg2, engine, PoolConfig([q])):
+    async with Pool(reg2, engine, PoolConfig([q]), redis=redis):
         await asyncio.wait_for(done.wait(), 60)
     got = await info(engine, q, job_id)
     assert got.attempt == 2
 
 
-async def test_a_fair_values_rate_holds_across_a_running_pool(engine: Engine, prefix: str) -> None:
+async def test_a_fair_values_rate_holds_across_a_running_pool(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     """Real clocks: a pool waiting for hand-offs, the scheduler waking the rated tenant (fair_rates 10/s,
     a burst of 10). Its 25 jobs start no faster than the rate — measured by Redis's own stamps
     (``started_at``) — and the other tenant's jobs do not wait for it."""
@@ -225,7 +240,7 @@ async def test_a_fair_values_rate_holds_across_a_running_pool(engine: Engine, pr
     envs = [new_envelope(q, "work", None, meta={"tenant": "noisy"}) for _ in range(25)]
     envs += [new_envelope(q, "work", None, meta={"tenant": "quiet"}) for _ in range(10)]
     await engine.enqueue_batch(envs)
-    async with Pool(reg, engine, PoolConfig([q], concurrency=4)):
+    async with Pool(reg, engine, PoolConfig([q], concurrency=4), redis=redis):
         await asyncio.wait_for(all_done.wait(), 60)
     # The rate is judged in the claimers' views of Redis's clock (``NOW``), read before each call reaches
     # Redis; Redis stamps ``started_at`` when the script runs: up to a call's transit apart (under load,
@@ -242,7 +257,9 @@ def _script_calls(name: str) -> float:
     return metrics.SCRIPT_CALLS.labels(name, "ok")._value.get()
 
 
-async def test_a_busy_pools_completions_carry_its_next_claims(engine: Engine, prefix: str) -> None:
+async def test_a_busy_pools_completions_carry_its_next_claims(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     """Complete-and-claim: the jobs a round finished are replaced by the same script call (settle_claim);
     the claim loop claims only when a round came back short."""
     q, reg, ran = f"{prefix}.w", Registry(), []
@@ -253,7 +270,7 @@ async def test_a_busy_pools_completions_carry_its_next_claims(engine: Engine, pr
 
     await engine.enqueue_batch([new_envelope(q, "tick", {"n": i}) for i in range(300)])
     claims, rounds = _script_calls("claim"), _script_calls("settle_claim")
-    await drain(reg, engine, q, concurrency=10)
+    await drain(reg, engine, redis, q, concurrency=10)
     claims, rounds = _script_calls("claim") - claims, _script_calls("settle_claim") - rounds
     assert sorted(ran) == list(range(300))
     assert rounds > 0
@@ -261,7 +278,7 @@ async def test_a_busy_pools_completions_carry_its_next_claims(engine: Engine, pr
 
 
 async def _held_pool(
-    engine: Engine, q: str, ran: list[str], ids: list[str], **config: Any
+    engine: Engine, redis: aioredis.Redis, q: str, ran: list[str], ids: list[str], **config: Any
 ) -> tuple[Pool, HeldRounds]:
     """A pool of concurrency 1 on three enqueued jobs (``ids``), its first round held on its way to Redis."""
     reg = Registry()
@@ -271,18 +288,20 @@ async def _held_pool(
         ran.append(current_job().id)
 
     ids += [await enqueue(engine, q, "quick") for _ in range(3)]
-    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, **config))
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, **config), redis=redis)
     held = hold_rounds(pool)
     await pool.start()
     await asyncio.wait_for(held.arrived.wait(), 30)
     return pool, held
 
 
-async def test_a_stop_releases_the_jobs_a_round_on_its_way_brought(engine: Engine, prefix: str) -> None:
+async def test_a_stop_releases_the_jobs_a_round_on_its_way_brought(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     """The round sent before the stop claims its replacement; the stopping pool holds it unstarted and
     releases it with the rest (attempt refunded), after the round's completion was written."""
     q, ran, ids = f"{prefix}.w", [], []
-    pool, held = await _held_pool(engine, q, ran, ids)
+    pool, held = await _held_pool(engine, redis, q, ran, ids)
     cancel_fetcher = pool._cancel_fetcher
 
     async def open_the_gate_once_stopping() -> None:  # the stop's first step: it claims nothing more
@@ -297,15 +316,17 @@ async def test_a_stop_releases_the_jobs_a_round_on_its_way_brought(engine: Engin
     assert states == [("completed", 1), ("pending", 0), ("pending", 0)]
 
 
-async def test_a_crash_before_a_rounds_answer_loses_nothing(engine: Engine, prefix: str) -> None:
+async def test_a_crash_before_a_rounds_answer_loses_nothing(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     """The window complete-and-claim leaves: a job whose handler returned but whose round never reached
     Redis stays running under its lease, which expires; the job runs again (attempt 2), nothing is lost."""
     q, ran, ids = f"{prefix}.w", [], []
-    pool, _ = await _held_pool(engine, q, ran, ids, lease_ms=1000)
+    pool, _ = await _held_pool(engine, redis, q, ran, ids, lease_ms=1000)
     first = ran[0]
     await pool.hard_stop()
     assert (await info(engine, q, first)).state == "running", "its completion never reached Redis"
-    await drain(pool.registry, engine, q)
+    await drain(pool.registry, engine, redis, q)
     got = await info(engine, q, first)
     assert (got.state, got.attempt) == ("completed", 2)
     assert sorted(set(ran)) == sorted(ids)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
 from jqcore.events import parse
@@ -26,7 +27,7 @@ async def _enqueue(engine: Engine, queue: str, kind: str, n: int) -> list[str]:
 
 
 async def test_a_held_job_starts_while_the_finished_ones_round_is_on_its_way(
-    engine: Engine, prefix: str
+    engine: Engine, redis: aioredis.Redis, prefix: str
 ) -> None:
     q, reg, started = f"{prefix}.p", Registry(), asyncio.Queue[str]()
 
@@ -35,7 +36,7 @@ async def test_a_held_job_starts_while_the_finished_ones_round_is_on_its_way(
         started.put_nowait(current_job().id)
 
     ids = await _enqueue(engine, q, "quick", 3)
-    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=2))
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=2), redis=redis)
     held = hold_rounds(pool)
     async with pool:
         first = await asyncio.wait_for(started.get(), 30)
@@ -51,7 +52,7 @@ async def test_a_held_job_starts_while_the_finished_ones_round_is_on_its_way(
 
 
 async def test_a_stop_releases_held_jobs_unrun_with_their_attempts_refunded(
-    engine: Engine, prefix: str
+    engine: Engine, redis: aioredis.Redis, prefix: str
 ) -> None:
     q, reg, running, go = f"{prefix}.p", Registry(), asyncio.Event(), asyncio.Event()
     ran: list[str] = []
@@ -63,7 +64,7 @@ async def test_a_stop_releases_held_jobs_unrun_with_their_attempts_refunded(
         await go.wait()
 
     ids = await _enqueue(engine, q, "slow", 4)
-    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=3, grace_s=30))
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=3, grace_s=30), redis=redis)
     await pool.start()
     await asyncio.wait_for(running.wait(), 30)
     assert len(pool.in_flight) == 4, "one running, three held"
@@ -82,7 +83,7 @@ async def test_a_stop_releases_held_jobs_unrun_with_their_attempts_refunded(
 
 
 async def test_a_held_job_without_a_slot_within_half_its_lease_goes_back(
-    engine: Engine, prefix: str, eventually: Eventually
+    engine: Engine, redis: aioredis.Redis, prefix: str, eventually: Eventually
 ) -> None:
     q, reg, go = f"{prefix}.p", Registry(), asyncio.Event()
 
@@ -97,7 +98,7 @@ async def test_a_held_job_without_a_slot_within_half_its_lease_goes_back(
     async def tos() -> list[str]:
         return [parse(e.value).to for e in await engine.events(q, 10_000) if e.job_id == waiting]
 
-    async with Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=1, lease_ms=1_000)):
+    async with Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=1, lease_ms=1_000), redis=redis):
         # held 0.5 s (half its 1 s lease) without a slot: released, unrun; held again, released again ...
         await eventually(tos, lambda seen: seen[:3] == ["pending", "running", "pending"], 30)
         go.set()
@@ -109,7 +110,9 @@ async def test_a_held_job_without_a_slot_within_half_its_lease_goes_back(
     assert got.attempt == 1, "every hand-back refunded its attempt"
 
 
-async def test_held_jobs_of_a_crashed_pool_come_back_by_lease(engine: Engine, prefix: str) -> None:
+async def test_held_jobs_of_a_crashed_pool_come_back_by_lease(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     """A hard stop (as SIGKILL) writes nothing back: the held jobs' leases expire and another pool runs
     them (attempt 2: the crashed claim spent one, as for any claim lost with its pool)."""
     q, reg, running = f"{prefix}.p", Registry(), asyncio.Event()
@@ -123,12 +126,12 @@ async def test_held_jobs_of_a_crashed_pool_come_back_by_lease(engine: Engine, pr
             await asyncio.Event().wait()  # the first pool's job never ends: the crash takes it
 
     ids = await _enqueue(engine, q, "step", 3)
-    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=2, lease_ms=1_000))
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=2, lease_ms=1_000), redis=redis)
     await pool.start()
     await asyncio.wait_for(running.wait(), 30)
     await pool.hard_stop()
     assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["running"] * 3, "all claimed by the pool"
-    async with Pool(reg, engine, PoolConfig([q], burst=True, concurrency=3)) as second:
+    async with Pool(reg, engine, PoolConfig([q], burst=True, concurrency=3), redis=redis) as second:
         await asyncio.wait_for(second.drained.wait(), 60)
     assert sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j) == [("completed", 2)] * 3
     assert len([a for _, a in ran if a == 1]) == 1, "the held jobs never ran in the crashed pool"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import encode, new_envelope
@@ -51,7 +52,9 @@ async def test_a_chain_of_tail_calls_across_cluster_slots_completes_the_first_jo
     env = new_envelope(q1, "first", {"n": 4})
     await engine.enqueue_batch([env])
     # one slot: a parent that held its slot while waiting would leave none for its child
-    async with Pool(reg, engine, PoolConfig([q1, q2], concurrency=1, idle_wait_s=0.2)) as pool:
+    async with Pool(
+        reg, engine, PoolConfig([q1, q2], concurrency=1, idle_wait_s=0.2), redis=redis_cluster
+    ) as pool:
         enable_all(pool.signals)
         await pool.signals.finished.wait_for(lambda f: f[1] == "deferred" and f[0] != env.id, 30)
         await asyncio.wait_for(third_started.wait(), 30)  # its handler runs (and waits on the test)
@@ -73,7 +76,9 @@ async def test_a_chain_of_tail_calls_across_cluster_slots_completes_the_first_jo
 
 
 @pytest.mark.usefixtures("scheduler")  # the retry is a delayed job: the scheduler promotes it
-async def test_a_failed_child_fails_or_retries_its_parent_by_policy(engine: Engine, prefix: str) -> None:
+async def test_a_failed_child_fails_or_retries_its_parent_by_policy(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
     q = f"{prefix}.tail"
     reg = Registry()
 
@@ -93,7 +98,7 @@ async def test_a_failed_child_fails_or_retries_its_parent_by_policy(engine: Engi
 
     strict_env, patient_env = new_envelope(q, "strict"), new_envelope(q, "patient")
     await engine.enqueue_batch([strict_env, patient_env])
-    async with Pool(reg, engine, PoolConfig([q], concurrency=2, idle_wait_s=0.2)) as pool:
+    async with Pool(reg, engine, PoolConfig([q], concurrency=2, idle_wait_s=0.2), redis=redis) as pool:
         enable_all(pool.signals)
         await pool.signals.finished.wait_for(lambda f: f == (patient_env.id, "succeeded"), 30)
         first = await pool.signals.finished.wait_for(
