@@ -6,14 +6,14 @@ import asyncio
 
 from canary.monitor import Canary
 from canary.settings import CanarySettings
-from jqcore.client import Gateway, JobqClient
-from jqcore.kafka import topic_partitions
-from jqcore.lifecycle import run_until_signal
-from jqcore.preflight import preflight
-from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, RedisSettings, load
 from jqcore.topics import job_topics
+from jqengine import connect
+from jqruntime.client import Gateway, JobqClient
+from jqruntime.kafka import topic_partitions
+from jqruntime.lifecycle import run_until_signal
+from jqruntime.preflight import preflight
 
 __all__ = ["gateways", "run"]
 

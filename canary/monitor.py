@@ -20,14 +20,14 @@ import orjson
 
 from jqcore import keys, metrics
 from jqcore.aio import cancel_and_wait
-from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqcore.health import Readiness, ping
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.redisconn import RedisClient
 from jqcore.routing import CANARY_KIND, CANARY_PREFIX
+from jqengine import RedisClient
+from jqruntime.client import JobqClient
+from jqruntime.health import Readiness, ping
+from jqruntime.lifecycle import Service
 
 __all__ = ["Canary", "Probe"]
 

@@ -35,7 +35,7 @@ CLASSES = [
     "jqcore.settings:ConsulSettings",
     "jqcore.routing:RoutingSettings",
     "kafkagate.settings:GateSettings",
-    "jqcore.tokens:TokenSettings",
+    "jqruntime.tokens:TokenSettings",
     "jqcore.settings:RelayKeys",
     "jqrelay.settings:RelaySettings",
     "worker.settings:WorkerSettings",

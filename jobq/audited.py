@@ -1,6 +1,6 @@
-"""The CLI's repair commands on the audit trail (:mod:`jqcore.audit`): ``jobq replay``, ``jobq rebuild``,
-``jobq graph cancel|retry`` and ``jobq web sessions revoke`` are recorded after they ran — also when they
-failed, with how far they got — as who = ``JOBQ_AUDIT_WHO`` or the OS user.
+"""The CLI's repair commands on the audit trail (:mod:`jqruntime.stores.audit`): ``jobq replay``, ``jobq
+rebuild``, ``jobq graph cancel|retry`` and ``jobq web sessions revoke`` are recorded after they ran — also
+when they failed, with how far they got — as who = ``JOBQ_AUDIT_WHO`` or the OS user.
 
 A record Redis refused is an error the operator sees (exit status 2 when the repair itself succeeded);
 the Kafka copy is waited for at most ``JOBQ_AUDIT_SHIP_TIMEOUT_MS`` and a failure there only counted and
@@ -18,11 +18,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from jqcore.audit import AuditEntry, AuditTrail, cli_who
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqcore.redisconn import connect
 from jqcore.settings import AuditSettings, KafkaSettings, RedisSettings, load
+from jqengine import connect
+from jqruntime.stores.audit import AuditEntry, AuditTrail, cli_who
 
 __all__ = ["Note", "audited"]
 

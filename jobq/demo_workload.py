@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 
 from jobq.commands.stack import StackTokens
-from jqcore.client import Gateway, JobqClient
 from jqcore.errors import JobqError
-from jqcore.history import HistoryStore
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load_env
+from jqruntime.client import Gateway, JobqClient
+from jqruntime.stores.history import HistoryStore
 from jqstack.pipeline import PipelineEnv, Role
 from jqweb.overview import Sources
 

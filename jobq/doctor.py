@@ -26,15 +26,16 @@ import consul
 import orjson
 
 from jobq.commands.stack import DEV_TOKEN, DEV_WEB_ADMIN, DEV_WEB_READ
-from jqcore import keys, membership
-from jqcore.consulconn import consul_sync_client
-from jqcore.preflight import eviction_policies
-from jqcore.presence import count_alive
-from jqcore.redisconn import RedisClient, connect
+from jqcore import keys
 from jqcore.settings import AuditSettings, ConsulSettings, EventSettings, FarSettings, load
-from jqcore.tokens import is_loopback
-from jqcore.topicadmin import inspect
 from jqcore.topics import Inspection, declaration
+from jqengine import RedisClient, connect
+from jqruntime.consulconn import consul_sync_client
+from jqruntime.preflight import eviction_policies
+from jqruntime.stores import membership
+from jqruntime.stores.presence import count_alive
+from jqruntime.tokens import is_loopback
+from jqruntime.topicadmin import inspect
 from jqweb.overview import CANARY_LATE_S, Sources, relay_locks
 from jqweb.settings import WebSettings
 from kafkagate.settings import GateSettings

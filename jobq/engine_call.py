@@ -6,9 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings, load
-from jqcore.state import Engine
+from jqengine import Engine, connect
 
 __all__ = ["with_engine"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from jqcore.errors import ConfigError
-from jqcore.history import Rows
+from jqruntime.stores.history import Rows
 
 __all__ = ["chart"]
 

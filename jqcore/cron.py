@@ -4,7 +4,7 @@ A schedule fires a job of ``kind`` into ``queue`` at every **slot**: the times a
 in its time zone (croniter: 5 fields, or 6 with seconds last; ``@hourly`` and friends), or every
 ``every_s`` seconds counted from the Unix epoch (so every instance computes the same slots). Each fire's
 job id is ``cron:<name>:<slot ms>``: any number of scheduler instances may compute the same fire, and
-``jqcore.cronstore`` lets exactly one of them enqueue it.
+``jqruntime.stores.cron`` lets exactly one of them enqueue it.
 
 After a downtime (no scheduler alive, the schedule's owner dead, a long GC pause) the slots missed since
 the last fire are decided by the schedule's **misfire** policy:

@@ -1,6 +1,6 @@
 """Lifecycle events: the one definition of what a transition records (``docs/history.md``).
 
-Every Lua script that changes a job (``jqcore/state/lua``) bumps the job's ``version`` and appends one
+Every Lua script that changes a job (``jqengine/lua``) bumps the job's ``version`` and appends one
 event to its queue's stream (``jobq:{q}:events``) in the same script, through ``_lib.lua``'s ``emit``:
 no transition without its event, no event without its transition. Scheduler instances ship each owned
 queue's stream to the events topic (value: the JSON object below, key: the job id) and trim what Kafka
@@ -28,8 +28,8 @@ one fixed schema (the stream keeps a call's several events lean: :data:`DEFAULTS
 ========== ====== ==================================================================================
 
 An event that ends a job (``to`` in :data:`ENDS`) also carries the job's payload (:data:`PAYLOAD_FIELDS`),
-added by the shipper from the job's Redis record (``jqcore.archive``): not in the stream, only in Kafka and
-the history.
+added by the shipper from the job's Redis record (``jqruntime.stores.archive``): not in the stream, only in
+Kafka and the history.
 
 The hop stamps of a job: ``accepted_at`` (gateway), ``origin`` (Kafka), the first event's ``at`` (the
 relay's write into Redis), then the claims (``to == "running"``, with ``worker``) and the outcomes.
@@ -87,7 +87,7 @@ FIELDS: Final[tuple[tuple[str, type], ...]] = (
 
 DEFAULTS: Final[dict[str, Any]] = {name: "" if kind is str else 0 for name, kind in FIELDS}
 """Each field's value when it does not apply. The stream keeps an event of a script call's several without
-the fields at these values (and without ``queue``: the stream's own), :func:`jqcore.state.reads.decode_entry`
+the fields at these values (and without ``queue``: the stream's own), :func:`jqengine.reads.decode_entry`
 puts them back; Kafka's records carry every field."""
 
 PAYLOAD_FIELDS: Final[tuple[tuple[str, type], ...]] = (
@@ -97,10 +97,11 @@ PAYLOAD_FIELDS: Final[tuple[tuple[str, type], ...]] = (
     ("envelope", str),
     ("truncated", str),
 )
-"""What the shipper adds to an event in :data:`ENDS` (``jqcore.archive``; ``""`` on every other event): the
-job's ``args``, ``meta`` and ``result`` as JSON text (each at most ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES``; a
-longer one is cut there and named in ``truncated``, comma-separated), and ``envelope``, the JSON object of
-the envelope fields a replay keeps (``jqcore.archive.REPLAY_FIELDS``)."""
+"""What the shipper adds to an event in :data:`ENDS` (``jqruntime.stores.archive``; ``""`` on every other
+event): the job's ``args``, ``meta`` and ``result`` as JSON text (each at most
+``JOBQ_EVENTS_PAYLOAD_MAX_BYTES``; a longer one is cut there and named in ``truncated``, comma-separated), and
+``envelope``, the JSON object of the envelope fields a replay keeps
+(``jqruntime.stores.archive.REPLAY_FIELDS``)."""
 
 
 @dataclass(frozen=True, slots=True)

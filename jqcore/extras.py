@@ -1,7 +1,7 @@
 """What each optional part of jobq needs installed, and the one line said when it is not.
 
-``pip install jobq`` gives the client (:mod:`jqcore.client`) and the worker (:mod:`worker`); everything else
-comes with an extra of ``pyproject.toml`` (README, "Install"). This module is the one place that knows
+``pip install jobq`` gives the client (:mod:`jqruntime.client`) and the worker (:mod:`worker`); everything
+else comes with an extra of ``pyproject.toml`` (README, "Install"). This module is the one place that knows
 which extra brings which library: the service packages call :func:`require` when they are imported, and the
 ``jobq`` command turns a :class:`MissingExtra` (or a ``ModuleNotFoundError`` of a library listed here) into
 ``jobq gate needs the server extra: pip install 'jobq[server]'`` instead of a traceback.

@@ -1,11 +1,11 @@
 """Redis keys outside the queues (no hash tag: no script touches them), in one place. Queue and graph keys
-are the engine's own: :mod:`jqcore.state.keys` (only ``jqcore.state`` formats them; everyone else asks the
+are the engine's own: :mod:`jqengine.keys` (only ``jqengine`` formats them; everyone else asks the
 engine).
 
 Written with a plain client by their owners (one rule for every non-queue key): the canary's health hash
 (:data:`CANARY_HEALTH_KEY`), process presence (:func:`presence_key`), the scheduler's membership
 (:func:`members_key`), stage counters (:func:`stages_key`), the queues' rate samples (:func:`series_key`,
-the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqcore.audit``), the gateway's
+the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqruntime.stores.audit``), the gateway's
 idempotency records (:func:`idempotency_key`), the far tier's scan markers (:func:`far_scanned_key`,
 :func:`far_scanning_key`), the push-dispatch configurations (:data:`DISPATCH_KEY`) and the dashboard's
 sessions and sign-in throttle (:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`,
@@ -37,7 +37,7 @@ CANARY_HEALTH_KEY = "jobq:canary:health"
 
 
 DISPATCH_KEY = "jobq:dispatch"
-"""Hash: kind → JSON of its push-dispatch configuration (``jqcore.dispatch``; written by the gateway's
+"""Hash: kind → JSON of its push-dispatch configuration (``jqruntime.dispatch``; written by the gateway's
 ``PUT /v1/kinds/{kind}``, read by the dispatchers and the gateway's callbacks)."""
 
 
@@ -70,13 +70,14 @@ def stages_key(topic: str) -> str:
 
 
 def series_key(queue: str) -> str:
-    """ZSET of the queue's counter samples (score: sample time in ms; ``jqcore.series``)."""
+    """ZSET of the queue's counter samples (score: sample time in ms; ``jqruntime.stores.series``)."""
     return f"jobq:series:{queue}"
 
 
 AUDIT_KEY = "jobq:audit"
 """STREAM of the audit trail: dashboard actions and sign-ins, gateway admin calls, CLI repairs (who, token,
-what, how many jobs, outcome; ``jqcore.audit``), capped; each entry is also on the Kafka audit topic."""
+what, how many jobs, outcome; ``jqruntime.stores.audit``), capped; each entry is also on the Kafka audit
+topic."""
 
 WEB_SESSIONS_KEY = "jobq:web:sessions"
 """ZSET of the dashboard's sessions: member = the session's ref (SHA-256 of its id), score = created (ms);

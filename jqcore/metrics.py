@@ -102,7 +102,7 @@ def _latency(name: str, documentation: str, labels: list[str]) -> Histogram:
 SERVICE_READY = Gauge(
     "jobq_service_ready",
     "1 when the process's readiness check passed at the last /readyz or /metrics request, else 0 "
-    "(relays, schedulers, worker pools, canaries: jqcore/health.py)",
+    "(relays, schedulers, worker pools, canaries: jqruntime/health.py)",
     ["service"],
 )
 
@@ -136,7 +136,7 @@ JOB_QUEUE_WAIT = _latency(
     ["queue"],
 )
 
-# --- audit (jqcore.audit) --------------------------------------------------------------------------------
+# --- audit (jqruntime.stores.audit) -------------------------------------------------------------------------
 AUDIT_SHIPPED = Counter(
     "jobq_audit_shipped_total",
     "Audit records sent to the Kafka audit topic by outcome (failed: not confirmed after the producer's "

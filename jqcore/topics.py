@@ -19,7 +19,7 @@ audit      ``JOBQ_AUDIT_TOPIC``            delete after ``JOBQ_AUDIT_RETENTION_D
                                            and compaction would let a tombstone erase one
 =========  ==============================  ==================================================
 
-:func:`diff` judges one topic against what the cluster says of it; :mod:`jqcore.topicadmin` asks the
+:func:`diff` judges one topic against what the cluster says of it; :mod:`jqruntime.topicadmin` asks the
 cluster (``inspect``), holds a service to its topics at start-up (``ensure``) and is ``jobq topics
 create`` (``apply``).
 """
@@ -145,7 +145,7 @@ def schedule_topic(far: FarSettings) -> TopicSpec:
 
 
 def audit_topic(audit: AuditSettings) -> TopicSpec:
-    """The audit trail (:mod:`jqcore.audit`): kept ``retention_days`` (0: forever), by time only."""
+    """The audit trail (:mod:`jqruntime.stores.audit`): kept ``retention_days`` (0: forever), by time only."""
     retention = str(audit.retention_days * 86_400_000) if audit.retention_days else "-1"
     return TopicSpec(audit.topic, "audit", audit.partitions, {"retention.ms": retention})
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
-from jqcore.lifecycle import run_until_signal
 from jqcore.log import get_logger
-from jqcore.preflight import preflight
-from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings, load
-from jqcore.state import Engine
 from jqdispatch.service import Dispatcher
 from jqdispatch.settings import DispatcherSettings
+from jqengine import Engine, connect
+from jqruntime.lifecycle import run_until_signal
+from jqruntime.preflight import preflight
 
 __all__ = ["run", "serve"]
 

@@ -18,8 +18,8 @@ import aiohttp
 import orjson
 
 from jqcore import metrics
-from jqcore.dispatch import CALLBACK_GRACE_MS, DispatchConfig, sign_callback
-from jqcore.state import ClaimedJob
+from jqengine import ClaimedJob
+from jqruntime.dispatch import CALLBACK_GRACE_MS, DispatchConfig, sign_callback
 
 __all__ = ["MAX_RESULT_BYTES", "Answer", "post_job"]
 

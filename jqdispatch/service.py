@@ -1,10 +1,10 @@
 """The dispatcher: claims the jobs of dispatch kinds and POSTs each to its kind's URL.
 
-* **Claims** are made like a worker pool's (:meth:`jqcore.state.Engine.claim`): batches sized to the free
+* **Claims** are made like a worker pool's (:meth:`jqengine.Engine.claim`): batches sized to the free
   slots of ``concurrency``, each job leased and fenced by its attempt and token; a kind's ``concurrency``
   limit is the claim script's, across every claimer. With nothing claimable it blocks on the queues' wake
   list. A job of a kind without dispatch configuration is handed back (attempt refunded) for a pool.
-* **Leases** are kept by :class:`jqcore.leases.LeaseKeeper` while the POST runs and while a 202'd job
+* **Leases** are kept by :class:`jqruntime.leases.LeaseKeeper` while the POST runs and while a 202'd job
   awaits its callback; a lost lease (reaped, canceled) abandons the job: nothing is written back.
 * **Outcomes**: 2xx → completed; 4xx/5xx/timeout/unreachable → a failed attempt, retried after the kind's
   backoff until its attempts run out; 202 → the job waits for its callback through the gateway
@@ -22,19 +22,19 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from jqcore import dispatchstore, metrics
+from jqcore import metrics
 from jqcore.aio import cancel_and_wait
-from jqcore.dispatch import DispatchConfig, load_configs
-from jqcore.health import Readiness, ping
-from jqcore.leases import LeaseKeeper
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.presence import Presence, process_name
-from jqcore.redisconn import RedisClient
-from jqcore.state import ClaimedJob, Engine, StaleLease
 from jqcore.testsignal import TestSignal
 from jqdispatch.push import Answer, job_body, post_job
 from jqdispatch.settings import DispatcherSettings
+from jqengine import ClaimedJob, Engine, RedisClient, StaleLease
+from jqruntime.dispatch import DispatchConfig, load_configs
+from jqruntime.health import Readiness, ping
+from jqruntime.leases import LeaseKeeper
+from jqruntime.lifecycle import Service
+from jqruntime.stores import dispatch as dispatch_store
+from jqruntime.stores.presence import Presence, process_name
 
 __all__ = ["Dispatcher", "DispatcherSignals"]
 
@@ -142,7 +142,7 @@ class Dispatcher(Service):
     # ---- configuration --------------------------------------------------------------------------
     async def refresh(self) -> None:
         """Read the dispatch kinds' configurations (a PUT /v1/kinds takes effect within refresh_s)."""
-        self.configs = load_configs(await dispatchstore.configs(self.redis))
+        self.configs = load_configs(await dispatch_store.configs(self.redis))
 
     async def _refresh_loop(self) -> None:
         while True:

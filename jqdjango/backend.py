@@ -14,7 +14,8 @@ A task is one jobq job: its kind is the task's module path, its args ``{"args": 
 its id ``<jobq queue>:<26 chars>`` (also the result id, so ``get_result`` knows the queue to ask).
 ``enqueue`` returns once the gateway answered, that is once Kafka has the job. Priority becomes jobq's
 deadline rank (see :class:`~jqdjango.options.BackendOptions`), ``run_after`` its ``run_at``. A jobq worker
-runs the tasks (:mod:`jqdjango.worker`). This module imports jqcore only, never the worker or a server.
+runs the tasks (:mod:`jqdjango.worker`). This module imports the kernel (jqcore) and the app-side client
+(jqruntime.client) only, never the worker, the engine or a server.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 from pydantic import ValidationError
 
-from jqcore.client import ApiRefused, JobqClient
 from jqcore.clock import now_ms
 from jqcore.envelope import new_job_id
 from jqcore.envelope_rules import check_name
@@ -42,6 +42,7 @@ from jqdjango.compat import (
 from jqdjango.options import BackendOptions
 from jqdjango.portal import Portal
 from jqdjango.results import to_result
+from jqruntime.client import ApiRefused, JobqClient
 
 __all__ = ["JobqBackend", "split_result_id"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jqcore.client import Gateway
 from jqcore.envelope_rules import check_name
+from jqruntime.client import Gateway
 
 __all__ = ["BackendOptions", "GatewayOption"]
 

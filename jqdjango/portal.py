@@ -1,4 +1,4 @@
-"""One event loop and one :class:`~jqcore.client.JobqClient` per process, for sync and async callers.
+"""One event loop and one :class:`~jqruntime.client.JobqClient` per process, for sync and async callers.
 
 Django calls ``enqueue`` and ``get_result`` from plain threads (views, management commands) and
 ``aenqueue`` / ``aget_result`` from any event loop (ASGI views). The client is asyncio code whose
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from jqcore.client import JobqClient
+from jqruntime.client import JobqClient
 
 __all__ = ["Portal"]
 

@@ -5,7 +5,7 @@ died with Redis). The rebuild asks the lifecycle events first (``jqcore.events``
 topic by the schedulers) what became of each job:
 
 0. **Configurations first**: the queues' configurations and the job types' options kept in Consul
-   (:mod:`jqcore.configstore`, written by the gateway and the dashboard) go back into Redis before any
+   (:mod:`jqruntime.stores.config`, written by the gateway and the dashboard) go back into Redis before any
    job, where Redis lacks them, so an exclusive queue is exclusive again and a kind's options (attempts,
    concurrency, priority) are in force when its jobs are written.
 1. **Job records**: every record of the job topics (default: every routed topic, like the relay) from
@@ -44,11 +44,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from jqcore.clock import now_ms
-from jqcore.configstore import ConfigStore, Restored, restore
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
 from jqcore.graphs import GRAPH_KIND
-from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -60,7 +57,7 @@ from jqcore.settings import (
     RelayKeys,
     load,
 )
-from jqcore.state import Engine
+from jqengine import Engine, connect
 from jqrecover.errors import RebuildError
 from jqrecover.rebuild_cron import CronReport, cron_fires, refire, schedules_of
 from jqrecover.rebuild_far import FarTier
@@ -78,6 +75,8 @@ from jqrecover.rebuild_read import (
     timestamp_ms,
 )
 from jqrecover.replay import enqueue_counted, origin_of
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.config import ConfigStore, Restored, restore
 
 __all__ = [
     "DEFAULT_MARGIN_S",
@@ -308,7 +307,7 @@ async def rebuild_from_kafka(
 
 @dataclass(frozen=True, slots=True)
 class ConfigKeeper:
-    """Where the configurations are kept (Consul, :mod:`jqcore.configstore`)."""
+    """Where the configurations are kept (Consul, :mod:`jqruntime.stores.config`)."""
 
     consul: ConsulSettings
     prefix: str

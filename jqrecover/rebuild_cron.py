@@ -7,12 +7,12 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
-from jqcore.cronstore import CronStore, fire_now
 from jqcore.settings import ConsulSettings, CronSettings
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrecover.rebuild_read import FINISHED, EventIndex, Key
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.cron import CronStore, fire_now
 
 __all__ = ["CRON_ID", "CronReport", "cron_fires", "refire", "schedules_of"]
 

@@ -9,14 +9,14 @@ from collections.abc import Collection
 from confluent_kafka import KafkaException
 
 from jqcore.envelope import Envelope
-from jqcore.kafka import AsyncProducer, parse_schedule_key, schedule_record
 from jqcore.settings import FarSettings, KafkaSettings
-from jqcore.state import Engine
-from jqcore.topicadmin import ensure
 from jqcore.topics import schedule_topic
+from jqengine import Engine
 from jqrecover.errors import ReplayError
 from jqrecover.rebuild_read import Kept, Key, TopicReport, existing_topics, kafka_error
 from jqrecover.replay import Point, iter_records, plan, tool_consumer
+from jqruntime.kafka import AsyncProducer, parse_schedule_key, schedule_record
+from jqruntime.topicadmin import ensure
 
 __all__ = ["FarTier"]
 

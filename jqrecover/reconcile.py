@@ -21,11 +21,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from jqcore import stages
-from jqcore.redisconn import connect
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import KafkaSettings, RedisSettings, RelayKeys
-from jqcore.state import Engine
+from jqengine import Engine, connect
+from jqruntime.stores import stages
 
 __all__ = ["RELAY_STAGES", "collect"]
 

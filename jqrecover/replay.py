@@ -34,12 +34,11 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from jqcore.envelope import Envelope, decode, new_envelope
 from jqcore.errors import EnvelopeError
-from jqcore.history import JobSnapshot
-from jqcore.kafka import CONSUME_WAIT_S
-from jqcore.redisconn import connect
 from jqcore.settings import KafkaSettings, RedisSettings
-from jqcore.state import Engine, Forgotten, JobInfo
+from jqengine import Engine, Forgotten, JobInfo, connect
 from jqrecover.errors import ReplayError
+from jqruntime.kafka import CONSUME_WAIT_S
+from jqruntime.stores.history import JobSnapshot
 
 __all__ = [
     "REPLAYABLE",
@@ -312,7 +311,7 @@ def replayed(queue: str, info: JobInfo, new_id: str | None = None) -> Envelope:
 
 def replayed_from_archive(queue: str, job: JobSnapshot, new_id: str | None = None) -> Envelope:
     """:func:`replayed` of a job Redis forgot, from the payload the history kept with its end
-    (``jqcore.archive``). Raises :class:`ReplayError`, HTTP 409: ``job_not_finished``,
+    (``jqruntime.stores.archive``). Raises :class:`ReplayError`, HTTP 409: ``job_not_finished``,
     ``payload_missing`` (the history has no payload of it: shipped before payloads were kept, with
     ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES=0``, or after its record was gone) or ``payload_truncated`` (its args or
     meta were longer than the cap: a replay would run it with other arguments)."""

@@ -21,8 +21,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import metrics
 from jqcore.log import get_logger
-from jqcore.redisconn import RedisClient, memory_info
 from jqcore.testsignal import TestSignal
+from jqengine import RedisClient, memory_info
 
 __all__ = ["GuardSignals", "MemoryGuard", "held"]
 

@@ -15,13 +15,13 @@ from tenacity import AsyncRetrying, RetryCallState, retry_base, wait_exponential
 from jqcore import metrics
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
-from jqcore.kafka import Record
 from jqcore.log import get_logger
 from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
-from jqcore.state import FenceRejected, refused_by_script
 from jqcore.testsignal import TestSignal
+from jqengine import FenceRejected, refused_by_script
 from jqrelay.backpressure import held
 from jqrelay.limits import LimitSignals
+from jqruntime.kafka import Record
 
 __all__ = [
     "Batch",
@@ -64,7 +64,7 @@ def holds_batch(exc: BaseException) -> bool:
     """Try the write again (with backoff, for as long as it takes) rather than set jobs aside: a retriable
     error, or an error of Redis that says nothing about the queues' data — an ACL that no longer lets the
     relay run its scripts, a reply redis-py wraps or names that no mapping knows. Only a script that ran
-    and failed on what it found (:func:`~jqcore.state.refused_by_script`) refuses a queue's jobs, and an
+    and failed on what it found (:func:`~jqengine.refused_by_script`) refuses a queue's jobs, and an
     error of this process (a bug met by one job's encoding) sets them aside too: holding the partition
     for them would hold every job behind them for good."""
     return retriable(exc) or (isinstance(exc, RedisError) and not refused_by_script(exc))

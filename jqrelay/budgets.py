@@ -4,7 +4,7 @@ the whole relay (the isolation of many teams on one jobq).
 Every queue has a budget: its own ``memory_budget`` (queue configuration, bytes) or else
 ``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` of Redis's ``maxmemory`` (none without a ``maxmemory``). Before a batch is
 written, each queue it carries is checked against its budget with the engine's estimate of the queue's
-memory (:meth:`jqcore.state.Engine.memory`, sampled at most every :data:`SAMPLE_S` per queue). A queue at or
+memory (:meth:`jqengine.Engine.memory`, sampled at most every :data:`SAMPLE_S` per queue). A queue at or
 over its budget holds the batch — Kafka keeps the jobs, the partition waits, the offsets stay uncommitted —
 until workers drained the queue below :data:`RESUME_AT` of its budget (hysteresis, so it does not flap).
 Relays of other topics, and batches of the same topic without that queue, keep flowing: isolation is per
@@ -26,8 +26,8 @@ from redis.exceptions import RedisError
 
 from jqcore import metrics
 from jqcore.log import get_logger
-from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
+from jqengine import Engine
 from jqrelay.backpressure import MemoryGuard, held
 
 __all__ = ["RESUME_AT", "SAMPLE_S", "BudgetSignals", "QueueBudgets", "budget_of", "is_over", "projected"]

@@ -44,8 +44,8 @@ import consul.aio
 import orjson
 
 from jqcore.aio import cancel_and_wait
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger
+from jqruntime.lifecycle import Service
 
 __all__ = ["Elector", "ElectorConfig", "Role", "Term", "describe"]
 

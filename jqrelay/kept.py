@@ -1,21 +1,21 @@
 """A queue's kept settings restored before the relay writes its first job.
 
-Redis holds a queue's configuration; Consul keeps a copy (:mod:`jqcore.configstore`). A queue Redis has no
-configuration of is new, or was lost with Redis's data (a wipe, a lost volume): without this, the relay's
-write would create it with the defaults — an exclusive queue simple, a fair queue unfair — until an
-operator runs ``jobq rebuild``. The engine asks which queues of a write Redis knows in the round trip it
-makes anyway (:attr:`jqcore.state.Engine.before_new_queues`) and hands the others here first: their kept
-configuration and their kinds' options for them come back from Consul. Consul unreachable holds the
-batch (retried like a Redis outage); a queue with nothing kept is created with the defaults, as before.
+Redis holds a queue's configuration; Consul keeps a copy (:mod:`jqruntime.stores.config`). A queue Redis has
+no configuration of is new, or was lost with Redis's data (a wipe, a lost volume): without this, the relay's
+write would create it with the defaults — an exclusive queue simple, a fair queue unfair — until an operator
+runs ``jobq rebuild``. The engine asks which queues of a write Redis knows in the round trip it makes anyway
+(:attr:`jqengine.Engine.before_new_queues`) and hands the others here first: their kept configuration and
+their kinds' options for them come back from Consul. Consul unreachable holds the batch (retried like a Redis
+outage); a queue with nothing kept is created with the defaults, as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from jqcore.configstore import ConfigStore, restore
 from jqcore.log import get_logger
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.stores.config import ConfigStore, restore
 
 __all__ = ["restorer"]
 

@@ -26,11 +26,11 @@ from aiolimiter import AsyncLimiter
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger
 from jqcore.rates import parse_rate
 from jqcore.testsignal import TestSignal
 from jqrelay.backpressure import held
+from jqruntime.lifecycle import Service
 
 __all__ = ["LimitSignals", "Limiter", "QueueRateLimits", "RateLimit", "parse_rate"]
 

@@ -11,15 +11,8 @@ from typing import Any
 
 import consul.aio
 
-from jqcore.configstore import ConfigStore
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.errors import ConfigError
-from jqcore.health import Readiness, ping
-from jqcore.kafka import AsyncProducer
-from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
-from jqcore.preflight import preflight
-from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -30,15 +23,21 @@ from jqcore.settings import (
     TraceSettings,
     load,
 )
-from jqcore.state import Engine
 from jqcore.topics import job_topics, schedule_topic
-from jqcore.tracing import setup_tracing
+from jqengine import Engine, RedisClient, connect
 from jqrelay.backpressure import GuardSignals, MemoryGuard
 from jqrelay.budgets import BudgetSignals, QueueBudgets
 from jqrelay.elector import describe
 from jqrelay.kept import restorer
 from jqrelay.settings import RelaySettings
 from jqrelay.topic import RelaySignals, TopicRelay
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.health import Readiness, ping
+from jqruntime.kafka import AsyncProducer
+from jqruntime.lifecycle import Service, run_until_signal
+from jqruntime.preflight import preflight
+from jqruntime.stores.config import ConfigStore
+from jqruntime.tracing import setup_tracing
 
 __all__ = ["RelayService", "run"]
 

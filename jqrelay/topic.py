@@ -27,20 +27,16 @@ import consul.aio
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, retry_if_exception_type, wait_exponential
 
-from jqcore import metrics, stages, tracing
+from jqcore import metrics
 from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
-from jqcore.health import Readiness
-from jqcore.kafka import AsyncProducer, committed_offsets, schedule_record
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger, kafka_logging
-from jqcore.redisconn import RedisClient
 from jqcore.routing import RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
-from jqcore.state import Engine, EnqueueResult, FenceRejected, recording_writes
 from jqcore.topics import dead_topic, retry_topic
+from jqengine import Engine, EnqueueResult, FenceRejected, RedisClient, recording_writes
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.batch import (
     Batch,
@@ -60,6 +56,11 @@ from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.lag import report_lag
 from jqrelay.limits import QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
+from jqruntime import tracing
+from jqruntime.health import Readiness
+from jqruntime.kafka import AsyncProducer, committed_offsets, schedule_record
+from jqruntime.lifecycle import Service
+from jqruntime.stores import stages
 
 __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
 
@@ -95,7 +96,7 @@ class TopicRelay(Service):
         """Checks that each envelope's queue is routed to this topic (None: a topic no route names)."""
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
         self.redis = redis
-        """The engine's Redis, for the stage counters (:mod:`jqcore.stages`)."""
+        """The engine's Redis, for the stage counters (:mod:`jqruntime.stores.stages`)."""
         self.far = far
         self.dead_producer, self.guard = dead_producer, guard
         self.elector = Elector(

@@ -1,6 +1,7 @@
 """``python -m jqsched`` runs a scheduler instance (settings from the environment, docs/settings.md).
-A setting or a start-up check that can never pass stops it with one line (`jqcore.lifecycle.service_main`)."""
+A setting or a start-up check that can never pass stops it with one line
+(`jqruntime.lifecycle.service_main`)."""
 
-from jqcore.lifecycle import service_main
+from jqruntime.lifecycle import service_main
 
 service_main("jqsched.main")  # imported by service_main: a missing extra is one line

@@ -2,7 +2,7 @@
 schedule names among the group's live members, like the queues).
 
 For a schedule whose slots came due the instance claims them with a compare-and-set on the schedule's
-state in Consul (:class:`jqcore.cronstore.CronStore`), then enqueues one job per claimed slot with the
+state in Consul (:class:`jqruntime.stores.cron.CronStore`), then enqueues one job per claimed slot with the
 deterministic id ``cron:<name>:<slot>`` straight into the engine, then records them enqueued. Two
 instances that both think they own a schedule (for a beat, during a re-deal) race on the same CAS and
 only one wins: one job per slot. An instance that dies between its claim and its enqueue leaves the
@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 
 from jqcore import metrics
 from jqcore.cron import CronSchedule, CronState, due_slots, next_slot
-from jqcore.cronstore import CronStore, fire_now
 from jqcore.log import get_logger
-from jqcore.membership import owned_by
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.stores.cron import CronStore, fire_now
+from jqruntime.stores.membership import owned_by
 
 __all__ = ["CronFirer"]
 

@@ -10,8 +10,8 @@ counted in the queue's ``events_dropped`` stat (``jobq status``, ``jobq_events_d
 
 An event that ends a job (``jqcore.events.ENDS``) leaves with the job's payload (args, meta, result, the
 envelope fields a replay keeps), read from the job's record when the batch is shipped (one pipelined read
-per batch) and cut to ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES`` per field (``jqcore.archive``): the history keeps
-what a ``GET`` or a replay needs once Redis forgot the job.
+per batch) and cut to ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES`` per field (``jqruntime.stores.archive``): the history
+keeps what a ``GET`` or a replay needs once Redis forgot the job.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 import orjson
 
 from jqcore import metrics
-from jqcore.archive import payload_of_record
 from jqcore.events import ENDS
-from jqcore.kafka import AsyncProducer, Record
 from jqcore.settings import EventSettings, KafkaSettings
-from jqcore.state import Engine, StreamEvent
 from jqcore.testsignal import TestSignal
+from jqengine import Engine, StreamEvent
+from jqruntime.kafka import AsyncProducer, Record
+from jqruntime.stores.archive import payload_of_record
 
 __all__ = ["EventShipper", "EventSignals"]
 

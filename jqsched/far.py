@@ -30,17 +30,17 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from jqcore import farscan, metrics
+from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
-from jqcore.kafka import AsyncProducer, Record
 from jqcore.log import get_logger
-from jqcore.membership import deal_evenly
-from jqcore.redisconn import RedisClient
 from jqcore.settings import FarSettings, KafkaSettings
-from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
+from jqengine import Engine, RedisClient
+from jqruntime.kafka import AsyncProducer, Record
+from jqruntime.stores import farscan
+from jqruntime.stores.membership import deal_evenly
 from jqsched.farfetch import Fetcher, schedule_consumer
 from jqsched.farindex import Keys, PartitionIndex, record_run_at
 
@@ -103,7 +103,7 @@ class FarMover:
     ) -> None:
         self.engine, self.kafka, self.far, self.name, self.clock = engine, kafka, far, name, clock
         self.redis = redis
-        """The engine's Redis, for the partitions' scan markers (:mod:`jqcore.farscan`)."""
+        """The engine's Redis, for the partitions' scan markers (:mod:`jqruntime.stores.farscan`)."""
         self.producer = AsyncProducer(kafka)
         self.owned: list[int] = []
         self.moved = 0

@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Iterator
 
 from jqcore.envelope import decode
-from jqcore.kafka import RUN_AT_HEADER
+from jqruntime.kafka import RUN_AT_HEADER
 
 __all__ = ["OFFSET_BITS", "Keys", "PartitionIndex", "parse_run_at", "record_run_at"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from jqcore.lifecycle import run_until_signal
 from jqcore.settings import (
     ConsulSettings,
     CronSettings,
@@ -14,6 +13,7 @@ from jqcore.settings import (
     RedisSettings,
     load,
 )
+from jqruntime.lifecycle import run_until_signal
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 

@@ -1,10 +1,10 @@
 """One scheduler instance: a heartbeat in its group, the queues it owns, and their timers.
 
 Every ``beat_s`` the instance records itself alive, reads the live members and the queue list, and keeps
-exactly the queues it wins by rendezvous hashing (:mod:`jqcore.membership`). The timers
+exactly the queues it wins by rendezvous hashing (:mod:`jqruntime.stores.membership`). The timers
 (:class:`jqsched.timers.Timers`) promote due delayed jobs, reap expired leases and collect
 garbage for those queues, and the event shipper (:mod:`jqsched.events`) moves their lifecycle events to
-Kafka, and their counters are sampled for the dashboard's rate charts (:mod:`jqcore.series`); each
+Kafka, and their counters are sampled for the dashboard's rate charts (:mod:`jqruntime.stores.series`); each
 step is one atomic script: a queue kept by two instances for a beat (while
 they disagree about who is alive) is only work done twice, never a job run twice or early.
 """
@@ -19,17 +19,10 @@ from typing import Any, TypeVar
 
 import consul.aio
 
-from jqcore import metrics, series
+from jqcore import metrics
 from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
-from jqcore.cronstore import CronStore
-from jqcore.health import Readiness
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.membership import Membership, group_sizes, owned_by
-from jqcore.preflight import preflight
-from jqcore.redisconn import RedisClient, connect, memory_info
 from jqcore.settings import (
     AuditSettings,
     ConsulSettings,
@@ -40,9 +33,16 @@ from jqcore.settings import (
     RedisSettings,
     load,
 )
-from jqcore.state import REPAIR_AFTER_MS, Engine, GraphSignals
 from jqcore.testsignal import TestSignal
 from jqcore.topics import audit_topic, events_topic, schedule_topic
+from jqengine import REPAIR_AFTER_MS, Engine, GraphSignals, RedisClient, connect, memory_info
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.health import Readiness
+from jqruntime.lifecycle import Service
+from jqruntime.preflight import preflight
+from jqruntime.stores import series
+from jqruntime.stores.cron import CronStore
+from jqruntime.stores.membership import Membership, group_sizes, owned_by
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper, EventSignals
 from jqsched.far import FarMover, FarSignals

@@ -1,7 +1,7 @@
 """The timers of a set of queues (promote due delayed jobs, reap expired leases, collect garbage), run by
 the scheduler service over the engine: they sleep until the next due time (a delayed job's ``run_at``, a
 lease deadline, the next GC) or until a script tells them an earlier one appeared
-(:meth:`jqcore.state.Engine.wait_for_due`). Idle timers cost one blocking command per ``max_idle_s``.
+(:meth:`jqengine.Engine.wait_for_due`). Idle timers cost one blocking command per ``max_idle_s``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
+from jqengine import Engine
+from jqruntime.lifecycle import Service
 
 __all__ = ["StepResult", "TimerSignals", "Timers"]
 

@@ -10,8 +10,8 @@ micro-batch to :class:`HistoryBatches` (``foreachBatch``), which writes under th
   in the batch) and ``accepted_at`` (from its enqueue event);
 * now and then ``current/seg=c<tag>/``: a compaction of all segments (below);
 
-and deletes ``events/day=...`` folders older than the retention. ``jqcore.history.HistoryStore`` reads
-the tables with DuckDB; ``docs/history.md`` has the layout and the argument in full.
+and deletes ``events/day=...`` folders older than the retention. ``jqruntime.stores.history.HistoryStore``
+reads the tables with DuckDB; ``docs/history.md`` has the layout and the argument in full.
 
 Exactly once as seen by readers. Kafka delivery and Spark's replays are at least once: a batch whose
 files were written but whose commit did not reach the checkpoint runs again on restart, with the same
@@ -54,9 +54,16 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from jqcore import metrics
 from jqcore.events import FIELDS, PAYLOAD_FIELDS, TERMINAL
-from jqcore.history import COLUMN_OF, CURRENT_COLUMNS, CURRENT_DIR, EVENT_COLUMNS, EVENTS_DIR, PAYLOAD_COLUMNS
 from jqcore.log import get_logger
 from jqcore.settings import KafkaSettings
+from jqruntime.stores.history import (
+    COLUMN_OF,
+    CURRENT_COLUMNS,
+    CURRENT_DIR,
+    EVENT_COLUMNS,
+    EVENTS_DIR,
+    PAYLOAD_COLUMNS,
+)
 from jqspark.options import kafka_settings, spark_kafka_options
 
 __all__ = [
@@ -93,7 +100,8 @@ EVENT_SCHEMA = StructType([StructField(name, _spark_type(t)) for name, t in (*FI
 CURRENT_SCHEMA = StructType(
     [StructField(name, _spark_type(t)) for name, t in (*CURRENT_COLUMNS, *PAYLOAD_COLUMNS)]
 )
-"""A ``current`` segment's columns (``jqcore.history.CURRENT_COLUMNS``, then ``PAYLOAD_COLUMNS``)."""
+"""A ``current`` segment's columns (``jqruntime.stores.history.CURRENT_COLUMNS``, then
+``PAYLOAD_COLUMNS``)."""
 
 
 def parse_events(records: DataFrame) -> DataFrame:
@@ -118,7 +126,7 @@ def latest_per_job(rows: DataFrame, first_at: str = "at_ms") -> DataFrame:
     """One row per ``(queue, id)``: the one with the highest ``v``, with ``first_at`` the smallest of the
     ``first_at`` column (``at_ms`` for event rows) and ``accepted_at`` the largest over the job's rows; the
     payload is the chosen row's (of two copies of one version, one with a payload wins). Columns:
-    ``jqcore.history.CURRENT_COLUMNS`` then ``PAYLOAD_COLUMNS``."""
+    ``jqruntime.stores.history.CURRENT_COLUMNS`` then ``PAYLOAD_COLUMNS``."""
     job = Window.partitionBy("queue", "id")
     latest = job.orderBy(sf.col("v").desc(), sf.col("envelope").desc_nulls_last())
     ranked = rows.select(

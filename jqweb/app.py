@@ -8,10 +8,10 @@ from pathlib import Path
 from aiohttp import web
 
 from jqcore import metrics
-from jqcore.health import Readiness, ping, readiness_answer
-from jqcore.http import error_middleware, json_response
 from jqcore.settings import load
-from jqcore.tokens import TokenSettings, TokenSource
+from jqruntime.health import Readiness, ping, readiness_answer
+from jqruntime.http import error_middleware, json_response
+from jqruntime.tokens import TokenSettings, TokenSource
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error

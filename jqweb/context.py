@@ -8,13 +8,12 @@ from dataclasses import dataclass, field
 import consul.aio
 from aiohttp import web
 
-from jqcore.audit import AuditTrail
-from jqcore.consulconn import close_consul, consul_client
-from jqcore.cronstore import CronStore
-from jqcore.history import HistoryStore
-from jqcore.kafka import AsyncProducer
-from jqcore.redisconn import RedisClient, connect
-from jqcore.state import Engine
+from jqengine import Engine, RedisClient, connect
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.kafka import AsyncProducer
+from jqruntime.stores.audit import AuditTrail
+from jqruntime.stores.cron import CronStore
+from jqruntime.stores.history import HistoryStore
 from jqweb.overview import Sources
 from jqweb.sessions import SessionStore, Throttle
 from jqweb.settings import WebSettings

@@ -9,12 +9,12 @@ import signal
 from aiohttp import web
 
 from jqcore.errors import ConfigError
-from jqcore.http import serve_http
-from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
-from jqcore.presence import Presence, process_name
 from jqcore.settings import load
-from jqcore.tokens import TokenSettings, reload_all
+from jqruntime.http import serve_http
+from jqruntime.lifecycle import Service, run_until_signal
+from jqruntime.stores.presence import Presence, process_name
+from jqruntime.tokens import TokenSettings, reload_all
 from jqweb.app import make_app
 from jqweb.context import Web
 from jqweb.overview import Sources

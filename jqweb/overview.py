@@ -20,13 +20,8 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
-from jqcore import keys, membership
+from jqcore import keys
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client, consul_sync_client
-from jqcore.cronstore import CronStore, overview
-from jqcore.history import HistoryStore
-from jqcore.presence import count_alive
-from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     AuditSettings,
@@ -38,7 +33,12 @@ from jqcore.settings import (
     RelayKeys,
     load,
 )
-from jqcore.state import Engine
+from jqengine import Engine, RedisClient, connect
+from jqruntime.consulconn import close_consul, consul_client, consul_sync_client
+from jqruntime.stores import membership
+from jqruntime.stores.cron import CronStore, overview
+from jqruntime.stores.history import HistoryStore
+from jqruntime.stores.presence import count_alive
 
 __all__ = [
     "PAST_DUE_MS",

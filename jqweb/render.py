@@ -20,11 +20,11 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from jqcore.audit import AuditEntry
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqcore.http import ErrorAnswer, HttpError
 from jqcore.log import get_logger
+from jqruntime.http import ErrorAnswer, HttpError
+from jqruntime.stores.audit import AuditEntry
 from jqweb.context import WEB
 from jqweb.redirect import safe_next
 from jqweb.security import principal, require_admin
@@ -218,7 +218,7 @@ async def act(
 
 
 def render_error(request: web.Request, answer: ErrorAnswer) -> web.Response:
-    """An error as the dashboard shows it (:func:`jqcore.http.error_middleware` decides status and code):
+    """An error as the dashboard shows it (:func:`jqruntime.http.error_middleware` decides status and code):
     the one JSON error body to a client asking for JSON, else the error page naming the code."""
     if wants_json(request):
         return answer.response()

@@ -36,9 +36,9 @@ from typing import Any
 from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
 from jqcore.events import STATES as EVENT_STATES
-from jqcore.history import HistoryStore
-from jqcore.http import HttpError
-from jqcore.state import Engine, JobInfo
+from jqengine import Engine, JobInfo
+from jqruntime.http import HttpError
+from jqruntime.stores.history import HistoryStore
 
 __all__ = [
     "FIELDS",

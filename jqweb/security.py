@@ -1,6 +1,6 @@
 """Who may see and who may act, and what a browser may be tricked into.
 
-* **Tokens** (``jqcore.tokens``: ``JOBQ_TOKENS_FILE`` and ``JOBQ_WEB_*_TOKENS``): a token with ``read``
+* **Tokens** (``jqruntime.tokens``: ``JOBQ_TOKENS_FILE`` and ``JOBQ_WEB_*_TOKENS``): a token with ``read``
   sees pages, one with ``admin`` may also act; a token held to some queues sees only those (a page or
   action on another queue is a 403 ``queue_forbidden``, lists leave the others out). A browser signs in
   once on ``/login`` and gets a server-side session (``jqweb.sessions``): the ``HttpOnly``,
@@ -29,8 +29,8 @@ from urllib.parse import quote, urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from jqcore.http import TOKEN_NAME, HttpError
-from jqcore.tokens import Token, TokenSource, queue_forbidden
+from jqruntime.http import TOKEN_NAME, HttpError
+from jqruntime.tokens import Token, TokenSource, queue_forbidden
 
 __all__ = [
     "COOKIE",
@@ -83,7 +83,7 @@ class Principal:
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 TOKENS = web.AppKey("web_tokens", TokenSource)
-"""The dashboard's tokens (``jqcore.tokens``)."""
+"""The dashboard's tokens (``jqruntime.tokens``)."""
 
 
 SessionLookup = Callable[[web.Request, str], Awaitable[tuple[str, str] | None]]

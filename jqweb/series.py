@@ -1,4 +1,4 @@
-"""The queues' rate history read back (:func:`jqcore.series.record` writes it): the dashboard's 24 h
+"""The queues' rate history read back (:func:`jqruntime.stores.series.record` writes it): the dashboard's 24 h
 charts and ``jobq status --watch``.
 
 Rates are differences of consecutive samples: a gap (no scheduler for a while) spreads over its length, a
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from jqcore.keys import series_key
-from jqcore.redisconn import RedisClient
-from jqcore.series import COUNTERS
+from jqengine import RedisClient
+from jqruntime.stores.series import COUNTERS
 
 __all__ = ["Rates", "combine", "growth", "read", "samples"]
 

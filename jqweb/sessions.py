@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from jqcore.clock import now_ms
 from jqcore.keys import WEB_SESSIONS_KEY, login_failures_key, web_session_key
-from jqcore.redisconn import RedisClient
+from jqengine import RedisClient
 
 __all__ = ["Session", "SessionStore", "Throttle", "expires_in_ms", "ref_of", "select"]
 

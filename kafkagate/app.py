@@ -16,11 +16,11 @@ import structlog
 from aiohttp import web
 
 from jqcore import metrics
-from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
-from jqcore.http import TOKEN_NAME, HttpError, error_middleware, json_response
 from jqcore.settings import load
-from jqcore.tokens import TokenSettings, TokenSource
+from jqruntime.http import TOKEN_NAME, HttpError, error_middleware, json_response
+from jqruntime.stores.audit import AuditTrail
+from jqruntime.tokens import TokenSettings, TokenSource
 from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, running, switches
 from kafkagate import models as m
 from kafkagate.api import Api

@@ -1,4 +1,4 @@
-"""The gateway's admin calls on the audit trail (:mod:`jqcore.audit`).
+"""The gateway's admin calls on the audit trail (:mod:`jqruntime.stores.audit`).
 
 Every request that needs the ``admin`` scope and is not a ``GET`` (cancel, replay, queue and job-type
 configuration, dead letters, cron, graph cancel/retry) is recorded after it ran: who = the token's name
@@ -18,10 +18,10 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from jqcore.audit import AuditEntry, AuditTrail
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqcore.http import TOKEN_NAME
+from jqruntime.http import TOKEN_NAME
+from jqruntime.stores.audit import AuditEntry, AuditTrail
 from kafkagate.auth import required_scope
 
 __all__ = ["audit_middleware", "count_of"]

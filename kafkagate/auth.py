@@ -1,11 +1,11 @@
-"""The gateway's authentication: named, scoped tokens (``jqcore.tokens``, ``docs/security.md``).
+"""The gateway's authentication: named, scoped tokens (``jqruntime.tokens``, ``docs/security.md``).
 
-The middleware matches the bearer token, names it on the request (:data:`~jqcore.http.TOKEN_NAME`, and
+The middleware matches the bearer token, names it on the request (:data:`~jqruntime.http.TOKEN_NAME`, and
 ``token=`` on every log line of the request), spends one request of its rate (429 ``rate_limited``), checks
 the route's scope (403 ``scope_missing``) and the path's ``{queue}`` (403 ``queue_forbidden``). What a
 request names in its body or in a stored object (a job's kind, a graph's nodes, a cron schedule's queue) is
 checked by the handler with :func:`require_queue` / :func:`require_kind`; lists of queues are narrowed
-with :func:`visible`. Errors, their statuses and their one JSON body are :mod:`jqcore.http`'s.
+with :func:`visible`. Errors, their statuses and their one JSON body are :mod:`jqruntime.http`'s.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from jqcore.http import TOKEN_NAME, HttpError
-from jqcore.tokens import SCOPES, Token, TokenSource, queue_forbidden, retry_after
+from jqruntime.http import TOKEN_NAME, HttpError
+from jqruntime.tokens import SCOPES, Token, TokenSource, queue_forbidden, retry_after
 
 __all__ = [
     "SCOPES",

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
-from jqcore.http import HttpError
+from jqruntime.http import HttpError
 from kafkagate.limits import BODY_BUDGET
 
 __all__ = ["ENCODINGS", "JSON", "NDJSON", "body_middleware", "inflate", "read_body"]

@@ -1,5 +1,5 @@
 """Dispatch callbacks: a downstream that answered 202 to a pushed job reports its outcome later with the
-signed callback token it was sent (``jqcore.dispatch``; ``docs/dispatcher.md``). No bearer token: the
+signed callback token it was sent (``jqruntime.dispatch``; ``docs/dispatcher.md``). No bearer token: the
 callback token is the proof (``/v1/callbacks/`` is open in :mod:`kafkagate.auth`).
 
 Checked in order: the token's signature and expiry (401 ``callback_token_invalid``, 403
@@ -17,11 +17,11 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from jqcore import dispatchstore
-from jqcore.dispatch import load_configs, verify_callback
-from jqcore.http import HttpError, json_response
 from jqcore.log import get_logger
-from jqcore.state import Engine, JobLease, StaleLease
+from jqengine import Engine, JobLease, StaleLease
+from jqruntime.dispatch import load_configs, verify_callback
+from jqruntime.http import HttpError, json_response
+from jqruntime.stores import dispatch as dispatch_store
 from kafkagate.api import Api
 from kafkagate.body import read_body
 from kafkagate.claims import report_node
@@ -163,7 +163,7 @@ async def callback_fail(request: web.Request) -> web.Response:
     attempt, kind = lease.attempt, lease.kind
     delay = body.retry_in_ms
     if delay is None:
-        stored = await engine_call(dispatchstore.configs(request.app[GATE].redis_client))
+        stored = await engine_call(dispatch_store.configs(request.app[GATE].redis_client))
         config = load_configs(stored).get(kind)
         delay = config.backoff.policy().delay_ms(attempt) if config is not None else None
     try:

@@ -17,9 +17,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.envelope_rules import MAX_LEASE_MS, MIN_LEASE_MS
-from jqcore.http import HttpError, json_response
 from jqcore.log import get_logger
-from jqcore.state import ClaimedJob, NodeInputs
+from jqengine import ClaimedJob, NodeInputs
+from jqruntime.http import HttpError, json_response
 from kafkagate import models as m
 from kafkagate.api import Api
 from kafkagate.auth import token_of

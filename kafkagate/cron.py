@@ -10,9 +10,9 @@ from aiohttp import web
 
 from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, check_name, parse_schedule
-from jqcore.cronstore import CronStore, fire_now, overview
 from jqcore.errors import CronInvalid, CronNotFound, FieldError
-from jqcore.http import HttpError, json_response
+from jqruntime.http import HttpError, json_response
+from jqruntime.stores.cron import CronStore, fire_now, overview
 from kafkagate import admin_models as m
 from kafkagate.api import Api
 from kafkagate.auth import require_kind, require_queue, visible

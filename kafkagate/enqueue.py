@@ -29,10 +29,10 @@ import orjson
 
 from jqcore.envelope import MAX_DEDUP_KEY, MAX_ENVELOPE_BYTES, Envelope, content_id, encoded, new_envelope
 from jqcore.errors import EnvelopeError, FieldError
-from jqcore.http import HttpError
-from jqcore.kafka import Record, job_record
 from jqcore.routing import RoutingSettings
-from jqcore.state import QueueConfig
+from jqengine import QueueConfig
+from jqruntime.http import HttpError
+from jqruntime.kafka import Record, job_record
 
 __all__ = [
     "CLIENT_FIELDS",
@@ -129,7 +129,7 @@ def parse_jobs(
 ) -> Parsed:
     """Validate every job of the request; raises HttpError / EnvelopeError naming each bad field.
 
-    ``stamp`` (tracing on: ``jqcore.tracing.EnqueueSpans.stamp``) gives each valid job its enqueue span's
+    ``stamp`` (tracing on: ``jqruntime.tracing.EnqueueSpans.stamp``) gives each valid job its enqueue span's
     context as ``trace`` before the envelope is encoded, so the size check counts it; None (tracing off)
     leaves the envelopes exactly as the client's fields make them. ``content``: jobs without an id get
     :func:`~jqcore.envelope.content_id` (so does any job with a ``dedup_key``)."""

@@ -12,10 +12,10 @@ from jqcore.clock import now_ms
 from jqcore.envelope import encode, validate_name
 from jqcore.errors import EnvelopeError, FieldError, GraphInvalid
 from jqcore.graphs import graph_envelope, node_job_id, parse
-from jqcore.http import HttpError, json_response
-from jqcore.kafka import Record
 from jqcore.routing import QueueNotAllowed, QueueUnrouted
-from jqcore.state import GraphInfo
+from jqengine import GraphInfo
+from jqruntime.http import HttpError, json_response
+from jqruntime.kafka import Record
 from kafkagate import admin_models as m
 from kafkagate.api import Api
 from kafkagate.auth import require_kind, require_queue

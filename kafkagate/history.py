@@ -1,11 +1,11 @@
 """The archive (Rickover): what the gateway answers from the history tables once Redis forgot a job, and
 the job search over them (``docs/history.md``).
 
-The tables are read through DuckDB (``jqcore.history``) in a worker thread, never a Spark session. The
-search covers every job the history has seen — live ones too, as of the history pipeline's last trigger
+The tables are read through DuckDB (``jqruntime.stores.history``) in a worker thread, never a Spark session.
+The search covers every job the history has seen — live ones too, as of the history pipeline's last trigger
 (seconds behind Redis); ``GET`` of one job answers from Redis whenever Redis still has it. ``GET`` of an
-archived job shows the payload the history kept with its end (``jqcore.archive``: args, meta, result,
-priority, lease, expiry; ``truncated`` names a field cut to the cap); the search pages leave it out.
+archived job shows the payload the history kept with its end (``jqruntime.stores.archive``: args, meta,
+result, priority, lease, expiry; ``truncated`` names a field cut to the cap); the search pages leave it out.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from jqcore.events import TERMINAL
-from jqcore.history import HistoryStore, JobSnapshot
-from jqcore.http import HttpError, json_response
+from jqruntime.http import HttpError, json_response
+from jqruntime.stores.history import HistoryStore, JobSnapshot
 from kafkagate import models as m
 from kafkagate.api import Api, Param
 from kafkagate.auth import require_queue, token_of

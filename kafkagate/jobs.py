@@ -10,15 +10,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jqcore import idempotency, metrics, tracing
+from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.envelope import decode, validate_name
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
-from jqcore.http import HttpError, json_response
-from jqcore.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqcore.log import get_logger
 from jqcore.routing import Acks
 from jqrecover.replay import REPLAYABLE, ReplayError, replayed, replayed_from_archive
+from jqruntime import tracing
+from jqruntime.http import HttpError, json_response
+from jqruntime.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
+from jqruntime.stores import idempotency
 from kafkagate import models as m
 from kafkagate.api import Api, Param
 from kafkagate.auth import require_kind, token_of

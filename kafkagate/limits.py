@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from jqcore.http import HttpError
+from jqruntime.http import HttpError
 
 __all__ = ["BODY_BUDGET", "BodyBudget", "busy"]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from jqcore.aio import cancel_and_wait
 from jqcore.log import get_logger
-from jqcore.state import Engine
+from jqengine import Engine
 from kafkagate.limits import busy
 
 __all__ = ["LongPolls"]

@@ -41,14 +41,8 @@ from pathlib import Path
 from aiohttp import web
 
 from jqcore.aio import cancel_and_wait
-from jqcore.audit import AuditTrail
 from jqcore.errors import JobqError
-from jqcore.http import serve_http
-from jqcore.lifecycle import Service, run_until_signal
 from jqcore.log import get_logger
-from jqcore.preflight import preflight
-from jqcore.presence import Presence, process_name
-from jqcore.redisconn import RedisClient, connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     AuditSettings,
@@ -61,10 +55,15 @@ from jqcore.settings import (
     TraceSettings,
     load,
 )
-from jqcore.state import Engine
-from jqcore.tokens import TokenSettings, TokenSource, load_tokens, reload_all
 from jqcore.topics import audit_topic, job_topics, schedule_topic
-from jqcore.tracing import setup_tracing
+from jqengine import Engine, RedisClient, connect
+from jqruntime.http import serve_http
+from jqruntime.lifecycle import Service, run_until_signal
+from jqruntime.preflight import preflight
+from jqruntime.stores.audit import AuditTrail
+from jqruntime.stores.presence import Presence, process_name
+from jqruntime.tokens import TokenSettings, TokenSource, load_tokens, reload_all
+from jqruntime.tracing import setup_tracing
 from kafkagate.app import make_app
 from kafkagate.auth import TOKENS
 from kafkagate.longpoll import LongPolls
@@ -91,7 +90,7 @@ MAX_DEATHS = 5
 DEATH_WINDOW_S = 60.0
 STOP_GRACE_S = 30.0
 """How long the children get to drain after SIGTERM (their HTTP drain is 5 s,
-``jqcore.http.SHUTDOWN_TIMEOUT_S``, then producers flush)."""
+``jqruntime.http.SHUTDOWN_TIMEOUT_S``, then producers flush)."""
 PARENT_CHECK_S = 1.0
 REDIS_WAIT_S = 2.0
 """How long a request waits for a free connection of the process's Redis pool (then 429 gateway_busy)."""

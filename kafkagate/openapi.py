@@ -1,5 +1,5 @@
 """The gateway's OpenAPI 3.1 document, generated from the route declarations (:mod:`kafkagate.api`) and
-the models (:mod:`kafkagate.models`, request bodies beside their handlers, :class:`jqcore.http.ErrorBody`).
+the models (:mod:`kafkagate.models`, request bodies beside their handlers, :class:`jqruntime.http.ErrorBody`).
 
 Served at ``/openapi.json``; ``docs/gateway.md``'s API reference is generated from it
 (``docs/gen_api.py``). Every operation names the scope it needs (``security``, and ``x-jobq-scope``), its
@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from jqcore import envelope_rules as rules
-from jqcore.http import ErrorBody
+from jqruntime.http import ErrorBody
 from kafkagate.api import Operation, statuses
 from kafkagate.auth import required_scope
 from kafkagate.models import example_of

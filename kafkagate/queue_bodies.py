@@ -9,10 +9,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from jqcore import envelope_rules
-from jqcore.dispatch import DispatchConfig
 from jqcore.errors import FieldError
-from jqcore.http import HttpError
-from jqcore.state import QueueConfig
+from jqengine import QueueConfig
+from jqruntime.dispatch import DispatchConfig
+from jqruntime.http import HttpError
 
 __all__ = ["DeadBody", "KindBody", "QueueConfigBody", "QueuePatchBody", "parse_model"]
 

@@ -7,12 +7,12 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from jqcore import dispatchstore
-from jqcore.dispatch import load_configs
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError
-from jqcore.http import HttpError, json_response
-from jqcore.state import QueueConfig
+from jqengine import QueueConfig
+from jqruntime.dispatch import load_configs
+from jqruntime.http import HttpError, json_response
+from jqruntime.stores import dispatch as dispatch_store
 from kafkagate import admin_models as m
 from kafkagate.api import Api, Param
 from kafkagate.auth import require_every_queue, require_kind, require_queue, visible
@@ -227,7 +227,7 @@ async def put_kind(request: web.Request) -> web.Response:
     )
     await engine_call(gate.engine.configure_kind(kind, queues=body.queues, **options))
     await engine_call(
-        dispatchstore.put(gate.redis_client, kind, body.dispatch.stored() if body.dispatch else None)
+        dispatch_store.put(gate.redis_client, kind, body.dispatch.stored() if body.dispatch else None)
     )
     await gate.configs().put_kind(kind, body.queues, **options)
     shown = body.dispatch.public() if body.dispatch else None
@@ -238,7 +238,7 @@ async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     gate = request.app[GATE]
     queues = visible(request, await engine_call(gate.engine.queues()))
     found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
-    pushed = load_configs(await engine_call(dispatchstore.configs(gate.redis_client)))
+    pushed = load_configs(await engine_call(dispatch_store.configs(gate.redis_client)))
     for kind, entry in found.items():
         entry["dispatch"] = pushed[kind].public() if kind in pushed else None
     return found

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from jqcore.http import HttpError, json_response
-from jqcore.state import NotExtended, Released, StaleLease
+from jqengine import NotExtended, Released, StaleLease
+from jqruntime.http import HttpError, json_response
 from kafkagate.api import Api
 from kafkagate.body import read_body
 from kafkagate.claims import report_node

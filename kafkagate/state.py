@@ -11,19 +11,18 @@ from typing import Literal
 import consul.aio
 from aiohttp import web
 
-from jqcore import presence, stages
 from jqcore.aio import cancel_and_wait
-from jqcore.configstore import ConfigStore
-from jqcore.consulconn import close_consul, consul_client
-from jqcore.cronstore import CronStore
 from jqcore.extras import MissingExtra
-from jqcore.history import HistoryStore
-from jqcore.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
 from jqcore.log import get_logger
-from jqcore.redisconn import RedisClient
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings
-from jqcore.state import Engine, QueueConfig
+from jqengine import Engine, QueueConfig, RedisClient
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
+from jqruntime.stores import presence, stages
+from jqruntime.stores.config import ConfigStore
+from jqruntime.stores.cron import CronStore
+from jqruntime.stores.history import HistoryStore
 from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
 
@@ -195,7 +194,7 @@ class Gate:
 
     def configs(self) -> ConfigStore:
         """The durable copy of the queues' configurations and the kinds' options in Consul
-        (:mod:`jqcore.configstore`)."""
+        (:mod:`jqruntime.stores.config`)."""
         return ConfigStore(self._consul_client(), self.cron_settings.kv_prefix)
 
     async def close(self) -> None:

@@ -1,6 +1,6 @@
 """Kill switches over HTTP: ``PUT /v1/switches/{name}`` puts one in force (admin), ``DELETE`` lifts it,
 ``GET /v1/switches`` lists them. A switch stops matching jobs from starting from the moment the PUT
-answers (see :mod:`jqcore.state.switchrules`)."""
+answers (see :mod:`jqengine.switchrules`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from jqcore.http import TOKEN_NAME, json_response
-from jqcore.state import Switch
+from jqengine import Switch
+from jqruntime.http import TOKEN_NAME, json_response
 from kafkagate import admin_models as m
 from kafkagate.api import Api
 from kafkagate.auth import require_every_queue, require_queue, token_of

@@ -50,7 +50,7 @@ NOT_HELD_CODES: dict[str, NotHeldCode] = {
     "missing": "job_not_found",
     "canceled": "job_canceled",
 }
-"""Why a lease was not extended (``jqcore.state.NotExtended``) → its error code (``extend``, a heartbeat)."""
+"""Why a lease was not extended (``jqengine.NotExtended``) → its error code (``extend``, a heartbeat)."""
 
 
 class Owner(BaseModel):

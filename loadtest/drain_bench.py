@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
 from jqcore.keys import presence_key
-from jqcore.state import Engine
+from jqengine import Engine
 from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.supervise import Children
 from loadtest.batch_app import KIND

@@ -57,10 +57,10 @@ import redis.asyncio as aioredis
 from hdrh.histogram import HdrHistogram
 
 from jqcore.settings import KafkaSettings
-from jqcore.state import Engine
-from jqcore.state.keys import QueueKeys
-from jqcore.topicadmin import ensure
 from jqcore.topics import job_topics
+from jqengine import Engine
+from jqengine.keys import QueueKeys
+from jqruntime.topicadmin import ensure
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port

@@ -21,7 +21,7 @@ from hdrh.histogram import HdrHistogram
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, new_envelope
-from jqcore.state import Engine
+from jqengine import Engine
 from jqsched.timers import Timers
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds

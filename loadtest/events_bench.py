@@ -25,8 +25,8 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine, QueueConfig, Settle
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine, QueueConfig, Settle
+from jqengine.keys import QueueKeys
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, new_envelope
-from jqcore.state import Engine, QueueConfig
+from jqengine import Engine, QueueConfig
 from loadtest.engine_bench import drain
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds

@@ -25,8 +25,8 @@ import orjson
 from hdrh.histogram import HdrHistogram
 
 from jqcore.settings import KafkaSettings
-from jqcore.topicadmin import ensure
 from jqcore.topics import job_topics
+from jqruntime.topicadmin import ensure
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, service_argv
 from jqstack.procs import free_port

@@ -64,9 +64,8 @@ from rich.progress import Progress
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
 from jqcore.graphs import Step, fan_out, parse, pipeline
-from jqcore.redisconn import RedisClient
-from jqcore.state import Engine, GraphInfo
-from jqcore.state.keys import GraphKeys, QueueKeys
+from jqengine import Engine, GraphInfo, RedisClient
+from jqengine.keys import GraphKeys, QueueKeys
 from jqstack.manager import Endpoints
 from jqstack.paths import home
 from jqstack.pipeline import PipelineEnv, worker_argv

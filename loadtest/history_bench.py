@@ -23,7 +23,7 @@ One stack (Kafka + Redis on free ports; the smoke test passes the test session's
    (``Engine.enqueue_batch`` every 10 ms with the jobs due by then), at each of ``Sizes.rates`` (500,
    1,000 and 2,000 jobs/s; quick: 300) for ``Sizes.seconds`` (90 s; quick: 3 s), one after the other,
    each followed by its catch-up, after an unmeasured 30-s flow at the first rate (Spark's first batches
-   are slow). Every 2 s (quick: 1 s) a sample through :class:`jqcore.history.HistoryStore` (the
+   are slow). Every 2 s (quick: 1 s) a sample through :class:`jqruntime.stores.history.HistoryStore` (the
    raw ``events_files`` view filtered to the newest batch folders; DuckDB still opens every file's
    footer, so a read costs more as folders pile up): lag = now − the newest ``at_ms``
    visible, rows visible; plus the stream's backlog and jobs finished. Per rate, over the last two thirds
@@ -63,12 +63,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import new_envelope
-from jqcore.history import HistoryStore
 from jqcore.settings import KafkaSettings
-from jqcore.state import Engine, QueueConfig
-from jqcore.state.keys import QUEUES_KEY, QueueKeys
-from jqcore.topicadmin import ensure
 from jqcore.topics import TopicSpec
+from jqengine import Engine, QueueConfig
+from jqengine.keys import QUEUES_KEY, QueueKeys
+from jqruntime.stores.history import HistoryStore
+from jqruntime.topicadmin import ensure
 from jqspark import spark_session
 from jqspark.history import start_history
 from jqstack.manager import Endpoints, Stack, StackSpec

@@ -21,7 +21,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings

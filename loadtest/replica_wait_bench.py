@@ -2,7 +2,7 @@
 
 A Redis master with one replica (``redis-server`` processes of its own, no persistence, on loopback);
 batches of the relay's default size written with one engine call each, as the relay writes them, then
-the check the relay makes before committing (:class:`jqcore.state.ReplicaWait`: ``SET`` + ``WAIT 1``
+the check the relay makes before committing (:class:`jqengine.ReplicaWait`: ``SET`` + ``WAIT 1``
 on the master written). Printed: the median write and check times per batch, and the check per job.
 """
 
@@ -19,7 +19,7 @@ import redis
 import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine, ReplicaWait, recording_writes
+from jqengine import Engine, ReplicaWait, recording_writes
 from jqstack.procs import free_port
 from jqstack.supervise import Children
 

@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
-from jqcore.state import Engine
+from jqengine import Engine
 
 __all__ = ["claim_process"]
 

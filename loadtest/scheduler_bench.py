@@ -32,17 +32,16 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from jqcore import farscan
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
-from jqcore.kafka import AsyncProducer, schedule_record
-from jqcore.membership import deal_evenly, live_members
-from jqcore.redisconn import RedisClient
 from jqcore.settings import KafkaSettings
-from jqcore.state import Engine
-from jqcore.state.keys import QueueKeys
-from jqcore.topicadmin import ensure
 from jqcore.topics import TopicSpec
+from jqengine import Engine, RedisClient
+from jqengine.keys import QueueKeys
+from jqruntime.kafka import AsyncProducer, schedule_record
+from jqruntime.stores import farscan
+from jqruntime.stores.membership import deal_evenly, live_members
+from jqruntime.topicadmin import ensure
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, service_argv
 from jqstack.supervise import Children

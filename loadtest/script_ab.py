@@ -4,8 +4,9 @@ on the same server, the same data sizes, the same moments (separate runs on this
 ±10 % from an append-only rewrite or another process alone).
 
 ``BASELINE`` is a checkout's root (``git archive <rev> | tar -x -C /tmp/base``); its scripts are built by
-its own loader (``jqcore.state.scripts.source``, run with it on ``PYTHONPATH``) and called through this
-checkout's engine, so the two must take the same ``KEYS`` and ``ARGV`` (true when only Lua changed).
+its own loader (``jqengine.scripts.source``, run with it on ``PYTHONPATH``: a checkout from after the
+engine became the package ``jqengine``) and called through this checkout's engine, so the two must take the
+same ``KEYS`` and ``ARGV`` (true when only Lua changed).
 
 Per tree, per run (6 a sample, the trees' order alternating), on a fresh queue: 20,000 no-op jobs stored
 in calls of 2,000 (``enqueue_batch``), then run in pool rounds of 50 (``settle_claim``: the last round's
@@ -24,9 +25,9 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from jqcore.state import Engine, QueueConfig
-from jqcore.state.keys import QueueKeys
-from jqcore.state.scripts import SCRIPT_NAMES
+from jqengine import Engine, QueueConfig
+from jqengine.keys import QueueKeys
+from jqengine.scripts import SCRIPT_NAMES
 from loadtest.events_bench import CALL, ROUND, run_in_rounds, store
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
@@ -38,7 +39,7 @@ def baseline_sources(root: Path) -> dict[str, str]:
     """The scripts as the baseline's own loader builds them (those it has of this checkout's names)."""
     code = (
         "import json, sys\n"
-        "from jqcore.state.scripts import SCRIPTS, source\n"
+        "from jqengine.scripts import SCRIPTS, source\n"
         "print(json.dumps({n: source(n) for n in sys.argv[1:] if n in SCRIPTS}))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(root)}
@@ -114,8 +115,8 @@ def run(baseline_root: Path, quick: bool = False) -> Report:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or not Path(sys.argv[1], "jqcore").is_dir():
-        sys.exit("usage: python -m loadtest.script_ab BASELINE (a checkout's root, e.g. from git archive)")
+    if len(sys.argv) != 2 or not Path(sys.argv[1], "jqengine").is_dir():
+        sys.exit("usage: python -m loadtest.script_ab BASELINE (a checkout's root, with jqengine/)")
     result = run(Path(sys.argv[1]))
     for figure in result.figures:
         print(f"{figure.name:<36} {figure.median:8.2f} {figure.unit}  ±{figure.spread:.1%}")

@@ -10,13 +10,13 @@ rows. This bench measures it; it asserts nothing.
    with a 1-day lease and left so). The finished and running ones are enqueued first, claimed in batches
    and completed (``complete_many``) or failed permanently; the pending and delayed ones come after.
    ``Sizes.history_rows`` history rows (10,000,000; quick: 200,000) are written by DuckDB straight into
-   the layout ``jqcore.history.HistoryStore`` reads (``jqspark.history`` writes it): ``events/day=<UTC
-   date>/batch=<tag>/*.parquet`` (three events per job: enqueued, running, completed or — one job in 50 —
-   errored; 7 days ending now, :data:`BATCHES_PER_DAY` batch folders a day) and ``current/seg=<b|c><tag>/``
-   (each job's latest event, ``first_at``, ``accepted_at``): one compacted ``c`` segment and
-   :data:`OPEN_SEGMENTS` batch segments holding the newest jobs, as a pipeline between two compactions
-   leaves them. The archived jobs are in the same queues as the live ones. A Kafka topic routed to the
-   queues and a few cron schedules give the topics and schedules pages something to show.
+   the layout ``jqruntime.stores.history.HistoryStore`` reads (``jqspark.history`` writes it):
+   ``events/day=<UTC date>/batch=<tag>/*.parquet`` (three events per job: enqueued, running, completed or
+   — one job in 50 — errored; 7 days ending now, :data:`BATCHES_PER_DAY` batch folders a day) and
+   ``current/seg=<b|c><tag>/`` (each job's latest event, ``first_at``, ``accepted_at``): one compacted ``c``
+   segment and :data:`OPEN_SEGMENTS` batch segments holding the newest jobs, as a pipeline between two
+   compactions leaves them. The archived jobs are in the same queues as the live ones. A Kafka topic routed
+   to the queues and a few cron schedules give the topics and schedules pages something to show.
 2. **Serve and request.** :class:`jqweb.main.WebService` in this process (port 0, a read token) over
    those sources; every page of :data:`PAGES` is requested with ``Accept: text/html`` and the bearer
    token, ``Sizes.warmups`` times unmeasured then ``Sizes.requests`` times, one request at a time; the
@@ -61,11 +61,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
-from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
-from jqcore.history import CURRENT_DIR, EVENTS_DIR
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -75,9 +72,12 @@ from jqcore.settings import (
     RedisSettings,
     RelayKeys,
 )
-from jqcore.state import Engine, QueueConfig
-from jqcore.topicadmin import ensure
 from jqcore.topics import job_topics
+from jqengine import Engine, QueueConfig
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.cron import CronStore
+from jqruntime.stores.history import CURRENT_DIR, EVENTS_DIR
+from jqruntime.topicadmin import ensure
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
 from jqweb.overview import Sources
@@ -483,7 +483,8 @@ _EVENT_SELECT = """
            CAST(0 AS BIGINT) AS run_at, 'bench' AS origin,
            CASE WHEN v = 1 THEN t0 ELSE 0 END AS accepted_at
 """
-"""The columns of ``jqcore.history.EVENT_COLUMNS`` for event ``v`` (1..3) of a job of :func:`_jobs_sql`."""
+"""The columns of ``jqruntime.stores.history.EVENT_COLUMNS`` for event ``v`` (1..3) of a job of
+:func:`_jobs_sql`."""
 
 
 def fill_history(setup: Setup, rows: int, progress: Progress) -> dict[str, int]:

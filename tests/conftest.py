@@ -30,7 +30,6 @@ from redis import Redis as SyncRedis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from jqcore.kafka import AsyncProducer
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     AuditSettings,
@@ -44,12 +43,13 @@ from jqcore.settings import (
     TraceSettings,
     load,
 )
-from jqcore.state import Engine
 from jqcore.testsignal import enable_all
-from jqcore.topicadmin import apply
 from jqcore.topics import audit_topic
+from jqengine import Engine
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
+from jqruntime.kafka import AsyncProducer
+from jqruntime.topicadmin import apply
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 from jqstack.manager import Endpoints

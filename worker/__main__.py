@@ -2,11 +2,11 @@
 ``python -m kafkagate``; ``jobq worker`` is the same with command-line options.
 
 A missing or malformed setting stops it with exit code 2 and one line naming the variable, no traceback
-(:func:`jqcore.lifecycle.service_main`).
+(:func:`jqruntime.lifecycle.service_main`).
 """
 
-from jqcore.lifecycle import service_main
 from jqcore.settings import load
+from jqruntime.lifecycle import service_main
 from worker.main import run
 from worker.settings import WorkerSettings
 

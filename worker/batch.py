@@ -38,7 +38,7 @@ from typing import Any
 from jqcore import metrics
 from jqcore.errors import Retry
 from jqcore.log import get_logger
-from jqcore.state import ClaimedJob, Code, Engine, Settle, StaleLease
+from jqengine import ClaimedJob, Code, Engine, Settle, StaleLease
 from worker.execute import Outcome, outcome_of, result_bytes
 from worker.hooks import WorkerContext
 from worker.registry import JobSpec, PayloadInvalid, Registry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from jqcore.state import Engine, FilterInvalid
+from jqengine import Engine, FilterInvalid
 
 __all__ = ["check_filter", "queues_empty"]
 

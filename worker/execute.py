@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore import metrics, tracing
+from jqcore import metrics
 from jqcore.envelope import Envelope
 from jqcore.errors import Cancel, Retry, Snooze
-from jqcore.state import ClaimedJob, NodeInputs
+from jqengine import ClaimedJob, NodeInputs
+from jqruntime import tracing
 from worker.builtin import builtin
 from worker.hooks import WorkerContext
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Iterable
 
 from jqcore.log import get_logger
-from jqcore.state import Engine
+from jqengine import Engine
 from worker.running import Running
 
 __all__ = ["hand_back_unstarted", "release_rest"]

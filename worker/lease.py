@@ -1,5 +1,5 @@
-"""The lease keeper, shared with the push dispatcher: :mod:`jqcore.leases` (re-exported here)."""
+"""The lease keeper, shared with the push dispatcher: :mod:`jqruntime.leases` (re-exported here)."""
 
-from jqcore.leases import DEFAULT_LEASE_MS, LeaseKeeper, LeaseSignals, Lost, Owned
+from jqruntime.leases import DEFAULT_LEASE_MS, LeaseKeeper, LeaseSignals, Lost, Owned
 
 __all__ = ["DEFAULT_LEASE_MS", "LeaseKeeper", "LeaseSignals", "Lost", "Owned"]

@@ -14,13 +14,12 @@ import signal
 from pathlib import Path
 
 from jqcore.errors import ConfigError
-from jqcore.lifecycle import run_until_signal
 from jqcore.log import get_logger
-from jqcore.preflight import preflight
-from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings, TraceSettings, load
-from jqcore.state import Engine
-from jqcore.tracing import setup_tracing
+from jqengine import Engine, connect
+from jqruntime.lifecycle import run_until_signal
+from jqruntime.preflight import preflight
+from jqruntime.tracing import setup_tracing
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 from worker.settings import LiveSettings, WorkerSettings

@@ -1,7 +1,7 @@
 """A worker pool: claims jobs from Redis for its queues and runs their handlers with bounded concurrency.
 
 * **Claims** are batches sized to the free slots; with nothing to do the pool blocks in Redis
-  (:meth:`jqcore.state.Engine.wait_for_work`) instead of polling. A pool serving one queue without a
+  (:meth:`jqengine.Engine.wait_for_work`) instead of polling. A pool serving one queue without a
   filter registers for **hand-off claims** with its short claim: the transition that makes a job ready
   (enqueue, promotion) claims it for the pool at once, leased like any claim, and the pool's blocking pop
   returns the job itself — no wake-then-claim round trip before it starts. Jobs handed to a pool that
@@ -44,12 +44,11 @@ from typing import Any
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
-from jqcore.health import Readiness, ping
-from jqcore.lifecycle import Service
 from jqcore.log import get_logger
-from jqcore.presence import Presence, process_name
-from jqcore.redisconn import RedisClient
-from jqcore.state import ClaimedJob, Engine, StaleLease
+from jqengine import ClaimedJob, Engine, RedisClient, StaleLease
+from jqruntime.health import Readiness, ping
+from jqruntime.lifecycle import Service
+from jqruntime.stores.presence import Presence, process_name
 from worker.batch import Batches
 from worker.checks import check_filter, queues_empty
 from worker.config import PoolConfig, PoolSignals
@@ -78,7 +77,7 @@ HANDOFF_MARGIN_MS = 1_000
 
 class Pool(Service):
     """Runs the handlers of ``registry`` for ``config.queues``; ``redis`` is the engine's Redis, where the
-    pool's presence heartbeat goes (:mod:`jqcore.presence`)."""
+    pool's presence heartbeat goes (:mod:`jqruntime.stores.presence`)."""
 
     health_name = "worker"
 

@@ -36,11 +36,11 @@ from pydantic import BaseModel, ValidationError
 from jqcore.backoff import Backoff
 from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
-from jqcore.state import NodeInputs
+from jqengine import NodeInputs
 from worker.hooks import Hook, WorkerContext
 
 if TYPE_CHECKING:  # the HTTP client (aiohttp) is only needed by code that enqueues
-    from jqcore.client import JobqClient
+    from jqruntime.client import JobqClient
 
 __all__ = [
     "Backoff",

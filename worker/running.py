@@ -6,7 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from jqcore.state import ClaimedJob
+from jqengine import ClaimedJob
 
 __all__ = ["Running"]
 

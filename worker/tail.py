@@ -12,7 +12,7 @@ then: it waits in state ``deferred`` — no lease, no worker slot — until the 
 ends with that job's outcome: completed with its result, or, when the child ends errored, canceled or
 expired, by ``on_failure``: ``"fail"`` (errored with the child's reason, never retried) or ``"retry"``
 (retried like a failed attempt). A child may defer in turn (a chain). The child gets an id of jobq's
-(``tail@...``) and may be on another queue; the hand-offs are crash-safe (:mod:`jqcore.state.tails`).
+(``tail@...``) and may be on another queue; the hand-offs are crash-safe (:mod:`jqengine.tails`).
 Only ``async`` and ``thread`` handlers can defer (a ``process`` handler has no job context).
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Literal, NoReturn
 
 from jqcore.envelope import Envelope, new_envelope, new_job_id
 from jqcore.errors import HandlerControl
-from jqcore.state import TAIL_ID_PREFIX
+from jqengine import TAIL_ID_PREFIX
 from worker.registry import current_job
 
 __all__ = ["Deferred", "Policy", "defer_to"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from jqcore import metrics
 from jqcore.log import get_logger
-from jqcore.state import TAIL_ID_PREFIX, ClaimedJob, Engine, Settle, check_code
+from jqengine import TAIL_ID_PREFIX, ClaimedJob, Engine, Settle, check_code
 from worker.execute import Outcome
 from worker.registry import Registry
 

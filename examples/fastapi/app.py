@@ -6,7 +6,7 @@
   parallel, then totalling them (:func:`jqcore.graphs.fan_out` with a callback)
 - ``GET /reports/{id}`` → ``{"state", "total"}``
 
-One :class:`~jqcore.client.JobqClient` per application, opened and closed by the lifespan.
+One :class:`~jqruntime.client.JobqClient` per application, opened and closed by the lifespan.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field
 
 from examples.fastapi.jobs import QUEUE, count_words, total
-from jqcore.client import JobqClient
 from jqcore.graphs import Step, fan_out
+from jqruntime.client import JobqClient
 
 __all__ = ["app", "create_app"]
 

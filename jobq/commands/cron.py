@@ -13,13 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import check_name, parse_schedule
-from jqcore.cronstore import CronStore, fire_now, overview
 from jqcore.errors import CronInvalid, CronNotFound, FieldError
-from jqcore.redisconn import connect
 from jqcore.settings import ConsulSettings, CronSettings, RedisSettings, load
-from jqcore.state import Engine
+from jqengine import Engine, connect
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.cron import CronStore, fire_now, overview
 
 __all__ = ["app"]
 

@@ -42,10 +42,10 @@ from jobq.commands.stack import (
     stack_tokens,
 )
 from jobq.commands.status import collect, render
-from jqcore.client import Gateway
 from jqcore.settings import KafkaSettings, load_env
-from jqcore.topicadmin import ensure
 from jqcore.topics import job_topics
+from jqruntime.client import Gateway
+from jqruntime.topicadmin import ensure
 from jqstack.manager import Stack
 from jqstack.paths import home, repo_root
 from jqstack.pipeline import PipelineEnv, history_argv, service_argv, worker_argv

@@ -16,7 +16,7 @@ from rich.tree import Tree
 from jobq.audited import audited
 from jobq.engine_call import with_engine
 from jqcore.errors import GraphNotFound
-from jqcore.state import Engine, GraphInfo, NodeInfo
+from jqengine import Engine, GraphInfo, NodeInfo
 
 __all__ = ["app", "render"]
 

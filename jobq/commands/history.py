@@ -26,11 +26,11 @@ from jobq.history_chart import chart
 from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
-from jqcore.history import HistoryStore, Rows, TimelineEntry
 from jqcore.log import configure, get_logger
-from jqcore.preflight import preflight
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
 from jqcore.topics import events_topic
+from jqruntime.preflight import preflight
+from jqruntime.stores.history import HistoryStore, Rows, TimelineEntry
 
 __all__ = ["app"]
 

@@ -24,8 +24,8 @@ from rich.console import Console
 from jqcore.envelope import validate_name
 from jqcore.routing import RoutingSettings
 from jqcore.settings import KafkaSettings, load
-from jqcore.topicadmin import ensure
 from jqcore.topics import job_topics
+from jqruntime.topicadmin import ensure
 from jqstack.paths import home
 from jqstack.provision import ensure_spark_jars
 

@@ -39,8 +39,8 @@ from jobq.commands.status_widgets import (
     services_text,
 )
 from jqcore.clock import now_ms
-from jqcore.redisconn import RedisClient, connect
 from jqcore.testsignal import TestSignal
+from jqengine import RedisClient, connect
 from jqweb import series
 from jqweb.overview import Alert, Sources, alerts, collect
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jobq.engine_call import with_engine
-from jqcore.state import SWITCH_ACTIONS, Engine, Switch, SwitchInvalid
+from jqengine import SWITCH_ACTIONS, Engine, Switch, SwitchInvalid
 
 __all__ = ["app"]
 

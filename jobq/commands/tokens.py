@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from jqcore.tokens import hash_line
+from jqruntime.tokens import hash_line
 
 __all__ = ["app"]
 

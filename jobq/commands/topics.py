@@ -9,8 +9,8 @@ from rich.console import Console
 
 from jqcore.routing import RoutingSettings
 from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load
-from jqcore.topicadmin import apply
 from jqcore.topics import JOB_PARTITIONS, declaration, min_isr
+from jqruntime.topicadmin import apply
 
 __all__ = ["app"]
 

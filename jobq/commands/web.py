@@ -12,12 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from jqcore.audit import AuditEntry, AuditTrail, cli_who
 from jqcore.clock import now_ms
 from jqcore.extras import require
 from jqcore.log import configure
-from jqcore.redisconn import connect
 from jqcore.settings import AuditSettings, KafkaSettings, RedisSettings, load
+from jqengine import connect
+from jqruntime.stores.audit import AuditEntry, AuditTrail, cli_who
 from jqweb.sessions import MIN_REF, Session, SessionStore, select
 from jqweb.settings import WebSettings
 

@@ -4,7 +4,7 @@ A graph is a DAG of nodes; every node is one job of any queue and kind. It trave
 record (an envelope of kind ``jobq.graph`` whose ``args`` is the normalized graph document, routed by the
 graph's home ``queue``), so a 2xx means Kafka has every node. The engine creates the graph's record in
 Redis from it (idempotent by graph id) and releases each node into its queue once its parents finished
-(``jqcore.state.graphs``). A node's job id is derived from the graph id, the node name and the node's
+(``jqengine.graphs``). A node's job id is derived from the graph id, the node name and the node's
 run generation (:func:`node_job_id`), so a redelivered graph or a repeated release never makes a second job.
 
 Edges carry a policy for when the parent does not complete (fails, is canceled or skipped):

@@ -115,7 +115,7 @@ topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
 class CronSettings(BaseSettings):
     """Where cron schedules live (Consul KV ``<kv_prefix>/cron/<name>``): read by the scheduler service,
     written by ``jobq cron`` and the gateway's ``/v1/cron`` routes. The same root keeps the queues'
-    configurations and the kinds' options (``jqcore.configstore``; ``jobq rebuild`` restores them)."""
+    configurations and the kinds' options (``jqruntime.stores.config``; ``jobq rebuild`` restores them)."""
 
     model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore", use_attribute_docstrings=True)
 
@@ -174,7 +174,7 @@ from the archive). 0: the history keeps no payload."""
 class AuditSettings(BaseSettings):
     """The audit trail (``docs/security.md``): every dashboard action, gateway admin call and CLI repair is
     a record in a capped Redis stream (what the dashboard's audit page reads) and also on ``topic`` in
-    Kafka, which an admin of Redis cannot erase (``jqcore.audit``)."""
+    Kafka, which an admin of Redis cannot erase (``jqruntime.stores.audit``)."""
 
     model_config = SettingsConfigDict(env_prefix="JOBQ_AUDIT_", extra="ignore", use_attribute_docstrings=True)
 
@@ -241,7 +241,7 @@ class MetricsSettings(BaseSettings):
 
 
 class TraceSettings(BaseSettings):
-    """OpenTelemetry traces across the hops (``jqcore/tracing.py``, ``docs/history.md`` "Traces"): off
+    """OpenTelemetry traces across the hops (``jqruntime/tracing.py``, ``docs/history.md`` "Traces"): off
     unless ``otlp_endpoint`` is set; then the gateway, relays and workers export their spans there over
     OTLP/HTTP (protobuf)."""
 

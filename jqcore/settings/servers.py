@@ -24,7 +24,7 @@ __all__ = ["ConsulSettings", "RedisSettings"]
 
 class RedisSettings(BaseSettings):
     """Where the execution state lives (``JOBQ_REDIS_*``): TLS (a ``rediss://`` URL or ``JOBQ_REDIS_TLS``)
-    and an ACL user are mapped to redis-py by :meth:`client_kwargs` and ``jqcore.redisconn`` for every
+    and an ACL user are mapped to redis-py by :meth:`client_kwargs` and ``jqengine.redisconn`` for every
     client (``docs/security.md``)."""
 
     model_config = SettingsConfigDict(

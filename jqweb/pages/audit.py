@@ -6,8 +6,8 @@ import re
 
 from aiohttp import web
 
-from jqcore import audit
-from jqcore.http import HttpError
+from jqruntime.http import HttpError
+from jqruntime.stores import audit
 from jqweb.context import WEB
 from jqweb.render import page, query_int
 

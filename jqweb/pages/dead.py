@@ -10,8 +10,8 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from jqcore.http import HttpError
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.http import HttpError
 from jqweb.context import WEB
 from jqweb.pages.jobs import BATCH, confirm_count, confirm_page, too_many
 from jqweb.render import act, form, page, query_int

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, GraphNotFound
-from jqcore.http import HttpError
-from jqcore.state import GraphInfo, NodeInfo
+from jqengine import GraphInfo, NodeInfo
+from jqruntime.http import HttpError
 from jqweb.context import WEB
 from jqweb.render import act, form, page, query_int
 

@@ -15,10 +15,10 @@ from aiohttp import web
 
 from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
-from jqcore.http import HttpError
-from jqcore.kafka import job_record
-from jqcore.state import JobInfo
+from jqengine import JobInfo
 from jqrecover.replay import ReplayError, replayed
+from jqruntime.http import HttpError
+from jqruntime.kafka import job_record
 from jqweb.context import WEB, Web
 from jqweb.pages.jobs import CANCELABLE, cancel_one
 from jqweb.render import act, form, page, wants_json

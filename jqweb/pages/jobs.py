@@ -12,10 +12,10 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from jqcore.http import HttpError
-from jqcore.kafka import Record, schedule_key
 from jqcore.settings import FarSettings, load
-from jqcore.state import Engine, Forgotten, JobInfo
+from jqengine import Engine, Forgotten, JobInfo
+from jqruntime.http import HttpError
+from jqruntime.kafka import Record, schedule_key
 from jqweb.context import WEB, Web
 from jqweb.render import act, form, page, query_int
 from jqweb.search import (

@@ -9,10 +9,10 @@ import ipaddress
 
 from aiohttp import web
 
-from jqcore.audit import AuditEntry
 from jqcore.clock import now_ms
-from jqcore.http import HttpError
 from jqcore.log import get_logger
+from jqruntime.http import HttpError
+from jqruntime.stores.audit import AuditEntry
 from jqweb.context import WEB
 from jqweb.redirect import safe_next
 from jqweb.render import env, form

@@ -1,7 +1,7 @@
 """Queues: every queue's depth per state, oldest pending age, pause and throughput over the last hour;
 one queue's configuration, lifetime counters, job types and rate limit. Actions: pause, resume, block and
 unblock enqueues, and the settings an operator tunes (lease, attempts, retention, the lifecycle events'
-cap, the default delay); each change is kept in Consul too (:mod:`jqcore.configstore`)."""
+cap, the default delay); each change is kept in Consul too (:mod:`jqruntime.stores.config`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from typing import Any
 from aiohttp import web
 
 from jqcore.clock import now_ms
-from jqcore.configstore import ConfigStore
-from jqcore.http import HttpError
-from jqcore.redisconn import RedisClient
-from jqcore.state import QueueConfig
+from jqengine import QueueConfig, RedisClient
+from jqruntime.http import HttpError
+from jqruntime.stores.config import ConfigStore
 from jqweb import series
 from jqweb.context import WEB, Web
 from jqweb.overview import queue_row, queue_rows
@@ -115,7 +114,7 @@ async def queue_page(request: web.Request) -> web.Response:
 
 async def _keep(w: Web, queue: str) -> None:
     """Keep the queue's configuration in force in Consul too (``jobq rebuild`` restores it from there:
-    :mod:`jqcore.configstore`)."""
+    :mod:`jqruntime.stores.config`)."""
     config = await w.engine.queue_config(queue)
     await ConfigStore(w.consul, w.sources.cron.kv_prefix).put_queue(queue, config)
 

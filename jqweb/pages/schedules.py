@@ -11,10 +11,10 @@ from aiohttp import web
 
 from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, check_name
-from jqcore.cronstore import fire_now, overview
 from jqcore.errors import CronInvalid, JobqError
-from jqcore.http import HttpError
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.http import HttpError
+from jqruntime.stores.cron import fire_now, overview
 from jqweb.context import WEB
 from jqweb.render import act, form, page
 from jqweb.security import principal, require_queue

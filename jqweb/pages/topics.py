@@ -9,9 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
-from jqcore.http import HttpError
 from jqcore.rates import parse_rate
 from jqcore.routing import QueueUnrouted, RoutingSettings
+from jqruntime.http import HttpError
 from jqweb.context import WEB, Web
 from jqweb.narrow import everything, narrow, own_topics
 from jqweb.overview import collect

@@ -10,10 +10,10 @@ from typing import Any
 
 from aiohttp import web
 
-from jqcore import membership
 from jqcore.clock import now_ms
-from jqcore.presence import count_alive
-from jqcore.state import Engine, JobInfo
+from jqengine import Engine, JobInfo
+from jqruntime.stores import membership
+from jqruntime.stores.presence import count_alive
 from jqweb.context import WEB
 from jqweb.render import page
 from jqweb.security import visible

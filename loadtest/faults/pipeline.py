@@ -19,8 +19,8 @@ from typing import Literal
 import aiohttp
 
 from jqcore.settings import KafkaSettings
-from jqcore.topicadmin import apply
 from jqcore.topics import TopicSpec, job_topics
+from jqruntime.topicadmin import apply
 from jqstack.manager import Endpoints
 from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port

@@ -24,10 +24,9 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings
-from jqcore.state import Engine
-from jqcore.state.models import JobInfo
+from jqengine import Engine, connect
+from jqengine.models import JobInfo
 from jqstack.manager import Endpoints, Stack
 from jqstack.testing.faultproxy import FaultProxy
 from loadtest.faults.checker import Due, Record, Verdict, judge, read_executions, relay_terms

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.settings import ConsulSettings, RelayKeys
+from jqruntime.consulconn import close_consul, consul_client
 from jqstack.supervise import alive, python_m
 from jqstack.testing.kafkatools import reassign_partitions
 from loadtest.faults.bites import (

@@ -15,7 +15,7 @@ import common
 import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine
+from jqengine import Engine
 
 QUEUE = "bench"
 

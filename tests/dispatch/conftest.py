@@ -13,13 +13,13 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from jqcore.client import JobqClient
 from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine
 from jqcore.testsignal import enable_all
 from jqdispatch.service import Dispatcher, DispatcherSignals
 from jqdispatch.settings import DispatcherSettings
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.client import JobqClient
 from kafkagate.main import GateService
 
 SECRET = "test-callback-secret-0123456789"

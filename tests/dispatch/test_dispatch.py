@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from jqcore import dispatchstore
+from jqruntime.stores import dispatch as dispatch_store
 from tests.dispatch.conftest import Rig
 
 FAST = {"base_s": 0.05, "factor": 1, "cap_s": 0.05}
@@ -188,4 +188,4 @@ async def test_dispatch_configuration_is_validated(rig: Rig, prefix: str) -> Non
     assert body["dispatch"]["auth"] == {"header": "Authorization", "env": "HOOK_TOKEN"}
     status, body = await rig.call("PUT", f"/v1/kinds/{kind}", json={"queues": [q]})
     assert (status, body["dispatch"]) == (200, None)  # a PUT without dispatch: back to worker pools
-    assert kind not in await dispatchstore.configs(rig.redis)
+    assert kind not in await dispatch_store.configs(rig.redis)

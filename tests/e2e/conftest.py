@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 import pytest
 import redis.asyncio as aioredis
 
-from jqcore.client import JobqClient
-from jqcore.membership import live_members
 from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine
 from jqcore.testsignal import enable_all
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.client import JobqClient
+from jqruntime.stores.membership import live_members
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children, python_m

@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from jobq.cli import app
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import parse_schedule
-from jqcore.cronstore import CronStore
 from jqcore.routing import RoutingSettings
 from jqcore.settings import ConsulSettings, CronSettings
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.cron import CronStore
 from jqsched.cron import CronFirer
 from jqsched.service import SchedulerService
 from jqstack.manager import Endpoints

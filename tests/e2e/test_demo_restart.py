@@ -22,7 +22,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from jqcore.state import reads
+from jqengine import reads
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child, Children, alive, stop_pids
 from jqstack.testing.backends import NativeTestStack, SessionStack

@@ -19,10 +19,10 @@ from redis.asyncio.cluster import RedisCluster
 from typer.testing import CliRunner
 
 from jobq.cli import app
-from jqcore.preflight import EvictionRefused, eviction_policies
 from jqcore.routing import RoutingSettings
 from jqcore.settings import EventSettings, FarSettings, KafkaSettings
 from jqcore.topics import TopicsInvalid
+from jqruntime.preflight import EvictionRefused, eviction_policies
 from jqsched.service import SchedulerService
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService

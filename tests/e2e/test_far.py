@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from jqcore.client import JobqClient
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
-from jqcore.kafka import AsyncProducer, schedule_record
-from jqcore.membership import deal_evenly
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.client import JobqClient
+from jqruntime.kafka import AsyncProducer, schedule_record
+from jqruntime.stores.membership import deal_evenly
 from jqsched.service import SchedulerService
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from jqcore.client import ApiRefused, JobqClient
 from jqcore.graphs import Graph, Step, chain, fan_out, group, pipeline
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.client import ApiRefused, JobqClient
 from jqstack.manager import Endpoints
 from jqstack.pipeline import checkout_env
 from jqstack.supervise import Child, Children, python_m

@@ -12,11 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from canary.monitor import Canary
-from jqcore.client import Gateway, JobqClient
 from jqcore.routing import CANARY_PREFIX, Route, RoutingSettings
-from jqcore.state import Engine
 from jqcore.testsignal import enable_all
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.client import Gateway, JobqClient
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig

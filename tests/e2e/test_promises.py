@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from jqcore.state import QueueConfig, reads
 from jqcore.testsignal import enable_all
+from jqengine import QueueConfig, reads
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 

@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
-from jqcore.membership import owner
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.stores.membership import owner
 from jqsched.service import SchedulerService
 from jqstack.supervise import http_ok
 from worker.pool import Pool, PoolConfig
@@ -106,7 +106,7 @@ async def test_a_scheduler_process_is_ready_in_its_group_and_every_log_line_is_j
     lines = [line for line in scheduler_processes.log("s1").read_text().splitlines() if line.strip()]
     events = [orjson.loads(line) for line in lines]  # every line: a JSON object, or this raises
     components = {e.get("component") for e in events}
-    assert {"jqsched", "jqcore.health"} <= components, components
+    assert {"jqsched", "jqruntime.health"} <= components, components
     assert "asyncio" in components, "a standard-library record went through the same renderer"
     assert any(e.get("event") == "scheduler stopped" for e in events)
 

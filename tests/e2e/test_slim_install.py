@@ -70,10 +70,10 @@ def run_all(cwd: Path, *argvs: list[str | Path]) -> list[tuple[int, str, str]]:
 
 PROBE = """
 import importlib.metadata, importlib.util, json, sys
-import jqcore.client, worker, worker.main, jobq.cli  # the client, the worker, the command: no extra needed
+import jqruntime.client, worker, worker.main, jobq.cli  # the client, the worker, the command: no extra needed
 dists = sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions())
 found = [m for m in sys.argv[1:] if importlib.util.find_spec(m.split(".")[0]) is not None]
-print(json.dumps({"dists": dists, "found": found, "jobq": jqcore.client.__file__}))
+print(json.dumps({"dists": dists, "found": found, "jobq": jqruntime.client.__file__}))
 """
 
 
@@ -115,7 +115,7 @@ async def double(n: int) -> int:
 
 CLIENT = """
 import asyncio, json, sys
-from jqcore.client import JobqClient
+from jqruntime.client import JobqClient
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
 
 

@@ -1,4 +1,4 @@
-"""Traces across the hops (``jqcore/tracing.py``): a job sent over HTTP through the real gateway, Kafka,
+"""Traces across the hops (``jqruntime/tracing.py``): a job sent over HTTP through the real gateway, Kafka,
 relay, Redis, scheduler and a worker pool leaves one trace from the caller's ``traceparent`` through the
 enqueue, the relay's write and the first run; its retry starts a new trace linked to the enqueue span.
 
@@ -19,14 +19,14 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from jqcore import tracing
 from jqcore.backoff import Backoff
 from jqcore.envelope import decode
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import TraceSettings
-from jqcore.state import Engine
 from jqcore.testsignal import enable_all
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime import tracing
 from jqsched.service import SchedulerService
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig

@@ -11,7 +11,7 @@ import pytest
 
 from jqcore.envelope import new_envelope
 from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine
+from jqengine import Engine
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 

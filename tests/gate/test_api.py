@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jqcore.state import Engine
+from jqengine import Engine
 
 
 async def test_get_cancel_and_replay_a_job(gw: Any, engine: Engine, put: Any) -> None:

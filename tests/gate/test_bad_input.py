@@ -25,7 +25,6 @@ from aiohttp.test_utils import TestServer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, MAX_ENVELOPE_BYTES, decode
-from jqcore.http import error_middleware
 from jqcore.settings import (
     ConsulSettings,
     CronSettings,
@@ -35,6 +34,7 @@ from jqcore.settings import (
     RedisSettings,
     TraceSettings,
 )
+from jqruntime.http import error_middleware
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings

@@ -25,10 +25,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from jqcore.client import ApiRefused, Gateway, GatewayUnavailable, JobqClient
 from jqcore.envelope import decode
-from jqcore.http import serve_http
 from jqrelay.main import RelayService
+from jqruntime.client import ApiRefused, Gateway, GatewayUnavailable, JobqClient
+from jqruntime.http import serve_http
 
 Reply = Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]
 FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05}

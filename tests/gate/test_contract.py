@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 
 from jqcore.errors import EnvelopeError, FieldError
-from jqcore.http import HttpError, error_body
 from jqcore.routing import RoutingSettings
-from jqcore.state import QueueConfig as EngineQueueConfig
+from jqengine import QueueConfig as EngineQueueConfig
+from jqruntime.http import HttpError, error_body
 from kafkagate.app import document, make_app
 from kafkagate.enqueue import CLIENT_FIELDS
 from kafkagate.models import JobIn, QueueConfig

@@ -155,7 +155,7 @@ async def test_client_prefers_its_own_az_and_fails_over_without_loss_or_duplicat
     topic_reader: Callable[..., list[Any]],
     topic_end: Callable[[str], int],
 ) -> None:
-    from jqcore.client import Gateway, JobqClient
+    from jqruntime.client import Gateway, JobqClient
 
     topic = make_topic("jobs")
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
@@ -219,7 +219,7 @@ def test_unknown_scope_is_a_config_error() -> None:
     from pydantic import SecretStr
 
     from jqcore.errors import ConfigError
-    from jqcore.tokens import load_tokens
+    from jqruntime.tokens import load_tokens
 
     with pytest.raises(ConfigError, match="unknown scope"):
         load_tokens(gate=[SecretStr("t:enqueue+everything")])

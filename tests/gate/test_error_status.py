@@ -7,10 +7,8 @@ from __future__ import annotations
 import pytest
 
 from jqcore.errors import BackendUnavailable, ConfigError, EnvelopeError, FieldError, JobqError
-from jqcore.http import HttpError, error_body, error_status
-from jqcore.kafka import PartitionInvalid, ProduceFailed, RecordTooLarge, TopicMissing
 from jqcore.routing import QueueUnrouted
-from jqcore.state.codes import (
+from jqengine.codes import (
     FenceRejected,
     FilterInvalid,
     JobNotFound,
@@ -18,6 +16,8 @@ from jqcore.state.codes import (
     RedisMemoryFull,
     StaleLease,
 )
+from jqruntime.http import HttpError, error_body, error_status
+from jqruntime.kafka import PartitionInvalid, ProduceFailed, RecordTooLarge, TopicMissing
 
 RETRY = {"Retry-After": "1"}
 

@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 
 from jqcore.graphs import Graph
-from jqcore.presence import count_alive
-from jqcore.state import Engine
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine
+from jqengine.keys import QueueKeys
+from jqruntime.stores.presence import count_alive
 from kafkagate.auth import required_scope
 
 Call = tuple[int, Any]

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from jqcore.routing import RoutingSettings
-from jqcore.state import Engine
+from jqengine import Engine
 from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.main import GateService
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine
+from jqengine import Engine
 
 
 async def claim(gw: Any, **body: Any) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from jqcore.configstore import ConfigStore, KindEntry
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.settings import ConsulSettings, CronSettings
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.config import ConfigStore, KindEntry
 from jqstack.manager import Endpoints
 
 

@@ -22,7 +22,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from jqcore.state import Engine, SwitchNotFound
+from jqengine import Engine, SwitchNotFound
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Children, http_ok, python_m

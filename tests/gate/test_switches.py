@@ -13,9 +13,9 @@ import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
 from jobq.cli import app
-from jqcore import audit
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.stores import audit
 from jqstack.manager import Endpoints
 from tests.gate.conftest import Gw
 from tests.web.test_sessions import _on_kafka as on_audit_topic

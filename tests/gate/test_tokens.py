@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from jqcore.routing import Route, RoutingSettings
-from jqcore.tokens import hash_line
+from jqruntime.tokens import hash_line
 from kafkagate.main import GateService
 
 BILLING = "billing-secret-0123456789"

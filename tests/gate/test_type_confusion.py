@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-from jqcore.state import Engine, SwitchNotFound
+from jqengine import Engine, SwitchNotFound
 from kafkagate.app import document
 
 JSON = {"Content-Type": "application/json"}

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.kafka import AsyncProducer, Record
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Child, ChildExited, Children, http_ok, python_m

@@ -9,10 +9,10 @@ from typing import Any
 
 from jqcore import metrics
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine, QueueConfig
+from jqengine import Engine, QueueConfig
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
+from jqruntime.kafka import AsyncProducer, Record
 
 Produce = Callable[..., Any]
 Pending = Callable[[str], Any]

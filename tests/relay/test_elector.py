@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import consul.aio
 import pytest
 
-from jqcore.consulconn import close_consul
 from jqrelay.elector import Elector, ElectorConfig, Role, describe
+from jqruntime.consulconn import close_consul
 from jqstack.manager import Endpoints
 
 FAST = ElectorConfig(ttl_s=10, lock_delay_s=0, wait_s=1, retry_s=0.2)

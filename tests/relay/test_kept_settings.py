@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jqcore.configstore import ConfigStore
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.settings import ConsulSettings, CronSettings
-from jqcore.state import Engine, QueueConfig
+from jqengine import Engine, QueueConfig
 from jqrelay.main import RelayService
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.config import ConfigStore
 from jqstack.manager import Endpoints
 from tests.relay.conftest import Produce
 

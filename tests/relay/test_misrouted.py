@@ -10,10 +10,10 @@ from typing import Any
 
 from jqcore import metrics
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.kafka import AsyncProducer, Record
 from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.kafka import AsyncProducer, Record
 
 
 async def test_an_envelope_for_another_topics_queue_is_dead_lettered_as_misrouted(

@@ -20,14 +20,11 @@ from typer.testing import CliRunner
 from jobq.cli import app
 from jobq.commands.rebuild import cadences
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule, fire_id
-from jqcore.cronstore import CronStore, fire_now
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.errors import GraphNotFound
 from jqcore.events import FIELDS
 from jqcore.graphs import Step, chain, graph_envelope, parse
-from jqcore.kafka import AsyncProducer, Record, schedule_key
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -37,9 +34,12 @@ from jqcore.settings import (
     KafkaSettings,
     RedisSettings,
 )
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrecover.rebuild import rebuild_from_kafka
 from jqrelay.main import RelayService
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.kafka import AsyncProducer, Record, schedule_key
+from jqruntime.stores.cron import CronStore, fire_now
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 from jqsched.timers import StepResult

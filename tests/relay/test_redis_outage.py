@@ -21,11 +21,11 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine
 from jqcore.testsignal import TestSignal
+from jqengine import Engine
 from jqrelay.elector import Role
 from jqrelay.main import RelayService
+from jqruntime.kafka import AsyncProducer, Record
 from jqstack.manager import Endpoints
 from jqstack.supervise import alive, wait_until
 from jqstack.testing.backends import NativeTestStack, SessionStack

@@ -11,10 +11,10 @@ import consul
 
 from jqcore import metrics
 from jqcore.envelope import decode, encode, new_envelope, record_key
-from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrelay.elector import Elector, Role
 from jqrelay.main import RelayService
+from jqruntime.kafka import AsyncProducer, Record
 from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 

@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.kafka import AsyncProducer, Record
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child
 

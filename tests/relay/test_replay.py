@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from jobq.cli import app
-from jqcore import audit
 from jqcore.envelope import now_ms
-from jqcore.kafka import AsyncProducer, Record
-from jqcore.state import Engine
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine
+from jqengine.keys import QueueKeys
+from jqruntime.kafka import AsyncProducer, Record
+from jqruntime.stores import audit
 from jqstack.manager import Endpoints
 
 

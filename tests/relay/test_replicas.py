@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from jqcore.state import ReplicaWait
+from jqengine import ReplicaWait
 from jqrelay.main import RelayService
 from jqstack.supervise import Child
 

@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 
 from jobq.cli import app
 from jqcore.backoff import Backoff
-from jqcore.client import ApiRefused, JobqClient
-from jqcore.history import HistoryStore
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import EventSettings, HistorySettings
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.client import ApiRefused, JobqClient
+from jqruntime.stores.history import HistoryStore
 from jqsched.service import SchedulerService
 from jqspark.history import start_history
 from jqstack.manager import Endpoints

@@ -17,11 +17,11 @@ import pytest
 import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
-from jqcore.client import ApiRefused, JobqClient
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import EventSettings, HistorySettings
-from jqcore.state import Engine
+from jqengine import Engine
 from jqrelay.main import RelayService
+from jqruntime.client import ApiRefused, JobqClient
 from jqsched.service import SchedulerService
 from jqspark.history import start_history
 from jqstack.manager import Endpoints

@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 
 from jqcore.envelope import new_envelope
 from jqcore.events import parse
-from jqcore.history import HistoryStore
 from jqcore.settings import EventSettings
-from jqcore.state import Engine, QueueConfig
+from jqengine import Engine, QueueConfig
+from jqruntime.stores.history import HistoryStore
 from jqsched.service import SchedulerService
 from jqspark.history import start_history
 from jqstack.manager import Endpoints

@@ -22,13 +22,13 @@ import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from jqcore.backoff import Backoff
-from jqcore.client import JobqClient
 from jqcore.events import Event, parse
-from jqcore.history import HistoryStore
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import EventSettings
-from jqcore.state import Engine, JobInfo
+from jqengine import Engine, JobInfo
 from jqrelay.main import RelayService
+from jqruntime.client import JobqClient
+from jqruntime.stores.history import HistoryStore
 from jqsched.service import SchedulerService
 from jqspark.history import start_history
 from jqstack.manager import Endpoints

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from jqcore.events import FIELDS
-from jqcore.history import HistoryStore
+from jqruntime.stores.history import HistoryStore
 from jqspark.history import start_history
 from jqstack.manager import Endpoints
 

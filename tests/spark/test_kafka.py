@@ -20,7 +20,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import decode, record_key
 from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine, QueueConfig
+from jqengine import Engine, QueueConfig
 from jqrelay.main import RelayService
 from jqspark import write_batch, write_stream
 from jqspark.records import to_kafka_records

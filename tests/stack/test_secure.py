@@ -33,11 +33,11 @@ from redis.retry import Retry
 
 from jobq import demo_workload
 from jqcore.errors import BackendUnavailable
-from jqcore.preflight import ProtocolRefused, check_redis
-from jqcore.redisconn import connect
 from jqcore.settings import HistorySettings, KafkaSettings, RedisSettings, load
-from jqcore.topicadmin import ensure
 from jqcore.topics import TopicSpec
+from jqengine import connect
+from jqruntime.preflight import ProtocolRefused, check_redis
+from jqruntime.topicadmin import ensure
 from jqstack.manager import Stack, StackSpec
 from jqstack.pipeline import SERVER_SETTINGS, Service, service_argv
 from jqstack.procs import free_port

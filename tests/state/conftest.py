@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from jqcore.envelope import Envelope, new_envelope
-from jqcore.state import Engine
+from jqengine import Engine
 from jqstack.manager import Endpoints
 
 T0 = 1_900_000_000_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jqcore.envelope import Envelope
-from jqcore.state import Code, Engine
+from jqengine import Code, Engine
 
 
 async def test_completes_each_job_and_reports_stale_and_missing_ones(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, QueueConfig, QueueConfigInvalid
+from jqengine import Engine, QueueConfig, QueueConfigInvalid
 
 Job = Callable[..., Envelope]
 DELAY = 60_000

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, FenceRejected, QueueConfig
+from jqengine import Engine, FenceRejected, QueueConfig
 
 Job = Callable[..., Envelope]
 
@@ -117,7 +117,7 @@ async def test_paused_queue_accepts_enqueues_but_hands_out_nothing(
 
 
 async def test_queue_config_is_validated_and_read_back(engine: Engine, q: str, job: Job, t0: int) -> None:
-    from jqcore.state import QueueConfigInvalid
+    from jqengine import QueueConfigInvalid
 
     with pytest.raises(QueueConfigInvalid):
         await engine.configure_queue(q, QueueConfig(filter_keys=("a", "b", "c", "d", "e")))

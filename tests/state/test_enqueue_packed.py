@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
-from jqcore.state import Engine
+from jqengine import Engine
 
 Job = Callable[..., Envelope]
 

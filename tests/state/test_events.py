@@ -13,8 +13,8 @@ import pytest
 
 from jqcore.envelope import Envelope
 from jqcore.events import Event, parse
-from jqcore.state import Engine, QueueConfig
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine, QueueConfig
+from jqengine.keys import QueueKeys
 
 Job = Callable[..., Envelope]
 

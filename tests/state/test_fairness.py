@@ -11,8 +11,8 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, QueueConfig, QueueConfigInvalid
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine, QueueConfig, QueueConfigInvalid
+from jqengine.keys import QueueKeys
 
 Job = Callable[..., Envelope]
 
@@ -111,7 +111,7 @@ async def test_turning_fairness_on_reindexes_the_backlog(engine: Engine, q: str,
 
 
 def test_fairness_settings_are_checked() -> None:
-    from jqcore.state.admin import _config_fields
+    from jqengine.admin import _config_fields
 
     with pytest.raises(QueueConfigInvalid, match="fair_key"):
         _config_fields(QueueConfig(fair_key="Bad-Key"))

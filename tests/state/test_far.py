@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jqcore import farscan
 from jqcore.envelope import Envelope
 from jqcore.keys import far_scanned_key, far_scanning_key
-from jqcore.state import CancelOutcome, Engine
+from jqengine import CancelOutcome, Engine
+from jqruntime.stores import farscan
 
 Job = Callable[..., Envelope]
 
@@ -57,8 +57,8 @@ async def test_a_rewrite_marks_a_partition_scanned_only_if_redis_kept_its_start(
 ) -> None:
     """Redis lost while the far tier wrote a partition's index entries from memory (the start mark gone
     with the entries written so far): the partition must not be marked, or the entries are never written.
-    The markers are the scheduler's own (:mod:`jqcore.farscan`, a plain client), beside the queues of the
-    engine's Redis (single or Cluster)."""
+    The markers are the scheduler's own (:mod:`jqruntime.stores.farscan`, a plain client), beside the queues
+    of the engine's Redis (single or Cluster)."""
     topic, client = f"{q}.schedule", engine._client
     assert await farscan.unscanned(client, topic, [0, 1]) == [0, 1]
     await farscan.begin(client, topic, [0, 1])

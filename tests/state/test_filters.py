@@ -12,8 +12,8 @@ from itertools import product
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, FilterInvalid, QueueConfig
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine, FilterInvalid, QueueConfig
+from jqengine.keys import QueueKeys
 
 Job = Callable[..., Envelope]
 

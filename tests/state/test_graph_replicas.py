@@ -15,9 +15,9 @@ import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
 from jqcore.graphs import parse
-from jqcore.state import Engine
-from jqcore.state.graphs import REPAIR_AFTER_MS
-from jqcore.state.keys import GraphKeys, QueueKeys
+from jqengine import Engine
+from jqengine.graphs import REPAIR_AFTER_MS
+from jqengine.keys import GraphKeys, QueueKeys
 from jqstack.supervise import Child
 
 Replicated = tuple[aioredis.Redis, Engine, Child]

@@ -13,8 +13,8 @@ import pytest
 
 from jqcore.errors import GraphConflict, GraphInvalid
 from jqcore.graphs import Graph, Step, fan_out, parse, pipeline
-from jqcore.state import Engine
-from jqcore.state.keys import GraphKeys, QueueKeys
+from jqengine import Engine
+from jqengine.keys import GraphKeys, QueueKeys
 
 Handler = Callable[[str, Any, Any], Any]
 """(node name, args, inputs) → result; raising fails the node for good."""

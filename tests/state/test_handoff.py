@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine
+from jqengine.keys import QueueKeys
 
 Job = Callable[..., Envelope]
 WAIT_MS = 60_000

@@ -1,11 +1,11 @@
 """The Lua contract, read from the files themselves (BullMQ's rules):
 
 * every key a script touches at a fixed name reaches it in ``KEYS``: its header lists them
-  (``-- KEYS[i] <name> ...``), in the order its declaration in ``jqcore.state.scripts`` passes them, and
+  (``-- KEYS[i] <name> ...``), in the order its declaration in ``jqengine.scripts`` passes them, and
   the code (with the ``_lib.lua`` helpers it calls) touches exactly those;
 * the per-job and per-index keys it builds are named on its ``-- derived:`` line;
 * it returns named codes (``C_*`` of ``_lib.lua``) only, named on its ``-- returns:`` line, and those
-  constants equal :class:`jqcore.state.codes.Code`, one meaning per number.
+  constants equal :class:`jqengine.codes.Code`, one meaning per number.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from jqcore.state import Code
-from jqcore.state.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeys, QueueKeys
-from jqcore.state.scripts import SCRIPT_NAMES, SCRIPTS, local_name, source
+from jqengine import Code
+from jqengine.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeys, QueueKeys
+from jqengine.scripts import SCRIPT_NAMES, SCRIPTS, local_name, source
 
-LUA = Path(__file__).parents[2] / "jqcore" / "state" / "lua"
+LUA = Path(__file__).parents[2] / "jqengine" / "lua"
 FAMILIES = {
     "job": "job:<id>",
     "idx": "idx:<key>=<value>",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jqcore.envelope import Envelope
-from jqcore.state import Engine, QueueConfig
+from jqengine import Engine, QueueConfig
 
 Job = Callable[..., Envelope]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from jqcore.envelope import new_envelope
-from jqcore.state import CancelOutcome, CancelResult, ClaimedJob, Code, Engine, Settle, StaleLease, reads
+from jqengine import CancelOutcome, CancelResult, ClaimedJob, Code, Engine, Settle, StaleLease, reads
 from jqstack.testing.backends import SessionStack
 
 T0 = 1_900_000_000_000  # ahead of the real clock, as tests/state/conftest.py's

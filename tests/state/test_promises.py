@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import ClaimedJob, Engine, FilterInvalid, QueueConfig, StaleLease, reads
+from jqengine import ClaimedJob, Engine, FilterInvalid, QueueConfig, StaleLease, reads
 
 Job = Callable[..., Envelope]
 
@@ -102,7 +102,7 @@ async def test_finished_policy_drops_visible_duplicates_within_its_window(
 
 
 async def test_dedup_settings_are_validated(engine: Engine, q: str) -> None:
-    from jqcore.state import QueueConfigInvalid
+    from jqengine import QueueConfigInvalid
 
     with pytest.raises(QueueConfigInvalid):
         await engine.configure_queue(q, replace(QueueConfig(), dedup="forever"))  # type: ignore[arg-type]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jqcore import series
 from jqcore.envelope import Envelope
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.stores import series
 from jqweb import series as rates_read
 
 Job = Callable[..., Envelope]

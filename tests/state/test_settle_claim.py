@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jqcore.envelope import Envelope
-from jqcore.state import Code, Engine, Settle
+from jqengine import Code, Engine, Settle
 
 
 async def test_completes_then_claims_the_next_jobs_in_priority_order(

@@ -11,8 +11,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
-from jqcore.state import Engine, Switch, SwitchNotFound
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine, Switch, SwitchNotFound
+from jqengine.keys import QueueKeys
 
 Job = Callable[..., Envelope]
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from jqcore.envelope import Envelope
-from jqcore.state import CancelOutcome, CancelResult, ClaimedJob, Engine, JobNotFound, QueueConfig, StaleLease
-from jqcore.state.keys import KINDS_KEY
+from jqengine import CancelOutcome, CancelResult, ClaimedJob, Engine, JobNotFound, QueueConfig, StaleLease
+from jqengine.keys import KINDS_KEY
 
 Job = Callable[..., Envelope]
 

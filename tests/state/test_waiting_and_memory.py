@@ -10,9 +10,8 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
-from jqcore.redisconn import connect
 from jqcore.settings import RedisSettings
-from jqcore.state import Engine, RedisMemoryFull
+from jqengine import Engine, RedisMemoryFull, connect
 from jqsched.timers import Timers
 from jqstack.manager import Endpoints
 

@@ -1,5 +1,6 @@
-"""The payload an ending event carries into the history (``jqcore.archive``) and the replay built from it
-(``jqrecover.replay``): what is kept, what is cut (and said to be), and what a replay keeps or refuses."""
+"""The payload an ending event carries into the history (``jqruntime.stores.archive``) and the replay built
+from it (``jqrecover.replay``): what is kept, what is cut (and said to be), and what a replay keeps or
+refuses."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from typing import Any
 import orjson
 import pytest
 
-from jqcore.archive import ArchivedPayload, payload_of_record, with_payload
 from jqcore.envelope import encode, new_envelope
-from jqcore.history import JobSnapshot
-from jqcore.state import JobInfo
+from jqengine import JobInfo
 from jqrecover.errors import ReplayError
 from jqrecover.replay import replayed, replayed_from_archive
+from jqruntime.stores.archive import ArchivedPayload, payload_of_record, with_payload
+from jqruntime.stores.history import JobSnapshot
 
 ENV = new_envelope(
     "q",

@@ -9,7 +9,7 @@ from email.utils import format_datetime
 import pytest
 from tenacity import AsyncRetrying, RetryCallState
 
-from jqcore.client import ApiRefused, GatewayUnavailable, JobqClient, parse_retry_after
+from jqruntime.client import ApiRefused, GatewayUnavailable, JobqClient, parse_retry_after
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 

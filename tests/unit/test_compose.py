@@ -43,8 +43,8 @@ from canary.settings import CanarySettings
 from jobq.cli import app
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import load
-from jqcore.tokens import load_tokens
 from jqrelay.settings import RelaySettings
+from jqruntime.tokens import load_tokens
 from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
 from kafkagate.auth import required_scope
 from kafkagate.settings import GateSettings

@@ -26,7 +26,7 @@ handle (kafkagate/app.py:88);dumps (orjson.py:1) 30
 select (selectors.py:468) 10
 <module> (kafkagate/__main__.py:4);run (asyncio/runners.py:190);_run_once (asyncio/base_events.py:1922);\
 handle (kafkagate/app.py:91) 40
-Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);poll (jqcore/kafka.py:12) 20
+Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);poll (jqruntime/kafka.py:12) 20
 """
 
 
@@ -53,7 +53,7 @@ def test_self_time_is_the_top_frame_and_total_time_counts_a_function_once_per_st
     assert [row.frame for row in summary.top] == [
         "kafkagate/app.py:handle",  # 40 on top (line 91); line 88 was not on top
         "orjson.py:dumps",
-        "jqcore/kafka.py:poll",
+        "jqruntime/kafka.py:poll",
     ]
     assert top["kafkagate/app.py:handle"].self_share == pytest.approx(0.40)
     assert top["kafkagate/app.py:handle"].total_share == pytest.approx(0.70)  # both lines, once each

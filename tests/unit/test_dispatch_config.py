@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from jqcore.dispatch import DispatchConfig, load_configs, sign_callback, verify_callback
-from jqcore.http import HttpError
+from jqruntime.dispatch import DispatchConfig, load_configs, sign_callback, verify_callback
+from jqruntime.http import HttpError
 
 SECRET = "0123456789abcdef0123"
 NOW = 1_764_300_000_000

@@ -8,7 +8,7 @@ import pytest
 
 from jqcore.envelope import new_envelope
 from jqcore.errors import Retry
-from jqcore.state import ClaimedJob
+from jqengine import ClaimedJob
 from worker import Backoff, Registry
 from worker.execute import run_handler
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from jqcore.http import json_response
+from jqruntime.http import json_response
 from kafkagate.audit import count_of
 
 

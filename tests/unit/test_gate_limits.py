@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jqcore.http import HttpError
+from jqruntime.http import HttpError
 from kafkagate.enqueue import parse_jobs
 from kafkagate.limits import BodyBudget
 

@@ -23,7 +23,7 @@ from jqcore.graphs import (
     pipeline,
     spec_of,
 )
-from jqcore.state import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
+from jqengine import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
 
 
 def edges(doc: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:

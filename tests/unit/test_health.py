@@ -1,4 +1,4 @@
-"""The health logic (``jqcore/health.py``): the pure judgements, and a :class:`HealthServer` on loopback
+"""The health logic (``jqruntime/health.py``): the pure judgements, and a :class:`HealthServer` on loopback
 answering for a service on this test's event loop — ready, not ready, starting, stopping, a check that
 hangs or raises, and a wedged loop that fails ``/healthz`` while the server's own thread still answers."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
-from jqcore.health import HealthServer, Problem, Readiness, liveness, readiness_answer
-from jqcore.http import HttpError
-from jqcore.lifecycle import Service
+from jqruntime.health import HealthServer, Problem, Readiness, liveness, readiness_answer
+from jqruntime.http import HttpError
+from jqruntime.lifecycle import Service
 
 
 def get(port: int, path: str) -> tuple[int, dict[str, Any] | str]:

@@ -14,7 +14,13 @@ import duckdb
 import pytest
 
 from jqcore.errors import QueryInvalid
-from jqcore.history import CURRENT_COLUMNS, EVENT_COLUMNS, PAYLOAD_COLUMNS, HistoryStore, JobSnapshot
+from jqruntime.stores.history import (
+    CURRENT_COLUMNS,
+    EVENT_COLUMNS,
+    PAYLOAD_COLUMNS,
+    HistoryStore,
+    JobSnapshot,
+)
 
 T0 = int(datetime(2026, 3, 1, 23, 0, tzinfo=UTC).timestamp() * 1000)  # day 1 ends an hour later
 HOUR = 3_600_000

@@ -1,5 +1,5 @@
-"""jqcore.http: one rule from an exception to an answer, one middleware (JSON or rendered), one way to
-serve; jqcore.consulconn closes a Consul client through its public API."""
+"""jqruntime.http: one rule from an exception to an answer, one middleware (JSON or rendered), one way to
+serve; jqruntime.consulconn closes a Consul client through its public API."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError
-from jqcore.http import ErrorAnswer, HttpError, answer_for, error_middleware, serve_http
 from jqcore.settings import ConsulSettings
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.http import ErrorAnswer, HttpError, answer_for, error_middleware, serve_http
 
 
 def test_jobq_errors_map_to_status_code_and_retry_after() -> None:

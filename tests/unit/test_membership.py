@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from jqcore.membership import deal_evenly, owned_by, owner
+from jqruntime.stores.membership import deal_evenly, owned_by, owner
 
 ITEMS = [f"queue.{i}" for i in range(3000)]
 

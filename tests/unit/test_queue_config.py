@@ -6,7 +6,7 @@ import dataclasses
 
 import orjson
 
-from jqcore.state import QueueConfig
+from jqengine import QueueConfig
 
 
 def test_as_dict_has_every_field_in_order_and_lists_the_filter_keys() -> None:

@@ -1,8 +1,8 @@
-"""Which keys a task wrote (:func:`jqcore.state.replication.recording_writes`): what ``WAIT`` is sent to."""
+"""Which keys a task wrote (:func:`jqengine.replication.recording_writes`): what ``WAIT`` is sent to."""
 
 from __future__ import annotations
 
-from jqcore.state.replication import note_write, recording_writes
+from jqengine.replication import note_write, recording_writes
 
 
 def test_nested_recordings_give_the_outer_one_the_inner_writes() -> None:

@@ -16,7 +16,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from jqcore.errors import BackendUnavailable
-from jqcore.state.codes import RedisMemoryFull, redis_errors, refused_by_script
+from jqengine.codes import RedisMemoryFull, redis_errors, refused_by_script
 from jqrelay.batch import holds_batch
 
 

@@ -1,4 +1,4 @@
-"""Commands packed by hiredis (jqcore.redisconn) are byte for byte what redis-py's own packer sends."""
+"""Commands packed by hiredis (jqengine.redisconn) are byte for byte what redis-py's own packer sends."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from jqcore.redisconn import FastConnection, connect, pack_command
 from jqcore.settings import RedisSettings
+from jqengine.redisconn import FastConnection, connect, pack_command
 
 CASES: list[tuple[Any, ...]] = [
     ("SET", "k", "v"),

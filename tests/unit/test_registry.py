@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from jqcore.envelope import new_envelope
 from jqcore.errors import EnvelopeError
-from jqcore.state import ClaimedJob
+from jqengine import ClaimedJob
 from worker.execute import _backoff
 from worker.registry import (
     Backoff,

@@ -23,11 +23,11 @@ from pydantic_settings import BaseSettings
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
 from jqcore import log
-from jqcore.consulconn import close_consul, consul_client, consul_sync_client
 from jqcore.errors import ConfigError
-from jqcore.kafka import AsyncProducer
-from jqcore.redisconn import FastConnection, connect, connect_sync
 from jqcore.settings import MASK, ConsulSettings, KafkaSettings, LogSettings, RedisSettings, load
+from jqengine.redisconn import FastConnection, connect, connect_sync
+from jqruntime.consulconn import close_consul, consul_client, consul_sync_client
+from jqruntime.kafka import AsyncProducer
 from jqspark.options import OAUTH_CALLBACK_HANDLER, jaas_config, kafka_settings, spark_kafka_options
 
 SECRET = "s3cr3t-Never-Shown"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jqcore.errors import BackendUnavailable, ConfigError
-from jqcore.lifecycle import service_main
+from jqruntime.lifecycle import service_main
 
 
 def _raise(exc: Exception) -> None:

@@ -13,9 +13,6 @@ from typing import Any
 import pytest
 
 from canary.monitor import Canary
-from jqcore.client import Gateway, JobqClient
-from jqcore.lifecycle import Service
-from jqcore.redisconn import connect
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     ConsulSettings,
@@ -27,11 +24,13 @@ from jqcore.settings import (
     RedisSettings,
     TraceSettings,
 )
-from jqcore.state import Engine
 from jqdispatch.service import Dispatcher
 from jqdispatch.settings import DispatcherSettings
+from jqengine import Engine, connect
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
+from jqruntime.client import Gateway, JobqClient
+from jqruntime.lifecycle import Service
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 from jqweb.main import WebService

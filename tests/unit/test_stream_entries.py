@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from jqcore.events import DEFAULTS, FIELDS
-from jqcore.state.reads import decode_entry, next_entry
+from jqengine.reads import decode_entry, next_entry
 
 
 def test_a_single_event_entry_keeps_its_json_as_stored() -> None:

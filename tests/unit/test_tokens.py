@@ -1,4 +1,4 @@
-"""Named, scoped tokens (``jqcore.tokens``): the file's model and its errors, the environment lists, globs,
+"""Named, scoped tokens (``jqruntime.tokens``): the file's model and its errors, the environment lists, globs,
 matching, rate buckets and reload."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from jqcore.errors import ConfigError
-from jqcore.tokens import (
+from jqruntime.tokens import (
     Bucket,
     Rate,
     Token,

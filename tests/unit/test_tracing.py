@@ -1,4 +1,4 @@
-"""Tracing off costs nothing and changes nothing (``jqcore/tracing.py``); the sampler of new traces."""
+"""Tracing off costs nothing and changes nothing (``jqruntime/tracing.py``); the sampler of new traces."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import textwrap
 import orjson
 import pytest
 
-from jqcore import tracing
 from jqcore.envelope import encode, new_envelope
 from jqcore.errors import ConfigError
 from jqcore.settings import TraceSettings, load
+from jqruntime import tracing
 from kafkagate.enqueue import parse_jobs
 
 CLIENT_TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -45,7 +45,7 @@ def test_off_no_sdk_provider_is_installed_nor_the_sdk_imported() -> None:
         """
         import sys
         from opentelemetry import trace
-        from jqcore import tracing
+        from jqruntime import tracing
         from jqcore.envelope import new_envelope
         from jqcore.settings import TraceSettings, load
         import kafkagate.main, jqrelay.main, worker.main  # noqa: F401 - the services' modules

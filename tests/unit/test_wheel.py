@@ -5,6 +5,7 @@ stack tooling (``jqstack.testing``)."""
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,22 @@ LEFT_OUT = ("loadtest/", "tests/", "examples/", "jqstack/testing/")
 """What no path in the wheel may start with."""
 MOVED = ("jqstack/backends.py", "jqstack/containers.py", "jqstack/faultproxy.py", "worker/examples.py")
 """Test and demo code that used to live in product packages."""
-PRODUCT = ("jobq/cli.py", "kafkagate/app.py", "worker/pool.py", "jqcore/py.typed", "jqstack/manager.py")
+PRODUCT = (
+    "jobq/cli.py",
+    "kafkagate/app.py",
+    "worker/pool.py",
+    "jqcore/py.typed",
+    "jqcore/schema/envelope.v1.json",
+    "jqengine/py.typed",
+    "jqengine/engine.py",
+    "jqruntime/py.typed",
+    "jqruntime/client.py",
+    "jqruntime/stores/presence.py",
+    "jqweb/static/app.css",
+    "jqstack/manager.py",
+)
+LUA = sorted(f"jqengine/lua/{p.name}" for p in (Path(__file__).parents[2] / "jqengine" / "lua").glob("*.lua"))
+"""The engine's scripts, every one of them (the loader reads them from the installed package)."""
 
 
 @pytest.fixture(scope="module")
@@ -32,5 +48,6 @@ def test_the_wheel_holds_no_benchmarks_tests_or_examples(wheel_names: list[str])
 def test_the_wheel_holds_the_product(wheel_names: list[str]) -> None:
     missing = [p for p in PRODUCT if p not in wheel_names]
     assert not missing, missing
-    assert any(n.startswith("jqcore/state/lua/") and n.endswith(".lua") for n in wheel_names)
+    assert LUA, "no script found in the checkout"
+    assert [n for n in LUA if n not in wheel_names] == []
     assert any(n.endswith(".dist-info/entry_points.txt") for n in wheel_names)

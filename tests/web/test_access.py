@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from jqcore import audit
-from jqcore.audit import AuditEntry, AuditTrail
 from jqcore.clock import now_ms
-from jqcore.redisconn import connect
+from jqengine import connect
+from jqruntime.stores import audit
+from jqruntime.stores.audit import AuditEntry, AuditTrail
 from jqweb.security import CSP
 
 pytestmark = pytest.mark.asyncio

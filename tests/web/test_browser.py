@@ -23,15 +23,15 @@ from pydantic import SecretStr
 
 from canary.monitor import Canary
 from jqcore import metrics
-from jqcore.client import JobqClient
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul
-from jqcore.consulconn import consul_client as aio_consul
 from jqcore.cron import CronSchedule
-from jqcore.cronstore import CronStore
 from jqcore.graphs import Step, group, pipeline
 from jqcore.settings import RedisSettings
-from jqcore.state import Engine
+from jqengine import Engine
+from jqruntime.client import JobqClient
+from jqruntime.consulconn import close_consul
+from jqruntime.consulconn import consul_client as aio_consul
+from jqruntime.stores.cron import CronStore
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
 from jqweb.overview import Sources

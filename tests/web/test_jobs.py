@@ -12,7 +12,7 @@ import pytest
 
 from jqcore.clock import now_ms
 from jqcore.envelope import decode, new_envelope
-from jqcore.state.keys import QueueKeys
+from jqengine.keys import QueueKeys
 
 pytestmark = pytest.mark.asyncio
 

@@ -18,8 +18,8 @@ from yarl import URL
 
 from jqcore.envelope import new_envelope
 from jqcore.keys import login_failures_key, web_session_key
-from jqcore.redisconn import connect
 from jqcore.settings import AuditSettings, RedisSettings, load
+from jqengine import connect
 from jqweb.main import WebService
 from jqweb.sessions import SessionStore, ref_of, select
 from jqweb.settings import WebSettings
@@ -277,8 +277,8 @@ async def test_a_kafka_that_does_not_confirm_costs_no_redis_record_and_is_counte
     the producer, then counted as failed; ``record`` never waited for it."""
     from prometheus_client import REGISTRY
 
-    from jqcore.audit import AuditEntry, AuditTrail
     from jqcore.settings import KafkaSettings
+    from jqruntime.stores.audit import AuditEntry, AuditTrail
 
     redis = connect(RedisSettings(url=endpoints.redis_url or ""))
     nowhere = KafkaSettings(bootstrap="127.0.0.1:9")  # (discard: nothing listens)

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 
 from jobq.commands.status_tui import StatusApp
 from jqcore.envelope import new_envelope
-from jqcore.state import QueueConfig
+from jqengine import QueueConfig
 
 pytestmark = pytest.mark.asyncio
 

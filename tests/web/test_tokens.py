@@ -15,13 +15,13 @@ import aiohttp
 import pytest
 
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
-from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
 from jqcore.routing import Route, RoutingSettings
-from jqcore.state import Engine
-from jqcore.tokens import hash_line
+from jqengine import Engine
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.cron import CronStore
+from jqruntime.tokens import hash_line
 from jqweb.main import WebService
 from jqweb.overview import Sources
 from jqweb.settings import WebSettings

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from jqcore import metrics, series
+from jqcore import metrics
 from jqcore.clock import now_ms
-from jqcore.configstore import ConfigStore
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.kafka import Record
 from jqcore.rates import parse_rate
 from jqrelay.limits import parse_rate as relay_parse_rate
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.kafka import Record
+from jqruntime.stores import series
+from jqruntime.stores.config import ConfigStore
 from jqweb.overview import Sources
 
 

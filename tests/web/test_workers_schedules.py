@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from jqcore.clock import now_ms
-from jqcore.consulconn import close_consul, consul_client
 from jqcore.cron import CronSchedule
-from jqcore.cronstore import CronStore
 from jqcore.envelope import new_envelope
-from jqcore.membership import Membership
-from jqcore.presence import Presence
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores.cron import CronStore
+from jqruntime.stores.membership import Membership
+from jqruntime.stores.presence import Presence
 
 pytestmark = pytest.mark.asyncio
 

@@ -7,7 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
-from jqcore.state import Engine
+from jqengine import Engine
 from worker.pool import Pool
 
 

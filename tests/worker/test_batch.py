@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Code, Engine, JobInfo, Settle
 from jqcore.testsignal import enable_all
+from jqengine import Code, Engine, JobInfo, Settle
 from worker.batch import BatchItem
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job

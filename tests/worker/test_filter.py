@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine, FilterInvalid, QueueConfig
+from jqengine import Engine, FilterInvalid, QueueConfig
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry
 from worker.settings import parse_filter

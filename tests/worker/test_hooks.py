@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine
+from jqengine import Engine
 from worker import StartupFailed, WorkerContext
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job

@@ -6,8 +6,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine
 from jqcore.testsignal import enable_all
+from jqengine import Engine
 from worker import Registry
 from worker.pool import Pool, PoolConfig
 

@@ -13,8 +13,8 @@ from examples.demo_app import cpu_hash
 from jqcore import metrics
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
-from jqcore.state import Engine, JobInfo, QueueConfig
 from jqcore.testsignal import enable_all
+from jqengine import Engine, JobInfo, QueueConfig
 from tests.worker.held import HeldRounds, hold_rounds
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
 from jqcore.events import parse
-from jqcore.state import Engine
+from jqengine import Engine
 from tests.conftest import Eventually
 from tests.worker.held import hold_rounds
 from worker.pool import Pool, PoolConfig

@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from jqcore.envelope import new_envelope
-from jqcore.state import Engine, JobInfo
-from jqcore.state.keys import QueueKeys
+from jqengine import Engine, JobInfo
+from jqengine.keys import QueueKeys
 from jqstack.manager import Endpoints
 from jqstack.pipeline import checkout_env
 from jqstack.supervise import Child, Children, python_m

@@ -12,8 +12,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import encode, new_envelope
 from jqcore.events import parse
-from jqcore.state import Engine, JobInfo
 from jqcore.testsignal import enable_all
+from jqengine import Engine, JobInfo
 from worker import Backoff, Cancel, Registry, current_job, defer_to
 from worker.pool import Pool, PoolConfig
 

@@ -1,0 +1,103 @@
+"""The Redis execution engine: the only code that touches queue keys (see ``docs/engine.md``).
+
+This package's modules are its own: other packages import from ``jqengine`` only (an import-linter
+``protected`` contract in ``pyproject.toml`` holds that), and get exactly what is listed here — the engine,
+the values it returns, its errors, and the Redis connection (:func:`connect`, :data:`RedisClient`,
+:func:`memory_info`, from :mod:`jqengine.redisconn`) every Redis user shares, and the mapping of Redis
+failures (:func:`redis_errors`) for the stores that keep their keys beside the queues.
+
+The storage seam of the house: it stands on the kernel (:mod:`jqcore`) and redis-py only — no web server,
+Kafka or Consul client, and nothing of a running process (:mod:`jqruntime` stands on it, never the other
+way round).
+"""
+
+from jqengine.codes import (
+    Code,
+    FenceRejected,
+    FilterInvalid,
+    JobNotFound,
+    QueueConfigInvalid,
+    RedisMemoryFull,
+    StaleLease,
+    SwitchInvalid,
+    SwitchNotFound,
+    redis_errors,
+    refused_by_script,
+)
+from jqengine.codes import check as check_code
+from jqengine.engine import Engine
+from jqengine.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
+from jqengine.graphs import REPAIR_AFTER_MS, GraphSignals
+from jqengine.memory import QueueMemory
+from jqengine.models import (
+    CancelOutcome,
+    CancelResult,
+    ClaimedJob,
+    EnqueueOutcome,
+    EnqueueResult,
+    Failed,
+    Forgotten,
+    HandedBack,
+    JobInfo,
+    JobLease,
+    NotExtended,
+    Promoted,
+    QueueConfig,
+    QueueDepth,
+    Released,
+    Settle,
+    StreamEvent,
+)
+from jqengine.redisconn import RedisClient, connect, memory_info
+from jqengine.replication import ReplicaWait, recording_writes
+from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
+from jqengine.switchrules import Switch
+from jqengine.tails import TAIL_ID_PREFIX
+
+__all__ = [
+    "REPAIR_AFTER_MS",
+    "SWITCH_ACTIONS",
+    "TAIL_ID_PREFIX",
+    "CancelOutcome",
+    "CancelResult",
+    "ClaimedJob",
+    "Code",
+    "Engine",
+    "EnqueueOutcome",
+    "EnqueueResult",
+    "Failed",
+    "FenceRejected",
+    "FilterInvalid",
+    "Forgotten",
+    "GraphInfo",
+    "GraphSignals",
+    "HandedBack",
+    "JobInfo",
+    "JobLease",
+    "JobNotFound",
+    "NodeInfo",
+    "NodeInputs",
+    "NotExtended",
+    "ParentOutcome",
+    "Promoted",
+    "QueueConfig",
+    "QueueConfigInvalid",
+    "QueueDepth",
+    "QueueMemory",
+    "RedisClient",
+    "RedisMemoryFull",
+    "Released",
+    "ReplicaWait",
+    "Settle",
+    "StaleLease",
+    "StreamEvent",
+    "Switch",
+    "SwitchInvalid",
+    "SwitchNotFound",
+    "check_code",
+    "connect",
+    "memory_info",
+    "recording_writes",
+    "redis_errors",
+    "refused_by_script",
+]

@@ -1,0 +1,150 @@
+"""Connecting to Redis: the client type every Redis user names, and the one place that turns
+:class:`~jqcore.settings.RedisSettings` into a client (asyncio or sync, single node or Cluster; TLS, ACL
+user). It imports no other module of the engine; the facade (:mod:`jqengine`) re-exports :data:`RedisClient`,
+:func:`connect` and :func:`memory_info` for every Redis user outside it (the stores, the services, the relay's
+memory guard)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import hiredis
+import redis
+import redis.asyncio as aioredis
+import redis.cluster
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import (
+    AbstractConnection,
+    BlockingConnectionPool,
+    Connection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError, MaxConnectionsError
+
+from jqcore.settings import RedisSettings
+
+__all__ = [
+    "FastConnection",
+    "RedisClient",
+    "SyncRedisClient",
+    "WaitingPool",
+    "connect",
+    "connect_sync",
+    "memory_info",
+    "pack_command",
+]
+
+RedisClient = aioredis.Redis | RedisCluster
+"""A single-node or Cluster client (both speak the commands jobq uses)."""
+SyncRedisClient = redis.Redis | redis.cluster.RedisCluster
+"""The same for code without an event loop."""
+
+
+def pack_command(*args: Any) -> list[bytes]:
+    """One command in the Redis protocol, packed by hiredis's C encoder (what redis-py's synchronous
+    client does when hiredis is installed; its asyncio connections pack in Python, ~10x slower: every
+    script call of every job spent most of its client CPU there)."""
+    first = args[0]  # "CONFIG GET": Redis wants the words as separate arguments
+    if " " in first if isinstance(first, str) else b" " in first:
+        args = (*first.split(), *args[1:])
+    try:
+        return [hiredis.pack_command(cast("Any", args))]
+    except TypeError:  # a bytearray or memoryview: hiredis takes bytes
+        pass
+    parts = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args)
+    try:
+        return [hiredis.pack_command(cast("Any", parts))]
+    except TypeError as exc:
+        raise DataError(str(exc)) from exc
+
+
+class _HiredisPacking:
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return pack_command(*args)
+
+
+class FastConnection(_HiredisPacking, Connection):
+    """A TCP connection whose commands are packed by hiredis."""
+
+
+class _FastSSLConnection(_HiredisPacking, SSLConnection):
+    pass
+
+
+class _FastUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
+    pass
+
+
+_BY_SCHEME: dict[str, type[AbstractConnection]] = {
+    "redis": FastConnection,
+    "rediss": _FastSSLConnection,
+    "unix": _FastUnixConnection,
+}
+
+
+class WaitingPool(BlockingConnectionPool):
+    """A pool of at most ``max_connections`` where a command waits up to ``timeout`` seconds for a free
+    connection; then :class:`~redis.exceptions.MaxConnectionsError` (the process's own pool is
+    exhausted: not a Redis failure, and never reported as one)."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        try:
+            return cast("AbstractConnection", await super().get_connection(*args, **kwargs))  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if not isinstance(exc.__cause__, TimeoutError):
+                raise
+            message = f"no free connection among this process's {self.max_connections} in {self.timeout} s"
+            raise MaxConnectionsError(message) from exc
+
+
+def connect(
+    settings: RedisSettings, *, max_connections: int | None = None, wait_s: float | None = None
+) -> RedisClient:
+    """An asyncio client for ``settings``; with ``cluster`` the URL names any one node of the cluster.
+    TLS comes from the URL's scheme (:meth:`RedisSettings.client_url`: ``rediss://`` when
+    ``JOBQ_REDIS_TLS`` is on), the files, user and password from :meth:`RedisSettings.client_kwargs`.
+    A single node's commands are packed by hiredis (:class:`FastConnection` and its TLS and unix twins).
+
+    ``max_connections`` caps the pool (per node on a Cluster; redis-py's default: 100); with ``wait_s``
+    a single node's command waits that long for a free connection (:class:`WaitingPool`) instead of
+    failing at once with ``Too many connections``."""
+    url, kwargs = settings.client_url(), settings.client_kwargs()
+    if settings.cluster:  # rediss:// makes redis-py's cluster client use TLS (ssl=True) with the ssl_* files
+        if max_connections is not None:
+            return RedisCluster.from_url(url, max_connections=max_connections, **kwargs)
+        return RedisCluster.from_url(url, **kwargs)
+    options = dict(parse_url(url))  # what Redis.from_url does, with our connection classes
+    default = options.pop("connection_class", Connection)
+    connection_class = _BY_SCHEME.get(urlsplit(url).scheme, cast("type[AbstractConnection]", default))
+    if max_connections is not None:
+        options["max_connections"] = max_connections
+    pool: ConnectionPool
+    if wait_s is not None:
+        pool = WaitingPool(connection_class=connection_class, timeout=wait_s, **{**kwargs, **options})
+    else:
+        pool = ConnectionPool(connection_class=connection_class, **{**kwargs, **options})
+    return aioredis.Redis.from_pool(pool)
+
+
+def connect_sync(settings: RedisSettings) -> SyncRedisClient:
+    """A synchronous client for ``settings``, configured exactly as :func:`connect`'s (redis-py's own
+    connection classes: its synchronous ones already pack with hiredis)."""
+    url, kwargs = settings.client_url(), settings.client_kwargs()
+    if settings.cluster:
+        return redis.cluster.RedisCluster.from_url(url, **kwargs)
+    return redis.Redis.from_url(url, **kwargs)
+
+
+async def memory_info(client: RedisClient) -> dict[str, Any]:
+    """``INFO memory`` (``used_memory``, ``maxmemory``, ``maxmemory_policy``...); on a Cluster that
+    answers per node, the node fullest relative to its ``maxmemory`` (the one that refuses first)."""
+    info: dict[str, Any] = await client.info("memory")
+    nodes = [v for v in info.values() if isinstance(v, dict)]
+    if nodes and len(nodes) == len(info):
+        return max(nodes, key=lambda n: int(n.get("used_memory", 0)) / max(1, int(n.get("maxmemory", 0))))
+    return info

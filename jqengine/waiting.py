@@ -1,0 +1,145 @@
+"""Waiting without polling: workers block on a queue's wake list; the timers of a set of queues sleep
+until the next due time (a delayed job's ``run_at``, a lease deadline, the next GC) or until a script
+tells them an earlier one appeared. Idle pools and timers cost one blocking command per ``max_idle_s``.
+
+Callers outside ``jqengine`` reach these through the engine (``engine.wait_for_work``,
+``engine.wait_for_due``), never with a raw client; the timers that sleep on ``wait_for_due`` are the
+scheduler service's (:mod:`jqsched.timers`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+
+from jqcore.aio import cancel_and_wait
+from jqengine.keys import QueueKeys
+from jqengine.redisconn import RedisClient
+
+__all__ = ["block_limit_s", "nudge", "wait_for_due", "wait_for_events", "wait_for_handoff", "wait_for_work"]
+
+REDIS_PY_DEFAULT_TIMEOUT_S = 5.0
+NUDGE_TTL_MS = 600_000
+
+
+async def wait_for_work(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
+    """Block until one of ``queues`` signals work; return that queue, or None after ``timeout_s``."""
+    index = await _first_signal(client, [QueueKeys(q).wake for q in queues], timeout_s)
+    return None if index is None else queues[index]
+
+
+async def wait_for_handoff(client: RedisClient, queue: str, waiter: str, timeout_s: float) -> bytes | None:
+    """Block on ``waiter``'s hand-off inbox and ``queue``'s wake list (one BLPOP: same slot): the
+    hand-off message, ``b""`` for a wake token, or None after ``timeout_s``."""
+    keys = QueueKeys(queue)
+    reply = await client.blpop([keys.inbox(waiter), keys.wake], timeout=block_limit_s(client, timeout_s))
+    if not reply:
+        return None
+    key, value = reply
+    if _text(key) == keys.wake:
+        return b""
+    return value.encode() if isinstance(value, str) else value
+
+
+async def nudge(client: RedisClient, queue: str, waiter: str) -> None:
+    """An empty hand-off message for ``waiter``: its blocking pop returns at once (see
+    :func:`wait_for_handoff`); the inbox expires like one a hand-off filled."""
+    inbox = QueueKeys(queue).inbox(waiter)
+    await client.rpush(inbox, b"[]")
+    await client.pexpire(inbox, NUDGE_TTL_MS)
+
+
+async def wait_for_due(client: RedisClient, queues: Sequence[str], timeout_s: float) -> str | None:
+    """Block until a script signals an earlier due time in one of ``queues`` (its ``sched`` token);
+    return that queue, or None after ``timeout_s``."""
+    index = await _first_signal(client, [QueueKeys(q).sched for q in queues], timeout_s)
+    return None if index is None else queues[index]
+
+
+WAIT_RECANCEL_S = 0.02
+"""How often a wait that did not act on its cancel is cancelled again (see :func:`_stop`)."""
+
+
+async def _stop(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """End the per-key waits still running on a Cluster, each until it has really ended. A cancel that
+    reaches redis-py while it sets up a fresh connection is lost on Python 3.11 (inside
+    ``asyncio.wait_for``), and the wait went on to block for its whole timeout — with the caller awaiting
+    it: a worker whose first queue was idle saw its other queue's wake tokens only every other time, else
+    after its 30 s idle wait (found by the fault suite after a Redis Cluster failover). So the cancel is
+    repeated until the task ends; the command it then reaches answers the cancel at once. (A wait
+    cancelled the moment its token arrived may still take that token: the claim that follows every wake
+    claims from every queue, so only a token arriving in that instant is missed.)"""
+
+    async def stop(task: asyncio.Future[Any]) -> None:
+        with contextlib.suppress(Exception):  # its error, if any, is not this wait's answer
+            await cancel_and_wait(task, WAIT_RECANCEL_S)
+
+    await asyncio.gather(*(stop(t) for t in tasks))
+
+
+async def _first_signal(client: RedisClient, keys: Sequence[str], timeout_s: float) -> int | None:
+    """One BLPOP over all ``keys`` on a single Redis; on a Cluster the lists live in different slots, so
+    each is waited on by its own command and the first answer wins. Returns the index of the key that
+    answered, or None after ``timeout_s``."""
+    if not keys:
+        await asyncio.sleep(timeout_s)
+        return None
+    keys = list(keys)
+    timeout_s = block_limit_s(client, timeout_s)
+    if not isinstance(client, RedisCluster) or len(keys) == 1:
+        reply = await client.blpop(keys, timeout=timeout_s)
+        return keys.index(_text(reply[0])) if reply else None
+    tasks = [asyncio.ensure_future(client.blpop([k], timeout=timeout_s)) for k in keys]
+    try:
+        for done in asyncio.as_completed(tasks):
+            reply = await done
+            if reply:
+                return keys.index(_text(reply[0]))
+        return None
+    finally:
+        await _stop(tasks)
+
+
+async def wait_for_events(client: RedisClient, queues: Sequence[str], timeout_s: float) -> bool:
+    """Block until one of ``queues`` has a lifecycle event in its stream (at once if one has already);
+    False after ``timeout_s``. One XREAD over every stream on a single Redis, one per stream on a
+    Cluster (first answer wins)."""
+    if not queues:
+        await asyncio.sleep(timeout_s)
+        return False
+    keys = [QueueKeys(q).events for q in queues]
+    block_ms = max(1, int(block_limit_s(client, timeout_s) * 1000))
+    if not isinstance(client, RedisCluster) or len(keys) == 1:
+        return bool(await client.xread(dict.fromkeys(keys, "0-0"), count=1, block=block_ms))
+    tasks = [asyncio.ensure_future(client.xread({k: "0-0"}, count=1, block=block_ms)) for k in keys]
+    try:
+        for done in asyncio.as_completed(tasks):
+            if await done:
+                return True
+        return False
+    finally:
+        await _stop(tasks)
+
+
+def block_limit_s(client: RedisClient, wanted_s: float) -> float:
+    """``wanted_s`` capped below the client's socket timeout, so a blocking command never trips it
+    (redis-py 8 defaults to a 5 s socket timeout; jobq's settings default to 35 s)."""
+    kwargs = (
+        client.connection_kwargs
+        if isinstance(client, RedisCluster)
+        else client.connection_pool.connection_kwargs
+    )
+    socket_timeout = kwargs.get(
+        "socket_timeout", kwargs.get("orig_socket_timeout", REDIS_PY_DEFAULT_TIMEOUT_S)
+    )
+    if not socket_timeout:
+        return wanted_s
+    return max(0.01, min(wanted_s, float(socket_timeout) - 1.0))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,112 @@
+"""The lease keeper: extends the leases of a pool's running jobs in batches, well before they expire
+(the worker pools' and the push dispatcher's: ``worker.pool``, ``jqdispatch``).
+
+A third of the way into each job's lease it sends one ``extend`` per queue (and lease length) for the
+pool's running jobs due then, so a 10-minute job with a 30 s lease is never reaped. A job whose extend
+comes back ``stale`` or ``missing`` (the lease was lost: the worker stalled past its deadline and the
+reaper handed the job out again) or ``canceled`` is abandoned: its task is cancelled and nothing is
+written back for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from jqcore.aio import cancel_and_wait
+from jqcore.log import get_logger
+from jqcore.testsignal import TestSignal
+from jqengine import ClaimedJob, Engine
+from jqruntime.lifecycle import Service
+
+__all__ = ["LeaseKeeper", "LeaseSignals", "Lost", "Owned"]
+
+Owned = Callable[[], Iterable[tuple[ClaimedJob, float]]]
+"""The pool's running jobs whose leases it still holds, each with its start (``time.monotonic()``)."""
+Lost = Callable[[str, str], None]
+"""What the pool does with a job whose lease was lost: (job id, why)."""
+
+log = get_logger("jqruntime.leases")
+
+DEFAULT_LEASE_MS = 30_000
+"""Used only for a claim that reported no lease length (extend then asks for the job's own)."""
+
+
+@dataclass
+class LeaseSignals:
+    """What a lease keeper reports to a test that listens (:mod:`jqcore.testsignal`)."""
+
+    extended: TestSignal[list[str]] = field(default_factory=lambda: TestSignal("leases extended"))
+    """An extend round that sent something finished: the ids whose leases it extended."""
+
+
+class LeaseKeeper(Service):
+    """Extends each running job's lease once a third of it has passed (each job keeps the lease its claim
+    got: the pool's, the job's own or the queue's default), in one ``extend`` per queue and lease length."""
+
+    MIN_TICK_S = 0.05
+    MAX_TICK_S = 5.0
+
+    def __init__(self, engine: Engine, owned: Owned, lost: Lost) -> None:
+        super().__init__()
+        self.engine, self._owned, self._lost = engine, owned, lost
+        self._task: asyncio.Task[None] | None = None
+        self._due: dict[str, float] = {}
+        """job id → monotonic time at which its lease is next extended."""
+        self.signals = LeaseSignals()
+
+    async def _start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="lease-keeper")
+
+    async def _stop(self) -> None:
+        await cancel_and_wait(self._task)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._next_tick())
+            try:
+                await self.extend_all(only_due=True)
+            except Exception as exc:  # Redis away: the next round tries again before the lease runs out
+                log.warning("lease extension failed", error=repr(exc))
+
+    def _next_tick(self) -> float:
+        if not self._due:
+            return self.MIN_TICK_S * 4
+        wait = min(self._due.values()) - time.monotonic()
+        return min(self.MAX_TICK_S, max(self.MIN_TICK_S, wait))
+
+    def _track(self) -> None:
+        live = {job.id: (job, started_at) for job, started_at in self._owned()}
+        for job_id in list(self._due):
+            if job_id not in live:
+                del self._due[job_id]
+        for job_id, (job, started_at) in live.items():
+            if job_id not in self._due:
+                self._due[job_id] = started_at + _lease_s(job.lease_ms) / 3
+
+    async def extend_all(self, only_due: bool = False) -> None:
+        self._track()
+        now = time.monotonic()
+        groups: dict[tuple[str, int], list[tuple[str, int, str]]] = {}
+        for job, _ in list(self._owned()):
+            if only_due and self._due.get(job.id, 0) > now:
+                continue
+            lease = job.lease_ms if job.lease_ms > 0 else 0
+            groups.setdefault((job.queue, lease), []).append((job.id, job.attempt, job.token))
+        extended: list[str] = []
+        for (queue, lease), owned in groups.items():
+            result = await self.engine.extend(queue, owned, lease)
+            for job_id, outcome in result.items():
+                if isinstance(outcome, str):
+                    self._lost(job_id, f"extend: {outcome}")
+                else:
+                    self._due[job_id] = now + _lease_s(lease) / 3
+                    extended.append(job_id)
+        if groups:
+            self.signals.extended.signal(extended)
+
+
+def _lease_s(lease_ms: int) -> float:
+    return (lease_ms if lease_ms > 0 else DEFAULT_LEASE_MS) / 1000
