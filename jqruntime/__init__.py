@@ -7,5 +7,6 @@ state (:mod:`jqruntime.stores`).
 
 The one rule: the runtime is what a process stands on; the engine (:mod:`jqengine`) knows nothing of it.
 This package imports the engine and the kernel (:mod:`jqcore`); neither imports it (import-linter's
-``layers`` contract in ``pyproject.toml``).
+``layers`` contract in ``pyproject.toml``; the kernel's deprecated re-export of :mod:`~jqruntime.client`
+aside, for this release only).
 """
