@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from jqcore.admission import reserved_problem
 from jqcore.envelope import validate_name
 from jqcore.errors import CronInvalid, EnvelopeError, FieldError
 
@@ -91,9 +92,13 @@ class CronSchedule(BaseModel):
     @classmethod
     def _names(cls, value: str, info: ValidationInfo) -> str:
         try:
-            return validate_name(str(info.field_name), value)
+            name = validate_name(str(info.field_name), value)
         except EnvelopeError as exc:
             raise ValueError("; ".join(f.problem for f in exc.fields)) from None
+        reserved = reserved_problem(name) if info.field_name == "kind" else None
+        if reserved is not None:
+            raise ValueError(reserved)
+        return name
 
     @field_validator("tz")
     @classmethod

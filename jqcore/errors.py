@@ -26,6 +26,7 @@ __all__ = [
     "EnvelopeError",
     "FieldError",
     "GraphConflict",
+    "GraphIdTaken",
     "GraphInvalid",
     "GraphNotFound",
     "HandlerControl",
@@ -111,6 +112,13 @@ class GraphNotFound(JobqError):
 
     code = "graph_not_found"
     http_status = 404
+
+
+class GraphIdTaken(JobqError):
+    """The id is a graph of another home queue (a graph id belongs to the queue it was made for)."""
+
+    code = "graph_id_taken"
+    http_status = 409
 
 
 class GraphConflict(JobqError):

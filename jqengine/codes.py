@@ -29,6 +29,7 @@ __all__ = [
     "StaleLease",
     "SwitchInvalid",
     "SwitchNotFound",
+    "SwitchesFull",
     "check",
     "redis_errors",
     "refused_by_script",
@@ -110,6 +111,13 @@ class SwitchNotFound(JobqError):
 
     code = "switch_not_found"
     http_status = 404
+
+
+class SwitchesFull(JobqError):
+    """No room for another kill switch: the total, or the ones on one queue (or glob), are at their cap."""
+
+    code = "switches_full"
+    http_status = 409
 
 
 class FilterInvalid(JobqError):

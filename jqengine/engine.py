@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 
 from jqcore import metrics
+from jqcore.admission import RESERVED_PREFIX, reserved_problem
 from jqcore.envelope import Envelope, encode
 from jqcore.graphs import GRAPH_KIND
 from jqengine import codes, farreads, replies
@@ -75,22 +76,28 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, SwitchBoard):
         origins: Mapping[str, str] | None = None,
         parents: Mapping[str, str] | None = None,
         now_ms: int | None = None,
+        graphs: bool = False,
     ) -> EnqueueResult:
         """Store jobs (grouped per queue, one script call each). ``source`` names the fence's scope
         (the relay's topic); ``""`` is an unfenced tool write. ``origins`` maps a job id to the Kafka
         record it was read from (``topic/partition/offset``): the same record read again is always a
         duplicate, a new record with a finished job's id follows the queue's dedup policy (an unknown
         origin counts as a re-read). ``parents`` maps a tail call's child (:mod:`jqengine.tails`) to
-        the queue and id (tab-separated) of the job that deferred to it. A ``jobq.graph`` envelope creates
-        the task graph it carries (``stored``, ``duplicate``, ``refused``). Raises
-        :class:`codes.FenceRejected`."""
+        the queue and id (tab-separated) of the job that deferred to it. Kinds under ``jobq.`` are jobq's own
+        and ``refused`` — but with ``graphs`` (a caller that admitted its records: ``jqcore.admission``) a
+        ``jobq.graph`` envelope creates the task graph it carries (``stored``, ``duplicate``,
+        ``refused``). Raises :class:`codes.FenceRejected`."""
         by_queue: dict[str, list[Envelope]] = defaultdict(list)
         outcomes: list[EnqueueOutcome] = []
         for env in envelopes:
-            if env.kind == GRAPH_KIND:
-                outcomes.append(await self.graphs.create_from(env.id, env.queue, env.args, env.enqueued_at))
-            else:
+            if not env.kind.startswith(RESERVED_PREFIX):
                 by_queue[env.queue].append(env)
+            elif graphs and env.kind == GRAPH_KIND:
+                outcomes.append(await self.graphs.create_from(env.id, env.queue, env.args, env.enqueued_at))
+            elif (why := reserved_problem(env.kind, env.queue)) is None:  # the canary's heartbeat
+                by_queue[env.queue].append(env)
+            else:
+                outcomes.append(EnqueueOutcome(env.id, env.queue, "refused", f"kind_reserved: {why}"))
         created: list[str] = []
         switches = await self._announce(list(by_queue)) if by_queue else []
         for queue, batch in by_queue.items():

@@ -119,8 +119,9 @@ class Graphs:
 
     # ---- submission ------------------------------------------------------------------------------
     async def create(self, spec: GraphSpec, *, now_ms: int | None = None) -> str:
-        """Store a graph and release its roots; ``stored`` or ``duplicate`` (the id exists: nothing
-        changes, but its unconfirmed releases are finished)."""
+        """Store a graph and release its roots; ``stored``, ``duplicate`` (the id exists: nothing
+        changes, but its unconfirmed releases are finished) or ``taken`` (the id is a graph of another
+        home queue: a graph id belongs to the queue it was made for)."""
         now = now_ms or self._clock()
         async with codes.redis_errors("graphs"):
             await self._client.zadd(GRAPHS_KEY, {spec.id: now}, nx=True)
@@ -145,19 +146,35 @@ class Graphs:
                 len(node.parents),
             ]
         reply = await self._run("graph_create", spec.id, args, now)
+        if reply.code == codes.Code.STALE:
+            return "taken"
         if reply.code == codes.Code.OK:
             metrics.GRAPHS.labels("submitted").inc()
         await self._release(spec.id, reply.released)
         return "stored" if reply.code == codes.Code.OK else "duplicate"
 
     async def create_from(self, env_id: str, queue: str, args: Any, enqueued_at: int) -> EnqueueOutcome:
-        """A ``jobq.graph`` envelope read from Kafka (the relay, a replay): the graph it carries."""
+        """A ``jobq.graph`` envelope read from Kafka and admitted (``jqcore.admission``: the relay, a
+        replay, a rebuild): the graph it carries, refused when its document names another home queue than
+        its record's (which is what the topic was checked for) or its id is another queue's graph."""
         try:
             spec = parse(args, now=enqueued_at)
         except GraphInvalid as exc:
             return EnqueueOutcome(env_id, queue, "refused", f"{exc.code}: {exc.message}")
+        if spec.queue != queue:
+            why = f"graph_invalid: the graph's queue {spec.queue!r} is not its record's {queue!r}"
+            return EnqueueOutcome(env_id, queue, "refused", why)
         outcome = await self.create(spec)
+        if outcome == "taken":
+            why = f"graph_id_taken: graph {spec.id!r} belongs to another queue"
+            return EnqueueOutcome(env_id, queue, "refused", why)
         return EnqueueOutcome(env_id, queue, "stored" if outcome == "stored" else "duplicate")
+
+    async def home(self, graph_id: str) -> str | None:
+        """The home queue of graph ``graph_id`` (None: no such graph)."""
+        async with codes.redis_errors("graph"):
+            found = await self._client.hget(GraphKeys(graph_id).named("graph"), "queue")
+        return _s(found) if found is not None else None
 
     # ---- hand-offs -------------------------------------------------------------------------------
     async def _node_jobs(self, graph_id: str, names: Sequence[str]) -> dict[str, tuple[str, Node, int]]:
@@ -201,12 +218,13 @@ class Graphs:
         attempt: int = 0,
         result: bytes | str = b"",
         error: str = "",
+        queue: str = "",
         now_ms: int | None = None,
     ) -> codes.Code:
-        """Count a node's finished job in its graph (once), then release or cancel what that decides."""
-        reply = await self._run(
-            "graph_report", graph_id, [node, job_id, state, attempt, result, error], now_ms
-        )
+        """Count a node's finished job in its graph (once), then release or cancel what that decides.
+        ``queue``: where the job finished (a job of another queue than the node's is no report of it)."""
+        args = [node, job_id, state, attempt, result, error, queue]
+        reply = await self._run("graph_report", graph_id, args, now_ms)
         if reply.code == codes.Code.OK:
             metrics.GRAPH_NODES.labels(_node_state(state)).inc()
             await self._after(graph_id, reply)
@@ -264,6 +282,7 @@ class Graphs:
                     attempt=int(entry.get("attempt", 0)),
                     result=str(entry.get("result", "")),
                     error=str(entry.get("error", "")),
+                    queue=queue,
                 )
             if not await first_step_replicated(self._replicas, written, "report", graph_id):
                 continue

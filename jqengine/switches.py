@@ -19,6 +19,11 @@ __all__ = ["LIFT_BATCH", "SwitchBoard"]
 
 LIFT_BATCH = 1000
 """Parked jobs moved back per script call when a switch lifts (a long lift never blocks Redis)."""
+MAX_SWITCHES = 1000
+"""Switches in force at once: each claim's queue carries the list that applies to it, and each change
+rewrites every queue's list — an incident brake, not a store."""
+MAX_SWITCHES_PER_QUEUE = 50
+"""Switches on one queue or glob (a tenant's admin cannot crowd out everyone's switch changes)."""
 
 
 class SwitchBoard(EngineCore):
@@ -33,6 +38,8 @@ class SwitchBoard(EngineCore):
         Jobs already running are not touched; jobs it matches are no longer started."""
         async with codes.redis_errors("switch"):
             before = await self._client.hget(SWITCHES_KEY, switch.name)
+            if before is None:
+                self._room_for(switch, await self.switches())
             await self._client.hset(SWITCHES_KEY, switch.name, switch.to_json())
         replaced = switch_from_json(before) if before else None
         every = await self.switches()
@@ -44,6 +51,17 @@ class SwitchBoard(EngineCore):
             elif replaced and replaced.applies_to(queue):  # the switch's new glob left this queue
                 await self._rewrite(queue, every, lift=switch.name)
         return hit
+
+    @staticmethod
+    def _room_for(switch: Switch, every: list[Switch]) -> None:
+        """:class:`codes.SwitchesFull` when a new switch would pass :data:`MAX_SWITCHES` in all or
+        :data:`MAX_SWITCHES_PER_QUEUE` on its queue (or glob)."""
+        same = sum(s.queue == switch.queue for s in every)
+        if len(every) >= MAX_SWITCHES or same >= MAX_SWITCHES_PER_QUEUE:
+            raise codes.SwitchesFull(
+                f"{len(every)} kill switches are in force, {same} on {switch.queue!r} (at most"
+                f" {MAX_SWITCHES} in all, {MAX_SWITCHES_PER_QUEUE} on one queue or glob): lift one first"
+            )
 
     async def lift_switch(self, name: str) -> int:
         """Lift switch ``name``: jobs it parked become pending again (no attempt spent on them); how many.

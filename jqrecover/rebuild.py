@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from jqcore.admission import Admission
 from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.graphs import GRAPH_KIND
@@ -76,7 +77,7 @@ from jqrecover.rebuild_read import (
 )
 from jqrecover.replay import enqueue_counted, origin_of
 from jqruntime.consulconn import close_consul, consul_client
-from jqruntime.stores.config import ConfigStore, Restored, restore
+from jqruntime.stores.config import ConfigStore, Restored, read_graph_key, restore
 
 __all__ = [
     "DEFAULT_MARGIN_S",
@@ -180,12 +181,17 @@ def window(cadences: Cadences, events: EventIndex | None = None) -> dict[str, An
 
 
 # ---- the rebuild ----------------------------------------------------------------------------------------
-def _decide(report: TopicReport, records: list[Read], index: EventIndex, far: FarTier) -> list[Kept]:
+def _decide(
+    report: TopicReport, records: list[Read], index: EventIndex, far: FarTier, admission: Admission
+) -> list[Kept]:
     kept: list[Kept] = []
     for r, msg, env in records:
         r.read += 1
         if env is None:
             r.malformed += 1
+            continue
+        if admission.problem(env, msg.value() or b"", msg.headers()) is not None:  # as the relay would
+            r.refused += 1
             continue
         produced = timestamp_ms(msg) or env.enqueued_at
         final = final_state(index.jobs.get((env.queue, env.id)), origin_of(msg), produced)
@@ -242,6 +248,7 @@ async def rebuild_from_kafka(
     far: FarSettings | None = None,
     consul: ConsulSettings | None = None,
     cron_settings: CronSettings | None = None,
+    routing: RoutingSettings | None = None,
     cadences: Cadences,
 ) -> RebuildReport:
     """Rebuild the pending state from Kafka after a Redis loss (see the module's text): the job topics'
@@ -266,15 +273,18 @@ async def rebuild_from_kafka(
     far_tier = FarTier(kafka, far or load(FarSettings), now_ms())
     later = {(e.queue, e.id) for _, records in read for _, _, e in records if e and far_tier.due_later(e)}
     await asyncio.to_thread(far_tier.read_tier, later)
+    consul, cron_settings = consul or load(ConsulSettings), cron_settings or load(CronSettings)
+    routing = routing or load(RoutingSettings)
+    key = await read_graph_key(consul, cron_settings.kv_prefix)
     reports, decided = [], []
     for report, records in read:
         reports.append(report)
-        decided.append(_decide(report, records, index, far_tier))
+        routed = routing if report.topic in routing.topics() else None
+        decided.append(_decide(report, records, index, far_tier, Admission(report.topic, routed, key)))
     del read
     cron_report = CronReport()
     fires = cron_fires(index, keys, cron_report) if cron else {}
     schedules: dict[str, CronSchedule | None] = {}
-    consul, cron_settings = consul or load(ConsulSettings), cron_settings or load(CronSettings)
     if fires:
         schedules = await schedules_of(fires, consul, cron_settings)
     keeper = ConfigKeeper(consul, cron_settings.kv_prefix) if configs else None

@@ -32,6 +32,7 @@ from typing import Final
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
+from jqcore.admission import Admission, reserved_problem
 from jqcore.envelope import Envelope, decode, new_envelope
 from jqcore.errors import EnvelopeError
 from jqcore.settings import KafkaSettings, RedisSettings
@@ -217,8 +218,9 @@ def origin_of(msg: Message) -> str:
 async def enqueue_counted(
     engine: Engine, chunk: Sequence[tuple[PartitionRange, Envelope]], origins: Mapping[str, str]
 ) -> None:
-    """One engine call for ``chunk`` (unfenced: a tool write); each outcome counted on its record's range."""
-    result = await engine.enqueue_batch([env for _, env in chunk], origins=origins)
+    """One engine call for ``chunk`` (unfenced: a tool write; admitted records: graphs among them are
+    created); each outcome counted on its record's range."""
+    result = await engine.enqueue_batch([env for _, env in chunk], origins=origins, graphs=True)
     where = {env.id: r for r, env in chunk}
     for o in result.outcomes:
         r = where[o.id]
@@ -233,11 +235,12 @@ async def enqueue_counted(
 
 
 async def write_records(
-    records: list[tuple[PartitionRange, Message]], redis: RedisSettings, force: bool
+    records: list[tuple[PartitionRange, Message]], redis: RedisSettings, force: bool, admission: Admission
 ) -> None:
     """Write the records through the engine in chunks of :data:`BATCH` (``force``: forget finished ids
-    first). Redis errors propagate (``redis.exceptions.ResponseError`` for a refused write); what was
-    written stays written and a rerun is safe (dedup)."""
+    first); a record ``admission`` refuses (``jqcore.admission``: as the relay would) is counted refused.
+    Redis errors propagate (``redis.exceptions.ResponseError`` for a refused write); what was written stays
+    written and a rerun is safe (dedup)."""
     client = connect(redis)
     engine = Engine(client)
     try:
@@ -246,11 +249,15 @@ async def write_records(
             origins: dict[str, str] = {}  # the same record the relay read: dedup absorbs it unless forced
             for r, msg in records[i : i + BATCH]:
                 try:
-                    chunk.append((r, decode(msg.value() or b"")))
+                    env = decode(msg.value() or b"")
                 except EnvelopeError:
                     r.malformed += 1
                     continue
-                origins.setdefault(chunk[-1][1].id, origin_of(msg))  # the first: the record stored
+                if admission.problem(env, msg.value() or b"", msg.headers()) is not None:
+                    r.refused += 1
+                    continue
+                chunk.append((r, env))
+                origins.setdefault(env.id, origin_of(msg))  # the first: the record stored
             if force:
                 await _forget(engine, chunk)
             await enqueue_counted(engine, chunk, origins)
@@ -286,6 +293,13 @@ def _not_finished(job_id: str, state: str) -> ReplayError:
     )
 
 
+def _not_reserved(kind: str, queue: str) -> None:
+    """:class:`ReplayError` (``kind_reserved``, HTTP 409) for a job of one of jobq's own kinds."""
+    problem = reserved_problem(kind, queue)
+    if problem is not None:
+        raise ReplayError(f"kind {kind!r}: {problem}", code="kind_reserved", http_status=409)
+
+
 def replayed(queue: str, info: JobInfo, new_id: str | None = None) -> Envelope:
     """A new job (``new_id``, else a fresh id) with the same kind, args, meta, exclusivity, attempts,
     priority, lease and expiry as the finished job ``info`` of ``queue`` (an ``expires_at`` already past:
@@ -295,6 +309,7 @@ def replayed(queue: str, info: JobInfo, new_id: str | None = None) -> Envelope:
     if info.state not in REPLAYABLE or info.envelope is None:
         raise _not_finished(info.id, info.state)
     old = decode(info.envelope)
+    _not_reserved(old.kind, queue)
     return new_envelope(
         queue,
         old.kind,
@@ -332,6 +347,7 @@ def replayed_from_archive(queue: str, job: JobSnapshot, new_id: str | None = Non
             http_status=409,
         )
     env = kept.envelope
+    _not_reserved(job.kind, queue)
     return new_envelope(
         queue,
         job.kind,

@@ -5,18 +5,17 @@ listens."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message
 from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryCallState, retry_base, wait_exponential
 
-from jqcore import metrics
+from jqcore.admission import Admission
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
 from jqcore.log import get_logger
-from jqcore.routing import QueueNotAllowed, QueueUnrouted, RoutingSettings
 from jqcore.testsignal import TestSignal
 from jqengine import FenceRejected, refused_by_script
 from jqrelay.backpressure import held
@@ -27,7 +26,6 @@ __all__ = [
     "Batch",
     "RelaySignals",
     "ReplicasBehind",
-    "RouteCheck",
     "TermEnded",
     "ends_batch",
     "held_retries",
@@ -116,45 +114,10 @@ class RelaySignals:
     """The queues' rate limits."""
 
 
-ROUTED_CACHE_MAX = 10_000
-"""Queue names whose route a :class:`RouteCheck` remembers (they come from producers: bounded)."""
-
-
-class RouteCheck:
-    """``misrouted: ...`` for an envelope whose queue the routing does not send to ``topic`` (a producer
-    allowed to write this topic must not reach another topic's queues), else None."""
-
-    def __init__(self, topic: str, routing: RoutingSettings) -> None:
-        self.topic, self.routing = topic, routing
-        self._routed: dict[str, str | None] = {}
-
-    def _route(self, queue: str) -> str | None:
-        if queue not in self._routed:
-            if len(self._routed) >= ROUTED_CACHE_MAX:
-                self._routed.clear()
-            try:
-                self._routed[queue] = self.routing.route(queue)[0]
-            except QueueNotAllowed:
-                self._routed[queue] = ""
-            except QueueUnrouted:
-                self._routed[queue] = None
-        return self._routed[queue]
-
-    def __call__(self, env: Envelope) -> str | None:
-        routed = self._route(env.queue)
-        if routed == self.topic:
-            return None
-        metrics.RELAY_MISROUTED.labels(self.topic).inc()
-        where = f"is routed to {routed}" if routed else "has no route" if routed is None else "is not allowed"
-        return f"misrouted: queue {env.queue[:200]!r} {where}, not {self.topic}"
-
-
-def parse_batch(
-    topic: str, msgs: Sequence[Message], refuse: Callable[[Envelope], str | None] | None = None
-) -> Batch:
+def parse_batch(topic: str, msgs: Sequence[Message], admission: Admission | None = None) -> Batch:
     """The envelopes of ``msgs`` (a consume call's records of ``topic``) and each partition's last
-    offset; a record that is not an envelope, or whose envelope ``refuse`` gives a reason for, goes to
-    ``dead`` with the reason. A consume error other than a partition's end is Kafka failing:
+    offset; a record that is not an envelope, or one ``admission`` refuses (``jqcore.admission``), goes
+    to ``dead`` with the reason. A consume error other than a partition's end is Kafka failing:
     :class:`BackendUnavailable`."""
     batch = Batch([], [], {}, {})
     for msg in msgs:
@@ -171,7 +134,7 @@ def parse_batch(
         except EnvelopeError as exc:
             batch.dead.append((msg, f"{exc.code}: {exc.message}"))
             continue
-        reason = refuse(env) if refuse is not None else None
+        reason = admission.problem(env, msg.value() or b"", msg.headers()) if admission else None
         if reason is not None:
             batch.dead.append((msg, reason))
             continue

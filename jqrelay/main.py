@@ -116,7 +116,19 @@ class RelayService(Service):
             checked = self.routing if t in routed else None
             self.relays.append(
                 TopicRelay(
-                    t, s, kafka, engine, client, consul, dead, guard, far, self.signals[t], checked, budgets
+                    t,
+                    s,
+                    kafka,
+                    engine,
+                    client,
+                    consul,
+                    dead,
+                    guard,
+                    far,
+                    self.signals[t],
+                    checked,
+                    budgets,
+                    self.kept.kv_prefix,
                 )
             )
         for relay in self.relays:

@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, retry_if_exception_type, wait_exponential
 
 from jqcore import metrics
+from jqcore.admission import Admission
 from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
@@ -42,7 +43,6 @@ from jqrelay.batch import (
     Batch,
     RelaySignals,
     ReplicasBehind,
-    RouteCheck,
     TermEnded,
     ends_batch,
     held_retries,
@@ -61,6 +61,7 @@ from jqruntime.health import Readiness
 from jqruntime.kafka import AsyncProducer, committed_offsets, schedule_record
 from jqruntime.lifecycle import Service
 from jqruntime.stores import stages
+from jqruntime.stores.config import ConfigStore
 
 __all__ = ["RelaySignals", "TopicRelay", "dead_topic", "retry_topic"]
 
@@ -88,12 +89,17 @@ class TopicRelay(Service):
         signals: RelaySignals | None = None,
         routing: RoutingSettings | None = None,
         budgets: QueueBudgets | None = None,
+        kept_prefix: str = "jobq",
     ) -> None:
         super().__init__()
         self.budgets = budgets
         """Per-queue memory budgets, shared by the process's topics (None: only the global guard)."""
-        self._misrouted = RouteCheck(topic, routing) if routing is not None else None
+        self._routing = routing
         """Checks that each envelope's queue is routed to this topic (None: a topic no route names)."""
+        self._graph_key: bytes | None = None
+        """The deployment's graph key (``jqcore.admission``), read from Consul at each term's start and
+        again when a signed graph does not verify with it (it was made anew)."""
+        self._keys = ConfigStore(consul_client, kept_prefix)
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
         self.redis = redis
         """The engine's Redis, for the stage counters (:mod:`jqruntime.stores.stages`)."""
@@ -247,6 +253,7 @@ class TopicRelay(Service):
             report_lag(self.topic, consumer, self._committed), name=f"relay-lag:{self.topic}"
         )
         try:
+            self._graph_key = await self._keys.graph_key()
             if not self.settings.shadow:
                 await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
             idle = IDLE_POLL_MIN_S
@@ -262,7 +269,7 @@ class TopicRelay(Service):
                     idle = min(idle * 1.5, IDLE_POLL_MAX_S)
                     continue
                 idle = IDLE_POLL_MIN_S
-                batch = self._parse(msgs)
+                batch = await self._parse(msgs)
                 if not await self._may_write(batch, len(msgs), term):
                     raise TermEnded
                 if self.settings.shadow:
@@ -307,8 +314,16 @@ class TopicRelay(Service):
                 self._committed[tp.partition] = tp.offset
         self.signals.committed.signal(sum(self._committed.values()))
 
-    def _parse(self, msgs: Sequence[Message]) -> Batch:
-        batch = parse_batch(self.topic, msgs, self._misrouted)
+    async def _parse(self, msgs: Sequence[Message]) -> Batch:
+        admission = Admission(self.topic, self._routing, self._graph_key)
+        batch = parse_batch(self.topic, msgs, admission)
+        if admission.unsigned:  # a graph the key at hand refused: the key may have been made anew
+            key = await self._keys.graph_key()
+            if key != self._graph_key:
+                self._graph_key = key
+                admission = Admission(self.topic, self._routing, key)
+                batch = parse_batch(self.topic, msgs, admission)
+        metrics.RELAY_MISROUTED.labels(self.topic).inc(admission.misrouted)
         self._count("read", len(batch.envelopes) + len(batch.dead))
         return batch
 
@@ -417,8 +432,8 @@ class TopicRelay(Service):
                 if not self._trusted(term):
                     raise TermEnded
                 with metrics.RELAY_BATCH_TIME.labels(self.topic).time():
-                    return await self.engine.enqueue_batch(
-                        envelopes, fence=term.fence, source=self.topic, origins=origins
+                    return await self.engine.enqueue_batch(  # graphs: admitted by _parse
+                        envelopes, fence=term.fence, source=self.topic, origins=origins, graphs=True
                     )
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 

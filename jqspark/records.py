@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import DateType, NumericType, TimestampNTZType, TimestampType
 
+from jqcore.admission import RESERVED_PREFIX, reserved_problem
 from jqcore.envelope import MAX_ENVELOPE_BYTES, validate_name
 from jqcore.envelope_rules import MAX_META_ENTRIES, MAX_TS_MS, VERSION
 from jqcore.routing import RoutingSettings
@@ -210,6 +211,8 @@ def to_kafka_records(
     """
     queue_c, names = _queues(df, queue, queue_col, queues)
     _exactly_one("kind", kind=kind, kind_col=kind_col)
+    if kind is not None and reserved_problem(kind):
+        raise ValueError(f"kind {kind!r}: {reserved_problem(kind)}")
     kind_c = sf.lit(validate_name("kind", kind)) if kind is not None else sf.col(str(kind_col)).cast("string")
     validate_name("id", f"{id_prefix}0")
     args, args_invalid = _args_json(args_cols, args_struct, args_json_col)
@@ -246,6 +249,9 @@ def to_kafka_records(
             _problem(_bad_name(job_id, _ID_JAVA), "id", "must be 1-128 of [A-Za-z0-9._:@-]", job_id),
             _problem(~sf.coalesce(queue_c.isin(*names), sf.lit(False)), "queue", f"not in {names}", queue_c),
             _problem(_bad_name(kind_c, _ID_JAVA), "kind", "must be 1-128 of [A-Za-z0-9._:@-]", kind_c),
+            _problem(
+                kind_c.startswith(RESERVED_PREFIX), "kind", f"{RESERVED_PREFIX}* kinds are jobq's own", kind_c
+            ),
             *meta_problems,
         ]
         if excl is not None:

@@ -7,6 +7,7 @@ compares the app's router with the document). Adding a route::
 
     @routes.post(
         "/v1/queues/{queue}/jobs/{id}/progress",
+        policy=Policy("work", (path_queue,)),  # the scope and what it touches (jqruntime.authz)
         summary="record a held job's progress",
         body=ProgressBody,           # the pydantic model the handler parses (parse_model), or None
         answer=ProgressReply,        # the pydantic model of the success body, with an example
@@ -16,7 +17,8 @@ compares the app's router with the document). Adding a route::
 
 The statuses every route shares are added for it: 401/403/429/503 for authenticated routes
 (:data:`AUTH_ERRORS`), 400/413/415 for methods that take a body (:data:`BODY_ERRORS`), 400 for a bad path
-parameter. The scope a route needs is :func:`kafkagate.auth.required_scope`'s, the one the middleware checks.
+parameter. The scope a route needs and what it touches are its :class:`~jqruntime.authz.Policy`, the one the
+gateway's door (:mod:`kafkagate.auth`) checks before its handler runs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_routedef import AbstractRouteDef
 from pydantic import BaseModel
+
+from jqruntime.authz import Policy
 
 __all__ = ["AUTH_ERRORS", "BODY_ERRORS", "Api", "Operation", "Param"]
 
@@ -77,13 +81,13 @@ class Operation:
     summary: str
     answer: type[BaseModel] | None
     """The success body's model (None: not JSON, ``media`` says what)."""
+    policy: Policy
+    """The scope it needs and what it touches (:meth:`Api.route` refuses a route without one)."""
     ok: int = 200
     body: Schema | None = None
     body_example: Any = None
     errors: Mapping[int, str] = field(default_factory=dict)
     params: tuple[Param, ...] = ()
-    open: bool = False
-    """Served without a token (probes, metrics, this document)."""
     media: str = "application/json"
     also: Mapping[int, type[BaseModel]] = field(default_factory=dict)
     """Other success statuses and their bodies (e.g. a replay made before answers 200, a new one 202)."""
@@ -91,6 +95,11 @@ class Operation:
     operation_id: str = ""
     """The operation's name (a generated client's function): its handler's name unless given."""
     """The group it is listed in (a generated client's module): its table's, else its handler's module."""
+
+    @property
+    def open(self) -> bool:
+        """Served without a bearer token (probes, metrics, this document; signed callbacks)."""
+        return not self.policy.checked
 
 
 class Api:
@@ -107,9 +116,9 @@ class Api:
     def route(self, method: str, path: str, **contract: Any) -> Callable[[Handler], Handler]:
         """Declare ``method path`` (``contract``: the fields of :class:`Operation`) and route it."""
 
-        missing = [name for name in ("summary", "answer") if name not in contract]
-        if missing:  # a route must be documented to be served: see this module's docstring
-            raise TypeError(f"{method} {path}: declare its {' and '.join(missing)} (kafkagate/api.py)")
+        missing = [name for name in ("policy", "summary", "answer") if name not in contract]
+        if missing:  # a route must be authorized and documented to be served: see this module's docstring
+            raise TypeError(f"{method} {path}: declare its {', '.join(missing)} (kafkagate/api.py)")
 
         def register(handler: Handler) -> Handler:
             tag = self.tag or handler.__module__.rpartition(".")[2]

@@ -18,6 +18,7 @@ from aiohttp import web
 from jqcore import metrics
 from jqcore.errors import JobqError
 from jqcore.settings import load
+from jqruntime.authz import OPEN, POLICIES, Policy
 from jqruntime.http import TOKEN_NAME, HttpError, error_middleware, json_response
 from jqruntime.stores.audit import AuditTrail
 from jqruntime.tokens import TokenSettings, TokenSource
@@ -25,13 +26,13 @@ from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, ru
 from kafkagate import models as m
 from kafkagate.api import Api
 from kafkagate.audit import audit_middleware
-from kafkagate.auth import TOKENS, auth_middleware
+from kafkagate.auth import TOKENS, authenticate, authorize_middleware
 from kafkagate.body import body_middleware
 from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.openapi import build
 from kafkagate.state import GATE, Gate
 
-__all__ = ["TABLES", "document", "make_app"]
+__all__ = ["TABLES", "document", "make_app", "policy_for"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -55,7 +56,7 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
 probes = Api("probes")
 
 
-@probes.get("/healthz", summary="the process serves", answer=m.Health, open=True)
+@probes.get("/healthz", summary="the process serves", answer=m.Health, policy=OPEN)
 async def healthz(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     return json_response({"status": "ok", "az": gate.settings.az})
@@ -65,7 +66,7 @@ async def healthz(request: web.Request) -> web.Response:
     "/readyz",
     summary="Kafka reachable and every routed topic present",
     answer=m.Ready,
-    open=True,
+    policy=OPEN,
     errors={503: "kafka_not_ready: Kafka is unreachable or a routed topic is missing (Retry-After)"},
 )
 async def readyz(request: web.Request) -> web.Response:
@@ -83,12 +84,12 @@ async def readyz(request: web.Request) -> web.Response:
     return json_response({"status": "ready", "az": gate.settings.az, "topics": gate.routing.topics()})
 
 
-@probes.get("/metrics", summary="Prometheus metrics", answer=None, open=True, media="text/plain")
+@probes.get("/metrics", summary="Prometheus metrics", answer=None, policy=OPEN, media="text/plain")
 async def metrics_route(_: web.Request) -> web.Response:
     return web.Response(body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
-@probes.get("/openapi.json", summary="this document (OpenAPI 3.1)", answer=None, open=True)
+@probes.get("/openapi.json", summary="this document (OpenAPI 3.1)", answer=None, policy=OPEN)
 async def openapi(request: web.Request) -> web.Response:
     return json_response(document())
 
@@ -106,6 +107,15 @@ TABLES: tuple[Api, ...] = (
     switches.routes,
 )
 """Every route of the gateway with its contract: the app routes them, ``/openapi.json`` documents them."""
+
+
+def policy_for(method: str, path: str) -> Policy:
+    """The policy a route declares (``KeyError``: the gateway has no such route)."""
+    for table in TABLES:
+        for op in table.operations:
+            if (op.method, op.path) == (method, path):
+                return op.policy
+    raise KeyError(f"{method} {path}")
 
 
 @cache
@@ -132,9 +142,10 @@ def make_app(
         middlewares=[
             metrics_middleware,
             error_middleware("the gateway"),
-            auth_middleware(tokens, list(mounts)),
+            authenticate(tokens, list(mounts)),
             *([audit_middleware(audit, list(mounts))] if audit is not None else []),
             body_middleware,
+            authorize_middleware,
         ],
         # bodies are decoded by kafkagate.body, which answers every coding with a JSON status; aiohttp's
         # parser would refuse br/zstd with a text page before any middleware and pass unknown ones through
@@ -143,6 +154,7 @@ def make_app(
     app[GATE] = gate
     app[BODY_BUDGET] = BodyBudget(gate.settings.inflight_body_bytes)
     app[TOKENS] = tokens
+    app[POLICIES] = {op.handler: op.policy for table in TABLES for op in table.operations}
     for table in TABLES:
         app.router.add_routes(table)
     for prefix, sub in mounts.items():

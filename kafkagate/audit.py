@@ -5,9 +5,14 @@ configuration, dead letters, cron, graph cancel/retry) is recorded after it ran:
 (``request[TOKEN_NAME]``, set by the authentication), the action = ``gate.<METHOD> <route template>``, the
 target = the route's parameters (queue, job, kind, schedule, graph), the count from the answer where it
 says one (``retried``, ``deleted``, ``canceled``, ``released``, ``changed``; else 1 when it succeeded) and
-the outcome: ``ok``, or the error's code and message (also for an unexpected exception). A refused request
-(401/403) never reached the handler and is not an action. A failed write to Redis fails the call, as on
-the dashboard: no admin action goes unrecorded without its caller seeing an error.
+the outcome: ``ok``, or the error's code and message (also for an unexpected exception); ``queues``: the
+queues the authorization door checked (``*``: every queue), which the dashboard narrows the trail by;
+``details``: the kinds it named, the fields a JSON body set and what a handler adds (:data:`DETAILS`).
+A request the door refused (403) is recorded with its refusal as the outcome — an authenticated attempt on
+another tenant's objects is worth knowing; an unauthenticated one never gets here. Only routes whose
+policy is ``admin`` are recorded (not the signed dispatch callbacks: ``kafkagate.callbacks`` records a
+successful one itself). A failed write to Redis fails the call, as on the dashboard: no admin action goes
+unrecorded without its caller seeing an error.
 """
 
 from __future__ import annotations
@@ -20,11 +25,17 @@ from aiohttp.typedefs import Middleware
 
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
+from jqruntime.authz import Touch, policy_of
 from jqruntime.http import TOKEN_NAME
 from jqruntime.stores.audit import AuditEntry, AuditTrail
-from kafkagate.auth import required_scope
+from kafkagate.auth import TOUCHED
+from kafkagate.body import BODY
 
-__all__ = ["audit_middleware", "count_of"]
+__all__ = ["DETAILS", "audit_middleware", "count_of", "described"]
+
+DETAILS = web.RequestKey("jobq.audit_details", str)
+"""What a handler adds to its audit entry (secret-free: e.g. a dispatch URL's host, never its auth)."""
+DETAILS_MAX = 500
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -62,7 +73,8 @@ def audit_middleware(trail: AuditTrail, mounted: Sequence[str] = ()) -> Middlewa
         if prefixes and request.path.startswith(prefixes):
             return await handler(request)
         template = resource.canonical
-        if required_scope(request.method, template) != "admin":
+        policy = policy_of(request)
+        if policy is None or policy.scope != "admin":
             return await handler(request)
         target = "/".join(request.match_info.values())
         count, outcome = 0, "ok"
@@ -84,6 +96,39 @@ def audit_middleware(trail: AuditTrail, mounted: Sequence[str] = ()) -> Middlewa
         finally:
             who = request.get(TOKEN_NAME, "anonymous")
             action = f"gate.{request.method} {template}"
-            await trail.record(AuditEntry(now_ms(), who, action, target, count, outcome, token=who))
+            queues, details = described(request)
+            entry = AuditEntry(now_ms(), who, action, target, count, outcome, who, queues, details)
+            await trail.record(entry)
 
     return audit
+
+
+def described(request: web.Request) -> tuple[str, str]:
+    """``(queues, details)`` of a request's audit entry: the queues (and globs) its touches named (``*``
+    for every queue), and its kinds, its JSON body's top-level fields and the handler's :data:`DETAILS`."""
+    touches: list[Touch] = request.get(TOUCHED, [])
+    queues = {"*" if t.what == "every_queue" else t.name for t in touches if t.what in _QUEUEISH}
+    parts = []
+    kinds = sorted({t.name for t in touches if t.what == "kind"})
+    if kinds:
+        parts.append("kinds=" + ",".join(kinds))
+    fields = _body_fields(request)
+    if fields:
+        parts.append("fields=" + ",".join(fields))
+    if request.get(DETAILS):
+        parts.append(request[DETAILS])
+    return " ".join(sorted(queues)), " ".join(parts)[:DETAILS_MAX]
+
+
+_QUEUEISH = frozenset({"queue", "glob", "every_queue"})
+
+
+def _body_fields(request: web.Request) -> list[str]:
+    raw = request.get(BODY) or b""
+    if raw[:1] != b"{":
+        return []
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    return sorted(str(k) for k in doc)[:30] if isinstance(doc, dict) else []

@@ -1,11 +1,18 @@
-"""The gateway's authentication: named, scoped tokens (``jqruntime.tokens``, ``docs/security.md``).
+"""The gateway's door: who is asking (authentication) and whether they may (one policy, ``jqruntime.authz``).
 
-The middleware matches the bearer token, names it on the request (:data:`~jqruntime.http.TOKEN_NAME`, and
-``token=`` on every log line of the request), spends one request of its rate (429 ``rate_limited``), checks
-the route's scope (403 ``scope_missing``) and the path's ``{queue}`` (403 ``queue_forbidden``). What a
-request names in its body or in a stored object (a job's kind, a graph's nodes, a cron schedule's queue) is
-checked by the handler with :func:`require_queue` / :func:`require_kind`; lists of queues are narrowed
-with :func:`visible`. Errors, their statuses and their one JSON body are :mod:`jqruntime.http`'s.
+Two middlewares around every route of the gateway's own tables (the mounted dashboard has its own door):
+
+* :func:`authenticate` runs **before the body is read**: it matches the bearer token, names it on the
+  request (:data:`~jqruntime.http.TOKEN_NAME`, and ``token=`` on every log line of the request), spends one
+  request of its rate (429 ``rate_limited``) and checks the route's scope (403 ``scope_missing``) — an
+  unauthenticated or unentitled sender never makes the gateway buffer a body;
+* :func:`authorize` runs **after** it, last before the handler: every touch the route's policy finds — the
+  path's queue, the queues and kinds its body names (each job, each graph node), the owner of the stored
+  object it names (a switch, a cron schedule, a graph) — must be the token's (403 ``queue_forbidden`` /
+  ``kind_forbidden``). Handlers check nothing of this themselves; lists are narrowed with :func:`visible`.
+
+The finds below are the gateway's: what each kind of request touches. A route declares its policy beside
+its handler (``kafkagate.api``); errors, their statuses and their JSON body are :mod:`jqruntime.http`'s.
 """
 
 from __future__ import annotations
@@ -16,86 +23,67 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from jqruntime.authz import (
+    EVERY_QUEUE,
+    Touch,
+    authorize,
+    glob,
+    kind,
+    owner,
+    policy_of,
+    queue,
+    require_scope,
+)
 from jqruntime.http import TOKEN_NAME, HttpError
-from jqruntime.tokens import SCOPES, Token, TokenSource, queue_forbidden, retry_after
+from jqruntime.tokens import Token, TokenSource, retry_after
+from kafkagate.archive import archived_snapshot
+from kafkagate.body import read_body
+from kafkagate.enqueue import documents
+from kafkagate.queue_bodies import KindBody, SwitchBody
+from kafkagate.requests import (
+    body_model,
+    engine_call,
+    graph_id_of,
+    graph_spec,
+    kind_of,
+    name_of,
+    queue_of,
+    schedule_of,
+)
+from kafkagate.state import GATE
 
 __all__ = [
-    "SCOPES",
     "TOKEN",
     "TOKENS",
-    "auth_middleware",
-    "require_every_queue",
-    "require_kind",
-    "require_queue",
-    "required_scope",
+    "TOUCHED",
+    "authenticate",
+    "authorize_middleware",
+    "cron_owner",
+    "cron_put",
+    "graph_body",
+    "graph_owner",
+    "job_kinds",
+    "kind_put",
+    "replayed_kind",
+    "search_queue",
+    "switch_owner",
+    "switch_put",
     "token_of",
     "visible",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
-SIGNED_PREFIXES = ("/v1/callbacks/",)
-"""Routes that authenticate with their own signed token instead (dispatch callbacks,
-:mod:`kafkagate.callbacks`)."""
-
 TOKEN = web.RequestKey("token", Token)
 """The token a request was authenticated with."""
 TOKENS = web.AppKey("tokens", TokenSource)
 """The gateway's tokens (reloaded on SIGHUP: ``kafkagate.main``)."""
-
-
-WORK_ROUTES = ("/claims", "/extend", "/complete", "/fail", "/release", "/snooze", "/cancel", "/heartbeat")
-"""The ends of the queue routes a worker uses (scope ``work``); a job's cancel by its holder is one of them,
-``DELETE`` of a job (any job) is ``admin``."""
-
-
-def required_scope(method: str, path_template: str) -> str:
-    """The scope a route needs (by the route's template, e.g. ``/v1/queues/{queue}/jobs``)."""
-    if method == "GET":
-        return "read"
-    if method == "POST" and (path_template.endswith("/jobs") or path_template == "/v1/graphs"):
-        return "enqueue"
-    if path_template.startswith("/v1/queues/") and path_template.endswith(WORK_ROUTES):
-        return "work"
-    return "admin"
+TOUCHED = web.RequestKey("jobq.touched", list[Touch])
+"""What the door checked (the audit trail's details)."""
 
 
 def token_of(request: web.Request) -> Token:
     return request[TOKEN]
-
-
-def require_queue(request: web.Request, queue: str) -> None:
-    """403 ``queue_forbidden`` unless the request's token may use ``queue``."""
-    token = token_of(request)
-    if not token.allows_queue(queue):
-        raise queue_forbidden(token.name, queue, token.queues)
-
-
-def require_kind(request: web.Request, kind: str, where: str | None = None) -> None:
-    """403 ``kind_forbidden`` unless the request's token may enqueue jobs of ``kind``; ``where`` names the
-    job in the body (``jobs[3]``, ``nodes.load``)."""
-    token = token_of(request)
-    if not token.allows_kind(kind):
-        at = f" ({where})" if where else ""
-        raise HttpError(
-            403,
-            "kind_forbidden",
-            f"token {token.name!r} may not enqueue kind {kind!r}{at} (its kinds: {', '.join(token.kinds)})",
-            details={"token": token.name, "kind": kind, **({"at": where} if where else {})},
-        )
-
-
-def require_every_queue(request: web.Request, what: str) -> None:
-    """403 ``queue_forbidden`` for an action on every queue at once by a token limited to some."""
-    token = token_of(request)
-    if not token.every_queue:
-        raise HttpError(
-            403,
-            "queue_forbidden",
-            f"token {token.name!r} is limited to queues {', '.join(token.queues)}; {what}",
-            details={"token": token.name, "queue": "*"},
-        )
 
 
 def visible(request: web.Request, queues: Iterable[str]) -> list[str]:
@@ -104,17 +92,18 @@ def visible(request: web.Request, queues: Iterable[str]) -> list[str]:
     return [q for q in queues if token.allows_queue(q)]
 
 
-def auth_middleware(source: TokenSource, mounted: Sequence[str] = ()) -> Middleware:
+def authenticate(source: TokenSource, mounted: Sequence[str] = ()) -> Middleware:
     """Bearer tokens of ``source.current`` (read per request: a reload takes effect at the next one);
-    probes and documentation stay open, and so do the ``mounted`` sub-applications' prefixes (the
-    dashboard checks its own tokens)."""
+    routes whose policy is ``open`` or ``signed`` pass, and so do the ``mounted`` sub-applications'
+    prefixes (the dashboard checks its own tokens). A path no route matches needs a token too (then 404)."""
     prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
 
     @web.middleware
-    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS or request.path.startswith(SIGNED_PREFIXES):
-            return await handler(request)
+    async def authenticate_request(request: web.Request, handler: Handler) -> web.StreamResponse:
         if prefixes and request.path.startswith(prefixes):
+            return await handler(request)
+        policy = policy_of(request)
+        if policy is not None and not policy.checked:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
@@ -137,19 +126,117 @@ def auth_middleware(source: TokenSource, mounted: Sequence[str] = ()) -> Middlew
             )
             limited.headers["Retry-After"] = after
             raise limited
-        resource = request.match_info.route.resource
-        template = resource.canonical if resource is not None else request.path
-        needed = required_scope(request.method, template)
-        if not token.has(needed):
-            raise HttpError(
-                403,
-                "scope_missing",
-                f"token {token.name!r} lacks the {needed!r} scope for {request.method} {template}",
-                details={"token": token.name, "scope": needed},
-            )
-        queue = request.match_info.get("queue")
-        if queue is not None:
-            require_queue(request, queue)
+        if policy is not None:
+            resource = request.match_info.route.resource
+            route = f"{request.method} {resource.canonical if resource is not None else request.path}"
+            require_scope(token, policy, route)
         return await handler(request)
 
-    return auth
+    return authenticate_request
+
+
+@web.middleware
+async def authorize_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every touch of the route's policy, checked against the request's token before the handler."""
+    policy = policy_of(request)
+    if policy is not None and policy.checked:
+        request[TOUCHED] = await authorize(request, token_of(request), policy)
+    return await handler(request)
+
+
+# ---- what requests touch ------------------------------------------------------------------------------
+async def job_kinds(request: web.Request, token: Token) -> Iterable[Touch]:
+    """The kind of each job of an enqueue (a token of every kind skips the read). A job the parse cannot
+    read is the handler's 400, not a refusal."""
+    if token.every_kind:
+        return []
+    gate = request.app[GATE]
+    try:
+        docs = documents(await read_body(request), request.content_type, gate.settings.max_batch)
+    except HttpError:
+        return []
+    single = len(docs) == 1 and request.content_type != "application/x-ndjson"
+    return [
+        kind(doc["kind"], "$" if single else f"jobs[{i}]")
+        for i, doc in enumerate(docs)
+        if isinstance(doc, dict) and isinstance(doc.get("kind"), str)
+    ]
+
+
+async def graph_body(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A submitted graph: its home queue, and every node's queue and kind (the on_failure node's too)."""
+    spec = await graph_spec(request)
+    touches = [queue(spec.queue, "queue")]
+    for node in spec.all_nodes():
+        touches += [queue(node.queue, f"nodes.{node.name}"), kind(node.kind, f"nodes.{node.name}")]
+    return touches
+
+
+async def graph_owner(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A stored graph's home queue and every node's queue (404 ``graph_not_found`` for no such graph)."""
+    graph_id = graph_id_of(request)
+    info = await engine_call(request.app[GATE].engine.graphs.get(graph_id))
+    what = f"graph {graph_id!r}"
+    return [owner(q, what) for q in {info.queue, *(n.queue for n in info.nodes)}]
+
+
+async def _switch_owner(request: web.Request) -> list[Touch]:
+    name = request.match_info["name"]
+    switches = await engine_call(request.app[GATE].engine.switches())
+    return [owner(s.queue, f"switch {name!r}") for s in switches if s.name == name]
+
+
+async def switch_put(request: web.Request, _: Token) -> Iterable[Touch]:
+    """The queue (or glob) of the new switch, and the owner of the switch it would replace."""
+    body = await body_model(request, SwitchBody)
+    return [glob(body.queue, "queue"), *await _switch_owner(request)]
+
+
+async def switch_owner(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A stored switch's queue or glob (none: no such switch, the handler's 404)."""
+    return await _switch_owner(request)
+
+
+async def _cron_owner(request: web.Request) -> list[Touch]:
+    name = name_of(request)
+    current = await request.app[GATE].cron().get(name)
+    return [] if current is None else [owner(current.queue, f"cron schedule {name!r}")]
+
+
+async def cron_put(request: web.Request, _: Token) -> Iterable[Touch]:
+    """The new schedule's queue and kind, and the owner of the schedule it would replace."""
+    schedule = await schedule_of(request)
+    return [queue(schedule.queue, "queue"), kind(schedule.kind, "kind"), *await _cron_owner(request)]
+
+
+async def cron_owner(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A stored schedule's queue (none: no such schedule, the handler's 404)."""
+    return await _cron_owner(request)
+
+
+async def kind_put(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A job type's kind and each queue it is configured for (every queue when none are named)."""
+    body = await body_model(request, KindBody)
+    touches = [kind(kind_of(request), "path")]
+    if body.queues is None:
+        return [*touches, EVERY_QUEUE]
+    return touches + [queue(q, f"queues[{i}]") for i, q in enumerate(body.queues)]
+
+
+async def search_queue(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A search's ``?queue=``, else every queue (a token held to some queues must name one)."""
+    named = request.query.get("queue")
+    return [queue(named, "?queue=")] if named else [EVERY_QUEUE]
+
+
+async def replayed_kind(request: web.Request, _: Token) -> Iterable[Touch]:
+    """The kind of the job a replay would enqueue again, live or archived (none: no such job, the
+    handler's 404)."""
+    gate = request.app[GATE]
+    name, job_id = queue_of(request), request.match_info["id"]
+    info = await engine_call(gate.engine.get_job(name, job_id))
+    found = info.kind if info is not None else None
+    if info is None:
+        old = await archived_snapshot(gate.history(), name, job_id)
+        found = old.kind if old is not None else None
+    return [kind(found, "the job's kind")] if found else []

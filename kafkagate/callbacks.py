@@ -19,14 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.log import get_logger
 from jqengine import Engine, JobLease, StaleLease
+from jqruntime.authz import SIGNED
 from jqruntime.dispatch import load_configs, verify_callback
 from jqruntime.http import HttpError, json_response
 from jqruntime.stores import dispatch as dispatch_store
 from kafkagate.api import Api
 from kafkagate.body import read_body
-from kafkagate.claims import report_node
-from kafkagate.jobs import engine_call, queue_of
-from kafkagate.queues import parse_model
+from kafkagate.requests import engine_call, parse_model, queue_of
 from kafkagate.state import GATE
 
 __all__ = [
@@ -130,7 +129,7 @@ def _stale(job_id: str, attempt: int, current: int, state: str) -> HttpError:
     body_example=EXAMPLE,
     answer=CallbackCompleted,
     errors=ERRORS,
-    open=True,
+    policy=SIGNED,
 )
 async def callback_complete(request: web.Request) -> web.Response:
     body = parse_model(CallbackCompleteBody, await read_body(request))
@@ -141,7 +140,7 @@ async def callback_complete(request: web.Request) -> web.Response:
         await engine_call(request.app[GATE].engine.complete(queue, (job_id, attempt, lease.token), data))
     except StaleLease:  # that attempt was failed (callback overdue) or released meanwhile
         raise _stale(job_id, attempt, attempt, lease.state) from None
-    await report_node(request.app[GATE], queue, job_id)
+    await request.app[GATE].report_node(queue, job_id)
     log.info("dispatch callback", job_id=job_id, queue=queue, kind=kind, attempt=attempt, outcome="completed")
     return json_response({"id": job_id, "attempt": attempt, "state": "completed"})
 
@@ -154,7 +153,7 @@ async def callback_complete(request: web.Request) -> web.Response:
     body_example={"callback_token": "v1.1.1767225630000.3ZrQ", "error": "no such customer"},
     answer=CallbackFailed,
     errors=ERRORS,
-    open=True,
+    policy=SIGNED,
 )
 async def callback_fail(request: web.Request) -> web.Response:
     engine: Engine = request.app[GATE].engine
@@ -178,6 +177,6 @@ async def callback_fail(request: web.Request) -> web.Response:
         )
     except StaleLease:
         raise _stale(job_id, attempt, attempt, lease.state) from None
-    await report_node(request.app[GATE], queue, job_id)
+    await request.app[GATE].report_node(queue, job_id)
     log.info("dispatch callback", job_id=job_id, queue=queue, kind=kind, attempt=attempt, outcome=outcome)
     return json_response({"id": job_id, "attempt": attempt, "outcome": outcome})

@@ -19,17 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from jqcore.envelope_rules import MAX_LEASE_MS, MIN_LEASE_MS
 from jqcore.log import get_logger
 from jqengine import ClaimedJob, NodeInputs
+from jqruntime.authz import Policy, any_kind, path_queue
 from jqruntime.http import HttpError, json_response
 from kafkagate import models as m
 from kafkagate.api import Api
 from kafkagate.auth import token_of
 from kafkagate.body import read_body
-from kafkagate.jobs import engine_call, queue_of
-from kafkagate.queues import parse_model
+from kafkagate.requests import engine_call, parse_model, queue_of
 from kafkagate.state import GATE, Gate
 from kafkagate.workmodels import NOT_HELD_CODES, WORKER_PATTERN, Owner
 
-__all__ = ["report_node", "routes"]
+__all__ = ["routes"]
 
 log = get_logger("kafkagate.claims")
 routes = Api()
@@ -86,6 +86,7 @@ def _claimed(job: ClaimedJob, inputs: NodeInputs | None) -> dict[str, Any]:
 
 @routes.post(
     "/v1/queues/{queue}/claims",
+    policy=Policy("work", (path_queue, any_kind)),
     summary="claim jobs (batch, lease, filter, long-poll) for a named worker; a graph node's job carries"
     " its parents' outcomes (graph); an answer holds at most JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay"
     " claimable)",
@@ -102,13 +103,6 @@ async def claim(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     token = token_of(request)
-    if not token.every_kind:  # a claim takes whatever kind is next: a kind-limited token cannot be held to it
-        raise HttpError(
-            403,
-            "kind_forbidden",
-            f"token {token.name!r} is limited to kinds {', '.join(token.kinds)}; a claim takes any kind",
-            details={"token": token.name, "kind": "*"},
-        )
     body = parse_model(ClaimBody, await read_body(request))
     worker = body.worker or f"http:{token.name}"
     await gate.saw_worker(worker)
@@ -179,20 +173,9 @@ def _owner(request: web.Request, body: Owner) -> tuple[str, int, str]:
     return request.match_info["id"], body.attempt, body.token
 
 
-async def report_node(gate: Gate, queue: str, job_id: str) -> None:
-    """The job ended here: when it is a graph node's (its id ``<graph>:<node>[@run]``), hand its outcome to
-    the graph now, as a Python pool does after its write (the next nodes are released before the answer).
-    A failure leaves the outcome in the queue's ``gdone`` for the scheduler's repair."""
-    if ":" not in job_id:  # no graph node's job: skip the look-up
-        return
-    try:
-        await gate.engine.graphs.report_finished(queue, [job_id])
-    except Exception as exc:
-        log.warning("graph report left to the scheduler", job_id=job_id, error=repr(exc))
-
-
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/extend",
+    policy=Policy("work", (path_queue,)),
     summary="extend a claimed job's lease",
     body=ExtendBody,
     body_example={"attempt": 1, "token": "9f1c", "lease_ms": 60000},
@@ -212,13 +195,14 @@ async def extend(request: web.Request) -> web.Response:
     if isinstance(outcome, str):
         status = 404 if outcome == "missing" else 409
         if outcome == "canceled":  # canceled at this extend: a graph node's end goes to its graph
-            await report_node(gate, queue, owner[0])
+            await gate.report_node(queue, owner[0])
         raise HttpError(status, NOT_HELD_CODES[outcome], f"lease of job {owner[0]!r} not extended: {outcome}")
     return json_response({"id": owner[0], "lease_deadline_ms": outcome})
 
 
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/complete",
+    policy=Policy("work", (path_queue,)),
     summary="complete an attempt, with its result (any JSON)",
     body=CompleteBody,
     body_example={"attempt": 1, "token": "9f1c", "result": {"sent": True}},
@@ -235,12 +219,13 @@ async def complete(request: web.Request) -> web.Response:
     body = parse_model(CompleteBody, await read_body(request))
     data = None if body.result is None else orjson.dumps(body.result)
     await engine_call(gate.engine.complete(queue, _owner(request, body), data))
-    await report_node(gate, queue, request.match_info["id"])
+    await gate.report_node(queue, request.match_info["id"])
     return json_response({"id": request.match_info["id"], "state": "completed"})
 
 
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/fail",
+    policy=Policy("work", (path_queue,)),
     summary="fail an attempt: retried after its backoff (or retry_in_ms), errored when permanent or out of"
     " attempts",
     body=FailBody,
@@ -265,5 +250,5 @@ async def fail(request: web.Request) -> web.Response:
         )
     )
     if outcome != "retry":
-        await report_node(gate, queue, request.match_info["id"])
+        await gate.report_node(queue, request.match_info["id"])
     return json_response({"id": request.match_info["id"], "outcome": outcome})

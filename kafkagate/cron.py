@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from jqcore.clock import now_ms
-from jqcore.cron import CronSchedule, check_name, parse_schedule
-from jqcore.errors import CronInvalid, CronNotFound, FieldError
-from jqruntime.http import HttpError, json_response
+from jqcore.cron import CronSchedule
+from jqcore.errors import CronNotFound
+from jqruntime.authz import Policy
+from jqruntime.http import json_response
 from jqruntime.stores.cron import CronStore, fire_now, overview
 from kafkagate import admin_models as m
 from kafkagate.api import Api
-from kafkagate.auth import require_kind, require_queue, visible
-from kafkagate.body import read_body
-from kafkagate.jobs import engine_call
+from kafkagate.auth import cron_owner, cron_put, visible
+from kafkagate.requests import engine_call, name_of, schedule_of
 from kafkagate.state import GATE
 
 __all__ = ["routes", "schedule_body_schema"]
@@ -38,20 +37,20 @@ def _store(request: web.Request) -> CronStore:
     return request.app[GATE].cron()
 
 
-def _name(request: web.Request) -> str:
-    return check_name(request.match_info["name"])
-
-
 async def _existing(request: web.Request) -> CronSchedule:
-    name = _name(request)
+    name = name_of(request)
     schedule = await _store(request).get(name)
     if schedule is None:
         raise CronNotFound(f"no cron schedule named {name!r}")
-    require_queue(request, schedule.queue)
     return schedule
 
 
-@routes.get("/v1/cron", summary="every cron schedule with its last and next run", answer=m.ScheduleList)
+@routes.get(
+    "/v1/cron",
+    policy=Policy("read"),
+    summary="every cron schedule with its last and next run",
+    answer=m.ScheduleList,
+)
 async def list_schedules(request: web.Request) -> web.Response:
     rows = await overview(_store(request), now_ms())
     shown = set(visible(request, {r["queue"] for r in rows}))
@@ -60,6 +59,7 @@ async def list_schedules(request: web.Request) -> web.Response:
 
 @routes.get(
     "/v1/cron/{name}",
+    policy=Policy("read", (cron_owner,)),
     summary="one cron schedule with its last and next run",
     answer=m.ScheduleRun,
     errors={404: "cron_not_found: no such cron schedule"},
@@ -74,6 +74,7 @@ async def get_schedule(request: web.Request) -> web.Response:
 
 @routes.put(
     "/v1/cron/{name}",
+    policy=Policy("admin", (cron_put,)),
     summary="create or replace a schedule (cron + tz, or every_s; queue, kind, args, misfire policy);"
     " its first slot comes after now",
     body=schedule_body_schema(),
@@ -83,29 +84,14 @@ async def get_schedule(request: web.Request) -> web.Response:
 )
 async def put_schedule(request: web.Request) -> web.Response:
     """Create or replace a schedule; its first slot comes after now."""
-    name = _name(request)
-    try:
-        body = orjson.loads(await read_body(request) or b"{}")
-    except orjson.JSONDecodeError as exc:
-        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise CronInvalid(FieldError("$", "must be an object"))
-    if "created_ms" in body:
-        raise CronInvalid(FieldError("created_ms", "is set by the server"))
-    if body.setdefault("name", name) != name:
-        raise CronInvalid(FieldError("name", f"differs from the path's {name!r}"))
-    schedule = parse_schedule(body)
-    require_queue(request, schedule.queue)
-    require_kind(request, schedule.kind)
-    current = await _store(request).get(name)
-    if current is not None:  # replacing one of another queue is no less than changing it
-        require_queue(request, current.queue)
+    schedule = await schedule_of(request)
     stored = await _store(request).put(schedule, now_ms())
     return json_response(stored.model_dump())
 
 
 @routes.delete(
     "/v1/cron/{name}",
+    policy=Policy("admin", (cron_owner,)),
     summary="remove a schedule (jobs already enqueued stay)",
     answer=m.ScheduleRemoved,
     errors={404: "cron_not_found: no such cron schedule"},
@@ -119,6 +105,7 @@ async def delete_schedule(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/cron/{name}/pause",
+    policy=Policy("admin", (cron_owner,)),
     summary="stop firing a schedule",
     answer=m.Schedule,
     errors={404: "cron_not_found: no such cron schedule"},
@@ -129,6 +116,7 @@ async def pause_schedule(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/cron/{name}/resume",
+    policy=Policy("admin", (cron_owner,)),
     summary="fire from the next slot on",
     answer=m.Schedule,
     errors={404: "cron_not_found: no such cron schedule"},
@@ -147,6 +135,7 @@ async def _set_paused(request: web.Request, paused: bool) -> web.Response:
 
 @routes.post(
     "/v1/cron/{name}/trigger",
+    policy=Policy("admin", (cron_owner,)),
     summary="enqueue one job of the schedule now",
     answer=m.ScheduleTriggered,
     ok=202,

@@ -27,23 +27,32 @@ from typing import Any, Literal
 
 import orjson
 
+from jqcore import metrics
+from jqcore.admission import reserved_problem
 from jqcore.envelope import MAX_DEDUP_KEY, MAX_ENVELOPE_BYTES, Envelope, content_id, encoded, new_envelope
-from jqcore.errors import EnvelopeError, FieldError
-from jqcore.routing import RoutingSettings
+from jqcore.errors import EnvelopeError, FieldError, JobqError
+from jqcore.log import get_logger
+from jqcore.routing import Acks, RoutingSettings
 from jqengine import QueueConfig
 from jqruntime.http import HttpError
-from jqruntime.kafka import Record, job_record
+from jqruntime.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge, job_record
+from kafkagate.state import Gate
 
 __all__ = [
     "CLIENT_FIELDS",
     "Parsed",
     "build_records",
+    "check_blocked",
     "check_exclusive",
     "check_partitions",
+    "documents",
     "needs_exclusivity",
     "parse_jobs",
+    "produce",
     "too_large",
 ]
+
+log = get_logger("kafkagate.enqueue")
 
 CLIENT_FIELDS = frozenset(
     {
@@ -85,7 +94,7 @@ def _too_many(count: int, max_batch: int) -> HttpError:
     return HttpError(413, "batch_too_large", f"{count} jobs in one request; the limit is {max_batch}")
 
 
-def _documents(body: bytes, content_type: str, max_batch: int) -> list[Any]:
+def documents(body: bytes, content_type: str, max_batch: int) -> list[Any]:
     """The request's job documents. NDJSON lines are counted before any is parsed; a JSON batch's
     array is counted once decoded (a bounded body: ``max_body_bytes``), before any job is built."""
     if not body.strip():
@@ -133,7 +142,7 @@ def parse_jobs(
     context as ``trace`` before the envelope is encoded, so the size check counts it; None (tracing off)
     leaves the envelopes exactly as the client's fields make them. ``content``: jobs without an id get
     :func:`~jqcore.envelope.content_id` (so does any job with a ``dedup_key``)."""
-    docs = _documents(body, content_type, max_batch)
+    docs = documents(body, content_type, max_batch)
     if not docs:
         raise HttpError(400, "body_empty", "the batch holds no job")
     single = len(docs) == 1 and content_type != "application/x-ndjson"
@@ -216,6 +225,9 @@ def _one(
         raise EnvelopeError([FieldError(k, "unknown field") for k in unknown])
     if "kind" not in doc:
         raise EnvelopeError(FieldError("kind", "required"))
+    reserved = reserved_problem(doc["kind"], queue) if isinstance(doc["kind"], str) else None
+    if reserved is not None:
+        raise EnvelopeError(FieldError("kind", reserved), code="kind_reserved")
     partition = doc.get("partition")
     if partition is not None and (
         not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
@@ -297,3 +309,35 @@ def accepted_body(envs: Sequence[Envelope], delivered: Sequence[Any]) -> dict[st
             for e, d in zip(envs, delivered, strict=True)
         ],
     }
+
+
+async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks) -> list[Delivered]:
+    """Write the records; Kafka's refusals of a record name its job, backend failures are counted."""
+    try:
+        return await gate.producer(acks).produce_many(records)
+    except RecordTooLarge as exc:  # a topic whose max.message.bytes is below jobq's set (made elsewhere)
+        log.warning("Kafka refused a record as too large", topic=records[0].topic, error=exc.message)
+        raise too_large(parsed, {exc.index: exc.size}, None) from None
+    except PartitionInvalid as exc:  # the metadata the gateway checked against was out of date
+        where = parsed.field(exc.index, "partition")
+        problem = FieldError(where, f"the topic has no partition {exc.partition}")
+        raise EnvelopeError(problem, code="partition_invalid") from None
+    except JobqError as exc:
+        if exc.retriable:
+            metrics.GATE_PRODUCE_FAILURES.labels(records[0].topic).inc()
+        raise
+
+
+async def check_blocked(gate: Gate, queue: str, what: str = "") -> None:
+    """423 ``queue_blocked`` when the queue's ``enqueue_blocked`` flag is set (the cached configuration;
+    Redis not answering: accepted, enqueues never depend on Redis). ``what``: whose queue it is, named
+    first in the message (a graph's node)."""
+    config = await gate.queue_config(queue)
+    if config is not None and config.enqueue_blocked:
+        raise HttpError(
+            423,
+            "queue_blocked",
+            f"{what}queue {queue!r} does not take new jobs (enqueue_blocked); nothing was written. Other"
+            f" queues are not affected; an operator lifts it with PATCH /v1/queues/{queue}"
+            ' {"enqueue_blocked": false}',
+        )

@@ -3,25 +3,22 @@ from its failed nodes. ``POST /v1/graphs`` needs ``enqueue``; cancel and retry `
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
 from aiohttp import web
 
+from jqcore.admission import SIGNATURE_HEADER, sign
 from jqcore.clock import now_ms
-from jqcore.envelope import encode, validate_name
-from jqcore.errors import EnvelopeError, FieldError, GraphInvalid
-from jqcore.graphs import graph_envelope, node_job_id, parse
+from jqcore.envelope import encode
+from jqcore.errors import FieldError, GraphIdTaken, GraphInvalid
+from jqcore.graphs import graph_envelope, node_job_id
 from jqcore.routing import QueueNotAllowed, QueueUnrouted
-from jqengine import GraphInfo
-from jqruntime.http import HttpError, json_response
+from jqruntime.authz import Policy
+from jqruntime.http import json_response
 from jqruntime.kafka import Record
 from kafkagate import admin_models as m
 from kafkagate.api import Api
-from kafkagate.auth import require_kind, require_queue
-from kafkagate.body import read_body
-from kafkagate.enqueue import Parsed
-from kafkagate.jobs import check_blocked, engine_call, produce
+from kafkagate.auth import graph_body, graph_owner
+from kafkagate.enqueue import Parsed, check_blocked, produce
+from kafkagate.requests import engine_call, graph_id_of, graph_spec, json_body
 from kafkagate.state import GATE
 
 __all__ = ["routes"]
@@ -29,23 +26,9 @@ __all__ = ["routes"]
 routes = Api()
 
 
-def _graph_id(request: web.Request) -> str:
-    try:
-        return validate_name("id", request.match_info["graph"])
-    except EnvelopeError as exc:
-        raise HttpError(400, "graph_id_invalid", exc.message, exc.fields) from None
-
-
-async def _json(request: web.Request) -> Any:
-    raw = await read_body(request)
-    try:
-        return orjson.loads(raw or b"{}")
-    except orjson.JSONDecodeError as exc:
-        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
-
-
 @routes.post(
     "/v1/graphs",
+    policy=Policy("enqueue", (graph_body,)),
     operation_id="submit_graph",
     summary="submit a task graph whole (any DAG, or a pipeline, chain, group + callback, map); 202 once"
     " Kafka has it; the same id again makes no second graph",
@@ -56,6 +39,7 @@ async def _json(request: web.Request) -> Any:
         400: "graph_invalid, queue_unrouted: an invalid graph (each problem named)",
         403: "kind_forbidden, queue_not_allowed: a node's kind or queue is not the token's, or not served"
         " here",
+        409: "graph_id_taken: the id is another queue's graph (a graph id belongs to its home queue)",
         423: "queue_blocked: the graph's queue or a node's has its enqueue_blocked flag set; nothing written",
         503: "kafka_unavailable, topic_missing: Kafka did not confirm (Retry-After)",
     },
@@ -65,15 +49,15 @@ async def submit(request: web.Request) -> web.Response:
     Submitting the same id again makes no second graph (the engine keeps the first)."""
     gate = request.app[GATE]
     now = now_ms()
-    spec = parse(await _json(request), now=now)
-    require_queue(request, spec.queue)
-    for node in spec.all_nodes():  # every node's queue and kind, the on_failure node's too
-        require_queue(request, node.queue)
-        require_kind(request, node.kind, f"nodes.{node.name}")
+    spec = await graph_spec(request)
+    for node in spec.all_nodes():  # every node's queue is one this deployment serves
         if not gate.routing.allows(node.queue):
             raise QueueNotAllowed(
                 f"node {node.name!r}: queue {node.queue!r} is not one of the queues allowed here"
             )
+    home = await engine_call(gate.engine.graphs.home(spec.id))
+    if home is not None and home != spec.queue:  # the relay would refuse it: say so now
+        raise GraphIdTaken(f"graph id {spec.id!r} is taken by another queue's graph: choose another id")
     await check_blocked(gate, spec.queue, "the graph's ")
     for node in spec.all_nodes():  # a graph goes in whole or not at all
         if node.queue != spec.queue:
@@ -84,8 +68,13 @@ async def submit(request: web.Request) -> web.Response:
     except QueueUnrouted as exc:
         raise GraphInvalid(FieldError("queue", exc.message), code="queue_unrouted") from None
     await gate.check_topic(topic)
-    headers = [("jobq-queue", spec.queue.encode()), ("jobq-kind", env.kind.encode())]
-    record = Record(topic, encode(env), spec.id.encode(), headers)
+    value = encode(env)
+    headers = [
+        ("jobq-queue", spec.queue.encode()),
+        ("jobq-kind", env.kind.encode()),
+        (SIGNATURE_HEADER, sign(await gate.graph_key(), value)),  # checked node by node: jqcore.admission
+    ]
+    record = Record(topic, value, spec.id.encode(), headers)
     (delivered,) = await produce(gate, Parsed([env], [None]), [record], acks)
     gate.count_produced(topic, 1)
     body = {
@@ -101,26 +90,20 @@ async def submit(request: web.Request) -> web.Response:
 
 @routes.get(
     "/v1/graphs/{graph}",
+    policy=Policy("read", (graph_owner,)),
     operation_id="get_graph",
     summary="a graph: state, nodes, results, errors, timings",
     answer=m.Graph,
     errors={404: "graph_not_found: no such graph"},
 )
 async def show(request: web.Request) -> web.Response:
-    info = await _readable(request, _graph_id(request))
+    info = await engine_call(request.app[GATE].engine.graphs.get(graph_id_of(request)))
     return json_response(info.as_dict())
-
-
-async def _readable(request: web.Request, graph_id: str) -> GraphInfo:
-    """The graph, once the token may use its home queue and every node's queue."""
-    info: GraphInfo = await engine_call(request.app[GATE].engine.graphs.get(graph_id))
-    for queue in {info.queue, *(n.queue for n in info.nodes)}:
-        require_queue(request, queue)
-    return info
 
 
 @routes.post(
     "/v1/graphs/{graph}/cancel",
+    policy=Policy("admin", (graph_owner,)),
     operation_id="cancel_graph",
     summary="cancel a running graph and its nodes",
     body=m.GraphActionIn,
@@ -129,9 +112,8 @@ async def _readable(request: web.Request, graph_id: str) -> GraphInfo:
     errors={404: "graph_not_found: no such graph"},
 )
 async def cancel(request: web.Request) -> web.Response:
-    graph_id = _graph_id(request)
-    await _readable(request, graph_id)
-    body = await _json(request)
+    graph_id = graph_id_of(request)
+    body = await json_body(request)
     reason = body.get("reason", "canceled") if isinstance(body, dict) else "canceled"
     graphs = request.app[GATE].engine.graphs
     changed = await engine_call(graphs.cancel(graph_id, str(reason)[:200]))
@@ -141,6 +123,7 @@ async def cancel(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/graphs/{graph}/retry",
+    policy=Policy("admin", (graph_owner,)),
     operation_id="retry_graph",
     summary="run a failed or canceled graph again from what did not complete",
     body=m.GraphActionIn,
@@ -155,9 +138,8 @@ async def cancel(request: web.Request) -> web.Response:
 async def retry(request: web.Request) -> web.Response:
     """Run a failed or canceled graph again from what did not complete (409 while running or after it
     completed)."""
-    graph_id = _graph_id(request)
-    await _readable(request, graph_id)
-    body = await _json(request)
+    graph_id = graph_id_of(request)
+    body = await json_body(request)
     deadline = body.get("deadline_ms") if isinstance(body, dict) else None
     if deadline is not None and (
         not isinstance(deadline, int) or isinstance(deadline, bool) or deadline <= 0

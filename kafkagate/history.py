@@ -11,62 +11,22 @@ result, priority, lease, expiry; ``truncated`` names a field cut to the cap); th
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from aiohttp import web
 
-from jqcore.events import TERMINAL
+from jqruntime.authz import Policy
 from jqruntime.http import HttpError, json_response
-from jqruntime.stores.history import HistoryStore, JobSnapshot
 from kafkagate import models as m
 from kafkagate.api import Api, Param
-from kafkagate.auth import require_queue, token_of
+from kafkagate.archive import job_dict
+from kafkagate.auth import search_queue
 from kafkagate.state import GATE
 
-__all__ = ["archived", "archived_snapshot", "routes"]
+__all__ = ["routes"]
 
 routes = Api()
 
 MAX_LIMIT = 500
-
-
-def job_dict(job: JobSnapshot, *, payload: bool = False) -> dict[str, Any]:
-    """A job of the archive in the shape of a live ``GET`` (the fields the history keeps), marked
-    ``source: archive``; ``payload``: with args, meta, result and the envelope fields the history kept."""
-    final = job.to_state in TERMINAL
-    out = {
-        "id": job.id,
-        "queue": job.queue,
-        "state": job.to_state,
-        "kind": job.kind or None,
-        "attempt": job.attempt,
-        "version": job.v,
-        "enqueued_at": job.accepted_at or job.first_at,
-        "run_at": job.run_at or None,
-        "finished_at": job.at_ms if final else None,
-        "updated_at": job.at_ms,
-        "reason": job.message or None,
-        "last_error": f"{job.error}: {job.message}" if job.error else None,
-        "worker": job.worker or None,
-        "origin": job.origin or None,
-        "source": "archive",
-    }
-    if payload:
-        out.update(job.payload().as_dict())
-    return out
-
-
-async def archived_snapshot(store: HistoryStore | None, queue: str, job_id: str) -> JobSnapshot | None:
-    """The job's latest row in the history, or None (no history configured, or it never saw the job)."""
-    if store is None:
-        return None
-    return await asyncio.to_thread(store.current, queue, job_id)
-
-
-async def archived(store: HistoryStore | None, queue: str, job_id: str) -> dict[str, Any] | None:
-    """The archived job with its payload, or None (no history configured, or it never saw the job)."""
-    job = await archived_snapshot(store, queue, job_id)
-    return job_dict(job, payload=True) if job is not None else None
 
 
 def _int(request: web.Request, name: str) -> int | None:
@@ -82,6 +42,7 @@ def _int(request: web.Request, name: str) -> int | None:
 
 @routes.get(
     "/v1/jobs",
+    policy=Policy("read", (search_queue,)),
     summary="jobs the history has seen (live as of its last trigger, and archived), newest change first",
     answer=m.JobPage,
     params=(
@@ -114,16 +75,6 @@ async def search_jobs(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_LIMIT:
         raise HttpError(400, "query_invalid", f"limit must be 1..{MAX_LIMIT}, not {limit}")
     q = request.query
-    if q.get("queue"):
-        require_queue(request, q["queue"])
-    elif not token_of(request).every_queue:
-        token = token_of(request)
-        raise HttpError(
-            403,
-            "queue_forbidden",
-            f"token {token.name!r} may search only queues {', '.join(token.queues)}: name one (?queue=)",
-            details={"token": token.name, "queue": "*"},
-        )
     since, until = _int(request, "since"), _int(request, "until")
     page = await asyncio.to_thread(  # a bad cursor: QueryInvalid, a 400 like every JobqError with a status
         lambda: store.search(

@@ -3,41 +3,37 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from aiohttp import web
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MaxConnectionsError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.envelope import decode, validate_name
-from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError, JobqError
+from jqcore.errors import EnvelopeError, FieldError
 from jqcore.log import get_logger
-from jqcore.routing import Acks
 from jqrecover.replay import REPLAYABLE, ReplayError, replayed, replayed_from_archive
 from jqruntime import tracing
+from jqruntime.authz import Policy, path_queue
 from jqruntime.http import HttpError, json_response
-from jqruntime.kafka import Delivered, PartitionInvalid, Record, RecordTooLarge
 from jqruntime.stores import idempotency
 from kafkagate import models as m
 from kafkagate.api import Api, Param
-from kafkagate.auth import require_kind, token_of
+from kafkagate.archive import archived, archived_snapshot
+from kafkagate.auth import job_kinds, replayed_kind
 from kafkagate.body import read_body
 from kafkagate.enqueue import (
     Parsed,
     accepted_body,
     build_records,
+    check_blocked,
     check_exclusive,
     check_partitions,
     idempotency_digest,
     needs_exclusivity,
     parse_jobs,
-    too_large,
+    produce,
 )
-from kafkagate.history import archived, archived_snapshot
-from kafkagate.limits import busy
+from kafkagate.requests import engine_call, queue_of
 from kafkagate.state import GATE, Gate
 
 __all__ = ["routes"]
@@ -48,19 +44,6 @@ routes = Api()
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 CANCEL_REASON_MAX = 1000
 """Longest cancel reason (kept in the job's record, or in its tombstone until the relay brings it)."""
-
-
-def queue_of(request: web.Request) -> str:
-    queue = request.match_info["queue"]
-    try:
-        return validate_name("queue", queue)
-    except EnvelopeError as exc:
-        raise HttpError(400, "queue_invalid", exc.message, exc.fields) from None
-
-
-async def _read_body(request: web.Request) -> bytes:
-    """The decoded body (its size, media type and coding are checked by ``kafkagate.body``)."""
-    return await read_body(request)
 
 
 async def _check_idempotency(gate: Gate, digest: str, body_hash: str) -> None:
@@ -90,38 +73,6 @@ async def _idempotency(request: web.Request, gate: Gate, queue: str, body: bytes
     return digest
 
 
-async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks) -> list[Delivered]:
-    """Write the records; Kafka's refusals of a record name its job, backend failures are counted."""
-    try:
-        return await gate.producer(acks).produce_many(records)
-    except RecordTooLarge as exc:  # a topic whose max.message.bytes is below jobq's set (made elsewhere)
-        log.warning("Kafka refused a record as too large", topic=records[0].topic, error=exc.message)
-        raise too_large(parsed, {exc.index: exc.size}, None) from None
-    except PartitionInvalid as exc:  # the metadata the gateway checked against was out of date
-        where = parsed.field(exc.index, "partition")
-        problem = FieldError(where, f"the topic has no partition {exc.partition}")
-        raise EnvelopeError(problem, code="partition_invalid") from None
-    except JobqError as exc:
-        if exc.retriable:
-            metrics.GATE_PRODUCE_FAILURES.labels(records[0].topic).inc()
-        raise
-
-
-async def check_blocked(gate: Gate, queue: str, what: str = "") -> None:
-    """423 ``queue_blocked`` when the queue's ``enqueue_blocked`` flag is set (the cached configuration;
-    Redis not answering: accepted, enqueues never depend on Redis). ``what``: whose queue it is, named
-    first in the message (a graph's node)."""
-    config = await gate.queue_config(queue)
-    if config is not None and config.enqueue_blocked:
-        raise HttpError(
-            423,
-            "queue_blocked",
-            f"{what}queue {queue!r} does not take new jobs (enqueue_blocked); nothing was written. Other"
-            f" queues are not affected; an operator lifts it with PATCH /v1/queues/{queue}"
-            ' {"enqueue_blocked": false}',
-        )
-
-
 async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
     """Whether jobs without an id get content ids: ``?id_from=content|random``, else the queue's
     ``id_from`` policy (cached; Redis not answering: random ids, enqueues never depend on Redis)."""
@@ -139,6 +90,7 @@ async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
 
 @routes.post(
     "/v1/queues/{queue}/jobs",
+    policy=Policy("enqueue", (path_queue, job_kinds)),
     summary="enqueue one job, a batch ({jobs: [...]}) or NDJSON; 202 once Kafka confirmed every job",
     body=(m.JobIn, m.JobBatch),
     answer=m.Accepted,
@@ -171,7 +123,7 @@ async def enqueue(request: web.Request) -> web.Response:
     """Enqueue one job or a batch; 202 only after Kafka confirmed every job of the request."""
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = await _read_body(request)
+    body = await read_body(request)
     await check_blocked(gate, queue)
     digest = await _idempotency(request, gate, queue, body)
     content = await _content_ids(request, gate, queue)
@@ -186,9 +138,6 @@ async def enqueue(request: web.Request) -> web.Response:
             stamp=spans.stamp,
             content=content,
         )
-        if not token_of(request).every_kind:
-            for i, env in enumerate(parsed.envelopes):
-                require_kind(request, env.kind, parsed.where(i))
         records, acks = build_records(parsed, gate.routing, queue)
         wanted = [p for p in parsed.partitions if p is not None]
         check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists
@@ -205,6 +154,7 @@ async def enqueue(request: web.Request) -> web.Response:
 
 @routes.get(
     "/v1/queues/{queue}/jobs/{id}",
+    policy=Policy("read", (path_queue,)),
     summary="a job, live or finished: state, attempts, errors, timestamps, result; from the history"
     " (source: archive) once Redis forgot it",
     answer=m.Job,
@@ -231,6 +181,7 @@ async def get_job(request: web.Request) -> web.Response:
 
 @routes.delete(
     "/v1/queues/{queue}/jobs/{id}",
+    policy=Policy("admin", (path_queue,)),
     summary="cancel / unschedule (a job still in Kafka is tombstoned); a finished job answers outcome"
     " already_<state> and changed=false",
     answer=m.Canceled,
@@ -269,6 +220,7 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/replay",
+    policy=Policy("admin", (path_queue, replayed_kind)),
     summary="a new job from a finished or dead one (Idempotency-Key: the same replay twice is one job)",
     answer=m.ReplayAccepted,
     ok=202,
@@ -320,14 +272,3 @@ async def replay_job(request: web.Request) -> web.Response:
     body["replay_of"] = job_id
     body["source"] = source
     return json_response(body, 202)
-
-
-async def engine_call(awaitable: Any) -> Any:
-    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500; this process's own
-    Redis pool exhausted is a 429 ``gateway_busy`` (Redis is not down)."""
-    try:
-        return await awaitable
-    except MaxConnectionsError:  # this process's own pool is exhausted: busy here, Redis is fine
-        raise busy("its Redis connections (JOBQ_GATE_REDIS_CONNECTIONS)") from None
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise BackendUnavailable(f"Redis unreachable: {exc}") from exc

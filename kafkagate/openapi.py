@@ -18,7 +18,6 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from jqcore import envelope_rules as rules
 from jqruntime.http import ErrorBody
 from kafkagate.api import Operation, statuses
-from kafkagate.auth import required_scope
 from kafkagate.models import example_of
 
 __all__ = ["build"]
@@ -108,7 +107,7 @@ def _operation(op: Operation, ref: Any) -> dict[str, Any]:
     if op.open:
         out["security"] = []
     else:
-        scope = required_scope(op.method, op.path)
+        scope = op.policy.scope
         out["security"] = [{"bearer": [scope]}]
         out["x-jobq-scope"] = scope
     params = [

@@ -1,20 +1,17 @@
-"""The bodies of the queue and job type administration routes (:mod:`kafkagate.queues`), and
-:func:`parse_model` that every route reading a JSON body parses with."""
+"""The bodies of the administration routes: queues and job types (:mod:`kafkagate.queues`), kill switches
+(:mod:`kafkagate.switches`); parsed with :func:`kafkagate.requests.body_model`."""
 
 from __future__ import annotations
 
 from typing import Literal, TypeVar
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jqcore import envelope_rules
-from jqcore.errors import FieldError
 from jqengine import QueueConfig
 from jqruntime.dispatch import DispatchConfig
-from jqruntime.http import HttpError
 
-__all__ = ["DeadBody", "KindBody", "QueueConfigBody", "QueuePatchBody", "parse_model"]
+__all__ = ["DeadBody", "KindBody", "QueueConfigBody", "QueuePatchBody", "SwitchBody"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_DELAY = QueueConfig.MAX_DEFAULT_DELAY_MS
@@ -105,14 +102,15 @@ class DeadBody(BaseModel):
     limit: int = Field(1000, ge=1, le=100_000)
 
 
-def parse_model(model: type[M], body: bytes) -> M:
-    """A request body as ``model``; every bad field named in the 400."""
-    try:
-        return model.model_validate(orjson.loads(body or b"{}"))
-    except orjson.JSONDecodeError as exc:
-        raise HttpError(400, "body_not_json", f"the body is not JSON: {exc}") from None
-    except ValidationError as exc:
-        fields = [FieldError(".".join(str(p) for p in e["loc"]) or "$", e["msg"]) for e in exc.errors()]
-        raise HttpError(
-            400, "body_invalid", "; ".join(f"{f.field}: {f.problem}" for f in fields), fields
-        ) from None
+class SwitchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str = "*"
+    """A queue name or glob (``billing.*``); ``*``: every queue."""
+    kind: str = ""
+    """A job kind (exact); empty: every kind."""
+    meta: dict[str, str] = Field(default_factory=dict)
+    """Meta pairs a job must all carry (as strings) to match."""
+    action: Literal["park", "dead"] = "park"
+    """``park``: matching jobs wait, no attempt spent, until the switch lifts; ``dead``: they go to the
+    dead letters with the reason ``kill switch <name>``."""

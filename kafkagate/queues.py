@@ -7,21 +7,19 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from jqcore.envelope import validate_name
-from jqcore.errors import EnvelopeError
 from jqengine import QueueConfig
+from jqruntime.authz import Policy, path_queue
 from jqruntime.dispatch import load_configs
 from jqruntime.http import HttpError, json_response
 from jqruntime.stores import dispatch as dispatch_store
 from kafkagate import admin_models as m
 from kafkagate.api import Api, Param
-from kafkagate.auth import require_every_queue, require_kind, require_queue, visible
-from kafkagate.body import read_body
-from kafkagate.jobs import engine_call, queue_of
-from kafkagate.queue_bodies import DeadBody, KindBody, QueueConfigBody, QueuePatchBody, parse_model
+from kafkagate.auth import kind_put, visible
+from kafkagate.queue_bodies import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
+from kafkagate.requests import body_model, engine_call, kind_of, queue_of
 from kafkagate.state import GATE
 
-__all__ = ["parse_model", "routes"]
+__all__ = ["routes"]
 
 routes = Api()
 MAX_OFFSET = 2**53
@@ -37,7 +35,12 @@ def _filter(request: web.Request) -> dict[str, str]:
     return pairs
 
 
-@routes.get("/v1/queues", summary="queues known to the engine (those the token may see)", answer=m.QueueList)
+@routes.get(
+    "/v1/queues",
+    policy=Policy("read"),
+    summary="queues known to the engine (those the token may see)",
+    answer=m.QueueList,
+)
 async def list_queues(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     return json_response({"queues": visible(request, await engine_call(gate.engine.queues()))})
@@ -45,6 +48,7 @@ async def list_queues(request: web.Request) -> web.Response:
 
 @routes.get(
     "/v1/queues/{queue}",
+    policy=Policy("read", (path_queue,)),
     summary="config, depth per state (depth by filter with ?meta.KEY=VALUE&…, jobs having every pair),"
     " oldest pending age",
     answer=m.QueueInfo,
@@ -76,6 +80,7 @@ async def get_queue(request: web.Request) -> web.Response:
 
 @routes.put(
     "/v1/queues/{queue}",
+    policy=Policy("admin", (path_queue,)),
     summary="replace the whole configuration (simple/exclusive, lease, attempts, filter keys, paused,"
     " retention, dedup policy, fairness, memory budget, default delay, enqueues blocked)",
     body=QueueConfigBody,
@@ -91,7 +96,7 @@ async def put_queue(request: web.Request) -> web.Response:
     would silently turn an exclusive queue into a simple one: send ``mode`` explicitly, or PATCH."""
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(QueueConfigBody, await read_body(request))
+    body = await body_model(request, QueueConfigBody)
     current = await engine_call(gate.engine.queue_config(queue))
     if current.mode == "exclusive" and "mode" not in body.model_fields_set:
         raise HttpError(
@@ -107,6 +112,7 @@ async def put_queue(request: web.Request) -> web.Response:
 
 @routes.patch(
     "/v1/queues/{queue}",
+    policy=Policy("admin", (path_queue,)),
     summary="change only the fields given; the others keep their values",
     body=QueuePatchBody,
     body_example={"paused": True},
@@ -117,7 +123,7 @@ async def patch_queue(request: web.Request) -> web.Response:
     """Change only the fields given (e.g. ``{"paused": true}``); the rest keep their current values."""
     gate = request.app[GATE]
     queue = queue_of(request)
-    body = parse_model(QueuePatchBody, await read_body(request))
+    body = await body_model(request, QueuePatchBody)
     changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
     if "filter_keys" in changes:
         changes["filter_keys"] = tuple(changes["filter_keys"])
@@ -140,6 +146,7 @@ async def _configure(request: web.Request, queue: str, config: QueueConfig) -> w
 
 @routes.get(
     "/v1/queues/{queue}/dead",
+    policy=Policy("read", (path_queue,)),
     summary="dead letters (errored jobs), paged by offset and limit",
     answer=m.DeadJobs,
     params=(
@@ -169,6 +176,7 @@ async def list_dead(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/queues/{queue}/dead/retry",
+    policy=Policy("admin", (path_queue,)),
     summary="retry dead letters (ids, or the oldest up to limit)",
     body=DeadBody,
     body_example={"ids": ["01J0"]},
@@ -180,6 +188,7 @@ async def retry_dead(request: web.Request) -> web.Response:
 
 @routes.delete(
     "/v1/queues/{queue}/dead",
+    policy=Policy("admin", (path_queue,)),
     summary="purge dead letters (ids, or the oldest up to limit)",
     body=DeadBody,
     body_example={"limit": 100},
@@ -193,21 +202,15 @@ async def _on_dead(request: web.Request, done: Literal["retried", "purged"]) -> 
     """Retry or purge the queue's dead jobs (the body's ``ids``, or up to its ``limit``); answer how many."""
     engine = request.app[GATE].engine
     queue = queue_of(request)
-    body = parse_model(DeadBody, await read_body(request))
+    body = await body_model(request, DeadBody)
     act = engine.dead_retry if done == "retried" else engine.dead_purge
     n = await engine_call(act(queue, body.ids, body.limit))
     return json_response({"queue": queue, done: n})
 
 
-def kind_of(request: web.Request) -> str:
-    try:
-        return validate_name("kind", request.match_info["kind"])
-    except EnvelopeError as exc:
-        raise HttpError(400, "kind_invalid", exc.message, exc.fields) from None
-
-
 @routes.put(
     "/v1/kinds/{kind}",
+    policy=Policy("admin", (kind_put,)),
     summary="configure a job type: concurrency, attempts, delivery, for every queue or some",
     body=KindBody,
     body_example={"concurrency": 4, "delivery": "at_least_once"},
@@ -216,12 +219,7 @@ def kind_of(request: web.Request) -> str:
 async def put_kind(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     kind = kind_of(request)
-    body = parse_model(KindBody, await read_body(request))
-    require_kind(request, kind)
-    if body.queues is None:
-        require_every_queue(request, "a job type without queues is configured for every queue")
-    for queue in body.queues or ():
-        require_queue(request, queue)
+    body = await body_model(request, KindBody)
     options = body.model_dump(
         include={"concurrency", "max_attempts", "delivery", "priority", "ignore_result"}
     )
@@ -245,7 +243,10 @@ async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
 
 
 @routes.get(
-    "/v1/kinds", summary="every configured job type, its defaults and per-queue options", answer=m.KindList
+    "/v1/kinds",
+    policy=Policy("read"),
+    summary="every configured job type, its defaults and per-queue options",
+    answer=m.KindList,
 )
 async def list_kinds(request: web.Request) -> web.Response:
     """Every configured job type: defaults for all queues, and per queue its options and running count."""
@@ -255,6 +256,7 @@ async def list_kinds(request: web.Request) -> web.Response:
 
 @routes.get(
     "/v1/kinds/{kind}",
+    policy=Policy("read"),
     summary="one job type",
     answer=m.Kind,
     errors={404: "kind_not_found: the job type is not configured"},

@@ -3,19 +3,18 @@ attempt refunded: ``release.lua``), snooze (back after a delay, no attempt spent
 (the job ends canceled, never retried: ``cancel_running.lua``) and a heartbeat extending many leases in one
 call (``extend.lua``). Each is fenced by the claim's attempt and lease token like extend, complete and fail:
 a stale pair is a 409 ``lease_stale``, an unknown job a 404 ``job_not_found``. A graph node's job that ends
-here is reported to its graph before the answer (:func:`kafkagate.claims.report_node`)."""
+here is reported to its graph before the answer (:meth:`kafkagate.state.Gate.report_node`)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from jqengine import NotExtended, Released, StaleLease
+from jqruntime.authz import Policy, path_queue
 from jqruntime.http import HttpError, json_response
 from kafkagate.api import Api
 from kafkagate.body import read_body
-from kafkagate.claims import report_node
-from kafkagate.jobs import engine_call, queue_of
-from kafkagate.queues import parse_model
+from kafkagate.requests import engine_call, parse_model, queue_of
 from kafkagate.state import GATE
 from kafkagate.workmodels import (
     NOT_HELD_CODES,
@@ -37,6 +36,7 @@ routes = Api("claims")
 
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/release",
+    policy=Policy("work", (path_queue,)),
     summary="give a held job back: pending again, its attempt refunded (an at_most_once job that started:"
     " errored)",
     body=ReleaseBody,
@@ -58,13 +58,14 @@ async def release(request: web.Request) -> web.Response:
     if outcome == Released.STALE:
         raise StaleLease(f"release {job_id}: stale attempt or lease token")
     if outcome == Released.ERRORED:  # an at_most_once job that had started ended: reported to its graph
-        await report_node(gate, queue, job_id)
+        await gate.report_node(queue, job_id)
         return json_response(ReleaseReply(id=job_id, outcome="errored").model_dump())
     return json_response(ReleaseReply(id=job_id, outcome="released").model_dump())
 
 
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/snooze",
+    policy=Policy("work", (path_queue,)),
     summary="put a held job back for delay_ms, no attempt spent",
     body=SnoozeBody,
     body_example={"attempt": 1, "token": "9f1c", "delay_ms": 30000},
@@ -85,6 +86,7 @@ async def snooze(request: web.Request) -> web.Response:
 
 @routes.post(
     "/v1/queues/{queue}/jobs/{id}/cancel",
+    policy=Policy("work", (path_queue,)),
     operation_id="cancel_held",
     summary="the worker cancels a job it holds: canceled, never retried",
     body=CancelBody,
@@ -102,12 +104,13 @@ async def cancel(request: web.Request) -> web.Response:
     queue, job_id = queue_of(request), request.match_info["id"]
     body = parse_model(CancelBody, await read_body(request))
     await engine_call(gate.engine.cancel_running(queue, (job_id, body.attempt, body.token), body.reason))
-    await report_node(gate, queue, job_id)
+    await gate.report_node(queue, job_id)
     return json_response(CancelReply(id=job_id, state="canceled").model_dump())
 
 
 @routes.post(
     "/v1/queues/{queue}/heartbeat",
+    policy=Policy("work", (path_queue,)),
     summary="extend the leases of many held jobs in one call; per job whether it is still held",
     body=HeartbeatBody,
     body_example={"jobs": [{"id": "01J0", "attempt": 1, "token": "9f1c"}], "lease_ms": 60000},
@@ -129,6 +132,6 @@ async def heartbeat(request: web.Request) -> web.Response:
             continue
         items.append(HeartbeatItem(id=job.id, held=False, code=NOT_HELD_CODES[outcome]))
         if outcome == NotExtended.CANCELED:  # canceled at this extend: a graph node's end goes to its graph
-            await report_node(gate, queue, job.id)
+            await gate.report_node(queue, job.id)
     reply = HeartbeatReply(jobs=items, held=sum(i.held for i in items))
     return json_response(reply.model_dump(exclude_none=True))

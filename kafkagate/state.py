@@ -68,6 +68,18 @@ class Gate:
     _queue_configs: dict[str, tuple[float, QueueConfig | None]] = field(default_factory=dict)
     _produced: dict[str, int] = field(default_factory=dict)
     _flusher: asyncio.Task[None] | None = None
+    _graph_key: bytes | None = None
+
+    async def report_node(self, queue: str, job_id: str) -> None:
+        """The job ended here: when it is a graph node's (its id ``<graph>:<node>[@run]``), hand its outcome
+        to the graph now, as a Python pool does after its write (the next nodes are released before the
+        answer). A failure leaves the outcome in the queue's ``gdone`` for the scheduler's repair."""
+        if ":" not in job_id:  # no graph node's job: skip the look-up
+            return
+        try:
+            await self.engine.graphs.report_finished(queue, [job_id])
+        except Exception as exc:
+            log.warning("graph report left to the scheduler", job_id=job_id, error=repr(exc))
 
     def count_produced(self, topic: str, n: int) -> None:
         """Add to the shared ``produced`` counter in Redis: summed here and written every
@@ -191,6 +203,12 @@ class Gate:
     def cron(self) -> CronStore:
         """The cron schedules in Consul."""
         return CronStore(self._consul_client(), self.cron_settings.kv_prefix)
+
+    async def graph_key(self) -> bytes:
+        """The deployment's graph key (``jqcore.admission``), read from Consul once."""
+        if self._graph_key is None:
+            self._graph_key = await self.configs().graph_key()
+        return self._graph_key
 
     def configs(self) -> ConfigStore:
         """The durable copy of the queues' configurations and the kinds' options in Consul

@@ -9,13 +9,16 @@ from typing import Annotated
 
 import orjson
 import typer
+from confluent_kafka import Message
 from redis.exceptions import ResponseError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from jobq.audited import audited
-from jqcore.settings import KafkaSettings, RedisSettings, load
+from jqcore.admission import Admission, carries_signature
+from jqcore.routing import RoutingSettings
+from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, RedisSettings, load
 from jqrecover.replay import (
     PartitionRange,
     Point,
@@ -25,6 +28,7 @@ from jqrecover.replay import (
     read_range,
     write_records,
 )
+from jqruntime.stores.config import read_graph_key
 
 __all__ = ["bad_parameter", "replay"]
 
@@ -80,7 +84,7 @@ def replay(
         )
         with audited("replay", target + (" --force" if force else "")) as note:
             try:
-                asyncio.run(write_records(records, load(RedisSettings), force))
+                asyncio.run(write_records(records, load(RedisSettings), force, _admission(topic, records)))
             except ResponseError as exc:  # e.g. a damaged queue key: every script on that queue fails
                 written = note.count = sum(r.written for r in ranges)
                 note.outcome = f"replay_refused: Redis refused a write: {exc}"
@@ -110,3 +114,13 @@ def _report(topic: str, ranges: list[PartitionRange], *, dry_run: bool, as_json:
             row += [r.written, r.duplicate, r.forced, r.active, r.unscheduled, r.refused]
         table.add_row(*(str(v) for v in row))
     Console().print(table)
+
+
+def _admission(topic: str, records: list[tuple[PartitionRange, Message]]) -> Admission:
+    """The relay's rules for ``topic``'s records (``jqcore.admission``): its routing, and the graph key
+    from Consul when a record carries a gateway's signature (a range without graphs needs no Consul)."""
+    key = None
+    if any(carries_signature(msg.headers()) for _, msg in records):
+        key = asyncio.run(read_graph_key(load(ConsulSettings), load(CronSettings).kv_prefix))
+    routing = load(RoutingSettings)
+    return Admission(topic, routing if topic in routing.topics() else None, key)

@@ -16,8 +16,10 @@
 --       [6] cancel_on_failure 0|1  [7] retention_ms  [8] node count N, then per node 5 values: name,
 --       definition JSON, parents lines, children lines, parent count.
 -- returns: {C_OK, state, n, released_1 … released_n} created (roots released) |
---          {C_FINAL, state, n, released …} the graph exists already (its unconfirmed releases).
+--          {C_FINAL, state, n, released …} the graph exists already (its unconfirmed releases) |
+--          {C_STALE} the id is another home queue's graph (a graph id belongs to its queue).
 if redis.call('EXISTS', GRAPH) == 1 then
+  if redis.call('HGET', GRAPH, 'queue') ~= ARGV[3] then return {C_STALE} end
   for _, name in ipairs(redis.call('SMEMBERS', REL)) do released[#released + 1] = name end
   return answer(C_FINAL)
 end

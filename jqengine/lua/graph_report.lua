@@ -18,14 +18,16 @@
 -- KEYS[12] gevents  STREAM graph transitions not shipped yet
 -- derived: none (a graph has no per-job keys)
 -- ARGV: [1] now  [2] node  [3] job id  [4] job state (completed, errored, canceled, expired)  [5] attempt
---       [6] result  [7] error text
+--       [6] result  [7] error text  [8] the queue the job finished in ('' = not checked): a job of
+--       another queue (a producer's forged graph field) is no report of this node's
 -- returns: {C_OK, graph state, n, released_1 … released_n, to_cancel …} counted (to_cancel: released
 --          nodes cancel_on_failure ended, to cancel in their queues) | {C_FINAL} already counted |
---          {C_STALE} a previous run's job | {C_MISSING} no such graph or node.
+--          {C_STALE} a previous run's job, or one of another queue | {C_MISSING} no such graph or node.
 local name, job, outcome = ARGV[2], ARGV[3], ARGV[4]
 local cur = redis.call('HGET', NSTATE, name)
 if redis.call('EXISTS', GRAPH) == 0 or not cur then return {C_MISSING} end
 if job ~= node_job(name) then return {C_STALE} end
+if (ARGV[8] or '') ~= '' and cjson.decode(redis.call('HGET', NODES, name)).queue ~= ARGV[8] then return {C_STALE} end
 if cur ~= 'ready' then return {C_FINAL} end
 redis.call('SREM', REL, name)
 local to = 'completed'

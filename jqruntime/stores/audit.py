@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,20 @@ class AuditEntry:
     """The Redis stream id (set when recorded; also the Kafka record's key)."""
     token: str = ""
     """The name of the token the action came with (empty for the CLI)."""
+    queues: str = ""
+    """The queues (or globs) it acted on, space-separated; ``*``: every queue; empty: none (a sign-in).
+    The dashboard shows a token held to some queues only the entries all of whose queues it may use."""
+    details: str = ""
+    """What changed, secret-free and short (the fields a configuration change set, the kinds a batch
+    named, the switch a replacement lifted)."""
+
+    def visible_to(self, allows: Callable[[str], bool], every: bool) -> bool:
+        """Whether a token that ``allows`` some queues (``every``: all) may see this entry: every queue it
+        names must be one of the token's; an entry naming none (or every queue) only to a token of all."""
+        if every:
+            return True
+        named = self.queues.split()
+        return bool(named) and "*" not in named and all(allows(q) for q in named)
 
     def as_dict(self) -> dict[str, str | int]:
         return asdict(self)
@@ -166,6 +181,8 @@ async def read(client: RedisClient, count: int = 100, before: str | None = None)
                 outcome=f.get("outcome", "ok"),
                 id=_s(entry_id or ""),
                 token=f.get("token", ""),
+                queues=f.get("queues", ""),
+                details=f.get("details", ""),
             )
         )
     return out

@@ -18,6 +18,7 @@ clear), options a worker pool registers from its code (it registers them again w
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +26,11 @@ from typing import Any
 import consul.aio
 import orjson
 
+from jqcore.admission import GRAPH_KEY_BYTES
 from jqcore.errors import BackendUnavailable
+from jqcore.settings import ConsulSettings
 from jqengine import Engine, QueueConfig
+from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.stores.cron import CONSUL_ERRORS
 
 __all__ = ["EVERY_QUEUE", "ConfigStore", "KindEntry", "Restored", "restore"]
@@ -58,6 +62,20 @@ class ConfigStore:
             return await coro
         except CONSUL_ERRORS as exc:
             raise BackendUnavailable(f"Consul {what}: {exc!r}", code="consul_unavailable") from exc
+
+    async def graph_key(self) -> bytes:
+        """The deployment's graph key (``jqcore.admission``): made once, by whoever needs it first (a
+        check-and-set on a missing key: two makers agree on the first one written)."""
+        key = f"{self.prefix}/keys/graphs"
+        for _ in range(2):
+            _, found = await self._call("get", self.client.kv.get(key))
+            if found is not None and found.get("Value"):
+                return bytes.fromhex(found["Value"].decode())
+            made = secrets.token_hex(GRAPH_KEY_BYTES)
+            await self._call("put", self.client.kv.put(key, made, cas=0))
+        raise BackendUnavailable(
+            "Consul: the graph key was neither found nor made", code="consul_unavailable"
+        )
 
     async def put_queue(self, queue: str, config: QueueConfig) -> None:
         """Keep ``config`` as ``queue``'s configuration."""
@@ -203,3 +221,12 @@ async def restore(store: ConfigStore, engine: Engine | None, only: Sequence[str]
         if engine is not None:
             await engine.configure_kind(e.kind, queues=[e.scope], **e.options)
     return report
+
+
+async def read_graph_key(settings: ConsulSettings, prefix: str) -> bytes:
+    """The graph key, for a tool that reads Kafka records once (``jobq replay``, ``jobq rebuild``)."""
+    client = consul_client(settings)
+    try:
+        return await ConfigStore(client, prefix).graph_key()
+    finally:
+        await close_consul(client)

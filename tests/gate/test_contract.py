@@ -154,22 +154,26 @@ def test_the_enqueue_limits_are_the_envelopes(field: str) -> None:
 
 
 def test_a_new_route_is_documented_by_its_declaration_and_cannot_be_served_without_one() -> None:
+    from jqruntime.authz import Policy, path_queue
     from kafkagate.api import Api
-    from kafkagate.auth import required_scope
-    from kafkagate.claims import Owner
     from kafkagate.models import Completed
     from kafkagate.openapi import build
+    from kafkagate.workmodels import Owner
 
     table = Api("claims")
 
-    @table.post("/v1/queues/{queue}/jobs/{id}/release", summary="release", body=Owner, answer=Completed)
+    work = Policy("work", (path_queue,))
+
+    @table.post(
+        "/v1/queues/{queue}/jobs/{id}/release", policy=work, summary="release", body=Owner, answer=Completed
+    )
     async def release(request: web.Request) -> web.Response:
         raise NotImplementedError
 
     path = "/v1/queues/{queue}/jobs/{id}/release"
     op = build(table.operations)["paths"][path]["post"]
     assert (op["operationId"], op["tags"]) == ("release", ["claims"])
-    assert op["x-jobq-scope"] == required_scope("POST", path), "the scope the middleware checks"
+    assert op["x-jobq-scope"] == "work", "the scope the door checks"
     assert set(op["responses"]) == {"200", "400", "401", "403", "413", "415", "429", "503"}
-    with pytest.raises(TypeError, match="declare its summary and answer"):
+    with pytest.raises(TypeError, match="declare its policy, summary, answer"):
         table.post("/v1/queues/{queue}/jobs/{id}/snooze")

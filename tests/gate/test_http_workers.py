@@ -15,7 +15,7 @@ from jqcore.graphs import Graph
 from jqengine import Engine
 from jqengine.keys import QueueKeys
 from jqruntime.stores.presence import count_alive
-from kafkagate.auth import required_scope
+from kafkagate.app import policy_for
 
 Call = tuple[int, Any]
 
@@ -182,10 +182,10 @@ async def test_heartbeat_extends_many_leases_and_says_which_are_still_held(
 
 def test_the_new_worker_routes_need_the_work_scope_only() -> None:
     for action in ("release", "snooze", "cancel", "extend", "complete", "fail"):
-        assert required_scope("POST", f"/v1/queues/{{queue}}/jobs/{{id}}/{action}") == "work"
-    assert required_scope("POST", "/v1/queues/{queue}/heartbeat") == "work"
-    assert required_scope("POST", "/v1/graphs/{graph}/cancel") == "admin", "a graph's cancel stays admin"
-    assert required_scope("DELETE", "/v1/queues/{queue}/jobs/{id}") == "admin"
+        assert policy_for("POST", f"/v1/queues/{{queue}}/jobs/{{id}}/{action}").scope == "work"
+    assert policy_for("POST", "/v1/queues/{queue}/heartbeat").scope == "work"
+    assert policy_for("POST", "/v1/graphs/{graph}/cancel").scope == "admin", "a graph's cancel stays admin"
+    assert policy_for("DELETE", "/v1/queues/{queue}/jobs/{id}").scope == "admin"
 
 
 async def test_a_fan_out_and_join_graph_driven_by_http_workers_alone(gw: Any, engine: Engine) -> None:

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from jobq.cli import app
 from jobq.commands.rebuild import cadences
+from jqcore.admission import SIGNATURE_HEADER, sign
 from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, fire_id
 from jqcore.envelope import encode, new_envelope, record_key
@@ -39,6 +40,7 @@ from jqrecover.rebuild import rebuild_from_kafka
 from jqrelay.main import RelayService
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.kafka import AsyncProducer, Record, schedule_key
+from jqruntime.stores.config import ConfigStore
 from jqruntime.stores.cron import CronStore, fire_now
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
@@ -143,7 +145,11 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
             await produce_jobs(topic, q, ["dead"], max_attempts=1)
             await produce_jobs(topic, q, ["later"], run_at=later_at)
             await produce_jobs(topic, q, ["far", "unsched"], run_at=far_at)
-            await producer.produce_many([Record(topic, g.raw, record_key(g)) for g in graphs.values()])
+            key = await ConfigStore(consul, cron_settings.kv_prefix).graph_key()  # as a gateway signs one
+            signed = [[(SIGNATURE_HEADER, sign(key, g.raw or b""))] for g in graphs.values()]
+            await producer.produce_many(
+                [Record(topic, g.raw, record_key(g), h) for g, h in zip(graphs.values(), signed, strict=True)]
+            )
             ids = ["done", "run", "again", "gone", "redo", "dead", "later"]
             batch = relay.relays[0].signals.batch
             await batch.wait_for(lambda c: c.get("read", 0) >= 11)  # 7 jobs, 2 far ones, 2 graphs

@@ -46,7 +46,7 @@ from jqcore.settings import load
 from jqrelay.settings import RelaySettings
 from jqruntime.tokens import load_tokens
 from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
-from kafkagate.auth import required_scope
+from kafkagate.app import policy_for
 from kafkagate.settings import GateSettings
 from worker.settings import WorkerSettings
 
@@ -600,7 +600,7 @@ def test_canary_sends_through_every_gate_with_an_accepted_token(
         targets[str(url.hostname)] = (url.port, gw.az)
     gates = role_services(services, "gate")
     assert set(targets) == set(gates), f"the canary reaches {sorted(targets)}, the gates are {sorted(gates)}"
-    enqueue = required_scope("POST", "/v1/queues/{queue}/jobs")
+    enqueue = policy_for("POST", "/v1/queues/{queue}/jobs").scope
     token = settings.token.get_secret_value()
     for name, service in gates.items():
         gate = gate_settings(monkeypatch, cli, service)
