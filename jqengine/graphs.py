@@ -172,9 +172,16 @@ class Graphs:
 
     async def home(self, graph_id: str) -> str | None:
         """The home queue of graph ``graph_id`` (None: no such graph)."""
+        return (await self.homes([graph_id]))[0]
+
+    async def homes(self, graph_ids: Sequence[str]) -> list[str | None]:
+        """The home queue of each graph (None: no such graph), one pipelined round trip."""
         async with codes.redis_errors("graph"):
-            found = await self._client.hget(GraphKeys(graph_id).named("graph"), "queue")
-        return _s(found) if found is not None else None
+            pipe = self._client.pipeline(transaction=False)
+            for graph_id in graph_ids:
+                pipe.hget(GraphKeys(graph_id).named("graph"), "queue")
+            found = await pipe.execute()
+        return [_s(q) if q is not None else None for q in found]
 
     # ---- hand-offs -------------------------------------------------------------------------------
     async def _node_jobs(self, graph_id: str, names: Sequence[str]) -> dict[str, tuple[str, Node, int]]:

@@ -39,6 +39,7 @@ __all__ = [
     "OPEN",
     "POLICIES",
     "SIGNED",
+    "TOUCHED",
     "Find",
     "Policy",
     "Scope",
@@ -51,6 +52,7 @@ __all__ = [
     "path_queue",
     "policy_of",
     "queue",
+    "queues_of",
     "require_scope",
 ]
 
@@ -141,6 +143,19 @@ OPEN = Policy("open")
 SIGNED = Policy("signed")
 POLICIES = web.AppKey("jobq.policies", dict[Handler, Policy])
 """Each route's policy by its handler (filled by the route tables when the app is made)."""
+
+
+TOUCHED = web.RequestKey("jobq.touched", list[Touch])
+"""What the door checked for a request (the audit trail names its queues: :func:`queues_of`)."""
+
+
+def queues_of(touches: Iterable[Touch]) -> str:
+    """The queues and globs ``touches`` name, space-separated (``*``: every queue), for an audit entry."""
+    names = {"*" if t.what == "every_queue" else t.name for t in touches if t.what in _QUEUEISH}
+    return " ".join(sorted(names))
+
+
+_QUEUEISH = frozenset({"queue", "glob", "every_queue"})
 
 
 def policy_of(request: web.Request) -> Policy | None:

@@ -9,13 +9,14 @@ from aiohttp import web
 
 from jqcore import metrics
 from jqcore.settings import load
+from jqruntime.authz import OPEN, POLICIES
 from jqruntime.health import Readiness, ping, readiness_answer
 from jqruntime.http import error_middleware, json_response
 from jqruntime.tokens import TokenSettings, TokenSource
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error
-from jqweb.security import TOKENS, auth_middleware, csrf_middleware, headers_middleware
+from jqweb.security import STATIC_ROUTE, TOKENS, auth_middleware, csrf_middleware, headers_middleware
 
 __all__ = ["STATIC", "make_app"]
 
@@ -68,11 +69,12 @@ def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
     )
     app[WEB] = w
     app[TOKENS] = tokens
-    # the open routes by name (jqweb.security.OPEN_ROUTES): no principal needed
-    app.router.add_get("/healthz", healthz, name="healthz")
-    app.router.add_get("/readyz", readyz, name="readyz")
-    app.router.add_get("/metrics", metrics_route, name="metrics")
-    app.router.add_static("/static/", STATIC, follow_symlinks=False, append_version=False, name="static")
+    # every route's policy (jqweb.routes): the probes are open, and so are the static files (by name)
+    probes = {healthz: OPEN, readyz: OPEN, metrics_route: OPEN}
+    app[POLICIES] = {**probes, **{h: p for m in PAGES for h, p in m.routes.policies.items()}}
+    for probe in probes:
+        app.router.add_get(f"/{probe.__name__.removesuffix('_route')}", probe)
+    app.router.add_static("/static/", STATIC, follow_symlinks=False, append_version=False, name=STATIC_ROUTE)
     for module in PAGES:
         app.router.add_routes(module.routes)
 

@@ -1,6 +1,7 @@
 """What a queue-scoped token sees of the parts many teams share: the overview's and the topics page's
-Kafka partitions, relay locks, rate limits and cron schedules narrowed to its own queues and the topics
-they are routed to. A token for every queue (or the environment's admin/read lists) sees everything."""
+Kafka partitions, relay locks, rate limits, cron schedules and kill switches narrowed to its own queues and
+the topics they are routed to, and the processes counted, not named. A token for every queue (or the
+environment's admin/read lists) sees everything."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from typing import Any
 from jqcore.routing import QueueUnrouted, RoutingSettings
 from jqweb.security import Principal
 
-__all__ = ["everything", "narrow", "own_topics"]
+__all__ = ["PROCESS_LISTS", "everything", "narrow", "own_topics", "unnamed"]
+
+PROCESS_LISTS = ("gateways", "workers", "dispatchers", "http_workers", "dashboards")
+"""The overview's lists of process names (host, pid, queues): a token held to some queues sees how many,
+not whose — names say where other teams run."""
+
+
+def unnamed(role: str, names: Any) -> Any:
+    """``role 1``, ``role 2``, … in place of a list of process names (an error part stays as it is)."""
+    return [f"{role} {i + 1}" for i in range(len(names))] if isinstance(names, list) else names
 
 
 def everything(p: Principal) -> bool:
@@ -53,7 +63,12 @@ def narrow(snap: dict[str, Any], p: Principal, topics: list[str]) -> dict[str, A
         out["cron"] = _rows(snap["cron"], "queue", p.allows_queue)
     redis = snap.get("redis")
     if isinstance(redis, dict) and "queues" in redis:
-        out["redis"] = {**redis, "queues": [r for r in redis["queues"] if p.allows_queue(r["queue"])]}
+        out["redis"] = {
+            **redis,
+            "queues": [r for r in redis["queues"] if p.allows_queue(r["queue"])],
+            "switches": [sw for sw in redis.get("switches", []) if p.allows_queue(sw.get("queue", ""))],
+            **{role: unnamed(role, redis[role]) for role in PROCESS_LISTS if role in redis},
+        }
     rates = snap.get("rates")
     if isinstance(rates, dict) and "error" not in rates:
         out["rates"] = {

@@ -7,9 +7,12 @@
   ``SameSite=Strict`` cookie holds only the session's random id, never the token, and a session whose
   token is no longer configured is refused; scripts send ``Authorization: Bearer <token>``. Tokens are
   matched by their SHA-256 in constant time against every configured one.
-* **Open routes** are exempted by the route's *name* (:data:`OPEN_ROUTES`), never by path: a queue or
-  graph named ``login`` or ``healthz`` is a page like any other and needs a principal, which is checked
-  before any handler runs (so before any JSON or HTML branch).
+* **One policy per route** (``jqruntime.authz``, declared with the route: :mod:`jqweb.routes`): its scope
+  (``read`` for a page, ``admin`` for an action, ``open`` for sign-in and the probes) and what it touches —
+  the queue of its path, the jobs a bulk action selects, a graph's or a schedule's owner. The door
+  (:func:`auth_middleware`) checks both before any handler runs (so before any JSON or HTML branch); lists
+  are narrowed by their pages. A path no route matches needs a principal too; the static files are the
+  one route served by name without one (:data:`STATIC_ROUTE`).
 * **CSRF**: an unsafe method (POST, PUT, PATCH, DELETE) from a browser must be same-origin: the
   ``Sec-Fetch-Site`` header (``same-origin``; ``none`` for a typed URL) or, for browsers without it, the
   ``Origin`` header equal to the host. A cookie-authenticated request carrying neither is refused too.
@@ -29,14 +32,16 @@ from urllib.parse import quote, urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from jqruntime.authz import EVERY_QUEUE, TOUCHED, Policy, Touch, authorize, policy_of, queue
 from jqruntime.http import TOKEN_NAME, HttpError
-from jqruntime.tokens import Token, TokenSource, queue_forbidden
+from jqruntime.tokens import Token, TokenSource
 
 __all__ = [
     "COOKIE",
     "CSP",
-    "OPEN_ROUTES",
+    "READ",
     "SECURE_COOKIE",
+    "STATIC_ROUTE",
     "TOKENS",
     "Principal",
     "SessionLookup",
@@ -44,8 +49,9 @@ __all__ = [
     "csrf_middleware",
     "headers_middleware",
     "principal",
+    "query_queue",
     "require_admin",
-    "require_queue",
+    "search_queue",
     "session_id",
     "visible",
 ]
@@ -62,9 +68,10 @@ CSP = (
     "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-OPEN_ROUTES = frozenset({"login", "login-submit", "logout", "healthz", "readyz", "metrics", "static"})
-"""The names of the routes served without a principal (``app.py`` and ``pages/login.py`` name them); any
-other route, and any path no route matches, needs one."""
+STATIC_ROUTE = "static"
+"""The vendored assets and the stylesheet (``app.py``): served without a principal."""
+READ = Policy("read")
+"""A page that shows what the token may see (its lists narrowed by the page)."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,8 @@ def session_id(request: web.Request) -> str:
 def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> Middleware:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.match_info.route.name in OPEN_ROUTES:
+        policy = policy_of(request)
+        if (policy is not None and not policy.checked) or request.match_info.route.name == STATIC_ROUTE:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, bearer = header.partition(" ")
@@ -127,9 +135,10 @@ def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> 
                 details={"token": found.name, "scope": "read"},
             )
         request[PRINCIPAL] = Principal(found.name, found.has("admin"), via_cookie, found, ref)
-        queue = request.match_info.get("queue") or request.query.get("queue")
-        if queue:
-            require_queue(request, queue)
+        if policy is not None:
+            if policy.scope == "admin":
+                require_admin(request)
+            request[TOUCHED] = await authorize(request, found, policy)
         return await handler(request)
 
     return auth
@@ -137,13 +146,6 @@ def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> 
 
 def principal(request: web.Request) -> Principal:
     return request[PRINCIPAL]
-
-
-def require_queue(request: web.Request, queue: str) -> None:
-    """403 ``queue_forbidden`` unless the signed-in token may use ``queue``."""
-    p = principal(request)
-    if not p.allows_queue(queue):
-        raise queue_forbidden(p.who, queue)
 
 
 def visible(request: web.Request, queues: Iterable[str]) -> list[str]:
@@ -204,3 +206,16 @@ def _harden(response: web.StreamResponse, *, static: bool = False) -> None:
     h.setdefault("Referrer-Policy", "no-referrer")
     h.setdefault("X-Frame-Options", "DENY")
     h.setdefault("Cache-Control", "no-store")
+
+
+# ---- what dashboard requests touch (the finds of the pages' policies) --------------------------------
+async def query_queue(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A page's ``?queue=`` (a page of one queue: the dead letters of one)."""
+    named = request.query.get("queue")
+    return [queue(named, "?queue=")] if named else []
+
+
+async def search_queue(request: web.Request, _: Token) -> Iterable[Touch]:
+    """A search's ``?queue=``, else every queue (a token held to some queues searches one at a time)."""
+    named = request.query.get("queue")
+    return [queue(named, "?queue=")] if named else [EVERY_QUEUE]

@@ -25,10 +25,9 @@ from aiohttp.typedefs import Middleware
 
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqruntime.authz import Touch, policy_of
+from jqruntime.authz import TOUCHED, Touch, policy_of, queues_of
 from jqruntime.http import TOKEN_NAME
 from jqruntime.stores.audit import AuditEntry, AuditTrail
-from kafkagate.auth import TOUCHED
 from kafkagate.body import BODY
 
 __all__ = ["DETAILS", "audit_middleware", "count_of", "described"]
@@ -97,7 +96,9 @@ def audit_middleware(trail: AuditTrail, mounted: Sequence[str] = ()) -> Middlewa
             who = request.get(TOKEN_NAME, "anonymous")
             action = f"gate.{request.method} {template}"
             queues, details = described(request)
-            entry = AuditEntry(now_ms(), who, action, target, count, outcome, who, queues, details)
+            entry = AuditEntry(
+                now_ms(), who, action, target, count, outcome, token=who, queues=queues, details=details
+            )
             await trail.record(entry)
 
     return audit
@@ -107,7 +108,6 @@ def described(request: web.Request) -> tuple[str, str]:
     """``(queues, details)`` of a request's audit entry: the queues (and globs) its touches named (``*``
     for every queue), and its kinds, its JSON body's top-level fields and the handler's :data:`DETAILS`."""
     touches: list[Touch] = request.get(TOUCHED, [])
-    queues = {"*" if t.what == "every_queue" else t.name for t in touches if t.what in _QUEUEISH}
     parts = []
     kinds = sorted({t.name for t in touches if t.what == "kind"})
     if kinds:
@@ -117,10 +117,7 @@ def described(request: web.Request) -> tuple[str, str]:
         parts.append("fields=" + ",".join(fields))
     if request.get(DETAILS):
         parts.append(request[DETAILS])
-    return " ".join(sorted(queues)), " ".join(parts)[:DETAILS_MAX]
-
-
-_QUEUEISH = frozenset({"queue", "glob", "every_queue"})
+    return queues_of(touches), " ".join(parts)[:DETAILS_MAX]
 
 
 def _body_fields(request: web.Request) -> list[str]:

@@ -25,6 +25,7 @@ from aiohttp.typedefs import Middleware
 
 from jqruntime.authz import (
     EVERY_QUEUE,
+    TOUCHED,
     Touch,
     authorize,
     glob,
@@ -55,7 +56,6 @@ from kafkagate.state import GATE
 __all__ = [
     "TOKEN",
     "TOKENS",
-    "TOUCHED",
     "authenticate",
     "authorize_middleware",
     "cron_owner",
@@ -78,8 +78,6 @@ TOKEN = web.RequestKey("token", Token)
 """The token a request was authenticated with."""
 TOKENS = web.AppKey("tokens", TokenSource)
 """The gateway's tokens (reloaded on SIGHUP: ``kafkagate.main``)."""
-TOUCHED = web.RequestKey("jobq.touched", list[Touch])
-"""What the door checked (the audit trail's details)."""
 
 
 def token_of(request: web.Request) -> Token:

@@ -11,16 +11,18 @@ from urllib.parse import quote
 from aiohttp import web
 
 from jqengine import Engine
+from jqruntime.authz import Policy, path_queue
 from jqruntime.http import HttpError
 from jqweb.context import WEB
 from jqweb.pages.jobs import BATCH, confirm_count, confirm_page, too_many
 from jqweb.render import act, form, page, query_int
+from jqweb.routes import Pages
 from jqweb.search import job_row
-from jqweb.security import principal, require_admin, visible
+from jqweb.security import principal, query_queue, visible
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 
 async def _known(engine: Engine, queue: str) -> None:
@@ -28,7 +30,7 @@ async def _known(engine: Engine, queue: str) -> None:
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
 
 
-@routes.get("/dead")
+@routes.get("/dead", policy=Policy("read", (query_queue,)))
 async def dead(request: web.Request) -> web.Response:
     w = request.app[WEB]
     engine = w.engine
@@ -70,9 +72,8 @@ def _back(base: str, queue: str) -> str:
     return f"{base}/dead?queue={quote(queue, safe='')}"
 
 
-@routes.post("/dead/{queue}/retry")
+@routes.post("/dead/{queue}/retry", policy=Policy("admin", (path_queue,)))
 async def retry(request: web.Request) -> web.Response:
-    require_admin(request)
     w = request.app[WEB]
     engine = w.engine
     queue = request.match_info["queue"]
@@ -121,9 +122,8 @@ async def _purge_count(engine: Engine, queue: str, ids: list[str]) -> int:
     return sum(1 for j in await engine.get_jobs(queue, ids) if j is not None and j.state == "errored")
 
 
-@routes.post("/dead/{queue}/purge")
+@routes.post("/dead/{queue}/purge", policy=Policy("admin", (path_queue,)))
 async def purge(request: web.Request) -> web.Response:
-    require_admin(request)
     w = request.app[WEB]
     engine = w.engine
     queue = request.match_info["queue"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -16,13 +16,18 @@ from aiohttp import web
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, GraphNotFound
 from jqengine import GraphInfo, NodeInfo
+from jqruntime.authz import Policy, Touch, owner
 from jqruntime.http import HttpError
+from jqruntime.tokens import Token
 from jqweb.context import WEB
+from jqweb.narrow import everything
 from jqweb.render import act, form, page, query_int
+from jqweb.routes import Pages
+from jqweb.security import READ, principal
 
 __all__ = ["layout", "routes"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 READS_AT_ONCE = 16
 SVG_MAX_NODES = 200
@@ -151,7 +156,14 @@ def _summary(graph_id: str, entered: int, info: GraphInfo | None) -> dict[str, A
     }
 
 
-@routes.get("/graphs")
+async def graph_owner(request: web.Request, _: Token) -> Iterable[Touch]:
+    """The graph's home queue and every node's queue (404 ``graph_not_found`` for no such graph)."""
+    graph_id = _graph_id(request.match_info["graph"])
+    info = await request.app[WEB].engine.graphs.get(graph_id)
+    return [owner(q, f"graph {graph_id!r}") for q in {info.queue, *(n.queue for n in info.nodes)}]
+
+
+@routes.get("/graphs", policy=READ)
 async def graphs(request: web.Request) -> web.Response:
     w = request.app[WEB]
     wanted = request.query.get("id", "").strip()
@@ -160,6 +172,12 @@ async def graphs(request: web.Request) -> web.Response:
     offset = query_int(request, "offset", 0, 0, 10**6)
     count = query_int(request, "count", 50, 1, 500)
     index = await w.engine.graphs.open_graphs(limit=100_000)
+    p = principal(request)
+    if not everything(p):  # a token held to some queues lists the graphs of its queues
+        homes = await w.engine.graphs.homes(list(index))
+        index = {
+            g: t for (g, t), home in zip(index.items(), homes, strict=True) if home and p.allows_queue(home)
+        }
     newest = sorted(index.items(), key=lambda kv: (-kv[1], kv[0]))
     shown = newest[offset : offset + count]
     gate = asyncio.Semaphore(READS_AT_ONCE)
@@ -195,7 +213,7 @@ def _node_row(n: NodeInfo) -> dict[str, Any]:
     }
 
 
-@routes.get("/graphs/{graph}")
+@routes.get("/graphs/{graph}", policy=Policy("read", (graph_owner,)))
 async def graph(request: web.Request) -> web.Response:
     w = request.app[WEB]
     info = await w.engine.graphs.get(_graph_id(request.match_info["graph"]))
@@ -220,7 +238,7 @@ def _open_nodes(info: GraphInfo) -> set[str]:
     return {n.name for n in info.nodes if n.state not in FINAL_NODE}
 
 
-@routes.post("/graphs/{graph}/cancel")
+@routes.post("/graphs/{graph}/cancel", policy=Policy("admin", (graph_owner,)))
 async def cancel(request: web.Request) -> web.Response:
     w = request.app[WEB]
     graph_id = _graph_id(request.match_info["graph"])
@@ -249,7 +267,7 @@ async def cancel(request: web.Request) -> web.Response:
     )
 
 
-@routes.post("/graphs/{graph}/retry")
+@routes.post("/graphs/{graph}/retry", policy=Policy("admin", (graph_owner,)))
 async def retry(request: web.Request) -> web.Response:
     """Run a failed or canceled graph again from what did not complete (409 ``graph_conflict`` while it
     runs or once it completed)."""

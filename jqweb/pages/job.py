@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
@@ -17,17 +18,20 @@ from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
 from jqengine import JobInfo
 from jqrecover.replay import ReplayError, replayed
+from jqruntime.authz import Policy, Touch, kind, path_queue
 from jqruntime.http import HttpError
 from jqruntime.kafka import job_record
+from jqruntime.tokens import Token
 from jqweb.context import WEB, Web
 from jqweb.pages.jobs import CANCELABLE, cancel_one
 from jqweb.render import act, form, page, wants_json
+from jqweb.routes import Pages
 from jqweb.search import FINISHED, split_error
 from jqweb.security import principal
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 
 def _where(request: web.Request) -> tuple[str, str]:
@@ -90,7 +94,7 @@ async def _archived(w: Web, queue: str, job_id: str) -> dict[str, Any] | None:
     return None if snap is None else snap.as_dict()
 
 
-@routes.get("/jobs/{queue}/{id}")
+@routes.get("/jobs/{queue}/{id}", policy=Policy("read", (path_queue,)))
 async def job_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     queue, job_id = _where(request)
@@ -123,7 +127,7 @@ async def job_page(request: web.Request) -> web.Response:
     return page(request, "job.html", ctx)
 
 
-@routes.get("/jobs/{queue}/{id}/timeline")
+@routes.get("/jobs/{queue}/{id}/timeline", policy=Policy("read", (path_queue,)))
 async def timeline(request: web.Request) -> web.Response:
     """The job's timeline from the history tables (the job page loads it into itself)."""
     w = request.app[WEB]
@@ -139,7 +143,7 @@ async def _existing(w: Web, queue: str, job_id: str) -> JobInfo:
     return info
 
 
-@routes.post("/jobs/{queue}/{id}/cancel")
+@routes.post("/jobs/{queue}/{id}/cancel", policy=Policy("admin", (path_queue,)))
 async def cancel(request: web.Request) -> web.Response:
     w = request.app[WEB]
     queue, job_id = _where(request)
@@ -172,7 +176,7 @@ async def cancel(request: web.Request) -> web.Response:
     )
 
 
-@routes.post("/jobs/{queue}/{id}/retry")
+@routes.post("/jobs/{queue}/{id}/retry", policy=Policy("admin", (path_queue,)))
 async def retry(request: web.Request) -> web.Response:
     w = request.app[WEB]
     queue, job_id = _where(request)
@@ -196,6 +200,13 @@ async def retry(request: web.Request) -> web.Response:
     )
 
 
+async def replayed_kind(request: web.Request, _: Token) -> Iterable[Touch]:
+    """The kind of the job a replay would enqueue again (none: no such job, the handler's 404)."""
+    queue, job_id = _where(request)
+    info = await request.app[WEB].engine.get_job(queue, job_id)
+    return [kind(info.kind, "the job's kind")] if info is not None and info.kind else []
+
+
 async def _replay(w: Web, queue: str, job_id: str) -> dict[str, Any]:
     info = await _existing(w, queue, job_id)
     try:
@@ -207,7 +218,7 @@ async def _replay(w: Web, queue: str, job_id: str) -> dict[str, Any]:
     return {"id": env.id, "topic": d.topic, "partition": d.partition, "offset": d.offset}
 
 
-@routes.post("/jobs/{queue}/{id}/replay")
+@routes.post("/jobs/{queue}/{id}/replay", policy=Policy("admin", (path_queue, replayed_kind)))
 async def replay(request: web.Request) -> web.Response:
     w = request.app[WEB]
     queue, job_id = _where(request)

@@ -5,7 +5,7 @@ confirmed with the exact count first."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -14,10 +14,14 @@ from aiohttp import web
 
 from jqcore.settings import FarSettings, load
 from jqengine import Engine, Forgotten, JobInfo
+from jqruntime.authz import EVERY_QUEUE, Policy, Touch
+from jqruntime.authz import queue as queue_touch
 from jqruntime.http import HttpError
 from jqruntime.kafka import Record, schedule_key
+from jqruntime.tokens import Token
 from jqweb.context import WEB, Web
 from jqweb.render import act, form, page, query_int
+from jqweb.routes import Pages
 from jqweb.search import (
     FIELDS,
     FINISHED,
@@ -29,11 +33,11 @@ from jqweb.search import (
     matching,
     parse_filters,
 )
-from jqweb.security import principal, require_admin, require_queue
+from jqweb.security import principal, search_queue
 
 __all__ = ["ACTIONS", "cancel_one", "confirm_page", "routes"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 CANCELABLE = frozenset({"pending", "waiting", "parked", "delayed", "running", "deferred", "scheduled"})
 BATCH = 500
@@ -142,11 +146,10 @@ async def _archive(w: Web, f: Filters, ctx: dict[str, Any]) -> None:
         ctx["next_url"] = _url(w.base, {**f.raw, "limit": str(ctx["limit"]), "cursor": after})
 
 
-@routes.get("/jobs")
+@routes.get("/jobs", policy=Policy("read", (search_queue,)))
 async def jobs(request: web.Request) -> web.Response:
     w = request.app[WEB]
     f = parse_filters(request.query)
-    _one_queue_unless_all(request, f.queue)
     ctx: dict[str, Any] = {
         "filters": f.raw,
         "describe": f.describe(),
@@ -269,9 +272,18 @@ def confirm_page(
     return page(request, "confirm.html", {"confirm": info})
 
 
-@routes.post("/jobs/bulk")
+async def bulk_targets(request: web.Request, _: Token) -> Iterable[Touch]:
+    """The queue of each selected job (``id=<queue>/<id>``), or with ``all=1`` the filter's queue — else
+    every queue (a token held to some queues acts on one of them at a time)."""
+    data = await form(request)
+    if data.get("all") == "1":
+        named = data.get("queue")
+        return [queue_touch(named, "queue")] if named else [EVERY_QUEUE]
+    return [queue_touch(q, f"id={q}/{i}") for q, i in dict.fromkeys(_selected(data))]
+
+
+@routes.post("/jobs/bulk", policy=Policy("admin", (bulk_targets,)))
 async def bulk(request: web.Request) -> web.Response:
-    require_admin(request)
     w = request.app[WEB]
     data = await form(request)
     name = data.get("action", "")
@@ -313,18 +325,3 @@ async def bulk(request: web.Request) -> web.Response:
         back=f"{w.base}/jobs",
         next_url=next_url,
     )
-
-
-def _one_queue_unless_all(request: web.Request, queue: str | None) -> None:
-    """A token held to some queues searches one of them at a time (403 ``queue_forbidden`` otherwise)."""
-    if queue:
-        require_queue(request, queue)
-        return
-    token = principal(request).token
-    if token is not None and not token.every_queue:
-        raise HttpError(
-            403,
-            "queue_forbidden",
-            f"token {token.name!r} may search only queues {', '.join(token.queues)}: choose a queue",
-            details={"token": token.name, "queue": "*"},
-        )

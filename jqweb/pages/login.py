@@ -11,18 +11,20 @@ from aiohttp import web
 
 from jqcore.clock import now_ms
 from jqcore.log import get_logger
+from jqruntime.authz import OPEN
 from jqruntime.http import HttpError
 from jqruntime.stores.audit import AuditEntry
 from jqweb.context import WEB
 from jqweb.redirect import safe_next
 from jqweb.render import env, form
+from jqweb.routes import Pages
 from jqweb.security import COOKIE, SECURE_COOKIE, TOKENS, session_id
 
 __all__ = ["cookie_name", "routes"]
 
 log = get_logger("jqweb")
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 ANONYMOUS = "anonymous"
 
@@ -58,13 +60,13 @@ def _address(request: web.Request) -> str:
     return request.remote or "unknown"
 
 
-@routes.get("/login", name="login")
+@routes.get("/login", policy=OPEN, name="login")
 async def login_form(request: web.Request) -> web.Response:
     base = request.app[WEB].base
     return _login_page(base, safe_next(base, request.query.get("next"), f"{base}/"), None)
 
 
-@routes.post("/login", name="login-submit")
+@routes.post("/login", policy=OPEN, name="login-submit")
 async def login(request: web.Request) -> web.Response:
     w = request.app[WEB]
     address = _address(request)
@@ -102,7 +104,7 @@ async def login(request: web.Request) -> web.Response:
     raise response
 
 
-@routes.post("/logout", name="logout")
+@routes.post("/logout", policy=OPEN, name="logout")
 async def logout(request: web.Request) -> web.Response:
     """Ends the browser's session (if it has a live one) and clears its cookie; open, so an expired
     session can still sign out cleanly."""

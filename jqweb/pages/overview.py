@@ -16,16 +16,17 @@ from jqweb.context import WEB
 from jqweb.narrow import everything, narrow, own_topics
 from jqweb.overview import alerts, collect
 from jqweb.render import page, query_int
-from jqweb.security import principal, visible
+from jqweb.routes import Pages
+from jqweb.security import READ, principal, visible
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 HOUR_MS = 3600 * 1000
 
 
-@routes.get("/")
+@routes.get("/", policy=READ)
 async def overview(request: web.Request) -> web.Response:
     w = request.app[WEB]
     hours = query_int(request, "hours", 24, 1, 24)
@@ -41,7 +42,7 @@ async def overview(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/overview/live")
+@routes.get("/overview/live", policy=READ)
 async def live(request: web.Request) -> web.Response:
     w = request.app[WEB]
     snap = await _narrowed(

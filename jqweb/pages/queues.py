@@ -14,6 +14,7 @@ from aiohttp import web
 
 from jqcore.clock import now_ms
 from jqengine import QueueConfig, RedisClient
+from jqruntime.authz import Policy, path_queue
 from jqruntime.http import HttpError
 from jqruntime.stores.config import ConfigStore
 from jqweb import series
@@ -21,11 +22,12 @@ from jqweb.context import WEB, Web
 from jqweb.overview import queue_row, queue_rows
 from jqweb.pages.topics import describe_rate, topic_of
 from jqweb.render import act, form, page
-from jqweb.security import require_admin, visible
+from jqweb.routes import Pages
+from jqweb.security import READ, visible
 
 __all__ = ["SETTINGS", "routes"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 HOUR_MS = 3600 * 1000
 SAMPLE_READS_AT_ONCE = 32
@@ -64,7 +66,7 @@ async def _sparks(client: RedisClient, queues: list[str]) -> dict[str, list[int]
     return dict(zip(queues, await asyncio.gather(*(one(q) for q in queues)), strict=True))
 
 
-@routes.get("/queues")
+@routes.get("/queues", policy=READ)
 async def queues_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     match = request.query.get("q", "").strip()
@@ -92,7 +94,7 @@ async def _kinds(w: Web, queue: str) -> list[dict[str, Any]]:
     return out
 
 
-@routes.get("/queues/{queue}")
+@routes.get("/queues/{queue}", policy=Policy("read", (path_queue,)))
 async def queue_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     queue = await _known(w, request.match_info["queue"])
@@ -123,7 +125,6 @@ async def _switch(
     request: web.Request, action: str, word: str, *, paused: bool | None = None, blocked: bool | None = None
 ) -> web.Response:
     """Flip one flag of a queue's configuration (``paused``, ``enqueue_blocked``), audited as ``action``."""
-    require_admin(request)
     w = request.app[WEB]
     queue = await _known(w, request.match_info["queue"])
     fields = await form(request)
@@ -159,22 +160,22 @@ async def _block(request: web.Request, blocked: bool) -> web.Response:
     return await _switch(request, action, word, blocked=blocked)
 
 
-@routes.post("/queues/{queue}/block")
+@routes.post("/queues/{queue}/block", policy=Policy("admin", (path_queue,)))
 async def block(request: web.Request) -> web.Response:
     return await _block(request, True)
 
 
-@routes.post("/queues/{queue}/unblock")
+@routes.post("/queues/{queue}/unblock", policy=Policy("admin", (path_queue,)))
 async def unblock(request: web.Request) -> web.Response:
     return await _block(request, False)
 
 
-@routes.post("/queues/{queue}/pause")
+@routes.post("/queues/{queue}/pause", policy=Policy("admin", (path_queue,)))
 async def pause(request: web.Request) -> web.Response:
     return await _pause(request, True)
 
 
-@routes.post("/queues/{queue}/resume")
+@routes.post("/queues/{queue}/resume", policy=Policy("admin", (path_queue,)))
 async def resume(request: web.Request) -> web.Response:
     return await _pause(request, False)
 
@@ -196,9 +197,8 @@ def settings_changes(fields: dict[str, str]) -> dict[str, Any]:
     return changes
 
 
-@routes.post("/queues/{queue}/settings")
+@routes.post("/queues/{queue}/settings", policy=Policy("admin", (path_queue,)))
 async def settings(request: web.Request) -> web.Response:
-    require_admin(request)
     w = request.app[WEB]
     queue = await _known(w, request.match_info["queue"])
     fields = await form(request)

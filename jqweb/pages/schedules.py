@@ -5,6 +5,7 @@ kept in the schedule topic, only indexed in Redis) with the next run of each; an
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
@@ -13,15 +14,18 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, check_name
 from jqcore.errors import CronInvalid, JobqError
 from jqengine import Engine
+from jqruntime.authz import Policy, Touch, owner
 from jqruntime.http import HttpError
 from jqruntime.stores.cron import fire_now, overview
+from jqruntime.tokens import Token
 from jqweb.context import WEB
 from jqweb.render import act, form, page
-from jqweb.security import principal, require_queue
+from jqweb.routes import Pages
+from jqweb.security import READ, principal
 
 __all__ = ["routes"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 READS_AT_ONCE = 32
 BACK = "/schedules"
@@ -60,7 +64,7 @@ async def _waiting(engine: Engine) -> list[dict[str, Any]]:
     return [r for r in rows if r is not None]
 
 
-@routes.get("/schedules")
+@routes.get("/schedules", policy=READ)
 async def schedules(request: web.Request) -> web.Response:
     w = request.app[WEB]
     cron: list[dict[str, Any]] = []
@@ -90,20 +94,19 @@ def _missing(name: str) -> HttpError:
     return HttpError(404, "schedule_not_found", f"no cron schedule named {name!r}")
 
 
-async def _allowed(request: web.Request, name: str) -> CronSchedule:
-    """The schedule, when the signed-in token may use its queue (403 ``queue_forbidden`` otherwise)."""
+async def schedule_owner(request: web.Request, _: Token) -> Iterable[Touch]:
+    """The queue of the schedule the path names (404 ``schedule_not_found`` for none)."""
+    name = _name(request)
     schedule = await request.app[WEB].cron().get(name)
     if schedule is None:
         raise _missing(name)
-    require_queue(request, schedule.queue)
-    return schedule
+    return [owner(schedule.queue, f"schedule {name!r}")]
 
 
 async def _set_paused(request: web.Request, paused: bool) -> web.Response:
     w = request.app[WEB]
     name = _name(request)
     data = await form(request)
-    await _allowed(request, name)
 
     async def run() -> int:
         if await w.cron().set_paused(name, paused, now_ms()) is None:
@@ -122,17 +125,17 @@ async def _set_paused(request: web.Request, paused: bool) -> web.Response:
     )
 
 
-@routes.post("/schedules/{name}/pause")
+@routes.post("/schedules/{name}/pause", policy=Policy("admin", (schedule_owner,)))
 async def pause(request: web.Request) -> web.Response:
     return await _set_paused(request, True)
 
 
-@routes.post("/schedules/{name}/resume")
+@routes.post("/schedules/{name}/resume", policy=Policy("admin", (schedule_owner,)))
 async def resume(request: web.Request) -> web.Response:
     return await _set_paused(request, False)
 
 
-@routes.post("/schedules/{name}/trigger")
+@routes.post("/schedules/{name}/trigger", policy=Policy("admin", (schedule_owner,)))
 async def trigger(request: web.Request) -> web.Response:
     """Enqueue one job of the schedule now (id ``cron:<name>:<now>:manual``), paused or not."""
     w = request.app[WEB]
@@ -140,7 +143,6 @@ async def trigger(request: web.Request) -> web.Response:
     data = await form(request)
     fired: list[str] = []
     found: list[CronSchedule] = []
-    await _allowed(request, name)
 
     async def run() -> int:
         schedule = await w.cron().get(name)

@@ -5,22 +5,26 @@ within one Consul answer, without a restart (``jqrelay.limits``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
 
 from jqcore.rates import parse_rate
 from jqcore.routing import QueueUnrouted, RoutingSettings
+from jqruntime.authz import Policy, Touch, path_queue
 from jqruntime.http import HttpError
+from jqruntime.tokens import Token
 from jqweb.context import WEB, Web
 from jqweb.narrow import everything, narrow, own_topics
 from jqweb.overview import collect
 from jqweb.render import act, form, page
-from jqweb.security import Principal, principal, require_admin, require_queue
+from jqweb.routes import Pages
+from jqweb.security import READ, Principal, principal
 
 __all__ = ["describe_rate", "routes", "topic_of"]
 
-routes = web.RouteTableDef()
+routes = Pages()
 
 
 def describe_rate(text: str) -> dict[str, Any]:
@@ -81,7 +85,7 @@ async def _queue_rates(
     return out
 
 
-@routes.get("/topics")
+@routes.get("/topics", policy=READ)
 async def topics_page(request: web.Request) -> web.Response:
     w, p = request.app[WEB], principal(request)
     topics = own_topics(p, w.sources.routing, await w.engine.queues(), w.sources.topics())
@@ -123,15 +127,14 @@ async def _write_rate(w: Web, key: str, text: str) -> int:
     return 0
 
 
-@routes.post("/topics/{topic}/rate")
+async def topic_rate(_: web.Request, __: Token) -> Iterable[Touch]:
+    """A topic's rate limit holds every queue routed to it: only an admin of every queue sets it."""
+    return [Touch("every_queue", where="a topic's rate limit holds every queue routed to it")]
+
+
+@routes.post("/topics/{topic}/rate", policy=Policy("admin", (topic_rate,)))
 async def set_topic_rate(request: web.Request) -> web.Response:
     w = request.app[WEB]
-    if not everything(require_admin(request)):  # a read token learns nothing more than 403
-        raise HttpError(
-            403,
-            "topic_forbidden",
-            "a topic's rate limit holds every queue routed to it: only an admin of every queue sets it",
-        )
     topic = request.match_info["topic"]
     if topic not in w.sources.topics():
         raise HttpError(404, "topic_not_found", f"no topic {topic!r} among the relays' topics")
@@ -156,12 +159,10 @@ async def _queue_known(w: Web, queue: str) -> bool:
     return entry is not None
 
 
-@routes.post("/queues/{queue}/rate")
+@routes.post("/queues/{queue}/rate", policy=Policy("admin", (path_queue,)))
 async def set_queue_rate(request: web.Request) -> web.Response:
     w = request.app[WEB]
-    require_admin(request)
     queue = request.match_info["queue"]
-    require_queue(request, queue)  # a queue-scoped admin limits only its own queues
     if "/" in queue or not await _queue_known(w, queue):
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     fields = await form(request)
