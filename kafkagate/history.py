@@ -1,7 +1,10 @@
 """The archive (Rickover): what the gateway answers from the history tables once Redis forgot a job, and
 the job search over them (``docs/history.md``).
 
-The tables are read through DuckDB (``jqruntime.stores.history``) in a worker thread, never a Spark session.
+The tables are read through DuckDB (``jqruntime.stores.history``), never a Spark session, on the gateway's
+history pool (``jqruntime.historypool``: ``JOBQ_HISTORY_QUERY_SLOTS`` queries at once, half of them per
+token, a time limit each; past it a 429 ``gateway_busy``), never the executor ``/readyz`` uses. A ``GET``
+the history had no job for is remembered a few seconds (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``).
 The search covers every job the history has seen — live ones too, as of the history pipeline's last trigger
 (seconds behind Redis); ``GET`` of one job answers from Redis whenever Redis still has it. ``GET`` of an
 archived job shows the payload the history kept with its end (``jqruntime.stores.archive``: args, meta,
@@ -10,18 +13,17 @@ result, priority, lease, expiry; ``truncated`` names a field cut to the cap); th
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
 
 from jqcore.events import TERMINAL
-from jqruntime.http import HttpError, json_response
-from jqruntime.stores.history import HistoryStore, JobSnapshot
+from jqruntime.http import TOKEN_NAME, HttpError, json_response
+from jqruntime.stores.history import JobSnapshot
 from kafkagate import models as m
 from kafkagate.api import Api, Param
 from kafkagate.auth import require_queue, token_of
-from kafkagate.state import GATE
+from kafkagate.state import GATE, Gate
 
 __all__ = ["archived", "archived_snapshot", "routes"]
 
@@ -56,16 +58,31 @@ def job_dict(job: JobSnapshot, *, payload: bool = False) -> dict[str, Any]:
     return out
 
 
-async def archived_snapshot(store: HistoryStore | None, queue: str, job_id: str) -> JobSnapshot | None:
-    """The job's latest row in the history, or None (no history configured, or it never saw the job)."""
+def _asker(request: web.Request) -> str:
+    """Whose share of the history pool a request uses: its token's name."""
+    name: str = request.get(TOKEN_NAME, "anonymous")
+    return name
+
+
+async def archived_snapshot(request: web.Request, queue: str, job_id: str) -> JobSnapshot | None:
+    """The job's latest row in the history, or None (no history configured, or it never saw the job: a
+    miss is remembered for ``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+    gate: Gate = request.app[GATE]
+    store = gate.history()
     if store is None:
         return None
-    return await asyncio.to_thread(store.current, queue, job_id)
+    misses = gate.archive_misses()
+    if misses.missed(queue, job_id):
+        return None
+    job = await gate.history_pool().run(_asker(request), lambda: store.current(queue, job_id))
+    if job is None:
+        misses.note(queue, job_id)
+    return job
 
 
-async def archived(store: HistoryStore | None, queue: str, job_id: str) -> dict[str, Any] | None:
+async def archived(request: web.Request, queue: str, job_id: str) -> dict[str, Any] | None:
     """The archived job with its payload, or None (no history configured, or it never saw the job)."""
-    job = await archived_snapshot(store, queue, job_id)
+    job = await archived_snapshot(request, queue, job_id)
     return job_dict(job, payload=True) if job is not None else None
 
 
@@ -125,7 +142,9 @@ async def search_jobs(request: web.Request) -> web.Response:
             details={"token": token.name, "queue": "*"},
         )
     since, until = _int(request, "since"), _int(request, "until")
-    page = await asyncio.to_thread(  # a bad cursor: QueryInvalid, a 400 like every JobqError with a status
+    gate = request.app[GATE]
+    page = await gate.history_pool().run(  # a bad cursor: QueryInvalid, a 400 like every JobqError
+        _asker(request),
         lambda: store.search(
             queue=q.get("queue") or None,
             kind=q.get("kind") or None,
@@ -135,6 +154,6 @@ async def search_jobs(request: web.Request) -> web.Response:
             id_prefix=q.get("id_prefix") or None,
             limit=limit,
             after=q.get("after") or None,
-        )
+        ),
     )
     return json_response({"jobs": [job_dict(j) for j in page.jobs], "next": page.next_cursor})
