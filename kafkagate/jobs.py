@@ -322,12 +322,19 @@ async def replay_job(request: web.Request) -> web.Response:
     return json_response(body, 202)
 
 
+REDIS_UNREACHABLE = "Redis did not answer; retry later (the gateway's log says why)"
+"""The message of a Redis outage's 503 (``backend_unavailable``): what redis-py said — addresses, the
+server's own words — goes to the log, never to the client."""
+
+
 async def engine_call(awaitable: Any) -> Any:
-    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500; this process's own
-    Redis pool exhausted is a 429 ``gateway_busy`` (Redis is not down)."""
+    """Engine reads/changes: a Redis outage is a 503 ``backend_unavailable`` with a fixed message (the
+    reason is logged), never a 500; this process's own Redis pool exhausted is a 429 ``gateway_busy``
+    (Redis is not down)."""
     try:
         return await awaitable
     except MaxConnectionsError:  # this process's own pool is exhausted: busy here, Redis is fine
         raise busy("its Redis connections (JOBQ_GATE_REDIS_CONNECTIONS)") from None
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise BackendUnavailable(f"Redis unreachable: {exc}") from exc
+        log.warning("Redis unreachable", error=repr(exc))
+        raise BackendUnavailable(REDIS_UNREACHABLE) from exc
