@@ -140,6 +140,7 @@ class QueryLimits:
             f"SET threads = {int(self.threads)}",
             f"SET temp_directory = {_literal(str(self.spill_dir()))}",
             f"SET max_temp_directory_size = '{int(self.temp_max_mb)}MiB'",
+            "SET enable_progress_bar = false",  # a slow query would draw one on the server's stderr
         ]
 
 
