@@ -24,6 +24,7 @@ import aiohttp
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
+from jqcore.errors import ConfigError
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
 from jqdispatch.push import Answer, job_body, post_job
@@ -70,6 +71,11 @@ class Dispatcher(Service):
     health_name = "dispatcher"
 
     def __init__(self, engine: Engine, settings: DispatcherSettings, *, redis: RedisClient) -> None:
+        if not settings.callback_secret.get_secret_value().strip():
+            raise ConfigError(
+                "JOBQ_CALLBACK_SECRET is empty: set it (or JOBQ_CALLBACK_SECRET_FILE) to the gateways'"
+                " callback secret"
+            )
         super().__init__()
         self.engine, self.settings = engine, settings
         self.redis = redis

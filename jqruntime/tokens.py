@@ -284,14 +284,19 @@ def _named(prefix: str, secret: str) -> str:
 
 
 def _gate_env(tokens: Sequence[SecretStr]) -> list[tuple[bytes, Token]]:
-    """``JOBQ_GATE_TOKENS``: ``secret`` (every scope) or ``secret:scope+scope``."""
+    """``JOBQ_GATE_TOKENS``: ``secret`` (every scope) or ``secret:scope+scope``. A bad entry is named by
+    its position only: what follows its ``:`` may be part of a secret that holds a colon, so it is never
+    echoed (nor is the secret)."""
     out = []
-    for t in tokens:
+    for i, t in enumerate(tokens, start=1):
         secret, _, scopes = t.get_secret_value().partition(":")
         try:
             granted = _scope_names(scopes.split("+")) if scopes else list(SCOPES)
-        except ValueError as exc:
-            raise ConfigError(f"JOBQ_GATE_TOKENS: {exc}") from None
+        except ValueError:
+            raise ConfigError(
+                f"JOBQ_GATE_TOKENS: unknown scope(s) in entry #{i} of {len(tokens)} (not shown: what follows"
+                f" its ':' may be part of the secret); known: {', '.join(SCOPES)}, joined by '+'"
+            ) from None
         out.append((digest(secret), Token(_named("gate", secret), frozenset(granted))))
     return out
 

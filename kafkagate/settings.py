@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.envelope import MAX_ENVELOPE_BYTES
 from jqcore.settings import CommaSecrets, ProduceBatching
+from jqcore.settings.common import _blank_is_unset, _read_secret_file
 
 __all__ = ["GateSettings"]
 
@@ -39,6 +40,10 @@ class GateSettings(BaseSettings, ProduceBatching):
     work (``worker``: its older name), admin; none given: all), on every queue. Named tokens held to queues,
     kinds and a rate come from ``JOBQ_TOKENS_FILE``. With neither, every request is refused except
     the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
+    tokens_file: str | None = None
+    """A file holding ``JOBQ_GATE_TOKENS``' list instead (entries separated by commas or lines; trailing
+    newline stripped): a mounted Secret's key, so no token is in the environment. Prefer
+    ``JOBQ_TOKENS_FILE`` (named tokens held to queues, kinds and a rate)."""
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one
     largest job (``MAX_ENVELOPE_BYTES``, 1 MiB), so every job the envelope allows can be sent; a job whose
@@ -75,6 +80,17 @@ class GateSettings(BaseSettings, ProduceBatching):
     callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
     """The HMAC secret of dispatch callback tokens, shared with the dispatchers (``jobq dispatcher``,
     ``docs/dispatcher.md``); unset: ``POST /v1/callbacks/...`` is refused (403 ``callbacks_off``)."""
+    callback_secret_file: str | None = Field(None, validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET_FILE"))
+    """A file holding the callback secret instead (trailing newline stripped): a mounted Secret's key, so
+    the secret is in no process's environment (the Helm chart's way)."""
+
+    _blank = field_validator("tokens_file", "callback_secret_file", mode="before")(_blank_is_unset)
+
+    @model_validator(mode="after")
+    def _secret_files(self) -> GateSettings:
+        _read_secret_file(self, "tokens", kind="secrets")
+        _read_secret_file(self, "callback_secret", name="JOBQ_CALLBACK_SECRET")
+        return self
 
     @model_validator(mode="after")
     def _fixed_port_when_shared(self) -> GateSettings:

@@ -210,6 +210,36 @@ class HistorySettings(BaseSettings):
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """``jobq history run`` serves Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT (the history's lag
     behind the events topic: ``jobq_history_lag_records``, ``jobq_history_progress_timestamp_seconds``)."""
+    query_memory_mb: int = Field(256, ge=16, le=1_048_576)
+    """Memory one history query may use (DuckDB's ``memory_limit``, MiB) before it spills to
+    ``query_temp_dir`` or fails. Each query of the gateway's archive and job search, the dashboard and the
+    CLI has its own DuckDB; ``query_slots`` of them run at once. Raise it when large reports fail with an
+    out-of-memory error; keep ``query_slots`` times this well under the pod's memory limit."""
+    query_threads: int = Field(1, ge=1, le=64)
+    """Threads one history query may use (DuckDB's ``threads``; its own default is every core, for each
+    query). Raise it for faster ad-hoc reports on a machine that serves nothing else."""
+    query_temp_dir: str = ""
+    """Where a history query spills what does not fit in ``query_memory_mb`` ('' = ``jobq-history-spill``
+    in the system's temporary folder, e.g. the pod's ``/tmp``; DuckDB's own default is a ``.tmp`` folder
+    in the current directory, read-only in the chart's containers). Point it at a larger disk when
+    ``query_temp_max_mb`` is raised."""
+    query_temp_max_mb: int = Field(1024, ge=0)
+    """Most disk one history query may spill to (MiB; 0: none, a query that does not fit in memory fails).
+    Bounds the temporary folder's growth under many large queries."""
+    query_timeout_s: float = Field(10.0, gt=0, le=3600)
+    """Longest a history query of the gateway or the dashboard may run (archive look-ups, job searches,
+    timelines): DuckDB is interrupted then and the request answers 504 ``history_timeout``. Raise it when
+    legitimate searches over a large history time out; the CLI has no limit."""
+    query_slots: int = Field(2, ge=1, le=64)
+    """History queries one gateway or dashboard process runs at once, on a pool of threads of their own
+    (never the one ``/readyz`` and Kafka metadata use); one more is a 429 (``gateway_busy`` on the
+    gateway, ``history_busy`` on the dashboard) with ``Retry-After``. One token holds at most half of them
+    (at least one), so one client cannot take the archive from the others. Raise it with
+    ``query_memory_mb`` in mind."""
+    archive_miss_ttl_s: float = Field(5.0, ge=0, le=3600)
+    """How long a ``GET`` of a job neither Redis nor the history has is answered 404 without asking the
+    history again (per queue and id, at most 10,000 remembered; 0: never remembered). Unknown ids in a
+    loop then cost no DuckDB query each."""
 
     @property
     def root(self) -> Path:
