@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -44,6 +46,11 @@ class DispatcherSettings(BaseSettings):
     """Seconds POSTs under way get to finish on SIGTERM; then they and the awaited jobs are released."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+    secrets_dir: Path | None = None
+    """The folder a dispatch kind's ``auth.file`` names a file of (read at each POST: a rotated secret is
+    used at once). Set it when downstream credentials are mounted as files, e.g. a Kubernetes Secret
+    mounted as a volume; unset, kinds whose auth is a file fail their attempts unsent. (``auth.env`` can
+    only name ``JOBQ_DISPATCH_AUTH_*`` variables of this process.)"""
 
     @field_validator("callback_secret")
     @classmethod

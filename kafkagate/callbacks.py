@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jqcore.log import get_logger
 from jqengine import Engine, JobLease, StaleLease
-from jqruntime.dispatch import load_configs, verify_callback
+from jqruntime.dispatch import load_config, verify_callback
 from jqruntime.http import HttpError, json_response
 from jqruntime.stores import dispatch as dispatch_store
 from kafkagate.api import Api
@@ -163,8 +163,8 @@ async def callback_fail(request: web.Request) -> web.Response:
     attempt, kind = lease.attempt, lease.kind
     delay = body.retry_in_ms
     if delay is None:
-        stored = await engine_call(dispatch_store.configs(request.app[GATE].redis_client))
-        config = load_configs(stored).get(kind)
+        stored = await engine_call(dispatch_store.config_for(request.app[GATE].redis_client, queue, kind))
+        config = load_config(stored) if stored is not None else None
         delay = config.backoff.policy().delay_ms(attempt) if config is not None else None
     try:
         outcome = await engine_call(
