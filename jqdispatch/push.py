@@ -3,14 +3,16 @@
 The body is JSON: the job (``id``, ``queue``, ``kind``, ``args``, ``meta``, ``attempt``, ``max_attempts``,
 ``enqueued_at``) and ``callback`` (``token``, ``expires_at_ms``, ``complete_url``, ``fail_url``). Headers:
 ``Idempotency-Key: <id>:<attempt>``, ``X-Jobq-Attempt`` and the kind's auth header. Before anything is
-sent, the auth is resolved (:meth:`jqruntime.dispatch.DispatchAuth.resolve`); refused, it is a failed
-attempt (``refused``) with nothing sent. The answer: 202 → the downstream calls back; any other 2xx → done
-(a JSON body of at most 64 KiB is kept as the result); any other status (a redirect too: it is not
-followed), a timeout or no connection → a failed attempt. The auth value is never logged.
+sent, the auth is resolved (:meth:`jqruntime.dispatch.DispatchAuth.resolve`) and the URL's host resolved
+and checked (:class:`jqdispatch.egress.Egress`); either refused is a failed attempt (``refused``) with
+nothing sent. The answer: 202 → the downstream calls back; any other 2xx → done (a JSON body of at most
+64 KiB is kept as the result); any other status (a redirect too: it is not followed), a timeout or no
+connection → a failed attempt. The auth value is never logged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +20,10 @@ from typing import Any, Literal
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from jqcore import metrics
+from jqdispatch.egress import Egress, EgressRefused
 from jqengine import MAX_RESULT_BYTES, ClaimedJob
 from jqruntime.dispatch import CALLBACK_GRACE_MS, DispatchAuthError, DispatchConfig, sign_callback
 
@@ -41,9 +45,11 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Sender:
-    """What a POST goes through: the session, and the folder ``auth.file`` names are read from."""
+    """What a POST goes through: the session (its connector resolves through ``egress``), the egress
+    policy, and the folder ``auth.file`` names are read from."""
 
     http: aiohttp.ClientSession
+    egress: Egress
     secrets_dir: Path | None = None
 
 
@@ -86,12 +92,12 @@ def _headers(job: ClaimedJob, config: DispatchConfig, sender: Sender) -> dict[st
 
 async def post_job(sender: Sender, job: ClaimedJob, config: DispatchConfig, body: dict[str, Any]) -> Answer:
     """POST the attempt and classify the answer (never raises for the downstream's faults); a refused
-    auth is an answer of its own (``refused``) and nothing is sent."""
+    auth or address is an answer of its own (``refused``) and nothing is sent."""
     started = time.perf_counter()
     try:
         headers = _headers(job, config, sender)
         answer = await _post(sender, job, config, body, headers)
-    except DispatchAuthError as exc:
+    except (DispatchAuthError, EgressRefused) as exc:
         answer = Answer("refused", error=exc.message)
     finally:
         metrics.child(metrics.DISPATCH_LATENCY, job.queue, job.envelope.kind).observe(
@@ -104,15 +110,19 @@ async def post_job(sender: Sender, job: ClaimedJob, config: DispatchConfig, body
 async def _post(
     sender: Sender, job: ClaimedJob, config: DispatchConfig, body: dict[str, Any], headers: dict[str, str]
 ) -> Answer:
-    metrics.child(metrics.DISPATCHED, job.queue, job.envelope.kind).inc()
+    url = URL(str(config.url))
+    host, port = url.raw_host or "", url.port or 0
     try:
-        timeout = aiohttp.ClientTimeout(total=config.timeout_s)
-        data = orjson.dumps(body)
-        post = sender.http.post(
-            str(config.url), data=data, headers=headers, timeout=timeout, allow_redirects=False
-        )
-        async with post as resp:
-            return _classify(resp.status, await _read_capped(resp, MAX_RESULT_BYTES + 1))
+        async with asyncio.timeout(config.timeout_s):
+            try:
+                addresses = await sender.egress.check(host, port)
+            except OSError as exc:
+                return Answer("unreachable", error=f"unreachable: {host} does not resolve: {exc}")
+            metrics.child(metrics.DISPATCHED, job.queue, job.envelope.kind).inc()
+            with sender.egress.pinned(host, port, addresses):
+                post = sender.http.post(url, data=orjson.dumps(body), headers=headers, allow_redirects=False)
+                async with post as resp:
+                    return _classify(resp.status, await _read_capped(resp, MAX_RESULT_BYTES + 1))
     except TimeoutError:
         return Answer("timeout", error=f"timeout: no answer within {config.timeout_s} s")
     except aiohttp.ClientError as exc:

@@ -2,8 +2,9 @@
 
 * **Configuration**: a job of queue Q and kind K is pushed with (Q, K)'s dispatch configuration, else
   (``*``, K)'s (:func:`jqruntime.dispatch.pick`); read every ``refresh_s``.
-* **Auth** is resolved at each POST (``secrets_dir`` for ``auth.file``); a refused one fails the attempt
-  without sending anything.
+* **Egress**: each POST's host is resolved once, its addresses checked against the egress policy
+  (``allow_nets``) and the connection pinned to them (:mod:`jqdispatch.egress`); a refused URL or auth
+  fails the attempt without sending anything.
 * **Claims** are made like a worker pool's (:meth:`jqengine.Engine.claim`): batches sized to the free
   slots of ``concurrency``, each job leased and fenced by its attempt and token; a kind's ``concurrency``
   limit is the claim script's, across every claimer. With nothing claimable it blocks on the queues' wake
@@ -30,6 +31,7 @@ from jqcore import metrics
 from jqcore.aio import cancel_and_wait
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
+from jqdispatch.egress import Egress, EgressPolicy
 from jqdispatch.push import Answer, Sender, job_body, post_job
 from jqdispatch.settings import DispatcherSettings
 from jqengine import ClaimedJob, Engine, RedisClient, StaleLease
@@ -94,6 +96,7 @@ class Dispatcher(Service):
         self.configs: dict[tuple[str, str], DispatchConfig] = {}
         """The dispatch configurations of this dispatcher's queues and of every queue (``*``), by (queue,
         kind)."""
+        self.egress = Egress(EgressPolicy.parse(settings.allow_nets))
         self.signals = DispatcherSignals()
         self._secret = settings.callback_secret.get_secret_value()
         self._slot_freed = asyncio.Event()
@@ -107,8 +110,11 @@ class Dispatcher(Service):
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
-        http = aiohttp.ClientSession(headers={"User-Agent": "jobq-dispatcher"})
-        self._sender = Sender(http, self.settings.secrets_dir)
+        # the connector resolves through the egress policy, never from a cache: each new connection goes
+        # to the addresses checked for its POST (jqdispatch.egress)
+        connector = aiohttp.TCPConnector(resolver=self.egress, use_dns_cache=False)
+        http = aiohttp.ClientSession(headers={"User-Agent": "jobq-dispatcher"}, connector=connector)
+        self._sender = Sender(http, self.egress, self.settings.secrets_dir)
         await self.refresh()
         await self._keeper.start()
         await self._presence.start()
@@ -128,6 +134,7 @@ class Dispatcher(Service):
         await self._presence.stop()
         if self._sender is not None:
             await self._sender.http.close()
+        await self.egress.close()
 
     async def _release_rest(self) -> None:
         rest = [h for h in self.held.values() if not h.abandoned]

@@ -24,6 +24,7 @@ from jqruntime.client import JobqClient
 from kafkagate.main import GateService
 
 SECRET = "test-callback-secret-0123456789"
+LOOPBACK = "127.0.0.0/8"
 READ_TOKEN = "test-read-token-0123456789"
 """A token of the pipeline's gateway with the ``read`` scope only."""
 
@@ -67,7 +68,7 @@ class Pipeline:
 
 @dataclass
 class Rig(Pipeline):
-    """The pipeline with a real downstream and an in-process dispatcher (``secrets``: its
+    """The pipeline with a real downstream and an in-process dispatcher (loopback allowed; ``secrets``: its
     ``JOBQ_DISPATCHER_SECRETS_DIR``)."""
 
     downstream: Downstream = field(default_factory=Downstream)
@@ -145,6 +146,7 @@ async def rig(pipeline: Pipeline, downstream: Downstream, tmp_path: Path) -> Asy
     settings = dispatcher_settings(
         pipeline.queue,
         pipeline.gate_url,
+        allow_nets=[LOOPBACK],  # the downstream listens on 127.0.0.1, refused unless allowed
         secrets_dir=tmp_path,
     )
     dispatcher = Dispatcher(pipeline.engine, settings, redis=pipeline.redis)

@@ -1,5 +1,6 @@
-"""The dispatcher and its callbacks as the security review (2026-12-05: C2, H2, L6) left them, over the real
-stack: what a kind's auth may send, dispatch configuration per (queue, kind), and what read tokens see."""
+"""The dispatcher and its callbacks as the security review (2026-12-05: C2, H2, M1, L6) left them, over the
+real stack: what a kind's auth may send, dispatch configuration per (queue, kind), the egress policy, and
+what read tokens see."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from jqdispatch.service import Dispatcher
 from jqruntime.stores import dispatch as dispatch_store
-from tests.dispatch.conftest import READ_TOKEN, SECRET, Pipeline, Rig
+from tests.dispatch.conftest import READ_TOKEN, SECRET, Downstream, Pipeline, Rig, dispatcher_settings
 from tests.dispatch.test_dispatch import enqueue, finished, job
 
 
@@ -114,6 +116,34 @@ async def test_dispatch_configuration_is_kept_per_queue_and_kind(rig: Rig, prefi
     await finished(rig, every, 1, "succeeded")
     await rig.signals.handed_back.wait_for(lambda v: v == (handed_id, elsewhere), timeout_s=15)
     assert rig.downstream.posts(handed_id) == []
+
+
+# ---- M1: the egress policy ------------------------------------------------------------------------------
+async def test_an_internal_address_is_refused_unless_allowed_and_gets_no_request(
+    pipeline: Pipeline, downstream: Downstream, prefix: str
+) -> None:
+    """A dispatcher without ``JOBQ_DISPATCHER_ALLOW_NETS``: the downstream on 127.0.0.1 is up and would
+    answer, but no request reaches it; the cloud metadata address is refused the same way."""
+    local, metadata = f"{prefix}.local", f"{prefix}.metadata"
+    downstream.behave[local] = ok
+    await put(pipeline.call, local, queues=[pipeline.queue], dispatch={"url": downstream.url})
+    probe = {"url": "http://169.254.169.254/latest/meta-data/iam/security-credentials/"}
+    await put(pipeline.call, metadata, queues=[pipeline.queue], dispatch=probe)
+    dispatcher = Dispatcher(
+        pipeline.engine, dispatcher_settings(pipeline.queue, pipeline.gate_url), redis=pipeline.redis
+    )
+    dispatcher.signals.finished.enable()
+    async with dispatcher:
+        ids = [(await pipeline.client.enqueue_one(pipeline.queue, k, None))["id"] for k in (local, metadata)]
+        for job_id in ids:
+            await dispatcher.signals.finished.wait_for(
+                lambda v, i=job_id: v == (i, 1, "refused"), timeout_s=15
+            )
+    assert downstream.received == []
+    errors = [j.last_error or "" for j in await pipeline.engine.get_jobs(pipeline.queue, ids) if j]
+    assert "127.0.0.1" in errors[0]
+    assert "169.254.169.254" in errors[1]
+    assert all("JOBQ_DISPATCHER_ALLOW_NETS" in e for e in errors), errors
 
 
 # ---- L6: what read tokens see ----------------------------------------------------------------------------
