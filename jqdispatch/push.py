@@ -25,7 +25,13 @@ from yarl import URL
 from jqcore import metrics
 from jqdispatch.egress import Egress, EgressRefused
 from jqengine import MAX_RESULT_BYTES, ClaimedJob
-from jqruntime.dispatch import CALLBACK_GRACE_MS, DispatchAuthError, DispatchConfig, sign_callback
+from jqruntime.dispatch import (
+    CALLBACK_GRACE_MS,
+    DispatchAuthError,
+    DispatchConfig,
+    lease_nonce,
+    sign_callback,
+)
 
 __all__ = ["MAX_RESULT_BYTES", "Answer", "Sender", "post_job"]
 
@@ -59,7 +65,7 @@ def job_body(
     env = job.envelope
     expires = now_ms + int((config.timeout_s + config.callback_timeout_s) * 1000) + CALLBACK_GRACE_MS
     base = f"{callback_url.rstrip('/')}/v1/callbacks/{job.queue}/jobs/{env.id}"
-    token = sign_callback(secret, job.queue, env.id, job.attempt, expires)
+    token = sign_callback(secret, job.queue, env.id, job.attempt, expires, lease_nonce(job.token))
     return {
         "id": env.id,
         "queue": job.queue,

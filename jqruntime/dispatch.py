@@ -11,10 +11,14 @@ running them in a worker pool, and the signed callback tokens with which the dow
   (``file``: a plain name in ``JOBQ_DISPATCHER_SECRETS_DIR``). The header may not be one that changes how
   the request is framed or routed (:func:`header_problem`). The rules are checked when a configuration is
   PUT and again when the dispatcher resolves it (:meth:`DispatchAuth.resolve`), which refuses to send.
-* A **callback token** proves that the holder was sent attempt N of job J of queue Q and may report it
-  until the token expires: ``v1.<attempt>.<expires_ms>.<HMAC-SHA256(secret, Q J N expires)>``. The
-  dispatcher signs it (:func:`sign_callback`), the gateway checks it (:func:`verify_callback`) with the
-  same ``JOBQ_CALLBACK_SECRET``; the attempt it names is then fenced against the job's current one.
+* A **callback token** proves that the holder was sent attempt N of job J of queue Q under one claim (one
+  lease token) and may report it until the token expires:
+  ``v2.<attempt>.<expires_ms>.<nonce>.<HMAC-SHA256(secret, Q J N expires nonce)>``, ``nonce`` being the
+  first 16 hex characters of SHA-256(the claim's lease token) (:func:`lease_nonce`). The dispatcher signs
+  it (:func:`sign_callback`), the gateway checks it (:func:`verify_callback`) with the same
+  ``JOBQ_CALLBACK_SECRET`` before touching Redis, then compares the nonce with the job's lease
+  (:meth:`CallbackClaim.holds`): a released or re-claimed attempt's token is dead even under the same
+  attempt number.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import hmac
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -51,11 +56,13 @@ __all__ = [
     "CALLBACK_GRACE_MS",
     "EVERY_QUEUE",
     "STORED",
+    "CallbackClaim",
     "DispatchAuth",
     "DispatchAuthError",
     "DispatchBackoff",
     "DispatchConfig",
     "header_problem",
+    "lease_nonce",
     "load_configs",
     "masked_url",
     "pick",
@@ -339,36 +346,72 @@ def load_configs(raw: Mapping[tuple[str, str], str]) -> dict[tuple[str, str], Di
     return out
 
 
-def _mac(secret: str, queue: str, job_id: str, attempt: int, expires_ms: int) -> str:
-    message = f"{queue}\n{job_id}\n{attempt}\n{expires_ms}".encode()
+# ---- callback tokens ------------------------------------------------------------------------------------
+TOKEN_VERSION = "v2"
+NONCE_CHARS = 16
+_NONCE = re.compile(rf"[0-9a-f]{{{NONCE_CHARS}}}")
+
+
+def lease_nonce(lease_token: str) -> str:
+    """The claim a callback token is bound to: the first 16 hex characters of SHA-256(its lease token).
+    The lease token itself never leaves the dispatcher; a new claim (after a release, under the same
+    attempt number too) has another."""
+    return hashlib.sha256(lease_token.encode()).hexdigest()[:NONCE_CHARS]
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackClaim:
+    """What a valid callback token says: the attempt, its expiry and the claim's nonce."""
+
+    attempt: int
+    expires_ms: int
+    nonce: str
+
+    def holds(self, lease_token: str) -> bool:
+        """Whether the token was made for the claim whose lease token this is ('' — none — never)."""
+        return bool(lease_token) and hmac.compare_digest(self.nonce, lease_nonce(lease_token))
+
+
+def _mac(secret: str, queue: str, job_id: str, attempt: int, expires_ms: int, nonce: str) -> str:
+    message = f"{TOKEN_VERSION}\n{queue}\n{job_id}\n{attempt}\n{expires_ms}\n{nonce}".encode()
     digest = hmac.new(secret.encode(), message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def sign_callback(secret: str, queue: str, job_id: str, attempt: int, expires_ms: int) -> str:
-    """The callback token of this attempt (see the module's docstring)."""
-    return f"v1.{attempt}.{expires_ms}.{_mac(secret, queue, job_id, attempt, expires_ms)}"
+def sign_callback(secret: str, queue: str, job_id: str, attempt: int, expires_ms: int, nonce: str) -> str:
+    """The callback token of this attempt under this claim (``nonce``: :func:`lease_nonce` of its lease
+    token; see the module's docstring)."""
+    mac = _mac(secret, queue, job_id, attempt, expires_ms, nonce)
+    return f"{TOKEN_VERSION}.{attempt}.{expires_ms}.{nonce}.{mac}"
 
 
-def verify_callback(secret: str, token: str, queue: str, job_id: str, now_ms: int) -> int:
-    """The attempt a valid token names. Raises :class:`HttpError`: 403 ``callbacks_off`` (no secret), 401
-    ``callback_token_invalid`` (not a token), 403 ``callback_signature_invalid`` (not signed for this job
-    with this secret), 403 ``callback_expired``."""
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 16
+
+
+def verify_callback(secret: str, token: str, queue: str, job_id: str, now_ms: int) -> CallbackClaim:
+    """What a valid token says, checked without any I/O (expiry by the caller's clock ``now_ms``). Raises
+    :class:`HttpError`: 403 ``callbacks_off`` (no secret), 401 ``callback_token_invalid`` (not a token of
+    this version), 403 ``callback_signature_invalid`` (not signed for this job with this secret), 403
+    ``callback_expired``."""
     if not secret:
         raise HttpError(
             403, "callbacks_off", "this gateway takes no callbacks (JOBQ_CALLBACK_SECRET is unset)"
         )
-    version, _, rest = token.partition(".")
-    attempt_s, _, rest = rest.partition(".")
-    expires_s, _, mac = rest.partition(".")
-    numbers = (attempt_s, expires_s)
-    if version != "v1" or not mac or not all(n.isascii() and n.isdigit() and len(n) <= 16 for n in numbers):
+    parts = token.split(".")
+    if len(parts) != 5 or parts[0] != TOKEN_VERSION:
+        raise HttpError(
+            401, "callback_token_invalid", f"callback_token is not a jobq callback token ({TOKEN_VERSION})"
+        )
+    _, attempt_s, expires_s, nonce, mac = parts
+    if not (_digits(attempt_s) and _digits(expires_s) and _NONCE.fullmatch(nonce) and mac):
         raise HttpError(401, "callback_token_invalid", "callback_token is not a jobq callback token")
-    attempt, expires = int(attempt_s), int(expires_s)
-    if not hmac.compare_digest(mac.encode(), _mac(secret, queue, job_id, attempt, expires).encode()):
+    claim = CallbackClaim(int(attempt_s), int(expires_s), nonce)
+    expected = _mac(secret, queue, job_id, claim.attempt, claim.expires_ms, nonce)
+    if not hmac.compare_digest(mac.encode(), expected.encode()):
         raise HttpError(
             403, "callback_signature_invalid", f"callback_token is not signed for job {job_id!r} of {queue!r}"
         )
-    if expires < now_ms:
-        raise HttpError(403, "callback_expired", f"the callback token of attempt {attempt} has expired")
-    return attempt
+    if claim.expires_ms < now_ms:
+        raise HttpError(403, "callback_expired", f"the callback token of attempt {claim.attempt} has expired")
+    return claim

@@ -8,6 +8,11 @@ says one (``retried``, ``deleted``, ``canceled``, ``released``, ``changed``; els
 the outcome: ``ok``, or the error's code and message (also for an unexpected exception). A refused request
 (401/403) never reached the handler and is not an action. A failed write to Redis fails the call, as on
 the dashboard: no admin action goes unrecorded without its caller seeing an error.
+
+The open dispatch callback routes (``/v1/callbacks/``, :data:`kafkagate.limits.CALLBACK_PREFIX`) are no
+admin calls: anyone may send them, and a refused one is no action. A callback that changed a job is
+recorded by its handler as an action of its own (:func:`record_callback`: ``callback.complete`` or
+``callback.fail``, who = ``dispatch:<kind>``).
 """
 
 from __future__ import annotations
@@ -23,8 +28,12 @@ from jqcore.errors import JobqError
 from jqruntime.http import TOKEN_NAME
 from jqruntime.stores.audit import AuditEntry, AuditTrail
 from kafkagate.auth import required_scope
+from kafkagate.limits import CALLBACK_PREFIX
 
-__all__ = ["audit_middleware", "count_of"]
+__all__ = ["AUDIT", "audit_middleware", "count_of", "record_callback"]
+
+AUDIT = web.AppKey("jobq.audit", AuditTrail)
+"""Where the gateway records its actions (set when it has a trail: ``kafkagate.app.make_app``)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -61,6 +70,8 @@ def audit_middleware(trail: AuditTrail, mounted: Sequence[str] = ()) -> Middlewa
             return await handler(request)
         if prefixes and request.path.startswith(prefixes):
             return await handler(request)
+        if request.path.startswith(CALLBACK_PREFIX):  # open and signed: no admin call (record_callback)
+            return await handler(request)
         template = resource.canonical
         if required_scope(request.method, template) != "admin":
             return await handler(request)
@@ -87,3 +98,13 @@ def audit_middleware(trail: AuditTrail, mounted: Sequence[str] = ()) -> Middlewa
             await trail.record(AuditEntry(now_ms(), who, action, target, count, outcome, token=who))
 
     return audit
+
+
+async def record_callback(request: web.Request, action: str, kind: str, target: str, outcome: str) -> None:
+    """Record a dispatch callback that changed a job (``action``: ``callback.complete`` /
+    ``callback.fail``; who = ``dispatch:<kind>``: the downstream of that kind; no token). Only the request
+    that changed the job is recorded, not the same callback sent again (a token holder cannot flood the
+    trail). Awaited, like every record: a failure is an error answer."""
+    trail = request.config_dict.get(AUDIT)
+    if trail is not None:
+        await trail.record(AuditEntry(now_ms(), f"dispatch:{kind}", action, target, 1, outcome))

@@ -1,6 +1,6 @@
-"""The dispatcher and its callbacks as the security review (2026-12-05: C2, H2, M1, L6) left them, over the
-real stack: what a kind's auth may send, dispatch configuration per (queue, kind), the egress policy, and
-what read tokens see."""
+"""The dispatcher and its callbacks as the security review (2026-12-05: C2, H2, H4, M1, L1, L6) left them,
+over the real stack: what a kind's auth may send, dispatch configuration per (queue, kind), the egress
+policy, callback tokens bound to the claim and to dispatch kinds, and what read tokens see."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from jqcore.clock import now_ms
 from jqdispatch.service import Dispatcher
+from jqengine import ClaimedJob, Released
+from jqruntime.dispatch import lease_nonce, sign_callback
+from jqruntime.stores import audit
 from jqruntime.stores import dispatch as dispatch_store
+from tests.conftest import Eventually
 from tests.dispatch.conftest import READ_TOKEN, SECRET, Downstream, Pipeline, Rig, dispatcher_settings
 from tests.dispatch.test_dispatch import enqueue, finished, job
 
@@ -144,6 +149,82 @@ async def test_an_internal_address_is_refused_unless_allowed_and_gets_no_request
     assert "127.0.0.1" in errors[0]
     assert "169.254.169.254" in errors[1]
     assert all("JOBQ_DISPATCHER_ALLOW_NETS" in e for e in errors), errors
+
+
+# ---- L1, H4: callback tokens bound to the claim and to dispatch kinds -------------------------------------
+async def claim_one(pipeline: Pipeline, eventually: Eventually) -> ClaimedJob:
+    """The next job of the pipeline's queue, claimed as a dispatcher would (waits for the relay)."""
+    jobs = await eventually(
+        lambda: pipeline.engine.claim(pipeline.queue, 1, lease_ms=60_000, worker="t"), bool
+    )
+    return jobs[0]  # type: ignore[no-any-return]
+
+
+def token_of(job: ClaimedJob) -> str:
+    """The callback token the dispatcher signs for this claim."""
+    return sign_callback(SECRET, job.queue, job.id, job.attempt, now_ms() + 60_000, lease_nonce(job.token))
+
+
+async def callback(pipeline: Pipeline, job: ClaimedJob, token: str, **body: Any) -> tuple[int, Any]:
+    url = f"{pipeline.gate_url}/v1/callbacks/{job.queue}/jobs/{job.id}/complete"
+    async with pipeline.http.post(
+        url, json={"callback_token": token, **body}, headers={"Authorization": ""}
+    ) as r:
+        return r.status, await r.json()
+
+
+async def test_a_released_attempt_claimed_again_kills_its_old_callback_token(
+    pipeline: Pipeline, prefix: str, eventually: Eventually
+) -> None:
+    """A release refunds the attempt: the next claim runs under the same number, but with another lease
+    token, so the first claim's callback token (held by the downstream of the time) is stale; the one
+    callback that completes the job is recorded in the audit trail, the same callback sent again is not."""
+    kind = f"{prefix}.pushed"
+    await put(pipeline.call, kind, queues=[pipeline.queue], dispatch={"url": "https://downstream.example/h"})
+    await pipeline.client.enqueue_one(pipeline.queue, kind, None)
+    first = await claim_one(pipeline, eventually)
+    released = await pipeline.engine.release(pipeline.queue, [(first.id, first.attempt, first.token, True)])
+    assert released == {first.id: Released.RELEASED}
+    second = await claim_one(pipeline, eventually)
+    assert (second.id, second.attempt) == (first.id, first.attempt)
+    assert second.token != first.token
+
+    status, body = await callback(pipeline, first, token_of(first), result={"from": "the first claim"})
+    assert (status, body["error"]["code"]) == (409, "callback_stale"), body
+    assert (body["error"]["attempt"], body["error"]["current_attempt"]) == (first.attempt, second.attempt)
+    answer = {"id": second.id, "attempt": second.attempt, "state": "completed"}
+    token = token_of(second)
+    assert await callback(pipeline, second, token, result={"from": "the second"}) == (200, answer)
+    assert await callback(pipeline, second, token, result={"from": "the second"}) == (200, answer)
+    status, body = await callback(pipeline, first, token_of(first))
+    assert (status, body["error"]["code"]) == (409, "callback_stale")
+    done = await pipeline.engine.get_job(pipeline.queue, first.id)
+    assert done is not None
+    assert (done.state, done.result) == ("completed", '{"from":"the second"}')
+
+    target = f"{pipeline.queue}/{first.id}"
+    recorded = [e for e in await audit.read(pipeline.redis, 1000) if e.target == target]
+    assert [(e.action, e.who, e.outcome) for e in recorded] == [
+        ("callback.complete", f"dispatch:{kind}", "ok")
+    ]
+
+
+async def test_a_job_whose_kind_is_not_pushed_from_its_queue_takes_no_callback(
+    pipeline: Pipeline, prefix: str, eventually: Eventually
+) -> None:
+    """Even a token signed with the secret (leaked, or the dispatchers' key reused) cannot complete a job
+    that no dispatcher pushes: a worker pool's kind, or a kind pushed from another queue only."""
+    pooled, elsewhere = f"{prefix}.pooled", f"{prefix}.elsewhere"
+    await put(pipeline.call, pooled, queues=[pipeline.queue])
+    await put(pipeline.call, elsewhere, queues=[f"{prefix}.other"], dispatch={"url": "https://x.example/"})
+    for kind in (pooled, elsewhere):
+        await pipeline.client.enqueue_one(pipeline.queue, kind, None)
+        held = await claim_one(pipeline, eventually)
+        status, body = await callback(pipeline, held, token_of(held))
+        assert (status, body["error"]["code"]) == (403, "callback_not_dispatched"), body
+        still = await pipeline.engine.get_job(pipeline.queue, held.id)
+        assert still is not None
+        assert still.state == "running"
 
 
 # ---- L6: what read tokens see ----------------------------------------------------------------------------

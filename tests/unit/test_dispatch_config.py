@@ -1,8 +1,8 @@
-"""Push dispatch's pure parts: the callback token (signed, bound to queue, job, attempt and expiry; every
-malformed one a 401, never a 500), a kind's dispatch configuration (validated, its secret kept out of what
-is shown, its URL masked for non-admins) and what its auth may send (only ``JOBQ_DISPATCH_AUTH_*``
-variables and files of the secrets folder, never a framing header), checked when it is configured and
-again when it is resolved."""
+"""Push dispatch's pure parts: the callback token (signed, bound to queue, job, attempt, expiry and the
+claim's lease token; every malformed one a 401, never a 500), a kind's dispatch configuration (validated,
+its secret kept out of what is shown, its URL masked for non-admins) and what its auth may send (only
+``JOBQ_DISPATCH_AUTH_*`` variables and files of the secrets folder, never a framing header), checked when it
+is configured and again when it is resolved."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from jqruntime.dispatch import (
     DispatchAuth,
     DispatchAuthError,
     DispatchConfig,
+    lease_nonce,
     load_config,
     load_configs,
     pick,
@@ -28,6 +29,8 @@ from jqruntime.http import HttpError
 
 SECRET = "0123456789abcdef0123"
 NOW = 1_764_300_000_000
+LEASE = "lease-token-of-the-claim"
+NONCE = lease_nonce(LEASE)
 
 
 def refused(token: str, *, secret: str = SECRET, queue: str = "q", job: str = "j", now: int = NOW) -> str:
@@ -36,26 +39,55 @@ def refused(token: str, *, secret: str = SECRET, queue: str = "q", job: str = "j
     return f"{err.value.status} {err.value.code}"
 
 
-def test_a_token_names_its_attempt_and_holds_only_for_its_job_and_secret() -> None:
-    token = sign_callback(SECRET, "q", "j", 3, NOW + 1000)
-    assert verify_callback(SECRET, token, "q", "j", NOW) == 3
+def test_a_token_names_its_attempt_and_claim_and_holds_only_for_its_job_and_secret() -> None:
+    token = sign_callback(SECRET, "q", "j", 3, NOW + 1000, NONCE)
+    claim = verify_callback(SECRET, token, "q", "j", NOW)
+    assert (claim.attempt, claim.expires_ms, claim.nonce) == (3, NOW + 1000, NONCE)
     assert refused(token, job="other") == "403 callback_signature_invalid"
     assert refused(token, queue="other") == "403 callback_signature_invalid"
     assert refused(token, secret="another-secret-value") == "403 callback_signature_invalid"
-    assert refused(token.replace("v1.3.", "v1.4.")) == "403 callback_signature_invalid"  # attempt changed
+    assert refused(token.replace("v2.3.", "v2.4.")) == "403 callback_signature_invalid"  # attempt changed
+    other_claim = lease_nonce("another-lease-token")
+    assert refused(token.replace(NONCE, other_claim)) == "403 callback_signature_invalid"  # claim changed
     assert refused(token, now=NOW + 1001) == "403 callback_expired"
     assert refused(token, secret="") == "403 callbacks_off"
 
 
+def test_a_token_holds_only_for_the_claim_it_was_signed_for() -> None:
+    """A released attempt claimed again keeps its number but gets another lease token: the old claim's
+    token no longer holds (nor does any token once the attempt ended without a write: no lease token)."""
+    claim = verify_callback(SECRET, sign_callback(SECRET, "q", "j", 1, NOW + 1, NONCE), "q", "j", NOW)
+    assert claim.holds(LEASE)
+    assert not claim.holds("the-lease-token-of-the-next-claim")
+    assert not claim.holds("")
+    assert len(NONCE) == 16
+    assert int(NONCE, 16) >= 0  # hex, and the lease token itself is not in the token
+    assert LEASE not in sign_callback(SECRET, "q", "j", 1, NOW, NONCE)
+
+
 @pytest.mark.parametrize(
-    "token", ["", "v1", "v2.1.2.abc", "v1.x.2.abc", "v1.1.2.", "v1.².2.abc", "v1.1.٣.abc", "v1.1.9" * 9]
+    "token",
+    [
+        "",
+        "v2",
+        "v1.1.2.abc",  # the token of earlier builds: not bound to a claim
+        "v2.1.2.abc",
+        f"v2.x.2.{NONCE}.abc",
+        f"v2.1.2.{NONCE}.",
+        f"v2.1.2.{NONCE.upper()}.abc",
+        "v2.1.2.0123.abc",
+        f"v2.².2.{NONCE}.abc",
+        f"v2.1.٣.{NONCE}.abc",
+        f"v2.1.2.{NONCE}.abc.def",
+        "v2.1.9" * 9,
+    ],
 )
 def test_a_malformed_token_is_a_401(token: str) -> None:
     assert refused(token) == "401 callback_token_invalid"
 
 
 def test_a_token_whose_signature_is_not_ascii_is_refused_not_an_error() -> None:
-    assert refused("v1.1.2.ünïcode") == "403 callback_signature_invalid"
+    assert refused(f"v2.1.2.{NONCE}.ünïcode") == "403 callback_signature_invalid"
 
 
 def test_the_configuration_keeps_its_secret_out_of_what_is_shown() -> None:
