@@ -54,8 +54,10 @@ from jqengine.replication import ReplicaWait, recording_writes
 from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqengine.switchrules import Switch
 from jqengine.tails import TAIL_ID_PREFIX
+from jqengine.transitions import MAX_RESULT_BYTES
 
 __all__ = [
+    "MAX_RESULT_BYTES",
     "REPAIR_AFTER_MS",
     "SWITCH_ACTIONS",
     "TAIL_ID_PREFIX",

@@ -23,10 +23,10 @@ from jqruntime.tokens import TokenSettings, TokenSource
 from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, running, switches
 from kafkagate import models as m
 from kafkagate.api import Api
-from kafkagate.audit import audit_middleware
+from kafkagate.audit import AUDIT, audit_middleware
 from kafkagate.auth import TOKENS, authenticate, authorize_middleware
 from kafkagate.body import body_middleware
-from kafkagate.limits import BODY_BUDGET, BodyBudget
+from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, BodyBudget, CallbackLimits
 from kafkagate.openapi import build
 from kafkagate.state import GATE, Gate
 
@@ -128,7 +128,7 @@ def make_app(
     """The gateway; ``mounts`` (prefix → application) are served beside it, e.g. the dashboard at ``/ui``
     (``jobq gate --web``): they answer their own errors and check their own tokens. ``tokens``: the
     accepted tokens (default: ``JOBQ_TOKENS_FILE`` and ``JOBQ_GATE_TOKENS``); ``audit``: where admin calls
-    are recorded (``kafkagate.audit``)."""
+    are recorded (``kafkagate.audit``), and successful dispatch callbacks."""
     mounts = dict(mounts or {})
     if tokens is None:
         tokens = TokenSource(load(TokenSettings), gate=gate.settings.tokens, host=gate.settings.host)
@@ -148,6 +148,13 @@ def make_app(
     )
     app[GATE] = gate
     app[BODY_BUDGET] = BodyBudget(gate.settings.inflight_body_bytes)
+    app[CALLBACK_LIMITS] = CallbackLimits(
+        BodyBudget(gate.settings.callback_inflight_body_bytes, "JOBQ_GATE_CALLBACK_INFLIGHT_BODY_BYTES"),
+        gate.settings.callback_read_timeout_s,
+        gate.settings.callback_rate_limit(),
+    )
+    if audit is not None:
+        app[AUDIT] = audit
     app[TOKENS] = tokens
     app[POLICIES] = {op.handler: op.policy for table in TABLES for op in table.operations}
     for table in TABLES:
