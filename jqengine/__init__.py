@@ -29,7 +29,7 @@ from jqengine.codes import check as check_code
 from jqengine.engine import Engine
 from jqengine.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
 from jqengine.graphs import REPAIR_AFTER_MS, GraphSignals
-from jqengine.memory import QueueMemory
+from jqengine.memory import QueueMemory, check_bounds
 from jqengine.models import (
     CancelOutcome,
     CancelResult,
@@ -98,6 +98,7 @@ __all__ = [
     "SwitchInvalid",
     "SwitchNotFound",
     "SwitchesFull",
+    "check_bounds",
     "check_code",
     "connect",
     "memory_info",

@@ -11,6 +11,7 @@ from typing import TypeVar
 import consul.aio
 from aiohttp import web
 
+from jqcore.settings import QueueBounds, load
 from jqengine import Engine, RedisClient, connect
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.historypool import HistoryPool, MissCache
@@ -44,6 +45,8 @@ class Web:
     sources: Sources = field(default_factory=Sources)
     base: str = ""
     """The path the dashboard is served under (``""`` on its own; ``/ui`` when the gateway mounts it)."""
+    queue_bounds: QueueBounds = field(default_factory=lambda: load(QueueBounds))
+    """What a queue's configuration may ask for (``JOBQ_QUEUE_MAX_*``)."""
     _client: RedisClient | None = None
     _engine: Engine | None = None
     _consul: consul.aio.Consul | None = None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
 from aiohttp import web
 
 from jqcore.errors import FieldError
-from jqengine import QueueConfig
+from jqengine import QueueConfig, check_bounds
 from jqruntime.authz import Policy, path_queue
 from jqruntime.dispatch import EVERY_QUEUE, DispatchConfig, load_configs, pick
 from jqruntime.http import HttpError, json_response
@@ -108,7 +109,7 @@ async def put_queue(request: web.Request) -> web.Response:
             " PATCH to change only some fields",
         )
     config = QueueConfig(**{**body.model_dump(), "filter_keys": tuple(body.filter_keys)})
-    return await _configure(request, queue, config)
+    return await _configure(request, queue, config, body.model_dump())
 
 
 @routes.patch(
@@ -131,14 +132,18 @@ async def patch_queue(request: web.Request) -> web.Response:
     if changes.get("fair_key") == "":  # "" turns fairness off
         changes["fair_key"] = None
     current = await engine_call(gate.engine.queue_config(queue))
-    return await _configure(request, queue, replace(current, **changes))
+    return await _configure(request, queue, replace(current, **changes), changes)
 
 
-async def _configure(request: web.Request, queue: str, config: QueueConfig) -> web.Response:
+async def _configure(
+    request: web.Request, queue: str, config: QueueConfig, changes: Mapping[str, Any]
+) -> web.Response:
     """Store ``config`` as the queue's configuration (in force in Redis, then kept in Consul for a
     rebuild: Consul unreachable is a 503 with the change in force but not kept; send it again); answer
-    with what is now in force."""
+    with what is now in force. The values the request set (``changes``) must be within the operator's
+    bounds (``JOBQ_QUEUE_MAX_*``)."""
     gate = request.app[GATE]
+    await check_bounds(gate.redis_client, gate.queue_bounds, changes)
     await engine_call(gate.engine.configure_queue(queue, config))
     gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     await gate.configs().put_queue(queue, config)

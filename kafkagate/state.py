@@ -16,7 +16,15 @@ from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    FarSettings,
+    HistorySettings,
+    KafkaSettings,
+    QueueBounds,
+    load,
+)
 from jqengine import Engine, QueueConfig, RedisClient
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.historypool import HistoryPool, MissCache
@@ -66,6 +74,8 @@ class Gate:
     far: FarSettings
     history_settings: HistorySettings
     long_polls: LongPolls
+    queue_bounds: QueueBounds = field(default_factory=lambda: load(QueueBounds))
+    """What a queue's configuration may ask for (``JOBQ_QUEUE_MAX_*``)."""
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False

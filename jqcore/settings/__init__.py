@@ -14,8 +14,9 @@ other settings classes and re-exports every name (import from ``jqcore.settings`
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +57,7 @@ __all__ = [
     "LogSettings",
     "MetricsSettings",
     "ProduceBatching",
+    "QueueBounds",
     "QueueNames",
     "RedisSettings",
     "RelayKeys",
@@ -268,6 +270,44 @@ class MetricsSettings(BaseSettings):
     loop_stale_s: float = Field(10.0, ge=2)
     """``/healthz`` answers 503 ``loop_stalled`` once the process's event loop has not run for this long
     (a blocking call or a runaway handler wedged it)."""
+
+
+class QueueBounds(BaseSettings):
+    """What a queue's configuration may ask for, whoever asks (``JOBQ_QUEUE_MAX_*``): the gateway's
+    ``PUT``/``PATCH /v1/queues/{queue}`` and the dashboard's settings form refuse more (400
+    ``queue_config_invalid`` naming the field and the bound), so a queue's admin cannot lift the limits that
+    keep one tenant from filling Redis for everyone (``docs/security.md``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_QUEUE_MAX_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    retention_ms: int = Field(30 * 86_400_000, ge=0)
+    """Longest a finished job's record stays in Redis. Raise it when teams must read finished jobs from
+    Redis longer (the history keeps them anyway)."""
+    dead_retention_ms: int = Field(90 * 86_400_000, ge=0)
+    """Longest a dead letter stays in Redis. Raise it when teams repair dead letters later than that."""
+    events_cap: int = Field(1_000_000, ge=0)
+    """Most lifecycle events a queue's stream holds before shipping. Raise it when a queue's bursts pass it
+    while the schedulers' shipping is slow."""
+    memory_share: float = Field(0.5, gt=0, le=1)
+    """A queue's ``memory_budget`` at most this share of Redis's ``maxmemory`` (no bound when Redis has none).
+    Raise it for a deployment where one queue may rightly use most of Redis."""
+
+    def problems(self, changes: Mapping[str, Any], maxmemory: int) -> list[tuple[str, str]]:
+        """``(field, problem)`` for each value of ``changes`` past its bound (``maxmemory``: Redis's)."""
+        bounds = {
+            "retention_ms": (self.retention_ms, "RETENTION_MS"),
+            "dead_retention_ms": (self.dead_retention_ms, "DEAD_RETENTION_MS"),
+            "events_cap": (self.events_cap, "EVENTS_CAP"),
+            "memory_budget": (int(self.memory_share * maxmemory) if maxmemory else None, "MEMORY_SHARE"),
+        }
+        out = []
+        for name, (bound, setting) in bounds.items():
+            value = changes.get(name)
+            if bound is not None and isinstance(value, int) and value > bound:
+                out.append((name, f"at most {bound} here (an operator's bound: JOBQ_QUEUE_MAX_{setting})"))
+        return out
 
 
 class TraceSettings(BaseSettings):

@@ -117,3 +117,13 @@ async def test_l4_an_admin_call_is_audited_with_the_queues_it_touched_and_what_i
     assert (done.queues, done.details, done.outcome) == (queue, "fields=lease_ms,paused", "ok")
     refused = next(e for e in entries if e.target == f"{prefix}.payments")
     assert (refused.outcome.split(":")[0], refused.who) == ("queue_forbidden", "a-admin")
+
+
+async def test_m3_a_queue_admin_cannot_lift_the_operators_bounds(gate: GateService, prefix: str) -> None:
+    queue = f"{prefix}.teama.jobs"
+    for change in ({"retention_ms": 365 * 86_400_000}, {"events_cap": 10**9}):  # memory: a unit test
+        status, body = await call(gate, A_ADMIN, "PATCH", f"/v1/queues/{queue}", change)
+        assert (status, body["error"]["code"]) == (400, "queue_config_invalid"), body
+        assert next(iter(change)) in body["error"]["message"], body
+    status, body = await call(gate, A_ADMIN, "PATCH", f"/v1/queues/{queue}", {"retention_ms": 3_600_000})
+    assert status == 200, body
