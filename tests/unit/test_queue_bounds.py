@@ -17,10 +17,8 @@ def test_each_value_past_its_bound_is_named_with_the_setting_that_raises_it() ->
     }
     problems = dict(bounds.problems(asked, maxmemory=1000))
     assert set(problems) == {"retention_ms", "events_cap", "memory_budget"}
-    assert (
-        "at most 250" in problems["memory_budget"]
-        and "JOBQ_QUEUE_MAX_MEMORY_SHARE" in problems["memory_budget"]
-    )
+    assert "at most 250" in problems["memory_budget"]
+    assert "JOBQ_QUEUE_MAX_MEMORY_SHARE" in problems["memory_budget"]
     assert "JOBQ_QUEUE_MAX_RETENTION_MS" in problems["retention_ms"]
 
 
