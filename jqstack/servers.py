@@ -61,10 +61,11 @@ class ServerSpec:
         return self.data_dir / "server.log"
 
 
-BROKER_SESSION_MS = 3000
+BROKER_SESSION_MS = 6000
 """The local brokers' ``broker.session.timeout.ms`` (Kafka's default is 9 s): how long the controller keeps
-a silent broker's registration — a crashed broker's new run can register only once it expired."""
-BROKER_HEARTBEAT_MS = 500
+a silent broker's registration — a crashed broker's new run can register only once it expired. Not
+lower: on a loaded 2-core machine a 3 s session expired under a busy controller (a live broker fenced)."""
+BROKER_HEARTBEAT_MS = 1000
 """``broker.heartbeat.interval.ms`` (default 2 s): six heartbeats per session (Kafka's defaults: 4.5)."""
 
 
@@ -135,8 +136,8 @@ class KafkaBroker:
                 "transaction.state.log.min.isr=1",
                 "group.initial.rebalance.delay.ms=0",
                 # a broker killed (-9) and started again is refused by the controller (a duplicate
-                # registration) until the session of its previous run expired: 9 s by default, so every
-                # restart after a crash took 9 s longer than the broker's start (12-18 s instead of 4-9)
+                # registration) until the session of its previous run expired: 9 s by default, so a restart
+                # right after a crash took up to 9 s longer than the broker's start
                 f"broker.session.timeout.ms={BROKER_SESSION_MS}",
                 f"broker.heartbeat.interval.ms={BROKER_HEARTBEAT_MS}",
                 "auto.create.topics.enable=false",
