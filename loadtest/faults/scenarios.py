@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -145,7 +146,7 @@ result not kept)."""
 async def poison_jobs(d: Drill) -> None:
     """Three of each poison kind enqueued into the loaded queue; each must reach its final state while the
     load's jobs keep running (``fault.exit`` kills the worker's process pool each attempt)."""
-    ids = {f"{d.pipe.tag}-poison-{kind}-{i}": kind for kind in POISON for i in range(3)}
+    ids = {f"{d.run}-poison-{kind}-{i}": kind for kind in POISON for i in range(3)}
     headers = {"Authorization": f"Bearer {TOKEN}"}
     url = f"{d.pipe.gate_urls[0]}/v1/queues/{d.pipe.queue}/jobs"
     async with aiohttp.ClientSession(headers=headers) as http:
@@ -315,10 +316,13 @@ CUT_SEEN_S = 30.0
 whose Redis went away logs the failure when its client gives up, seconds after)."""
 
 
-async def _cut(d: Drill, names: list[str], seconds: float, who: str) -> None:
-    """Cut the links ``names`` for ``seconds``; the evidence: each proxy refused connections meanwhile,
-    and the processes ``who`` names (a role or one process) logged problems from the cut to
-    ``CUT_SEEN_S`` after the heal (read once the path is quiet: a client may notice late)."""
+async def _cut(
+    d: Drill, names: list[str], seconds: float | Callable[[], Awaitable[object]], who: str
+) -> None:
+    """Cut the links ``names`` for ``seconds`` (or until the awaitable it makes is done: the event the cut
+    waits for); the evidence: each proxy refused connections meanwhile, and the processes ``who`` names (a
+    role or one process) logged problems from the cut to ``CUT_SEEN_S`` after the heal (read once the path
+    is quiet: a client may notice late)."""
     proxy = d.faults()
     d.notes["cut"] = names
     cut_at = time.time()
@@ -326,7 +330,7 @@ async def _cut(d: Drill, names: list[str], seconds: float, who: str) -> None:
         await asyncio.to_thread(proxy.cut, name)
     for name in names:
         d.evidence(f"{name} refused connections", await asyncio.to_thread(refused, d.proxy_ports[name]))
-    await d.hold(seconds)
+    await (d.hold(seconds) if isinstance(seconds, float | int) else seconds())
     for name in names:
         await asyncio.to_thread(proxy.restore, name)
     healed = time.time()
@@ -366,25 +370,48 @@ async def gateways_cut_from_kafka(d: Drill) -> None:
     await _cut(d, d.links("gate", "kafka"), NET_HOLD_S, "gate")
 
 
+SESSION_GONE_S = 60.0
+"""How long a cut holder's session may take to expire (a TTL of 10 s: Consul drops it between 10 and 20 s
+after its last renewal)."""
+
+
+async def _session_gone(d: Drill, session: str) -> None:
+    """Until Consul has dropped ``session`` (its TTL ran out: nobody renewed it); the evidence, with how
+    long after the cut it went."""
+    client = consul_client(ConsulSettings.model_validate({"addr": d.pipe.ep.consul_addr}))
+    started = time.monotonic()
+    try:
+        while (await client.session.info(session))[1] is not None:
+            if time.monotonic() - started > SESSION_GONE_S:
+                raise TimeoutError(f"the cut holder's session outlived {SESSION_GONE_S:.0f} s")
+            await asyncio.sleep(0.25)
+    finally:
+        await close_consul(client)
+    took = round(time.monotonic() - started, 2)
+    d.evidence("the cut holder's session expired", True, session=session, after_s=took)
+
+
 async def holder_cut_from_consul(d: Drill) -> None:
-    """The lock holder loses Consul (not Redis, not Kafka) for longer than its session's TTL: it must stop
-    writing within its trust window; the other relay takes the lock once the session expired."""
+    """The lock holder loses Consul (not Redis, not Kafka) until its session's TTL ran out and Consul
+    dropped it: it must stop writing within its trust window; the other relay takes the lock (after the
+    lock-delay), or the holder again once healed, with a new session."""
     holder, session = await _lock_holder(d)
     d.notes["holder"] = holder
-    await _cut(d, d.links(holder, "consul"), 20.0, holder)
+    await _cut(d, d.links(holder, "consul"), lambda: _session_gone(d, session), holder)
     successor, new_session = await _lock_holder(d)
     d.notes["lock_after"] = successor
     d.notes["new_session"] = new_session != session
 
 
 async def holder_isolated(d: Drill) -> None:
-    """The lock holder's host partitioned from Consul and Redis at once (Kafka still reachable) for longer
-    than its session's TTL: its batch writes fail and are held, its session expires and it stops writing
+    """The lock holder's host partitioned from Consul and Redis at once (Kafka still reachable) until its
+    session's TTL ran out and Consul dropped it: its batch writes fail and are held, it stops writing
     within its trust window (the held batch dropped, its offsets never committed); a new session takes the
     lock — the other relay's, or its own again once healed — and goes on from the committed offsets."""
     holder, session = await _lock_holder(d)
     d.notes["holder"] = holder
-    await _cut(d, [*d.links(holder, "consul"), *d.links(holder, "redis")], 20.0, holder)
+    cut = [*d.links(holder, "consul"), *d.links(holder, "redis")]
+    await _cut(d, cut, lambda: _session_gone(d, session), holder)
     successor, new_session = await _lock_holder(d)
     d.notes["lock_after"] = successor
     d.evidence("a new session holds the lock", new_session != session, old=session, new=new_session)
@@ -406,13 +433,18 @@ async def relays_redis_slow(d: Drill) -> None:
 KAFKA_HOLD_S = 5.0
 
 
-def _leader(d: Drill, partition: int = 0) -> str:
-    """The stack's name of the broker leading ``partition`` of the scenario's topic."""
+def _leaders(d: Drill) -> dict[int, int]:
+    """Each partition of the drill's topic: the node id of its leader."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
     meta = admin.list_topics(d.pipe.topic, timeout=20)
-    return f"kafka-{meta.topics[d.pipe.topic].partitions[partition].leader}"
+    return {p: m.leader for p, m in meta.topics[d.pipe.topic].partitions.items()}
+
+
+def _leader(d: Drill, partition: int = 0) -> str:
+    """The stack's name of the broker leading ``partition`` of the scenario's topic."""
+    return f"kafka-{_leaders(d)[partition]}"
 
 
 def _in_sync(d: Drill) -> bool:
@@ -433,37 +465,65 @@ async def _wait_in_sync(d: Drill, timeout_s: float = 180.0) -> float:
     return round(time.monotonic() - started, 2)
 
 
-async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None:
-    d.notes["brokers"] = names
-    await asyncio.gather(*(_kill_server(d, n, sig) for n in names))
+async def _brokers_down(
+    d: Drill, names: list[str], sig: signal.Signals, watch: list[tuple[Drill, int]] | None = None
+) -> None:
+    """``names`` killed with ``sig`` at once, started again ``KAFKA_HOLD_S`` later, every replica back in
+    sync; every drill riding the fault (:attr:`Drill.together`) gets the evidence and the notes. ``watch``:
+    (drill, partition) whose leader, one of the brokers, must move meanwhile."""
+    drills = d.together
+    pids = {n: d.server().server(n).pid for n in names}
+    await asyncio.gather(*(asyncio.to_thread(d.server().kill, n, sig) for n in names))
+    for x in drills:
+        x.notes["brokers"] = names
+        for n in names:
+            x.evidence(f"{n} ({sig.name}) gone", killed(pids[n]), pid=pids[n])
     back = asyncio.Event()
     # a leader gone: another broker leads its partition once the controller noticed (the broker session
-    # timeout, 9 s: often after the hold, while the broker starts again — watched until it is back)
-    watch = asyncio.create_task(_leader_moved(d, names[0], back)) if len(names) == 1 else None
+    # timeout: often after the hold, while the broker starts again — watched until it is back)
+    watches = [asyncio.create_task(_leader_moved(x, names[0], back, p)) for x, p in watch or []]
     await d.hold(KAFKA_HOLD_S)
-    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
+    restart_s = round(await asyncio.to_thread(_restart_servers, d), 2)
     back.set()
-    if watch is not None:
-        await watch
-    d.notes["in_sync_s"] = await _wait_in_sync(d)
+    await asyncio.gather(*watches)
+    in_sync = await asyncio.gather(*(_wait_in_sync(x) for x in drills))
+    for x, took in zip(drills, in_sync, strict=True):
+        x.notes["restart_s"], x.notes["in_sync_s"] = restart_s, took
 
 
-async def _leader_moved(d: Drill, gone: str, back: asyncio.Event) -> None:
-    """Watch partition 0's leader move off ``gone`` until it moved or ``back`` is set; the evidence."""
+async def _leader_moved(d: Drill, gone: str, back: asyncio.Event, partition: int = 0) -> None:
+    """Watch ``partition``'s leader move off ``gone`` until it moved or ``back`` is set; the evidence."""
     now = gone
     while not moved(gone, now) and not back.is_set():
         with contextlib.suppress(Exception):  # the metadata may be unreachable for a moment
-            now = await asyncio.to_thread(_leader, d)
+            now = await asyncio.to_thread(_leader, d, partition)
         await asyncio.sleep(0.25)
-    d.evidence("partition 0's leader moved", moved(gone, now), before=gone, after=now)
+    d.evidence(f"partition {partition}'s leader moved", moved(gone, now), before=gone, after=now)
+
+
+async def _leader_down(d: Drill, sig: signal.Signals) -> None:
+    """The leader of partition 0 of the scenario's topic stopped with ``sig``; each drill riding the fault
+    watches a partition of its own topic that broker leads (another broker when partition 0's leads none
+    of theirs: one that leads a partition of every topic)."""
+    drills = d.together
+    leaders = [await asyncio.to_thread(_leaders, x) for x in drills]
+    broker = leaders[0][0]
+    if not all(broker in mine.values() for mine in leaders):
+        common = set(leaders[0].values()).intersection(*(set(mine.values()) for mine in leaders[1:]))
+        broker = min(common) if common else broker
+    watch = [
+        (x, min((p for p, b in mine.items() if b == broker), default=0))
+        for x, mine in zip(drills, leaders, strict=True)
+    ]
+    await _brokers_down(d, [f"kafka-{broker}"], sig, watch)
 
 
 async def kafka_leader_kill(d: Drill) -> None:
-    await _brokers_down(d, [await asyncio.to_thread(_leader, d)], signal.SIGKILL)
+    await _leader_down(d, signal.SIGKILL)
 
 
 async def kafka_leader_stop(d: Drill) -> None:
-    await _brokers_down(d, [await asyncio.to_thread(_leader, d)], signal.SIGTERM)
+    await _leader_down(d, signal.SIGTERM)
 
 
 async def kafka_zone_down(d: Drill) -> None:
@@ -603,6 +663,7 @@ UNCLEAN = {"unclean.leader.election.enable": "true"}
 
 
 SCENARIOS: list[Scenario] = [
+    # in runs of the same servers and settings: each run shares one running path (run.Pipelines)
     Scenario("kill-worker", "kill -9 of a worker pool, restarted 3 s later", worker_kill),
     Scenario(
         "worker-scale-in",
@@ -614,24 +675,38 @@ SCENARIOS: list[Scenario] = [
     Scenario("kill-relay", "kill -9 of the relay holding the lock, restarted 3 s later", relay_kill),
     Scenario("kill-scheduler", "kill -9 of a scheduler, restarted 3 s later", scheduler_kill),
     Scenario("poison", "poison jobs: raise, overrun, os._exit, 100 MB result", poison_jobs),
+    Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
     Scenario(
         "clock-skew",
         "a worker 5 min behind and the scheduler 5 min ahead (libfaketime)",
         clock_skew,
         roles=Roles(schedulers=1),
     ),
-    Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
-    Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
     Scenario(
         "redis-lost",
         "Redis lost with its data, started empty 3 s later, `jobq rebuild` from Kafka",
         redis_lost,
         "own",
     ),
+    Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
+    Scenario(
+        "consul-kill",
+        "kill -9 of the Consul agent, restarted empty 3 s later",
+        consul_kill,
+        "own",
+        consul_state_lost=True,
+    ),
     Scenario(
         "net-relays-redis-cut",
         "both relays cut from Redis for 5 s",
         relays_cut_from_redis,
+        "own",
+        links=(("relay", "redis"),),
+    ),
+    Scenario(
+        "net-relays-redis-slow",
+        "relay-to-Redis link 100 ms slower each way for 10 s",
+        relays_redis_slow,
         "own",
         links=(("relay", "redis"),),
     ),
@@ -663,21 +738,14 @@ SCENARIOS: list[Scenario] = [
         "own",
         links=tuple((relay, service) for relay in ("relay-1", "relay-2") for service in ("consul", "redis")),
     ),
-    Scenario(
-        "net-relays-redis-slow",
-        "relay-to-Redis link 100 ms slower each way for 10 s",
-        relays_redis_slow,
-        "own",
-        links=(("relay", "redis"),),
-    ),
     Scenario("redis-disk-full", "Redis's disk full for 8 s (its AOF cannot grow)", redis_disk_full, "disk"),
     Scenario("kafka-disk-full", "the broker's disk full for 8 s", kafka_disk_full, "disk"),
     Scenario(
-        "consul-kill",
-        "kill -9 of the Consul agent, restarted empty 3 s later",
-        consul_kill,
-        "own",
-        consul_state_lost=True,
+        "redis-cluster-failover",
+        "kill -9 of the queue's Redis Cluster master during graph fan-ins; its replica promoted",
+        redis_master_kill,
+        "cluster",
+        graphs=True,
     ),
     Scenario(
         "kafka-leader-kill",
@@ -685,6 +753,16 @@ SCENARIOS: list[Scenario] = [
         kafka_leader_kill,
         "kafka3",
         replication=3,
+    ),
+    Scenario(
+        "kafka-leader-kill-acks-leader",
+        "kill -9 of a partition leader, acks=leader (Slack's trade)",
+        kafka_leader_kill,
+        "kafka3",
+        acks="leader",
+        loss_allowed=True,
+        replication=3,
+        rides="kafka-leader-kill",
     ),
     Scenario(
         "kafka-leader-stop",
@@ -714,6 +792,7 @@ SCENARIOS: list[Scenario] = [
         "kafka3",
         replication=3,
         topic_config=UNCLEAN,
+        rides="kafka-all-down",
     ),
     Scenario(
         "kafka-rolling-restart",
@@ -728,22 +807,6 @@ SCENARIOS: list[Scenario] = [
         kafka_reassign,
         "kafka3",
         replication=2,
-    ),
-    Scenario(
-        "redis-cluster-failover",
-        "kill -9 of the queue's Redis Cluster master during graph fan-ins; its replica promoted",
-        redis_master_kill,
-        "cluster",
-        graphs=True,
-    ),
-    Scenario(
-        "kafka-leader-kill-acks-leader",
-        "kill -9 of a partition leader, acks=leader (Slack's trade)",
-        kafka_leader_kill,
-        "kafka3",
-        acks="leader",
-        loss_allowed=True,
-        replication=3,
     ),
 ]
 
