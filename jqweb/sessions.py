@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from jqcore.clock import now_ms
 from jqcore.keys import WEB_SESSIONS_KEY, login_failures_key, web_session_key
-from jqengine import RedisClient
+from jqengine import RedisClient, text
 
 __all__ = ["Session", "SessionStore", "Throttle", "expires_in_ms", "ref_of", "select"]
 
@@ -52,10 +52,6 @@ class Session:
     created_ms: int
     seen_ms: int
     """When it was last used (its TTL says: the idle expiry minus what is left)."""
-
-
-def _s(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def select(sessions: Iterable[Session], target: str | None) -> list[Session]:
@@ -110,7 +106,7 @@ class SessionStore:
         return found
 
     def _parse(self, ref: str, raw: dict[bytes | str, bytes | str] | None, seen: int) -> Session | None:
-        f = {_s(k): _s(v) for k, v in (raw or {}).items()}
+        f = {text(k): text(v) for k, v in (raw or {}).items()}
         if not f.get("who") or not f.get("created_ms", "").isdigit():
             return None
         return Session(ref, f["who"], f.get("admin") == "1", int(f["created_ms"]), seen)
@@ -129,7 +125,7 @@ class SessionStore:
 
     async def list(self) -> list[Session]:
         """Every live session, oldest first (the index forgets the ones that expired)."""
-        refs = [_s(r) for r in await self.client.zrange(WEB_SESSIONS_KEY, 0, -1)]  # type: ignore[arg-type]
+        refs = [text(r) for r in await self.client.zrange(WEB_SESSIONS_KEY, 0, -1)]
         if not refs:
             return []
         now = now_ms()
