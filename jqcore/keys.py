@@ -85,8 +85,9 @@ entries older than the absolute expiry are dropped when a session is made."""
 
 
 def web_session_key(ref: str) -> str:
-    """HASH of one dashboard session (``who``, ``admin``, ``created_ms``), keyed by the SHA-256 of its id
-    (the cookie's value is not in Redis); its TTL is the idle expiry, renewed by each request."""
+    """HASH of one dashboard session (``who``, ``admin``, ``created_ms``, ``gen``: its token's generation),
+    keyed by the SHA-256 of its id (the cookie's value is not in Redis); its TTL is the idle expiry, renewed
+    by each request."""
     return f"jobq:web:session:{ref}"
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "TokenSettings",
     "TokenSource",
     "digest",
+    "generation",
     "hash_line",
     "is_loopback",
     "load_tokens",
@@ -82,6 +83,14 @@ NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
 def digest(secret: str) -> bytes:
     """The SHA-256 of a secret (what the tokens file stores, in hex)."""
     return hashlib.sha256(secret.encode()).digest()
+
+
+def generation(stored: bytes) -> str:
+    """A short one-way tag of a token's stored digest: what a dashboard session keeps to notice that the
+    secret of its token (by name) was replaced (``jqweb.sessions``). Derived, not the digest itself, so a
+    session store holds no value a tokens file holds; 64 bits, so a rotation is told apart but for a chance
+    of 2**-64."""
+    return hashlib.sha256(b"jobq.token-generation\0" + stored).hexdigest()[:16]
 
 
 def hash_line(secret: str) -> str:
@@ -144,6 +153,11 @@ class TokenSet:
 
     def by_name(self, name: str) -> Token | None:
         return next((t for _, t in self.entries if t.name == name), None)
+
+    def generation_of(self, name: str) -> str | None:
+        """The :func:`generation` of the token named ``name`` now (None: no such token): it changes when
+        the token's secret does (its ``sha256`` replaced in the file, the environment list changed)."""
+        return next((generation(stored) for stored, t in self.entries if t.name == name), None)
 
     def names(self) -> list[str]:
         return [t.name for _, t in self.entries]

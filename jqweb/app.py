@@ -3,11 +3,13 @@ mounts (``jobq gate --web``, served under ``/ui``)."""
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 
 from aiohttp import web
 
 from jqcore import metrics
+from jqcore.log import get_logger
 from jqcore.settings import load
 from jqruntime.authz import OPEN, POLICIES
 from jqruntime.health import Readiness, ping, readiness_answer
@@ -21,6 +23,8 @@ from jqweb.security import STATIC_ROUTE, TOKENS, auth_middleware, csrf_middlewar
 __all__ = ["STATIC", "make_app"]
 
 STATIC = Path(__file__).parent / "static"
+
+log = get_logger("jqweb")
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -47,14 +51,18 @@ def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
         )
 
     async def session_token(request: web.Request, session_id: str) -> tuple[str, str] | None:
-        """``(token name, ref)`` of the live session; a session whose token is no longer configured is
-        ended."""
+        """``(token name, ref)`` of the live session; a session whose token is no longer configured, or
+        whose token's secret was replaced since its sign-in (another generation: the file's ``sha256``
+        changed and was reloaded), is ended."""
         store = request.app[WEB].sessions()
         found = await store.use(session_id)
         if found is None:
             return None
-        if request.app[TOKENS].current.by_name(found.who) is None:
+        now = request.app[TOKENS].current.generation_of(found.who)
+        if now is None or not hmac.compare_digest(now, found.generation):
             await store.end([found.ref])
+            why = "its token is no longer configured" if now is None else "its token's secret was replaced"
+            log.info("dashboard session ended", who=found.who, session=found.ref[:12], reason=why)
             return None
         return found.who, found.ref
 

@@ -7,8 +7,10 @@ takes), so neither the token nor a usable id is ever stored. A session ends when
 * it was not used for ``session_idle_s`` (the key's TTL, renewed by each request),
 * it is ``session_max_s`` old (absolute: checked against its creation time, and the TTL never outlives it),
 * its browser signs out, or it is revoked (``jobq web sessions revoke``),
-* its token is no longer configured (checked on every request by the caller: the admin flag comes from
-  the configuration of now, not the one at sign-in).
+* its token is no longer configured, or its token's secret was replaced since the sign-in (checked on
+  every request by the caller: the session keeps the token's *generation*,
+  :func:`jqruntime.tokens.generation`, a one-way tag of the token's digest, compared with the token of that
+  name configured now; the admin flag too comes from the configuration of now, not the one at sign-in).
 
 Failed sign-ins are counted per client address in a fixed window; past ``login_failures`` the sign-in
 form answers 429 with ``Retry-After`` until the window ends, before any token is compared.
@@ -52,6 +54,9 @@ class Session:
     created_ms: int
     seen_ms: int
     """When it was last used (its TTL says: the idle expiry minus what is left)."""
+    generation: str = ""
+    """The :func:`~jqruntime.tokens.generation` of the token's secret at sign-in (``""``: a session made
+    before sessions kept it, which no token matches)."""
 
 
 def _s(v: bytes | str) -> str:
@@ -78,15 +83,19 @@ class SessionStore:
         self.idle_s = idle_s
         self.max_s = max_s
 
-    async def create(self, who: str, admin: bool) -> str:
-        """A new session for the token named ``who``; returns its id (the cookie's value)."""
+    async def create(self, who: str, admin: bool, generation: str = "") -> str:
+        """A new session for the token named ``who`` whose secret has ``generation``
+        (:meth:`jqruntime.tokens.TokenSet.generation_of`); returns its id (the cookie's value)."""
         session_id = secrets.token_urlsafe(32)
         ref, now = ref_of(session_id), now_ms()
         key = web_session_key(ref)
         # (no MULTI: the keys are in different Cluster slots; a session left without its TTL still ends at
         # its absolute expiry, checked on use)
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping={"who": who, "admin": "1" if admin else "0", "created_ms": str(now)})
+            admin_flag = "1" if admin else "0"
+            pipe.hset(
+                key, mapping={"who": who, "admin": admin_flag, "created_ms": str(now), "gen": generation}
+            )
             pipe.pexpire(key, expires_in_ms(now, now, self.idle_s, self.max_s))
             pipe.zadd(WEB_SESSIONS_KEY, {ref: now})
             pipe.zremrangebyscore(WEB_SESSIONS_KEY, "-inf", now - int(self.max_s * 1000))  # past any expiry
@@ -113,7 +122,7 @@ class SessionStore:
         f = {_s(k): _s(v) for k, v in (raw or {}).items()}
         if not f.get("who") or not f.get("created_ms", "").isdigit():
             return None
-        return Session(ref, f["who"], f.get("admin") == "1", int(f["created_ms"]), seen)
+        return Session(ref, f["who"], f.get("admin") == "1", int(f["created_ms"]), seen, f.get("gen", ""))
 
     async def end(self, refs: Iterable[str]) -> int:
         """End these sessions; returns how many were live."""

@@ -85,7 +85,8 @@ async def login(request: web.Request) -> web.Response:
     data = await form(request)
     token = data.get("token", "").strip()
     next_url = safe_next(w.base, data.get("next"), f"{w.base}/")
-    found = request.app[TOKENS].current.match(token) if token else None
+    tokens = request.app[TOKENS].current  # one set for the match and the generation (a reload may swap it)
+    found = tokens.match(token) if token else None
     if found is None or not found.has("read"):
         await throttle.failed(address)
         if found is not None:
@@ -95,7 +96,7 @@ async def login(request: web.Request) -> web.Response:
         await w.audit.record(AuditEntry(now_ms(), ANONYMOUS, "session.login", address, 0, outcome))
         return _login_page(w.base, next_url, "that token is not accepted", 401)
     who, admin = found.name, found.has("admin")
-    sid = await w.sessions().create(who, admin)
+    sid = await w.sessions().create(who, admin, tokens.generation_of(who) or "")
     await w.audit.record(AuditEntry(now_ms(), who, "session.login", address, 1, token=who))
     log.info("dashboard sign-in", who=who, admin=admin, address=address)
     response = web.HTTPSeeOther(next_url)

@@ -17,6 +17,7 @@ from jqruntime.tokens import (
     TokenSettings,
     TokenSource,
     digest,
+    generation,
     hash_line,
     load_tokens,
     retry_after,
@@ -246,6 +247,22 @@ def test_reload_swaps_the_whole_set_and_keeps_the_old_one_on_a_bad_file(
     settings.file.write_text(billing(f'secret = "{SECRET}"'))
     assert not source.reload()
     assert source.current is good
+
+
+def test_a_tokens_generation_changes_with_its_secret_and_nothing_else(tmp_path: Path) -> None:
+    """What a dashboard session keeps (review M5): a one-way tag of the digest, not the digest."""
+    settings = write(tmp_path, billing())
+    first = load_tokens(settings).generation_of("billing-app")
+    assert first == generation(digest(SECRET))
+    assert first is not None
+    assert len(first) == 16
+    assert first not in digest(SECRET).hex()
+    assert load_tokens(settings).generation_of("nobody") is None
+    assert settings.file is not None
+    settings.file.write_text(billing('kinds = ["invoice.*"]').replace("billing.*", "ledger.*"))
+    assert load_tokens(settings).generation_of("billing-app") == first, "same secret, same generation"
+    settings.file.write_text(billing().replace(digest(SECRET).hex(), digest("rotated-0123456789").hex()))
+    assert load_tokens(settings).generation_of("billing-app") not in (None, first)
 
 
 def test_hash_line_is_what_the_file_takes(tmp_path: Path) -> None:

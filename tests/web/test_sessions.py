@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -20,6 +21,7 @@ from jqcore.envelope import new_envelope
 from jqcore.keys import login_failures_key, web_session_key
 from jqcore.settings import AuditSettings, RedisSettings, load
 from jqengine import connect
+from jqruntime.tokens import hash_line, reload_all
 from jqweb.main import WebService
 from jqweb.sessions import SessionStore, ref_of, select
 from jqweb.settings import WebSettings
@@ -132,6 +134,59 @@ async def test_revoked_expired_and_orphaned_sessions_are_refused(dash: Any, even
         # a browser is sent to sign in again, with where it was going (encoded)
         r = await dash.get("/queues/a?state=dead&x=1", token=None, as_json=False)
         assert (r.status, r.headers["Location"]) == (303, "/login?next=/queues/a?state%3Ddead%26x%3D1")
+    finally:
+        await redis.aclose()
+
+
+async def test_a_session_ends_when_its_tokens_secret_is_rotated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, web_sources: Any
+) -> None:
+    """Review M5: the operator replaces ``alice``'s ``sha256`` in the tokens file and reloads; a session
+    signed in with the old secret ends at its next request (401 ``session_invalid``, deleted), while a reload
+    that keeps the secret (another field changed) keeps it."""
+    old, new = "alice-old-secret-0123456789", "alice-new-secret-0123456789"
+
+    def alice(secret: str, scopes: str) -> str:
+        return f'[[token]]\nname = "alice"\n{hash_line(secret)}\nscopes = [{scopes}]\n'
+
+    path = tmp_path / "tokens.toml"
+    path.write_text(alice(old, '"read", "admin"'))
+    monkeypatch.setenv("JOBQ_TOKENS_FILE", str(path))
+    redis = connect(web_sources.redis)
+    jar = aiohttp.CookieJar(unsafe=True)
+    browser = {"Sec-Fetch-Site": "same-origin", "Accept": "application/json"}
+    try:
+        async with (
+            WebService(WebSettings(port=0), web_sources) as service,
+            aiohttp.ClientSession(cookie_jar=jar) as s,
+        ):
+
+            async def page() -> tuple[int, str | None]:
+                async with s.get(f"{service.url}/audit", headers=browser) as r:
+                    body = orjson.loads(await r.read())
+                    return r.status, body.get("error", {}).get("code") if r.status >= 400 else None
+
+            async def sign_in(secret: str) -> str:
+                async with s.post(
+                    f"{service.url}/login", data={"token": secret}, headers=browser, allow_redirects=False
+                ) as r:
+                    assert r.status == 303, await r.text()
+                found = jar.filter_cookies(URL(service.url)).get("jobq_session")
+                assert found is not None
+                return found.value
+
+            sid = await sign_in(old)
+            assert await page() == (200, None)
+            path.write_text(alice(old, '"read"'))  # the same secret, another scope: the session stays
+            reload_all()  # (every token source of this process; ours reads the file again)
+            assert await page() == (200, None)
+
+            path.write_text(alice(new, '"read", "admin"'))  # the secret rotated
+            reload_all()
+            assert await page() == (401, "session_invalid")
+            assert not await redis.exists(web_session_key(ref_of(sid))), "the session is deleted"
+            _ = await sign_in(new)
+            assert await page() == (200, None)
     finally:
         await redis.aclose()
 
