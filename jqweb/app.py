@@ -70,7 +70,7 @@ def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
         middlewares=[
             headers_middleware,
             error_middleware("the dashboard", render_error),
-            auth_middleware(tokens, w.base, session_token),
+            auth_middleware(tokens, w.base, session_token, secure_cookie=s.secure_cookie),
             csrf_middleware,
         ],
         client_max_size=1024 * 1024,

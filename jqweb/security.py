@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
@@ -46,6 +47,7 @@ __all__ = [
     "Principal",
     "SessionLookup",
     "auth_middleware",
+    "cookie_name",
     "csrf_middleware",
     "headers_middleware",
     "principal",
@@ -97,12 +99,45 @@ SessionLookup = Callable[[web.Request, str], Awaitable[tuple[str, str] | None]]
 """``(token name, session ref)`` of a live session id (None: expired, signed out or revoked)."""
 
 
-def session_id(request: web.Request) -> str:
-    """The session id the browser sent (either cookie name), or ``""``."""
-    return request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE) or ""
+def _loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
-def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> Middleware:
+def cookie_name(request: web.Request, secure_setting: bool) -> tuple[str, bool]:
+    """``(name, secure)`` of the session cookie for this request: ``__Host-jobq_session`` and ``Secure``
+    unless the dashboard is reached over plain http on a loopback host (a browser drops a Secure cookie
+    set over http there) and ``secure_cookie`` is not set."""
+    if secure_setting or request.secure or not _loopback(request.url.host):
+        return SECURE_COOKIE, True
+    return COOKIE, False
+
+
+def session_id(request: web.Request, secure_setting: bool) -> str:
+    """The session id the browser sent, or ``""``: the ``__Host-`` cookie anywhere; the plain
+    ``jobq_session`` only where it is the cookie the dashboard sets (:func:`cookie_name`: plain http to a
+    loopback host, ``secure_cookie`` off). Elsewhere a plain cookie is ignored: a sibling subdomain can
+    plant one (``Domain=example.com``) to sign a browser in as someone else; a ``__Host-`` cookie it
+    cannot."""
+    found = request.cookies.get(SECURE_COOKIE)
+    if found:
+        return found
+    if cookie_name(request, secure_setting)[0] == COOKIE:
+        return request.cookies.get(COOKIE, "")
+    return ""
+
+
+def auth_middleware(
+    source: TokenSource, base: str, sessions: SessionLookup, *, secure_cookie: bool = False
+) -> Middleware:
+    """The door: a session cookie (:func:`session_id`) or a bearer token, then the route's policy."""
+
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         policy = policy_of(request)
@@ -114,7 +149,7 @@ def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> 
         found: Token | None = None
         ref = ""
         if via_cookie:
-            given = session_id(request)
+            given = session_id(request, secure_cookie)
             live = await sessions(request, given) if given else None
             if live is not None:  # its token as configured now: gone (None) ends the session
                 found, ref = source.current.by_name(live[0]), live[1]

@@ -5,8 +5,6 @@ address (429 with ``Retry-After`` before any token is compared)."""
 
 from __future__ import annotations
 
-import ipaddress
-
 from aiohttp import web
 
 from jqcore.clock import now_ms
@@ -18,7 +16,7 @@ from jqweb.context import WEB
 from jqweb.redirect import safe_next
 from jqweb.render import env, form
 from jqweb.routes import Pages
-from jqweb.security import COOKIE, SECURE_COOKIE, TOKENS, session_id
+from jqweb.security import COOKIE, SECURE_COOKIE, TOKENS, cookie_name, session_id
 
 __all__ = ["cookie_name", "routes"]
 
@@ -34,26 +32,6 @@ def _login_page(base: str, next_url: str, problem: str | None, status: int = 200
         base=base, me=None, flash=None, path="/login", next_url=next_url, problem=problem
     )
     return web.Response(text=html, status=status, content_type="text/html")
-
-
-def _loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def cookie_name(request: web.Request, secure_setting: bool) -> tuple[str, bool]:
-    """``(name, secure)`` of the session cookie for this request: ``__Host-jobq_session`` and ``Secure``
-    unless the dashboard is reached over plain http on a loopback host (a browser drops a Secure cookie
-    set over http there) and ``secure_cookie`` is not set."""
-    if secure_setting or request.secure or not _loopback(request.url.host):
-        return SECURE_COOKIE, True
-    return COOKIE, False
 
 
 def _address(request: web.Request) -> str:
@@ -110,7 +88,7 @@ async def logout(request: web.Request) -> web.Response:
     """Ends the browser's session (if it has a live one) and clears its cookie; open, so an expired
     session can still sign out cleanly."""
     w = request.app[WEB]
-    sid = session_id(request)
+    sid = session_id(request, w.settings.secure_cookie)
     store = w.sessions()
     live = await store.use(sid) if sid else None
     if live is not None:

@@ -327,6 +327,22 @@ async def test_off_loopback_the_cookie_is_a_secure_host_cookie(dash: Any) -> Non
             assert page.status == 200
 
 
+async def test_off_loopback_a_plain_session_cookie_is_ignored(dash: Any) -> None:
+    """Review L3: a sibling subdomain can plant ``jobq_session=<its own session>; Domain=example.com``;
+    reached by a name that is not loopback, the dashboard reads only ``__Host-jobq_session``, so the
+    planted cookie signs nobody in (on plain http to 127.0.0.1, where it is the cookie set, it works)."""
+    await dash.post("/login", {"token": ADMIN}, token=None, as_json=False)
+    sid = _cookie(dash)
+    assert sid
+    async with aiohttp.ClientSession() as s:
+        for host, status in (("dash.example", 401), ("127.0.0.1", 200)):
+            headers = {"Host": host, "Accept": "application/json", "Cookie": f"jobq_session={sid}"}
+            async with s.get(f"{dash.url}/audit", headers=headers) as page:
+                assert page.status == status, host
+                if status == 401:
+                    assert (await page.json())["error"]["code"] == "unauthenticated"
+
+
 async def test_a_kafka_that_does_not_confirm_costs_no_redis_record_and_is_counted(endpoints: Any) -> None:
     """Kafka unreachable: the record is in Redis at once, the send is retried for ``ship_timeout_ms`` by
     the producer, then counted as failed; ``record`` never waited for it."""
