@@ -23,7 +23,8 @@ class WebSettings(BaseSettings):
     """The port the dashboard listens on (0: a free one)."""
     read_tokens: CommaSecrets = Field(default_factory=list)
     """Tokens that may see every page (comma-separated; ``name:secret`` names the person in the audit log,
-    a bare ``secret`` is logged as ``token-<digest>``)."""
+    a bare ``secret`` is logged as ``token-<digest>``). Off loopback each secret must have at least 20
+    characters (the dashboard refuses to start)."""
     admin_tokens: CommaSecrets = Field(default_factory=list)
     """Tokens that may also act (pause, retry, cancel, delete, purge, rate limits, cron, graphs). With no
     token at all every page is refused: never an open dashboard by accident."""

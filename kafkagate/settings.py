@@ -36,9 +36,11 @@ class GateSettings(BaseSettings, ProduceBatching):
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
     tokens: CommaSecrets = Field(default_factory=list)
     """Accepted bearer tokens, comma-separated; ``secret:enqueue+read`` limits one to scopes (enqueue, read,
-    work (``worker``: its older name), admin; none given: all), on every queue. Named tokens held to queues,
-    kinds and a rate come from ``JOBQ_TOKENS_FILE``. With neither, every request is refused except
-    the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
+    work (``worker``: its older name), admin; none given: all), on every queue; ``@RATE`` after the scopes
+    limits its requests per gateway process (``secret:enqueue+read@200/s``, every scope: ``secret:@200/s``).
+    Named tokens held to queues and kinds come from ``JOBQ_TOKENS_FILE``. With neither, every request is
+    refused except the health, readiness, metrics and OpenAPI endpoints (never an open gateway by
+    accident). Off loopback each secret must have at least 20 characters (the gateway refuses to start)."""
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one
     largest job (``MAX_ENVELOPE_BYTES``, 1 MiB), so every job the envelope allows can be sent; a job whose

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from jqruntime.tokens import hash_line
+from jqruntime.tokens import MIN_SECRET_CHARS, hash_line
 
 __all__ = ["app"]
 
@@ -15,8 +15,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-MIN_SECRET = 16
-"""Shortest secret accepted (``openssl rand -hex 24`` gives 48 characters)."""
+MIN_SECRET = MIN_SECRET_CHARS
+"""Shortest secret accepted, the servers' own minimum off loopback (``openssl rand -hex 24`` gives 48
+characters)."""
 
 
 @app.command("hash")
