@@ -18,7 +18,14 @@ from jqruntime.tokens import TokenSettings, TokenSource
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error
-from jqweb.security import STATIC_ROUTE, TOKENS, auth_middleware, csrf_middleware, headers_middleware
+from jqweb.security import (
+    STATIC_ROUTE,
+    TOKENS,
+    BearerGuard,
+    auth_middleware,
+    csrf_middleware,
+    headers_middleware,
+)
 
 __all__ = ["STATIC", "make_app"]
 
@@ -66,11 +73,28 @@ def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
             return None
         return found.who, found.ref
 
+    async def bearer_wait(request: web.Request, presented: str) -> int:
+        web_ = request.app[WEB]
+        return await web_.throttle().retry_after_s(web_.address(request), presented)
+
+    async def bearer_failed(request: web.Request, presented: str) -> None:
+        web_ = request.app[WEB]
+        address = web_.address(request)
+        await web_.throttle().failed(address, presented)
+        log.info("dashboard bearer token not accepted", address=address)
+
+    door = auth_middleware(
+        tokens,
+        w.base,
+        session_token,
+        secure_cookie=s.secure_cookie,
+        guard=BearerGuard(bearer_wait, bearer_failed),
+    )
     app = web.Application(
         middlewares=[
             headers_middleware,
             error_middleware("the dashboard", render_error),
-            auth_middleware(tokens, w.base, session_token, secure_cookie=s.secure_cookie),
+            door,
             csrf_middleware,
         ],
         client_max_size=1024 * 1024,
