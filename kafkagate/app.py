@@ -16,6 +16,7 @@ import structlog
 from aiohttp import web
 
 from jqcore import metrics
+from jqcore.buckets import Buckets, Rate
 from jqcore.errors import JobqError
 from jqcore.settings import load
 from jqruntime.authz import OPEN, POLICIES, Policy
@@ -142,7 +143,12 @@ def make_app(
         middlewares=[
             metrics_middleware,
             error_middleware("the gateway"),
-            authenticate(tokens, list(mounts)),
+            authenticate(
+                tokens,
+                list(mounts),
+                failures=Buckets(Rate.parse(gate.settings.auth_failures)),
+                proxies=gate.settings.proxy_networks(),
+            ),
             *([audit_middleware(audit, list(mounts))] if audit is not None else []),
             body_middleware,
             authorize_middleware,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jqcore.buckets import Rate
 from jqcore.envelope import MAX_ENVELOPE_BYTES
-from jqcore.settings import CommaSecrets, ProduceBatching
+from jqcore.settings import CommaList, CommaSecrets, ProduceBatching
+from jqruntime.clientaddr import Networks, parse_networks
 
 __all__ = ["GateSettings"]
 
@@ -41,6 +43,17 @@ class GateSettings(BaseSettings, ProduceBatching):
     Named tokens held to queues and kinds come from ``JOBQ_TOKENS_FILE``. With neither, every request is
     refused except the health, readiness, metrics and OpenAPI endpoints (never an open gateway by
     accident). Off loopback each secret must have at least 20 characters (the gateway refuses to start)."""
+    auth_failures: str = "30/min"
+    """Bearer tokens not accepted one client address may present per gateway process: a bucket of COUNT,
+    refilled at the rate (``COUNT/s``, ``/min``, ``/h``, ``/Ns``). Past it the address's requests are a 429
+    ``auth_throttled`` with ``Retry-After`` before any token is compared (even a valid one waits), so a weak
+    token cannot be guessed at the gateway's speed. Behind a proxy set ``trusted_proxies``, or every client
+    of the proxy shares one budget."""
+    trusted_proxies: CommaList = Field(default_factory=list)
+    """Addresses or CIDRs of the reverse proxies in front of the gateway (comma-separated). A request from
+    one of them is counted by ``auth_failures`` against the client its ``X-Forwarded-For`` names (the
+    nearest hop that is not a trusted proxy); from any other peer that header is ignored. Empty: the direct
+    peer is the client."""
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one
     largest job (``MAX_ENVELOPE_BYTES``, 1 MiB), so every job the envelope allows can be sent; a job whose
@@ -77,6 +90,22 @@ class GateSettings(BaseSettings, ProduceBatching):
     callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
     """The HMAC secret of dispatch callback tokens, shared with the dispatchers (``jobq dispatcher``,
     ``docs/dispatcher.md``); unset: ``POST /v1/callbacks/...`` is refused (403 ``callbacks_off``)."""
+
+    @field_validator("auth_failures")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        Rate.parse(v)
+        return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        parse_networks(v)
+        return v
+
+    def proxy_networks(self) -> Networks:
+        """:attr:`trusted_proxies`, parsed."""
+        return parse_networks(self.trusted_proxies)
 
     @model_validator(mode="after")
     def _fixed_port_when_shared(self) -> GateSettings:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from jqcore.buckets import Buckets
 from jqcore.errors import ConfigError
 from jqruntime.tokens import (
     MIN_SECRET_CHARS,
@@ -279,6 +280,24 @@ def test_a_bucket_allows_a_burst_then_refills_at_the_rate() -> None:
     assert retry_after(6.0) == "6"
     assert retry_after(0.01) == "1"
     assert retry_after(5.2) == "6"
+
+
+def test_buckets_per_key_peek_without_spending_and_forget_the_oldest_key() -> None:
+    """The gateway's failed-token throttle (review M6): one bucket per client address, bounded."""
+    buckets = Buckets(Rate(2, 10.0), max_keys=3)
+    assert buckets.wait_s("a", 0.0) == 0.0
+    assert len(buckets) == 0, "asking spends nothing and remembers nothing"
+    assert [buckets.take("a", 0.0), buckets.take("a", 0.0)] == [0.0, 0.0]
+    assert buckets.wait_s("a", 0.0) == pytest.approx(5.0)
+    assert buckets.wait_s("a", 0.0) == pytest.approx(5.0), "still nothing spent"
+    assert buckets.wait_s("b", 0.0) == 0.0, "another key has its own"
+    assert buckets.wait_s("a", 5.0) == 0.0
+    for key in ("b", "c", "d"):
+        buckets.take(key, 5.0)
+    assert len(buckets) == 3
+    assert buckets.wait_s("a", 5.0) == 0.0, "the least recently used key was forgotten (starts full)"
+    assert buckets.wait_s("b", 100.0) == 0.0
+    assert len(buckets) == 2, "a key whose bucket is full again is forgotten"
 
 
 def test_the_source_throttles_per_token_and_resets_a_bucket_whose_rate_changed(tmp_path: Path) -> None:
