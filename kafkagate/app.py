@@ -29,7 +29,7 @@ from kafkagate.api import Api
 from kafkagate.audit import audit_middleware
 from kafkagate.auth import TOKENS, authenticate, authorize_middleware
 from kafkagate.body import body_middleware
-from kafkagate.limits import BODY_BUDGET, BodyBudget
+from kafkagate.limits import BODY_BUDGET, BodyBudget, share_of
 from kafkagate.openapi import build
 from kafkagate.state import GATE, Gate
 
@@ -158,7 +158,8 @@ def make_app(
         handler_args={"auto_decompress": False},
     )
     app[GATE] = gate
-    app[BODY_BUDGET] = BodyBudget(gate.settings.inflight_body_bytes)
+    budget = gate.settings.inflight_body_bytes
+    app[BODY_BUDGET] = BodyBudget(budget, share_of(budget, gate.settings.token_share))
     app[TOKENS] = tokens
     app[POLICIES] = {op.handler: op.policy for table in TABLES for op in table.operations}
     for table in TABLES:

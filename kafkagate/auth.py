@@ -27,9 +27,11 @@ from aiohttp.typedefs import Middleware
 
 from jqcore.buckets import Buckets
 from jqcore.log import get_logger
+from jqengine import POOL_HOLDER
 from jqruntime.authz import (
     EVERY_QUEUE,
     TOUCHED,
+    Policy,
     Touch,
     auth_throttled,
     authorize,
@@ -44,7 +46,7 @@ from jqruntime.clientaddr import Networks, request_address
 from jqruntime.http import TOKEN_NAME, HttpError
 from jqruntime.tokens import Token, TokenSource, retry_after
 from kafkagate.archive import archived_snapshot
-from kafkagate.body import read_body
+from kafkagate.body import ANONYMOUS, read_body
 from kafkagate.enqueue import documents
 from kafkagate.queue_bodies import KindBody, SwitchBody
 from kafkagate.requests import (
@@ -141,8 +143,8 @@ def authenticate(
         if prefixes and request.path.startswith(prefixes):
             return await handler(request)
         policy = policy_of(request)
-        if policy is not None and not policy.checked:
-            return await handler(request)
+        if policy is not None and not policy.checked:  # (signed callbacks: together, one token's share)
+            return await _holding(ANONYMOUS, handler(request))
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
@@ -151,24 +153,40 @@ def authenticate(
         request[TOKEN] = token
         request[TOKEN_NAME] = token.name
         structlog.contextvars.bind_contextvars(token=token.name)  # reset by metrics_middleware
-        wait = source.throttle(token)
-        if wait > 0 and token.rate is not None:
-            after = retry_after(wait)
-            limited = HttpError(
-                429,
-                "rate_limited",
-                f"token {token.name!r} is over its rate of {token.rate}; retry in {after} s",
-                details={"token": token.name, "rate": str(token.rate), "retry_after_s": int(after)},
-            )
-            limited.headers["Retry-After"] = after
-            raise limited
-        if policy is not None:
-            resource = request.match_info.route.resource
-            route = f"{request.method} {resource.canonical if resource is not None else request.path}"
-            require_scope(token, policy, route)
-        return await handler(request)
+        return await _holding(token.name, _entitled(request, handler, source, token, policy))
 
     return authenticate_request
+
+
+async def _holding(holder: str, answer: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+    """``answer`` with the Redis connections it takes counted in ``holder``'s share of the pool."""
+    holding = POOL_HOLDER.set(holder)
+    try:
+        return await answer
+    finally:
+        POOL_HOLDER.reset(holding)  # (a keep-alive connection's next request may run in this same task)
+
+
+async def _entitled(
+    request: web.Request, handler: Handler, source: TokenSource, token: Token, policy: Policy | None
+) -> web.StreamResponse:
+    """The token's rate and the route's scope, then the handler."""
+    wait = source.throttle(token)
+    if wait > 0 and token.rate is not None:
+        after = retry_after(wait)
+        limited = HttpError(
+            429,
+            "rate_limited",
+            f"token {token.name!r} is over its rate of {token.rate}; retry in {after} s",
+            details={"token": token.name, "rate": str(token.rate), "retry_after_s": int(after)},
+        )
+        limited.headers["Retry-After"] = after
+        raise limited
+    if policy is not None:
+        resource = request.match_info.route.resource
+        route = f"{request.method} {resource.canonical if resource is not None else request.path}"
+        require_scope(token, policy, route)
+    return await handler(request)
 
 
 @web.middleware

@@ -80,6 +80,14 @@ class GateSettings(BaseSettings, ProduceBatching):
     received size, and again its decompressed size, until its answer); a body that would pass the
     budget is a 429 ``gateway_busy`` with ``Retry-After``. A body larger than the budget itself can never
     fit: 413 ``body_too_large``."""
+    token_share: float = Field(0.5, gt=0, le=1)
+    """The part of each of this process's limits one token may hold at once: its parked long-polls
+    (``long_polls_max``), its request body bytes in flight (``inflight_body_bytes``) and its Redis
+    connections (``redis_connections``, a single Redis node). Past it that token gets 429 ``gateway_busy``
+    with ``Retry-After`` while the other tokens still get in. A setting, not a constant, because the right
+    part depends on who shares the gateway: half keeps one team's application from taking a limit from
+    every other team (review M7); a gateway serving one application's token (or one trusted token) gives
+    it everything with 1.0, or raises the limits themselves."""
     claim_reply_max_bytes: int = Field(16 * 1024 * 1024, ge=4 * MAX_ENVELOPE_BYTES)
     """Largest claim answer in bytes: a claim returns the jobs that fit (always at least one) and gives
     the rest back to the queue at once, unstarted, their attempt refunded."""
