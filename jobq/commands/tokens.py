@@ -23,8 +23,9 @@ characters)."""
 @app.command("hash")
 def hash_secret() -> None:
     """Print the sha256 line of a [[token]] table for a secret read from stdin (one line) or, on a
-    terminal, from a hidden prompt. The secret itself is never printed; send SIGHUP to the gateway to
-    load the changed file."""
+    terminal, from a hidden prompt. The secret itself is never printed; send SIGHUP to the gateway and
+    the dashboard to load the changed file. Rotating a token (a new sha256 under the same name) ends every
+    dashboard session signed in with its old secret at its next request."""
     if sys.stdin.isatty():
         secret = typer.prompt("secret", hide_input=True, confirmation_prompt=True, err=True)
     else:
