@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.settings import CommaList
+from jqcore.settings.common import _blank_is_unset, _read_secret_file
 
 __all__ = ["CanarySettings"]
 
@@ -21,7 +22,19 @@ class CanarySettings(BaseSettings):
     gateways: CommaList = Field(default_factory=lambda: ["http://127.0.0.1:28080"])
     """Gateway URLs, comma-separated; ``url@az`` names a gateway's zone."""
     token: SecretStr = SecretStr("")
-    """Bearer token the canary sends to the gateways."""
+    """Bearer token the canary sends to the gateways (it needs the ``enqueue`` and ``read`` scopes on the
+    ``canary.*`` queues, nothing more)."""
+    token_file: str | None = None
+    """A file holding the token instead (trailing newline stripped): a mounted Secret's key, so the token is
+    not in the environment (the Helm chart's way)."""
+
+    _blank = field_validator("token_file", mode="before")(_blank_is_unset)
+
+    @model_validator(mode="after")
+    def _token_file(self) -> CanarySettings:
+        _read_secret_file(self, "token")
+        return self
+
     az: str = ""
     """The canary's availability zone (it prefers the gateways of its own)."""
     interval_s: float = Field(60.0, gt=0)

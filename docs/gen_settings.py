@@ -35,6 +35,7 @@ CLASSES = [
     "jqcore.settings:ConsulSettings",
     "jqcore.routing:RoutingSettings",
     "kafkagate.settings:GateSettings",
+    "jqcore.settings:QueueBounds",
     "jqruntime.tokens:TokenSettings",
     "jqcore.settings:RelayKeys",
     "jqrelay.settings:RelaySettings",

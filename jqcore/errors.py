@@ -32,6 +32,7 @@ __all__ = [
     "HandlerControl",
     "JobqError",
     "QueryInvalid",
+    "QueryTimeout",
     "Retry",
     "Snooze",
 ]
@@ -141,6 +142,14 @@ class QueryInvalid(JobqError):
 
     code = "query_invalid"
     http_status = 400
+
+
+class QueryTimeout(JobqError):
+    """A query of the history tables ran past its time limit (``JOBQ_HISTORY_QUERY_TIMEOUT_S``) and was
+    interrupted. Narrow it (a queue, a kind, a time range); asking again unchanged is as slow."""
+
+    code = "history_timeout"
+    http_status = 504
 
 
 class HandlerControl(Exception):

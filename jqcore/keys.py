@@ -37,9 +37,10 @@ CANARY_HEALTH_KEY = "jobq:canary:health"
 """Hash: ``<topic>/<partition>`` → JSON of the last canary probe (written by the canary, read by status)."""
 
 
-DISPATCH_KEY = "jobq:dispatch"
-"""Hash: kind → JSON of its push-dispatch configuration (``jqruntime.dispatch``; written by the gateway's
-``PUT /v1/kinds/{kind}``, read by the dispatchers and the gateway's callbacks)."""
+DISPATCH_KEY = "jobq:dispatch:by-queue"
+"""Hash: ``<queue>|<kind>`` (``*|<kind>``: every queue) → JSON of that push-dispatch configuration
+(``jqruntime.stores.dispatch``; written by the gateway's ``PUT /v1/kinds/{kind}``, read by the dispatchers
+and the gateway's callbacks). The kind-only hash ``jobq:dispatch`` of earlier builds is not read."""
 
 
 PRESENCE_KEY = "jobq:presence:{role}"

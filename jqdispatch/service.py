@@ -1,5 +1,10 @@
 """The dispatcher: claims the jobs of dispatch kinds and POSTs each to its kind's URL.
 
+* **Configuration**: a job of queue Q and kind K is pushed with (Q, K)'s dispatch configuration, else
+  (``*``, K)'s (:func:`jqruntime.dispatch.pick`); read every ``refresh_s``.
+* **Egress**: each POST's host is resolved once, its addresses checked against the egress policy
+  (``allow_nets``) and the connection pinned to them (:mod:`jqdispatch.egress`); a refused URL or auth
+  fails the attempt without sending anything.
 * **Claims** are made like a worker pool's (:meth:`jqengine.Engine.claim`): batches sized to the free
   slots of ``concurrency``, each job leased and fenced by its attempt and token; a kind's ``concurrency``
   limit is the claim script's, across every claimer. With nothing claimable it blocks on the queues' wake
@@ -24,12 +29,14 @@ import aiohttp
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
+from jqcore.errors import ConfigError
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
-from jqdispatch.push import Answer, job_body, post_job
+from jqdispatch.egress import Egress, EgressPolicy
+from jqdispatch.push import Answer, Sender, job_body, post_job
 from jqdispatch.settings import DispatcherSettings
 from jqengine import ClaimedJob, Engine, RedisClient, StaleLease
-from jqruntime.dispatch import DispatchConfig, load_configs
+from jqruntime.dispatch import EVERY_QUEUE, DispatchConfig, load_configs, pick
 from jqruntime.health import Readiness, ping
 from jqruntime.leases import LeaseKeeper
 from jqruntime.lifecycle import Service
@@ -64,24 +71,44 @@ class DispatcherSignals:
         default_factory=lambda: TestSignal("dispatch finished")
     )
     """An attempt left the dispatcher: (job id, attempt, its ``jobq_dispatch_outcomes_total`` label)."""
+    handed_back: TestSignal[tuple[str, str]] = field(
+        default_factory=lambda: TestSignal("dispatch handed back")
+    )
+    """A job was handed back: its kind is not pushed from its queue (job id, kind)."""
+
+
+def _log_answer(job: ClaimedJob, answer: Answer) -> None:
+    facts = {"job_id": job.id, "queue": job.queue, "kind": job.envelope.kind, "attempt": job.attempt}
+    if answer.outcome == "refused":  # the operator's to fix: what was refused (no secret in it)
+        log.warning("dispatch refused", **facts, error=answer.error)
+    else:
+        log.info("dispatched", **facts, outcome=answer.outcome, status=answer.status)
 
 
 class Dispatcher(Service):
     health_name = "dispatcher"
 
     def __init__(self, engine: Engine, settings: DispatcherSettings, *, redis: RedisClient) -> None:
+        if not settings.callback_secret.get_secret_value().strip():
+            raise ConfigError(
+                "JOBQ_CALLBACK_SECRET is empty: set it (or JOBQ_CALLBACK_SECRET_FILE) to the gateways'"
+                " callback secret"
+            )
         super().__init__()
         self.engine, self.settings = engine, settings
         self.redis = redis
         """The engine's Redis: the push-dispatch configurations and this process's presence heartbeat."""
         self.held: dict[str, Held] = {}
-        self.configs: dict[str, DispatchConfig] = {}
+        self.configs: dict[tuple[str, str], DispatchConfig] = {}
+        """The dispatch configurations of this dispatcher's queues and of every queue (``*``), by (queue,
+        kind)."""
+        self.egress = Egress(EgressPolicy.parse(settings.allow_nets))
         self.signals = DispatcherSignals()
         self._secret = settings.callback_secret.get_secret_value()
         self._slot_freed = asyncio.Event()
         self._writes = asyncio.Semaphore(WRITES_AT_ONCE)
         self._tasks: list[asyncio.Task[None]] = []
-        self._http: aiohttp.ClientSession | None = None
+        self._sender: Sender | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self._lost)
         self._presence = Presence(redis, "dispatcher", process_name(",".join(settings.queues)))
         self._stopping = False
@@ -89,7 +116,11 @@ class Dispatcher(Service):
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
-        self._http = aiohttp.ClientSession(headers={"User-Agent": "jobq-dispatcher"})
+        # the connector resolves through the egress policy, never from a cache: each new connection goes
+        # to the addresses checked for its POST (jqdispatch.egress)
+        connector = aiohttp.TCPConnector(resolver=self.egress, use_dns_cache=False)
+        http = aiohttp.ClientSession(headers={"User-Agent": "jobq-dispatcher"}, connector=connector)
+        self._sender = Sender(http, self.egress, self.settings.secrets_dir)
         await self.refresh()
         await self._keeper.start()
         await self._presence.start()
@@ -107,8 +138,9 @@ class Dispatcher(Service):
         await self._release_rest()
         await self._keeper.stop()
         await self._presence.stop()
-        if self._http is not None:
-            await self._http.close()
+        if self._sender is not None:
+            await self._sender.http.close()
+        await self.egress.close()
 
     async def _release_rest(self) -> None:
         rest = [h for h in self.held.values() if not h.abandoned]
@@ -134,7 +166,7 @@ class Dispatcher(Service):
             queues=list(self.settings.queues),
             held=len(self.held),
             concurrency=self.settings.concurrency,
-            kinds=sorted(self.configs),
+            kinds=sorted({kind for _, kind in self.configs}),
         )
         if await ping("Redis", self.engine.ping(), found, code="redis_unreachable") and self._claim_error:
             found.add("claims_failing", f"the last claim failed: {self._claim_error}")
@@ -142,7 +174,9 @@ class Dispatcher(Service):
     # ---- configuration --------------------------------------------------------------------------
     async def refresh(self) -> None:
         """Read the dispatch kinds' configurations (a PUT /v1/kinds takes effect within refresh_s)."""
-        self.configs = load_configs(await dispatch_store.configs(self.redis))
+        mine = {*self.settings.queues, EVERY_QUEUE}
+        stored = await dispatch_store.configs(self.redis)
+        self.configs = load_configs({key: text for key, text in stored.items() if key[0] in mine})
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -186,7 +220,7 @@ class Dispatcher(Service):
         return False
 
     async def _launch(self, job: ClaimedJob) -> None:
-        config = self.configs.get(job.envelope.kind)
+        config = pick(self.configs, job.queue, job.envelope.kind)
         if config is None:
             await self._hand_back(job)
             return
@@ -202,6 +236,8 @@ class Dispatcher(Service):
             round(self.settings.unknown_kind_dead_after_s * 1000),
         )
         metrics.child(metrics.DISPATCH_OUTCOMES, job.queue, job.envelope.kind, "unknown_kind").inc()
+        if self.signals.handed_back.enabled:
+            self.signals.handed_back.signal((job.id, job.envelope.kind))
         log.warning(
             "kind has no dispatch configuration; job handed back",
             job_id=job.id,
@@ -214,19 +250,11 @@ class Dispatcher(Service):
         job, config = held.job, held.config
         try:
             body = job_body(job, config, self._secret, self.settings.callback_url, await self.engine.now())
-            assert self._http is not None
-            answer = await post_job(self._http, job, config, body)
+            assert self._sender is not None
+            answer = await post_job(self._sender, job, config, body)
             if held.abandoned:
                 return
-            log.info(
-                "dispatched",
-                job_id=job.id,
-                queue=job.queue,
-                kind=job.envelope.kind,
-                attempt=job.attempt,
-                outcome=answer.outcome,
-                status=answer.status,
-            )
+            _log_answer(job, answer)
             if answer.outcome == "accepted":
                 held.callback_by = time.monotonic() + config.callback_timeout_s
                 return  # held until its callback (or callback_timeout_s): _callback_loop

@@ -6,9 +6,14 @@
         python -m worker
 
 The registry here resolves a job's kind — a task's module path, as :class:`~jqdjango.backend.JobqBackend`
-enqueues it — to the ``@task`` at that path on first sight, so tasks need no registration of their own.
-Only ``Task`` objects of ``INSTALLED_APPS`` modules run (no other module is imported for a kind): a kind
-naming anything else stays unhandled (handed back, as for any kind a
+enqueues it — against the tasks it **discovered at start**, so tasks need no registration of their own:
+the ``tasks`` module of each app of ``INSTALLED_APPS`` is imported once, as Django's own autodiscovery
+(``autodiscover_modules("tasks")``) imports ``admin`` modules, and every ``@task`` found in those modules
+(and in their submodules, and imported into them) is served by its module path. A job's kind never makes
+the worker import anything: it is text an enqueuing client wrote, and importing a module runs its
+top-level code. A kind naming any other module of an app (``myapp.tests.x``, a management command), a task
+defined in a module no ``tasks`` module imports, or an app whose ``tasks`` module failed to import (any
+exception: logged once at start, never retried per job) stays unhandled (handed back, as for any kind a
 pool lacks). Sync tasks run in the pool's threads, async tasks on its loop; Django's database connections
 are closed around each sync task as a request's are. A task's return value must be JSON (at most 64 KiB):
 anything else fails the task, instead of completing it with no result. Django's ``task_started`` and
@@ -18,14 +23,17 @@ anything else fails the task, instead of completing it with no result. Django's 
 from __future__ import annotations
 
 import inspect
+import sys
 import traceback
+from importlib import import_module
 from typing import Any
 
 import orjson
 from django.apps import apps
 from django.utils import timezone
-from django.utils.module_loading import import_string
+from django.utils.module_loading import module_has_submodule
 
+from jqcore.log import get_logger
 from jqdjango.compat import (
     FAILED,
     SUCCESSFUL,
@@ -40,11 +48,12 @@ from jqdjango.results import STATUS
 from worker.execute import MAX_RESULT_BYTES
 from worker.registry import JobSpec, Registry, current_job
 
-__all__ = ["DjangoRegistry", "ResultInvalid"]  # and `registry`, made on first use (__getattr__)
+__all__ = ["TASKS_MODULE", "DjangoRegistry", "ResultInvalid", "discover"]  # and `registry` (__getattr__)
 
+log = get_logger("jqdjango.worker")
 
-MAX_REMEMBERED = 10_000
-"""Kinds remembered as not a task at most (they come from job records)."""
+TASKS_MODULE = "tasks"
+"""The module of each installed app imported at start for its tasks (Django's autodiscovery convention)."""
 
 
 class ResultInvalid(TypeError):
@@ -52,38 +61,57 @@ class ResultInvalid(TypeError):
 
 
 class DjangoRegistry(Registry):
-    """A :class:`worker.Registry` that also serves every Django ``@task`` by its module path."""
+    """A :class:`worker.Registry` that also serves every Django ``@task`` :func:`discover` found when it
+    was made, by its module path. ``failed``: the apps whose ``tasks`` module raised on import (app →
+    the exception's repr), their tasks unknown until the next start."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._tasks: dict[str, JobSpec[Any, Any] | None] = {}
+        found, self.failed = discover()
+        self._tasks: dict[str, JobSpec[Any, Any]] = {
+            kind: _spec_of(kind, task) for kind, task in found.items()
+        }
+        log.info("Django tasks discovered", tasks=len(self._tasks), failed=sorted(self.failed))
 
     def get(self, kind: str) -> JobSpec[Any, Any] | None:
         spec = super().get(kind)
-        if spec is None:
-            if kind in self._tasks:
-                return self._tasks[kind]
-            spec = _spec_of(kind)
-            if spec is not None or len(self._tasks) < MAX_REMEMBERED:  # unknown kinds: bounded
-                self._tasks[kind] = spec
-        return spec
+        return spec if spec is not None else self._tasks.get(kind)
+
+    def task_kinds(self) -> list[str]:
+        """The kinds of the Django tasks discovered at start."""
+        return sorted(self._tasks)
 
 
-def _in_an_app(kind: str) -> bool:
-    """Only modules of ``INSTALLED_APPS`` are imported for a kind: a job's kind is text anyone with an
-    enqueue token wrote, and importing an arbitrary module runs its top-level code."""
-    return any(kind.startswith(app.name + ".") for app in apps.get_app_configs())
+def discover() -> tuple[dict[str, Task[Any, Any]], dict[str, str]]:
+    """Import the ``tasks`` module of every installed app once (a module Python already imported is not run
+    again) and collect the ``@task`` objects of those modules and of their imported submodules, by module
+    path, where that path is in an installed app. An app whose ``tasks`` module raises (any exception) is
+    logged and left out: returned as app name → the exception's repr."""
+    configs = list(apps.get_app_configs())
+    failed: dict[str, str] = {}
+    for app in configs:
+        if not module_has_submodule(app.module, TASKS_MODULE):
+            continue
+        try:
+            import_module(f"{app.name}.{TASKS_MODULE}")
+        except Exception as exc:  # its top-level code raised: remembered, never retried per job
+            log.error(
+                "an app's tasks module failed to import; its tasks are unknown", app=app.name, error=repr(exc)
+            )
+            failed[app.name] = repr(exc)
+    in_apps = tuple(f"{app.name}." for app in configs)
+    roots = tuple(f"{app.name}.{TASKS_MODULE}" for app in configs if app.name not in failed)
+    found: dict[str, Task[Any, Any]] = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not any(name == r or name.startswith(r + ".") for r in roots):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, Task) and value.module_path.startswith(in_apps):
+                found.setdefault(value.module_path, value)
+    return found, failed
 
 
-def _spec_of(kind: str) -> JobSpec[Any, Any] | None:
-    if not _in_an_app(kind):
-        return None
-    try:
-        task = import_string(kind)
-    except ImportError:
-        return None
-    if not isinstance(task, Task):
-        return None
+def _spec_of(kind: str, task: Task[Any, Any]) -> JobSpec[Any, Any]:
     if inspect.iscoroutinefunction(task.func):
 
         async def run_async(args: list[Any], kwargs: dict[str, Any]) -> Any:

@@ -29,7 +29,7 @@ from jqengine.codes import check as check_code
 from jqengine.engine import Engine
 from jqengine.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
 from jqengine.graphs import REPAIR_AFTER_MS, GraphSignals
-from jqengine.memory import QueueMemory
+from jqengine.memory import QueueMemory, check_bounds
 from jqengine.models import (
     CancelOutcome,
     CancelResult,
@@ -54,8 +54,10 @@ from jqengine.replication import ReplicaWait, recording_writes
 from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqengine.switchrules import Switch
 from jqengine.tails import TAIL_ID_PREFIX
+from jqengine.transitions import MAX_RESULT_BYTES
 
 __all__ = [
+    "MAX_RESULT_BYTES",
     "POOL_HOLDER",
     "REPAIR_AFTER_MS",
     "SWITCH_ACTIONS",
@@ -97,6 +99,7 @@ __all__ = [
     "SwitchInvalid",
     "SwitchNotFound",
     "SwitchesFull",
+    "check_bounds",
     "check_code",
     "connect",
     "memory_info",

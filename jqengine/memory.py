@@ -12,13 +12,16 @@ keys on a queue of similar jobs in mixed states.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jqcore.settings import QueueBounds
+from jqengine.codes import QueueConfigInvalid
 from jqengine.keys import QueueKeys
-from jqengine.redisconn import RedisClient
+from jqengine.redisconn import RedisClient, memory_info
 
-__all__ = ["QueueMemory", "queue_memory"]
+__all__ = ["QueueMemory", "check_bounds", "queue_memory"]
 
 SAMPLED_JOBS = 3
 """Job hashes drawn from each non-empty job set for the mean size."""
@@ -75,3 +78,13 @@ async def queue_memory(client: RedisClient, queue: str) -> QueueMemory:
     if means:
         total += max(0, _int(blocked)) * sum(means) / len(means)
     return QueueMemory(queue, jobs, index + round(total), _int(budget))
+
+
+async def check_bounds(client: RedisClient, bounds: QueueBounds, changes: Mapping[str, Any]) -> None:
+    """:class:`~jqengine.codes.QueueConfigInvalid` naming each value of a queue configuration's
+    ``changes`` past the operator's bounds (``jqcore.settings.QueueBounds``; a memory budget against this
+    Redis's ``maxmemory``)."""
+    maxmemory = int((await memory_info(client)).get("maxmemory", 0)) if "memory_budget" in changes else 0
+    problems = bounds.problems(changes, maxmemory)
+    if problems:
+        raise QueueConfigInvalid("; ".join(f"{name}: {why}" for name, why in problems))

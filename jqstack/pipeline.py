@@ -28,6 +28,7 @@ from jqstack.paths import repo_root
 from jqstack.supervise import python_m
 
 __all__ = [
+    "LOCAL_DOWNSTREAMS",
     "MODULES",
     "PipelineEnv",
     "Role",
@@ -66,6 +67,9 @@ KEPT = (
     *("JOBQ_REDIS_ALLOW_EVICTION", "JOBQ_REDIS_SOCKET_TIMEOUT_S"),
 )
 """Inherited all the same: what the deployment wants, not how it connects."""
+LOCAL_DOWNSTREAMS = "127.0.0.0/8"
+"""What a local stack's dispatcher may POST to beyond public addresses (``JOBQ_DISPATCHER_ALLOW_NETS``):
+the demo's downstream listens on loopback, which a dispatcher refuses by default."""
 
 
 def checkout_env(**extra: str) -> dict[str, str]:
@@ -206,11 +210,14 @@ class PipelineEnv:
 
     def dispatcher(self, queues: str, *, callback_url: str) -> dict[str, str]:
         """A push dispatcher (the worker's credentials: it does what a pool does to jobs in Redis); the
-        callback secret (``JOBQ_CALLBACK_SECRET``) is one of the pipeline's ``settings``, the gateways'."""
+        callback secret (``JOBQ_CALLBACK_SECRET``) is one of the pipeline's ``settings``, the gateways'.
+        The local stack's downstreams (the demo's ``examples.dispatch_hook``) listen on 127.0.0.1, an
+        address the dispatcher refuses unless allowed: ``JOBQ_DISPATCHER_ALLOW_NETS`` allows loopback."""
         return {
             **self._env("worker"),
             "JOBQ_DISPATCHER_QUEUES": queues,
             "JOBQ_DISPATCHER_CALLBACK_URL": callback_url,
+            "JOBQ_DISPATCHER_ALLOW_NETS": LOCAL_DOWNSTREAMS,
         }
 
     def canary(self, gateways: Sequence[str], *, interval_s: float, late_after_s: float) -> dict[str, str]:

@@ -1,26 +1,44 @@
-"""What every page shares: settings, where the stack lives, the Redis engine, Consul, the history."""
+"""What every page shares: settings, where the stack lives, the Redis engine, Consul, the history (and the
+pool its queries run on: ``jqruntime.historypool``)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import consul.aio
 from aiohttp import web
 
+from jqcore.settings import QueueBounds, load
 from jqengine import Engine, RedisClient, connect
 from jqruntime.clientaddr import Networks, request_address
 from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.historypool import HistoryPool, MissCache
+from jqruntime.http import TOKEN_NAME, HttpError
 from jqruntime.kafka import AsyncProducer
 from jqruntime.stores.audit import AuditTrail
 from jqruntime.stores.cron import CronStore
-from jqruntime.stores.history import HistoryStore
+from jqruntime.stores.history import HistoryStore, QueryLimits
 from jqweb.overview import Sources
 from jqweb.sessions import SessionStore, Throttle
 from jqweb.settings import WebSettings
 
-__all__ = ["WEB", "Web"]
+__all__ = ["WEB", "Web", "history_busy"]
+
+_T = TypeVar("_T")
+
+
+def history_busy(what: str, retry_after_s: int = 1) -> HttpError:
+    """429 ``history_busy`` with ``Retry-After``: the dashboard process runs as many history queries as it
+    may (``JOBQ_HISTORY_QUERY_SLOTS``, half of them per token)."""
+    error = HttpError(
+        429, "history_busy", f"the dashboard is at its limit of {what}; retry later", details={"limit": what}
+    )
+    error.headers = {"Retry-After": str(retry_after_s)}
+    return error
 
 
 @dataclass
@@ -29,10 +47,14 @@ class Web:
     sources: Sources = field(default_factory=Sources)
     base: str = ""
     """The path the dashboard is served under (``""`` on its own; ``/ui`` when the gateway mounts it)."""
+    queue_bounds: QueueBounds = field(default_factory=lambda: load(QueueBounds))
+    """What a queue's configuration may ask for (``JOBQ_QUEUE_MAX_*``)."""
     _client: RedisClient | None = None
     _engine: Engine | None = None
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
+    _history_pool: HistoryPool | None = None
+    _archive_misses: MissCache | None = None
     _producer: AsyncProducer | None = None
     _audit: AuditTrail | None = None
 
@@ -93,10 +115,31 @@ class Web:
             root = self.sources.history.root
             if not root.is_dir():
                 return None
-            self._history = HistoryStore(root)
+            self._history = HistoryStore(root, QueryLimits.of(self.sources.history))
         return self._history
 
+    def history_pool(self) -> HistoryPool:
+        """Where this process runs its history queries (``JOBQ_HISTORY_QUERY_SLOTS``, half per token)."""
+        if self._history_pool is None:
+            slots = self.sources.history.query_slots
+            self._history_pool = HistoryPool(slots, history_busy, setting="JOBQ_HISTORY_QUERY_SLOTS")
+        return self._history_pool
+
+    def archive_misses(self) -> MissCache:
+        """(queue, id) pairs the history had no job for a moment ago (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+        if self._archive_misses is None:
+            self._archive_misses = MissCache(self.sources.history.archive_miss_ttl_s)
+        return self._archive_misses
+
+    async def in_history(self, request: web.Request, fn: Callable[[], _T]) -> _T:
+        """``fn()`` (a read of :meth:`history`) on the history pool, in the share of the request's token."""
+        token: str = request.get(TOKEN_NAME, "anonymous")
+        return await self.history_pool().run(token, fn)
+
     async def close(self) -> None:
+        if self._history_pool is not None:
+            self._history_pool.close()
+            self._history_pool = None
         if self._audit is not None:
             await self._audit.close(5.0)
             self._audit = None

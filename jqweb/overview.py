@@ -37,7 +37,7 @@ from jqengine import Engine, RedisClient, connect
 from jqruntime.consulconn import close_consul, consul_client, consul_sync_client
 from jqruntime.stores import membership
 from jqruntime.stores.cron import CronStore, overview
-from jqruntime.stores.history import HistoryStore
+from jqruntime.stores.history import HistoryStore, QueryLimits
 from jqruntime.stores.presence import count_alive
 
 __all__ = [
@@ -264,7 +264,8 @@ def history_state(settings: HistorySettings) -> dict[str, Any]:
     root = settings.root
     if not root.is_dir():
         return {"path": str(root), "present": False}
-    rows = HistoryStore(root).query("SELECT count(*), max(at_ms) FROM current").rows
+    store = HistoryStore(root, QueryLimits.of(settings, timeout=False))
+    rows = store.query("SELECT count(*), max(at_ms) FROM current").rows
     jobs, latest = rows[0] if rows else (0, None)
     return {"path": str(root), "present": True, "jobs": jobs, "latest_event_at": latest}
 

@@ -62,13 +62,17 @@ def _ago(ms: int | float | None) -> str:
 
 
 def _pretty(value: Any) -> str:
-    """JSON shown exactly: indented, keys in their order, non-ASCII kept (escaped by autoescape)."""
-    if isinstance(value, bytes | str):
-        try:
+    """JSON shown exactly: indented, keys in their order, non-ASCII kept (escaped by autoescape). Text
+    that is not JSON, or nests too deep to indent (a result of ``[[[...]]]``), is shown as it is."""
+    raw = value
+    try:
+        if isinstance(value, bytes | str):
             value = json.loads(value)
-        except ValueError:
-            return value.decode(errors="replace") if isinstance(value, bytes) else value
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except (ValueError, RecursionError):
+        if isinstance(raw, bytes):
+            return raw.decode(errors="replace")
+        return raw if isinstance(raw, str) else "(nested too deep to show)"
 
 
 def _json_attr(value: Any) -> Markup:
@@ -152,16 +156,33 @@ def page(
     return response
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _field_text(name: str, value: Any) -> str:
+    """A JSON field as a form field's text: a scalar, or a list of scalars joined by newlines (a form's
+    repeated field); anything nested is a 400 (no action takes one, and turning a deep one into text
+    would recurse as deep)."""
+    if isinstance(value, _SCALARS):
+        return str(value)
+    if isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value):
+        return "\n".join(map(str, value))
+    message = f"field {name[:64]!r} must be a string, a number, a boolean, null or a list of those"
+    raise HttpError(400, "body_invalid", message)
+
+
 async def form(request: web.Request) -> dict[str, str]:
-    """The posted form (or JSON object) as strings; repeated fields joined by newlines."""
+    """The posted form (or JSON object) as strings; repeated fields (a JSON list) joined by newlines. JSON is
+    parsed with orjson (nesting bounded: too deep is a 400 ``body_invalid`` like any bad JSON, never a
+    500), and only an object of scalars or lists of scalars is taken."""
     if request.content_type == "application/json":
         try:
-            body = await request.json()
-        except ValueError:
-            raise HttpError(400, "body_invalid", "the body is not JSON") from None
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            raise HttpError(400, "body_invalid", "the body is not JSON (or nests too deep)") from None
         if not isinstance(body, dict):
             raise HttpError(400, "body_invalid", "the body must be a JSON object")
-        return {k: "\n".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in body.items()}
+        return {k: _field_text(k, v) for k, v in body.items()}
     data = await request.post()
     out: dict[str, str] = {}
     for k in data:

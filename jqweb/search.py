@@ -25,10 +25,9 @@ name no one state there and are refused).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +37,7 @@ from jqcore.errors import EnvelopeError
 from jqcore.events import STATES as EVENT_STATES
 from jqengine import Engine, JobInfo
 from jqruntime.http import HttpError
-from jqruntime.stores.history import HistoryStore
+from jqruntime.stores.history import HistoryStore, SearchPage
 
 __all__ = [
     "FIELDS",
@@ -353,19 +352,25 @@ async def matching(
 
 
 async def archive_page(
-    history: HistoryStore, f: Filters, cursor: str | None, limit: int
+    history: HistoryStore,
+    f: Filters,
+    cursor: str | None,
+    limit: int,
+    run: Callable[[Callable[[], SearchPage]], Awaitable[SearchPage]],
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the history tables' jobs (latest change first) and the next page's cursor."""
-    page = await asyncio.to_thread(
-        history.search,
-        queue=f.queue,
-        kind=f.kind,
-        state=f.state or None,
-        since_ms=f.since,
-        until_ms=f.until,
-        id_prefix=f.id,
-        limit=limit,
-        after=cursor,
+    """A page of the history tables' jobs (latest change first) and the next page's cursor; ``run`` runs
+    the query (the dashboard's history pool)."""
+    page = await run(
+        lambda: history.search(
+            queue=f.queue,
+            kind=f.kind,
+            state=f.state or None,
+            since_ms=f.since,
+            until_ms=f.until,
+            id_prefix=f.id,
+            limit=limit,
+            after=cursor,
+        )
     )
     rows = [
         {

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.settings import CommaList, CommaSecrets
+from jqcore.settings.common import _blank_is_unset, _read_secret_file
 from jqruntime.clientaddr import Networks, parse_networks
 
 __all__ = ["WebSettings"]
@@ -29,6 +30,20 @@ class WebSettings(BaseSettings):
     admin_tokens: CommaSecrets = Field(default_factory=list)
     """Tokens that may also act (pause, retry, cancel, delete, purge, rate limits, cron, graphs). With no
     token at all every page is refused: never an open dashboard by accident."""
+    read_tokens_file: str | None = None
+    """A file holding ``JOBQ_WEB_READ_TOKENS``' list instead (entries separated by commas or lines): a
+    mounted Secret's key, so no token is in the environment."""
+    admin_tokens_file: str | None = None
+    """A file holding ``JOBQ_WEB_ADMIN_TOKENS``' list instead (entries separated by commas or lines)."""
+
+    _blank = field_validator("read_tokens_file", "admin_tokens_file", mode="before")(_blank_is_unset)
+
+    @model_validator(mode="after")
+    def _token_files(self) -> WebSettings:
+        _read_secret_file(self, "read_tokens", kind="secrets")
+        _read_secret_file(self, "admin_tokens", kind="secrets")
+        return self
+
     secure_cookie: bool = False
     """Always name the session cookie ``__Host-jobq_session`` and mark it ``Secure`` (set it when the
     dashboard is served over HTTPS). Without it, that is done for every request not addressed to a

@@ -91,15 +91,29 @@ class KindOptions(BaseModel):
     running: int | None = Field(None, description="per queue: how many of the kind run now")
 
 
+class KindInQueue(KindOptions):
+    model_config = shape(
+        {"concurrency": 4, "delivery": "at_least_once", "running": 1, "dispatch": {"url": "https://h/…"}}
+    )
+    dispatch: dict[str, Any] | None = Field(
+        None,
+        description="the push dispatch its jobs of this queue go by (the queue's own, else the one for every"
+        " queue; docs/dispatcher.md), its auth value masked, its URL's path and query too without admin;"
+        " null: worker pools",
+    )
+
+
 class Kind(BaseModel):
     model_config = shape(
         {"kind": "email.send", "defaults": {"concurrency": 4, "delivery": "at_least_once"}, "queues": {}}
     )
     kind: str
     defaults: KindOptions | None = Field(None, description="for every queue; null when set for some only")
-    queues: dict[str, KindOptions] = Field(default_factory=dict)
+    queues: dict[str, KindInQueue] = Field(default_factory=dict)
     dispatch: dict[str, Any] | None = Field(
-        None, description="push dispatch (docs/dispatcher.md), its auth value masked; null: worker pools"
+        None,
+        description="push dispatch for every queue without one of its own (docs/dispatcher.md), its auth"
+        " value masked, its URL's path and query too without admin; null: none for every queue",
     )
 
 

@@ -6,7 +6,6 @@ sends enqueues to another gateway); ``/healthz`` only says the process serves.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
@@ -17,7 +16,6 @@ from aiohttp import web
 
 from jqcore import metrics
 from jqcore.buckets import Buckets, Rate
-from jqcore.errors import JobqError
 from jqcore.settings import load
 from jqruntime.authz import OPEN, POLICIES, Policy
 from jqruntime.http import TOKEN_NAME, HttpError, error_middleware, json_response
@@ -26,10 +24,10 @@ from jqruntime.tokens import TokenSettings, TokenSource
 from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, running, switches
 from kafkagate import models as m
 from kafkagate.api import Api
-from kafkagate.audit import audit_middleware
+from kafkagate.audit import AUDIT, audit_middleware
 from kafkagate.auth import TOKENS, authenticate, authorize_middleware
 from kafkagate.body import body_middleware
-from kafkagate.limits import BODY_BUDGET, BodyBudget, share_of
+from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, BodyBudget, CallbackLimits, share_of
 from kafkagate.openapi import build
 from kafkagate.state import GATE, Gate
 
@@ -71,16 +69,13 @@ async def healthz(request: web.Request) -> web.Response:
     errors={503: "kafka_not_ready: Kafka is unreachable or a routed topic is missing (Retry-After)"},
 )
 async def readyz(request: web.Request) -> web.Response:
+    """Ready when Kafka shows every routed topic; the answer is reused for a second (``Gate.readiness``).
+    A topic that is not ready is named with an error code (``topic_missing``, ``kafka_unavailable``); what
+    Kafka's client said is in the gateway's log, not in the answer of this open route."""
     gate = request.app[GATE]
-    problems: dict[str, str] = {}
-    producer = gate.producer("all")
-    for topic in gate.routing.topics():
-        try:
-            await asyncio.to_thread(producer.partitions, topic, 2.0)
-        except JobqError as exc:
-            problems[topic] = exc.message
+    problems = await gate.readiness()
     if problems:
-        message = "Kafka is not ready for every routed topic"
+        message = "Kafka is not ready for every routed topic (codes per topic; the gateway's log says why)"
         raise HttpError(503, "kafka_not_ready", message, details={"topics": problems})
     return json_response({"status": "ready", "az": gate.settings.az, "topics": gate.routing.topics()})
 
@@ -134,7 +129,7 @@ def make_app(
     """The gateway; ``mounts`` (prefix → application) are served beside it, e.g. the dashboard at ``/ui``
     (``jobq gate --web``): they answer their own errors and check their own tokens. ``tokens``: the
     accepted tokens (default: ``JOBQ_TOKENS_FILE`` and ``JOBQ_GATE_TOKENS``); ``audit``: where admin calls
-    are recorded (``kafkagate.audit``)."""
+    are recorded (``kafkagate.audit``), and successful dispatch callbacks."""
     mounts = dict(mounts or {})
     if tokens is None:
         tokens = TokenSource(load(TokenSettings), gate=gate.settings.tokens, host=gate.settings.host)
@@ -159,7 +154,14 @@ def make_app(
     )
     app[GATE] = gate
     budget = gate.settings.inflight_body_bytes
-    app[BODY_BUDGET] = BodyBudget(budget, share_of(budget, gate.settings.token_share))
+    app[BODY_BUDGET] = BodyBudget(budget, per_holder=share_of(budget, gate.settings.token_share))
+    app[CALLBACK_LIMITS] = CallbackLimits(
+        BodyBudget(gate.settings.callback_inflight_body_bytes, "JOBQ_GATE_CALLBACK_INFLIGHT_BODY_BYTES"),
+        gate.settings.callback_read_timeout_s,
+        gate.settings.callback_rate_limit(),
+    )
+    if audit is not None:
+        app[AUDIT] = audit
     app[TOKENS] = tokens
     app[POLICIES] = {op.handler: op.policy for table in TABLES for op in table.operations}
     for table in TABLES:

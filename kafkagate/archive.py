@@ -1,15 +1,19 @@
 """The archive (Rickover), as the gateway reads it: a job Redis forgot, from the history tables
-(``jqruntime.stores.history``, DuckDB in a worker thread), in the shape of a live ``GET``."""
+(``jqruntime.stores.history``, DuckDB on the process's history pool: ``jqruntime.historypool``), in the
+shape of a live ``GET``; a miss is remembered a few seconds (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from jqcore.events import TERMINAL
-from jqruntime.stores.history import HistoryStore, JobSnapshot
+from aiohttp import web
 
-__all__ = ["archived", "archived_snapshot", "job_dict"]
+from jqcore.events import TERMINAL
+from jqruntime.http import TOKEN_NAME
+from jqruntime.stores.history import JobSnapshot
+from kafkagate.state import GATE, Gate
+
+__all__ = ["archived", "archived_snapshot", "asker", "job_dict"]
 
 
 def job_dict(job: JobSnapshot, *, payload: bool = False) -> dict[str, Any]:
@@ -38,14 +42,29 @@ def job_dict(job: JobSnapshot, *, payload: bool = False) -> dict[str, Any]:
     return out
 
 
-async def archived_snapshot(store: HistoryStore | None, queue: str, job_id: str) -> JobSnapshot | None:
-    """The job's latest row in the history, or None (no history configured, or it never saw the job)."""
+def asker(request: web.Request) -> str:
+    """Whose share of the history pool a request uses: its token's name."""
+    name: str = request.get(TOKEN_NAME, "anonymous")
+    return name
+
+
+async def archived_snapshot(request: web.Request, queue: str, job_id: str) -> JobSnapshot | None:
+    """The job's latest row in the history, or None (no history configured, or it never saw the job: a
+    miss is remembered for ``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+    gate: Gate = request.app[GATE]
+    store = gate.history()
     if store is None:
         return None
-    return await asyncio.to_thread(store.current, queue, job_id)
+    misses = gate.archive_misses()
+    if misses.missed(queue, job_id):
+        return None
+    job = await gate.history_pool().run(asker(request), lambda: store.current(queue, job_id))
+    if job is None:
+        misses.note(queue, job_id)
+    return job
 
 
-async def archived(store: HistoryStore | None, queue: str, job_id: str) -> dict[str, Any] | None:
+async def archived(request: web.Request, queue: str, job_id: str) -> dict[str, Any] | None:
     """The archived job with its payload, or None (no history configured, or it never saw the job)."""
-    job = await archived_snapshot(store, queue, job_id)
+    job = await archived_snapshot(request, queue, job_id)
     return job_dict(job, payload=True) if job is not None else None

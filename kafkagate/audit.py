@@ -10,9 +10,10 @@ queues the authorization door checked (``*``: every queue), which the dashboard 
 ``details``: the kinds it named, the fields a JSON body set and what a handler adds (:data:`DETAILS`).
 A request the door refused (403) is recorded with its refusal as the outcome — an authenticated attempt on
 another tenant's objects is worth knowing; an unauthenticated one never gets here. Only routes whose
-policy is ``admin`` are recorded (not the signed dispatch callbacks: ``kafkagate.callbacks`` records a
-successful one itself). A failed write to Redis fails the call, as on the dashboard: no admin action goes
-unrecorded without its caller seeing an error.
+policy is ``admin`` are recorded: the signed dispatch callbacks are no admin calls (anyone may send one),
+and one that changed a job is recorded by its handler as an action of its own (:func:`record_callback`:
+``callback.complete`` or ``callback.fail``, who = ``dispatch:<kind>``). A failed write to Redis fails
+the call, as on the dashboard: no admin action goes unrecorded without its caller seeing an error.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from jqruntime.http import TOKEN_NAME
 from jqruntime.stores.audit import AuditEntry, AuditTrail
 from kafkagate.body import BODY
 
-__all__ = ["DETAILS", "audit_middleware", "count_of", "described"]
+__all__ = ["AUDIT", "DETAILS", "audit_middleware", "count_of", "described", "record_callback"]
 
+AUDIT = web.AppKey("jobq.audit", AuditTrail)
+"""Where the gateway records its actions (set when it has a trail: ``kafkagate.app.make_app``)."""
 DETAILS = web.RequestKey("jobq.audit_details", str)
 """What a handler adds to its audit entry (secret-free: e.g. a dispatch URL's host, never its auth)."""
 DETAILS_MAX = 500
@@ -129,3 +132,13 @@ def _body_fields(request: web.Request) -> list[str]:
     except orjson.JSONDecodeError:
         return []
     return sorted(str(k) for k in doc)[:30] if isinstance(doc, dict) else []
+
+
+async def record_callback(request: web.Request, action: str, kind: str, target: str, outcome: str) -> None:
+    """Record a dispatch callback that changed a job (``action``: ``callback.complete`` /
+    ``callback.fail``; who = ``dispatch:<kind>``: the downstream of that kind; no token). Only the request
+    that changed the job is recorded, not the same callback sent again (a token holder cannot flood the
+    trail). Awaited, like every record: a failure is an error answer."""
+    trail = request.config_dict.get(AUDIT)
+    if trail is not None:
+        await trail.record(AuditEntry(now_ms(), f"dispatch:{kind}", action, target, 1, outcome))

@@ -291,6 +291,6 @@ async def replayed_kind(request: web.Request, _: Token) -> Iterable[Touch]:
     info = await engine_call(gate.engine.get_job(name, job_id))
     found = info.kind if info is not None else None
     if info is None:
-        old = await archived_snapshot(gate.history(), name, job_id)
+        old = await archived_snapshot(request, name, job_id)
         found = old.kind if old is not None else None
     return [kind(found, "the job's kind")] if found else []

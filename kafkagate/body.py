@@ -15,18 +15,26 @@ handler runs, and a request the API cannot read is a 4xx with a code:
   :class:`kafkagate.limits.BodyBudget`), or than the token's share of it (``JOBQ_GATE_TOKEN_SHARE``) ⇒ 429
   ``gateway_busy`` with ``Retry-After`` (413 when the body alone exceeds the budget or that share).
 
+The open dispatch callback routes (``/v1/callbacks/``) have limits of their own
+(:class:`kafkagate.limits.CallbackLimits`), checked before a byte of the body is read: a rate per source
+address (429 ``rate_limited``), a body of at most 128 KiB (413), a budget apart from the shared one (429
+``gateway_busy``) and a read timeout (408 ``body_timeout``: the headers came, the body did not).
+
 Handlers read the decoded bytes with :func:`read_body`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass
 
 from aiohttp import hdrs, web
 
 from jqruntime.http import TOKEN_NAME, HttpError
-from kafkagate.limits import BODY_BUDGET
+from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, CALLBACK_PREFIX, BodyBudget
 
 __all__ = ["ENCODINGS", "JSON", "NDJSON", "body_middleware", "inflate", "read_body"]
 
@@ -40,8 +48,8 @@ CHARSETS = frozenset({"utf-8", "utf8"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BODY = web.RequestKey("jobq.body", bytes)
 ANONYMOUS = "anonymous"
-"""The holder of the bodies of routes without a token (signed callbacks): together they get one token's
-share of the budget."""
+"""The holder of the bodies of routes without a token (the signed callbacks, held against their own budget
+of :class:`~kafkagate.limits.CallbackLimits`, which has no share per holder)."""
 
 
 def accepted_types(method: str, path_template: str) -> tuple[str, ...]:
@@ -108,6 +116,50 @@ def inflate(raw: bytes, coding: str, limit: int) -> bytes:
     return bytes(out)
 
 
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What one request's body is held to."""
+
+    max_bytes: int
+    budget: BodyBudget | None
+    read_timeout_s: float | None = None
+
+
+def _limits_of(request: web.Request) -> _Limits:
+    """The shared limits, or a callback's own (its source address's rate spent here: 429 past it)."""
+    callbacks = request.config_dict.get(CALLBACK_LIMITS)
+    if callbacks is not None and request.path.startswith(CALLBACK_PREFIX):
+        callbacks.admit(request.remote)
+        return _Limits(callbacks.max_body_bytes, callbacks.budget, callbacks.read_timeout_s)
+    return _Limits(request.client_max_size, request.config_dict.get(BODY_BUDGET))
+
+
+def _read_timeout(limits: _Limits) -> AbstractAsyncContextManager[object]:
+    if limits.read_timeout_s is None:
+        return nullcontext()
+    return asyncio.timeout(limits.read_timeout_s)
+
+
+async def _read(request: web.Request, limits: _Limits) -> bytes:
+    """The raw body, at most ``max_bytes`` (413 beyond, also for a body of no declared length), within the
+    read timeout (408 ``body_timeout``)."""
+    try:
+        async with _read_timeout(limits):
+            if limits.max_bytes >= request.client_max_size:
+                return await request.read()  # aiohttp's own limit (client_max_size) is the one
+            chunks, size = [], 0
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > limits.max_bytes:
+                    raise HttpError(413, "body_too_large", f"the body exceeds {limits.max_bytes} bytes")
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except TimeoutError:
+        raise HttpError(
+            408, "body_timeout", f"the body did not arrive within {limits.read_timeout_s} s"
+        ) from None
+
+
 @web.middleware
 async def body_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Check a matched route's body headers, then read and decode the body once for its handler."""
@@ -115,7 +167,8 @@ async def body_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     if len(request.match_info.apps) > 1:  # a mounted sub-app (the dashboard at /ui: its sign-in form)
         return await handler(request)
-    limit = request.client_max_size
+    limits = _limits_of(request)
+    limit = limits.max_bytes
     if request.content_length is not None and request.content_length > limit:
         message = f"Content-Length {request.content_length} exceeds the limit of {limit} bytes"
         raise HttpError(413, "body_too_large", message)
@@ -126,15 +179,15 @@ async def body_middleware(request: web.Request, handler: Handler) -> web.StreamR
     template = resource.canonical if resource is not None else request.path
     check_content_type(request, accepted_types(request.method, template))
     coding = content_encoding(request)
-    budget = request.config_dict.get(BODY_BUDGET)
+    budget = limits.budget
     if budget is None:
-        request[BODY] = inflate(await request.read(), coding, limit)
+        request[BODY] = inflate(await _read(request, limits), coding, limit)
         return await handler(request)
-    held, holder = 0, request.get(TOKEN_NAME, ANONYMOUS)  # an open route's bodies share one holder's part
+    held, holder = 0, request.get(TOKEN_NAME, ANONYMOUS)
     try:  # the bytes of this body count against the process's budget (and its token's share) until answered
         if request.content_length is not None:
             held += budget.take(request.content_length, holder)
-        raw = await request.read()
+        raw = await _read(request, limits)
         if request.content_length is None:
             held += budget.take(len(raw), holder)
         request[BODY] = decoded = inflate(raw, coding, limit)

@@ -149,19 +149,21 @@ def parse_jobs(
     envelopes: list[Envelope] = []
     partitions: list[int | None] = []
     problems: list[FieldError] = []
+    codes: set[str] = set()
     for i, doc in enumerate(docs):
         where = "" if single else f"jobs[{i}]."
         try:
             env, partition = _one(queue, doc, i, idempotency, now, content)
         except EnvelopeError as exc:
             problems += [FieldError(where + f.field, f.problem) for f in exc.fields]
+            codes.add(exc.code)
             continue
         if stamp is not None:
             env = stamp(env)
         envelopes.append(encoded(env))  # the record value, encoded once
         partitions.append(partition)
-    if problems:
-        raise EnvelopeError(problems)
+    if problems:  # one code when every bad job has the same (kind_reserved), else envelope_invalid
+        raise EnvelopeError(problems, code=codes.pop() if len(codes) == 1 else EnvelopeError.code)
     parsed = Parsed(envelopes, partitions, single)
     sizes = {i: len(env.raw or b"") for i, env in enumerate(envelopes)}
     oversize = {i: n for i, n in sizes.items() if n > MAX_ENVELOPE_BYTES}

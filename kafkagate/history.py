@@ -1,7 +1,10 @@
 """The archive (Rickover): what the gateway answers from the history tables once Redis forgot a job, and
 the job search over them (``docs/history.md``).
 
-The tables are read through DuckDB (``jqruntime.stores.history``) in a worker thread, never a Spark session.
+The tables are read through DuckDB (``jqruntime.stores.history``), never a Spark session, on the gateway's
+history pool (``jqruntime.historypool``: ``JOBQ_HISTORY_QUERY_SLOTS`` queries at once, half of them per
+token, a time limit each; past it a 429 ``gateway_busy``), never the executor ``/readyz`` uses. A ``GET``
+the history had no job for is remembered a few seconds (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``).
 The search covers every job the history has seen — live ones too, as of the history pipeline's last trigger
 (seconds behind Redis); ``GET`` of one job answers from Redis whenever Redis still has it. ``GET`` of an
 archived job shows the payload the history kept with its end (``jqruntime.stores.archive``: args, meta,
@@ -10,15 +13,13 @@ result, priority, lease, expiry; ``truncated`` names a field cut to the cap); th
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from jqruntime.authz import Policy
 from jqruntime.http import HttpError, json_response
 from kafkagate import models as m
 from kafkagate.api import Api, Param
-from kafkagate.archive import job_dict
+from kafkagate.archive import asker, job_dict
 from kafkagate.auth import search_queue
 from kafkagate.state import GATE
 
@@ -76,7 +77,9 @@ async def search_jobs(request: web.Request) -> web.Response:
         raise HttpError(400, "query_invalid", f"limit must be 1..{MAX_LIMIT}, not {limit}")
     q = request.query
     since, until = _int(request, "since"), _int(request, "until")
-    page = await asyncio.to_thread(  # a bad cursor: QueryInvalid, a 400 like every JobqError with a status
+    gate = request.app[GATE]
+    page = await gate.history_pool().run(  # a bad cursor: QueryInvalid, a 400 like every JobqError
+        asker(request),
         lambda: store.search(
             queue=q.get("queue") or None,
             kind=q.get("kind") or None,
@@ -86,6 +89,6 @@ async def search_jobs(request: web.Request) -> web.Response:
             id_prefix=q.get("id_prefix") or None,
             limit=limit,
             after=q.get("after") or None,
-        )
+        ),
     )
     return json_response({"jobs": [job_dict(j) for j in page.jobs], "next": page.next_cursor})

@@ -165,7 +165,7 @@ async def get_job(request: web.Request) -> web.Response:
     queue, job_id = queue_of(request), request.match_info["id"]
     info = await engine_call(gate.engine.get_job(queue, job_id))
     if info is None:
-        old = await archived(gate.history(), queue, job_id)
+        old = await archived(request, queue, job_id)
         if old is not None:
             return json_response(old)
         raise HttpError(
@@ -244,7 +244,7 @@ async def replay_job(request: web.Request) -> web.Response:
     if key is not None and not 0 < len(key) <= 255:
         raise HttpError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
     info = await engine_call(gate.engine.get_job(queue, job_id))
-    old = None if info is not None else await archived_snapshot(gate.history(), queue, job_id)
+    old = None if info is not None else await archived_snapshot(request, queue, job_id)
     if (info is None or info.envelope is None) and old is None:
         raise HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
     if info is not None and info.state not in REPLAYABLE:

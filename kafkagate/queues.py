@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
 from aiohttp import web
 
-from jqengine import QueueConfig
+from jqcore.errors import FieldError
+from jqengine import QueueConfig, check_bounds
 from jqruntime.authz import Policy, path_queue
-from jqruntime.dispatch import load_configs
+from jqruntime.dispatch import EVERY_QUEUE, DispatchConfig, load_configs, pick
 from jqruntime.http import HttpError, json_response
 from jqruntime.stores import dispatch as dispatch_store
 from kafkagate import admin_models as m
 from kafkagate.api import Api, Param
-from kafkagate.auth import kind_put, visible
+from kafkagate.auth import kind_put, token_of, visible
 from kafkagate.queue_bodies import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
 from kafkagate.requests import body_model, engine_call, kind_of, queue_of
 from kafkagate.state import GATE
@@ -107,7 +109,7 @@ async def put_queue(request: web.Request) -> web.Response:
             " PATCH to change only some fields",
         )
     config = QueueConfig(**{**body.model_dump(), "filter_keys": tuple(body.filter_keys)})
-    return await _configure(request, queue, config)
+    return await _configure(request, queue, config, body.model_dump())
 
 
 @routes.patch(
@@ -130,14 +132,18 @@ async def patch_queue(request: web.Request) -> web.Response:
     if changes.get("fair_key") == "":  # "" turns fairness off
         changes["fair_key"] = None
     current = await engine_call(gate.engine.queue_config(queue))
-    return await _configure(request, queue, replace(current, **changes))
+    return await _configure(request, queue, replace(current, **changes), changes)
 
 
-async def _configure(request: web.Request, queue: str, config: QueueConfig) -> web.Response:
+async def _configure(
+    request: web.Request, queue: str, config: QueueConfig, changes: Mapping[str, Any]
+) -> web.Response:
     """Store ``config`` as the queue's configuration (in force in Redis, then kept in Consul for a
     rebuild: Consul unreachable is a 503 with the change in force but not kept; send it again); answer
-    with what is now in force."""
+    with what is now in force. The values the request set (``changes``) must be within the operator's
+    bounds (``JOBQ_QUEUE_MAX_*``)."""
     gate = request.app[GATE]
+    await check_bounds(gate.redis_client, gate.queue_bounds, changes)
     await engine_call(gate.engine.configure_queue(queue, config))
     gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     await gate.configs().put_queue(queue, config)
@@ -217,28 +223,55 @@ async def _on_dead(request: web.Request, done: Literal["retried", "purged"]) -> 
     answer=m.KindConfigured,
 )
 async def put_kind(request: web.Request) -> web.Response:
+    """Configure a job type for the queues it names (``queues`` omitted: every queue). Its dispatch
+    configuration is stored for each of those queues (omitted: under ``*``, every queue without one of its
+    own), replacing theirs; a PUT without ``dispatch`` removes theirs. Another queue's is never touched."""
     gate = request.app[GATE]
     kind = kind_of(request)
     body = await body_model(request, KindBody)
+    if body.queues is not None and not body.queues:
+        raise HttpError(
+            400,
+            "kind_queues_empty",
+            'queues: [] names no queue; name the queues this job type is for, or omit "queues" for every'
+            " queue (a token of every queue)",
+            [FieldError("queues", "must name at least one queue, or be omitted")],
+        )
     options = body.model_dump(
         include={"concurrency", "max_attempts", "delivery", "priority", "ignore_result"}
     )
     await engine_call(gate.engine.configure_kind(kind, queues=body.queues, **options))
-    await engine_call(
-        dispatch_store.put(gate.redis_client, kind, body.dispatch.stored() if body.dispatch else None)
-    )
+    stored = body.dispatch.stored() if body.dispatch else None
+    await engine_call(dispatch_store.put(gate.redis_client, kind, body.queues, stored))
     await gate.configs().put_kind(kind, body.queues, **options)
     shown = body.dispatch.public() if body.dispatch else None
     return json_response({"kind": kind, **body.model_dump(exclude={"dispatch"}), "dispatch": shown})
 
 
 async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
+    """The job types of the queues the token sees. ``dispatch``: the configuration for every queue
+    (``*``); each queue's ``dispatch`` (when it has one): the one its jobs are pushed with (its own, else
+    ``*``'s) — the dispatcher's and the callbacks' rule. A dispatch URL's path and query are masked for
+    a token without ``admin`` (a webhook's secret is often in them)."""
     gate = request.app[GATE]
     queues = visible(request, await engine_call(gate.engine.queues()))
     found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
     pushed = load_configs(await engine_call(dispatch_store.configs(gate.redis_client)))
+    full_url = token_of(request).has("admin")
+
+    def shown(config: DispatchConfig | None) -> dict[str, Any] | None:
+        return None if config is None else config.public(full_url=full_url)
+
+    seen = set(queues)
+    for queue, kind in pushed:  # a queue the kind has no options in may still push it
+        if queue in seen:
+            found.setdefault(kind, {"defaults": None, "queues": {}})["queues"].setdefault(queue, {})
     for kind, entry in found.items():
-        entry["dispatch"] = pushed[kind].public() if kind in pushed else None
+        entry["dispatch"] = shown(pushed.get((EVERY_QUEUE, kind)))
+        for queue, options in entry["queues"].items():
+            config = pick(pushed, queue, kind)
+            if config is not None:  # else absent (null): the queue's jobs of the kind are for pools
+                options["dispatch"] = shown(config)
     return found
 
 

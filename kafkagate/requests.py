@@ -23,11 +23,13 @@ from jqcore.cron import CronSchedule, check_name, parse_schedule
 from jqcore.envelope import validate_name
 from jqcore.errors import BackendUnavailable, CronInvalid, EnvelopeError, FieldError
 from jqcore.graphs import GraphSpec, parse
+from jqcore.log import get_logger
 from jqruntime.http import HttpError
 from kafkagate.body import read_body
 from kafkagate.limits import busy
 
 __all__ = [
+    "REDIS_UNREACHABLE",
     "body_model",
     "engine_call",
     "graph_id_of",
@@ -40,6 +42,7 @@ __all__ = [
     "schedule_of",
 ]
 
+log = get_logger("kafkagate.requests")
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 PARSED = web.RequestKey("jobq.parsed", dict)
@@ -132,12 +135,19 @@ async def schedule_of(request: web.Request) -> CronSchedule:
     return await _once(request, CronSchedule, lambda raw: _schedule(raw, name))
 
 
+REDIS_UNREACHABLE = "Redis did not answer; retry later (the gateway's log says why)"
+"""The message of a Redis outage's 503 (``backend_unavailable``): what redis-py said — addresses, the
+server's own words — goes to the log, never to the client."""
+
+
 async def engine_call(awaitable: Any) -> Any:
-    """Engine reads/changes: a Redis outage is a 503 with the reason, never a 500; this process's own
-    Redis pool exhausted is a 429 ``gateway_busy`` (Redis is not down)."""
+    """Engine reads/changes: a Redis outage is a 503 ``backend_unavailable`` with a fixed message (the
+    reason is logged), never a 500; this process's own Redis pool exhausted is a 429 ``gateway_busy``
+    (Redis is not down)."""
     try:
         return await awaitable
     except MaxConnectionsError:  # this process's own pool is exhausted: busy here, Redis is fine
         raise busy("its Redis connections (JOBQ_GATE_REDIS_CONNECTIONS)") from None
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise BackendUnavailable(f"Redis unreachable: {exc}") from exc
+        log.warning("Redis unreachable", error=repr(exc))
+        raise BackendUnavailable(REDIS_UNREACHABLE) from exc

@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from jqcore.buckets import Rate
 from jqcore.envelope import MAX_ENVELOPE_BYTES
 from jqcore.settings import CommaList, CommaSecrets, ProduceBatching
+from jqcore.settings.common import _blank_is_unset, _read_secret_file
 from jqruntime.clientaddr import Networks, parse_networks
 
 __all__ = ["GateSettings"]
@@ -43,6 +44,10 @@ class GateSettings(BaseSettings, ProduceBatching):
     Named tokens held to queues and kinds come from ``JOBQ_TOKENS_FILE``. With neither, every request is
     refused except the health, readiness, metrics and OpenAPI endpoints (never an open gateway by
     accident). Off loopback each secret must have at least 20 characters (the gateway refuses to start)."""
+    tokens_file: str | None = None
+    """A file holding ``JOBQ_GATE_TOKENS``' list instead (entries separated by commas or lines; trailing
+    newline stripped): a mounted Secret's key, so no token is in the environment. Prefer
+    ``JOBQ_TOKENS_FILE`` (named tokens held to queues, kinds and a rate)."""
     auth_failures: str = "30/min"
     """Bearer tokens not accepted one client address may present per gateway process: a bucket of COUNT,
     refilled at the rate (``COUNT/s``, ``/min``, ``/h``, ``/Ns``). Past it the address's requests are a 429
@@ -98,6 +103,45 @@ class GateSettings(BaseSettings, ProduceBatching):
     callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
     """The HMAC secret of dispatch callback tokens, shared with the dispatchers (``jobq dispatcher``,
     ``docs/dispatcher.md``); unset: ``POST /v1/callbacks/...`` is refused (403 ``callbacks_off``)."""
+    callback_secret_file: str | None = Field(None, validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET_FILE"))
+    """A file holding the callback secret instead (trailing newline stripped): a mounted Secret's key, so
+    the secret is in no process's environment (the Helm chart's way)."""
+
+    _blank = field_validator("tokens_file", "callback_secret_file", mode="before")(_blank_is_unset)
+
+    @model_validator(mode="after")
+    def _secret_files(self) -> GateSettings:
+        _read_secret_file(self, "tokens", kind="secrets")
+        _read_secret_file(self, "callback_secret", name="JOBQ_CALLBACK_SECRET")
+        return self
+
+    callback_rate: str = "100/s"
+    """Dispatch callbacks (``POST /v1/callbacks/...``, open to anyone: the signed token is checked after)
+    one source address may send to one gateway process: ``COUNT/s``, ``/min``, ``/h`` or ``/Ns`` (a burst
+    of COUNT), or empty for no limit; past it 429 ``rate_limited`` with ``Retry-After``. Raise it when
+    many downstreams call back through one proxy or NAT address (the gateway sees that address) or one
+    downstream reports more jobs a second than this; lower it when the callback routes face the
+    internet."""
+    callback_inflight_body_bytes: int = Field(4 * 1024 * 1024, ge=256 * 1024)
+    """Callback body bytes one gateway process reads and handles at once, a budget of their own (never
+    the shared ``JOBQ_GATE_INFLIGHT_BODY_BYTES``, so unauthenticated senders cannot stall enqueues and
+    claims); past it 429 ``gateway_busy``. Each callback body is at most 128 KiB (64 KiB plus a result).
+    Raise it when many downstreams call back at once with large results and get 429s."""
+    callback_read_timeout_s: float = Field(10.0, gt=0, le=300)
+    """Seconds a callback's body may take to arrive once its headers have (408 ``body_timeout`` beyond),
+    so a sender that stops sending does not hold its part of the callback budget. Raise it for
+    downstreams on slow links that send large results."""
+
+    @field_validator("callback_rate")
+    @classmethod
+    def _rate_valid(cls, value: str) -> str:
+        if value.strip():
+            Rate.parse(value)  # a ValueError says how to write one
+        return value.strip()
+
+    def callback_rate_limit(self) -> Rate | None:
+        """:attr:`callback_rate` parsed (None: no limit)."""
+        return Rate.parse(self.callback_rate) if self.callback_rate else None
 
     @field_validator("auth_failures")
     @classmethod

@@ -12,21 +12,32 @@ import consul.aio
 from aiohttp import web
 
 from jqcore.aio import cancel_and_wait
+from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, FarSettings, HistorySettings, KafkaSettings
+from jqcore.settings import (
+    ConsulSettings,
+    CronSettings,
+    FarSettings,
+    HistorySettings,
+    KafkaSettings,
+    QueueBounds,
+    load,
+)
 from jqengine import POOL_HOLDER, Engine, QueueConfig, RedisClient
 from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.historypool import HistoryPool, MissCache
 from jqruntime.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
 from jqruntime.stores import presence, stages
 from jqruntime.stores.config import ConfigStore
 from jqruntime.stores.cron import CronStore
-from jqruntime.stores.history import HistoryStore
+from jqruntime.stores.history import HistoryStore, QueryLimits
+from kafkagate.limits import busy
 from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
 
-__all__ = ["GATE", "PRODUCED_FLUSH_S", "Gate"]
+__all__ = ["GATE", "PRODUCED_FLUSH_S", "READY_TTL_S", "Gate"]
 
 log = get_logger("kafkagate.state")
 
@@ -47,6 +58,11 @@ is a member of a shared Redis sorted set for an hour (``jqruntime.stores.presenc
 dashboard reads, and a claim names any worker it likes (review M7)."""
 WORKER_NAME_FORGET_S = 3600.0
 """A name not seen for this long no longer counts in its token's names (the presence set forgets it too)."""
+READY_TTL_S = 1.0
+"""How long ``/readyz``'s Kafka answer is reused: probes and anyone else asking cost at most one metadata
+look-up per routed topic per second per process, however often they ask."""
+READY_LOOKUP_S = 2.0
+"""How long one readiness look-up of a topic's metadata may take."""
 
 
 @dataclass
@@ -63,6 +79,8 @@ class Gate:
     far: FarSettings
     history_settings: HistorySettings
     long_polls: LongPolls
+    queue_bounds: QueueBounds = field(default_factory=lambda: load(QueueBounds))
+    """What a queue's configuration may ask for (``JOBQ_QUEUE_MAX_*``)."""
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False
@@ -88,6 +106,12 @@ class Gate:
             await self.engine.graphs.report_finished(queue, [job_id])
         except Exception as exc:
             log.warning("graph report left to the scheduler", job_id=job_id, error=repr(exc))
+
+    _history_pool: HistoryPool | None = None
+    _archive_misses: MissCache | None = None
+    _ready: tuple[float, dict[str, str]] | None = None
+    """When readiness was last learnt, and each routed topic's problem (its error code) then."""
+    _ready_lookup: asyncio.Task[dict[str, str]] | None = None
 
     def count_produced(self, topic: str, n: int) -> None:
         """Add to the shared ``produced`` counter in Redis: summed here and written every
@@ -212,12 +236,51 @@ class Gate:
             if not root.is_dir() or self._history_off:
                 return None
             try:
-                self._history = HistoryStore(root)
+                self._history = HistoryStore(root, QueryLimits.of(self.history_settings))
             except MissingExtra as exc:  # the tables are there, duckdb is not: no archive, said once
                 log.warning("history tables present but not readable; archive fallback off", error=str(exc))
                 self._history_off = True
                 return None
         return self._history
+
+    def history_pool(self) -> HistoryPool:
+        """Where this process runs its history queries (``JOBQ_HISTORY_QUERY_SLOTS`` at once, half of them
+        per token; past that a 429 ``gateway_busy``)."""
+        if self._history_pool is None:
+            self._history_pool = HistoryPool(
+                self.history_settings.query_slots, busy, setting="JOBQ_HISTORY_QUERY_SLOTS"
+            )
+        return self._history_pool
+
+    def archive_misses(self) -> MissCache:
+        """(queue, id) pairs the history had no job for a moment ago (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+        if self._archive_misses is None:
+            self._archive_misses = MissCache(self.history_settings.archive_miss_ttl_s)
+        return self._archive_misses
+
+    async def readiness(self) -> dict[str, str]:
+        """Each routed topic Kafka could not show (topic → error code: ``topic_missing``,
+        ``kafka_unavailable``); empty when ready. Learnt at most every :data:`READY_TTL_S` (concurrent
+        askers share one look-up), on the default executor, never the history's; the error text of Kafka's
+        client is logged, not returned."""
+        now = asyncio.get_running_loop().time()
+        if self._ready is not None and now - self._ready[0] < READY_TTL_S:
+            return self._ready[1]
+        if self._ready_lookup is None or self._ready_lookup.done():
+            self._ready_lookup = asyncio.create_task(self._look_ready(), name="gate:readiness")
+        return await asyncio.shield(self._ready_lookup)
+
+    async def _look_ready(self) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        producer = self.producer("all")
+        for topic in self.routing.topics():
+            try:
+                await asyncio.to_thread(producer.partitions, topic, READY_LOOKUP_S)
+            except JobqError as exc:
+                log.warning("topic not ready", topic=topic, code=exc.code, error=exc.message)
+                problems[topic] = exc.code
+        self._ready = (asyncio.get_running_loop().time(), problems)
+        return problems
 
     def _consul_client(self) -> consul.aio.Consul:
         """The Consul client, made on first use (only the cron and configuration routes need it)."""
@@ -242,6 +305,9 @@ class Gate:
 
     async def close(self) -> None:
         await self.long_polls.close()
+        await cancel_and_wait(self._ready_lookup)
+        if self._history_pool is not None:
+            self._history_pool.close()
         if self._consul is not None:
             await close_consul(self._consul)
             self._consul = None

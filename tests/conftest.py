@@ -48,7 +48,9 @@ from jqcore.topics import audit_topic
 from jqengine import Engine
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
+from jqruntime import consulconn
 from jqruntime.kafka import AsyncProducer
+from jqruntime.stores.config import ConfigStore
 from jqruntime.topicadmin import apply
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
@@ -321,6 +323,17 @@ def token() -> str:
 def cron_settings(prefix: str) -> CronSettings:
     """This test's own Consul KV root for cron schedules."""
     return CronSettings(kv_prefix=f"jobq-test/{prefix}")
+
+
+@pytest.fixture
+async def consul_store(endpoints: Endpoints, cron_settings: CronSettings) -> AsyncIterator[ConfigStore]:
+    """The kept configurations and the graph key of this test's Consul prefix (the one its gateways and
+    relays use: ``cron_settings``)."""
+    client = consulconn.consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    try:
+        yield ConfigStore(client, cron_settings.kv_prefix)
+    finally:
+        await consulconn.close_consul(client)
 
 
 @pytest.fixture

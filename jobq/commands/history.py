@@ -30,7 +30,7 @@ from jqcore.log import configure, get_logger
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
 from jqcore.topics import events_topic
 from jqruntime.preflight import preflight
-from jqruntime.stores.history import HistoryStore, Rows, TimelineEntry
+from jqruntime.stores.history import HistoryStore, QueryLimits, Rows, TimelineEntry
 
 __all__ = ["app"]
 
@@ -71,13 +71,16 @@ def since_ms(span: str, now: int | None = None) -> int:
 
 
 def _store() -> HistoryStore:
-    root = load(HistorySettings).root
+    """The tables, each query within ``JOBQ_HISTORY_QUERY_*``'s memory and threads (no time limit: the
+    operator's own query, in their own process)."""
+    settings = load(HistorySettings)
+    root = settings.root
     if not root.is_dir():
         raise ConfigError(
             f"no history tables at {root} (JOBQ_HISTORY_PATH): start `jobq history run` first",
             code="history_missing",
         )
-    return HistoryStore(root)
+    return HistoryStore(root, QueryLimits.of(settings, timeout=False))
 
 
 def _when(ms: int | None) -> str:

@@ -14,8 +14,9 @@ other settings classes and re-exports every name (import from ``jqcore.settings`
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +57,7 @@ __all__ = [
     "LogSettings",
     "MetricsSettings",
     "ProduceBatching",
+    "QueueBounds",
     "QueueNames",
     "RedisSettings",
     "RelayKeys",
@@ -210,6 +212,36 @@ class HistorySettings(BaseSettings):
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """``jobq history run`` serves Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT (the history's lag
     behind the events topic: ``jobq_history_lag_records``, ``jobq_history_progress_timestamp_seconds``)."""
+    query_memory_mb: int = Field(256, ge=16, le=1_048_576)
+    """Memory one history query may use (DuckDB's ``memory_limit``, MiB) before it spills to
+    ``query_temp_dir`` or fails. Each query of the gateway's archive and job search, the dashboard and the
+    CLI has its own DuckDB; ``query_slots`` of them run at once. Raise it when large reports fail with an
+    out-of-memory error; keep ``query_slots`` times this well under the pod's memory limit."""
+    query_threads: int = Field(1, ge=1, le=64)
+    """Threads one history query may use (DuckDB's ``threads``; its own default is every core, for each
+    query). Raise it for faster ad-hoc reports on a machine that serves nothing else."""
+    query_temp_dir: str = ""
+    """Where a history query spills what does not fit in ``query_memory_mb`` ('' = ``jobq-history-spill``
+    in the system's temporary folder, e.g. the pod's ``/tmp``; DuckDB's own default is a ``.tmp`` folder
+    in the current directory, read-only in the chart's containers). Point it at a larger disk when
+    ``query_temp_max_mb`` is raised."""
+    query_temp_max_mb: int = Field(1024, ge=0)
+    """Most disk one history query may spill to (MiB; 0: none, a query that does not fit in memory fails).
+    Bounds the temporary folder's growth under many large queries."""
+    query_timeout_s: float = Field(10.0, gt=0, le=3600)
+    """Longest a history query of the gateway or the dashboard may run (archive look-ups, job searches,
+    timelines): DuckDB is interrupted then and the request answers 504 ``history_timeout``. Raise it when
+    legitimate searches over a large history time out; the CLI has no limit."""
+    query_slots: int = Field(2, ge=1, le=64)
+    """History queries one gateway or dashboard process runs at once, on a pool of threads of their own
+    (never the one ``/readyz`` and Kafka metadata use); one more is a 429 (``gateway_busy`` on the
+    gateway, ``history_busy`` on the dashboard) with ``Retry-After``. One token holds at most half of them
+    (at least one), so one client cannot take the archive from the others. Raise it with
+    ``query_memory_mb`` in mind."""
+    archive_miss_ttl_s: float = Field(5.0, ge=0, le=3600)
+    """How long a ``GET`` of a job neither Redis nor the history has is answered 404 without asking the
+    history again (per queue and id, at most 10,000 remembered; 0: never remembered). Unknown ids in a
+    loop then cost no DuckDB query each."""
 
     @property
     def root(self) -> Path:
@@ -238,6 +270,44 @@ class MetricsSettings(BaseSettings):
     loop_stale_s: float = Field(10.0, ge=2)
     """``/healthz`` answers 503 ``loop_stalled`` once the process's event loop has not run for this long
     (a blocking call or a runaway handler wedged it)."""
+
+
+class QueueBounds(BaseSettings):
+    """What a queue's configuration may ask for, whoever asks (``JOBQ_QUEUE_MAX_*``): the gateway's
+    ``PUT``/``PATCH /v1/queues/{queue}`` and the dashboard's settings form refuse more (400
+    ``queue_config_invalid`` naming the field and the bound), so a queue's admin cannot lift the limits that
+    keep one tenant from filling Redis for everyone (``docs/security.md``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_QUEUE_MAX_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    retention_ms: int = Field(30 * 86_400_000, ge=0)
+    """Longest a finished job's record stays in Redis. Raise it when teams must read finished jobs from
+    Redis longer (the history keeps them anyway)."""
+    dead_retention_ms: int = Field(90 * 86_400_000, ge=0)
+    """Longest a dead letter stays in Redis. Raise it when teams repair dead letters later than that."""
+    events_cap: int = Field(1_000_000, ge=0)
+    """Most lifecycle events a queue's stream holds before shipping. Raise it when a queue's bursts pass it
+    while the schedulers' shipping is slow."""
+    memory_share: float = Field(0.5, gt=0, le=1)
+    """A queue's ``memory_budget`` at most this share of Redis's ``maxmemory`` (no bound when Redis has none).
+    Raise it for a deployment where one queue may rightly use most of Redis."""
+
+    def problems(self, changes: Mapping[str, Any], maxmemory: int) -> list[tuple[str, str]]:
+        """``(field, problem)`` for each value of ``changes`` past its bound (``maxmemory``: Redis's)."""
+        bounds = {
+            "retention_ms": (self.retention_ms, "RETENTION_MS"),
+            "dead_retention_ms": (self.dead_retention_ms, "DEAD_RETENTION_MS"),
+            "events_cap": (self.events_cap, "EVENTS_CAP"),
+            "memory_budget": (int(self.memory_share * maxmemory) if maxmemory else None, "MEMORY_SHARE"),
+        }
+        out = []
+        for name, (bound, setting) in bounds.items():
+            value = changes.get(name)
+            if bound is not None and isinstance(value, int) and value > bound:
+                out.append((name, f"at most {bound} here (an operator's bound: JOBQ_QUEUE_MAX_{setting})"))
+        return out
 
 
 class TraceSettings(BaseSettings):

@@ -109,16 +109,16 @@ def _env_name(model: BaseSettings, field: str) -> str:
     return f"{model.model_config.get('env_prefix') or ''}{field}".upper()
 
 
-def _read_secret_file(model: BaseSettings, field: str) -> None:
-    """Fill the secret ``field`` from the file its ``<field>_file`` setting names (trailing newlines
-    stripped: a mounted Kubernetes/Docker secret or ``echo x > file``). Both set, or a file that cannot be
-    read or is empty, is a settings error naming the variable (never the secret)."""
-    path = getattr(model, f"{field}_file")
-    if not path:
-        return
-    name = _env_name(model, field)
-    if getattr(model, field) is not None:
-        raise ValueError(f"{name} and {name}_FILE are both set: give the secret once")
+def _given(value: object) -> bool:
+    """Whether a setting holds a value (``None``, an empty secret or text and an empty list do not)."""
+    if isinstance(value, SecretStr):
+        return bool(value.get_secret_value())
+    return value is not None and value != "" and value != []
+
+
+def _file_text(name: str, path: str) -> str:
+    """The text of the file ``<name>_FILE`` names (trailing newlines stripped); a settings error naming the
+    variable (never the content) when it cannot be read, is not UTF-8 or is empty."""
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8").rstrip("\r\n")
     except OSError as exc:
@@ -127,7 +127,34 @@ def _read_secret_file(model: BaseSettings, field: str) -> None:
         raise ValueError(f"{name}_FILE: {path} is not UTF-8 text") from None
     if not text:
         raise ValueError(f"{name}_FILE: {path} is empty")
-    setattr(model, field, SecretStr(text))
+    return text
+
+
+def _read_secret_file(
+    model: BaseSettings, field: str, *, name: str | None = None, kind: str = "secret"
+) -> None:
+    """Fill ``field`` from the file its ``<field>_file`` setting names (trailing newlines stripped: a
+    mounted Kubernetes/Docker secret or ``echo x > file``). ``kind``: ``secret`` (a ``SecretStr``),
+    ``text`` (a plain string: a user name kept beside the secrets) or ``secrets`` (a list of secrets, one
+    per comma or line, as the environment's comma-separated lists). ``name``: the variable, when it is
+    not the prefix and the field's. Both set, or a file that cannot be read or is empty, is a settings
+    error naming the variable (never the secret)."""
+    path = getattr(model, f"{field}_file")
+    if not path:
+        return
+    name = name or _env_name(model, field)
+    if _given(getattr(model, field)):
+        raise ValueError(f"{name} and {name}_FILE are both set: give the secret once")
+    text = _file_text(name, path)
+    if kind == "text":
+        setattr(model, field, text.strip())
+    elif kind == "secrets":
+        items = [t.strip() for line in text.splitlines() for t in line.split(",") if t.strip()]
+        if not items:
+            raise ValueError(f"{name}_FILE: {path} holds no entry")
+        setattr(model, field, [SecretStr(t) for t in items])
+    else:
+        setattr(model, field, SecretStr(text))
 
 
 def _check_files(model: BaseSettings, fields: Sequence[str]) -> None:

@@ -95,6 +95,9 @@ class KafkaSettings(BaseSettings):
     ``SASL_KERBEROS_SERVICE_NAME``; each may come from ``JOBQ_KAFKA_CONFIG`` instead."""
     sasl_username: str | None = None
     """``sasl.username`` (PLAIN, SCRAM)."""
+    sasl_username_file: str | None = None
+    """A file holding the SASL user name instead (trailing newline stripped): a mounted Secret's key beside
+    the password's (the Helm chart mounts both, so no credential is in the environment)."""
     sasl_password: SecretStr | None = None
     """``sasl.password`` (PLAIN, SCRAM)."""
     sasl_password_file: str | None = None
@@ -137,11 +140,16 @@ class KafkaSettings(BaseSettings):
     the Helm chart sets it): a missing topic stops the service at start-up, naming ``jobq topics create``."""
 
     _blank = field_validator(
-        *_KAFKA_MAPPED, *(f"{f}_file" for f in _KAFKA_SECRETS), "replication", mode="before"
+        *_KAFKA_MAPPED,
+        *(f"{f}_file" for f in _KAFKA_SECRETS),
+        "sasl_username_file",
+        "replication",
+        mode="before",
     )(_blank_is_unset)
 
     @model_validator(mode="after")
     def _secured(self) -> KafkaSettings:
+        _read_secret_file(self, "sasl_username", kind="text")
         for field in _KAFKA_SECRETS:
             _read_secret_file(self, field)
         self._check_sasl()

@@ -43,6 +43,9 @@ class RedisSettings(BaseSettings):
     """Connect with the Redis Cluster protocol (``url`` names any one node)."""
     username: str | None = None
     """Redis ACL user (unset: the ``default`` user)."""
+    username_file: str | None = None
+    """A file holding the ACL user instead (trailing newline stripped): a mounted Secret's key beside the
+    password's (the Helm chart mounts both, so no credential is in the environment)."""
     password: SecretStr | None = None
     """Redis ACL password (or ``requirepass``)."""
     password_file: str | None = None
@@ -62,7 +65,14 @@ class RedisSettings(BaseSettings):
     evicting Redis drops jobs silently). A Redis that refuses ``CONFIG GET`` is trusted, with a warning."""
 
     _blank = field_validator(
-        "username", "password", "password_file", "tls_ca_file", "tls_cert_file", "tls_key_file", mode="before"
+        "username",
+        "username_file",
+        "password",
+        "password_file",
+        "tls_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
+        mode="before",
     )(_blank_is_unset)
 
     @field_validator("url")
@@ -74,6 +84,7 @@ class RedisSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _secured(self) -> RedisSettings:
+        _read_secret_file(self, "username", kind="text")
         self._credentials_out_of_url()
         _read_secret_file(self, "password")
         tls_files = [f for f in ("tls_ca_file", "tls_cert_file", "tls_key_file") if getattr(self, f)]

@@ -20,12 +20,21 @@ and ``at`` are the columns ``from_state``, ``to_state`` and ``at_ms`` in the tab
 Each call opens its own in-memory DuckDB connection (safe from any thread: the gateway calls this from an
 executor), binds the views to the files present at that moment and answers. The connection may read the
 history root and nothing else, and :meth:`HistoryStore.query` runs a single ``SELECT`` only.
+
+Bounds (:class:`QueryLimits`, from ``JOBQ_HISTORY_QUERY_*``): each connection gets a ``memory_limit``, a
+number of ``threads`` and a temporary folder of bounded size before its configuration is locked (DuckDB's
+own defaults are 80 % of the machine's memory and every core, per connection); a query running past
+``timeout_s`` is interrupted (:class:`~jqcore.errors.QueryTimeout`). How many run at once is the servers'
+business (``jqruntime.historypool``).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -33,9 +42,10 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 import orjson
 
-from jqcore.errors import BackendUnavailable, QueryInvalid
+from jqcore.errors import BackendUnavailable, QueryInvalid, QueryTimeout
 from jqcore.events import FIELDS, PAYLOAD_FIELDS
 from jqcore.extras import require
+from jqcore.settings import HistorySettings
 from jqruntime.stores.archive import ArchivedPayload
 
 if TYPE_CHECKING:  # the history extra's; imported where a table is read
@@ -54,6 +64,7 @@ __all__ = [
     "EventRow",
     "HistoryStore",
     "JobSnapshot",
+    "QueryLimits",
     "Rows",
     "SearchPage",
     "TimelineEntry",
@@ -89,6 +100,73 @@ _REPORT_BY = ("kind", "queue")
 _REPORT_PER = ("minute", "hour", "day")
 _MAX_PAGE = 1000
 _SUMMARY = (*(c for c, _ in CURRENT_COLUMNS),)
+
+
+SPILL_DIR = "jobq-history-spill"
+"""The temporary folder's name under the system's one when ``JOBQ_HISTORY_QUERY_TEMP_DIR`` is unset."""
+_INTERRUPT_EVERY_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class QueryLimits:
+    """What one history query may use: DuckDB's ``memory_limit`` (MiB), ``threads``, the folder it spills
+    to and how much of it (MiB), and how long it may run (``None``: no limit, the CLI's)."""
+
+    memory_mb: int = 256
+    threads: int = 1
+    temp_dir: Path | None = None
+    temp_max_mb: int = 1024
+    timeout_s: float | None = None
+
+    @classmethod
+    def of(cls, settings: HistorySettings, *, timeout: bool = True) -> QueryLimits:
+        """The limits ``JOBQ_HISTORY_QUERY_*`` set; ``timeout=False`` leaves out the time limit (the CLI:
+        an operator's own query in their own process)."""
+        return cls(
+            memory_mb=settings.query_memory_mb,
+            threads=settings.query_threads,
+            temp_dir=Path(settings.query_temp_dir).expanduser() if settings.query_temp_dir else None,
+            temp_max_mb=settings.query_temp_max_mb,
+            timeout_s=settings.query_timeout_s if timeout else None,
+        )
+
+    def spill_dir(self) -> Path:
+        return self.temp_dir if self.temp_dir is not None else Path(tempfile.gettempdir()) / SPILL_DIR
+
+    def statements(self) -> list[str]:
+        """The ``SET`` statements of these limits (run before the connection's configuration is locked)."""
+        return [
+            f"SET memory_limit = '{int(self.memory_mb)}MiB'",
+            f"SET threads = {int(self.threads)}",
+            f"SET temp_directory = {_literal(str(self.spill_dir()))}",
+            f"SET max_temp_directory_size = '{int(self.temp_max_mb)}MiB'",
+            "SET enable_progress_bar = false",  # a slow query would draw one on the server's stderr
+        ]
+
+
+class _Deadline:
+    """Interrupts a connection's running statement once ``timeout_s`` passed (again every 50 ms until the
+    work stops: a statement that started after the first interrupt is stopped too)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, timeout_s: float) -> None:
+        self.fired = False
+        self._con, self._timeout_s = con, timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="jobq-history-deadline", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        if self._stop.wait(self._timeout_s):
+            return
+        self.fired = True
+        while True:
+            self._con.interrupt()
+            if self._stop.wait(_INTERRUPT_EVERY_S):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class Rows(NamedTuple):
@@ -273,11 +351,13 @@ def _decode_cursor(cursor: str) -> tuple[int, str, str]:
 
 
 class HistoryStore:
-    """The history tables under ``root`` (``HistorySettings().root``), read through DuckDB views."""
+    """The history tables under ``root`` (``HistorySettings().root``), read through DuckDB views, each
+    query within ``limits`` (default: :class:`QueryLimits`' own, 256 MB and one thread, no time limit)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, limits: QueryLimits | None = None) -> None:
         require("the job history", "history")
         self.root = Path(root).resolve()
+        self.limits = limits if limits is not None else QueryLimits()
 
     # --- plumbing ----------------------------------------------------------------------------------
 
@@ -288,6 +368,8 @@ class HistoryStore:
             ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
         )
         try:
+            for sql in self.limits.statements():
+                con.execute(sql)
             for sql in _view_sql(self.root):
                 con.execute(sql)
             # from here on the connection reads the history root only and cannot be reconfigured
@@ -301,20 +383,38 @@ class HistoryStore:
 
     def _run(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         """``work`` on a fresh connection, again when a file vanished under it (a compaction or retention
-        pass deletes files the glob had listed; the next listing no longer has them)."""
+        pass deletes files the glob had listed; the next listing no longer has them); interrupted once
+        ``limits.timeout_s`` passed since the first try (:class:`~jqcore.errors.QueryTimeout`)."""
         import duckdb
 
+        timeout_s = self.limits.timeout_s
+        ends = None if timeout_s is None else time.monotonic() + timeout_s
         for attempt in range(_ATTEMPTS):
+            deadline: _Deadline | None = None
             try:
                 con = self._connect()
                 try:
+                    if ends is not None:
+                        deadline = _Deadline(con, max(0.0, ends - time.monotonic()))
                     return work(con)
                 finally:
+                    if deadline is not None:
+                        deadline.stop()
                     con.close()
+            except duckdb.InterruptException as exc:
+                raise self._timed_out() from exc
             except duckdb.IOException as exc:
+                if deadline is not None and deadline.fired:
+                    raise self._timed_out() from exc
                 if attempt == _ATTEMPTS - 1:
                     raise BackendUnavailable(f"history tables changing under the read: {exc}") from exc
         raise AssertionError("unreachable")
+
+    def _timed_out(self) -> QueryTimeout:
+        return QueryTimeout(
+            f"the history query ran past its {self.limits.timeout_s:g} s limit (JOBQ_HISTORY_QUERY_TIMEOUT_S)"
+            " and was stopped: narrow it (a queue, a kind, a time range)"
+        )
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         def work(con: duckdb.DuckDBPyConnection) -> Rows:
@@ -433,8 +533,8 @@ class HistoryStore:
             try:
                 cur = con.execute(sql)
                 return Rows([d[0] for d in cur.description or ()], cur.fetchmany(max_rows))
-            except duckdb.IOException:
-                raise  # perhaps a file deleted by compaction: _run tries again
+            except (duckdb.IOException, duckdb.InterruptException):
+                raise  # perhaps a file deleted by compaction: _run tries again; or past the time limit
             except duckdb.Error as exc:
                 raise QueryInvalid(str(exc)) from exc
 

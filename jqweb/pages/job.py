@@ -6,7 +6,6 @@ expiry, through Kafka)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Iterable
 from typing import Any
@@ -78,20 +77,25 @@ def _attempts(info: JobInfo) -> list[dict[str, Any]]:
     return out
 
 
-async def _timeline(w: Web, queue: str, job_id: str) -> list[dict[str, Any]] | None:
+async def _timeline(request: web.Request, w: Web, queue: str, job_id: str) -> list[dict[str, Any]] | None:
     history = w.history()
     if history is None:
         return None
-    entries = await asyncio.to_thread(history.timeline, job_id, queue)
+    entries = await w.in_history(request, lambda: history.timeline(job_id, queue))
     return [dataclasses.asdict(e) for e in entries] or None
 
 
-async def _archived(w: Web, queue: str, job_id: str) -> dict[str, Any] | None:
+async def _archived(request: web.Request, w: Web, queue: str, job_id: str) -> dict[str, Any] | None:
+    """The job as the history last saw it, or None (a miss is remembered a few seconds)."""
     history = w.history()
-    if history is None:
+    misses = w.archive_misses()
+    if history is None or misses.missed(queue, job_id):
         return None
-    snap = await asyncio.to_thread(history.current, queue, job_id)
-    return None if snap is None else snap.as_dict()
+    snap = await w.in_history(request, lambda: history.current(queue, job_id))
+    if snap is None:
+        misses.note(queue, job_id)
+        return None
+    return snap.as_dict()
 
 
 @routes.get("/jobs/{queue}/{id}", policy=Policy("read", (path_queue,)))
@@ -105,12 +109,12 @@ async def job_page(request: web.Request) -> web.Response:
     ctx: dict[str, Any] = {
         "queue": queue,
         "id": job_id,
-        "timeline": None if deferred else await _timeline(w, queue, job_id),
+        "timeline": None if deferred else await _timeline(request, w, queue, job_id),
         "timeline_deferred": deferred,
         "can_act": principal(request).admin,
     }
     if info is None:
-        snapshot = await _archived(w, queue, job_id)
+        snapshot = await _archived(request, w, queue, job_id)
         if snapshot is None:
             raise _not_found(queue, job_id)
         ctx.update(source="archive", job=None, archived=snapshot, envelope=None, attempts=[])
@@ -132,7 +136,7 @@ async def timeline(request: web.Request) -> web.Response:
     """The job's timeline from the history tables (the job page loads it into itself)."""
     w = request.app[WEB]
     queue, job_id = _where(request)
-    ctx = {"queue": queue, "id": job_id, "timeline": await _timeline(w, queue, job_id)}
+    ctx = {"queue": queue, "id": job_id, "timeline": await _timeline(request, w, queue, job_id)}
     return page(request, "job_timeline.html", ctx, partial="job_timeline_table.html")
 
 

@@ -134,12 +134,14 @@ async def _live(request: web.Request, w: Web, f: Filters, ctx: dict[str, Any]) -
         ctx["next_url"] = _url(w.base, {**f.raw, **extra, "limit": str(limit), "cursor": found.next_cursor})
 
 
-async def _archive(w: Web, f: Filters, ctx: dict[str, Any]) -> None:
+async def _archive(request: web.Request, w: Web, f: Filters, ctx: dict[str, Any]) -> None:
     history = w.history()
     if history is None:
         ctx["archive_missing"] = True
         return
-    rows, after = await archive_page(history, f, ctx["cursor"], ctx["limit"])
+    rows, after = await archive_page(
+        history, f, ctx["cursor"], ctx["limit"], lambda search: w.in_history(request, search)
+    )
     ctx["rows"] = rows
     if after is not None:
         ctx["next_cursor"] = after
@@ -169,7 +171,7 @@ async def jobs(request: web.Request) -> web.Response:
         "can_act": principal(request).admin,
     }
     if f.source == "archive":
-        await _archive(w, f, ctx)
+        await _archive(request, w, f, ctx)
     else:
         await _live(request, w, f, ctx)
     return page(request, "jobs.html", ctx)

@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from jqcore.clock import now_ms
-from jqengine import QueueConfig, RedisClient
+from jqengine import QueueConfig, RedisClient, check_bounds
 from jqruntime.authz import Policy, path_queue
 from jqruntime.http import HttpError
 from jqruntime.stores.config import ConfigStore
@@ -203,6 +203,7 @@ async def settings(request: web.Request) -> web.Response:
     queue = await _known(w, request.match_info["queue"])
     fields = await form(request)
     changes = settings_changes(fields)
+    await check_bounds(w.client, w.queue_bounds, changes)
 
     async def run() -> int:
         current = await w.engine.queue_config(queue)

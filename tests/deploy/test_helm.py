@@ -182,6 +182,9 @@ def test_lint_is_clean(values: Path) -> None:
         (["--set", "worker.app="], "worker.app is required"),
         (["--set", "history.persistence.readers=true"], "needs accessModes [ReadWriteMany]"),
         (["--set", "gateway.enabled=false"], "canary.enabled needs gateway.enabled"),
+        (["--set", "tokens.envLists=false"], "tokens.existingSecret (a tokens file) or tokens.envLists"),
+        (["--set", "tokens.existingSecret=Not_A_Name"], "existingSecret"),
+        (["--set", "history.query.slots=0"], "/history/query/slots"),
     ],
     ids=lambda a: a[-1] if isinstance(a, list) else None,
 )
@@ -200,6 +203,29 @@ def test_settings_are_real(values: Path) -> None:
             assert env["name"] in documented, f"{name} sets {env['name']}, which no jobq setting reads"
 
 
+def pods(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for d in docs:
+        if d["kind"] in ("Deployment", "Job"):
+            yield d["metadata"]["name"], d["spec"]["template"]["spec"]
+
+
+def mounted_files(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each file a container sees from a Secret volume that lists its items: path -> (Secret, key); only
+    read-only mounts count."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    files: dict[str, tuple[str, str]] = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret")
+        if secret is None or not mount.get("readOnly"):
+            continue
+        for item in secret.get("items", []):
+            files[f"{mount['mountPath']}/{item['path']}"] = (secret["secretName"], item["key"])
+    return files
+
+
+CREDENTIAL_FILES = re.compile(r"^JOBQ_.*(PASSWORD|TOKENS?|SECRET|USERNAME)_FILE$")
+
+
 def test_secrets_come_only_from_secrets(values: Path) -> None:
     for name, container in containers(render(values)):
         assert "envFrom" not in container
@@ -209,6 +235,69 @@ def test_secrets_come_only_from_secrets(values: Path) -> None:
                     f"{name}: {env['name']} is not from a Secret"
                 )
     assert not [d for d in render(values) if d["kind"] in ("Secret", "ConfigMap")]
+
+
+def test_no_credential_is_in_the_environment_each_is_a_mounted_file(values: Path) -> None:
+    """Security review M9: Redis, Kafka SASL and Consul credentials, the callback secret and every token
+    reach a process as a file of its role's Secret, mounted read-only (the *_FILE settings), never as an
+    environment variable (which handler code, a child process or a crash dump would see)."""
+    seen: set[str] = set()
+    for name, pod in pods(render(values)):
+        for container in pod["containers"]:
+            files = mounted_files(pod, container)
+            for env in container.get("env", []):
+                assert "secretKeyRef" not in env.get("valueFrom", {}), f"{name}: {env['name']} from the env"
+                assert not SECRET_NAME.search(env["name"]), f"{name}: {env['name']} holds a credential"
+                if CREDENTIAL_FILES.match(env["name"]) or env["name"] == "JOBQ_TOKENS_FILE":
+                    assert env["value"] in files, f"{name}: {env['name']} names no mounted Secret file"
+                    seen.add(env["name"])
+    if values.stem == "production":
+        assert seen >= {
+            "JOBQ_REDIS_USERNAME_FILE",
+            "JOBQ_REDIS_PASSWORD_FILE",
+            "JOBQ_KAFKA_SASL_USERNAME_FILE",
+            "JOBQ_KAFKA_SASL_PASSWORD_FILE",
+            "JOBQ_CONSUL_TOKEN_FILE",
+            "JOBQ_CALLBACK_SECRET_FILE",
+            "JOBQ_CANARY_TOKEN_FILE",
+            "JOBQ_TOKENS_FILE",
+        }
+
+
+def _env_files(docs: list[dict[str, Any]], deployment: str) -> dict[str, tuple[str, str]]:
+    """setting -> (Secret, key) of the files a deployment's container is pointed at."""
+    pod = of_kind(docs, "Deployment")[deployment]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    files = mounted_files(pod, container)
+    return {e["name"]: files[e["value"]] for e in container.get("env", []) if e.get("value") in files}
+
+
+def test_each_role_mounts_its_own_secret_and_only_what_it_uses(production: list[dict[str, Any]]) -> None:
+    gateway = _env_files(production, "jobq-gateway")
+    assert gateway["JOBQ_REDIS_PASSWORD_FILE"] == ("jobq-gateway", "redis-password")
+    assert gateway["JOBQ_CALLBACK_SECRET_FILE"] == ("jobq-gateway", "callback-secret")
+    assert gateway["JOBQ_TOKENS_FILE"] == ("jobq-tokens", "tokens.toml")
+    assert "JOBQ_GATE_TOKENS_FILE" not in gateway, "tokens.envLists is off: no all-queue token list"
+    web = _env_files(production, "jobq-web")
+    assert web["JOBQ_TOKENS_FILE"] == ("jobq-tokens", "tokens.toml")
+    assert not {"JOBQ_WEB_ADMIN_TOKENS_FILE", "JOBQ_WEB_READ_TOKENS_FILE"} & set(web)
+    dispatcher = _env_files(production, "jobq-dispatcher")
+    assert dispatcher["JOBQ_CALLBACK_SECRET_FILE"] == ("jobq-worker", "callback-secret")
+    worker = _env_files(production, "jobq-worker")
+    assert worker["JOBQ_REDIS_USERNAME_FILE"] == ("jobq-worker", "redis-username")
+    assert "JOBQ_CALLBACK_SECRET_FILE" not in worker, "handler code never sees the callback secret"
+    assert _env_files(production, "jobq-canary")["JOBQ_CANARY_TOKEN_FILE"] == ("jobq-canary", "canary-token")
+    assert "JOBQ_TOKENS_FILE" not in _env_files(production, "jobq-relay")
+
+
+def test_the_older_token_lists_are_files_too_and_optional() -> None:
+    docs = render(CHART / "ci" / "defaults.yaml")
+    assert _env_files(docs, "jobq-gateway")["JOBQ_GATE_TOKENS_FILE"] == ("jobq-gateway", "gate-tokens")
+    assert "JOBQ_TOKENS_FILE" not in _env_files(docs, "jobq-gateway")
+    web = _env_files(docs, "jobq-web")
+    assert web["JOBQ_WEB_ADMIN_TOKENS_FILE"] == ("jobq-web", "web-admin-tokens")
+    minimal = _env_files(render(CHART / "ci" / "minimal.yaml"), "jobq-relay")
+    assert minimal == {}, "plaintext servers without ACLs: no credential, no credentials volume"
 
 
 def test_services_never_create_topics_and_a_hook_does(production: list[dict[str, Any]]) -> None:
@@ -252,13 +341,8 @@ def test_probes_pdbs_and_drains(production: list[dict[str, Any]]) -> None:
         plain_env(dispatcher["containers"][0])["JOBQ_DISPATCHER_GRACE_S"]
     )
     secrets = {  # the dispatcher signs callback tokens with the secret the gateways check them with
-        name: next(
-            e["valueFrom"]["secretKeyRef"]["key"] for e in d["containers"][0]["env"] if e["name"] == var
-        )
-        for name, d, var in (
-            ("gateway", gateway, "JOBQ_CALLBACK_SECRET"),
-            ("dispatcher", dispatcher, "JOBQ_CALLBACK_SECRET"),
-        )
+        name: _env_files(production, f"jobq-{name}")["JOBQ_CALLBACK_SECRET_FILE"][1]
+        for name in ("gateway", "dispatcher")
     }
     assert secrets == {"gateway": "callback-secret", "dispatcher": "callback-secret"}
 

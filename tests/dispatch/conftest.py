@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -23,6 +24,9 @@ from jqruntime.client import JobqClient
 from kafkagate.main import GateService
 
 SECRET = "test-callback-secret-0123456789"
+LOOPBACK = "127.0.0.0/8"
+READ_TOKEN = "test-read-token-0123456789"
+"""A token of the pipeline's gateway with the ``read`` scope only."""
 
 Behaviour = Callable[[dict[str, Any]], Awaitable[web.StreamResponse]]
 
@@ -64,10 +68,12 @@ class Pipeline:
 
 @dataclass
 class Rig(Pipeline):
-    """The pipeline with a real downstream and an in-process dispatcher."""
+    """The pipeline with a real downstream and an in-process dispatcher (loopback allowed; ``secrets``: its
+    ``JOBQ_DISPATCHER_SECRETS_DIR``)."""
 
     downstream: Downstream = field(default_factory=Downstream)
     dispatcher: Dispatcher | None = None
+    secrets: Path | None = None
 
     @property
     def signals(self) -> DispatcherSignals:
@@ -111,7 +117,7 @@ async def pipeline(
     topic = make_topic("jobs", partitions=1)
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=topic)], default_topic="")
     async with (
-        make_gate(routing, callback_secret=SECRET) as gate,
+        make_gate(routing, callback_secret=SECRET, tokens=[token, f"{READ_TOKEN}:read"]) as gate,
         make_relay(topic),
         JobqClient([gate.url], token) as client,
         aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
@@ -119,20 +125,31 @@ async def pipeline(
         yield Pipeline(f"{prefix}.hooks", client, http, gate.url, engine, redis)
 
 
-@pytest.fixture
-async def rig(pipeline: Pipeline, downstream: Downstream) -> AsyncIterator[Rig]:
-    settings = DispatcherSettings(
-        queues=[pipeline.queue],
+def dispatcher_settings(queue: str, gate_url: str, **more: Any) -> DispatcherSettings:
+    """A test dispatcher's settings: fast refreshes, checks and retries."""
+    return DispatcherSettings(
+        queues=[queue],
         concurrency=10,
-        callback_url=pipeline.gate_url,
+        callback_url=gate_url,
         callback_secret=SECRET,
         lease_ms=3000,
         refresh_s=0.2,
         callback_check_s=0.1,
         idle_wait_s=1.0,
         grace_s=1.0,
+        **more,
+    )
+
+
+@pytest.fixture
+async def rig(pipeline: Pipeline, downstream: Downstream, tmp_path: Path) -> AsyncIterator[Rig]:
+    settings = dispatcher_settings(
+        pipeline.queue,
+        pipeline.gate_url,
+        allow_nets=[LOOPBACK],  # the downstream listens on 127.0.0.1, refused unless allowed
+        secrets_dir=tmp_path,
     )
     dispatcher = Dispatcher(pipeline.engine, settings, redis=pipeline.redis)
     enable_all(dispatcher.signals)
     async with dispatcher:
-        yield Rig(**vars(pipeline), downstream=downstream, dispatcher=dispatcher)
+        yield Rig(**vars(pipeline), downstream=downstream, dispatcher=dispatcher, secrets=tmp_path)

@@ -69,7 +69,8 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     for kind in (flaky, slow, broken):
         await put_kind(rig, kind, timeout_s=0.3, backoff=FAST)
     status, listed = await rig.call("GET", f"/v1/kinds/{ok}")
-    assert (status, listed["dispatch"]["auth"]["value"]) == (200, "********")
+    assert (status, listed["queues"][rig.queue]["dispatch"]["auth"]["value"]) == (200, "********")
+    assert listed["dispatch"] is None  # none for every queue: this one is the queue's own
     await rig.refresh()
 
     ids = {k: await enqueue(rig, k, {"n": i}) for i, k in enumerate((ok, flaky, slow, broken))}
@@ -96,8 +97,8 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     dead = await job(rig, ids[broken])
     assert (dead.state, dead.attempt) == ("errored", 3)
     assert "HTTP 503: overloaded" in (dead.last_error or "")
-    logged = capsys.readouterr()
-    assert "dispatched" in logged.out
+    logged = capsys.readouterr()  # stdout, or stderr once a test configured logging (jqcore.log): both
+    assert "dispatched" in logged.out + logged.err
     assert "s3cret-value" not in logged.out + logged.err  # the auth value is never logged
 
 
@@ -166,26 +167,44 @@ async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> No
 
 async def test_dispatch_configuration_is_validated(rig: Rig, prefix: str) -> None:
     kind, q = f"{prefix}.bad", rig.queue
-    for dispatch in (
-        {"url": "ftp://example.com/x"},
-        {"url": "not a url"},
-        {"url": "http://user:pw@example.com/"},
-        {"url": "http://example.com/", "timeout_s": 0},
-        {"url": "http://example.com/", "timeout_s": 301},
-        {"url": "http://example.com/", "auth": {"value": "x", "env": "X"}},
-        {"url": "http://example.com/", "auth": {"header": "Bad Header", "value": "x"}},
-        {"url": "http://example.com/", "auth": "Bearer a\r\nInjected: 1"},
-        {"url": "http://example.com/", "extra": 1},
+    for dispatch, field in (
+        ({"url": "ftp://example.com/x"}, "dispatch.url"),
+        ({"url": "not a url"}, "dispatch.url"),
+        ({"url": "http://user:pw@example.com/"}, "dispatch"),
+        ({"url": "http://example.com/", "timeout_s": 0}, "dispatch.timeout_s"),
+        ({"url": "http://example.com/", "timeout_s": 301}, "dispatch.timeout_s"),
+        (
+            {"url": "http://example.com/", "auth": {"value": "x", "env": "JOBQ_DISPATCH_AUTH_X"}},
+            "dispatch.auth",
+        ),
+        (
+            {"url": "http://example.com/", "auth": {"header": "Bad Header", "value": "x"}},
+            "dispatch.auth.header",
+        ),
+        ({"url": "http://example.com/", "auth": {"header": "Host", "value": "x"}}, "dispatch.auth.header"),
+        (
+            {"url": "http://example.com/", "auth": {"header": "Content-Length", "value": "1"}},
+            "dispatch.auth.header",
+        ),
+        ({"url": "http://example.com/", "auth": "Bearer a\r\nInjected: 1"}, "dispatch.auth"),
+        ({"url": "http://example.com/", "auth": "env:JOBQ_REDIS_PASSWORD"}, "dispatch.auth.env"),
+        ({"url": "http://example.com/", "auth": "env:HOOK_TOKEN"}, "dispatch.auth.env"),
+        ({"url": "http://example.com/", "auth": "file:../tokens.toml"}, "dispatch.auth.file"),
+        ({"url": "http://example.com/", "extra": 1}, "dispatch.extra"),
     ):
         status, body = await rig.call("PUT", f"/v1/kinds/{kind}", json={"queues": [q], "dispatch": dispatch})
         assert (status, body["error"]["code"]) == (400, "body_invalid"), dispatch
+        assert field in {f["field"] for f in body["error"]["fields"]}, (dispatch, body)
     status, body = await rig.call(
         "PUT",
         f"/v1/kinds/{kind}",
-        json={"queues": [q], "dispatch": {"url": "https://example.com/h", "auth": "env:HOOK_TOKEN"}},
+        json={
+            "queues": [q],
+            "dispatch": {"url": "https://example.com/h", "auth": "env:JOBQ_DISPATCH_AUTH_HOOK"},
+        },
     )
     assert status == 200
-    assert body["dispatch"]["auth"] == {"header": "Authorization", "env": "HOOK_TOKEN"}
+    assert body["dispatch"]["auth"] == {"header": "Authorization", "env": "JOBQ_DISPATCH_AUTH_HOOK"}
     status, body = await rig.call("PUT", f"/v1/kinds/{kind}", json={"queues": [q]})
     assert (status, body["dispatch"]) == (200, None)  # a PUT without dispatch: back to worker pools
-    assert kind not in await dispatch_store.configs(rig.redis)
+    assert (q, kind) not in await dispatch_store.configs(rig.redis)

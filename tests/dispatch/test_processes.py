@@ -14,7 +14,7 @@ from jqstack.manager import Endpoints
 from jqstack.procs import free_port
 from jqstack.supervise import Children, python_m, tcp_open
 from tests.conftest import Eventually
-from tests.dispatch.conftest import SECRET, Pipeline
+from tests.dispatch.conftest import LOOPBACK, SECRET, Pipeline
 
 
 async def test_dispatcher_process_with_the_demo_downstream(
@@ -34,6 +34,7 @@ async def test_dispatcher_process_with_the_demo_downstream(
         "JOBQ_CALLBACK_SECRET": SECRET,
         "JOBQ_DISPATCHER_QUEUES": pipeline.queue,
         "JOBQ_DISPATCHER_CALLBACK_URL": pipeline.gate_url,
+        "JOBQ_DISPATCHER_ALLOW_NETS": LOOPBACK,
         "JOBQ_LOG_FORMAT": "json",
     }
     with Children(grace_s=10) as children:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import textwrap
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import django
@@ -222,3 +224,74 @@ def test_a_kind_outside_the_installed_apps_is_never_imported() -> None:
     assert DjangoRegistry().get("wave.open") is None
     assert "wave" not in sys.modules, "importing a module runs its top-level code"
     assert DjangoRegistry().get("examples.djangoapp.tasks.add") is not None
+
+
+def _app(root: Path, name: str, files: dict[str, str]) -> None:
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text("")
+    for module, text in files.items():
+        (root / name / f"{module}.py").write_text(textwrap.dedent(text))
+
+
+def test_kinds_resolve_only_to_tasks_discovered_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Security review L2: each app's ``tasks`` module is imported once, when the registry is made; a kind
+    naming another module of an app (a script, tests, a management command) is unknown and never
+    imported, and an app whose ``tasks`` module raises is logged once and never retried per job."""
+    ran = tmp_path / "ran.txt"
+    _app(
+        tmp_path,
+        "l2app",
+        {
+            "tasks": """
+                from jqdjango.compat import task
+                from l2app.helpers import shared
+
+                @task
+                def ok() -> int:
+                    return 1
+            """,
+            "helpers": """
+                from jqdjango.compat import task
+
+                @task
+                def shared() -> int:
+                    return 2
+            """,
+            "scripts": f"""
+                with open({str(ran)!r}, "a") as out:
+                    out.write("scripts ran\\n")
+                from jqdjango.compat import task
+
+                @task
+                def wipe() -> None: ...
+            """,
+        },
+    )
+    _app(
+        tmp_path,
+        "l2broken",
+        {
+            "tasks": f"""
+                with open({str(ran)!r}, "a") as out:
+                    out.write("broken ran\\n")
+                raise RuntimeError("boom")
+            """
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with override_settings(INSTALLED_APPS=["jqdjango", "examples.djangoapp", "l2app", "l2broken"]):
+        registry = DjangoRegistry()
+        assert registry.get("l2app.tasks.ok") is not None
+        assert registry.get("l2app.helpers.shared") is not None, "a task its tasks module imports"
+        assert registry.get("examples.djangoapp.tasks.add") is not None
+        for _ in range(3):
+            assert registry.get("l2app.scripts.wipe") is None
+            assert registry.get("l2broken.tasks.anything") is None
+        assert "l2app.scripts" not in sys.modules, "a kind never imports a module"
+        assert ran.read_text() == "broken ran\n", "the failing tasks module ran once, at start"
+        assert set(registry.failed) == {"l2broken"}
+        assert "RuntimeError" in registry.failed["l2broken"]
+    for name in [m for m in sys.modules if m.split(".")[0] in ("l2app", "l2broken")]:
+        del sys.modules[name]

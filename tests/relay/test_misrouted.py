@@ -9,11 +9,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jqcore import metrics
-from jqcore.envelope import encode, new_envelope, record_key
+from jqcore.admission import SIGNATURE_HEADER, sign
+from jqcore.envelope import decode, encode, new_envelope, record_key
+from jqcore.graphs import Graph, graph_envelope
 from jqcore.routing import Route, RoutingSettings
 from jqengine import Engine
 from jqrelay.main import RelayService
 from jqruntime.kafka import AsyncProducer, Record
+from jqruntime.stores.config import ConfigStore
 
 
 async def test_an_envelope_for_another_topics_queue_is_dead_lettered_as_misrouted(
@@ -56,3 +59,68 @@ async def test_an_envelope_for_another_topics_queue_is_dead_lettered_as_misroute
     assert await engine.get_job(theirs, forged.id) is None
     assert await pending(theirs) == 0
     assert metrics.RELAY_MISROUTED.labels(topic)._value.get() - before >= 3
+
+
+async def test_jobq_kinds_and_graph_fields_enter_only_as_a_gateway_signed_them(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    producer: AsyncProducer,
+    engine: Engine,
+    topic_reader: Callable[..., list[Any]],
+    pending: Callable[[str], Awaitable[int]],
+    consul_store: ConfigStore,
+) -> None:
+    """Security review C1: a producer allowed to write a topic cannot smuggle a task graph (whose nodes run
+    any kind in any queue) or a graph node's job (reporting into another tenant's graph); a graph a
+    gateway signed enters, node by node allowed by the routing."""
+    topic = make_topic("jobs")
+    home, theirs = f"{prefix}.billing.q", f"{prefix}.payments.q"
+    routing = RoutingSettings(
+        routes=[Route(queues=f"{prefix}.*", topic=topic)],
+        default_topic="",
+        queues_allowed=[f"{prefix}.billing.*", theirs],
+    )
+
+    def graph(gid: str, node_queue: str) -> Any:
+        g = Graph(gid, queue=home)
+        g.add("a", "refund.issue", queue=node_queue)
+        return graph_envelope(g.spec())
+
+    key = await consul_store.graph_key()
+    unsigned = graph(f"{prefix}-unsigned", theirs)
+    forged_sig = graph(f"{prefix}-forged", theirs)
+    signed_ok = graph(f"{prefix}-signed", theirs)
+    signed_bad_node = graph(f"{prefix}-elsewhere", f"{prefix}.nowhere.q")
+    node_job = new_envelope(
+        home, "k", None, id=f"{prefix}-victim:a", graph={"id": f"{prefix}-victim", "node": "a"}
+    )
+    kinds = new_envelope(home, "jobq.anything", None)
+
+    def record(env: Any, sig: bytes | None = None) -> Record:
+        headers = [(SIGNATURE_HEADER, sig)] if sig is not None else []
+        return Record(topic, encode(env), record_key(env), headers)
+
+    raw = {e.id: encode(e) for e in (signed_ok, signed_bad_node, forged_sig)}
+    await producer.produce_many(
+        [
+            record(unsigned),
+            record(forged_sig, sign(b"not the key" * 3, raw[forged_sig.id])),
+            record(signed_bad_node, sign(key, raw[signed_bad_node.id])),
+            record(node_job),
+            record(kinds),
+            record(signed_ok, sign(key, raw[signed_ok.id])),
+        ]
+    )
+    async with make_relay(topic, routing=routing) as relay:
+        await relay.relays[0].signals.committed.wait_for(lambda n: n >= 6)
+    dead = await asyncio.to_thread(topic_reader, f"{topic}.dead", 5)
+    reasons = {decode(m.value()).id: dict(m.headers())["jobq-reason"].decode() for m in dead}
+    assert reasons[unsigned.id].startswith("kind_reserved"), reasons
+    assert reasons[forged_sig.id].startswith("kind_reserved"), reasons
+    assert reasons[signed_bad_node.id].startswith("queue_not_allowed"), reasons
+    assert reasons[node_job.id].startswith("graph_field_refused"), reasons
+    assert reasons[kinds.id].startswith("kind_reserved"), reasons
+    assert await pending(theirs) == 1, "the signed graph's node, released into its queue"
+    assert (await engine.graphs.get(f"{prefix}-signed")).queue == home
+    assert await engine.graphs.home(f"{prefix}-unsigned") is None

@@ -102,7 +102,7 @@ def resolve(node: Any, env: Mapping[str, str]) -> Any:
 
 
 SHELL_TOKENS = {
-    "JOBQ_GATE_TOKENS": "app-7f3c9a2e61d04b58,canary-0e4d8b1f9a6c2357",
+    "JOBQ_GATE_TOKENS": "app-7f3c9a2e61d04b58",
     "JOBQ_CANARY_TOKEN": "canary-0e4d8b1f9a6c2357",
     "JOBQ_WEB_ADMIN_TOKENS": "admin:5b2e8c1d7f0a4936",
     "JOBQ_WEB_READ_TOKENS": "viewer:9c4a1e7b3d2f8065",
@@ -608,6 +608,12 @@ def test_canary_sends_through_every_gate_with_an_accepted_token(
         accepted = load_tokens(gate=gate.tokens).match(token)
         assert accepted is not None, f"{name} would refuse the canary's token"
         assert accepted.has(enqueue), f"{name} would refuse the canary's token"
+        # what the canary does: enqueue heartbeats, read their state; nothing more (security review M8)
+        assert accepted.scopes == {enqueue, policy_for("GET", "/v1/queues/{queue}/jobs/{id}").scope}, (
+            f"{name} gives the canary's token {sorted(accepted.scopes)}"
+        )
+        app_token = load_tokens(gate=gate.tokens).match(SHELL_TOKENS["JOBQ_GATE_TOKENS"])
+        assert app_token is not None, f"{name} would refuse the application's token"
         assert depends_on(canary).get(name) == "service_healthy"
 
 

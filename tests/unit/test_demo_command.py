@@ -24,7 +24,7 @@ def test_demo_without_its_examples_says_so_in_one_line(
 
 def test_the_demo_runs_a_dispatcher_whose_callbacks_its_gateways_accept(tmp_path: Path) -> None:
     """The dispatcher and its downstream are started with the gateways: the same callback secret, callbacks
-    to a gateway of the demo, the downstream's URL handed to the workload's kind."""
+    to a gateway of the demo, the downstream's URL handed to the workload's kind, loopback allowed."""
     from jobq import demo_workload
     from jobq.commands.stack import StackTokens
 
@@ -48,4 +48,6 @@ def test_the_demo_runs_a_dispatcher_whose_callbacks_its_gateways_accept(tmp_path
     hook_argv, _ = started["hook"]
     assert hook_argv[-3:-1] == ["examples.dispatch_hook", "--port"]
     assert running.hook_url == f"http://127.0.0.1:{hook_argv[-1]}/hook"
+    # the downstream listens on loopback, which a dispatcher refuses unless its egress policy allows it
+    assert env["JOBQ_DISPATCHER_ALLOW_NETS"] == "127.0.0.0/8"
     assert demo_workload.HOOK_QUEUE not in started["worker"][0][-1]  # no pool takes the pushed jobs

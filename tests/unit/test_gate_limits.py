@@ -1,5 +1,6 @@
 """The gateway's own limits as pure logic: a batch counted before its jobs are parsed, the body budget,
-each token's share of the body budget and of the long-poll slots."""
+each token's share of the body budget and of the long-poll slots; and a Redis outage's answer, which names
+no internals."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import contextlib
 from typing import Any, cast
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from jqcore.errors import BackendUnavailable
 from jqruntime.http import HttpError
 from kafkagate.enqueue import parse_jobs
 from kafkagate.limits import BodyBudget
 from kafkagate.longpoll import LongPolls
+from kafkagate.requests import REDIS_UNREACHABLE, engine_call
 
 
 def test_an_ndjson_batch_is_counted_before_any_line_is_parsed() -> None:
@@ -85,3 +90,26 @@ def test_one_token_parks_at_most_its_share_of_the_long_polls() -> None:
     assert (polls.parked, polls.parked_by("greedy")) == (0, 0)
     with polls.slot("greedy"):
         assert polls.parked_by("greedy") == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RedisConnectionError("Error 111 connecting to redis-internal.corp:6379. Connection refused."),
+        RedisTimeoutError("Timeout reading from redis-internal.corp:6379"),
+        OSError("[Errno 113] No route to host: 10.1.2.3"),
+    ],
+)
+async def test_a_redis_outage_answers_a_fixed_message(error: Exception) -> None:
+    """What redis-py said (addresses, the server's words) is logged, never answered (security review
+    L4): the client gets the code, Retry-After and a fixed message."""
+
+    async def fails() -> None:
+        raise error
+
+    with pytest.raises(BackendUnavailable) as caught:
+        await engine_call(fails())
+    assert caught.value.code == "backend_unavailable"
+    assert caught.value.retriable
+    assert caught.value.message == REDIS_UNREACHABLE
+    assert str(error) not in caught.value.message

@@ -247,6 +247,15 @@ def test_a_server_off_loopback_refuses_short_secrets_it_can_measure(tmp_path: Pa
     assert load_tokens(plain, host="127.0.0.1").match(short) is not None
 
 
+def test_a_bad_gate_token_entry_is_named_by_position_never_by_its_text() -> None:
+    """What follows the ':' of a JOBQ_GATE_TOKENS entry may be the rest of a secret holding a colon
+    (security review L4): the error names the entry's position only."""
+    with pytest.raises(ConfigError, match=r"entry #2 of 2") as err:
+        load_tokens(gate=[SecretStr("fine"), SecretStr("s3cr3t:half-of-the-s3cr3t")])
+    assert "s3cr3t" not in err.value.message
+    assert "half-of-the" not in err.value.message
+
+
 def test_one_secret_in_the_read_and_admin_lists_is_one_admin_token() -> None:
     tokens = load_tokens(web_read=[SecretStr("alice:same")], web_admin=[SecretStr("alice:same")])
     assert tokens.match("same") == Token("alice", frozenset({"read", "admin"}))

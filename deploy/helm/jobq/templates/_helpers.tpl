@@ -43,9 +43,10 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
 {{/*
-The environment every jobq container gets: the servers (non-secret settings), the role's credentials
-from its Secret, routing, logging, and topic handling (services never create topics here).
-(dict "root" $ "role" "gateway")
+The environment every jobq container gets: the servers (non-secret settings), where the role's
+credentials are mounted (*_FILE: never a credential itself), routing, logging, and topic handling
+(services never create topics here). (dict "root" $ "role" "gateway" ["files" (dict KEY SETTING)]
+["tokens" true])
 */}}
 {{- define "jobq.env" -}}
 {{- $v := .root.Values -}}
@@ -119,33 +120,37 @@ from its Secret, routing, logging, and topic handling (services never create top
   value: {{ $v.logLevel | quote }}
 - name: JOBQ_METRICS_HOST
   value: 0.0.0.0
-{{- include "jobq.credentials" . }}
+{{- range $key, $setting := include "jobq.secretFiles" . | fromJson }}
+- name: {{ $setting }}
+  value: {{ printf "/etc/jobq/credentials/%s" $key | quote }}
+{{- end }}
+{{- if and .tokens $v.tokens.existingSecret }}
+- name: JOBQ_TOKENS_FILE
+  value: /etc/jobq/tokens/tokens.toml
+{{- end }}
 {{- range $name, $value := $v.extraEnv }}
 - name: {{ $name }}
   value: {{ $value | quote }}
 {{- end }}
 {{- end -}}
 
-{{/* The role's server credentials, each from its own Secret (every key optional). */}}
-{{- define "jobq.credentials" -}}
-{{- $secret := index .root.Values.credentials .role -}}
-{{- range $env, $key := dict "JOBQ_KAFKA_SASL_USERNAME" "kafka-username" "JOBQ_KAFKA_SASL_PASSWORD" "kafka-password" "JOBQ_REDIS_USERNAME" "redis-username" "JOBQ_REDIS_PASSWORD" "redis-password" "JOBQ_CONSUL_TOKEN" "consul-token" }}
-- name: {{ $env }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ $secret }}
-      key: {{ $key }}
-      optional: true
-{{- end }}
+{{/*
+The role's credentials as files: key of the role's Secret -> the setting that names its file, as JSON
+(for fromJson). Every role: Redis (redis.auth), Kafka SASL (PLAIN, SCRAM-*), the Consul ACL token
+(consul.aclToken); plus the component's own (`files` of the context: a callback secret, a token list).
+*/}}
+{{- define "jobq.secretFiles" -}}
+{{- $v := .root.Values -}}
+{{- $files := dict -}}
+{{- if $v.redis.auth.username }}{{ $_ := set $files "redis-username" "JOBQ_REDIS_USERNAME_FILE" }}{{ end -}}
+{{- if $v.redis.auth.password }}{{ $_ := set $files "redis-password" "JOBQ_REDIS_PASSWORD_FILE" }}{{ end -}}
+{{- if has $v.kafka.saslMechanism (list "PLAIN" "SCRAM-SHA-256" "SCRAM-SHA-512") -}}
+{{- $_ := set $files "kafka-username" "JOBQ_KAFKA_SASL_USERNAME_FILE" -}}
+{{- $_ := set $files "kafka-password" "JOBQ_KAFKA_SASL_PASSWORD_FILE" -}}
 {{- end -}}
-
-{{/* A required token from the role's Secret: (dict "root" $ "role" "gateway" "env" "JOBQ_GATE_TOKENS" "key" "gate-tokens") */}}
-{{- define "jobq.secretEnv" -}}
-- name: {{ .env }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ index .root.Values.credentials .role }}
-      key: {{ .key }}
+{{- if $v.consul.aclToken }}{{ $_ := set $files "consul-token" "JOBQ_CONSUL_TOKEN_FILE" }}{{ end -}}
+{{- range $key, $setting := (.files | default dict) }}{{ $_ := set $files $key $setting }}{{ end -}}
+{{- toJson $files -}}
 {{- end -}}
 
 {{/* A component's own settings (its `env` value). */}}
@@ -156,23 +161,58 @@ from its Secret, routing, logging, and topic handling (services never create top
 {{- end }}
 {{- end -}}
 
-{{/* Volumes every jobq pod has: a writable /tmp (the root filesystem is read-only) and the TLS files. */}}
+{{/*
+Volumes every jobq pod has: a writable /tmp (the root filesystem is read-only), the TLS files, the role's
+credentials (only the keys it uses, readable by the pod's group only) and, in the gateways and the
+dashboard, the tokens file. (the context of jobq.env)
+*/}}
 {{- define "jobq.volumes" -}}
+{{- $v := .root.Values -}}
 - name: tmp
   emptyDir: {}
-{{- with .Values.tls.existingSecret }}
+{{- with $v.tls.existingSecret }}
 - name: tls
   secret:
     secretName: {{ . }}
 {{- end }}
+{{- $files := include "jobq.secretFiles" . | fromJson }}
+{{- if $files }}
+- name: credentials
+  secret:
+    secretName: {{ index $v.credentials .role }}
+    defaultMode: 0440
+    items:
+      {{- range $key, $_ := $files }}
+      - {key: {{ $key }}, path: {{ $key }}}
+      {{- end }}
+{{- end }}
+{{- if and .tokens $v.tokens.existingSecret }}
+- name: tokens
+  secret:
+    secretName: {{ $v.tokens.existingSecret }}
+    defaultMode: 0440
+    items:
+      - {key: {{ $v.tokens.key | quote }}, path: tokens.toml}
+{{- end }}
 {{- end -}}
 
 {{- define "jobq.volumeMounts" -}}
+{{- $v := .root.Values -}}
 - name: tmp
   mountPath: /tmp
-{{- if .Values.tls.existingSecret }}
+{{- if $v.tls.existingSecret }}
 - name: tls
   mountPath: /etc/jobq/tls
+  readOnly: true
+{{- end }}
+{{- if include "jobq.secretFiles" . | fromJson }}
+- name: credentials
+  mountPath: /etc/jobq/credentials
+  readOnly: true
+{{- end }}
+{{- if and .tokens $v.tokens.existingSecret }}
+- name: tokens
+  mountPath: /etc/jobq/tokens
   readOnly: true
 {{- end }}
 {{- end -}}
@@ -326,9 +366,9 @@ spec:
           securityContext:
             {{- toYaml $v.securityContext | nindent 12 }}
           volumeMounts:
-            {{- include "jobq.volumeMounts" .root | nindent 12 }}
+            {{- include "jobq.volumeMounts" . | nindent 12 }}
       volumes:
-        {{- include "jobq.volumes" .root | nindent 8 }}
+        {{- include "jobq.volumes" . | nindent 8 }}
 {{- end -}}
 
 {{/* An instance name from the pod's own name (relay holder, scheduler name): unique and stable per pod. */}}
