@@ -18,6 +18,7 @@ from jqengine.codes import (
     JobNotFound,
     QueueConfigInvalid,
     RedisMemoryFull,
+    ResultTooLarge,
     StaleLease,
     SwitchesFull,
     SwitchInvalid,
@@ -49,7 +50,7 @@ from jqengine.models import (
     Settle,
     StreamEvent,
 )
-from jqengine.redisconn import POOL_HOLDER, RedisClient, connect, memory_info
+from jqengine.redisconn import POOL_HOLDER, RedisClient, connect, memory_info, text
 from jqengine.replication import ReplicaWait, recording_writes
 from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqengine.switchrules import Switch
@@ -92,6 +93,7 @@ __all__ = [
     "RedisMemoryFull",
     "Released",
     "ReplicaWait",
+    "ResultTooLarge",
     "Settle",
     "StaleLease",
     "StreamEvent",
@@ -106,4 +108,5 @@ __all__ = [
     "recording_writes",
     "redis_errors",
     "refused_by_script",
+    "text",
 ]

@@ -26,6 +26,7 @@ __all__ = [
     "JobNotFound",
     "QueueConfigInvalid",
     "RedisMemoryFull",
+    "ResultTooLarge",
     "StaleLease",
     "SwitchInvalid",
     "SwitchNotFound",
@@ -111,6 +112,13 @@ class SwitchNotFound(JobqError):
 
     code = "switch_not_found"
     http_status = 404
+
+
+class ResultTooLarge(JobqError):
+    """A job's result is larger than the engine keeps (``MAX_RESULT_BYTES``): nothing was changed."""
+
+    code = "result_too_large"
+    http_status = 413
 
 
 class SwitchesFull(JobqError):

@@ -10,10 +10,11 @@ from typing import Any
 import orjson
 
 from jqengine import codes, farreads, memory, reads, waiting
-from jqengine.core import EngineCore, _s
+from jqengine.core import EngineCore
 from jqengine.keys import QueueKeys
 from jqengine.memory import QueueMemory
 from jqengine.models import JobInfo, JobLease, QueueConfig, QueueDepth, StreamEvent
+from jqengine.redisconn import text
 
 __all__ = ["Queries"]
 
@@ -88,8 +89,8 @@ class Queries(EngineCore):
                 out.append(None)
                 continue
             n = int(attempt or 0)
-            owner = _s(token) if token else _written_by(history, n)
-            out.append(JobLease(_s(state), n, owner, _s(kind or b"")))
+            owner = text(token) if token else _written_by(history, n)
+            out.append(JobLease(text(state), n, owner, text(kind or b"")))
         return out
 
     async def memory(self, queue: str) -> QueueMemory:

@@ -40,6 +40,7 @@ __all__ = [
     "connect_sync",
     "memory_info",
     "pack_command",
+    "text",
 ]
 
 RedisClient = aioredis.Redis | RedisCluster
@@ -226,6 +227,11 @@ def connect_sync(settings: RedisSettings) -> SyncRedisClient:
     if settings.cluster:
         return redis.cluster.RedisCluster.from_url(url, **kwargs)
     return redis.Redis.from_url(url, **kwargs)
+
+
+def text(value: object) -> str:
+    """A Redis reply (bytes, or a number or text) as text: the one decoding every reader of Redis uses."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def memory_info(client: RedisClient) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from jqcore.clock import now_ms
 from jqcore.keys import LOGIN_FAILURES_ALL_KEY, WEB_SESSIONS_KEY, login_failures_key, web_session_key
-from jqengine import RedisClient
+from jqengine import RedisClient, text
 
 __all__ = [
     "PREFIX_CHARS",
@@ -77,10 +77,6 @@ class Session:
     generation: str = ""
     """The :func:`~jqruntime.tokens.generation` of the token's secret at sign-in (``""``: a session made
     before sessions kept it, which no token matches)."""
-
-
-def _s(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def select(sessions: Iterable[Session], target: str | None) -> list[Session]:
@@ -139,7 +135,7 @@ class SessionStore:
         return found
 
     def _parse(self, ref: str, raw: dict[bytes | str, bytes | str] | None, seen: int) -> Session | None:
-        f = {_s(k): _s(v) for k, v in (raw or {}).items()}
+        f = {text(k): text(v) for k, v in (raw or {}).items()}
         if not f.get("who") or not f.get("created_ms", "").isdigit():
             return None
         return Session(ref, f["who"], f.get("admin") == "1", int(f["created_ms"]), seen, f.get("gen", ""))
@@ -158,7 +154,7 @@ class SessionStore:
 
     async def list(self) -> list[Session]:
         """Every live session, oldest first (the index forgets the ones that expired)."""
-        refs = [_s(r) for r in await self.client.zrange(WEB_SESSIONS_KEY, 0, -1)]  # type: ignore[arg-type]
+        refs = [text(r) for r in await self.client.zrange(WEB_SESSIONS_KEY, 0, -1)]
         if not refs:
             return []
         now = now_ms()

@@ -17,7 +17,7 @@ import orjson
 from jqcore import metrics
 from jqcore.envelope import Envelope
 from jqcore.errors import Cancel, Retry, Snooze
-from jqengine import ClaimedJob, NodeInputs
+from jqengine import MAX_RESULT_BYTES, ClaimedJob, NodeInputs
 from jqruntime import tracing
 from worker.builtin import builtin
 from worker.hooks import WorkerContext
@@ -25,8 +25,6 @@ from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_c
 from worker.tail import Deferred, Policy
 
 __all__ = ["Outcome", "outcome_of", "result_bytes", "run_handler"]
-
-MAX_RESULT_BYTES = 65_536
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,7 +96,7 @@ def set_current_job(ctx: JobContext) -> contextvars.Token[JobContext]:
     return _CURRENT.set(ctx)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class JobSpec(Generic[P, R]):
     """A registered handler and its options; calling it runs the function directly (tests, scripts)."""
 
@@ -219,20 +219,20 @@ class Registry:
                     f"{kind}: mode {chosen!r} does not fit {'an async' if is_async else 'a sync'} function"
                 )
             spec = JobSpec(
-                kind,
-                fn,
-                queue,
-                timeout,
-                max_attempts,
-                backoff or Backoff(),
-                delivery,
-                concurrency,
-                chosen,
-                payload,
-                priority,
-                ignore_result,
-                batch,
-                batch_wait_ms,
+                kind=kind,
+                fn=fn,
+                queue=queue,
+                timeout_s=timeout,
+                max_attempts=max_attempts,
+                backoff=backoff or Backoff(),
+                delivery=delivery,
+                concurrency=concurrency,
+                mode=chosen,
+                payload=payload,
+                priority=priority,
+                ignore_result=ignore_result,
+                batch=batch,
+                batch_wait_ms=batch_wait_ms,
             )
             self._specs[kind] = spec
             return spec
