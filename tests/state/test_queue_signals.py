@@ -54,6 +54,7 @@ async def test_a_queue_signals_its_depth_its_oldest_wait_and_its_outcomes(
     await engine.promote_due(q, now_ms=t0 + 11_200)
     [after] = await engine.queue_signals([q], now=t0 + 13_700)
     assert (after.pending, after.oldest_pending_age_ms) == (1, 2_500)
+    assert (await engine.depth(q, now=t0 + 13_700)).oldest_pending_age_ms == 2_500  # `jobq status` agrees
 
     await engine.pause(q)
     [paused] = await engine.queue_signals([q], now=t0 + 13_700)
