@@ -52,6 +52,7 @@ from jqengine.models import (
 )
 from jqengine.redisconn import POOL_HOLDER, RedisClient, connect, memory_info, text
 from jqengine.replication import ReplicaWait, recording_writes
+from jqengine.signals import QueueSignals
 from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqengine.switchrules import Switch
 from jqengine.tails import TAIL_ID_PREFIX
@@ -89,6 +90,7 @@ __all__ = [
     "QueueConfigInvalid",
     "QueueDepth",
     "QueueMemory",
+    "QueueSignals",
     "RedisClient",
     "RedisMemoryFull",
     "Released",
