@@ -316,6 +316,14 @@ def test_the_older_token_lists_are_files_too_and_optional() -> None:
     assert minimal == {}, "plaintext servers without ACLs: no credential, no credentials volume"
 
 
+def test_the_queues_a_shared_deployment_serves_reach_every_role(production: list[dict[str, Any]]) -> None:
+    """``routing.queuesAllowed``: the names a token's glob may create and the relays accept (security
+    review: unbounded queue names), in every container that routes."""
+    routed = {name: plain_env(c) for name, c in containers(production) if "JOBQ_ROUTES" in plain_env(c)}
+    assert len(routed) >= 5, sorted(routed)
+    assert {env["JOBQ_QUEUES_ALLOWED"] for env in routed.values()} == {"emails*,clicks,default,canary.*"}
+
+
 def test_services_never_create_topics_and_a_hook_does(production: list[dict[str, Any]]) -> None:
     for name, container in containers(production):
         if name == "jobq-schedulers-first":  # speaks to the Kubernetes API only
