@@ -59,6 +59,7 @@ __all__ = [
     "run_span",
     "setup_tracing",
     "shutdown_tracing",
+    "trace_id",
     "traceparent",
     "tracer",
 ]
@@ -397,6 +398,18 @@ def run_failed(span: Span | None, exc: BaseException, outcome: str) -> None:
     """The attempt failed (``outcome``: retried, failed, timeout): the exception and an error status."""
     if span is not None and span.is_recording():
         _fail(span, exc, f"{outcome}: {type(exc).__name__}: {exc}"[:500])
+
+
+def trace_id(span: Span | None, trace: str | None) -> str | None:
+    """The trace id (32 hex digits) an attempt's log lines carry: its run span's while tracing is on, else
+    the one of the envelope's ``trace`` (the job's creation context, a traceparent); None without either."""
+    if span is not None:
+        ctx = span.get_span_context()
+        if ctx.is_valid:
+            return f"{ctx.trace_id:032x}"
+    if trace is None or len(trace) < 35:
+        return None
+    return trace[3:35]
 
 
 def run_outcome(span: Span | None, outcome: str) -> None:

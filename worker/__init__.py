@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from jqcore.backoff import Backoff
 from jqcore.errors import Cancel, Retry, Snooze
 from worker.hooks import StartupFailed, WorkerContext
+from worker.middleware import CallNext
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, current_job
 from worker.tail import Deferred, defer_to
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Backoff",
     "BatchItem",
+    "CallNext",
     "Cancel",
     "Deferred",
     "JobContext",
