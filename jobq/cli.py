@@ -63,6 +63,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("stack", "stack", "app"),
     ("bench", "bench", "bench"),
     ("demo", "demo", "demo"),
+    ("dev", "dev", "dev"),
     ("worker", "worker", "worker"),
     ("gate", "gate", "gate"),
     ("relay", "relay", "relay"),
