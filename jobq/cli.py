@@ -83,6 +83,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("history", "history", "app"),
     ("switch", "switch", "app"),
     ("tokens", "tokens", "app"),
+    ("rollout", "rollout", "rollout"),
 ]
 """Every subcommand, in ``--help``'s order."""
 

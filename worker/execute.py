@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import orjson
 import structlog
+from pydantic import BaseModel
 
 from jqcore import metrics
 from jqcore.envelope import Envelope
@@ -97,13 +98,21 @@ async def _call(
 
 
 def result_bytes(value: Any) -> bytes | None:
+    """A handler's return value as the JSON kept with its job (pydantic models and dataclasses included);
+    None when it is not JSON or larger than ``MAX_RESULT_BYTES``."""
     if value is None:
         return None
     try:
-        data = orjson.dumps(value)
+        data = orjson.dumps(value, default=_model)
     except TypeError:
         return None
     return data if len(data) <= MAX_RESULT_BYTES else None
+
+
+def _model(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 async def run_handler(
@@ -204,12 +213,12 @@ def outcome_of(exc: Exception, spec: JobSpec[Any, Any], job: ClaimedJob) -> Outc
         return Outcome("snooze", "snoozed", delay_ms=int(exc.delay_s * 1000))
     if isinstance(exc, PayloadInvalid):
         return Outcome("failure", "failed", error=exc.message, permanent=True)
+    permanent = spec.permanent(exc)  # the kind's retry_on / permanent_on
     if isinstance(exc, TimeoutError):
-        return Outcome(
-            "failure", "timeout", error=f"timeout after {spec.timeout_s}s", delay_ms=_backoff(spec, job)
-        )
+        error = f"timeout after {spec.timeout_s}s"
+        return Outcome("failure", "timeout", error=error, delay_ms=_backoff(spec, job), permanent=permanent)
     error = "".join(traceback.format_exception(exc, limit=20))
-    return Outcome("failure", "failed", error=error, delay_ms=_backoff(spec, job))
+    return Outcome("failure", "failed", error=error, delay_ms=_backoff(spec, job), permanent=permanent)
 
 
 def _backoff(spec: JobSpec[Any, Any], job: ClaimedJob) -> int:

@@ -3,7 +3,7 @@ session, custom metrics).
 
 ::
 
-    registry = Registry(middleware=[Timing()])       # or one by one:
+    registry = jobq.Registry(middleware=[Timing()])  # or one by one:
 
     @registry.middleware
     async def db_session(job: JobContext, call_next: CallNext) -> Any:   # a function is an ``around``
@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from jqcore.errors import HandlerControl, Retry
 from jqcore.log import get_logger
 
-__all__ = ["CallNext", "Layer", "Middleware", "layer_of", "run_through"]
+__all__ = ["CallNext", "Layer", "Middleware", "is_failure", "layer_of", "run_through"]
 
 log = get_logger("worker.middleware")
 
@@ -57,9 +57,9 @@ CallNext = Callable[[], Awaitable[Any]]
 """What an ``around`` awaits: the next middleware inward, and at the end the handler; its result."""
 
 
-def _failed(exc: Exception) -> bool:
-    """A failed attempt: any exception but the handler's control flow (``Snooze``, ``Cancel``, a
-    ``defer_to``); a ``Retry`` is a failed attempt."""
+def is_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` fails an attempt: any exception but a handler's control flow (``Snooze``, ``Cancel``,
+    a ``defer_to``); a ``Retry`` does (what ``on_failure`` is called for; an ``around`` asks the same)."""
     return isinstance(exc, Retry) or not isinstance(exc, HandlerControl)
 
 
@@ -136,7 +136,7 @@ async def _through(layer: Layer, job: Any, call_next: CallNext) -> Any:
     try:
         result = await (layer.around(job, call_next) if layer.around is not None else call_next())
     except Exception as exc:
-        if layer.on_failure is not None and _failed(exc):
+        if layer.on_failure is not None and is_failure(exc):
             await _observe(layer, "on_failure", layer.on_failure, job, exc)
         raise
     if layer.after is not None:

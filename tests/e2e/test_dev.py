@@ -34,7 +34,7 @@ PROC = Path("/proc").is_dir()
 APP = """
     import logging
 
-    from worker import Registry
+    from jobq import Registry
 
     registry = Registry()
     log = logging.getLogger("tinyapp")
@@ -94,6 +94,23 @@ async def _completed(eventually: Eventually, engine: Engine, queue: str, job_id:
     return done
 
 
+def _python(line: str, text: str) -> str:
+    """Run the Python line ``jobq dev`` printed (``jobq.Client.from_env()``, waiting for the result) with
+    this interpreter, its placeholder filled in; what it printed."""
+    words = [w.replace("<text>", text) for w in shlex.split(line)]
+    env = dict(w.split("=", 1) for w in words[:2])  # JOBQ_URL=... JOBQ_TOKEN=...
+    assert words[2:4] == ["python", "-c"], words
+    done = subprocess.run(
+        [sys.executable, "-c", words[4]],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip()
+
+
 def _curl(line: str, text: str) -> str:
     """Run the ``curl`` line ``jobq dev`` printed, its placeholder filled in; the new job's id."""
     argv = [a.replace("<text>", text) for a in shlex.split(line)]
@@ -134,11 +151,13 @@ async def test_jobq_dev_runs_the_app_reloads_it_on_change_and_stops_clean(
         assert f"JOBQ_URL={state['gateway']} JOBQ_TOKEN=jobq-dev-token python -c" in banner
         assert "jobq.Client.from_env().enqueue_kind(" in banner
         (curl,) = [line.strip() for line in banner.splitlines() if line.strip().startswith("curl ")]
+        (python,) = [line.strip() for line in banner.splitlines() if line.strip().startswith("JOBQ_URL=")]
         assert f"{state['gateway']}/v1/queues/{queue}/jobs" in curl
 
         first = await asyncio.to_thread(_curl, curl, "hi")  # the printed line, as a developer pastes it
         got = await _completed(eventually, engine, queue, first)
         assert got.result == '"v1:hi"'
+        assert await asyncio.to_thread(_python, python, "py") == "v1:py"  # the Python line, run as printed
 
         _write_app(app_dir / "tinyapp", queue, "version2")  # the developer saves the handler
         await eventually(lambda: _output(out), lambda text: "worker reloaded" in text, 120)

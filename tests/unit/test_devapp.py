@@ -15,7 +15,7 @@ from jobq.devapp import Kind, ProbeFailed, curl_line, probe, python_line
 
 APP = """
     from pydantic import BaseModel
-    from worker import Registry
+    from jobq import Registry
 
     registry = Registry()
 

@@ -13,12 +13,12 @@ from typing import Any
 import orjson
 import pytest
 
+from jobq import Registry
 from jqcore.envelope import new_envelope
 from jqcore.errors import Retry
 from jqcore.log import configure, get_logger
 from jqcore.settings import LogSettings
 from jqengine import ClaimedJob
-from worker import Registry
 from worker.execute import run_handler
 
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

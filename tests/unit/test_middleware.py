@@ -14,14 +14,14 @@ import orjson
 import pytest
 import structlog
 
+from jobq import JobContext, Registry, current_job
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.log import configure
 from jqcore.settings import LogSettings
 from jqengine import ClaimedJob
-from worker import JobContext, Registry, current_job
 from worker.execute import Outcome, run_handler
-from worker.middleware import CallNext
+from worker.middleware import CallNext, is_failure
 
 _threads = ThreadPoolExecutor(2)
 
@@ -251,6 +251,13 @@ async def test_on_failure_sees_failed_attempts_only(error: Exception, seen: list
 
     await _run(registry)
     assert calls == seen
+
+
+def test_is_failure_tells_failed_attempts_from_control_flow() -> None:
+    from worker.tail import Deferred
+
+    assert [is_failure(e) for e in (ValueError(), TimeoutError(), Retry(1))] == [True, True, True]
+    assert [is_failure(e) for e in (Cancel(), Snooze(1), Deferred.__new__(Deferred))] == [False, False, False]
 
 
 async def test_a_timeout_reaches_on_failure_and_bounds_the_handler_only() -> None:

@@ -19,7 +19,7 @@ APP = """
     import logging
 
     import structlog
-    from worker import Registry
+    from jobq import Registry
 
     registry = Registry()
     log = logging.getLogger("failapp")
