@@ -8,7 +8,7 @@ session, custom metrics).
     @registry.middleware
     async def db_session(job: JobContext, call_next: CallNext) -> Any:   # a function is an ``around``
         async with Session() as session:
-            job.worker.state["session"] = session     # or a contextvar of the application's
+            SESSION.set(session)                      # the application's ContextVar: this job's alone
             return await call_next()
 
     class Timing:                                     # an object: any of the four methods, sync or async
