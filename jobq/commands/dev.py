@@ -13,8 +13,9 @@ When a ``.py`` file of the application changes (its top package's folder, or ``-
 grace, the rest are released without spending an attempt) and started again on the new code; if it does
 not, the error is shown, the worker stays stopped and the next change is tried. The worker writes to this
 terminal (handler logs, failed attempts with their tracebacks); the other processes to log files in the
-work folder (``--workdir``, default ``JOBQ_HOME/dev/<time>``), beside ``dev.json`` (the URLs and every
-process started, workers included).
+work folder (``--workdir``, default ``JOBQ_HOME/dev/<time>``), beside ``dev.json`` (its own pid, the URLs and
+every process started, workers included). A worker that does not start (a start-up hook raised) is said,
+and the next change retries.
 
 Ctrl-C (or SIGTERM) stops every process it started, and the stack's servers too when this command started
 them (``--keep-stack`` keeps them; a stack already running is left running).
@@ -43,6 +44,7 @@ from jqcore.routing import QueueUnrouted, RoutingSettings
 from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load_env
 from jqcore.topics import declaration
 from jqruntime.topicadmin import apply
+from jqstack.errors import StackError
 from jqstack.manager import Stack
 from jqstack.paths import home
 from jqstack.pipeline import PipelineEnv, service_argv, worker_argv
@@ -134,14 +136,21 @@ class DevLoop:
             start("scheduler", service_argv("scheduler"), output=self.folder / "scheduler.log", env=env)
         )
 
-    def start_worker(self) -> Child:
-        """A worker on the application's queues, writing to this terminal; waits until it claims."""
+    def start_worker(self) -> Child | None:
+        """A worker on the application's queues, writing to this terminal, once it claims; None when it
+        did not start (a start-up hook of the application raised, say: said, and the next change retries)."""
         port = free_port()
         env = {**self.app_env(self.spec.worker()), "JOBQ_WORKER_METRICS_PORT": str(port)}
         argv = worker_argv(",".join(self.queues), app=self.app, concurrency=self.concurrency, grace_s=GRACE_S)
         number = sum(1 for p in self.started if str(p["name"]).startswith("worker"))
         self.worker = worker = self._record(start(f"worker-{number + 1}", argv, output="inherit", env=env))
-        worker.wait_ready(http_ok(f"http://127.0.0.1:{port}/readyz"), timeout_s=60, what="the worker")
+        try:
+            worker.wait_ready(http_ok(f"http://127.0.0.1:{port}/readyz"), timeout_s=60, what="the worker")
+        except StackError as exc:  # exited while starting (its output is above), or never ready
+            self.stop_worker()
+            said = exc.message.split(" Log tail:")[0].rstrip(".")
+            self.console.print(f"[red]{escape(said)}[/]: save a change to start it again")
+            return None
         return worker
 
     def stop_worker(self) -> None:
@@ -157,7 +166,13 @@ class DevLoop:
         return [c.name for c in owned if c.pid in killed]
 
     def write_state(self) -> None:
-        state = {"app": self.app, "queues": list(self.queues), **self.urls, "processes": self.started}
+        state = {
+            "pid": os.getpid(),
+            "app": self.app,
+            "queues": list(self.queues),
+            **self.urls,
+            "processes": self.started,
+        }
         tmp = self.folder / "dev.json.tmp"
         tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
         tmp.replace(self.folder / "dev.json")
@@ -194,10 +209,10 @@ class DevLoop:
             self.start_scheduler()
             self.console.print(f"queues now: {', '.join(queues)}")
         worker = self.start_worker()
-        self.console.print(
-            f"[green]worker reloaded[/] (pid {worker.pid}) in {time.monotonic() - began:.1f}s",
-            highlight=False,
-        )
+        if worker is not None:
+            took = time.monotonic() - began
+            said = f"[green]worker reloaded[/] (pid {worker.pid}) in {took:.1f}s"
+            self.console.print(said, highlight=False)
 
     def revive(self) -> None:
         """A worker that exited on its own (a crash at start-up) is said once; the next change restarts it."""

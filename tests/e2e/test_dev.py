@@ -146,6 +146,7 @@ async def test_jobq_dev_runs_the_app_reloads_it_on_change_and_stops_clean(
         assert dev.running(), banner
         state = orjson.loads((work / "dev.json").read_bytes())
         assert state["queues"] == [queue]  # the queues the registry's kinds name
+        assert state["pid"] == dev.pid
         assert f"dashboard  {state['dashboard']}  sign in with jobq-dev-admin" in banner
         assert f"gateway    {state['gateway']}  token jobq-dev-token  (JOBQ_URL, JOBQ_TOKEN)" in banner
         assert f"JOBQ_URL={state['gateway']} JOBQ_TOKEN=jobq-dev-token python -c" in banner
