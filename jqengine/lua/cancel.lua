@@ -24,6 +24,7 @@
 -- returns: {C_OK, previous_state} canceled | {C_FLAGGED, 'running'} |
 --          {C_TOMBSTONED, 'missing' | 'scheduled' (a far-future job)} |
 --          {C_FINAL, terminal_state} nothing to do.
+-- uses: emit, finish, from_ready, jkey, k, release_excl, wake
 local id, reason = ARGV[2], ARGV[3]
 local key = jkey(id)
 local f = redis.call('HMGET', key, 'state', 'excl', 'kind')

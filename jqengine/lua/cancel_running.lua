@@ -22,6 +22,7 @@
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] reason (the handler's message)
 -- returns: {C_CANCELED} canceled (now or by this same write before) | {C_STALE} stale token/attempt |
 --          {C_MISSING} no such job.
+-- uses: acked, finish, jkey, owned, record_attempt, release_excl, release_slot, wake
 local id, attempt, token, reason = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local key = jkey(id)
 local own = owned(key, attempt, token)

@@ -18,7 +18,7 @@
 -- back short (no filter) registers it in 'waiters' with its free slots until now + wait_ms — unless its
 -- inbox still holds jobs handed to it (they fill those slots); any other claim naming it deregisters it.
 -- A registered pool blocks on its inbox and the wake list (jqengine/waiting.py); enqueue_batch and
--- promote_due claim jobs for it (hand_off in _lib.lua).
+-- promote_due claim jobs for it (lib/hand_off.lua).
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] running  ZSET claimed jobs, score = lease deadline
@@ -45,6 +45,7 @@
 --       [8] waiter id ('' = none): the pool's name in 'waiters' and of its inbox (inbox:<waiter>)
 -- returns: {C_OK, id, envelope, attempt, token, deadline, …}  or {C_PAUSED} when the queue is paused,
 --          or {C_FILTER_UNKNOWN, key} when the filter names a key the queue does not index (not in filter_keys).
+-- uses: cfg, claim_from, k, split_lines, wake
 local n, lease_arg, token_prefix, filter = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local worker, wait_ms, waiter = ARGV[6] or '', tonumber(ARGV[7] or '0'), ARGV[8] or ''
 if cfg('paused', '0') == '1' then return {C_PAUSED} end

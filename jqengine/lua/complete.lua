@@ -24,6 +24,7 @@
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] result ('' = none)
 -- returns: {C_OK} done (now or by this same write before) | {C_STALE} stale token/attempt |
 --          {C_MISSING} no such job.
+-- uses: complete_job, wake
 local state, freed = complete_job(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 wake(freed)
 if state == 'missing' then return {C_MISSING} end

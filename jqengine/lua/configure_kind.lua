@@ -18,6 +18,7 @@
 -- ARGV: [1] now  [2] kind  [3] limit ('' = none)  [4] max attempts ('' = queue default)  [5] delivery
 --       [6] default priority ('' = none: the enqueue time)  [7] ignore_result ('1', or '' = keep results)
 -- returns: number of parked jobs made pending.
+-- uses: jkey, k, to_ready, wake
 local kind = ARGV[2]
 local fields = {limit = ARGV[3], attempts = ARGV[4], delivery = ARGV[5], prio = ARGV[6] or '',
   noresult = ARGV[7] or ''}

@@ -7,6 +7,7 @@
 -- derived: none
 -- ARGV: [1] now  then field, value pairs ('' value = back to the default).
 -- returns: C_OK.
+-- uses: wake
 redis.call('HSETNX', CONFIG, 'created_at', NOW)
 local resumed = false
 for i = 2, #ARGV, 2 do

@@ -9,6 +9,7 @@
 -- derived: job:<id>
 -- ARGV: [1] now  [2] limit  then ids (none = the oldest dead jobs up to limit)
 -- returns: number of jobs deleted.
+-- uses: emit, jkey
 local ids = {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then ids = redis.call('ZRANGE', DEAD, 0, tonumber(ARGV[2]) - 1) end

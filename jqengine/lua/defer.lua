@@ -30,6 +30,7 @@
 --       [8] policy (fail | retry)  [9] retry delay ms (policy retry)
 -- returns: {C_OK} deferred (now or by this same write before) | {C_CANCELED} a cancel was requested
 --          meanwhile: canceled, spawn nothing | {C_STALE} stale token/attempt | {C_MISSING} no such job.
+-- uses: acked, finish, jkey, owned, record_attempt, release_excl, release_slot, set_state, stat, wake
 local id, attempt, token = ARGV[2], ARGV[3], ARGV[4]
 local cq, cid, cenv, policy, delay = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local key = jkey(id)

@@ -5,6 +5,7 @@
 -- derived: none
 -- ARGV: [1] now  [2..] ids
 -- returns: {C_OK, entries removed}
+-- uses: none
 local removed = 0
 for i = 2, #ARGV do removed = removed + redis.call('HDEL', FAR, ARGV[i]) end
 return {C_OK, removed}

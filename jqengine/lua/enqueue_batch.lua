@@ -9,7 +9,7 @@
 -- dedup_window_ms. Otherwise (policy 'active', the default: Slack's "while queued or running") the
 -- finished job is enqueued again: a new run under the same id ('reopened'). A dropped duplicate is
 -- counted on the job record (dups, dup_at) so a reader can see what happened to it.
--- Jobs made ready go straight to idle workers registered for hand-offs (hand_off in _lib.lua), the rest
+-- Jobs made ready go straight to idle workers registered for hand-offs (lib/hand_off.lua), the rest
 -- wake waiting workers. A record's enqueued_at is the later of NOW and Redis's own clock, as a claim's
 -- started_at is: the moment it was stored is never recorded before the moment Redis stored it (a
 -- caller's NOW may be a round trip behind), so enqueued_at → started_at is a wait Redis dated both ends of.
@@ -57,6 +57,8 @@
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
 --       or {C_FENCE_STALE, newest_fence} when the fence is older than the newest seen for this source.
+-- uses: admit, cfg, cfgnum, fairness, finish, hand_off, jkey, server_now, set_state, split_lines, stat,
+--       to_ready, wake, wake_scheduler
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
   local newest = tonumber(redis.call('HGET', FENCES, source) or '0')
@@ -89,6 +91,16 @@ local function reopens(key, state, origin)
   if f[1] == origin then return false end
   if dedup_finished and NOW - (tonumber(f[2]) or 0) < dedup_window then return false end
   return true
+end
+
+-- A finished job is enqueued again (the dedup policy allows it): drop what belonged to its finished run.
+-- The record keeps its version (it only grows) and attempt history; the caller stores the new job.
+local function reopen(id, key)
+  redis.call('ZREM', DONE, id)
+  redis.call('ZREM', DEAD, id)
+  redis.call('HDEL', key, 'result', 'reason', 'last_error', 'finished_at', 'started_at', 'cancel',
+    'tombstone', 'token', 'lease_deadline', 'dups', 'dup_at', 'unhandled_since', 'tail', 'tail_policy',
+    'tail_delay', 'parent')
 end
 
 local out = {C_OK, created}

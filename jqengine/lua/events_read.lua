@@ -7,6 +7,7 @@
 -- ARGV: [1] now  [2] count (events; at least one entry is read)
 -- returns: the entries, as XRANGE gives them ({id, {field, value, ...}}; field 'n' first when it holds more
 --   than one event)
+-- uses: none
 local want = tonumber(ARGV[2])
 -- XRANGE copies every entry it returns into Lua: ask for few at first (1, 2, 4 …), and never for more
 -- than the entries seen so far suggest are still needed (an entry of 2,000 events is read alone)

@@ -6,6 +6,7 @@
 -- derived: none
 -- ARGV: [1] now  [2] the first entry id kept  [3] entries shipped  [4] events they held
 -- returns: {C_OK, entries removed}
+-- uses: none
 local removed = redis.call('XTRIM', EVENTS, 'MINID', ARGV[2])
 local waiting = 0
 if redis.call('XLEN', EVENTS) > 0 then

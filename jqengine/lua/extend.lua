@@ -21,6 +21,7 @@
 -- ARGV: [1] now  [2] lease_ms (0 = each job's own lease_ms, else the queue's default)
 --       then triples id, attempt, token.
 -- returns: one code per job: a new deadline (> 0) | C_STALE | C_MISSING | C_CANCELED.
+-- uses: cfgnum, finish, jkey, owned, record_attempt, release_excl, release_slot, wake
 local lease_arg = tonumber(ARGV[2])
 local default_lease = cfgnum('lease_ms', 30000)
 local out, freed = {}, 0

@@ -26,6 +26,7 @@
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] error text  [6] retry delay ms  [7] permanent 0|1
 -- returns: {C_RETRY, run_at} | {C_ERRORED} attempts used up, permanent or at_most_once |
 --          {C_CANCELED} a cancel was requested meanwhile | {C_STALE} | {C_MISSING}.
+-- uses: fail_job, wake
 local state, freed, run_at = fail_job(ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
 wake(freed)
 if state == 'retry' then return {C_RETRY, run_at} end

@@ -13,6 +13,7 @@
 -- derived: job:<id>, fair:<value>
 -- ARGV: [1] now  [2] offset into the ready set  [3] jobs in this chunk at most
 -- returns: {jobs indexed, next offset (0: done)}.
+-- uses: fair_enter, fair_value, fairness, jkey, k
 local fc = fairness()
 local n, nxt = 0, 0
 if fc.key == '' then

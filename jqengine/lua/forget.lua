@@ -11,6 +11,7 @@
 -- derived: job:<id>
 -- ARGV: [1] now  then ids
 -- returns: one outcome per id: 'forgotten' | 'active' | 'missing'.
+-- uses: emit, jkey, stat
 local out = {}
 for i = 2, #ARGV do
   local id = ARGV[i]

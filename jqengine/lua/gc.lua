@@ -6,6 +6,7 @@
 -- derived: job:<id>
 -- ARGV: [1] now  [2] limit
 -- returns: number of jobs removed.
+-- uses: jkey
 local gone = redis.call('ZRANGEBYSCORE', DONE, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(gone) do
   redis.call('DEL', jkey(id))

@@ -18,6 +18,7 @@
 -- ARGV: [1] now  [2] final state (canceled | failed)  [3] reason  [4] only when past deadline_at 0|1
 -- returns: {C_OK, state, 0, to_cancel …} | {C_FINAL} the graph had ended | {C_RUNNING} not past its
 --          deadline (ARGV[4] = 1) | {C_MISSING} no such graph.
+-- uses: answer, cancel_open, end_graph, gfield
 if redis.call('EXISTS', GRAPH) == 0 then return {C_MISSING} end
 if gfield('state') ~= 'running' then return {C_FINAL} end
 if ARGV[4] == '1' then

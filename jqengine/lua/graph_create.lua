@@ -18,6 +18,7 @@
 -- returns: {C_OK, state, n, released_1 … released_n} created (roots released) |
 --          {C_FINAL, state, n, released …} the graph exists already (its unconfirmed releases) |
 --          {C_STALE} the id is another home queue's graph (a graph id belongs to its queue).
+-- uses: answer, graph_event, nset, release_node, released
 if redis.call('EXISTS', GRAPH) == 1 then
   if redis.call('HGET', GRAPH, 'queue') ~= ARGV[3] then return {C_STALE} end
   for _, name in ipairs(redis.call('SMEMBERS', REL)) do released[#released + 1] = name end
@@ -35,7 +36,7 @@ for i = 0, n - 1 do
   if kids ~= '' then redis.call('HSET', KIDS, name, kids) end
   redis.call('HSET', PENDING, name, count)
   nset(name, 'waiting')
-  if count == 0 and name ~= on_failure then release(name) end
+  if count == 0 and name ~= on_failure then release_node(name) end
 end
 graph_event('', 'running', n .. ' nodes')
 return answer(C_OK)

@@ -19,6 +19,7 @@
 -- ARGV: [1] now  [2] new deadline_at ('' = none)
 -- returns: {C_OK, state, n, released …} | {C_FINAL} the graph completed: nothing to retry |
 --          {C_RUNNING} still running | {C_MISSING} no such graph.
+-- uses: answer, gfield, graph_event, nset, release_node, split_lines
 if redis.call('EXISTS', GRAPH) == 0 then return {C_MISSING} end
 local state = gfield('state')
 if state == 'running' then return {C_RUNNING} end
@@ -52,7 +53,7 @@ for _, name in ipairs(again) do
       if redis.call('HGET', NSTATE, parent) ~= 'completed' then left = left + 1 end
     end
     redis.call('HSET', PENDING, name, left)
-    if left == 0 then release(name) end
+    if left == 0 then release_node(name) end
   end
 end
 return answer(C_OK)

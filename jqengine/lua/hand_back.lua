@@ -25,6 +25,8 @@
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
 -- returns: {C_OK, run_at} handed back | {C_ERRORED} no pool ran it for dead_after ms | {C_STALE} |
 --          {C_MISSING}.
+-- uses: finish, jkey, owned, record_attempt, release_excl, release_slot, set_state, stat, wake,
+--       wake_scheduler
 local id, attempt, token = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_after = tonumber(ARGV[5]), tonumber(ARGV[6])
 local key = jkey(id)

@@ -2,7 +2,7 @@
 -- promote_due: delayed jobs whose run_at has come become pending (or wait behind their exclusivity
 -- value), and fair values held by their rate whose time came go back into the ring. Never early: only
 -- run_at <= now. Any number of schedulers may run this at once. Jobs made ready go straight to idle
--- workers registered for hand-offs (hand_off in _lib.lua), the rest wake waiting workers.
+-- workers registered for hand-offs (lib/hand_off.lua), the rest wake waiting workers.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs, score = priority
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at
@@ -27,6 +27,7 @@
 -- ARGV: [1] now  [2] limit
 -- returns: {promoted, next due time or -1 (a delayed job's run_at, or when a fair value's rate lets it
 --   start a job again), {now - run_at of each promoted job}}
+-- uses: admit, fair_wake, fairness, hand_off, jkey, wake
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local ready, late = 0, {}
 for i = 1, #due, 2 do

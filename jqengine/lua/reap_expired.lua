@@ -22,6 +22,7 @@
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] limit
 -- returns: {reaped, next_deadline or -1}
+-- uses: finish, jkey, record_attempt, release_excl, release_slot, stat, to_ready, wake
 local expired = redis.call('ZRANGEBYSCORE', RUNNING, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[2]))
 local freed = 0
 for _, id in ipairs(expired) do

@@ -22,6 +22,7 @@
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  then quadruples id, attempt, token, started (0|1).
 -- returns: one code per job: C_OK released | C_ERRORED (at_most_once) | C_STALE | C_MISSING.
+-- uses: finish, jkey, owned, record_attempt, release_excl, release_slot, to_ready, wake
 local out, freed = {}, 0
 for i = 2, #ARGV, 4 do
   local id, attempt, token, started = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1'

@@ -10,6 +10,14 @@
 -- derived: job:<id> (read only)
 -- ARGV: [1] now  [2] job count N, then per job: id, run_at
 -- returns: {C_OK, outcome_1 … outcome_N} with outcome 'scheduled' (indexed) | 'held' (Redis has it)
+-- uses: jkey, store_event
+
+-- A far-future job was indexed: it has no record in Redis yet (hence no version: its event is v 0, the
+-- record's own events start at 1 when it is moved in).
+local function emit_far(id, run_at)
+  store_event({id = id, kind = '', from = '', to = 'far', v = 0, at = NOW, attempt = 0, run_at = run_at})
+end
+
 local n = tonumber(ARGV[2])
 local out = {C_OK}
 if redis.call('TYPE', FAR)['ok'] == 'zset' then

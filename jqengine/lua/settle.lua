@@ -27,6 +27,7 @@
 --       result ('' = none) or error text, retry delay ms, permanent 0|1 (the last two: 'f' only)
 -- returns: {C_OK, code, run_at, …} per job in order: C_OK completed | C_RETRY (run_at) | C_ERRORED |
 --          C_CANCELED (a cancel was requested meanwhile) | C_STALE | C_MISSING; run_at 0 unless C_RETRY.
+-- uses: settle_jobs, wake
 local CODE = {ok = C_OK, retry = C_RETRY, errored = C_ERRORED, canceled = C_CANCELED, stale = C_STALE,
               missing = C_MISSING}
 local out = {C_OK}

@@ -34,6 +34,7 @@
 -- returns: {C_OK, code, run_at, … (per settled job, as settle.lua: C_OK completed | C_RETRY | C_ERRORED |
 --          C_CANCELED | C_STALE | C_MISSING), id, envelope, attempt, token, deadline, … (per claimed job, as
 --          claim.lua)}; nothing claimed while the queue is paused.
+-- uses: cfg, claim_from, settle_jobs, wake
 local CODE = {ok = C_OK, retry = C_RETRY, errored = C_ERRORED, canceled = C_CANCELED, stale = C_STALE,
               missing = C_MISSING}
 local count = tonumber(ARGV[2])

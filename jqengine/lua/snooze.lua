@@ -17,6 +17,7 @@
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms
 -- returns: {C_OK, run_at} | {C_STALE} | {C_MISSING}.
+-- uses: jkey, owned, record_attempt, release_slot, set_state, stat, to_ready, wake, wake_scheduler
 local id, attempt, token, delay = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local key = jkey(id)
 local own = owned(key, attempt, token)

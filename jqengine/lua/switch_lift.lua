@@ -16,6 +16,7 @@
 -- ARGV: [1] now  [2] the queue's switches (JSON array; '' = none)  [3] switch name ('' = none to lift)
 --       [4] at most this many jobs moved back
 -- returns: {jobs made pending, jobs still parked by that switch}.
+-- uses: jkey, k, to_ready, wake
 if ARGV[2] == '' then redis.call('HDEL', CONFIG, 'switches') else redis.call('HSET', CONFIG, 'switches', ARGV[2]) end
 local n, left = 0, 0
 if ARGV[3] ~= '' then

@@ -30,6 +30,7 @@
 -- returns: {C_OK} completed | {C_ERRORED} errored | {C_RETRY, run_at} retried |
 --          {C_STALE} the parent waits on another child | {C_FINAL, state} the parent is not deferred |
 --          {C_MISSING} no such parent.
+-- uses: failure, finish, jkey, release_excl, set_state, stat, wake, wake_scheduler
 local id, cid, cstate, cresult, cerr = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local key = jkey(id)
 local f = redis.call('HMGET', key, 'state', 'tail', 'tail_policy', 'tail_delay', 'attempt', 'max_attempts', 'kind')

@@ -7,6 +7,7 @@
 -- derived: inbox:<waiter>
 -- ARGV: [1] now  [2] waiter id
 -- returns: {C_OK, hand-off message …} (each a JSON array: id, envelope, attempt, token, deadline, …)
+-- uses: k
 local waiter = ARGV[2]
 redis.call('HDEL', WAITERS, waiter)
 local inbox = k('inbox:' .. waiter)
