@@ -3,8 +3,10 @@ loader that composes what Redis is sent.
 
 A declaration names, in :data:`jqengine.keys.KEY_NAMES` order, every key the script touches at a
 fixed name (BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order,
-is the script's header (``-- KEYS[i] <name> ...``), what :meth:`jqengine.keys.QueueKeys.for_script`
-passes, and the binding the loader puts first: ``local P, READY, ... = KEYS[1], KEYS[2], ...``.
+is the script's header (``-- KEYS[i] <name> <TYPE> <what>``, generated from the declaration and
+:data:`jqengine.keys.KEY_DOCS` by :mod:`jqengine.luaheaders`; ``python -m jqengine.luaheaders`` rewrites
+the files), what :meth:`jqengine.keys.QueueKeys.for_script` passes, and the binding the loader puts first:
+``local P, READY, ... = KEYS[1], KEYS[2], ...``.
 
 The shared Lua lives in ``lua/lib/``, one local function a file named after it (two files define a table
 instead: ``released``, ``to_cancel``, the graph scripts' answer lists). A script's header and each library

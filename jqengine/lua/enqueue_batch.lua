@@ -14,27 +14,28 @@
 -- started_at is: the moment it was stored is never recorded before the moment Redis stored it (a
 -- caller's NOW may be a round trip behind), so enqueued_at → started_at is a wait Redis dated both ends of.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] far      HASH far-future jobs kept in Kafka: id -> run_at
--- KEYS[5] running  ZSET claimed jobs, score = lease deadline
--- KEYS[6] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[7] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[8] config   HASH queue configuration
--- KEYS[9] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at (ms)
+-- KEYS[4] far      HASH far-future jobs kept in Kafka's schedule topic: id -> run_at (ms)
+-- KEYS[5] running  ZSET claimed jobs, score = lease deadline (ms)
+-- KEYS[6] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[7] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[8] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[9] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
 -- KEYS[10] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[11] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[12] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[12] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[13] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[14] counts   HASH blocked (waiting + parked jobs)
--- KEYS[15] stats    HASH lifetime counters
+-- KEYS[14] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[15] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
 -- KEYS[16] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[17] fences   HASH fence source -> newest fence
--- KEYS[18] wake     LIST wake tokens for waiting workers
--- KEYS[19] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[20] sched    LIST wake token for the scheduler
--- KEYS[21] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[22] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[17] fences   HASH fence source -> newest fence seen
+-- KEYS[18] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[19] waiters  HASH pools waiting for a hand-off: id -> "slots|lease_ms|deadline|token prefix|worker"
+-- KEYS[20] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[21] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[22] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+--                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N
 --       [5] the N jobs packed as one MessagePack array of rows (absent when N = 0: a fence raise), each row

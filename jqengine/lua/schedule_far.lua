@@ -3,10 +3,10 @@
 -- DELETE finds them. The job's record stays in Kafka; Redis keeps only this index entry. A job Redis
 -- already holds in any state (moved in earlier, or a cancel's tombstone) is left alone: its record wins.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] far      HASH far-future jobs kept in Kafka: id -> run_at
--- KEYS[3] config   HASH queue configuration
--- KEYS[4] stats    HASH lifetime counters
--- KEYS[5] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[2] far      HASH far-future jobs kept in Kafka's schedule topic: id -> run_at (ms)
+-- KEYS[3] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[4] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[5] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: job:<id> (read only)
 -- ARGV: [1] now  [2] job count N, then per job: id, run_at
 -- returns: {C_OK, outcome_1 … outcome_N} with outcome 'scheduled' (indexed) | 'held' (Redis has it)

@@ -1,8 +1,9 @@
 """The Lua contract, read from the files themselves (BullMQ's rules):
 
 * every key a script touches at a fixed name reaches it in ``KEYS``: its header lists them
-  (``-- KEYS[i] <name> ...``), in the order its declaration in ``jqengine.scripts`` passes them, and
-  the code (with the library functions it uses) touches exactly those;
+  (``-- KEYS[i] <name> <TYPE> <what>``, generated from its declaration in ``jqengine.scripts`` and the keys'
+  one description in ``jqengine.keys``), and the code (with the library functions it uses) touches
+  exactly those;
 * the per-job and per-index keys it builds are named on its ``-- derived:`` line;
 * it returns named codes (``C_*`` of ``_base.lua``) only, named on its ``-- returns:`` line, and those
   constants equal :class:`jqengine.codes.Code`, one meaning per number;
@@ -21,7 +22,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from jqengine import Code
-from jqengine.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeys, QueueKeys
+from jqengine.keys import GRAPH_KEY_DOCS, GRAPH_KEY_NAMES, KEY_DOCS, KEY_NAMES, GraphKeys, QueueKeys
+from jqengine.luaheaders import keys_header, with_keys_header
 from jqengine.scripts import SCRIPT_NAMES, SCRIPTS, LibFunction, library, link, local_name, source, uses_of
 
 LUA = Path(__file__).parents[2] / "jqengine" / "lua"
@@ -237,6 +239,23 @@ async def test_mutually_recursive_functions_run_in_redis(redis: aioredis.Redis) 
 async def test_every_composed_script_compiles_in_redis(redis: aioredis.Redis) -> None:
     for name in SCRIPT_NAMES:
         assert await redis.script_load(source(name)), name
+
+
+def test_every_key_is_described_once() -> None:
+    assert list(KEY_DOCS) == list(KEY_NAMES)
+    assert list(GRAPH_KEY_DOCS) == list(GRAPH_KEY_NAMES)
+    assert all(doc.what and (doc.type or name == "prefix") for name, doc in KEY_DOCS.items())
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_the_header_keys_are_the_generated_ones(name: str) -> None:
+    text = _read(name)
+    assert with_keys_header(name, text) == text, (
+        f"{name}.lua: its KEYS lines differ from its declaration and jqengine.keys.KEY_DOCS; "
+        "run `python -m jqengine.luaheaders` to write them"
+    )
+    lines = keys_header(SCRIPTS[name])
+    assert all(len(line) <= 110 for line in lines)
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
