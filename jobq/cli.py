@@ -42,6 +42,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("dispatcher", "dispatcher", "dispatcher"),
     ("status", "status", "status"),
     ("doctor", "doctor", "doctor"),
+    ("enqueue", "enqueue", "enqueue"),
+    ("job", "job", "app"),
     ("web", "web", "app"),
     ("canary", "canary", "canary"),
     ("reconcile", "reconcile", "reconcile"),
