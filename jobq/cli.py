@@ -44,6 +44,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("doctor", "doctor", "doctor"),
     ("enqueue", "enqueue", "enqueue"),
     ("job", "job", "app"),
+    ("queue", "queue", "app"),
     ("web", "web", "app"),
     ("canary", "canary", "canary"),
     ("reconcile", "reconcile", "reconcile"),
