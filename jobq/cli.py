@@ -45,6 +45,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("enqueue", "enqueue", "enqueue"),
     ("job", "job", "app"),
     ("queue", "queue", "app"),
+    ("dead", "dead", "app"),
     ("web", "web", "app"),
     ("canary", "canary", "canary"),
     ("reconcile", "reconcile", "reconcile"),
