@@ -57,6 +57,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("graph", "graph", "app"),
     ("history", "history", "app"),
     ("switch", "switch", "app"),
+    ("apply", "apply", "apply"),
+    ("export", "apply", "export"),
     ("tokens", "tokens", "app"),
 ]
 """Every subcommand, in ``--help``'s order."""

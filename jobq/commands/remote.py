@@ -38,6 +38,7 @@ __all__ = [
     "EXIT_NOT_OK",
     "EXIT_TIMEOUT",
     "confirm",
+    "duration_ms",
     "fail",
     "format_duration",
     "gateway",
@@ -141,12 +142,20 @@ def confirm(question: str, *, yes: bool, count: int) -> None:
         raise typer.Exit(EXIT_NOT_OK)
 
 
-def parse_duration(text: str, option: str = "duration") -> int:
-    """``500ms``, ``30s``, ``5m``, ``2h``, ``1d`` (or ``1.5h``) in milliseconds."""
+def duration_ms(text: str) -> int:
+    """``500ms``, ``30s``, ``5m``, ``2h``, ``1d`` (or ``1.5h``) in milliseconds; ValueError otherwise."""
     m = _DURATION.fullmatch(text.strip().lower())
     if m is None:
-        raise typer.BadParameter(f"{text!r}: a number and a unit, e.g. 30s, 5m, 2h, 1d", param_hint=option)
+        raise ValueError(f"{text!r}: a number and a unit, e.g. 30s, 5m, 2h, 1d")
     return round(float(m.group(1)) * _UNIT_MS[m.group(2)])
+
+
+def parse_duration(text: str, option: str = "duration") -> int:
+    """:func:`duration_ms` for an option (a bad one is a usage error naming it)."""
+    try:
+        return duration_ms(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def format_duration(ms: int) -> str:
