@@ -16,6 +16,7 @@ from jqruntime.http import HttpError, json_response
 from jqruntime.stores import dispatch as dispatch_store
 from kafkagate import admin_models as m
 from kafkagate.api import Api, Param
+from kafkagate.audit import DETAILS
 from kafkagate.auth import kind_put, token_of, visible
 from kafkagate.queue_bodies import DeadBody, KindBody, PurgeBody, QueueConfigBody, QueuePatchBody
 from kafkagate.requests import body_model, engine_call, kind_of, queue_of
@@ -283,6 +284,8 @@ async def put_kind(request: web.Request) -> web.Response:
     )
     await engine_call(gate.engine.configure_kind(kind, queues=body.queues, **options))
     stored = body.dispatch.stored() if body.dispatch else None
+    if body.dispatch is not None:  # the audit trail says where the jobs go and by which credential name
+        request[DETAILS] = f"dispatch={body.dispatch.url.host} auth={body.dispatch.auth_source()}"
     await engine_call(dispatch_store.put(gate.redis_client, kind, body.queues, stored))
     await gate.configs().put_kind(kind, body.queues, **options)
     shown = body.dispatch.public() if body.dispatch else None

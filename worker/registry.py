@@ -29,7 +29,7 @@ import contextvars
 import inspect
 import re
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
@@ -41,6 +41,7 @@ from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
 from jqengine import NodeInputs
 from worker.hooks import Hook, WorkerContext
+from worker.middleware import Layer, layer_of
 
 if TYPE_CHECKING:  # the HTTP client (aiohttp) is only needed by code that enqueues
     from jqruntime.client import AsyncJobHandle, JobHandle, JobOptions
@@ -57,6 +58,7 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
+M = TypeVar("M")
 Exceptions = type[BaseException] | tuple[type[BaseException], ...]
 """Exception classes a kind's ``retry_on``/``permanent_on`` names (what ``except`` takes)."""
 Mode = Literal["async", "thread", "process"]
@@ -284,10 +286,13 @@ class Handler(Protocol):
 class Registry:
     """Kinds → handlers. One registry per application; workers serve the kinds registered in it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, middleware: Iterable[object] = ()) -> None:
         self._specs: dict[str, JobSpec[Any, Any]] = {}
         self.startup_hooks: list[Hook] = []
         self.shutdown_hooks: list[Hook] = []
+        self.job_middleware: list[Layer] = []
+        for m in middleware:
+            self.middleware(m)
 
     def on_startup(self, hook: Hook) -> Hook:
         """Decorator: run ``hook(ctx)`` when a pool starts, before its first claim (:mod:`worker.hooks`)."""
@@ -298,6 +303,13 @@ class Registry:
         """Decorator: run ``hook(ctx)`` when a pool stops, after its last job (:mod:`worker.hooks`)."""
         self.shutdown_hooks.append(hook)
         return hook
+
+    def middleware(self, m: M) -> M:
+        """Decorator (or call): run ``m`` around every handler call of this registry, after those registered
+        before it (the first is the outermost): an object with ``before``/``after``/``on_failure``/``around``,
+        or an ``async def (job, call_next)`` (:mod:`worker.middleware`)."""
+        self.job_middleware.append(layer_of(m))
+        return m
 
     def job(
         self,

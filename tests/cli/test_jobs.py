@@ -27,8 +27,15 @@ def pool(ops: Ops) -> Pool:
 
 
 def doc(result: Any) -> Any:
+    """The command's JSON document (the in-process pool's log lines may share the captured stdout)."""
     assert result.exit_code in (0, 1, 3), (result.exit_code, result.output)
-    return orjson.loads(result.stdout)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    return orjson.loads(line)
+
+
+def said(result: Any, start: str) -> list[str]:
+    """The command's own lines starting with ``start`` (not the pool's log lines)."""
+    return [line for line in result.stdout.splitlines() if line.startswith(start)]
 
 
 async def test_enqueue_waits_for_a_result_and_job_shows_wait_retry_and_replay(ops: Ops) -> None:
@@ -50,7 +57,7 @@ async def test_enqueue_waits_for_a_result_and_job_shows_wait_retry_and_replay(op
 
         failed = await ops.jobq("enqueue", q, "boom", '{"why": "no"}', "--wait", "--meta", "tenant=acme")
         assert failed.exit_code == 1, failed.output
-        dead_ref, outcome = failed.stdout.splitlines()
+        dead_ref, outcome = said(failed, f"{q}/")
         assert outcome == f"{dead_ref}: errored: ValueError: bad input: no"
         shown = await ops.jobq("job", "show", dead_ref)
         assert "errored" in shown.stdout
@@ -62,17 +69,17 @@ async def test_enqueue_waits_for_a_result_and_job_shows_wait_retry_and_replay(op
         assert f"job {ref} is completed" in line
         assert "jobq job replay" in line
         retried = await ops.jobq("job", "retry", dead_ref)
-        assert (retried.exit_code, retried.stdout.strip()) == (0, "retried 1 of 1 job(s)"), retried.output
+        assert (retried.exit_code, said(retried, "retried")) == (0, ["retried 1 of 1 job(s)"]), retried.output
         again = await ops.jobq("job", "wait", dead_ref, "--timeout", "30s", "--json")
         assert (again.exit_code, doc(again)["state"]) == (1, "errored"), "retried, and it failed again"
 
         replayed = await ops.jobq("job", "replay", ref)
         assert replayed.exit_code == 0, replayed.output
-        new_ref = replayed.stdout.strip()
+        (new_ref,) = said(replayed, f"{q}/")
         assert new_ref.startswith(f"{q}/")
         assert new_ref != ref
         waited = await ops.jobq("job", "wait", new_ref, "--timeout", "30s")
-        assert (waited.exit_code, waited.stdout.strip()) == (0, f"{new_ref}: completed → 3")
+        assert (waited.exit_code, said(waited, new_ref)) == (0, [f"{new_ref}: completed → 3"])
 
 
 async def test_delayed_jobs_wait_times_out_and_cancel_asks_before_many(ops: Ops) -> None:

@@ -16,7 +16,9 @@ that the whole file takes a few seconds.
 from __future__ import annotations
 
 import functools
+import json
 import re
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "jobq"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+GRAFANA = ROOT / "deploy" / "grafana" / "jobq.json"
+RUNBOOK_BASE = "https://git.example.com/jobq/blob/main"  # ci/production.yaml's prometheusRule.runbookBaseUrl
 SETTINGS_DOC = ROOT / "docs" / "settings.md"
 
 OLDEST_KUBE = re.search(r'kubeVersion: ">=([0-9.]+)', (CHART / "Chart.yaml").read_text())
@@ -128,11 +132,18 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod spec of a workload (a Deployment's or Job's template, a bare Pod's: `helm test`)."""
+    if doc["kind"] in ("Deployment", "Job"):
+        spec: dict[str, Any] = doc["spec"]["template"]["spec"]
+        return spec
+    return doc["spec"] if doc["kind"] == "Pod" else None
+
+
 def containers(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     for d in docs:
-        if d["kind"] in ("Deployment", "Job"):
-            for c in d["spec"]["template"]["spec"]["containers"]:
-                yield d["metadata"]["name"], c
+        for c in (pod_spec(d) or {}).get("containers", []):
+            yield d["metadata"]["name"], c
 
 
 def plain_env(container: dict[str, Any]) -> dict[str, str]:
@@ -189,6 +200,8 @@ def test_lint_is_clean(values: Path) -> None:
         (["--set", "tokens.envLists=false"], "tokens.existingSecret (a tokens file) or tokens.envLists"),
         (["--set", "tokens.existingSecret=Not_A_Name"], "existingSecret"),
         (["--set", "history.query.slots=0"], "/history/query/slots"),
+        (["--set", "prometheusRule.runbookBaseUrl=https://docs.example.com/"], "runbookBaseUrl"),
+        (["--set", "upgrade.schedulersFirst.timeoutSeconds=5"], "timeoutSeconds"),
         (["--set", "configAsCode.enabled=true"], "configAsCode.enabled needs configAsCode.file"),
         (["--set", "configAsCode.prune=yes"], "/configAsCode/prune"),
     ],
@@ -212,8 +225,9 @@ def test_settings_are_real(values: Path) -> None:
 
 def pods(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     for d in docs:
-        if d["kind"] in ("Deployment", "Job"):
-            yield d["metadata"]["name"], d["spec"]["template"]["spec"]
+        spec = pod_spec(d)
+        if spec is not None:
+            yield d["metadata"]["name"], spec
 
 
 def mounted_files(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -242,8 +256,9 @@ def test_secrets_come_only_from_secrets(values: Path) -> None:
                     f"{name}: {env['name']} is not from a Secret"
                 )
     assert not [d for d in render(values) if d["kind"] == "Secret"]
-    for config_map in of_kind(render(values), "ConfigMap").values():  # the configuration-as-code file only
-        assert set(config_map["data"]) == {"jobq.toml"}, config_map["metadata"]["name"]
+    maps = {d["metadata"]["name"]: d for d in render(values) if d["kind"] == "ConfigMap"}
+    assert set(maps) <= {"jobq-grafana", "jobq-config"}, "a ConfigMap but the dashboard or the jobq.toml"
+    assert set(maps.get("jobq-config", {"data": {"jobq.toml": ""}})["data"]) == {"jobq.toml"}
 
 
 def test_no_credential_is_in_the_environment_each_is_a_mounted_file(values: Path) -> None:
@@ -309,8 +324,19 @@ def test_the_older_token_lists_are_files_too_and_optional() -> None:
     assert minimal == {}, "plaintext servers without ACLs: no credential, no credentials volume"
 
 
+def test_the_queues_a_shared_deployment_serves_reach_every_role(production: list[dict[str, Any]]) -> None:
+    """``routing.queuesAllowed``: the names a token's glob may create and the relays accept (security
+    review: unbounded queue names), in every container that routes."""
+    routed = {name: plain_env(c) for name, c in containers(production) if "JOBQ_ROUTES" in plain_env(c)}
+    assert len(routed) >= 5, sorted(routed)
+    assert {env["JOBQ_QUEUES_ALLOWED"] for env in routed.values()} == {"emails*,clicks,default,canary.*"}
+
+
 def test_services_never_create_topics_and_a_hook_does(production: list[dict[str, Any]]) -> None:
     for name, container in containers(production):
+        if name == "jobq-schedulers-first":  # speaks to the Kubernetes API only
+            assert "env" not in container
+            continue
         assert plain_env(container)["JOBQ_KAFKA_CREATE_TOPICS"] == "false", name
     job = of_kind(production, "Job")["jobq-topics"]
     hooks = job["metadata"]["annotations"]["helm.sh/hook"].split(",")
@@ -372,8 +398,133 @@ def test_workers_scale_on_the_depth_of_every_queue_they_serve(production: list[d
 
 def test_alert_rules_are_the_one_copy(production: list[dict[str, Any]]) -> None:
     (rule,) = of_kind(production, "PrometheusRule").values()
-    assert rule["spec"] == yaml.safe_load(ALERTS.read_text())
+    rules = yaml.safe_load(ALERTS.read_text())
+    for group in rules["groups"]:  # production.yaml sets prometheusRule.runbookBaseUrl
+        for r in group["rules"]:
+            r["annotations"]["runbook_url"] = f"{RUNBOOK_BASE}/{r['annotations']['runbook_url']}"
+    assert rule["spec"] == rules
     assert (CHART / "files" / "alerts.yml").resolve() == ALERTS.resolve()
+    plain = of_kind(render(CHART / "ci" / "defaults.yaml", NEWEST_KUBE), "PrometheusRule")
+    assert not plain, "the defaults render no PrometheusRule"
+
+
+def test_the_grafana_dashboard_is_the_one_copy(production: list[dict[str, Any]]) -> None:
+    dashboard = of_kind(production, "ConfigMap")["jobq-grafana"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["jobq.json"]) == json.loads(GRAFANA.read_text())
+    assert (CHART / "files" / "jobq-dashboard.json").resolve() == GRAFANA.resolve()
+
+
+def test_schedulers_roll_first_on_an_upgrade(production: list[dict[str, Any]]) -> None:
+    """docs/deploy.md "Upgrading": a pre-upgrade hook, after the topics hook, rolls the scheduler Deployment
+    to the very template Helm applies next and waits; it alone holds an API token, allowed get and patch
+    on that one Deployment."""
+    job = of_kind(production, "Job")["jobq-schedulers-first"]
+    topics = of_kind(production, "Job")["jobq-topics"]
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-upgrade"
+    assert int(annotations["helm.sh/hook-weight"]) > int(
+        topics["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
+    pod = job["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["args"][:2] == ["rollout", "/etc/jobq/rollout/deployment.json"]
+    rendered = json.loads(pod["metadata"]["annotations"]["jobq.io/deployment"])
+    scheduler = of_kind(production, "Deployment")["jobq-scheduler"]
+    assert rendered == scheduler, "the hook must apply exactly what Helm applies after it"
+    (volume,) = pod["spec"]["volumes"]
+    (item,) = volume["downwardAPI"]["items"]
+    assert item["fieldRef"]["fieldPath"] == "metadata.annotations['jobq.io/deployment']"
+    (role,) = of_kind(production, "Role").values()
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments"],
+            "resourceNames": ["jobq-scheduler"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    (binding,) = of_kind(production, "RoleBinding").values()
+    assert binding["subjects"][0]["name"] == pod["spec"]["serviceAccountName"] == "jobq-schedulers-first"
+    for obj in (role, binding, *of_kind(production, "ServiceAccount").values()):
+        if obj["metadata"]["name"] == "jobq-schedulers-first":
+            assert obj["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+            assert int(obj["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+                annotations["helm.sh/hook-weight"]
+            )
+    tokens = [
+        name for name, spec in pods(production) if spec.get("automountServiceAccountToken") is not False
+    ]
+    assert tokens == ["jobq-schedulers-first"], "only the hook calls the Kubernetes API"
+    minimal = render(CHART / "ci" / "minimal.yaml")
+    assert "jobq-schedulers-first" in of_kind(minimal, "Job")
+    off = helm(
+        "template",
+        "jobq",
+        CHART,
+        "-f",
+        CHART / "ci" / "defaults.yaml",
+        "--set",
+        "upgrade.schedulersFirst.enabled=false",
+        "--kube-version",
+        NEWEST_KUBE,
+    ).stdout
+    assert "schedulers-first" not in off
+
+
+def test_helm_test_runs_a_canary_round(production: list[dict[str, Any]]) -> None:
+    (pod,) = of_kind(production, "Pod").values()
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    assert container["args"] == ["canary", "--once"]
+    env = plain_env(container)
+    assert env["JOBQ_CANARY_GATEWAYS"] == "http://jobq-gateway:28080"
+    files = mounted_files(pod["spec"], container)
+    assert files[env["JOBQ_CANARY_TOKEN_FILE"]] == ("jobq-canary", "canary-token"), "the canary's own token"
+    policy = of_kind(production, "NetworkPolicy")["jobq-gateway"]
+    admitted = [
+        p["podSelector"]["matchLabels"]
+        for r in policy["spec"]["ingress"]
+        for p in r.get("from", [])
+        if "podSelector" in p
+    ]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] in {
+        m["app.kubernetes.io/component"] for m in admitted
+    }
+    minimal = render(CHART / "ci" / "minimal.yaml")
+    assert not of_kind(minimal, "Pod"), "no canary: no canary round to test with"
+
+
+def notes(values: Path, tmp_path: Path, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it (`helm template` renders no NOTES: a copy of the chart wraps
+    it in a ConfigMap and renders that)."""
+    chart = tmp_path / "jobq"
+    shutil.copytree(CHART, chart, symlinks=False)
+    (chart / "files" / "NOTES.txt").write_text((chart / "templates" / "NOTES.txt").read_text())
+    wrapper = '{{ tpl (.Files.Get "files/NOTES.txt") . | quote }}'
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: notes}}\ndata:\n  notes: {wrapper}\n"
+    )
+    out = helm(
+        "template", "jobq", chart, "-n", "jobq", "-f", values, *args, "--show-only", "templates/zz-notes.yaml"
+    ).stdout
+    text: str = yaml.safe_load(out)["data"]["notes"]
+    return text
+
+
+def test_notes_say_how_to_reach_the_dashboard_and_sign_in(tmp_path: Path) -> None:
+    text = notes(CHART / "ci" / "defaults.yaml", tmp_path)
+    assert "kubectl --namespace jobq port-forward service/jobq-web 28090:28090" in text
+    assert "http://127.0.0.1:28090/" in text
+    assert "get secret jobq-web -o jsonpath='{.data.web-admin-tokens}' | base64 -d" in text
+    assert "helm test jobq --namespace jobq" in text
+    assert "docs/deploy.md" in text
+    production = notes(CHART / "ci" / "production.yaml", tmp_path / "p")
+    assert "tokens file in Secret jobq-tokens" in production
+    minimal = notes(CHART / "ci" / "minimal.yaml", tmp_path / "m")
+    assert "port-forward" not in minimal, "no dashboard in the minimal install"
+    assert "helm test" not in minimal
 
 
 def test_network_policies_admit_only_what_is_asked(production: list[dict[str, Any]]) -> None:
