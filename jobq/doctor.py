@@ -29,12 +29,12 @@ from jobq.commands.stack import DEV_TOKEN, DEV_WEB_ADMIN, DEV_WEB_READ
 from jqcore import keys
 from jqcore.settings import AuditSettings, ConsulSettings, EventSettings, FarSettings, load
 from jqcore.topics import Inspection, declaration
-from jqengine import RedisClient, connect
+from jqengine import RedisClient, connect, text
 from jqruntime.consulconn import consul_sync_client
 from jqruntime.preflight import eviction_policies
 from jqruntime.stores import membership
 from jqruntime.stores.presence import count_alive
-from jqruntime.tokens import is_loopback
+from jqruntime.tokens import MIN_SECRET_CHARS, is_loopback
 from jqruntime.topicadmin import inspect
 from jqweb.overview import CANARY_LATE_S, Sources, relay_locks
 from jqweb.settings import WebSettings
@@ -61,8 +61,9 @@ KNOWN_TOKENS = frozenset(
 )
 """Tokens published in this repository (the local stack's, docker-compose's old defaults, the tests' and
 benchmarks') or guessable: never accepted off loopback."""
-MIN_TOKEN_CHARS = 20
-"""A shorter token on a non-loopback gateway or dashboard is flagged (``secrets.token_urlsafe(24)``: 32)."""
+MIN_TOKEN_CHARS = MIN_SECRET_CHARS
+"""A shorter token on a non-loopback gateway or dashboard is flagged (``secrets.token_urlsafe(24)``: 32); the
+servers themselves refuse to start with one (``jqruntime.tokens``)."""
 MAX_OFFSET_MS = 500.0
 """A clock further than this from Redis's is flagged (transitions run on Redis's clock; a gateway's fixes
 the due time of the delayed jobs it accepts)."""
@@ -296,17 +297,17 @@ async def _redis_facts(client: RedisClient, facts: Facts) -> None:
         got: Any = await client.config_get("maxmemory-policy")
         for name in ("appendonly", "save"):
             got = {**got, **(await client.config_get(name))}
-        facts.redis_config = {_text(k): _text(v) for k, v in got.items()}
+        facts.redis_config = {text(k): text(v) for k, v in got.items()}
     facts.gateways = await count_alive(client, "gate")
     facts.schedulers = await membership.groups(client)
     raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
-    facts.canary = {_text(k): orjson.loads(v) for k, v in raw.items()}
+    facts.canary = {text(k): orjson.loads(v) for k, v in raw.items()}
     for role in ("gate", "worker"):  # a heartbeat stamped ahead of Redis's clock: that host runs fast
         beats: Any = await client.zrange(keys.presence_key(role), 0, -1, withscores=True)
         for name, stamp in beats:
             ahead = stamp - server_ms
             if ahead > 0:
-                facts.offsets_ms[f"{role} {_text(name)}"] = ahead + facts.offsets_ms["Redis"]
+                facts.offsets_ms[f"{role} {text(name)}"] = ahead + facts.offsets_ms["Redis"]
 
 
 def _consul_facts(s: Sources, facts: Facts) -> None:
@@ -364,7 +365,3 @@ def _tokens(gate: GateSettings, web: WebSettings) -> list[tuple[str, str, str]]:
 
 def _reachable(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-
-
-def _text(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)

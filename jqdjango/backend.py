@@ -40,9 +40,9 @@ from jqdjango.compat import (
     task_enqueued,
 )
 from jqdjango.options import BackendOptions
-from jqdjango.portal import Portal
 from jqdjango.results import to_result
 from jqruntime.client import ApiRefused, JobqClient
+from jqruntime.client.portal import Portal
 
 __all__ = ["JobqBackend", "split_result_id"]
 

@@ -45,7 +45,7 @@ from jqdjango.compat import (
     task_started,
 )
 from jqdjango.results import STATUS
-from worker.execute import MAX_RESULT_BYTES
+from jqengine import MAX_RESULT_BYTES
 from worker.registry import JobSpec, Registry, current_job
 
 __all__ = ["TASKS_MODULE", "DjangoRegistry", "ResultInvalid", "discover"]  # and `registry` (__getattr__)
@@ -123,7 +123,7 @@ def _spec_of(kind: str, task: Task[Any, Any]) -> JobSpec[Any, Any]:
                 raise
             return _finished(started, value)
 
-        return JobSpec(kind, run_async, mode="async")
+        return JobSpec(kind=kind, fn=run_async, mode="async")
 
     def run_sync(args: list[Any], kwargs: dict[str, Any]) -> Any:
         from django.db import close_old_connections
@@ -139,7 +139,7 @@ def _spec_of(kind: str, task: Task[Any, Any]) -> JobSpec[Any, Any]:
             close_old_connections()
         return _finished(started, value)
 
-    return JobSpec(kind, run_sync, mode="thread")
+    return JobSpec(kind=kind, fn=run_sync, mode="thread")
 
 
 def _running(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> TaskResult[Any]:

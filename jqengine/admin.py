@@ -9,9 +9,10 @@ from collections.abc import Iterable, Sequence
 import orjson
 
 from jqengine import codes, reads, replies
-from jqengine.core import EngineCore, _encode_kind, _s
+from jqengine.core import EngineCore, _encode_kind
 from jqengine.keys import KINDS_KEY, QUEUES_KEY
 from jqengine.models import CancelResult, Forgotten, Promoted, QueueConfig
+from jqengine.redisconn import text
 
 __all__ = ["FAIR_INDEX_CHUNK", "AdminTransitions"]
 
@@ -107,7 +108,7 @@ class AdminTransitions(EngineCore):
         }
         if queues is None:
             await self._client.hset(KINDS_KEY, kind, _encode_kind(options))
-            queues = [_s(q) for q in await self._client.smembers(QUEUES_KEY)]
+            queues = [text(q) for q in await self._client.smembers(QUEUES_KEY)]
         else:
             queues = list(queues)
             await self._register(queues)
@@ -116,7 +117,7 @@ class AdminTransitions(EngineCore):
 
     async def queues(self) -> list[str]:
         async with codes.redis_errors("queues"):
-            return sorted(_s(q) for q in await self._client.smembers(QUEUES_KEY))
+            return sorted(text(q) for q in await self._client.smembers(QUEUES_KEY))
 
 
 def _config_fields(config: QueueConfig) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Script return codes and the errors they raise.
 
-:class:`Code` mirrors the ``C_*`` constants of ``lua/_lib.lua``, one meaning per number
+:class:`Code` mirrors the ``C_*`` constants of ``lua/_base.lua``, one meaning per number
 (``tests/state/test_lua_contract.py`` holds the two equal). :mod:`jqengine.replies` turns whole
 replies into typed values using it; :func:`check` raises for a refused single-job write, and
 :func:`redis_errors` maps Redis failures to jobq errors.
@@ -26,6 +26,7 @@ __all__ = [
     "JobNotFound",
     "QueueConfigInvalid",
     "RedisMemoryFull",
+    "ResultTooLarge",
     "StaleLease",
     "SwitchInvalid",
     "SwitchNotFound",
@@ -38,7 +39,7 @@ __all__ = [
 
 
 class Code(IntEnum):
-    """A Lua script's return code (``C_<NAME>`` in ``_lib.lua``)."""
+    """A Lua script's return code (``C_<NAME>`` in ``lua/_base.lua``)."""
 
     OK = 1
     """Done as asked."""
@@ -111,6 +112,13 @@ class SwitchNotFound(JobqError):
 
     code = "switch_not_found"
     http_status = 404
+
+
+class ResultTooLarge(JobqError):
+    """A job's result is larger than the engine keeps (``MAX_RESULT_BYTES``): nothing was changed."""
+
+    code = "result_too_large"
+    http_status = 413
 
 
 class SwitchesFull(JobqError):

@@ -13,7 +13,7 @@ from jqcore import metrics
 from jqcore.clock import ServerClock
 from jqengine import codes
 from jqengine.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY, KeyName, QueueKeys
-from jqengine.redisconn import RedisClient
+from jqengine.redisconn import RedisClient, text
 from jqengine.replication import ReplicaWait, note_write
 from jqengine.scripts import SCRIPTS, source
 from jqengine.switchrules import Switch, queue_list, switch_from_json
@@ -22,10 +22,6 @@ __all__ = ["EngineCore", "Triple"]
 
 Triple = tuple[str, int, str]
 """(job id, attempt, lease token): what proves a worker owns a running job."""
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class EngineCore:
@@ -126,7 +122,7 @@ class EngineCore:
         for queue in new:
             # a kind configured for this queue already (before its first job created the queue's
             # configuration) keeps its own options: the defaults only fill in the kinds it lacks
-            own = {_s(f).rpartition("|")[0] for f in await self._client.hkeys(QueueKeys(queue).kinds)}
+            own = {text(f).rpartition("|")[0] for f in await self._client.hkeys(QueueKeys(queue).kinds)}
             for kind, options in _kind_defaults(defaults).items():
                 if kind not in own:
                     await self._configure_kind_in(queue, kind, options)
@@ -147,6 +143,6 @@ def _encode_kind(options: Mapping[str, Any]) -> str:
 def _kind_defaults(raw: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for kind, encoded in raw.items():
-        parts = dict(p.split("=", 1) for p in _s(encoded).split(","))
-        out[_s(kind)] = {k: (v or None) for k, v in parts.items()}
+        parts = dict(p.split("=", 1) for p in text(encoded).split(","))
+        out[text(kind)] = {k: (v or None) for k, v in parts.items()}
     return out

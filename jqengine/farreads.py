@@ -12,7 +12,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from jqengine.keys import QueueKeys
-from jqengine.redisconn import RedisClient
+from jqengine.redisconn import RedisClient, text
 
 __all__ = ["FAR_NEXT_UP_TO", "far_count", "far_ids", "far_next", "far_run_at", "far_run_ats"]
 
@@ -22,10 +22,6 @@ FAR_NEXT_UP_TO = 10_000
 
 def _old(exc: ResponseError) -> bool:
     return str(exc).startswith("WRONGTYPE")
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def far_run_at(client: RedisClient, queue: str, job_id: str) -> int | None:
@@ -73,7 +69,7 @@ async def far_ids(client: RedisClient, queue: str, offset: int, limit: int) -> t
         seen = 0
         async for job_id, run_at in client.hscan_iter(key, count=1000):
             if seen >= offset:
-                page.append((int(run_at), _s(job_id)))
+                page.append((int(run_at), text(job_id)))
                 if len(page) >= limit:
                     break
             seen += 1
@@ -82,7 +78,7 @@ async def far_ids(client: RedisClient, queue: str, offset: int, limit: int) -> t
         if not _old(exc):
             raise
         ids = await client.zrange(key, offset, offset + limit - 1)
-        return [_s(i) for i in ids], int(await client.zcard(key))
+        return [text(i) for i in ids], int(await client.zcard(key))
 
 
 async def far_next(client: RedisClient, queue: str) -> int | None:

@@ -11,6 +11,7 @@ import orjson
 
 from jqcore.graphs import Node
 from jqengine import codes
+from jqengine.redisconn import text
 
 __all__ = [
     "GraphInfo",
@@ -22,10 +23,6 @@ __all__ = [
     "parse_edges",
     "parse_reply",
 ]
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +149,13 @@ def parse_reply(raw: Any) -> Reply:
     if len(raw) < 3:
         return Reply(code)
     n = int(raw[2])
-    names = [_s(x) for x in raw[3:]]
-    return Reply(code, _s(raw[1]), names[:n], names[n:])
+    names = [text(x) for x in raw[3:]]
+    return Reply(code, text(raw[1]), names[:n], names[n:])
 
 
-def parse_edges(text: Any) -> list[tuple[str, str]]:
+def parse_edges(lines: Any) -> list[tuple[str, str]]:
     out = []
-    for line in _s(text or b"").splitlines():
+    for line in text(lines or b"").splitlines():
         parent, _, policy = line.partition(" ")
         out.append((parent, policy))
     return out

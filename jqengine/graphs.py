@@ -7,7 +7,7 @@ atomic, idempotent steps with a durable record in between, and a repair that red
 * **graph → queue (release)**: ``graph_create`` / ``graph_report`` / ``graph_retry`` mark nodes ready and
   add them to the graph's ``rel`` set; the caller enqueues their jobs (ids derived from graph, node and
   generation: enqueuing twice is a duplicate) and only then removes them from ``rel``.
-* **queue → graph (report)**: when a node's job finishes, the same script (``finish`` in ``_lib.lua``)
+* **queue → graph (report)**: when a node's job finishes, the same script (``lua/lib/finish.lua``)
   writes its outcome into the queue's ``gdone`` hash; the caller (the worker right away, else the
   scheduler) runs ``graph_report`` (counted once per node and generation) and only then deletes the entry.
 
@@ -49,7 +49,7 @@ from jqengine.graphmodels import (
 )
 from jqengine.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqengine.models import CancelResult, EnqueueOutcome, EnqueueResult, StreamEvent
-from jqengine.redisconn import RedisClient
+from jqengine.redisconn import RedisClient, text
 from jqengine.replication import ReplicaWait, first_step_replicated, recording_writes
 from jqengine.scripts import SCRIPTS
 
@@ -70,10 +70,6 @@ REPAIR_AFTER_MS = 2000
 """A release or report older than this without its second step is repaired by the scheduler (younger:
 the process that made it is most likely finishing it)."""
 _TERMINAL_JOB = {"completed", "errored", "canceled", "expired"}
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -181,7 +177,7 @@ class Graphs:
             for graph_id in graph_ids:
                 pipe.hget(GraphKeys(graph_id).named("graph"), "queue")
             found = await pipe.execute()
-        return [_s(q) if q is not None else None for q in found]
+        return [text(q) if q is not None else None for q in found]
 
     # ---- hand-offs -------------------------------------------------------------------------------
     async def _node_jobs(self, graph_id: str, names: Sequence[str]) -> dict[str, tuple[str, Node, int]]:
@@ -272,8 +268,8 @@ class Graphs:
             if "graph" not in entry:  # a tail call's hand-off: the same outbox, another reader
                 if self._settle_other is not None:
                     with recording_writes() as written:
-                        await self._settle_other(queue, _s(job_id), entry)
-                    if not await first_step_replicated(self._replicas, written, "tail report", _s(job_id)):
+                        await self._settle_other(queue, text(job_id), entry)
+                    if not await first_step_replicated(self._replicas, written, "tail report", text(job_id)):
                         continue
                     async with codes.redis_errors("tail report"):
                         await self._client.hdel(key, job_id)
@@ -284,7 +280,7 @@ class Graphs:
                 await self.report(
                     graph_id,
                     node,
-                    _s(job_id),
+                    text(job_id),
                     entry["state"],
                     attempt=int(entry.get("attempt", 0)),
                     result=str(entry.get("result", "")),
@@ -340,7 +336,7 @@ class Graphs:
         """Graphs in the open-graph index → when they entered it (ms)."""
         async with codes.redis_errors("graphs"):
             pairs: list[Any] = await self._client.zrange(GRAPHS_KEY, 0, limit - 1, withscores=True)
-        return {_s(g): int(score) for g, score in pairs}
+        return {text(g): int(score) for g, score in pairs}
 
     async def repair_graph(self, graph_id: str, *, now_ms: int | None = None) -> str:
         """Finish releases a crash interrupted, end the graph past its deadline. Returns the graph's
@@ -349,7 +345,7 @@ class Graphs:
         keys = GraphKeys(graph_id)
         async with codes.redis_errors("graph repair"):
             state, deadline = await self._client.hmget(keys.named("graph"), ["state", "deadline_at"])
-            stuck = [_s(n) for n in await self._client.smembers(keys.named("rel"))]
+            stuck = [text(n) for n in await self._client.smembers(keys.named("rel"))]
         if state is None:
             return "missing"
         if stuck:
@@ -358,10 +354,10 @@ class Graphs:
             if old:
                 metrics.GRAPH_REPAIRS.labels("release").inc(len(old))
                 await self._release(graph_id, old)
-        if _s(state) == "running" and deadline and int(deadline) <= now:
+        if text(state) == "running" and deadline and int(deadline) <= now:
             await self.expire(graph_id, now_ms=now)
             return "failed"
-        return _s(state)
+        return text(state)
 
     async def forget_index(self, graph_id: str) -> None:
         """Drop a finished (or vanished) graph from the open-graph index."""
@@ -389,11 +385,11 @@ class Graphs:
         if raw is None:
             return NodeInputs(graph_id, node)
         feed = orjson.loads(raw).get("feed", "none")
-        if on_failure is not None and _s(on_failure) == node:
+        if on_failure is not None and text(on_failure) == node:
             async with codes.redis_errors("graph inputs"):
                 errors = await self._client.hgetall(keys.named("errors"))
             failures = sorted(
-                ({"node": _s(n), **orjson.loads(e)} for n, e in errors.items()),
+                ({"node": text(n), **orjson.loads(e)} for n, e in errors.items()),
                 key=lambda f: (f.get("state") == "skipped", f.get("at", 0), f["node"]),
             )
             return NodeInputs(graph_id, node, feed, {}, [f for f in failures if f["node"] != node])
@@ -409,7 +405,7 @@ class Graphs:
             states, results, errors = await pipe.execute()
         parents: dict[str, ParentOutcome] = {}
         for (name, policy), st, res, err in zip(edges, states, results, errors, strict=True):
-            state = _s(st) if st is not None else "missing"
+            state = text(st) if st is not None else "missing"
             if state != "completed" and policy == "ignore":
                 continue
             if state == "completed":
@@ -428,10 +424,10 @@ class Graphs:
             meta, defs, parents, states, gens, results, errors, times = await pipe.execute()
         if not meta:
             raise GraphNotFound(f"no graph {graph_id!r} (not relayed yet, or past its retention)")
-        m = {_s(k): _s(v) for k, v in meta.items()}
+        m = {text(k): text(v) for k, v in meta.items()}
         nodes = []
         for name_b, raw in defs.items():
-            name = _s(name_b)
+            name = text(name_b)
             doc = orjson.loads(raw)
             gen = int(gens.get(name_b, 0) or 0)
             res = results.get(name_b)
@@ -442,7 +438,7 @@ class Graphs:
                     name=name,
                     queue=doc["queue"],
                     kind=doc["kind"],
-                    state=_s(states.get(name_b, b"waiting")),
+                    state=text(states.get(name_b, b"waiting")),
                     job_id=node_job_id(graph_id, name, gen),
                     parents=parse_edges(parents.get(name_b)),
                     gen=gen,

@@ -19,7 +19,7 @@ from jqengine import farreads
 from jqengine.codes import FilterInvalid
 from jqengine.keys import KINDS_KEY, QueueKeys
 from jqengine.models import JobInfo, QueueConfig, QueueDepth, StreamEvent
-from jqengine.redisconn import RedisClient
+from jqengine.redisconn import RedisClient, text
 
 __all__ = [
     "dead_counts",
@@ -37,10 +37,8 @@ __all__ = [
 ]
 
 
-def _s(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _opt(value: Any) -> str | None:
+    return None if value is None else text(value)
 
 
 def _b(value: Any) -> bytes | None:
@@ -48,8 +46,8 @@ def _b(value: Any) -> bytes | None:
 
 
 def _i(value: Any) -> int | None:
-    text = _s(value)
-    return int(text) if text not in (None, "") else None
+    said = _opt(value)
+    return int(said) if said not in (None, "") else None
 
 
 async def get_job(client: RedisClient, queue: str, job_id: str) -> JobInfo | None:
@@ -144,12 +142,12 @@ async def queues_holding(
 def _job_info(queue: str, job_id: str, raw: Mapping[Any, Any]) -> JobInfo | None:
     if not raw:
         return None
-    h = {_s(k) or "": v for k, v in raw.items()}
+    h = {_opt(k) or "": v for k, v in raw.items()}
     return JobInfo(
         id=job_id,
         queue=queue,
-        state=_s(h.get("state")) or "unknown",
-        kind=_s(h.get("kind")),
+        state=_opt(h.get("state")) or "unknown",
+        kind=_opt(h.get("kind")),
         attempt=_i(h.get("attempt")) or 0,
         max_attempts=_i(h.get("max_attempts")),
         version=_i(h.get("version")) or 0,
@@ -158,18 +156,18 @@ def _job_info(queue: str, job_id: str, raw: Mapping[Any, Any]) -> JobInfo | None
         run_at=_i(h.get("run_at")),
         started_at=_i(h.get("started_at")),
         finished_at=_i(h.get("finished_at")),
-        lease_deadline=_i(h.get("lease_deadline")) if _s(h.get("state")) == "running" else None,
-        reason=_s(h.get("reason")),
-        last_error=_s(h.get("last_error")),
-        result=_s(h.get("result")),
-        cancel_requested=_s(h.get("cancel")) == "1",
+        lease_deadline=_i(h.get("lease_deadline")) if _opt(h.get("state")) == "running" else None,
+        reason=_opt(h.get("reason")),
+        last_error=_opt(h.get("last_error")),
+        result=_opt(h.get("result")),
+        cancel_requested=_opt(h.get("cancel")) == "1",
         history=_history(h.get("history")),
         envelope=_b(h.get("env")),
-        origin=_s(h.get("origin")) or None,
-        worker=_s(h.get("worker")) or None,
+        origin=_opt(h.get("origin")) or None,
+        worker=_opt(h.get("worker")) or None,
         duplicates=_i(h.get("dups")) or 0,
         last_duplicate_at=_i(h.get("dup_at")),
-        handed_back_since=_i(h.get("unhandled_since")) if _s(h.get("state")) == "delayed" else None,
+        handed_back_since=_i(h.get("unhandled_since")) if _opt(h.get("state")) == "delayed" else None,
         tail=_link(h.get("tail")),
         tail_of=_link(h.get("parent")),
     )
@@ -177,14 +175,14 @@ def _job_info(queue: str, job_id: str, raw: Mapping[Any, Any]) -> JobInfo | None
 
 def _link(value: Any) -> str | None:
     """A tail call's link (``<queue>\t<id>``) as ``<queue>/<id>``."""
-    return (_s(value) or "").replace("\t", "/", 1) or None
+    return (_opt(value) or "").replace("\t", "/", 1) or None
 
 
 def _history(raw: Any) -> list[dict[str, Any]]:
-    text = _s(raw)
-    if not text:
+    said = _opt(raw)
+    if not said:
         return []
-    loaded = json.loads(text)
+    loaded = json.loads(said)
     if not isinstance(loaded, list):
         return []
     # the lease token of a finished write is kept for idempotent retries (Lua's acked()); never shown
@@ -218,16 +216,17 @@ async def depth(
             pipe.zintercard(len(indexes), indexes)
     res = await pipe.execute()
     if indexes:
-        declared = set((_s(res[7]) or "").split(","))
+        declared = set((_opt(res[7]) or "").split(","))
         if missing := sorted(set(filter or {}) - declared):
             raise FilterInvalid(
                 f"queue {queue!r} does not index meta key {missing[0]!r}; declare it in the queue's"
                 " filter_keys to count by it"
             )
     oldest = None
-    if res[6]:
-        enqueued = _i(await client.hget(keys.job(_s(res[6][0]) or ""), "enqueued_at"))
-        oldest = (now or now_ms()) - enqueued if enqueued is not None else None
+    if res[6]:  # since the head became due (its run_at, else its enqueue), as jqengine.signals measures
+        stamps = await client.hmget(keys.job(_opt(res[6][0]) or ""), ["enqueued_at", "run_at"])
+        due = [v for v in (_i(x) for x in stamps) if v is not None]
+        oldest = (now or now_ms()) - max(due) if due else None
     return QueueDepth(
         pending=int(res[0]),
         delayed=int(res[1]),
@@ -282,7 +281,7 @@ async def list_ids(
         pipe.zrange(key, offset, offset + limit - 1)
     pipe.zcard(key)
     ids, total = await pipe.execute()
-    return [_s(i) or "" for i in ids], int(total)
+    return [_opt(i) or "" for i in ids], int(total)
 
 
 async def dead_counts(client: RedisClient, queues: Sequence[str], chunk: int = 1000) -> dict[str, int]:
@@ -300,12 +299,12 @@ async def dead_counts(client: RedisClient, queues: Sequence[str], chunk: int = 1
 async def dead_list(client: RedisClient, queue: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
     """Errored jobs, oldest first."""
     ids = await client.zrange(QueueKeys(queue).dead, offset, offset + limit - 1)
-    jobs = [await get_job(client, queue, _s(i) or "") for i in ids]
+    jobs = [await get_job(client, queue, _opt(i) or "") for i in ids]
     return [j for j in jobs if j is not None]
 
 
 async def queue_config(client: RedisClient, queue: str) -> QueueConfig:
-    raw = {_s(k): _s(v) for k, v in (await client.hgetall(QueueKeys(queue).config)).items()}
+    raw = {_opt(k): _opt(v) for k, v in (await client.hgetall(QueueKeys(queue).config)).items()}
     base = QueueConfig()
     return QueueConfig(
         mode="exclusive" if raw.get("mode") == "exclusive" else "simple",
@@ -351,10 +350,10 @@ def decode_entry(entry: Any, fields: Mapping[Any, Any] | Sequence[Any], queue: s
     gives them: a mapping (redis-py) or the flat list a script returns."""
     if not isinstance(fields, Mapping):
         fields = dict(zip(fields[::2], fields[1::2], strict=True))
-    f = {_s(k): v for k, v in fields.items()}
-    entry_id, value = _s(entry) or "", _b(f.get("e")) or b""
+    f = {_opt(k): v for k, v in fields.items()}
+    entry_id, value = _opt(entry) or "", _b(f.get("e")) or b""
     if f.get("n") is None:
-        return [StreamEvent(entry_id, _s(f.get("i")) or "", value)]
+        return [StreamEvent(entry_id, _opt(f.get("i")) or "", value)]
     base = {**DEFAULTS, "queue": queue}
     return [
         StreamEvent(entry_id, str(event.get("id", "")), None, {**base, **event})
@@ -388,7 +387,7 @@ async def events_backlog(client: RedisClient, queues: Sequence[str]) -> dict[str
 async def queue_stats(client: RedisClient, queue: str) -> dict[str, int]:
     """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, canceled, ...)."""
     raw = await client.hgetall(QueueKeys(queue).stats)
-    return {(_s(k) or ""): int(v) for k, v in raw.items()}
+    return {(_opt(k) or ""): int(v) for k, v in raw.items()}
 
 
 def _kind_options(fields: Mapping[str, str | None]) -> dict[str, Any]:
@@ -407,15 +406,15 @@ async def kinds(client: RedisClient, queues: list[str]) -> dict[str, dict[str, A
     for some queues) and, per queue where it has options, those options and how many of it run now."""
     out: dict[str, dict[str, Any]] = {}
     for kind, encoded in (await client.hgetall(KINDS_KEY)).items():
-        parts = dict(p.split("=", 1) for p in (_s(encoded) or "").split(",") if "=" in p)
-        out[_s(kind) or ""] = {"defaults": _kind_options(parts), "queues": {}}
+        parts = dict(p.split("=", 1) for p in (_opt(encoded) or "").split(",") if "=" in p)
+        out[_opt(kind) or ""] = {"defaults": _kind_options(parts), "queues": {}}
     for queue in queues:
         keys = QueueKeys(queue)
         per_kind: dict[str, dict[str, str | None]] = {}
         for field, value in (await client.hgetall(keys.kinds)).items():
-            kind, _, name = (_s(field) or "").rpartition("|")
-            per_kind.setdefault(kind, {})[name] = _s(value)
-        running = {_s(k) or "": int(v) for k, v in (await client.hgetall(keys.kindrun)).items()}
+            kind, _, name = (_opt(field) or "").rpartition("|")
+            per_kind.setdefault(kind, {})[name] = _opt(value)
+        running = {_opt(k) or "": int(v) for k, v in (await client.hgetall(keys.kindrun)).items()}
         for kind, fields in per_kind.items():
             entry = out.setdefault(kind, {"defaults": None, "queues": {}})
             entry["queues"][queue] = {**_kind_options(fields), "running": max(0, running.get(kind, 0))}

@@ -26,6 +26,7 @@ from jqengine.models import (
     Promoted,
     Released,
 )
+from jqengine.redisconn import text
 
 __all__ = [
     "cancel",
@@ -61,10 +62,6 @@ _CANCELED = {
 }
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def code(reply: Sequence[Any]) -> Code:
     """The code a reply starts with (``complete``'s whole answer; see :func:`check` for its meaning)."""
     return Code(int(reply[0]))
@@ -83,7 +80,7 @@ def enqueue(
     fence(reply, source, fence_)
     outcomes = []
     for env, raw in zip(batch, reply[2:], strict=True):
-        word = _s(raw)
+        word = text(raw)
         if word.startswith("refused:"):
             outcomes.append(EnqueueOutcome(env.id, env.queue, "refused", word.removeprefix("refused:")))
         else:
@@ -98,7 +95,7 @@ def claim(queue: str, reply: Sequence[Any], now: int) -> list[ClaimedJob]:
         return []
     if answer == Code.FILTER_UNKNOWN:
         raise FilterInvalid(
-            f"queue {queue!r} does not index meta key {_s(reply[1])!r}; declare it in the queue's"
+            f"queue {queue!r} does not index meta key {text(reply[1])!r}; declare it in the queue's"
             " filter_keys to claim by it"
         )
     return claimed_rows(reply[1:], now)
@@ -109,14 +106,14 @@ def claimed_rows(rows: Sequence[Any], now: int) -> list[ClaimedJob]:
     a hand-off message."""
     return [
         ClaimedJob(
-            decode(rows[i + 1]), int(rows[i + 2]), _s(rows[i + 3]), int(rows[i + 4]), int(rows[i + 4]) - now
+            decode(rows[i + 1]), int(rows[i + 2]), text(rows[i + 3]), int(rows[i + 4]), int(rows[i + 4]) - now
         )
         for i in range(0, len(rows), 5)
     ]
 
 
 def handed(messages: Sequence[bytes | str], now: int) -> list[ClaimedJob]:
-    """The jobs of hand-off messages (each a JSON array of claimed rows, see ``hand_off`` in _lib.lua)."""
+    """The jobs of hand-off messages (each a JSON array of claimed rows, see ``lua/lib/hand_off.lua``)."""
     return [job for message in messages for job in claimed_rows(orjson.loads(message), now)]
 
 
@@ -156,17 +153,17 @@ def release(ids: Sequence[str], reply: Sequence[Any]) -> dict[str, Released]:
 
 
 def cancel(reply: Sequence[Any]) -> CancelResult:
-    return CancelResult(_CANCELED[code(reply)], _s(reply[1]))
+    return CancelResult(_CANCELED[code(reply)], text(reply[1]))
 
 
 def far(reply: Sequence[Any]) -> list[str]:
     """``schedule_far``: per job ``scheduled`` or ``held``."""
     code(reply)
-    return [_s(word) for word in reply[1:]]
+    return [text(word) for word in reply[1:]]
 
 
 def forget(reply: Sequence[Any]) -> list[Forgotten]:
-    return [Forgotten(_s(word)) for word in reply]
+    return [Forgotten(text(word)) for word in reply]
 
 
 def timer(reply: Sequence[Any]) -> tuple[int, int]:

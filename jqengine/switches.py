@@ -11,8 +11,9 @@ reads the switches before each ``enqueue_batch`` — and again when it registers
 from __future__ import annotations
 
 from jqengine import codes
-from jqengine.core import EngineCore, _s
+from jqengine.core import EngineCore
 from jqengine.keys import QUEUES_KEY, SWITCHES_KEY
+from jqengine.redisconn import text
 from jqengine.switchrules import Switch, queue_list, switch_from_json
 
 __all__ = ["LIFT_BATCH", "SwitchBoard"]
@@ -90,4 +91,4 @@ class SwitchBoard(EngineCore):
 
     async def _queue_names(self) -> list[str]:
         async with codes.redis_errors("queues"):
-            return sorted(_s(q) for q in await self._client.smembers(QUEUES_KEY))
+            return sorted(text(q) for q in await self._client.smembers(QUEUES_KEY))

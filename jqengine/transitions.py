@@ -22,6 +22,8 @@ __all__ = ["MAX_ERROR_CHARS", "MAX_RESULT_BYTES", "WorkerTransitions"]
 
 MAX_ERROR_CHARS = 4000
 MAX_RESULT_BYTES = 65_536
+"""The largest result the engine keeps with a job (one definition: the worker, the dispatcher and the
+gateway's callbacks hold results to it before they write)."""
 
 
 class WorkerTransitions(EngineCore):
@@ -90,7 +92,7 @@ class WorkerTransitions(EngineCore):
         """Mark a running job completed (raises StaleLease / JobNotFound)."""
         data = result.encode() if isinstance(result, str) else (result or b"")
         if len(data) > MAX_RESULT_BYTES:
-            raise codes.QueueConfigInvalid(f"result of {len(data)} bytes exceeds {MAX_RESULT_BYTES}")
+            raise codes.ResultTooLarge(f"a result of {len(data)} bytes; at most {MAX_RESULT_BYTES} are kept")
         replies.single(await self._run("complete", queue, [*job, data], now_ms), job[0], "complete")
 
     async def complete_many(

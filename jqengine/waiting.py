@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from jqcore.aio import cancel_and_wait
 from jqengine.keys import QueueKeys
-from jqengine.redisconn import RedisClient
+from jqengine.redisconn import RedisClient, text
 
 __all__ = ["block_limit_s", "nudge", "wait_for_due", "wait_for_events", "wait_for_handoff", "wait_for_work"]
 
@@ -40,7 +40,7 @@ async def wait_for_handoff(client: RedisClient, queue: str, waiter: str, timeout
     if not reply:
         return None
     key, value = reply
-    if _text(key) == keys.wake:
+    if text(key) == keys.wake:
         return b""
     return value.encode() if isinstance(value, str) else value
 
@@ -92,13 +92,13 @@ async def _first_signal(client: RedisClient, keys: Sequence[str], timeout_s: flo
     timeout_s = block_limit_s(client, timeout_s)
     if not isinstance(client, RedisCluster) or len(keys) == 1:
         reply = await client.blpop(keys, timeout=timeout_s)
-        return keys.index(_text(reply[0])) if reply else None
+        return keys.index(text(reply[0])) if reply else None
     tasks = [asyncio.ensure_future(client.blpop([k], timeout=timeout_s)) for k in keys]
     try:
         for done in asyncio.as_completed(tasks):
             reply = await done
             if reply:
-                return keys.index(_text(reply[0]))
+                return keys.index(text(reply[0]))
         return None
     finally:
         await _stop(tasks)
@@ -139,7 +139,3 @@ def block_limit_s(client: RedisClient, wanted_s: float) -> float:
     if not socket_timeout:
         return wanted_s
     return max(0.01, min(wanted_s, float(socket_timeout) - 1.0))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -34,7 +34,7 @@ from jqcore.errors import BackendUnavailable, ConfigError
 from jqcore.log import get_logger
 from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
 from jqcore.topics import TopicSpec
-from jqengine import RedisClient
+from jqengine import RedisClient, text
 
 __all__ = ["EvictionRefused", "ProtocolRefused", "check_redis", "eviction_policies", "preflight", "takes_tls"]
 
@@ -162,13 +162,9 @@ async def eviction_policies(client: RedisClient) -> list[str] | None:
     out = []
     for answer in answers:
         for k, v in dict(answer).items():
-            if _text(k) == "maxmemory-policy":
-                out.append(_text(v))
+            if text(k) == "maxmemory-policy":
+                out.append(text(v))
     return out
-
-
-def _text(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 async def check_redis(client: RedisClient, settings: RedisSettings) -> None:

@@ -1,66 +1,55 @@
-"""worker: run jobq jobs in Python.
+"""worker: the pool that runs jobq jobs in Python (``jobq worker --app myapp.jobs:registry``).
 
-A minimal application::
-
-    # myapp/jobs.py
-    from worker import Backoff, Registry, Retry, current_job
-
-    registry = Registry()
-
-    @registry.job("email.send", queue="emails", max_attempts=5, backoff=Backoff(base_s=2))
-    async def send(to: str, subject: str) -> None:
-        if current_job().attempt > 1:
-            ...  # a retry: the previous attempt failed
-        if not await smtp_ready():
-            raise Retry(30, "smtp down")  # try again in 30 s (Retry() takes the backoff)
-
-run by ``jobq worker --app myapp.jobs:registry --queues emails``, or by ``python -m worker`` with
-``JOBQ_WORKER_APP=myapp.jobs:registry JOBQ_WORKER_QUEUES=emails`` (docs/workers.md, docs/settings.md).
-
-Importing this package is cheap (the registry and the handler controls); ``run``, ``WorkerSettings`` and
-``BatchItem``, which pull in Redis and the settings machinery, load on first use.
+An application imports what it needs from ``jobq`` (``jobq.Registry``, ``jobq.current_job``, ``jobq.Retry``,
+``jobq.defer_to``...: ``docs/workers.md``). The names this package exported before that front door existed
+still work for this release, and say once that they moved (``DeprecationWarning``); ``run`` and
+``WorkerSettings`` stay here (they are the pool's). Importing this package is cheap: everything loads on
+first use.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
-from jqcore.backoff import Backoff
-from jqcore.errors import Cancel, Retry, Snooze
-from worker.hooks import StartupFailed, WorkerContext
-from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, current_job
-from worker.tail import Deferred, defer_to
-
 if TYPE_CHECKING:
-    from worker.batch import BatchItem
     from worker.main import run
     from worker.settings import WorkerSettings
 
-__all__ = [
-    "Backoff",
-    "BatchItem",
-    "Cancel",
-    "Deferred",
-    "JobContext",
-    "JobSpec",
-    "PayloadInvalid",
-    "Registry",
-    "Retry",
-    "Snooze",
-    "StartupFailed",
-    "WorkerContext",
-    "WorkerSettings",
-    "current_job",
-    "defer_to",
-    "run",
-]
+__all__ = ["WorkerSettings", "run"]
 
-_LAZY = {"BatchItem": "worker.batch", "WorkerSettings": "worker.settings", "run": "worker.main"}
+_POOL = {"WorkerSettings": "worker.settings", "run": "worker.main"}
+_MOVED = {
+    "Backoff": "jqcore.backoff",
+    "BatchItem": "worker.batch",
+    "Cancel": "jqcore.errors",
+    "Deferred": "worker.tail",
+    "JobContext": "worker.registry",
+    "JobSpec": "worker.registry",
+    "PayloadInvalid": "worker.registry",
+    "Registry": "worker.registry",
+    "Retry": "jqcore.errors",
+    "Snooze": "jqcore.errors",
+    "StartupFailed": "worker.hooks",
+    "WorkerContext": "worker.hooks",
+    "current_job": "worker.registry",
+    "defer_to": "worker.tail",
+}
+_warned: set[str] = set()
 
 
 def __getattr__(name: str) -> object:
-    """``run``, ``WorkerSettings`` and ``BatchItem`` on first use (they import Redis, pydantic-settings)."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _POOL:
+        return getattr(importlib.import_module(_POOL[name]), name)
+    if name in _MOVED:
+        if not _warned:
+            warnings.warn(
+                f"`from worker import {name}` is deprecated: import it from jobq (`from jobq import {name}`);"
+                " the old names go in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        _warned.add(name)
+        return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module 'worker' has no attribute {name!r}")

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable, Mapping
+import re
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -38,9 +41,10 @@ from jqcore.envelope import validate_name
 from jqcore.errors import JobqError
 from jqengine import NodeInputs
 from worker.hooks import Hook, WorkerContext
+from worker.middleware import Layer, layer_of
 
 if TYPE_CHECKING:  # the HTTP client (aiohttp) is only needed by code that enqueues
-    from jqruntime.client import JobqClient
+    from jqruntime.client import AsyncJobHandle, JobHandle, JobOptions
 
 __all__ = [
     "Backoff",
@@ -54,6 +58,9 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
+M = TypeVar("M")
+Exceptions = type[BaseException] | tuple[type[BaseException], ...]
+"""Exception classes a kind's ``retry_on``/``permanent_on`` names (what ``except`` takes)."""
 Mode = Literal["async", "thread", "process"]
 Delivery = Literal["at_least_once", "at_most_once"]
 
@@ -62,6 +69,24 @@ class PayloadInvalid(JobqError):
     """The job's ``args`` do not match the handler's payload model (a permanent failure)."""
 
     code = "payload_invalid"
+
+
+_SCHEDULE_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _check_cron(kind: str, queue: str, cron: str, tz: str) -> None:
+    """A ``cron=`` that no schedule could take fails at the decorator (where the server extra, with its
+    cron parser, is installed; ``jobq apply`` checks it in any case)."""
+    try:
+        from jqcore.cron import CronSchedule  # croniter: the server extra
+    except ImportError:
+        return
+    name = _SCHEDULE_CHARS.sub("-", kind)[:64]
+    try:
+        CronSchedule.model_validate({"name": name, "queue": queue, "kind": kind, "cron": cron, "tz": tz})
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise ValueError(f"{kind}: cron={cron!r} (tz {tz!r}): {problems}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +121,14 @@ def set_current_job(ctx: JobContext) -> contextvars.Token[JobContext]:
     return _CURRENT.set(ctx)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class JobSpec(Generic[P, R]):
-    """A registered handler and its options; calling it runs the function directly (tests, scripts)."""
+    """A registered handler and its options. ``R`` is what its jobs' results are (the function's return
+    annotation, awaited for a coroutine function). Calling it runs the function directly (a script; for a
+    test of the handler as a job, see ``jobq.testing``)."""
 
     kind: str
-    fn: Callable[P, R]
+    fn: Callable[P, Any]
     queue: str = "default"
     timeout_s: float | None = None
     max_attempts: int | None = None
@@ -118,9 +145,38 @@ class JobSpec(Generic[P, R]):
     """A batch handler (:mod:`worker.batch`): it gets a list of up to this many jobs (0: one job a call)."""
     batch_wait_ms: int = 50
     """How long a batch gathers after its first job before it runs short."""
+    retry_on: Exceptions | None = None
+    """Only these exceptions are retried (any other fails the job for good); None: every one is."""
+    permanent_on: Exceptions | None = None
+    """These exceptions fail the job for good, never retried (checked before ``retry_on``)."""
+    cron: str | None = None
+    """A cron schedule declared beside the handler (``*/5 * * * *``, ``@daily``) in ``cron_tz``: a job of
+    this kind with no args at every slot, once ``jobq apply --app`` has put it in force (the schedule is
+    named :attr:`schedule_name`)."""
+    cron_tz: str = "UTC"
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    @property
+    def schedule_name(self) -> str:
+        """The name of the cron schedule ``cron`` declares: the kind, each character a schedule name does
+        not take (``:`` ``@``) made ``-``, at most 64 characters."""
+        return _SCHEDULE_CHARS.sub("-", self.kind)[:64]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.fn(*args, **kwargs)
+
+    def result_type(self) -> Any:
+        """The type a job's result is decoded as: the function's return annotation (``Any`` without one)."""
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except (NameError, TypeError):  # an annotation naming what the module cannot resolve
+            return Any
+        return hints.get("return", Any)
+
+    def permanent(self, exc: BaseException) -> bool:
+        """Whether a failure with ``exc`` is never retried (``permanent_on``, ``retry_on``)."""
+        if self.permanent_on is not None and isinstance(exc, self.permanent_on):
+            return True
+        return self.retry_on is not None and not isinstance(exc, self.retry_on)
 
     def message(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
         """The API job for a call with these arguments; add ``delay_ms``, ``priority``, ``meta``, ``excl``,
@@ -134,10 +190,39 @@ class JobSpec(Generic[P, R]):
             value = args[0].model_dump(mode="json")
         return {"kind": self.kind, "args": value}
 
-    async def enqueue(self, client: JobqClient, /, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Enqueue one job of this kind on its queue through the gateway; returns its id (Kafka has it)."""
-        (job_id,) = await client.enqueue(self.queue, [self.message(*args, **kwargs)])
-        return job_id
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """Enqueue one job with these arguments through the process's client (``jobq.Client.from_env()``:
+        ``JOBQ_URL``, ``JOBQ_TOKEN``; ``jobq.testing``'s in a test); its handle once Kafka has it. Options
+        (delay, priority, ...): ``spec.options(delay=60).enqueue(...)``."""
+        return self.options().enqueue(*args, **kwargs)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> AsyncJobHandle[R]:
+        """:meth:`enqueue` from asyncio code (the running loop's client)."""
+        return await self.options().aenqueue(*args, **kwargs)
+
+    def options(
+        self,
+        *,
+        queue: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | int | None = None,
+        priority: int | None = None,
+        id: str | None = None,
+        meta: Mapping[str, str] | None = None,
+        excl: str | None = None,
+        dedup_key: str | None = None,
+        expires_at: datetime | int | None = None,
+        max_attempts: int | None = None,
+    ) -> Enqueuer[P, R]:
+        """This kind with job options (``jqruntime.client.JobOptions``): ``.enqueue(*args)`` /
+        ``.aenqueue(*args)``, or ``client.enqueue(spec.options(...), *args)``. (The options are not
+        keyword arguments of ``enqueue`` itself so that its arguments stay exactly the handler's.)"""
+        from jqruntime.client import JobOptions
+
+        given = JobOptions(
+            queue, delay, run_at, priority, id, meta, excl, dedup_key, expires_at, max_attempts
+        )
+        return Enqueuer(self, given)
 
     def bind(self, args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Positional and keyword arguments for one job's ``args`` (validated against ``payload``)."""
@@ -155,13 +240,59 @@ class JobSpec(Generic[P, R]):
         return ((args,) if args is not None else ()), {}
 
 
+@dataclass(frozen=True, slots=True)
+class Enqueuer(Generic[P, R]):
+    """A kind with job options: what :meth:`JobSpec.options` gives (an enqueueable for a client too)."""
+
+    spec: JobSpec[P, R]
+    job_options: JobOptions
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def queue(self) -> str:
+        return self.spec.queue
+
+    def message(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        return self.spec.message(*args, **kwargs)
+
+    def result_type(self) -> Any:
+        return self.spec.result_type()
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        from jqruntime.client import default_client
+
+        return default_client().enqueue(self, *args, **kwargs)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> AsyncJobHandle[R]:
+        from jqruntime.client import default_async_client
+
+        return await default_async_client().enqueue(self, *args, **kwargs)
+
+
+class Handler(Protocol):
+    """What ``Registry.job(...)`` returns: a decorator typing the spec by the function's (awaited)
+    return."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]]) -> JobSpec[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R]) -> JobSpec[P, R]: ...
+
+
 class Registry:
     """Kinds → handlers. One registry per application; workers serve the kinds registered in it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, middleware: Iterable[object] = ()) -> None:
         self._specs: dict[str, JobSpec[Any, Any]] = {}
         self.startup_hooks: list[Hook] = []
         self.shutdown_hooks: list[Hook] = []
+        self.job_middleware: list[Layer] = []
+        for m in middleware:
+            self.middleware(m)
 
     def on_startup(self, hook: Hook) -> Hook:
         """Decorator: run ``hook(ctx)`` when a pool starts, before its first claim (:mod:`worker.hooks`)."""
@@ -172,6 +303,13 @@ class Registry:
         """Decorator: run ``hook(ctx)`` when a pool stops, after its last job (:mod:`worker.hooks`)."""
         self.shutdown_hooks.append(hook)
         return hook
+
+    def middleware(self, m: M) -> M:
+        """Decorator (or call): run ``m`` around every handler call of this registry, after those registered
+        before it (the first is the outermost): an object with ``before``/``after``/``on_failure``/``around``,
+        or an ``async def (job, call_next)`` (:mod:`worker.middleware`)."""
+        self.job_middleware.append(layer_of(m))
+        return m
 
     def job(
         self,
@@ -189,7 +327,11 @@ class Registry:
         ignore_result: bool = False,
         batch: int = 0,
         batch_wait_ms: int = 50,
-    ) -> Callable[[Callable[P, R]], JobSpec[P, R]]:
+        retry_on: Exceptions | None = None,
+        permanent_on: Exceptions | None = None,
+        cron: str | None = None,
+        cron_tz: str = "UTC",
+    ) -> Handler:
         """Register the decorated function as the handler of ``kind``.
 
         ``mode`` defaults to ``async`` for coroutine functions and ``thread`` for plain functions;
@@ -198,7 +340,10 @@ class Registry:
         queue starts, like ``concurrency``): its jobs enqueued without a priority get this one, and its
         results are dropped. ``batch=N``: the handler takes a list of up to N
         :class:`~worker.batch.BatchItem` (gathered for at most ``batch_wait_ms`` after the first) and sets
-        each item's outcome (docs/workers.md, Batch handlers).
+        each item's outcome (docs/workers.md, Batch handlers). ``retry_on``: only these exceptions are
+        retried (any other fails the job for good); ``permanent_on``: these fail it for good (both as an
+        ``except`` clause takes them). ``cron``: a cron schedule of this kind (in ``cron_tz``), put in
+        force by ``jobq apply --app`` (docs/operations.md, Configuration as code).
         """
         validate_name("kind", kind)
         if batch < 0 or batch_wait_ms < 0:
@@ -208,8 +353,10 @@ class Registry:
         validate_name("queue", queue)
         if kind in self._specs:
             raise ValueError(f"kind {kind!r} is already registered to {self._specs[kind].fn!r}")
+        if cron is not None:
+            _check_cron(kind, queue, cron, cron_tz)
 
-        def register(fn: Callable[P, R]) -> JobSpec[P, R]:
+        def register(fn: Callable[P, Any]) -> JobSpec[P, Any]:
             if kind in self._specs:  # again when applied: a decorator made earlier must not overwrite
                 raise ValueError(f"kind {kind!r} is already registered to {self._specs[kind].fn!r}")
             is_async = inspect.iscoroutinefunction(fn)
@@ -218,21 +365,25 @@ class Registry:
                 raise ValueError(
                     f"{kind}: mode {chosen!r} does not fit {'an async' if is_async else 'a sync'} function"
                 )
-            spec = JobSpec(
-                kind,
-                fn,
-                queue,
-                timeout,
-                max_attempts,
-                backoff or Backoff(),
-                delivery,
-                concurrency,
-                chosen,
-                payload,
-                priority,
-                ignore_result,
-                batch,
-                batch_wait_ms,
+            spec: JobSpec[P, Any] = JobSpec(
+                kind=kind,
+                fn=fn,
+                queue=queue,
+                timeout_s=timeout,
+                max_attempts=max_attempts,
+                backoff=backoff or Backoff(),
+                delivery=delivery,
+                concurrency=concurrency,
+                mode=chosen,
+                payload=payload,
+                priority=priority,
+                ignore_result=ignore_result,
+                batch=batch,
+                batch_wait_ms=batch_wait_ms,
+                retry_on=retry_on,
+                permanent_on=permanent_on,
+                cron=cron,
+                cron_tz=cron_tz,
             )
             self._specs[kind] = spec
             return spec
@@ -248,3 +399,7 @@ class Registry:
 
     def queues(self) -> set[str]:
         return {s.queue for s in self._specs.values()}
+
+    def scheduled(self) -> list[JobSpec[Any, Any]]:
+        """The kinds that declare a cron schedule (``cron=``), in registration order."""
+        return [s for s in self._specs.values() if s.cron is not None]

@@ -31,7 +31,7 @@ from jqcore.extras import require
 from jqcore.keys import AUDIT_KEY
 from jqcore.log import get_logger
 from jqcore.settings import AuditSettings, KafkaSettings, load
-from jqengine import RedisClient
+from jqengine import RedisClient, text
 
 if TYPE_CHECKING:  # the server extra's (Kafka); loaded when the first entry is shipped
     from jqruntime.kafka import AsyncProducer
@@ -91,10 +91,6 @@ def cli_who(settings: AuditSettings) -> str:
         return f"uid-{os.getuid()}"
 
 
-def _s(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
 class AuditTrail:
     """Records entries in Redis (awaited) and on the Kafka audit topic (background). ``kafka`` None: Redis
     only (a process with no Kafka at all; every jobq service passes its Kafka settings)."""
@@ -122,7 +118,7 @@ class AuditTrail:
             raw = await self.client.xadd(AUDIT_KEY, fields, maxlen=MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
         except (RedisConnectionError, RedisTimeoutError) as exc:  # a 503 for a caller, not a 500
             raise BackendUnavailable(f"audit: Redis unreachable: {exc}") from exc
-        entry = replace(entry, id=_s(raw))
+        entry = replace(entry, id=text(raw))
         if self.kafka is not None:
             task = asyncio.create_task(self._ship(entry))
             self._pending.add(task)
@@ -170,7 +166,7 @@ async def read(client: RedisClient, count: int = 100, before: str | None = None)
     rows = await client.xrevrange(AUDIT_KEY, top, "-", count=count) or []
     out = []
     for entry_id, raw in rows:
-        f = {_s(k): _s(v) for k, v in (raw or {}).items()}
+        f = {text(k): text(v) for k, v in (raw or {}).items()}
         out.append(
             AuditEntry(
                 at_ms=int(f.get("at_ms", "0")),
@@ -179,7 +175,7 @@ async def read(client: RedisClient, count: int = 100, before: str | None = None)
                 target=f.get("target", ""),
                 count=int(f.get("count", "0")),
                 outcome=f.get("outcome", "ok"),
-                id=_s(entry_id or ""),
+                id=text(entry_id or ""),
                 token=f.get("token", ""),
                 queues=f.get("queues", ""),
                 details=f.get("details", ""),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jqcore.keys import DISPATCH_KEY
-from jqengine import RedisClient, redis_errors
+from jqengine import RedisClient, redis_errors, text
 from jqruntime.dispatch import EVERY_QUEUE
 
 __all__ = ["config_for", "configs", "put"]
@@ -41,9 +41,9 @@ async def configs(client: RedisClient) -> dict[tuple[str, str], str]:
         raw = await client.hgetall(DISPATCH_KEY)
     out: dict[tuple[str, str], str] = {}
     for field, value in raw.items():
-        queue, sep, kind = _s(field).partition("|")
+        queue, sep, kind = text(field).partition("|")
         if sep and queue and kind:
-            out[queue, kind] = _s(value)
+            out[queue, kind] = text(value)
     return out
 
 
@@ -53,8 +53,4 @@ async def config_for(client: RedisClient, queue: str, kind: str) -> str | None:
     async with redis_errors("dispatch"):
         own, every = await client.hmget(DISPATCH_KEY, [_field(queue, kind), _field(EVERY_QUEUE, kind)])
     found = own if own is not None else every
-    return None if found is None else _s(found)
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return None if found is None else text(found)

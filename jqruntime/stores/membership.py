@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from jqcore.keys import MEMBER_GROUPS_KEY, member_notes_key, members_key
-from jqengine import RedisClient
+from jqengine import RedisClient, text
 
 __all__ = ["Membership", "group_sizes", "groups", "live_members", "owned_by", "owner", "server_ms"]
 
@@ -76,7 +76,7 @@ class Membership:
         pipe.hset(self.notes_key, self.name, note)
         pipe.sadd(MEMBER_GROUPS_KEY, self.group)
         replies = await pipe.execute()
-        self.members = sorted(_text(m) for m in replies[2])
+        self.members = sorted(text(m) for m in replies[2])
         return self.members
 
     async def leave(self) -> None:
@@ -91,17 +91,17 @@ async def live_members(client: RedisClient, group: str, stale_s: float = 3.0) ->
     """The live members of ``group`` as a reader sees them (``jobq status``), without joining it."""
     since = await server_ms(client) - int(stale_s * 1000)
     found: list[Any] = await client.zrangebyscore(members_key(group), since, "+inf")
-    return sorted(_text(m) for m in found)
+    return sorted(text(m) for m in found)
 
 
 async def groups(client: RedisClient, stale_s: float = 3.0) -> dict[str, dict[str, str]]:
     """Every group with live members: group → live member → its last note (``jobq status``)."""
     out: dict[str, dict[str, str]] = {}
-    for group in sorted(_text(g) for g in await client.smembers(MEMBER_GROUPS_KEY)):
+    for group in sorted(text(g) for g in await client.smembers(MEMBER_GROUPS_KEY)):
         alive = await live_members(client, group, stale_s)
         if alive:
             notes: dict[Any, Any] = await client.hgetall(member_notes_key(group))
-            said = {_text(k): _text(v) for k, v in notes.items()}
+            said = {text(k): text(v) for k, v in notes.items()}
             out[group] = {m: said.get(m, "") for m in alive}
     return out
 
@@ -109,7 +109,7 @@ async def groups(client: RedisClient, stale_s: float = 3.0) -> dict[str, dict[st
 async def group_sizes(client: RedisClient, stale_s: float = 3.0) -> dict[str, int]:
     """Every group ever recorded → its live members now (0: a group nobody keeps any more)."""
     since = await server_ms(client) - int(stale_s * 1000)
-    names = sorted(_text(g) for g in await client.smembers(MEMBER_GROUPS_KEY))
+    names = sorted(text(g) for g in await client.smembers(MEMBER_GROUPS_KEY))
     return {group: int(await client.zcount(members_key(group), since, "+inf")) for group in names}
 
 
@@ -119,7 +119,3 @@ async def server_ms(client: RedisClient) -> int:
     if isinstance(reply, dict):  # a Cluster answers per node
         reply = next(iter(reply.values()))
     return int(reply[0]) * 1000 + int(reply[1]) // 1000
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -18,7 +18,7 @@ import time
 
 import orjson
 
-from worker import Cancel
+from jobq import Cancel
 from worker.registry import JobContext, Registry, current_job
 
 __all__ = ["FAULT_DIR_ENV", "process_exit", "registry"]

@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from pydantic import BaseModel
 
+import jobq
 from canary.monitor import Canary
 from jqcore.routing import CANARY_PREFIX, Route, RoutingSettings
 from jqcore.testsignal import enable_all
 from jqengine import Engine
 from jqrelay.main import RelayService
-from jqruntime.client import Gateway, JobqClient
+from jqruntime.client import AsyncClient, Gateway, JobqClient
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
 from worker.pool import Pool, PoolConfig
@@ -78,7 +80,7 @@ async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pip
     ids = await pipeline.client.enqueue(
         pipeline.queue, [{"kind": "e2e.add", "args": {"i": i}} for i in range(n - 1)]
     )
-    ids.append(await add.enqueue(pipeline.client, i=n - 1))  # the registry's sugar, same path
+    ids.append((await AsyncClient(pipeline.client).enqueue(add, i=n - 1)).id)  # the front door, same path
     async with Pool(
         pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue], concurrency=20), redis=pipeline.redis
     ):
@@ -87,6 +89,36 @@ async def test_jobs_enqueued_over_http_run_exactly_once_on_workers(pipeline: Pip
     job = await pipeline.client.get_job(pipeline.queue, ids[7])
     assert job is not None
     assert (job["state"], job["result"]) == ("completed", "14")
+
+
+class Word(BaseModel):
+    text: str
+    letters: int
+
+
+async def test_a_sync_script_enqueues_with_the_front_door_and_gets_the_typed_result(
+    pipeline: Pipeline,
+) -> None:
+    """``jobq.Client`` from plain synchronous code (the README's first job): two gateways, one zone
+    preferred, an enqueue with options, ``result(timeout=)`` decoded as the handler's annotation says."""
+
+    @pipeline.registry.job("e2e.word", queue=pipeline.queue)
+    async def word(text: str) -> Word:
+        return Word(text=text, letters=len(text))
+
+    urls = ",".join(g.url for g in pipeline.gates)
+    token = pipeline.client._headers["Authorization"].removeprefix("Bearer ")
+
+    def script() -> tuple[Word, str, str]:
+        with jobq.Client.connect(urls, token) as client:
+            now = client.enqueue(word, "hello")
+            later = client.enqueue(word.options(delay=0.2, meta={"who": "e2e"}), "later")
+            return now.result(timeout=60), later.wait(timeout=60), client.job(later.ref).state()
+
+    async with Pool(pipeline.registry, pipeline.engine, PoolConfig([pipeline.queue]), redis=pipeline.redis):
+        got, ended, state = await asyncio.to_thread(script)
+    assert got == Word(text="hello", letters=5)
+    assert (ended, state) == ("completed", "completed")
 
 
 async def test_delayed_and_prioritised_jobs_over_http(pipeline: Pipeline, eventually: Eventually) -> None:

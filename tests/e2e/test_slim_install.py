@@ -103,7 +103,7 @@ def test_a_bare_install_has_no_server_library_and_says_which_extra_a_command_nee
 
 
 APP = """
-from worker import Registry
+from jobq import Registry
 
 registry = Registry()
 

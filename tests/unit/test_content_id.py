@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jqcore.envelope import content_id, validate_name
-from jqruntime.client import _named
+from jqruntime.client.http import _named
 
 
 def test_the_id_is_the_work_not_its_spelling() -> None:

@@ -6,10 +6,10 @@ from concurrent.futures import Executor
 
 import pytest
 
+from jobq import Backoff, Registry
 from jqcore.envelope import new_envelope
 from jqcore.errors import Retry
 from jqengine import ClaimedJob
-from worker import Backoff, Registry
 from worker.execute import run_handler
 
 EXACT = Backoff(base_s=0.5, factor=3.0, cap_s=60.0, jitter=False)

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
+from jobq import StartupFailed, WorkerContext
 from jqcore.envelope import new_envelope
 from jqengine import Engine
-from worker import StartupFailed, WorkerContext
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 

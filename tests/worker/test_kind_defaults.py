@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
+from jobq import Registry
 from jqcore.envelope import new_envelope
 from jqcore.testsignal import enable_all
 from jqengine import Engine
-from worker import Registry
 from worker.pool import Pool, PoolConfig
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from jobq import Registry, current_job
 from jqcore.envelope import new_envelope
 from jqcore.testsignal import enable_all
 from jqengine import Engine
-from worker import Registry, current_job
 from worker.main import reload_on_sighup
 from worker.pool import Pool, PoolConfig
 

@@ -10,11 +10,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
+from jobq import Backoff, Cancel, Registry, current_job, defer_to
 from jqcore.envelope import encode, new_envelope
 from jqcore.events import parse
 from jqcore.testsignal import enable_all
 from jqengine import Engine, JobInfo
-from worker import Backoff, Cancel, Registry, current_job, defer_to
 from worker.pool import Pool, PoolConfig
 
 

@@ -303,6 +303,10 @@ class JobqClient:
     async def cancel(self, queue: str, job_id: str) -> str:
         return str((await self.request("DELETE", f"/v1/queues/{queue}/jobs/{job_id}"))["outcome"])
 
+    async def replay(self, queue: str, job_id: str) -> str:
+        """A new job from a finished one (same kind, arguments, options); its id."""
+        return str((await self.request("POST", f"/v1/queues/{queue}/jobs/{job_id}/replay"))["ids"][0])
+
     async def queue(self, queue: str) -> dict[str, Any]:
         return dict(await self.request("GET", f"/v1/queues/{queue}"))
 
