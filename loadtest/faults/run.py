@@ -35,7 +35,7 @@ from loadtest.faults.load import GRAPH_SHAPE, Load
 from loadtest.faults.ordering import Claim
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
-__all__ = ["Drill", "PipelineKey", "Pipelines", "Scenario", "run_scenario", "run_together"]
+__all__ = ["Drill", "PipelineKey", "Pipelines", "Scenario", "run_scenario"]
 
 Servers = Literal["shared", "own", "kafka3", "cluster", "disk"]
 """What a scenario runs on: the caller's servers (it kills no server), a private single-node stack (it kills
@@ -82,9 +82,6 @@ class Drill:
     run: str = ""
     """This scenario's own prefix: every job id it sends starts with ``<run>-`` (the path it runs on may have
     served earlier scenarios: :class:`Pipelines`)."""
-    peers: list[Drill] = field(default_factory=list)
-    """Other scenarios' drills that ride this one's fault (:func:`run_together`): a fault that can serve
-    them (the brokers' kills) records its evidence in each one's notes."""
     proxy: FaultProxy | None = None
     """The fault proxy the scenario's ``links`` go through (proxies named ``<process>-<service>``; Kafka's
     are ``kafka-<n>``, one per broker, shared by every process sent through them)."""
@@ -108,11 +105,6 @@ class Drill:
         piece was not seen, or none was recorded (:func:`loadtest.faults.bites.fault_took_effect`)."""
         self.notes["bite"].append({"what": what, "ok": bool(ok), **facts})
         return ok
-
-    @property
-    def together(self) -> list[Drill]:
-        """This drill and the ones riding its fault."""
-        return [self, *self.peers]
 
     def redis_writes_lost(self) -> None:
         """Note that Redis lost its latest writes now (killed: the last second of its AOF; wiped: all that
@@ -209,10 +201,6 @@ class Scenario:
     """(process or role, service) pairs whose connections go through the fault proxy (``("relay",
     "consul")``: both relays reach Consul only through it); needs a stack with Kafka fault listeners
     for ``kafka``."""
-    rides: str = ""
-    """The scenario whose fault this one shares in the test suite (the same fault function, the same
-    servers: :func:`run_together` runs both through one fault, each on a path and topic of its own with its
-    own verdict); empty: it runs its fault alone."""
 
 
 def _route_links(scenario: Scenario, pipe: FaultPipeline, proxy: FaultProxy) -> dict[str, int]:
@@ -470,92 +458,50 @@ async def run_scenario(
 ) -> Verdict:
     """Run ``scenario`` on ``ep`` (``stack``: the servers it may kill); the verdict (also in ``folder``).
     ``pipelines``: the running paths it may use (else it starts and stops a path of its own)."""
-    (verdict,) = await run_together(
-        [scenario], ep, [folder], stack=stack, idle_s=idle_s, cap_s=cap_s, pipelines=pipelines
-    )
-    return verdict
-
-
-async def run_together(
-    scenarios: list[Scenario],
-    ep: Endpoints,
-    folders: list[Path],
-    *,
-    stack: Stack | None = None,
-    idle_s: float = 30.0,
-    cap_s: float = 180.0,
-    pipelines: Pipelines | None = None,
-) -> list[Verdict]:
-    """Run ``scenarios`` side by side through the first one's fault, each on a path and a topic of its own
-    with its own load, checker and verdict: scenarios whose faults are the same act on the servers (all
-    three brokers killed; a partition leader killed) but on different topics or settings share the fault
-    instead of each waiting out its own. The first may take a running path from ``pipelines``; the others
-    start their own. The verdicts, in order (each also in its folder)."""
-    paths: list[tuple[_Path, bool]] = []
-    drills: list[Drill] = []
-    clean = False
-    try:
-        for n, scenario in enumerate(scenarios):
-            if pipelines is not None and n == 0:
-                paths.append(await pipelines.take(scenario, ep))
-            else:
-                tag = f"{scenario.name}-{uuid.uuid4().hex[:6]}"
-                paths.append((await _start_path(scenario, ep, folders[n], tag), True))
-            drills.append(_drill(scenario, paths[-1][0], stack))
-        drills[0].peers = drills[1:]
-        logs = [_relay_logs(d.pipe) for d in drills]
-        fault_at, baseline_from, quiet = await _drive(scenarios, drills, idle_s, cap_s)
-        records = [await _records(d) for d in drills]
-        clean = all(quiet)
-    finally:
-        for d in drills:
-            await d.load.stop()
-            d.notes["exited"] = d.pipe.dead()
-        for n, (path, _) in enumerate(paths):
-            if pipelines is not None and n == 0:
-                await pipelines.give_back(path, clean)
-            else:
-                await path.stop()
-    return [
-        _judge(s, d, folder, logs[n], records[n], fault_at, baseline_from, reused=not paths[n][1])
-        for n, (s, d, folder) in enumerate(zip(scenarios, drills, folders, strict=True))
-    ]
-
-
-def _drill(scenario: Scenario, path: _Path, stack: Stack | None) -> Drill:
-    """A drill on ``path`` with a load of its own (its jobs' ids start with a run prefix of their own)."""
-    run, pipe = f"{scenario.name}-{uuid.uuid4().hex[:6]}", path.pipe
+    if pipelines is not None:
+        path, new = await pipelines.take(scenario, ep)
+    else:
+        path, new = await _start_path(scenario, ep, folder, f"{scenario.name}-{uuid.uuid4().hex[:6]}"), True
+    run = f"{scenario.name}-{uuid.uuid4().hex[:6]}"  # the prefix of this scenario's own job ids
+    pipe = path.pipe
     load = Load(
         pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, run, rate=scenario.rate, graphs=scenario.graphs
     )
-    return Drill(pipe, load, stack, run=run, proxy=path.proxy, proxy_ports=dict(path.ports))
+    drill = Drill(pipe, load, stack, run=run, proxy=path.proxy, proxy_ports=dict(path.ports))
+    clean = False
+    try:
+        logs_at = _relay_logs(pipe)
+        fault_at, baseline_from, quiet = await _drive(scenario, drill, idle_s, cap_s)
+        records = await _records(drill)
+        clean = quiet
+    finally:
+        await load.stop()
+        drill.notes["exited"] = pipe.dead()
+        if pipelines is not None:
+            await pipelines.give_back(path, clean)
+        else:
+            await path.stop()
+    return _judge(scenario, drill, folder, logs_at, records, fault_at, baseline_from, reused=not new)
 
 
-async def _drive(
-    scenarios: list[Scenario], drills: list[Drill], idle_s: float, cap_s: float
-) -> tuple[float, float, list[bool]]:
-    """Load on, the first scenario's fault in and out, load off, quiet: (the fault's time, the baseline's
-    start, whether each ended quiet)."""
-    for d in drills:
-        d.load.start()
-    pairs = list(zip(drills, scenarios, strict=True))
+async def _drive(scenario: Scenario, drill: Drill, idle_s: float, cap_s: float) -> tuple[float, float, bool]:
+    """Load on, the fault in and out, load off, quiet: (the fault's time, the baseline's start, whether it
+    ended quiet)."""
+    await drill.pipe.up()
+    drill.load.start()
     # the path is up (on a new path the first jobs also wait for its start-up), then steady flow: what
     # "normal" means for this run
-    await asyncio.gather(*(d.flowing(s.warm) for d, s in pairs))
+    await drill.flowing(scenario.warm)
     baseline_from = time.time()
-    await asyncio.gather(*(d.flowing(s.baseline) for d, s in pairs))
+    await drill.flowing(scenario.baseline)
     fault_at = time.time()
-    await scenarios[0].fault(drills[0])
-    steady = await asyncio.gather(*(d.flowing(s.after, timeout_s=180) for d, s in pairs))
-    for d, took in zip(drills, steady, strict=True):
-        d.notes["steady_after_heal_s"] = round(took, 2)
-    for d in drills:
-        await d.load.stop()
-    quiet = await asyncio.gather(*(_quiesce(d, idle_s, cap_s) for d in drills))
-    for d in drills:
-        for look in d.afterwards:
-            await asyncio.to_thread(look)
-    return fault_at, baseline_from, list(quiet)
+    await scenario.fault(drill)
+    drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
+    await drill.load.stop()
+    quiet = await _quiesce(drill, idle_s, cap_s)
+    for look in drill.afterwards:
+        await asyncio.to_thread(look)
+    return fault_at, baseline_from, quiet
 
 
 def _judge(

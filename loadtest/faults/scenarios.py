@@ -433,18 +433,13 @@ async def relays_redis_slow(d: Drill) -> None:
 KAFKA_HOLD_S = 5.0
 
 
-def _leaders(d: Drill) -> dict[int, int]:
-    """Each partition of the drill's topic: the node id of its leader."""
+def _leader(d: Drill, partition: int = 0) -> str:
+    """The stack's name of the broker leading ``partition`` of the scenario's topic."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
     meta = admin.list_topics(d.pipe.topic, timeout=20)
-    return {p: m.leader for p, m in meta.topics[d.pipe.topic].partitions.items()}
-
-
-def _leader(d: Drill, partition: int = 0) -> str:
-    """The stack's name of the broker leading ``partition`` of the scenario's topic."""
-    return f"kafka-{_leaders(d)[partition]}"
+    return f"kafka-{meta.topics[d.pipe.topic].partitions[partition].leader}"
 
 
 def _in_sync(d: Drill) -> bool:
@@ -465,65 +460,37 @@ async def _wait_in_sync(d: Drill, timeout_s: float = 180.0) -> float:
     return round(time.monotonic() - started, 2)
 
 
-async def _brokers_down(
-    d: Drill, names: list[str], sig: signal.Signals, watch: list[tuple[Drill, int]] | None = None
-) -> None:
-    """``names`` killed with ``sig`` at once, started again ``KAFKA_HOLD_S`` later, every replica back in
-    sync; every drill riding the fault (:attr:`Drill.together`) gets the evidence and the notes. ``watch``:
-    (drill, partition) whose leader, one of the brokers, must move meanwhile."""
-    drills = d.together
-    pids = {n: d.server().server(n).pid for n in names}
-    await asyncio.gather(*(asyncio.to_thread(d.server().kill, n, sig) for n in names))
-    for x in drills:
-        x.notes["brokers"] = names
-        for n in names:
-            x.evidence(f"{n} ({sig.name}) gone", killed(pids[n]), pid=pids[n])
+async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None:
+    d.notes["brokers"] = names
+    await asyncio.gather(*(_kill_server(d, n, sig) for n in names))
     back = asyncio.Event()
     # a leader gone: another broker leads its partition once the controller noticed (the broker session
     # timeout: often after the hold, while the broker starts again — watched until it is back)
-    watches = [asyncio.create_task(_leader_moved(x, names[0], back, p)) for x, p in watch or []]
+    watch = asyncio.create_task(_leader_moved(d, names[0], back)) if len(names) == 1 else None
     await d.hold(KAFKA_HOLD_S)
-    restart_s = round(await asyncio.to_thread(_restart_servers, d), 2)
+    d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     back.set()
-    await asyncio.gather(*watches)
-    in_sync = await asyncio.gather(*(_wait_in_sync(x) for x in drills))
-    for x, took in zip(drills, in_sync, strict=True):
-        x.notes["restart_s"], x.notes["in_sync_s"] = restart_s, took
+    if watch is not None:
+        await watch
+    d.notes["in_sync_s"] = await _wait_in_sync(d)
 
 
-async def _leader_moved(d: Drill, gone: str, back: asyncio.Event, partition: int = 0) -> None:
-    """Watch ``partition``'s leader move off ``gone`` until it moved or ``back`` is set; the evidence."""
+async def _leader_moved(d: Drill, gone: str, back: asyncio.Event) -> None:
+    """Watch partition 0's leader move off ``gone`` until it moved or ``back`` is set; the evidence."""
     now = gone
     while not moved(gone, now) and not back.is_set():
         with contextlib.suppress(Exception):  # the metadata may be unreachable for a moment
-            now = await asyncio.to_thread(_leader, d, partition)
+            now = await asyncio.to_thread(_leader, d)
         await asyncio.sleep(0.25)
-    d.evidence(f"partition {partition}'s leader moved", moved(gone, now), before=gone, after=now)
-
-
-async def _leader_down(d: Drill, sig: signal.Signals) -> None:
-    """The leader of partition 0 of the scenario's topic stopped with ``sig``; each drill riding the fault
-    watches a partition of its own topic that broker leads (another broker when partition 0's leads none
-    of theirs: one that leads a partition of every topic)."""
-    drills = d.together
-    leaders = [await asyncio.to_thread(_leaders, x) for x in drills]
-    broker = leaders[0][0]
-    if not all(broker in mine.values() for mine in leaders):
-        common = set(leaders[0].values()).intersection(*(set(mine.values()) for mine in leaders[1:]))
-        broker = min(common) if common else broker
-    watch = [
-        (x, min((p for p, b in mine.items() if b == broker), default=0))
-        for x, mine in zip(drills, leaders, strict=True)
-    ]
-    await _brokers_down(d, [f"kafka-{broker}"], sig, watch)
+    d.evidence("partition 0's leader moved", moved(gone, now), before=gone, after=now)
 
 
 async def kafka_leader_kill(d: Drill) -> None:
-    await _leader_down(d, signal.SIGKILL)
+    await _brokers_down(d, [await asyncio.to_thread(_leader, d)], signal.SIGKILL)
 
 
 async def kafka_leader_stop(d: Drill) -> None:
-    await _leader_down(d, signal.SIGTERM)
+    await _brokers_down(d, [await asyncio.to_thread(_leader, d)], signal.SIGTERM)
 
 
 async def kafka_zone_down(d: Drill) -> None:
@@ -755,16 +722,6 @@ SCENARIOS: list[Scenario] = [
         replication=3,
     ),
     Scenario(
-        "kafka-leader-kill-acks-leader",
-        "kill -9 of a partition leader, acks=leader (Slack's trade)",
-        kafka_leader_kill,
-        "kafka3",
-        acks="leader",
-        loss_allowed=True,
-        replication=3,
-        rides="kafka-leader-kill",
-    ),
-    Scenario(
         "kafka-leader-stop",
         "graceful stop of a partition leader, back 5 s later",
         kafka_leader_stop,
@@ -786,15 +743,6 @@ SCENARIOS: list[Scenario] = [
         replication=3,
     ),
     Scenario(
-        "kafka-all-down-unclean",
-        "kill -9 of all three brokers, back 5 s later (unclean election on)",
-        kafka_all_down,
-        "kafka3",
-        replication=3,
-        topic_config=UNCLEAN,
-        rides="kafka-all-down",
-    ),
-    Scenario(
         "kafka-rolling-restart",
         "each broker stopped gracefully and started in turn",
         kafka_rolling_restart,
@@ -807,6 +755,23 @@ SCENARIOS: list[Scenario] = [
         kafka_reassign,
         "kafka3",
         replication=2,
+    ),
+    Scenario(
+        "kafka-leader-kill-acks-leader",
+        "kill -9 of a partition leader, acks=leader (Slack's trade)",
+        kafka_leader_kill,
+        "kafka3",
+        acks="leader",
+        loss_allowed=True,
+        replication=3,
+    ),
+    Scenario(
+        "kafka-all-down-unclean",
+        "kill -9 of all three brokers, back 5 s later (unclean election on)",
+        kafka_all_down,
+        "kafka3",
+        replication=3,
+        topic_config=UNCLEAN,
     ),
 ]
 

@@ -5,9 +5,8 @@ Scenarios that kill no server run on the session's servers; the others get a pri
 (one node of each; three Kafka brokers; a six-node Redis Cluster), shared by the tests of that shape and
 purged after the package (``tests/faults/conftest.py``). Consecutive scenarios with the same servers and
 settings run on one path of processes (:class:`loadtest.faults.run.Pipelines`: each faults, restarts and
-heals what it touched, and is judged on its own jobs only); a scenario that ``rides`` another shares its
-fault (the same brokers killed once, each on its own path, topic and verdict). The verdicts of the session
-are saved as a report (``JOBQ_HOME/results/faults-<time>/``).
+heals what it touched, and is judged on its own jobs only). The verdicts of the session are saved as a
+report (``JOBQ_HOME/results/faults-<time>/``).
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ import pytest
 
 from jqstack.manager import Stack
 from jqstack.testing.backends import SessionStack
-from loadtest.faults.checker import Verdict
 from loadtest.faults.report import FaultReport
-from loadtest.faults.run import Pipelines, Scenario, Servers, run_together
+from loadtest.faults.run import Pipelines, Scenario, Servers, run_scenario
 from loadtest.faults.scenarios import SCENARIOS
 from loadtest.faults.stacks import can_mount
 
@@ -48,37 +46,21 @@ def pipelines(
     print(f"\nfault paths started: {paths.started} for the module's scenarios")
 
 
-@pytest.fixture(scope="module")
-def ridden() -> dict[str, Verdict]:
-    """Verdicts of scenarios that rode an earlier test's fault, kept for their own test."""
-    return {}
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 async def test_scenario(
     scenario: Scenario,
     stack: SessionStack,
     private_stacks: Callable[[Servers], Stack],
     pipelines: Pipelines,
-    ridden: dict[str, Verdict],
     fault_report: FaultReport,
     tmp_path: Path,
-    request: pytest.FixtureRequest,
 ) -> None:
     if scenario.servers == "disk" and not can_mount():
         pytest.skip("the disk scenarios mount a small tmpfs per server: that needs root (CI has it)")
-    verdict = ridden.pop(scenario.name, None)
-    if verdict is None:
-        selected = {item.name for item in request.session.items}
-        riders = [s for s in SCENARIOS if s.rides == scenario.name and f"test_scenario[{s.name}]" in selected]
-        await pipelines.leave_servers(scenario.servers)  # before another shape's stack stops this one's
-        own = None if scenario.servers == "shared" else private_stacks(scenario.servers)
-        ep = own.endpoints if own is not None else stack.endpoints
-        folders = [tmp_path / s.name for s in (scenario, *riders)]
-        verdict, *theirs = await run_together(
-            [scenario, *riders], ep, folders, stack=own, pipelines=pipelines
-        )
-        ridden.update({s.name: v for s, v in zip(riders, theirs, strict=True)})
+    await pipelines.leave_servers(scenario.servers)  # before another shape's stack stops this one's
+    own = None if scenario.servers == "shared" else private_stacks(scenario.servers)
+    ep = own.endpoints if own is not None else stack.endpoints
+    verdict = await run_scenario(scenario, ep, tmp_path, stack=own, pipelines=pipelines)
     fault_report.add_verdict(scenario, verdict)
     print(verdict)
     assert verdict.acked > 0

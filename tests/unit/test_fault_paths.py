@@ -1,6 +1,5 @@
-"""How the fault suite shares running paths and faults (pure): scenarios that can share a path run one after
-another, a scenario rides only a fault that is its own too, and the runs a path records are read as they
-grow, each scenario's own."""
+"""How the fault suite shares running paths (pure): scenarios that can share a path run one after another,
+and the runs a path records are read as they grow, each scenario's own."""
 
 from __future__ import annotations
 
@@ -11,28 +10,16 @@ import orjson
 
 from jqstack.manager import Endpoints
 from loadtest.faults.run import PipelineKey, RanIds
-from loadtest.faults.scenarios import SCENARIOS, by_name
+from loadtest.faults.scenarios import SCENARIOS
 
 EP = Endpoints("127.0.0.1:1", "127.0.0.1:2", "redis://127.0.0.1:3/0")
 
 
 def test_scenarios_that_can_share_a_path_run_one_after_another() -> None:
-    keys = [PipelineKey.of(s, EP) for s in SCENARIOS if not s.rides]
+    keys = [PipelineKey.of(s, EP) for s in SCENARIOS]
     runs = [key for key, _ in itertools.groupby(keys)]
     assert len(runs) == len(set(runs)), "a key comes back after another's: its path would start twice"
     assert len(runs) < len(keys) - 10, "most scenarios share a path"
-
-
-def test_a_rider_shares_its_leaders_fault_servers_and_place_but_runs_on_its_own_path() -> None:
-    riders = [s for s in SCENARIOS if s.rides]
-    assert {s.name for s in riders} == {"kafka-leader-kill-acks-leader", "kafka-all-down-unclean"}
-    names = [s.name for s in SCENARIOS]
-    for rider in riders:
-        leader = by_name(rider.rides)
-        assert not leader.rides, "one level"
-        assert (rider.fault, rider.servers) == (leader.fault, leader.servers)
-        assert names.index(rider.name) == names.index(leader.name) + 1
-        assert PipelineKey.of(rider, EP) != PipelineKey.of(leader, EP), "its own settings: its own path"
 
 
 def test_the_runs_of_a_path_are_read_as_they_grow_and_only_a_scenarios_own(tmp_path: Path) -> None:
