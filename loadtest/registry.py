@@ -69,6 +69,12 @@ def _scheduler(quick: bool) -> Report:
     return scheduler_bench.run(quick=quick)
 
 
+def _floors(quick: bool) -> Report:
+    from loadtest import floors_bench
+
+    return floors_bench.run(quick=quick)
+
+
 def _peers(quick: bool) -> Report:
     from loadtest import peers_bench
 
@@ -134,6 +140,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "scheduler": _scheduler,
     "spark": _spark,
     "e2e": _e2e,
+    "floors": _floors,
     "peers": _peers,
     "history": _history,
     "graphs": _graphs,
