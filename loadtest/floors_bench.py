@@ -700,7 +700,8 @@ def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool |
         "the job everywhere: one Redis round trip (INCR) that counts it; Redis CPU from INFO cpu (the "
         "path's with its forks), processes from /proc with their trees, Kafka's JVM by its port",
     ]
-    report.sections.append(_table(figures))
+    report.summary = _table(figures)
+    report.sections.append(report.summary)
     files = {name: f"profile-{name.replace(' ', '-')}.txt" for name, p in profiles.items() if not p.error}
     for name, file in files.items():
         report.artifacts[file] = _writer(profiles[name].raw)

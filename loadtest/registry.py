@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "web"]
+__all__ = ["SCENARIOS", "drain", "peers", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -75,10 +75,11 @@ def _floors(quick: bool) -> Report:
     return floors_bench.run(quick=quick)
 
 
-def _peers(quick: bool) -> Report:
+def peers(quick: bool, *, slots: int | None = None) -> Report:
+    """``./run bench peers``; ``--slots N``: the one-shape table's slots per worker process (default 16)."""
     from loadtest import peers_bench
 
-    return peers_bench.run(quick=quick)
+    return peers_bench.run(quick=quick) if slots is None else peers_bench.run(quick=quick, slots=slots)
 
 
 def _history(quick: bool) -> Report:
@@ -141,7 +142,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "spark": _spark,
     "e2e": _e2e,
     "floors": _floors,
-    "peers": _peers,
+    "peers": peers,
     "history": _history,
     "graphs": _graphs,
     "web": web,

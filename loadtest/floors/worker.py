@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import signal
 import time
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
@@ -30,13 +31,20 @@ from loadtest.floors.lease import SETTLE_CLAIM, count_key, keys
 __all__ = ["main", "serve"]
 
 IDLE_POLL_S = 0.005
+Job = Callable[[bytes], Awaitable[None]]
 
 
-async def serve(url: str, queue: str, slots: int, lease_ms: int, burst: bool) -> None:
-    """Run the queue's jobs until SIGTERM (``burst``: until none is pending or running)."""
+async def serve(url: str, queue: str, slots: int, lease_ms: int, burst: bool, job: Job | None = None) -> None:
+    """Run the queue's jobs until SIGTERM (``burst``: until none is pending or running); ``job``: what
+    runs a job's payload (default: the benchmark's no-op, one ``INCR`` of :func:`count_key`)."""
     client = aioredis.Redis.from_url(url)
     settle_claim = client.register_script(SETTLE_CLAIM)
     counter = count_key(queue)
+
+    async def count(_payload: bytes) -> None:
+        await client.incr(counter)
+
+    work = job or count
     finished: list[bytes] = []  # id, token of each job run since the last round
     running: set[asyncio.Task[None]] = set()
     wake = asyncio.Event()
@@ -45,12 +53,13 @@ async def serve(url: str, queue: str, slots: int, lease_ms: int, burst: bool) ->
 
     async def run(job_id: bytes, token: bytes, payload: bytes) -> None:
         try:
-            await client.incr(counter)  # the job: one round trip that counts it
+            await work(payload)  # the benchmark's job: one round trip that counts it
         finally:
             finished.extend((job_id, token))
             wake.set()
 
     while True:
+        wake.clear()  # before taking the finished jobs: a job finishing from here on sets it again
         free = 0 if stop.is_set() else slots - len(running)
         done, finished[:] = list(finished), []
         reply = await settle_claim(keys(queue), [int(time.time() * 1000), lease_ms, free, *done])
@@ -58,8 +67,7 @@ async def serve(url: str, queue: str, slots: int, lease_ms: int, burst: bool) ->
             task = asyncio.create_task(run(reply[i], reply[i + 1], reply[i + 2]))
             running.add(task)
             task.add_done_callback(running.discard)
-        if running:  # the next round when a job has finished
-            wake.clear()
+        if running:  # the next round when a job has finished (at once if one did meanwhile)
             await wake.wait()
             await asyncio.sleep(0)  # let the jobs that finish in the same turn join the round
         elif stop.is_set() or (burst and len(reply) == 1):
