@@ -580,9 +580,12 @@ async def _path_round(
         for system in SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]:
             async with paths[system](ep, f"{tag}p{system}", sync_redis) as path:
                 single = await _rate_phase(path, sizes.rate, sizes.rate_s)
-                batched, recorded = await _batched_phase(path, sizes.batch_s, profile)
+                own = (profile[0], profile[1] / system) if profile is not None else None
+                batched, recorded = await _batched_phase(path, sizes.batch_s, own)
             got[system] = {"path, 1 job/request": single, "path, batched": batched}
-            profiles |= {f"{system} {name}": p for name, p in recorded.items()}
+            for name, p in recorded.items():
+                p.name = f"{system} {name}"
+                profiles[p.name] = p
     finally:
         sync_redis.close()
     for hop in ("path, 1 job/request", "path, batched"):
@@ -600,12 +603,7 @@ async def _gateway_profiles(gates: dict[str, Gate], seconds: float, folder: Fold
     out: dict[str, Profile] = {}
     for system in SYSTEMS:
         load = asyncio.create_task(_closed_loop(gates[system], seconds + 2))
-        out |= {
-            f"{system} gateway": p
-            for p in (
-                await record_profiles({"gateway": gates[system].pid}, seconds, folder / system)
-            ).values()
-        }
+        out |= await record_profiles({f"{system} gateway": gates[system].pid}, seconds, folder / system)
         await load
     return out
 
