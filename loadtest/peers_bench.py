@@ -222,7 +222,8 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes, slots: int
         out.figures["latency p50"], out.figures["latency p99"], out.figures["latency max"] = _percentiles(lat)
         m.flushall()
         if _role(peer, env, "delayed", sizes.delayed, sizes.delay_s) is None:
-            out.notes.append(f"{peer}: delayed jobs not measured (needs a separate scheduler process)")
+            why = "it has no delayed jobs" if peer == "floor" else "needs a separate scheduler process"
+            out.notes.append(f"{peer}: delayed jobs not measured ({why})")
         else:
             _wait_done(m, sizes.delayed, sizes.delay_s + 60, procs)
             late = [float(v) for v in m.lrange("lat", 0, -1)]
