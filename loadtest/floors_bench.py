@@ -633,14 +633,8 @@ def _table(figures: Figures) -> str:
             if h != hop:
                 continue
             med = {s: statistics.median(figures.samples[hop, measure, s]) for s in (*SYSTEMS, "ratio")}
-            cells = [
-                hop,
-                measure,
-                unit,
-                f"{med['jobq']:,.4g}",
-                f"{med['floor']:,.4g}",
-                f"{med['ratio']:.2f}×",
-            ]
+            ratio = f"{med['ratio']:.2f}×" if math.isfinite(med["ratio"]) else "—"
+            cells = [hop, measure, unit, _number(med["jobq"]), _number(med["floor"]), ratio]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
