@@ -253,10 +253,11 @@ def run(
     systems: list[str] | None = None,
     tables: tuple[str, ...] = TABLES,
     slots: int = SHAPE,
+    sizes: Sizes | None = None,
 ) -> Report:
     """Every table of ``tables`` (``shape``: :data:`WORKERS` × ``slots``; ``best``) over ``systems``
-    (default :data:`SYSTEMS`)."""
-    sizes = Sizes(300, 100.0, 1.0, 10, 1.0) if quick else Sizes(50_000, 500.0, 10.0, 200, 3.0)
+    (default :data:`SYSTEMS`); ``sizes``: other than the full or quick ones."""
+    sizes = sizes or (Sizes(300, 100.0, 1.0, 10, 1.0) if quick else Sizes(50_000, 500.0, 10.0, 200, 3.0))
     reps = 1 if quick else 3
     chosen = systems or SYSTEMS
     params = {"reps": reps, "worker_processes": WORKERS, "shape_slots": slots, "tables": list(tables)}
