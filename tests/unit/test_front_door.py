@@ -206,7 +206,7 @@ async def test_a_client_opened_with_async_with_is_what_aenqueue_uses_on_its_loop
         handle = await count.aenqueue(["a"])  # an application's lifespan client, used by its views
         assert handle.client is client
         assert await handle.result() == Total(n=1, label="x")
-        async with jobq.AsyncClient(Recording()) as second:  # type: ignore[arg-type]
+        async with jobq.AsyncClient(Recording()):  # type: ignore[arg-type]
             assert (await count.aenqueue(["b"])).client is client, "the first one opened stays the default"
     assert transport.sent == [("app.q", "count"), ("app.q", "count")]
     assert transport.closed
