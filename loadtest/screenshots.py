@@ -51,8 +51,8 @@ VIEWPORT_W, VIEWPORT_H = 1280, 860
 OUT = repo_root() / "docs" / "dashboard"
 QUEUE = "demo.plain"
 """Where the extra jobs go: a queue of the demo's, served by its worker."""
-SETTLED = "!document.querySelector('main').innerText.includes('Reading the history')"
-"""True once a job page's timeline, read from the history after the page loads, is in."""
+PENDING = "Reading the history"
+"""What a job page says until its timeline, read from the history after the page loaded, is in."""
 LONG_S = 50.0
 """How long the job shown running on the workers page sleeps (``demo.sleep`` has a 60 s timeout)."""
 
@@ -236,13 +236,23 @@ async def shoot(demo: Demo, out: Path, graph_id: str, client: JobqClient) -> lis
         for name, path, ready in pages(demo, graph_id):
             await page.goto(demo.dashboard + path)
             await page.wait_for_selector(ready, timeout=30_000)
-            await page.wait_for_function(SETTLED, timeout=60_000)  # parts loaded after the page (htmx)
+            await _settled(page)
             await page.screenshot(path=str(out / f"{name}.png"), full_page=True)
             written.append(out / f"{name}.png")
         await browser.close()
     if errors:
         raise SystemExit(f"page errors: {errors}")
     return written
+
+
+async def _settled(page: Any, timeout_s: float = 60.0) -> None:
+    """Wait until the parts a page loads after itself (htmx: a job's timeline) are in. Read from the page's
+    text: its CSP forbids the evaluated scripts ``wait_for_function`` would use."""
+    deadline = time.monotonic() + timeout_s
+    while PENDING in await page.inner_text("main"):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{page.url}: still {PENDING!r} after {timeout_s:.0f} s")
+        await asyncio.sleep(0.5)
 
 
 async def _take(demo: Demo, out: Path, warmup_s: float) -> list[Path]:
