@@ -94,6 +94,25 @@ class Canary(Service):
         self._round_done.clear()
         await asyncio.wait_for(self._round_done.wait(), timeout_s)
 
+    async def one_round(self, gateway_wait_s: float = 60.0) -> dict[tuple[str, int], dict[str, Any]]:
+        """One round on its own (``jobq canary --once``, the Helm chart's test): wait for a gateway, send a
+        heartbeat to every partition, and check until each arrived or was flagged late; a heartbeat still
+        unanswered ``late_after_s`` plus 10 s after it left (the gateway's reads failing) is flagged too.
+        Returns each partition's result (``ok``, ``problem``, ``ms``), also recorded as a round of the
+        running canary's is."""
+        await self._gateways_ready(gateway_wait_s)
+        await self.send_round()
+        self.sent_at = time.monotonic()
+        deadline = self.sent_at + self.late_after_s + 10
+        while self.outstanding and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            with contextlib.suppress(JobqError, OSError):
+                await self.check_once()
+        for (topic, partition), _probe in list(self.outstanding.items()):
+            del self.outstanding[(topic, partition)]
+            await self._record(topic, partition, {"ok": False, "problem": "late: no answer", "at": now_ms()})
+        return dict(self.health)
+
     async def _send_loop(self) -> None:
         await self._gateways_ready()
         while True:

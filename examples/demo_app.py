@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+from jobq import Registry, current_job
 from jqcore.errors import Cancel, Retry
-from worker.registry import Registry, current_job
 
 __all__ = ["cpu_hash", "registry"]
 

@@ -8,9 +8,10 @@ running it says which extra to install in one line.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,7 +21,7 @@ from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra, extra_for, install_hint
 from jqstack.errors import StackError
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "version"]
 
 app = typer.Typer(
     name="jobq",
@@ -29,12 +30,40 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def version() -> str:
+    """This installation's version (the distribution's metadata: ``pyproject.toml``'s ``version``)."""
+    try:
+        return importlib.metadata.version("jobq")
+    except importlib.metadata.PackageNotFoundError:  # a checkout run from PYTHONPATH without an install
+        return "unknown (not installed)"
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"jobq {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print jobq's version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 COMMANDS: list[tuple[str, str, str]] = [
     # (name, module under jobq.commands, attribute: a function is a command, a Typer a group)
     ("stack", "stack", "app"),
     ("bench", "bench", "bench"),
     ("demo", "demo", "demo"),
+    ("dev", "dev", "dev"),
     ("worker", "worker", "worker"),
     ("gate", "gate", "gate"),
     ("relay", "relay", "relay"),
@@ -42,6 +71,10 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("dispatcher", "dispatcher", "dispatcher"),
     ("status", "status", "status"),
     ("doctor", "doctor", "doctor"),
+    ("enqueue", "enqueue", "enqueue"),
+    ("job", "job", "app"),
+    ("queue", "queue", "app"),
+    ("dead", "dead", "app"),
     ("web", "web", "app"),
     ("canary", "canary", "canary"),
     ("reconcile", "reconcile", "reconcile"),
@@ -53,7 +86,10 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("graph", "graph", "app"),
     ("history", "history", "app"),
     ("switch", "switch", "app"),
+    ("apply", "apply", "apply"),
+    ("export", "apply", "export"),
     ("tokens", "tokens", "app"),
+    ("rollout", "rollout", "rollout"),
 ]
 """Every subcommand, in ``--help``'s order."""
 

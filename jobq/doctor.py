@@ -34,7 +34,7 @@ from jqruntime.consulconn import consul_sync_client
 from jqruntime.preflight import eviction_policies
 from jqruntime.stores import membership
 from jqruntime.stores.presence import count_alive
-from jqruntime.tokens import is_loopback
+from jqruntime.tokens import MIN_SECRET_CHARS, is_loopback
 from jqruntime.topicadmin import inspect
 from jqweb.overview import CANARY_LATE_S, Sources, relay_locks
 from jqweb.settings import WebSettings
@@ -61,8 +61,9 @@ KNOWN_TOKENS = frozenset(
 )
 """Tokens published in this repository (the local stack's, docker-compose's old defaults, the tests' and
 benchmarks') or guessable: never accepted off loopback."""
-MIN_TOKEN_CHARS = 20
-"""A shorter token on a non-loopback gateway or dashboard is flagged (``secrets.token_urlsafe(24)``: 32)."""
+MIN_TOKEN_CHARS = MIN_SECRET_CHARS
+"""A shorter token on a non-loopback gateway or dashboard is flagged (``secrets.token_urlsafe(24)``: 32); the
+servers themselves refuse to start with one (``jqruntime.tokens``)."""
 MAX_OFFSET_MS = 500.0
 """A clock further than this from Redis's is flagged (transitions run on Redis's clock; a gateway's fixes
 the due time of the delayed jobs it accepts)."""

@@ -24,6 +24,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "tui": ("textual",),  # `jobq status --watch`
     "spark": ("pyspark",),
     "django": ("django",),  # jqdjango: Django's tasks on jobq
+    "local": ("watchfiles",),  # `jobq dev`: the worker restarted when the application's files change
 }
 """Each extra and the modules it installs (pyproject.toml's ``[project.optional-dependencies]``)."""
 

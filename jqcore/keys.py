@@ -9,7 +9,7 @@ the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqruntime.st
 idempotency records (:func:`idempotency_key`), the far tier's scan markers (:func:`far_scanned_key`,
 :func:`far_scanning_key`), the push-dispatch configurations (:data:`DISPATCH_KEY`) and the dashboard's
 sessions and sign-in throttle (:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`,
-:func:`login_failures_key`; ``jqweb.sessions``).
+:func:`login_failures_key`, :data:`LOGIN_FAILURES_ALL_KEY`; ``jqweb.sessions``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ __all__ = [
     "AUDIT_KEY",
     "CANARY_HEALTH_KEY",
     "DISPATCH_KEY",
+    "LOGIN_FAILURES_ALL_KEY",
     "MEMBER_GROUPS_KEY",
     "WEB_SESSIONS_KEY",
     "far_scanned_key",
@@ -86,14 +87,20 @@ entries older than the absolute expiry are dropped when a session is made."""
 
 
 def web_session_key(ref: str) -> str:
-    """HASH of one dashboard session (``who``, ``admin``, ``created_ms``), keyed by the SHA-256 of its id
-    (the cookie's value is not in Redis); its TTL is the idle expiry, renewed by each request."""
+    """HASH of one dashboard session (``who``, ``admin``, ``created_ms``, ``gen``: its token's generation),
+    keyed by the SHA-256 of its id (the cookie's value is not in Redis); its TTL is the idle expiry, renewed
+    by each request."""
     return f"jobq:web:session:{ref}"
 
 
-def login_failures_key(address: str) -> str:
-    """STRING counting failed dashboard sign-ins from one client address in the current window (TTL)."""
-    return f"jobq:web:login-failures:{address}"
+def login_failures_key(address: str, prefix_tag: str) -> str:
+    """STRING counting failed dashboard token matches (sign-ins and Bearer) from one client address with
+    tokens of one prefix (``prefix_tag``: a hash of their first characters) in the current window (TTL)."""
+    return f"jobq:web:login-failures:{address}:{prefix_tag}"
+
+
+LOGIN_FAILURES_ALL_KEY = "jobq:web:login-failures-all"
+"""STRING counting every failed dashboard token match in the current window (TTL): the global budget."""
 
 
 def idempotency_key(digest: str) -> str:

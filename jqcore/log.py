@@ -6,6 +6,10 @@ process writes goes through the same renderer: structlog's own events, and the s
 handed to the ``librdkafka`` logger by :func:`kafka_logging` in each Kafka client's configuration), which
 the root handler formats with structlog's ``ProcessorFormatter``. Secrets never reach a log line:
 settings hold them as ``SecretStr`` and loggers are given endpoints, never URLs with passwords.
+
+Both kinds of lines carry what is bound in structlog's context variables (``structlog.contextvars``): a
+worker binds each running job's ``job_id``, ``queue``, ``kind``, ``attempt`` and ``trace_id`` around its
+handler (``worker/execute.py``), so a handler's ``logging.getLogger(__name__).info(...)`` has them as well.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ def configure(settings: LogSettings | None = None) -> None:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,  # a running job's fields (worker.execute) too
                 structlog.stdlib.add_log_level,
                 _component,
                 stamp,

@@ -7,6 +7,7 @@ from here and expose them with :func:`start_http_server` or :func:`render` in th
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
@@ -54,7 +55,10 @@ __all__ = [
     "JOB_QUEUE_WAIT",
     "JOB_RUN_TIME",
     "LATENCY_BUCKETS",
+    "QUEUE_ATTEMPTS",
     "QUEUE_DEPTH",
+    "QUEUE_OLDEST_PENDING_AGE",
+    "QUEUE_PAUSED",
     "REDIS_INFO",
     "REDIS_MEMORY_MAX",
     "REDIS_MEMORY_USED",
@@ -81,6 +85,9 @@ __all__ = [
     "SCRIPT_CALLS",
     "SCRIPT_TIME",
     "SERVICE_READY",
+    "WORKER_CLAIMS",
+    "WORKER_LAST_CLAIM",
+    "forget",
     "redis_memory",
     "render",
     "serve",
@@ -119,7 +126,29 @@ JOBS_ENQUEUED = Counter(
 ENQUEUE_BATCH_SIZE = Histogram(
     "jobq_engine_enqueue_batch_jobs", "Jobs per enqueue batch", buckets=(1, 10, 50, 100, 250, 500, 1000, 5000)
 )
-QUEUE_DEPTH = Gauge("jobq_queue_depth_jobs", "Jobs in a queue by state (sampled)", ["queue", "state"])
+QUEUE_DEPTH = Gauge(
+    "jobq_queue_depth_jobs",
+    "Jobs in a queue by state (pending, delayed, running, dead), sampled by the scheduler that keeps the "
+    "queue every JOBQ_SCHEDULER_SIGNALS_EVERY_S",
+    ["queue", "state"],
+)
+QUEUE_OLDEST_PENDING_AGE = Gauge(
+    "jobq_queue_oldest_pending_age_seconds",
+    "How long the job at the head of the queue's ready set has waited since it was due (run_at, else "
+    "enqueued_at); 0 when nothing is pending. FIFO queues: the oldest pending job. Sampled by the scheduler "
+    "that keeps the queue",
+    ["queue"],
+)
+QUEUE_PAUSED = Gauge(
+    "jobq_queue_paused", "1 while the queue is paused (claims stop on purpose), else 0; sampled", ["queue"]
+)
+QUEUE_ATTEMPTS = Counter(
+    "jobq_queue_attempts_total",
+    "Attempts ended in the queue by outcome: completed, retried (failed, runs again), errored (failed for "
+    "good: dead-lettered), canceled. Every consumer's (pools, HTTP workers, the dispatcher): the increase "
+    "of the engine's own counters, exported by the scheduler that keeps the queue",
+    ["queue", "outcome"],
+)
 
 # --- workers ----------------------------------------------------------------------------------------
 JOBS_STARTED = Counter("jobq_jobs_started_total", "Jobs handed to a handler", ["queue", "kind"])
@@ -130,6 +159,16 @@ JOBS_FINISHED = Counter(
 )
 JOBS_IN_FLIGHT = Gauge("jobq_jobs_in_flight", "Jobs running in this process", ["queue"])
 JOB_RUN_TIME = _latency("jobq_job_run_seconds", "Handler run time of one attempt", ["queue", "kind"])
+WORKER_CLAIMS = Counter(
+    "jobq_worker_claims_total",
+    "Jobs this pool claimed (claims, hand-offs and refills alike), per queue it serves; every served "
+    "queue's series exists from the start (0), so a pool that never claimed shows",
+    ["queue"],
+)
+WORKER_LAST_CLAIM = Gauge(
+    "jobq_worker_last_claim_timestamp_seconds",
+    "Unix time this pool last claimed a job (its start time until its first claim)",
+)
 JOB_QUEUE_WAIT = _latency(
     "jobq_job_queue_wait_seconds",
     "From when a job was due (run_at, else enqueued_at) to when a worker started it",
@@ -352,3 +391,11 @@ def child(metric: _Metric, *labels: str) -> _Metric:
     if got is None:
         got = _CHILDREN[key] = metric.labels(*labels)
     return cast("_Metric", got)
+
+
+def forget(metric: Counter | Gauge | Histogram, *labels: str) -> None:
+    """Drop one label set's series (a queue another process reports now): from the exposition and from
+    :func:`child`'s cache, so a later ``child`` makes a live one again. Absent: nothing to do."""
+    _CHILDREN.pop((id(metric), labels), None)
+    with contextlib.suppress(KeyError):
+        metric.remove(*labels)

@@ -3,8 +3,8 @@
 This package's modules are its own: other packages import from ``jqengine`` only (an import-linter
 ``protected`` contract in ``pyproject.toml`` holds that), and get exactly what is listed here — the engine,
 the values it returns, its errors, and the Redis connection (:func:`connect`, :data:`RedisClient`,
-:func:`memory_info`, from :mod:`jqengine.redisconn`) every Redis user shares, and the mapping of Redis
-failures (:func:`redis_errors`) for the stores that keep their keys beside the queues.
+:func:`memory_info`, :data:`POOL_HOLDER`, from :mod:`jqengine.redisconn`) every Redis user shares, and the
+mapping of Redis failures (:func:`redis_errors`) for the stores that keep their keys beside the queues.
 
 The storage seam of the house: it stands on the kernel (:mod:`jqcore`) and redis-py only — no web server,
 Kafka or Consul client, and nothing of a running process (:mod:`jqruntime` stands on it, never the other
@@ -50,8 +50,9 @@ from jqengine.models import (
     Settle,
     StreamEvent,
 )
-from jqengine.redisconn import RedisClient, connect, memory_info, text
+from jqengine.redisconn import POOL_HOLDER, RedisClient, connect, memory_info, text
 from jqengine.replication import ReplicaWait, recording_writes
+from jqengine.signals import QueueSignals
 from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqengine.switchrules import Switch
 from jqengine.tails import TAIL_ID_PREFIX
@@ -59,6 +60,7 @@ from jqengine.transitions import MAX_RESULT_BYTES
 
 __all__ = [
     "MAX_RESULT_BYTES",
+    "POOL_HOLDER",
     "REPAIR_AFTER_MS",
     "SWITCH_ACTIONS",
     "TAIL_ID_PREFIX",
@@ -88,6 +90,7 @@ __all__ = [
     "QueueConfigInvalid",
     "QueueDepth",
     "QueueMemory",
+    "QueueSignals",
     "RedisClient",
     "RedisMemoryFull",
     "Released",

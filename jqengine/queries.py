@@ -9,12 +9,13 @@ from typing import Any
 
 import orjson
 
-from jqengine import codes, farreads, memory, reads, waiting
+from jqengine import codes, farreads, memory, reads, signals, waiting
 from jqengine.core import EngineCore
 from jqengine.keys import QueueKeys
 from jqengine.memory import QueueMemory
 from jqengine.models import JobInfo, JobLease, QueueConfig, QueueDepth, StreamEvent
 from jqengine.redisconn import text
+from jqengine.signals import QueueSignals
 
 __all__ = ["Queries"]
 
@@ -103,6 +104,11 @@ class Queries(EngineCore):
     async def configured(self, queues: list[str]) -> set[str]:
         """Which of ``queues`` have a configuration set in Redis (not only the defaults)."""
         return await reads.configured(self._client, queues)
+
+    async def queue_signals(self, queues: Sequence[str], *, now: int | None = None) -> list[QueueSignals]:
+        """Depths, the head's wait since it was due, pause and outcome counters of ``queues``: two
+        pipelined round trips, O(1) a queue (:mod:`jqengine.signals`; the scheduler's metrics)."""
+        return await signals.queue_signals(self._client, queues, now or await self.now())
 
     async def queue_stats(self, queue: str) -> dict[str, int]:
         """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, ...)."""

@@ -223,9 +223,10 @@ async def depth(
                 " filter_keys to count by it"
             )
     oldest = None
-    if res[6]:
-        enqueued = _i(await client.hget(keys.job(_opt(res[6][0]) or ""), "enqueued_at"))
-        oldest = (now or now_ms()) - enqueued if enqueued is not None else None
+    if res[6]:  # since the head became due (its run_at, else its enqueue), as jqengine.signals measures
+        stamps = await client.hmget(keys.job(_opt(res[6][0]) or ""), ["enqueued_at", "run_at"])
+        due = [v for v in (_i(x) for x in stamps) if v is not None]
+        oldest = (now or now_ms()) - max(due) if due else None
     return QueueDepth(
         pending=int(res[0]),
         delayed=int(res[1]),

@@ -6,6 +6,8 @@ memory guard)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -29,6 +31,7 @@ from redis.exceptions import DataError, MaxConnectionsError
 from jqcore.settings import RedisSettings
 
 __all__ = [
+    "POOL_HOLDER",
     "FastConnection",
     "RedisClient",
     "SyncRedisClient",
@@ -88,23 +91,105 @@ _BY_SCHEME: dict[str, type[AbstractConnection]] = {
 }
 
 
+POOL_HOLDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("jobq_pool_holder", default=None)
+"""Who the current task's Redis commands are for (a gateway request: its token's name), for
+:class:`WaitingPool`'s share per holder; None: nobody in particular (not limited)."""
+
+
 class WaitingPool(BlockingConnectionPool):
     """A pool of at most ``max_connections`` where a command waits up to ``timeout`` seconds for a free
     connection; then :class:`~redis.exceptions.MaxConnectionsError` (the process's own pool is
-    exhausted: not a Redis failure, and never reported as one)."""
+    exhausted: not a Redis failure, and never reported as one).
+
+    With ``holder_max``, one holder (:data:`POOL_HOLDER` of the task asking) holds at most that many
+    connections at once: past it its command waits, up to the same ``timeout``, for one of its own to come
+    back, then :class:`~redis.exceptions.MaxConnectionsError` — while other holders still get connections."""
+
+    def __init__(self, *args: Any, holder_max: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holder_max = holder_max
+        self._shares: dict[str, asyncio.Semaphore] = {}
+        self._users: dict[str, int] = {}
+        """Tasks holding or waiting for a connection of each holder (its semaphore goes with the last)."""
+        self._held: dict[str, int] = {}
+        self._holder_of: dict[int, str] = {}
+
+    def held_by(self, holder: str) -> int:
+        """Connections ``holder`` holds now."""
+        return self._held.get(holder, 0)
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        holder = POOL_HOLDER.get() if self.holder_max is not None else None
+        if holder is not None:
+            await self._reserve(holder)
         try:
-            return cast("AbstractConnection", await super().get_connection(*args, **kwargs))  # type: ignore[no-untyped-call]
-        except RedisConnectionError as exc:
-            if not isinstance(exc.__cause__, TimeoutError):
-                raise
-            message = f"no free connection among this process's {self.max_connections} in {self.timeout} s"
-            raise MaxConnectionsError(message) from exc
+            try:
+                connection = cast("AbstractConnection", await super().get_connection(*args, **kwargs))  # type: ignore[no-untyped-call]
+            except RedisConnectionError as exc:
+                if not isinstance(exc.__cause__, TimeoutError):
+                    raise
+                message = (
+                    f"no free connection among this process's {self.max_connections} in {self.timeout} s"
+                )
+                raise MaxConnectionsError(message) from exc
+        except BaseException:
+            if holder is not None:
+                self._unreserve(holder)
+            raise
+        if holder is not None:
+            self._holder_of[id(connection)] = holder
+        return connection
+
+    async def release(self, connection: AbstractConnection) -> None:
+        holder = self._holder_of.pop(id(connection), None)
+        if holder is not None:  # first, and synchronously: a cancelled release cannot leak a share
+            self._unreserve(holder)
+        await super().release(connection)
+
+    async def _reserve(self, holder: str) -> None:
+        assert self.holder_max is not None
+        share = self._shares.get(holder)
+        if share is None:
+            share = self._shares[holder] = asyncio.Semaphore(self.holder_max)
+        self._users[holder] = self._users.get(holder, 0) + 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                await share.acquire()
+        except TimeoutError:
+            self._leave(holder)
+            message = (
+                f"no free connection for one client in {self.timeout} s: it holds its share of "
+                f"{self.holder_max} of this process's {self.max_connections}"
+            )
+            raise MaxConnectionsError(message) from None
+        except BaseException:
+            self._leave(holder)
+            raise
+        self._held[holder] = self._held.get(holder, 0) + 1
+
+    def _unreserve(self, holder: str) -> None:
+        self._shares[holder].release()
+        left = self._held.get(holder, 0) - 1
+        if left > 0:
+            self._held[holder] = left
+        else:
+            self._held.pop(holder, None)
+        self._leave(holder)
+
+    def _leave(self, holder: str) -> None:
+        left = self._users[holder] - 1
+        if left:
+            self._users[holder] = left
+        else:
+            del self._users[holder], self._shares[holder]
 
 
 def connect(
-    settings: RedisSettings, *, max_connections: int | None = None, wait_s: float | None = None
+    settings: RedisSettings,
+    *,
+    max_connections: int | None = None,
+    wait_s: float | None = None,
+    holder_max: int | None = None,
 ) -> RedisClient:
     """An asyncio client for ``settings``; with ``cluster`` the URL names any one node of the cluster.
     TLS comes from the URL's scheme (:meth:`RedisSettings.client_url`: ``rediss://`` when
@@ -113,7 +198,8 @@ def connect(
 
     ``max_connections`` caps the pool (per node on a Cluster; redis-py's default: 100); with ``wait_s``
     a single node's command waits that long for a free connection (:class:`WaitingPool`) instead of
-    failing at once with ``Too many connections``."""
+    failing at once with ``Too many connections``, and with ``holder_max`` one :data:`POOL_HOLDER` holds at
+    most that many of them (a single node only: a Cluster's pools are per node, not shared out)."""
     url, kwargs = settings.client_url(), settings.client_kwargs()
     if settings.cluster:  # rediss:// makes redis-py's cluster client use TLS (ssl=True) with the ssl_* files
         if max_connections is not None:
@@ -126,7 +212,9 @@ def connect(
         options["max_connections"] = max_connections
     pool: ConnectionPool
     if wait_s is not None:
-        pool = WaitingPool(connection_class=connection_class, timeout=wait_s, **{**kwargs, **options})
+        pool = WaitingPool(
+            connection_class=connection_class, timeout=wait_s, holder_max=holder_max, **{**kwargs, **options}
+        )
     else:
         pool = ConnectionPool(connection_class=connection_class, **{**kwargs, **options})
     return aioredis.Redis.from_pool(pool)

@@ -45,6 +45,7 @@ __all__ = [
     "Scope",
     "Touch",
     "any_kind",
+    "auth_throttled",
     "authorize",
     "glob",
     "kind",
@@ -208,6 +209,19 @@ def check(token: Token, touch: Touch) -> None:
             f"token {token.name!r} is limited to kinds {', '.join(token.kinds)}; this takes any kind{at}",
             kind="*",
         )
+
+
+def auth_throttled(retry_after_s: int) -> HttpError:
+    """429 ``auth_throttled`` with ``Retry-After``: too many tokens not accepted lately (from this client,
+    or from everyone); refused before any token is compared, so even a valid one waits."""
+    return HttpError(
+        429,
+        "auth_throttled",
+        f"too many tokens were not accepted lately: try again in {retry_after_s} s",
+        (),
+        details={"retry_after_s": retry_after_s},
+        **{"Retry-After": str(retry_after_s)},
+    )
 
 
 def require_scope(token: Token, policy: Policy, route: str) -> None:

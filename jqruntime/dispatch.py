@@ -300,6 +300,15 @@ class DispatchConfig(BaseModel):
             doc["auth"]["value"] = self.auth.value.get_secret_value()
         return orjson.dumps(doc).decode()
 
+    def auth_source(self) -> str:
+        """Where the auth value comes from, secret-free (``env:NAME``, ``file:NAME``, ``value``, ``none``):
+        what the audit trail records of a dispatch configuration."""
+        if self.auth is None:
+            return "none"
+        if self.auth.env is not None:
+            return f"env:{self.auth.env}"
+        return f"file:{self.auth.file}" if self.auth.file is not None else "value"
+
     def public(self, *, full_url: bool = True) -> dict[str, Any]:
         """What the API shows: the auth value masked (an ``env`` or ``file`` reference is only a name);
         without ``full_url`` (a token without ``admin``) the URL's path and query masked as well

@@ -5,12 +5,16 @@ A token has a **name** (on every log line, metric and audit record of what it di
 **rate** (``"200/s"``, ``"10/min"``). Tokens come from
 
 * the file ``JOBQ_TOKENS_FILE`` (TOML, one ``[[token]]`` table each; the secret stored as its ``sha256``,
-  ``secret = "..."`` only for development: see :class:`TokenSettings`), served by the gateway **and** the
-  dashboard;
+  ``secret = "..."`` only for development: see :class:`TokenSettings`; a token naming no ``rate`` gets
+  ``JOBQ_TOKENS_DEFAULT_RATE``), served by the gateway **and** the dashboard;
 * the older environment lists, mapped into the same model and kept for their own server:
-  ``JOBQ_GATE_TOKENS`` (``secret`` or ``secret:scope+scope``, named ``gate-<digest>``) for the gateway,
+  ``JOBQ_GATE_TOKENS`` (``secret``, ``secret:scope+scope``, ``secret:scope+scope@200/s`` or ``secret:@200/s``,
+  named ``gate-<digest>``) for the gateway,
   ``JOBQ_WEB_READ_TOKENS`` (scope ``read``) and ``JOBQ_WEB_ADMIN_TOKENS`` (``read`` and ``admin``;
   ``name:secret`` or a bare secret named ``token-<digest>``) for the dashboard.
+
+A server listening off loopback refuses, at start and on a reload, a secret it can measure (the environment
+lists', a plaintext ``secret`` of the file) shorter than :data:`MIN_SECRET_CHARS`.
 
 A presented secret is hashed (SHA-256) and compared in constant time with **every** token's digest, so the
 time taken does not say which token (or how much of one) matched. Secrets are never kept in a
@@ -51,6 +55,7 @@ from jqruntime.http import HttpError
 
 __all__ = [
     "ALIASES",
+    "MIN_SECRET_CHARS",
     "SCOPES",
     "Bucket",
     "Rate",
@@ -59,6 +64,7 @@ __all__ = [
     "TokenSettings",
     "TokenSource",
     "digest",
+    "generation",
     "hash_line",
     "is_loopback",
     "load_tokens",
@@ -77,11 +83,31 @@ ALIASES = {"worker": "work"}
 """Older scope names still accepted."""
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
 """A token's name: it becomes a log field and a metric label."""
+MIN_SECRET_CHARS = 20
+"""The shortest secret a server listening off loopback accepts (``jobq doctor`` flags shorter ones, ``jobq
+tokens hash`` refuses them): a short secret can be guessed online, throttled or not."""
+UNLIMITED = ("off", "none")
+"""A rate's text meaning "no rate" (a file token's ``rate``, ``JOBQ_TOKENS_DEFAULT_RATE``)."""
+
+
+def _rate_of(text: str | None) -> Rate | None:
+    """``text`` as a rate; None for none given or :data:`UNLIMITED` (ValueError: not a rate)."""
+    if text is None or text.strip().lower() in UNLIMITED:
+        return None
+    return Rate.parse(text)
 
 
 def digest(secret: str) -> bytes:
     """The SHA-256 of a secret (what the tokens file stores, in hex)."""
     return hashlib.sha256(secret.encode()).digest()
+
+
+def generation(stored: bytes) -> str:
+    """A short one-way tag of a token's stored digest: what a dashboard session keeps to notice that the
+    secret of its token (by name) was replaced (``jqweb.sessions``). Derived, not the digest itself, so a
+    session store holds no value a tokens file holds; 64 bits, so a rotation is told apart but for a chance
+    of 2**-64."""
+    return hashlib.sha256(b"jobq.token-generation\0" + stored).hexdigest()[:16]
 
 
 def hash_line(secret: str) -> str:
@@ -145,6 +171,11 @@ class TokenSet:
     def by_name(self, name: str) -> Token | None:
         return next((t for _, t in self.entries if t.name == name), None)
 
+    def generation_of(self, name: str) -> str | None:
+        """The :func:`generation` of the token named ``name`` now (None: no such token): it changes when
+        the token's secret does (its ``sha256`` replaced in the file, the environment list changed)."""
+        return next((generation(stored) for stored, t in self.entries if t.name == name), None)
+
     def names(self) -> list[str]:
         return [t.name for _, t in self.entries]
 
@@ -166,6 +197,17 @@ class TokenSettings(BaseSettings):
     allow_plaintext: bool = False
     """Accept ``secret = "..."`` in the tokens file (development). Without it only a server listening on
     loopback accepts one; any other refuses to start (store ``sha256``: ``jobq tokens hash``)."""
+    default_rate: str = "1000/s"
+    """The rate of each token of the file that names no ``rate`` (``COUNT/s``, ``/min``, ``/h``, ``/Ns``;
+    per gateway process, a burst of COUNT at most; 429 ``rate_limited`` beyond); ``off``: such tokens are
+    unlimited. A token's own ``rate = "off"`` makes it unlimited. The environment lists' tokens have only
+    the rate they name (``JOBQ_GATE_TOKENS``: ``secret:scopes@200/s``)."""
+
+    @field_validator("default_rate")
+    @classmethod
+    def _default_rate(cls, v: str) -> str:
+        _rate_of(v)
+        return v
 
 
 class _FileToken(BaseModel):
@@ -203,8 +245,7 @@ class _FileToken(BaseModel):
     @field_validator("rate")
     @classmethod
     def _rate(cls, v: str | None) -> str | None:
-        if v is not None:
-            Rate.parse(v)
+        _rate_of(v)
         return v
 
     @model_validator(mode="after")
@@ -213,8 +254,8 @@ class _FileToken(BaseModel):
             raise ValueError("give exactly one of sha256 (the hex SHA-256 of the secret) and secret")
         return self
 
-    def token(self) -> Token:
-        rate = Rate.parse(self.rate) if self.rate is not None else None
+    def token(self, default_rate: Rate | None = None) -> Token:
+        rate = _rate_of(self.rate) if self.rate is not None else default_rate
         return Token(self.name, frozenset(self.scopes), tuple(self.queues), tuple(self.kinds), rate)
 
     def stored(self) -> bytes:
@@ -244,7 +285,19 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def _read_file(path: Path, *, plaintext_ok: bool) -> list[tuple[bytes, Token]]:
+_TOO_SHORT = (
+    f"shorter than {MIN_SECRET_CHARS} characters, refused by a server listening off loopback (make one with "
+    "`python -c 'import secrets; print(secrets.token_urlsafe(24))'`)"
+)
+
+
+def _short(secret: str) -> bool:
+    return len(secret.strip()) < MIN_SECRET_CHARS
+
+
+def _read_file(
+    path: Path, *, plaintext_ok: bool, default_rate: Rate | None, measured: bool
+) -> list[tuple[bytes, Token]]:
     where = f"JOBQ_TOKENS_FILE {path}"
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -275,7 +328,9 @@ def _read_file(path: Path, *, plaintext_ok: bool) -> list[tuple[bytes, Token]]:
                 f"{where}: {which}: a plaintext secret is for development only (a server on loopback, or "
                 "JOBQ_TOKENS_ALLOW_PLAINTEXT=true); store sha256 instead (`jobq tokens hash`)"
             )
-        out.append((entry.stored(), entry.token()))
+        if measured and entry.secret is not None and _short(entry.secret.get_secret_value()):
+            raise ConfigError(f"{where}: {which}: secret: {_TOO_SHORT}")
+        out.append((entry.stored(), entry.token(default_rate)))
     return out
 
 
@@ -283,33 +338,53 @@ def _named(prefix: str, secret: str) -> str:
     return f"{prefix}-{hashlib.sha256(secret.encode()).hexdigest()[:8]}"
 
 
-def _gate_env(tokens: Sequence[SecretStr]) -> list[tuple[bytes, Token]]:
-    """``JOBQ_GATE_TOKENS``: ``secret`` (every scope) or ``secret:scope+scope``. A bad entry is named by
-    its position only: what follows its ``:`` may be part of a secret that holds a colon, so it is never
-    echoed (nor is the secret)."""
+def _gate_env(tokens: Sequence[SecretStr], *, measured: bool = False) -> list[tuple[bytes, Token]]:
+    """``JOBQ_GATE_TOKENS``: ``secret`` (every scope), ``secret:scope+scope``, and either with a rate after
+    ``@`` (``secret:enqueue+read@200/s``; every scope: ``secret:@200/s``). A bad entry is named by its
+    position only: what follows its ``:`` may be part of a secret that holds a colon, so it is never echoed
+    (nor is the secret)."""
     out = []
     for i, t in enumerate(tokens, start=1):
-        secret, _, scopes = t.get_secret_value().partition(":")
+        secret, _, rest = t.get_secret_value().partition(":")
+        scopes, at, rate_text = rest.partition("@")
+        entry = f"entry #{i} of {len(tokens)}"
         try:
             granted = _scope_names(scopes.split("+")) if scopes else list(SCOPES)
         except ValueError:
             raise ConfigError(
-                f"JOBQ_GATE_TOKENS: unknown scope(s) in entry #{i} of {len(tokens)} (not shown: what follows"
-                f" its ':' may be part of the secret); known: {', '.join(SCOPES)}, joined by '+'"
+                f"JOBQ_GATE_TOKENS: unknown scope(s) in {entry} (not shown: what follows its ':' may be part "
+                f"of the secret); known: {', '.join(SCOPES)}, joined by '+'"
             ) from None
-        out.append((digest(secret), Token(_named("gate", secret), frozenset(granted))))
+        try:
+            rate = _rate_of(rate_text) if at else None
+        except ValueError:
+            raise ConfigError(
+                f"JOBQ_GATE_TOKENS: {entry}: the text after '@' is no rate (not shown); write COUNT/UNIT, "
+                "e.g. secret:enqueue+read@200/s"
+            ) from None
+        if measured and _short(secret):
+            raise ConfigError(f"JOBQ_GATE_TOKENS: {entry}: {_TOO_SHORT}")
+        out.append((digest(secret), Token(_named("gate", secret), frozenset(granted), rate=rate)))
     return out
 
 
-def _web_env(read: Sequence[SecretStr], admin: Sequence[SecretStr]) -> list[tuple[bytes, Token]]:
+def _web_env(
+    read: Sequence[SecretStr], admin: Sequence[SecretStr], *, measured: bool = False
+) -> list[tuple[bytes, Token]]:
     """``JOBQ_WEB_READ_TOKENS`` / ``JOBQ_WEB_ADMIN_TOKENS``: ``name:secret``, or a bare secret."""
     out = []
-    for tokens, scopes in ((read, {"read"}), (admin, {"read", "admin"})):
-        for t in tokens:
+    for setting, tokens, scopes in (
+        ("JOBQ_WEB_READ_TOKENS", read, {"read"}),
+        ("JOBQ_WEB_ADMIN_TOKENS", admin, {"read", "admin"}),
+    ):
+        for i, t in enumerate(tokens, start=1):
             raw = t.get_secret_value()
             name, sep, secret = raw.partition(":")
             if not sep:
                 name, secret = _named("token", raw), raw
+            if measured and _short(secret):
+                which = f"token {name!r}" if sep else f"entry #{i} of {len(tokens)}"
+                raise ConfigError(f"{setting}: {which}: {_TOO_SHORT}")
             out.append((digest(secret), Token(name, frozenset(scopes))))
     return out
 
@@ -346,14 +421,22 @@ def load_tokens(
 ) -> TokenSet:
     """The tokens a server accepts: the file's (``settings.file``) and the environment lists it is given
     (the gateway passes ``gate``, the dashboard ``web_read``/``web_admin``). ``host`` is the address the
-    server listens on (a loopback one accepts plaintext secrets in the file). A bad file or list is a
-    :class:`~jqcore.errors.ConfigError` naming the file, the token and the field, never a secret."""
+    server listens on: a loopback one accepts plaintext secrets in the file; any other refuses every secret
+    shorter than :data:`MIN_SECRET_CHARS` it can measure (the lists', a plaintext one; none given: a tool,
+    not a server, nothing measured). A bad file or list is a :class:`~jqcore.errors.ConfigError` naming the
+    file, the token and the field, never a secret."""
     settings = settings if settings is not None else TokenSettings()
+    measured = host is not None and not is_loopback(host)
     entries: list[tuple[bytes, Token]] = []
     if settings.file is not None:
-        entries += _read_file(settings.file, plaintext_ok=settings.allow_plaintext or is_loopback(host))
-    entries += _gate_env(gate)
-    entries += _web_env(web_read, web_admin)
+        entries += _read_file(
+            settings.file,
+            plaintext_ok=settings.allow_plaintext or is_loopback(host),
+            default_rate=_rate_of(settings.default_rate),
+            measured=measured,
+        )
+    entries += _gate_env(gate, measured=measured)
+    entries += _web_env(web_read, web_admin, measured=measured)
     return _merge(entries)
 
 

@@ -1,6 +1,8 @@
 """Traces across the hops (OpenTelemetry): gateway → Kafka → relay → Redis → worker, one place for all of it.
 
-Opt-in (:class:`~jqcore.settings.TraceSettings`, ``JOBQ_TRACE_*``). Off, nothing is installed: the
+Opt-in (:class:`~jqcore.settings.TraceSettings`: OpenTelemetry's ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``, ``OTEL_TRACES_SAMPLER_ARG``, ``OTEL_SDK_DISABLED``; jobq's
+``JOBQ_TRACE_*`` names as aliases). Off, nothing is installed: the
 OpenTelemetry API keeps its no-op tracer, the helpers below return shared do-nothing objects after one
 check of a module flag, the gateway adds no ``trace`` to envelopes (their bytes are exactly the ones built
 from the client's fields) and no traceparent is ever formatted or parsed. OpenTelemetry is imported only
@@ -24,8 +26,15 @@ for messaging (a job is a message, its envelope's ``trace`` field its creation c
 
 Attributes: ``messaging.system="jobq"``, ``messaging.destination.name`` (queue), ``messaging.message.id``
 (job id), ``messaging.operation.type`` / ``.name``, ``jobq.kind``, and on runs ``jobq.attempt``.
-New traces are sampled at ``sample_ratio`` (a retry's new trace is recorded whenever the context it links
-to was); a span with a parent follows the parent's decision.
+New traces are sampled at the sampler's ratio (a retry's new trace is recorded whenever the context it
+links to was); with a ``parentbased_*`` sampler (the default) a span with a parent follows the parent's
+decision.
+
+Contexts cross a hop as W3C trace-context headers, read and written by OpenTelemetry's
+``TraceContextTextMapPropagator`` on a dict carrier (``traceparent`` and ``tracestate``): a request's
+``tracestate`` stays on the gateway's span, and a handler's outgoing calls inject the run span's. The
+envelope's ``trace`` field (envelope v1) holds the ``traceparent`` only: a vendor's ``tracestate`` does not
+travel through Kafka and Redis with the job (a field for it would be a new envelope version).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ if TYPE_CHECKING:  # the tracing extra's: imported where a span is made, i.e. on
 __all__ = [
     "EnqueueSpans",
     "RelaySpans",
+    "carrier",
     "enabled",
     "enqueue_spans",
     "relay_write_spans",
@@ -59,6 +69,7 @@ __all__ = [
     "run_span",
     "setup_tracing",
     "shutdown_tracing",
+    "trace_id",
     "traceparent",
     "tracer",
 ]
@@ -91,22 +102,28 @@ def setup_tracing(service_name: str, settings: TraceSettings, exporter: SpanExpo
     global _enabled, _tracer, _provider, _headers
     if exporter is None and not settings.enabled:
         return _enabled
-    require("tracing (JOBQ_TRACE_OTLP_ENDPOINT)", "tracing")
+    require("tracing (OTEL_EXPORTER_OTLP_ENDPOINT)", "tracing")
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     if _provider is None:
-        _provider = _new_provider(settings.service_name or service_name, settings.sample_ratio)
+        name = settings.service_name or service_name
+        _provider = _new_provider(name, settings.ratio, parent_based=settings.parent_based)
         if settings.enabled:
             _provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(settings.otlp_endpoint)))
         if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             trace.set_tracer_provider(_provider)
-        log.info("tracing on", service=settings.service_name or service_name, endpoint=settings.otlp_endpoint)
+        log.info(
+            "tracing on",
+            service=name,
+            endpoint=settings.otlp_endpoint,
+            sampler=settings.sampler,
+            ratio=settings.ratio,
+        )
     if exporter is not None:
         _provider.add_span_processor(SimpleSpanProcessor(exporter))
     _tracer = _provider.get_tracer(INSTRUMENTATION)
-    _headers = TraceContextTextMapPropagator()
+    _headers = _w3c()
     _enabled = True
     return True
 
@@ -135,10 +152,14 @@ def tracer() -> Tracer:
     return trace.NoOpTracer()
 
 
-def _new_provider(service_name: str, ratio: float) -> TracerProvider:
+def _new_provider(service_name: str, ratio: float, *, parent_based: bool = True) -> TracerProvider:
+    """An SDK provider whose new traces are recorded at ``ratio`` (a retry's whenever the trace it links
+    to was); ``parent_based``: a span with a parent follows the parent's decision, else ``ratio`` decides
+    for every span (``OTEL_TRACES_SAMPLER=always_off``, ratio 0 and not parent-based: nothing at all)."""
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import (
+        ALWAYS_OFF,
         Decision,
         ParentBased,
         Sampler,
@@ -175,8 +196,12 @@ def _new_provider(service_name: str, ratio: float) -> TracerProvider:
         def get_description(self) -> str:
             return f"LinkedOrRatio{{{ratio}}}"
 
-    resource = Resource.create({SERVICE_NAME: service_name})
-    return TracerProvider(sampler=ParentBased(LinkedOrRatio()), resource=resource)
+    resource = Resource.create({SERVICE_NAME: service_name})  # OTEL_RESOURCE_ATTRIBUTES are merged in
+    if parent_based:
+        sampler: Sampler = ParentBased(LinkedOrRatio())
+    else:
+        sampler = LinkedOrRatio() if ratio > 0 else ALWAYS_OFF
+    return TracerProvider(sampler=sampler, resource=resource)
 
 
 def _otlp_exporter(endpoint: str) -> SpanExporter:
@@ -186,23 +211,42 @@ def _otlp_exporter(endpoint: str) -> SpanExporter:
     return OTLPSpanExporter(endpoint=url if url.endswith("/v1/traces") else f"{url}/v1/traces")
 
 
-# ---- traceparent ---------------------------------------------------------------------------------
+# ---- W3C trace context ---------------------------------------------------------------------------
+
+
+def _w3c() -> TraceContextTextMapPropagator:
+    """OpenTelemetry's W3C trace-context propagator (made on first use: only where the API is installed)."""
+    global _headers
+    if _headers is None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        _headers = TraceContextTextMapPropagator()
+    return _headers
+
+
+def carrier(ctx: SpanContext) -> dict[str, str]:
+    """The W3C headers of a span context, as the propagator writes them: ``traceparent``, and
+    ``tracestate`` when the context has one."""
+    out: dict[str, str] = {}
+    _w3c().inject(out, context=_under(ctx))
+    return out
 
 
 def traceparent(ctx: SpanContext) -> str:
     """The W3C ``traceparent`` value of a span context (what the envelope's ``trace`` field holds)."""
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+    return carrier(ctx)["traceparent"]
 
 
-def _context_of(value: str | None) -> SpanContext | None:
-    """The remote span context an envelope's ``trace`` names (its format is checked by the envelope's
-    decoder); None without one, or for what W3C calls invalid (version ff, all-zero ids)."""
-    if value is None or value.startswith("ff"):
+def _context_of(value: str | None, state: str | None = None) -> SpanContext | None:
+    """The remote span context of a ``traceparent`` (an envelope's ``trace``, checked by the envelope's
+    decoder) and a ``tracestate``, as the propagator reads them; None without one, or for what W3C calls
+    invalid (version ff, all-zero ids)."""
+    if value is None:
         return None
-    from opentelemetry.trace import SpanContext, TraceFlags
+    from opentelemetry.trace import get_current_span
 
-    _, trace_id, span_id, flags = value.split("-", 3)
-    ctx = SpanContext(int(trace_id, 16), int(span_id, 16), True, TraceFlags(int(flags[:2], 16)))
+    headers = {"traceparent": value} if state is None else {"traceparent": value, "tracestate": state}
+    ctx = get_current_span(_w3c().extract(headers)).get_span_context()
     return ctx if ctx.is_valid else None
 
 
@@ -397,6 +441,18 @@ def run_failed(span: Span | None, exc: BaseException, outcome: str) -> None:
     """The attempt failed (``outcome``: retried, failed, timeout): the exception and an error status."""
     if span is not None and span.is_recording():
         _fail(span, exc, f"{outcome}: {type(exc).__name__}: {exc}"[:500])
+
+
+def trace_id(span: Span | None, trace: str | None) -> str | None:
+    """The trace id (32 hex digits) an attempt's log lines carry: its run span's while tracing is on, else
+    the one of the envelope's ``trace`` (the job's creation context, a traceparent); None without either."""
+    if span is not None:
+        ctx = span.get_span_context()
+        if ctx.is_valid:
+            return f"{ctx.trace_id:032x}"
+    if trace is None or len(trace) < 35:
+        return None
+    return trace[3:35]
 
 
 def run_outcome(span: Span | None, outcome: str) -> None:

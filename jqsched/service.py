@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -128,6 +129,10 @@ class SchedulerService(Service):
         self._events_task: asyncio.Task[None] | None = None
         self._graph_task: asyncio.Task[None] | None = None
         self._series_task: asyncio.Task[None] | None = None
+        self._signals_task: asyncio.Task[None] | None = None
+        self._outcomes: dict[str, dict[str, int]] = {}
+        """Queue → the engine's outcome counters at the last sample (``jobq_queue_attempts_total`` grows
+        by the difference)."""
         self._failing = False
         self._beat_error = ""
         self._beat_ok_at: float | None = None
@@ -191,6 +196,7 @@ class SchedulerService(Service):
         if self.shipper is not None:
             self._events_task = asyncio.create_task(self._events_loop(), name="scheduler:events")
         self._series_task = asyncio.create_task(self._series_loop(), name="scheduler:series")
+        self._signals_task = asyncio.create_task(self._signals_loop(), name="scheduler:signals")
         self._graph_task = asyncio.create_task(self._graph_loop(), name="scheduler:graphs")
         log.info("scheduler started", name=self.settings.name, group=self.settings.group)
 
@@ -205,7 +211,7 @@ class SchedulerService(Service):
         await preflight(redis=(self.client, self.redis), kafka=self.kafka, consul=consul, owns=owns)
 
     async def _stop(self) -> None:
-        for task in (self._series_task, self._graph_task, self._events_task):
+        for task in (self._signals_task, self._series_task, self._graph_task, self._events_task):
             await cancel_and_wait(task)
         if self.shipper is not None:
             await self.shipper.close()
@@ -312,6 +318,42 @@ class SchedulerService(Service):
         queues = self.owned
         stats = {q: await self.engine.queue_stats(q) for q in queues}
         await series.record(self.client, queues, stats, bucket_ms)
+
+    async def _signals_loop(self) -> None:
+        await self.dealt.wait()
+        failing = False
+        while True:
+            try:
+                await self.sample_signals()
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: the gauges keep their last values; log once per outage
+                if not failing:
+                    log.warning("sampling queue signals failed", error=repr(exc))
+                failing = True
+            await asyncio.sleep(self.settings.signals_every_s)
+
+    async def sample_signals(self) -> None:
+        """Set the owned queues' gauges (depth per state, oldest pending age, paused) and grow their
+        outcome counters by what the engine counted since the last sample; a queue this instance no
+        longer keeps leaves its series (its new keeper reports it), so no stale value lingers."""
+        owned = self.owned
+        for gone in set(self._outcomes) - set(owned):
+            _forget_queue(gone, self._outcomes.pop(gone))
+        for sig in await self.engine.queue_signals(owned):
+            q = sig.queue
+            for state in _DEPTH_STATES:
+                metrics.child(metrics.QUEUE_DEPTH, q, state).set(getattr(sig, state))
+            metrics.child(metrics.QUEUE_OLDEST_PENDING_AGE, q).set(sig.oldest_pending_age_ms / 1000)
+            metrics.child(metrics.QUEUE_PAUSED, q).set(int(sig.paused))
+            before = self._outcomes.get(q)
+            for outcome, count in sig.outcomes.items():
+                # first sample of a queue: its series appear at 0 (what happened before is another
+                # keeper's or the past's); a count below the last one: the queue was made anew
+                grown = 0 if before is None else count - before.get(outcome, 0)
+                metrics.child(metrics.QUEUE_ATTEMPTS, q, outcome).inc(count if grown < 0 else grown)
+            self._outcomes[q] = dict(sig.outcomes)
 
     async def _graph_loop(self) -> None:
         await self.dealt.wait()
@@ -434,6 +476,19 @@ class SchedulerService(Service):
             "far": self.mover.status() if self.mover is not None else None,
             "events_shipped": self.shipper.shipped if self.shipper is not None else None,
         }
+
+
+_DEPTH_STATES = ("pending", "delayed", "running", "dead")
+
+
+def _forget_queue(queue: str, outcomes: Iterable[str]) -> None:
+    """Drop a queue's sampled series (another instance keeps it now, or it was deleted)."""
+    for state in _DEPTH_STATES:
+        metrics.forget(metrics.QUEUE_DEPTH, queue, state)
+    for outcome in outcomes:
+        metrics.forget(metrics.QUEUE_ATTEMPTS, queue, outcome)
+    metrics.forget(metrics.QUEUE_OLDEST_PENDING_AGE, queue)
+    metrics.forget(metrics.QUEUE_PAUSED, queue)
 
 
 def _started(made: T | None) -> T:

@@ -61,6 +61,9 @@ class SchedulerSettings(BaseSettings):
     series_every_s: float = Field(60.0, ge=1, le=3600)
     """Seconds between two samples of the owned queues' counters (the dashboard's rate charts, kept
     25 h in ``jobq:series:<queue>``)."""
+    signals_every_s: float = Field(5.0, ge=1, le=300)
+    """Seconds between two samples of the owned queues' depth, oldest pending age, pause and outcome
+    counters for the metrics (``jobq_queue_*``: two pipelined Redis round trips for all of them)."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 

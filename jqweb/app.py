@@ -3,11 +3,13 @@ mounts (``jobq gate --web``, served under ``/ui``)."""
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 
 from aiohttp import web
 
 from jqcore import metrics
+from jqcore.log import get_logger
 from jqcore.settings import load
 from jqruntime.authz import OPEN, POLICIES
 from jqruntime.health import Readiness, ping, readiness_answer
@@ -16,11 +18,20 @@ from jqruntime.tokens import TokenSettings, TokenSource
 from jqweb.context import WEB, Web
 from jqweb.pages import PAGES
 from jqweb.render import render_error
-from jqweb.security import STATIC_ROUTE, TOKENS, auth_middleware, csrf_middleware, headers_middleware
+from jqweb.security import (
+    STATIC_ROUTE,
+    TOKENS,
+    BearerGuard,
+    auth_middleware,
+    csrf_middleware,
+    headers_middleware,
+)
 
 __all__ = ["STATIC", "make_app"]
 
 STATIC = Path(__file__).parent / "static"
+
+log = get_logger("jqweb")
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -47,22 +58,43 @@ def make_app(w: Web, tokens: TokenSource | None = None) -> web.Application:
         )
 
     async def session_token(request: web.Request, session_id: str) -> tuple[str, str] | None:
-        """``(token name, ref)`` of the live session; a session whose token is no longer configured is
-        ended."""
+        """``(token name, ref)`` of the live session; a session whose token is no longer configured, or
+        whose token's secret was replaced since its sign-in (another generation: the file's ``sha256``
+        changed and was reloaded), is ended."""
         store = request.app[WEB].sessions()
         found = await store.use(session_id)
         if found is None:
             return None
-        if request.app[TOKENS].current.by_name(found.who) is None:
+        now = request.app[TOKENS].current.generation_of(found.who)
+        if now is None or not hmac.compare_digest(now, found.generation):
             await store.end([found.ref])
+            why = "its token is no longer configured" if now is None else "its token's secret was replaced"
+            log.info("dashboard session ended", who=found.who, session=found.ref[:12], reason=why)
             return None
         return found.who, found.ref
 
+    async def bearer_wait(request: web.Request, presented: str) -> int:
+        web_ = request.app[WEB]
+        return await web_.throttle().retry_after_s(web_.address(request), presented)
+
+    async def bearer_failed(request: web.Request, presented: str) -> None:
+        web_ = request.app[WEB]
+        address = web_.address(request)
+        await web_.throttle().failed(address, presented)
+        log.info("dashboard bearer token not accepted", address=address)
+
+    door = auth_middleware(
+        tokens,
+        w.base,
+        session_token,
+        secure_cookie=s.secure_cookie,
+        guard=BearerGuard(bearer_wait, bearer_failed),
+    )
     app = web.Application(
         middlewares=[
             headers_middleware,
             error_middleware("the dashboard", render_error),
-            auth_middleware(tokens, w.base, session_token),
+            door,
             csrf_middleware,
         ],
         client_max_size=1024 * 1024,

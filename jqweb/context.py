@@ -4,6 +4,7 @@ pool its queries run on: ``jqruntime.historypool``)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -13,6 +14,7 @@ from aiohttp import web
 
 from jqcore.settings import QueueBounds, load
 from jqengine import Engine, RedisClient, connect
+from jqruntime.clientaddr import Networks, request_address
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.historypool import HistoryPool, MissCache
 from jqruntime.http import TOKEN_NAME, HttpError
@@ -92,7 +94,17 @@ class Web:
         return SessionStore(self.client, self.settings.session_idle_s, self.settings.session_max_s)
 
     def throttle(self) -> Throttle:
-        return Throttle(self.client, self.settings.login_failures, self.settings.login_window_s)
+        s = self.settings
+        return Throttle(self.client, s.login_failures, s.login_window_s, s.login_failures_all)
+
+    @functools.cached_property
+    def proxies(self) -> Networks:
+        """The trusted proxies (``JOBQ_WEB_TRUSTED_PROXIES``), parsed once."""
+        return self.settings.proxy_networks()
+
+    def address(self, request: web.BaseRequest) -> str:
+        """The client's address (``jqruntime.clientaddr``: ``X-Forwarded-For`` only from a trusted proxy)."""
+        return request_address(request, self.proxies)
 
     def cron(self) -> CronStore:
         return CronStore(self.consul, self.sources.cron.kv_prefix)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,12 +33,13 @@ from jqcore.settings import (
     RelayKeys,
     load,
 )
-from jqengine import Engine, RedisClient, connect
+from jqengine import Engine, RedisClient, connect, memory_info
 from jqruntime.consulconn import close_consul, consul_client, consul_sync_client
 from jqruntime.stores import membership
 from jqruntime.stores.cron import CronStore, overview
 from jqruntime.stores.history import HistoryStore, QueryLimits
 from jqruntime.stores.presence import count_alive
+from jqweb import alerting
 
 __all__ = [
     "PAST_DUE_MS",
@@ -62,8 +63,6 @@ CANARY_LATE_S = 150.0
 """A partition whose last heartbeat is older than this is late (canaries beat every minute)."""
 LAG_ALERT_S = 30.0
 """Relay lag (age of the oldest unrelayed record) past which the topic needs a look."""
-MEMORY_ALERT = 0.8
-"""Redis used/maxmemory past which the relay slows down (``JOBQ_RELAY_MEMORY_SLOW_AT``'s default)."""
 
 
 @dataclass
@@ -235,7 +234,7 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
     queues = await queue_rows(engine, await engine.queues())
     raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
     canary = {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())}
-    info = await client.info("memory")
+    info = await memory_info(client)  # on a Cluster: the node fullest for its maxmemory
     used, cap = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
     return {
         "queues": queues,
@@ -246,7 +245,13 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
         "http_workers": await count_alive(client, "http-worker", stale_s=60.0),
         "dashboards": await count_alive(client, "web"),
         "schedulers": await membership.groups(client),
-        "memory": {"used": used, "max": cap, "ratio": round(used / cap, 4) if cap else None},
+        "scheduler_groups": await membership.group_sizes(client),
+        "memory": {
+            "used": used,
+            "max": cap,
+            "ratio": round(used / cap, 4) if cap else None,
+            "policy": str(info.get("maxmemory_policy", "")) or None,
+        },
         "switches": [sw.as_dict() for sw in await engine.switches()],
     }
 
@@ -302,34 +307,57 @@ async def collect(
 @dataclass(frozen=True)
 class Alert:
     level: str
-    """``critical`` or ``warning``."""
+    """``critical`` or ``warning`` (the rule's severity: page or ticket, :func:`jqweb.alerting.level`)."""
     what: str
     detail: str
+    rule: str = ""
+    """The alert's name: a rule of ``deploy/prometheus/alerts.yml`` or one of :data:`jqweb.alerting.LOCAL`;
+    its runbook is ``docs/operations.md#<name in lower case>``."""
 
     def as_dict(self) -> dict[str, str]:
-        return {"level": self.level, "what": self.what, "detail": self.detail}
+        return {"level": self.level, "what": self.what, "detail": self.detail, "rule": self.rule}
 
 
-def alerts(snapshot: dict[str, Any], dead_growth: dict[str, int] | None = None) -> list[Alert]:
+def _raise(rule: str, what: str, detail: str) -> Alert:
+    return Alert(alerting.level(rule), what, detail, rule)
+
+
+def alerts(
+    snapshot: dict[str, Any],
+    dead_growth: dict[str, int] | None = None,
+    outcomes: Mapping[str, Mapping[str, int]] | None = None,
+) -> list[Alert]:
     """What needs a person: late or failing canaries, relay lag, topics without a relay, dead letters
-    growing (``dead_growth``: queue → dead letters added recently, from :mod:`jqweb.series`), Redis
-    memory past the relay's slow-down mark, queues no scheduler keeps, unreachable backends."""
+    growing (``dead_growth``: queue → dead letters added in the last hour, from :mod:`jqweb.series`),
+    failing attempts (``outcomes``: queue → completed/retried/errored grown over the last
+    :data:`~jqweb.alerting.FAILURE_WINDOW_S`), queues waiting too long, Redis memory, eviction and
+    maxmemory, scheduler groups without a member, queues no scheduler keeps, unreachable backends. Each
+    names its rule (:mod:`jqweb.alerting`: the Prometheus rules' names and severities)."""
     out: list[Alert] = []
     for part in ("kafka", "locks", "redis", "rates", "cron"):
         got = snapshot.get(part)
         if isinstance(got, dict) and "error" in got:
-            out.append(Alert("critical", f"{part} unreadable", str(got["error"])))
+            out.append(_raise("JobqBackendUnreadable", f"{part} unreadable", str(got["error"])))
     redis = snapshot.get("redis")
     if isinstance(redis, dict) and "queues" in redis:
         out += _redis_alerts(redis)
     for queue, grown in sorted((dead_growth or {}).items()):
         if grown > 0:
-            out.append(Alert("warning", f"dead letters growing in {queue}", f"+{grown} in the last hour"))
+            out.append(
+                _raise(
+                    "JobqDeadLettersGrowing", f"dead letters growing in {queue}", f"+{grown} in the last hour"
+                )
+            )
+    out += _failure_alerts(outcomes or {})
     kafka, locks = snapshot.get("kafka"), snapshot.get("locks")
     out += _kafka_alerts(kafka if isinstance(kafka, list) else [])
     for r in locks if isinstance(locks, list) else []:
         if not r.get("holder"):
-            out.append(Alert("critical", f"no relay for {r['topic']}", "nobody holds the topic's lock"))
+            out.append(
+                _raise(
+                    "JobqRelayLeaderMissing", f"no relay for {r['topic']}", "nobody holds the topic's lock"
+                )
+            )
     return out
 
 
@@ -339,21 +367,91 @@ def _redis_alerts(redis: dict[str, Any]) -> list[Alert]:
     for part, c in redis["canary"].items():
         age = now - c["at"] / 1000 if "at" in c else None
         if not c.get("ok"):
-            out.append(Alert("critical", f"canary {part} failing", str(c.get("problem"))))
+            out.append(_raise("JobqCanaryUnhealthy", f"canary {part} failing", str(c.get("problem"))))
         elif age is not None and age > CANARY_LATE_S:
-            out.append(Alert("critical", f"canary {part} late", f"last heartbeat {age:.0f} s ago"))
-    ratio = (redis.get("memory") or {}).get("ratio")
-    if ratio is not None and ratio >= MEMORY_ALERT:
-        out.append(Alert("warning", "Redis memory", f"{ratio:.0%} of maxmemory used"))
-    for q in redis["queues"]:
-        if q.get("past_due"):
-            out.append(Alert("warning", f"queue {q['queue']} past due", f"{q['past_due']} timers late"))
+            out.append(
+                _raise("JobqCanaryNotSending", f"canary {part} late", f"last heartbeat {age:.0f} s ago")
+            )
+    out += _memory_alerts(redis.get("memory") or {})
+    out += _queue_alerts(redis["queues"])
     for sw in redis.get("switches", []):
         what = " ".join(p for p in (sw["queue"], sw["kind"] or "every kind", _meta_text(sw["meta"])) if p)
         by = f" by {sw['by']}" if sw.get("by") else ""
-        out.append(Alert("warning", f"kill switch {sw['name']} ({sw['action']})", f"{what}{by}"))
+        out.append(_raise("JobqKillSwitch", f"kill switch {sw['name']} ({sw['action']})", f"{what}{by}"))
+    out += _scheduler_alerts(redis)
+    return out
+
+
+def _queue_alerts(queues: list[dict[str, Any]]) -> list[Alert]:
+    out: list[Alert] = []
+    for q in queues:
+        age_ms = q.get("oldest_pending_age_ms") or 0
+        if age_ms > alerting.BACKLOG_AGE_S * 1000 and not q.get("paused"):
+            out.append(
+                _raise(
+                    "JobqQueueBacklogOld",
+                    f"queue {q['queue']} waits",
+                    f"next job due {age_ms / 1000:.0f} s ago",
+                )
+            )
+        if q.get("past_due"):
+            out.append(
+                _raise("JobqQueuePastDue", f"queue {q['queue']} past due", f"{q['past_due']} timers late")
+            )
+    return out
+
+
+def _scheduler_alerts(redis: dict[str, Any]) -> list[Alert]:
+    out: list[Alert] = []
     if not redis.get("schedulers"):
-        out.append(Alert("critical", "no scheduler alive", "delayed jobs, retries and leases wait"))
+        out.append(
+            _raise("JobqSchedulerAbsent", "no scheduler alive", "delayed jobs, retries and leases wait")
+        )
+    for group, members in sorted((redis.get("scheduler_groups") or {}).items()):
+        if members == 0 and redis.get("schedulers"):
+            out.append(
+                _raise(
+                    "JobqSchedulerGroupEmpty",
+                    f"scheduler group {group} empty",
+                    "no live member: its queues' delayed jobs, retries and leases wait",
+                )
+            )
+    return out
+
+
+def _memory_alerts(memory: Mapping[str, Any]) -> list[Alert]:
+    out: list[Alert] = []
+    ratio, policy = memory.get("ratio"), memory.get("policy")
+    if ratio is not None and ratio > alerting.MEMORY_HIGH:
+        out.append(_raise("JobqRedisMemoryHigh", "Redis memory", f"{ratio:.0%} of maxmemory used"))
+    if "max" in memory and not memory["max"]:
+        out.append(
+            _raise(
+                "JobqRedisNoMaxmemory",
+                "Redis has no maxmemory",
+                "the relays cannot hold jobs in Kafka before Redis runs out: set maxmemory (noeviction)",
+            )
+        )
+    if policy and policy != "noeviction":
+        out.append(
+            _raise(
+                "JobqRedisEvictionPolicy",
+                "Redis evicts",
+                f"maxmemory-policy {policy}: jobs may vanish silently",
+            )
+        )
+    return out
+
+
+def _failure_alerts(outcomes: Mapping[str, Mapping[str, int]]) -> list[Alert]:
+    out: list[Alert] = []
+    for queue, grown in sorted(outcomes.items()):
+        failed = grown.get("retried", 0) + grown.get("errored", 0)
+        ended = failed + grown.get("completed", 0)
+        if failed >= alerting.FAILURE_MIN and failed > alerting.FAILURE_RATIO * ended:
+            minutes = alerting.FAILURE_WINDOW_S // 60
+            detail = f"{failed} of {ended} attempts failed in {minutes} min ({failed / ended:.0%})"
+            out.append(_raise("JobqJobFailureRate", f"jobs of {queue} failing", detail))
     return out
 
 
@@ -366,7 +464,9 @@ def _kafka_alerts(rows: list[dict[str, Any]]) -> list[Alert]:
     for r in rows:
         where = f"{r['topic']}[{r['partition']}]"
         if r.get("problem"):
-            out.append(Alert("critical", f"topic {r['topic']}", str(r["problem"])))
+            out.append(_raise("JobqTopicMissing", f"topic {r['topic']}", str(r["problem"])))
         elif (r.get("lag_s") or 0) > LAG_ALERT_S:
-            out.append(Alert("warning", f"relay lag {where}", f"{r['lag']} records, {r['lag_s']} s"))
+            out.append(
+                _raise("JobqRelayLagGrowing", f"relay lag {where}", f"{r['lag']} records, {r['lag_s']} s")
+            )
     return out

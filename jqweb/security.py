@@ -5,8 +5,10 @@
   action on another queue is a 403 ``queue_forbidden``, lists leave the others out). A browser signs in
   once on ``/login`` and gets a server-side session (``jqweb.sessions``): the ``HttpOnly``,
   ``SameSite=Strict`` cookie holds only the session's random id, never the token, and a session whose
-  token is no longer configured is refused; scripts send ``Authorization: Bearer <token>``. Tokens are
-  matched by their SHA-256 in constant time against every configured one.
+  token is no longer configured, or was given another secret, is refused; scripts send
+  ``Authorization: Bearer <token>``. Tokens are matched by their SHA-256 in constant time against every
+  configured one; a Bearer token not accepted counts in the sign-in throttle, and past it a client's
+  Bearer requests are refused before any match (429 ``auth_throttled``).
 * **One policy per route** (``jqruntime.authz``, declared with the route: :mod:`jqweb.routes`): its scope
   (``read`` for a page, ``admin`` for an action, ``open`` for sign-in and the probes) and what it touches —
   the queue of its path, the jobs a bulk action selects, a graph's or a schedule's owner. The door
@@ -25,6 +27,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
@@ -32,7 +35,16 @@ from urllib.parse import quote, urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from jqruntime.authz import EVERY_QUEUE, TOUCHED, Policy, Touch, authorize, policy_of, queue
+from jqruntime.authz import (
+    EVERY_QUEUE,
+    TOUCHED,
+    Policy,
+    Touch,
+    auth_throttled,
+    authorize,
+    policy_of,
+    queue,
+)
 from jqruntime.http import TOKEN_NAME, HttpError
 from jqruntime.tokens import Token, TokenSource
 
@@ -43,9 +55,11 @@ __all__ = [
     "SECURE_COOKIE",
     "STATIC_ROUTE",
     "TOKENS",
+    "BearerGuard",
     "Principal",
     "SessionLookup",
     "auth_middleware",
+    "cookie_name",
     "csrf_middleware",
     "headers_middleware",
     "principal",
@@ -97,12 +111,77 @@ SessionLookup = Callable[[web.Request, str], Awaitable[tuple[str, str] | None]]
 """``(token name, session ref)`` of a live session id (None: expired, signed out or revoked)."""
 
 
-def session_id(request: web.Request) -> str:
-    """The session id the browser sent (either cookie name), or ``""``."""
-    return request.cookies.get(SECURE_COOKIE) or request.cookies.get(COOKIE) or ""
+@dataclass(frozen=True)
+class BearerGuard:
+    """The sign-in throttle, for tokens sent as ``Authorization: Bearer`` (``jqweb.sessions.Throttle``):
+    ``wait_s(request, presented)`` before the match (> 0: refused, 429 ``auth_throttled``), ``failed``
+    after a match that found no token."""
+
+    wait_s: Callable[[web.Request, str], Awaitable[int]]
+    failed: Callable[[web.Request, str], Awaitable[None]]
 
 
-def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> Middleware:
+def _loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def cookie_name(request: web.Request, secure_setting: bool) -> tuple[str, bool]:
+    """``(name, secure)`` of the session cookie for this request: ``__Host-jobq_session`` and ``Secure``
+    unless the dashboard is reached over plain http on a loopback host (a browser drops a Secure cookie
+    set over http there) and ``secure_cookie`` is not set."""
+    if secure_setting or request.secure or not _loopback(request.url.host):
+        return SECURE_COOKIE, True
+    return COOKIE, False
+
+
+def session_id(request: web.Request, secure_setting: bool) -> str:
+    """The session id the browser sent, or ``""``: the ``__Host-`` cookie anywhere; the plain
+    ``jobq_session`` only where it is the cookie the dashboard sets (:func:`cookie_name`: plain http to a
+    loopback host, ``secure_cookie`` off). Elsewhere a plain cookie is ignored: a sibling subdomain can
+    plant one (``Domain=example.com``) to sign a browser in as someone else; a ``__Host-`` cookie it
+    cannot."""
+    found = request.cookies.get(SECURE_COOKIE)
+    if found:
+        return found
+    if cookie_name(request, secure_setting)[0] == COOKIE:
+        return request.cookies.get(COOKIE, "")
+    return ""
+
+
+async def _bearer(
+    request: web.Request, source: TokenSource, guard: BearerGuard | None, given: str
+) -> Token | None:
+    """The token of a Bearer header: refused before the match when the client is past the throttle, a
+    failed match counted."""
+    if guard is None:
+        return source.current.match(given)
+    wait_s = await guard.wait_s(request, given)
+    if wait_s:
+        raise auth_throttled(wait_s)
+    found = source.current.match(given)
+    if found is None:
+        await guard.failed(request, given)
+    return found
+
+
+def auth_middleware(
+    source: TokenSource,
+    base: str,
+    sessions: SessionLookup,
+    *,
+    secure_cookie: bool = False,
+    guard: BearerGuard | None = None,
+) -> Middleware:
+    """The door: a session cookie (:func:`session_id`) or a bearer token (throttled by ``guard``: a client
+    past the failed-match limit is refused before its token is compared), then the route's policy."""
+
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         policy = policy_of(request)
@@ -114,13 +193,13 @@ def auth_middleware(source: TokenSource, base: str, sessions: SessionLookup) -> 
         found: Token | None = None
         ref = ""
         if via_cookie:
-            given = session_id(request)
+            given = session_id(request, secure_cookie)
             live = await sessions(request, given) if given else None
             if live is not None:  # its token as configured now: gone (None) ends the session
                 found, ref = source.current.by_name(live[0]), live[1]
         else:
             given = bearer
-            found = source.current.match(given) if given.strip() else None
+            found = await _bearer(request, source, guard, given) if given.strip() else None
         if found is None:
             if request.method == "GET" and via_cookie and "text/html" in request.headers.get("Accept", ""):
                 raise web.HTTPSeeOther(f"{base}/login?next={quote(request.path_qs, safe='/')}")

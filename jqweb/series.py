@@ -17,7 +17,7 @@ from jqcore.keys import series_key
 from jqengine import RedisClient
 from jqruntime.stores.series import COUNTERS
 
-__all__ = ["Rates", "combine", "growth", "read", "samples"]
+__all__ = ["Rates", "combine", "growth", "outcomes", "read", "samples"]
 
 
 async def samples(client: RedisClient, queue: str, since_ms: int) -> list[dict[str, int]]:
@@ -108,3 +108,10 @@ async def growth(client: RedisClient, queues: Sequence[str], counter: str, since
             grown = orjson.loads(last[0]).get(counter, 0) - orjson.loads(first[0]).get(counter, 0)
             out[queue] = max(0, int(grown))
     return out
+
+
+async def outcomes(client: RedisClient, queues: Sequence[str], since_ms: int) -> dict[str, dict[str, int]]:
+    """Per queue, how much ``completed``, ``retried`` and ``errored`` grew since ``since_ms`` (the
+    failure-rate alert's evidence, as ``jobq_queue_attempts_total`` is Prometheus's)."""
+    grown = {c: await growth(client, queues, c, since_ms) for c in ("completed", "retried", "errored")}
+    return {q: {c: grown[c].get(q, 0) for c in grown} for q in queues if any(q in g for g in grown.values())}

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from jqcore.settings import CommaSecrets
+from jqcore.settings import CommaList, CommaSecrets
 from jqcore.settings.common import _blank_is_unset, _read_secret_file
+from jqruntime.clientaddr import Networks, parse_networks
 
 __all__ = ["WebSettings"]
 
@@ -24,7 +25,8 @@ class WebSettings(BaseSettings):
     """The port the dashboard listens on (0: a free one)."""
     read_tokens: CommaSecrets = Field(default_factory=list)
     """Tokens that may see every page (comma-separated; ``name:secret`` names the person in the audit log,
-    a bare ``secret`` is logged as ``token-<digest>``)."""
+    a bare ``secret`` is logged as ``token-<digest>``). Off loopback each secret must have at least 20
+    characters (the dashboard refuses to start)."""
     admin_tokens: CommaSecrets = Field(default_factory=list)
     """Tokens that may also act (pause, retry, cancel, delete, purge, rate limits, cron, graphs). With no
     token at all every page is refused: never an open dashboard by accident."""
@@ -51,10 +53,23 @@ class WebSettings(BaseSettings):
     session_max_s: int = Field(43_200, ge=60, le=30 * 86_400)
     """A dashboard session ends this long after its sign-in, however busy (sign in again)."""
     login_failures: int = Field(5, ge=1, le=1000)
-    """Failed sign-ins one client address may make per ``login_window_s``; past it the sign-in answers 429
-    with ``Retry-After``."""
+    """Failed token matches (sign-ins and ``Authorization: Bearer``) one client address may make with
+    tokens of one prefix (their first 4 characters) per ``login_window_s``; past it that address's sign-ins
+    and Bearer requests with such a token answer 429 (``login_throttled``, ``auth_throttled``) with
+    ``Retry-After``, before any token is compared. Keyed by the prefix too, so one client guessing behind a
+    shared address (a NAT, an untrusted proxy) does not lock out everyone else there."""
+    login_failures_all: int = Field(100, ge=1, le=1_000_000)
+    """Failed token matches of every client together per ``login_window_s``; past it every sign-in and
+    Bearer request waits out the window (429): guesses spread over many addresses or prefixes slow everyone
+    instead of going on (sessions already signed in are not affected)."""
     login_window_s: int = Field(60, ge=1, le=86_400)
-    """The window failed sign-ins are counted in."""
+    """The window failed token matches are counted in."""
+    trusted_proxies: CommaList = Field(default_factory=list)
+    """Addresses or CIDRs of the reverse proxies in front of the dashboard (comma-separated, e.g.
+    ``10.0.0.0/8``). A request from one of them is counted against the client its ``X-Forwarded-For``
+    names (the nearest hop that is not a trusted proxy) by the sign-in throttle and the audit trail; from
+    any other peer that header is ignored. Empty: the direct peer is the client (behind a proxy: every
+    client is the proxy)."""
     refresh_s: float = Field(5.0, ge=1, le=300)
     """How often the live parts of a page reload."""
     page_size: int = Field(50, ge=10, le=500)
@@ -64,3 +79,13 @@ class WebSettings(BaseSettings):
     sparse filter: the page says where it stopped and links the next)."""
     bulk_limit: int = Field(100_000, ge=1)
     """Most jobs one bulk action changes (a larger match is refused with the count: narrow the filter)."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        parse_networks(v)
+        return v
+
+    def proxy_networks(self) -> Networks:
+        """:attr:`trusted_proxies`, parsed."""
+        return parse_networks(self.trusted_proxies)

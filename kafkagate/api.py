@@ -42,7 +42,8 @@ Schema = type[BaseModel] | Mapping[str, Any]
 AUTH_ERRORS: Mapping[int, str] = {
     401: "unauthenticated, token_invalid: no bearer token, or one not accepted",
     403: "scope_missing, queue_forbidden, kind_forbidden: the token (named) may not do this",
-    429: "rate_limited: the token is over its rate; gateway_busy: this process is saturated (Retry-After)",
+    429: "rate_limited: the token is over its rate; gateway_busy: this process is saturated, or the token"
+    " holds its share of it; auth_throttled: too many tokens not accepted from this client (Retry-After)",
     503: "backend_unavailable: Redis, Kafka or Consul did not answer; retrying may succeed (Retry-After)",
 }
 BODY_ERRORS: Mapping[int, str] = {

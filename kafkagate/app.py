@@ -15,6 +15,7 @@ import structlog
 from aiohttp import web
 
 from jqcore import metrics
+from jqcore.buckets import Buckets, Rate
 from jqcore.settings import load
 from jqruntime.authz import OPEN, POLICIES, Policy
 from jqruntime.http import TOKEN_NAME, HttpError, error_middleware, json_response
@@ -26,7 +27,7 @@ from kafkagate.api import Api
 from kafkagate.audit import AUDIT, audit_middleware
 from kafkagate.auth import TOKENS, authenticate, authorize_middleware
 from kafkagate.body import body_middleware
-from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, BodyBudget, CallbackLimits
+from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, BodyBudget, CallbackLimits, share_of
 from kafkagate.openapi import build
 from kafkagate.state import GATE, Gate
 
@@ -137,7 +138,12 @@ def make_app(
         middlewares=[
             metrics_middleware,
             error_middleware("the gateway"),
-            authenticate(tokens, list(mounts)),
+            authenticate(
+                tokens,
+                list(mounts),
+                failures=Buckets(Rate.parse(gate.settings.auth_failures)),
+                proxies=gate.settings.proxy_networks(),
+            ),
             *([audit_middleware(audit, list(mounts))] if audit is not None else []),
             body_middleware,
             authorize_middleware,
@@ -147,7 +153,8 @@ def make_app(
         handler_args={"auto_decompress": False},
     )
     app[GATE] = gate
-    app[BODY_BUDGET] = BodyBudget(gate.settings.inflight_body_bytes)
+    budget = gate.settings.inflight_body_bytes
+    app[BODY_BUDGET] = BodyBudget(budget, per_holder=share_of(budget, gate.settings.token_share))
     app[CALLBACK_LIMITS] = CallbackLimits(
         BodyBudget(gate.settings.callback_inflight_body_bytes, "JOBQ_GATE_CALLBACK_INFLIGHT_BODY_BYTES"),
         gate.settings.callback_read_timeout_s,

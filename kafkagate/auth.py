@@ -2,7 +2,8 @@
 
 Two middlewares around every route of the gateway's own tables (the mounted dashboard has its own door):
 
-* :func:`authenticate` runs **before the body is read**: it matches the bearer token, names it on the
+* :func:`authenticate` runs **before the body is read**: it matches the bearer token (a client address
+  that presented too many tokens not accepted is refused first, 429 ``auth_throttled``), names it on the
   request (:data:`~jqruntime.http.TOKEN_NAME`, and ``token=`` on every log line of the request), spends one
   request of its rate (429 ``rate_limited``) and checks the route's scope (403 ``scope_missing``) — an
   unauthenticated or unentitled sender never makes the gateway buffer a body;
@@ -17,16 +18,22 @@ its handler (``kafkagate.api``); errors, their statuses and their JSON body are 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from jqcore.buckets import Buckets
+from jqcore.log import get_logger
+from jqengine import POOL_HOLDER
 from jqruntime.authz import (
     EVERY_QUEUE,
     TOUCHED,
+    Policy,
     Touch,
+    auth_throttled,
     authorize,
     glob,
     kind,
@@ -35,10 +42,11 @@ from jqruntime.authz import (
     queue,
     require_scope,
 )
+from jqruntime.clientaddr import Networks, request_address
 from jqruntime.http import TOKEN_NAME, HttpError
 from jqruntime.tokens import Token, TokenSource, retry_after
 from kafkagate.archive import archived_snapshot
-from kafkagate.body import read_body
+from kafkagate.body import ANONYMOUS, read_body
 from kafkagate.enqueue import documents
 from kafkagate.queue_bodies import KindBody, SwitchBody
 from kafkagate.requests import (
@@ -74,6 +82,8 @@ __all__ = [
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+log = get_logger("kafkagate.auth")
+
 TOKEN = web.RequestKey("token", Token)
 """The token a request was authenticated with."""
 TOKENS = web.AppKey("tokens", TokenSource)
@@ -90,10 +100,42 @@ def visible(request: web.Request, queues: Iterable[str]) -> list[str]:
     return [q for q in queues if token.allows_queue(q)]
 
 
-def authenticate(source: TokenSource, mounted: Sequence[str] = ()) -> Middleware:
+def _match(
+    request: web.Request, secret: str, source: TokenSource, failures: Buckets | None, proxies: Networks
+) -> Token:
+    """The token of ``secret`` (401 ``token_invalid``: none); with ``failures``, the client's address is
+    refused first when it has no failure left (429 ``auth_throttled``), and a failed match spends one."""
+    if failures is None:
+        token = source.current.match(secret)
+    else:
+        address, now = request_address(request, proxies), time.monotonic()
+        wait = failures.wait_s(address, now)
+        if wait > 0:
+            raise auth_throttled(int(retry_after(wait)))
+        token = source.current.match(secret)
+        if token is None and failures.take(address, now) == 0.0 and failures.wait_s(address, now) > 0:
+            log.warning(
+                "bearer tokens not accepted: client throttled", address=address, rate=str(failures.rate)
+            )
+    if token is None:
+        raise HttpError(401, "token_invalid", "the bearer token is not accepted")
+    return token
+
+
+def authenticate(
+    source: TokenSource,
+    mounted: Sequence[str] = (),
+    *,
+    failures: Buckets | None = None,
+    proxies: Networks = (),
+) -> Middleware:
     """Bearer tokens of ``source.current`` (read per request: a reload takes effect at the next one);
     routes whose policy is ``open`` or ``signed`` pass, and so do the ``mounted`` sub-applications'
-    prefixes (the dashboard checks its own tokens). A path no route matches needs a token too (then 404)."""
+    prefixes (the dashboard checks its own tokens). A path no route matches needs a token too (then 404).
+
+    ``failures``: a bucket per client address (``proxies``: the trusted ones whose ``X-Forwarded-For`` is
+    read, ``jqruntime.clientaddr``) spent by each bearer token not accepted; an address with none left is
+    refused before its token is compared (429 ``auth_throttled``)."""
     prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
 
     @web.middleware
@@ -101,36 +143,50 @@ def authenticate(source: TokenSource, mounted: Sequence[str] = ()) -> Middleware
         if prefixes and request.path.startswith(prefixes):
             return await handler(request)
         policy = policy_of(request)
-        if policy is not None and not policy.checked:
-            return await handler(request)
+        if policy is not None and not policy.checked:  # (signed callbacks: together, one token's share)
+            return await _holding(ANONYMOUS, handler(request))
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise HttpError(401, "unauthenticated", "send Authorization: Bearer <token>")
-        token = source.current.match(secret)
-        if token is None:
-            raise HttpError(401, "token_invalid", "the bearer token is not accepted")
+        token = _match(request, secret, source, failures, proxies)
         request[TOKEN] = token
         request[TOKEN_NAME] = token.name
         structlog.contextvars.bind_contextvars(token=token.name)  # reset by metrics_middleware
-        wait = source.throttle(token)
-        if wait > 0 and token.rate is not None:
-            after = retry_after(wait)
-            limited = HttpError(
-                429,
-                "rate_limited",
-                f"token {token.name!r} is over its rate of {token.rate}; retry in {after} s",
-                details={"token": token.name, "rate": str(token.rate), "retry_after_s": int(after)},
-            )
-            limited.headers["Retry-After"] = after
-            raise limited
-        if policy is not None:
-            resource = request.match_info.route.resource
-            route = f"{request.method} {resource.canonical if resource is not None else request.path}"
-            require_scope(token, policy, route)
-        return await handler(request)
+        return await _holding(token.name, _entitled(request, handler, source, token, policy))
 
     return authenticate_request
+
+
+async def _holding(holder: str, answer: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+    """``answer`` with the Redis connections it takes counted in ``holder``'s share of the pool."""
+    holding = POOL_HOLDER.set(holder)
+    try:
+        return await answer
+    finally:
+        POOL_HOLDER.reset(holding)  # (a keep-alive connection's next request may run in this same task)
+
+
+async def _entitled(
+    request: web.Request, handler: Handler, source: TokenSource, token: Token, policy: Policy | None
+) -> web.StreamResponse:
+    """The token's rate and the route's scope, then the handler."""
+    wait = source.throttle(token)
+    if wait > 0 and token.rate is not None:
+        after = retry_after(wait)
+        limited = HttpError(
+            429,
+            "rate_limited",
+            f"token {token.name!r} is over its rate of {token.rate}; retry in {after} s",
+            details={"token": token.name, "rate": str(token.rate), "retry_after_s": int(after)},
+        )
+        limited.headers["Retry-After"] = after
+        raise limited
+    if policy is not None:
+        resource = request.match_info.route.resource
+        route = f"{request.method} {resource.canonical if resource is not None else request.path}"
+        require_scope(token, policy, route)
+    return await handler(request)
 
 
 @web.middleware

@@ -12,8 +12,8 @@ handler runs, and a request the API cannot read is a 4xx with a code:
 * a body that does not decompress (or a broken chunked framing) ⇒ 400 ``body_undecodable``;
 * more than the body limit on the wire or once decompressed ⇒ 413 ``body_too_large``;
 * more bytes than the process's budget of bodies in flight leaves free (``JOBQ_GATE_INFLIGHT_BODY_BYTES``,
-  :class:`kafkagate.limits.BodyBudget`) ⇒ 429 ``gateway_busy`` with ``Retry-After`` (413 when the body
-  alone exceeds the budget).
+  :class:`kafkagate.limits.BodyBudget`), or than the token's share of it (``JOBQ_GATE_TOKEN_SHARE``) ⇒ 429
+  ``gateway_busy`` with ``Retry-After`` (413 when the body alone exceeds the budget or that share).
 
 The open dispatch callback routes (``/v1/callbacks/``) have limits of their own
 (:class:`kafkagate.limits.CallbackLimits`), checked before a byte of the body is read: a rate per source
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from aiohttp import hdrs, web
 
-from jqruntime.http import HttpError
+from jqruntime.http import TOKEN_NAME, HttpError
 from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, CALLBACK_PREFIX, BodyBudget
 
 __all__ = ["ENCODINGS", "JSON", "NDJSON", "body_middleware", "inflate", "read_body"]
@@ -47,6 +47,9 @@ ENCODINGS = ("identity", "gzip", "deflate")
 CHARSETS = frozenset({"utf-8", "utf8"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BODY = web.RequestKey("jobq.body", bytes)
+ANONYMOUS = "anonymous"
+"""The holder of the bodies of routes without a token (the signed callbacks, held against their own budget
+of :class:`~kafkagate.limits.CallbackLimits`, which has no share per holder)."""
 
 
 def accepted_types(method: str, path_template: str) -> tuple[str, ...]:
@@ -180,19 +183,19 @@ async def body_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if budget is None:
         request[BODY] = inflate(await _read(request, limits), coding, limit)
         return await handler(request)
-    held = 0
-    try:  # the bytes of this body count against the process's budget until it is answered
+    held, holder = 0, request.get(TOKEN_NAME, ANONYMOUS)
+    try:  # the bytes of this body count against the process's budget (and its token's share) until answered
         if request.content_length is not None:
-            held += budget.take(request.content_length)
+            held += budget.take(request.content_length, holder)
         raw = await _read(request, limits)
         if request.content_length is None:
-            held += budget.take(len(raw))
+            held += budget.take(len(raw), holder)
         request[BODY] = decoded = inflate(raw, coding, limit)
         if coding != "identity":
-            held += budget.take(len(decoded))
+            held += budget.take(len(decoded), holder)
         return await handler(request)
     finally:
-        budget.give(held)
+        budget.give(held, holder)
 
 
 async def read_body(request: web.Request) -> bytes:

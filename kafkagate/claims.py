@@ -96,7 +96,8 @@ def _claimed(job: ClaimedJob, inputs: NodeInputs | None) -> dict[str, Any]:
     errors={
         400: "filter_key_not_indexed: a filter on a key the queue does not index",
         403: "kind_forbidden: a token limited to some kinds cannot claim (a claim takes any kind)",
-        429: "gateway_busy: the process's long-polls are all parked (Retry-After)",
+        429: "gateway_busy: the process's long-polls are all parked, or the token's share of them"
+        " (Retry-After)",
     },
 )
 async def claim(request: web.Request) -> web.Response:
@@ -105,14 +106,14 @@ async def claim(request: web.Request) -> web.Response:
     token = token_of(request)
     body = parse_model(ClaimBody, await read_body(request))
     worker = body.worker or f"http:{token.name}"
-    await gate.saw_worker(worker)
+    await gate.saw_worker(worker, token.name)
     wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     jobs = await _claim(gate, queue, body, worker)
     if jobs or wait_s <= 0:
         return await _reply(gate, queue, jobs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
-    with gate.long_polls.slot():  # 429 gateway_busy past JOBQ_GATE_LONG_POLLS_MAX
+    with gate.long_polls.slot(token.name):  # 429 gateway_busy past JOBQ_GATE_LONG_POLLS_MAX or its share
         while not jobs:
             left = deadline - loop.time()
             if left <= 0 or not await gate.long_polls.wait(queue, left):

@@ -9,8 +9,9 @@ token, one woken poll, as when each poll popped its own token. A token popped wh
 queue is parked is kept for the next one that parks (it must not miss work made ready between its
 claim and its parking).
 
-At most ``JOBQ_GATE_LONG_POLLS_MAX`` polls park per gateway process; one more is a 429 ``gateway_busy``
-with ``Retry-After`` (:func:`kafkagate.limits.busy`).
+At most ``JOBQ_GATE_LONG_POLLS_MAX`` polls park per gateway process, and at most its share
+(``JOBQ_GATE_TOKEN_SHARE``, half by default) for one token; one more is a 429 ``gateway_busy`` with
+``Retry-After`` (:func:`kafkagate.limits.busy`) — for that token only, while the others still park.
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ def _discard(task: asyncio.Task[Any]) -> None:
 class LongPolls:
     """The parked long-polls of one gateway process and the watcher that wakes them."""
 
-    def __init__(self, engine: Engine, cap: int) -> None:
+    def __init__(self, engine: Engine, cap: int, per_token: int | None = None) -> None:
         self.engine = engine
         """An engine on a Redis client of its own: only the watcher's blocking wait uses it."""
         self.cap = cap
+        self.per_token = cap if per_token is None else per_token
+        """Most polls one token parks at once."""
         self._waiters: dict[str, deque[asyncio.Future[None]]] = {}
         self._pending: dict[str, int] = {}
         self._parked = 0
+        self._by_token: dict[str, int] = {}
         self._changed = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
 
@@ -62,16 +66,33 @@ class LongPolls:
         """Polls parked now."""
         return self._parked
 
+    def parked_by(self, token: str) -> int:
+        """Polls ``token`` has parked now."""
+        return self._by_token.get(token, 0)
+
     @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
-        """One long-poll's place for its whole life (claims and waits); 429 when all are taken."""
+    def slot(self, token: str) -> Iterator[None]:
+        """One long-poll's place for its whole life (claims and waits), for the token named ``token``; 429
+        when all are taken, or when that token holds its share of them."""
         if self._parked >= self.cap:
             raise busy(f"{self.cap} parked long-poll claims (JOBQ_GATE_LONG_POLLS_MAX)")
+        mine = self._by_token.get(token, 0)
+        if mine >= self.per_token:
+            raise busy(
+                f"{self.per_token} parked long-poll claims for one token (JOBQ_GATE_TOKEN_SHARE of "
+                "JOBQ_GATE_LONG_POLLS_MAX)"
+            )
         self._parked += 1
+        self._by_token[token] = mine + 1
         try:
             yield
         finally:
             self._parked -= 1
+            left = self._by_token[token] - 1
+            if left:
+                self._by_token[token] = left
+            else:
+                del self._by_token[token]
 
     async def wait(self, queue: str, timeout_s: float) -> bool:
         """Park until a wake token for ``queue`` reaches this poll (True) or ``timeout_s`` passed (False)."""

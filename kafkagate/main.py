@@ -66,6 +66,7 @@ from jqruntime.tokens import TokenSettings, TokenSource, load_tokens, reload_all
 from jqruntime.tracing import setup_tracing
 from kafkagate.app import make_app
 from kafkagate.auth import TOKENS
+from kafkagate.limits import share_of
 from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
 from kafkagate.state import Gate
@@ -142,8 +143,13 @@ class GateService(Service):
 
     async def _start(self) -> None:
         setup_tracing("kafkagate", self.trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
-        connections = self.settings.redis_connections
-        self._redis_client = client = connect(self.redis, max_connections=connections, wait_s=REDIS_WAIT_S)
+        connections, share = self.settings.redis_connections, self.settings.token_share
+        self._redis_client = client = connect(
+            self.redis,
+            max_connections=connections,
+            wait_s=REDIS_WAIT_S,
+            holder_max=share_of(connections, share),  # per token (POOL_HOLDER, kafkagate.auth)
+        )
         await self._preflight(client)
         self._waits_client = connect(self.redis)  # long-polls wait here, never on the requests' pool
         self._gate = gate = Gate(
@@ -156,7 +162,11 @@ class GateService(Service):
             self.cron,
             self.far,
             self.history,
-            LongPolls(Engine(self._waits_client), self.settings.long_polls_max),
+            LongPolls(
+                Engine(self._waits_client),
+                self.settings.long_polls_max,
+                share_of(self.settings.long_polls_max, share),
+            ),
         )
         self._audit = AuditTrail(client, self.kafka, self.audit)
         app = make_app(gate, self.mounts, audit=self._audit)

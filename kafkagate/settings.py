@@ -9,8 +9,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.buckets import Rate
 from jqcore.envelope import MAX_ENVELOPE_BYTES
-from jqcore.settings import CommaSecrets, ProduceBatching
+from jqcore.settings import CommaList, CommaSecrets, ProduceBatching
 from jqcore.settings.common import _blank_is_unset, _read_secret_file
+from jqruntime.clientaddr import Networks, parse_networks
 
 __all__ = ["GateSettings"]
 
@@ -38,13 +39,26 @@ class GateSettings(BaseSettings, ProduceBatching):
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
     tokens: CommaSecrets = Field(default_factory=list)
     """Accepted bearer tokens, comma-separated; ``secret:enqueue+read`` limits one to scopes (enqueue, read,
-    work (``worker``: its older name), admin; none given: all), on every queue. Named tokens held to queues,
-    kinds and a rate come from ``JOBQ_TOKENS_FILE``. With neither, every request is refused except
-    the health, readiness, metrics and OpenAPI endpoints (never an open gateway by accident)."""
+    work (``worker``: its older name), admin; none given: all), on every queue; ``@RATE`` after the scopes
+    limits its requests per gateway process (``secret:enqueue+read@200/s``, every scope: ``secret:@200/s``).
+    Named tokens held to queues and kinds come from ``JOBQ_TOKENS_FILE``. With neither, every request is
+    refused except the health, readiness, metrics and OpenAPI endpoints (never an open gateway by
+    accident). Off loopback each secret must have at least 20 characters (the gateway refuses to start)."""
     tokens_file: str | None = None
     """A file holding ``JOBQ_GATE_TOKENS``' list instead (entries separated by commas or lines; trailing
     newline stripped): a mounted Secret's key, so no token is in the environment. Prefer
     ``JOBQ_TOKENS_FILE`` (named tokens held to queues, kinds and a rate)."""
+    auth_failures: str = "30/min"
+    """Bearer tokens not accepted one client address may present per gateway process: a bucket of COUNT,
+    refilled at the rate (``COUNT/s``, ``/min``, ``/h``, ``/Ns``). Past it the address's requests are a 429
+    ``auth_throttled`` with ``Retry-After`` before any token is compared (even a valid one waits), so a weak
+    token cannot be guessed at the gateway's speed. Behind a proxy set ``trusted_proxies``, or every client
+    of the proxy shares one budget."""
+    trusted_proxies: CommaList = Field(default_factory=list)
+    """Addresses or CIDRs of the reverse proxies in front of the gateway (comma-separated). A request from
+    one of them is counted by ``auth_failures`` against the client its ``X-Forwarded-For`` names (the
+    nearest hop that is not a trusted proxy); from any other peer that header is ignored. Empty: the direct
+    peer is the client."""
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one
     largest job (``MAX_ENVELOPE_BYTES``, 1 MiB), so every job the envelope allows can be sent; a job whose
@@ -71,6 +85,14 @@ class GateSettings(BaseSettings, ProduceBatching):
     received size, and again its decompressed size, until its answer); a body that would pass the
     budget is a 429 ``gateway_busy`` with ``Retry-After``. A body larger than the budget itself can never
     fit: 413 ``body_too_large``."""
+    token_share: float = Field(0.5, gt=0, le=1)
+    """The part of each of this process's limits one token may hold at once: its parked long-polls
+    (``long_polls_max``), its request body bytes in flight (``inflight_body_bytes``) and its Redis
+    connections (``redis_connections``, a single Redis node). Past it that token gets 429 ``gateway_busy``
+    with ``Retry-After`` while the other tokens still get in. A setting, not a constant, because the right
+    part depends on who shares the gateway: half keeps one team's application from taking a limit from
+    every other team (review M7); a gateway serving one application's token (or one trusted token) gives
+    it everything with 1.0, or raises the limits themselves."""
     claim_reply_max_bytes: int = Field(16 * 1024 * 1024, ge=4 * MAX_ENVELOPE_BYTES)
     """Largest claim answer in bytes: a claim returns the jobs that fit (always at least one) and gives
     the rest back to the queue at once, unstarted, their attempt refunded."""
@@ -120,6 +142,22 @@ class GateSettings(BaseSettings, ProduceBatching):
     def callback_rate_limit(self) -> Rate | None:
         """:attr:`callback_rate` parsed (None: no limit)."""
         return Rate.parse(self.callback_rate) if self.callback_rate else None
+
+    @field_validator("auth_failures")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        Rate.parse(v)
+        return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        parse_networks(v)
+        return v
+
+    def proxy_networks(self) -> Networks:
+        """:attr:`trusted_proxies`, parsed."""
+        return parse_networks(self.trusted_proxies)
 
     @model_validator(mode="after")
     def _fixed_port_when_shared(self) -> GateSettings:

@@ -25,7 +25,7 @@ from jqcore.settings import (
     QueueBounds,
     load,
 )
-from jqengine import Engine, QueueConfig, RedisClient
+from jqengine import POOL_HOLDER, Engine, QueueConfig, RedisClient
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.historypool import HistoryPool, MissCache
 from jqruntime.kafka import AsyncProducer, ProduceFailed, Record, schedule_key
@@ -52,7 +52,12 @@ QUEUE_CONFIG_TIMEOUT_S = 0.5
 """Longest an enqueue waits for Redis to give a queue's configuration; beyond it the check is skipped."""
 QUEUE_CONFIG_CACHE_MAX = 10_000
 WORKER_SEEN_EVERY_S = 5.0
-WORKER_SEEN_MAX = 10_000
+WORKER_NAMES_PER_TOKEN = 100
+"""Distinct HTTP worker names one token has noted in the presence set per gateway process at once: each
+is a member of a shared Redis sorted set for an hour (``jqruntime.stores.presence.seen``) and a row the
+dashboard reads, and a claim names any worker it likes (review M7)."""
+WORKER_NAME_FORGET_S = 3600.0
+"""A name not seen for this long no longer counts in its token's names (the presence set forgets it too)."""
 READY_TTL_S = 1.0
 """How long ``/readyz``'s Kafka answer is reused: probes and anyone else asking cost at most one metadata
 look-up per routed topic per second per process, however often they ask."""
@@ -79,7 +84,10 @@ class Gate:
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False
-    _workers_seen: dict[str, float] = field(default_factory=dict)
+    _workers_seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    """token → worker name → when it was last noted."""
+    _workers_full: set[str] = field(default_factory=set)
+    """Tokens whose names are over the cap (logged once until they have room again)."""
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
     """topic → (when seen, partition count)."""
@@ -114,6 +122,7 @@ class Gate:
             self._flusher = asyncio.create_task(self._flush_loop(), name="gate:produced")
 
     async def _flush_loop(self) -> None:
+        POOL_HOLDER.set(None)  # made inside the first enqueue's request: its writes are nobody's share
         while True:
             await asyncio.sleep(PRODUCED_FLUSH_S)
             await self._flush()
@@ -169,15 +178,31 @@ class Gate:
         self._queue_configs[queue] = (now, config)
         return config
 
-    async def saw_worker(self, name: str) -> None:
-        """An HTTP worker claimed here: counted in ``jobq status`` as alive (noted at most every
-        :data:`WORKER_SEEN_EVERY_S` per name; never fails the claim)."""
+    async def saw_worker(self, name: str, token: str) -> None:
+        """An HTTP worker claimed here with the token named ``token``: counted in ``jobq status`` as alive
+        (noted at most every :data:`WORKER_SEEN_EVERY_S` per name; never fails the claim). Names come from
+        requests, so one token notes at most :data:`WORKER_NAMES_PER_TOKEN` of them per process at once (a
+        name silent for :data:`WORKER_NAME_FORGET_S` frees its place); past it the claim still works, the
+        name is not noted, and that is logged once until the token has room again."""
         now = asyncio.get_running_loop().time()
-        if now - self._workers_seen.get(name, float("-inf")) < WORKER_SEEN_EVERY_S:
+        names = self._workers_seen.setdefault(token, {})
+        if now - names.get(name, float("-inf")) < WORKER_SEEN_EVERY_S:
             return
-        if len(self._workers_seen) >= WORKER_SEEN_MAX:  # names come from requests
-            self._workers_seen.clear()
-        self._workers_seen[name] = now
+        if name not in names and len(names) >= WORKER_NAMES_PER_TOKEN:
+            for old in [n for n, at in names.items() if now - at >= WORKER_NAME_FORGET_S]:
+                del names[old]
+            if len(names) >= WORKER_NAMES_PER_TOKEN:
+                if token not in self._workers_full:
+                    self._workers_full.add(token)
+                    log.warning(
+                        "http worker names of a token over the cap; further names are not noted",
+                        token=token,
+                        cap=WORKER_NAMES_PER_TOKEN,
+                        worker=name,
+                    )
+                return
+        self._workers_full.discard(token)
+        names[name] = now
         try:
             await presence.seen(self.redis_client, "http-worker", name)
         except Exception as exc:  # Redis trouble shows on the claim itself
@@ -198,10 +223,12 @@ class Gate:
             )
         return self._producers[acks]
 
-    async def unschedule_far(self, queue: str, job_id: str) -> None:
-        """Tombstone a far-future job in the schedule topic (Kafka confirms, ``acks=all``)."""
+    async def unschedule_far(self, queue: str, *job_ids: str) -> None:
+        """Tombstone far-future jobs in the schedule topic (Kafka confirms them all, ``acks=all``)."""
         topic = self.far.topic
-        await self.producer("all").produce_many([Record(topic, None, schedule_key(queue, job_id))])
+        await self.producer("all").produce_many(
+            [Record(topic, None, schedule_key(queue, i)) for i in job_ids]
+        )
 
     def history(self) -> HistoryStore | None:
         """The history tables (the archive ``GET`` falls back to, the job search), None until

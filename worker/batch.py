@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+import structlog
+
 from jqcore import metrics
 from jqcore.errors import Retry
 from jqcore.log import get_logger
@@ -201,16 +203,19 @@ class Batches:
         queue = runs[0].job.queue
         metrics.child(metrics.JOBS_STARTED, queue, spec.kind).inc(len(runs))
         started = time.perf_counter()
-        try:
-            if items:
-                await asyncio.wait_for(self._invoke(spec, items), spec.timeout_s)
-            for item in items:
-                outcomes[item.id] = item.outcome(spec)
-        except Exception as exc:
-            for item in items:
-                outcomes[item.id] = outcome_of(exc, spec, item.job)
-        finally:
-            metrics.child(metrics.JOB_RUN_TIME, queue, spec.kind).observe(time.perf_counter() - started)
+        # the handler's log lines carry the queue and the kind (a batch has no one job id)
+        with structlog.contextvars.bound_contextvars(queue=queue, kind=spec.kind, batch=len(items)):
+            try:
+                if items:
+                    await asyncio.wait_for(self._invoke(spec, items), spec.timeout_s)
+                for item in items:
+                    outcomes[item.id] = item.outcome(spec)
+            except Exception as exc:
+                for item in items:
+                    outcomes[item.id] = outcome_of(exc, spec, item.job)
+                _log_failure(exc, items, outcomes)
+            finally:
+                metrics.child(metrics.JOB_RUN_TIME, queue, spec.kind).observe(time.perf_counter() - started)
         return outcomes
 
     async def _invoke(self, spec: JobSpec[Any, Any], items: list[BatchItem]) -> None:
@@ -277,3 +282,20 @@ class Batches:
 def _lost(job: ClaimedJob) -> None:
     log.warning("lease lost before the outcome was written; outcome dropped", job_id=job.id)
     metrics.JOBS_FINISHED.labels(job.queue, job.envelope.kind, "lost").inc()
+
+
+def _log_failure(exc: BaseException, items: Sequence[BatchItem], outcomes: Mapping[str, Outcome]) -> None:
+    """A batch handler raised: one line for the call, with its traceback and the jobs it failed (``error``
+    when none of them is retried, else ``warning``)."""
+    failed = [i for i in items if outcomes[i.id].kind == "failure"]
+    if not failed:  # Cancel, Snooze: not a failure
+        return
+    final = all(outcomes[i.id].permanent for i in failed)
+    fields = {
+        "outcome": outcomes[failed[0].id].label,
+        "error": f"{type(exc).__name__}: {exc}"[:500],
+        "job_ids": [i.id for i in failed[:20]],
+        "attempts": sorted({i.attempt for i in failed}),
+        "final": final,
+    }
+    (log.error if final else log.warning)("batch handler failed", exc_info=exc, **fields)

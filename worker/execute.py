@@ -1,4 +1,12 @@
-"""Running one claimed job's handler and turning what happened into an :class:`Outcome`."""
+"""Running one claimed job's handler and turning what happened into an :class:`Outcome`.
+
+While a job runs, its ``job_id``, ``queue``, ``kind``, ``attempt`` and ``trace_id`` (when it has a trace)
+are bound into structlog's context variables: every line logged meanwhile by the pool, the middleware
+(:mod:`worker.middleware`) and the handler — through structlog or the standard library's ``logging``, both
+routed by :mod:`jqcore.log`, and in a thread handler's thread too — carries them. A failed attempt (an
+exception, a timeout, a ``Retry``) is logged with its traceback: at ``error`` when it is the job's last
+(a permanent failure, or its attempts are known to be used up), at ``warning`` while it may be retried.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +21,24 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
+import structlog
 from pydantic import BaseModel
 
 from jqcore import metrics
 from jqcore.envelope import Envelope
 from jqcore.errors import Cancel, Retry, Snooze
+from jqcore.log import get_logger
 from jqengine import MAX_RESULT_BYTES, ClaimedJob, NodeInputs
 from jqruntime import tracing
 from worker.builtin import builtin
 from worker.hooks import WorkerContext
+from worker.middleware import run_through
 from worker.registry import JobContext, JobSpec, PayloadInvalid, Registry, set_current_job
 from worker.tail import Deferred, Policy
 
-__all__ = ["Outcome", "outcome_of", "result_bytes", "run_handler"]
+__all__ = ["Outcome", "log_failure", "outcome_of", "result_bytes", "run_handler"]
+
+log = get_logger("worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +80,17 @@ async def _call(
     spec: JobSpec[Any, Any],
     job: ClaimedJob,
     executor_for: Callable[[str], Executor],
-    inputs: NodeInputs | None = None,
-    worker: WorkerContext | None = None,
+    inputs: NodeInputs | None,
+    ctx: JobContext,
 ) -> Any:
     args, kwargs = spec.bind(job.envelope.args)
     if inputs is not None:  # a graph node: its parents' results as its feed says (jqcore.graphs)
         args = (*args, *inputs.fed())
-    ctx = _context(job, spec, inputs, worker)
     if spec.mode == "async":
-        set_current_job(ctx)
         return await spec.fn(*args, **kwargs)
     loop = asyncio.get_running_loop()
     if spec.mode == "thread":
-        copied = contextvars.copy_context()
-        copied.run(set_current_job, ctx)
+        copied = contextvars.copy_context()  # the thread runs in the job's context: current_job(), log fields
         return await loop.run_in_executor(
             executor_for("thread"), functools.partial(copied.run, spec.fn, *args, **kwargs)
         )
@@ -119,27 +129,73 @@ async def run_handler(
     if spec is None:  # a rolling deploy: another pool (or the next version) knows this kind
         return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
     metrics.child(metrics.JOBS_STARTED, job.queue, spec.kind).inc()
-    started = time.perf_counter()
-    with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
-        try:
-            value = await asyncio.wait_for(_call(spec, job, executor_for, inputs, worker), spec.timeout_s)
-            kept = None if spec.ignore_result else result_bytes(value)
-            outcome = Outcome("success", "succeeded", result=kept)
-            if inputs is not None and value is not None and kept is None and not spec.ignore_result:
-                outcome = Outcome(  # a graph node's result is its children's input: never dropped silently
-                    "failure",
-                    "failed",
-                    error=f"ResultInvalid: the result is not JSON or exceeds {MAX_RESULT_BYTES} bytes",
-                    permanent=True,
-                )
-        except Exception as exc:
-            outcome = outcome_of(exc, spec, job)
-            if outcome.kind == "failure":
-                tracing.run_failed(span, exc, outcome.label)
-        finally:
-            metrics.child(metrics.JOB_RUN_TIME, job.queue, spec.kind).observe(time.perf_counter() - started)
-        tracing.run_outcome(span, outcome.label)
+    ctx = _context(job, spec, inputs, worker)
+    # the jobq's own kinds (the canary's) run without the application's middleware
+    layers = registry.job_middleware if registry.get(spec.kind) is spec else []
+
+    def handler() -> Any:  # the innermost call: the kind's timeout bounds the handler, not the middleware
+        return asyncio.wait_for(_call(spec, job, executor_for, inputs, ctx), spec.timeout_s)
+
+    current = set_current_job(ctx)  # the handler's and the middleware's current_job()
+    try:
+        with (
+            tracing.run_span(job.envelope, job.attempt) as span,  # off: a shared no-op
+            structlog.contextvars.bound_contextvars(**log_fields(job, span)),
+        ):
+            started = time.perf_counter()
+            try:
+                outcome = _classified(spec, await run_through(layers, ctx, handler), graph=inputs is not None)
+            except Exception as exc:
+                outcome = outcome_of(exc, spec, job)
+                if outcome.kind == "failure":
+                    tracing.run_failed(span, exc, outcome.label)
+                    log_failure(exc, outcome, ctx.max_attempts, job.attempt)
+            finally:
+                elapsed = time.perf_counter() - started
+                metrics.child(metrics.JOB_RUN_TIME, job.queue, spec.kind).observe(elapsed)
+            tracing.run_outcome(span, outcome.label)
+    finally:
+        current.var.reset(current)
     return outcome
+
+
+def _classified(spec: JobSpec[Any, Any], value: Any, *, graph: bool) -> Outcome:
+    """The outcome of a handler that returned ``value``."""
+    kept = None if spec.ignore_result else result_bytes(value)
+    if graph and value is not None and kept is None and not spec.ignore_result:
+        # a graph node's result is its children's input: never dropped silently
+        error = f"ResultInvalid: the result is not JSON or exceeds {MAX_RESULT_BYTES} bytes"
+        log.error("job attempt failed: its result is invalid", final=True, outcome="failed", error=error)
+        return Outcome("failure", "failed", error=error, permanent=True)
+    return Outcome("success", "succeeded", result=kept)
+
+
+def log_fields(job: ClaimedJob, span: Any = None) -> dict[str, Any]:
+    """The fields bound into the log context while ``job`` runs (``span``: its run span, when traced)."""
+    env = job.envelope
+    fields: dict[str, Any] = {"job_id": env.id, "queue": env.queue, "kind": env.kind, "attempt": job.attempt}
+    trace_id = tracing.trace_id(span, env.trace)
+    if trace_id is not None:
+        fields["trace_id"] = trace_id
+    return fields
+
+
+def log_failure(exc: BaseException, outcome: Outcome, max_attempts: int | None, attempt: int) -> None:
+    """Log a failed attempt with its traceback (the job's fields come from the bound context): ``error``
+    when no attempt follows (a permanent failure, or ``attempt`` reached ``max_attempts``), else
+    ``warning``. ``max_attempts`` None: the queue's default decides, unknown here (``warning``)."""
+    last = outcome.permanent or (max_attempts is not None and attempt >= max_attempts)
+    fields: dict[str, Any] = {"outcome": outcome.label, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    if max_attempts is not None:
+        fields["max_attempts"] = max_attempts
+    if not last and outcome.delay_ms is not None:
+        fields["retry_in_ms"] = outcome.delay_ms
+    what = {"timeout": "job attempt timed out", "retried": "job attempt failed (Retry)"}
+    event = what.get(outcome.label, "job attempt failed")
+    if last:
+        log.error(event, final=True, exc_info=exc, **fields)
+    else:
+        log.warning(event, final=False, exc_info=exc, **fields)
 
 
 def outcome_of(exc: Exception, spec: JobSpec[Any, Any], job: ClaimedJob) -> Outcome:

@@ -133,6 +133,10 @@ class Pool(Service):
         await run_startup(self.registry.startup_hooks, self.context)
         await self._keeper.start()
         await self._presence.start()
+        for queue in self.config.queues:  # every served queue's series from the start, at 0: a pool that
+            metrics.child(metrics.WORKER_CLAIMS, queue)  # never claims shows (the silent-worker alert)
+            metrics.child(metrics.JOBS_IN_FLIGHT, queue)
+        metrics.WORKER_LAST_CLAIM.set(time.time())
         self._completer = asyncio.create_task(self._completions.run(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
@@ -358,8 +362,11 @@ class Pool(Service):
         run = Running(job)
         self.in_flight[job.id] = run
         metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
+        metrics.child(metrics.WORKER_CLAIMS, job.queue).inc()
+        now = time.time()
+        metrics.WORKER_LAST_CLAIM.set(now)
         due = job.envelope.run_at or job.envelope.enqueued_at
-        metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, time.time() - due / 1000))
+        metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, now - due / 1000))
         if not self._batches.add(run):
             run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from worker.registry import Registry
+from jobq import Registry
 
 __all__ = ["QUEUE", "count_words", "registry", "total"]
 

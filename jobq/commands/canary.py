@@ -23,6 +23,14 @@ def canary(
             help="Serve /healthz, /readyz and Prometheus /metrics on this port (JOBQ_CANARY_METRICS_PORT).",
         ),
     ] = None,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help="Send one round, wait for every heartbeat, print a line per partition and exit 1 if one "
+            "was late or failed (the Helm chart's `helm test`).",
+        ),
+    ] = False,
 ) -> None:
     """Send one heartbeat job through the gateway to every partition of every routed topic each interval,
     time each hop, and flag late or missing partitions (metrics jobq_canary_*, and `jobq status`).
@@ -34,5 +42,14 @@ def canary(
     from canary.settings import CanarySettings
 
     configure()
+    if once:
+        from canary.main import once as one_round
+
+        results = one_round(load(CanarySettings))
+        for line, _ok in results:
+            typer.echo(line)
+        if not results or not all(ok for _line, ok in results):
+            raise typer.Exit(1)
+        return
     given = {"interval_s": interval, "metrics_port": metrics_port}
     run(load(CanarySettings, **{k: v for k, v in given.items() if v is not None}))

@@ -42,6 +42,7 @@ from jqcore.clock import now_ms
 from jqcore.testsignal import TestSignal
 from jqengine import RedisClient, connect
 from jqweb import series
+from jqweb.alerting import FAILURE_WINDOW_S
 from jqweb.overview import Alert, Sources, alerts, collect
 
 __all__ = ["StatusApp"]
@@ -185,13 +186,15 @@ class StatusApp(App[None]):
             queues = [q["queue"] for q in redis["queues"]] if ok else []
             rates = await series.read(self._client, queues, now_ms() - self.hours * HOUR_MS)
             grown = await series.growth(self._client, queues, "errored", now_ms() - HOUR_MS) if queues else {}
+            since = now_ms() - FAILURE_WINDOW_S * 1000
+            ended = await series.outcomes(self._client, queues, since) if queues else {}
         except Exception as e:  # Redis away: say so on screen, keep the last numbers, try again next tick
             self.error = f"{type(e).__name__}: {e}"
             self._show_alerts()
             return
         self.error = None
         self.snapshot = snap
-        self.alerts = alerts(snap, grown)
+        self.alerts = alerts(snap, grown, ended)
         self.last_at = time.time()
         self._show(snap, rates)
         self.refreshes += 1

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from jqruntime.tokens import hash_line
+from jqruntime.tokens import MIN_SECRET_CHARS, hash_line
 
 __all__ = ["app"]
 
@@ -15,15 +15,17 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-MIN_SECRET = 16
-"""Shortest secret accepted (``openssl rand -hex 24`` gives 48 characters)."""
+MIN_SECRET = MIN_SECRET_CHARS
+"""Shortest secret accepted, the servers' own minimum off loopback (``openssl rand -hex 24`` gives 48
+characters)."""
 
 
 @app.command("hash")
 def hash_secret() -> None:
     """Print the sha256 line of a [[token]] table for a secret read from stdin (one line) or, on a
-    terminal, from a hidden prompt. The secret itself is never printed; send SIGHUP to the gateway to
-    load the changed file."""
+    terminal, from a hidden prompt. The secret itself is never printed; send SIGHUP to the gateway and
+    the dashboard to load the changed file. Rotating a token (a new sha256 under the same name) ends every
+    dashboard session signed in with its old secret at its next request."""
     if sys.stdin.isatty():
         secret = typer.prompt("secret", hide_input=True, confirmation_prompt=True, err=True)
     else:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.settings.common import (
@@ -310,19 +310,51 @@ class QueueBounds(BaseSettings):
         return out
 
 
+Sampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+"""OpenTelemetry's ``OTEL_TRACES_SAMPLER`` values that jobq's processes honour (the remote samplers,
+``jaeger_remote`` and ``xray``, are refused: a jobq process cannot run them)."""
+
+
 class TraceSettings(BaseSettings):
     """OpenTelemetry traces across the hops (``jqruntime/tracing.py``, ``docs/history.md`` "Traces"): off
-    unless ``otlp_endpoint`` is set; then the gateway, relays and workers export their spans there over
-    OTLP/HTTP (protobuf)."""
+    unless an OTLP endpoint is set; then the gateway, relays and workers export their spans there over
+    OTLP/HTTP (protobuf). OpenTelemetry's standard variables (``OTEL_*``) are read first, jobq's own names
+    (``JOBQ_TRACE_*``) are their aliases; the exporter reads its other ``OTEL_EXPORTER_OTLP_*`` settings
+    (headers, timeout, compression, certificates) itself."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_TRACE_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JOBQ_TRACE_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
+    )
 
-    otlp_endpoint: str = ""
+    otlp_endpoint: str = Field(
+        "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "JOBQ_TRACE_OTLP_ENDPOINT")
+    )
     """Collector base URL (``http://collector:4318``; ``/v1/traces`` is added unless given); '' = off."""
-    service_name: str = ""
+    service_name: str = Field(
+        "", validation_alias=AliasChoices("OTEL_SERVICE_NAME", "JOBQ_TRACE_SERVICE_NAME")
+    )
     """``service.name`` of this process's spans ('' = the service's own: kafkagate, jqrelay, worker)."""
-    sample_ratio: float = Field(1.0, ge=0, le=1)
-    """Share of new traces recorded; a span with a parent follows the parent's decision."""
+    sampler: Sampler = Field(
+        "parentbased_traceidratio", validation_alias=AliasChoices("OTEL_TRACES_SAMPLER", "JOBQ_TRACE_SAMPLER")
+    )
+    """Which spans are recorded: ``parentbased_*`` follow a parent's decision and apply the rest to new
+    traces (a job's retry, whose new trace links to its first, is recorded whenever that one was);
+    ``always_on``/``always_off``/``traceidratio`` apply to every span, parent or not."""
+    sample_ratio: float = Field(
+        1.0, ge=0, le=1, validation_alias=AliasChoices("OTEL_TRACES_SAMPLER_ARG", "JOBQ_TRACE_SAMPLE_RATIO")
+    )
+    """The ratio of the ``traceidratio`` samplers: the share of new traces recorded (the others ignore it)."""
+    sdk_disabled: bool = Field(
+        False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "JOBQ_TRACE_DISABLED")
+    )
+    """``true``: tracing stays off whatever else is set."""
 
     @field_validator("otlp_endpoint")
     @classmethod
@@ -332,5 +364,19 @@ class TraceSettings(BaseSettings):
         return v
 
     @property
+    def ratio(self) -> float:
+        """The share of new traces recorded, as the sampler says."""
+        if self.sampler.endswith("always_on"):
+            return 1.0
+        if self.sampler.endswith("always_off"):
+            return 0.0
+        return self.sample_ratio
+
+    @property
+    def parent_based(self) -> bool:
+        """A span with a parent follows the parent's decision (the ``parentbased_*`` samplers)."""
+        return self.sampler.startswith("parentbased_")
+
+    @property
     def enabled(self) -> bool:
-        return bool(self.otlp_endpoint)
+        return bool(self.otlp_endpoint) and not self.sdk_disabled

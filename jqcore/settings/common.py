@@ -174,9 +174,8 @@ def load(cls: type[_S], **overrides: Any) -> _S:
     except SettingsError as exc:
         raise ConfigError(f"invalid {cls.__name__}: {exc}", code="config_invalid") from exc
     except ValidationError as exc:
-        prefix = str(cls.model_config.get("env_prefix") or "")
         problems = "; ".join(
-            f"{name}: {err['msg']}" if (name := _setting_name(prefix, err["loc"])) else err["msg"]
+            f"{name}: {err['msg']}" if (name := _setting_name(cls, err["loc"])) else err["msg"]
             for err in exc.errors(include_input=False)
         )
         raise ConfigError(f"invalid {cls.__name__}: {problems}", code="config_invalid") from exc
@@ -200,9 +199,17 @@ def load_env(cls: type[_S], env: Mapping[str, str]) -> _S:
     return load(cls, **given)
 
 
-def _setting_name(prefix: str, loc: tuple[int | str, ...]) -> str:
-    """The environment variable a validation error is about (``JOBQ_WORKER_APP``), when there is one."""
+def _setting_name(cls: type[BaseSettings], loc: tuple[int | str, ...]) -> str:
+    """The environment variable a validation error is about (``JOBQ_WORKER_APP``), when there is one: for a
+    field read under several names (``OTEL_SERVICE_NAME``, ``JOBQ_TRACE_SERVICE_NAME``), the ones set."""
     if not loc:
         return ""
+    prefix = str(cls.model_config.get("env_prefix") or "")
     field = ".".join(str(p) for p in loc)
+    for info in cls.model_fields.values():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices) and loc[0] in alias.choices:
+            names = [str(c) for c in alias.choices]
+            given = [n for n in names if n in os.environ] or names[:1]
+            return " / ".join(given) + (f" ({field})" if len(loc) > 1 else "")
     return f"{prefix}{str(loc[0]).upper()} ({field})" if prefix else field

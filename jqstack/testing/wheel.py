@@ -14,7 +14,7 @@ from pathlib import Path
 from jqstack.lockfile import pins
 from jqstack.paths import repo_root
 
-__all__ = ["build_wheel", "fresh_venv"]
+__all__ = ["build_sdist", "build_wheel", "fresh_venv"]
 
 _JUNK = (".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "results")
 
@@ -22,9 +22,19 @@ _JUNK = (".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cach
 def build_wheel(work: Path) -> Path:
     """The wheel of a copy of this checkout (so no ``build/`` left over from an earlier build leaks in, and
     the checkout gets none), built with setuptools as installed here: offline, a few seconds."""
+    return _build(work, "wheel")
+
+
+def build_sdist(work: Path) -> Path:
+    """The source distribution of a copy of this checkout, as :func:`build_wheel` builds the wheel."""
+    return _build(work, "sdist")
+
+
+def _build(work: Path, what: str) -> Path:
     src = work / "jobq"
-    shutil.copytree(repo_root(), src, ignore=shutil.ignore_patterns(*_JUNK))
-    build = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    if not src.exists():  # the wheel and the sdist of one test: one copy
+        shutil.copytree(repo_root(), src, ignore=shutil.ignore_patterns(*_JUNK))
+    build = f"import sys; from setuptools import build_meta; print(build_meta.build_{what}(sys.argv[1]))"
     done = subprocess.run(
         [sys.executable, "-c", build, str(work / "dist")],
         cwd=src,
@@ -34,7 +44,7 @@ def build_wheel(work: Path) -> Path:
         check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"the wheel did not build: {done.stderr[-3000:]}")
+        raise RuntimeError(f"the {what} did not build: {done.stderr[-3000:]}")
     return work / "dist" / done.stdout.strip().splitlines()[-1]
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from jqcore.clock import now_ms
 from jqweb import series
+from jqweb.alerting import FAILURE_WINDOW_S
 from jqweb.context import WEB
 from jqweb.narrow import everything, narrow, own_topics
 from jqweb.overview import alerts, collect
@@ -51,8 +52,9 @@ async def live(request: web.Request) -> web.Response:
     redis: Any = snap.get("redis")
     queues = [q["queue"] for q in redis["queues"]] if isinstance(redis, dict) and "queues" in redis else []
     grown = await series.growth(w.client, queues, "errored", now_ms() - HOUR_MS) if queues else {}
+    ended = await series.outcomes(w.client, queues, now_ms() - FAILURE_WINDOW_S * 1000) if queues else {}
     context = {
-        "alerts": [a.as_dict() for a in alerts(snap, grown)],
+        "alerts": [a.as_dict() for a in alerts(snap, grown, ended)],
         "snapshot": snap,
         "now": time.time(),
     }

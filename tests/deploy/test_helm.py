@@ -16,7 +16,9 @@ that the whole file takes a few seconds.
 from __future__ import annotations
 
 import functools
+import json
 import re
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +30,7 @@ import kubernetes_validate.utils  # type: ignore[import-untyped]
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from jobq.commands.config_file import load
 from jqcore.routing import CANARY_PREFIX
 from jqstack.testing.helm import crd_schema, ensure_crd_schemas, ensure_helm
 
@@ -35,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "jobq"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+GRAFANA = ROOT / "deploy" / "grafana" / "jobq.json"
+RUNBOOK_BASE = "https://git.example.com/jobq/blob/main"  # ci/production.yaml's prometheusRule.runbookBaseUrl
 SETTINGS_DOC = ROOT / "docs" / "settings.md"
 
 OLDEST_KUBE = re.search(r'kubeVersion: ">=([0-9.]+)', (CHART / "Chart.yaml").read_text())
@@ -60,6 +65,9 @@ CONTRACT_SETTINGS = {
 }
 """Settings of the shared contracts (relay/scheduler/worker/canary health ports, secured servers, topic
 handling) that may not be in docs/settings.md yet on a branch of its own."""
+CLIENT_SETTINGS = {"JOBQ_URL", "JOBQ_TOKEN_FILE"}
+"""What the client and the CLI read (``jobq.Client.from_env``, ``jobq.commands.remote``; no settings class,
+so not in docs/settings.md): the configuration hook calls the gateways with them."""
 
 SECRET_NAME = re.compile(r"(PASSWORD|TOKENS?|SECRET)$")
 
@@ -124,11 +132,18 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod spec of a workload (a Deployment's or Job's template, a bare Pod's: `helm test`)."""
+    if doc["kind"] in ("Deployment", "Job"):
+        spec: dict[str, Any] = doc["spec"]["template"]["spec"]
+        return spec
+    return doc["spec"] if doc["kind"] == "Pod" else None
+
+
 def containers(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     for d in docs:
-        if d["kind"] in ("Deployment", "Job"):
-            for c in d["spec"]["template"]["spec"]["containers"]:
-                yield d["metadata"]["name"], c
+        for c in (pod_spec(d) or {}).get("containers", []):
+            yield d["metadata"]["name"], c
 
 
 def plain_env(container: dict[str, Any]) -> dict[str, str]:
@@ -185,6 +200,10 @@ def test_lint_is_clean(values: Path) -> None:
         (["--set", "tokens.envLists=false"], "tokens.existingSecret (a tokens file) or tokens.envLists"),
         (["--set", "tokens.existingSecret=Not_A_Name"], "existingSecret"),
         (["--set", "history.query.slots=0"], "/history/query/slots"),
+        (["--set", "prometheusRule.runbookBaseUrl=https://docs.example.com/"], "runbookBaseUrl"),
+        (["--set", "upgrade.schedulersFirst.timeoutSeconds=5"], "timeoutSeconds"),
+        (["--set", "configAsCode.enabled=true"], "configAsCode.enabled needs configAsCode.file"),
+        (["--set", "configAsCode.prune=yes"], "/configAsCode/prune"),
     ],
     ids=lambda a: a[-1] if isinstance(a, list) else None,
 )
@@ -198,6 +217,7 @@ def test_bad_values_are_refused(args: list[str], refusal: str) -> None:
 def test_settings_are_real(values: Path) -> None:
     """Every JOBQ_* name the chart sets is a setting (docs/settings.md is generated from the classes)."""
     documented = set(re.findall(r"`(JOBQ_[A-Z0-9_]+)`", SETTINGS_DOC.read_text())) | CONTRACT_SETTINGS
+    documented |= CLIENT_SETTINGS
     for name, container in containers(render(values)):
         for env in container.get("env", []):
             assert env["name"] in documented, f"{name} sets {env['name']}, which no jobq setting reads"
@@ -205,8 +225,9 @@ def test_settings_are_real(values: Path) -> None:
 
 def pods(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     for d in docs:
-        if d["kind"] in ("Deployment", "Job"):
-            yield d["metadata"]["name"], d["spec"]["template"]["spec"]
+        spec = pod_spec(d)
+        if spec is not None:
+            yield d["metadata"]["name"], spec
 
 
 def mounted_files(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -234,7 +255,10 @@ def test_secrets_come_only_from_secrets(values: Path) -> None:
                 assert "secretKeyRef" in env.get("valueFrom", {}), (
                     f"{name}: {env['name']} is not from a Secret"
                 )
-    assert not [d for d in render(values) if d["kind"] in ("Secret", "ConfigMap")]
+    assert not [d for d in render(values) if d["kind"] == "Secret"]
+    maps = {d["metadata"]["name"]: d for d in render(values) if d["kind"] == "ConfigMap"}
+    assert set(maps) <= {"jobq-grafana", "jobq-config"}, "a ConfigMap but the dashboard or the jobq.toml"
+    assert set(maps.get("jobq-config", {"data": {"jobq.toml": ""}})["data"]) == {"jobq.toml"}
 
 
 def test_no_credential_is_in_the_environment_each_is_a_mounted_file(values: Path) -> None:
@@ -300,10 +324,21 @@ def test_the_older_token_lists_are_files_too_and_optional() -> None:
     assert minimal == {}, "plaintext servers without ACLs: no credential, no credentials volume"
 
 
+def test_the_queues_a_shared_deployment_serves_reach_every_role(production: list[dict[str, Any]]) -> None:
+    """``routing.queuesAllowed``: the names a token's glob may create and the relays accept (security
+    review: unbounded queue names), in every container that routes."""
+    routed = {name: plain_env(c) for name, c in containers(production) if "JOBQ_ROUTES" in plain_env(c)}
+    assert len(routed) >= 5, sorted(routed)
+    assert {env["JOBQ_QUEUES_ALLOWED"] for env in routed.values()} == {"emails*,clicks,default,canary.*"}
+
+
 def test_services_never_create_topics_and_a_hook_does(production: list[dict[str, Any]]) -> None:
     for name, container in containers(production):
+        if name == "jobq-schedulers-first":  # speaks to the Kubernetes API only
+            assert "env" not in container
+            continue
         assert plain_env(container)["JOBQ_KAFKA_CREATE_TOPICS"] == "false", name
-    (job,) = of_kind(production, "Job").values()
+    job = of_kind(production, "Job")["jobq-topics"]
     hooks = job["metadata"]["annotations"]["helm.sh/hook"].split(",")
     assert set(hooks) == {"pre-install", "pre-upgrade"}
     (container,) = job["spec"]["template"]["spec"]["containers"]
@@ -363,8 +398,133 @@ def test_workers_scale_on_the_depth_of_every_queue_they_serve(production: list[d
 
 def test_alert_rules_are_the_one_copy(production: list[dict[str, Any]]) -> None:
     (rule,) = of_kind(production, "PrometheusRule").values()
-    assert rule["spec"] == yaml.safe_load(ALERTS.read_text())
+    rules = yaml.safe_load(ALERTS.read_text())
+    for group in rules["groups"]:  # production.yaml sets prometheusRule.runbookBaseUrl
+        for r in group["rules"]:
+            r["annotations"]["runbook_url"] = f"{RUNBOOK_BASE}/{r['annotations']['runbook_url']}"
+    assert rule["spec"] == rules
     assert (CHART / "files" / "alerts.yml").resolve() == ALERTS.resolve()
+    plain = of_kind(render(CHART / "ci" / "defaults.yaml", NEWEST_KUBE), "PrometheusRule")
+    assert not plain, "the defaults render no PrometheusRule"
+
+
+def test_the_grafana_dashboard_is_the_one_copy(production: list[dict[str, Any]]) -> None:
+    dashboard = of_kind(production, "ConfigMap")["jobq-grafana"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["jobq.json"]) == json.loads(GRAFANA.read_text())
+    assert (CHART / "files" / "jobq-dashboard.json").resolve() == GRAFANA.resolve()
+
+
+def test_schedulers_roll_first_on_an_upgrade(production: list[dict[str, Any]]) -> None:
+    """docs/deploy.md "Upgrading": a pre-upgrade hook, after the topics hook, rolls the scheduler Deployment
+    to the very template Helm applies next and waits; it alone holds an API token, allowed get and patch
+    on that one Deployment."""
+    job = of_kind(production, "Job")["jobq-schedulers-first"]
+    topics = of_kind(production, "Job")["jobq-topics"]
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-upgrade"
+    assert int(annotations["helm.sh/hook-weight"]) > int(
+        topics["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
+    pod = job["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["args"][:2] == ["rollout", "/etc/jobq/rollout/deployment.json"]
+    rendered = json.loads(pod["metadata"]["annotations"]["jobq.io/deployment"])
+    scheduler = of_kind(production, "Deployment")["jobq-scheduler"]
+    assert rendered == scheduler, "the hook must apply exactly what Helm applies after it"
+    (volume,) = pod["spec"]["volumes"]
+    (item,) = volume["downwardAPI"]["items"]
+    assert item["fieldRef"]["fieldPath"] == "metadata.annotations['jobq.io/deployment']"
+    (role,) = of_kind(production, "Role").values()
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments"],
+            "resourceNames": ["jobq-scheduler"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    (binding,) = of_kind(production, "RoleBinding").values()
+    assert binding["subjects"][0]["name"] == pod["spec"]["serviceAccountName"] == "jobq-schedulers-first"
+    for obj in (role, binding, *of_kind(production, "ServiceAccount").values()):
+        if obj["metadata"]["name"] == "jobq-schedulers-first":
+            assert obj["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+            assert int(obj["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+                annotations["helm.sh/hook-weight"]
+            )
+    tokens = [
+        name for name, spec in pods(production) if spec.get("automountServiceAccountToken") is not False
+    ]
+    assert tokens == ["jobq-schedulers-first"], "only the hook calls the Kubernetes API"
+    minimal = render(CHART / "ci" / "minimal.yaml")
+    assert "jobq-schedulers-first" in of_kind(minimal, "Job")
+    off = helm(
+        "template",
+        "jobq",
+        CHART,
+        "-f",
+        CHART / "ci" / "defaults.yaml",
+        "--set",
+        "upgrade.schedulersFirst.enabled=false",
+        "--kube-version",
+        NEWEST_KUBE,
+    ).stdout
+    assert "schedulers-first" not in off
+
+
+def test_helm_test_runs_a_canary_round(production: list[dict[str, Any]]) -> None:
+    (pod,) = of_kind(production, "Pod").values()
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    assert container["args"] == ["canary", "--once"]
+    env = plain_env(container)
+    assert env["JOBQ_CANARY_GATEWAYS"] == "http://jobq-gateway:28080"
+    files = mounted_files(pod["spec"], container)
+    assert files[env["JOBQ_CANARY_TOKEN_FILE"]] == ("jobq-canary", "canary-token"), "the canary's own token"
+    policy = of_kind(production, "NetworkPolicy")["jobq-gateway"]
+    admitted = [
+        p["podSelector"]["matchLabels"]
+        for r in policy["spec"]["ingress"]
+        for p in r.get("from", [])
+        if "podSelector" in p
+    ]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] in {
+        m["app.kubernetes.io/component"] for m in admitted
+    }
+    minimal = render(CHART / "ci" / "minimal.yaml")
+    assert not of_kind(minimal, "Pod"), "no canary: no canary round to test with"
+
+
+def notes(values: Path, tmp_path: Path, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it (`helm template` renders no NOTES: a copy of the chart wraps
+    it in a ConfigMap and renders that)."""
+    chart = tmp_path / "jobq"
+    shutil.copytree(CHART, chart, symlinks=False)
+    (chart / "files" / "NOTES.txt").write_text((chart / "templates" / "NOTES.txt").read_text())
+    wrapper = '{{ tpl (.Files.Get "files/NOTES.txt") . | quote }}'
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: notes}}\ndata:\n  notes: {wrapper}\n"
+    )
+    out = helm(
+        "template", "jobq", chart, "-n", "jobq", "-f", values, *args, "--show-only", "templates/zz-notes.yaml"
+    ).stdout
+    text: str = yaml.safe_load(out)["data"]["notes"]
+    return text
+
+
+def test_notes_say_how_to_reach_the_dashboard_and_sign_in(tmp_path: Path) -> None:
+    text = notes(CHART / "ci" / "defaults.yaml", tmp_path)
+    assert "kubectl --namespace jobq port-forward service/jobq-web 28090:28090" in text
+    assert "http://127.0.0.1:28090/" in text
+    assert "get secret jobq-web -o jsonpath='{.data.web-admin-tokens}' | base64 -d" in text
+    assert "helm test jobq --namespace jobq" in text
+    assert "docs/deploy.md" in text
+    production = notes(CHART / "ci" / "production.yaml", tmp_path / "p")
+    assert "tokens file in Secret jobq-tokens" in production
+    minimal = notes(CHART / "ci" / "minimal.yaml", tmp_path / "m")
+    assert "port-forward" not in minimal, "no dashboard in the minimal install"
+    assert "helm test" not in minimal
 
 
 def test_network_policies_admit_only_what_is_asked(production: list[dict[str, Any]]) -> None:
@@ -386,3 +546,41 @@ def test_network_policies_admit_only_what_is_asked(production: list[dict[str, An
     for component in ("relay", "scheduler", "worker", "dispatcher", "canary"):
         (rule,) = policies[component]["spec"]["ingress"]
         assert rule["ports"] == [{"port": "metrics"}], component
+
+
+def test_configuration_as_code_is_applied_through_the_gateways_after_install_and_upgrade(
+    production: list[dict[str, Any]],
+) -> None:
+    values = yaml.safe_load((CHART / "ci" / "production.yaml").read_text())
+    config_map = of_kind(production, "ConfigMap")["jobq-config"]
+    text = config_map["data"]["jobq.toml"]
+    assert text == values["configAsCode"]["file"]
+    load(text, "production.yaml configAsCode.file")  # the example is a valid file
+    job = of_kind(production, "Job")["jobq-config"]
+    assert set(job["metadata"]["annotations"]["helm.sh/hook"].split(",")) == {"post-install", "post-upgrade"}
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["apply", "--file", "/etc/jobq/config/jobq.toml", "--prune", "--yes"]
+    env = plain_env(container)
+    assert env["JOBQ_URL"] == "http://jobq-gateway:28080", (
+        "this release's gateways: the door's policy applies"
+    )
+    files = mounted_files(pod, container)
+    assert files[env["JOBQ_TOKEN_FILE"]] == ("jobq-admin", "gateway-token"), "the admin role's token, a file"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/jobq/config", True)
+    assert volumes["config"]["configMap"]["name"] == "jobq-config"
+    assert job["spec"]["template"]["metadata"]["annotations"]["jobq.io/config-sha256"]
+    gateway = next(
+        p
+        for p in of_kind(production, "NetworkPolicy").values()
+        if p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    )
+    peers = [f.get("podSelector", {}).get("matchLabels", {}) for f in gateway["spec"]["ingress"][0]["from"]]
+    assert {"app.kubernetes.io/component": "config"}.items() <= next(
+        p for p in peers if p.get("app.kubernetes.io/component") == "config"
+    ).items(), "the hook may reach the gateways"
+    defaults = render(CHART / "ci" / "defaults.yaml")
+    assert "jobq-config" not in of_kind(defaults, "Job"), "off unless asked for"
+    assert not of_kind(defaults, "ConfigMap")

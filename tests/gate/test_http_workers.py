@@ -10,11 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
+from structlog.testing import capture_logs
 
 from jqcore.graphs import Graph
 from jqengine import Engine
 from jqengine.keys import QueueKeys
 from jqruntime.stores.presence import count_alive
+from kafkagate import state
 from kafkagate.app import policy_for
 
 Call = tuple[int, Any]
@@ -255,3 +258,22 @@ async def test_a_graph_node_failed_or_canceled_over_http_moves_its_graph_on(gw: 
     assert (parents["a"]["state"], parents["a"]["error"]) == ("failed", "boom")
     assert (parents["b"]["state"], parents["b"]["error"]) == ("canceled", "not needed")
     assert [p["node"] for p in after["graph"]["fed"][0]] == ["a", "b"], "failures fed as documents"
+
+
+async def test_one_token_notes_a_bounded_number_of_worker_names(
+    gw: Any, engine: Engine, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review M7: a claim names any worker it likes, and each name was a member of the shared presence set
+    for an hour. Now one token notes at most WORKER_NAMES_PER_TOKEN names per process (3 here): past it the
+    claim still works, the name is not noted, and one log line says so (not one per claim)."""
+    monkeypatch.setattr(state, "WORKER_NAMES_PER_TOKEN", 3)
+    names = [f"{prefix}-w{i}" for i in range(6)]
+    with capture_logs() as logs:
+        for name in names:
+            assert await claim(gw, gw.queue, worker=name) == [], "the claim answers whatever the cap"
+    alive = set(await count_alive(engine._client, "http-worker", 60))
+    assert [n in alive for n in names] == [True, True, True, False, False, False]
+    over = [e for e in logs if e["event"].startswith("http worker names of a token over the cap")]
+    assert len(over) == 1, over
+    assert (over[0]["cap"], over[0]["worker"]) == (3, names[3])
+    assert await claim(gw, gw.queue, worker=names[0]) == [], "a name already noted stays noted"

@@ -11,14 +11,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import orjson
+import pytest
 from aiohttp import web
+from pydantic import SecretStr
+from redis.exceptions import MaxConnectionsError
 
 from jqcore.routing import RoutingSettings
-from jqengine import Engine
+from jqcore.settings import RedisSettings
+from jqengine import POOL_HOLDER, Engine, connect
+from jqengine.redisconn import WaitingPool
+from jqruntime.tokens import load_tokens
+from jqstack.manager import Endpoints
 from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.main import GateService
 
 POLLS = 300
+OTHER = "other-team-token-0123456789"
 
 
 async def test_parked_long_polls_leave_every_other_request_answering(
@@ -32,7 +41,7 @@ async def test_parked_long_polls_leave_every_other_request_answering(
 ) -> None:
     """300 long-poll claims parked on an idle queue (more than redis-py's default pool of 100): reads and
     enqueues still answer; the 301st poll is a 429 with Retry-After; a job put in wakes one poll."""
-    service = make_gate(routing_for(make_topic("jobs")), long_polls_max=POLLS)
+    service = make_gate(routing_for(make_topic("jobs")), long_polls_max=POLLS, token_share=1.0)  # one token
     queue = f"{prefix}.idle"
     auth = {"Authorization": f"Bearer {token}"}
     connector = aiohttp.TCPConnector(limit=0)
@@ -107,6 +116,121 @@ async def test_body_budget_refuses_what_does_not_fit_now_and_what_never_fits(
         async with http.post(url, data=small, headers=headers) as r:
             assert r.status == 202, await r.text()
         assert budget_now.used == 0
+
+
+async def test_one_token_parks_at_most_its_share_of_the_long_polls_and_others_still_park(
+    prefix: str,
+    make_topic: Callable[..., str],
+    routing_for: Callable[[str], RoutingSettings],
+    make_gate: Callable[..., GateService],
+    token: str,
+    put: Callable[..., Awaitable[str]],
+    eventually: Callable[..., Awaitable[Any]],
+) -> None:
+    """Review M7: with 4 slots and the default share (half), one token's third parked poll is a 429
+    gateway_busy for it alone; another token's polls still park, and jobs put in wake them."""
+    service = make_gate(routing_for(make_topic("jobs")), long_polls_max=4, tokens=[token, OTHER])
+    queue = f"{prefix}.idle"
+    connector = aiohttp.TCPConnector(limit=0)
+    async with service, aiohttp.ClientSession(connector=connector) as http:
+
+        async def claim(secret: str) -> tuple[int, Any, Any]:
+            body, auth = {"n": 1, "wait_ms": 5000}, {"Authorization": f"Bearer {secret}"}
+            async with http.post(f"{service.url}/v1/queues/{queue}/claims", json=body, headers=auth) as r:
+                return r.status, await r.json(), r.headers
+
+        polls = service.gate.long_polls
+        greedy = [asyncio.create_task(claim(token)) for _ in range(2)]
+        await eventually(lambda: polls.parked, lambda n: n == 2, timeout_s=20)
+        status, body, headers = await claim(token)
+        assert (status, body["error"]["code"], headers["Retry-After"]) == (429, "gateway_busy", "1"), body
+        assert "for one token" in body["error"]["limit"]
+        modest = asyncio.create_task(claim(OTHER))
+        await eventually(lambda: polls.parked, lambda n: n == 3, timeout_s=20)
+        job_id = await put(queue)
+        await put(queue)
+        await put(queue)
+        answers = await asyncio.gather(*greedy, modest)
+        assert [s for s, _, _ in answers] == [200, 200, 200], answers
+        assert job_id in [j["id"] for _, b, _ in answers for j in b["jobs"]]
+        assert polls.parked == 0
+
+
+async def test_one_token_holds_at_most_its_share_of_the_body_budget_over_http(
+    prefix: str,
+    make_topic: Callable[..., str],
+    routing_for: Callable[[str], RoutingSettings],
+    make_gate: Callable[..., GateService],
+    token: str,
+) -> None:
+    """Review M7: bodies of one token in flight stop at its share of the process's budget (429 for it
+    alone); another token's body still fits; a body larger than a token's share can never fit (413)."""
+    budget = 2 * 1024 * 1024
+    service = make_gate(routing_for(make_topic("jobs")), inflight_body_bytes=budget, tokens=[token, OTHER])
+    async with service, aiohttp.ClientSession() as http:
+        url, small = f"{service.url}/v1/queues/{prefix}.q/jobs", {"kind": "k", "args": "y" * 5000}
+
+        async def enqueue(secret: str, doc: Any) -> tuple[int, Any]:
+            headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+            async with http.post(url, data=io.BytesIO(orjson.dumps(doc)), headers=headers) as r:
+                return r.status, await r.json()
+
+        held = held_budget(service)
+        greedy = token_name(token)
+        held.take(budget // 2 - 1000, greedy)  # the token's other bodies, being handled
+        try:
+            status, body = await enqueue(token, small)
+            assert (status, body["error"]["code"]) == (429, "gateway_busy"), body
+            assert "for one token" in body["error"]["limit"]
+            status, body = await enqueue(OTHER, small)
+            assert status == 202, body
+        finally:
+            held.give(budget // 2 - 1000, greedy)
+        status, body = await enqueue(token, small)
+        assert status == 202, body
+        big = {"kind": "k", "args": "z" * (budget // 2 + 10)}
+        status, body = await enqueue(OTHER, big)
+        assert (status, body["error"]["code"]) == (413, "body_too_large"), body
+        assert held.used == 0
+
+
+async def test_one_holder_takes_at_most_its_share_of_the_redis_pool(endpoints: Endpoints) -> None:
+    """Review M7: the gateway's requests share one pool (JOBQ_GATE_REDIS_CONNECTIONS); a token holding its
+    share (POOL_HOLDER) waits for one of its own and then gets MaxConnectionsError (the gateway's 429
+    gateway_busy), while another token still gets a connection at once."""
+    client = connect(
+        RedisSettings(url=endpoints.redis_url or ""), max_connections=4, wait_s=0.3, holder_max=2
+    )
+    pool = client.connection_pool
+    assert isinstance(pool, WaitingPool)
+    try:
+
+        async def take(holder: str | None) -> Any:
+            POOL_HOLDER.set(holder)  # (this task's own context)
+            return await pool.get_connection()
+
+        first = [await asyncio.create_task(take("greedy")) for _ in range(2)]
+        assert pool.held_by("greedy") == 2
+        with pytest.raises(MaxConnectionsError, match="its share of 2"):
+            await asyncio.create_task(take("greedy"))
+        other = await asyncio.create_task(take("modest"))
+        assert pool.held_by("modest") == 1
+        waiting = asyncio.create_task(take("greedy"))
+        await pool.release(first[0])  # one of its own comes back: the waiting command gets it
+        again = await waiting
+        assert pool.held_by("greedy") == 2
+        unlimited = await asyncio.create_task(take(None))  # nobody's: only the pool's own limit
+        for connection in (first[1], other, again, unlimited):
+            await pool.release(connection)
+        assert (pool.held_by("greedy"), pool.held_by("modest")) == (0, 0)
+    finally:
+        await client.aclose()
+
+
+def token_name(secret: str) -> str:
+    found = load_tokens(gate=[SecretStr(secret)]).match(secret)
+    assert found is not None
+    return found.name
 
 
 def held_budget(service: GateService) -> BodyBudget:

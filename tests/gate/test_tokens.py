@@ -58,7 +58,9 @@ async def gate(
 async def call(url: str, secret: str, method: str, path: str, **kw: Any) -> tuple[int, Any, Any]:
     async with (
         aiohttp.ClientSession() as http,
-        http.request(method, url + path, headers={"Authorization": f"Bearer {secret}"}, **kw) as r,
+        http.request(
+            method, url + path, headers={"Authorization": f"Bearer {secret}", **kw.pop("headers", {})}, **kw
+        ) as r,
     ):
         body = await r.json() if r.content_type == "application/json" else await r.text()
         return r.status, body, r.headers
@@ -170,3 +172,32 @@ async def test_sighup_reloads_the_tokens_file_and_a_bad_file_keeps_the_old_ones(
     path.write_text(tokens_file(prefix, viewer).replace('scopes = ["read"]', 'scopes = ["root"]'))
     assert not service.reload_tokens(), "a bad file is not taken"
     assert (await call(service.url, VIEWER, "GET", "/v1/queues"))[0] == 200, "the old tokens stay in force"
+
+
+async def test_bearer_guesses_are_throttled_per_client_address_before_any_match(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_gate: Callable[..., GateService],
+    token: str,
+) -> None:
+    """Review M6: a wrong ``Authorization: Bearer`` could be tried at the gateway's speed. Now each one spends
+    a failure of the client's address (``JOBQ_GATE_AUTH_FAILURES``, in-process); with none left, that
+    address gets 429 ``auth_throttled`` with Retry-After before any token is compared (even a valid one),
+    while other clients — told apart behind a trusted proxy by ``X-Forwarded-For`` — are served."""
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=make_topic("jobs"))], default_topic="")
+    async with make_gate(routing, auth_failures="3/min", trusted_proxies=["127.0.0.1"]) as service:
+        guesser, other = {"X-Forwarded-For": "198.51.100.7"}, {"X-Forwarded-For": "198.51.100.8"}
+        for i in range(3):
+            status, body, _ = await call(service.url, f"guess-{i}", "GET", "/v1/queues", headers=guesser)
+            assert (status, body["error"]["code"]) == (401, "token_invalid")
+        status, body, headers = await call(service.url, token, "GET", "/v1/queues", headers=guesser)
+        assert (status, body["error"]["code"]) == (429, "auth_throttled"), body
+        assert 1 <= int(headers["Retry-After"]) <= 20, "3/min: one more guess within 20 s"
+        assert headers["Retry-After"] == str(body["error"]["retry_after_s"])
+        status, body, _ = await call(service.url, token, "GET", "/v1/queues", headers=other)
+        assert status == 200, body
+        status, body, _ = await call(service.url, "no-such-token", "GET", "/v1/queues", headers=other)
+        assert status == 401, "another client's guesses are its own"
+        spoofed = {"X-Forwarded-For": "192.0.2.1, 198.51.100.7"}  # the guesser wrote a first hop of its own
+        status, body, _ = await call(service.url, token, "GET", "/v1/queues", headers=spoofed)
+        assert (status, body["error"]["code"]) == (429, "auth_throttled"), "the hop the proxy added counts"

@@ -1,7 +1,11 @@
-"""The gateway's own limits as pure logic: a batch counted before its jobs are parsed, the body budget;
-and a Redis outage's answer, which names no internals."""
+"""The gateway's own limits as pure logic: a batch counted before its jobs are parsed, the body budget,
+each token's share of the body budget and of the long-poll slots; and a Redis outage's answer, which names
+no internals."""
 
 from __future__ import annotations
+
+import contextlib
+from typing import Any, cast
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -11,6 +15,7 @@ from jqcore.errors import BackendUnavailable
 from jqruntime.http import HttpError
 from kafkagate.enqueue import parse_jobs
 from kafkagate.limits import BodyBudget
+from kafkagate.longpoll import LongPolls
 from kafkagate.requests import REDIS_UNREACHABLE, engine_call
 
 
@@ -41,6 +46,50 @@ def test_the_body_budget_refuses_busy_with_retry_after_and_never_fitting_with_41
     assert never.value.headers == {}
     budget.give(held)
     assert budget.take(100) == 100
+
+
+def test_one_token_holds_at_most_its_share_of_the_body_budget() -> None:
+    """Review M7: bodies of one token stop at its share; another token's still fit; the total still holds."""
+    budget = BodyBudget(100, per_holder=50)
+    held = budget.take(40, "greedy")
+    with pytest.raises(HttpError) as busy:
+        budget.take(20, "greedy")
+    assert (busy.value.status, busy.value.code) == (429, "gateway_busy")
+    assert "for one token" in busy.value.details["limit"]
+    assert budget.take(50, "modest") == 50, "another token gets in"
+    with pytest.raises(HttpError) as full:
+        budget.take(20, "third")
+    assert "for one token" not in full.value.details["limit"], "the process's own budget is full"
+    with pytest.raises(HttpError) as never:
+        budget.take(51, "fresh")
+    assert (never.value.status, never.value.code) == (413, "body_too_large"), (
+        "over a token's share: never fits"
+    )
+    budget.give(held, "greedy")
+    budget.give(50, "modest")
+    assert (budget.used, budget.held_by("greedy"), budget.held_by("modest")) == (0, 0, 0)
+    assert budget.take(50, "greedy") == 50
+
+
+def test_one_token_parks_at_most_its_share_of_the_long_polls() -> None:
+    """Review M7: 1000 parked polls of one token took the process from every other team."""
+    polls = LongPolls(cast(Any, None), cap=4, per_token=2)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(polls.slot("greedy"))
+        stack.enter_context(polls.slot("greedy"))
+        with pytest.raises(HttpError) as busy, polls.slot("greedy"):
+            pass
+        assert (busy.value.status, busy.value.code) == (429, "gateway_busy")
+        assert "for one token" in busy.value.details["limit"]
+        stack.enter_context(polls.slot("modest"))
+        stack.enter_context(polls.slot("modest"))
+        assert (polls.parked, polls.parked_by("greedy"), polls.parked_by("modest")) == (4, 2, 2)
+        with pytest.raises(HttpError) as full, polls.slot("third"):
+            pass
+        assert "JOBQ_GATE_LONG_POLLS_MAX" in full.value.details["limit"]
+    assert (polls.parked, polls.parked_by("greedy")) == (0, 0)
+    with polls.slot("greedy"):
+        assert polls.parked_by("greedy") == 1
 
 
 @pytest.mark.parametrize(

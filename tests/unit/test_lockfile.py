@@ -61,7 +61,7 @@ def test_pins_take_the_extras_an_extra_names_of_the_project_itself() -> None:
     wanted = ["aiohttp==3.14.5", "typing_extensions==4.16.0", "redis==8.1.0"]
     assert pins(project, SMALL_LOCK, ["dev"]) == wanted
     assert pins(PYPROJECT, LOCK, ["all"]) == pins(
-        PYPROJECT, LOCK, ["server", "web", "history", "tracing", "tui", "spark", "django"]
+        PYPROJECT, LOCK, ["server", "web", "history", "tracing", "tui", "spark", "django", "local"]
     )
 
 

@@ -3,20 +3,25 @@ matching, rate buckets and reload."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
+from jqcore.buckets import Buckets
 from jqcore.errors import ConfigError
 from jqruntime.tokens import (
+    MIN_SECRET_CHARS,
+    SCOPES,
     Bucket,
     Rate,
     Token,
     TokenSettings,
     TokenSource,
     digest,
+    generation,
     hash_line,
     load_tokens,
     retry_after,
@@ -171,6 +176,77 @@ def test_the_environment_lists_map_into_the_same_model() -> None:
     assert "t0p" not in err.value.message
 
 
+def test_the_gateway_list_takes_a_rate_after_at_and_never_echoes_a_bad_one() -> None:
+    """Review M7: a rate is expressible in JOBQ_GATE_TOKENS (and so in an environment-only install)."""
+    tokens = load_tokens(
+        gate=[
+            SecretStr("app-0123456789abcdefghij:enqueue+read@200/s"),
+            SecretStr("all-0123456789abcdefghij:@10/min"),
+            SecretStr("free-0123456789abcdefghi:read"),
+        ]
+    )
+    app, every, free = (
+        tokens.match(s)
+        for s in ("app-0123456789abcdefghij", "all-0123456789abcdefghij", "free-0123456789abcdefghi")
+    )
+    assert app is not None
+    assert (app.scopes, app.rate) == ({"enqueue", "read"}, Rate(200, 1.0))
+    assert every is not None
+    assert (every.scopes, every.rate) == (set(SCOPES), Rate(10, 60.0))
+    assert free is not None
+    assert free.rate is None, "an environment token has only the rate it names"
+    with pytest.raises(ConfigError, match="entry #2 of 2: the text after '@' is no rate") as err:
+        load_tokens(gate=[SecretStr("a:read"), SecretStr("t0p-secret:read@s3cr/et")])
+    assert "t0p" not in err.value.message
+    assert "s3cr" not in err.value.message
+
+
+def test_a_file_token_without_a_rate_gets_the_default_rate(tmp_path: Path) -> None:
+    """Review M7: file tokens are rate-limited unless told otherwise (JOBQ_TOKENS_DEFAULT_RATE)."""
+    settings = write(tmp_path, billing())
+    token = load_tokens(settings).match(SECRET)
+    assert token is not None
+    assert token.rate == Rate(1000, 1.0)
+    assert settings.file is not None
+    slow = TokenSettings(file=settings.file, default_rate="50/min")
+    assert load_tokens(slow).match(SECRET) == dataclasses.replace(token, rate=Rate(50, 60.0))
+    off = TokenSettings(file=settings.file, default_rate="off")
+    unlimited = load_tokens(off).match(SECRET)
+    assert unlimited is not None
+    assert unlimited.rate is None
+    own = load_tokens(write(tmp_path, billing('rate = "off"'))).match(SECRET)
+    assert own is not None
+    assert own.rate is None, "a token's own rate = 'off' wins over the default"
+    with pytest.raises(ValueError, match="no rate"):
+        TokenSettings(default_rate="fast")
+
+
+def test_a_server_off_loopback_refuses_short_secrets_it_can_measure(tmp_path: Path) -> None:
+    """Review M8 re-check: the servers accepted any length; now one listening off loopback refuses a secret
+    under MIN_SECRET_CHARS in the environment lists or as a plaintext secret of the file (naming the list and
+    the entry, never the secret); loopback and tools (no host) still take them."""
+    short = "x" * (MIN_SECRET_CHARS - 1)
+    cases = [
+        ({"gate": [SecretStr(f"{short}:read")]}, "JOBQ_GATE_TOKENS: entry #1 of 1"),
+        ({"web_read": [SecretStr(f"viewer:{short}")]}, "JOBQ_WEB_READ_TOKENS: token 'viewer'"),
+        ({"web_admin": [SecretStr("a" * 30), SecretStr(short)]}, "JOBQ_WEB_ADMIN_TOKENS: entry #2 of 2"),
+    ]
+    for lists, named in cases:
+        for host in ("0.0.0.0", "10.0.0.7"):
+            with pytest.raises(ConfigError, match=f"{named}: shorter than {MIN_SECRET_CHARS}") as err:
+                load_tokens(**lists, host=host)
+            assert short not in err.value.message
+        assert len(load_tokens(**lists, host="127.0.0.1")) >= 1
+        assert len(load_tokens(**lists)) >= 1
+    assert load_tokens(gate=[SecretStr("y" * MIN_SECRET_CHARS)], host="0.0.0.0").match("y" * 20) is not None
+    text = billing().replace(f'sha256 = "{digest(SECRET).hex()}"', f'secret = "{short}"')
+    plain = TokenSettings(file=write(tmp_path, text).file, allow_plaintext=True)
+    with pytest.raises(ConfigError, match="token 'billing-app': secret: shorter than") as err:
+        load_tokens(plain, host="0.0.0.0")
+    assert short not in err.value.message
+    assert load_tokens(plain, host="127.0.0.1").match(short) is not None
+
+
 def test_a_bad_gate_token_entry_is_named_by_position_never_by_its_text() -> None:
     """What follows the ':' of a JOBQ_GATE_TOKENS entry may be the rest of a secret holding a colon
     (security review L4): the error names the entry's position only."""
@@ -215,6 +291,24 @@ def test_a_bucket_allows_a_burst_then_refills_at_the_rate() -> None:
     assert retry_after(5.2) == "6"
 
 
+def test_buckets_per_key_peek_without_spending_and_forget_the_oldest_key() -> None:
+    """The gateway's failed-token throttle (review M6): one bucket per client address, bounded."""
+    buckets = Buckets(Rate(2, 10.0), max_keys=3)
+    assert buckets.wait_s("a", 0.0) == 0.0
+    assert len(buckets) == 0, "asking spends nothing and remembers nothing"
+    assert [buckets.take("a", 0.0), buckets.take("a", 0.0)] == [0.0, 0.0]
+    assert buckets.wait_s("a", 0.0) == pytest.approx(5.0)
+    assert buckets.wait_s("a", 0.0) == pytest.approx(5.0), "still nothing spent"
+    assert buckets.wait_s("b", 0.0) == 0.0, "another key has its own"
+    assert buckets.wait_s("a", 5.0) == 0.0
+    for key in ("b", "c", "d"):
+        buckets.take(key, 5.0)
+    assert len(buckets) == 3
+    assert buckets.wait_s("a", 5.0) == 0.0, "the least recently used key was forgotten (starts full)"
+    assert buckets.wait_s("b", 100.0) == 0.0
+    assert len(buckets) == 2, "a key whose bucket is full again is forgotten"
+
+
 def test_the_source_throttles_per_token_and_resets_a_bucket_whose_rate_changed(tmp_path: Path) -> None:
     settings = write(tmp_path, billing('rate = "2/s"'))
     source = TokenSource(settings)
@@ -257,6 +351,22 @@ def test_reload_swaps_the_whole_set_and_keeps_the_old_one_on_a_bad_file(
     assert source.current is good
 
 
+def test_a_tokens_generation_changes_with_its_secret_and_nothing_else(tmp_path: Path) -> None:
+    """What a dashboard session keeps (review M5): a one-way tag of the digest, not the digest."""
+    settings = write(tmp_path, billing())
+    first = load_tokens(settings).generation_of("billing-app")
+    assert first == generation(digest(SECRET))
+    assert first is not None
+    assert len(first) == 16
+    assert first not in digest(SECRET).hex()
+    assert load_tokens(settings).generation_of("nobody") is None
+    assert settings.file is not None
+    settings.file.write_text(billing('kinds = ["invoice.*"]').replace("billing.*", "ledger.*"))
+    assert load_tokens(settings).generation_of("billing-app") == first, "same secret, same generation"
+    settings.file.write_text(billing().replace(digest(SECRET).hex(), digest("rotated-0123456789").hex()))
+    assert load_tokens(settings).generation_of("billing-app") not in (None, first)
+
+
 def test_hash_line_is_what_the_file_takes(tmp_path: Path) -> None:
     line = hash_line(SECRET)
     assert line == f'sha256 = "{digest(SECRET).hex()}"'
@@ -275,4 +385,4 @@ def test_jobq_tokens_hash_prints_the_line_never_the_secret() -> None:
     assert SECRET not in result.output
     short = CliRunner().invoke(app, ["tokens", "hash"], input="abc\n")
     assert short.exit_code == 2
-    assert "at least 16 characters" in short.output
+    assert "at least 20 characters" in short.output

@@ -112,3 +112,134 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOBQ_TRACE_SAMPLE_RATIO", "2")
     with pytest.raises(ConfigError, match="JOBQ_TRACE_SAMPLE_RATIO"):
         load(TraceSettings)
+
+
+def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in os.environ:
+        if name.startswith(("JOBQ_TRACE_", "OTEL_")):
+            monkeypatch.delenv(name)
+
+
+def test_opentelemetrys_standard_variables_come_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OTEL_*`` are read first; jobq's ``JOBQ_TRACE_*`` names stay as aliases."""
+    _clean(monkeypatch)
+    monkeypatch.setenv("JOBQ_TRACE_OTLP_ENDPOINT", "http://old:4318")
+    monkeypatch.setenv("JOBQ_TRACE_SERVICE_NAME", "old-name")
+    monkeypatch.setenv("JOBQ_TRACE_SAMPLE_RATIO", "0.5")
+    old = load(TraceSettings)
+    assert (old.otlp_endpoint, old.service_name, old.sampler, old.ratio, old.parent_based) == (
+        "http://old:4318",
+        "old-name",
+        "parentbased_traceidratio",  # jobq's default: a ratio for new traces, parents decide for the rest
+        0.5,
+        True,
+    )
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "billing-worker")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.1")
+    new = load(TraceSettings)
+    assert (new.otlp_endpoint, new.service_name, new.ratio, new.parent_based, new.enabled) == (
+        "https://collector:4318",
+        "billing-worker",
+        0.1,
+        False,
+        True,
+    )
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert not load(TraceSettings).enabled
+
+
+@pytest.mark.parametrize(
+    ("sampler", "ratio", "parent_based"),
+    [
+        ("always_on", 1.0, False),
+        ("always_off", 0.0, False),
+        ("traceidratio", 0.25, False),
+        ("parentbased_always_on", 1.0, True),
+        ("parentbased_always_off", 0.0, True),
+        ("parentbased_traceidratio", 0.25, True),
+    ],
+)
+def test_each_sampler_maps_to_a_ratio_and_a_parent_rule(
+    monkeypatch: pytest.MonkeyPatch, sampler: str, ratio: float, parent_based: bool
+) -> None:
+    _clean(monkeypatch)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")  # only the ratio samplers read it
+    settings = load(TraceSettings)
+    assert (settings.ratio, settings.parent_based) == (ratio, parent_based)
+
+
+def test_bad_otel_values_are_named_by_the_variable_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clean(monkeypatch)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "jaeger_remote")  # a remote sampler: not runnable here
+    with pytest.raises(ConfigError, match="OTEL_TRACES_SAMPLER: Input should be"):
+        load(TraceSettings)
+    _clean(monkeypatch)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "half")
+    with pytest.raises(ConfigError, match="OTEL_TRACES_SAMPLER_ARG: Input should be a valid number"):
+        load(TraceSettings)
+    _clean(monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_ENDPOINT: Value error"):
+        load(TraceSettings)
+
+
+def test_a_sampler_not_parent_based_decides_for_children_too() -> None:
+    from opentelemetry.context import Context
+
+    recorded = tracing._context_of(CLIENT_TRACE)
+    assert recorded is not None
+    off = tracing._new_provider("unit", 0.0, parent_based=False)  # OTEL_TRACES_SAMPLER=always_off
+    parented_off = tracing._new_provider("unit", 0.0)  # parentbased_always_off
+    try:
+        assert not off.get_tracer("u").start_span("child", context=tracing._under(recorded)).is_recording()
+        assert not off.get_tracer("u").start_span("root", context=Context()).is_recording()
+        child = parented_off.get_tracer("u").start_span("child", context=tracing._under(recorded))
+        assert child.is_recording()
+    finally:
+        off.shutdown()
+        parented_off.shutdown()
+
+
+def test_the_propagator_keeps_tracestate() -> None:
+    """Contexts are read and written by OpenTelemetry's W3C propagator on a dict carrier: a vendor's
+    ``tracestate`` survives the round trip (the hand-written traceparent dropped it)."""
+    ctx = tracing._context_of(CLIENT_TRACE, "vendor=opaque,other=x1")
+    assert ctx is not None
+    assert dict(ctx.trace_state) == {"vendor": "opaque", "other": "x1"}
+    assert tracing.carrier(ctx) == {"traceparent": CLIENT_TRACE, "tracestate": "vendor=opaque,other=x1"}
+    assert tracing.carrier(tracing._context_of(CLIENT_TRACE) or ctx) == {"traceparent": CLIENT_TRACE}
+    assert tracing._context_of("ff" + CLIENT_TRACE[2:]) is None  # version ff is invalid
+    assert tracing._context_of(CLIENT_TRACE, "not a tracestate") is not None  # a bad tracestate is dropped
+
+
+def test_the_gateways_span_keeps_the_requests_tracestate() -> None:
+    """In a fresh interpreter (the provider is process-wide): the `send` span of a request carrying
+    ``traceparent`` and ``tracestate`` is the request's child and carries its tracestate."""
+    script = textwrap.dedent(
+        f"""
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from jqcore.envelope import new_envelope
+        from jqcore.settings import TraceSettings, load
+        from jqruntime import tracing
+
+        exporter = InMemorySpanExporter()
+        assert tracing.setup_tracing("kafkagate", load(TraceSettings), exporter)
+        headers = {{"traceparent": "{CLIENT_TRACE}", "tracestate": "vendor=opaque"}}
+        with tracing.enqueue_spans(headers) as spans:
+            stamped = spans.stamp(new_envelope("q", "k", None))
+        (span,) = exporter.get_finished_spans()
+        assert span.parent.span_id == 0xB7AD6B7169203331, span.parent
+        assert dict(span.context.trace_state) == {{"vendor": "opaque"}}
+        assert stamped.trace == tracing.traceparent(span.context)  # the envelope: traceparent only
+        print("ok")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBQ_TRACE_", "OTEL_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("ok"), done.stdout

@@ -4,8 +4,10 @@ selects (``jqweb/redirect.py``, ``jqweb/sessions.py``)."""
 from __future__ import annotations
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
 from jqweb.redirect import safe_next
+from jqweb.security import COOKIE, SECURE_COOKIE, cookie_name, session_id
 from jqweb.sessions import Session, expires_in_ms, ref_of, select
 
 NASTY = [
@@ -80,3 +82,26 @@ def test_revoke_selects_by_token_name_ref_prefix_or_all() -> None:
     assert len(select(sessions, None)) == 3
     assert ref_of("one") != "one"
     assert len(a) == 64
+
+
+@pytest.mark.parametrize(
+    ("host", "secure_setting", "sent", "read"),
+    [
+        ("127.0.0.1:8080", False, COOKIE, True),  # plain http on loopback: the cookie set there
+        ("localhost", False, COOKIE, True),
+        ("[::1]:8080", False, COOKIE, True),
+        ("dash.example.com", False, COOKIE, False),  # review L3: a sibling subdomain's planted cookie
+        ("10.0.0.5:8080", False, COOKIE, False),
+        ("127.0.0.1:8080", True, COOKIE, False),  # JOBQ_WEB_SECURE_COOKIE: only __Host- is ever set
+        ("dash.example.com", False, SECURE_COOKIE, True),
+        ("127.0.0.1:8080", False, SECURE_COOKIE, True),
+        ("127.0.0.1:8080", True, SECURE_COOKIE, True),
+    ],
+)
+def test_the_plain_cookie_is_read_only_where_it_is_the_one_set(
+    host: str, secure_setting: bool, sent: str, read: bool
+) -> None:
+    request = make_mocked_request("GET", "/", headers={"Host": host, "Cookie": f"{sent}=sid-1"})
+    assert session_id(request, secure_setting) == ("sid-1" if read else "")
+    if sent == COOKIE:
+        assert (cookie_name(request, secure_setting)[0] == COOKIE) == read, "the rule that sets it"

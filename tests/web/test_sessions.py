@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,11 +18,12 @@ from pydantic import SecretStr
 from yarl import URL
 
 from jqcore.envelope import new_envelope
-from jqcore.keys import login_failures_key, web_session_key
+from jqcore.keys import LOGIN_FAILURES_ALL_KEY, login_failures_key, web_session_key
 from jqcore.settings import AuditSettings, RedisSettings, load
 from jqengine import connect
+from jqruntime.tokens import hash_line, reload_all
 from jqweb.main import WebService
-from jqweb.sessions import SessionStore, ref_of, select
+from jqweb.sessions import SessionStore, prefix_tag, ref_of, select
 from jqweb.settings import WebSettings
 
 from .conftest import ADMIN, READ
@@ -136,6 +138,59 @@ async def test_revoked_expired_and_orphaned_sessions_are_refused(dash: Any, even
         await redis.aclose()
 
 
+async def test_a_session_ends_when_its_tokens_secret_is_rotated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, web_sources: Any
+) -> None:
+    """Review M5: the operator replaces ``alice``'s ``sha256`` in the tokens file and reloads; a session
+    signed in with the old secret ends at its next request (401 ``session_invalid``, deleted), while a reload
+    that keeps the secret (another field changed) keeps it."""
+    old, new = "alice-old-secret-0123456789", "alice-new-secret-0123456789"
+
+    def alice(secret: str, scopes: str) -> str:
+        return f'[[token]]\nname = "alice"\n{hash_line(secret)}\nscopes = [{scopes}]\n'
+
+    path = tmp_path / "tokens.toml"
+    path.write_text(alice(old, '"read", "admin"'))
+    monkeypatch.setenv("JOBQ_TOKENS_FILE", str(path))
+    redis = connect(web_sources.redis)
+    jar = aiohttp.CookieJar(unsafe=True)
+    browser = {"Sec-Fetch-Site": "same-origin", "Accept": "application/json"}
+    try:
+        async with (
+            WebService(WebSettings(port=0), web_sources) as service,
+            aiohttp.ClientSession(cookie_jar=jar) as s,
+        ):
+
+            async def page() -> tuple[int, str | None]:
+                async with s.get(f"{service.url}/audit", headers=browser) as r:
+                    body = orjson.loads(await r.read())
+                    return r.status, body.get("error", {}).get("code") if r.status >= 400 else None
+
+            async def sign_in(secret: str) -> str:
+                async with s.post(
+                    f"{service.url}/login", data={"token": secret}, headers=browser, allow_redirects=False
+                ) as r:
+                    assert r.status == 303, await r.text()
+                found = jar.filter_cookies(URL(service.url)).get("jobq_session")
+                assert found is not None
+                return found.value
+
+            sid = await sign_in(old)
+            assert await page() == (200, None)
+            path.write_text(alice(old, '"read"'))  # the same secret, another scope: the session stays
+            reload_all()  # (every token source of this process; ours reads the file again)
+            assert await page() == (200, None)
+
+            path.write_text(alice(new, '"read", "admin"'))  # the secret rotated
+            reload_all()
+            assert await page() == (401, "session_invalid")
+            assert not await redis.exists(web_session_key(ref_of(sid))), "the session is deleted"
+            _ = await sign_in(new)
+            assert await page() == (200, None)
+    finally:
+        await redis.aclose()
+
+
 async def test_sign_in_never_redirects_off_the_dashboard(dash: Any) -> None:
     """Over HTTP, the nasty targets of ``tests/unit/test_web_sessions.py`` that matter most."""
     for nasty in (
@@ -159,31 +214,153 @@ async def test_a_page_named_like_an_open_route_needs_a_session(dash: Any) -> Non
         assert (r.status, r.headers["Location"]) == (303, f"/login?next={path}"), path
 
 
-async def test_failed_sign_ins_are_throttled_per_address_and_audited(web_sources: Any, prefix: str) -> None:
-    settings = WebSettings(
-        port=0, read_tokens=[SecretStr(f"viewer:{READ}")], login_failures=3, login_window_s=60
-    )
+@pytest.fixture
+async def no_failures(web_sources: Any) -> AsyncIterator[Any]:
+    """The session's Redis with no failed-match counters (other tests' from this address, the global
+    budget), and none left behind: a Redis client for the test."""
     redis = connect(web_sources.redis)
-    await redis.delete(login_failures_key("127.0.0.1"))  # other tests' failures from this address
-    jar = aiohttp.CookieJar(unsafe=True)
-    headers = {"Sec-Fetch-Site": "same-origin", "Accept": "text/html"}
+
+    async def clear() -> None:
+        keys = [k async for k in redis.scan_iter(match="jobq:web:login-failures*", count=1000)]
+        if keys:
+            await redis.delete(*keys)
+
+    await clear()
     try:
-        async with WebService(settings, web_sources) as service, aiohttp.ClientSession(cookie_jar=jar) as s:
-            wrong = {"token": f"{prefix}-wrong"}
-            for _ in range(3):
-                async with s.post(f"{service.url}/login", data=wrong, headers=headers) as r:
-                    assert r.status == 401
-            async with s.post(f"{service.url}/login", data={"token": READ}, headers=headers) as r:
-                assert r.status == 429  # even the right token: no guess is compared past the limit
-                assert r.headers["X-Jobq-Error"] == "login_throttled"
-                assert 1 <= int(r.headers["Retry-After"]) <= 60
-        rows = await redis.xrevrange("jobq:audit", count=50)
-        failures = [f for _, f in rows if f[b"action"] == b"session.login" and f[b"who"] == b"anonymous"]
-        assert len(failures) >= 3
-        assert failures[0][b"outcome"].startswith(b"token_invalid")
+        yield redis
     finally:
-        await redis.delete(login_failures_key("127.0.0.1"))
+        await clear()
         await redis.aclose()
+
+
+HTML_FORM = {"Sec-Fetch-Site": "same-origin", "Accept": "text/html"}
+
+
+async def _sign_in(s: aiohttp.ClientSession, url: str, secret: str, **headers: str) -> aiohttp.ClientResponse:
+    async with s.post(
+        f"{url}/login", data={"token": secret}, headers={**HTML_FORM, **headers}, allow_redirects=False
+    ) as r:
+        await r.read()
+        return r
+
+
+async def test_failed_sign_ins_are_throttled_per_address_and_token_prefix_and_audited(
+    web_sources: Any, no_failures: Any
+) -> None:
+    """Review M6: past ``login_failures`` from one address with one token prefix, a sign-in with that prefix
+    waits (even the right token: nothing is compared); a token of another prefix from the same address (a
+    colleague behind the same proxy) still signs in; ``X-Forwarded-For`` from an untrusted peer changes
+    nothing."""
+    settings = WebSettings(
+        port=0,
+        read_tokens=[SecretStr(f"viewer:{READ}")],
+        admin_tokens=[SecretStr(f"admin:{ADMIN}")],
+        login_failures=3,
+        login_window_s=60,
+    )
+    redis = no_failures
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with WebService(settings, web_sources) as service, aiohttp.ClientSession(cookie_jar=jar) as s:
+        for i in range(3):  # guesses that share the viewer token's first characters
+            assert (await _sign_in(s, service.url, f"{READ[:6]}-wrong-{i}")).status == 401
+        throttled = await _sign_in(s, service.url, READ)
+        assert throttled.status == 429  # even the right token: no guess is compared past the limit
+        assert throttled.headers["X-Jobq-Error"] == "login_throttled"
+        assert 1 <= int(throttled.headers["Retry-After"]) <= 60
+        spoofed = await _sign_in(s, service.url, READ, **{"X-Forwarded-For": "203.0.113.9"})
+        assert spoofed.status == 429, "no trusted proxy: the header is the client's own words"
+        assert (await _sign_in(s, service.url, ADMIN)).status == 303, "another prefix is not locked out"
+    rows = await redis.xrevrange("jobq:audit", count=50)
+    failures = [f for _, f in rows if f[b"action"] == b"session.login" and f[b"who"] == b"anonymous"]
+    assert len(failures) >= 3
+    assert failures[0][b"outcome"].startswith(b"token_invalid")
+    assert await redis.get(login_failures_key("127.0.0.1", prefix_tag(READ))) == b"3"
+    assert READ[:6].encode() not in b" ".join([k async for k in redis.scan_iter(match="jobq:web:login-*")])
+
+
+async def test_behind_a_trusted_proxy_the_forwarded_client_is_throttled_not_the_proxy(
+    web_sources: Any, no_failures: Any
+) -> None:
+    """Review M6: with ``JOBQ_WEB_TRUSTED_PROXIES`` naming the proxy (here the test's own 127.0.0.1), the
+    client is the nearest ``X-Forwarded-For`` hop the proxy did not add: one client's failures throttle that
+    client, not everyone behind the proxy; what a client writes left of it is not believed."""
+    settings = WebSettings(
+        port=0,
+        read_tokens=[SecretStr(f"viewer:{READ}")],
+        login_failures=2,
+        trusted_proxies=["127.0.0.0/8"],
+    )
+    redis = no_failures
+    async with WebService(settings, web_sources) as service, aiohttp.ClientSession() as s:
+        guesser = {"X-Forwarded-For": "198.51.100.23"}
+        for i in range(2):
+            assert (await _sign_in(s, service.url, f"{READ[:6]}-guess-{i}", **guesser)).status == 401
+        assert (await _sign_in(s, service.url, READ, **guesser)).status == 429
+        lying = {"X-Forwarded-For": "192.0.2.1, 198.51.100.23"}  # the client wrote the first hop
+        assert (await _sign_in(s, service.url, READ, **lying)).status == 429
+        colleague = {"X-Forwarded-For": "198.51.100.24, 127.0.0.1"}  # through two trusted proxies
+        assert (await _sign_in(s, service.url, READ, **colleague)).status == 303
+    assert await redis.get(login_failures_key("198.51.100.23", prefix_tag(READ))) == b"2"
+    assert not await redis.exists(login_failures_key("127.0.0.1", prefix_tag(READ)))
+
+
+async def test_bearer_guesses_count_in_the_same_throttle(web_sources: Any, no_failures: Any) -> None:
+    """Review M6: ``Authorization: Bearer`` on any page counted nothing; now a failed match counts, and past
+    the limit the client's Bearer requests with that prefix are a 429 ``auth_throttled`` before any match
+    (even the right token), and its sign-ins too; another prefix still gets in."""
+    settings = WebSettings(
+        port=0,
+        read_tokens=[SecretStr(f"viewer:{READ}")],
+        admin_tokens=[SecretStr(f"admin:{ADMIN}")],
+        login_failures=3,
+    )
+    async with WebService(settings, web_sources) as service, aiohttp.ClientSession() as s:
+
+        async def page(secret: str) -> tuple[int, str | None, str | None]:
+            headers = {"Authorization": f"Bearer {secret}", "Accept": "application/json"}
+            async with s.get(f"{service.url}/queues", headers=headers) as r:
+                body = orjson.loads(await r.read())
+                code = body["error"]["code"] if r.status >= 400 else None
+                return r.status, code, r.headers.get("Retry-After")
+
+        for i in range(3):
+            assert (await page(f"{READ[:6]}-guess-{i}"))[:2] == (401, "token_invalid")
+        status, code, after = await page(READ)
+        assert (status, code) == (429, "auth_throttled")
+        assert after is not None
+        assert 1 <= int(after) <= 60
+        assert (await _sign_in(s, service.url, READ)).status == 429
+        assert (await page(ADMIN))[0] == 200
+
+
+async def test_failures_past_the_global_budget_slow_everyone_but_sessions(
+    web_sources: Any, no_failures: Any
+) -> None:
+    """Review M6: guesses spread over prefixes (or addresses) pass no per-client limit, so every failure
+    also counts in ``login_failures_all``; past it every sign-in and Bearer request waits out the window,
+    while a browser already signed in keeps working."""
+    settings = WebSettings(
+        port=0,
+        read_tokens=[SecretStr(f"viewer:{READ}")],
+        admin_tokens=[SecretStr(f"admin:{ADMIN}")],
+        login_failures=100,
+        login_failures_all=3,
+    )
+    redis = no_failures
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with WebService(settings, web_sources) as service, aiohttp.ClientSession(cookie_jar=jar) as s:
+        assert (await _sign_in(s, service.url, ADMIN)).status == 303
+        async with aiohttp.ClientSession() as other:
+            for guess in ("aaaa-0123456789abcdef", "bbbb-0123456789abcdef", "cccc-0123456789abcdef"):
+                assert (await _sign_in(other, service.url, guess)).status == 401
+            assert (await _sign_in(other, service.url, READ)).status == 429
+            bearer = {"Authorization": f"Bearer {READ}", "Accept": "application/json"}
+            async with other.get(f"{service.url}/queues", headers=bearer) as r:
+                assert r.status == 429
+                assert (await r.json())["error"]["code"] == "auth_throttled"
+        async with s.get(f"{service.url}/queues", headers={"Accept": "application/json"}) as r:
+            assert r.status == 200, "a session compares no token: it is not slowed"
+    assert await redis.get(LOGIN_FAILURES_ALL_KEY) == b"3"
 
 
 async def test_a_dashboard_action_and_a_gateway_admin_call_land_in_redis_and_on_kafka(
@@ -270,6 +447,22 @@ async def test_off_loopback_the_cookie_is_a_secure_host_cookie(dash: Any) -> Non
         }
         async with s.get(f"{dash.url}/audit", headers=signed) as page:
             assert page.status == 200
+
+
+async def test_off_loopback_a_plain_session_cookie_is_ignored(dash: Any) -> None:
+    """Review L3: a sibling subdomain can plant ``jobq_session=<its own session>; Domain=example.com``;
+    reached by a name that is not loopback, the dashboard reads only ``__Host-jobq_session``, so the
+    planted cookie signs nobody in (on plain http to 127.0.0.1, where it is the cookie set, it works)."""
+    await dash.post("/login", {"token": ADMIN}, token=None, as_json=False)
+    sid = _cookie(dash)
+    assert sid
+    async with aiohttp.ClientSession() as s:
+        for host, status in (("dash.example", 401), ("127.0.0.1", 200)):
+            headers = {"Host": host, "Accept": "application/json", "Cookie": f"jobq_session={sid}"}
+            async with s.get(f"{dash.url}/audit", headers=headers) as page:
+                assert page.status == status, host
+                if status == 401:
+                    assert (await page.json())["error"]["code"] == "unauthenticated"
 
 
 async def test_a_kafka_that_does_not_confirm_costs_no_redis_record_and_is_counted(endpoints: Any) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
 
 from examples.demo_app import cpu_hash
 from jqcore import metrics
@@ -331,3 +333,26 @@ async def test_a_crash_before_a_rounds_answer_loses_nothing(
     assert (got.state, got.attempt) == ("completed", 2)
     assert sorted(set(ran)) == sorted(ids)
     assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["completed"] * 3
+
+
+async def test_a_pool_counts_its_claims_per_queue_from_zero(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
+    """The silent-worker alert's metrics: every served queue's claims series exists from the start (a pool
+    that never claims shows as 0), and the last claim's time moves with each claimed job."""
+    q, idle, reg = f"{prefix}.w", f"{prefix}.idle", Registry()
+
+    @reg.job("noop", queue=q)
+    async def noop() -> None:
+        return None
+
+    for _ in range(3):
+        await enqueue(engine, q, "noop")
+    before = time.time()
+    await drain(reg, engine, redis, q)
+    assert metrics.WORKER_CLAIMS.labels(q)._value.get() == 3
+    assert metrics.WORKER_LAST_CLAIM._value.get() >= before
+    async with Pool(reg, engine, PoolConfig([idle], burst=True), redis=redis) as pool:
+        await asyncio.wait_for(pool.drained.wait(), 60)
+    assert REGISTRY.get_sample_value("jobq_worker_claims_total", {"queue": idle}) == 0
+    assert REGISTRY.get_sample_value("jobq_jobs_in_flight", {"queue": idle}) == 0

@@ -114,6 +114,10 @@ credentials are mounted (*_FILE: never a credential itself), routing, logging, a
 - name: JOBQ_ROUTES
   value: {{ toJson . | quote }}
 {{- end }}
+{{- with $v.routing.queuesAllowed }}
+- name: JOBQ_QUEUES_ALLOWED
+  value: {{ join "," . | quote }}
+{{- end }}
 - name: JOBQ_LOG_FORMAT
   value: json
 - name: JOBQ_LOG_LEVEL
