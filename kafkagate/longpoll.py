@@ -157,7 +157,9 @@ class LongPolls:
         while self._waiters:
             self._changed.clear()
             queues = list(self._waiters)
-            wait = asyncio.create_task(self.engine.wait_for_work(queues, self.engine.block_limit_s(30.0)))
+            wait = asyncio.create_task(
+                self.engine.jobs.wait_for_work(queues, self.engine.block_limit_s(30.0))
+            )
             changed = asyncio.create_task(self._changed.wait())
             try:
                 await asyncio.wait([wait, changed], return_when=asyncio.FIRST_COMPLETED)

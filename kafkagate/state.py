@@ -182,7 +182,7 @@ class Gate:
     async def _look_up_config(self, queue: str) -> QueueConfig | None:
         config: QueueConfig | None = None
         try:
-            config = await asyncio.wait_for(self.engine.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
+            config = await asyncio.wait_for(self.engine.reads.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
         except Exception as exc:  # Redis down, slow or refusing: skip the check, never the enqueue
             log.warning("queue configuration unavailable; check skipped", queue=queue, error=repr(exc))
         if len(self._queue_configs) >= QUEUE_CONFIG_CACHE_MAX:  # queue names come from requests

@@ -40,8 +40,8 @@ async def _running(engine: Engine, queues: list[str]) -> tuple[list[JobInfo], li
 
     async def one(queue: str) -> tuple[list[JobInfo], bool]:
         async with gate:
-            ids, total = await engine.list_ids(queue, "running", 0, RUNNING_PER_QUEUE)
-            jobs = await engine.get_jobs(queue, ids) if ids else []
+            ids, total = await engine.reads.list_ids(queue, "running", 0, RUNNING_PER_QUEUE)
+            jobs = await engine.reads.get_jobs(queue, ids) if ids else []
         return [j for j in jobs if j is not None], total > len(ids)
 
     found = await asyncio.gather(*(one(q) for q in queues))
@@ -91,7 +91,7 @@ async def workers(request: web.Request) -> web.Response:
         processes = {
             role: [f"{role} {i + 1}" for i in range(len(names))] for role, names in processes.items()
         }
-    queues = visible(request, await engine.queues())
+    queues = visible(request, await engine.reads.queues())
     jobs, cut = await _running(engine, queues)
     groups = await membership.groups(w.client)
     context = {

@@ -265,7 +265,7 @@ async def test_a_claim_reply_is_capped_in_bytes_and_the_rest_stays_claimable(
                 assert r.status == 200, await r.text()
                 got.append((await r.json())["jobs"])
             if len(got) == 1:
-                depth = await engine.depth(q)
+                depth = await engine.reads.depth(q)
                 assert (depth.pending, depth.running) == (3, 2)
     assert [len(jobs) for jobs in got] == [2, 2, 1]
     assert {j["id"] for jobs in got for j in jobs} == ids
@@ -308,4 +308,4 @@ async def test_a_queue_outside_the_allowlist_is_refused_and_never_created(
         assert (status, body["error"]["code"]) == (403, "queue_not_allowed"), body
         status, body = await post(f"/v1/queues/{prefix}.ok.q/jobs", {"kind": "k"})
         assert status == 202, body
-    assert f"{prefix}.made-up" not in await engine.queues()
+    assert f"{prefix}.made-up" not in await engine.reads.queues()
