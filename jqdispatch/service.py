@@ -347,12 +347,13 @@ class Dispatcher(Service):
         return [(h.job, h.started_at) for h in self.held.values() if not h.abandoned]
 
     def _lost(self, job_id: str, why: str) -> None:
-        """The lease keeper could not extend this job's lease: a 202'd job was called back meanwhile;
-        otherwise the lease was lost (reaped after a stall, or the job canceled): nothing is written."""
+        """The lease keeper could not extend this job's lease: a 202'd job whose extend was refused was
+        called back meanwhile; otherwise the lease was lost (reaped after a stall, lapsed without an
+        acknowledged extend, or the job canceled): nothing is written."""
         held = self.held.get(job_id)
         if held is None or held.abandoned:
             return
-        if held.callback_by is not None and "canceled" not in why:
+        if held.callback_by is not None and why.startswith("extend:") and "canceled" not in why:
             self._called_back(held)
             return
         log.warning("abandoning job", job_id=job_id, reason=why)
