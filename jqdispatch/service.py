@@ -29,6 +29,7 @@ import aiohttp
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
+from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
@@ -110,7 +111,13 @@ class Dispatcher(Service):
         self._tasks: list[asyncio.Task[None]] = []
         self._sender: Sender | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self._lost)
-        self._presence = Presence(redis, "dispatcher", process_name(",".join(settings.queues)))
+        self._presence = Presence(
+            redis,
+            "dispatcher",
+            process_name(",".join(settings.queues)),
+            queues=settings.queues,
+            load=lambda: (len(self.held), self.settings.concurrency),
+        )
         self._stopping = False
         self._claim_error: str | None = None
 
@@ -220,6 +227,7 @@ class Dispatcher(Service):
         return False
 
     async def _launch(self, job: ClaimedJob) -> None:
+        self._presence.claimed(job.queue, now_ms())
         config = pick(self.configs, job.queue, job.envelope.kind)
         if config is None:
             await self._hand_back(job)
