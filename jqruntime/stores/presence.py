@@ -13,7 +13,7 @@ record of a process killed without leaving goes by itself.
 and the queue's oldest pending age (:mod:`jqengine.signals`): ``jobq status``, the dashboard's Workers
 page and the scheduler's ``jobq_worker_silent_seconds`` (read by the alert ``JobqWorkerSilent``) all call
 it. A worker whose event loop is stuck stops beating as it stops claiming: its record, frozen at the last
-beat, is judged all the same (``docs/operations.md``, "Silent workers").
+beat, is judged all the same (``docs/operations.md#jobqworkersilent``).
 """
 
 from __future__ import annotations
