@@ -1,5 +1,5 @@
 """Kill switches, the pure part: what a switch is, which queues and jobs it matches, and the JSON list a
-queue's configuration carries for its claim script (``switched()`` in ``lua/_lib.lua``).
+queue's configuration carries for its claim script (``lua/lib/switched.lua``).
 
 A switch stops matching jobs **at claim time**: ``park`` keeps them (state ``parked``, no attempt spent)
 until the switch is lifted, ``dead`` moves them to the dead letters with the reason ``kill switch <name>``.

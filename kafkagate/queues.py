@@ -18,7 +18,7 @@ from kafkagate import admin_models as m
 from kafkagate.api import Api, Param
 from kafkagate.audit import DETAILS
 from kafkagate.auth import kind_put, token_of, visible
-from kafkagate.queue_bodies import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
+from kafkagate.queue_bodies import DeadBody, KindBody, PurgeBody, QueueConfigBody, QueuePatchBody
 from kafkagate.requests import body_model, engine_call, kind_of, queue_of
 from kafkagate.state import GATE
 
@@ -27,6 +27,8 @@ __all__ = ["routes"]
 routes = Api()
 MAX_OFFSET = 2**53
 """Largest dead-list offset accepted (Redis ranges are 64-bit; a bigger one is a client error)."""
+PURGE_CHUNK = 100
+"""Jobs a purge lists (and tombstones, for far-future ones) at once."""
 
 
 def _filter(request: web.Request) -> dict[str, str]:
@@ -203,6 +205,45 @@ async def retry_dead(request: web.Request) -> web.Response:
 )
 async def purge_dead(request: web.Request) -> web.Response:
     return await _on_dead(request, "purged")
+
+
+@routes.post(
+    "/v1/queues/{queue}/purge",
+    policy=Policy("admin", (path_queue,)),
+    summary="cancel the queue's waiting jobs (pending, delayed, far-future), at most limit a call, each"
+    " kept as canceled with the reason; running jobs finish",
+    body=PurgeBody,
+    body_example={"limit": 1000, "reason": "bad deploy"},
+    answer=m.QueuePurged,
+)
+async def purge_queue(request: web.Request) -> web.Response:
+    """Cancel waiting jobs, state by state in each state's order (pending: priority; delayed: run_at), at
+    most ``limit`` in this call, as ``DELETE /v1/queues/{queue}/jobs/{id}`` would each (a far-future job
+    is tombstoned in the schedule topic first); ``remaining``: how many still wait in those states. Jobs
+    enqueued meanwhile may be among them: a purge empties what waits, it does not close the queue (set
+    ``enqueue_blocked`` for that)."""
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = await body_model(request, PurgeBody)
+    left, by_state = body.limit, dict.fromkeys(body.states, 0)
+    for state in body.states:
+        while left > 0:  # canceled jobs leave the state's list: always read its head
+            ids, _ = await engine_call(gate.engine.list_ids(queue, state, 0, min(PURGE_CHUNK, left)))
+            if not ids:
+                break
+            if state == "far":  # tombstoned first, as a cancel does: no rebuild of the tier brings them
+                await gate.unschedule_far(queue, *ids)
+            changed = 0
+            for job_id in ids:
+                changed += (await engine_call(gate.engine.cancel(queue, job_id, body.reason))).changed
+            by_state[state] += changed
+            left -= changed
+            if not changed:  # the head moved on by itself (claimed, finished): nothing more to take here
+                break
+    depth = await engine_call(gate.engine.depth(queue))
+    remaining = sum(getattr(depth, state) for state in body.states)
+    canceled = sum(by_state.values())
+    return json_response({"queue": queue, "canceled": canceled, "by_state": by_state, "remaining": remaining})
 
 
 async def _on_dead(request: web.Request, done: Literal["retried", "purged"]) -> web.Response:

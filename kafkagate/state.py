@@ -258,10 +258,12 @@ class Gate:
             )
         return self._producers[acks]
 
-    async def unschedule_far(self, queue: str, job_id: str) -> None:
-        """Tombstone a far-future job in the schedule topic (Kafka confirms, ``acks=all``)."""
+    async def unschedule_far(self, queue: str, *job_ids: str) -> None:
+        """Tombstone far-future jobs in the schedule topic (Kafka confirms them all, ``acks=all``)."""
         topic = self.far.topic
-        await self.producer("all").produce_many([Record(topic, None, schedule_key(queue, job_id))])
+        await self.producer("all").produce_many(
+            [Record(topic, None, schedule_key(queue, i)) for i in job_ids]
+        )
 
     def history(self) -> HistoryStore | None:
         """The history tables (the archive ``GET`` falls back to, the job search), None until

@@ -177,6 +177,7 @@ def gate_specs() -> dict[tuple[str, str], Spec]:
             "admin", per(q("/v1/queues/{queue}/dead/retry"), {"ids": []})
         ),
         ("DELETE", "/v1/queues/{queue}/dead"): Spec("admin", per(q("/v1/queues/{queue}/dead"), {"ids": []})),
+        ("POST", "/v1/queues/{queue}/purge"): Spec("admin", per(q("/v1/queues/{queue}/purge"), {"limit": 1})),
         ("PUT", "/v1/kinds/{kind}"): Spec(
             "admin",
             {
