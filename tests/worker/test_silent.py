@@ -35,7 +35,7 @@ from jqruntime.stores import presence
 from jqsched.service import SchedulerService
 from jqstack.manager import Endpoints
 from jqstack.testing.faultproxy import FaultProxy
-from jqweb.overview import claimer_rows, queue_row
+from jqweb.overview import alerts, claimer_rows, queue_row, redis_state
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -147,6 +147,10 @@ async def test_a_pool_whose_loop_is_blocked_is_flagged_and_its_job_moves_on_with
             lambda: judged(redis, engine, q, stuck._presence.name), lambda r: r and r["silent"]
         )
         assert (row["silent"], row["alive"], row["slots"]) == ([q], False, 1)
+        status = await redis_state(redis)  # what `jobq status` reads, and its overview's alerts
+        assert [c["silent"] for c in status["claimers"] if c["name"] == stuck._presence.name] == [[q]]
+        raised = [a for a in alerts({"redis": status}) if stuck._presence.name in a.what]
+        assert [a.rule for a in raised] == ["JobqWorkerSilent"]
         assert not release.is_set()
         await scheduler.sample_signals()  # the metric the alert reads, by the same judgment
         labels = {"queue": q, "role": "worker", "worker": stuck._presence.name}
