@@ -100,7 +100,14 @@ class Pool(Service):
         self._hard = False
         self._claim_error: str | None = None
         """Why the last claim round failed (Redis away), until one succeeds."""
-        self._presence = Presence(redis, "worker", process_name(",".join(config.queues)))
+        self._presence = Presence(
+            redis,
+            "worker",
+            process_name(",".join(config.queues)),
+            queues=config.queues,
+            load=lambda: (len(self.in_flight), self._capacity()),
+            filtered=bool(config.filter),
+        )
         handoff = len(config.queues) == 1 and not config.filter
         refill = (
             Refill(
@@ -133,10 +140,9 @@ class Pool(Service):
         await run_startup(self.registry.startup_hooks, self.context)
         await self._keeper.start()
         await self._presence.start()
-        for queue in self.config.queues:  # every served queue's series from the start, at 0: a pool that
-            metrics.child(metrics.WORKER_CLAIMS, queue)  # never claims shows (the silent-worker alert)
+        for queue in self.config.queues:  # every served queue's series from the start, at 0
+            metrics.child(metrics.WORKER_CLAIMS, queue)
             metrics.child(metrics.JOBS_IN_FLIGHT, queue)
-        metrics.WORKER_LAST_CLAIM.set(time.time())
         self._completer = asyncio.create_task(self._completions.run(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
@@ -364,7 +370,7 @@ class Pool(Service):
         metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
         metrics.child(metrics.WORKER_CLAIMS, job.queue).inc()
         now = time.time()
-        metrics.WORKER_LAST_CLAIM.set(now)
+        self._presence.claimed(job.queue, int(now * 1000))
         due = job.envelope.run_at or job.envelope.enqueued_at
         metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, now - due / 1000))
         if not self._batches.add(run):
