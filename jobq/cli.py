@@ -19,7 +19,11 @@ from rich.markup import escape
 
 from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra, extra_for, install_hint
+from jqcore.imports import REDIS_UNUSED, STRUCTLOG_UNUSED, preload
 from jqstack.errors import StackError
+
+preload("redis", *REDIS_UNUSED)  # before the commands import them (jqcore.imports)
+preload("structlog", *STRUCTLOG_UNUSED)
 
 __all__ = ["app", "main", "version"]
 
