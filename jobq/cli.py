@@ -5,7 +5,7 @@ A bare ``pip install jobq`` has the client, the worker and this command; the oth
 running it says which extra to install in one line.
 
 Start-up costs what the command run needs: ``jobq --help`` lists every command from :data:`COMMANDS` and
-imports none of their modules; running one imports its module only (``tests/unit/test_cli_start.py``).
+imports none of their modules; running one imports its module only (``tests/unit/test_start_imports.py``).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ SUMMARIES = {
     "switch": "Kill switches: jobs matching one are not started (parked until it lifts, or dead-lettered).",
     "tokens": "Named, scoped tokens of the gateway and the dashboard (JOBQ_TOKENS_FILE, docs/security.md).",
 }
-"""Each command's help as ``jobq --help`` lists it (its first paragraph): tests/unit/test_cli_start.py
+"""Each command's help as ``jobq --help`` lists it (its first paragraph): tests/unit/test_start_imports.py
 keeps them the commands' own."""
 
 

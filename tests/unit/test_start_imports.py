@@ -1,6 +1,8 @@
-"""What ``jobq`` imports before it runs a command: ``jobq --help`` lists every command from ``jobq.cli``'s
-table and imports none of their modules (start-up is what every CLI call pays); the table's summaries are
-the commands' own help."""
+"""What a process imports before it does its work (start-up is what every CLI call, every worker spawned
+by an autoscaler and every reload pays): ``jobq --help`` lists every command from ``jobq.cli``'s table and
+imports none of their modules, whose summaries are the commands' own help; a worker pool imports no web
+server, no Kafka or Consul client, no command line and no tracing SDK before its first claim. Guards of the
+design, not timings (``loadtest/floors_bench.py`` measures the seconds)."""
 
 from __future__ import annotations
 
@@ -33,21 +35,42 @@ HEAVY = [
 ]
 """Packages no command's listing needs (each, or any of its modules)."""
 
-PROBE = """
-import json, sys
+WORKER_UNUSED = [
+    "aiohttp",  # the health server's, imported when a metrics port is set (jqruntime.health)
+    "jqruntime.http",
+    "opentelemetry.sdk",  # tracing's, imported when it is on (jqruntime.tracing)
+    "opentelemetry.trace",
+    "rich",
+    "typer",
+    "confluent_kafka",
+    "consul",
+    "kafkagate",
+    "jqweb",
+    "jqstack",
+]
+"""What a worker pool does not use before its first claim."""
+
+LISTING = """
 from typer.testing import CliRunner
 from jobq.cli import app
 result = CliRunner().invoke(app, ["--help"])
 assert result.exit_code == 0, result.output
-print(json.dumps(sorted(sys.modules)))
 """
 
 
+def _imported(code: str, unused: list[str]) -> list[str]:
+    """The modules of ``unused`` (each, or any module under it) that running ``code`` imported."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return [m for m in json.loads(out) for u in unused if m == u or m.startswith(f"{u}.")]
+
+
 def test_the_listing_imports_no_command_and_none_of_their_libraries() -> None:
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
-    loaded = json.loads(out)
-    heavy = [m for m in loaded for h in HEAVY if m == h or m.startswith(f"{h}.")]
-    assert heavy == []
+    assert _imported(LISTING, HEAVY) == []
+
+
+def test_a_worker_pool_imports_only_what_it_uses() -> None:
+    assert _imported("import worker.main, worker.settings, jqruntime.lifecycle", WORKER_UNUSED) == []
 
 
 def _listed() -> dict[str, str]:
