@@ -39,16 +39,10 @@ class DispatcherSettings(BaseSettings):
     should not hold (the Helm chart's way)."""
     lease_ms: int = Field(30_000, ge=1000)
     """Lease per claim (ms), renewed every third of it while a POST runs or a callback is awaited."""
-    refresh_s: float = Field(2.0, gt=0)
-    """Seconds between two reads of the dispatch kinds' configurations (a PUT takes effect within)."""
-    callback_check_s: float = Field(0.5, gt=0)
-    """Seconds between two looks at the jobs awaiting a callback (done by their callback, or overdue)."""
     unknown_kind_retry_s: float = Field(5.0, ge=0)
     """Seconds before a job of a kind without dispatch configuration is claimable again (by a pool)."""
     unknown_kind_dead_after_s: float = Field(3600.0, ge=0)
     """Seconds with nobody running a kind before its jobs are dead-lettered."""
-    idle_wait_s: float = Field(5.0, gt=0)
-    """Longest blocking wait for new work before claiming again."""
     grace_s: float = Field(30.0, ge=0)
     """Seconds POSTs under way get to finish on SIGTERM; then they and the awaited jobs are released."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)

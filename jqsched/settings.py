@@ -38,10 +38,6 @@ class SchedulerSettings(BaseSettings):
     stale_s: float = Field(3.0, gt=0, le=600)
     """Seconds without a heartbeat after which an instance is dead and its queues are re-dealt (at least
     twice ``beat_s``)."""
-    max_idle_s: float = Field(5.0, gt=0, le=300)
-    """Longest sleep of the timers with nothing due (a safety net: scripts wake them earlier)."""
-    gc_every_s: float = Field(60.0, gt=0)
-    """Seconds between garbage collections of one queue (finished jobs past their retention)."""
     batch: int = Field(1000, ge=1, le=50_000)
     """Jobs moved per script call; more due than this: the queue is stepped again at once."""
     late_after_s: float = Field(1.0, ge=0)
@@ -53,17 +49,9 @@ class SchedulerSettings(BaseSettings):
     """Fire the cron schedules this instance owns (Consul KV, ``JOBQ_CRON_KV_PREFIX``)."""
     events: bool = True
     """Ship the owned queues' lifecycle events to Kafka (``JOBQ_EVENTS_*``; needs Kafka)."""
-    graph_every_s: float = Field(1.0, gt=0, le=60)
-    """Seconds between two graph repair rounds (every instance repairs task graphs: reports finished
-    nodes' outcomes a crashed worker left in its owned queues, finishes releases a crash interrupted, ends
-    graphs past their deadline and ships their events, for the open graphs it wins by rendezvous
-    hashing)."""
     series_every_s: float = Field(60.0, ge=1, le=3600)
     """Seconds between two samples of the owned queues' counters (the dashboard's rate charts, kept
     25 h in ``jobq:series:<queue>``)."""
-    signals_every_s: float = Field(5.0, ge=1, le=300)
-    """Seconds between two samples of the owned queues' depth, oldest pending age, pause and outcome
-    counters for the metrics (``jobq_queue_*``: two pipelined Redis round trips for all of them)."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
 

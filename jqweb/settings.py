@@ -70,13 +70,6 @@ class WebSettings(BaseSettings):
     names (the nearest hop that is not a trusted proxy) by the sign-in throttle and the audit trail; from
     any other peer that header is ignored. Empty: the direct peer is the client (behind a proxy: every
     client is the proxy)."""
-    refresh_s: float = Field(5.0, ge=1, le=300)
-    """How often the live parts of a page reload."""
-    page_size: int = Field(50, ge=10, le=500)
-    """Rows per page of job lists."""
-    scan_limit: int = Field(5000, ge=100, le=1_000_000)
-    """Most live jobs one search request examines (a page of matches may need several requests on a
-    sparse filter: the page says where it stopped and links the next)."""
     bulk_limit: int = Field(100_000, ge=1)
     """Most jobs one bulk action changes (a larger match is refused with the count: narrow the filter)."""
 

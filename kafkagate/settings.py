@@ -93,13 +93,6 @@ class GateSettings(BaseSettings, ProduceBatching):
     part depends on who shares the gateway: half keeps one team's application from taking a limit from
     every other team (review M7); a gateway serving one application's token (or one trusted token) gives
     it everything with 1.0, or raises the limits themselves."""
-    claim_reply_max_bytes: int = Field(16 * 1024 * 1024, ge=4 * MAX_ENVELOPE_BYTES)
-    """Largest claim answer in bytes: a claim returns the jobs that fit (always at least one) and gives
-    the rest back to the queue at once, unstarted, their attempt refunded."""
-    queue_config_ttl_s: float = Field(5.0, ge=0)
-    """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
-    without an exclusivity value, blocked queues refuse every job, ``id_from``); 0 reads it on every
-    enqueue."""
     callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
     """The HMAC secret of dispatch callback tokens, shared with the dispatchers (``jobq dispatcher``,
     ``docs/dispatcher.md``); unset: ``POST /v1/callbacks/...`` is refused (403 ``callbacks_off``)."""

@@ -183,8 +183,6 @@ class AuditSettings(BaseSettings):
     topic: str = Field("jobq.audit", min_length=1)
     """The audit topic: one JSON record per action, keyed by its Redis stream id; retained by time (never
     compacted: a tombstone could erase a record)."""
-    partitions: int = Field(1, ge=1, le=100)
-    """Partitions of the audit topic when jobq creates it (one keeps the records in order)."""
     retention_days: int = Field(365, ge=0, le=36_500)
     """How long the audit topic keeps a record (0: forever)."""
     who: str = ""
@@ -238,10 +236,6 @@ class HistorySettings(BaseSettings):
     gateway, ``history_busy`` on the dashboard) with ``Retry-After``. One token holds at most half of them
     (at least one), so one client cannot take the archive from the others. Raise it with
     ``query_memory_mb`` in mind."""
-    archive_miss_ttl_s: float = Field(5.0, ge=0, le=3600)
-    """How long a ``GET`` of a job neither Redis nor the history has is answered 404 without asking the
-    history again (per queue and id, at most 10,000 remembered; 0: never remembered). Unknown ids in a
-    loop then cost no DuckDB query each."""
 
     @property
     def root(self) -> Path:
@@ -267,9 +261,6 @@ class MetricsSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     """The address the health and metrics routes are served on."""
-    loop_stale_s: float = Field(10.0, ge=2)
-    """``/healthz`` answers 503 ``loop_stalled`` once the process's event loop has not run for this long
-    (a blocking call or a runaway handler wedged it)."""
 
 
 class QueueBounds(BaseSettings):

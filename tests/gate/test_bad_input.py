@@ -36,6 +36,7 @@ from jqcore.settings import (
 )
 from jqruntime.http import error_middleware
 from jqstack.manager import Endpoints
+from kafkagate import state as gate_state
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
 
@@ -269,7 +270,11 @@ async def test_media_types_the_api_does_not_read_are_a_415(gw: Any) -> None:
 
 
 async def test_an_exclusive_queue_refuses_jobs_without_an_exclusivity_value(
-    gw: Any, topic_end: Callable[[str], int], make_gate: Callable[..., GateService], routing_for: Any
+    gw: Any,
+    topic_end: Callable[[str], int],
+    make_gate: Callable[..., GateService],
+    routing_for: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = orjson.dumps({"mode": "exclusive", "excl_key": "account"})
     status, _, body = await send(gw, "PUT", f"/v1/queues/{gw.queue}", config)
@@ -287,7 +292,8 @@ async def test_an_exclusive_queue_refuses_jobs_without_an_exclusivity_value(
         assert status == 202, body
 
     # a gateway that caches nothing sees a queue turn exclusive at once
-    async with make_gate(routing_for(gw.topic), queue_config_ttl_s=0) as svc:
+    monkeypatch.setattr(gate_state, "QUEUE_CONFIG_TTL_S", 0)
+    async with make_gate(routing_for(gw.topic)) as svc:
         gw.service = svc
         later = f"{gw.queue}.later"
         status, _, body = await send(gw, "POST", f"/v1/queues/{later}/jobs", job())
