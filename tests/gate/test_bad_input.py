@@ -36,7 +36,6 @@ from jqcore.settings import (
 )
 from jqruntime.http import error_middleware
 from jqstack.manager import Endpoints
-from kafkagate import state as gate_state
 from kafkagate.main import GateService
 from kafkagate.settings import GateSettings
 
@@ -270,11 +269,7 @@ async def test_media_types_the_api_does_not_read_are_a_415(gw: Any) -> None:
 
 
 async def test_an_exclusive_queue_refuses_jobs_without_an_exclusivity_value(
-    gw: Any,
-    topic_end: Callable[[str], int],
-    make_gate: Callable[..., GateService],
-    routing_for: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    gw: Any, topic_end: Callable[[str], int], make_gate: Callable[..., GateService], routing_for: Any
 ) -> None:
     config = orjson.dumps({"mode": "exclusive", "excl_key": "account"})
     status, _, body = await send(gw, "PUT", f"/v1/queues/{gw.queue}", config)
@@ -291,8 +286,7 @@ async def test_an_exclusive_queue_refuses_jobs_without_an_exclusivity_value(
         status, _, body = await send(gw, "POST", jobs_path(gw), ok)
         assert status == 202, body
 
-    # a gateway that caches nothing sees a queue turn exclusive at once
-    monkeypatch.setattr(gate_state, "QUEUE_CONFIG_TTL_S", 0)
+    # the gateway that takes the PUT forgets the configuration it cached: the queue is exclusive at once
     async with make_gate(routing_for(gw.topic)) as svc:
         gw.service = svc
         later = f"{gw.queue}.later"
