@@ -182,10 +182,9 @@ async def _entitled(
         )
         limited.headers["Retry-After"] = after
         raise limited
-    if policy is not None:
+    if policy is not None and policy.checked and not token.has(policy.scope):
         resource = request.match_info.route.resource
-        route = f"{request.method} {resource.canonical if resource is not None else request.path}"
-        require_scope(token, policy, route)
+        require_scope(token, policy, f"{request.method} {resource.canonical if resource else request.path}")
     return await handler(request)
 
 

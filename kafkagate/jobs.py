@@ -145,7 +145,7 @@ async def enqueue(request: web.Request) -> web.Response:
             check_exclusive(parsed, await gate.queue_config(queue))
         delivered = await produce(gate, parsed, records, acks)
         spans.delivered(delivered)
-    metrics.GATE_JOBS_PRODUCED.labels(queue, records[0].topic).inc(len(records))
+    metrics.child(metrics.GATE_JOBS_PRODUCED, queue, records[0].topic).inc(len(records))
     gate.count_produced(records[0].topic, len(records))
     accepted = accepted_body(parsed.envelopes, delivered)
     accepted["az"] = gate.settings.az  # which zone's gateway took it (clients prefer their own)

@@ -60,6 +60,7 @@ class LongPolls:
         self._by_token: dict[str, int] = {}
         self._changed = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def parked(self) -> int:
@@ -95,7 +96,10 @@ class LongPolls:
                 del self._by_token[token]
 
     async def wait(self, queue: str, timeout_s: float) -> bool:
-        """Park until a wake token for ``queue`` reaches this poll (True) or ``timeout_s`` passed (False)."""
+        """Park until a wake token for ``queue`` reaches this poll (True) or ``timeout_s`` passed or the
+        gateway is stopping (False)."""
+        if self._stopping:
+            return False
         pending = self._pending.get(queue, 0)
         if pending:
             self._take_pending(queue, pending)
@@ -175,6 +179,12 @@ class LongPolls:
                 continue
             if queue is not None:
                 self._signal(queue)
+
+    def stop(self) -> None:
+        """The gateway is stopping: every parked poll answers now with what it has (its worker asks
+        another gateway), not at its deadline, up to ``claim_wait_max_ms`` into the shutdown."""
+        self._stopping = True
+        self._wake_all()
 
     async def close(self) -> None:
         await cancel_and_wait(self._watcher)

@@ -88,7 +88,7 @@ async def test_delayed_jobs_wait_times_out_and_cancel_asks_before_many(ops: Ops)
     for n in range(3):
         made = await ops.jobq("enqueue", q, "add", f"[{n}, 1]", "--delay", "1h", "--priority", "5")
         assert made.exit_code == 0, made.output
-        refs.append(made.stdout.strip())
+        refs += said(made, f"{q}/")
     await ops.relayed(3)
     shown = doc(await ops.jobq("job", "show", refs[0], "--json"))
     assert shown["state"] == "delayed"
@@ -106,9 +106,9 @@ async def test_delayed_jobs_wait_times_out_and_cancel_asks_before_many(ops: Ops)
     canceled = await ops.jobq("job", "cancel", *refs[1:], "--yes", "--json")
     assert doc(canceled)["canceled"] == 2
     one = await ops.jobq("job", "cancel", refs[0], "--reason", "not needed")  # one job: no question
-    assert (one.exit_code, one.stdout.strip()) == (0, f"{refs[0]}: canceled"), one.output
+    assert (one.exit_code, said(one, refs[0])) == (0, [f"{refs[0]}: canceled"]), one.output
     again = await ops.jobq("job", "cancel", refs[0])
-    assert again.stdout.strip() == f"{refs[0]}: already_canceled"
+    assert said(again, refs[0]) == [f"{refs[0]}: already_canceled"]
     ended = await ops.jobq("job", "wait", refs[0], "--json")
     assert ended.exit_code == 1
     assert (doc(ended)["state"], doc(ended)["error"]) == ("canceled", "not needed")
