@@ -12,7 +12,7 @@ import consul.aio
 from aiohttp import web
 
 from jqcore.aio import cancel_and_wait
-from jqcore.errors import JobqError
+from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.extras import MissingExtra
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
@@ -61,6 +61,8 @@ WORKER_NAME_FORGET_S = presence.FORGET_S
 WORKER_QUEUES_PER_NAME = 32
 """Queues one HTTP worker name's presence record notes per gateway process (a silent worker is judged per
 queue it claims from); a claim from one more still works, unnoted."""
+GRAPH_KEY_CHECK_S = 10.0
+"""How often a gateway checks the graph key it signs with against Consul's (at its next graph)."""
 READY_TTL_S = 1.0
 """How long ``/readyz``'s Kafka answer is reused: probes and anyone else asking cost at most one metadata
 look-up per routed topic per second per process, however often they ask."""
@@ -108,7 +110,8 @@ class Gate:
     _config_lookups: dict[str, asyncio.Future[QueueConfig | None]] = field(default_factory=dict)
     _produced: dict[str, int] = field(default_factory=dict)
     _flusher: asyncio.Task[None] | None = None
-    _graph_key: bytes | None = None
+    _graph_key: tuple[float, bytes] | None = None
+    """When the graph key was last checked against Consul's, and the key."""
 
     async def report_node(self, queue: str, job_id: str) -> None:
         """The job ended here: when it is a graph node's (its id ``<graph>:<node>[@run]``), hand its outcome
@@ -342,10 +345,20 @@ class Gate:
         return CronStore(self._consul_client(), self.cron_settings.kv_prefix)
 
     async def graph_key(self) -> bytes:
-        """The deployment's graph key (``jqcore.admission``), read from Consul once."""
+        """The deployment's graph key (``jqcore.admission``), read from Consul on first use and checked
+        against it again every :data:`GRAPH_KEY_CHECK_S`: put back if Consul lost it, taken from there if
+        it was made anew meanwhile. While Consul does not answer, the key at hand signs."""
+        now = asyncio.get_running_loop().time()
         if self._graph_key is None:
-            self._graph_key = await self.configs().graph_key()
-        return self._graph_key
+            self._graph_key = (now, await self.configs().graph_key())
+        elif now - self._graph_key[0] >= GRAPH_KEY_CHECK_S:
+            key = self._graph_key[1]
+            self._graph_key = (now, key)  # one check per period, however many graphs wait on it
+            try:
+                self._graph_key = (now, await self.configs().graph_key(known=key))
+            except BackendUnavailable as exc:
+                log.warning("graph key not checked against Consul's", error=exc.message)
+        return self._graph_key[1]
 
     def configs(self) -> ConfigStore:
         """The durable copy of the queues' configurations and the kinds' options in Consul
