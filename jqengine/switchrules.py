@@ -6,7 +6,7 @@ until the switch is lifted, ``dead`` moves them to the dead letters with the rea
 It matches by queue (a glob; ``*`` = every queue), kind (exact; empty = every kind) and meta pairs (every
 pair equal, as strings). The switch list lives in each queue's own configuration (the same Cluster slot as
 its jobs), so a claim never depends on another store: a claim always runs, with the switches its queue
-holds (see :mod:`jqengine.switches` for how the list reaches every queue).
+holds (see :mod:`jqengine.admin` for how the list reaches every queue).
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ async def rebuild_from_kafka(
     for report, records in read:
         reports.append(report)
         routed = routing if report.topic in routing.topics() else None
-        decided.append(_decide(report, records, index, far_tier, Admission(report.topic, routed, key)))
+        decided.append(_decide(report, records, index, far_tier, Admission(report.topic, routed, [key])))
     del read
     cron_report = CronReport()
     fires = cron_fires(index, keys, cron_report) if cron else {}

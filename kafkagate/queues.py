@@ -48,7 +48,7 @@ def _filter(request: web.Request) -> dict[str, str]:
 )
 async def list_queues(request: web.Request) -> web.Response:
     gate = request.app[GATE]
-    return json_response({"queues": visible(request, await engine_call(gate.engine.queues()))})
+    return json_response({"queues": visible(request, await engine_call(gate.engine.reads.queues()))})
 
 
 @routes.get(
@@ -70,8 +70,8 @@ async def list_queues(request: web.Request) -> web.Response:
 async def get_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    config = await engine_call(gate.engine.queue_config(queue))
-    depth = await engine_call(gate.engine.depth(queue, _filter(request) or None))
+    config = await engine_call(gate.engine.reads.queue_config(queue))
+    depth = await engine_call(gate.engine.reads.depth(queue, _filter(request) or None))
     topic, acks = gate.routing.route(queue)
     body: dict[str, Any] = {
         "queue": queue,
@@ -102,7 +102,7 @@ async def put_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     body = await body_model(request, QueueConfigBody)
-    current = await engine_call(gate.engine.queue_config(queue))
+    current = await engine_call(gate.engine.reads.queue_config(queue))
     if current.mode == "exclusive" and "mode" not in body.model_fields_set:
         raise HttpError(
             409,
@@ -134,7 +134,7 @@ async def patch_queue(request: web.Request) -> web.Response:
         changes["filter_keys"] = tuple(changes["filter_keys"])
     if changes.get("fair_key") == "":  # "" turns fairness off
         changes["fair_key"] = None
-    current = await engine_call(gate.engine.queue_config(queue))
+    current = await engine_call(gate.engine.reads.queue_config(queue))
     return await _configure(request, queue, replace(current, **changes), changes)
 
 
@@ -147,7 +147,7 @@ async def _configure(
     bounds (``JOBQ_QUEUE_MAX_*``)."""
     gate = request.app[GATE]
     await check_bounds(gate.redis_client, gate.queue_bounds, changes)
-    await engine_call(gate.engine.configure_queue(queue, config))
+    await engine_call(gate.engine.admin.configure_queue(queue, config))
     gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     await gate.configs().put_queue(queue, config)
     return json_response({"queue": queue, "config": config.as_dict()})
@@ -174,7 +174,7 @@ async def list_dead(request: web.Request) -> web.Response:
         raise HttpError(400, "query_invalid", "offset and limit must be integers") from None
     if not (0 <= offset <= MAX_OFFSET and limit >= 1):
         raise HttpError(400, "query_invalid", f"offset must be 0..{MAX_OFFSET} and limit at least 1")
-    jobs = await engine_call(gate.engine.dead_list(queue, offset, limit))
+    jobs = await engine_call(gate.engine.reads.dead_list(queue, offset, limit))
     out = []
     for j in jobs:
         d = j.as_dict()
@@ -228,19 +228,19 @@ async def purge_queue(request: web.Request) -> web.Response:
     left, by_state = body.limit, dict.fromkeys(body.states, 0)
     for state in body.states:
         while left > 0:  # canceled jobs leave the state's list: always read its head
-            ids, _ = await engine_call(gate.engine.list_ids(queue, state, 0, min(PURGE_CHUNK, left)))
+            ids, _ = await engine_call(gate.engine.reads.list_ids(queue, state, 0, min(PURGE_CHUNK, left)))
             if not ids:
                 break
             if state == "far":  # tombstoned first, as a cancel does: no rebuild of the tier brings them
                 await gate.unschedule_far(queue, *ids)
             changed = 0
             for job_id in ids:
-                changed += (await engine_call(gate.engine.cancel(queue, job_id, body.reason))).changed
+                changed += (await engine_call(gate.engine.admin.cancel(queue, job_id, body.reason))).changed
             by_state[state] += changed
             left -= changed
             if not changed:  # the head moved on by itself (claimed, finished): nothing more to take here
                 break
-    depth = await engine_call(gate.engine.depth(queue))
+    depth = await engine_call(gate.engine.reads.depth(queue))
     remaining = sum(getattr(depth, state) for state in body.states)
     canceled = sum(by_state.values())
     return json_response({"queue": queue, "canceled": canceled, "by_state": by_state, "remaining": remaining})
@@ -251,7 +251,7 @@ async def _on_dead(request: web.Request, done: Literal["retried", "purged"]) -> 
     engine = request.app[GATE].engine
     queue = queue_of(request)
     body = await body_model(request, DeadBody)
-    act = engine.dead_retry if done == "retried" else engine.dead_purge
+    act = engine.admin.dead_retry if done == "retried" else engine.admin.dead_purge
     n = await engine_call(act(queue, body.ids, body.limit))
     return json_response({"queue": queue, done: n})
 
@@ -282,7 +282,7 @@ async def put_kind(request: web.Request) -> web.Response:
     options = body.model_dump(
         include={"concurrency", "max_attempts", "delivery", "priority", "ignore_result"}
     )
-    await engine_call(gate.engine.configure_kind(kind, queues=body.queues, **options))
+    await engine_call(gate.engine.admin.configure_kind(kind, queues=body.queues, **options))
     stored = body.dispatch.stored() if body.dispatch else None
     if body.dispatch is not None:  # the audit trail says where the jobs go and by which credential name
         request[DETAILS] = f"dispatch={body.dispatch.url.host} auth={body.dispatch.auth_source()}"
@@ -298,8 +298,8 @@ async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     ``*``'s) — the dispatcher's and the callbacks' rule. A dispatch URL's path and query are masked for
     a token without ``admin`` (a webhook's secret is often in them)."""
     gate = request.app[GATE]
-    queues = visible(request, await engine_call(gate.engine.queues()))
-    found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
+    queues = visible(request, await engine_call(gate.engine.reads.queues()))
+    found: dict[str, dict[str, Any]] = await engine_call(gate.engine.reads.kinds(queues))
     pushed = load_configs(await engine_call(dispatch_store.configs(gate.redis_client)))
     full_url = token_of(request).has("admin")
 

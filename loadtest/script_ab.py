@@ -86,7 +86,7 @@ async def _load_usec(client: aioredis.Redis, texts: dict[str, str], tag: str) ->
 async def _call_usec(engine: Engine, client: aioredis.Redis, queue: str) -> float:
     """Redis's µs a ``complete`` call for a job that does not exist (:data:`CALLS` calls, averaged)."""
     start = await _script_usec(client)
-    await engine.complete_many(queue, [((f"missing-{i}", 1, "token"), None) for i in range(CALLS)])
+    await engine.jobs.complete_many(queue, [((f"missing-{i}", 1, "token"), None) for i in range(CALLS)])
     return (await _script_usec(client) - start) / CALLS
 
 
@@ -99,7 +99,7 @@ async def _phases(
     engine: Engine, client: aioredis.Redis, queue: str, events: bool, jobs: int
 ) -> tuple[float, float]:
     """(enqueue, rounds) script µs per job on a fresh ``queue`` of ``jobs`` jobs."""
-    await engine.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
+    await engine.admin.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
     start = await _script_usec(client)
     await store(engine, queue, jobs)
     enqueue, start = await _script_usec(client) - start, await _script_usec(client)
@@ -114,7 +114,7 @@ def _ab(url: str, sources: dict[str, dict[str, str]], jobs: int, reps: int) -> d
         client = aioredis.Redis.from_url(url, socket_timeout=120)
         engines = {"this": Engine(client), "baseline": Engine(client)}
         for name, text in sources["baseline"].items():
-            engines["baseline"]._scripts[name] = client.register_script(text)
+            engines["baseline"].core.scripts[name] = client.register_script(text)
         sums: dict[str, float] = {}
         try:
             for rep in range(reps):

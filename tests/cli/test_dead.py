@@ -26,10 +26,13 @@ async def kill(engine: Engine, queue: str, errors: list[tuple[str, str]]) -> lis
     envs = [new_envelope(queue, kind, {"n": n}) for n, (kind, _) in enumerate(errors)]
     await engine.enqueue_batch(envs)
     by_id = {e.id: error for e, (_, error) in zip(envs, errors, strict=True)}
-    claimed = await engine.claim(queue, len(envs))
+    claimed = await engine.jobs.claim(queue, len(envs))
     assert len(claimed) == len(envs)
     for c in claimed:
-        assert await engine.fail(queue, (c.id, c.attempt, c.token), by_id[c.id], permanent=True) == "errored"
+        assert (
+            await engine.jobs.fail(queue, (c.id, c.attempt, c.token), by_id[c.id], permanent=True)
+            == "errored"
+        )
     return [e.id for e in envs]
 
 
@@ -48,7 +51,7 @@ async def test_the_python_digest_is_the_one_the_failure_events_carry(
     q = f"{prefix}.digest"
     (job_id,) = await kill(engine, q, [("k", text)])
     (event,) = [
-        parse(e.value) for e in await engine.events(q) if e.job_id == job_id and b'"errored"' in e.value
+        parse(e.value) for e in await engine.events.read(q) if e.job_id == job_id and b'"errored"' in e.value
     ]
     assert (event.error, event.digest, event.message) == tuple(failure(text)), text
 
@@ -95,8 +98,8 @@ async def test_ls_groups_by_error_and_retry_and_purge_take_exactly_the_filtered_
     retried = await ops.jobq("dead", "retry", "-q", q, "--digest", timeout_digest, "--yes")
     own = [line for line in retried.stdout.splitlines() if line.startswith("retried")]  # not the relay's logs
     assert (retried.exit_code, own) == (0, ["retried 3 of 3 dead job(s)"]), retried.output
-    assert sorted((await ops.engine.list_ids(q, "pending", 0, 10))[0]) == sorted(slow)
-    assert (await ops.engine.dead_counts([q, other])) == {q: 2, other: 1}, "only the filtered ones"
+    assert sorted((await ops.engine.reads.list_ids(q, "pending", 0, 10))[0]) == sorted(slow)
+    assert (await ops.engine.reads.dead_counts([q, other])) == {q: 2, other: 1}, "only the filtered ones"
 
     monkeypatch.setattr("jobq.commands.remote._interactive", lambda: True)
     no = await ops.jobq("dead", "purge", "-q", q, stdin="n\n")
@@ -106,7 +109,7 @@ async def test_ls_groups_by_error_and_retry_and_purge_take_exactly_the_filtered_
     assert purged.exit_code == 0, purged.output
     answer = orjson.loads(purged.stdout.splitlines()[-1])  # (the test's terminal echoes the "y" to stdout)
     assert answer == {"asked": 1, "purged": 1, "by_queue": {other: 1}}
-    assert await ops.engine.get_job(other, elsewhere[0]) is None
+    assert await ops.engine.reads.get_job(other, elsewhere[0]) is None
     assert doc(await ops.jobq("dead", "purge", "-q", q, "--yes", "--json"))["purged"] == 2
     assert doc(await ops.jobq("dead", "ls", "-q", f"{ops.prefix}*", "--json"))["total"] == 0
     assert "no dead letter" in (await ops.jobq("dead", "retry", "-q", q)).stdout

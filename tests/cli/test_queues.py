@@ -79,11 +79,11 @@ async def test_purge_names_the_count_asks_and_cancels_what_waits(
     no = await ops.jobq("queue", "purge", q, stdin="n\n")
     assert no.exit_code == 1, no.output
     assert "nothing done" in no.stderr
-    assert (await ops.engine.depth(q)).pending == 3
+    assert (await ops.engine.reads.depth(q)).pending == 3
     yes = await ops.jobq("queue", "purge", q, stdin="y\n")
     assert yes.exit_code == 0, yes.output
     assert f"queue {q}: canceled 5 job(s) (3 pending, 2 delayed, 0 far); 0 waiting now" in yes.stdout
-    depth = await ops.engine.depth(q)
+    depth = await ops.engine.reads.depth(q)
     assert (depth.pending, depth.delayed) == (0, 0)
     entry = next(e for e in await audit.read(ops.redis, 200) if e.target == q and "purge" in e.action)
     assert (entry.action, entry.who, entry.count) == ("gate.POST /v1/queues/{queue}/purge", "ops", 5)
@@ -101,7 +101,7 @@ async def test_the_purge_route_cancels_at_most_its_limit_and_says_what_remains(o
         assert body == {"queue": q, "canceled": 2, "by_state": {"pending": 2}, "remaining": 1}
         status, body = await http("POST", f"/v1/queues/{q}/purge", {"states": ["running"]})
         assert (status, body["error"]["code"]) == (400, "body_invalid")
-    job = await ops.engine.get_job(q, (await ops.engine.list_ids(q, "done", 0, 1))[0][0])
+    job = await ops.engine.reads.get_job(q, (await ops.engine.reads.list_ids(q, "done", 0, 1))[0][0])
     assert job is not None
     assert (job.state, job.reason) == ("canceled", "purged over HTTP")
 

@@ -385,7 +385,7 @@ async def make_world(w: W, engine: Engine, crons: CronStore) -> None:
         queue = w.q(side)
         await engine.enqueue_batch([new_envelope(queue, KIND, {}, id=w.job(side))])
         switch = Switch(name=w.switch(side), action="park", queue=queue, kind="never", meta={}, set_at_ms=1)
-        await engine.set_switch(switch)
+        await engine.admin.set_switch(switch)
         await crons.put(CronSchedule(name=w.cron(side), every_s=3600, queue=queue, kind=KIND), 1)
         graph = Graph(w.graph(side), queue=queue)
         graph.add("n", KIND)

@@ -296,7 +296,7 @@ def _css(name: str) -> str:
 
 
 async def _state_is(engine: Engine, queue: str, job_id: str, state: str) -> bool:
-    info = await engine.get_job(queue, job_id)
+    info = await engine.reads.get_job(queue, job_id)
     return info is not None and info.state == state
 
 
@@ -320,7 +320,7 @@ async def _canaries_ok(engine: Engine) -> bool:
 
 
 async def _paused(engine: Engine, queue: str, paused: bool) -> bool:
-    return (await engine.queue_config(queue)).paused is paused
+    return (await engine.reads.queue_config(queue)).paused is paused
 
 
 async def _equals(read: Callable[[], float], want: float) -> bool:
