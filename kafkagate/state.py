@@ -50,6 +50,10 @@ PARTITIONS_RECHECK_S = 5.0
 have grown); a stream of bad partitions therefore costs at most one metadata request per topic per 5 s."""
 QUEUE_CONFIG_TIMEOUT_S = 0.5
 """Longest an enqueue waits for Redis to give a queue's configuration; beyond it the check is skipped."""
+QUEUE_CONFIG_TTL_S = 5.0
+"""How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
+without an exclusivity value, blocked queues refuse every job, ``id_from``); the gateway that changes it
+forgets it at once."""
 QUEUE_CONFIG_CACHE_MAX = 10_000
 WORKER_SEEN_EVERY_S = 5.0
 WORKER_NAMES_PER_TOKEN = 100
@@ -177,21 +181,21 @@ class Gate:
         return count
 
     async def queue_config(self, queue: str) -> QueueConfig | None:
-        """The queue's configuration, reused for ``JOBQ_GATE_QUEUE_CONFIG_TTL_S``; None when Redis did
+        """The queue's configuration, reused for :data:`QUEUE_CONFIG_TTL_S`; None when Redis did
         not answer within :data:`QUEUE_CONFIG_TIMEOUT_S` (the caller skips its check: enqueues never
         depend on Redis). A failure is remembered like an answer, so an outage costs one wait per queue
         and TTL, not one per request. One look-up per queue at a time: concurrent requests share it, and
         once a queue was looked up, a request past the TTL is answered from the last one while the next is
-        under way (only a queue's first enqueue waits for Redis; with a TTL of 0 every request waits)."""
+        under way (only a queue's first enqueue waits for Redis)."""
         now = asyncio.get_running_loop().time()
         cached = self._queue_configs.get(queue)
-        if cached is not None and now - cached[0] < self.settings.queue_config_ttl_s:
+        if cached is not None and now - cached[0] < QUEUE_CONFIG_TTL_S:
             return cached[1]
         lookup = self._config_lookups.get(queue)
         if lookup is None:
             lookup = self._config_lookups[queue] = asyncio.ensure_future(self._look_up_config(queue))
             lookup.add_done_callback(lambda _: self._config_lookups.pop(queue, None))
-        if cached is not None and self.settings.queue_config_ttl_s > 0:
+        if cached is not None:
             return cached[1]
         return await asyncio.shield(lookup)
 
@@ -305,9 +309,9 @@ class Gate:
         return self._history_pool
 
     def archive_misses(self) -> MissCache:
-        """(queue, id) pairs the history had no job for a moment ago (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+        """(queue, id) pairs the history had no job for the last few seconds (``historypool.MISS_TTL_S``)."""
         if self._archive_misses is None:
-            self._archive_misses = MissCache(self.history_settings.archive_miss_ttl_s)
+            self._archive_misses = MissCache()
         return self._archive_misses
 
     async def readiness(self) -> dict[str, str]:
