@@ -253,12 +253,16 @@ def confirm_page(
     action: str,
     question: str,
     count: int,
-    matched: int,
+    matched: int | None,
     url: str,
     fields: Sequence[tuple[str, str]],
     next_url: str,
+    button: str = "",
+    confirm: str = "",
 ) -> web.Response:
-    """The confirmation: what would change and how many, and the form that does it (``confirm=count``)."""
+    """The confirmation: what would change and how many, and the form that does it (``confirm=count``,
+    or ``confirm``'s word for an action that changes no jobs); ``button``: what its button says
+    (default ``Yes, <action> <count> jobs``)."""
     base = request.app[WEB].base
     if not next_url.startswith(f"{base}/") or next_url.startswith("//") or "\\" in next_url:
         next_url = f"{base}/jobs"  # shown as a link: only a page of the dashboard
@@ -267,8 +271,9 @@ def confirm_page(
         "count": count,
         "matched": matched,
         "question": question,
+        "button": button or f"Yes, {action} {count:,} jobs",
         "url": url,
-        "fields": [[k, v] for k, v in fields] + [["next", next_url], ["confirm", str(count)]],
+        "fields": [[k, v] for k, v in fields] + [["next", next_url], ["confirm", confirm or str(count)]],
         "next": next_url,
     }
     return page(request, "confirm.html", {"confirm": info})

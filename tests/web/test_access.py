@@ -61,7 +61,7 @@ async def test_login_sets_a_strict_cookie_and_logout_clears_it(dash: Any, web_to
     # the cookie now signs the browser in (no Authorization header)
     async with dash.session.get(dash.url + "/audit", headers={"Accept": "text/html"}) as page:
         assert page.status == 200
-        assert "viewer · read" in await page.text()
+        assert "signed in as <strong>viewer</strong> (read only)" in await page.text()
     r = await dash.post("/login", {"token": admin, "next": "//evil.example/"}, token=None, as_json=False)
     assert r.headers["Location"] == "/"  # never redirected off the dashboard
     r = await dash.post("/logout", token=None, as_json=False)
