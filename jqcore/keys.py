@@ -21,6 +21,7 @@ __all__ = [
     "LOGIN_FAILURES_ALL_KEY",
     "MEMBER_GROUPS_KEY",
     "WEB_SESSIONS_KEY",
+    "control_key",
     "far_scanned_key",
     "far_scanning_key",
     "idempotency_key",
@@ -28,6 +29,7 @@ __all__ = [
     "member_notes_key",
     "members_key",
     "presence_key",
+    "presence_record_key",
     "series_key",
     "stages_key",
     "web_session_key",
@@ -44,11 +46,25 @@ and the gateway's callbacks). The kind-only hash ``jobq:dispatch`` of earlier bu
 
 
 PRESENCE_KEY = "jobq:presence:{role}"
-"""Sorted set per role (``gate``, ``worker``): member = process name, score = last heartbeat (ms)."""
+"""Sorted set per role (``worker``, ``relay``, ``gate``...): member = process name, score = last heartbeat
+(ms)."""
 
 
 def presence_key(role: str) -> str:
     return PRESENCE_KEY.format(role=role)
+
+
+def presence_record_key(role: str, name: str) -> str:
+    """HASH beside a live process's heartbeat: what it is (host, pid, start, version, what it serves, busy
+    and total slots, jobs processed, its state; each field a JSON value); expires soon after its last beat
+    (``jqruntime.stores.presence``)."""
+    return f"{PRESENCE_KEY.format(role=role)}:{name}"
+
+
+def control_key(role: str, name: str) -> str:
+    """String per process asked to change course (JSON: ``quiet`` or ``stop``, by whom, for which start),
+    read at its heartbeat (``jqruntime.stores.presence``)."""
+    return f"jobq:control:{role}:{name}"
 
 
 MEMBER_GROUPS_KEY = "jobq:member-groups"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -110,7 +111,11 @@ class Dispatcher(Service):
         self._tasks: list[asyncio.Task[None]] = []
         self._sender: Sender | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self._lost)
-        self._presence = Presence(redis, "dispatcher", process_name(",".join(settings.queues)))
+        self._presence = Presence(
+            redis, "dispatcher", process_name(",".join(settings.queues)), facts=self._facts
+        )
+        self.processed = 0
+        """Jobs that left this dispatcher (answered, called back, timed out or lost), for its record."""
         self._stopping = False
         self._claim_error: str | None = None
 
@@ -283,9 +288,21 @@ class Dispatcher(Service):
                 except Exception as exc:
                     log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
 
+    def _facts(self) -> dict[str, Any]:
+        """What its presence record says (the dashboard's Workers page)."""
+        return {
+            "kind": "dispatcher",
+            "queues": list(self.settings.queues),
+            "busy": len(self.held),
+            "slots": self.settings.concurrency,
+            "processed": self.processed,
+            "state": "stopping" if self._stopping else "running",
+        }
+
     def _done(self, held: Held, outcome: str) -> None:
         if self.held.get(held.job.id) is held:
             del self.held[held.job.id]
+            self.processed += 1
         held.abandoned = True
         metrics.DISPATCH_IN_FLIGHT.set(len(self.held))
         self._slot_freed.set()

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from jqcore.clock import now_ms
 from jqruntime.stores import dispatch as dispatch_store
+from jqruntime.stores.presence import alive
 from tests.dispatch.conftest import Rig
 
 FAST = {"base_s": 0.05, "factor": 1, "cap_s": 0.05}
@@ -100,6 +102,17 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     logged = capsys.readouterr()  # stdout, or stderr once a test configured logging (jqcore.log): both
     assert "dispatched" in logged.out + logged.err
     assert "s3cret-value" not in logged.out + logged.err  # the auth value is never logged
+
+    # what the dashboard's Workers page reads of it: its presence record, beside its heartbeat
+    assert rig.dispatcher is not None
+    presence = rig.dispatcher._presence
+    await presence.beat()
+    (me,) = [a for a in await alive(rig.redis, "dispatcher") if a.name == presence.name]
+    slots = rig.dispatcher.settings.concurrency
+    assert (me.record["kind"], me.record["queues"], me.record["slots"]) == ("dispatcher", [rig.queue], slots)
+    assert me.record["processed"] >= len(ids), "each job's last attempt at least"
+    assert me.record["version"]
+    assert me.record["started_ms"] <= now_ms()
 
 
 async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> None:
