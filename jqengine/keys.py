@@ -87,6 +87,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 __all__ = [
+    "ENDED_GRAPHS_KEY",
     "GRAPHS_KEY",
     "GRAPH_KEY_NAMES",
     "KEY_NAMES",
@@ -149,6 +150,9 @@ GRAPH_KEY_NAMES: tuple[GraphKeyName, ...] = get_args(GraphKeyName)
 
 GRAPHS_KEY = "jobq:graphs"
 """ZSET of graphs not finished yet: graph id → when submitted (ms); the scheduler's repair reads it."""
+ENDED_GRAPHS_KEY = "jobq:graphs:ended"
+"""ZSET of the graphs that ended most recently: graph id → when the scheduler swept it from
+:data:`GRAPHS_KEY` (ms), the newest ``ENDED_GRAPHS_KEPT`` kept (the dashboard lists them)."""
 
 QUEUES_KEY = "jobq:queues"
 KINDS_KEY = "jobq:kinds"

@@ -405,7 +405,7 @@ class SchedulerService(Service):
             if self.shipper is not None and state != "missing":
                 await self.shipper.ship_graph(graph_id)
             if state != "running":
-                await graphs.forget_index(graph_id)
+                await graphs.forget_index(graph_id, ended=state != "missing")
                 self.signals.graph_closed.signal((graph_id, state))
         return repaired
 

@@ -226,6 +226,9 @@ async def test_operator_paths_in_a_real_browser(
         await live.shot(name)
         assert not live.errors, f"{name}: {live.errors}"
 
+    # an ended graph stays listed (open until the scheduler sweeps it, ended after)
+    await live.open("/graphs", f"#graphs-table tr[data-graph='{p}-reports'][data-state=failed]")
+
     # the Workers page lists every process of the pipeline with its version and uptime, the pool with its
     # busy / total slots; quieting the pool lets the running job finish and claims nothing more
     async def workers_say(selector: str, *words: str) -> bool:
