@@ -299,6 +299,12 @@ async def test_operator_paths_in_a_real_browser(
     actions = ("dead.retry", "queue.pause", "queue.resume", "rate.topic", "worker.quiet", "worker.resume")
     for action in actions:
         assert action in log
+    await page.fill("#f-action", "worker.")  # filtered by action (a prefix): the URL carries it
+    await page.click("#audit-filter")
+    await page.wait_for_url(re.compile(r".*action=worker[.].*"))
+    log = await page.inner_text("#audit")
+    assert "worker.quiet" in log
+    assert "queue.pause" not in log
 
     # stopping a pool asks first, then the pool shuts down gracefully and leaves the page
     await live.open("/workers", "#processes-table")
