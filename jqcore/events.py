@@ -1,10 +1,11 @@
 """Lifecycle events: the one definition of what a transition records (``docs/history.md``).
 
 Every Lua script that changes a job (``jqengine/lua``) bumps the job's ``version`` and appends one
-event to its queue's stream (``jobq:{q}:events``) in the same script, through ``_lib.lua``'s ``emit``:
-no transition without its event, no event without its transition. Scheduler instances ship each owned
-queue's stream to the events topic (value: the JSON object below, key: the job id) and trim what Kafka
-acknowledged. Delivery is at least once; readers keep one event per ``(queue, id, v)``.
+event to its queue's stream (``jobq:{q}:events``) in the same script, through ``emit``
+(``jqengine/lua/lib/emit.lua``): no transition without its event, no event without its transition.
+Scheduler instances ship each owned queue's stream to the events topic (value: the JSON object below, key:
+the job id) and trim what Kafka acknowledged. Delivery is at least once; readers keep one event per
+``(queue, id, v)``.
 
 Every field is always present in Kafka (``""`` / ``0`` when it does not apply), so Spark and DuckDB read
 one fixed schema (the stream keeps a call's several events lean: :data:`DEFAULTS`):

@@ -160,7 +160,7 @@ class Dispatcher(Service):
         for queue, jobs in by_queue.items():
             try:
                 log.info(
-                    "released jobs at shutdown", queue=queue, jobs=await self.engine.release(queue, jobs)
+                    "released jobs at shutdown", queue=queue, jobs=await self.engine.jobs.release(queue, jobs)
                 )
             except Exception as exc:  # Redis away: the leases expire and the reaper hands the jobs out
                 log.warning("releasing at shutdown failed", queue=queue, error=repr(exc))
@@ -198,7 +198,7 @@ class Dispatcher(Service):
                 full = await self._claim_once()
                 self._claim_error = None
                 if not full:
-                    await self.engine.wait_for_work(
+                    await self.engine.jobs.wait_for_work(
                         self.settings.queues, self.engine.block_limit_s(self.settings.idle_wait_s)
                     )
             except Exception as exc:  # Redis away: back off, keep the held jobs going
@@ -215,7 +215,7 @@ class Dispatcher(Service):
             free = self.settings.concurrency - len(self.held)
             if free <= 0:
                 return True
-            jobs = await self.engine.claim(
+            jobs = await self.engine.jobs.claim(
                 queue, free, lease_ms=self.settings.lease_ms, worker=self._presence.name
             )
             for job in jobs:
@@ -234,7 +234,7 @@ class Dispatcher(Service):
         held.task = asyncio.create_task(self._dispatch(held), name=f"dispatch:{job.id}")
 
     async def _hand_back(self, job: ClaimedJob) -> None:
-        then = await self.engine.hand_back(
+        then = await self.engine.jobs.hand_back(
             job.queue,
             (job.id, job.attempt, job.token),
             round(self.settings.unknown_kind_retry_s * 1000),
@@ -278,10 +278,12 @@ class Dispatcher(Service):
         owner = (job.id, job.attempt, job.token)
         async with self._writes:
             if answer.outcome == "succeeded":
-                await self.engine.complete(job.queue, owner, answer.result)
+                await self.engine.jobs.complete(job.queue, owner, answer.result)
             else:
                 delay = held.config.backoff.policy().delay_ms(job.attempt)
-                await self.engine.fail(job.queue, owner, answer.error or answer.outcome, retry_delay_ms=delay)
+                await self.engine.jobs.fail(
+                    job.queue, owner, answer.error or answer.outcome, retry_delay_ms=delay
+                )
             if job.envelope.graph:  # hand a graph node's outcome on now (else the scheduler's repair does)
                 try:
                     await self.engine.graphs.report_finished(job.queue, [job.id])
@@ -326,7 +328,7 @@ class Dispatcher(Service):
                 by_queue.setdefault(held.job.queue, []).append(held)
         now = time.monotonic()
         for queue, waiting in by_queue.items():
-            leases = await self.engine.leases(queue, [h.job.id for h in waiting])
+            leases = await self.engine.reads.leases(queue, [h.job.id for h in waiting])
             for held, lease in zip(waiting, leases, strict=True):
                 job = held.job
                 if lease is None or (lease.state, lease.attempt, lease.token) != (

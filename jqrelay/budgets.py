@@ -110,7 +110,7 @@ class QueueBudgets:
         if now - s.at < self.sample_s:
             return
         try:
-            found = await self.engine.memory(queue)
+            found = await self.engine.reads.memory(queue)
         except RedisError as exc:
             log.warning("queue memory not sampled", queue=queue, error=repr(exc))
             return

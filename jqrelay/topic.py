@@ -255,7 +255,9 @@ class TopicRelay(Service):
         try:
             self._graph_key = await self._keys.graph_key()
             if not self.settings.shadow:
-                await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
+                await self.engine.raise_fence(
+                    await self.engine.reads.queues(), fence=term.fence, source=self.topic
+                )
             idle = IDLE_POLL_MIN_S
             while self._trusted(term):
                 if not self.settings.shadow and not await self.guard.wait_for_room(

@@ -97,7 +97,7 @@ class LeaseKeeper(Service):
             groups.setdefault((job.queue, lease), []).append((job.id, job.attempt, job.token))
         extended: list[str] = []
         for (queue, lease), owned in groups.items():
-            result = await self.engine.extend(queue, owned, lease)
+            result = await self.engine.jobs.extend(queue, owned, lease)
             for job_id, outcome in result.items():
                 if isinstance(outcome, str):
                     self._lost(job_id, f"extend: {outcome}")

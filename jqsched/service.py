@@ -311,7 +311,7 @@ class SchedulerService(Service):
                 await asyncio.sleep(EVENTS_RETRY_S)
                 continue
             if not shipped:
-                await self.engine.wait_for_events(queues, EVENTS_IDLE_S)
+                await self.engine.events.wait(queues, EVENTS_IDLE_S)
 
     async def _series_loop(self) -> None:
         await self.dealt.wait()
@@ -329,7 +329,7 @@ class SchedulerService(Service):
     async def sample_series(self, bucket_ms: int) -> None:
         """Record the owned queues' counters for the bucket starting at ``bucket_ms``."""
         queues = self.owned
-        stats = {q: await self.engine.queue_stats(q) for q in queues}
+        stats = {q: await self.engine.reads.queue_stats(q) for q in queues}
         await series.record(self.client, queues, stats, bucket_ms)
 
     async def _signals_loop(self) -> None:
@@ -354,7 +354,7 @@ class SchedulerService(Service):
         owned = self.owned
         for gone in set(self._outcomes) - set(owned):
             _forget_queue(gone, self._outcomes.pop(gone))
-        for sig in await self.engine.queue_signals(owned):
+        for sig in await self.engine.reads.queue_signals(owned):
             q = sig.queue
             for state in _DEPTH_STATES:
                 metrics.child(metrics.QUEUE_DEPTH, q, state).set(getattr(sig, state))
@@ -412,7 +412,7 @@ class SchedulerService(Service):
     async def beat(self) -> list[str]:
         """One heartbeat and re-deal; returns the queues this instance keeps from now on."""
         members = await self.membership.beat(self._note())
-        queues = [q for q in await self.engine.queues() if self.settings.keeps(q)]
+        queues = [q for q in await self.engine.reads.queues() if self.settings.keeps(q)]
         owned = owned_by(self.settings.name, members, queues)
         if set(owned) != set(self.timers.queues):
             log.info("scheduler owns", queues=len(owned), of=len(queues), members=len(members))

@@ -204,17 +204,17 @@ QUEUE_READS_AT_ONCE = 32
 
 async def queue_row(engine: Engine, q: str) -> dict[str, Any]:
     """One queue as the overview shows it: depth per state, counters, pause, timers past due, events."""
-    d = await engine.depth(q)
-    stats = await engine.queue_stats(q)
-    config = await engine.queue_config(q)
+    d = await engine.reads.depth(q)
+    stats = await engine.reads.queue_stats(q)
+    config = await engine.reads.queue_config(q)
     names = ("handed_back", "duplicates", "reopened", "events_dropped", "completed", "enqueued")
     return {
         "queue": q,
         **d.as_dict(),
         **{k: stats.get(k, 0) for k in names},
         "paused": config.paused,
-        "past_due": await engine.past_due(q, PAST_DUE_MS),
-        "events_backlog": (await engine.events_backlog([q]))[q],
+        "past_due": await engine.timers.past_due(q, PAST_DUE_MS),
+        "events_backlog": (await engine.events.backlog([q]))[q],
         "events_cap": config.events_cap,
     }
 
@@ -231,7 +231,7 @@ async def queue_rows(engine: Engine, queues: list[str]) -> list[dict[str, Any]]:
 
 async def redis_state(client: RedisClient) -> dict[str, Any]:
     engine = Engine(client)
-    queues = await queue_rows(engine, await engine.queues())
+    queues = await queue_rows(engine, await engine.reads.queues())
     raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
     canary = {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())}
     info = await memory_info(client)  # on a Cluster: the node fullest for its maxmemory
@@ -252,7 +252,7 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
             "ratio": round(used / cap, 4) if cap else None,
             "policy": str(info.get("maxmemory_policy", "")) or None,
         },
-        "switches": [sw.as_dict() for sw in await engine.switches()],
+        "switches": [sw.as_dict() for sw in await engine.admin.switches()],
     }
 
 

@@ -92,6 +92,7 @@ class Gate:
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
     """topic → (when seen, partition count)."""
     _queue_configs: dict[str, tuple[float, QueueConfig | None]] = field(default_factory=dict)
+    _config_lookups: dict[str, asyncio.Future[QueueConfig | None]] = field(default_factory=dict)
     _produced: dict[str, int] = field(default_factory=dict)
     _flusher: asyncio.Task[None] | None = None
     _graph_key: bytes | None = None
@@ -163,19 +164,30 @@ class Gate:
         """The queue's configuration, reused for ``JOBQ_GATE_QUEUE_CONFIG_TTL_S``; None when Redis did
         not answer within :data:`QUEUE_CONFIG_TIMEOUT_S` (the caller skips its check: enqueues never
         depend on Redis). A failure is remembered like an answer, so an outage costs one wait per queue
-        and TTL, not one per request."""
+        and TTL, not one per request. One look-up per queue at a time: concurrent requests share it, and
+        once a queue was looked up, a request past the TTL is answered from the last one while the next is
+        under way (only a queue's first enqueue waits for Redis; with a TTL of 0 every request waits)."""
         now = asyncio.get_running_loop().time()
         cached = self._queue_configs.get(queue)
         if cached is not None and now - cached[0] < self.settings.queue_config_ttl_s:
             return cached[1]
+        lookup = self._config_lookups.get(queue)
+        if lookup is None:
+            lookup = self._config_lookups[queue] = asyncio.ensure_future(self._look_up_config(queue))
+            lookup.add_done_callback(lambda _: self._config_lookups.pop(queue, None))
+        if cached is not None and self.settings.queue_config_ttl_s > 0:
+            return cached[1]
+        return await asyncio.shield(lookup)
+
+    async def _look_up_config(self, queue: str) -> QueueConfig | None:
         config: QueueConfig | None = None
         try:
-            config = await asyncio.wait_for(self.engine.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
+            config = await asyncio.wait_for(self.engine.reads.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
         except Exception as exc:  # Redis down, slow or refusing: skip the check, never the enqueue
             log.warning("queue configuration unavailable; check skipped", queue=queue, error=repr(exc))
         if len(self._queue_configs) >= QUEUE_CONFIG_CACHE_MAX:  # queue names come from requests
             self._queue_configs.clear()
-        self._queue_configs[queue] = (now, config)
+        self._queue_configs[queue] = (asyncio.get_running_loop().time(), config)
         return config
 
     async def saw_worker(self, name: str, token: str) -> None:
@@ -223,10 +235,12 @@ class Gate:
             )
         return self._producers[acks]
 
-    async def unschedule_far(self, queue: str, job_id: str) -> None:
-        """Tombstone a far-future job in the schedule topic (Kafka confirms, ``acks=all``)."""
+    async def unschedule_far(self, queue: str, *job_ids: str) -> None:
+        """Tombstone far-future jobs in the schedule topic (Kafka confirms them all, ``acks=all``)."""
         topic = self.far.topic
-        await self.producer("all").produce_many([Record(topic, None, schedule_key(queue, job_id))])
+        await self.producer("all").produce_many(
+            [Record(topic, None, schedule_key(queue, i)) for i in job_ids]
+        )
 
     def history(self) -> HistoryStore | None:
         """The history tables (the archive ``GET`` falls back to, the job search), None until

@@ -223,7 +223,7 @@ class Pool(Service):
                 or spec.priority is not None
                 or spec.ignore_result
             ):
-                await self.engine.configure_kind(
+                await self.engine.admin.configure_kind(
                     spec.kind,
                     queues=[spec.queue],
                     concurrency=spec.concurrency,
@@ -268,7 +268,7 @@ class Pool(Service):
         await cancel_and_wait(self._fetcher)
         if self._waiter and not self._hard:  # deregister; jobs handed meanwhile are ours: released below
             try:
-                for job in await self.engine.unwait(self.config.queues[0], self._waiter):
+                for job in await self.engine.jobs.unwait(self.config.queues[0], self._waiter):
                     self.in_flight[job.id] = Running(job)
             except Exception as exc:  # Redis away: the registration expires, handed jobs' leases too
                 log.warning("leaving the hand-off list failed", error=repr(exc))
@@ -311,16 +311,16 @@ class Pool(Service):
         wait_s = self._wait_s()
         if self._waiter:
             queue = self.config.queues[0]
-            wait = asyncio.ensure_future(self.engine.wait_for_handoff(queue, self._waiter, wait_s))
+            wait = asyncio.ensure_future(self.engine.jobs.wait_for_handoff(queue, self._waiter, wait_s))
             if await self._interrupted(wait):  # resized: wake our own blocking pop (nothing is lost)
-                await self.engine.nudge(queue, self._waiter)
+                await self.engine.jobs.nudge(queue, self._waiter)
             handed = await self._within_limit(await wait or [])
             for job in handed:
                 self._launch(job)
             if handed:
                 await asyncio.sleep(0)  # the jobs start before the next claim is packed and sent
         else:
-            wait_for_work = asyncio.ensure_future(self.engine.wait_for_work(self.config.queues, wait_s))
+            wait_for_work = asyncio.ensure_future(self.engine.jobs.wait_for_work(self.config.queues, wait_s))
             if await self._interrupted(wait_for_work):  # resized: a wake token's wait, nothing to lose
                 await cancel_and_wait(wait_for_work)
             elif (error := wait_for_work.exception()) is not None:
@@ -331,7 +331,7 @@ class Pool(Service):
         """Quiet: leave the hand-off list (jobs handed meanwhile are ours: they run), then wait until the
         pool may claim again."""
         if self._waiter:
-            for job in await self.engine.unwait(self.config.queues[0], self._waiter):
+            for job in await self.engine.jobs.unwait(self.config.queues[0], self._waiter):
                 self._launch(job)
         self.signals.quiet.signal(True)
         await self._loud.wait()
@@ -355,7 +355,7 @@ class Pool(Service):
         keep = max(0, self._capacity() - len(self.in_flight))
         if len(handed) > keep:
             back = [(j.id, j.attempt, j.token, False) for j in handed[keep:]]
-            await self.engine.release(self.config.queues[0], back)
+            await self.engine.jobs.release(self.config.queues[0], back)
         return handed[:keep]
 
     def set_concurrency(self, n: int) -> None:
@@ -385,7 +385,7 @@ class Pool(Service):
             free = self._capacity() - len(self.in_flight)
             if free <= 0:
                 return True
-            jobs = await self.engine.claim(
+            jobs = await self.engine.jobs.claim(
                 queue,
                 free,
                 lease_ms=self.config.lease_ms or 0,

@@ -34,8 +34,8 @@ CHUNK = 500
 
 async def _errors(engine: Engine, queue: str, offset: int, count: int) -> list[tuple[str, Failure, str, int]]:
     """(id, its failure, kind, died at) of ``count`` dead jobs from ``offset``, newest first."""
-    ids, _ = await engine.list_ids(queue, "dead", offset, count, newest=True)
-    rows = await engine.job_fields(queue, ids, ("kind", "last_error", "finished_at"))
+    ids, _ = await engine.reads.list_ids(queue, "dead", offset, count, newest=True)
+    rows = await engine.reads.job_fields(queue, ids, ("kind", "last_error", "finished_at"))
     out = []
     for job_id, (kind, error, died) in zip(ids, rows, strict=True):
         if kind is None:  # collected between the two reads
@@ -92,7 +92,7 @@ def _digest(data: Mapping[str, str], code: str = "form_invalid") -> str | None:
 
 
 async def _known(engine: Engine, queue: str) -> None:
-    if queue not in await engine.queues():
+    if queue not in await engine.reads.queues():
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
 
 
@@ -103,7 +103,7 @@ async def dead(request: web.Request) -> web.Response:
     queue = request.query.get("queue") or None
     offset = query_int(request, "offset", 0)
     size = w.settings.page_size
-    dead_per_queue = await engine.dead_counts(visible(request, await engine.queues()))
+    dead_per_queue = await engine.reads.dead_counts(visible(request, await engine.reads.queues()))
     counts = [{"queue": q, "dead": n} for q, n in dead_per_queue.items() if n or q == queue]
     if queue is not None and queue not in {c["queue"] for c in counts}:
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
@@ -115,10 +115,10 @@ async def dead(request: web.Request) -> web.Response:
         found = await _errors(engine, queue, 0, GROUP_SCAN)
         scanned, groups = len(found), group_errors(found)
         if digest is None:
-            rows = [job_row(j) for j in await engine.dead_list(queue, offset, size)]
+            rows = [job_row(j) for j in await engine.reads.dead_list(queue, offset, size)]
         else:  # one error's: the newest of them
             ids = (await digest_ids(engine, queue, digest, offset + size))[offset : offset + size]
-            rows = [job_row(j) for j in await engine.get_jobs(queue, ids) if j is not None]
+            rows = [job_row(j) for j in await engine.reads.get_jobs(queue, ids) if j is not None]
     ctx = {
         "counts": counts,
         "queue": queue,
@@ -166,7 +166,7 @@ async def retry(request: web.Request) -> web.Response:
             raise too_many(len(ids), w.settings.bulk_limit)
     else:
         ids = [] if every else _ids(data, queue)
-    dead_now = (await engine.depth(queue)).errored
+    dead_now = (await engine.reads.depth(queue)).errored
     if every and dead_now > w.settings.bulk_limit:
         raise too_many(dead_now, w.settings.bulk_limit)
     said = f"{queue}: error {digest}" if digest else queue if every else f"{queue}: {len(ids)} selected"
@@ -175,7 +175,7 @@ async def retry(request: web.Request) -> web.Response:
         request,
         "dead.retry",
         said,
-        lambda: _in_batches(engine.dead_retry, queue, ids, dead_now if every else None),
+        lambda: _in_batches(engine.admin.dead_retry, queue, ids, dead_now if every else None),
         done=lambda n: f"{n:,} dead jobs of {queue} retried",
         back=_back(w.base, queue),
         next_url=data.get("next"),
@@ -204,8 +204,8 @@ async def _in_batches(op: DeadOp, queue: str, ids: list[str], oldest: int | None
 
 async def _purge_count(engine: Engine, queue: str, ids: list[str]) -> int:
     if not ids:
-        return (await engine.depth(queue)).errored
-    return sum(1 for j in await engine.get_jobs(queue, ids) if j is not None and j.state == "errored")
+        return (await engine.reads.depth(queue)).errored
+    return sum(1 for j in await engine.reads.get_jobs(queue, ids) if j is not None and j.state == "errored")
 
 
 @routes.post("/dead/{queue}/purge", policy=Policy("admin", (path_queue,)))
@@ -256,7 +256,7 @@ async def purge(request: web.Request) -> web.Response:
         request,
         "dead.purge",
         said,
-        lambda: _in_batches(engine.dead_purge, queue, ids, confirmed if every else None),
+        lambda: _in_batches(engine.admin.dead_purge, queue, ids, confirmed if every else None),
         done=lambda n: f"{n:,} dead jobs of {queue} purged",
         back=_back(w.base, queue),
         next_url=next_url,

@@ -47,7 +47,7 @@ def time_range(request: web.Request) -> tuple[str, int]:
 async def overview(request: web.Request) -> web.Response:
     w = request.app[WEB]
     name, hours = time_range(request)
-    queues = visible(request, await w.engine.queues())
+    queues = visible(request, await w.engine.reads.queues())
     until = now_ms()
     since = until - hours * HOUR_MS
     got = await series.read(w.client, queues, since)
@@ -89,5 +89,5 @@ async def _narrowed(request: web.Request, snap: dict[str, Any]) -> dict[str, Any
     w, p = request.app[WEB], principal(request)
     if everything(p):
         return snap
-    topics = own_topics(p, w.sources.routing, await w.engine.queues(), w.sources.topics())
+    topics = own_topics(p, w.sources.routing, await w.engine.reads.queues(), w.sources.topics())
     return narrow(snap, p, topics)

@@ -78,7 +78,7 @@ async def _sparks(client: RedisClient, queues: list[str]) -> dict[str, list[int]
 async def queues_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     match = request.query.get("q", "").strip()
-    queues = [q for q in visible(request, await w.engine.queues()) if match in q]
+    queues = [q for q in visible(request, await w.engine.reads.queues()) if match in q]
     rows = await queue_rows(w.engine, queues)
     sparks = await _sparks(w.client, queues)
     for row in rows:
@@ -87,7 +87,7 @@ async def queues_page(request: web.Request) -> web.Response:
 
 
 async def _known(w: Web, queue: str) -> str:
-    if queue not in await w.engine.queues():
+    if queue not in await w.engine.reads.queues():
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     return queue
 
@@ -109,11 +109,11 @@ async def kinds_seen(engine: Engine, queue: str, sample: int = KINDS_SAMPLE) -> 
     (the done list, until their retention) — how many completed, died, were canceled or expired; the
     share of their attempts that failed (every attempt but a completed job's last one); p50/p95 run
     time of their last attempt — and the kinds of the jobs running now. No counter is written for it."""
-    ids, finished = await engine.list_ids(queue, "done", 0, sample, newest=True)
+    ids, finished = await engine.reads.list_ids(queue, "done", 0, sample, newest=True)
     fields = ("kind", "state", "attempt", "started_at", "finished_at")
-    rows = await engine.job_fields(queue, ids, fields)
-    running_ids, running_total = await engine.list_ids(queue, "running", 0, sample)
-    running = await engine.job_fields(queue, running_ids, ("kind",))
+    rows = await engine.reads.job_fields(queue, ids, fields)
+    running_ids, running_total = await engine.reads.list_ids(queue, "running", 0, sample)
+    running = await engine.reads.job_fields(queue, running_ids, ("kind",))
     by_kind: dict[str, dict[str, Any]] = {}
 
     def entry(kind: str) -> dict[str, Any]:
@@ -165,7 +165,7 @@ async def kinds_seen(engine: Engine, queue: str, sample: int = KINDS_SAMPLE) -> 
 async def _kinds(w: Web, queue: str) -> list[dict[str, Any]]:
     """The job types with options in this queue (or defaults for every queue)."""
     out = []
-    for kind, entry in sorted((await w.engine.kinds([queue])).items()):
+    for kind, entry in sorted((await w.engine.reads.kinds([queue])).items()):
         options = entry["queues"].get(queue)
         if options is not None or entry["defaults"] is not None:
             out.append({"kind": kind, "options": options, "defaults": entry["defaults"]})
@@ -203,10 +203,10 @@ async def queue_page(request: web.Request) -> web.Response:
     _, entry = await w.consul.kv.get(w.sources.relay.queue_rate_key(queue))
     rate_text = ((entry or {}).get("Value") or b"").decode()
     seen = await kinds_seen(w.engine, queue)
-    stats = await w.engine.queue_stats(queue)
+    stats = await w.engine.reads.queue_stats(queue)
     context = {
         "queue": row,
-        "config": (await w.engine.queue_config(queue)).as_dict(),
+        "config": (await w.engine.reads.queue_config(queue)).as_dict(),
         "stats": stats,
         "mean_wait_ms": round(stats["wait_ms"] / stats["claimed"]) if stats.get("claimed") else None,
         "kinds": merged_kinds(seen.pop("kinds"), await _kinds(w, queue)),
@@ -223,7 +223,7 @@ async def queue_page(request: web.Request) -> web.Response:
 async def _keep(w: Web, queue: str) -> None:
     """Keep the queue's configuration in force in Consul too (``jobq rebuild`` restores it from there:
     :mod:`jqruntime.stores.config`)."""
-    config = await w.engine.queue_config(queue)
+    config = await w.engine.reads.queue_config(queue)
     await ConfigStore(w.consul, w.sources.cron.kv_prefix).put_queue(queue, config)
 
 
@@ -237,10 +237,10 @@ async def _switch(
 
     async def run() -> int:
         if paused is not None:
-            await w.engine.pause(queue, paused)
+            await w.engine.admin.pause(queue, paused)
         if blocked is not None:
-            current = await w.engine.queue_config(queue)
-            await w.engine.configure_queue(queue, dataclasses.replace(current, enqueue_blocked=blocked))
+            current = await w.engine.reads.queue_config(queue)
+            await w.engine.admin.configure_queue(queue, dataclasses.replace(current, enqueue_blocked=blocked))
         await _keep(w, queue)
         return 0
 
@@ -319,8 +319,8 @@ async def settings(request: web.Request) -> web.Response:
     await check_bounds(w.client, w.queue_bounds, changes)
 
     async def run() -> int:
-        current = await w.engine.queue_config(queue)
-        await w.engine.configure_queue(queue, dataclasses.replace(current, **changes))
+        current = await w.engine.reads.queue_config(queue)
+        await w.engine.admin.configure_queue(queue, dataclasses.replace(current, **changes))
         await _keep(w, queue)
         return 0
 

@@ -63,8 +63,8 @@ async def _running(engine: Engine, queues: list[str]) -> tuple[list[JobInfo], li
 
     async def one(queue: str) -> tuple[list[JobInfo], bool]:
         async with gate:
-            ids, total = await engine.list_ids(queue, "running", 0, RUNNING_PER_QUEUE)
-            jobs = await engine.get_jobs(queue, ids) if ids else []
+            ids, total = await engine.reads.list_ids(queue, "running", 0, RUNNING_PER_QUEUE)
+            jobs = await engine.reads.get_jobs(queue, ids) if ids else []
         return [j for j in jobs if j is not None], total > len(ids)
 
     found = await asyncio.gather(*(one(q) for q in queues))
@@ -195,7 +195,7 @@ async def workers(request: web.Request) -> web.Response:
     w = request.app[WEB]
     engine = w.engine
     procs = await processes(request)
-    queues = visible(request, await engine.queues())
+    queues = visible(request, await engine.reads.queues())
     jobs, cut = await _running(engine, queues)
     groups = await membership.groups(w.client)
     records = {

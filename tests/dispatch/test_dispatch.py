@@ -37,7 +37,7 @@ async def finished(rig: Rig, job_id: str, attempt: int, outcome: str) -> None:
 
 
 async def job(rig: Rig, job_id: str) -> Any:
-    got = await rig.engine.get_job(rig.queue, job_id)
+    got = await rig.engine.reads.get_job(rig.queue, job_id)
     assert got is not None
     return got
 

@@ -56,7 +56,7 @@ async def test_a_claim_records_its_worker_on_the_job_and_in_its_events(
     assert job["id"] == a
     status, got = await gw.call("GET", f"/v1/queues/{q}/jobs/{a}")
     assert (status, got["worker"]) == (200, "billing-go:pod-7f9c:1")
-    events = [orjson.loads(e.value) for e in await engine.events(q) if e.job_id == a]
+    events = [orjson.loads(e.value) for e in await engine.events.read(q) if e.job_id == a]
     assert [e["worker"] for e in events if e["to"] == "running"] == ["billing-go:pod-7f9c:1"]
     assert "billing-go:pod-7f9c:1" in await count_alive(engine._client, "http-worker", 60), "jobq status"
     await claim_one(gw, q)  # no name given: the token's
@@ -97,7 +97,7 @@ async def test_release_of_a_started_at_most_once_job_ends_it_errored(
     assert [j["id"] for j in jobs] == [first, second]
     assert await write(gw, jobs[0], "release") == (200, {"id": first, "outcome": "errored"})
     assert await write(gw, jobs[1], "release", started=False) == (200, {"id": second, "outcome": "released"})
-    assert [j.id for j in await engine.dead_list(q)] == [first]
+    assert [j.id for j in await engine.reads.dead_list(q)] == [first]
 
 
 async def test_snooze_puts_the_job_back_after_a_delay_without_spending_an_attempt(gw: Any, put: Any) -> None:
@@ -133,7 +133,7 @@ async def test_a_worker_cancels_a_job_it_holds(gw: Any, engine: Engine, put: Any
     status, got = await gw.call("GET", f"/v1/queues/{q}/jobs/{job_id}")
     assert (status, got["state"], got["reason"]) == (200, "canceled", "customer gone")
     assert code(await write(gw, job, "complete")) == (409, "lease_stale"), "never completed after"
-    assert (await engine.depth(q)).pending == 0, "never retried"
+    assert (await engine.reads.depth(q)).pending == 0, "never retried"
 
 
 async def test_heartbeat_extends_many_leases_and_says_which_are_still_held(

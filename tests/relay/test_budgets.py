@@ -32,7 +32,7 @@ async def test_a_queue_over_its_memory_budget_is_held_while_another_topic_flows(
 ) -> None:
     noisy, quiet = make_topic("noisy", partitions=1), make_topic("quiet", partitions=1)
     big, small = f"{prefix}.big", f"{prefix}.small"
-    await engine.configure_queue(big, QueueConfig(memory_budget=BUDGET))
+    await engine.admin.configure_queue(big, QueueConfig(memory_budget=BUDGET))
     envs = [new_envelope(big, "k", {"i": i, "pad": "x" * 1000}) for i in range(100)]
     await producer.produce_many([Record(noisy, encode(e), record_key(e)) for e in envs])
     relay = make_relay(noisy, topics=[noisy, quiet], batch=10)
@@ -56,8 +56,8 @@ async def test_a_queue_over_its_memory_budget_is_held_while_another_topic_flows(
         assert await pending(big) == held, "nothing more of the queue over its budget was written"
 
         # a budget raised at run time lets the held jobs in, every one once
-        config = await engine.queue_config(big)
-        await engine.configure_queue(big, dataclasses.replace(config, memory_budget=50 * BUDGET))
+        config = await engine.reads.queue_config(big)
+        await engine.admin.configure_queue(big, dataclasses.replace(config, memory_budget=50 * BUDGET))
         await relay.budget_signals.over.wait_for(lambda v: v == (big, False), timeout_s=60)
         noisy_relay = next(r for r in relay.relays if r.topic == noisy)
         await noisy_relay.signals.batch.wait_for(lambda c: c.get("written", 0) >= 100, timeout_s=60)

@@ -14,9 +14,9 @@ pytestmark = pytest.mark.asyncio
 
 async def _dead(engine: Any, q: str, n: int, error: str = "boom") -> list[str]:
     await engine.enqueue_batch([new_envelope(q, "resize", {"i": i}) for i in range(n)])
-    claimed = await engine.claim(q, n)
+    claimed = await engine.jobs.claim(q, n)
     for c in claimed:
-        assert await engine.fail(q, (c.id, c.attempt, c.token), error, permanent=True) == "errored"
+        assert await engine.jobs.fail(q, (c.id, c.attempt, c.token), error, permanent=True) == "errored"
     return [c.id for c in claimed]
 
 
@@ -53,11 +53,11 @@ async def test_retry_selected_then_all(dash: Any, engine: Any, prefix: str) -> N
         "count": 1,
         "message": "",
     }
-    assert (await engine.get_job(q, ids[0])).state == "pending"
+    assert (await engine.reads.get_job(q, ids[0])).state == "pending"
     r = await dash.post(f"/dead/{q}/retry", {"all": "1", "next": f"/dead?queue={q}"}, as_json=False)
     assert r.status == 303
     assert r.headers["Location"] == f"/dead?queue={q}"
-    depth = await engine.depth(q)
+    depth = await engine.reads.depth(q)
     assert (depth.errored, depth.pending) == (0, 3)
     r = await dash.post(f"/dead/{q}/retry", {})
     assert (r.status, r.code) == (400, "form_invalid")
@@ -73,18 +73,18 @@ async def test_purge_is_confirmed_with_the_count(dash: Any, engine: Any, prefix:
     r = await dash.post(f"/dead/{q}/purge", {"all": "1"})
     assert r.status == 200
     assert r.json()["confirm"]["count"] == 4
-    assert (await engine.depth(q)).errored == 4  # nothing changed yet
+    assert (await engine.reads.depth(q)).errored == 4  # nothing changed yet
     page = await dash.post(f"/dead/{q}/purge", {"all": "1", "next": f"/dead?queue={q}"}, as_json=False)
     assert 'id="confirm-form"' in page.text
     assert f"Purge 4 dead jobs of {q}?" in page.text
     # selected: only those
     r = await dash.post(f"/dead/{q}/purge", {"id": ids[0], "confirm": "1"})
     assert r.json()["count"] == 1
-    assert await engine.get_job(q, ids[0]) is None
+    assert await engine.reads.get_job(q, ids[0]) is None
     # all: at most the confirmed count (the oldest), even if more died since
     r = await dash.post(f"/dead/{q}/purge", {"all": "1", "confirm": "2"})
     assert r.json()["count"] == 2
-    assert (await engine.depth(q)).errored == 1
+    assert (await engine.reads.depth(q)).errored == 1
     r = await dash.post(f"/dead/{q}/purge", {"all": "1", "confirm": "x"})
     assert (r.status, r.code) == (400, "form_invalid")
     r = await dash.post(f"/dead/{prefix}.nope/purge", {"all": "1"})
@@ -102,7 +102,7 @@ async def test_read_token_may_not_act(dash: Any, engine: Any, prefix: str) -> No
     ):
         r = await dash.post(path, form, token="read")
         assert (r.status, r.code) == (403, "admin_required"), path
-    assert (await engine.depth(q)).errored == 1
+    assert (await engine.reads.depth(q)).errored == 1
 
 
 async def test_dead_letters_grouped_by_error_and_retried_by_group(
@@ -131,14 +131,14 @@ async def test_dead_letters_grouped_by_error_and_retried_by_group(
     assert f'id="retry-digest-{digest}"' in html
     r = await dash.post(f"/dead/{q}/retry", {"digest": digest})
     assert (r.status, r.json()["count"], r.json()["target"]) == (200, 2, f"{q}: error {digest}"), r.text
-    assert {(await engine.get_job(q, i)).state for i in slow} == {"pending"}
-    assert {(await engine.get_job(q, i)).state for i in keyed} == {"errored"}, "the other error's stay"
+    assert {(await engine.reads.get_job(q, i)).state for i in slow} == {"pending"}
+    assert {(await engine.reads.get_job(q, i)).state for i in keyed} == {"errored"}, "the other error's stay"
     keyed_digest = failure(key_error).digest
     asked = (await dash.post(f"/dead/{q}/purge", {"digest": keyed_digest})).json()["confirm"]
     assert asked["count"] == 3
     done = await dash.post(f"/dead/{q}/purge", dict(asked["fields"]))
     assert done.json()["count"] == 3
-    assert (await engine.depth(q)).errored == 0
+    assert (await engine.reads.depth(q)).errored == 0
     bad = await dash.post(f"/dead/{q}/retry", {"digest": "not-a-digest"})
     assert (bad.status, bad.code) == (400, "form_invalid")
     bad = await dash.get("/dead", queue=q, digest="xyz")

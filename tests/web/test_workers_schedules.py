@@ -39,7 +39,7 @@ async def test_a_running_job_shows_under_the_worker_that_claimed_it(
     job = new_envelope(q, "resize", {"n": 1})
     await engine.enqueue_batch([job])
     me = f"{prefix}-host:4242:{q}"
-    (claimed,) = await engine.claim(q, 1, worker=me)
+    (claimed,) = await engine.jobs.claim(q, 1, worker=me)
     r = await dash.get("/workers")
     assert r.status == 200
     row = _worker(r.json(), me)
@@ -54,7 +54,7 @@ async def test_a_running_job_shows_under_the_worker_that_claimed_it(
     assert 'id="workers-table"' in html.text
     assert f'href="/jobs/{q}/{claimed.id}"' in html.text
     assert me in html.text
-    await engine.complete(q, (claimed.id, claimed.attempt, claimed.token))
+    await engine.jobs.complete(q, (claimed.id, claimed.attempt, claimed.token))
     r = await dash.get("/workers")
     assert _worker(r.json(), me) is None, "a finished job leaves its worker's row"
 
@@ -129,7 +129,7 @@ async def test_a_pool_is_quieted_resumed_and_stopped_from_the_workers_page(
         await engine.enqueue_batch([b])
         release.set()
         await pool.signals.finished.wait_for(lambda f: f == (a.id, "succeeded"))  # what ran, finishes
-        assert (await engine.get_job(q, b.id)).state == "pending", "a quiet pool claims nothing"
+        assert (await engine.reads.get_job(q, b.id)).state == "pending", "a quiet pool claims nothing"
         await beat()
         (row,) = [p for p in (await dash.get("/workers")).json()["rows"] if p["name"] == pool.context.pool]
         assert (row["state"], row["processed"]) == ("quiet", 1)
@@ -234,7 +234,7 @@ async def test_delayed_and_far_future_jobs_per_queue(dash: Any, engine: Any, pre
     html = await dash.get("/schedules", as_json=False)
     assert 'id="waiting-table"' in html.text
     assert f'data-queue="{q}"' in html.text
-    await engine.drop_far(q, [f"{prefix}-far"])
+    await engine.timers.drop_far(q, [f"{prefix}-far"])
 
 
 async def test_cron_schedules_pause_resume_and_trigger(
@@ -272,10 +272,10 @@ async def test_cron_schedules_pause_resume_and_trigger(
     job_id = r.json()["message"].split("job ")[1].split(" ")[0]
     assert job_id.startswith(f"cron:{name}:")
     assert job_id.endswith(":manual")
-    job = await engine.get_job(q, job_id)
+    job = await engine.reads.get_job(q, job_id)
     assert job is not None
     assert (job.kind, job.state) == ("report", "pending")
-    assert (await engine.depth(q)).pending == 1
+    assert (await engine.reads.depth(q)).pending == 1
 
     audit = (await dash.get("/audit", count=50)).json()["entries"]
     done = [(e["action"], e["outcome"]) for e in audit if e["target"] == name]

@@ -33,7 +33,7 @@ async def enqueue(engine: Engine, queue: str, kind: str, args: object = None, **
 
 
 async def info(engine: Engine, queue: str, job_id: str) -> JobInfo:
-    got = await engine.get_job(queue, job_id)
+    got = await engine.reads.get_job(queue, job_id)
     assert got is not None
     return got
 
@@ -84,7 +84,7 @@ async def test_failures_retry_with_backoff_then_dead_letter(
     assert (got.state, got.attempt) == ("errored", 3)
     assert "ValueError: broken on attempt 3" in (got.last_error or "")
     assert [h["outcome"] for h in got.history] == ["failed", "failed", "failed"]
-    assert [j.id for j in await engine.dead_list(q)] == [job_id]
+    assert [j.id for j in await engine.reads.dead_list(q)] == [job_id]
 
 
 async def test_cancel_and_snooze_from_handlers(engine: Engine, redis: aioredis.Redis, prefix: str) -> None:
@@ -229,7 +229,7 @@ async def test_a_fair_values_rate_holds_across_a_running_pool(
     a burst of 10). Its 25 jobs start no faster than the rate — measured by Redis's own stamps
     (``started_at``) — and the other tenant's jobs do not wait for it."""
     q, reg = f"{prefix}.fair", Registry()
-    await engine.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"noisy": 10}))
+    await engine.admin.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"noisy": 10}))
     done: list[str] = []
     all_done = asyncio.Event()
 
@@ -247,7 +247,7 @@ async def test_a_fair_values_rate_holds_across_a_running_pool(
     # The rate is judged in the claimers' views of Redis's clock (``NOW``), read before each call reaches
     # Redis; Redis stamps ``started_at`` when the script runs: up to a call's transit apart (under load,
     # tens of ms), hence the 200 ms allowance (unlimited, the 25 start within ~100 ms).
-    infos = await engine.get_jobs(q, [e.id for e in envs])
+    infos = await engine.reads.get_jobs(q, [e.id for e in envs])
     noisy = sorted(i.started_at for i in infos[:25] if i is not None and i.started_at is not None)
     quiet = [i.started_at for i in infos[25:] if i is not None and i.started_at is not None]
     assert (len(noisy), len(quiet)) == (25, 10)
@@ -313,7 +313,7 @@ async def test_a_stop_releases_the_jobs_a_round_on_its_way_brought(
 
     pool._cancel_fetcher = open_the_gate_once_stopping  # type: ignore[method-assign]
     await asyncio.wait_for(pool.stop(), 30)
-    states = sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j)
+    states = sorted((j.state, j.attempt) for j in await engine.reads.get_jobs(q, ids) if j)
     assert len(ran) == 1
     assert states == [("completed", 1), ("pending", 0), ("pending", 0)]
 
@@ -332,7 +332,7 @@ async def test_a_crash_before_a_rounds_answer_loses_nothing(
     got = await info(engine, q, first)
     assert (got.state, got.attempt) == ("completed", 2)
     assert sorted(set(ran)) == sorted(ids)
-    assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["completed"] * 3
+    assert [j.state for j in await engine.reads.get_jobs(q, ids) if j] == ["completed"] * 3
 
 
 async def test_a_pool_counts_its_claims_per_queue_from_zero(
