@@ -56,8 +56,9 @@ def presence_key(role: str) -> str:
 
 def presence_record_key(role: str, name: str) -> str:
     """HASH beside a live process's heartbeat: what it is (host, pid, start, version, what it serves, busy
-    and total slots, jobs processed, its state; each field a JSON value); expires soon after its last beat
-    (``jqruntime.stores.presence``)."""
+    and total slots, jobs processed, its state; each field a JSON value) and, for a claiming process
+    (worker pools, dispatchers, HTTP workers), ``q:<queue>`` → when it last claimed from that queue (ms);
+    expires with the process's memory (``jqruntime.stores.presence``)."""
     return f"{PRESENCE_KEY.format(role=role)}:{name}"
 
 

@@ -30,6 +30,7 @@ import aiohttp
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
+from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
@@ -112,7 +113,12 @@ class Dispatcher(Service):
         self._sender: Sender | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self._lost)
         self._presence = Presence(
-            redis, "dispatcher", process_name(",".join(settings.queues)), facts=self._facts
+            redis,
+            "dispatcher",
+            process_name(",".join(settings.queues)),
+            queues=settings.queues,
+            load=lambda: (len(self.held), self.settings.concurrency),
+            facts=self._facts,
         )
         self.processed = 0
         """Jobs that left this dispatcher (answered, called back, timed out or lost), for its record."""
@@ -225,6 +231,7 @@ class Dispatcher(Service):
         return False
 
     async def _launch(self, job: ClaimedJob) -> None:
+        self._presence.claimed(job.queue, now_ms())
         config = pick(self.configs, job.queue, job.envelope.kind)
         if config is None:
             await self._hand_back(job)
@@ -295,8 +302,6 @@ class Dispatcher(Service):
         return {
             "kind": "dispatcher",
             "queues": list(self.settings.queues),
-            "busy": len(self.held),
-            "slots": self.settings.concurrency,
             "processed": self.processed,
             "state": "stopping" if self._stopping else "running",
         }
@@ -366,12 +371,13 @@ class Dispatcher(Service):
         return [(h.job, h.started_at) for h in self.held.values() if not h.abandoned]
 
     def _lost(self, job_id: str, why: str) -> None:
-        """The lease keeper could not extend this job's lease: a 202'd job was called back meanwhile;
-        otherwise the lease was lost (reaped after a stall, or the job canceled): nothing is written."""
+        """The lease keeper could not extend this job's lease: a 202'd job whose extend was refused was
+        called back meanwhile; otherwise the lease was lost (reaped after a stall, lapsed without an
+        acknowledged extend, or the job canceled): nothing is written."""
         held = self.held.get(job_id)
         if held is None or held.abandoned:
             return
-        if held.callback_by is not None and "canceled" not in why:
+        if held.callback_by is not None and why.startswith("extend:") and "canceled" not in why:
             self._called_back(held)
             return
         log.warning("abandoning job", job_id=job_id, reason=why)

@@ -106,9 +106,10 @@ async def claim(request: web.Request) -> web.Response:
     token = token_of(request)
     body = parse_model(ClaimBody, await read_body(request))
     worker = body.worker or f"http:{token.name}"
-    await gate.saw_worker(worker, token.name)
     wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     jobs = await _claim(gate, queue, body, worker)
+    filtered = bool(body.filter)
+    await gate.saw_worker(worker, token.name, queue, claimed=bool(jobs), filtered=filtered)
     if jobs or wait_s <= 0:
         return await _reply(gate, queue, jobs)
     loop = asyncio.get_running_loop()
@@ -119,6 +120,8 @@ async def claim(request: web.Request) -> web.Response:
             if left <= 0 or not await gate.long_polls.wait(queue, left):
                 break
             jobs = await _claim(gate, queue, body, worker)
+    if jobs:
+        await gate.saw_worker(worker, token.name, queue, claimed=True, filtered=filtered)
     return await _reply(gate, queue, jobs)
 
 

@@ -32,10 +32,10 @@
   cancel them and release them back to Redis (not counted as an attempt). :meth:`Pool.hard_stop` cancels
   without releasing: leases expire and the reaper hands the jobs out again, as after SIGKILL.
 * **Quiet and stop from the dashboard**: the pool's presence record (:mod:`jqruntime.stores.presence`)
-  says its queues, busy and total slots, jobs processed and state; at each heartbeat it reads the control
-  the dashboard may have left for it. ``quiet``: claim nothing more (the hand-off registration is left at
-  once), finish what runs, claim again when the control is taken back; ``stop``: quiet, then
-  :attr:`Pool.done` is set and the process shuts down as on SIGTERM (``worker/main.py``).
+  says its queues, claimed jobs and capacity, jobs running, processed and its state; at each heartbeat it
+  reads the control the dashboard may have left for it. ``quiet``: claim nothing more (the hand-off
+  registration is left at once), finish what runs, claim again when the control is taken back; ``stop``:
+  quiet, then :attr:`Pool.done` is set and the process shuts down as on SIGTERM (``worker/main.py``).
 """
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ class Pool(Service):
             redis,
             "worker",
             process_name(",".join(config.queues)),
+            queues=config.queues,
+            load=lambda: (len(self.in_flight), self._capacity()),
+            filtered=bool(config.filter),
             facts=self._facts,
             on_control=self.control,
         )
@@ -153,23 +156,21 @@ class Pool(Service):
         await run_startup(self.registry.startup_hooks, self.context)
         await self._keeper.start()
         await self._presence.start()
-        for queue in self.config.queues:  # every served queue's series from the start, at 0: a pool that
-            metrics.child(metrics.WORKER_CLAIMS, queue)  # never claims shows (the silent-worker alert)
+        for queue in self.config.queues:  # every served queue's series from the start, at 0
+            metrics.child(metrics.WORKER_CLAIMS, queue)
             metrics.child(metrics.JOBS_IN_FLIGHT, queue)
-        metrics.WORKER_LAST_CLAIM.set(time.time())
         self._completer = asyncio.create_task(self._completions.run(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
     def _facts(self) -> dict[str, Any]:
-        """What the pool's presence record says of it (:mod:`jqruntime.stores.presence`)."""
-        busy = sum(1 for r in self.in_flight.values() if r.started)
+        """What the pool's presence record says of it beside its load (claimed jobs held, capacity):
+        :mod:`jqruntime.stores.presence`."""
         state = "stopping" if self._stopping or self.done.is_set() else "quiet" if self._quiet else "running"
         return {
             "kind": "worker pool",
             "queues": list(self.config.queues),
-            "busy": busy,
-            "slots": self.concurrency,
-            "claimed": len(self.in_flight),
+            "running": sum(1 for r in self.in_flight.values() if r.started),
+            "concurrency": self.concurrency,
             "processed": self.processed,
             "state": state,
         }
@@ -440,7 +441,7 @@ class Pool(Service):
         metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
         metrics.child(metrics.WORKER_CLAIMS, job.queue).inc()
         now = time.time()
-        metrics.WORKER_LAST_CLAIM.set(now)
+        self._presence.claimed(job.queue, int(now * 1000))
         due = job.envelope.run_at or job.envelope.enqueued_at
         metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, now - due / 1000))
         if not self._batches.add(run):

@@ -1,10 +1,11 @@
 """Workers: every process alive — worker pools, HTTP workers, dispatchers, relays, schedulers, canaries,
 gateways and dashboards — from their presence records (:mod:`jqruntime.stores.presence`): host and pid,
 what each serves, busy and total slots, jobs processed, uptime, version and state; what each worker runs
-now (the running jobs of every queue, grouped by the worker that claimed them); and the scheduler
-instances with the queues each keeps. An admin quiets a worker pool (it claims nothing more and finishes
-what it runs), lets it claim again, or stops it (a graceful shutdown, confirmed first): a control the pool
-reads at its next heartbeat, audited."""
+now (the running jobs of every queue, grouped by the worker that claimed them) and the queues it is silent
+on (:func:`jqruntime.stores.presence.silent_queues`); and the scheduler instances with the queues each
+keeps. An admin quiets a worker pool (it claims nothing more and finishes what it runs), lets it claim
+again, or stops it (a graceful shutdown, confirmed first): a control the pool reads at its next heartbeat,
+audited."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from urllib.parse import quote
 from aiohttp import web
 
 from jqcore.clock import now_ms
-from jqengine import Engine, JobInfo
+from jqengine import Engine, JobInfo, RedisClient
 from jqruntime.authz import Policy, Touch, owner
 from jqruntime.http import HttpError
-from jqruntime.stores import membership
+from jqruntime.stores import membership, presence
 from jqruntime.stores.presence import Alive, alive, send_control
 from jqruntime.tokens import Token
 from jqweb.context import WEB
@@ -45,9 +46,6 @@ ROLES = {
     "web": "dashboard",
 }
 """Every kind of process that announces itself (its presence role → what the page calls it)."""
-STALE_S = {"http-worker": 60.0}
-"""A process silent this long no longer counts (20 s, but an HTTP worker is noted at most every 30 s)."""
-DEFAULT_STALE_S = 20.0
 SHOW_PER_WORKER = 100
 """Running jobs listed per worker in the HTML table (the JSON has them all)."""
 RUNNING_PER_QUEUE = 200
@@ -85,14 +83,33 @@ def _job_row(job: JobInfo, now: int) -> dict[str, Any]:
     }
 
 
-def _workers(alive: list[str], jobs: list[JobInfo]) -> list[dict[str, Any]]:
-    """One row per worker: the announced ones (alive) and any other that holds a running job."""
+def _workers(
+    alive: list[str], jobs: list[JobInfo], silent: dict[str, list[str]] | None = None
+) -> list[dict[str, Any]]:
+    """One row per worker: the announced ones (alive), any other that holds a running job, and those
+    ``silent`` names (name → the queues it is silent on)."""
     by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
     now = now_ms()
     for job in sorted(jobs, key=lambda j: (j.started_at or 0, j.queue, j.id)):
         by_worker[job.worker or UNNAMED].append(_job_row(job, now))
-    names = sorted(set(alive) | set(by_worker))
-    return [{"name": n, "alive": n in alive, "jobs": by_worker.get(n, [])} for n in names]
+    silent = silent or {}
+    names = sorted(set(alive) | set(by_worker) | set(silent))
+    return [
+        {"name": n, "alive": n in alive, "jobs": by_worker.get(n, []), "silent": silent.get(n, [])}
+        for n in names
+    ]
+
+
+async def _silent(engine: Engine, client: RedisClient, queues: list[str]) -> dict[str, list[str]]:
+    """Each claiming process silent on some of ``queues`` → those queues (judged against their signals)."""
+    claimers = await presence.claimers(client)
+    served = sorted({q for c in claimers for q in c.last_claim} & set(queues))
+    signals = await engine.reads.queue_signals(served)
+    waited = {s.queue: s.oldest_pending_age_ms for s in signals}
+    paused = {s.queue for s in signals if s.paused}
+    now = now_ms()
+    found = {c.name: presence.silent_queues(c, now, waited, paused) for c in claimers}
+    return {name: queues for name, queues in found.items() if queues}
 
 
 def _schedulers(
@@ -133,7 +150,7 @@ def process_row(a: Alive, p: Principal, now: int, n: int) -> dict[str, Any]:
     """A process as the page shows it; one serving a queue the token may not see is counted, not named
     (its name says where another team runs), and shows only the token's queues."""
     r = a.record
-    served = [str(q) for q in r.get("queues", [])]
+    served = [str(q) for q in r.get("queues", [])] or sorted(k[2:] for k in r if k.startswith("q:"))
     if a.role == "worker" and not served:  # a record-less pool: its queues are in its name
         served = [q for q in a.name.split(":", 2)[-1].split(",") if q] if a.name.count(":") >= 2 else []
     named = _mine(p, served)
@@ -172,18 +189,16 @@ def _detail(role: str, r: dict[str, Any]) -> str:
         return f"{healthy} of {r.get('partitions', 0)} partitions healthy, a round every {every} s"
     if role == "gate":
         return " ".join(x for x in (f"zone {r['az']}" if r.get("az") else "", f"port {r.get('port')}") if x)
-    waiting = int(r.get("claimed") or 0) - int(r.get("busy") or 0)
-    if role == "worker" and waiting > 0:
-        return f"{waiting} claimed and waiting for a slot"
+    waiting = int(r.get("busy") or 0) - int(r.get("running") or 0)
+    if role == "worker" and "running" in r and waiting > 0:
+        return f"{waiting} claimed and waiting for a slot (concurrency {r.get('concurrency')})"
     return ""
 
 
 async def processes(request: web.Request) -> list[dict[str, Any]]:
     """Every live process the token may see (counted where it may not see the name)."""
     w, p = request.app[WEB], principal(request)
-    found = await asyncio.gather(
-        *(alive(w.client, role, STALE_S.get(role, DEFAULT_STALE_S)) for role in ROLES)
-    )
+    found = await asyncio.gather(*(alive(w.client, role) for role in ROLES))
     now, rows = now_ms(), []
     for procs in found:
         rows += [process_row(a, p, now, i + 1) for i, a in enumerate(procs)]
@@ -197,12 +212,17 @@ async def workers(request: web.Request) -> web.Response:
     procs = await processes(request)
     queues = visible(request, await engine.reads.queues())
     jobs, cut = await _running(engine, queues)
+    silent = await _silent(engine, w.client, queues)
+    if not everything(principal(request)):  # only the workers listed anyway (by their jobs) show theirs
+        silent = {name: qs for name, qs in silent.items() if any(j.worker == name for j in jobs)}
     groups = await membership.groups(w.client)
     records = {
         str(r.record.get("member")): r.record
         for r in await alive(w.client, "scheduler")
         if r.record.get("member")
     }
+    for r in procs:  # the silent flag beside each claiming process the token may name
+        r["silent"] = silent.get(r["name"], []) if r["named"] else []
     pools = [r["name"] for r in procs if r["role"] == "worker"]
     by_role: dict[str, list[str]] = {role: [] for role in ROLES}
     for r in procs:
@@ -211,7 +231,7 @@ async def workers(request: web.Request) -> web.Response:
         "processes": by_role,
         "rows": procs,
         "kinds": ROLES,
-        "workers": _workers(pools, jobs),
+        "workers": _workers(pools, jobs, silent),
         "running": len(jobs),
         "running_cut": cut,
         "per_queue": RUNNING_PER_QUEUE,

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from jqcore.clock import now_ms
 from jqruntime.stores import dispatch as dispatch_store
+from jqruntime.stores import presence
 from jqruntime.stores.presence import alive
 from tests.dispatch.conftest import Rig
 
@@ -75,6 +76,7 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     assert listed["dispatch"] is None  # none for every queue: this one is the queue's own
     await rig.refresh()
 
+    before = now_ms()
     ids = {k: await enqueue(rig, k, {"n": i}) for i, k in enumerate((ok, flaky, slow, broken))}
     await finished(rig, ids[ok], 1, "succeeded")
     await finished(rig, ids[flaky], 2, "succeeded")
@@ -103,16 +105,29 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     assert "dispatched" in logged.out + logged.err
     assert "s3cret-value" not in logged.out + logged.err  # the auth value is never logged
 
+    d = rig.dispatcher  # its presence record (the silent-worker judgment): its last claim, its slots
+    assert d is not None
+    await d._presence.beat()
+    (me,) = [
+        c for c in await presence.claimers(rig.engine._client, ["dispatcher"]) if c.name == d._presence.name
+    ]
+    assert me.last_claim[rig.queue] >= before
+    assert (me.busy, me.slots) == (0, d.settings.concurrency)
+
     # what the dashboard's Workers page reads of it: its presence record, beside its heartbeat
     assert rig.dispatcher is not None
-    presence = rig.dispatcher._presence
-    await presence.beat()
-    (me,) = [a for a in await alive(rig.redis, "dispatcher") if a.name == presence.name]
+    announced = rig.dispatcher._presence
+    await announced.beat()
+    (mine,) = [a for a in await alive(rig.redis, "dispatcher") if a.name == announced.name]
     slots = rig.dispatcher.settings.concurrency
-    assert (me.record["kind"], me.record["queues"], me.record["slots"]) == ("dispatcher", [rig.queue], slots)
-    assert me.record["processed"] >= len(ids), "each job's last attempt at least"
-    assert me.record["version"]
-    assert me.record["started_ms"] <= now_ms()
+    assert (mine.record["kind"], mine.record["queues"], mine.record["slots"]) == (
+        "dispatcher",
+        [rig.queue],
+        slots,
+    )
+    assert mine.record["processed"] >= len(ids), "each job's last attempt at least"
+    assert mine.record["version"]
+    assert mine.record["started_ms"] <= now_ms()
 
 
 async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> None:

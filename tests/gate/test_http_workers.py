@@ -13,10 +13,13 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
+from jqcore.clock import now_ms
 from jqcore.graphs import Graph
 from jqengine import Engine
 from jqengine.keys import QueueKeys
+from jqruntime.stores import presence
 from jqruntime.stores.presence import count_alive
+from jqweb.overview import claimer_rows, queue_row
 from kafkagate import state
 from kafkagate.app import policy_for
 
@@ -277,3 +280,27 @@ async def test_one_token_notes_a_bounded_number_of_worker_names(
     assert len(over) == 1, over
     assert (over[0]["cap"], over[0]["worker"]) == (3, names[3])
     assert await claim(gw, gw.queue, worker=names[0]) == [], "a name already noted stays noted"
+
+
+async def test_an_http_worker_that_stops_claiming_while_its_queue_waits_is_judged_silent(
+    gw: Any, engine: Engine, put: Any, prefix: str, eventually: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57 item 4: the gateway keeps an HTTP worker's presence record (the queues it claims from, its
+    last claim from each), so it is judged as a pool is (threshold cut to 0.3 s, every claim noted)."""
+    monkeypatch.setattr(presence, "SILENT_AFTER_S", 0.3)
+    monkeypatch.setattr(state, "WORKER_SEEN_EVERY_S", 0.0)
+    q, name = gw.queue, f"{prefix}-go:pod-1"
+
+    async def row() -> dict[str, Any]:
+        rows = claimer_rows(await presence.claimers(engine._client), now_ms(), [await queue_row(engine, q)])
+        (found,) = [r for r in rows if r["name"] == name]
+        return found
+
+    for _ in range(3):
+        await put(q)
+    await claim_one(gw, q, worker=name)
+    assert (await row())["silent"] == [], "it just claimed"
+    found = await eventually(row, lambda r: r["silent"], timeout_s=30)  # its queue waits; it asks no more
+    assert (found["silent"], found["role"], found["slots"]) == ([q], "http-worker", None)
+    await claim_one(gw, q, worker=name)
+    assert (await row())["silent"] == [], "a claim is noted at once: the next job still waits, it takes them"

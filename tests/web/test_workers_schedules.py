@@ -16,6 +16,7 @@ from jqcore.envelope import new_envelope
 from jqcore.testsignal import enable_all
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.lifecycle import run_until_signal
+from jqruntime.stores import presence
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.membership import Membership
 from jqruntime.stores.presence import Presence
@@ -65,7 +66,7 @@ async def test_an_announced_pool_is_listed_alive_and_idle(dash: Any, redis: Any,
         r = await dash.get("/workers")
         assert name in r.json()["processes"]["worker"]
         row = _worker(r.json(), name)
-        assert row == {"name": name, "alive": True, "jobs": []}
+        assert row == {"name": name, "alive": True, "jobs": [], "silent": []}
         assert set(r.json()["processes"]) == set(ROLES)
         assert r.json()["processes"]["web"], "the dashboard announces itself"
         (mine,) = [p for p in r.json()["rows"] if p["name"] == name]
@@ -162,8 +163,8 @@ async def test_a_pool_is_quieted_resumed_and_stopped_from_the_workers_page(
 
 async def test_pool_controls_refuse_read_tokens_and_unknown_pools(dash: Any, redis: Any, prefix: str) -> None:
     name = f"{prefix}-pool:78:{prefix}.a"
-    async with Presence(redis, "worker", name, facts=lambda: {"queues": [f"{prefix}.a"]}) as presence:
-        await presence.beat()
+    async with Presence(redis, "worker", name, facts=lambda: {"queues": [f"{prefix}.a"]}) as announced:
+        await announced.beat()
         url = f"/workers/{quote(name, safe='')}"
         r = await dash.post(f"{url}/quiet", token="read")
         assert (r.status, r.code) == (403, "admin_required")
@@ -172,6 +173,32 @@ async def test_pool_controls_refuse_read_tokens_and_unknown_pools(dash: Any, red
         for action in ("quiet", "resume", "stop"):
             r = await dash.post(f"/workers/{prefix}-nope:1:x/{action}")
             assert r.code == "worker_not_found", action
+
+
+async def test_a_silent_worker_is_flagged_on_its_row(
+    dash: Any, engine: Any, redis: Any, prefix: str, eventually: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool with room that claims nothing while its queue's head waits is flagged silent on that queue
+    (the threshold cut to 0.3 s here); the same pool busy (no free slot) is not."""
+    monkeypatch.setattr(presence, "SILENT_AFTER_S", 0.3)
+    q, calm = f"{prefix}.waiting", f"{prefix}.calm"
+    await engine.enqueue_batch([new_envelope(q, "k")])
+    name, busy = f"{prefix}-pool:78:{q}", f"{prefix}-busy:79:{q}"
+    load = {name: (0, 4), busy: (4, 4)}
+    async with (
+        Presence(redis, "worker", name, queues=[q, calm], load=lambda: load[name]),
+        Presence(redis, "worker", busy, queues=[q], load=lambda: load[busy]),
+    ):
+
+        async def rows() -> dict[str, Any]:
+            body = (await dash.get("/workers")).json()
+            return {w["name"]: w for w in body["workers"] if w["name"] in (name, busy)}
+
+        found = await eventually(rows, lambda r: r.get(name, {}).get("silent"), timeout_s=30)
+        assert found[name]["silent"] == [q], "the calm queue has nothing waiting"
+        assert found[busy]["silent"] == [], "every slot taken: not expected to claim"
+        html = await dash.get("/workers", as_json=False)
+        assert f"silent on {q}" in html.text
 
 
 async def test_scheduler_instances_and_the_queues_each_owns(dash: Any, engine: Any, prefix: str) -> None:
