@@ -147,6 +147,7 @@ async def test_overview_renders_and_its_live_panel_reads_every_backend(dash: Any
         "completed",
         "failed",
         "wait_ms",
+        "totals",
         "since_ms",
         "until_ms",
     }
