@@ -32,6 +32,8 @@ from jqweb.redirect import safe_next
 from jqweb.security import principal
 
 __all__ = [
+    "PAGE_SIZE",
+    "REFRESH_S",
     "act",
     "env",
     "form",
@@ -44,6 +46,10 @@ __all__ = [
 log = get_logger("jqweb")
 
 FLASH = "jobq_flash"
+REFRESH_S = 5
+"""How often the live parts of a page reload (seconds)."""
+PAGE_SIZE = 50
+"""Rows per page of job lists (the jobs page takes ``?limit=`` up to 500)."""
 
 
 def _clock(ms: int | float | None) -> Markup:
@@ -184,7 +190,7 @@ def page(
         base=w.base,
         me=p,
         flash=flash,
-        refresh_s=w.settings.refresh_s,
+        refresh_s=REFRESH_S,
         path=request.path,
         path_qs=request.path_qs,
     )
