@@ -8,7 +8,6 @@ running it says which extra to install in one line.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -19,6 +18,7 @@ from rich.markup import escape
 
 from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra, extra_for, install_hint
+from jqcore.release import version
 from jqstack.errors import StackError
 
 __all__ = ["app", "main", "version"]
@@ -29,14 +29,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-
-
-def version() -> str:
-    """This installation's version (the distribution's metadata: ``pyproject.toml``'s ``version``)."""
-    try:
-        return importlib.metadata.version("jobq")
-    except importlib.metadata.PackageNotFoundError:  # a checkout run from PYTHONPATH without an install
-        return "unknown (not installed)"
 
 
 def _print_version(asked: bool) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "LOGIN_FAILURES_ALL_KEY",
     "MEMBER_GROUPS_KEY",
     "WEB_SESSIONS_KEY",
+    "control_key",
     "far_scanned_key",
     "far_scanning_key",
     "idempotency_key",
@@ -45,7 +46,8 @@ and the gateway's callbacks). The kind-only hash ``jobq:dispatch`` of earlier bu
 
 
 PRESENCE_KEY = "jobq:presence:{role}"
-"""Sorted set per role (``gate``, ``worker``): member = process name, score = last heartbeat (ms)."""
+"""Sorted set per role (``worker``, ``relay``, ``gate``...): member = process name, score = last heartbeat
+(ms)."""
 
 
 def presence_key(role: str) -> str:
@@ -53,10 +55,17 @@ def presence_key(role: str) -> str:
 
 
 def presence_record_key(role: str, name: str) -> str:
-    """HASH beside a claiming process's heartbeat (worker pools, dispatchers, HTTP workers): ``q:<queue>``
-    → when it last claimed from that queue (ms), its busy and total slots; expires with the process's
-    memory (``jqruntime.stores.presence``)."""
+    """HASH beside a live process's heartbeat: what it is (host, pid, start, version, what it serves, busy
+    and total slots, jobs processed, its state; each field a JSON value) and, for a claiming process
+    (worker pools, dispatchers, HTTP workers), ``q:<queue>`` → when it last claimed from that queue (ms);
+    expires with the process's memory (``jqruntime.stores.presence``)."""
     return f"{PRESENCE_KEY.format(role=role)}:{name}"
+
+
+def control_key(role: str, name: str) -> str:
+    """String per process asked to change course (JSON: ``quiet`` or ``stop``, by whom, for which start),
+    read at its heartbeat (``jqruntime.stores.presence``)."""
+    return f"jobq:control:{role}:{name}"
 
 
 MEMBER_GROUPS_KEY = "jobq:member-groups"

@@ -178,7 +178,8 @@ class GateService(Service):
         self._runner, self.port = await serve_http(
             app, self.settings.host, self.settings.port, reuse_port=self.slot is not None
         )
-        self._presence = Presence(client, "gate", process_name(self.settings.az))
+        facts = {"kind": "gateway", "az": self.settings.az, "port": self.port, "slot": self.slot}
+        self._presence = Presence(client, "gate", process_name(self.settings.az), facts=lambda: facts)
         await self._presence.start()
         log.info(
             "gateway serving", host=self.settings.host, port=self.port, az=self.settings.az, slot=self.slot

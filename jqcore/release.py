@@ -1,0 +1,17 @@
+"""This installation's version: what ``jobq --version`` prints and every process's presence record says."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+
+__all__ = ["version"]
+
+
+@functools.cache
+def version() -> str:
+    """The distribution's metadata (``pyproject.toml``'s ``version``)."""
+    try:
+        return importlib.metadata.version("jobq")
+    except importlib.metadata.PackageNotFoundError:  # a checkout run from PYTHONPATH without an install
+        return "unknown (not installed)"
