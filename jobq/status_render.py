@@ -226,11 +226,33 @@ def _redis(redis: Any, width: int) -> list[RenderableType]:
         fit("Queues (Redis)", QUEUE_COLS, [queue_cells(q) for q in redis["queues"]], width),
         seen,
     ]
+    flagged = [c for c in redis.get("claimers", []) if c["silent"] or not c["alive"]]
+    if flagged:
+        parts.append(_flagged(flagged, width))
     if redis.get("switches"):
         parts.append(_switches(redis["switches"], width))
     parts.append(_schedulers(redis.get("schedulers", {}), width))
     parts.append(_canary(redis["canary"], width))
     return parts
+
+
+def _flagged(claimers: list[dict[str, Any]], width: int) -> RenderableType:
+    """The claiming processes judged silent on a queue (red) or that stopped beating without leaving."""
+    cols = [Col("role", left=True), Col("worker", left=True), Col("silent on", left=True)]
+    cols += [Col("idle s"), Col("heartbeat s", "beat s"), Col("busy")]
+    rows = []
+    for c in claimers:
+        idle = max((c["idle_s"][q] for q in c["silent"]), default=None)
+        beat = f"{c['beat_age_s']:.0f}" if c["alive"] else f"[red]{c['beat_age_s']:.0f}[/]"
+        busy = f"{c['busy']}/{c['slots']}" if c["slots"] is not None else ""
+        silent = f"[red]{escape(', '.join(c['silent']))}[/]" if c["silent"] else ""
+        rows.append([c["role"], escape(c["name"]), silent, _text(idle and f"{idle:.0f}"), beat, busy])
+    return fit(
+        "[yellow]Workers flagged[/] (silent: claimed nothing for a while its queue waited; or no heartbeat)",
+        cols,
+        rows,
+        width,
+    )
 
 
 def _switches(switches: list[dict[str, Any]], width: int) -> RenderableType:

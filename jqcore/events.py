@@ -1,10 +1,11 @@
 """Lifecycle events: the one definition of what a transition records (``docs/history.md``).
 
 Every Lua script that changes a job (``jqengine/lua``) bumps the job's ``version`` and appends one
-event to its queue's stream (``jobq:{q}:events``) in the same script, through ``_lib.lua``'s ``emit``:
-no transition without its event, no event without its transition. Scheduler instances ship each owned
-queue's stream to the events topic (value: the JSON object below, key: the job id) and trim what Kafka
-acknowledged. Delivery is at least once; readers keep one event per ``(queue, id, v)``.
+event to its queue's stream (``jobq:{q}:events``) in the same script, through ``emit``
+(``jqengine/lua/lib/emit.lua``): no transition without its event, no event without its transition.
+Scheduler instances ship each owned queue's stream to the events topic (value: the JSON object below, key:
+the job id) and trim what Kafka acknowledged. Delivery is at least once; readers keep one event per
+``(queue, id, v)``.
 
 Every field is always present in Kafka (``""`` / ``0`` when it does not apply), so Spark and DuckDB read
 one fixed schema (the stream keeps a call's several events lean: :data:`DEFAULTS`):
@@ -37,12 +38,25 @@ relay's write into Redis), then the claims (``to == "running"``, with ``worker``
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
-__all__ = ["DEFAULTS", "ENDS", "FIELDS", "PAYLOAD_FIELDS", "STATES", "TERMINAL", "Event", "parse"]
+__all__ = [
+    "DEFAULTS",
+    "ENDS",
+    "FIELDS",
+    "PAYLOAD_FIELDS",
+    "STATES",
+    "TERMINAL",
+    "Event",
+    "Failure",
+    "failure",
+    "parse",
+]
 
 STATES: Final = (
     "far",
@@ -146,3 +160,38 @@ class Event:
 def parse(raw: bytes | str) -> Event:
     """One event from its JSON bytes (a stream entry's or a Kafka record's value)."""
     return Event.from_mapping(orjson.loads(raw))
+
+
+class Failure(NamedTuple):
+    """A failed attempt's error as its events carry it: ``error`` (the class), ``digest``, ``message``."""
+
+    error: str
+    digest: str
+    message: str
+
+
+_LUA_SPACE = " \t\n\v\f\r"
+_CLASS_AND_MESSAGE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*):[ \t\n\v\f\r]*(.*)", re.DOTALL)
+_CLASS_ONLY = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def failure(text: str | None) -> Failure:
+    """What ``_lib.lua``'s ``failure()`` makes of a worker's error text, in Python: the last non-blank line
+    (a traceback ends with ``Class: message``; ``Retry: why`` and plain text work too) split into the class
+    and the message, and ``digest``, 12 hex digits of the SHA-1 of ``"<class>: <message>"`` — the
+    ``digest`` of the failure's events, which ``jobq history errors`` groups by and ``jobq dead ls`` shows
+    (``tests/cli/test_dead.py`` holds the two to the same value)."""
+    last = ""
+    for line in (text or "").split("\n"):
+        if line.strip(_LUA_SPACE):
+            last = line
+    last = last.lstrip(_LUA_SPACE)
+    m = _CLASS_AND_MESSAGE.fullmatch(last)
+    if m is not None:
+        cls, msg = m.group(1), m.group(2)
+    elif _CLASS_ONLY.fullmatch(last):
+        cls, msg = last, ""
+    else:
+        cls, msg = "", last
+    digest = hashlib.sha1(f"{cls}: {msg}".encode(), usedforsecurity=False).hexdigest()[:12]
+    return Failure(cls, digest, msg.encode()[:200].decode("utf-8", "ignore"))

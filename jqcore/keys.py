@@ -33,6 +33,7 @@ __all__ = [
     "member_notes_key",
     "members_key",
     "presence_key",
+    "presence_record_key",
     "series_key",
     "stages_key",
     "web_session_key",
@@ -54,6 +55,13 @@ PRESENCE_KEY = "jobq:presence:{role}"
 
 def presence_key(role: str) -> str:
     return PRESENCE_KEY.format(role=role)
+
+
+def presence_record_key(role: str, name: str) -> str:
+    """HASH beside a claiming process's heartbeat (worker pools, dispatchers, HTTP workers): ``q:<queue>``
+    → when it last claimed from that queue (ms), its busy and total slots; expires with the process's
+    memory (``jqruntime.stores.presence``)."""
+    return f"{PRESENCE_KEY.format(role=role)}:{name}"
 
 
 MEMBER_GROUPS_KEY = "jobq:member-groups"

@@ -89,7 +89,7 @@ __all__ = [
     "SCRIPT_TIME",
     "SERVICE_READY",
     "WORKER_CLAIMS",
-    "WORKER_LAST_CLAIM",
+    "WORKER_SILENT",
     "forget",
     "redis_memory",
     "render",
@@ -168,9 +168,12 @@ WORKER_CLAIMS = Counter(
     "queue's series exists from the start (0), so a pool that never claimed shows",
     ["queue"],
 )
-WORKER_LAST_CLAIM = Gauge(
-    "jobq_worker_last_claim_timestamp_seconds",
-    "Unix time this pool last claimed a job (its start time until its first claim)",
+WORKER_SILENT = Gauge(
+    "jobq_worker_silent_seconds",
+    "Seconds since a silent worker (pool, HTTP worker or dispatcher) last claimed from a queue it serves: "
+    "one series per worker and queue judged silent (jqruntime.stores.presence.silent_queues), none "
+    "otherwise. Sampled by the scheduler that keeps the queue",
+    ["queue", "role", "worker"],
 )
 JOB_QUEUE_WAIT = _latency(
     "jobq_job_queue_wait_seconds",

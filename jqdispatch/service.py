@@ -29,6 +29,7 @@ import aiohttp
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
+from jqcore.clock import now_ms
 from jqcore.errors import ConfigError
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
@@ -110,7 +111,13 @@ class Dispatcher(Service):
         self._tasks: list[asyncio.Task[None]] = []
         self._sender: Sender | None = None
         self._keeper = LeaseKeeper(engine, self._owned, self._lost)
-        self._presence = Presence(redis, "dispatcher", process_name(",".join(settings.queues)))
+        self._presence = Presence(
+            redis,
+            "dispatcher",
+            process_name(",".join(settings.queues)),
+            queues=settings.queues,
+            load=lambda: (len(self.held), self.settings.concurrency),
+        )
         self._stopping = False
         self._claim_error: str | None = None
 
@@ -155,7 +162,7 @@ class Dispatcher(Service):
         for queue, jobs in by_queue.items():
             try:
                 log.info(
-                    "released jobs at shutdown", queue=queue, jobs=await self.engine.release(queue, jobs)
+                    "released jobs at shutdown", queue=queue, jobs=await self.engine.jobs.release(queue, jobs)
                 )
             except Exception as exc:  # Redis away: the leases expire and the reaper hands the jobs out
                 log.warning("releasing at shutdown failed", queue=queue, error=repr(exc))
@@ -193,7 +200,7 @@ class Dispatcher(Service):
                 full = await self._claim_once()
                 self._claim_error = None
                 if not full:
-                    await self.engine.wait_for_work(
+                    await self.engine.jobs.wait_for_work(
                         self.settings.queues, self.engine.block_limit_s(self.settings.idle_wait_s)
                     )
             except Exception as exc:  # Redis away: back off, keep the held jobs going
@@ -210,7 +217,7 @@ class Dispatcher(Service):
             free = self.settings.concurrency - len(self.held)
             if free <= 0:
                 return True
-            jobs = await self.engine.claim(
+            jobs = await self.engine.jobs.claim(
                 queue, free, lease_ms=self.settings.lease_ms, worker=self._presence.name
             )
             for job in jobs:
@@ -220,6 +227,7 @@ class Dispatcher(Service):
         return False
 
     async def _launch(self, job: ClaimedJob) -> None:
+        self._presence.claimed(job.queue, now_ms())
         config = pick(self.configs, job.queue, job.envelope.kind)
         if config is None:
             await self._hand_back(job)
@@ -229,7 +237,7 @@ class Dispatcher(Service):
         held.task = asyncio.create_task(self._dispatch(held), name=f"dispatch:{job.id}")
 
     async def _hand_back(self, job: ClaimedJob) -> None:
-        then = await self.engine.hand_back(
+        then = await self.engine.jobs.hand_back(
             job.queue,
             (job.id, job.attempt, job.token),
             round(self.settings.unknown_kind_retry_s * 1000),
@@ -273,10 +281,12 @@ class Dispatcher(Service):
         owner = (job.id, job.attempt, job.token)
         async with self._writes:
             if answer.outcome == "succeeded":
-                await self.engine.complete(job.queue, owner, answer.result)
+                await self.engine.jobs.complete(job.queue, owner, answer.result)
             else:
                 delay = held.config.backoff.policy().delay_ms(job.attempt)
-                await self.engine.fail(job.queue, owner, answer.error or answer.outcome, retry_delay_ms=delay)
+                await self.engine.jobs.fail(
+                    job.queue, owner, answer.error or answer.outcome, retry_delay_ms=delay
+                )
             if job.envelope.graph:  # hand a graph node's outcome on now (else the scheduler's repair does)
                 try:
                     await self.engine.graphs.report_finished(job.queue, [job.id])
@@ -309,7 +319,7 @@ class Dispatcher(Service):
                 by_queue.setdefault(held.job.queue, []).append(held)
         now = time.monotonic()
         for queue, waiting in by_queue.items():
-            leases = await self.engine.leases(queue, [h.job.id for h in waiting])
+            leases = await self.engine.reads.leases(queue, [h.job.id for h in waiting])
             for held, lease in zip(waiting, leases, strict=True):
                 job = held.job
                 if lease is None or (lease.state, lease.attempt, lease.token) != (
@@ -347,12 +357,13 @@ class Dispatcher(Service):
         return [(h.job, h.started_at) for h in self.held.values() if not h.abandoned]
 
     def _lost(self, job_id: str, why: str) -> None:
-        """The lease keeper could not extend this job's lease: a 202'd job was called back meanwhile;
-        otherwise the lease was lost (reaped after a stall, or the job canceled): nothing is written."""
+        """The lease keeper could not extend this job's lease: a 202'd job whose extend was refused was
+        called back meanwhile; otherwise the lease was lost (reaped after a stall, lapsed without an
+        acknowledged extend, or the job canceled): nothing is written."""
         held = self.held.get(job_id)
         if held is None or held.abandoned:
             return
-        if held.callback_by is not None and "canceled" not in why:
+        if held.callback_by is not None and why.startswith("extend:") and "canceled" not in why:
             self._called_back(held)
             return
         log.warning("abandoning job", job_id=job_id, reason=why)

@@ -30,6 +30,7 @@ from jqengine.codes import check as check_code
 from jqengine.engine import Engine
 from jqengine.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
 from jqengine.graphs import REPAIR_AFTER_MS, GraphSignals
+from jqengine.jobs import MAX_RESULT_BYTES
 from jqengine.memory import QueueMemory, check_bounds
 from jqengine.models import (
     CancelOutcome,
@@ -56,7 +57,6 @@ from jqengine.signals import QueueSignals
 from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqengine.switchrules import Switch
 from jqengine.tails import TAIL_ID_PREFIX
-from jqengine.transitions import MAX_RESULT_BYTES
 
 __all__ = [
     "MAX_RESULT_BYTES",

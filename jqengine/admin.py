@@ -1,5 +1,13 @@
-"""Operator and timer transitions (cancel, promote, reap, GC, dead letters, forget) and the queues' and
-job types' configuration."""
+"""``engine.admin``: what an operator does — cancel, dead letters (retry, purge), forget, the queues' and
+job types' configuration, and kill switches.
+
+Kill switches are kept in one hash (:data:`~jqengine.keys.SWITCHES_KEY`: name → JSON), and each
+queue's configuration carries the list that applies to it (field ``switches``, :mod:`jqengine.switchrules`),
+which its claim script reads: setting or lifting a switch rewrites that list in every known queue before
+it returns, so no claim that starts after the call answered hands out a matching job — hand-offs to
+waiting pools included. A queue born later (or again, after Redis lost it) gets the list from the call
+that creates it — the engine reads the switches before each ``enqueue_batch`` — and again when it
+registers (:meth:`jqengine.core.Core.register`)."""
 
 from __future__ import annotations
 
@@ -9,74 +17,69 @@ from collections.abc import Iterable, Sequence
 import orjson
 
 from jqengine import codes, reads, replies
-from jqengine.core import EngineCore, _encode_kind
-from jqengine.keys import KINDS_KEY, QUEUES_KEY
-from jqengine.models import CancelResult, Forgotten, Promoted, QueueConfig
+from jqengine.core import Part, _encode_kind
+from jqengine.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY
+from jqengine.models import CancelResult, Forgotten, QueueConfig
 from jqengine.redisconn import text
+from jqengine.switchrules import Switch, queue_list, switch_from_json
 
-__all__ = ["FAIR_INDEX_CHUNK", "AdminTransitions"]
+__all__ = ["FAIR_INDEX_CHUNK", "LIFT_BATCH", "MAX_SWITCHES", "MAX_SWITCHES_PER_QUEUE", "Admin"]
 
 FAIR_INDEX_CHUNK = 1000
 """Ready jobs re-indexed per script call when a queue's fairness changes (Redis is never held long)."""
+LIFT_BATCH = 1000
+"""Parked jobs moved back per script call when a switch lifts (a long lift never blocks Redis)."""
+MAX_SWITCHES = 1000
+"""Switches in force at once: each claim's queue carries the list that applies to it, and each change
+rewrites every queue's list — an incident brake, not a store."""
+MAX_SWITCHES_PER_QUEUE = 50
+"""Switches on one queue or glob (a tenant's admin cannot crowd out everyone's switch changes)."""
 
 
-class AdminTransitions(EngineCore):
-    """Cancels, timers, dead letters and configuration (a part of :class:`jqengine.Engine`)."""
+class Admin(Part):
+    """Cancels, dead letters, configuration and kill switches (``engine.admin``)."""
 
     async def cancel(
         self, queue: str, job_id: str, reason: str = "canceled", *, now_ms: int | None = None
     ) -> CancelResult:
         """Cancel/unschedule: ``canceled`` | ``flagged`` (running) | ``tombstoned`` (not yet here) |
         ``final`` (already finished: nothing changed), with the state the job was in."""
-        return replies.cancel(await self._run("cancel", queue, [job_id, reason], now_ms))
-
-    async def promote_due(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> Promoted:
-        """Delayed → pending for due jobs, never early."""
-        return replies.promoted(await self._run("promote_due", queue, [limit], now_ms))
-
-    async def reap_expired(
-        self, queue: str, limit: int = 1000, *, now_ms: int | None = None
-    ) -> tuple[int, int]:
-        """Expired leases; returns (reaped, next lease deadline or -1)."""
-        return replies.timer(await self._run("reap_expired", queue, [limit], now_ms))
-
-    async def gc(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> int:
-        return int(await self._run("gc", queue, [limit], now_ms))
+        return replies.cancel(await self._core.run("cancel", queue, [job_id, reason], now_ms))
 
     async def dead_retry(
         self, queue: str, ids: Sequence[str] = (), limit: int = 1000, *, now_ms: int | None = None
     ) -> int:
-        return int(await self._run("dead_retry", queue, [limit, *ids], now_ms))
+        return int(await self._core.run("dead_retry", queue, [limit, *ids], now_ms))
 
     async def dead_purge(
         self, queue: str, ids: Sequence[str] = (), limit: int = 1000, *, now_ms: int | None = None
     ) -> int:
-        return int(await self._run("dead_purge", queue, [limit, *ids], now_ms))
+        return int(await self._core.run("dead_purge", queue, [limit, *ids], now_ms))
 
     async def forget(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> list[Forgotten]:
         """Delete finished jobs now so their ids can be enqueued again; per id ``forgotten``,
         ``active`` (not finished: left alone) or ``missing``."""
         if not ids:
             return []
-        return replies.forget(await self._run("forget", queue, list(ids), now_ms))
+        return replies.forget(await self._core.run("forget", queue, list(ids), now_ms))
 
     async def configure_queue(self, queue: str, config: QueueConfig) -> None:
         """Apply a queue's configuration (validated here; see :class:`QueueConfig`). A change of its
         fairness re-indexes its ready jobs (:data:`FAIR_INDEX_CHUNK` a call)."""
         fields = _config_fields(config)
         before = await reads.queue_config(self._client, queue)
-        await self._run("configure_queue", queue, [x for kv in fields.items() for x in kv], None)
-        await self._register([queue])
+        await self._core.run("configure_queue", queue, [x for kv in fields.items() for x in kv], None)
+        await self._core.register([queue])
         if _fairness(config) != _fairness(before):
             offset = 0
             while True:
-                _, offset = await self._run("fair_index", queue, [offset, FAIR_INDEX_CHUNK], None)
+                _, offset = await self._core.run("fair_index", queue, [offset, FAIR_INDEX_CHUNK], None)
                 if not int(offset):
                     break
 
     async def pause(self, queue: str, paused: bool = True) -> None:
         """Stop (or resume) claims; enqueues are still accepted while paused."""
-        await self._run("configure_queue", queue, ["paused", "1" if paused else "0"], None)
+        await self._core.run("configure_queue", queue, ["paused", "1" if paused else "0"], None)
 
     async def configure_kind(
         self,
@@ -111,13 +114,71 @@ class AdminTransitions(EngineCore):
             queues = [text(q) for q in await self._client.smembers(QUEUES_KEY)]
         else:
             queues = list(queues)
-            await self._register(queues)
+            await self._core.register(queues)
         for queue in queues:
-            await self._configure_kind_in(queue, kind, options)
+            await self._core.configure_kind_in(queue, kind, options)
 
-    async def queues(self) -> list[str]:
-        async with codes.redis_errors("queues"):
-            return sorted(text(q) for q in await self._client.smembers(QUEUES_KEY))
+    # ---- kill switches ------------------------------------------------------------------------------
+    async def switches(self) -> list[Switch]:
+        """Every switch in force, by name."""
+        async with codes.redis_errors("switches"):
+            raw = await self._client.hgetall(SWITCHES_KEY)
+        return sorted((switch_from_json(v) for v in raw.values()), key=lambda s: s.name)
+
+    async def set_switch(self, switch: Switch) -> list[str]:
+        """Put ``switch`` in force (a switch of the same name is replaced); the known queues it applies to.
+        Jobs already running are not touched; jobs it matches are no longer started."""
+        async with codes.redis_errors("switch"):
+            before = await self._client.hget(SWITCHES_KEY, switch.name)
+            if before is None:
+                self._room_for(switch, await self.switches())
+            await self._client.hset(SWITCHES_KEY, switch.name, switch.to_json())
+        replaced = switch_from_json(before) if before else None
+        every = await self.switches()
+        hit = []
+        for queue in await self._core.queues():
+            if switch.applies_to(queue):
+                hit.append(queue)
+                await self._rewrite(queue, every)
+            elif replaced and replaced.applies_to(queue):  # the switch's new glob left this queue
+                await self._rewrite(queue, every, lift=switch.name)
+        return hit
+
+    @staticmethod
+    def _room_for(switch: Switch, every: list[Switch]) -> None:
+        """:class:`codes.SwitchesFull` when a new switch would pass :data:`MAX_SWITCHES` in all or
+        :data:`MAX_SWITCHES_PER_QUEUE` on its queue (or glob)."""
+        same = sum(s.queue == switch.queue for s in every)
+        if len(every) >= MAX_SWITCHES or same >= MAX_SWITCHES_PER_QUEUE:
+            raise codes.SwitchesFull(
+                f"{len(every)} kill switches are in force, {same} on {switch.queue!r} (at most"
+                f" {MAX_SWITCHES} in all, {MAX_SWITCHES_PER_QUEUE} on one queue or glob): lift one first"
+            )
+
+    async def lift_switch(self, name: str) -> int:
+        """Lift switch ``name``: jobs it parked become pending again (no attempt spent on them); how many.
+        Raises :class:`codes.SwitchNotFound` when no such switch is in force."""
+        async with codes.redis_errors("switch"):
+            raw = await self._client.hget(SWITCHES_KEY, name)
+            if raw is None or not await self._client.hdel(SWITCHES_KEY, name):
+                raise codes.SwitchNotFound(f"no kill switch named {name!r} is in force")
+        lifted = switch_from_json(raw)
+        every = await self.switches()
+        moved = 0
+        for queue in await self._core.queues():
+            if lifted.applies_to(queue):
+                moved += await self._rewrite(queue, every, lift=name)
+        return moved
+
+    async def _rewrite(self, queue: str, every: list[Switch], lift: str = "") -> int:
+        """Give ``queue`` its switch list; with ``lift``, move the jobs that switch parked back (all of
+        them, :data:`LIFT_BATCH` per call). How many moved."""
+        listed, moved = queue_list(queue, every), 0
+        while True:
+            n, left = await self._core.run("switch_lift", queue, [listed, lift, LIFT_BATCH], None)
+            moved += int(n)
+            if int(left) == 0:
+                return moved
 
 
 def _config_fields(config: QueueConfig) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Script return codes and the errors they raise.
 
-:class:`Code` mirrors the ``C_*`` constants of ``lua/_lib.lua``, one meaning per number
+:class:`Code` mirrors the ``C_*`` constants of ``lua/_base.lua``, one meaning per number
 (``tests/state/test_lua_contract.py`` holds the two equal). :mod:`jqengine.replies` turns whole
 replies into typed values using it; :func:`check` raises for a refused single-job write, and
 :func:`redis_errors` maps Redis failures to jobq errors.
@@ -39,7 +39,7 @@ __all__ = [
 
 
 class Code(IntEnum):
-    """A Lua script's return code (``C_<NAME>`` in ``_lib.lua``)."""
+    """A Lua script's return code (``C_<NAME>`` in ``lua/_base.lua``)."""
 
     OK = 1
     """Done as asked."""

@@ -2,26 +2,31 @@
 
 Every state change is one script call (``lua/<name>.lua``, declared with its ``KEYS`` in
 :mod:`jqengine.scripts`), so there is never a half-done transition; its reply becomes a typed value in
-:mod:`jqengine.replies`. Reads (a job by id, depths, the dead list, configuration) and waits (a
-worker's wake-up, the scheduler) are methods too, so nothing outside ``jqengine`` touches a queue key
-or needs the raw client for queue state; their implementations live in :mod:`jqengine.reads` and
-:mod:`jqengine.waiting`. Time comes from the caller (``now_ms``, which keeps tests in control of it),
+:mod:`jqengine.replies`. Time comes from the caller (``now_ms``, which keeps tests in control of it),
 by default from Redis's own clock (:class:`jqcore.clock.ServerClock`): a caller whose clock is wrong
 cannot make a lease expire early, a delayed job run early or a lease live on.
 
-The engine's methods live in parts by concern over :class:`~jqengine.core.EngineCore` (the client,
-the clock, the script runner): :mod:`~jqengine.transitions` (worker pools),
-:mod:`~jqengine.admin` (cancels, timers' steps, dead letters, configuration),
-:mod:`~jqengine.queries` (reads, waits, event streams, leases), :mod:`~jqengine.switches` (kill
-switches); this module adds the enqueue and puts them together. The keys services keep beside the queues
-(stage counters, idempotency records, presence, far-tier scan markers, push-dispatch configurations) are
-not the engine's: their owners write them with a plain client (:mod:`jqcore.keys`).
+The engine is composed of parts, each over the one :class:`~jqengine.core.Core` (the client, the clock,
+the script runner) and none knowing another:
+
+* ``engine.jobs`` (:mod:`~jqengine.jobs`): what a worker does to the jobs it runs — claim, wait for work
+  and hand-offs, extend, complete, fail, settle, snooze, hand back, release, cancel running;
+* ``engine.timers`` (:mod:`~jqengine.timers`): the scheduler's steps — promote, reap, collect, drop far;
+* ``engine.admin`` (:mod:`~jqengine.admin`): cancel, dead letters, forget, configuration, kill switches;
+* ``engine.reads`` (:mod:`~jqengine.queries`): jobs, depths, lists, configuration, counters, leases;
+* ``engine.events`` (:mod:`~jqengine.streams`): the lifecycle event streams the shipper drains;
+* ``engine.graphs`` (:mod:`~jqengine.graphs`) and ``engine.tails`` (:mod:`~jqengine.tails`).
+
+The relay's three calls are the engine's own: :meth:`Engine.enqueue_batch`, :meth:`Engine.schedule_far`
+and :meth:`Engine.raise_fence`. The keys services keep beside the queues (stage counters, idempotency
+records, presence, far-tier scan markers, push-dispatch configurations) are not the engine's: their owners
+in :mod:`jqruntime.stores` write them with a plain client.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -29,39 +34,77 @@ from jqcore import metrics
 from jqcore.admission import RESERVED_PREFIX, reserved_problem
 from jqcore.envelope import Envelope, encode
 from jqcore.graphs import GRAPH_KIND
-from jqengine import codes, farreads, replies
-from jqengine.admin import AdminTransitions
-from jqengine.core import Triple
+from jqengine import replies, waiting
+from jqengine.admin import Admin
+from jqengine.core import Core, Triple
 from jqengine.graphs import REPLICA_WAIT_MS, Graphs
+from jqengine.jobs import Jobs
 from jqengine.models import EnqueueOutcome, EnqueueResult
-from jqengine.queries import Queries
+from jqengine.queries import Reads
 from jqengine.redisconn import RedisClient
-from jqengine.switches import SwitchBoard
+from jqengine.replication import ReplicaWait
+from jqengine.streams import Events
 from jqengine.switchrules import queue_list
 from jqengine.tails import Tails
-from jqengine.transitions import WorkerTransitions
+from jqengine.timers import Timers
 
 __all__ = ["Engine", "Triple"]
 
 
-class Engine(WorkerTransitions, AdminTransitions, Queries, SwitchBoard):
+class Engine:
     """Typed access to the Lua transitions of every queue in one Redis (or Redis Cluster)."""
 
     def __init__(self, client: RedisClient) -> None:
-        super().__init__(client)
-        hand_offs = self.replica_wait(None, REPLICA_WAIT_MS)  # cross-slot steps wait for a replica
-        self.tails = Tails(client, self.run_script, self.enqueue_batch, self._report, hand_offs)
-        """Tail calls (:mod:`jqengine.tails`)."""
+        self.core = core = Core(client)
+        self._client = client
+        self.clock = core.clock
+        """Redis's clock: the ``now`` of every transition a caller does not give one."""
+        self.jobs = Jobs(core)
+        self.timers = Timers(core)
+        self.admin = Admin(core)
+        self.reads = Reads(core)
+        self.events = Events(core)
+        hand_offs = core.replica_wait(None, REPLICA_WAIT_MS)  # cross-slot steps wait for a replica
+        self.tails = Tails(client, core.run_script, self.enqueue_batch, self._report, hand_offs)
         self.graphs = Graphs(
             client,
-            self.run_script,
+            core.run_script,
             self.enqueue_batch,
-            self.cancel,
-            self.clock.now,
+            self.admin.cancel,
+            core.clock.now,
             self.tails.settle,
             hand_offs,
         )
-        """Task graphs (:mod:`jqengine.graphs`)."""
+
+    @property
+    def before_new_queues(self) -> Callable[[list[str]], Awaitable[Sequence[str]]] | None:
+        """Called by an enqueue with the queues Redis has no configuration of (see
+        :attr:`jqengine.core.Core.before_new_queues`): the relay restores their kept settings here."""
+        return self.core.before_new_queues
+
+    @before_new_queues.setter
+    def before_new_queues(self, hook: Callable[[list[str]], Awaitable[Sequence[str]]] | None) -> None:
+        self.core.before_new_queues = hook
+
+    async def now(self) -> int:
+        """Redis's clock now (ms)."""
+        return await self.core.now()
+
+    def replica_wait(self, replicas: int | None, timeout_ms: int) -> ReplicaWait:
+        """``WAIT`` on the masters a task wrote: the relay's check that a batch reached the replicas."""
+        return self.core.replica_wait(replicas, timeout_ms)
+
+    def block_limit_s(self, wanted_s: float) -> float:
+        """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
+        return waiting.block_limit_s(self._client, wanted_s)
+
+    async def ping(self) -> None:
+        """One ``PING`` (readiness checks: does Redis answer this client)."""
+        await self.core.ping()
+
+    async def aclose(self) -> None:
+        """Close the engine's Redis client (a process that made the engine for itself)."""
+        await self.core.aclose()
 
     async def _report(self, queue: str, ids: Sequence[str]) -> int:
         return await self.graphs.report_finished(queue, ids)
@@ -99,17 +142,19 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, SwitchBoard):
             else:
                 outcomes.append(EnqueueOutcome(env.id, env.queue, "refused", f"kind_reserved: {why}"))
         created: list[str] = []
-        switches = await self._announce(list(by_queue)) if by_queue else []
+        switches = await self.core.announce(list(by_queue)) if by_queue else []
         for queue, batch in by_queue.items():
             rows = _job_rows(batch, origins or {}, parents or {})
             listed = queue_list(queue, switches)
-            reply = await self._run("enqueue_batch", queue, [source, fence, len(batch), rows, listed], now_ms)
+            reply = await self.core.run(
+                "enqueue_batch", queue, [source, fence, len(batch), rows, listed], now_ms
+            )
             new, stored = replies.enqueue(batch, reply, source, fence)
             if new:
                 created.append(queue)
             outcomes += stored
             metrics.ENQUEUE_BATCH_SIZE.observe(len(batch))
-        await self._register(by_queue, again=created)
+        await self.core.register(by_queue, again=created)
         for (queue, outcome), n in Counter((o.queue, o.outcome) for o in outcomes).items():
             metrics.child(metrics.JOBS_ENQUEUED, queue, outcome).inc(n)
         return EnqueueResult(outcomes, created)
@@ -122,27 +167,18 @@ class Engine(WorkerTransitions, AdminTransitions, Queries, SwitchBoard):
         if not items:
             return []
         args = [len(items), *(x for item in items for x in item)]
-        outcomes = replies.far(await self._run("schedule_far", queue, args, now_ms))
-        await self._register([queue])
+        outcomes = replies.far(await self.core.run("schedule_far", queue, args, now_ms))
+        await self.core.register([queue])
         return outcomes
-
-    async def drop_far(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> int:
-        """Forget index entries of far-future jobs whose records the schedule topic tombstoned."""
-        if not ids:
-            return 0
-        return int((await self._run("drop_far", queue, list(ids), now_ms))[1])
-
-    async def far_run_at(self, queue: str, job_id: str) -> int | None:
-        """The ``run_at`` of a far-future job still in the schedule topic (None: not there)."""
-        async with codes.redis_errors("far"):
-            return await farreads.far_run_at(self._client, queue, job_id)
 
     async def raise_fence(self, queues: Iterable[str], *, fence: int, source: str) -> None:
         """Record ``fence`` as the newest for ``source`` in each queue (a new relay term does this before
         its first write, so a stale holder is refused even in queues the new one has not written yet).
         Raises :class:`codes.FenceRejected` when a newer fence is already there."""
         for queue in queues:
-            replies.fence(await self._run("enqueue_batch", queue, [source, fence, 0], None), source, fence)
+            replies.fence(
+                await self.core.run("enqueue_batch", queue, [source, fence, 0], None), source, fence
+            )
 
 
 _ROWS = msgspec.msgpack.Encoder()

@@ -7,7 +7,7 @@ atomic, idempotent steps with a durable record in between, and a repair that red
 * **graph → queue (release)**: ``graph_create`` / ``graph_report`` / ``graph_retry`` mark nodes ready and
   add them to the graph's ``rel`` set; the caller enqueues their jobs (ids derived from graph, node and
   generation: enqueuing twice is a duplicate) and only then removes them from ``rel``.
-* **queue → graph (report)**: when a node's job finishes, the same script (``finish`` in ``_lib.lua``)
+* **queue → graph (report)**: when a node's job finishes, the same script (``lua/lib/finish.lua``)
   writes its outcome into the queue's ``gdone`` hash; the caller (the worker right away, else the
   scheduler) runs ``graph_report`` (counted once per node and generation) and only then deletes the entry.
 

@@ -4,72 +4,31 @@ them; keys outside queues are in :mod:`jqcore.keys`).
 All keys of a queue share the hash tag ``{<queue>}`` (``jobq:{emails}:ready``), so every multi-key script
 runs on Redis Cluster. The Lua contract (BullMQ's): every key a script touches at a fixed name is passed
 in its ``KEYS``, in the order of :data:`KEY_NAMES` (each script takes the subset it touches, declared once
-in ``jqengine.scripts``; :meth:`QueueKeys.for_script` builds the list). The per-job and per-index keys
-(``job:<id>``, ``idx:<k>=<v>``, ``xq:<value>``, ``parked:<kind>``) cannot be known in advance: scripts
-build them from the queue's prefix (``KEYS[1]``, same slot) and each script's header lists the families it
-builds. :class:`QueueKeys` makes the same names for Python, and ``tests/state/test_lua_contract.py`` holds
-the Lua headers, the Python declarations and this module equal.
+in ``jqengine.scripts``; :meth:`QueueKeys.for_script` builds the list). What each of those keys holds is
+written once, in :data:`KEY_DOCS` (a graph's: :data:`GRAPH_KEY_DOCS`), and generated from there into the
+header of every script that takes it (``-- KEYS[i] <name> <TYPE> <what>``). The per-job and per-index keys
+cannot be known in advance: scripts build them from the queue's prefix (``KEYS[1]``, same slot) and each
+script's header lists the families it builds. :class:`QueueKeys` makes the same names for Python, and
+``tests/state/test_lua_contract.py`` holds the Lua headers, the Python declarations and this module equal.
 
-Per queue ``jobq:{q}:``
+Built from a queue's prefix ``jobq:{q}:`` (the families of the scripts' ``-- derived:`` lines)
 
 ========================  ======  ============================================================
-``ready``                 ZSET    pending jobs claimable now, score = priority (lower first)
-``delayed``               ZSET    invisible jobs, score = run_at (ms)
-``far``                   HASH    far-future jobs kept in Kafka's schedule topic: id → run_at (ms), only
-                                  the index ``GET`` and ``DELETE`` read (~90 bytes a job, unordered)
-``running``               ZSET    claimed jobs, score = lease deadline (ms)
-``done``                  ZSET    terminal jobs, score = when GC may remove them (ms)
-``dead``                  ZSET    errored jobs (the dead-letter list), score = when they died (ms)
 ``job:<id>``              HASH    one job: envelope bytes, state, attempt, token, history, version
 ``idx:<k>=<v>``           ZSET    pending jobs with ``meta[k] == v`` for declared filter keys
 ``fcur:<sha1>``           STRING  a filtered claim's cursor: ``<score> <id>`` of the last index entry
                                   it read (sha1 of the sorted pairs; expires a day after its last use)
-``xhead``                 HASH    exclusive queues: exclusivity value → the job allowed to run
 ``xq:<value>``            ZSET    exclusive queues: jobs waiting behind that value's head
 ``parked:<kind>``         ZSET    jobs set aside while their kind is at its concurrency limit
-``kindrun``               HASH    kind → jobs of that kind running now
-``kinds``                 HASH    ``<kind>|limit``, ``<kind>|attempts``, ``<kind>|delivery``
-``fairring``              ZSET    fair queues: fair_key values with ready jobs, score = pass (the
-                                  lowest is served next; see ``_lib.lua``)
-``fairrun``               HASH    fair queues: value → its jobs running now
-``fairtime``              ZSET    fair queues: values out of the ring for their rate, score = when
-                                  their next job may start (``fair_rates``)
-``fairtat:<value>``       STRING  fair queues: a rated value's theoretical arrival time (GCRA; it
-                                  expires once the value's burst is whole again)
+``switched:<name>``       ZSET    jobs a kill switch parked, score = priority (``switch_lift.lua``)
 ``fair:<value>``          ZSET    fair queues: one value's ready jobs, score = priority
-``config``                HASH    queue configuration (see ``jqengine.models.QueueConfig``)
-``counts``                HASH    ``blocked``: jobs waiting on an exclusivity value or a kind slot
-``stats``                 HASH    monotonic counters (enqueued, duplicates, completed, …), and
-                                  ``events_waiting``: the events the ``events`` stream holds now
-``fences``                HASH    fence source (topic) → newest fence seen
-``wake``                  LIST    wake-up tokens for waiting workers (kept short)
-``waiters``               HASH    idle worker pools registered for hand-off claims: waiter id →
-                                  ``slots|lease_ms|deadline|token prefix|worker``
+``fairtat:<value>``       STRING  fair queues: a rated value's theoretical arrival time (GCRA; it
+                                  expires once the value's burst is whole again: ``lua/lib/fair_take.lua``)
 ``inbox:<waiter>``        LIST    jobs claimed for that waiting pool by a hand-off (JSON arrays)
-``sched``                 LIST    wake-up token for the scheduler (an earlier due time appeared)
-``events``                STREAM  lifecycle events not shipped to Kafka yet (``jqcore.events``), one
-                                  entry per script call (``_frame.lua``), capped
-``gdone``                 HASH    graph nodes' jobs that finished, not yet reported to their graph:
-                                  job id → JSON outcome (the cross-slot hand-off's outbox)
 ========================  ======  ============================================================
 
-Per task graph ``jobq:graph:{<graph id>}:`` (one slot per graph; :class:`GraphKeys`, graph scripts'
-``KEYS`` in :data:`GRAPH_KEY_NAMES` order)
-
-========================  ======  ============================================================
-``graph``                 HASH    the graph: state, options, counts per node state, version
-``nodes``                 HASH    node → its definition (JSON: queue, kind, args, options, feed, parents)
-``kids``                  HASH    node → its children, one ``<child> <policy>`` per line
-``parents``               HASH    node → its parents, one ``<parent> <policy>`` per line
-``nstate``                HASH    node → state (waiting, ready, completed, failed, canceled, skipped)
-``pending``               HASH    node → parents not finished yet
-``gen``                   HASH    node → run generation (a graph retry runs a node again as gen + 1)
-``results``               HASH    node → result (JSON bytes), kept for the graph's lifetime
-``errors``                HASH    node → JSON {state, error, attempt, at} of a node that did not complete
-``times``                 HASH    ``<node>|r`` released, ``<node>|f`` finished (ms)
-``rel``                   SET     nodes released by the graph, not yet confirmed in their queues
-``gevents``               STREAM  graph transitions not shipped to Kafka yet
-========================  ======  ============================================================
+A task graph's keys (``jobq:graph:{<graph id>}:``, one slot per graph; :class:`GraphKeys`) are all passed
+in its scripts' ``KEYS``, in :data:`GRAPH_KEY_NAMES` order.
 
 Only ``jqengine`` (the engine) reads or writes these: everyone else asks the engine.
 
@@ -82,19 +41,23 @@ stage counters...) are named in :mod:`jqcore.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from types import MappingProxyType
+from typing import Literal, NamedTuple, get_args
 
 __all__ = [
     "GRAPHS_KEY",
+    "GRAPH_KEY_DOCS",
     "GRAPH_KEY_NAMES",
+    "KEY_DOCS",
     "KEY_NAMES",
     "KINDS_KEY",
     "QUEUES_KEY",
     "SWITCHES_KEY",
     "GraphKeyName",
     "GraphKeys",
+    "KeyDoc",
     "KeyName",
     "QueueKeys",
     "synced_key",
@@ -146,6 +109,78 @@ GraphKeyName = Literal[
 ]
 """The name of a graph key a graph script receives in ``KEYS``."""
 GRAPH_KEY_NAMES: tuple[GraphKeyName, ...] = get_args(GraphKeyName)
+
+
+class KeyDoc(NamedTuple):
+    """What a key passed in a script's ``KEYS`` is: the one text of it, which every script header that
+    takes the key repeats, generated (``-- KEYS[i] <name> <type> <what>``: ``jqengine.scripts``)."""
+
+    type: str
+    """Its Redis type (``''`` for ``prefix``: not a key)."""
+    what: str
+    """What it holds."""
+
+
+KEY_DOCS: Mapping[KeyName, KeyDoc] = MappingProxyType(
+    {
+        "prefix": KeyDoc("", '"jobq:{q}:", the prefix derived keys are built from (same slot; not a key)'),
+        "ready": KeyDoc("ZSET", "pending jobs claimable now, score = priority (lower first)"),
+        "delayed": KeyDoc("ZSET", "invisible jobs, score = run_at (ms)"),
+        "far": KeyDoc("HASH", "far-future jobs kept in Kafka's schedule topic: id -> run_at (ms)"),
+        "running": KeyDoc("ZSET", "claimed jobs, score = lease deadline (ms)"),
+        "done": KeyDoc("ZSET", "terminal jobs, score = when GC removes them (ms)"),
+        "dead": KeyDoc("ZSET", "errored jobs (the dead-letter list), score = when they died (ms)"),
+        "config": KeyDoc("HASH", "queue configuration (jqengine.models.QueueConfig), created_at, switches"),
+        "kinds": KeyDoc("HASH", "per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult"),
+        "kindrun": KeyDoc("HASH", "kind -> jobs of that kind running"),
+        "fairring": KeyDoc("ZSET", "fair queues: fair_key values with ready jobs, score = pass"),
+        "fairrun": KeyDoc("HASH", "fair queues: a value with a fair_limits entry -> its jobs running"),
+        "fairtime": KeyDoc("ZSET", "fair queues: values out of the ring for their rate, score = next start"),
+        "counts": KeyDoc(
+            "HASH", "blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)"
+        ),
+        "stats": KeyDoc(
+            "HASH", "lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)"
+        ),
+        "xhead": KeyDoc("HASH", "exclusivity value -> the job allowed to run"),
+        "fences": KeyDoc("HASH", "fence source -> newest fence seen"),
+        "wake": KeyDoc("LIST", "wake tokens for waiting workers (at most 64)"),
+        "waiters": KeyDoc(
+            "HASH", 'pools waiting for a hand-off: id -> "slots|lease_ms|deadline|token prefix|worker"'
+        ),
+        "sched": KeyDoc("LIST", "wake token for the scheduler (an earlier due time appeared)"),
+        "events": KeyDoc(
+            "STREAM", "lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)"
+        ),
+        "gdone": KeyDoc(
+            "HASH",
+            "cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id -> JSON),"
+            " tail children to enqueue ('>' child id -> JSON)",
+        ),
+    }
+)
+"""What each key of :data:`KEY_NAMES` holds (one entry per name)."""
+
+GRAPH_KEY_DOCS: Mapping[GraphKeyName, KeyDoc] = MappingProxyType(
+    {
+        "graph": KeyDoc("HASH", "the graph: id, queue, state, options, counts per node state, version"),
+        "nodes": KeyDoc("HASH", "node -> its definition (JSON: queue, kind, args, options, feed, parents)"),
+        "kids": KeyDoc("HASH", 'node -> its children, one "<child> <policy>" a line'),
+        "parents": KeyDoc("HASH", 'node -> its parents, one "<parent> <policy>" a line'),
+        "nstate": KeyDoc("HASH", "node -> state (waiting, ready, completed, failed, canceled, skipped)"),
+        "pending": KeyDoc("HASH", "node -> parents not finished yet"),
+        "gen": KeyDoc("HASH", "node -> run generation (a graph retry runs a node again as gen + 1)"),
+        "results": KeyDoc("HASH", "node -> result (JSON bytes)"),
+        "errors": KeyDoc(
+            "HASH", "node -> JSON {state, error, attempt, at, ...} of a node that did not complete"
+        ),
+        "times": KeyDoc("HASH", "<node>|r released, <node>|f finished (ms)"),
+        "rel": KeyDoc("SET", "nodes released, not confirmed in their queues yet"),
+        "gevents": KeyDoc("STREAM", "graph transitions not shipped to Kafka yet"),
+    }
+)
+"""What each key of :data:`GRAPH_KEY_NAMES` holds."""
+
 
 GRAPHS_KEY = "jobq:graphs"
 """ZSET of graphs not finished yet: graph id → when submitted (ms); the scheduler's repair reads it."""

@@ -1,6 +1,6 @@
-"""Reads (plain commands: they change nothing), the blocking waits and the lifecycle event streams of
-the queues, over :mod:`jqengine.reads` and :mod:`jqengine.waiting`; the jobs' leases (what a
-dispatcher's callbacks check)."""
+"""``engine.reads``: what the queues hold, read with plain commands that change nothing (over the
+functions of :mod:`jqengine.reads`): jobs, depths, lists, dead letters, configuration, counters, memory,
+signals, and the jobs' leases (what a dispatcher's callbacks check)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,23 @@ from typing import Any
 
 import orjson
 
-from jqengine import codes, farreads, memory, reads, signals, waiting
-from jqengine.core import EngineCore
+from jqengine import codes, farreads, memory, reads, signals
+from jqengine.core import Part
 from jqengine.keys import QueueKeys
 from jqengine.memory import QueueMemory
-from jqengine.models import JobInfo, JobLease, QueueConfig, QueueDepth, StreamEvent
+from jqengine.models import JobInfo, JobLease, QueueConfig, QueueDepth
 from jqengine.redisconn import text
 from jqengine.signals import QueueSignals
 
-__all__ = ["Queries"]
+__all__ = ["Reads"]
 
 
-class Queries(EngineCore):
-    """Reads, waits and event streams (a part of :class:`jqengine.Engine`)."""
+class Reads(Part):
+    """Reads of queue state (``engine.reads``)."""
+
+    async def queues(self) -> list[str]:
+        """Every known queue, by name."""
+        return await self._core.queues()
 
     async def get_job(self, queue: str, job_id: str) -> JobInfo | None:
         """The job as an admin sees it; None when there is no such job (or GC removed it)."""
@@ -45,6 +49,11 @@ class Queries(EngineCore):
         """The earliest ``run_at`` of the queue's far-future jobs (None: none, or too many to read)."""
         return await farreads.far_next(self._client, queue)
 
+    async def far_run_at(self, queue: str, job_id: str) -> int | None:
+        """The ``run_at`` of a far-future job still in the schedule topic (None: not there)."""
+        async with codes.redis_errors("far"):
+            return await farreads.far_run_at(self._client, queue, job_id)
+
     async def queues_holding(self, queues: Sequence[str], job_id: str) -> list[str]:
         """Which of ``queues`` hold a job with this id (the dashboard's search by exact id)."""
         return await reads.queues_holding(self._client, queues, job_id)
@@ -54,7 +63,7 @@ class Queries(EngineCore):
     ) -> QueueDepth:
         """Jobs per state (``by_filter``: pending jobs having every declared ``meta`` pair of ``filter``,
         exact; :class:`FilterInvalid` for a key the queue does not index)."""
-        return await reads.depth(self._client, queue, filter, now=now or await self.now())
+        return await reads.depth(self._client, queue, filter, now=now or await self._core.now())
 
     async def list_ids(
         self, queue: str, state: str, offset: int = 0, limit: int = 100, *, newest: bool = False
@@ -108,7 +117,7 @@ class Queries(EngineCore):
     async def queue_signals(self, queues: Sequence[str], *, now: int | None = None) -> list[QueueSignals]:
         """Depths, the head's wait since it was due, pause and outcome counters of ``queues``: two
         pipelined round trips, O(1) a queue (:mod:`jqengine.signals`; the scheduler's metrics)."""
-        return await signals.queue_signals(self._client, queues, now or await self.now())
+        return await signals.queue_signals(self._client, queues, now or await self._core.now())
 
     async def queue_stats(self, queue: str) -> dict[str, int]:
         """The queue's lifetime counters (enqueued, duplicates, claimed, completed, errored, ...)."""
@@ -117,48 +126,6 @@ class Queries(EngineCore):
     async def kinds(self, queues: list[str]) -> dict[str, dict[str, Any]]:
         """Every configured job type, its defaults and its options per queue (see :func:`reads.kinds`)."""
         return await reads.kinds(self._client, queues)
-
-    # ---- waits ------------------------------------------------------------------------------------
-    async def wait_for_work(self, queues: Sequence[str], timeout_s: float) -> str | None:
-        """Block until one of ``queues`` signals work; that queue, or None after ``timeout_s``."""
-        return await waiting.wait_for_work(self._client, queues, timeout_s)
-
-    async def past_due(self, queue: str, late_ms: int = 1000, *, now: int | None = None) -> int:
-        """Delayed jobs past ``run_at`` and leases past their deadline by more than ``late_ms``."""
-        return await reads.past_due(self._client, queue, late_ms, now or await self.now())
-
-    async def wait_for_due(self, queues: Sequence[str], timeout_s: float) -> str | None:
-        """Block until a script signals an earlier due time in one of ``queues`` (that queue), or
-        ``timeout_s`` passed (None)."""
-        return await waiting.wait_for_due(self._client, queues, timeout_s)
-
-    # ---- lifecycle events (jqcore.events; shipped to Kafka by the scheduler service) -----------------
-    async def events(self, queue: str, count: int = 1000) -> list[StreamEvent]:
-        """The oldest unshipped events of ``queue``: whole stream entries (one script call's events
-        each) until at least ``count`` events (``events_read.lua``)."""
-        out: list[StreamEvent] = []
-        for entry, fields in await self._run("events_read", queue, [count], None):
-            out.extend(reads.decode_entry(entry, fields, queue))
-        return out
-
-    async def trim_events(self, queue: str, shipped: Sequence[StreamEvent]) -> int:
-        """Forget ``shipped`` (the oldest events :meth:`events` read; Kafka has them): the stream's
-        entries up to the last one's, counted off its ``events_waiting``. Returns the entries removed."""
-        if not shipped:
-            return 0
-        entries, upto = len({e.entry for e in shipped}), reads.next_entry(shipped[-1].entry)
-        reply = await self._run("events_trim", queue, [upto, entries, len(shipped)], None)
-        return int(reply[1])
-
-    async def events_backlog(self, queues: Sequence[str]) -> dict[str, int]:
-        return await reads.events_backlog(self._client, queues)
-
-    async def wait_for_events(self, queues: Sequence[str], timeout_s: float) -> bool:
-        return await waiting.wait_for_events(self._client, queues, timeout_s)
-
-    def block_limit_s(self, wanted_s: float) -> float:
-        """``wanted_s`` capped below the client's socket timeout (see :func:`waiting.block_limit_s`)."""
-        return waiting.block_limit_s(self._client, wanted_s)
 
 
 def _written_by(history: bytes | str | None, attempt: int) -> str:

@@ -113,7 +113,7 @@ def claimed_rows(rows: Sequence[Any], now: int) -> list[ClaimedJob]:
 
 
 def handed(messages: Sequence[bytes | str], now: int) -> list[ClaimedJob]:
-    """The jobs of hand-off messages (each a JSON array of claimed rows, see ``hand_off`` in _lib.lua)."""
+    """The jobs of hand-off messages (each a JSON array of claimed rows, see ``lua/lib/hand_off.lua``)."""
     return [job for message in messages for job in claimed_rows(orjson.loads(message), now)]
 
 

@@ -1,14 +1,24 @@
-"""The Lua transitions, each declared once: its file in ``lua/`` and the ``KEYS`` it receives.
+"""The Lua transitions, each declared once: its file in ``lua/`` and the ``KEYS`` it receives; and the
+loader that composes what Redis is sent.
 
 A declaration names, in :data:`jqengine.keys.KEY_NAMES` order, every key the script touches at a
 fixed name (BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order,
-is the script's header (``-- KEYS[i] <name> ...``), what :meth:`jqengine.keys.QueueKeys.for_script`
-passes, and the binding the loader puts before ``_lib.lua``: ``local P, READY, ... = KEYS[1], KEYS[2], ...``.
-``tests/state/test_lua_contract.py`` checks the three against each other and against the code.
+is the script's header (``-- KEYS[i] <name> <TYPE> <what>``, generated from the declaration and
+:data:`jqengine.keys.KEY_DOCS` by :mod:`jqengine.luaheaders`; ``python -m jqengine.luaheaders`` rewrites
+the files), what :meth:`jqengine.keys.QueueKeys.for_script` passes, and the binding the loader puts first:
+``local P, READY, ... = KEYS[1], KEYS[2], ...``.
+
+The shared Lua lives in ``lua/lib/``, one local function a file named after it (two files define a table
+instead: ``released``, ``to_cancel``, the graph scripts' answer lists). A script's header and each library
+file name the library functions they call on a ``-- uses:`` line; :func:`source` sends a script with
+exactly those, transitively, each once, each after the ones it uses (:func:`link`).
+``tests/state/test_lua_contract.py`` checks the declarations against each other and against the code.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -18,7 +28,18 @@ from typing import cast
 from jqcore.events import DEFAULTS
 from jqengine.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
 
-__all__ = ["SCRIPTS", "SCRIPT_NAMES", "Script", "local_name", "source"]
+__all__ = [
+    "SCRIPTS",
+    "SCRIPT_NAMES",
+    "LibFunction",
+    "Script",
+    "library",
+    "link",
+    "local_name",
+    "pulled",
+    "source",
+    "uses_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +49,7 @@ class Script:
     name: str
     keys: tuple[KeyName, ...] | tuple[GraphKeyName, ...]
     graph: bool = False
-    """A task-graph script: its ``KEYS`` are graph keys (:data:`~jqengine.keys.GRAPH_KEY_NAMES`) and
-    ``_glib.lua`` follows ``_lib.lua``."""
+    """A task-graph script: its ``KEYS`` are graph keys (:data:`~jqengine.keys.GRAPH_KEY_NAMES`)."""
 
 
 def _declare(name: str, keys: str) -> Script:
@@ -171,6 +191,113 @@ def _read(name: str) -> str:
     return resources.files("jqengine").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
+_USES = re.compile(r"^-- uses:((?:[^\n]*,\n--[ ]+)*[^\n]*)$", re.M)
+"""A ``-- uses:`` line; one that ends with a comma goes on in the next comment line."""
+
+
+def uses_of(text: str, where: str) -> tuple[str, ...]:
+    """The library functions a script or library file names on its ``-- uses:`` line (``none``: no
+    function), in the order named."""
+    lines = _USES.findall(text)
+    if len(lines) != 1:
+        raise ValueError(f"{where} must have one '-- uses:' line (names, or 'none'), not {len(lines)}")
+    names = tuple(n for n in re.split(r"[\s,-]+", lines[0]) if n)
+    return () if names == ("none",) else names
+
+
+@dataclass(frozen=True, slots=True)
+class LibFunction:
+    """One file of ``lua/lib/``: the local it defines (its file's name), its text, what it uses."""
+
+    name: str
+    text: str
+    uses: tuple[str, ...]
+
+    @property
+    def function(self) -> bool:
+        """It defines a function (``local function <name>(``), not a value (``local <name> =``)."""
+        return f"\nlocal function {self.name}(" in f"\n{self.text}"
+
+    @classmethod
+    def parse(cls, name: str, text: str) -> LibFunction:
+        defines = re.findall(rf"^local (?:function {name}\(|{name} =)", text, re.M)
+        if len(defines) != 1:
+            raise ValueError(f"lua/lib/{name}.lua must define the local {name} once")
+        return cls(name, text, uses_of(text, f"lua/lib/{name}.lua"))
+
+
+@cache
+def library() -> Mapping[str, LibFunction]:
+    """Every file of ``lua/lib/``, by name."""
+    files = resources.files("jqengine").joinpath("lua", "lib").iterdir()
+    lib = {
+        f.name.removesuffix(".lua"): LibFunction.parse(
+            f.name.removesuffix(".lua"), f.read_text(encoding="utf-8")
+        )
+        for f in files
+        if f.name.endswith(".lua")
+    }
+    unknown = {f"{n} uses {u}" for n, f in lib.items() for u in f.uses if u not in lib}
+    if unknown:
+        raise ValueError(f"lua/lib: unknown library functions: {sorted(unknown)}")
+    return MappingProxyType(lib)
+
+
+def _groups(roots: Iterable[str], lib: Mapping[str, LibFunction]) -> list[list[str]]:
+    """What ``roots`` use, transitively, as the strongly connected groups of the uses graph (Tarjan),
+    every group after the groups it uses; a group of more than one is mutual recursion."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        if name not in lib:
+            raise ValueError(f"no library function {name!r} in lua/lib/")
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for used in sorted(lib[name].uses):
+            if used not in index:
+                visit(used)
+                low[name] = min(low[name], low[used])
+            elif used in stack:
+                low[name] = min(low[name], index[used])
+        if low[name] == index[name]:
+            cut = stack.index(name)
+            groups.append(sorted(stack[cut:]))
+            del stack[cut:]
+
+    for root in sorted(set(roots)):
+        if root not in index:
+            visit(root)
+    return groups
+
+
+def link(roots: Iterable[str], lib: Mapping[str, LibFunction]) -> tuple[tuple[str, ...], str]:
+    """The library functions ``roots`` use, transitively, each once, and their text in an order where each
+    is defined before the functions that call it. Functions that call each other (mutual recursion) are
+    declared first (``local a, b``) and then assigned (``function a(``), so each sees the others."""
+    order: list[str] = []
+    parts: list[str] = []
+    for group in _groups(roots, lib):
+        order += group
+        if len(group) == 1:
+            parts.append(lib[group[0]].text)
+            continue
+        values = [n for n in group if not lib[n].function]
+        if values:
+            raise ValueError(f"lua/lib: {values} in a cycle of uses {group}: only functions may recurse")
+        parts.append(f"local {', '.join(group)}\n")
+        parts += [lib[n].text.replace(f"local function {n}(", f"function {n}(", 1) for n in group]
+    return tuple(order), "".join(parts)
+
+
+@cache
+def pulled(name: str) -> tuple[str, ...]:
+    """The library functions script ``name`` is sent with, in the order it is sent them."""
+    return link(uses_of(_read(name), f"{name}.lua"), library())[0]
+
+
 _MARKER = "--@TRANSITION\n"
 """The line of ``_frame.lua`` the transition takes the place of."""
 _DEFAULTS_MARKER = "--@EVENT_DEFAULTS\n"
@@ -188,8 +315,9 @@ def _event_defaults() -> str:
 @cache
 def source(name: str) -> str:
     """The script text sent to Redis: shebang line, then ``_frame.lua`` around the transition — the
-    binding of its declared ``KEYS``, the shared helpers and the transition body, as one function whose
-    lifecycle events the frame writes once it ended."""
+    binding of its declared ``KEYS``, ``_base.lua`` (``NOW``, the codes), the library functions it uses
+    (:func:`link`) and the transition body, as one function whose lifecycle events the frame writes once
+    it ended."""
     text = _read(name)
     shebang, _, body = text.partition("\n")
     if not shebang.startswith("#!lua"):
@@ -197,10 +325,11 @@ def source(name: str) -> str:
     script = SCRIPTS[name]
     names = ", ".join(local_name(k) for k in script.keys)
     values = ", ".join(f"KEYS[{i}]" for i in range(1, len(script.keys) + 1))
-    libs = _read("_lib") + ("\n" + _read("_glib") if script.graph else "")
+    _, libs = link(uses_of(text, f"{name}.lua"), library())
     frame = _read("_frame")
     for marker in (_MARKER, _DEFAULTS_MARKER):
         if frame.count(marker) != 1:
             raise ValueError(f"_frame.lua must hold the line {marker!r} once")
     frame = frame.replace(_DEFAULTS_MARKER, _event_defaults())
-    return f"{shebang}\n" + frame.replace(_MARKER, f"local {names} = {values}\n{libs}\n{body}\n")
+    transition = f"local {names} = {values}\n{_read('_base')}\n{libs}\n{body}\n"
+    return f"{shebang}\n" + frame.replace(_MARKER, transition)

@@ -1,12 +1,12 @@
 """Kill switches, the pure part: what a switch is, which queues and jobs it matches, and the JSON list a
-queue's configuration carries for its claim script (``switched()`` in ``lua/_lib.lua``).
+queue's configuration carries for its claim script (``lua/lib/switched.lua``).
 
 A switch stops matching jobs **at claim time**: ``park`` keeps them (state ``parked``, no attempt spent)
 until the switch is lifted, ``dead`` moves them to the dead letters with the reason ``kill switch <name>``.
 It matches by queue (a glob; ``*`` = every queue), kind (exact; empty = every kind) and meta pairs (every
 pair equal, as strings). The switch list lives in each queue's own configuration (the same Cluster slot as
 its jobs), so a claim never depends on another store: a claim always runs, with the switches its queue
-holds (see :mod:`jqengine.switches` for how the list reaches every queue).
+holds (see :mod:`jqengine.admin` for how the list reaches every queue).
 """
 
 from __future__ import annotations

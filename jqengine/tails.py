@@ -10,7 +10,7 @@ the second step:
   lease, no worker slot), naming its child, and leaves the child's envelope in its queue's ``gdone``
   under ``">" + child id``. The caller then enqueues the child (its record carries the parent's queue and
   id; the same child enqueued twice is a duplicate) and deletes the entry.
-* **report** (child's slot, ``finish`` in ``_lib.lua``): the child's terminal transition leaves its
+* **report** (child's slot, ``lua/lib/finish.lua``): the child's terminal transition leaves its
   outcome in its queue's ``gdone`` under its id; the caller (the worker that finished it, else the
   scheduler) runs ``tail_done.lua`` in the parent's slot, which ends the parent with the child's result or
   by its failure policy, and only then deletes the entry. A parent that is itself a child (a chain)

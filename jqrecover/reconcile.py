@@ -54,10 +54,10 @@ async def _redis_side(redis: RedisSettings, topics: list[str], routing: RoutingS
     try:
         out: dict[str, Any] = {t: {"stages": await stages.read(client, t), "queues": {}} for t in topics}
         engine = Engine(client)
-        for queue in await engine.queues():
+        for queue in await engine.reads.queues():
             topic = _topic_of(routing, queue)
             if topic in out and not queue.startswith(CANARY_PREFIX):
-                out[topic]["queues"][queue] = await engine.queue_stats(queue)
+                out[topic]["queues"][queue] = await engine.reads.queue_stats(queue)
         return out
     finally:
         await client.aclose()

@@ -270,7 +270,7 @@ async def _forget(engine: Engine, chunk: list[tuple[PartitionRange, Envelope]]) 
     for r, env in chunk:
         by_queue.setdefault(env.queue, []).append((r, env))
     for queue, items in by_queue.items():
-        outcomes = await engine.forget(queue, [env.id for _, env in items])
+        outcomes = await engine.admin.forget(queue, [env.id for _, env in items])
         for (r, _), outcome in zip(items, outcomes, strict=True):
             if outcome is Forgotten.FORGOTTEN:
                 r.forced += 1

@@ -173,7 +173,7 @@ class QueueBudgets:
 
     async def _sample(self, queue: str, s: _Sample, now: float) -> None:
         try:
-            found = await self.engine.memory(queue)
+            found = await self.engine.reads.memory(queue)
         except RedisError as exc:
             log.warning("queue memory not sampled", queue=queue, error=repr(exc))
             return

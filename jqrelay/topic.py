@@ -275,7 +275,9 @@ class TopicRelay(Service):
         try:
             self._graph_key = await self._keys.graph_key()
             if lane is not None:
-                await self.engine.raise_fence(await self.engine.queues(), fence=term.fence, source=self.topic)
+                await self.engine.raise_fence(
+                    await self.engine.reads.queues(), fence=term.fence, source=self.topic
+                )
                 await topic_fence(self.redis, self.topic, term.fence)
                 await lane.start()
                 self.lane = lane

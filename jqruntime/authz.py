@@ -159,9 +159,17 @@ def queues_of(touches: Iterable[Touch]) -> str:
 _QUEUEISH = frozenset({"queue", "glob", "every_queue"})
 
 
+_POLICY: web.RequestKey[Policy | None] = web.RequestKey("jobq.policy")
+
+
 def policy_of(request: web.Request) -> Policy | None:
-    """The matched route's policy (None: no route matched, or a handler no table declared)."""
-    return request.config_dict.get(POLICIES, {}).get(request.match_info.handler)
+    """The matched route's policy (None: no route matched, or a handler no table declared); looked up
+    once per request (each middleware of the door asks)."""
+    try:
+        return request[_POLICY]
+    except KeyError:
+        found = request[_POLICY] = request.config_dict.get(POLICIES, {}).get(request.match_info.handler)
+        return found
 
 
 def _refuse(code: str, token: Token, message: str, **details: str) -> HttpError:

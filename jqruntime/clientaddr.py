@@ -78,7 +78,8 @@ def client_address(remote: str | None, forwarded_for: Sequence[str], trusted: Ne
 
 
 def request_address(request: web.BaseRequest, trusted: Networks) -> str:
-    """:func:`client_address` of an aiohttp request."""
+    """:func:`client_address` of an aiohttp request (no trusted proxy: the peer's address as the socket
+    gives it, already canonical; asked on every request a throttle counts)."""
     if not trusted:
-        return client_address(request.remote, (), ())
+        return request.remote or "unknown"
     return client_address(request.remote, request.headers.getall(hdrs.X_FORWARDED_FOR, []), trusted)

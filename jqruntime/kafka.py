@@ -189,10 +189,13 @@ class AsyncProducer:
         waiter = _Waiter(loop, len(records))
         for i, rec in enumerate(records):
             await self._enqueue(rec, waiter.callback(i), i)
-        try:  # librdkafka reports every record within its delivery timeout; this only guards a stuck call
-            return await asyncio.wait_for(waiter.future, self._delivery_timeout_s + REPORT_GRACE_S)
-        except TimeoutError:
-            raise ProduceFailed("Kafka gave no delivery report in time") from None
+        # librdkafka reports every record within its delivery timeout; this only guards a stuck call (a
+        # timer, not asyncio.wait_for: this is every enqueue's path, and wait_for costs a task's worth)
+        timer = loop.call_later(self._delivery_timeout_s + REPORT_GRACE_S, _late, waiter.future)
+        try:
+            return await waiter.future
+        finally:
+            timer.cancel()
 
     async def _enqueue(self, rec: Record, callback: Any, index: int) -> None:
         kwargs: dict[str, Any] = {"value": rec.value, "key": rec.key, "on_delivery": callback}
@@ -292,6 +295,10 @@ def _refusal(err: KafkaError, topic: str, index: int, size: int, partition: int 
             f"topic {topic!r} has no partition {partition}", index=index, partition=partition or 0
         )
     return None
+
+
+def _late(fut: asyncio.Future[list[Delivered]]) -> None:
+    _settle(fut, ProduceFailed("Kafka gave no delivery report in time"))
 
 
 def _settle(fut: asyncio.Future[list[Delivered]], result: list[Delivered] | Exception) -> None:

@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import (
@@ -115,7 +116,9 @@ def hash_line(secret: str) -> str:
     return f'sha256 = "{digest(secret).hex()}"'
 
 
-def _glob_ok(value: str, globs: Iterable[str]) -> bool:
+@lru_cache(maxsize=4096)
+def _glob_ok(value: str, globs: tuple[str, ...]) -> bool:
+    """Whether ``value`` matches one of ``globs`` (remembered: asked on every request of a token)."""
     return any(fnmatchcase(value, g) for g in globs)
 
 

@@ -119,6 +119,11 @@ def _settled(admin: AdminClient, specs: Sequence[TopicSpec], replication: int, t
     raise BackendUnavailable("Kafka took the new topic configs but does not show them yet: run it again")
 
 
+ANSWER_GRACE_S = 5.0
+"""How much longer than its request's own timeout an admin call's answer is awaited: librdkafka fails a
+request at its timeout, and that failure (not a bare ``TimeoutError`` of the wait racing it) says why."""
+
+
 def _admin(kafka: KafkaSettings) -> AdminClient:
     return AdminClient({**kafka.client_config(), "log_level": 0})
 
@@ -153,7 +158,11 @@ def _configs(admin: AdminClient, names: Sequence[str], deadline: float) -> dict[
         left = []
         for res, fut in admin.describe_configs(resources, request_timeout=wait).items():
             try:
-                entries = fut.result(wait)
+                entries = fut.result(wait + ANSWER_GRACE_S)
+            except TimeoutError:
+                raise BackendUnavailable(
+                    f"Kafka did not describe topic {res.name!r} within {wait:g} s", code="kafka_unavailable"
+                ) from None
             except KafkaException as exc:
                 unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
                 if unknown and time.monotonic() < deadline:
@@ -181,8 +190,13 @@ def _create(admin: AdminClient, specs: Sequence[TopicSpec], found: Inspection, t
     created = []
     for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
         try:
-            fut.result(timeout_s)
+            fut.result(timeout_s + ANSWER_GRACE_S)
             created.append(name)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"Kafka did not answer the creation of topic {name!r} within {timeout_s:g} s",
+                code="kafka_unavailable",
+            ) from None
         except KafkaException as exc:
             code = exc.args[0].code()
             if code == KafkaError.TOPIC_ALREADY_EXISTS:  # another service was first
@@ -228,7 +242,12 @@ def _alter(admin: AdminClient, fixes: Mapping[str, Mapping[str, str]], timeout_s
     ]
     for res, fut in admin.incremental_alter_configs(resources, request_timeout=timeout_s).items():
         try:
-            fut.result(timeout_s)
+            fut.result(timeout_s + ANSWER_GRACE_S)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"Kafka did not change the configs of topic {res.name!r} within {timeout_s:g} s",
+                code="kafka_unavailable",
+            ) from None
         except KafkaException as exc:
             raise BackendUnavailable(
                 f"changing the configs of topic {res.name!r} failed: {exc}", code="kafka_unavailable"

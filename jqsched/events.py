@@ -69,7 +69,7 @@ class EventShipper:
         Kafka did not acknowledge a batch (nothing of it is trimmed; the next round sends it again)."""
         total = 0
         for queue in queues:
-            batch = await self.engine.events(queue, self.settings.batch)
+            batch = await self.engine.events.read(queue, self.settings.batch)
             if not batch:
                 continue
             values = await self.with_payloads(queue, batch)
@@ -79,7 +79,7 @@ class EventShipper:
                     for e, v in zip(batch, values, strict=True)
                 ]
             )
-            await self.engine.trim_events(queue, batch)
+            await self.engine.events.trim(queue, batch)
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
             total += len(batch)
         self.shipped += total
@@ -99,7 +99,9 @@ class EventShipper:
                 ends.append((i, event))
         with_payload: dict[int, bytes] = {}
         if ends:
-            rows = await self.engine.job_fields(queue, [batch[i].job_id for i, _ in ends], _RECORD_FIELDS)
+            rows = await self.engine.reads.job_fields(
+                queue, [batch[i].job_id for i, _ in ends], _RECORD_FIELDS
+            )
             for (i, event), (env, result, version) in zip(ends, rows, strict=True):
                 if version is None or int(version) != event.get("v"):
                     result = None  # not this transition's: the job moved on (its later ending has its own)
@@ -128,7 +130,7 @@ class EventShipper:
                 with contextlib.suppress(KeyError):
                     gauge.remove(gone)
         self._observed = set(queues)
-        for queue, waiting in (await self.engine.events_backlog(queues)).items():
+        for queue, waiting in (await self.engine.events.backlog(queues)).items():
             metrics.EVENTS_BACKLOG.labels(queue).set(waiting)
-            stats = await self.engine.queue_stats(queue)
+            stats = await self.engine.reads.queue_stats(queue)
             metrics.EVENTS_DROPPED.labels(queue).set(stats.get("events_dropped", 0))

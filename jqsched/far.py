@@ -262,7 +262,7 @@ class FarMover:
                 queue, job_id = self.keys.unpack(key)
                 dropped.setdefault(queue, []).append(job_id)
         for queue, ids in dropped.items():
-            await self.engine.drop_far(queue, ids)
+            await self.engine.timers.drop_far(queue, ids)
         await asyncio.sleep(0)  # a long build must not hold the timers' loop
 
     def _record(self, msg: Message) -> tuple[int, int, bytes, int | None] | None:

@@ -36,12 +36,12 @@ from jqcore.settings import (
 )
 from jqcore.testsignal import TestSignal
 from jqcore.topics import audit_topic, events_topic, schedule_topic
-from jqengine import REPAIR_AFTER_MS, Engine, GraphSignals, RedisClient, connect, memory_info
+from jqengine import REPAIR_AFTER_MS, Engine, GraphSignals, QueueSignals, RedisClient, connect, memory_info
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.health import Readiness
 from jqruntime.lifecycle import Service
 from jqruntime.preflight import preflight
-from jqruntime.stores import series
+from jqruntime.stores import presence, series
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.membership import Membership, group_sizes, owned_by
 from jqsched.cron import CronFirer
@@ -133,6 +133,8 @@ class SchedulerService(Service):
         self._outcomes: dict[str, dict[str, int]] = {}
         """Queue → the engine's outcome counters at the last sample (``jobq_queue_attempts_total`` grows
         by the difference)."""
+        self._silent: set[tuple[str, str, str]] = set()
+        """(queue, role, worker) of the ``jobq_worker_silent_seconds`` series set at the last sample."""
         self._failing = False
         self._beat_error = ""
         self._beat_ok_at: float | None = None
@@ -298,7 +300,7 @@ class SchedulerService(Service):
                 await asyncio.sleep(EVENTS_RETRY_S)
                 continue
             if not shipped:
-                await self.engine.wait_for_events(queues, EVENTS_IDLE_S)
+                await self.engine.events.wait(queues, EVENTS_IDLE_S)
 
     async def _series_loop(self) -> None:
         await self.dealt.wait()
@@ -316,7 +318,7 @@ class SchedulerService(Service):
     async def sample_series(self, bucket_ms: int) -> None:
         """Record the owned queues' counters for the bucket starting at ``bucket_ms``."""
         queues = self.owned
-        stats = {q: await self.engine.queue_stats(q) for q in queues}
+        stats = {q: await self.engine.reads.queue_stats(q) for q in queues}
         await series.record(self.client, queues, stats, bucket_ms)
 
     async def _signals_loop(self) -> None:
@@ -337,11 +339,13 @@ class SchedulerService(Service):
     async def sample_signals(self) -> None:
         """Set the owned queues' gauges (depth per state, oldest pending age, paused) and grow their
         outcome counters by what the engine counted since the last sample; a queue this instance no
-        longer keeps leaves its series (its new keeper reports it), so no stale value lingers."""
+        longer keeps leaves its series (its new keeper reports it), so no stale value lingers. Then the
+        workers silent on an owned queue (:meth:`sample_silent`)."""
         owned = self.owned
         for gone in set(self._outcomes) - set(owned):
             _forget_queue(gone, self._outcomes.pop(gone))
-        for sig in await self.engine.queue_signals(owned):
+        signals = await self.engine.reads.queue_signals(owned)
+        for sig in signals:
             q = sig.queue
             for state in _DEPTH_STATES:
                 metrics.child(metrics.QUEUE_DEPTH, q, state).set(getattr(sig, state))
@@ -354,6 +358,22 @@ class SchedulerService(Service):
                 grown = 0 if before is None else count - before.get(outcome, 0)
                 metrics.child(metrics.QUEUE_ATTEMPTS, q, outcome).inc(count if grown < 0 else grown)
             self._outcomes[q] = dict(sig.outcomes)
+        await self.sample_silent(signals)
+
+    async def sample_silent(self, signals: Iterable[QueueSignals]) -> None:
+        """``jobq_worker_silent_seconds`` for each worker judged silent on a queue of ``signals`` (the
+        owned ones: :func:`jqruntime.stores.presence.silent_queues`, from every claiming process's
+        record); the series of a worker no longer silent are dropped."""
+        waited = {s.queue: s.oldest_pending_age_ms for s in signals}
+        paused = {s.queue for s in signals if s.paused}
+        now, flagged = now_ms(), set()
+        for c in await presence.claimers(self.client) if waited else []:
+            for q in presence.silent_queues(c, now, waited, paused):
+                metrics.child(metrics.WORKER_SILENT, q, c.role, c.name).set((now - c.last_claim[q]) / 1000)
+                flagged.add((q, c.role, c.name))
+        for labels in self._silent - flagged:
+            metrics.forget(metrics.WORKER_SILENT, *labels)
+        self._silent = flagged
 
     async def _graph_loop(self) -> None:
         await self.dealt.wait()
@@ -399,7 +419,7 @@ class SchedulerService(Service):
     async def beat(self) -> list[str]:
         """One heartbeat and re-deal; returns the queues this instance keeps from now on."""
         members = await self.membership.beat(self._note())
-        queues = [q for q in await self.engine.queues() if self.settings.keeps(q)]
+        queues = [q for q in await self.engine.reads.queues() if self.settings.keeps(q)]
         owned = owned_by(self.settings.name, members, queues)
         if set(owned) != set(self.timers.queues):
             log.info("scheduler owns", queues=len(owned), of=len(queues), members=len(members))

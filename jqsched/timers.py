@@ -147,7 +147,7 @@ class Timers(Service):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout_s)
             return None
-        signal = asyncio.ensure_future(self.engine.wait_for_due(queues, timeout_s))
+        signal = asyncio.ensure_future(self.engine.timers.wait_for_due(queues, timeout_s))
         changed = asyncio.ensure_future(self._changed.wait())
         try:
             await asyncio.wait({signal, changed}, return_when=asyncio.FIRST_COMPLETED)
@@ -161,11 +161,11 @@ class Timers(Service):
 
     async def _step(self, queue: str, now: int) -> int:
         """One queue's due work; returns when it must be stepped next."""
-        promoted, next_due, lateness = await self.engine.promote_due(queue, self.batch, now_ms=now)
-        reaped, next_deadline = await self.engine.reap_expired(queue, self.batch, now_ms=now)
+        promoted, next_due, lateness = await self.engine.timers.promote_due(queue, self.batch, now_ms=now)
+        reaped, next_deadline = await self.engine.timers.reap_expired(queue, self.batch, now_ms=now)
         next_gc = self._next_gc.get(queue, 0)
         if now >= next_gc:
-            await self.engine.gc(queue, self.batch, now_ms=now)
+            await self.engine.timers.gc(queue, self.batch, now_ms=now)
             next_gc = self._next_gc[queue] = now + self.gc_every_ms
         step = StepResult(queue, promoted, reaped, lateness)
         if self.on_step is not None and (promoted or reaped):

@@ -67,9 +67,7 @@ RULES: dict[str, Rule] = {
     "JobqQueueBacklogOld": Rule("page"),
     "JobqJobFailureRate": Rule("ticket"),
     "JobqDeadLettersGrowing": Rule("ticket"),
-    "JobqWorkerSilent": Rule(
-        "ticket", "a pool's claims are counted in its process; Redis keeps only that the pool is alive"
-    ),
+    "JobqWorkerSilent": Rule("ticket"),  # both judge by jqruntime.stores.presence.silent_queues
     "JobqRedisMemoryHigh": Rule("page"),
     "JobqRedisEvictionPolicy": Rule("page"),
     "JobqRedisNoMaxmemory": Rule("ticket"),

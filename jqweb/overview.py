@@ -4,8 +4,9 @@ Kafka: per topic and partition the end offset, the relay group's committed offse
 in seconds (age of the oldest unrelayed record). Consul: who holds each topic's lock, since when, its
 fence (the lock index), and the live rate limits per topic and queue. Redis: every queue's depth per
 state, oldest pending age, dead letters, counters; canary health per partition; the gateways, worker pools
-and scheduler instances alive; memory headroom. Each part is read on its own: one backend down leaves an
-``{"error": ...}`` in its place and the others shown. :func:`alerts` names what needs a person.
+and scheduler instances alive, and each claiming process judged silent or not; memory headroom. Each part
+is read on its own: one backend down leaves an ``{"error": ...}`` in its place and the others shown.
+:func:`alerts` names what needs a person.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from jqcore.settings import (
 )
 from jqengine import Engine, RedisClient, connect, memory_info
 from jqruntime.consulconn import close_consul, consul_client, consul_sync_client
-from jqruntime.stores import membership
+from jqruntime.stores import membership, presence
 from jqruntime.stores.cron import CronStore, overview
 from jqruntime.stores.history import HistoryStore, QueryLimits
 from jqruntime.stores.presence import count_alive
@@ -46,6 +47,7 @@ __all__ = [
     "Alert",
     "Sources",
     "alerts",
+    "claimer_rows",
     "collect",
     "cron_state",
     "history_state",
@@ -204,17 +206,17 @@ QUEUE_READS_AT_ONCE = 32
 
 async def queue_row(engine: Engine, q: str) -> dict[str, Any]:
     """One queue as the overview shows it: depth per state, counters, pause, timers past due, events."""
-    d = await engine.depth(q)
-    stats = await engine.queue_stats(q)
-    config = await engine.queue_config(q)
+    d = await engine.reads.depth(q)
+    stats = await engine.reads.queue_stats(q)
+    config = await engine.reads.queue_config(q)
     names = ("handed_back", "duplicates", "reopened", "events_dropped", "completed", "enqueued")
     return {
         "queue": q,
         **d.as_dict(),
         **{k: stats.get(k, 0) for k in names},
         "paused": config.paused,
-        "past_due": await engine.past_due(q, PAST_DUE_MS),
-        "events_backlog": (await engine.events_backlog([q]))[q],
+        "past_due": await engine.timers.past_due(q, PAST_DUE_MS),
+        "events_backlog": (await engine.events.backlog([q]))[q],
         "events_cap": config.events_cap,
     }
 
@@ -231,7 +233,7 @@ async def queue_rows(engine: Engine, queues: list[str]) -> list[dict[str, Any]]:
 
 async def redis_state(client: RedisClient) -> dict[str, Any]:
     engine = Engine(client)
-    queues = await queue_rows(engine, await engine.queues())
+    queues = await queue_rows(engine, await engine.reads.queues())
     raw = await client.hgetall(keys.CANARY_HEALTH_KEY)
     canary = {(k.decode() if isinstance(k, bytes) else k): orjson.loads(v) for k, v in sorted(raw.items())}
     info = await memory_info(client)  # on a Cluster: the node fullest for its maxmemory
@@ -242,8 +244,9 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
         "gateways": await count_alive(client, "gate"),
         "workers": await count_alive(client, "worker"),
         "dispatchers": await count_alive(client, "dispatcher"),
-        "http_workers": await count_alive(client, "http-worker", stale_s=60.0),
+        "http_workers": await count_alive(client, "http-worker"),
         "dashboards": await count_alive(client, "web"),
+        "claimers": claimer_rows(await presence.claimers(client), now_ms(), queues),
         "schedulers": await membership.groups(client),
         "scheduler_groups": await membership.group_sizes(client),
         "memory": {
@@ -252,8 +255,19 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
             "ratio": round(used / cap, 4) if cap else None,
             "policy": str(info.get("maxmemory_policy", "")) or None,
         },
-        "switches": [sw.as_dict() for sw in await engine.switches()],
+        "switches": [sw.as_dict() for sw in await engine.admin.switches()],
     }
+
+
+def claimer_rows(
+    claimers: list[presence.Claimer], now: int, queues: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every claiming process (worker pools, dispatchers, HTTP workers) with a record, each judged against
+    its queues' rows (:func:`queue_row`: oldest pending age, paused): alive, its idle time per queue, the
+    queues it is silent on (:func:`jqruntime.stores.presence.silent_queues`)."""
+    waited = {q["queue"]: q.get("oldest_pending_age_ms") for q in queues}
+    paused = {q["queue"] for q in queues if q.get("paused")}
+    return [c.as_dict(now, presence.silent_queues(c, now, waited, paused)) for c in claimers]
 
 
 async def cron_state(consul_settings: ConsulSettings, cron: CronSettings) -> list[dict[str, Any]]:
@@ -379,6 +393,11 @@ def _redis_alerts(redis: dict[str, Any]) -> list[Alert]:
         by = f" by {sw['by']}" if sw.get("by") else ""
         out.append(_raise("JobqKillSwitch", f"kill switch {sw['name']} ({sw['action']})", f"{what}{by}"))
     out += _scheduler_alerts(redis)
+    for c in redis.get("claimers", []):
+        for q in c["silent"]:
+            alive = "" if c["alive"] else f"; no heartbeat for {c['beat_age_s']:.0f} s"
+            detail = f"claimed nothing from {q} for {c['idle_s'][q]:.0f} s while its jobs waited{alive}"
+            out.append(_raise("JobqWorkerSilent", f"{c['role']} {c['name']} silent", detail))
     return out
 
 

@@ -248,7 +248,7 @@ Segment = tuple[str, str]
 
 
 async def _queues(engine: Engine, f: Filters) -> list[str]:
-    return [f.queue] if f.queue else await engine.queues()
+    return [f.queue] if f.queue else await engine.reads.queues()
 
 
 def _segments(queues: Sequence[str], f: Filters) -> list[Segment]:
@@ -285,8 +285,8 @@ def _cursor(segments: Sequence[Segment], at: tuple[int, int]) -> str | None:
 
 async def _fetch(engine: Engine, queue: str, state: str, ids: Sequence[str]) -> list[JobInfo | None]:
     if state == "far":
-        return await engine.far_jobs(queue, ids)
-    return await engine.get_jobs(queue, ids)
+        return await engine.reads.far_jobs(queue, ids)
+    return await engine.reads.get_jobs(queue, ids)
 
 
 async def _walk(
@@ -296,7 +296,7 @@ async def _walk(
     i, offset = start
     while i < len(segments):
         queue, state = segments[i]
-        ids, _ = await engine.list_ids(queue, state, offset, chunk, newest=state in NEWEST)
+        ids, _ = await engine.reads.list_ids(queue, state, offset, chunk, newest=state in NEWEST)
         for k, job in enumerate(await _fetch(engine, queue, state, ids)):
             yield job, (i, offset + k + 1)
         if len(ids) < chunk:

@@ -83,6 +83,21 @@ class DeadPurged(BaseModel):
     purged: int
 
 
+class QueuePurged(BaseModel):
+    model_config = shape(
+        {
+            "queue": "default",
+            "canceled": 120,
+            "by_state": {"pending": 100, "delayed": 20, "far": 0},
+            "remaining": 0,
+        }
+    )
+    queue: str
+    canceled: int = Field(description="jobs this call canceled")
+    by_state: dict[str, int] = Field(description="of them, per state they waited in")
+    remaining: int = Field(description="jobs still waiting in the states purged (call again for more)")
+
+
 class KindOptions(BaseModel):
     model_config = shape({"concurrency": 4, "max_attempts": None, "delivery": "at_least_once"})
     concurrency: int | None = None

@@ -38,18 +38,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
     started = time.perf_counter()
     status = 500
+    bound = structlog.contextvars.bind_contextvars(token="anonymous")  # auth names the token
     try:
-        with structlog.contextvars.bound_contextvars(token="anonymous"):  # auth names the token
-            response = await handler(request)
+        response = await handler(request)
         status = response.status
         return response
     finally:
+        structlog.contextvars.reset_contextvars(**bound)
         token = request.get(TOKEN_NAME, "anonymous")  # only configured names: a bounded label
-        metrics.GATE_REQUESTS.labels(route, request.method, str(status), token).inc()
-        metrics.GATE_REQUEST_TIME.labels(route).observe(time.perf_counter() - started)
+        metrics.child(metrics.GATE_REQUESTS, route, request.method, str(status), token).inc()
+        metrics.child(metrics.GATE_REQUEST_TIME, route).observe(time.perf_counter() - started)
 
 
 probes = Api("probes")
@@ -169,8 +171,12 @@ def make_app(
     for prefix, sub in mounts.items():
         app.add_subapp(prefix, sub)
 
+    async def stop_polls(_: web.Application) -> None:  # runs before the requests in flight are awaited
+        gate.long_polls.stop()
+
     async def close(_: web.Application) -> None:
         await gate.close()
 
+    app.on_shutdown.append(stop_polls)
     app.on_cleanup.append(close)
     return app

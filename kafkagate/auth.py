@@ -182,10 +182,9 @@ async def _entitled(
         )
         limited.headers["Retry-After"] = after
         raise limited
-    if policy is not None:
+    if policy is not None and policy.checked and not token.has(policy.scope):
         resource = request.match_info.route.resource
-        route = f"{request.method} {resource.canonical if resource is not None else request.path}"
-        require_scope(token, policy, route)
+        require_scope(token, policy, f"{request.method} {resource.canonical if resource else request.path}")
     return await handler(request)
 
 
@@ -236,7 +235,7 @@ async def graph_owner(request: web.Request, _: Token) -> Iterable[Touch]:
 
 async def _switch_owner(request: web.Request) -> list[Touch]:
     name = request.match_info["name"]
-    switches = await engine_call(request.app[GATE].engine.switches())
+    switches = await engine_call(request.app[GATE].engine.admin.switches())
     return [owner(s.queue, f"switch {name!r}") for s in switches if s.name == name]
 
 
@@ -288,7 +287,7 @@ async def replayed_kind(request: web.Request, _: Token) -> Iterable[Touch]:
     handler's 404)."""
     gate = request.app[GATE]
     name, job_id = queue_of(request), request.match_info["id"]
-    info = await engine_call(gate.engine.get_job(name, job_id))
+    info = await engine_call(gate.engine.reads.get_job(name, job_id))
     found = info.kind if info is not None else None
     if info is None:
         old = await archived_snapshot(request, name, job_id)

@@ -127,11 +127,11 @@ class _Limits:
 
 def _limits_of(request: web.Request) -> _Limits:
     """The shared limits, or a callback's own (its source address's rate spent here: 429 past it)."""
-    callbacks = request.config_dict.get(CALLBACK_LIMITS)
-    if callbacks is not None and request.path.startswith(CALLBACK_PREFIX):
+    app = request.app  # the gateway's (a mounted application's requests are not read here)
+    if request.path.startswith(CALLBACK_PREFIX) and (callbacks := app.get(CALLBACK_LIMITS)) is not None:
         callbacks.admit(request.remote)
         return _Limits(callbacks.max_body_bytes, callbacks.budget, callbacks.read_timeout_s)
-    return _Limits(request.client_max_size, request.config_dict.get(BODY_BUDGET))
+    return _Limits(request.client_max_size, app.get(BODY_BUDGET))
 
 
 def _read_timeout(limits: _Limits) -> AbstractAsyncContextManager[object]:

@@ -137,7 +137,7 @@ async def _owner(request: web.Request, token: str) -> Owner:
     engine: Engine = gate.engine
     queue, job_id = queue_of(request), request.match_info["id"]
     claim = verify_callback(gate.settings.callback_secret.get_secret_value(), token, queue, job_id, now_ms())
-    (lease,) = await engine_call(engine.leases(queue, [job_id]))
+    (lease,) = await engine_call(engine.reads.leases(queue, [job_id]))
     if lease is None:
         raise HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
     if lease.attempt != claim.attempt or not claim.holds(lease.token):
@@ -195,7 +195,7 @@ async def callback_complete(request: web.Request) -> web.Response:
     data = None if body.result is None else orjson.dumps(body.result)
     try:
         await engine_call(
-            request.app[GATE].engine.complete(queue, (job_id, lease.attempt, lease.token), data)
+            request.app[GATE].engine.jobs.complete(queue, (job_id, lease.attempt, lease.token), data)
         )
     except StaleLease:  # that attempt was failed (callback overdue) or released meanwhile
         raise _stale(job_id, lease.attempt, lease, ENDED) from None
@@ -240,7 +240,7 @@ async def callback_fail(request: web.Request) -> web.Response:
         delay = owner.config.backoff.policy().delay_ms(lease.attempt)
     try:
         outcome = await engine_call(
-            engine.fail(
+            engine.jobs.fail(
                 queue,
                 (job_id, lease.attempt, lease.token),
                 body.error,

@@ -106,9 +106,10 @@ async def claim(request: web.Request) -> web.Response:
     token = token_of(request)
     body = parse_model(ClaimBody, await read_body(request))
     worker = body.worker or f"http:{token.name}"
-    await gate.saw_worker(worker, token.name)
     wait_s = min(body.wait_ms, gate.settings.claim_wait_max_ms) / 1000
     jobs = await _claim(gate, queue, body, worker)
+    filtered = bool(body.filter)
+    await gate.saw_worker(worker, token.name, queue, claimed=bool(jobs), filtered=filtered)
     if jobs or wait_s <= 0:
         return await _reply(gate, queue, jobs)
     loop = asyncio.get_running_loop()
@@ -119,11 +120,13 @@ async def claim(request: web.Request) -> web.Response:
             if left <= 0 or not await gate.long_polls.wait(queue, left):
                 break
             jobs = await _claim(gate, queue, body, worker)
+    if jobs:
+        await gate.saw_worker(worker, token.name, queue, claimed=True, filtered=filtered)
     return await _reply(gate, queue, jobs)
 
 
 async def _claim(gate: Gate, queue: str, body: ClaimBody, worker: str) -> list[ClaimedJob]:
-    claiming = gate.engine.claim(
+    claiming = gate.engine.jobs.claim(
         queue, body.n, lease_ms=body.lease_ms or 0, filter=body.filter or None, worker=worker
     )
     jobs: list[ClaimedJob] = await engine_call(claiming)
@@ -145,7 +148,7 @@ async def _inputs(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> list[NodeIn
     except Exception:
         owned = [(j.envelope.id, j.attempt, j.token, False) for j in jobs]
         with contextlib.suppress(Exception):
-            await gate.engine.release(queue, owned)
+            await gate.engine.jobs.release(queue, owned)
         raise
     return out
 
@@ -165,7 +168,7 @@ async def _reply(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> web.Response
     rest = jobs[len(parts) :]
     if rest:
         owned = [(j.envelope.id, j.attempt, j.token, False) for j in rest]
-        await engine_call(gate.engine.release(queue, owned))
+        await engine_call(gate.engine.jobs.release(queue, owned))
     body = b'{"jobs":[' + b",".join(parts) + b"]}"
     return web.Response(body=body, content_type="application/json")
 
@@ -191,7 +194,7 @@ async def extend(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = parse_model(ExtendBody, await read_body(request))
     owner = _owner(request, body)
-    result = await engine_call(gate.engine.extend(queue, [owner], body.lease_ms or 0))
+    result = await engine_call(gate.engine.jobs.extend(queue, [owner], body.lease_ms or 0))
     outcome = result[owner[0]]
     if isinstance(outcome, str):
         status = 404 if outcome == "missing" else 409
@@ -219,7 +222,7 @@ async def complete(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = parse_model(CompleteBody, await read_body(request))
     data = None if body.result is None else orjson.dumps(body.result)
-    await engine_call(gate.engine.complete(queue, _owner(request, body), data))
+    await engine_call(gate.engine.jobs.complete(queue, _owner(request, body), data))
     await gate.report_node(queue, request.match_info["id"])
     return json_response({"id": request.match_info["id"], "state": "completed"})
 
@@ -242,7 +245,7 @@ async def fail(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = parse_model(FailBody, await read_body(request))
     outcome = await engine_call(
-        gate.engine.fail(
+        gate.engine.jobs.fail(
             queue,
             _owner(request, body),
             body.error,

@@ -145,7 +145,7 @@ async def enqueue(request: web.Request) -> web.Response:
             check_exclusive(parsed, await gate.queue_config(queue))
         delivered = await produce(gate, parsed, records, acks)
         spans.delivered(delivered)
-    metrics.GATE_JOBS_PRODUCED.labels(queue, records[0].topic).inc(len(records))
+    metrics.child(metrics.GATE_JOBS_PRODUCED, queue, records[0].topic).inc(len(records))
     gate.count_produced(records[0].topic, len(records))
     accepted = accepted_body(parsed.envelopes, delivered)
     accepted["az"] = gate.settings.az  # which zone's gateway took it (clients prefer their own)
@@ -163,7 +163,7 @@ async def enqueue(request: web.Request) -> web.Response:
 async def get_job(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
-    info = await engine_call(gate.engine.get_job(queue, job_id))
+    info = await engine_call(gate.engine.reads.get_job(queue, job_id))
     if info is None:
         old = await archived(request, queue, job_id)
         if old is not None:
@@ -209,9 +209,9 @@ async def cancel_job(request: web.Request) -> web.Response:
     if len(reason) > CANCEL_REASON_MAX:
         message = f"reason is {len(reason)} characters; at most {CANCEL_REASON_MAX}"
         raise HttpError(400, "reason_too_long", message, [FieldError("reason", message)])
-    if await engine_call(gate.engine.far_run_at(queue, job_id)) is not None:
+    if await engine_call(gate.engine.reads.far_run_at(queue, job_id)) is not None:
         await gate.unschedule_far(queue, job_id)
-    result = await engine_call(gate.engine.cancel(queue, job_id, reason))
+    result = await engine_call(gate.engine.admin.cancel(queue, job_id, reason))
     if not result.changed:  # idempotent: say what it is; nothing was changed
         state = result.state
         return json_response({"id": job_id, "outcome": f"already_{state}", "state": state, "changed": False})
@@ -243,7 +243,7 @@ async def replay_job(request: web.Request) -> web.Response:
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is not None and not 0 < len(key) <= 255:
         raise HttpError(400, "idempotency_key_invalid", f"{IDEMPOTENCY_HEADER} must be 1-255 characters")
-    info = await engine_call(gate.engine.get_job(queue, job_id))
+    info = await engine_call(gate.engine.reads.get_job(queue, job_id))
     old = None if info is not None else await archived_snapshot(request, queue, job_id)
     if (info is None or info.envelope is None) and old is None:
         raise HttpError(404, "job_not_found", f"no job {job_id!r} in queue {queue!r}")
@@ -253,7 +253,7 @@ async def replay_job(request: web.Request) -> web.Response:
     new_id = None
     if key is not None:
         new_id = "rp-" + hashlib.sha256(f"{queue}\0{job_id}\0{key}".encode()).hexdigest()[:40]
-        done = await engine_call(gate.engine.get_job(queue, new_id))
+        done = await engine_call(gate.engine.reads.get_job(queue, new_id))
         if done is not None:  # this replay was made before (and reached Redis): the same answer again
             again = {"ids": [new_id], "replay_of": job_id, "state": done.state, "changed": False}
             return json_response(again)

@@ -60,6 +60,7 @@ class LongPolls:
         self._by_token: dict[str, int] = {}
         self._changed = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def parked(self) -> int:
@@ -95,7 +96,10 @@ class LongPolls:
                 del self._by_token[token]
 
     async def wait(self, queue: str, timeout_s: float) -> bool:
-        """Park until a wake token for ``queue`` reaches this poll (True) or ``timeout_s`` passed (False)."""
+        """Park until a wake token for ``queue`` reaches this poll (True) or ``timeout_s`` passed or the
+        gateway is stopping (False)."""
+        if self._stopping:
+            return False
         pending = self._pending.get(queue, 0)
         if pending:
             self._take_pending(queue, pending)
@@ -153,7 +157,9 @@ class LongPolls:
         while self._waiters:
             self._changed.clear()
             queues = list(self._waiters)
-            wait = asyncio.create_task(self.engine.wait_for_work(queues, self.engine.block_limit_s(30.0)))
+            wait = asyncio.create_task(
+                self.engine.jobs.wait_for_work(queues, self.engine.block_limit_s(30.0))
+            )
             changed = asyncio.create_task(self._changed.wait())
             try:
                 await asyncio.wait([wait, changed], return_when=asyncio.FIRST_COMPLETED)
@@ -175,6 +181,12 @@ class LongPolls:
                 continue
             if queue is not None:
                 self._signal(queue)
+
+    def stop(self) -> None:
+        """The gateway is stopping: every parked poll answers now with what it has (its worker asks
+        another gateway), not at its deadline, up to ``claim_wait_max_ms`` into the shutdown."""
+        self._stopping = True
+        self._wake_all()
 
     async def close(self) -> None:
         await cancel_and_wait(self._watcher)

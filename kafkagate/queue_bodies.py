@@ -11,7 +11,15 @@ from jqcore import envelope_rules
 from jqengine import QueueConfig
 from jqruntime.dispatch import DispatchConfig
 
-__all__ = ["DeadBody", "KindBody", "QueueConfigBody", "QueuePatchBody", "SwitchBody"]
+__all__ = [
+    "PURGED_STATES",
+    "DeadBody",
+    "KindBody",
+    "PurgeBody",
+    "QueueConfigBody",
+    "QueuePatchBody",
+    "SwitchBody",
+]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_DELAY = QueueConfig.MAX_DEFAULT_DELAY_MS
@@ -100,6 +108,24 @@ class DeadBody(BaseModel):
 
     ids: list[str] = Field(default_factory=list)
     limit: int = Field(1000, ge=1, le=100_000)
+
+
+Waiting = Literal["pending", "delayed", "far"]
+PURGED_STATES: tuple[Waiting, ...] = ("pending", "delayed", "far")
+"""The states a queue purge cancels: every job waiting to run (running jobs finish; jobs a kill switch
+parked wait for it to lift)."""
+
+
+class PurgeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    states: list[Waiting] = Field(default_factory=lambda: list(PURGED_STATES), min_length=1)
+    """Which waiting jobs: ``pending`` (ready), ``delayed`` (due later), ``far`` (the far-future tier)."""
+    limit: int = Field(1000, ge=1, le=10_000)
+    """At most this many jobs canceled by this call (send it again for more: ``remaining`` says how many
+    wait)."""
+    reason: str = Field("purged over HTTP", min_length=1, max_length=1000)
+    """Kept with each canceled job."""
 
 
 class SwitchBody(BaseModel):

@@ -18,7 +18,7 @@ from kafkagate import admin_models as m
 from kafkagate.api import Api, Param
 from kafkagate.audit import DETAILS
 from kafkagate.auth import kind_put, token_of, visible
-from kafkagate.queue_bodies import DeadBody, KindBody, QueueConfigBody, QueuePatchBody
+from kafkagate.queue_bodies import DeadBody, KindBody, PurgeBody, QueueConfigBody, QueuePatchBody
 from kafkagate.requests import body_model, engine_call, kind_of, queue_of
 from kafkagate.state import GATE
 
@@ -27,6 +27,8 @@ __all__ = ["routes"]
 routes = Api()
 MAX_OFFSET = 2**53
 """Largest dead-list offset accepted (Redis ranges are 64-bit; a bigger one is a client error)."""
+PURGE_CHUNK = 100
+"""Jobs a purge lists (and tombstones, for far-future ones) at once."""
 
 
 def _filter(request: web.Request) -> dict[str, str]:
@@ -46,7 +48,7 @@ def _filter(request: web.Request) -> dict[str, str]:
 )
 async def list_queues(request: web.Request) -> web.Response:
     gate = request.app[GATE]
-    return json_response({"queues": visible(request, await engine_call(gate.engine.queues()))})
+    return json_response({"queues": visible(request, await engine_call(gate.engine.reads.queues()))})
 
 
 @routes.get(
@@ -68,8 +70,8 @@ async def list_queues(request: web.Request) -> web.Response:
 async def get_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
-    config = await engine_call(gate.engine.queue_config(queue))
-    depth = await engine_call(gate.engine.depth(queue, _filter(request) or None))
+    config = await engine_call(gate.engine.reads.queue_config(queue))
+    depth = await engine_call(gate.engine.reads.depth(queue, _filter(request) or None))
     topic, acks = gate.routing.route(queue)
     body: dict[str, Any] = {
         "queue": queue,
@@ -100,7 +102,7 @@ async def put_queue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     body = await body_model(request, QueueConfigBody)
-    current = await engine_call(gate.engine.queue_config(queue))
+    current = await engine_call(gate.engine.reads.queue_config(queue))
     if current.mode == "exclusive" and "mode" not in body.model_fields_set:
         raise HttpError(
             409,
@@ -132,7 +134,7 @@ async def patch_queue(request: web.Request) -> web.Response:
         changes["filter_keys"] = tuple(changes["filter_keys"])
     if changes.get("fair_key") == "":  # "" turns fairness off
         changes["fair_key"] = None
-    current = await engine_call(gate.engine.queue_config(queue))
+    current = await engine_call(gate.engine.reads.queue_config(queue))
     return await _configure(request, queue, replace(current, **changes), changes)
 
 
@@ -145,7 +147,7 @@ async def _configure(
     bounds (``JOBQ_QUEUE_MAX_*``)."""
     gate = request.app[GATE]
     await check_bounds(gate.redis_client, gate.queue_bounds, changes)
-    await engine_call(gate.engine.configure_queue(queue, config))
+    await engine_call(gate.engine.admin.configure_queue(queue, config))
     gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     await gate.configs().put_queue(queue, config)
     return json_response({"queue": queue, "config": config.as_dict()})
@@ -172,7 +174,7 @@ async def list_dead(request: web.Request) -> web.Response:
         raise HttpError(400, "query_invalid", "offset and limit must be integers") from None
     if not (0 <= offset <= MAX_OFFSET and limit >= 1):
         raise HttpError(400, "query_invalid", f"offset must be 0..{MAX_OFFSET} and limit at least 1")
-    jobs = await engine_call(gate.engine.dead_list(queue, offset, limit))
+    jobs = await engine_call(gate.engine.reads.dead_list(queue, offset, limit))
     out = []
     for j in jobs:
         d = j.as_dict()
@@ -205,12 +207,51 @@ async def purge_dead(request: web.Request) -> web.Response:
     return await _on_dead(request, "purged")
 
 
+@routes.post(
+    "/v1/queues/{queue}/purge",
+    policy=Policy("admin", (path_queue,)),
+    summary="cancel the queue's waiting jobs (pending, delayed, far-future), at most limit a call, each"
+    " kept as canceled with the reason; running jobs finish",
+    body=PurgeBody,
+    body_example={"limit": 1000, "reason": "bad deploy"},
+    answer=m.QueuePurged,
+)
+async def purge_queue(request: web.Request) -> web.Response:
+    """Cancel waiting jobs, state by state in each state's order (pending: priority; delayed: run_at), at
+    most ``limit`` in this call, as ``DELETE /v1/queues/{queue}/jobs/{id}`` would each (a far-future job
+    is tombstoned in the schedule topic first); ``remaining``: how many still wait in those states. Jobs
+    enqueued meanwhile may be among them: a purge empties what waits, it does not close the queue (set
+    ``enqueue_blocked`` for that)."""
+    gate = request.app[GATE]
+    queue = queue_of(request)
+    body = await body_model(request, PurgeBody)
+    left, by_state = body.limit, dict.fromkeys(body.states, 0)
+    for state in body.states:
+        while left > 0:  # canceled jobs leave the state's list: always read its head
+            ids, _ = await engine_call(gate.engine.reads.list_ids(queue, state, 0, min(PURGE_CHUNK, left)))
+            if not ids:
+                break
+            if state == "far":  # tombstoned first, as a cancel does: no rebuild of the tier brings them
+                await gate.unschedule_far(queue, *ids)
+            changed = 0
+            for job_id in ids:
+                changed += (await engine_call(gate.engine.admin.cancel(queue, job_id, body.reason))).changed
+            by_state[state] += changed
+            left -= changed
+            if not changed:  # the head moved on by itself (claimed, finished): nothing more to take here
+                break
+    depth = await engine_call(gate.engine.reads.depth(queue))
+    remaining = sum(getattr(depth, state) for state in body.states)
+    canceled = sum(by_state.values())
+    return json_response({"queue": queue, "canceled": canceled, "by_state": by_state, "remaining": remaining})
+
+
 async def _on_dead(request: web.Request, done: Literal["retried", "purged"]) -> web.Response:
     """Retry or purge the queue's dead jobs (the body's ``ids``, or up to its ``limit``); answer how many."""
     engine = request.app[GATE].engine
     queue = queue_of(request)
     body = await body_model(request, DeadBody)
-    act = engine.dead_retry if done == "retried" else engine.dead_purge
+    act = engine.admin.dead_retry if done == "retried" else engine.admin.dead_purge
     n = await engine_call(act(queue, body.ids, body.limit))
     return json_response({"queue": queue, done: n})
 
@@ -241,7 +282,7 @@ async def put_kind(request: web.Request) -> web.Response:
     options = body.model_dump(
         include={"concurrency", "max_attempts", "delivery", "priority", "ignore_result"}
     )
-    await engine_call(gate.engine.configure_kind(kind, queues=body.queues, **options))
+    await engine_call(gate.engine.admin.configure_kind(kind, queues=body.queues, **options))
     stored = body.dispatch.stored() if body.dispatch else None
     if body.dispatch is not None:  # the audit trail says where the jobs go and by which credential name
         request[DETAILS] = f"dispatch={body.dispatch.url.host} auth={body.dispatch.auth_source()}"
@@ -257,8 +298,8 @@ async def _kinds(request: web.Request) -> dict[str, dict[str, Any]]:
     ``*``'s) — the dispatcher's and the callbacks' rule. A dispatch URL's path and query are masked for
     a token without ``admin`` (a webhook's secret is often in them)."""
     gate = request.app[GATE]
-    queues = visible(request, await engine_call(gate.engine.queues()))
-    found: dict[str, dict[str, Any]] = await engine_call(gate.engine.kinds(queues))
+    queues = visible(request, await engine_call(gate.engine.reads.queues()))
+    found: dict[str, dict[str, Any]] = await engine_call(gate.engine.reads.kinds(queues))
     pushed = load_configs(await engine_call(dispatch_store.configs(gate.redis_client)))
     full_url = token_of(request).has("admin")
 

@@ -52,7 +52,7 @@ async def release(request: web.Request) -> web.Response:
     queue, job_id = queue_of(request), request.match_info["id"]
     body = parse_model(ReleaseBody, await read_body(request))
     held = (job_id, body.attempt, body.token, body.started)
-    outcome = (await engine_call(gate.engine.release(queue, [held])))[job_id]
+    outcome = (await engine_call(gate.engine.jobs.release(queue, [held])))[job_id]
     if outcome == Released.MISSING:
         raise HttpError(404, "job_not_found", f"release {job_id}: no such job")
     if outcome == Released.STALE:
@@ -79,7 +79,9 @@ async def snooze(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
     body = parse_model(SnoozeBody, await read_body(request))
-    run_at = await engine_call(gate.engine.snooze(queue, (job_id, body.attempt, body.token), body.delay_ms))
+    run_at = await engine_call(
+        gate.engine.jobs.snooze(queue, (job_id, body.attempt, body.token), body.delay_ms)
+    )
     reply = SnoozeReply(id=job_id, state="delayed" if body.delay_ms else "pending", run_at_ms=run_at)
     return json_response(reply.model_dump())
 
@@ -103,7 +105,7 @@ async def cancel(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue, job_id = queue_of(request), request.match_info["id"]
     body = parse_model(CancelBody, await read_body(request))
-    await engine_call(gate.engine.cancel_running(queue, (job_id, body.attempt, body.token), body.reason))
+    await engine_call(gate.engine.jobs.cancel_running(queue, (job_id, body.attempt, body.token), body.reason))
     await gate.report_node(queue, job_id)
     return json_response(CancelReply(id=job_id, state="canceled").model_dump())
 
@@ -123,7 +125,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     queue = queue_of(request)
     body = parse_model(HeartbeatBody, await read_body(request))
     owned = [(j.id, j.attempt, j.token) for j in body.jobs]
-    outcomes = await engine_call(gate.engine.extend(queue, owned, body.lease_ms or 0))
+    outcomes = await engine_call(gate.engine.jobs.extend(queue, owned, body.lease_ms or 0))
     items: list[HeartbeatItem] = []
     for job in body.jobs:
         outcome = outcomes[job.id]

@@ -56,13 +56,26 @@ WORKER_NAMES_PER_TOKEN = 100
 """Distinct HTTP worker names one token has noted in the presence set per gateway process at once: each
 is a member of a shared Redis sorted set for an hour (``jqruntime.stores.presence.seen``) and a row the
 dashboard reads, and a claim names any worker it likes (review M7)."""
-WORKER_NAME_FORGET_S = 3600.0
+WORKER_NAME_FORGET_S = presence.FORGET_S
 """A name not seen for this long no longer counts in its token's names (the presence set forgets it too)."""
+WORKER_QUEUES_PER_NAME = 32
+"""Queues one HTTP worker name's presence record notes per gateway process (a silent worker is judged per
+queue it claims from); a claim from one more still works, unnoted."""
 READY_TTL_S = 1.0
 """How long ``/readyz``'s Kafka answer is reused: probes and anyone else asking cost at most one metadata
 look-up per routed topic per second per process, however often they ask."""
 READY_LOOKUP_S = 2.0
 """How long one readiness look-up of a topic's metadata may take."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    """An HTTP worker name as this gateway process noted it in the presence set."""
+
+    at: float = float("-inf")
+    """When its heartbeat was last noted (the loop's clock)."""
+    queues: dict[str, float] = field(default_factory=dict)
+    """Queue it claims from → when a claim from it was last noted (-inf: only that it serves it)."""
 
 
 @dataclass
@@ -84,14 +97,15 @@ class Gate:
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False
-    _workers_seen: dict[str, dict[str, float]] = field(default_factory=dict)
-    """token → worker name → when it was last noted."""
+    _workers_seen: dict[str, dict[str, _Seen]] = field(default_factory=dict)
+    """token → worker name → what was noted of it and when."""
     _workers_full: set[str] = field(default_factory=set)
     """Tokens whose names are over the cap (logged once until they have room again)."""
     _producers: dict[str, AsyncProducer] = field(default_factory=dict)
     _topics: dict[str, tuple[float, int]] = field(default_factory=dict)
     """topic → (when seen, partition count)."""
     _queue_configs: dict[str, tuple[float, QueueConfig | None]] = field(default_factory=dict)
+    _config_lookups: dict[str, asyncio.Future[QueueConfig | None]] = field(default_factory=dict)
     _produced: dict[str, int] = field(default_factory=dict)
     _flusher: asyncio.Task[None] | None = None
     _graph_key: bytes | None = None
@@ -163,48 +177,81 @@ class Gate:
         """The queue's configuration, reused for ``JOBQ_GATE_QUEUE_CONFIG_TTL_S``; None when Redis did
         not answer within :data:`QUEUE_CONFIG_TIMEOUT_S` (the caller skips its check: enqueues never
         depend on Redis). A failure is remembered like an answer, so an outage costs one wait per queue
-        and TTL, not one per request."""
+        and TTL, not one per request. One look-up per queue at a time: concurrent requests share it, and
+        once a queue was looked up, a request past the TTL is answered from the last one while the next is
+        under way (only a queue's first enqueue waits for Redis; with a TTL of 0 every request waits)."""
         now = asyncio.get_running_loop().time()
         cached = self._queue_configs.get(queue)
         if cached is not None and now - cached[0] < self.settings.queue_config_ttl_s:
             return cached[1]
+        lookup = self._config_lookups.get(queue)
+        if lookup is None:
+            lookup = self._config_lookups[queue] = asyncio.ensure_future(self._look_up_config(queue))
+            lookup.add_done_callback(lambda _: self._config_lookups.pop(queue, None))
+        if cached is not None and self.settings.queue_config_ttl_s > 0:
+            return cached[1]
+        return await asyncio.shield(lookup)
+
+    async def _look_up_config(self, queue: str) -> QueueConfig | None:
         config: QueueConfig | None = None
         try:
-            config = await asyncio.wait_for(self.engine.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
+            config = await asyncio.wait_for(self.engine.reads.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
         except Exception as exc:  # Redis down, slow or refusing: skip the check, never the enqueue
             log.warning("queue configuration unavailable; check skipped", queue=queue, error=repr(exc))
         if len(self._queue_configs) >= QUEUE_CONFIG_CACHE_MAX:  # queue names come from requests
             self._queue_configs.clear()
-        self._queue_configs[queue] = (now, config)
+        self._queue_configs[queue] = (asyncio.get_running_loop().time(), config)
         return config
 
-    async def saw_worker(self, name: str, token: str) -> None:
-        """An HTTP worker claimed here with the token named ``token``: counted in ``jobq status`` as alive
-        (noted at most every :data:`WORKER_SEEN_EVERY_S` per name; never fails the claim). Names come from
-        requests, so one token notes at most :data:`WORKER_NAMES_PER_TOKEN` of them per process at once (a
-        name silent for :data:`WORKER_NAME_FORGET_S` frees its place); past it the claim still works, the
-        name is not noted, and that is logged once until the token has room again."""
+    async def saw_worker(
+        self, name: str, token: str, queue: str, *, claimed: bool = False, filtered: bool = False
+    ) -> None:
+        """An HTTP worker claimed from ``queue`` here with the token named ``token`` (``claimed``: and got
+        jobs): counted in ``jobq status`` as alive, and its presence record notes the queue it serves and
+        its last claim from it (:func:`jqruntime.stores.presence.seen`: a silent worker is judged by them).
+        Noted at most every :data:`WORKER_SEEN_EVERY_S` per name, and per queue for a claim; never fails
+        the claim. Names come from requests, so one token notes at most :data:`WORKER_NAMES_PER_TOKEN` of
+        them per process at once (a name silent for :data:`WORKER_NAME_FORGET_S` frees its place), each
+        with at most :data:`WORKER_QUEUES_PER_NAME` queues; past either the claim still works, unnoted,
+        and the names' cap is logged once until the token has room again."""
         now = asyncio.get_running_loop().time()
         names = self._workers_seen.setdefault(token, {})
-        if now - names.get(name, float("-inf")) < WORKER_SEEN_EVERY_S:
-            return
-        if name not in names and len(names) >= WORKER_NAMES_PER_TOKEN:
-            for old in [n for n, at in names.items() if now - at >= WORKER_NAME_FORGET_S]:
-                del names[old]
+        seen = names.get(name)
+        if seen is None:
             if len(names) >= WORKER_NAMES_PER_TOKEN:
-                if token not in self._workers_full:
-                    self._workers_full.add(token)
-                    log.warning(
-                        "http worker names of a token over the cap; further names are not noted",
-                        token=token,
-                        cap=WORKER_NAMES_PER_TOKEN,
-                        worker=name,
-                    )
-                return
-        self._workers_full.discard(token)
-        names[name] = now
+                for old in [n for n, s in names.items() if now - s.at >= WORKER_NAME_FORGET_S]:
+                    del names[old]
+                if len(names) >= WORKER_NAMES_PER_TOKEN:
+                    if token not in self._workers_full:
+                        self._workers_full.add(token)
+                        log.warning(
+                            "http worker names of a token over the cap; further names are not noted",
+                            token=token,
+                            cap=WORKER_NAMES_PER_TOKEN,
+                            worker=name,
+                        )
+                    return
+            self._workers_full.discard(token)
+            seen = names[name] = _Seen()
+        last = seen.queues.get(queue)
+        if last is None:
+            note = len(seen.queues) < WORKER_QUEUES_PER_NAME  # the first claim from it: serving it from now
+        else:
+            note = claimed and now - last >= WORKER_SEEN_EVERY_S
+        if not note and now - seen.at < WORKER_SEEN_EVERY_S:
+            return
+        seen.at = now
+        if note:
+            seen.queues[queue] = now if claimed else float("-inf")
         try:
-            await presence.seen(self.redis_client, "http-worker", name)
+            await presence.seen(
+                self.redis_client,
+                "http-worker",
+                name,
+                queue if note else None,
+                claimed=claimed,
+                filtered=filtered,
+            )
         except Exception as exc:  # Redis trouble shows on the claim itself
             log.debug("http worker presence not noted", worker=name, error=repr(exc))
 
@@ -223,10 +270,12 @@ class Gate:
             )
         return self._producers[acks]
 
-    async def unschedule_far(self, queue: str, job_id: str) -> None:
-        """Tombstone a far-future job in the schedule topic (Kafka confirms, ``acks=all``)."""
+    async def unschedule_far(self, queue: str, *job_ids: str) -> None:
+        """Tombstone far-future jobs in the schedule topic (Kafka confirms them all, ``acks=all``)."""
         topic = self.far.topic
-        await self.producer("all").produce_many([Record(topic, None, schedule_key(queue, job_id))])
+        await self.producer("all").produce_many(
+            [Record(topic, None, schedule_key(queue, i)) for i in job_ids]
+        )
 
     def history(self) -> HistoryStore | None:
         """The history tables (the archive ``GET`` falls back to, the job search), None until

@@ -30,7 +30,7 @@ routes = Api()
 async def list_switches(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     token = token_of(request)
-    every = await engine_call(gate.engine.switches())
+    every = await engine_call(gate.engine.admin.switches())
     mine = [s for s in every if token.every_queue or token.allows_queue(s.queue)]
     return json_response({"switches": [s.as_dict() for s in mine]})
 
@@ -60,7 +60,7 @@ async def put_switch(request: web.Request) -> web.Response:
         set_at_ms=await engine_call(gate.engine.now()),
         by=request.get(TOKEN_NAME, ""),
     )
-    queues = await engine_call(gate.engine.set_switch(switch))
+    queues = await engine_call(gate.engine.admin.set_switch(switch))
     return json_response({"switch": switch.as_dict(), "queues": queues})
 
 
@@ -74,5 +74,5 @@ async def put_switch(request: web.Request) -> web.Response:
 async def delete_switch(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     name = request.match_info["name"]
-    moved = await engine_call(gate.engine.lift_switch(name))
+    moved = await engine_call(gate.engine.admin.lift_switch(name))
     return json_response({"name": name, "lifted": True, "jobs_released": moved})

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.table import Table
 
 from loadtest import registry
@@ -47,13 +48,21 @@ def bench(
     minutes: Annotated[
         float, typer.Option("--minutes", min=0.1, max=600, help="faults --chaos: about how long.")
     ] = 5.0,
+    slots: Annotated[
+        int | None,
+        typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
+    ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
     _only(scenario, web=(jobs, history_rows, requests), drain=batch, chaos=(chaos, seed))
+    if scenario != "peers" and slots is not None:
+        raise typer.BadParameter("--slots: peers only")
     if chaos:
         report = registry.chaos(seed, minutes)
     elif scenario == "drain":
         report = registry.drain(quick, batch=batch or 0)
+    elif scenario == "peers":
+        report = registry.peers(quick, slots=slots)
     elif scenario == "web":
         report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
     else:
@@ -62,11 +71,14 @@ def bench(
     if as_json:
         typer.echo(json.dumps({**report.as_dict(), "report_dir": str(folder)}))
         return
-    table = Table("figure", "median", "unit", "spread", title=f"bench {scenario}")
-    for fig in report.figures:
-        table.add_row(fig.name, f"{fig.median:,.4g}", fig.unit, f"±{fig.spread:.1%}")
     console = Console()
-    console.print(table)
+    if report.summary:  # the scenario's own table (floors: each hop beside its floor)
+        console.print(Markdown(report.summary))
+    else:
+        table = Table("figure", "median", "unit", "spread", title=f"bench {scenario}")
+        for fig in report.figures:
+            table.add_row(fig.name, f"{fig.median:,.4g}", fig.unit, f"±{fig.spread:.1%}")
+        console.print(table)
     console.print(f"report: {folder}")
 
 

@@ -44,7 +44,7 @@ async def fill(url: str, queue: str, n: int, kind: str = "demo.noop") -> None:
     """Store ``n`` no-op jobs (ids ``d0``…) into ``queue``, paused first so nothing runs yet."""
     client = aioredis.Redis.from_url(url, socket_timeout=90)
     engine = Engine(client)
-    await engine.pause(queue, True)
+    await engine.admin.pause(queue, True)
     t = now_ms()
     for i in range(0, n, 1000):
         await engine.enqueue_batch(
@@ -64,14 +64,14 @@ async def _redis_cpu(url: str) -> tuple[float, int]:
 
 async def _resume_and_count(url: str, queue: str) -> int:
     client = aioredis.Redis.from_url(url)
-    await Engine(client).pause(queue, False)
+    await Engine(client).admin.pause(queue, False)
     await client.aclose()
     return 0
 
 
 async def _finished(url: str, queue: str) -> int:
     client = aioredis.Redis.from_url(url)
-    d = await Engine(client).depth(queue)
+    d = await Engine(client).reads.depth(queue)
     await client.aclose()
     return d.finished
 

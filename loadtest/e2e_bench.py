@@ -181,7 +181,7 @@ async def _warm_up(pipe: Pipeline) -> None:
 
 
 async def _finished(client: aioredis.Redis, queue: str) -> int:
-    return (await Engine(client).depth(queue)).finished
+    return (await Engine(client).reads.depth(queue)).finished
 
 
 async def _wait_finished(pipe: Pipeline, client: aioredis.Redis, n: int, timeout_s: float) -> None:
@@ -232,7 +232,7 @@ async def _open_loop(pipe: Pipeline, rate: float, seconds: float) -> list[Sent]:
 async def _job_times(client: aioredis.Redis, queue: str, ids: list[str]) -> list[tuple[int, int, int]]:
     """(gateway stamp, relay write, worker claim) in ms for each job, from its record in Redis."""
     out = []
-    for job in await Engine(client).get_jobs(queue, ids):
+    for job in await Engine(client).reads.get_jobs(queue, ids):
         if job is None or job.envelope is None:
             raise RuntimeError("a finished job's record is gone before its retention ended")
         gateway_stamp = int(orjson.loads(job.envelope)["enqueued_at"])
@@ -346,7 +346,7 @@ class _Mark:
 async def _mark(client: aioredis.Redis, queue: str, accepted: int, meter: CpuMeter | None) -> _Mark:
     at = time.perf_counter()
     finished = await _finished(client, queue)
-    written = (await Engine(client).queue_stats(queue)).get("enqueued", 0)
+    written = (await Engine(client).reads.queue_stats(queue)).get("enqueued", 0)
     cpu = await asyncio.to_thread(meter.read) if meter is not None else None
     return _Mark(at, finished, accepted, written, cpu)
 

@@ -46,10 +46,10 @@ def _drain_worker(url: str, queue: str, result: Any) -> None:
         client = aioredis.Redis.from_url(url)
         engine, done = Engine(client), 0
         while True:
-            claimed = await engine.claim(queue, 50)
+            claimed = await engine.jobs.claim(queue, 50)
             if not claimed:
                 break
-            await asyncio.gather(*(engine.complete(queue, (c.id, c.attempt, c.token)) for c in claimed))
+            await asyncio.gather(*(engine.jobs.complete(queue, (c.id, c.attempt, c.token)) for c in claimed))
             done += len(claimed)
         await client.aclose()
         return done
@@ -78,9 +78,9 @@ async def _claim_latency(engine: Engine, queue: str, samples: int) -> tuple[floa
     hist = HdrHistogram(1, 10_000_000, 3)
     for _ in range(samples):
         started = time.perf_counter_ns()
-        [c] = await engine.claim(queue, 1)
+        [c] = await engine.jobs.claim(queue, 1)
         hist.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
-        await engine.complete(queue, (c.id, c.attempt, c.token))
+        await engine.jobs.complete(queue, (c.id, c.attempt, c.token))
     return hist.get_value_at_percentile(50) / 1000, hist.get_value_at_percentile(99) / 1000
 
 
@@ -101,7 +101,7 @@ async def _idle_cost(client: aioredis.Redis, url: str, prefix: str, workers: int
 
 async def _wait_forever(engine: Engine, queue: str) -> None:
     while True:
-        await engine.wait_for_work([queue], timeout_s=60)
+        await engine.jobs.wait_for_work([queue], timeout_s=60)
 
 
 async def _lateness(engine: Engine, queue: str, n: int, spread_ms: int) -> list[float]:
@@ -112,12 +112,12 @@ async def _lateness(engine: Engine, queue: str, n: int, spread_ms: int) -> list[
     async with Timers(engine, [queue], max_idle_s=30):
         await engine.enqueue_batch(envs)
         while len(late) < n:
-            claimed = await engine.claim(queue, 100)
+            claimed = await engine.jobs.claim(queue, 100)
             for c in claimed:
                 late.append(now_ms() - due[c.id])
-                await engine.complete(queue, (c.id, c.attempt, c.token))
+                await engine.jobs.complete(queue, (c.id, c.attempt, c.token))
             if not claimed:
-                await engine.wait_for_work([queue], timeout_s=30)
+                await engine.jobs.wait_for_work([queue], timeout_s=30)
     return sorted(late)
 
 

@@ -83,10 +83,10 @@ async def run_in_rounds(engine: Engine, queue: str, n: int) -> None:
     """Run ``queue``'s ``n`` jobs as a pool's rounds do: one ``settle_claim`` call completing the last
     round's :data:`ROUND` jobs and claiming as many more."""
     done = 0
-    _, claimed = await engine.settle_claim(queue, [], ROUND, lease_ms=60_000, worker="bench")
+    _, claimed = await engine.jobs.settle_claim(queue, [], ROUND, lease_ms=60_000, worker="bench")
     while claimed:
         items = [Settle((c.envelope.id, c.attempt, c.token)) for c in claimed]
-        _, claimed = await engine.settle_claim(queue, items, ROUND, lease_ms=60_000, worker="bench")
+        _, claimed = await engine.jobs.settle_claim(queue, items, ROUND, lease_ms=60_000, worker="bench")
         done += len(items)
     if done != n:
         raise RuntimeError(f"rounds finished {done} of {n} jobs")
@@ -98,7 +98,7 @@ async def _one(url: str, queue: str, n: int, events: bool) -> dict[str, float]:
     tag = "on" if events else "off"
     out: dict[str, float] = {}
     try:
-        await engine.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
+        await engine.admin.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
         async with _Timer(client) as timer:
             await store(engine, queue, n)
         out |= timer.figures(f"enqueue, events {tag}", n)
@@ -112,9 +112,9 @@ async def _one(url: str, queue: str, n: int, events: bool) -> dict[str, float]:
         out["stream bytes per job"] = int(await client.memory_usage(stream, samples=0) or 0) / n
         shipped = 0
         async with _Timer(client) as timer:
-            while batch := await engine.events(queue, SHIP):
+            while batch := await engine.events.read(queue, SHIP):
                 values = [e.value for e in batch]  # each event's Kafka value
-                await engine.trim_events(queue, batch)
+                await engine.events.trim(queue, batch)
                 shipped += len(values)
         if shipped != 3 * n:
             raise RuntimeError(f"shipped {shipped} of {3 * n} events")

@@ -52,8 +52,8 @@ async def _first_claims(engine: Engine, queue: str) -> int:
     seen: set[str] = set()
     claims = 0
     while len(seen) < TENANTS:
-        [job] = await engine.claim(queue, 1)
-        await engine.complete(queue, (job.id, job.attempt, job.token))
+        [job] = await engine.jobs.claim(queue, 1)
+        await engine.jobs.complete(queue, (job.id, job.attempt, job.token))
         seen.add(job.envelope.meta["tenant"])
         claims += 1
     return claims
@@ -64,7 +64,7 @@ async def _round(url: str, n: int, rep: int) -> dict[str, float]:
     engine, out = Engine(client), dict[str, float]()
     for label, config in (("plain", QueueConfig()), ("fair", QueueConfig(fair_key="tenant"))):
         queue = f"bench{os.getpid()}r{rep}.{label}"
-        await engine.configure_queue(queue, config)
+        await engine.admin.configure_queue(queue, config)
         jobs = _jobs(queue, n)
         for i in range(0, n, 1000):
             await engine.enqueue_batch(jobs[i : i + 1000])

@@ -214,7 +214,7 @@ class JobqRun:
         started = now_ms()
         await self.engine.enqueue_batch(first)
         await _until(done, f"plain jobs {ids[0]}…", 60, self.procs)
-        jobs = await self.engine.get_jobs(QUEUE, ids)
+        jobs = await self.engine.reads.get_jobs(QUEUE, ids)
         if any(j is None or j.state != "completed" or j.finished_at is None for j in jobs):
             raise RuntimeError(f"plain jobs {ids[0]}…: not all completed")
         last = next(j for j in jobs if j is not None and j.id == expected[0])

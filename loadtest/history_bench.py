@@ -222,7 +222,7 @@ class Bench:
 
 async def _configure(url: str, queue: str, events_cap: int, paused: bool = True) -> None:
     client = aioredis.Redis.from_url(url)
-    await Engine(client).configure_queue(queue, QueueConfig(events_cap=events_cap, paused=paused))
+    await Engine(client).admin.configure_queue(queue, QueueConfig(events_cap=events_cap, paused=paused))
     await client.aclose()
 
 
@@ -244,7 +244,7 @@ async def _drop(url: str, queue: str) -> None:
 
 async def _stats(url: str, queue: str) -> dict[str, int]:
     client = aioredis.Redis.from_url(url)
-    stats = await Engine(client).queue_stats(queue)
+    stats = await Engine(client).reads.queue_stats(queue)
     await client.aclose()
     return stats
 
@@ -582,8 +582,8 @@ class LagRun:
         newest, rows = await self._visible()
         self.query_ms.append((time.monotonic() - t0) * 1000)
         lag = None if newest is None else (time.time() * 1000 - newest) / 1000
-        backlog = (await engine.events_backlog([self.queue]))[self.queue]
-        finished = (await engine.depth(self.queue)).finished - base_finished
+        backlog = (await engine.events.backlog([self.queue]))[self.queue]
+        finished = (await engine.reads.depth(self.queue)).finished - base_finished
         await asyncio.to_thread(self._progress)
         sample = Sample(t0 - started, lag, rows, backlog, finished)
         flow.samples.append(sample)
@@ -591,7 +591,7 @@ class LagRun:
 
     async def _flow(self, engine: Engine, rate: float, seconds: float, first: int) -> Flow:
         flow = Flow(rate, time.time())
-        base_finished = (await engine.depth(self.queue)).finished
+        base_finished = (await engine.reads.depth(self.queue)).finished
         started = next_print = time.monotonic()
         sending = asyncio.create_task(_enqueue_open_loop(engine, self.queue, rate, seconds, first))
         try:

@@ -19,7 +19,22 @@ processes. Scenarios, in order, per system:
 4. **delayed lateness**: jobs scheduled ``delay`` seconds ahead with the peer's delay API; start −
    scheduled time (negative = early). taskiq needs a separate scheduler process: not measured.
 
-Ratios are to the best peer. Everything shares this machine's 2 cores.
+Two tables (``tables``), each a full pass over the systems:
+
+* **one shape** (``shape``, first): every system's worker the same shape — :data:`WORKERS` processes ×
+  ``slots`` (default :data:`SHAPE`: 2 × 16; ``./run bench peers --slots N``; ``BENCH_SLOTS``: threads,
+  async tasks or jobs in flight, as the system calls them; rq's SimpleWorker runs one job at a time, so
+  2 × 1) — and the same no-op job that counts itself with one
+  Redis round trip (``BENCH_ROUNDTRIP``: blocking in a thread, awaited in an event loop); enqueue and drain
+  only: the steady drain (start-up excluded, as above), spawn → last job (start-up included, and the drain
+  rate over it), worker and Redis CPU per job;
+* **each system at its best** (``best``): every system with its own settings (each runner's docstring)
+  and the in-memory count, all four scenarios. Its figures keep their names (``drain jobq``); the one
+  shape's are prefixed with it (``2x16 drain jobq``).
+
+jobq's worker floor (:mod:`loadtest.floors.worker`, ``run_floor.py``) runs as a system too: a yardstick,
+not a peer. Ratios are to the best peer (the floor is not one) and to the floor. Everything shares this
+machine's 2 cores.
 """
 
 from __future__ import annotations
@@ -59,6 +74,11 @@ PEERS: dict[str, list[str]] = {
 }
 """Peer → pinned requirements (its venv also gets ``redis`` for the measurement)."""
 WORKERS = 2
+SHAPE = 16
+"""Slots per worker process in the one-shape table (its processes: :data:`WORKERS`)."""
+OWN_ENV = ("jobq", "floor")
+"""Systems that run in jobq's own environment, from this checkout."""
+TABLES = ("shape", "best")
 
 
 @dataclass
@@ -79,7 +99,7 @@ class Outcome:
 
 def peer_python(peer: str) -> Path:
     """The peer's venv python (created and cached on first use)."""
-    if peer == "jobq":
+    if peer in OWN_ENV:
         return Path(sys.executable)
     reqs = [*PEERS[peer], "redis"]
     tag = hashlib.sha256("\n".join(sorted(set(reqs))).encode()).hexdigest()[:10]
@@ -92,13 +112,16 @@ def peer_python(peer: str) -> Path:
     return python
 
 
-def _env(peer: str, queue_url: str, metric_url: str) -> dict[str, str]:
+def _env(peer: str, queue_url: str, metric_url: str, slots: int) -> dict[str, str]:
+    path = [str(PEERS_DIR), *([str(PEERS_DIR.parents[1])] if peer in OWN_ENV else [])]
     return {
         **os.environ,
         "QUEUE_REDIS": queue_url,
         "METRIC_REDIS": metric_url,
         "TASKIQ_BROKER": peer.removeprefix("taskiq-"),
-        "PYTHONPATH": str(PEERS_DIR),
+        "PYTHONPATH": os.pathsep.join(path),
+        "BENCH_SLOTS": str(slots) if slots else "",
+        "BENCH_ROUNDTRIP": "1" if slots else "",
     }
 
 
@@ -151,16 +174,19 @@ def _percentiles(values: list[float]) -> tuple[float, float, float]:
     return values[min(n - 1, n // 2)], values[min(n - 1, int(0.99 * n))], values[-1]
 
 
-def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome:
+def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes, slots: int = 0) -> Outcome:
+    """One system's figures: at its best (``slots`` 0), or in the one shape (``slots`` per worker process,
+    the round-trip job; enqueue and drain only)."""
     q, m = redis.Redis.from_url(queue_url), redis.Redis.from_url(metric_url)
     q.flushall()
     m.flushall()
-    env = _env(peer, queue_url, metric_url)
+    env = _env(peer, queue_url, metric_url, slots)
     out = Outcome()
     elapsed = _role(peer, env, "enqueue", sizes.jobs)
     assert elapsed is not None
     out.figures["enqueue"] = sizes.jobs / elapsed
     with Children(grace_s=15.0) as procs:  # stopped together, one grace, on any exit
+        spawned = time.perf_counter()
         for i in range(WORKERS):
             procs.start(
                 f"{peer}-worker-{i}",
@@ -169,6 +195,7 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
                 env=env,
             )
         pids = list(procs.pids().values())
+        started = time.perf_counter()
         cpu: list[tuple[int, float, float]] = []  # (done, workers' CPU s, Redis CPU s) once 1 % is done
         series = _wait_done(
             m,
@@ -183,6 +210,11 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
         first = [(t, n) for t, n in series if n < max(1, sizes.jobs // 100)][-1]
         out.figures["drain"] = (sizes.jobs - first[1]) / max(1e-6, series[-1][0] - first[0])
         out.series = [(t - first[0], n) for t, n in series if t >= first[0]]
+        to_last = series[-1][0] + (started - spawned)
+        out.figures["spawn → last job"] = to_last
+        out.figures["drain incl. start-up"] = sizes.jobs / to_last
+        if slots:
+            return out
         m.flushall()
         _role(peer, env, "rate", sizes.rate, sizes.seconds)
         _wait_done(m, int(sizes.rate * sizes.seconds), 120, procs)
@@ -190,7 +222,8 @@ def measure(peer: str, queue_url: str, metric_url: str, sizes: Sizes) -> Outcome
         out.figures["latency p50"], out.figures["latency p99"], out.figures["latency max"] = _percentiles(lat)
         m.flushall()
         if _role(peer, env, "delayed", sizes.delayed, sizes.delay_s) is None:
-            out.notes.append(f"{peer}: delayed jobs not measured (needs a separate scheduler process)")
+            why = "it has no delayed jobs" if peer == "floor" else "needs a separate scheduler process"
+            out.notes.append(f"{peer}: delayed jobs not measured ({why})")
         else:
             _wait_done(m, sizes.delayed, sizes.delay_s + 60, procs)
             late = [float(v) for v in m.lrange("lat", 0, -1)]
@@ -212,14 +245,23 @@ def _pings(port: int) -> bool:
         return bool(client.ping())
 
 
-SYSTEMS = ["jobq", *PEERS]
+SYSTEMS = ["jobq", "floor", *PEERS]
 
 
-def run(quick: bool = False, systems: list[str] | None = None) -> Report:
-    sizes = Sizes(300, 100.0, 1.0, 10, 1.0) if quick else Sizes(50_000, 500.0, 10.0, 200, 3.0)
+def run(
+    quick: bool = False,
+    systems: list[str] | None = None,
+    tables: tuple[str, ...] = TABLES,
+    slots: int = SHAPE,
+    sizes: Sizes | None = None,
+) -> Report:
+    """Every table of ``tables`` (``shape``: :data:`WORKERS` × ``slots``; ``best``) over ``systems``
+    (default :data:`SYSTEMS`); ``sizes``: other than the full or quick ones."""
+    sizes = sizes or (Sizes(300, 100.0, 1.0, 10, 1.0) if quick else Sizes(50_000, 500.0, 10.0, 200, 3.0))
     reps = 1 if quick else 3
     chosen = systems or SYSTEMS
-    report = Report("peers", {"reps": reps, "worker_processes": WORKERS, **sizes.__dict__})
+    params = {"reps": reps, "worker_processes": WORKERS, "shape_slots": slots, "tables": list(tables)}
+    report = Report("peers", {**params, **sizes.__dict__})
     folder = home() / "peers" / f"redis-{os.getpid()}"
     qport, mport = free_port(), free_port()
     servers = Children(grace_s=10.0)
@@ -229,43 +271,129 @@ def run(quick: bool = False, systems: list[str] | None = None) -> Report:
     try:
         _redis(servers, qport, folder / "queue")
         _redis(servers, mport, folder / "metrics")
-        with Progress() as progress:
-            setup = progress.add_task("peer virtualenvs", total=len(chosen))
-            for peer in chosen:
-                peer_python(peer)
-                progress.advance(setup)
-            task = progress.add_task("systems x repetitions", total=len(chosen) * reps)
-            for _ in range(reps):
-                for peer in chosen:
-                    try:
-                        got = measure(peer, urls[0], urls[1], sizes)
-                    except Exception as exc:
-                        report.notes.append(f"{peer} failed: {exc!r}"[:500])
-                        got = Outcome()
-                    for name, value in got.figures.items():
-                        samples.setdefault(peer, {}).setdefault(name, []).append(value)
-                    report.notes += [n for n in got.notes if n not in report.notes]
-                    if got.series:
-                        series[peer] = got.series
-                    progress.advance(task)
+        _measure_all(report, chosen, tables, (urls, sizes, reps, slots), samples, series)
     finally:
         servers.stop()
         shutil.rmtree(folder, ignore_errors=True)
     for peer, figures in samples.items():
         for name, values in figures.items():
-            unit = {"enqueue": "jobs/s", "drain": "jobs/s", "early starts": "jobs"}.get(name, "ms")
-            unit = "s" if "CPU" in name else unit
-            report.add(f"{name} {peer}", unit, values)
-    report.notes += _ratios(report)
-    report.artifacts["throughput.png"] = lambda path: _plot_drain(series, path)
-    report.artifacts["latency.png"] = lambda path: _plot_latency(report, path)
+            report.add(f"{name} {peer}", _unit(name.removeprefix(shape_prefix(slots))), values)
+    if "rq" in chosen and "shape" in tables:
+        report.notes.append(
+            f"rq in the one shape: its SimpleWorker runs one job at a time: {WORKERS} × 1, not × {slots}"
+        )
+    report.notes += _ratios(report, shape_prefix(slots))
+    report.sections += _tables(report, chosen, tables, slots)
+    if series:
+        report.artifacts["throughput.png"] = lambda path: _plot_drain(series, path)
+    if "best" in tables:
+        report.artifacts["latency.png"] = lambda path: _plot_latency(report, path)
     return report
 
 
-def _ratios(report: Report) -> list[str]:
+def _measure_all(
+    report: Report,
+    chosen: list[str],
+    tables: tuple[str, ...],
+    how: tuple[tuple[str, str], Sizes, int, int],
+    samples: dict[str, dict[str, list[float]]],
+    series: dict[str, list[tuple[float, int]]],
+) -> None:
+    """Each table's repetitions of every chosen system into ``samples`` (and the best table's drain
+    ``series``); a system that fails is noted and left out of that repetition."""
+    urls, sizes, reps, slots = how
+    with Progress() as progress:
+        setup = progress.add_task("peer virtualenvs", total=len(chosen))
+        for peer in chosen:
+            peer_python(peer)
+            progress.advance(setup)
+        task = progress.add_task("tables x repetitions x systems", total=len(tables) * len(chosen) * reps)
+        for table, _rep, peer in ((t, r, p) for t in tables for r in range(reps) for p in chosen):
+            prefix = shape_prefix(slots) if table == "shape" else ""
+            try:
+                got = measure(peer, urls[0], urls[1], sizes, slots if table == "shape" else 0)
+            except Exception as exc:
+                report.notes.append(f"{prefix}{peer} failed: {exc!r}"[:500])
+                got = Outcome()
+            for name, value in got.figures.items():
+                samples.setdefault(peer, {}).setdefault(prefix + name, []).append(value)
+            report.notes += [n for n in got.notes if n not in report.notes]
+            if got.series and table == "best":
+                series[peer] = got.series
+            progress.advance(task)
+
+
+def shape_prefix(slots: int) -> str:
+    """What the one shape's figure names start with: ``2x16 `` (``2x16 drain jobq``)."""
+    return f"{WORKERS}x{slots} "
+
+
+def _unit(name: str) -> str:
+    if name in ("enqueue", "drain", "drain incl. start-up"):
+        return "jobs/s"
+    if "CPU" in name or name == "spawn → last job":
+        return "s"
+    return "jobs" if name == "early starts" else "ms"
+
+
+def _tables(report: Report, chosen: list[str], tables: tuple[str, ...], slots: int) -> list[str]:
+    """The report's markdown tables: the one shape, and each system at its best."""
+    med = {f.name: f.median for f in report.figures}
+
+    def cell(name: str, scale: float = 1.0, digits: str = ",.0f") -> str:
+        return format(med[name] * scale, digits) if name in med else "—"
+
+    out = []
+    if "shape" in tables:
+        p = shape_prefix(slots)
+        lines = [
+            f"## One shape: {WORKERS} worker processes × {slots} slots, the same no-op job (one Redis round "
+            "trip), medians",
+            "",
+            "| system | drain, steady, jobs/s | spawn → last job, s | drain incl. start-up, jobs/s | "
+            "worker CPU µs/job | Redis CPU µs/job |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for x in chosen:
+            cells = [
+                x,
+                cell(f"{p}drain {x}"),
+                cell(f"{p}spawn → last job {x}", digits=".2f"),
+                cell(f"{p}drain incl. start-up {x}"),
+                cell(f"{p}worker CPU per 1k jobs {x}", 1000),
+                cell(f"{p}Redis CPU per 1k jobs {x}", 1000),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        out.append("\n".join(lines))
+    if "best" in tables:
+        lines = [
+            "## Each system at its best (its own settings, each runner's docstring; in-memory count)",
+            "",
+            "| system | enqueue, jobs/s | drain, jobs/s | spawn → last job, s | worker / Redis CPU µs/job | "
+            "start latency p50 / p99, ms | delayed lateness p50 / p99, ms |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for x in chosen:
+            cells = [
+                x,
+                cell(f"enqueue {x}"),
+                cell(f"drain {x}"),
+                cell(f"spawn → last job {x}", digits=".2f"),
+                f"{cell(f'worker CPU per 1k jobs {x}', 1000)} / {cell(f'Redis CPU per 1k jobs {x}', 1000)}",
+                f"{cell(f'latency p50 {x}', digits='.2f')} / {cell(f'latency p99 {x}', digits='.2f')}",
+                f"{cell(f'lateness p50 {x}', digits='.1f')} / {cell(f'lateness p99 {x}', digits='.1f')}",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        out.append("\n".join(lines))
+    return out
+
+
+def _ratios(report: Report, prefix: str) -> list[str]:
     med = {f.name: f.median for f in report.figures}
     lines = []
     for name, better in (
+        (f"{prefix}drain", max),
+        (f"{prefix}drain incl. start-up", max),
         ("drain", max),
         ("enqueue", max),
         ("latency p50", min),
@@ -278,7 +406,10 @@ def _ratios(report: Report) -> list[str]:
         best = better(peers, key=lambda p: peers[p])
         ratio = med[f"{name} jobq"] / peers[best]
         ours = med[f"{name} jobq"]
-        lines.append(f"{name}: jobq {ours:.4g} vs best peer {best} {peers[best]:.4g} → ratio {ratio:.2f}")
+        line = f"{name}: jobq {ours:.4g} vs best peer {best} {peers[best]:.4g} → ratio {ratio:.2f}"
+        if med.get(f"{name} floor"):
+            line += f"; jobq / floor {ours / med[f'{name} floor']:.2f}"
+        lines.append(line)
     return lines
 
 

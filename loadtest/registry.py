@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "web"]
+__all__ = ["SCENARIOS", "drain", "peers", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -69,10 +69,17 @@ def _scheduler(quick: bool) -> Report:
     return scheduler_bench.run(quick=quick)
 
 
-def _peers(quick: bool) -> Report:
+def _floors(quick: bool) -> Report:
+    from loadtest import floors_bench
+
+    return floors_bench.run(quick=quick)
+
+
+def peers(quick: bool, *, slots: int | None = None) -> Report:
+    """``./run bench peers``; ``--slots N``: the one-shape table's slots per worker process (default 16)."""
     from loadtest import peers_bench
 
-    return peers_bench.run(quick=quick)
+    return peers_bench.run(quick=quick) if slots is None else peers_bench.run(quick=quick, slots=slots)
 
 
 def _history(quick: bool) -> Report:
@@ -134,7 +141,8 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "scheduler": _scheduler,
     "spark": _spark,
     "e2e": _e2e,
-    "peers": _peers,
+    "floors": _floors,
+    "peers": peers,
     "history": _history,
     "graphs": _graphs,
     "web": web,

@@ -76,7 +76,7 @@ def _relay(ep: Endpoints, topic: str, tag: str, batch: int) -> RelayService:
 
 
 async def _pending(client: aioredis.Redis, queue: str) -> int:
-    return (await Engine(client).depth(queue)).pending
+    return (await Engine(client).reads.depth(queue)).pending
 
 
 async def _redis_cpu_s(client: aioredis.Redis) -> float:

@@ -102,6 +102,8 @@ class Report:
     are shown in ``report.md``, other files linked."""
     sections: list[str] = field(default_factory=list)
     """Markdown blocks (with headings of their own) after the notes of ``report.md``."""
+    summary: str = ""
+    """A markdown table the command line prints instead of the figures' (also one of ``sections``)."""
 
     def add(self, name: str, unit: str, samples: list[float]) -> Figure:
         fig = Figure(name, unit, list(samples))

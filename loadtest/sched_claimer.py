@@ -33,7 +33,7 @@ async def _claim(
     while not stop.is_set():
         got = 0
         for queue in queues:
-            claimed = await engine.claim(queue, CLAIM, worker="bench")
+            claimed = await engine.jobs.claim(queue, CLAIM, worker="bench")
             now = now_ms()
             for c in claimed:
                 if c.id in seen:
@@ -42,13 +42,13 @@ async def _claim(
                 seen.add(c.id)
                 lateness.append(now - (c.envelope.run_at or 0))
             if claimed:
-                await engine.complete_many(queue, [((c.id, c.attempt, c.token), None) for c in claimed])
+                await engine.jobs.complete_many(queue, [((c.id, c.attempt, c.token), None) for c in claimed])
             got += len(claimed)
         if got:
             with progress.get_lock():
                 progress.value += got
         else:
-            await engine.wait_for_work(queues, timeout_s=1)
+            await engine.jobs.wait_for_work(queues, timeout_s=1)
     await client.aclose()
     with (out.with_suffix(".lat")).open("wb") as f:
         lateness.tofile(f)

@@ -12,6 +12,14 @@ Per tree, per run (6 a sample, the trees' order alternating), on a fresh queue: 
 in calls of 2,000 (``enqueue_batch``), then run in pool rounds of 50 (``settle_claim``: the last round's
 completions and the next claims in one call); events off (``events_cap`` 0) and on. The figure is Redis's
 time in the script calls (``INFO commandstats``, ``evalsha``), µs per job.
+
+A script call's fixed cost, per tree: 2,000 ``complete`` calls for jobs that do not exist (pipelined;
+each binds its keys, defines what it is sent, reads one record and answers ``MISSING``), µs per call.
+
+What loading the scripts costs, per tree: the bytes of all its scripts as ``SCRIPT LOAD`` sends them
+(each engine's start sends every script once, and again after a Redis restart or failover), and Redis's
+time to compile them all (``script|load`` µs, each run loading every script :data:`LOADS` times, each
+time as a text Redis has not seen: a trailing comment differs, so nothing comes from its script cache).
 """
 
 from __future__ import annotations
@@ -27,12 +35,17 @@ import redis.asyncio as aioredis
 
 from jqengine import Engine, QueueConfig
 from jqengine.keys import QueueKeys
-from jqengine.scripts import SCRIPT_NAMES
+from jqengine.scripts import SCRIPT_NAMES, source
 from loadtest.events_bench import CALL, ROUND, run_in_rounds, store
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 
 __all__ = ["run"]
+
+LOADS = 5
+"""How often a run loads every script of each tree (compile-time figure)."""
+CALLS = 2_000
+"""``complete`` calls a run makes for missing jobs (the fixed cost of a call)."""
 
 
 def baseline_sources(root: Path) -> dict[str, str]:
@@ -60,11 +73,33 @@ async def _script_usec(client: aioredis.Redis) -> float:
     return float(stats.get("cmdstat_evalsha", {}).get("usec", 0))
 
 
+async def _load_usec(client: aioredis.Redis, texts: dict[str, str], tag: str) -> float:
+    """Redis's µs to compile every script in ``texts`` once (:data:`LOADS` loads each, averaged)."""
+    before = (await client.info("commandstats")).get("cmdstat_script|load", {}).get("usec", 0)
+    for i in range(LOADS):
+        for text in texts.values():
+            await client.script_load(f"{text}\n-- {tag} {i}\n")
+    after = (await client.info("commandstats")).get("cmdstat_script|load", {}).get("usec", 0)
+    return float(after - before) / LOADS
+
+
+async def _call_usec(engine: Engine, client: aioredis.Redis, queue: str) -> float:
+    """Redis's µs a ``complete`` call for a job that does not exist (:data:`CALLS` calls, averaged)."""
+    start = await _script_usec(client)
+    await engine.jobs.complete_many(queue, [((f"missing-{i}", 1, "token"), None) for i in range(CALLS)])
+    return (await _script_usec(client) - start) / CALLS
+
+
+def script_bytes(texts: dict[str, str]) -> float:
+    """kB ``SCRIPT LOAD`` sends for every script of a tree."""
+    return sum(len(text.encode()) for text in texts.values()) / 1000
+
+
 async def _phases(
     engine: Engine, client: aioredis.Redis, queue: str, events: bool, jobs: int
 ) -> tuple[float, float]:
     """(enqueue, rounds) script µs per job on a fresh ``queue`` of ``jobs`` jobs."""
-    await engine.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
+    await engine.admin.configure_queue(queue, QueueConfig(events_cap=10_000_000 if events else 0))
     start = await _script_usec(client)
     await store(engine, queue, jobs)
     enqueue, start = await _script_usec(client) - start, await _script_usec(client)
@@ -74,16 +109,26 @@ async def _phases(
     return enqueue / jobs, rounds / jobs
 
 
-def _ab(url: str, baseline: dict[str, str], jobs: int, reps: int) -> dict[str, float]:
+def _ab(url: str, sources: dict[str, dict[str, str]], jobs: int, reps: int) -> dict[str, float]:
     async def both() -> dict[str, float]:
         client = aioredis.Redis.from_url(url, socket_timeout=120)
         engines = {"this": Engine(client), "baseline": Engine(client)}
-        for name, text in baseline.items():
-            engines["baseline"]._scripts[name] = client.register_script(text)
+        for name, text in sources["baseline"].items():
+            engines["baseline"].core.scripts[name] = client.register_script(text)
         sums: dict[str, float] = {}
         try:
             for rep in range(reps):
                 order = list(engines) if rep % 2 == 0 else list(reversed(engines))
+                for tree in order:
+                    load = await _load_usec(client, sources[tree], f"ab {tree} {rep}")
+                    sums[f"load all scripts: {tree}"] = (
+                        sums.get(f"load all scripts: {tree}", 0.0) + load / reps
+                    )
+                await client.script_flush()  # the loads' copies; the engines load theirs again on use
+                for tree in order:
+                    call = await _call_usec(engines[tree], client, f"ab{tree}{rep}call")
+                    key = f"complete, missing job: {tree}"
+                    sums[key] = sums.get(key, 0.0) + call / reps
                 for events in (False, True):
                     for tree in order:
                         on = "on" if events else "off"
@@ -103,10 +148,16 @@ def run(baseline_root: Path, quick: bool = False) -> Report:
     """``quick``: tiny sizes, one sample (a smoke run)."""
     jobs, reps, samples_n = (1_000, 2, 1) if quick else (20_000, 6, 3)
     baseline = baseline_sources(baseline_root)
+    sources = {"this": {n: source(n) for n in baseline}, "baseline": baseline}
     report = Report("script-ab", {"baseline": str(baseline_root), "jobs": jobs, "reps": reps})
-    samples = redis_rounds("script-ab", samples_n, lambda url, _rep: _ab(url, baseline, jobs, reps))
+    samples = redis_rounds("script-ab", samples_n, lambda url, _rep: _ab(url, sources, jobs, reps))
     for name, values in sorted(samples.items()):
-        report.add(name, "µs script/job", values)
+        unit = {"load": "µs all scripts", "complete": "µs a call"}.get(
+            name.split()[0].strip(","), "µs script/job"
+        )
+        report.add(name, unit, values)
+    for tree, texts in sources.items():
+        report.add(f"script bytes: {tree}", f"kB, {len(texts)} scripts", [script_bytes(texts)])
     report.notes.append(
         f"{jobs:,} no-op jobs a run, enqueued in calls of {CALL:,}, run in rounds of {ROUND}; {reps} runs a "
         f"sample, the trees interleaved on one Redis; {samples_n} samples, each on a Redis of its own"

@@ -375,7 +375,9 @@ async def _finish(engine: Engine, queue: str, states: dict[str, int], tick: Any)
     complete the rest of ``done``."""
     todo = {"running": states["running"], "dead": states["dead"], "done": states["done"]}
     while sum(todo.values()):
-        claimed = await engine.claim(queue, min(CLAIM, sum(todo.values())), lease_ms=DAY_MS, worker="bench")
+        claimed = await engine.jobs.claim(
+            queue, min(CLAIM, sum(todo.values())), lease_ms=DAY_MS, worker="bench"
+        )
         if not claimed:
             raise RuntimeError(f"{queue}: nothing left to claim with {todo} still to make")
         keep = min(todo["running"], len(claimed))
@@ -387,13 +389,13 @@ async def _finish(engine: Engine, queue: str, states: dict[str, int], tick: Any)
         for i in range(0, len(dead), FAIL_IN_FLIGHT):
             await asyncio.gather(
                 *(
-                    engine.fail(
+                    engine.jobs.fail(
                         queue, (c.id, c.attempt, c.token), "ValueError: bench: bad input", permanent=True
                     )
                     for c in dead[i : i + FAIL_IN_FLIGHT]
                 )
             )
-        await engine.complete_many(queue, [((c.id, c.attempt, c.token), b'{"ok": true}') for c in done])
+        await engine.jobs.complete_many(queue, [((c.id, c.attempt, c.token), b'{"ok": true}') for c in done])
         tick(len(claimed))
 
 
@@ -410,7 +412,7 @@ async def fill_redis(setup: Setup, jobs: int, progress: Progress) -> dict[str, d
         engine = Engine(client)
         for suffix, _, kinds in QUEUES:
             queue, states = setup.queue(suffix), planned[suffix]
-            await engine.configure_queue(queue, QueueConfig(events_cap=0))
+            await engine.admin.configure_queue(queue, QueueConfig(events_cap=0))
             made = states["running"] + states["dead"] + states["done"]
             await _enqueue(engine, queue, kinds, made, "f", False, lambda n: None)
             await _finish(engine, queue, states, tick)

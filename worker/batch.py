@@ -265,7 +265,7 @@ class Batches:
         pairs: list[tuple[ClaimedJob, Settle]],
         outcomes: Mapping[str, Outcome],
     ) -> dict[str, str]:
-        answers = await self.engine.settle(queue, [s for _, s in pairs])
+        answers = await self.engine.jobs.settle(queue, [s for _, s in pairs])
         labels: dict[str, str] = {}
         counted: Counter[str] = Counter()
         for (job, _), (code, _) in zip(pairs, answers, strict=True):

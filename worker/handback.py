@@ -28,7 +28,7 @@ async def release_rest(engine: Engine, runs: Iterable[Running]) -> None:
             (run.job.id, run.job.attempt, run.job.token, run.started)
         )
     for queue, jobs in by_queue.items():
-        outcome = await engine.release(queue, jobs)
+        outcome = await engine.jobs.release(queue, jobs)
         log.info("released jobs at shutdown", queue=queue, jobs=outcome)
     await asyncio.gather(*(r.task for r in rest if r.task), return_exceptions=True)
 
@@ -39,7 +39,7 @@ async def hand_back_unstarted(engine: Engine, run: Running) -> None:
     run.abandoned = True
     job = run.job
     try:
-        await engine.release(job.queue, [(job.id, job.attempt, job.token, False)])
+        await engine.jobs.release(job.queue, [(job.id, job.attempt, job.token, False)])
         log.info("prefetched job handed back: no free slot within half its lease", job_id=job.id)
     except Exception as exc:  # Redis away: its lease expires and it is handed out again
         log.warning("handing back a prefetched job failed", job_id=job.id, error=repr(exc))

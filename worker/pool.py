@@ -100,7 +100,14 @@ class Pool(Service):
         self._hard = False
         self._claim_error: str | None = None
         """Why the last claim round failed (Redis away), until one succeeds."""
-        self._presence = Presence(redis, "worker", process_name(",".join(config.queues)))
+        self._presence = Presence(
+            redis,
+            "worker",
+            process_name(",".join(config.queues)),
+            queues=config.queues,
+            load=lambda: (len(self.in_flight), self._capacity()),
+            filtered=bool(config.filter),
+        )
         handoff = len(config.queues) == 1 and not config.filter
         refill = (
             Refill(
@@ -133,10 +140,9 @@ class Pool(Service):
         await run_startup(self.registry.startup_hooks, self.context)
         await self._keeper.start()
         await self._presence.start()
-        for queue in self.config.queues:  # every served queue's series from the start, at 0: a pool that
-            metrics.child(metrics.WORKER_CLAIMS, queue)  # never claims shows (the silent-worker alert)
+        for queue in self.config.queues:  # every served queue's series from the start, at 0
+            metrics.child(metrics.WORKER_CLAIMS, queue)
             metrics.child(metrics.JOBS_IN_FLIGHT, queue)
-        metrics.WORKER_LAST_CLAIM.set(time.time())
         self._completer = asyncio.create_task(self._completions.run(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
 
@@ -163,7 +169,7 @@ class Pool(Service):
                 or spec.priority is not None
                 or spec.ignore_result
             ):
-                await self.engine.configure_kind(
+                await self.engine.admin.configure_kind(
                     spec.kind,
                     queues=[spec.queue],
                     concurrency=spec.concurrency,
@@ -208,7 +214,7 @@ class Pool(Service):
         await cancel_and_wait(self._fetcher)
         if self._waiter and not self._hard:  # deregister; jobs handed meanwhile are ours: released below
             try:
-                for job in await self.engine.unwait(self.config.queues[0], self._waiter):
+                for job in await self.engine.jobs.unwait(self.config.queues[0], self._waiter):
                     self.in_flight[job.id] = Running(job)
             except Exception as exc:  # Redis away: the registration expires, handed jobs' leases too
                 log.warning("leaving the hand-off list failed", error=repr(exc))
@@ -247,16 +253,16 @@ class Pool(Service):
         wait_s = self._wait_s()
         if self._waiter:
             queue = self.config.queues[0]
-            wait = asyncio.ensure_future(self.engine.wait_for_handoff(queue, self._waiter, wait_s))
+            wait = asyncio.ensure_future(self.engine.jobs.wait_for_handoff(queue, self._waiter, wait_s))
             if await self._interrupted(wait):  # resized: wake our own blocking pop (nothing is lost)
-                await self.engine.nudge(queue, self._waiter)
+                await self.engine.jobs.nudge(queue, self._waiter)
             handed = await self._within_limit(await wait or [])
             for job in handed:
                 self._launch(job)
             if handed:
                 await asyncio.sleep(0)  # the jobs start before the next claim is packed and sent
         else:
-            wait_for_work = asyncio.ensure_future(self.engine.wait_for_work(self.config.queues, wait_s))
+            wait_for_work = asyncio.ensure_future(self.engine.jobs.wait_for_work(self.config.queues, wait_s))
             if await self._interrupted(wait_for_work):  # resized: a wake token's wait, nothing to lose
                 await cancel_and_wait(wait_for_work)
             elif (error := wait_for_work.exception()) is not None:
@@ -281,7 +287,7 @@ class Pool(Service):
         keep = max(0, self._capacity() - len(self.in_flight))
         if len(handed) > keep:
             back = [(j.id, j.attempt, j.token, False) for j in handed[keep:]]
-            await self.engine.release(self.config.queues[0], back)
+            await self.engine.jobs.release(self.config.queues[0], back)
         return handed[:keep]
 
     def set_concurrency(self, n: int) -> None:
@@ -309,7 +315,7 @@ class Pool(Service):
             free = self._capacity() - len(self.in_flight)
             if free <= 0:
                 return True
-            jobs = await self.engine.claim(
+            jobs = await self.engine.jobs.claim(
                 queue,
                 free,
                 lease_ms=self.config.lease_ms or 0,
@@ -364,7 +370,7 @@ class Pool(Service):
         metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
         metrics.child(metrics.WORKER_CLAIMS, job.queue).inc()
         now = time.time()
-        metrics.WORKER_LAST_CLAIM.set(now)
+        self._presence.claimed(job.queue, int(now * 1000))
         due = job.envelope.run_at or job.envelope.enqueued_at
         metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, now - due / 1000))
         if not self._batches.add(run):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import re
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,24 @@ class PayloadInvalid(JobqError):
     """The job's ``args`` do not match the handler's payload model (a permanent failure)."""
 
     code = "payload_invalid"
+
+
+_SCHEDULE_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _check_cron(kind: str, queue: str, cron: str, tz: str) -> None:
+    """A ``cron=`` that no schedule could take fails at the decorator (where the server extra, with its
+    cron parser, is installed; ``jobq apply`` checks it in any case)."""
+    try:
+        from jqcore.cron import CronSchedule  # croniter: the server extra
+    except ImportError:
+        return
+    name = _SCHEDULE_CHARS.sub("-", kind)[:64]
+    try:
+        CronSchedule.model_validate({"name": name, "queue": queue, "kind": kind, "cron": cron, "tz": tz})
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise ValueError(f"{kind}: cron={cron!r} (tz {tz!r}): {problems}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +149,17 @@ class JobSpec(Generic[P, R]):
     """Only these exceptions are retried (any other fails the job for good); None: every one is."""
     permanent_on: Exceptions | None = None
     """These exceptions fail the job for good, never retried (checked before ``retry_on``)."""
+    cron: str | None = None
+    """A cron schedule declared beside the handler (``*/5 * * * *``, ``@daily``) in ``cron_tz``: a job of
+    this kind with no args at every slot, once ``jobq apply --app`` has put it in force (the schedule is
+    named :attr:`schedule_name`)."""
+    cron_tz: str = "UTC"
+
+    @property
+    def schedule_name(self) -> str:
+        """The name of the cron schedule ``cron`` declares: the kind, each character a schedule name does
+        not take (``:`` ``@``) made ``-``, at most 64 characters."""
+        return _SCHEDULE_CHARS.sub("-", self.kind)[:64]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         return self.fn(*args, **kwargs)
@@ -299,6 +329,8 @@ class Registry:
         batch_wait_ms: int = 50,
         retry_on: Exceptions | None = None,
         permanent_on: Exceptions | None = None,
+        cron: str | None = None,
+        cron_tz: str = "UTC",
     ) -> Handler:
         """Register the decorated function as the handler of ``kind``.
 
@@ -310,7 +342,8 @@ class Registry:
         :class:`~worker.batch.BatchItem` (gathered for at most ``batch_wait_ms`` after the first) and sets
         each item's outcome (docs/workers.md, Batch handlers). ``retry_on``: only these exceptions are
         retried (any other fails the job for good); ``permanent_on``: these fail it for good (both as an
-        ``except`` clause takes them).
+        ``except`` clause takes them). ``cron``: a cron schedule of this kind (in ``cron_tz``), put in
+        force by ``jobq apply --app`` (docs/operations.md, Configuration as code).
         """
         validate_name("kind", kind)
         if batch < 0 or batch_wait_ms < 0:
@@ -320,6 +353,8 @@ class Registry:
         validate_name("queue", queue)
         if kind in self._specs:
             raise ValueError(f"kind {kind!r} is already registered to {self._specs[kind].fn!r}")
+        if cron is not None:
+            _check_cron(kind, queue, cron, cron_tz)
 
         def register(fn: Callable[P, Any]) -> JobSpec[P, Any]:
             if kind in self._specs:  # again when applied: a decorator made earlier must not overwrite
@@ -347,6 +382,8 @@ class Registry:
                 batch_wait_ms=batch_wait_ms,
                 retry_on=retry_on,
                 permanent_on=permanent_on,
+                cron=cron,
+                cron_tz=cron_tz,
             )
             self._specs[kind] = spec
             return spec
@@ -362,3 +399,7 @@ class Registry:
 
     def queues(self) -> set[str]:
         return {s.queue for s in self._specs.values()}
+
+    def scheduled(self) -> list[JobSpec[Any, Any]]:
+        """The kinds that declare a cron schedule (``cron=``), in registration order."""
+        return [s for s in self._specs.values() if s.cron is not None]

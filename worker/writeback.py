@@ -40,14 +40,14 @@ async def write_back(
         child = f"{outcome.child.queue}/{outcome.child.id}"
         log.info("job deferred", job_id=job.id, child=child, then=deferred)
     elif outcome.kind == "snooze":
-        await engine.snooze(queue, owner, outcome.delay_ms or 0)
+        await engine.jobs.snooze(queue, owner, outcome.delay_ms or 0)
     elif outcome.kind == "unhandled":
-        then = await engine.hand_back(queue, owner, *unknown_kind)
+        then = await engine.jobs.hand_back(queue, owner, *unknown_kind)
         log.warning("no handler for this kind; job handed back", job_id=job.id, kind=kind, then=then)
     elif outcome.kind == "cancel":
-        await engine.cancel_running(queue, owner, outcome.error or "canceled by handler")
+        await engine.jobs.cancel_running(queue, owner, outcome.error or "canceled by handler")
     else:
-        await engine.fail(
+        await engine.jobs.fail(
             queue,
             owner,
             outcome.error or "failed",
@@ -141,12 +141,12 @@ class Completions:
         n = refill.room(len(items)) if refill is not None else 0
         try:
             if refill is not None and n > 0:
-                answers, claimed = await self.engine.settle_claim(
+                answers, claimed = await self.engine.jobs.settle_claim(
                     queue, outcomes, n, lease_ms=refill.lease_ms, worker=refill.worker
                 )
                 refill.launch(claimed)
             else:
-                answers = await self.engine.settle(queue, outcomes)
+                answers = await self.engine.jobs.settle(queue, outcomes)
         except Exception as exc:
             for _, _, fut in items:
                 if not fut.done():

@@ -1,7 +1,8 @@
 """Django settings for the example: ``DJANGO_SETTINGS_MODULE=examples.djangoapp.settings``.
 
-The gateway and token come from ``JOBQ_GATEWAY`` and ``JOBQ_TOKEN``, the jobq queue of Django's
-``default`` queue from ``JOBQ_DJANGO_QUEUE`` (default ``default``)."""
+The gateways and token come from ``JOBQ_URL`` (one URL, or several comma-separated) and ``JOBQ_TOKEN`` —
+what ``jobq dev`` prints and ``eval "$(jobq stack env)"`` exports; the local stack's by default — and the
+jobq queue of Django's ``default`` queue from ``JOBQ_DJANGO_QUEUE`` (default ``default``)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ TASKS = {
         "BACKEND": "jqdjango.backend.JobqBackend",
         "QUEUES": ["default", "urgent"],
         "OPTIONS": {
-            "gateways": [os.environ.get("JOBQ_GATEWAY", "http://127.0.0.1:28080")],
-            "token": os.environ.get("JOBQ_TOKEN", "dev-token"),
+            "gateways": os.environ.get("JOBQ_URL", "http://127.0.0.1:28080").split(","),
+            "token": os.environ.get("JOBQ_TOKEN", "jobq-dev-token"),
             "queues": {
                 "default": os.environ.get("JOBQ_DJANGO_QUEUE", "default"),
                 "urgent": os.environ.get("JOBQ_DJANGO_QUEUE", "default") + ".urgent",

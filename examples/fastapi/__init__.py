@@ -1,7 +1,8 @@
 """A FastAPI application that enqueues jobq jobs and reads their results (docs/integrations.md).
 
-Run it from a checkout (examples are not installed)::
+Run it from a checkout (examples are not installed), beside ``jobq dev``, which runs the handlers::
 
-    JOBQ_GATEWAY=http://127.0.0.1:28080 JOBQ_TOKEN=dev-token uvicorn examples.fastapi.app:app
-    PYTHONPATH=. jobq worker --app examples.fastapi.jobs:registry --queues default
+    jobq dev --app examples.fastapi.jobs:registry        # the local stack, a worker on the example's queue
+    eval "$(jobq stack env)"                              # JOBQ_URL and JOBQ_TOKEN (jobq-dev-token)
+    uvicorn examples.fastapi.app:app
 """

@@ -1,31 +1,35 @@
-"""The example's HTTP API: enqueue a job, read it back, start a small graph and read its outcome.
+"""The example's HTTP API on jobq's front door: enqueue a job, read it back by its ref, start a small graph
+and read its outcome.
 
-- ``POST /word-count`` ``{"text": ...}`` → 202 ``{"id": ...}`` (once Kafka has the job)
-- ``GET /jobs/{id}`` → ``{"state", "result", "error"}``, 404 when jobq has no such job (yet)
-- ``POST /reports`` ``{"texts": [...]}`` → 202 ``{"id": ...}``: a graph counting each text's words in
-  parallel, then totalling them (:func:`jqcore.graphs.fan_out` with a callback)
-- ``GET /reports/{id}`` → ``{"state", "total"}``
+- ``POST /word-count`` ``{"text": ...}`` → 202 ``{"ref": "<queue>/<id>"}`` (once Kafka has the job)
+- ``GET /jobs/{ref}`` → ``{"state", "result", "error"}``; 404 when jobq has no such job (yet: the relay
+  writes it to Redis a few milliseconds after the 202)
+- ``POST /reports`` ``{"texts": [...]}`` → 202 ``{"ref": ...}``: a graph counting each text's words in
+  parallel, then totalling them (:func:`jobq.fan_out` with a callback); the ref is the callback's job
+- ``GET /reports/{ref}`` → ``{"state", "total"}``: ``running`` until the callback's job ends
 
-One :class:`~jqruntime.client.JobqClient` per application, opened and closed by the lifespan.
+One :class:`jobq.AsyncClient` per application, opened in the lifespan (``JOBQ_URL``, ``JOBQ_TOKEN``: what
+``jobq dev`` prints and ``eval "$(jobq stack env)"`` exports) and closed with it; the endpoints enqueue with
+``await spec.aenqueue(...)``, which uses that client, and name every job by its handle's ``ref``.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field
 
+import jobq
 from examples.fastapi.jobs import QUEUE, count_words, total
-from jqcore.graphs import Step, fan_out
-from jqruntime.client import JobqClient
 
 __all__ = ["app", "create_app"]
+
+ENDED = ("errored", "canceled", "expired", "deleted")
+"""The states a job ends in without a result."""
 
 
 class WordCount(BaseModel):
@@ -37,7 +41,7 @@ class Report(BaseModel):
 
 
 class Accepted(BaseModel):
-    id: str
+    ref: str
 
 
 class JobView(BaseModel):
@@ -51,63 +55,64 @@ class ReportView(BaseModel):
     total: dict[str, int] | None = None
 
 
-def _client(request: Request) -> JobqClient:
-    client: JobqClient = request.app.state.jobq
-    return client
-
-
-def create_app(gateways: list[str], token: str, queue: str = QUEUE) -> FastAPI:
-    """The application, enqueueing on ``queue`` (the worker's ``JOBQ_EXAMPLE_QUEUE``)."""
+def create_app(
+    connect: Callable[[], jobq.AsyncClient] = jobq.AsyncClient.from_env, queue: str = QUEUE
+) -> FastAPI:
+    """The application: its jobq client made by ``connect`` when it starts, its jobs on ``queue`` (the
+    worker's ``JOBQ_EXAMPLE_QUEUE``)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with JobqClient(gateways, token) as client:
+        async with connect() as client:  # spec.aenqueue(...) in the endpoints uses it
             app.state.jobq = client
             yield
 
     app = FastAPI(title="jobq FastAPI example", lifespan=lifespan)
 
-    @app.post("/word-count", status_code=202)
-    async def enqueue_word_count(body: WordCount, request: Request) -> Accepted:
-        (job_id,) = await _client(request).enqueue(queue, [count_words.message(body.text)])
-        return Accepted(id=job_id)
+    def handle(request: Request, ref: str, result_type: Any) -> jobq.AsyncJobHandle[Any]:
+        client: jobq.AsyncClient = request.app.state.jobq
+        try:
+            return client.job(ref, result_type)
+        except ValueError:
+            raise HTTPException(404, {"code": "job_not_found", "message": f"no job {ref!r}"}) from None
 
-    @app.get("/jobs/{job_id}")
-    async def read_job(job_id: str, request: Request) -> JobView:
-        job = await _client(request).get_job(queue, job_id)
-        if job is None:
-            raise HTTPException(404, {"code": "job_not_found", "message": f"no job {job_id!r} (yet)"})
-        result = job.get("result")
-        return JobView(
-            state=job["state"],
-            result=_json(result) if job["state"] == "completed" else None,
-            error=job.get("last_error"),
-        )
+    @app.post("/word-count", status_code=202)
+    async def enqueue_word_count(body: WordCount) -> Accepted:
+        job = await count_words.options(queue=queue).aenqueue(body.text)
+        return Accepted(ref=job.ref)  # 202 once Kafka has the job
+
+    @app.get("/jobs/{ref:path}")
+    async def read_job(ref: str, request: Request) -> JobView:
+        job = handle(request, ref, int)
+        info = await job.info()
+        if info["state"] == "unknown":
+            raise HTTPException(404, {"code": "job_not_found", "message": f"no job {ref!r} (yet)"})
+        result = await job.result() if info["state"] == "completed" else None
+        return JobView(state=info["state"], result=result, error=info.get("last_error"))
 
     @app.post("/reports", status_code=202)
     async def start_report(body: Report, request: Request) -> Accepted:
-        graph_id = f"report-{uuid.uuid4().hex}"
-        graph = fan_out(graph_id, count_words.kind, body.texts, queue=queue, callback=Step(total.kind))
-        accepted = await _client(request).submit_graph(graph)
-        return Accepted(id=accepted["id"])
+        graph = jobq.fan_out(
+            f"report-{uuid.uuid4().hex}",
+            count_words.kind,
+            body.texts,
+            queue=queue,
+            callback=jobq.Step(total.kind),
+        )
+        accepted = await request.app.state.jobq.submit_graph(graph)
+        return Accepted(ref=f"{accepted['queue']}/{accepted['nodes']['callback']}")
 
-    @app.get("/reports/{graph_id}")
-    async def read_report(graph_id: str, request: Request) -> ReportView:
-        graph = await _client(request).get_graph(graph_id)
-        if graph is None:
-            raise HTTPException(404, {"code": "report_not_found", "message": f"no report {graph_id!r} (yet)"})
-        done = {n["name"]: n.get("result") for n in graph["nodes"] if n["state"] == "completed"}
-        callback = done.get("callback")
-        return ReportView(state=graph["state"], total=_json(callback) if callback is not None else None)
+    @app.get("/reports/{ref:path}")
+    async def read_report(ref: str, request: Request) -> ReportView:
+        callback = handle(request, ref, dict[str, int])
+        state = await callback.state()
+        if state == "completed":
+            return ReportView(state=state, total=await callback.result())
+        # the callback's job exists once every count finished (a failed count skips it: `jobq graph show`)
+        return ReportView(state=state if state in ENDED else "running")
 
     return app
 
 
-def _json(value: Any) -> Any:
-    """A job's result as the gateway answers it: JSON text (a graph node's is already decoded)."""
-    return orjson.loads(value) if isinstance(value, str | bytes) else value
-
-
-app = create_app(
-    [os.environ.get("JOBQ_GATEWAY", "http://127.0.0.1:28080")], os.environ.get("JOBQ_TOKEN", "dev-token")
-)
+app = create_app()
+"""``uvicorn examples.fastapi.app:app``: its client from ``JOBQ_URL`` and ``JOBQ_TOKEN``."""

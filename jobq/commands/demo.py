@@ -12,8 +12,10 @@ exits 0 as soon as every demo job reached its expected state, and the history sh
 (1 otherwise, after ``--timeout``): ``jobq history JOB_ID`` then tells any demo job's story.
 
 The demo's folder (``--workdir``, default ``JOBQ_HOME/demo/<time>``) holds every process's log,
-``pids.json`` (the child processes) and ``jobs.json`` (queue, id and expected final state of every demo
-job), so a restarted demo can be checked against the jobs an interrupted one had enqueued.
+``pids.json`` (the child processes), ``urls.json`` (the dashboard's and the gateways' URLs, once they are
+ready) and ``jobs.json`` (queue, id and expected final state of every demo job), so a restarted demo can be
+checked against the jobs an interrupted one had enqueued, and a tool can reach the demo's pipeline
+(``python -m loadtest.screenshots`` takes the dashboard's screenshots from it).
 """
 
 from __future__ import annotations
@@ -93,6 +95,13 @@ class Running:
     web_port: int
     hook_url: str
     """The push-dispatch kind's downstream (``examples.dispatch_hook``)."""
+
+    def urls(self) -> dict[str, object]:
+        """Where the dashboard and the gateways answer (``urls.json``)."""
+        return {
+            "dashboard": f"http://127.0.0.1:{self.web_port}/",
+            "gateways": [{"url": g.url, "az": g.az} for g, _ in self.gateways],
+        }
 
     def wait_ready(self) -> None:
         for gateway, gate in self.gateways:  # fails at once if a gateway exits
@@ -181,6 +190,7 @@ def demo(
         _write_atomic(folder / "pids.json", orjson.dumps(procs.pids()))
         console.print(f"processes started; logs in {folder}")
         running.wait_ready()
+        _write_atomic(folder / "urls.json", orjson.dumps(running.urls()))
         console.print(
             f"[bold]dashboard:[/] http://127.0.0.1:{running.web_port}/  ({_sign_in(tokens, stack_name)})"
         )

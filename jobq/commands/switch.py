@@ -51,7 +51,7 @@ def set_switch(
     async def go(engine: Engine) -> tuple[Switch, list[str]]:
         at = await engine.now()
         switch = Switch(name, action, queue, kind, pairs, set_at_ms=at, by=getpass.getuser())  # type: ignore[arg-type]
-        return switch, await engine.set_switch(switch)
+        return switch, await engine.admin.set_switch(switch)
 
     switch, queues = with_engine(go)
     where = f"{len(queues)} queue(s) now: {', '.join(queues)}" if queues else "no queue yet (new ones get it)"
@@ -61,7 +61,7 @@ def set_switch(
 @app.command("lift")
 def lift(name: Annotated[str, typer.Argument(help="The switch to lift.")]) -> None:
     """Lift a kill switch: the jobs it parked are pending again, in priority order."""
-    moved = with_engine(lambda engine: engine.lift_switch(name))
+    moved = with_engine(lambda engine: engine.admin.lift_switch(name))
     Console().print(f"switch {name} lifted; {moved} parked job(s) pending again")
 
 
@@ -70,7 +70,7 @@ def list_switches(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array, for scripts.")] = False,
 ) -> None:
     """The kill switches in force."""
-    switches = with_engine(lambda engine: engine.switches())
+    switches = with_engine(lambda engine: engine.admin.switches())
     if as_json:
         typer.echo(orjson.dumps([s.as_dict() for s in switches]).decode())
         return

@@ -1,8 +1,8 @@
 -- _frame.lua: how every script runs. The loader (jqengine.scripts.source) puts the script's shebang
--- line first and, in place of the marker line below, the binding of its KEYS, _lib.lua (and _glib.lua)
--- and the script's body: the whole transition is one function, run under pcall.
+-- line first and, in place of the marker line below, the binding of its KEYS, _base.lua, the functions of
+-- lib/ it uses and the script's body: the whole transition is one function, run under pcall.
 --
--- The call's lifecycle events (store_event in _lib.lua) wait in event_sink and are written here, once
+-- The call's lifecycle events (lib/store_event.lua) wait in event_sink and are written here, once
 -- the transition ended, as ONE entry of the queue's events stream — also when it ended in an error after
 -- some writes (Redis keeps a script's writes up to the error), so no transition is ever without its
 -- event. One entry per call instead of one per event: a call that claims or settles 50 jobs makes one
@@ -10,7 +10,7 @@
 --   single event: XADD <events> * i <job id> e <event JSON>
 --   more:         XADD <events> * n <count>  e <JSON array of the events, in the order they happened>
 -- then stats events_waiting = the events the stream holds now (what store_event counts against the cap).
--- Events are built lean (_lib.lua's store_event): a single one is completed here with every field of the
+-- Events are built lean (lib/store_event.lua): a single one is completed here with every field of the
 -- schema (its JSON goes to Kafka as it is), an array's events by their reader. The loader puts the
 -- schema's defaults (jqcore.events.DEFAULTS, but `queue`: the stream's) in place of the marker line below.
 local event_sink = {events = {}, stream = nil, stats = nil, waiting = 0, queue = ''}

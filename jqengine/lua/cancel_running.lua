@@ -3,25 +3,27 @@
 -- never retried, in one transition — its kind slot and exclusivity value are freed (waking the next
 -- job). Idempotent: the same (attempt, token) sent again after a lost answer is answered the same.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] running  ZSET claimed jobs, score = lease deadline
--- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[6] config   HASH queue configuration
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline (ms)
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[6] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
 -- KEYS[7] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[8] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[9] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[9] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[10] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[11] counts   HASH blocked (waiting + parked jobs)
--- KEYS[12] stats    HASH lifetime counters
+-- KEYS[11] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[12] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
 -- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] wake     LIST wake tokens for waiting workers
--- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[16] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[14] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[16] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+--                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] reason (the handler's message)
 -- returns: {C_CANCELED} canceled (now or by this same write before) | {C_STALE} stale token/attempt |
 --          {C_MISSING} no such job.
+-- uses: acked, finish, jkey, owned, record_attempt, release_excl, release_slot, wake
 local id, attempt, token, reason = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local key = jkey(id)
 local own = owned(key, attempt, token)

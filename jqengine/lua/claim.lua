@@ -18,26 +18,27 @@
 -- back short (no filter) registers it in 'waiters' with its free slots until now + wait_ms — unless its
 -- inbox still holds jobs handed to it (they fill those slots); any other claim naming it deregisters it.
 -- A registered pool blocks on its inbox and the wake list (jqengine/waiting.py); enqueue_batch and
--- promote_due claim jobs for it (hand_off in _lib.lua).
+-- promote_due claim jobs for it (lib/hand_off.lua).
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] running  ZSET claimed jobs, score = lease deadline
--- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[6] config   HASH queue configuration
--- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery)
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline (ms)
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[6] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[7] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[10] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[12] counts   HASH blocked (waiting + parked jobs)
--- KEYS[13] stats    HASH lifetime counters
+-- KEYS[12] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[13] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
 -- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[15] wake     LIST wake tokens for waiting workers
--- KEYS[16] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[17] sched    LIST wake token for the scheduler
--- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[19] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[15] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[16] waiters  HASH pools waiting for a hand-off: id -> "slots|lease_ms|deadline|token prefix|worker"
+-- KEYS[17] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[19] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+--                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, fcur:<filter>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] N  [3] lease_ms (0 = job's, else queue default)  [4] token prefix (random)
 --       [5] filter "k=v\n…" ('' = none; every key must be a declared filter key; sorted, one cursor per filter)  [6] worker identity
@@ -45,6 +46,7 @@
 --       [8] waiter id ('' = none): the pool's name in 'waiters' and of its inbox (inbox:<waiter>)
 -- returns: {C_OK, id, envelope, attempt, token, deadline, …}  or {C_PAUSED} when the queue is paused,
 --          or {C_FILTER_UNKNOWN, key} when the filter names a key the queue does not index (not in filter_keys).
+-- uses: cfg, claim_from, k, split_lines, wake
 local n, lease_arg, token_prefix, filter = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local worker, wait_ms, waiter = ARGV[6] or '', tonumber(ARGV[7] or '0'), ARGV[8] or ''
 if cfg('paused', '0') == '1' then return {C_PAUSED} end

@@ -4,26 +4,28 @@
 -- leaves a dedup marker (the job record itself, until GC). Idempotent: the same (attempt, token) sent again after a lost answer is answered
 -- {1} again and changes nothing.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] running  ZSET claimed jobs, score = lease deadline
--- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[6] config   HASH queue configuration
--- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] running  ZSET claimed jobs, score = lease deadline (ms)
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[6] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[7] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[10] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[12] counts   HASH blocked (waiting + parked jobs)
--- KEYS[13] stats    HASH lifetime counters
+-- KEYS[12] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[13] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
 -- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[15] wake     LIST wake tokens for waiting workers
--- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[17] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[15] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[17] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+--                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] result ('' = none)
 -- returns: {C_OK} done (now or by this same write before) | {C_STALE} stale token/attempt |
 --          {C_MISSING} no such job.
+-- uses: complete_job, wake
 local state, freed = complete_job(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 wake(freed)
 if state == 'missing' then return {C_MISSING} end

@@ -3,21 +3,22 @@
 -- attempts, delivery (at_least_once | at_most_once), the default priority of its jobs enqueued without
 -- one (enqueue_batch), ignore_result (complete keeps no result). Raising the limit unparks waiting jobs.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] config   HASH queue configuration
--- KEYS[4] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[4] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
 -- KEYS[5] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[6] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[7] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[7] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[8] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[9] counts   HASH blocked (waiting + parked jobs)
--- KEYS[10] stats    HASH lifetime counters
--- KEYS[11] wake     LIST wake tokens for waiting workers
--- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[9] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[10] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[11] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[12] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] kind  [3] limit ('' = none)  [4] max attempts ('' = queue default)  [5] delivery
 --       [6] default priority ('' = none: the enqueue time)  [7] ignore_result ('1', or '' = keep results)
 -- returns: number of parked jobs made pending.
+-- uses: jkey, k, to_ready, wake
 local kind = ARGV[2]
 local fields = {limit = ARGV[3], attempts = ARGV[4], delivery = ARGV[5], prio = ARGV[6] or '',
   noresult = ARGV[7] or ''}

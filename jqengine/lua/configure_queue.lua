@@ -1,12 +1,13 @@
 #!lua flags=allow-oom
 -- configure_queue: set queue configuration fields (validated in Python) — mode, excl_key, lease_ms,
 -- max_attempts, filter_keys, paused, retention_ms, dead_retention_ms. Resuming wakes waiting workers.
--- KEYS[1] ready    ZSET pending jobs, score = priority
--- KEYS[2] config   HASH queue configuration
--- KEYS[3] wake     LIST wake tokens for waiting workers
+-- KEYS[1] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[2] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[3] wake     LIST wake tokens for waiting workers (at most 64)
 -- derived: none
 -- ARGV: [1] now  then field, value pairs ('' value = back to the default).
 -- returns: C_OK.
+-- uses: wake
 redis.call('HSETNX', CONFIG, 'created_at', NOW)
 local resumed = false
 for i = 2, #ARGV, 2 do

@@ -9,32 +9,33 @@
 -- dedup_window_ms. Otherwise (policy 'active', the default: Slack's "while queued or running") the
 -- finished job is enqueued again: a new run under the same id ('reopened'). A dropped duplicate is
 -- counted on the job record (dups, dup_at) so a reader can see what happened to it.
--- Jobs made ready go straight to idle workers registered for hand-offs (hand_off in _lib.lua), the rest
+-- Jobs made ready go straight to idle workers registered for hand-offs (lib/hand_off.lua), the rest
 -- wake waiting workers. A record's enqueued_at is the later of NOW and Redis's own clock, as a claim's
 -- started_at is: the moment it was stored is never recorded before the moment Redis stored it (a
 -- caller's NOW may be a round trip behind), so enqueued_at → started_at is a wait Redis dated both ends of.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] far      HASH far-future jobs kept in Kafka: id -> run_at
--- KEYS[5] running  ZSET claimed jobs, score = lease deadline
--- KEYS[6] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[7] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[8] config   HASH queue configuration
--- KEYS[9] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at (ms)
+-- KEYS[4] far      HASH far-future jobs kept in Kafka's schedule topic: id -> run_at (ms)
+-- KEYS[5] running  ZSET claimed jobs, score = lease deadline (ms)
+-- KEYS[6] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[7] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[8] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[9] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
 -- KEYS[10] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[11] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[12] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[12] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[13] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[14] counts   HASH blocked (waiting + parked jobs)
--- KEYS[15] stats    HASH lifetime counters
+-- KEYS[14] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[15] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
 -- KEYS[16] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[17] fences   HASH fence source -> newest fence
--- KEYS[18] wake     LIST wake tokens for waiting workers
--- KEYS[19] waiters  HASH idle worker pools waiting for a hand-off: waiter id -> "slots|lease_ms|deadline|…"
--- KEYS[20] sched    LIST wake token for the scheduler
--- KEYS[21] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[22] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[17] fences   HASH fence source -> newest fence seen
+-- KEYS[18] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[19] waiters  HASH pools waiting for a hand-off: id -> "slots|lease_ms|deadline|token prefix|worker"
+-- KEYS[20] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[21] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[22] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+--                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, inbox:<waiter>, switched:<name>, fair:<value>, fairtat:<value>
 -- ARGV: [1] now  [2] fence source ('' = unfenced tool write)  [3] fence  [4] job count N
 --       [5] the N jobs packed as one MessagePack array of rows (absent when N = 0: a fence raise), each row
@@ -57,6 +58,8 @@
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
 --       or {C_FENCE_STALE, newest_fence} when the fence is older than the newest seen for this source.
+-- uses: admit, cfg, cfgnum, fairness, finish, hand_off, jkey, server_now, set_state, split_lines, stat,
+--       to_ready, wake, wake_scheduler
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
   local newest = tonumber(redis.call('HGET', FENCES, source) or '0')
@@ -89,6 +92,16 @@ local function reopens(key, state, origin)
   if f[1] == origin then return false end
   if dedup_finished and NOW - (tonumber(f[2]) or 0) < dedup_window then return false end
   return true
+end
+
+-- A finished job is enqueued again (the dedup policy allows it): drop what belonged to its finished run.
+-- The record keeps its version (it only grows) and attempt history; the caller stores the new job.
+local function reopen(id, key)
+  redis.call('ZREM', DONE, id)
+  redis.call('ZREM', DEAD, id)
+  redis.call('HDEL', key, 'result', 'reason', 'last_error', 'finished_at', 'started_at', 'cancel',
+    'tombstone', 'token', 'lease_deadline', 'dups', 'dup_at', 'unhandled_since', 'tail', 'tail_policy',
+    'tail_delay', 'parent')
 end
 
 local out = {C_OK, created}

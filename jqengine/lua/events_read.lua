@@ -2,11 +2,12 @@
 -- events_read: the oldest lifecycle events of a queue's stream, for the shipper — whole entries (an entry
 -- is one script call's events: _frame.lua), oldest first, until they hold at least `count` events (so
 -- an entry of a 2,000-job enqueue is read alone, not 1,000 of them at once).
--- KEYS[1] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[1] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: none
 -- ARGV: [1] now  [2] count (events; at least one entry is read)
 -- returns: the entries, as XRANGE gives them ({id, {field, value, ...}}; field 'n' first when it holds more
 --   than one event)
+-- uses: none
 local want = tonumber(ARGV[2])
 -- XRANGE copies every entry it returns into Lua: ask for few at first (1, 2, 4 …), and never for more
 -- than the entries seen so far suggest are still needed (an entry of 2,000 events is read alone)

@@ -1,11 +1,12 @@
 #!lua flags=allow-oom
 -- events_trim: forget a queue's lifecycle events Kafka acknowledged — the stream's entries up to one the
 -- shipper read (exactly: MINID of the next id) — and count them off stats events_waiting.
--- KEYS[1] stats    HASH monotonic counters; events_waiting: the events the stream holds now
--- KEYS[2] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[1] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[2] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: none
 -- ARGV: [1] now  [2] the first entry id kept  [3] entries shipped  [4] events they held
 -- returns: {C_OK, entries removed}
+-- uses: none
 local removed = redis.call('XTRIM', EVENTS, 'MINID', ARGV[2])
 local waiting = 0
 if redis.call('XLEN', EVENTS) > 0 then

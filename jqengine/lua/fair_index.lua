@@ -5,14 +5,15 @@
 -- (a value a limit no longer holds enters again; the first chunk wakes every value held by its rate). With fair_key unset the ring is dropped (claims go by priority).
 -- Engine.configure_queue calls it chunk by chunk until it returns a next offset of 0.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] config   HASH queue configuration
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
 -- KEYS[4] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[5] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[5] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[6] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
 -- derived: job:<id>, fair:<value>
 -- ARGV: [1] now  [2] offset into the ready set  [3] jobs in this chunk at most
 -- returns: {jobs indexed, next offset (0: done)}.
+-- uses: fair_enter, fair_value, fairness, jkey, k
 local fc = fairness()
 local n, nxt = 0, 0
 if fc.key == '' then

@@ -3,14 +3,15 @@
 -- early so the same ids can be enqueued again (`jobq replay --force`). A job that is not finished
 -- (pending, delayed, parked, running) is left alone: forgetting it would let a replay run it twice.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[3] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[4] config   HASH queue configuration
--- KEYS[5] stats    HASH lifetime counters
--- KEYS[6] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[2] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[3] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[4] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[5] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[6] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: job:<id>
 -- ARGV: [1] now  then ids
 -- returns: one outcome per id: 'forgotten' | 'active' | 'missing'.
+-- uses: emit, jkey, stat
 local out = {}
 for i = 2, #ARGV do
   local id = ARGV[i]

@@ -3,22 +3,23 @@
 -- their results; every other node (and on_failure) waits again under a new generation (a new job id, so
 -- the finished job of its previous run is never taken for it), and those whose parents all completed are
 -- released. The graph's keys stop expiring.
--- KEYS[1] graph    HASH the graph: id, queue, state, options, counts
--- KEYS[2] nodes    HASH node -> definition (JSON)
--- KEYS[3] kids     HASH node -> "<child> <policy>" lines
--- KEYS[4] parents  HASH node -> "<parent> <policy>" lines
--- KEYS[5] nstate   HASH node -> state
--- KEYS[6] pending  HASH node -> parents not finished
--- KEYS[7] gen      HASH node -> run generation
--- KEYS[8] results  HASH node -> result
--- KEYS[9] errors   HASH node -> JSON error of a node that did not complete
--- KEYS[10] times    HASH <node>|r released, <node>|f finished
+-- KEYS[1] graph    HASH the graph: id, queue, state, options, counts per node state, version
+-- KEYS[2] nodes    HASH node -> its definition (JSON: queue, kind, args, options, feed, parents)
+-- KEYS[3] kids     HASH node -> its children, one "<child> <policy>" a line
+-- KEYS[4] parents  HASH node -> its parents, one "<parent> <policy>" a line
+-- KEYS[5] nstate   HASH node -> state (waiting, ready, completed, failed, canceled, skipped)
+-- KEYS[6] pending  HASH node -> parents not finished yet
+-- KEYS[7] gen      HASH node -> run generation (a graph retry runs a node again as gen + 1)
+-- KEYS[8] results  HASH node -> result (JSON bytes)
+-- KEYS[9] errors   HASH node -> JSON {state, error, attempt, at, ...} of a node that did not complete
+-- KEYS[10] times    HASH <node>|r released, <node>|f finished (ms)
 -- KEYS[11] rel      SET nodes released, not confirmed in their queues yet
--- KEYS[12] gevents  STREAM graph transitions not shipped yet
+-- KEYS[12] gevents  STREAM graph transitions not shipped to Kafka yet
 -- derived: none (a graph has no per-job keys)
 -- ARGV: [1] now  [2] new deadline_at ('' = none)
 -- returns: {C_OK, state, n, released …} | {C_FINAL} the graph completed: nothing to retry |
 --          {C_RUNNING} still running | {C_MISSING} no such graph.
+-- uses: answer, gfield, graph_event, nset, release_node, split_lines
 if redis.call('EXISTS', GRAPH) == 0 then return {C_MISSING} end
 local state = gfield('state')
 if state == 'running' then return {C_RUNNING} end
@@ -52,7 +53,7 @@ for _, name in ipairs(again) do
       if redis.call('HGET', NSTATE, parent) ~= 'completed' then left = left + 1 end
     end
     redis.call('HSET', PENDING, name, left)
-    if left == 0 then release(name) end
+    if left == 0 then release_node(name) end
   end
 end
 return answer(C_OK)

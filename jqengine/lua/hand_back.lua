@@ -4,27 +4,30 @@
 -- delay, so a pool that knows the kind claims it next. Only when no pool has run it for dead_after ms
 -- since it was first handed back (in a row) does it become errored (the dead-letter list).
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] running  ZSET claimed jobs, score = lease deadline
--- KEYS[5] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[6] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[7] config   HASH queue configuration
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at (ms)
+-- KEYS[4] running  ZSET claimed jobs, score = lease deadline (ms)
+-- KEYS[5] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[6] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[7] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
 -- KEYS[8] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[10] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[10] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[12] counts   HASH blocked (waiting + parked jobs)
--- KEYS[13] stats    HASH lifetime counters
+-- KEYS[12] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[13] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
 -- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[15] wake     LIST wake tokens for waiting workers
--- KEYS[16] sched    LIST wake token for the scheduler
--- KEYS[17] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[18] gdone    HASH graph nodes' jobs finished, not yet reported to their graph
+-- KEYS[15] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[16] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[17] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[18] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+--                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms
 -- returns: {C_OK, run_at} handed back | {C_ERRORED} no pool ran it for dead_after ms | {C_STALE} |
 --          {C_MISSING}.
+-- uses: finish, jkey, owned, record_attempt, release_excl, release_slot, set_state, stat, wake,
+--       wake_scheduler
 local id, attempt, token = ARGV[2], ARGV[3], ARGV[4]
 local delay, dead_after = tonumber(ARGV[5]), tonumber(ARGV[6])
 local key = jkey(id)

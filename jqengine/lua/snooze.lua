@@ -1,22 +1,23 @@
 #!lua flags=allow-oom
 -- snooze: put a running job back for a while without spending an attempt (the handler asked for it).
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] running  ZSET claimed jobs, score = lease deadline
--- KEYS[5] config   HASH queue configuration
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at (ms)
+-- KEYS[4] running  ZSET claimed jobs, score = lease deadline (ms)
+-- KEYS[5] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
 -- KEYS[6] kindrun  HASH kind -> jobs of that kind running
 -- KEYS[7] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[8] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[8] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[9] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[10] counts   HASH blocked (waiting + parked jobs)
--- KEYS[11] stats    HASH lifetime counters
--- KEYS[12] wake     LIST wake tokens for waiting workers
--- KEYS[13] sched    LIST wake token for the scheduler
--- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
+-- KEYS[10] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[11] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[12] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[13] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms
 -- returns: {C_OK, run_at} | {C_STALE} | {C_MISSING}.
+-- uses: jkey, owned, record_attempt, release_slot, set_state, stat, to_ready, wake, wake_scheduler
 local id, attempt, token, delay = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local key = jkey(id)
 local own = owned(key, attempt, token)

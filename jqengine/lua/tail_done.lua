@@ -8,28 +8,30 @@
 -- repair); a report for a child the parent no longer waits on (canceled meanwhile, retried onto a new
 -- child) changes nothing.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
--- KEYS[2] ready    ZSET pending jobs, score = priority
--- KEYS[3] delayed  ZSET invisible jobs, score = run_at
--- KEYS[4] done     ZSET terminal jobs, score = when GC removes them
--- KEYS[5] dead     ZSET errored jobs (the dead-letter list)
--- KEYS[6] config   HASH queue configuration
--- KEYS[7] kinds    HASH per-kind options (<kind>|limit, |attempts, |delivery, |prio, |noresult)
+-- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
+-- KEYS[3] delayed  ZSET invisible jobs, score = run_at (ms)
+-- KEYS[4] done     ZSET terminal jobs, score = when GC removes them (ms)
+-- KEYS[5] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
+-- KEYS[6] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
+-- KEYS[7] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
 -- KEYS[8] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[9] fairrun  HASH fair queues: value -> its jobs running
+-- KEYS[9] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
 -- KEYS[10] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[11] counts   HASH blocked (waiting + parked jobs)
--- KEYS[12] stats    HASH lifetime counters
+-- KEYS[11] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[12] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
 -- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] wake     LIST wake tokens for waiting workers
--- KEYS[15] sched    LIST wake token for the scheduler
--- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet (at most config events_cap)
--- KEYS[17] gdone    HASH graph nodes' and tail calls' hand-offs not yet done (their outbox)
+-- KEYS[14] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[15] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[17] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+--                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, fair:<value>
 -- ARGV: [1] now  [2] parent id  [3] child id  [4] child state  [5] child result ('' = none)
 --       [6] child error or reason
 -- returns: {C_OK} completed | {C_ERRORED} errored | {C_RETRY, run_at} retried |
 --          {C_STALE} the parent waits on another child | {C_FINAL, state} the parent is not deferred |
 --          {C_MISSING} no such parent.
+-- uses: failure, finish, jkey, release_excl, set_state, stat, wake, wake_scheduler
 local id, cid, cstate, cresult, cerr = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local key = jkey(id)
 local f = redis.call('HMGET', key, 'state', 'tail', 'tail_policy', 'tail_delay', 'attempt', 'max_attempts', 'kind')

@@ -252,9 +252,13 @@ class AsyncClient:
         return cls.connect(url, token, az=env.get("JOBQ_AZ", ""))
 
     async def __aenter__(self) -> Self:
+        """Open the client's connections. The first client opened so on an event loop is that loop's
+        default until it closes: ``await spec.aenqueue(...)`` on the loop uses it (an application's
+        lifespan opens one, its views enqueue with ``aenqueue``)."""
         opened = getattr(self.transport, "__aenter__", None)
         if opened is not None and inspect.iscoroutinefunction(opened):
             await opened()
+        _DEFAULT_ASYNC.setdefault(asyncio.get_running_loop(), self)
         return self
 
     async def __aexit__(
@@ -263,6 +267,9 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        if _DEFAULT_ASYNC.get(loop) is self:
+            del _DEFAULT_ASYNC[loop]
         closing = getattr(self.transport, "close", None)
         if closing is not None and inspect.iscoroutinefunction(closing):
             await closing()
@@ -427,7 +434,8 @@ def default_client() -> Client:
 
 def default_async_client() -> AsyncClient:
     """The running loop's client for ``await spec.aenqueue(...)`` (one per event loop: connections belong
-    to a loop) — or, under ``jobq.testing``, the test's."""
+    to a loop): the first :class:`AsyncClient` opened with ``async with`` on the loop while it is open, else
+    one from the environment made on first use — or, under ``jobq.testing``, the test's."""
     transport = _overridden()
     if transport is not None:
         return AsyncClient(transport)

@@ -191,8 +191,8 @@ async def restore(store: ConfigStore, engine: Engine | None, only: Sequence[str]
     queues, entries, report.unreadable = await _kept(store, only)
     named = sorted(set(queues) | {e.scope for e in entries if e.scope != EVERY_QUEUE})
     if engine is not None:
-        configured = await engine.configured(named)
-        present = await engine.kinds(named)
+        configured = await engine.reads.configured(named)
+        present = await engine.reads.kinds(named)
     else:
         configured, present = set(), {}
 
@@ -211,15 +211,15 @@ async def restore(store: ConfigStore, engine: Engine | None, only: Sequence[str]
     for e in missing_every:
         report.kinds.append(f"{e.kind}@{e.scope}")
         if engine is not None:
-            await engine.configure_kind(e.kind, queues=None, **e.options)
+            await engine.admin.configure_kind(e.kind, queues=None, **e.options)
     for queue in missing_queues:
         report.queues.append(queue)
         if engine is not None:
-            await engine.configure_queue(queue, queues[queue])
+            await engine.admin.configure_queue(queue, queues[queue])
     for e in missing_per_queue:
         report.kinds.append(f"{e.kind}@{e.scope}")
         if engine is not None:
-            await engine.configure_kind(e.kind, queues=[e.scope], **e.options)
+            await engine.admin.configure_kind(e.kind, queues=[e.scope], **e.options)
     return report
 
 

@@ -26,7 +26,7 @@ routes = Pages()
 
 
 async def _known(engine: Engine, queue: str) -> None:
-    if queue not in await engine.queues():
+    if queue not in await engine.reads.queues():
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
 
 
@@ -37,13 +37,13 @@ async def dead(request: web.Request) -> web.Response:
     queue = request.query.get("queue") or None
     offset = query_int(request, "offset", 0)
     size = w.settings.page_size
-    dead_per_queue = await engine.dead_counts(visible(request, await engine.queues()))
+    dead_per_queue = await engine.reads.dead_counts(visible(request, await engine.reads.queues()))
     counts = [{"queue": q, "dead": n} for q, n in dead_per_queue.items() if n or q == queue]
     if queue is not None and queue not in {c["queue"] for c in counts}:
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     rows: list[dict[str, Any]] = []
     if queue is not None:
-        rows = [job_row(j) for j in await engine.dead_list(queue, offset, size)]
+        rows = [job_row(j) for j in await engine.reads.dead_list(queue, offset, size)]
     ctx = {
         "counts": counts,
         "queue": queue,
@@ -81,7 +81,7 @@ async def retry(request: web.Request) -> web.Response:
     data = await form(request)
     every = data.get("all") == "1"
     ids = [] if every else _ids(data, queue)
-    dead_now = (await engine.depth(queue)).errored
+    dead_now = (await engine.reads.depth(queue)).errored
     if every and dead_now > w.settings.bulk_limit:
         raise too_many(dead_now, w.settings.bulk_limit)
 
@@ -89,7 +89,7 @@ async def retry(request: web.Request) -> web.Response:
         request,
         "dead.retry",
         queue if every else f"{queue}: {len(ids)} selected",
-        lambda: _in_batches(engine.dead_retry, queue, ids, dead_now if every else None),
+        lambda: _in_batches(engine.admin.dead_retry, queue, ids, dead_now if every else None),
         done=lambda n: f"{n:,} dead jobs of {queue} retried",
         back=_back(w.base, queue),
         next_url=data.get("next"),
@@ -118,8 +118,8 @@ async def _in_batches(op: DeadOp, queue: str, ids: list[str], oldest: int | None
 
 async def _purge_count(engine: Engine, queue: str, ids: list[str]) -> int:
     if not ids:
-        return (await engine.depth(queue)).errored
-    return sum(1 for j in await engine.get_jobs(queue, ids) if j is not None and j.state == "errored")
+        return (await engine.reads.depth(queue)).errored
+    return sum(1 for j in await engine.reads.get_jobs(queue, ids) if j is not None and j.state == "errored")
 
 
 @routes.post("/dead/{queue}/purge", policy=Policy("admin", (path_queue,)))
@@ -154,7 +154,7 @@ async def purge(request: web.Request) -> web.Response:
         request,
         "dead.purge",
         queue if every else f"{queue}: {len(ids)} selected",
-        lambda: _in_batches(engine.dead_purge, queue, ids, confirmed if every else None),
+        lambda: _in_batches(engine.admin.dead_purge, queue, ids, confirmed if every else None),
         done=lambda n: f"{n:,} dead jobs of {queue} purged",
         back=_back(w.base, queue),
         next_url=next_url,

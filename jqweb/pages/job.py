@@ -102,7 +102,7 @@ async def _archived(request: web.Request, w: Web, queue: str, job_id: str) -> di
 async def job_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     queue, job_id = _where(request)
-    info = await w.engine.get_job(queue, job_id)
+    info = await w.engine.reads.get_job(queue, job_id)
     # a person's page loads the timeline (a scan of the history's event files) after it showed: the
     # job itself renders from Redis at once; a script asking for JSON gets everything in one answer
     deferred = not wants_json(request)
@@ -141,7 +141,7 @@ async def timeline(request: web.Request) -> web.Response:
 
 
 async def _existing(w: Web, queue: str, job_id: str) -> JobInfo:
-    info = await w.engine.get_job(queue, job_id)
+    info = await w.engine.reads.get_job(queue, job_id)
     if info is None:
         raise _not_found(queue, job_id)
     return info
@@ -191,7 +191,7 @@ async def retry(request: web.Request) -> web.Response:
         info = await _existing(w, queue, job_id)
         if info.state != "errored":
             raise HttpError(409, "job_not_dead", f"job {job_id!r} is {info.state}; only dead jobs retry")
-        return await w.engine.dead_retry(queue, [job_id], 1)
+        return await w.engine.admin.dead_retry(queue, [job_id], 1)
 
     return await act(
         request,
@@ -207,7 +207,7 @@ async def retry(request: web.Request) -> web.Response:
 async def replayed_kind(request: web.Request, _: Token) -> Iterable[Touch]:
     """The kind of the job a replay would enqueue again (none: no such job, the handler's 404)."""
     queue, job_id = _where(request)
-    info = await request.app[WEB].engine.get_job(queue, job_id)
+    info = await request.app[WEB].engine.reads.get_job(queue, job_id)
     return [kind(info.kind, "the job's kind")] if info is not None and info.kind else []
 
 

@@ -65,17 +65,17 @@ async def _retry(w: Web, jobs: Sequence[JobInfo], _: str) -> int:
     for queue, ids in _by_queue(jobs).items():
         for i in range(0, len(ids), BATCH):
             part = ids[i : i + BATCH]
-            n += await engine.dead_retry(queue, part, len(part))
+            n += await engine.admin.dead_retry(queue, part, len(part))
     return n
 
 
 async def cancel_one(w: Web, engine: Engine, queue: str, job_id: str, reason: str) -> bool:
     """Cancel a job; a far-future one is first tombstoned in the schedule topic (as the gateway does:
     no rebuild of the tier brings it back). Whether anything changed."""
-    if await engine.far_run_at(queue, job_id) is not None:
+    if await engine.reads.far_run_at(queue, job_id) is not None:
         topic = load(FarSettings).topic
         await w.producer().produce_many([Record(topic, None, schedule_key(queue, job_id))])
-    return (await engine.cancel(queue, job_id, reason)).changed
+    return (await engine.admin.cancel(queue, job_id, reason)).changed
 
 
 async def _cancel(w: Web, jobs: Sequence[JobInfo], who: str) -> int:
@@ -89,7 +89,7 @@ async def _delete(w: Web, jobs: Sequence[JobInfo], _: str) -> int:
     engine, n = w.engine, 0
     for queue, ids in _by_queue(jobs).items():
         for i in range(0, len(ids), BATCH):
-            got = await engine.forget(queue, ids[i : i + BATCH])
+            got = await engine.admin.forget(queue, ids[i : i + BATCH])
             n += sum(1 for g in got if g is Forgotten.FORGOTTEN)
     return n
 
@@ -112,10 +112,10 @@ async def _exact(engine: Engine, f: Filters) -> list[dict[str, Any]]:
     """The job whose id is exactly the ``id`` filter, in each queue searched (found at once)."""
     if not f.id:
         return []
-    queues = [f.queue] if f.queue else await engine.queues()
+    queues = [f.queue] if f.queue else await engine.reads.queues()
     out = []
-    for queue in await engine.queues_holding(queues, f.id):
-        job = await engine.get_job(queue, f.id)
+    for queue in await engine.reads.queues_holding(queues, f.id):
+        job = await engine.reads.get_job(queue, f.id)
         if job is not None:
             out.append(job_row(job))
     return out
@@ -196,9 +196,9 @@ async def _selected_jobs(engine: Engine, pairs: Sequence[tuple[str, str]]) -> li
         by_queue[queue].append(job_id)
     out: list[JobInfo] = []
     for queue, ids in by_queue.items():
-        out += [j for j in await engine.get_jobs(queue, ids) if j is not None]
+        out += [j for j in await engine.reads.get_jobs(queue, ids) if j is not None]
         missing = set(ids) - {j.id for j in out if j.queue == queue}
-        out += [j for j in await engine.far_jobs(queue, sorted(missing)) if j is not None]
+        out += [j for j in await engine.reads.far_jobs(queue, sorted(missing)) if j is not None]
     return out
 
 

@@ -31,7 +31,7 @@ HOUR_MS = 3600 * 1000
 async def overview(request: web.Request) -> web.Response:
     w = request.app[WEB]
     hours = query_int(request, "hours", 24, 1, 24)
-    queues = visible(request, await w.engine.queues())
+    queues = visible(request, await w.engine.reads.queues())
     until = now_ms()
     since = until - hours * HOUR_MS
     rates = {**(await series.read(w.client, queues, since)).as_dict(), "since_ms": since, "until_ms": until}
@@ -66,5 +66,5 @@ async def _narrowed(request: web.Request, snap: dict[str, Any]) -> dict[str, Any
     w, p = request.app[WEB], principal(request)
     if everything(p):
         return snap
-    topics = own_topics(p, w.sources.routing, await w.engine.queues(), w.sources.topics())
+    topics = own_topics(p, w.sources.routing, await w.engine.reads.queues(), w.sources.topics())
     return narrow(snap, p, topics)

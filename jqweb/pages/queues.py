@@ -70,7 +70,7 @@ async def _sparks(client: RedisClient, queues: list[str]) -> dict[str, list[int]
 async def queues_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
     match = request.query.get("q", "").strip()
-    queues = [q for q in visible(request, await w.engine.queues()) if match in q]
+    queues = [q for q in visible(request, await w.engine.reads.queues()) if match in q]
     rows = await queue_rows(w.engine, queues)
     sparks = await _sparks(w.client, queues)
     for row in rows:
@@ -79,7 +79,7 @@ async def queues_page(request: web.Request) -> web.Response:
 
 
 async def _known(w: Web, queue: str) -> str:
-    if queue not in await w.engine.queues():
+    if queue not in await w.engine.reads.queues():
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     return queue
 
@@ -87,7 +87,7 @@ async def _known(w: Web, queue: str) -> str:
 async def _kinds(w: Web, queue: str) -> list[dict[str, Any]]:
     """The job types with options in this queue (or defaults for every queue)."""
     out = []
-    for kind, entry in sorted((await w.engine.kinds([queue])).items()):
+    for kind, entry in sorted((await w.engine.reads.kinds([queue])).items()):
         options = entry["queues"].get(queue)
         if options is not None or entry["defaults"] is not None:
             out.append({"kind": kind, "options": options, "defaults": entry["defaults"]})
@@ -104,8 +104,8 @@ async def queue_page(request: web.Request) -> web.Response:
     rate_text = ((entry or {}).get("Value") or b"").decode()
     context = {
         "queue": row,
-        "config": (await w.engine.queue_config(queue)).as_dict(),
-        "stats": await w.engine.queue_stats(queue),
+        "config": (await w.engine.reads.queue_config(queue)).as_dict(),
+        "stats": await w.engine.reads.queue_stats(queue),
         "kinds": await _kinds(w, queue),
         "rate": describe_rate(rate_text),
         "topic": topic_of(w.sources.routing, queue),
@@ -117,7 +117,7 @@ async def queue_page(request: web.Request) -> web.Response:
 async def _keep(w: Web, queue: str) -> None:
     """Keep the queue's configuration in force in Consul too (``jobq rebuild`` restores it from there:
     :mod:`jqruntime.stores.config`)."""
-    config = await w.engine.queue_config(queue)
+    config = await w.engine.reads.queue_config(queue)
     await ConfigStore(w.consul, w.sources.cron.kv_prefix).put_queue(queue, config)
 
 
@@ -131,10 +131,10 @@ async def _switch(
 
     async def run() -> int:
         if paused is not None:
-            await w.engine.pause(queue, paused)
+            await w.engine.admin.pause(queue, paused)
         if blocked is not None:
-            current = await w.engine.queue_config(queue)
-            await w.engine.configure_queue(queue, dataclasses.replace(current, enqueue_blocked=blocked))
+            current = await w.engine.reads.queue_config(queue)
+            await w.engine.admin.configure_queue(queue, dataclasses.replace(current, enqueue_blocked=blocked))
         await _keep(w, queue)
         return 0
 
@@ -206,8 +206,8 @@ async def settings(request: web.Request) -> web.Response:
     await check_bounds(w.client, w.queue_bounds, changes)
 
     async def run() -> int:
-        current = await w.engine.queue_config(queue)
-        await w.engine.configure_queue(queue, dataclasses.replace(current, **changes))
+        current = await w.engine.reads.queue_config(queue)
+        await w.engine.admin.configure_queue(queue, dataclasses.replace(current, **changes))
         await _keep(w, queue)
         return 0
 

@@ -35,11 +35,11 @@ async def _next_run(engine: Engine, queue: str, state: str) -> int | None:
     """When the first job of ``delayed`` or ``far`` runs (None: there is none, or too many far-future
     jobs to read their unordered index)."""
     if state == "far":
-        return await engine.far_next(queue)
-    ids, _ = await engine.list_ids(queue, state, 0, 1)
+        return await engine.reads.far_next(queue)
+    ids, _ = await engine.reads.list_ids(queue, state, 0, 1)
     if not ids:
         return None
-    job = await engine.get_job(queue, ids[0])
+    job = await engine.reads.get_job(queue, ids[0])
     return job.run_at if job is not None else None
 
 
@@ -49,7 +49,7 @@ async def _waiting(engine: Engine) -> list[dict[str, Any]]:
 
     async def one(queue: str) -> dict[str, Any] | None:
         async with gate:
-            depth = await engine.depth(queue)
+            depth = await engine.reads.depth(queue)
             if not depth.delayed and not depth.far:
                 return None
             return {
@@ -60,7 +60,7 @@ async def _waiting(engine: Engine) -> list[dict[str, Any]]:
                 "next_far_at": await _next_run(engine, queue, "far") if depth.far else None,
             }
 
-    rows = await asyncio.gather(*(one(q) for q in await engine.queues()))
+    rows = await asyncio.gather(*(one(q) for q in await engine.reads.queues()))
     return [r for r in rows if r is not None]
 
 

@@ -78,7 +78,7 @@ async def _queue_rates(
     """Every queue the token may see routed to one of ``topics`` or with a limit set, its topic and limit."""
     wanted = set(topics)
     out = []
-    for queue in sorted(q for q in set(await w.engine.queues()) | set(set_rates) if p.allows_queue(q)):
+    for queue in sorted(q for q in set(await w.engine.reads.queues()) | set(set_rates) if p.allows_queue(q)):
         topic = topic_of(w.sources.routing, queue)
         if topic in wanted or queue in set_rates:
             out.append({"queue": queue, "topic": topic, "rate": describe_rate(set_rates.get(queue, ""))})
@@ -88,7 +88,7 @@ async def _queue_rates(
 @routes.get("/topics", policy=READ)
 async def topics_page(request: web.Request) -> web.Response:
     w, p = request.app[WEB], principal(request)
-    topics = own_topics(p, w.sources.routing, await w.engine.queues(), w.sources.topics())
+    topics = own_topics(p, w.sources.routing, await w.engine.reads.queues(), w.sources.topics())
     snap = narrow(await collect(w.sources, w.client, parts=("kafka", "locks", "rates")), p, topics)
     rates = snap.get("rates")
     set_rates = dict(rates.get("queues", {})) if _problem(rates) is None and isinstance(rates, dict) else {}
@@ -153,7 +153,7 @@ async def set_topic_rate(request: web.Request) -> web.Response:
 
 async def _queue_known(w: Web, queue: str) -> bool:
     """A queue the engine knows, or one with a limit set (so a limit can be lifted after the queue went)."""
-    if queue in await w.engine.queues():
+    if queue in await w.engine.reads.queues():
         return True
     _, entry = await w.consul.kv.get(w.sources.relay.queue_rate_key(queue))
     return entry is not None

@@ -170,7 +170,7 @@ class FaultPipeline:
         await self.configure_queue()
 
     async def configure_queue(self) -> None:
-        """``dedup: finished`` — what a queue fed by retrying clients chooses (``docs/architecture.md``): a
+        """``dedup: finished`` — what a queue fed by retrying clients chooses (``docs/engine.md``, Dedup): a
         client that sends a job again because its first answer failed must not run a finished job twice;
         the exclusive queue runs one job per ``meta.excl`` value at a time; the load queue is fair on
         ``meta.tenant``, with ``fair_rates``."""

@@ -208,7 +208,7 @@ async def _records(drill: Drill) -> tuple[dict[str, Record | None], dict[str, Du
     async with drill.engine() as engine:
         for queue, mine in by_queue.items():
             ids += mine
-            jobs += await engine.get_jobs(queue, mine)
+            jobs += await engine.reads.get_jobs(queue, mine)
     delayed = {r.id for r in drill.load.requests if r.delay_s}
     records = {
         i: (Record(j.state, j.attempt, j.origin or "") if j else None) for i, j in zip(ids, jobs, strict=True)
@@ -258,7 +258,7 @@ async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
             ran = {e.id for e in read_executions(pipe.executions)}
             if len(ran) != seen:
                 seen, last_change = len(ran), time.monotonic()
-            depths = [await engine.depth(q) for q in pipe.queues]
+            depths = [await engine.reads.depth(q) for q in pipe.queues]
             if acked <= ran and sum(d.pending + d.delayed + d.running for d in depths) == 0:
                 return
             if time.monotonic() - last_change > idle_s:

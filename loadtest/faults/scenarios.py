@@ -79,7 +79,7 @@ async def worker_scale_in(d: Drill) -> None:
     running: dict[str, int] = {}
     for name in [f"worker-{i + 1}" for i in range(d.pipe.roles.workers)]:
         async with d.engine() as engine:
-            running[name] = (await engine.depth(d.pipe.queue)).running
+            running[name] = (await engine.reads.depth(d.pipe.queue)).running
         started, old = time.monotonic(), d.pipe.children[name].pid
         await asyncio.to_thread(d.pipe.kill, name, signal.SIGTERM)
         stopped[name] = round(time.monotonic() - started, 2)
@@ -156,7 +156,7 @@ async def poison_jobs(d: Drill) -> None:
     started = time.monotonic()
     async with d.engine() as engine:
         while True:
-            jobs = await engine.get_jobs(d.pipe.queue, list(ids))
+            jobs = await engine.reads.get_jobs(d.pipe.queue, list(ids))
             states = {i: (j.state if j else "missing") for i, j in zip(ids, jobs, strict=True)}
             if all(states[i] == POISON[k] for i, k in ids.items()):
                 break

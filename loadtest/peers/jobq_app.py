@@ -11,4 +11,4 @@ registry = Registry()
 
 @registry.job("bench.noop")
 async def noop(due: float = 0) -> None:
-    common.record(due)
+    await common.arecord(due)

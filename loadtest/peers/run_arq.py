@@ -17,14 +17,14 @@ REDIS = RedisSettings.from_dsn(common.QUEUE_REDIS)
 
 
 async def noop(ctx: dict[str, Any], due: float) -> None:
-    common.record(due)
+    await common.arecord(due)
 
 
 class WorkerSettings:
     functions = (noop,)
     redis_settings = REDIS
     poll_delay = 0.01
-    max_jobs = 50
+    max_jobs = common.slots(50)
     keep_result = 1
     handle_signals = True
 

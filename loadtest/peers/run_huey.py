@@ -30,7 +30,21 @@ def worker() -> None:
     consumer = os.path.join(os.path.dirname(sys.executable), "huey_consumer")
     os.execv(
         consumer,
-        [consumer, "huey_tasks.huey", "-w", "8", "-k", "thread", "-s", "1", "-d", "0.01", "-m", "0.1", "-q"],
+        [
+            consumer,
+            "huey_tasks.huey",
+            "-w",
+            str(common.slots(8)),
+            "-k",
+            "thread",
+            "-s",
+            "1",
+            "-d",
+            "0.01",
+            "-m",
+            "0.1",
+            "-q",
+        ],
     )
 
 

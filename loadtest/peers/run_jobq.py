@@ -63,7 +63,7 @@ def worker() -> None:
         "JOBQ_REDIS_URL": common.QUEUE_REDIS,
         "JOBQ_LOG_LEVEL": "warning",
         "JOBQ_WORKER_QUEUES": QUEUE,
-        "JOBQ_WORKER_CONCURRENCY": "50",
+        "JOBQ_WORKER_CONCURRENCY": str(common.slots(50)),
         "JOBQ_WORKER_APP": "jobq_app:registry",
     }
     # the scheduler stays in this process group, so stopping the worker's group stops it too

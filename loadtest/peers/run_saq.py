@@ -17,10 +17,10 @@ queue = Queue.from_url(common.QUEUE_REDIS, name="bench")
 
 
 async def noop(ctx: dict[str, Any], *, due: float) -> None:
-    common.record(due)
+    await common.arecord(due)
 
 
-settings = {"queue": queue, "functions": [noop], "concurrency": 50}
+settings = {"queue": queue, "functions": [noop], "concurrency": common.slots(50)}
 
 
 def enqueue(n: float) -> None:

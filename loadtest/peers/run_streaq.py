@@ -1,5 +1,6 @@
 """streaq (Redis streams, one consumer group): one worker process per run (`python -m streaq run`, one
-process) with Worker(concurrency=50) and the default prefetch (= concurrency), plain asyncio (no
+process) with Worker(concurrency=50, or the one shape's slots) and the default prefetch (= concurrency),
+plain asyncio (no
 uvloop, as for the other asyncio peers); the task is registered silent (no INFO log line per task: the
 others log at WARNING) with ttl=0 (results not stored, as celery's are ignored); enqueue via
 Worker.enqueue_many (one pipeline per 1,000, its bulk API); delays native (start(schedule=datetime)),
@@ -16,12 +17,12 @@ from datetime import UTC, datetime
 import common
 from streaq import Worker
 
-worker = Worker(redis_url=common.QUEUE_REDIS, queue_name="bench", concurrency=50)
+worker = Worker(redis_url=common.QUEUE_REDIS, queue_name="bench", concurrency=common.slots(50))
 
 
 @worker.task(silent=True, ttl=0)
 async def noop(due: float) -> None:
-    common.record(due)
+    await common.arecord(due)
 
 
 def enqueue(n: float) -> None:

@@ -17,7 +17,7 @@ broker = ListQueueBroker(common.QUEUE_REDIS) if KIND == "list" else RedisStreamB
 
 @broker.task(task_name="noop")
 async def noop(due: float) -> None:
-    common.record(due)
+    await common.arecord(due)
 
 
 def enqueue(n: float) -> None:
@@ -51,7 +51,7 @@ def worker() -> None:
             "--workers",
             "1",
             "--max-async-tasks",
-            "50",
+            str(common.slots(50)),
             "--log-level",
             "WARNING",
         ],

@@ -60,13 +60,13 @@ def test_events_scenario_writes_one_stream_entry_per_script_call() -> None:
 def test_script_ab_compares_two_trees_on_one_redis() -> None:
     report = script_ab.run(Path(__file__).parents[2], quick=True)  # this checkout against itself
     names = {f.name for f in report.figures}
-    assert {
-        f"{p}, events {e}: {t}"
-        for p in ("enqueue", "rounds")
-        for e in ("on", "off")
-        for t in ("this", "baseline")
-    } == names
+    trees = ("this", "baseline")
+    per_job = {f"{p}, events {e}" for p in ("enqueue", "rounds") for e in ("on", "off")}
+    others = {"load all scripts", "script bytes", "complete, missing job"}
+    assert {f"{figure}: {t}" for figure in per_job | others for t in trees} == names
     assert all(f.median > 0 for f in report.figures)
+    figures = {f.name: f.median for f in report.figures}
+    assert figures["script bytes: this"] == figures["script bytes: baseline"], "the same scripts"
 
 
 def test_gate_relay_and_e2e_scenarios_run_on_the_session_stack(endpoints: Endpoints) -> None:

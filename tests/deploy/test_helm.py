@@ -30,6 +30,7 @@ import kubernetes_validate.utils  # type: ignore[import-untyped]
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from jobq.commands.config_file import load
 from jqcore.routing import CANARY_PREFIX
 from jqstack.testing.helm import crd_schema, ensure_crd_schemas, ensure_helm
 
@@ -64,6 +65,9 @@ CONTRACT_SETTINGS = {
 }
 """Settings of the shared contracts (relay/scheduler/worker/canary health ports, secured servers, topic
 handling) that may not be in docs/settings.md yet on a branch of its own."""
+CLIENT_SETTINGS = {"JOBQ_URL", "JOBQ_TOKEN_FILE"}
+"""What the client and the CLI read (``jobq.Client.from_env``, ``jobq.commands.remote``; no settings class,
+so not in docs/settings.md): the configuration hook calls the gateways with them."""
 
 SECRET_NAME = re.compile(r"(PASSWORD|TOKENS?|SECRET)$")
 
@@ -198,6 +202,8 @@ def test_lint_is_clean(values: Path) -> None:
         (["--set", "history.query.slots=0"], "/history/query/slots"),
         (["--set", "prometheusRule.runbookBaseUrl=https://docs.example.com/"], "runbookBaseUrl"),
         (["--set", "upgrade.schedulersFirst.timeoutSeconds=5"], "timeoutSeconds"),
+        (["--set", "configAsCode.enabled=true"], "configAsCode.enabled needs configAsCode.file"),
+        (["--set", "configAsCode.prune=yes"], "/configAsCode/prune"),
     ],
     ids=lambda a: a[-1] if isinstance(a, list) else None,
 )
@@ -211,6 +217,7 @@ def test_bad_values_are_refused(args: list[str], refusal: str) -> None:
 def test_settings_are_real(values: Path) -> None:
     """Every JOBQ_* name the chart sets is a setting (docs/settings.md is generated from the classes)."""
     documented = set(re.findall(r"`(JOBQ_[A-Z0-9_]+)`", SETTINGS_DOC.read_text())) | CONTRACT_SETTINGS
+    documented |= CLIENT_SETTINGS
     for name, container in containers(render(values)):
         for env in container.get("env", []):
             assert env["name"] in documented, f"{name} sets {env['name']}, which no jobq setting reads"
@@ -249,8 +256,9 @@ def test_secrets_come_only_from_secrets(values: Path) -> None:
                     f"{name}: {env['name']} is not from a Secret"
                 )
     assert not [d for d in render(values) if d["kind"] == "Secret"]
-    maps = [d["metadata"]["name"] for d in render(values) if d["kind"] == "ConfigMap"]
-    assert set(maps) <= {"jobq-grafana"}, "a ConfigMap other than the Grafana dashboard"
+    maps = {d["metadata"]["name"]: d for d in render(values) if d["kind"] == "ConfigMap"}
+    assert set(maps) <= {"jobq-grafana", "jobq-config"}, "a ConfigMap but the dashboard or the jobq.toml"
+    assert set(maps.get("jobq-config", {"data": {"jobq.toml": ""}})["data"]) == {"jobq.toml"}
 
 
 def test_no_credential_is_in_the_environment_each_is_a_mounted_file(values: Path) -> None:
@@ -538,3 +546,41 @@ def test_network_policies_admit_only_what_is_asked(production: list[dict[str, An
     for component in ("relay", "scheduler", "worker", "dispatcher", "canary"):
         (rule,) = policies[component]["spec"]["ingress"]
         assert rule["ports"] == [{"port": "metrics"}], component
+
+
+def test_configuration_as_code_is_applied_through_the_gateways_after_install_and_upgrade(
+    production: list[dict[str, Any]],
+) -> None:
+    values = yaml.safe_load((CHART / "ci" / "production.yaml").read_text())
+    config_map = of_kind(production, "ConfigMap")["jobq-config"]
+    text = config_map["data"]["jobq.toml"]
+    assert text == values["configAsCode"]["file"]
+    load(text, "production.yaml configAsCode.file")  # the example is a valid file
+    job = of_kind(production, "Job")["jobq-config"]
+    assert set(job["metadata"]["annotations"]["helm.sh/hook"].split(",")) == {"post-install", "post-upgrade"}
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["apply", "--file", "/etc/jobq/config/jobq.toml", "--prune", "--yes"]
+    env = plain_env(container)
+    assert env["JOBQ_URL"] == "http://jobq-gateway:28080", (
+        "this release's gateways: the door's policy applies"
+    )
+    files = mounted_files(pod, container)
+    assert files[env["JOBQ_TOKEN_FILE"]] == ("jobq-admin", "gateway-token"), "the admin role's token, a file"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/jobq/config", True)
+    assert volumes["config"]["configMap"]["name"] == "jobq-config"
+    assert job["spec"]["template"]["metadata"]["annotations"]["jobq.io/config-sha256"]
+    gateway = next(
+        p
+        for p in of_kind(production, "NetworkPolicy").values()
+        if p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    )
+    peers = [f.get("podSelector", {}).get("matchLabels", {}) for f in gateway["spec"]["ingress"][0]["from"]]
+    assert {"app.kubernetes.io/component": "config"}.items() <= next(
+        p for p in peers if p.get("app.kubernetes.io/component") == "config"
+    ).items(), "the hook may reach the gateways"
+    defaults = render(CHART / "ci" / "defaults.yaml")
+    assert "jobq-config" not in of_kind(defaults, "Job"), "off unless asked for"
+    assert not of_kind(defaults, "ConfigMap")

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from jqcore.clock import now_ms
 from jqruntime.stores import dispatch as dispatch_store
+from jqruntime.stores import presence
 from tests.dispatch.conftest import Rig
 
 FAST = {"base_s": 0.05, "factor": 1, "cap_s": 0.05}
@@ -35,7 +37,7 @@ async def finished(rig: Rig, job_id: str, attempt: int, outcome: str) -> None:
 
 
 async def job(rig: Rig, job_id: str) -> Any:
-    got = await rig.engine.get_job(rig.queue, job_id)
+    got = await rig.engine.reads.get_job(rig.queue, job_id)
     assert got is not None
     return got
 
@@ -73,6 +75,7 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     assert listed["dispatch"] is None  # none for every queue: this one is the queue's own
     await rig.refresh()
 
+    before = now_ms()
     ids = {k: await enqueue(rig, k, {"n": i}) for i, k in enumerate((ok, flaky, slow, broken))}
     await finished(rig, ids[ok], 1, "succeeded")
     await finished(rig, ids[flaky], 2, "succeeded")
@@ -100,6 +103,15 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     logged = capsys.readouterr()  # stdout, or stderr once a test configured logging (jqcore.log): both
     assert "dispatched" in logged.out + logged.err
     assert "s3cret-value" not in logged.out + logged.err  # the auth value is never logged
+
+    d = rig.dispatcher  # its presence record (the silent-worker judgment): its last claim, its slots
+    assert d is not None
+    await d._presence.beat()
+    (me,) = [
+        c for c in await presence.claimers(rig.engine._client, ["dispatcher"]) if c.name == d._presence.name
+    ]
+    assert me.last_claim[rig.queue] >= before
+    assert (me.busy, me.slots) == (0, d.settings.concurrency)
 
 
 async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> None:

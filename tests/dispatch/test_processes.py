@@ -54,11 +54,15 @@ async def test_dispatcher_process_with_the_demo_downstream(
         ]
 
         async def states() -> list[str | None]:
-            return [(j.state if j else None) for j in await pipeline.engine.get_jobs(pipeline.queue, ids)]
+            return [
+                (j.state if j else None) for j in await pipeline.engine.reads.get_jobs(pipeline.queue, ids)
+            ]
 
         await eventually(states, lambda s: s == ["completed", "completed"], 30)
         results = [
-            json.loads(j.result or "null") for j in await pipeline.engine.get_jobs(pipeline.queue, ids) if j
+            json.loads(j.result or "null")
+            for j in await pipeline.engine.reads.get_jobs(pipeline.queue, ids)
+            if j
         ]
         assert results == [{"handled": ids[0], "attempt": 1}, {"handled": ids[1], "later": True}]
         dispatcher.signal(signal.SIGTERM)

@@ -145,7 +145,7 @@ async def test_an_internal_address_is_refused_unless_allowed_and_gets_no_request
                 lambda v, i=job_id: v == (i, 1, "refused"), timeout_s=15
             )
     assert downstream.received == []
-    errors = [j.last_error or "" for j in await pipeline.engine.get_jobs(pipeline.queue, ids) if j]
+    errors = [j.last_error or "" for j in await pipeline.engine.reads.get_jobs(pipeline.queue, ids) if j]
     assert "127.0.0.1" in errors[0]
     assert "169.254.169.254" in errors[1]
     assert all("JOBQ_DISPATCHER_ALLOW_NETS" in e for e in errors), errors
@@ -155,7 +155,7 @@ async def test_an_internal_address_is_refused_unless_allowed_and_gets_no_request
 async def claim_one(pipeline: Pipeline, eventually: Eventually) -> ClaimedJob:
     """The next job of the pipeline's queue, claimed as a dispatcher would (waits for the relay)."""
     jobs = await eventually(
-        lambda: pipeline.engine.claim(pipeline.queue, 1, lease_ms=60_000, worker="t"), bool
+        lambda: pipeline.engine.jobs.claim(pipeline.queue, 1, lease_ms=60_000, worker="t"), bool
     )
     return jobs[0]  # type: ignore[no-any-return]
 
@@ -183,7 +183,9 @@ async def test_a_released_attempt_claimed_again_kills_its_old_callback_token(
     await put(pipeline.call, kind, queues=[pipeline.queue], dispatch={"url": "https://downstream.example/h"})
     await pipeline.client.enqueue_one(pipeline.queue, kind, None)
     first = await claim_one(pipeline, eventually)
-    released = await pipeline.engine.release(pipeline.queue, [(first.id, first.attempt, first.token, True)])
+    released = await pipeline.engine.jobs.release(
+        pipeline.queue, [(first.id, first.attempt, first.token, True)]
+    )
     assert released == {first.id: Released.RELEASED}
     second = await claim_one(pipeline, eventually)
     assert (second.id, second.attempt) == (first.id, first.attempt)
@@ -198,7 +200,7 @@ async def test_a_released_attempt_claimed_again_kills_its_old_callback_token(
     assert await callback(pipeline, second, token, result={"from": "the second"}) == (200, answer)
     status, body = await callback(pipeline, first, token_of(first))
     assert (status, body["error"]["code"]) == (409, "callback_stale")
-    done = await pipeline.engine.get_job(pipeline.queue, first.id)
+    done = await pipeline.engine.reads.get_job(pipeline.queue, first.id)
     assert done is not None
     assert (done.state, done.result) == ("completed", '{"from":"the second"}')
 
@@ -222,7 +224,7 @@ async def test_a_job_whose_kind_is_not_pushed_from_its_queue_takes_no_callback(
         held = await claim_one(pipeline, eventually)
         status, body = await callback(pipeline, held, token_of(held))
         assert (status, body["error"]["code"]) == (403, "callback_not_dispatched"), body
-        still = await pipeline.engine.get_job(pipeline.queue, held.id)
+        still = await pipeline.engine.reads.get_job(pipeline.queue, held.id)
         assert still is not None
         assert still.state == "running"
 

@@ -65,7 +65,7 @@ async def test_three_instances_firing_one_schedule_enqueue_exactly_one_job_per_s
         for service in services:
             await service.stop()
     state, _ = await cron_store.state("tick")
-    stats = await engine.queue_stats(q)
+    stats = await engine.reads.queue_stats(q)
     enqueued = stats.get("enqueued", 0)
     # a stop may cut a firer between its claim (the CAS) and its enqueue: those slots are still pending in
     # the claim (a firer re-enqueues them after RECOVER_AFTER_MS) and may or may not be in the queue yet

@@ -89,7 +89,7 @@ async def _output(path: Path) -> str:
 
 async def _completed(eventually: Eventually, engine: Engine, queue: str, job_id: str) -> JobInfo:
     done: JobInfo = await eventually(
-        lambda: engine.get_job(queue, job_id), lambda j: j is not None and j.state == "completed", 90
+        lambda: engine.reads.get_job(queue, job_id), lambda j: j is not None and j.state == "completed", 90
     )
     return done
 

@@ -196,7 +196,7 @@ async def test_manage_py_jobq_worker_runs_the_tasks(
         await dj.eventually(lambda r=r: path.client.get_job(r.id.partition(":")[0], r.id), bool, 20)
     env = checkout_env(
         DJANGO_SETTINGS_MODULE="examples.djangoapp.settings",
-        JOBQ_GATEWAY=path.client.gateways[0].url,
+        JOBQ_URL=path.client.gateways[0].url,
         JOBQ_TOKEN=token,
         JOBQ_DJANGO_QUEUE=dj.queue,
         JOBQ_REDIS_URL=endpoints.redis_url,

@@ -162,7 +162,7 @@ async def test_an_instance_gone_its_partitions_are_built_by_another_and_their_jo
         assert mover is not None
         await eventually(lambda: mover.moved, lambda n: n >= len(envs), 20)
         assert mover.moved == len(envs)
-        jobs = await engine.get_jobs(q, [e.id for e in envs])
+        jobs = await engine.reads.get_jobs(q, [e.id for e in envs])
         assert all(j is not None and j.state in ("delayed", "pending") for j in jobs), "moved into Redis"
         assert [j.run_at for j in jobs if j is not None] == [run_at] * len(envs)
     await asyncio.to_thread(producer.close, 5.0)

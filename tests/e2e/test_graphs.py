@@ -158,7 +158,7 @@ async def test_a_five_node_multi_parent_dag_from_python(gs: GraphStack) -> None:
         "d": {"b": 3, "c": 4},
         "e": {"d": {"b": 3, "c": 4}, "a": 1, "c": 4},
     }
-    assert (await gs.engine.queue_stats(qa)).get("completed") == 3, "a, c and e ran once each"
+    assert (await gs.engine.reads.queue_stats(qa)).get("completed") == 3, "a, c and e ran once each"
 
 
 async def test_a_thousand_wide_fan_out_fires_its_callback_once(gs: GraphStack) -> None:

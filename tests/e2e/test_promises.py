@@ -20,7 +20,7 @@ Eventually = Callable[..., Awaitable[Any]]
 
 
 async def job_state(path: Any, job_id: str) -> reads.JobInfo | None:
-    return await path.engine.get_job(path.queue, job_id)
+    return await path.engine.reads.get_job(path.queue, job_id)
 
 
 def has(state: str, completed: int = 0) -> Callable[[reads.JobInfo | None], bool]:
@@ -69,13 +69,15 @@ async def test_dedup_active_reruns_a_finished_id_and_finished_policy_drops_it_vi
     assert runs == ["first", "again"]
 
     # policy 'finished': within the window a re-enqueue is dropped, counted and visible on the job
-    await path.engine.configure_queue(path.queue, QueueConfig(dedup="finished", dedup_window_ms=3_600_000))
+    await path.engine.admin.configure_queue(
+        path.queue, QueueConfig(dedup="finished", dedup_window_ms=3_600_000)
+    )
     await path.client.enqueue_one(path.queue, "p.work", {"tag": "dropped"}, id="same")
     seen = await relayed(path, 4)
     assert seen is not None
     assert seen.duplicates >= 1
     assert seen.state == "completed"
-    stats = await path.engine.queue_stats(path.queue)
+    stats = await path.engine.reads.queue_stats(path.queue)
     assert stats["duplicates"] >= 2
     assert stats["reopened"] == 1
     assert runs == ["first", "again"]
@@ -111,5 +113,5 @@ async def test_a_pool_without_the_kind_hands_it_back_and_a_pool_with_it_runs_it(
     assert ran == [1]
     assert done.attempt == 1
     assert any(h["outcome"] == "handed_back" for h in done.history)
-    stats = await path.engine.queue_stats(path.queue)
+    stats = await path.engine.reads.queue_stats(path.queue)
     assert stats["handed_back"] >= 1

@@ -126,7 +126,7 @@ async def test_a_job_is_one_trace_through_the_hops_and_its_retry_a_linked_new_on
 
     async with pool:
         await pool.signals.finished.wait_for(both)
-    done = await engine.get_jobs(q, [flaky_id, ok_id])
+    done = await engine.reads.get_jobs(q, [flaky_id, ok_id])
     assert all(i is not None and i.state == "completed" for i in done), done
     # send, relay and two runs (each span is exported as it ends, before the pool reports the job finished)
     spans = _of(exporter, flaky_id)

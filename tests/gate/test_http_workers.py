@@ -13,10 +13,13 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
+from jqcore.clock import now_ms
 from jqcore.graphs import Graph
 from jqengine import Engine
 from jqengine.keys import QueueKeys
+from jqruntime.stores import presence
 from jqruntime.stores.presence import count_alive
+from jqweb.overview import claimer_rows, queue_row
 from kafkagate import state
 from kafkagate.app import policy_for
 
@@ -56,7 +59,7 @@ async def test_a_claim_records_its_worker_on_the_job_and_in_its_events(
     assert job["id"] == a
     status, got = await gw.call("GET", f"/v1/queues/{q}/jobs/{a}")
     assert (status, got["worker"]) == (200, "billing-go:pod-7f9c:1")
-    events = [orjson.loads(e.value) for e in await engine.events(q) if e.job_id == a]
+    events = [orjson.loads(e.value) for e in await engine.events.read(q) if e.job_id == a]
     assert [e["worker"] for e in events if e["to"] == "running"] == ["billing-go:pod-7f9c:1"]
     assert "billing-go:pod-7f9c:1" in await count_alive(engine._client, "http-worker", 60), "jobq status"
     await claim_one(gw, q)  # no name given: the token's
@@ -97,7 +100,7 @@ async def test_release_of_a_started_at_most_once_job_ends_it_errored(
     assert [j["id"] for j in jobs] == [first, second]
     assert await write(gw, jobs[0], "release") == (200, {"id": first, "outcome": "errored"})
     assert await write(gw, jobs[1], "release", started=False) == (200, {"id": second, "outcome": "released"})
-    assert [j.id for j in await engine.dead_list(q)] == [first]
+    assert [j.id for j in await engine.reads.dead_list(q)] == [first]
 
 
 async def test_snooze_puts_the_job_back_after_a_delay_without_spending_an_attempt(gw: Any, put: Any) -> None:
@@ -133,7 +136,7 @@ async def test_a_worker_cancels_a_job_it_holds(gw: Any, engine: Engine, put: Any
     status, got = await gw.call("GET", f"/v1/queues/{q}/jobs/{job_id}")
     assert (status, got["state"], got["reason"]) == (200, "canceled", "customer gone")
     assert code(await write(gw, job, "complete")) == (409, "lease_stale"), "never completed after"
-    assert (await engine.depth(q)).pending == 0, "never retried"
+    assert (await engine.reads.depth(q)).pending == 0, "never retried"
 
 
 async def test_heartbeat_extends_many_leases_and_says_which_are_still_held(
@@ -277,3 +280,27 @@ async def test_one_token_notes_a_bounded_number_of_worker_names(
     assert len(over) == 1, over
     assert (over[0]["cap"], over[0]["worker"]) == (3, names[3])
     assert await claim(gw, gw.queue, worker=names[0]) == [], "a name already noted stays noted"
+
+
+async def test_an_http_worker_that_stops_claiming_while_its_queue_waits_is_judged_silent(
+    gw: Any, engine: Engine, put: Any, prefix: str, eventually: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57 item 4: the gateway keeps an HTTP worker's presence record (the queues it claims from, its
+    last claim from each), so it is judged as a pool is (threshold cut to 0.3 s, every claim noted)."""
+    monkeypatch.setattr(presence, "SILENT_AFTER_S", 0.3)
+    monkeypatch.setattr(state, "WORKER_SEEN_EVERY_S", 0.0)
+    q, name = gw.queue, f"{prefix}-go:pod-1"
+
+    async def row() -> dict[str, Any]:
+        rows = claimer_rows(await presence.claimers(engine._client), now_ms(), [await queue_row(engine, q)])
+        (found,) = [r for r in rows if r["name"] == name]
+        return found
+
+    for _ in range(3):
+        await put(q)
+    await claim_one(gw, q, worker=name)
+    assert (await row())["silent"] == [], "it just claimed"
+    found = await eventually(row, lambda r: r["silent"], timeout_s=30)  # its queue waits; it asks no more
+    assert (found["silent"], found["role"], found["slots"]) == ([q], "http-worker", None)
+    await claim_one(gw, q, worker=name)
+    assert (await row())["silent"] == [], "a claim is noted at once: the next job still waits, it takes them"

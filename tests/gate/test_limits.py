@@ -40,38 +40,41 @@ async def test_parked_long_polls_leave_every_other_request_answering(
     eventually: Callable[..., Awaitable[Any]],
 ) -> None:
     """300 long-poll claims parked on an idle queue (more than redis-py's default pool of 100): reads and
-    enqueues still answer; the 301st poll is a 429 with Retry-After; a job put in wakes one poll."""
+    enqueues still answer; the 301st poll is a 429 with Retry-After; a job put in wakes one poll; a
+    stopping gateway answers the others at once (empty), not at their deadline."""
     service = make_gate(routing_for(make_topic("jobs")), long_polls_max=POLLS, token_share=1.0)  # one token
     queue = f"{prefix}.idle"
     auth = {"Authorization": f"Bearer {token}"}
     connector = aiohttp.TCPConnector(limit=0)
-    async with service, aiohttp.ClientSession(headers=auth, connector=connector) as http:
-        url = f"{service.url}/v1/queues"
+    async with aiohttp.ClientSession(headers=auth, connector=connector) as http:
+        async with service:
+            url = f"{service.url}/v1/queues"
 
-        async def call(method: str, path: str, **kw: Any) -> tuple[int, Any, Any]:
-            async with http.request(method, url + path, **kw) as r:
-                return r.status, await r.json(), r.headers
+            async def call(method: str, path: str, **kw: Any) -> tuple[int, Any, Any]:
+                async with http.request(method, url + path, **kw) as r:
+                    return r.status, await r.json(), r.headers
 
-        claim = {"n": 1, "wait_ms": 3000}
-        polls = [asyncio.create_task(call("POST", f"/{queue}/claims", json=claim)) for _ in range(POLLS)]
-        long_polls = service.gate.long_polls
-        await eventually(lambda: long_polls.parked, lambda n: n == POLLS, timeout_s=20)
+            claim = {"n": 1, "wait_ms": 30_000}  # the cap: every poll is still parked when the last parks
+            polls = [asyncio.create_task(call("POST", f"/{queue}/claims", json=claim)) for _ in range(POLLS)]
+            long_polls = service.gate.long_polls
+            await eventually(lambda: long_polls.parked, lambda n: n == POLLS, timeout_s=20)
 
-        status, body, headers = await call("POST", f"/{queue}/claims", json=claim)
-        assert status == 429, body
-        assert body["error"]["code"] == "gateway_busy"
-        assert headers["Retry-After"] == "1"
+            status, body, headers = await call("POST", f"/{queue}/claims", json=claim)
+            assert status == 429, body
+            assert body["error"]["code"] == "gateway_busy"
+            assert headers["Retry-After"] == "1"
 
-        reads = await asyncio.gather(*(call("GET", f"/{queue}") for _ in range(30)))
-        assert [s for s, _, _ in reads] == [200] * 30, [b for s, b, _ in reads if s != 200][:3]
-        status, body, _ = await call("POST", f"/{prefix}.other/jobs", json={"kind": "k"})
-        assert status == 202, body
-        status, body, _ = await call("POST", f"/{prefix}.other/claims", json={"n": 1})
-        assert status == 200, body
-        assert long_polls.parked == POLLS
+            reads = await asyncio.gather(*(call("GET", f"/{queue}") for _ in range(30)))
+            assert [s for s, _, _ in reads] == [200] * 30, [b for s, b, _ in reads if s != 200][:3]
+            status, body, _ = await call("POST", f"/{prefix}.other/jobs", json={"kind": "k"})
+            assert status == 202, body
+            status, body, _ = await call("POST", f"/{prefix}.other/claims", json={"n": 1})
+            assert status == 200, body
+            assert long_polls.parked == POLLS
 
-        job_id = await put(queue)
-        answers = await asyncio.gather(*polls)
+            job_id = await put(queue)
+            await eventually(lambda: long_polls.parked, lambda n: n == POLLS - 1, timeout_s=20)
+        answers = await asyncio.wait_for(asyncio.gather(*polls), 15)  # 30 s if the stop left them parked
         assert {s for s, _, _ in answers} == {200}, [b for s, b, _ in answers if s != 200][:3]
         claimed = [j["id"] for _, b, _ in answers for j in b["jobs"]]
         assert claimed == [job_id]
@@ -262,7 +265,7 @@ async def test_a_claim_reply_is_capped_in_bytes_and_the_rest_stays_claimable(
                 assert r.status == 200, await r.text()
                 got.append((await r.json())["jobs"])
             if len(got) == 1:
-                depth = await engine.depth(q)
+                depth = await engine.reads.depth(q)
                 assert (depth.pending, depth.running) == (3, 2)
     assert [len(jobs) for jobs in got] == [2, 2, 1]
     assert {j["id"] for jobs in got for j in jobs} == ids
@@ -305,4 +308,4 @@ async def test_a_queue_outside_the_allowlist_is_refused_and_never_created(
         assert (status, body["error"]["code"]) == (403, "queue_not_allowed"), body
         status, body = await post(f"/v1/queues/{prefix}.ok.q/jobs", {"kind": "k"})
         assert status == 202, body
-    assert f"{prefix}.made-up" not in await engine.queues()
+    assert f"{prefix}.made-up" not in await engine.reads.queues()

@@ -54,7 +54,7 @@ async def test_a_blocked_queue_answers_423_its_neighbours_202_and_changes_are_ke
 
     configs, unreadable = await kept.queue_configs()
     assert unreadable == []
-    assert configs[q] == await engine.queue_config(q)
+    assert configs[q] == await engine.reads.queue_config(q)
     assert configs[q].enqueue_blocked
 
     # the gateway that lifted the flag forgot its cached configuration: the next job goes in
@@ -67,7 +67,7 @@ async def test_a_blocked_queue_answers_423_its_neighbours_202_and_changes_are_ke
     for bad in (-1, 31 * 86_400_000, "soon"):
         status, body = await gw.call("PATCH", f"/v1/queues/{q}", json={"default_delay_ms": bad})
         assert (status, body["error"]["code"]) == (400, "body_invalid"), body
-    assert (await engine.queue_config(q)).default_delay_ms == 60_000, "a refused change changed nothing"
+    assert (await engine.reads.queue_config(q)).default_delay_ms == 60_000, "a refused change changed nothing"
 
     # job types: one queue's options, then every queue's (which replace the per-queue ones, as in Redis)
     kind = f"{q}.k"

@@ -62,9 +62,9 @@ async def _lift_every_switch(url: str) -> None:
     client = aioredis.Redis.from_url(url)
     try:
         engine = Engine(client)
-        for switch in await engine.switches():
+        for switch in await engine.admin.switches():
             with contextlib.suppress(SwitchNotFound):
-                await engine.lift_switch(switch.name)
+                await engine.admin.lift_switch(switch.name)
     finally:
         await client.aclose()
 

@@ -72,7 +72,7 @@ async def test_a_switch_stops_a_kind_in_two_pools_and_lifts_cleanly(
         await wait("ok", 15)
         assert ran["poison"] == 5
         assert not [at for kind, at in started if kind == "poison" and at > flipped]
-        assert (await engine.depth(q)).blocked == 10
+        assert (await engine.reads.depth(q)).blocked == 10
         status, listed = await gw.call("GET", "/v1/switches")
         assert status == 200
         assert q + "-stop" in [s["name"] for s in listed["switches"]]
@@ -86,7 +86,7 @@ async def test_a_switch_stops_a_kind_in_two_pools_and_lifts_cleanly(
         ]
         await wait("poison", 15)
     assert ran == {"ok": 15, "poison": 15}  # every job once: none lost, none twice
-    assert (await engine.depth(q)).blocked == 0
+    assert (await engine.reads.depth(q)).blocked == 0
     shipped = await asyncio.to_thread(
         on_audit_topic, endpoints.kafka_bootstrap, lambda d: q + "-stop" in d["target"], 2
     )

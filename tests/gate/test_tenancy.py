@@ -15,7 +15,7 @@ import pytest
 from jqcore.graphs import Graph
 from jqcore.routing import Route, RoutingSettings
 from jqengine import Engine, Switch
-from jqengine.switches import MAX_SWITCHES_PER_QUEUE
+from jqengine.admin import MAX_SWITCHES_PER_QUEUE
 from jqruntime.stores import audit
 from jqruntime.tokens import hash_line
 from kafkagate.main import GateService
@@ -95,13 +95,13 @@ async def test_m4_a_graph_id_belongs_to_its_home_queue(
 async def test_l5_kill_switches_are_capped_per_queue(gate: GateService, engine: Engine, prefix: str) -> None:
     queue = f"{prefix}.teama.jobs"
     for i in range(MAX_SWITCHES_PER_QUEUE):
-        await engine.set_switch(Switch(name=f"{prefix}-s{i}", queue=queue, kind=f"k{i}"))
+        await engine.admin.set_switch(Switch(name=f"{prefix}-s{i}", queue=queue, kind=f"k{i}"))
     status, body = await call(gate, A_ADMIN, "PUT", f"/v1/switches/{prefix}-one-more", {"queue": queue})
     assert (status, body["error"]["code"]) == (409, "switches_full"), body
     status, _ = await call(gate, A_ADMIN, "PUT", f"/v1/switches/{prefix}-s0", {"queue": queue, "kind": "z"})
     assert status == 200, "replacing one of its own is no new switch"
     for i in range(MAX_SWITCHES_PER_QUEUE):
-        await engine.lift_switch(f"{prefix}-s{i}")
+        await engine.admin.lift_switch(f"{prefix}-s{i}")
 
 
 async def test_l4_an_admin_call_is_audited_with_the_queues_it_touched_and_what_it_changed(

@@ -50,7 +50,7 @@ def produce_jobs(producer: AsyncProducer) -> Produce:
 @pytest.fixture
 def pending(engine: Engine) -> Pending:
     async def depth(queue: str) -> int:
-        return (await engine.depth(queue)).pending
+        return (await engine.reads.depth(queue)).pending
 
     return depth
 

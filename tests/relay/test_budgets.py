@@ -39,7 +39,7 @@ async def test_a_queue_over_its_memory_budget_steps_aside_while_its_topic_flows(
 ) -> None:
     topic = make_topic("jobs")
     big, small = f"{prefix}.big", f"{prefix}.small"
-    await engine.configure_queue(big, QueueConfig(memory_budget=BUDGET))
+    await engine.admin.configure_queue(big, QueueConfig(memory_budget=BUDGET))
     envs = [new_envelope(big, "k", {"i": i, "pad": "x" * 1000}) for i in range(100)]
     await producer.produce_many([Record(topic, encode(e), record_key(e)) for e in envs])
     relay = make_relay(topic, batch=10)
@@ -59,8 +59,8 @@ async def test_a_queue_over_its_memory_budget_steps_aside_while_its_topic_flows(
         assert 10 <= held < 100, f"what crossed the budget was written, the rest waits in the lane: {held}"
 
         # a budget raised at run time lets the held jobs in, every one once
-        config = await engine.queue_config(big)
-        await engine.configure_queue(big, dataclasses.replace(config, memory_budget=50 * BUDGET))
+        config = await engine.reads.queue_config(big)
+        await engine.admin.configure_queue(big, dataclasses.replace(config, memory_budget=50 * BUDGET))
         await signals.released.wait_for(lambda v: v[0] == big, timeout_s=60)
         assert await pending(big) == 100
         assert metrics.RELAY_QUEUE_OVER.labels(big)._value.get() == 0
@@ -128,7 +128,7 @@ async def test_two_backlogs_at_the_default_share_never_reach_the_global_guard(
             signals = relay.signals[topic]
             await signals.batch.wait_for(lambda c: c.get("read", 0) >= 5400, timeout_s=120)
             small_engine = Engine(client)
-            assert (await small_engine.depth(small)).pending == 200, "the neighbour flowed"
+            assert (await small_engine.reads.depth(small)).pending == 200, "the neighbour flowed"
             held = {q for q, why in signals.held.values if why == "memory"}
             assert held == {a, b}, f"both backlogs stepped aside for memory: {signals.held.values}"
             info = await client.info("memory")

@@ -35,19 +35,21 @@ async def test_a_queue_redis_lost_is_given_its_kept_settings_before_its_next_job
             written = relay.relays[0].signals.batch
             await produce_jobs(topic, queue, ["a1"], meta=account)
             await written.wait_for(lambda c: c.get("written", 0) >= 1)
-            assert (await engine.queue_config(queue)).mode == "exclusive", "a new queue: its kept settings"
+            assert (await engine.reads.queue_config(queue)).mode == "exclusive", (
+                "a new queue: its kept settings"
+            )
 
             keys = [k async for k in engine._client.scan_iter(match=f"jobq:{{{queue}}}:*")]
             assert await engine._client.delete(*keys)  # Redis lost the queue (a wipe, a lost volume)
             await produce_jobs(topic, queue, ["a2", "a3"], meta=account)
             await written.wait_for(lambda c: c.get("written", 0) >= 3)
-            config = await engine.queue_config(queue)
+            config = await engine.reads.queue_config(queue)
             assert (config.mode, config.excl_key) == ("exclusive", "account")
-            options = (await engine.kinds([queue]))["k"]["queues"][queue]
+            options = (await engine.reads.kinds([queue]))["k"]["queues"][queue]
             assert (options["concurrency"], options["max_attempts"]) == (1, 2)
-            claimed = await engine.claim(queue, 10)
+            claimed = await engine.jobs.claim(queue, 10)
             assert [j.id for j in claimed] == ["a2"], "one job of the account at a time, in order"
-            info = await engine.get_job(queue, "a2")
+            info = await engine.reads.get_job(queue, "a2")
             assert info is not None
             assert info.max_attempts == 2, "the kind's kept options hold for its jobs"
     finally:

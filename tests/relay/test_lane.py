@@ -135,7 +135,7 @@ async def test_a_relay_killed_at_each_step_of_the_lane_loses_nothing_and_keeps_t
     reads the lane back: every job is stored once, with its source record as origin, in source order per
     exclusivity key, and the lane ends empty."""
     topic, held_q, other = make_topic("jobs"), f"{prefix}.h", f"{prefix}.n"
-    await engine.configure_queue(held_q, QueueConfig(mode="exclusive", excl_key="excl"))
+    await engine.admin.configure_queue(held_q, QueueConfig(mode="exclusive", excl_key="excl"))
     rate_key = f"jobq-test/{prefix}/queue-rates/{held_q}"
     consul_client.kv.put(rate_key, "100/s")  # 300 of its jobs at once: 100 direct, the rest aside
     crashing, _ = await relay_process(
@@ -156,12 +156,14 @@ async def test_a_relay_killed_at_each_step_of_the_lane_loses_nothing_and_keeps_t
     async with make_relay(topic, holder="relay-next", batch=500) as relay:
         signals = relay.signals[topic]
         await signals.released.wait_for(lambda v: v[0] == held_q, timeout_s=120)  # the neighbour's were first
-    jobs = [j for j in await engine.get_jobs(held_q, list(source)) if j is not None]
+    jobs = [j for j in await engine.reads.get_jobs(held_q, list(source)) if j is not None]
     assert len(jobs) == 300, "every job of the held queue stored"
-    assert (await engine.depth(held_q)).pending + (await engine.depth(held_q)).blocked == 300, "each once"
+    assert (await engine.reads.depth(held_q)).pending + (await engine.reads.depth(held_q)).blocked == 300, (
+        "each once"
+    )
     assert all(j.origin == f"{topic}/{source[j.id][1]}/{source[j.id][2]}" for j in jobs), "source origins"
     assert _in_order(jobs, source) == [], "per key, in source order"
-    assert (await engine.depth(other)).pending == 100
+    assert (await engine.reads.depth(other)).pending == 100
     rest = await asyncio.to_thread(
         _lane_at_rest, endpoints.kafka_bootstrap, f"{topic}.held", f"{prefix}-relay.{topic}.held"
     )

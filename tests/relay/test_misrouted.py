@@ -56,7 +56,7 @@ async def test_an_envelope_for_another_topics_queue_is_dead_lettered_as_misroute
         f"misrouted: queue '{theirs}' is routed to {prefix}.payments, not {topic}",
     ]
     assert {m.value() for m in dead} == {encode(forged), encode(unrouted), encode(made_up)}, "bytes unchanged"
-    assert await engine.get_job(theirs, forged.id) is None
+    assert await engine.reads.get_job(theirs, forged.id) is None
     assert await pending(theirs) == 0
     assert metrics.RELAY_MISROUTED.labels(topic)._value.get() - before >= 3
 

@@ -86,7 +86,7 @@ def rebuild_cli(endpoints: Endpoints, lost_db: str, cron_settings: CronSettings)
 
 
 async def _state(engine: Engine, queue: str, job_id: str) -> str | None:
-    info = await engine.get_job(queue, job_id)
+    info = await engine.reads.get_job(queue, job_id)
     return None if info is None else info.state
 
 
@@ -155,20 +155,22 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
             await batch.wait_for(lambda c: c.get("read", 0) >= 11)  # 7 jobs, 2 far ones, 2 graphs
             assert all(await asyncio.gather(*(_state(engine, q, i) for i in ids)))
             for name in ("far", "unsched"):
-                assert await engine.far_run_at(q, name) == far_at
-            assert (await engine.depth(qg)).pending == 2  # both graphs' roots
+                assert await engine.reads.far_run_at(q, name) == far_at
+            assert (await engine.reads.depth(qg)).pending == 2  # both graphs' roots
 
-            assert (await engine.cancel(q, "gone")).changed
-            claimed = {j.id: j for j in await engine.claim(q, 10)}
+            assert (await engine.admin.cancel(q, "gone")).changed
+            claimed = {j.id: j for j in await engine.jobs.claim(q, 10)}
             assert sorted(claimed) == ["again", "dead", "done", "redo", "run"]
             for name in ("done", "again", "redo"):
-                await engine.complete(q, (name, claimed[name].attempt, claimed[name].token))
+                await engine.jobs.complete(q, (name, claimed[name].attempt, claimed[name].token))
             dead = claimed["dead"]
-            assert await engine.fail(q, (dead.id, dead.attempt, dead.token), "ValueError: no") == "errored"
+            assert (
+                await engine.jobs.fail(q, (dead.id, dead.attempt, dead.token), "ValueError: no") == "errored"
+            )
             assert await engine.graphs.cancel(f"{prefix}-gdone")
             await fire_now(engine, schedule, [3_600_000, 7_200_000])
-            (done_fire,) = await engine.claim(qc, 1)
-            await engine.complete(qc, (done_fire.id, done_fire.attempt, done_fire.token))
+            (done_fire,) = await engine.jobs.claim(qc, 1)
+            await engine.jobs.complete(qc, (done_fire.id, done_fire.attempt, done_fire.token))
             assert done_fire.id == fired
             await produce_jobs(topic, q, ["again", "pend", "tick"])  # a new run of a finished id, new jobs
             await batch.wait_for(lambda c: c.get("read", 0) >= 14)
@@ -179,12 +181,12 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
             # trimmed to nothing
             await scheduler.signals.graph_closed.wait_for(lambda g: g[0] == f"{prefix}-gdone")
             await shipped(scheduler, [q, qg, qc])
-            assert not any((await engine.events_backlog([q, qg, qc])).values())
+            assert not any((await engine.events.backlog([q, qg, qc])).values())
             assert not await engine.graphs.events(f"{prefix}-gdone")
             canceled_at = now_ms()  # one more transition on a queue the shipper watches: how soon in Kafka?
-            assert (await engine.cancel(q, "tick")).changed
+            assert (await engine.admin.cancel(q, "tick")).changed
             await shipped(scheduler, [q])
-            assert not any((await engine.events_backlog([q, qg, qc])).values())
+            assert not any((await engine.events.backlog([q, qg, qc])).values())
             print(f"an event of a watched queue was in Kafka within {now_ms() - canceled_at} ms")
         # no scheduler any more: what happens now stays in Redis and is lost with it
         await produce_jobs(topic, q, ["redo"])  # a new run whose events never reached Kafka
@@ -192,7 +194,7 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
         assert await _state(engine, q, "redo") == "pending"
         # unscheduled as the gateway does it: the tier's tombstone first, then the cancel in Redis
         await producer.produce_many([Record(far.topic, None, schedule_key(q, "unsched"))])
-        assert (await engine.cancel(q, "unsched")).changed
+        assert (await engine.admin.cancel(q, "unsched")).changed
     await produce_jobs(topic, q, ["far2"], run_at=far_at)  # the relay never read it
     await redis.flushdb()  # Redis lost everything
 
@@ -226,18 +228,21 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
         assert await _state(engine, q, name) is None, f"{name} finished before the loss: not run again"
     for name in ("pend", "run", "again", "redo"):
         assert await _state(engine, q, name) == "pending", name
-    later = await engine.get_job(q, "later")
+    later = await engine.reads.get_job(q, "later")
     assert later is not None
     assert (later.state, later.run_at) == ("delayed", later_at)
-    assert (await engine.far_run_at(q, "far"), await engine.far_run_at(q, "far2")) == (far_at, far_at)
-    assert await engine.far_run_at(q, "unsched") is None, "unscheduled: its tombstone is in the tier"
+    assert (await engine.reads.far_run_at(q, "far"), await engine.reads.far_run_at(q, "far2")) == (
+        far_at,
+        far_at,
+    )
+    assert await engine.reads.far_run_at(q, "unsched") is None, "unscheduled: its tombstone is in the tier"
     tier = [(r.key().decode(), r.value() is not None) for r in topic_reader(far.topic, 4)]
     assert sorted(tier) == [(f"{q}/{k}", v) for k, v in TIER], "only far2 was written, as the relay would"
-    assert (await engine.depth(q)).pending == 4, "each once"
+    assert (await engine.reads.depth(q)).pending == 4, "each once"
     assert (await engine.graphs.get(f"{prefix}-gopen")).state == "running"
     with pytest.raises(GraphNotFound):
         await engine.graphs.get(f"{prefix}-gdone")
-    assert (await engine.depth(qg)).pending == 1, "the running graph's root again"
+    assert (await engine.reads.depth(qg)).pending == 1, "the running graph's root again"
     assert await _state(engine, qc, kept_fire) == "pending"
     assert await _state(engine, qc, fired) is None
 
@@ -245,9 +250,9 @@ async def test_after_a_redis_loss_pending_work_comes_back_once_and_finished_work
     (t,) = again["topics"]
     assert (t["kept"], t["rebuilt"] - t["far"], t["duplicate"]) == (9, 0, 7)
     assert topic_end(far.topic) == len(TIER)
-    assert (await engine.depth(q)).pending == 4
-    assert (await engine.depth(qg)).pending == 1
-    assert (await engine.depth(qc)).pending == 1
+    assert (await engine.reads.depth(q)).pending == 4
+    assert (await engine.reads.depth(qg)).pending == 1
+    assert (await engine.reads.depth(qc)).pending == 1
     await crons.delete(schedule.name)
     await close_consul(consul)
     await redis.aclose()
@@ -372,7 +377,7 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     lost = [key async for key in redis.scan_iter(match=f"jobq:{{{q}}}:*")]
     assert lost, "the gateway configured the queue in this database"
     await redis.delete(*lost)
-    assert (await engine.queue_config(q)).mode == "simple", "Redis lost it"
+    assert (await engine.reads.queue_config(q)).mode == "simple", "Redis lost it"
     consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
     broken = f"{cron_settings.kv_prefix}/queue-config/{q}.broken"
     await consul.kv.put(broken, "{not json")  # written by hand: named, not restored, nothing stops
@@ -395,15 +400,15 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     assert report.as_dict()["configs"] == restored
     (t,) = report.topics
     assert t.totals()["rebuilt"] == 3
-    config = await engine.queue_config(q)
+    config = await engine.reads.queue_config(q)
     assert (config.mode, config.excl_key, config.lease_ms) == ("exclusive", "account", 5000)
-    options = (await engine.kinds([q]))[kind]["queues"][q]
+    options = (await engine.reads.kinds([q]))[kind]["queues"][q]
     assert (options["max_attempts"], options["priority"]) == (3, 7)
     for job_id in ("a1", "a2", "b1"):  # written after the options: the kind's attempts and priority
-        info = await engine.get_job(q, job_id)
+        info = await engine.reads.get_job(q, job_id)
         assert info is not None
         assert (info.max_attempts, info.priority) == (3, 7), job_id
-    claimed = sorted(c.id for c in await engine.claim(q, 10))
+    claimed = sorted(c.id for c in await engine.jobs.claim(q, 10))
     assert claimed in (["a1", "b1"], ["a2", "b1"]), "written into an exclusive queue: one per account"
 
     again = (await rebuild()).configs  # what Redis has now is left alone

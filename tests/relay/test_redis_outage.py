@@ -73,9 +73,9 @@ async def test_redis_down_commits_nothing_then_everything_arrives(
 
     async def depth() -> int:
         try:
-            return (await engine.depth(queue)).pending
+            return (await engine.reads.depth(queue)).pending
         except RedisConnectionError:  # the test's own connection from before the restart: try anew
-            return (await engine.depth(queue)).pending
+            return (await engine.reads.depth(queue)).pending
 
     async def send(first: int, n: int) -> None:
         envs = [new_envelope(queue, "k", i, id=f"o{i}") for i in range(first, first + n)]

@@ -73,7 +73,7 @@ async def test_kill_9_moves_the_topics_and_loses_nothing(
         await producer.produce_many(records)
 
     async def total() -> int:
-        return sum([(await engine.depth(f"{prefix}.q{i}")).pending for i in range(4)])
+        return sum([(await engine.reads.depth(f"{prefix}.q{i}")).pending for i in range(4)])
 
     await produce(1)
     await eventually(total, lambda n: n == 400, 120)

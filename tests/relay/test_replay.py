@@ -71,8 +71,8 @@ async def test_a_range_by_offset_is_written_once_and_the_relay_offsets_stay_unto
         {**doc["partitions"][0], "partition": 0, "start": 10, "end": 20, "read": 10, "written": 10}
     ]
     assert await pending(queue) == 10
-    assert await engine.get_job(queue, "j10") is not None
-    assert await engine.get_job(queue, "j20") is None, "--to is exclusive"
+    assert await engine.reads.get_job(queue, "j10") is not None
+    assert await engine.reads.get_job(queue, "j20") is None, "--to is exclusive"
     code, doc = await replay("--topic", topic, "--from", "0", "--json")  # to the end
     assert code == 0, doc
     assert (totals(doc)["written"], totals(doc)["duplicate"]) == (20, 10)
@@ -102,8 +102,8 @@ async def test_a_range_by_time_starts_at_the_first_record_at_or_after_it(
     code, doc = await replay("--topic", topic, "--from", when, "--json")
     assert code == 0, doc
     assert totals(doc)["written"] == 10
-    assert await engine.get_job(queue, "new3") is not None
-    assert await engine.get_job(queue, "old3") is None
+    assert await engine.reads.get_job(queue, "new3") is not None
+    assert await engine.reads.get_job(queue, "old3") is None
     code, doc = await replay("--topic", topic, "--from=-1h", "--dry-run", "--json")
     assert code == 0, doc
     assert totals(doc)["read"] == 20
@@ -115,8 +115,8 @@ async def test_finished_ids_run_again_only_with_force_and_live_ones_never_double
     topic, queue = make_topic("jobs", partitions=1), f"{prefix}.q"
     await produce_jobs(topic, queue, [f"f{i}" for i in range(5)])
     assert (await replay("--topic", topic, "--from", "0", "--json"))[0] == 0
-    for job in await engine.claim(queue, 5):
-        await engine.complete(queue, (job.id, job.attempt, job.token))
+    for job in await engine.jobs.claim(queue, 5):
+        await engine.jobs.complete(queue, (job.id, job.attempt, job.token))
     assert await pending(queue) == 0
     await produce_jobs(topic, queue, ["live"])  # offset 5: stays pending throughout
     code, doc = await replay("--topic", topic, "--from", "0", "--json")

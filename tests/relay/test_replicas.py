@@ -44,7 +44,7 @@ async def test_offsets_wait_for_the_replica_and_the_batch_is_written_again_meanw
             await signals.stalled.wait_for(lambda why: why == "replicas", after=stalls)
             await signals.stalled.wait_for(lambda why: why == "replicas", after=signals.stalled.mark())
             assert await offsets(topic) == (50, 100), "nothing committed while the replica lags"
-            assert (await relay.engine.depth(queue)).pending == 100, "written to the master, once"
+            assert (await relay.engine.reads.depth(queue)).pending == 100, "written to the master, once"
             async with aioredis.Redis.from_url(url) as other:  # a client that wrote none of it checks too
                 why = await ReplicaWait(other, None, WAIT_MS).confirm([f"jobq:{{{queue}}}:ready"])
             assert why == f"redis: 0 of 1 replicas in {WAIT_MS} ms"
@@ -52,7 +52,7 @@ async def test_offsets_wait_for_the_replica_and_the_batch_is_written_again_meanw
             replica.signal(signal.SIGCONT)
         await signals.committed.wait_for(lambda n: n >= 100)
         assert await offsets(topic) == (100, 100)
-        assert (await relay.engine.depth(queue)).pending == 100
+        assert (await relay.engine.reads.depth(queue)).pending == 100
         counts = relay.relays[0].counts
         assert counts["written"] == 100, counts  # written again meanwhile: not counted twice
 

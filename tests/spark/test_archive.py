@@ -72,13 +72,13 @@ async def test_a_job_gone_from_redis_answers_from_the_archive(
         ids = await client.enqueue(q, [{"kind": "arch.flaky", "args": {"i": i}} for i in range(20)])
         async with Pool(registry, engine, PoolConfig([q], concurrency=5), redis=redis):
             await eventually(
-                lambda: engine.get_jobs(q, ids),
+                lambda: engine.reads.get_jobs(q, ids),
                 lambda infos: all(i and i.state == "completed" for i in infos),
                 120,
             )
-        infos = [i for i in await engine.get_jobs(q, ids) if i is not None]
+        infos = [i for i in await engine.reads.get_jobs(q, ids) if i is not None]
         n_events = sum(i.version for i in infos)
-        await eventually(lambda: engine.events_backlog([q]), lambda b: b[q] == 0, 60)
+        await eventually(lambda: engine.events.backlog([q]), lambda b: b[q] == 0, 60)
         await eventually(lambda: asyncio.to_thread(topic_end, events_topic), lambda n: n >= n_events, 60)
 
         query = start_history(
@@ -97,9 +97,11 @@ async def test_a_job_gone_from_redis_answers_from_the_archive(
         live = await client.get_job(q, ids[3])
         assert live is not None
         assert live["source"] == "redis"
-        gone = await engine.gc(q, now_ms=int(time.time() * 1000) + 2 * 86_400_000)  # past the retention
+        gone = await engine.timers.gc(
+            q, now_ms=int(time.time() * 1000) + 2 * 86_400_000
+        )  # past the retention
         assert gone == len(ids)
-        assert await engine.get_job(q, ids[3]) is None
+        assert await engine.reads.get_job(q, ids[3]) is None
         old = await client.get_job(q, ids[3])
         assert old is not None
         assert (old["source"], old["state"], old["version"], old["kind"]) == (

@@ -88,12 +88,12 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
     ):
         a, b, c = await client.enqueue(q, jobs)
         infos = await eventually(
-            lambda: engine.get_jobs(q, [a, b, c]),
+            lambda: engine.reads.get_jobs(q, [a, b, c]),
             lambda got: all(i and i.state in ("completed", "expired") for i in got),  # b may expire first
             60,
         )
         n_events = sum(i.version for i in infos)
-        await eventually(lambda: engine.events_backlog([q]), lambda backlog: backlog[q] == 0, 60)
+        await eventually(lambda: engine.events.backlog([q]), lambda backlog: backlog[q] == 0, 60)
         await eventually(lambda: asyncio.to_thread(topic_end, events_topic), lambda n: n >= n_events, 60)
         query = start_history(
             spark,
@@ -105,8 +105,8 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
             available_now=True,
         )
         await asyncio.to_thread(query.awaitTermination)
-        assert await engine.gc(q, now_ms=int(time.time() * 1000) + 2 * 86_400_000) == 3
-        assert await engine.get_job(q, a) is None
+        assert await engine.timers.gc(q, now_ms=int(time.time() * 1000) + 2 * 86_400_000) == 3
+        assert await engine.reads.get_job(q, a) is None
 
         # GET from the archive: args, meta, result and the envelope fields a replay keeps
         old = await client.get_job(q, a)
@@ -136,11 +136,15 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
         made = await client.request("POST", f"/v1/queues/{q}/jobs/{a}/replay")
         assert (made["source"], made["replay_of"]) == ("archive", a)
         (again,) = made["ids"]
-        running = await eventually(lambda: engine.get_job(q, again), lambda i: i and i.state == "running", 30)
+        running = await eventually(
+            lambda: engine.reads.get_job(q, again), lambda i: i and i.state == "running", 30
+        )
         assert running.priority == 5
         assert 0 < running.lease_deadline - await engine.now() <= 7000  # the queue's default is 30 s
         release.set()
-        done = await eventually(lambda: engine.get_job(q, again), lambda i: i and i.state == "completed", 30)
+        done = await eventually(
+            lambda: engine.reads.get_job(q, again), lambda i: i and i.state == "completed", 30
+        )
         assert orjson.loads(done.result) == {"echo": "a"}
         assert again in ran
 
@@ -148,6 +152,6 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
         assert int(time.time() * 1000) > soon
         made = await client.request("POST", f"/v1/queues/{q}/jobs/{b}/replay")
         (late,) = made["ids"]
-        ended = await eventually(lambda: engine.get_job(q, late), lambda i: i is not None, 30)
+        ended = await eventually(lambda: engine.reads.get_job(q, late), lambda i: i is not None, 30)
         assert (ended.state, ended.attempt, ended.started_at) == ("expired", 0, None)
         assert late not in ran

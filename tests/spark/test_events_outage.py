@@ -56,7 +56,7 @@ async def test_kafka_away_loses_no_event_and_the_history_catches_up(
     assert broker.pid is not None
     topic = make_topic("events", partitions=2)
     q, small = f"{prefix}.q", f"{prefix}.small"
-    await engine.configure_queue(small, QueueConfig(events_cap=SMALL_CAP))
+    await engine.admin.configure_queue(small, QueueConfig(events_cap=SMALL_CAP))
     registry = Registry()
 
     @registry.job("outage.ok", queue=q)
@@ -76,21 +76,21 @@ async def test_kafka_away_loses_no_event_and_the_history_catches_up(
             async with Pool(registry, engine, PoolConfig([q, small], concurrency=20), redis=redis):
                 for queue, queue_ids in ids.items():
                     await eventually(
-                        lambda queue=queue, queue_ids=queue_ids: engine.get_jobs(queue, queue_ids),
+                        lambda queue=queue, queue_ids=queue_ids: engine.reads.get_jobs(queue, queue_ids),
                         lambda infos: all(i is not None and i.state == "completed" for i in infos),
                         120,
                     )
             failed_mark = failed.mark()  # every job ran, every event of theirs waits in Redis
-            backlog = await engine.events_backlog([q, small])
+            backlog = await engine.events.backlog([q, small])
             assert backlog[q] == 3 * N + 2, "every event of the outage waits in Redis (+ the warm-up's run)"
             assert backlog[small] == SMALL_CAP, "the small queue holds its cap ..."
-            dropped = (await engine.queue_stats(small))["events_dropped"]
+            dropped = (await engine.reads.queue_stats(small))["events_dropped"]
             assert dropped == 3 * N - SMALL_CAP, "... and counts every event past it"
             # the fault outlasts the jobs: a shipping round that began after they all ran fails too
             await failed.wait_for(after=failed_mark, timeout_s=120)
         finally:
             os.kill(broker.pid, signal.SIGCONT)
-        await eventually(lambda: engine.events_backlog([q, small]), lambda b: not any(b.values()), 120)
+        await eventually(lambda: engine.events.backlog([q, small]), lambda b: not any(b.values()), 120)
         assert sched.shipper is not None
         assert sched.shipper.shipped >= 3 + 3 * N + SMALL_CAP
 

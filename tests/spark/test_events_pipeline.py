@@ -109,32 +109,36 @@ async def test_every_job_has_its_whole_story_in_the_events_topic_and_the_history
     # Expired: a paused queue holds them until their expires_at passed; the claim after the resume ends
     # them (a job whose trip through Kafka took longer than its expiry ends at its enqueue instead)
     q_exp = f"{prefix}.exp"
-    await engine.pause(q_exp)
+    await engine.admin.pause(q_exp)
     expires_at = now + 3_000
     expiring = [{"kind": "ev.ok", "args": {"i": i}, "expires_at": expires_at} for i in range(N_EXPIRED)]
     exp_ids = await client.enqueue(q_exp, expiring)
     canceled = [i for i, s in expected.items() if s == "canceled"]
-    await eventually(lambda: engine.depth(q), lambda d: d.delayed >= N_CANCELED, 120)
+    await eventually(lambda: engine.reads.depth(q), lambda d: d.delayed >= N_CANCELED, 120)
     for job_id in canceled:
         await client.cancel(q, job_id)
-    await eventually(lambda: engine.depth(q_exp), lambda d: d.pending + d.finished == N_EXPIRED, 120)
+    await eventually(lambda: engine.reads.depth(q_exp), lambda d: d.pending + d.finished == N_EXPIRED, 120)
     await eventually(time.time, lambda t: t * 1000 > expires_at + 10, 10)  # expiry needs the clock to pass
-    await engine.pause(q_exp, False)
+    await engine.admin.pause(q_exp, False)
 
     async with Pool(registry, engine, PoolConfig([q, q_exp], concurrency=20), redis=redis):
         await eventually(
-            lambda: engine.get_jobs(q, ids),
+            lambda: engine.reads.get_jobs(q, ids),
             lambda infos: all(i is not None and i.state == expected[i.id] for i in infos),
             180,
         )
         await eventually(
-            lambda: engine.get_jobs(q_exp, exp_ids),
+            lambda: engine.reads.get_jobs(q_exp, exp_ids),
             lambda infos: all(i and i.state == "expired" for i in infos),
         )
     expected.update(dict.fromkeys(exp_ids, "expired"))
-    infos = {i.id: i for i in await engine.get_jobs(q, ids) + await engine.get_jobs(q_exp, exp_ids) if i}
+    infos = {
+        i.id: i
+        for i in await engine.reads.get_jobs(q, ids) + await engine.reads.get_jobs(q_exp, exp_ids)
+        if i
+    }
     n_events = sum(i.version for i in infos.values())
-    await eventually(lambda: engine.events_backlog([q, q_exp]), lambda b: not any(b.values()), 60)
+    await eventually(lambda: engine.events.backlog([q, q_exp]), lambda b: not any(b.values()), 60)
     await eventually(lambda: asyncio.to_thread(topic_end, events_topic), lambda n: n >= n_events, 60)
     records = await asyncio.to_thread(topic_reader, events_topic, topic_end(events_topic))
 
@@ -147,7 +151,7 @@ async def test_every_job_has_its_whole_story_in_the_events_topic_and_the_history
     for job_id, by_v in by_job.items():
         check_story(infos[job_id], [by_v[v] for v in sorted(by_v)], expected[job_id], jobs_topic)
     for queue in (q, q_exp):
-        assert (await engine.queue_stats(queue)).get("events_dropped", 0) == 0
+        assert (await engine.reads.queue_stats(queue)).get("events_dropped", 0) == 0
 
     stories = {
         (job_id, infos[job_id].queue): [(e.from_state, e.to, e.v) for _, e in sorted(by_v.items())]

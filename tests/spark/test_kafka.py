@@ -129,7 +129,7 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
     per_file, files = 50, 4
     total = per_file * files
     # the replayed batch arrives after its jobs finished: Spark-fed queues use the 'finished' dedup policy
-    await engine.configure_queue(queue, QueueConfig(dedup="finished"))
+    await engine.admin.configure_queue(queue, QueueConfig(dedup="finished"))
 
     registry = Registry()
     runs: Counter[str] = Counter()
@@ -175,7 +175,7 @@ async def test_streaming_jobs_run_once_through_relay_and_workers_even_when_a_bat
                 lambda k: k == written,
             )
             await eventually(lambda: len(runs), lambda k: k == total)
-            await eventually(lambda: engine.depth(queue), lambda d: d.finished == total)
+            await eventually(lambda: engine.reads.depth(queue), lambda d: d.finished == total)
         finally:
             await stop(query)
 

@@ -16,7 +16,8 @@ from jqstack.manager import Endpoints
 T0 = 1_900_000_000_000
 """A fixed 'now' (ms; 2030-03-17): tests drive the clock through ``now_ms``. It must stay ahead of the real
 clock: a claim's ``started_at`` and a record's ``enqueued_at`` are the later of ``now`` and Redis's own clock
-(``_lib.lua``), so a ``T0`` in the past would make them the real time (1.8e12 would have on 2027-01-15)."""
+(``lua/lib/server_now.lua``), so a ``T0`` in the past would make them the real time (1.8e12 would have on
+2027-01-15)."""
 
 
 @pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])

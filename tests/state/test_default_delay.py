@@ -18,8 +18,8 @@ DELAY = 60_000
 async def test_jobs_without_a_time_wait_the_default_delay_from_their_acceptance(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
-    await engine.configure_queue(q, QueueConfig(default_delay_ms=DELAY))
-    assert (await engine.queue_config(q)).default_delay_ms == DELAY
+    await engine.admin.configure_queue(q, QueueConfig(default_delay_ms=DELAY))
+    assert (await engine.reads.queue_config(q)).default_delay_ms == DELAY
     written = t0 + 5_000  # the relay writes 5 s after the gateway accepted them
     jobs = [
         job(q, id="plain"),
@@ -38,17 +38,17 @@ async def test_jobs_without_a_time_wait_the_default_delay_from_their_acceptance(
         "old": "stored",
     }
     for job_id, run_at in (("plain", t0 + DELAY), ("later", t0 + 2 * DELAY)):
-        info = await engine.get_job(q, job_id)
+        info = await engine.reads.get_job(q, job_id)
         assert info is not None
         assert (info.state, info.run_at) == ("delayed", run_at)
 
-    claimed = await engine.claim(q, 10, now_ms=t0 + DELAY - 1)
+    claimed = await engine.jobs.claim(q, 10, now_ms=t0 + DELAY - 1)
     assert sorted(c.id for c in claimed) == ["at", "now", "old"]
-    assert (await engine.promote_due(q, now_ms=t0 + DELAY - 1)).promoted == 0, "never early"
-    assert (await engine.promote_due(q, now_ms=t0 + DELAY)).promoted == 1
-    assert [c.id for c in await engine.claim(q, 10, now_ms=t0 + DELAY)] == ["plain"]
+    assert (await engine.timers.promote_due(q, now_ms=t0 + DELAY - 1)).promoted == 0, "never early"
+    assert (await engine.timers.promote_due(q, now_ms=t0 + DELAY)).promoted == 1
+    assert [c.id for c in await engine.jobs.claim(q, 10, now_ms=t0 + DELAY)] == ["plain"]
 
-    await engine.configure_queue(q, QueueConfig())  # off again: the next job is ready at once
+    await engine.admin.configure_queue(q, QueueConfig())  # off again: the next job is ready at once
     (outcome,) = (await engine.enqueue_batch([job(q, id="after")], now_ms=written)).outcomes
     assert outcome.outcome == "stored"
 
@@ -56,5 +56,5 @@ async def test_jobs_without_a_time_wait_the_default_delay_from_their_acceptance(
 @pytest.mark.parametrize("bad", [-1, QueueConfig.MAX_DEFAULT_DELAY_MS + 1])
 async def test_a_default_delay_out_of_range_is_refused(engine: Engine, q: str, bad: int) -> None:
     with pytest.raises(QueueConfigInvalid, match="default_delay_ms"):
-        await engine.configure_queue(q, QueueConfig(default_delay_ms=bad))
-    assert (await engine.queue_config(q)).default_delay_ms == 0
+        await engine.admin.configure_queue(q, QueueConfig(default_delay_ms=bad))
+    assert (await engine.reads.queue_config(q)).default_delay_ms == 0

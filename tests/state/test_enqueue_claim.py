@@ -19,8 +19,8 @@ async def test_enqueue_is_idempotent_by_id(engine: Engine, q: str, job: Job, t0:
     again = await engine.enqueue_batch([job(q, id="a"), job(q, id="c")], now_ms=t0)
     assert [o.outcome for o in again.outcomes] == ["duplicate", "stored"]
     assert again.created_queues == []
-    assert (await engine.depth(q, now=t0)).pending == 3
-    assert q in await engine.queues()
+    assert (await engine.reads.depth(q, now=t0)).pending == 3
+    assert q in await engine.reads.queues()
 
 
 async def test_envelope_bytes_are_stored_verbatim(engine: Engine, q: str, job: Job, t0: int) -> None:
@@ -33,7 +33,7 @@ async def test_envelope_bytes_are_stored_verbatim(engine: Engine, q: str, job: J
     from jqcore.envelope import decode
 
     await engine.enqueue_batch([decode(raw)], now_ms=t0)
-    [claimed] = await engine.claim(q, 1, now_ms=t0)
+    [claimed] = await engine.jobs.claim(q, 1, now_ms=t0)
     assert claimed.envelope.raw == raw
 
 
@@ -42,7 +42,7 @@ async def test_stale_fence_is_refused_whole_batch(engine: Engine, q: str, job: J
     with pytest.raises(FenceRejected) as info:
         await engine.enqueue_batch([job(q, id="b")], fence=6, source="topic-a", now_ms=t0)
     assert info.value.newest == 7
-    assert await engine.get_job(q, "b") is None
+    assert await engine.reads.get_job(q, "b") is None
     # another source has its own fence; the newer fence is accepted and remembered
     await engine.enqueue_batch([job(q, id="c")], fence=1, source="topic-b", now_ms=t0)
     await engine.enqueue_batch([job(q, id="d")], fence=8, source="topic-a", now_ms=t0)
@@ -57,24 +57,24 @@ async def test_claim_takes_lowest_priority_first_fifo_by_default(
         [job(q, id="late", at_ms=t0 + 2), job(q, id="early", at_ms=t0 + 1), job(q, id="urgent", priority=-5)],
         now_ms=t0,
     )
-    claimed = await engine.claim(q, 3, now_ms=t0)
+    claimed = await engine.jobs.claim(q, 3, now_ms=t0)
     assert [c.id for c in claimed] == ["urgent", "early", "late"]
     assert all(c.attempt == 1 for c in claimed)
     assert len({c.token for c in claimed}) == 3
-    assert await engine.claim(q, 1, now_ms=t0) == []
+    assert await engine.jobs.claim(q, 1, now_ms=t0) == []
 
 
 async def test_lease_deadline_from_claim_job_or_queue(engine: Engine, q: str, job: Job, t0: int) -> None:
-    await engine.configure_queue(q, QueueConfig(lease_ms=5000))
+    await engine.admin.configure_queue(q, QueueConfig(lease_ms=5000))
     await engine.enqueue_batch([job(q, id="a"), job(q, id="b", lease_ms=700), job(q, id="c")], now_ms=t0)
-    a, b = await engine.claim(q, 2, now_ms=t0)
+    a, b = await engine.jobs.claim(q, 2, now_ms=t0)
     assert (a.lease_deadline_ms, b.lease_deadline_ms) == (t0 + 5000, t0 + 700)
-    [c] = await engine.claim(q, 1, lease_ms=250, now_ms=t0)
+    [c] = await engine.jobs.claim(q, 1, lease_ms=250, now_ms=t0)
     assert c.lease_deadline_ms == t0 + 250
 
 
 async def test_filtered_claim_and_depth_by_filter(engine: Engine, q: str, job: Job, t0: int) -> None:
-    await engine.configure_queue(q, QueueConfig(filter_keys=("tenant", "region")))
+    await engine.admin.configure_queue(q, QueueConfig(filter_keys=("tenant", "region")))
     await engine.enqueue_batch(
         [
             job(q, id="a1", meta={"tenant": "a", "region": "eu"}),
@@ -84,13 +84,13 @@ async def test_filtered_claim_and_depth_by_filter(engine: Engine, q: str, job: J
         ],
         now_ms=t0,
     )
-    assert (await engine.depth(q, {"tenant": "a"})).by_filter == 3
-    got = await engine.claim(q, 5, filter={"tenant": "a", "region": "eu"}, now_ms=t0)
+    assert (await engine.reads.depth(q, {"tenant": "a"})).by_filter == 3
+    got = await engine.jobs.claim(q, 5, filter={"tenant": "a", "region": "eu"}, now_ms=t0)
     assert [c.id for c in got] == ["a1", "a3"]
-    assert (await engine.depth(q, {"tenant": "a"})).by_filter == 1
-    rest = await engine.claim(q, 5, now_ms=t0)
+    assert (await engine.reads.depth(q, {"tenant": "a"})).by_filter == 1
+    rest = await engine.jobs.claim(q, 5, now_ms=t0)
     assert sorted(c.id for c in rest) == ["a2", "b1"]
-    assert (await engine.depth(q, {"tenant": "a"})).by_filter == 0
+    assert (await engine.reads.depth(q, {"tenant": "a"})).by_filter == 0
 
 
 async def test_expired_jobs_are_never_handed_out(engine: Engine, q: str, job: Job, t0: int) -> None:
@@ -99,9 +99,9 @@ async def test_expired_jobs_are_never_handed_out(engine: Engine, q: str, job: Jo
         now_ms=t0 + 1,
     )
     assert [o.outcome for o in out.outcomes] == ["expired", "stored", "stored"]
-    claimed = await engine.claim(q, 5, now_ms=t0 + 100)
+    claimed = await engine.jobs.claim(q, 5, now_ms=t0 + 100)
     assert [c.id for c in claimed] == ["ok"]
-    info = await engine.get_job(q, "soon")
+    info = await engine.reads.get_job(q, "soon")
     assert info is not None
     assert info.state == "expired"
 
@@ -109,23 +109,23 @@ async def test_expired_jobs_are_never_handed_out(engine: Engine, q: str, job: Jo
 async def test_paused_queue_accepts_enqueues_but_hands_out_nothing(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
-    await engine.pause(q)
+    await engine.admin.pause(q)
     await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
-    assert await engine.claim(q, 1, now_ms=t0) == []
-    await engine.pause(q, False)
-    assert [c.id for c in await engine.claim(q, 1, now_ms=t0)] == ["a"]
+    assert await engine.jobs.claim(q, 1, now_ms=t0) == []
+    await engine.admin.pause(q, False)
+    assert [c.id for c in await engine.jobs.claim(q, 1, now_ms=t0)] == ["a"]
 
 
 async def test_queue_config_is_validated_and_read_back(engine: Engine, q: str, job: Job, t0: int) -> None:
     from jqengine import QueueConfigInvalid
 
     with pytest.raises(QueueConfigInvalid):
-        await engine.configure_queue(q, QueueConfig(filter_keys=("a", "b", "c", "d", "e")))
+        await engine.admin.configure_queue(q, QueueConfig(filter_keys=("a", "b", "c", "d", "e")))
     with pytest.raises(QueueConfigInvalid):
-        await engine.configure_queue(q, QueueConfig(mode="exclusive"))
+        await engine.admin.configure_queue(q, QueueConfig(mode="exclusive"))
     config = QueueConfig(mode="exclusive", excl_key="account", lease_ms=1234, filter_keys=("account",))
-    await engine.configure_queue(q, config)
-    assert await engine.queue_config(q) == config
+    await engine.admin.configure_queue(q, config)
+    assert await engine.reads.queue_config(q) == config
 
 
 async def test_a_claim_is_stamped_no_earlier_than_redis_handed_it_out(
@@ -136,8 +136,8 @@ async def test_a_claim_is_stamped_no_earlier_than_redis_handed_it_out(
     seconds, micros = await engine._client.time()
     before = int(seconds) * 1000 + int(micros) // 1000
     await engine.enqueue_batch([job(q, id="a")], now_ms=before)
-    [claimed] = await engine.claim(q, 1, now_ms=before - 10_000)  # a clock 10 s behind Redis's
-    info = await engine.get_job(q, claimed.id)
+    [claimed] = await engine.jobs.claim(q, 1, now_ms=before - 10_000)  # a clock 10 s behind Redis's
+    info = await engine.reads.get_job(q, claimed.id)
     assert info is not None
     assert info.started_at is not None
     assert info.started_at >= before

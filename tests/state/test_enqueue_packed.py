@@ -16,8 +16,8 @@ Job = Callable[..., Envelope]
 
 async def test_each_kind_gets_its_own_options_in_one_call(engine: Engine, q: str, job: Job, t0: int) -> None:
     await engine.enqueue_batch([job(q, id="first")], now_ms=t0)  # the queue exists: kinds configured in it
-    await engine.configure_kind("urgent", queues=[q], priority=0, max_attempts=3)
-    await engine.configure_kind("plain", queues=[q], max_attempts=5)
+    await engine.admin.configure_kind("urgent", queues=[q], priority=0, max_attempts=3)
+    await engine.admin.configure_kind("plain", queues=[q], max_attempts=5)
     batch = [
         job(q, "urgent", id="u1"),
         job(q, "plain", id="p1"),
@@ -27,7 +27,7 @@ async def test_each_kind_gets_its_own_options_in_one_call(engine: Engine, q: str
     ]
     result = await engine.enqueue_batch(batch, now_ms=t0)
     assert [o.outcome for o in result.outcomes] == ["stored"] * 5
-    got = {i: await engine.get_job(q, i) for i in ("u1", "p1", "u2", "p2", "n1")}
+    got = {i: await engine.reads.get_job(q, i) for i in ("u1", "p1", "u2", "p2", "n1")}
     assert {i: (j.priority, j.max_attempts) for i, j in got.items() if j} == {
         "u1": (0, 3),
         "p1": (t0, 5),
@@ -43,7 +43,7 @@ def _enqueued_metric(queue: str, outcome: str) -> float:
 
 async def test_stats_are_counted_once_per_call(engine: Engine, q: str, job: Job, t0: int) -> None:
     await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
-    before = await engine.queue_stats(q)
+    before = await engine.reads.queue_stats(q)
     metric_before = {o: _enqueued_metric(q, o) for o in ("stored", "duplicate", "delayed")}
     result = await engine.enqueue_batch(
         [
@@ -56,7 +56,7 @@ async def test_stats_are_counted_once_per_call(engine: Engine, q: str, job: Job,
         now_ms=t0,
     )
     assert [o.outcome for o in result.outcomes] == ["duplicate", "stored", "stored", "duplicate", "delayed"]
-    after = await engine.queue_stats(q)
+    after = await engine.reads.queue_stats(q)
     assert after["enqueued"] - before["enqueued"] == 3
     assert after["duplicates"] - before.get("duplicates", 0) == 2
     metric = {o: _enqueued_metric(q, o) - metric_before[o] for o in ("stored", "duplicate", "delayed")}
@@ -67,10 +67,10 @@ async def test_every_row_field_arrives(engine: Engine, q: str, job: Job, t0: int
     env = job(q, id="full", run_at=t0 + 5_000, expires_at=t0 + 9_000, lease_ms=1234, meta={"tenant": "t1"})
     [out] = (await engine.enqueue_batch([env], origins={"full": "topic/2/17"}, now_ms=t0)).outcomes
     assert out.outcome == "delayed"
-    info = await engine.get_job(q, "full")
+    info = await engine.reads.get_job(q, "full")
     assert info is not None
     assert (info.run_at, info.origin, info.enqueued_at) == (t0 + 5_000, "topic/2/17", t0)
-    [fields] = await engine.job_fields(q, ["full"], ["expires_at", "lease_ms", "accepted_at", "fair"])
+    [fields] = await engine.reads.job_fields(q, ["full"], ["expires_at", "lease_ms", "accepted_at", "fair"])
     assert fields == [str(t0 + 9_000).encode(), b"1234", str(env.enqueued_at).encode(), None]
 
 
@@ -79,7 +79,7 @@ async def test_a_record_is_never_dated_before_redis_stored_it(engine: Engine, q:
     the two, as a claim's ``started_at`` is, so a wait measured between them is Redis's own."""
     before = now_ms()
     await engine.enqueue_batch([job(q, id="lagging")], now_ms=before - 60_000)
-    info = await engine.get_job(q, "lagging")
+    info = await engine.reads.get_job(q, "lagging")
     assert info is not None
     assert info.enqueued_at is not None
     assert before <= info.enqueued_at <= now_ms()
@@ -91,6 +91,6 @@ async def test_utf8_envelope_bytes_are_stored_verbatim(engine: Engine, q: str, t
         '"priority":1,"enqueued_at":1,"meta":{"who":"zoë"}}'
     ).encode()
     await engine.enqueue_batch([decode(raw)], now_ms=t0)
-    [claimed] = await engine.claim(q, 1, now_ms=t0)
+    [claimed] = await engine.jobs.claim(q, 1, now_ms=t0)
     assert claimed.envelope.raw == raw
     assert claimed.envelope.meta == {"who": "zoë"}

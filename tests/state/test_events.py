@@ -20,7 +20,7 @@ Job = Callable[..., Envelope]
 
 
 async def stream(engine: Engine, q: str) -> list[Event]:
-    return [parse(e.value) for e in await engine.events(q, 100_000)]
+    return [parse(e.value) for e in await engine.events.read(q, 100_000)]
 
 
 async def assert_complete_sequences(engine: Engine, q: str) -> dict[str, list[Event]]:
@@ -35,7 +35,7 @@ async def assert_complete_sequences(engine: Engine, q: str) -> dict[str, list[Ev
         assert [e.v for e in events] == list(range(1, len(events) + 1)), f"{job_id}: {events}"
         for before, after in itertools.pairwise(events):
             assert after.from_state == before.to, f"{job_id}: {before} -> {after}"
-        info = await engine.get_job(q, job_id)
+        info = await engine.reads.get_job(q, job_id)
         if info is not None:
             assert (info.version, info.state) == (events[-1].v, events[-1].to), job_id
     return by_job
@@ -44,13 +44,13 @@ async def assert_complete_sequences(engine: Engine, q: str) -> dict[str, list[Ev
 async def test_a_job_story_is_one_event_per_transition(engine: Engine, q: str, job: Job, t0: int) -> None:
     env = job(q, id="a", kind="mail")
     await engine.enqueue_batch([env], origins={"a": "topic-x/3/42"}, now_ms=t0)
-    [c] = await engine.claim(q, 1, worker="host:1:q", now_ms=t0 + 10)
+    [c] = await engine.jobs.claim(q, 1, worker="host:1:q", now_ms=t0 + 10)
     tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad input 7\n'
-    failed = await engine.fail(q, (c.id, c.attempt, c.token), tb, retry_delay_ms=100, now_ms=t0 + 20)
+    failed = await engine.jobs.fail(q, (c.id, c.attempt, c.token), tb, retry_delay_ms=100, now_ms=t0 + 20)
     assert failed == "retry"
-    await engine.promote_due(q, now_ms=t0 + 200)
-    [c2] = await engine.claim(q, 1, worker="host:2:q", now_ms=t0 + 210)
-    await engine.complete(q, (c2.id, c2.attempt, c2.token), now_ms=t0 + 300)
+    await engine.timers.promote_due(q, now_ms=t0 + 200)
+    [c2] = await engine.jobs.claim(q, 1, worker="host:2:q", now_ms=t0 + 210)
+    await engine.jobs.complete(q, (c2.id, c2.attempt, c2.token), now_ms=t0 + 300)
 
     events = (await assert_complete_sequences(engine, q))["a"]
     assert [(e.from_state, e.to) for e in events] == [
@@ -74,7 +74,7 @@ async def test_a_job_story_is_one_event_per_transition(engine: Engine, q: str, j
     assert len(retry.digest) == 12
     assert events[3].worker == "", "a pending job is held by no worker"
     assert (events[5].worker, events[5].attempt, events[5].at) == ("host:2:q", 2, t0 + 300)
-    info = await engine.get_job(q, "a")
+    info = await engine.reads.get_job(q, "a")
     assert info is not None
     assert info.worker == "host:2:q"
 
@@ -82,8 +82,8 @@ async def test_a_job_story_is_one_event_per_transition(engine: Engine, q: str, j
 async def test_every_kind_of_transition_emits_and_nothing_else_does(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
-    await engine.configure_queue(q, QueueConfig(mode="exclusive", excl_key="acct", max_attempts=1))
-    await engine.configure_kind("limited", concurrency=1, queues=[q])
+    await engine.admin.configure_queue(q, QueueConfig(mode="exclusive", excl_key="acct", max_attempts=1))
+    await engine.admin.configure_kind("limited", concurrency=1, queues=[q])
     jobs = [
         job(q, id="x1", meta={"acct": "A"}),
         job(q, id="x2", meta={"acct": "A"}),  # waits behind x1
@@ -94,26 +94,28 @@ async def test_every_kind_of_transition_emits_and_nothing_else_does(
         job(q, id="gone", meta={"acct": "F"}),
     ]
     await engine.enqueue_batch(jobs, now_ms=t0)
-    await engine.cancel(q, "gone", "not needed", now_ms=t0 + 1)
-    await engine.cancel(q, "ghost", "before it arrives", now_ms=t0 + 1)  # a tombstone: canceled at v 1
-    claimed = {c.id: c for c in await engine.claim(q, 10, worker="w", now_ms=t0 + 10)}
+    await engine.admin.cancel(q, "gone", "not needed", now_ms=t0 + 1)
+    await engine.admin.cancel(q, "ghost", "before it arrives", now_ms=t0 + 1)  # a tombstone: canceled at v 1
+    claimed = {c.id: c for c in await engine.jobs.claim(q, 10, worker="w", now_ms=t0 + 10)}
     assert set(claimed) == {"x1", "l1"}, "old expired, l2 parked, x2 waiting, late delayed"
-    await engine.cancel(q, "l1", "stop", now_ms=t0 + 11)  # running: flagged (an event, same state)
-    await engine.extend(
+    await engine.admin.cancel(q, "l1", "stop", now_ms=t0 + 11)  # running: flagged (an event, same state)
+    await engine.jobs.extend(
         q, [(claimed["l1"].id, claimed["l1"].attempt, claimed["l1"].token)], 0, now_ms=t0 + 12
     )
     x1 = claimed["x1"]
-    await engine.fail(q, (x1.id, x1.attempt, x1.token), "RuntimeError: boom", now_ms=t0 + 13)  # errored
-    assert await engine.dead_retry(q, ids=["x1"], now_ms=t0 + 14) == 1  # behind x2 now
-    more = {c.id: c for c in await engine.claim(q, 10, worker="w2", now_ms=t0 + 20)}
+    await engine.jobs.fail(q, (x1.id, x1.attempt, x1.token), "RuntimeError: boom", now_ms=t0 + 13)  # errored
+    assert await engine.admin.dead_retry(q, ids=["x1"], now_ms=t0 + 14) == 1  # behind x2 now
+    more = {c.id: c for c in await engine.jobs.claim(q, 10, worker="w2", now_ms=t0 + 20)}
     assert set(more) == {"l2", "x2"}
-    await engine.snooze(q, (more["l2"].id, more["l2"].attempt, more["l2"].token), 0, now_ms=t0 + 21)
-    await engine.release(q, [(more["x2"].id, more["x2"].attempt, more["x2"].token, False)], now_ms=t0 + 22)
-    last = {c.id: c for c in await engine.claim(q, 10, worker="w3", lease_ms=100, now_ms=t0 + 30)}
+    await engine.jobs.snooze(q, (more["l2"].id, more["l2"].attempt, more["l2"].token), 0, now_ms=t0 + 21)
+    await engine.jobs.release(
+        q, [(more["x2"].id, more["x2"].attempt, more["x2"].token, False)], now_ms=t0 + 22
+    )
+    last = {c.id: c for c in await engine.jobs.claim(q, 10, worker="w3", lease_ms=100, now_ms=t0 + 30)}
     assert set(last) == {"l2", "x2"}
-    await engine.reap_expired(q, now_ms=t0 + 500)  # leases expired, attempts used up: errored
-    await engine.promote_due(q, now_ms=t0 + 1_000)
-    await engine.forget(q, ["old"], now_ms=t0 + 1_001)
+    await engine.timers.reap_expired(q, now_ms=t0 + 500)  # leases expired, attempts used up: errored
+    await engine.timers.promote_due(q, now_ms=t0 + 1_000)
+    await engine.admin.forget(q, ["old"], now_ms=t0 + 1_001)
 
     by_job = await assert_complete_sequences(engine, q)
     tos = {job_id: [e.to for e in events] for job_id, events in by_job.items()}
@@ -127,25 +129,25 @@ async def test_every_kind_of_transition_emits_and_nothing_else_does(
     assert tos["l2"] == ["pending", "parked", "pending", "running", "pending", "running", "errored"]
     errored = by_job["x1"][2]
     assert (errored.error, errored.message) == ("RuntimeError", "boom")
-    stats = await engine.queue_stats(q)
+    stats = await engine.reads.queue_stats(q)
     assert stats.get("events_dropped", 0) == 0
 
 
 async def test_the_stream_is_capped_and_every_drop_counted(engine: Engine, q: str, job: Job, t0: int) -> None:
-    await engine.configure_queue(q, QueueConfig(events_cap=3))
+    await engine.admin.configure_queue(q, QueueConfig(events_cap=3))
     await engine.enqueue_batch([job(q, id=f"j{i}") for i in range(5)], now_ms=t0)
-    kept = await engine.events(q)
+    kept = await engine.events.read(q)
     assert [e.job_id for e in kept] == ["j0", "j1", "j2"]
     assert len({e.entry for e in kept}) == 1, "one script call, one stream entry"
-    assert (await engine.queue_stats(q))["events_dropped"] == 2
-    assert await engine.events_backlog([q]) == {q: 3}, "the cap counts events, not entries"
-    await engine.claim(q, 1, now_ms=t0 + 1)
-    assert (await engine.queue_stats(q))["events_dropped"] == 3, "j0's claim: still at the cap"
-    assert await engine.trim_events(q, kept) == 1, "the entry that held them"
-    assert await engine.events_backlog([q]) == {q: 0}
-    await engine.claim(q, 1, now_ms=t0 + 2)
-    assert [e.job_id for e in await engine.events(q)] == ["j1"], "room again after the trim"
-    assert await engine.events_backlog([q]) == {q: 1}
+    assert (await engine.reads.queue_stats(q))["events_dropped"] == 2
+    assert await engine.events.backlog([q]) == {q: 3}, "the cap counts events, not entries"
+    await engine.jobs.claim(q, 1, now_ms=t0 + 1)
+    assert (await engine.reads.queue_stats(q))["events_dropped"] == 3, "j0's claim: still at the cap"
+    assert await engine.events.trim(q, kept) == 1, "the entry that held them"
+    assert await engine.events.backlog([q]) == {q: 0}
+    await engine.jobs.claim(q, 1, now_ms=t0 + 2)
+    assert [e.job_id for e in await engine.events.read(q)] == ["j1"], "room again after the trim"
+    assert await engine.events.backlog([q]) == {q: 1}
 
 
 async def test_one_entry_per_call_read_whole_until_the_count(
@@ -153,13 +155,13 @@ async def test_one_entry_per_call_read_whole_until_the_count(
 ) -> None:
     for i, n in enumerate((2, 3, 1)):  # three calls: entries of 2, 3 and 1 events
         await engine.enqueue_batch([job(q, id=f"c{i}-{j}") for j in range(n)], now_ms=t0)
-    assert [len(await engine.events(q, count)) for count in (1, 2, 3, 5, 6, 100)] == [2, 2, 5, 5, 6, 6]
-    first = await engine.events(q, 3)
+    assert [len(await engine.events.read(q, count)) for count in (1, 2, 3, 5, 6, 100)] == [2, 2, 5, 5, 6, 6]
+    first = await engine.events.read(q, 3)
     assert [e.job_id for e in first] == ["c0-0", "c0-1", "c1-0", "c1-1", "c1-2"], "in the order they happened"
     assert [parse(e.value).id for e in first] == [e.job_id for e in first], "each value is its own event"
-    assert await engine.trim_events(q, first) == 2
-    assert [e.job_id for e in await engine.events(q)] == ["c2-0"]
-    assert await engine.events_backlog([q]) == {q: 1}
+    assert await engine.events.trim(q, first) == 2
+    assert [e.job_id for e in await engine.events.read(q)] == ["c2-0"]
+    assert await engine.events.backlog([q]) == {q: 1}
 
 
 async def test_a_stream_of_one_entry_per_event_is_read_and_counted(
@@ -168,13 +170,13 @@ async def test_a_stream_of_one_entry_per_event_is_read_and_counted(
     """A stream written before the count (one ``i``/``e`` entry per event, no ``events_waiting``):
     read as it was, its length counted against the cap by the next call."""
     await engine.enqueue_batch([job(q, id="old")], now_ms=t0)
-    [old] = await engine.events(q)
+    [old] = await engine.events.read(q)
     keys, redis = QueueKeys(q), engine._client
     await redis.xadd(keys.events, {"i": "old", "e": old.value})
     await redis.hdel(keys.stats, "events_waiting")
-    await engine.claim(q, 1, now_ms=t0 + 1)
-    assert await engine.events_backlog([q]) == {q: 3}
-    assert [parse(e.value).to for e in await engine.events(q)] == ["pending", "pending", "running"]
+    await engine.jobs.claim(q, 1, now_ms=t0 + 1)
+    assert await engine.events.backlog([q]) == {q: 3}
+    assert [parse(e.value).to for e in await engine.events.read(q)] == ["pending", "pending", "running"]
 
 
 async def test_a_call_that_fails_midway_still_writes_its_events(
@@ -182,31 +184,31 @@ async def test_a_call_that_fails_midway_still_writes_its_events(
 ) -> None:
     """Redis keeps a script's writes up to an error: the frame writes the events of the transitions done."""
     await engine.enqueue_batch([job(q, id="a"), job(q, id="b")], now_ms=t0)
-    await engine.trim_events(q, await engine.events(q))
+    await engine.events.trim(q, await engine.events.read(q))
     redis, b = engine._client, QueueKeys(q).job("b")
     await redis.delete(b)
     await redis.set(b, "not a hash")  # the claim of b fails on its record
     try:
         with pytest.raises(Exception, match="WRONGTYPE"):
-            await engine.claim(q, 2, now_ms=t0 + 1)
+            await engine.jobs.claim(q, 2, now_ms=t0 + 1)
     finally:  # the session's Redis is shared: a broken record would fail whoever reads every queue
         await redis.delete(b)
         await redis.zrem(QueueKeys(q).ready, "b")
-    [claimed] = [parse(e.value) for e in await engine.events(q)]
+    [claimed] = [parse(e.value) for e in await engine.events.read(q)]
     assert (claimed.id, claimed.to) == ("a", "running")
-    info = await engine.get_job(q, "a")
+    info = await engine.reads.get_job(q, "a")
     assert info is not None
     assert (info.state, info.version) == ("running", claimed.v)
 
 
 async def test_events_off_still_counts_versions(engine: Engine, q: str, job: Job, t0: int) -> None:
-    await engine.configure_queue(q, QueueConfig(events_cap=0))
-    assert (await engine.queue_config(q)).events_cap == 0
+    await engine.admin.configure_queue(q, QueueConfig(events_cap=0))
+    assert (await engine.reads.queue_config(q)).events_cap == 0
     await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
-    await engine.claim(q, 1, now_ms=t0 + 1)
-    assert await engine.events(q) == []
-    assert "events_dropped" not in await engine.queue_stats(q), "off is not a drop"
-    info = await engine.get_job(q, "a")
+    await engine.jobs.claim(q, 1, now_ms=t0 + 1)
+    assert await engine.events.read(q) == []
+    assert "events_dropped" not in await engine.reads.queue_stats(q), "off is not a drop"
+    info = await engine.reads.get_job(q, "a")
     assert info is not None
     assert info.version == 2
 
@@ -221,8 +223,8 @@ async def test_far_jobs_get_a_version_zero_event_once(engine: Engine, q: str, t0
 async def test_waiting_for_events_returns_when_one_is_there(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
-    assert not await engine.wait_for_events([q], 0.05)
-    waiter = asyncio.create_task(engine.wait_for_events([q, f"{q}.other"], 5.0))
+    assert not await engine.events.wait([q], 0.05)
+    waiter = asyncio.create_task(engine.events.wait([q, f"{q}.other"], 5.0))
     await engine.enqueue_batch([job(q, id="a")], now_ms=t0)
     assert await asyncio.wait_for(waiter, 10)
-    assert await engine.wait_for_events([q], 0.05), "unshipped events answer at once"
+    assert await engine.events.wait([q], 0.05), "unshipped events answer at once"

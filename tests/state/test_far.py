@@ -22,32 +22,32 @@ async def test_an_indexed_far_job_reads_as_scheduled_until_it_is_moved_in(
         "scheduled",
         "scheduled",
     ]
-    assert q in await engine.queues()
-    info = await engine.get_job(q, "a")
+    assert q in await engine.reads.queues()
+    info = await engine.reads.get_job(q, "a")
     assert info is not None
     assert (info.state, info.run_at) == ("scheduled", run_at)
-    assert (await engine.depth(q, now=t0)).far == 2
+    assert (await engine.reads.depth(q, now=t0)).far == 2
     await engine.enqueue_batch([job(q, id="a", run_at=run_at)], now_ms=t0)  # the mover moves it in
-    moved = await engine.get_job(q, "a")
+    moved = await engine.reads.get_job(q, "a")
     assert moved is not None
     assert moved.state == "delayed"
-    assert await engine.far_run_at(q, "a") is None, "the move ends the index entry"
+    assert await engine.reads.far_run_at(q, "a") is None, "the move ends the index entry"
     assert await engine.schedule_far(q, [("a", run_at)], now_ms=t0) == ["held"], "Redis holds it"
-    assert await engine.drop_far(q, ["b", "nope"], now_ms=t0) == 1
-    assert await engine.get_job(q, "b") is None
+    assert await engine.timers.drop_far(q, ["b", "nope"], now_ms=t0) == 1
+    assert await engine.reads.get_job(q, "b") is None
 
 
 async def test_canceling_a_far_job_leaves_a_tombstone_that_refuses_its_move(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
     await engine.schedule_far(q, [("a", t0 + 7_200_000)], now_ms=t0)
-    result = await engine.cancel(q, "a", "not needed", now_ms=t0)
+    result = await engine.admin.cancel(q, "a", "not needed", now_ms=t0)
     assert (result.outcome, result.state) == (CancelOutcome.TOMBSTONED, "scheduled")
-    assert await engine.far_run_at(q, "a") is None
+    assert await engine.reads.far_run_at(q, "a") is None
     assert await engine.schedule_far(q, [("a", t0 + 7_200_000)], now_ms=t0) == ["held"]
     stored = await engine.enqueue_batch([job(q, id="a", run_at=t0 + 7_200_000)], now_ms=t0)
     assert [o.outcome for o in stored.outcomes] == ["canceled"]
-    info = await engine.get_job(q, "a")
+    info = await engine.reads.get_job(q, "a")
     assert info is not None
     assert info.state == "canceled"
 

@@ -49,16 +49,16 @@ async def test_a_hand_off_keeps_its_record_until_a_replica_has_the_first_step(
     try:
         assert await engine.graphs.create(parse(doc)) == "stored"
         assert await client.smembers(rel) == {b"a"}, "a's job enqueued, not yet on the replica: kept"
-        assert (await engine.depth(queue)).pending == 1
+        assert (await engine.reads.depth(queue)).pending == 1
     finally:
         replica.signal(signal.SIGCONT)
     later = await engine.now() + REPAIR_AFTER_MS
     assert await engine.graphs.repair_graph(gid, now_ms=later) == "running"
     assert await client.smembers(rel) == set(), "the repair released it again, then confirmed it"
-    assert (await engine.depth(queue)).pending == 1, "enqueued twice, stored once"
+    assert (await engine.reads.depth(queue)).pending == 1, "enqueued twice, stored once"
 
-    (job,) = await engine.claim(queue, 1)
-    await engine.complete(queue, (job.id, job.attempt, job.token), b"1")
+    (job,) = await engine.jobs.claim(queue, 1)
+    await engine.jobs.complete(queue, (job.id, job.attempt, job.token), b"1")
     replica.signal(signal.SIGSTOP)
     try:
         assert await engine.graphs.report_finished(queue, [job.id]) == 0, "a's report not confirmed"
@@ -70,8 +70,8 @@ async def test_a_hand_off_keeps_its_record_until_a_replica_has_the_first_step(
     assert not await client.hexists(QueueKeys(queue).gdone, job.id)
     assert await engine.graphs.repair_graph(gid, now_ms=await engine.now() + REPAIR_AFTER_MS) == "running"
     assert await client.smembers(rel) == set()
-    assert (await engine.depth(queue)).pending == 1, "b's job, once"
-    (b,) = await engine.claim(queue, 1)
+    assert (await engine.reads.depth(queue)).pending == 1, "b's job, once"
+    (b,) = await engine.jobs.claim(queue, 1)
     assert b.id == f"{gid}:b"
 
 
@@ -81,7 +81,7 @@ async def test_a_tail_calls_spawn_keeps_its_entry_until_a_replica_has_the_child(
     client, engine, replica = on_replicated
     queue = f"{prefix}.tail"
     await engine.enqueue_batch([new_envelope(queue, "p", id="parent")])
-    (parent,) = await engine.claim(queue, 1)
+    (parent,) = await engine.jobs.claim(queue, 1)
     child = new_envelope(queue, "c", id="tail@child")
     replica.signal(signal.SIGSTOP)
     try:
@@ -92,5 +92,5 @@ async def test_a_tail_calls_spawn_keeps_its_entry_until_a_replica_has_the_child(
         replica.signal(signal.SIGCONT)
     assert await engine.graphs.report_finished(queue) == 1, "the repair spawns it again, then drops it"
     assert not await client.hexists(QueueKeys(queue).gdone, ">tail@child")
-    (running,) = await engine.claim(queue, 1)
+    (running,) = await engine.jobs.claim(queue, 1)
     assert running.id == "tail@child", "the child, once"

@@ -31,7 +31,7 @@ async def run_graph(
             return info.as_dict()
         claimed = 0
         for q in queues:
-            for job in await engine.claim(q, 100):
+            for job in await engine.jobs.claim(q, 100):
                 claimed += 1
                 env = job.envelope
                 assert env.graph is not None
@@ -40,9 +40,9 @@ async def run_graph(
                 try:
                     value = handler(env.graph["node"], env.args, inputs)
                 except Exception as exc:  # the node's failure
-                    await engine.fail(q, triple, f"RuntimeError: {exc}", permanent=True)
+                    await engine.jobs.fail(q, triple, f"RuntimeError: {exc}", permanent=True)
                 else:
-                    await engine.complete(q, triple, orjson.dumps(value))
+                    await engine.jobs.complete(q, triple, orjson.dumps(value))
                 if report:
                     await engine.graphs.report_finished(q, [job.id])
         if not claimed and not report:
@@ -83,13 +83,13 @@ async def test_resubmitting_a_graph_id_does_not_fork_a_second_graph(
     spec = parse(fan_out(gid, "sq", [1, 2, 3], queue=qs[0], callback=Step("sum", queue=qs[1])))
     assert await engine.graphs.create(spec) == "stored"
     assert await engine.graphs.create(spec) == "duplicate"
-    assert (await engine.depth(qs[0])).pending == 3
+    assert (await engine.reads.depth(qs[0])).pending == 3
     g = await run_graph(
         engine, gid, qs, lambda n, args, inputs: sum(inputs.fed()[0]) if n == "callback" else args[0] ** 2
     )
     assert g["state"] == "completed"
     assert results(g)["callback"] == 14
-    stats = await engine.queue_stats(qs[1])
+    stats = await engine.reads.queue_stats(qs[1])
     assert stats.get("completed") == 1, "the callback ran once"
 
 
@@ -99,10 +99,10 @@ async def test_a_wide_fan_in_counts_each_node_once_under_duplicate_reports(
     gid = f"{prefix}-wide"
     spec = parse(fan_out(gid, "one", list(range(200)), queue=qs[0], callback=Step("sum", queue=qs[1])))
     await engine.graphs.create(spec)
-    jobs = await engine.claim(qs[0], 300)
+    jobs = await engine.jobs.claim(qs[0], 300)
     assert len(jobs) == 200
     for job in jobs:
-        await engine.complete(qs[0], (job.id, job.attempt, job.token), b"1")
+        await engine.jobs.complete(qs[0], (job.id, job.attempt, job.token), b"1")
     node = jobs[0].envelope.graph["node"]  # type: ignore[index]
     for _ in range(3):  # the same outcome delivered again, and a stale report of an old run: no effect
         assert int(await engine.graphs.report(gid, node, jobs[0].id, "completed", result=b"1")) in (1, -2)
@@ -112,7 +112,7 @@ async def test_a_wide_fan_in_counts_each_node_once_under_duplicate_reports(
     g = await run_graph(engine, gid, qs, lambda _n, _a, inputs: sum(inputs.fed()[0]))
     assert g["state"] == "completed"
     assert results(g)["callback"] == 200
-    assert (await engine.queue_stats(qs[1])).get("completed") == 1
+    assert (await engine.reads.queue_stats(qs[1])).get("completed") == 1
 
 
 async def test_a_failed_parent_skips_its_dependents_transitively_and_on_failure_gets_every_error(
@@ -160,14 +160,14 @@ async def test_cancel_on_failure_cancels_the_running_siblings(
     g.add("y", "slow", queue=qs[1])
     g.add("z", "k", parents=["y"])
     await engine.graphs.create(g.spec())
-    (y,) = await engine.claim(qs[1], 1)
-    (x,) = await engine.claim(qs[0], 1)
-    await engine.fail(qs[0], (x.id, x.attempt, x.token), "boom", permanent=True)
+    (y,) = await engine.jobs.claim(qs[1], 1)
+    (x,) = await engine.jobs.claim(qs[0], 1)
+    await engine.jobs.fail(qs[0], (x.id, x.attempt, x.token), "boom", permanent=True)
     await engine.graphs.report_finished(qs[0])
     out = (await engine.graphs.get(gid)).as_dict()
     assert out["state"] == "failed"
     assert states(out) == {"x": "failed", "y": "canceled", "z": "canceled"}
-    job = await engine.get_job(qs[1], y.id)
+    job = await engine.reads.get_job(qs[1], y.id)
     assert job is not None
     assert job.cancel_requested, "the running sibling is told to stop"
 
@@ -226,7 +226,7 @@ async def test_cancel_ends_every_node_and_the_jobs_in_queues(
     out = (await engine.graphs.get(gid)).as_dict()
     assert out["state"] == "canceled"
     assert states(out) == {"a": "canceled", "b": "canceled"}
-    assert (await engine.depth(qs[0])).pending == 0
+    assert (await engine.reads.depth(qs[0])).pending == 0
 
 
 async def test_a_graph_past_its_deadline_fails_with_its_nodes_canceled(
@@ -253,8 +253,8 @@ async def test_a_crash_between_completion_and_report_and_between_report_and_rele
     g.add("a", "k")
     g.add("b", "k", parents=["a"], queue=qs[1], feed="last")
     await engine.graphs.create(g.spec())
-    (a,) = await engine.claim(qs[0], 1)
-    await engine.complete(qs[0], (a.id, a.attempt, a.token), b"41")
+    (a,) = await engine.jobs.claim(qs[0], 1)
+    await engine.jobs.complete(qs[0], (a.id, a.attempt, a.token), b"41")
     # the worker died before reporting: the outcome waits in the queue's gdone hash
     assert await engine._client.hexists(QueueKeys(qs[0]).gdone, a.id)
     assert await engine.graphs.report_finished(qs[0], older_ms=60_000) == 0, "too young to repair yet"
@@ -269,14 +269,14 @@ async def test_a_crash_between_completion_and_report_and_between_report_and_rele
     )
     assert reply.released == ["b"]
     assert await engine._client.sismember(GraphKeys(gid).named("rel"), "b")
-    assert (await engine.depth(qs[1])).pending == 0
+    assert (await engine.reads.depth(qs[1])).pending == 0
     # the scheduler's repair: the stale gdone entry (counted once: a no-op now) and the stuck release
     assert await engine.graphs.report_finished(qs[0]) == 1
     far = 10**13
     assert await engine.graphs.repair_graph(gid, now_ms=far) == "running"
-    assert (await engine.depth(qs[1])).pending == 1
+    assert (await engine.reads.depth(qs[1])).pending == 1
     await engine.graphs.repair_graph(gid, now_ms=far)  # again: a duplicate, never a second job
-    assert (await engine.depth(qs[1])).pending == 1
+    assert (await engine.reads.depth(qs[1])).pending == 1
     out = await run_graph(engine, gid, qs, lambda _n, _a, inputs: inputs.fed()[0] + 1)
     assert out["state"] == "completed"
     assert results(out)["b"] == 42

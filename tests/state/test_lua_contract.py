@@ -1,11 +1,15 @@
 """The Lua contract, read from the files themselves (BullMQ's rules):
 
 * every key a script touches at a fixed name reaches it in ``KEYS``: its header lists them
-  (``-- KEYS[i] <name> ...``), in the order its declaration in ``jqengine.scripts`` passes them, and
-  the code (with the ``_lib.lua`` helpers it calls) touches exactly those;
+  (``-- KEYS[i] <name> <TYPE> <what>``, generated from its declaration in ``jqengine.scripts`` and the keys'
+  one description in ``jqengine.keys``), and the code (with the library functions it uses) touches
+  exactly those;
 * the per-job and per-index keys it builds are named on its ``-- derived:`` line;
-* it returns named codes (``C_*`` of ``_lib.lua``) only, named on its ``-- returns:`` line, and those
-  constants equal :class:`jqengine.codes.Code`, one meaning per number.
+* it returns named codes (``C_*`` of ``_base.lua``) only, named on its ``-- returns:`` line, and those
+  constants equal :class:`jqengine.codes.Code`, one meaning per number;
+* the library (``lua/lib/``, one function a file) and the scripts name what they call on their
+  ``-- uses:`` lines, and a script is sent to Redis with exactly the library functions it calls,
+  transitively, each once, each defined before the functions that call it.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from jqengine import Code
-from jqengine.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeys, QueueKeys
-from jqengine.scripts import SCRIPT_NAMES, SCRIPTS, local_name, source
+from jqengine.keys import GRAPH_KEY_DOCS, GRAPH_KEY_NAMES, KEY_DOCS, KEY_NAMES, GraphKeys, QueueKeys
+from jqengine.luaheaders import keys_header, with_keys_header
+from jqengine.scripts import SCRIPT_NAMES, SCRIPTS, LibFunction, library, link, local_name, source, uses_of
 
 LUA = Path(__file__).parents[2] / "jqengine" / "lua"
 FAMILIES = {
@@ -34,15 +40,18 @@ FAMILIES = {
 }
 LOCALS = {local_name(name): name for name in KEY_NAMES}
 GRAPH_LOCALS = {local_name(name): name for name in GRAPH_KEY_NAMES}
-LIBS = ("_lib", "_glib", "_frame")
+PARTS = ("_frame", "_base")
+"""What the loader puts around and before every script, beside the library."""
+UNITS = sorted(p.stem for p in (LUA / "lib").glob("*.lua"))
+"""The library: one function (or, twice, a table) a file of ``lua/lib/``."""
 
 
-def _lib(name: str = "_lib") -> str:
+def _read(name: str) -> str:
     return (LUA / f"{name}.lua").read_text()
 
 
-def _script(name: str) -> str:
-    return (LUA / f"{name}.lua").read_text()
+def _unit(name: str) -> str:
+    return (LUA / "lib" / f"{name}.lua").read_text()
 
 
 def _header(text: str) -> str:
@@ -52,12 +61,49 @@ def _header(text: str) -> str:
 
 
 def _code(text: str) -> str:
-    """The text without comments and string literals' contents that could look like names."""
+    """The text without comments (string literals kept: derived keys are built from them)."""
     return re.sub(r"--[^\n]*", "", text)
 
 
+def _bare(text: str) -> str:
+    """The text without comments and with every string literal emptied: only the code's own names left."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+        elif text[i] in "'\"":
+            end = i + 1
+            while text[end] != text[i]:
+                end += 2 if text[end] == "\\" else 1
+            out.append("''")
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _calls(text: str, itself: str = "") -> set[str]:
+    """The library functions a piece of Lua names (a field such as ``fc.key`` is not a name)."""
+    names = set(re.findall(r"(?<![.:\w])([A-Za-z_]\w*)", _bare(text)))
+    return (names & set(UNITS)) - {itself}
+
+
+@cache
+def _needs(unit: str) -> frozenset[str]:
+    """The library functions ``unit`` calls, transitively, read from the code (not its ``uses`` line)."""
+    seen: set[str] = set()
+    todo = [unit]
+    while todo:
+        for callee in _calls(_unit(todo.pop()), "") - seen:
+            seen.add(callee)
+            todo.append(callee)
+    return frozenset(seen - {unit})
+
+
 def _direct(text: str, graph: bool = False) -> tuple[set[str], set[str]]:
-    """(key names, derived families) a piece of code touches itself (helpers not followed)."""
+    """(key names, derived families) a piece of code touches itself (library functions not followed)."""
     pattern = r"\bk\('(idx|fcur|xq|parked|inbox|switched|fair|fairtat):"
     families = {m.group(1) for m in re.finditer(pattern, text)}
     if re.search(r"\bjkey\(", text):
@@ -67,43 +113,15 @@ def _direct(text: str, graph: bool = False) -> tuple[set[str], set[str]]:
     return names, families
 
 
-@cache
-def _helpers(lib: str = "_lib") -> dict[str, tuple[frozenset[str], frozenset[str]]]:
-    """For every helper of ``_lib.lua`` (or ``_glib.lua``): the key names and derived families it
-    touches, through the helpers it calls."""
-    graph = lib == "_glib"
-    body = _code(_lib(lib))
-    blocks = {
-        m.group(1): block
-        for block in re.split(r"\n(?=local function )", body)
-        if (m := re.match(r"local function (\w+)\(", block))
-    }
-    calls = {n: {o for o in blocks if o != n and re.search(rf"\b{o}\(", b)} for n, b in blocks.items()}
-
-    def reach(name: str, seen: frozenset[str]) -> tuple[set[str], set[str]]:
-        names, families = _direct(blocks[name], graph)
-        for callee in calls[name] - seen:
-            more_names, more_families = reach(callee, seen | {name})
-            names |= more_names
-            families |= more_families
-        return names, families
-
-    out = {}
-    for name in blocks:
-        names, families = reach(name, frozenset())
-        out[name] = (frozenset(names), frozenset(families))
-    return out
-
-
 def touched(name: str) -> tuple[set[str], set[str]]:
-    """(key names, derived families) script ``name`` touches, through the helpers it calls."""
-    code = _code(_script(name))
+    """(key names, derived families) script ``name`` touches, through the library functions it calls."""
+    text = _read(name)
     graph = SCRIPTS[name].graph
-    names, families = _direct(code, graph)
-    for helper, (helper_names, helper_families) in _helpers("_glib" if graph else "_lib").items():
-        if re.search(rf"\b{helper}\(", code):
-            names |= helper_names
-            families |= helper_families
+    names, families = _direct(_code(text), graph)
+    for unit in _calls(text) | {n for u in _calls(text) for n in _needs(u)}:
+        unit_names, unit_families = _direct(_code(_unit(unit)), graph)
+        names |= unit_names
+        families |= unit_families
     if graph:
         return names, families
     if families:
@@ -112,11 +130,13 @@ def touched(name: str) -> tuple[set[str], set[str]]:
 
 
 def _lua_constants() -> dict[str, int]:
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^local C_(\w+) = (-?\d+)", _lib(), re.M)}
+    return {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^local C_(\w+) = (-?\d+)", _read("_base"), re.M)
+    }
 
 
 def test_every_script_file_is_declared_and_every_declared_script_exists() -> None:
-    files = {p.stem for p in LUA.glob("*.lua")} - set(LIBS)
+    files = {p.stem for p in LUA.glob("*.lua")} - set(PARTS)
     assert files == set(SCRIPT_NAMES)
 
 
@@ -125,16 +145,122 @@ def test_lua_code_constants_equal_the_python_enum() -> None:
     assert len(set(_lua_constants().values())) == len(_lua_constants()), "one meaning per number"
 
 
-@pytest.mark.parametrize("lib", LIBS)
-def test_the_lib_reads_no_keys_itself(lib: str) -> None:
-    code = _code(_lib(lib))
-    assert "KEYS[" not in code, "_lib.lua uses the locals the loader binds from each script's declaration"
+@pytest.mark.parametrize("part", [*PARTS, *(f"lib/{u}" for u in UNITS)])
+def test_the_library_reads_no_keys_itself(part: str) -> None:
+    code = _code(_read(part))
+    assert "KEYS[" not in code, f"{part}: use the locals the loader binds from each script's declaration"
     assert not re.findall(r"\bk\('([a-z]+)'\)", code), "fixed-name keys come in KEYS"
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_a_library_file_is_the_one_function_it_is_named_after(unit: str) -> None:
+    code = _code(_unit(unit))
+    functions = re.findall(r"^local function (\w+)\(", code, re.M)
+    assert functions in ([unit], []), f"lib/{unit}.lua defines the functions {functions}"
+    if not functions:  # a table the graph scripts' answer is built from
+        assert re.search(rf"^local {unit} = ", code, re.M), f"lib/{unit}.lua defines no local {unit}"
+    assert library()[unit].text == _unit(unit)
+
+
+@pytest.mark.parametrize("name", [*SCRIPT_NAMES, *(f"lib/{u}" for u in UNITS)])
+def test_the_uses_line_names_the_library_functions_the_code_calls(name: str) -> None:
+    text = _read(name)
+    declared = uses_of(text, name)
+    assert list(declared) == sorted(set(declared)), f"{name}: '-- uses:' names each once, sorted"
+    called = _calls(text, name.removeprefix("lib/"))
+    assert set(declared) == called, (
+        f"{name}: '-- uses: {', '.join(declared)}', the code calls {sorted(called)}"
+    )
+
+
+def _sent(text: str) -> list[str]:
+    """The library functions (and tables) a composed script defines, in the order it defines them."""
+    defined = re.findall(r"^(?:local function (\w+)\(|function (\w+)\(|local (\w+) = )", text, re.M)
+    return [n for groups in defined for n in groups if n in UNITS]
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_a_script_is_sent_with_exactly_the_library_functions_it_calls_each_after_what_it_calls(
+    name: str,
+) -> None:
+    text = source(name)
+    sent = _sent(text)
+    body = _read(name)
+    needed = _calls(body) | {n for u in _calls(body) for n in _needs(u)}
+    assert len(sent) == len(set(sent)), (
+        f"{name}: sent twice: {sorted({n for n in sent if sent.count(n) > 1})}"
+    )
+    assert set(sent) == needed, (
+        f"{name}: sent {len(sent)} library functions, uses {len(needed)}; "
+        f"unused: {sorted(set(sent) - needed)}, missing: {sorted(needed - set(sent))}"
+    )
+    forward = {n for line in re.findall(r"^local (\w+(?:, \w+)+)$", text, re.M) for n in line.split(", ")}
+    for i, unit in enumerate(sent):
+        late = _calls(_unit(unit), unit) - set(sent[:i]) - forward
+        assert not late, f"{name}: {unit} is sent before {sorted(late)}, which it calls"
+    assert text.count(body.partition("\n")[2]) == 1, "the script's body, once"
+
+
+def test_functions_that_call_each_other_are_declared_before_either_is_defined() -> None:
+    lib = {
+        "even": LibFunction.parse(
+            "even", "-- uses: odd\nlocal function even(n) if n == 0 then return 1 end return odd(n - 1) end\n"
+        ),
+        "odd": LibFunction.parse(
+            "odd", "-- uses: even\nlocal function odd(n) if n == 0 then return 0 end return even(n - 1) end\n"
+        ),
+        "parity": LibFunction.parse("parity", "-- uses: even\nlocal function parity(n) return even(n) end\n"),
+        "unused": LibFunction.parse("unused", "-- uses: none\nlocal function unused() end\n"),
+    }
+    order, text = link(["parity"], lib)
+    assert order == ("even", "odd", "parity")
+    assert text.startswith("local even, odd\n")
+    assert "\nfunction even(" in text
+    assert "\nfunction odd(" in text
+    assert "local function parity(" in text
+    assert "unused" not in text
+    with pytest.raises(ValueError, match="no library function 'gone'"):
+        link(["gone"], lib)
+
+
+async def test_mutually_recursive_functions_run_in_redis(redis: aioredis.Redis) -> None:
+    lib = {
+        "even": LibFunction.parse(
+            "even", "-- uses: odd\nlocal function even(n) if n == 0 then return 1 end return odd(n - 1) end\n"
+        ),
+        "odd": LibFunction.parse(
+            "odd", "-- uses: even\nlocal function odd(n) if n == 0 then return 0 end return even(n - 1) end\n"
+        ),
+    }
+    _, text = link(["even"], lib)
+    assert await redis.eval(f"{text}return {{even(6), even(7)}}", 0) == [1, 0]
+
+
+async def test_every_composed_script_compiles_in_redis(redis: aioredis.Redis) -> None:
+    for name in SCRIPT_NAMES:
+        assert await redis.script_load(source(name)), name
+
+
+def test_every_key_is_described_once() -> None:
+    assert list(KEY_DOCS) == list(KEY_NAMES)
+    assert list(GRAPH_KEY_DOCS) == list(GRAPH_KEY_NAMES)
+    assert all(doc.what and (doc.type or name == "prefix") for name, doc in KEY_DOCS.items())
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_the_header_keys_are_the_generated_ones(name: str) -> None:
+    text = _read(name)
+    assert with_keys_header(name, text) == text, (
+        f"{name}.lua: its KEYS lines differ from its declaration and jqengine.keys.KEY_DOCS; "
+        "run `python -m jqengine.luaheaders` to write them"
+    )
+    lines = keys_header(SCRIPTS[name])
+    assert all(len(line) <= 110 for line in lines)
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_header_keys_are_the_python_declaration_and_what_the_code_touches(name: str) -> None:
-    text = _script(name)
+    text = _read(name)
     header, code = _header(text), _code(text)
     listed = re.findall(r"^-- KEYS\[(\d+)\] (\w+) ", header, re.M)
     assert [int(i) for i, _ in listed] == list(range(1, len(listed) + 1)), f"{name}: KEYS[i] not 1..n"
@@ -153,7 +279,7 @@ def test_header_keys_are_the_python_declaration_and_what_the_code_touches(name: 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_header_lists_the_derived_families_the_code_builds(name: str) -> None:
-    header = _header(_script(name))
+    header = _header(_read(name))
     line = re.search(r"^-- derived: (.+)$", header, re.M)
     assert line, f"{name}: no '-- derived:' line"
     listed = {f for f, label in FAMILIES.items() if label in line.group(1)}
@@ -163,11 +289,11 @@ def test_header_lists_the_derived_families_the_code_builds(name: str) -> None:
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_scripts_return_named_codes_their_header_lists(name: str) -> None:
-    code, header = _code(_script(name)), _header(_script(name))
+    code, header = _code(_read(name)), _header(_read(name))
     assert re.search(r"^-- returns: ", header, re.M), f"{name}: no '-- returns:' line"
     bare = re.findall(r"return \{(-?\d+)[,}]", code) + re.findall(r"out\[#out \+ 1\] = (-?\d+)\b", code)
     bare += re.findall(r"= \{(-?\d+)[,}]", code)
-    assert not bare, f"{name}: returns bare codes {bare}; use the C_* constants of _lib.lua"
+    assert not bare, f"{name}: returns bare codes {bare}; use the C_* constants of _base.lua"
     used, named = set(re.findall(r"\bC_(\w+)", code)), set(re.findall(r"\bC_(\w+)", header))
     unknown = (used | named) - set(_lua_constants())
     assert not unknown, f"{name}: unknown codes {sorted(unknown)}"

@@ -20,12 +20,12 @@ async def test_the_estimate_is_close_to_the_sum_over_the_queues_keys(
         job(q, id=i, args={"pad": pad}, run_at=t0 + (60_000 if n % 4 == 0 else 0)) for n, i in enumerate(ids)
     ]
     await engine.enqueue_batch(jobs, now_ms=t0)
-    claimed = await engine.claim(q, 50, now_ms=t0)
+    claimed = await engine.jobs.claim(q, 50, now_ms=t0)
     for c in claimed[:30]:
-        await engine.complete(q, (c.id, c.attempt, c.token), "done", now_ms=t0 + 1)
-    await engine.configure_queue(q, QueueConfig(memory_budget=123_456))
+        await engine.jobs.complete(q, (c.id, c.attempt, c.token), "done", now_ms=t0 + 1)
+    await engine.admin.configure_queue(q, QueueConfig(memory_budget=123_456))
 
-    got = await engine.memory(q)
+    got = await engine.reads.memory(q)
 
     client = engine._client
     exact = sum([await client.memory_usage(f"jobq:{{{q}}}:job:{i}", samples=0) or 0 for i in ids])
@@ -37,5 +37,5 @@ async def test_the_estimate_is_close_to_the_sum_over_the_queues_keys(
 
 
 async def test_an_unknown_queue_holds_nothing(engine: Engine, q: str) -> None:
-    got = await engine.memory(f"{q}.none")
+    got = await engine.reads.memory(f"{q}.none")
     assert (got.jobs, got.bytes, got.budget) == (0, 0, 0)

@@ -93,7 +93,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 3))
     def claim(self, n: int) -> None:
-        self._claimed(self.run(self.engine.claim(self.q, n, lease_ms=LEASE, now_ms=self.model.now)), n)
+        self._claimed(self.run(self.engine.jobs.claim(self.q, n, lease_ms=LEASE, now_ms=self.model.now)), n)
 
     @rule(data=st.data(), n=st.integers(0, 3))
     def complete_and_claim(self, data: st.DataObject, n: int) -> None:
@@ -105,7 +105,7 @@ class EngineMachine(RuleBasedStateMachine):
         )
         items = [Settle((i, self.model.jobs[i].attempt, self.model.jobs[i].token)) for i in done]
         answers, claimed = self.run(
-            self.engine.settle_claim(self.q, items, n, lease_ms=LEASE, now_ms=self.model.now)
+            self.engine.jobs.settle_claim(self.q, items, n, lease_ms=LEASE, now_ms=self.model.now)
         )
         assert [code for code, _ in answers] == [Code.OK] * len(done)
         for job_id in done:
@@ -135,11 +135,11 @@ class EngineMachine(RuleBasedStateMachine):
         job = self.model.jobs[job_id]
         owner = (job_id, job.attempt, job.token)
         if ok:
-            self.run(self.engine.complete(self.q, owner, now_ms=self.model.now))
+            self.run(self.engine.jobs.complete(self.q, owner, now_ms=self.model.now))
             job.state = "completed"
             return
         got = self.run(
-            self.engine.fail(
+            self.engine.jobs.fail(
                 self.q, owner, "x", retry_delay_ms=RETRY, permanent=permanent, now_ms=self.model.now
             )
         )
@@ -153,7 +153,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(job_id=st.sampled_from(IDS))
     def cancel(self, job_id: str) -> None:
-        got = self.run(self.engine.cancel(self.q, job_id, now_ms=self.model.now))
+        got = self.run(self.engine.admin.cancel(self.q, job_id, now_ms=self.model.now))
         job = self.model.jobs.get(job_id)
         if job is None:
             self.model.jobs[job_id] = Job(0, "canceled")
@@ -170,8 +170,8 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([10, 60, 1100]))
     def tick(self, ms: int) -> None:
         self.model.now += ms
-        self.run(self.engine.promote_due(self.q, now_ms=self.model.now))
-        self.run(self.engine.reap_expired(self.q, now_ms=self.model.now))
+        self.run(self.engine.timers.promote_due(self.q, now_ms=self.model.now))
+        self.run(self.engine.timers.reap_expired(self.q, now_ms=self.model.now))
         self.model.tick()
 
     @precondition(lambda self: any(j.state == "running" for j in self.model.jobs.values()))
@@ -181,7 +181,7 @@ class EngineMachine(RuleBasedStateMachine):
         job = self.model.jobs[job_id]
         with pytest.raises(StaleLease):
             self.run(
-                self.engine.complete(self.q, (job_id, job.attempt - 1, job.token), now_ms=self.model.now)
+                self.engine.jobs.complete(self.q, (job_id, job.attempt - 1, job.token), now_ms=self.model.now)
             )
 
     @invariant()

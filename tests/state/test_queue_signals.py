@@ -29,35 +29,37 @@ async def test_a_queue_signals_its_depth_its_oldest_wait_and_its_outcomes(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
     empty = f"{q}.empty"
-    [nothing] = await engine.queue_signals([empty], now=t0)
+    [nothing] = await engine.reads.queue_signals([empty], now=t0)
     assert (nothing.pending, nothing.oldest_pending_age_ms, nothing.paused) == (0, 0, False)
     assert nothing.outcomes == {"completed": 0, "retried": 0, "errored": 0, "canceled": 0}
 
     await engine.enqueue_batch([job(q, id=f"j{i}") for i in range(4)], now_ms=t0)
     await engine.enqueue_batch([job(q, id="later", run_at=t0 + 60_000)], now_ms=t0)
-    claimed = await engine.claim(q, 3, now_ms=t0 + 1_000)
-    await engine.complete(q, (claimed[0].id, claimed[0].attempt, claimed[0].token), now_ms=t0 + 1_100)
+    claimed = await engine.jobs.claim(q, 3, now_ms=t0 + 1_000)
+    await engine.jobs.complete(q, (claimed[0].id, claimed[0].attempt, claimed[0].token), now_ms=t0 + 1_100)
     triple = (claimed[1].id, claimed[1].attempt, claimed[1].token)
-    await engine.fail(q, triple, "boom", retry_delay_ms=10_000, now_ms=t0 + 1_200)
-    await engine.fail(
+    await engine.jobs.fail(q, triple, "boom", retry_delay_ms=10_000, now_ms=t0 + 1_200)
+    await engine.jobs.fail(
         q, (claimed[2].id, claimed[2].attempt, claimed[2].token), "bad", permanent=True, now_ms=t0 + 1_300
     )
 
-    signals, again = await engine.queue_signals([q, empty], now=t0 + 5_000)
+    signals, again = await engine.reads.queue_signals([q, empty], now=t0 + 5_000)
     assert again.queue == empty
     assert (signals.pending, signals.delayed, signals.running, signals.dead) == (1, 2, 0, 1)
     assert signals.oldest_pending_age_ms == 5_000  # j3 has waited since its enqueue
     assert signals.outcomes == {"completed": 1, "retried": 1, "errored": 1, "canceled": 0}
 
     # a retried job waits from its retry's run_at (t0 + 11.2 s), not from its first enqueue
-    await engine.claim(q, 1, now_ms=t0 + 6_000)  # j3 leaves: only delayed jobs remain
-    await engine.promote_due(q, now_ms=t0 + 11_200)
-    [after] = await engine.queue_signals([q], now=t0 + 13_700)
+    await engine.jobs.claim(q, 1, now_ms=t0 + 6_000)  # j3 leaves: only delayed jobs remain
+    await engine.timers.promote_due(q, now_ms=t0 + 11_200)
+    [after] = await engine.reads.queue_signals([q], now=t0 + 13_700)
     assert (after.pending, after.oldest_pending_age_ms) == (1, 2_500)
-    assert (await engine.depth(q, now=t0 + 13_700)).oldest_pending_age_ms == 2_500  # `jobq status` agrees
+    assert (
+        await engine.reads.depth(q, now=t0 + 13_700)
+    ).oldest_pending_age_ms == 2_500  # `jobq status` agrees
 
-    await engine.pause(q)
-    [paused] = await engine.queue_signals([q], now=t0 + 13_700)
+    await engine.admin.pause(q)
+    [paused] = await engine.reads.queue_signals([q], now=t0 + 13_700)
     assert paused.paused
 
 
@@ -89,9 +91,9 @@ async def test_the_scheduler_exports_the_queues_it_keeps_and_forgets_the_others(
     assert _sample("jobq_queue_paused", queue=q) == 0
     assert _sample("jobq_queue_attempts_total", queue=q, outcome="completed") == 0  # the past is not ours
 
-    claimed = await engine.claim(q, 2)
+    claimed = await engine.jobs.claim(q, 2)
     for c in claimed:
-        await engine.complete(q, (c.id, c.attempt, c.token))
+        await engine.jobs.complete(q, (c.id, c.attempt, c.token))
     await svc.sample_signals()
     assert _sample("jobq_queue_attempts_total", queue=q, outcome="completed") == 2
     assert _sample("jobq_queue_depth_jobs", queue=q, state="pending") == 0

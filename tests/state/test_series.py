@@ -15,22 +15,22 @@ Job = Callable[..., Envelope]
 async def test_claims_count_their_start_latency(engine: Engine, q: str, job: Job, t0: int) -> None:
     await engine.enqueue_batch([job(q, id="a"), job(q, id="b")], now_ms=t0)
     await engine.enqueue_batch([job(q, id="later", run_at=t0 + 2000)], now_ms=t0)
-    await engine.claim(q, 2, now_ms=t0 + 500)
-    stats = await engine.queue_stats(q)
+    await engine.jobs.claim(q, 2, now_ms=t0 + 500)
+    stats = await engine.reads.queue_stats(q)
     assert stats["claimed"] == 2
     assert stats["wait_ms"] == 1000  # 500 ms each, from enqueue to claim
-    await engine.promote_due(q, now_ms=t0 + 2000)
-    await engine.claim(q, 1, now_ms=t0 + 2300)  # a delayed job waits from its run_at, not its enqueue
-    assert (await engine.queue_stats(q))["wait_ms"] == 1300
+    await engine.timers.promote_due(q, now_ms=t0 + 2000)
+    await engine.jobs.claim(q, 1, now_ms=t0 + 2300)  # a delayed job waits from its run_at, not its enqueue
+    assert (await engine.reads.queue_stats(q))["wait_ms"] == 1300
 
 
 async def test_samples_become_per_second_rates(engine: Engine, q: str, job: Job, t0: int) -> None:
-    await series.record(engine._client, [q], {q: await engine.queue_stats(q)}, t0)
+    await series.record(engine._client, [q], {q: await engine.reads.queue_stats(q)}, t0)
     await engine.enqueue_batch([job(q, id=f"j{i}") for i in range(6)], now_ms=t0 + 1000)
-    claimed = await engine.claim(q, 4, now_ms=t0 + 3000)
+    claimed = await engine.jobs.claim(q, 4, now_ms=t0 + 3000)
     for c in claimed:
-        await engine.complete(q, (c.id, c.attempt, c.token), now_ms=t0 + 3100)
-    second = {q: await engine.queue_stats(q)}
+        await engine.jobs.complete(q, (c.id, c.attempt, c.token), now_ms=t0 + 3100)
+    second = {q: await engine.reads.queue_stats(q)}
     await series.record(engine._client, [q], second, t0 + 60_000)
     await series.record(engine._client, [q], second, t0 + 60_000)  # the same bucket again: one sample
     assert len(await rates_read.samples(engine._client, q, t0)) == 2

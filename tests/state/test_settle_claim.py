@@ -12,29 +12,29 @@ async def test_completes_then_claims_the_next_jobs_in_priority_order(
     engine: Engine, q: str, job: Callable[..., Envelope]
 ) -> None:
     await engine.enqueue_batch([job(q, priority=p) for p in (5, 1, 3, 4)])
-    [first] = await engine.claim(q, 1, lease_ms=30_000)
+    [first] = await engine.jobs.claim(q, 1, lease_ms=30_000)
     forged = Settle(("nope", 1, "x"))
-    answers, claimed = await engine.settle_claim(
+    answers, claimed = await engine.jobs.settle_claim(
         q, [Settle((first.id, first.attempt, first.token), b'"r"'), forged], 2, worker="w1"
     )
     assert [code for code, _ in answers] == [Code.OK, Code.MISSING]
     assert [c.envelope.priority for c in claimed] == [3, 4]
     assert all(c.attempt == 1 and c.lease_ms > 0 for c in claimed)
-    done = await engine.get_job(q, first.id)
+    done = await engine.reads.get_job(q, first.id)
     assert done is not None
     assert (done.state, done.result) == ("completed", '"r"')
-    again, more = await engine.settle_claim(q, [Settle((first.id, first.attempt, first.token))], 0)
+    again, more = await engine.jobs.settle_claim(q, [Settle((first.id, first.attempt, first.token))], 0)
     assert (again, more) == ([(Code.OK, 0)], []), "a completion sent again gets its first answer"
 
 
 async def test_a_kind_slot_freed_by_the_outcome_is_claimed_by_the_same_call(
     engine: Engine, q: str, job: Callable[..., Envelope]
 ) -> None:
-    await engine.configure_kind("limited", queues=[q], concurrency=1)
+    await engine.admin.configure_kind("limited", queues=[q], concurrency=1)
     await engine.enqueue_batch([job(q, "limited") for _ in range(2)])
-    [running] = await engine.claim(q, 2, lease_ms=30_000)
-    assert (await engine.depth(q)).blocked == 1, "the second waits for the kind's slot"
-    _, claimed = await engine.settle_claim(q, [Settle((running.id, running.attempt, running.token))], 1)
+    [running] = await engine.jobs.claim(q, 2, lease_ms=30_000)
+    assert (await engine.reads.depth(q)).blocked == 1, "the second waits for the kind's slot"
+    _, claimed = await engine.jobs.settle_claim(q, [Settle((running.id, running.attempt, running.token))], 1)
     assert len(claimed) == 1
     assert claimed[0].id != running.id
 
@@ -43,10 +43,10 @@ async def test_a_paused_queue_takes_the_outcomes_and_hands_out_nothing(
     engine: Engine, q: str, job: Callable[..., Envelope]
 ) -> None:
     await engine.enqueue_batch([job(q) for _ in range(3)])
-    [running] = await engine.claim(q, 1, lease_ms=30_000)
-    await engine.pause(q, True)
+    [running] = await engine.jobs.claim(q, 1, lease_ms=30_000)
+    await engine.admin.pause(q, True)
     owner = (running.id, running.attempt, running.token)
-    answers, claimed = await engine.settle_claim(q, [Settle(owner, error="boom", delay_ms=0)], 2)
+    answers, claimed = await engine.jobs.settle_claim(q, [Settle(owner, error="boom", delay_ms=0)], 2)
     assert (answers[0][0], claimed) == (Code.RETRY, [])
-    depth = await engine.depth(q)
+    depth = await engine.reads.depth(q)
     assert (depth.running, depth.pending + depth.delayed) == (0, 3)

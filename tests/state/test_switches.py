@@ -24,12 +24,12 @@ async def lift_after(engine: Engine) -> AsyncIterator[list[str]]:
     yield names
     for name in names:
         with contextlib.suppress(SwitchNotFound):
-            await engine.lift_switch(name)
+            await engine.admin.lift_switch(name)
 
 
 async def _set(engine: Engine, names: list[str], switch: Switch) -> list[str]:
     names.append(switch.name)
-    return await engine.set_switch(switch)
+    return await engine.admin.set_switch(switch)
 
 
 async def test_a_parked_kind_waits_without_spending_attempts_and_comes_back_in_order(
@@ -40,21 +40,21 @@ async def test_a_parked_kind_waits_without_spending_attempts_and_comes_back_in_o
     name = f"{prefix}-poison"
     assert await _set(engine, lift_after, Switch(name, queue=q, kind="poison")) == [q]
 
-    claimed = await engine.claim(q, 10, now_ms=t0 + 1)
+    claimed = await engine.jobs.claim(q, 10, now_ms=t0 + 1)
     assert [j.id for j in claimed] == ["ok"]
-    parked = await engine.get_job(q, "p0")
+    parked = await engine.reads.get_job(q, "p0")
     assert parked is not None
     assert (parked.state, parked.attempt) == ("parked", 0)
-    assert (await engine.depth(q, now=t0 + 1)).blocked == 3
-    assert [s.name for s in await engine.switches() if s.name == name] == [name]
+    assert (await engine.reads.depth(q, now=t0 + 1)).blocked == 3
+    assert [s.name for s in await engine.admin.switches() if s.name == name] == [name]
 
-    assert await engine.lift_switch(name) == 3
+    assert await engine.admin.lift_switch(name) == 3
     lift_after.remove(name)
-    again = await engine.claim(q, 10, now_ms=t0 + 2)
+    again = await engine.jobs.claim(q, 10, now_ms=t0 + 2)
     assert [(j.id, j.attempt) for j in again] == [("p2", 1), ("p1", 1), ("p0", 1)]  # priority kept
-    assert (await engine.depth(q, now=t0 + 2)).blocked == 0
+    assert (await engine.reads.depth(q, now=t0 + 2)).blocked == 0
     with pytest.raises(SwitchNotFound):
-        await engine.lift_switch(name)
+        await engine.admin.lift_switch(name)
 
 
 async def test_a_dead_switch_on_meta_sends_matching_jobs_to_the_dead_letters(
@@ -64,11 +64,11 @@ async def test_a_dead_switch_on_meta_sends_matching_jobs_to_the_dead_letters(
         [job(q, id="x", meta={"tenant": "acme"}), job(q, id="y", meta={"tenant": "other"})], now_ms=t0
     )
     await _set(engine, lift_after, Switch(f"{prefix}-acme", action="dead", queue=q, meta={"tenant": "acme"}))
-    assert [j.id for j in await engine.claim(q, 10, now_ms=t0 + 1)] == ["y"]
-    dead = await engine.get_job(q, "x")
+    assert [j.id for j in await engine.jobs.claim(q, 10, now_ms=t0 + 1)] == ["y"]
+    dead = await engine.reads.get_job(q, "x")
     assert dead is not None
     assert (dead.state, dead.attempt, dead.reason) == ("errored", 0, f"kill switch {prefix}-acme")
-    assert [j.id for j in await engine.dead_list(q)] == ["x"]
+    assert [j.id for j in await engine.reads.dead_list(q)] == ["x"]
 
 
 async def test_a_canceled_parked_job_stays_canceled_when_the_switch_lifts(
@@ -77,14 +77,14 @@ async def test_a_canceled_parked_job_stays_canceled_when_the_switch_lifts(
     await engine.enqueue_batch([job(q, "poison", id="p")], now_ms=t0)
     name = f"{prefix}-stop"
     await _set(engine, lift_after, Switch(name, queue=q, kind="poison"))
-    assert await engine.claim(q, 1, now_ms=t0 + 1) == []
-    assert (await engine.cancel(q, "p", now_ms=t0 + 2)).outcome == "canceled"
-    assert await engine.lift_switch(name) == 0
+    assert await engine.jobs.claim(q, 1, now_ms=t0 + 1) == []
+    assert (await engine.admin.cancel(q, "p", now_ms=t0 + 2)).outcome == "canceled"
+    assert await engine.admin.lift_switch(name) == 0
     lift_after.remove(name)
-    info = await engine.get_job(q, "p")
+    info = await engine.reads.get_job(q, "p")
     assert info is not None
     assert info.state == "canceled"
-    assert (await engine.depth(q, now=t0 + 3)).blocked == 0
+    assert (await engine.reads.depth(q, now=t0 + 3)).blocked == 0
 
 
 async def test_a_switch_reaches_queues_created_after_it_and_waiting_pools(
@@ -93,12 +93,12 @@ async def test_a_switch_reaches_queues_created_after_it_and_waiting_pools(
     await _set(engine, lift_after, Switch(f"{prefix}-all", queue=f"{prefix}.*", kind="poison"))
     q = f"{prefix}.later"
     await engine.enqueue_batch([job(q, "ok", id="seed")], now_ms=t0)  # the queue is born now
-    [seed] = await engine.claim(q, 1, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0)
-    assert await engine.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
+    [seed] = await engine.jobs.claim(q, 1, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0)
+    assert await engine.jobs.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
 
     await engine.enqueue_batch([job(q, "poison", id="p")], now_ms=t0 + 1)  # hand-off meets the switch
     assert await engine._client.llen(QueueKeys(q).prefix + "inbox:pool") == 0
-    info = await engine.get_job(q, "p")
+    info = await engine.reads.get_job(q, "p")
     assert info is not None
     assert (info.state, info.attempt) == ("parked", 0)
     assert seed.id == "seed"
@@ -110,15 +110,15 @@ async def test_a_switch_set_before_its_queue_existed_holds_the_first_batch(
     """A queue born (or born again after Redis lost it) under a switch: its first batch is held already —
     the batch that creates it hands nothing matching to a pool waiting for it."""
     q = f"{prefix}.born"
-    assert await engine.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
+    assert await engine.jobs.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
     await _set(engine, lift_after, Switch(f"{prefix}-born", queue=q, meta={"sw": "1"}))
     result = await engine.enqueue_batch(
         [job(q, "k", id="held", meta={"sw": "1"}), job(q, "k", id="free")], now_ms=t0
     )
     assert result.created_queues == [q], "this batch created the queue"
-    handed = await engine.wait_for_handoff(q, "pool", 1.0)
+    handed = await engine.jobs.wait_for_handoff(q, "pool", 1.0)
     assert [j.id for j in handed or []] == ["free"]
-    info = await engine.get_job(q, "held")
+    info = await engine.reads.get_job(q, "held")
     assert info is not None
     assert (info.state, info.attempt) == ("parked", 0)
 

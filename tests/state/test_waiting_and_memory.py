@@ -20,11 +20,11 @@ Job = Callable[..., Envelope]
 
 async def test_enqueue_wakes_a_waiting_worker(engine: Engine, q: str, job: Job) -> None:
     other = f"{q}.other"
-    waiter = asyncio.create_task(engine.wait_for_work([other, q], timeout_s=30))
+    waiter = asyncio.create_task(engine.jobs.wait_for_work([other, q], timeout_s=30))
     # the BLPOP may be sent before or after the enqueue: either way the wake token is waiting for it
     await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
     assert await asyncio.wait_for(waiter, 30) == q
-    assert await engine.wait_for_work([q], timeout_s=0.05) is None
+    assert await engine.jobs.wait_for_work([q], timeout_s=0.05) is None
 
 
 @pytest.mark.cluster
@@ -45,11 +45,11 @@ async def test_each_wake_of_a_second_queue_ends_the_wait_while_the_first_stays_i
     try:
         for n in range(6):
             await engine.enqueue_batch([job(q, id=f"w{n}", at_ms=now_ms())])
-            woken = await asyncio.wait_for(engine.wait_for_work([idle, q], timeout_s=60), 20)
+            woken = await asyncio.wait_for(engine.jobs.wait_for_work([idle, q], timeout_s=60), 20)
             assert woken == q, f"wake {n}"
-            [claimed] = await engine.claim(q, 1)
-            await engine.complete(q, (claimed.id, claimed.attempt, claimed.token))
-            await engine.wait_for_work([q], timeout_s=0.01)  # the completion's token, if any
+            [claimed] = await engine.jobs.claim(q, 1)
+            await engine.jobs.complete(q, (claimed.id, claimed.attempt, claimed.token))
+            await engine.jobs.wait_for_work([q], timeout_s=0.01)  # the completion's token, if any
     finally:
         await client.aclose()
 
@@ -58,20 +58,20 @@ async def test_scheduler_promotes_delayed_jobs_never_early(engine: Engine, q: st
     run_at = now_ms() + 400
     async with Timers(engine, [q], max_idle_s=30):
         await engine.enqueue_batch([job(q, id="later", run_at=run_at, at_ms=now_ms())])
-        assert await engine.wait_for_work([q], timeout_s=30) == q
+        assert await engine.jobs.wait_for_work([q], timeout_s=30) == q
         woke = now_ms()
-        [claimed] = await engine.claim(q, 1)
+        [claimed] = await engine.jobs.claim(q, 1)
     assert claimed.id == "later"
     assert woke >= run_at
 
 
 async def test_scheduler_reaps_an_expired_lease(engine: Engine, q: str, job: Job) -> None:
     await engine.enqueue_batch([job(q, id="a", at_ms=now_ms())])
-    [first] = await engine.claim(q, 1, lease_ms=300)
-    await engine.wait_for_work([q], timeout_s=0.01)  # drain the enqueue's wake token
+    [first] = await engine.jobs.claim(q, 1, lease_ms=300)
+    await engine.jobs.wait_for_work([q], timeout_s=0.01)  # drain the enqueue's wake token
     async with Timers(engine, [q], max_idle_s=30):
-        assert await engine.wait_for_work([q], timeout_s=30) == q
-        [again] = await engine.claim(q, 1)
+        assert await engine.jobs.wait_for_work([q], timeout_s=30) == q
+        [again] = await engine.jobs.claim(q, 1)
     assert (again.id, again.attempt) == ("a", 2)
     assert now_ms() >= first.lease_deadline_ms
 
@@ -87,10 +87,10 @@ async def test_claims_work_at_maxmemory_while_enqueue_is_refused(
         with pytest.raises(RedisMemoryFull) as info:
             await engine.enqueue_batch([job(q, id="more", args={"pad": "x" * 100_000}, at_ms=now_ms())])
         assert info.value.retriable
-        claimed = await engine.claim(q, 20)
+        claimed = await engine.jobs.claim(q, 20)
         assert len(claimed) == 20
         for c in claimed:
-            await engine.complete(q, (c.id, c.attempt, c.token))
+            await engine.jobs.complete(q, (c.id, c.attempt, c.token))
     finally:
         await redis.config_set("maxmemory", 0)
     await engine.enqueue_batch([job(q, id="more", at_ms=now_ms())])

@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
+from jqruntime.stores.presence import Claimer
 from jqweb import alerting
-from jqweb.overview import alerts
+from jqweb.overview import alerts, claimer_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -70,12 +71,16 @@ def test_shared_thresholds_are_the_rules_thresholds() -> None:
 def everything_wrong() -> tuple[dict[str, Any], dict[str, int], dict[str, dict[str, int]]]:
     """A snapshot, dead-letter growth and attempt outcomes in which every condition the dashboard sees
     holds at once."""
-    old = int((time.time() - 600) * 1000)
+    now = int(time.time() * 1000)
+    old = now - 600_000
     queue = {"queue": "emails", "oldest_pending_age_ms": 601_000, "paused": False, "past_due": 3}
+    queues = [queue, {"queue": "held", "oldest_pending_age_ms": 900_000, "paused": True}]
+    idle = Claimer("worker", "pool-1", now, {"emails": old, "held": old}, busy=0, slots=4)
     snapshot = {
         "cron": {"error": "ConnectionError: Consul away"},
         "redis": {
-            "queues": [queue, {"queue": "held", "oldest_pending_age_ms": 900_000, "paused": True}],
+            "queues": queues,
+            "claimers": claimer_rows([idle], now, queues),
             "canary": {"jobs/0": {"ok": False, "problem": "late"}, "jobs/1": {"ok": True, "at": old}},
             "memory": {"used": 90, "max": 0, "ratio": 0.9, "policy": "allkeys-lru"},
             "switches": [{"name": "s", "queue": "*", "kind": "pdf", "meta": {}, "action": "park"}],
@@ -103,7 +108,7 @@ def test_the_dashboard_raises_each_alert_it_shares_with_the_rules_at_its_severit
     assert by_rule == (shared | set(alerting.LOCAL)) - {"JobqSchedulerAbsent"}  # groups live: absent is not
     for a in raised:
         assert a.level == ("critical" if _severity(a.rule) == "page" else "warning"), a
-    assert not [a for a in raised if "held" in a.what], "a paused queue waits on purpose"
+    assert not [a for a in raised if "held" in a.what + a.detail], "a paused queue waits on purpose"
     assert not [a for a in raised if "fine" in a.what], "1 % failing is not an alert"
     # no scheduler at all: the absent alert (and no group is called empty on top)
     snapshot["redis"]["schedulers"] = {}
@@ -114,9 +119,12 @@ def test_the_dashboard_raises_each_alert_it_shares_with_the_rules_at_its_severit
 
 def test_a_healthy_snapshot_raises_nothing() -> None:
     now = int(time.time() * 1000)
+    queues = [{"queue": "emails", "oldest_pending_age_ms": 2_000, "paused": False, "past_due": 0}]
+    idle = Claimer("worker", "host:1:emails", now, {"emails": now - 3_600_000}, busy=0, slots=4)
     snapshot = {
         "redis": {
-            "queues": [{"queue": "emails", "oldest_pending_age_ms": 2_000, "paused": False, "past_due": 0}],
+            "queues": queues,
+            "claimers": claimer_rows([idle], now, queues),  # idle for an hour, but nothing waits
             "canary": {"jobs/0": {"ok": True, "at": now}},
             "memory": {"used": 50, "max": 100, "ratio": 0.5, "policy": "noeviction"},
             "switches": [],

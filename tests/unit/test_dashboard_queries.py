@@ -48,12 +48,12 @@ def test_the_extractor_finds_the_selected_metrics_only() -> None:
     expr = (
         'histogram_quantile(0.95, sum by (queue, le) (rate(jobq_job_run_seconds_bucket{queue=~"a|b", '
         'kind!="x"}[$__rate_interval]))) / on (queue) group_left max(jobq_queue_paused offset 5m) > 0.5 '
-        "and time() - jobq_worker_last_claim_timestamp_seconds > 600 unless absent(jobq_canary_sent_total)"
+        "and time() - jobq_worker_silent_seconds > 600 unless absent(jobq_canary_sent_total)"
     )
     assert metric_names(expr) == {
         "jobq_job_run_seconds_bucket",
         "jobq_queue_paused",
-        "jobq_worker_last_claim_timestamp_seconds",
+        "jobq_worker_silent_seconds",
         "jobq_canary_sent_total",
     }
     assert metric_names("label_values(jobq_queue_depth_jobs, queue)") == {"jobq_queue_depth_jobs", "queue"}
@@ -135,6 +135,7 @@ def test_the_dashboard_shows_what_issue_57_asks_for(dashboard: dict[str, Any]) -
         "jobq_scheduler_jobs_total",
         "jobq_jobs_in_flight",
         "jobq_worker_claims_total",
+        "jobq_worker_silent_seconds",
         "jobq_redis_memory_used_bytes",
         "jobq_redis_memory_max_bytes",
     ):

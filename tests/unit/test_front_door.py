@@ -4,6 +4,8 @@ results; options; retries and the kind's exception filters; Cancel, Snooze, defe
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import BaseModel
 
@@ -175,3 +177,38 @@ def test_the_front_door_names_everything_an_application_needs() -> None:
         assert getattr(jobq, name) is not None, name
     assert isinstance(jobq.registry, jobq.Registry)
     assert isinstance(TestJobs, type)
+
+
+class Recording:
+    """A transport that records enqueues and answers every job completed (what a gateway would say)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.closed = False
+
+    async def enqueue(self, queue: str, jobs: Any) -> list[str]:
+        self.sent += [(queue, job["kind"]) for job in jobs]
+        return [f"id{len(self.sent)}" for _ in jobs]
+
+    async def get_job(self, queue: str, job_id: str) -> dict[str, Any]:
+        return {"id": job_id, "queue": queue, "state": "completed", "result": '{"n": 1, "label": "x"}'}
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_client_opened_with_async_with_is_what_aenqueue_uses_on_its_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("JOBQ_URL", raising=False)
+    transport = Recording()
+    async with jobq.AsyncClient(transport) as client:  # type: ignore[arg-type]
+        handle = await count.aenqueue(["a"])  # an application's lifespan client, used by its views
+        assert handle.client is client
+        assert await handle.result() == Total(n=1, label="x")
+        async with jobq.AsyncClient(Recording()):  # type: ignore[arg-type]
+            assert (await count.aenqueue(["b"])).client is client, "the first one opened stays the default"
+    assert transport.sent == [("app.q", "count"), ("app.q", "count")]
+    assert transport.closed
+    with pytest.raises(jobq.JobqError, match="JOBQ_URL"):  # closed: no longer the loop's default
+        await count.aenqueue(["c"])

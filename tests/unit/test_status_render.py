@@ -67,6 +67,41 @@ DOC: dict[str, Any] = {
         "workers": ["w1", "w2"],
         "dashboards": [],
         "schedulers": {"default": {"host-a:77": "every queue"}},
+        "claimers": [  # rows of jqweb.overview.claimer_rows: flagged ones are listed, the others not
+            {
+                "role": "worker",
+                "name": "host-b:4242:emails",
+                "alive": True,
+                "beat_age_s": 2.1,
+                "busy": 1,
+                "slots": 8,
+                "filtered": False,
+                "idle_s": {"emails": 731.4},
+                "silent": ["emails"],
+            },
+            {
+                "role": "http-worker",
+                "name": "billing-go:pod-7f9c",
+                "alive": False,
+                "beat_age_s": 95.0,
+                "busy": None,
+                "slots": None,
+                "filtered": False,
+                "idle_s": {"q": 97.0},
+                "silent": [],
+            },
+            {
+                "role": "worker",
+                "name": "host-c:99:emails",
+                "alive": True,
+                "beat_age_s": 1.0,
+                "busy": 0,
+                "slots": 8,
+                "filtered": False,
+                "idle_s": {"emails": 0.4},
+                "silent": [],
+            },
+        ],
         "switches": [
             {
                 "name": "stop-bad-kind",
@@ -123,6 +158,10 @@ def test_status_is_whole_at_any_width(width: int) -> None:
         assert value in out.replace("\n", " ") or value in out, value
     assert "jobq.jobs.retry: topic missing" in out
     assert "123456 jobs" in out
+    flat = " ".join(out.split())
+    for value in ("host-b:4242:emails", "731", "1/8", "billing-go:pod-7f9c", "95"):
+        assert value in flat, (value, width)
+    assert "host-c:99" not in flat, "a worker claiming is not flagged"
 
 
 def test_the_layout_narrows_from_full_headers_to_abbreviations_to_split_tables_to_a_block_per_row() -> None:

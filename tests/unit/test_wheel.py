@@ -30,8 +30,10 @@ PRODUCT = (
     "jqweb/static/app.css",
     "jqstack/manager.py",
 )
-LUA = sorted(f"jqengine/lua/{p.name}" for p in (Path(__file__).parents[2] / "jqengine" / "lua").glob("*.lua"))
-"""The engine's scripts, every one of them (the loader reads them from the installed package)."""
+LUA_DIR = Path(__file__).parents[2] / "jqengine" / "lua"
+LUA = sorted(f"jqengine/lua/{p.relative_to(LUA_DIR).as_posix()}" for p in LUA_DIR.rglob("*.lua"))
+"""The engine's scripts and their library (``lua/lib/``), every file (the loader reads them from the
+installed package)."""
 
 
 @pytest.fixture(scope="module")
@@ -50,5 +52,6 @@ def test_the_wheel_holds_the_product(wheel_names: list[str]) -> None:
     missing = [p for p in PRODUCT if p not in wheel_names]
     assert not missing, missing
     assert LUA, "no script found in the checkout"
+    assert any(n.startswith("jqengine/lua/lib/") for n in LUA), "no library function found in the checkout"
     assert [n for n in LUA if n not in wheel_names] == []
     assert any(n.endswith(".dist-info/entry_points.txt") for n in wheel_names)

@@ -177,6 +177,7 @@ def gate_specs() -> dict[tuple[str, str], Spec]:
             "admin", per(q("/v1/queues/{queue}/dead/retry"), {"ids": []})
         ),
         ("DELETE", "/v1/queues/{queue}/dead"): Spec("admin", per(q("/v1/queues/{queue}/dead"), {"ids": []})),
+        ("POST", "/v1/queues/{queue}/purge"): Spec("admin", per(q("/v1/queues/{queue}/purge"), {"limit": 1})),
         ("PUT", "/v1/kinds/{kind}"): Spec(
             "admin",
             {
@@ -384,7 +385,7 @@ async def make_world(w: W, engine: Engine, crons: CronStore) -> None:
         queue = w.q(side)
         await engine.enqueue_batch([new_envelope(queue, KIND, {}, id=w.job(side))])
         switch = Switch(name=w.switch(side), action="park", queue=queue, kind="never", meta={}, set_at_ms=1)
-        await engine.set_switch(switch)
+        await engine.admin.set_switch(switch)
         await crons.put(CronSchedule(name=w.cron(side), every_s=3600, queue=queue, kind=KIND), 1)
         graph = Graph(w.graph(side), queue=queue)
         graph.add("n", KIND)

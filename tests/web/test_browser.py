@@ -1,10 +1,11 @@
 """The dashboard in a real browser: Debian's chromium, headless, driven by Playwright (the system browser's
 executable; nothing downloaded), against a running pipeline — gateway, relay, scheduler and a worker pool on
 the session stack, in a Redis database of their own (:data:`DB`, emptied first) so the pages show only
-this test's world. Every page loads with no console error and is saved as a screenshot into
-``docs/dashboard/`` (the README shows them); the operator's paths are clicked through: search by filter and
-see the URL carry it, retry a dead job and see it run, pause and resume a queue, change a rate limit and
-see the relay follow, a job whose args and error carry markup shown as text with no script run."""
+this test's world. Every page loads with no console error and is saved as a screenshot into the test's
+temporary folder (kept by pytest for a look after a failure; the README's pictures come from the demo's
+workload instead: ``python -m loadtest.screenshots``); the operator's paths are clicked through: search by
+filter and see the URL carry it, retry a dead job and see it run, pause and resume a queue, change a rate
+limit and see the relay follow, a job whose args and error carry markup shown as text with no script run."""
 
 from __future__ import annotations
 
@@ -54,7 +55,6 @@ FLAGS = [
     "--disable-sync",
     "--disable-dev-shm-usage",
 ]
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
 XSS_ARG = "<script>window.__pwned = 1</script>"
 XSS_ERROR = "<img src=x onerror=window.__pwned=2>"
 
@@ -70,6 +70,8 @@ class Live:
     broken: dict[str, bool]
     release: asyncio.Event
     """Set to let the long ``render_video`` job finish."""
+    shots: Path
+    """Where the pages' screenshots go (the test's temporary folder: a test run leaves the tree clean)."""
     errors: list[str] = field(default_factory=list)
 
     async def open(self, path: str, ready: str) -> None:
@@ -77,8 +79,7 @@ class Live:
         await self.page.wait_for_selector(ready, timeout=30_000)
 
     async def shot(self, name: str) -> None:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        await self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        await self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture
@@ -91,6 +92,7 @@ async def live(
     make_scheduler: Callable[..., Any],
     prefix: str,
     token: str,
+    tmp_path: Path,
 ) -> AsyncIterator[Live]:
     from playwright.async_api import async_playwright
 
@@ -146,7 +148,8 @@ async def live(
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         context = await browser.new_context(viewport={"width": 1280, "height": 860})
         page = await context.new_page()
-        lv = Live(web.url, page, client, engine, web_sources.relay.topics[0], prefix, broken, release)
+        lv = Live(web.url, page, client, engine, topic, prefix, broken, release, tmp_path / "shots")
+        lv.shots.mkdir()
         page.on("console", lambda m: lv.errors.append(f"{m.type}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: lv.errors.append(f"pageerror: {e}"))
         await page.goto(web.url + "/login")
@@ -205,7 +208,7 @@ async def test_operator_paths_in_a_real_browser(
     video = await live.client.enqueue_one(ok_q, "render_video", {"title": "launch trailer"})
     await until(lambda: _state_is(live.engine, ok_q, video["id"], "running"))
 
-    # every page loads with no console error; each is saved for the README
+    # every page loads with no console error; each is saved (into the test's temporary folder)
     pages = [
         ("overview", "/", "#alerts, #alerts-none"),
         ("topics", "/topics", f"#rate-form-{_css(live.topic)}"),
@@ -224,6 +227,7 @@ async def test_operator_paths_in_a_real_browser(
         await live.open(path, ready)
         await live.shot(name)
         assert not live.errors, f"{name}: {live.errors}"
+    assert sorted(p.stem for p in live.shots.iterdir()) == sorted(name for name, _, _ in pages)
 
     live.release.set()
     await until(lambda: _state_is(live.engine, ok_q, video["id"], "completed"))
@@ -290,7 +294,7 @@ def _css(name: str) -> str:
 
 
 async def _state_is(engine: Engine, queue: str, job_id: str, state: str) -> bool:
-    info = await engine.get_job(queue, job_id)
+    info = await engine.reads.get_job(queue, job_id)
     return info is not None and info.state == state
 
 
@@ -314,7 +318,7 @@ async def _canaries_ok(engine: Engine) -> bool:
 
 
 async def _paused(engine: Engine, queue: str, paused: bool) -> bool:
-    return (await engine.queue_config(queue)).paused is paused
+    return (await engine.reads.queue_config(queue)).paused is paused
 
 
 async def _equals(read: Callable[[], float], want: float) -> bool:

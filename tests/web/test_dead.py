@@ -14,9 +14,9 @@ pytestmark = pytest.mark.asyncio
 
 async def _dead(engine: Any, q: str, n: int, error: str = "boom") -> list[str]:
     await engine.enqueue_batch([new_envelope(q, "resize", {"i": i}) for i in range(n)])
-    claimed = await engine.claim(q, n)
+    claimed = await engine.jobs.claim(q, n)
     for c in claimed:
-        assert await engine.fail(q, (c.id, c.attempt, c.token), error, permanent=True) == "errored"
+        assert await engine.jobs.fail(q, (c.id, c.attempt, c.token), error, permanent=True) == "errored"
     return [c.id for c in claimed]
 
 
@@ -53,11 +53,11 @@ async def test_retry_selected_then_all(dash: Any, engine: Any, prefix: str) -> N
         "count": 1,
         "message": "",
     }
-    assert (await engine.get_job(q, ids[0])).state == "pending"
+    assert (await engine.reads.get_job(q, ids[0])).state == "pending"
     r = await dash.post(f"/dead/{q}/retry", {"all": "1", "next": f"/dead?queue={q}"}, as_json=False)
     assert r.status == 303
     assert r.headers["Location"] == f"/dead?queue={q}"
-    depth = await engine.depth(q)
+    depth = await engine.reads.depth(q)
     assert (depth.errored, depth.pending) == (0, 3)
     r = await dash.post(f"/dead/{q}/retry", {})
     assert (r.status, r.code) == (400, "form_invalid")
@@ -73,18 +73,18 @@ async def test_purge_is_confirmed_with_the_count(dash: Any, engine: Any, prefix:
     r = await dash.post(f"/dead/{q}/purge", {"all": "1"})
     assert r.status == 200
     assert r.json()["confirm"]["count"] == 4
-    assert (await engine.depth(q)).errored == 4  # nothing changed yet
+    assert (await engine.reads.depth(q)).errored == 4  # nothing changed yet
     page = await dash.post(f"/dead/{q}/purge", {"all": "1", "next": f"/dead?queue={q}"}, as_json=False)
     assert 'id="confirm-form"' in page.text
     assert f"Purge 4 dead jobs of {q}?" in page.text
     # selected: only those
     r = await dash.post(f"/dead/{q}/purge", {"id": ids[0], "confirm": "1"})
     assert r.json()["count"] == 1
-    assert await engine.get_job(q, ids[0]) is None
+    assert await engine.reads.get_job(q, ids[0]) is None
     # all: at most the confirmed count (the oldest), even if more died since
     r = await dash.post(f"/dead/{q}/purge", {"all": "1", "confirm": "2"})
     assert r.json()["count"] == 2
-    assert (await engine.depth(q)).errored == 1
+    assert (await engine.reads.depth(q)).errored == 1
     r = await dash.post(f"/dead/{q}/purge", {"all": "1", "confirm": "x"})
     assert (r.status, r.code) == (400, "form_invalid")
     r = await dash.post(f"/dead/{prefix}.nope/purge", {"all": "1"})
@@ -102,4 +102,4 @@ async def test_read_token_may_not_act(dash: Any, engine: Any, prefix: str) -> No
     ):
         r = await dash.post(path, form, token="read")
         assert (r.status, r.code) == (403, "admin_required"), path
-    assert (await engine.depth(q)).errored == 1
+    assert (await engine.reads.depth(q)).errored == 1

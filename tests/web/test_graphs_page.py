@@ -21,12 +21,12 @@ def states(body: dict[str, Any]) -> dict[str, str]:
 
 async def _finish(engine: Any, q: str, gid: str, fail: str | None = None) -> None:
     """Claim every ready job of ``q`` and complete it (``fail``: that node fails for good), reported."""
-    for job in await engine.claim(q, 100):
+    for job in await engine.jobs.claim(q, 100):
         triple = (job.id, job.attempt, job.token)
         if job.envelope.graph["node"] == fail:
-            await engine.fail(q, triple, EVIL, permanent=True)
+            await engine.jobs.fail(q, triple, EVIL, permanent=True)
         else:
-            await engine.complete(q, triple, b'{"rows": 3, "note": "<b>bold</b>"}')
+            await engine.jobs.complete(q, triple, b'{"rows": 3, "note": "<b>bold</b>"}')
         await engine.graphs.report_finished(q, [job.id])
 
 

@@ -33,16 +33,16 @@ def _env(q: str, job_id: str, kind: str = "resize", **kw: Any) -> Any:
 
 async def _kill(engine: Any, q: str, n: int, error: str = "boom") -> list[str]:
     """Claim ``n`` jobs of ``q`` and fail them for good: dead letters."""
-    claimed = await engine.claim(q, n)
+    claimed = await engine.jobs.claim(q, n)
     for c in claimed:
-        assert await engine.fail(q, (c.id, c.attempt, c.token), error, permanent=True) == "errored"
+        assert await engine.jobs.fail(q, (c.id, c.attempt, c.token), error, permanent=True) == "errored"
     return [c.id for c in claimed]
 
 
 async def _finish(engine: Any, q: str, n: int, result: str = '{"ok": true}') -> list[str]:
-    claimed = await engine.claim(q, n)
+    claimed = await engine.jobs.claim(q, n)
     for c in claimed:
-        await engine.complete(q, (c.id, c.attempt, c.token), result)
+        await engine.jobs.complete(q, (c.id, c.attempt, c.token), result)
     return [c.id for c in claimed]
 
 
@@ -65,12 +65,12 @@ async def test_search_by_each_filter(dash: Any, engine: Any, redis: Any, prefix:
     # stored two hours ago: Redis dates a record by its own clock, so the test backdates the record itself
     await redis.hset(QueueKeys(q).job(f"{prefix}-b1"), "enqueued_at", str(now - 2 * HOUR))
     # fail the "dead" job: claim the queue's first jobs until it is claimed
-    claimed = await engine.claim(q, 10)
+    claimed = await engine.jobs.claim(q, 10)
     for c in claimed:
         if c.id == f"{prefix}-d1":
-            await engine.fail(q, (c.id, c.attempt, c.token), "boom", permanent=True)
+            await engine.jobs.fail(q, (c.id, c.attempt, c.token), "boom", permanent=True)
         else:
-            await engine.release(q, [(c.id, c.attempt, c.token, False)])
+            await engine.jobs.release(q, [(c.id, c.attempt, c.token, False)])
     every = {f"{prefix}-{x}" for x in ("a1", "a2", "b1", "d1", "l1")}
     assert _ids(await dash.get("/jobs", queue=q)) == every
     assert _ids(await dash.get("/jobs", queue=q, kind="mail")) == {f"{prefix}-b1"}
@@ -161,7 +161,7 @@ async def test_bulk_retry_asks_for_the_count_first(dash: Any, engine: Any, prefi
     r = await dash.post("/jobs/bulk", form)
     assert r.status == 200
     assert r.json()["confirm"]["count"] == 3
-    assert (await engine.depth(q)).errored == 3  # nothing changed yet
+    assert (await engine.reads.depth(q)).errored == 3  # nothing changed yet
     page = await dash.post("/jobs/bulk", form, as_json=False)
     assert 'id="confirm-form"' in page.text
     assert f"Retry 3 jobs matching queue={q} state=dead?" in page.text
@@ -170,7 +170,7 @@ async def test_bulk_retry_asks_for_the_count_first(dash: Any, engine: Any, prefi
     assert (stale.status, stale.code) == (409, "confirm_stale")
     r = await dash.post("/jobs/bulk", {**form, "confirm": "3"})
     assert r.json()["count"] == 3
-    depth = await engine.depth(q)
+    depth = await engine.reads.depth(q)
     assert (depth.errored, depth.pending) == (0, 3)
     # the browser is sent back with a flash message
     await _kill(engine, q, 1)
@@ -189,14 +189,14 @@ async def test_bulk_cancel_and_delete_selected(dash: Any, engine: Any, prefix: s
     assert r.json()["confirm"]["count"] == 2
     r = await dash.post("/jobs/bulk", {"action": "cancel", "id": ids, "confirm": "2"})
     assert r.json()["count"] == 2
-    assert {(await engine.get_job(q, i)).state for i in pending} == {"canceled"}
+    assert {(await engine.reads.get_job(q, i)).state for i in pending} == {"canceled"}
     # delete: only finished jobs; everything matching state=done
     form = {"action": "delete", "all": "1", "queue": q, "state": "done"}
     r = await dash.post("/jobs/bulk", form)
     assert r.json()["confirm"]["count"] == 4
     r = await dash.post("/jobs/bulk", {**form, "confirm": "4"})
     assert r.json()["count"] == 4
-    assert [await engine.get_job(q, f"{prefix}-{i}") for i in range(4)] == [None] * 4
+    assert [await engine.reads.get_job(q, f"{prefix}-{i}") for i in range(4)] == [None] * 4
 
 
 async def test_bulk_refusals(dash: Any, prefix: str) -> None:
@@ -219,11 +219,11 @@ async def test_job_page_shows_args_result_and_each_attempts_traceback(
     q = f"{prefix}.q"
     args = {"size": -1, "names": ["a", "é"], "nested": {"z": 1, "a": [1.5, None, True]}}
     await engine.enqueue_batch([_env(q, f"{prefix}-j", args=args, meta={"region": "eu"}, max_attempts=2)])
-    (c,) = await engine.claim(q, 1)
-    assert await engine.fail(q, (c.id, c.attempt, c.token), TRACEBACK, retry_delay_ms=0) == "retry"
-    await engine.promote_due(q)
-    (c,) = await engine.claim(q, 1)
-    assert await engine.fail(q, (c.id, c.attempt, c.token), "plain failure") == "errored"
+    (c,) = await engine.jobs.claim(q, 1)
+    assert await engine.jobs.fail(q, (c.id, c.attempt, c.token), TRACEBACK, retry_delay_ms=0) == "retry"
+    await engine.timers.promote_due(q)
+    (c,) = await engine.jobs.claim(q, 1)
+    assert await engine.jobs.fail(q, (c.id, c.attempt, c.token), "plain failure") == "errored"
     r = await dash.get(f"/jobs/{q}/{prefix}-j")
     body = r.json()
     assert body["envelope"]["args"] == args
@@ -246,8 +246,8 @@ async def test_job_page_shows_args_result_and_each_attempts_traceback(
     assert (await dash.get(f"/jobs/{q}/{prefix}-j/timeline")).json()["timeline"] is None
     # a completed job's result is shown exactly
     await engine.enqueue_batch([_env(q, f"{prefix}-ok")])
-    (c,) = await engine.claim(q, 1)
-    await engine.complete(q, (c.id, c.attempt, c.token), '{"b": 2, "a": [1, 2.50]}')
+    (c,) = await engine.jobs.claim(q, 1)
+    await engine.jobs.complete(q, (c.id, c.attempt, c.token), '{"b": 2, "a": [1, 2.50]}')
     body = (await dash.get(f"/jobs/{q}/{prefix}-ok")).json()
     assert body["job"]["result"] == '{"b": 2, "a": [1, 2.50]}'
     r = await dash.get(f"/jobs/{q}/nope")
@@ -262,7 +262,7 @@ async def test_job_actions(dash: Any, engine: Any, prefix: str, topic_reader: An
     )
     r = await dash.post(f"/jobs/{q}/{prefix}-p/cancel")
     assert (r.status, r.json()["count"]) == (200, 1)
-    assert (await engine.get_job(q, f"{prefix}-p")).state == "canceled"
+    assert (await engine.reads.get_job(q, f"{prefix}-p")).state == "canceled"
     r = await dash.post(f"/jobs/{q}/{prefix}-p/cancel")
     assert r.json()["count"] == 0
     assert "already canceled" in r.json()["message"]
@@ -275,7 +275,7 @@ async def test_job_actions(dash: Any, engine: Any, prefix: str, topic_reader: An
     r = await dash.post(f"/jobs/{q}/{prefix}-d/retry", as_json=False)
     assert r.status == 303
     assert r.headers["Location"] == f"/jobs/{q}/{prefix}-d"
-    assert (await engine.get_job(q, f"{prefix}-d")).state == "pending"
+    assert (await engine.reads.get_job(q, f"{prefix}-d")).state == "pending"
     await _kill(engine, q, 1)
     r = await dash.post(f"/jobs/{q}/{prefix}-d/replay")
     assert (r.status, r.json()["count"]) == (200, 1)
@@ -305,7 +305,7 @@ async def test_read_token_may_not_act(dash: Any, engine: Any, prefix: str) -> No
     ):
         r = await dash.post(path, form, token="read")
         assert (r.status, r.code) == (403, "admin_required"), path
-    assert (await engine.get_job(q, f"{prefix}-p")).state == "pending"
+    assert (await engine.reads.get_job(q, f"{prefix}-p")).state == "pending"
     html = await dash.get("/jobs", queue=q, as_json=False)
     assert 'id="bulk-retry"' not in html.text
 

@@ -25,7 +25,7 @@ async def test_watch_screen_shows_queues_alerts_and_obeys_keys(
     q = f"{prefix}.tui"
     marked = f"{prefix}[red]markup"  # no producer may name a queue so; Redis may still hold one
     await engine.enqueue_batch([new_envelope(q, "noop", {"n": i}) for i in range(3)])
-    await engine.configure_queue(marked, QueueConfig())
+    await engine.admin.configure_queue(marked, QueueConfig())
     topic = web_sources.relay.topics[0]
 
     app = StatusApp(web_sources, every_s=0.5)

@@ -99,7 +99,7 @@ async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
         assert (await _topic(dash))["rate"]["state"] == "unlimited"
 
         # a queue's limit: shown on the topics page and the queue's page, followed by the relay
-        assert queue in await engine.queues()  # the relay wrote its jobs (before its commit)
+        assert queue in await engine.reads.queues()  # the relay wrote its jobs (before its commit)
         mark = queue_applied.mark()
         r = await dash.post(f"/queues/{queue}/rate", {"rate": "5"})
         assert r.status == 200, r.text
@@ -164,11 +164,11 @@ async def test_queues_page_shows_depth_and_throughput(dash: Any, engine: Any) ->
     assert r.status == 200
     body = r.json()
     assert body["queue"]["pending"] == 3
-    assert body["config"]["lease_ms"] == (await engine.queue_config(queue)).lease_ms
+    assert body["config"]["lease_ms"] == (await engine.reads.queue_config(queue)).lease_ms
     assert body["stats"]["enqueued"] == 3
     assert body["rate"]["state"] == "unlimited"
     assert body["topic"] == dash.topic
-    await engine.configure_kind("k", queues=[queue], concurrency=2)
+    await engine.admin.configure_kind("k", queues=[queue], concurrency=2)
     kinds = (await dash.get(f"/queues/{queue}")).json()["kinds"]
     (k,) = [k for k in kinds if k["kind"] == "k"]
     assert (k["options"]["concurrency"], k["options"]["running"]) == (2, 0)
@@ -189,31 +189,31 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
     r = await dash.post(f"/queues/{queue}/pause")
     assert r.status == 200, r.text
     assert (r.json()["action"], r.json()["count"]) == ("queue.pause", 0)
-    assert (await engine.queue_config(queue)).paused
+    assert (await engine.reads.queue_config(queue)).paused
     html = await dash.get(f"/queues/{queue}", as_json=False, token="admin")
     assert f'id="resume-{queue}"' in html.text
     r = await dash.post(f"/queues/{queue}/resume", {"next": f"/queues/{queue}"}, as_json=False)
     assert (r.status, r.headers["Location"]) == (303, f"/queues/{queue}")
-    assert not (await engine.queue_config(queue)).paused
+    assert not (await engine.reads.queue_config(queue)).paused
     assert await _audit(dash, "queue.pause", queue)
     assert await _audit(dash, "queue.resume", queue)
 
     r = await dash.post(f"/queues/{queue}/block")
     assert (r.status, r.json()["action"]) == (200, "queue.block"), r.text
-    assert (await engine.queue_config(queue)).enqueue_blocked
+    assert (await engine.reads.queue_config(queue)).enqueue_blocked
     html = await dash.get(f"/queues/{queue}", as_json=False, token="admin")
     assert f'id="unblock-{queue}"' in html.text
     r = await dash.post(f"/queues/{queue}/unblock")
     assert (r.status, r.json()["action"]) == (200, "queue.unblock"), r.text
-    assert not (await engine.queue_config(queue)).enqueue_blocked
+    assert not (await engine.reads.queue_config(queue)).enqueue_blocked
 
-    before = await engine.queue_config(queue)
+    before = await engine.reads.queue_config(queue)
     r = await dash.post(
         f"/queues/{queue}/settings",
         {"lease_ms": "5000", "max_attempts": "3", "events_cap": "", "default_delay_ms": "2000"},
     )
     assert r.status == 200, r.text
-    after = await engine.queue_config(queue)
+    after = await engine.reads.queue_config(queue)
     assert (after.lease_ms, after.max_attempts, after.default_delay_ms) == (5000, 3, 2000)
     consul = consul_client(web_sources.consul)
     kept, _ = await ConfigStore(consul, web_sources.cron.kv_prefix).queue_configs()
@@ -241,7 +241,7 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
         r = await dash.post(f"/queues/{queue}/settings", {field: bad})
         assert (r.status, r.code) == (400, "form_invalid"), (field, bad)
         assert field in r.json()["error"]["message"]
-    assert (await engine.queue_config(queue)).lease_ms == 5000, "refused settings change nothing"
+    assert (await engine.reads.queue_config(queue)).lease_ms == 5000, "refused settings change nothing"
 
     nope = f"{dash.prefix}.nope"
     for action in ("pause", "resume", "block", "unblock", "settings"):
@@ -249,5 +249,5 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
         assert (r.status, r.code) == (404, "queue_not_found"), action
         r = await dash.post(f"/queues/{queue}/{action}", {"lease_ms": "1000"}, token="read")
         assert (r.status, r.code) == (403, "admin_required"), action
-    assert not (await engine.queue_config(queue)).paused
-    assert (await engine.queue_config(queue)).lease_ms == 5000
+    assert not (await engine.reads.queue_config(queue)).paused
+    assert (await engine.reads.queue_config(queue)).lease_ms == 5000

@@ -12,6 +12,7 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.envelope import new_envelope
 from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores import presence
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.membership import Membership
 from jqruntime.stores.presence import Presence
@@ -32,7 +33,7 @@ async def test_a_running_job_shows_under_the_worker_that_claimed_it(
     job = new_envelope(q, "resize", {"n": 1})
     await engine.enqueue_batch([job])
     me = f"{prefix}-host:4242:{q}"
-    (claimed,) = await engine.claim(q, 1, worker=me)
+    (claimed,) = await engine.jobs.claim(q, 1, worker=me)
     r = await dash.get("/workers")
     assert r.status == 200
     row = _worker(r.json(), me)
@@ -47,7 +48,7 @@ async def test_a_running_job_shows_under_the_worker_that_claimed_it(
     assert 'id="workers-table"' in html.text
     assert f'href="/jobs/{q}/{claimed.id}"' in html.text
     assert me in html.text
-    await engine.complete(q, (claimed.id, claimed.attempt, claimed.token))
+    await engine.jobs.complete(q, (claimed.id, claimed.attempt, claimed.token))
     r = await dash.get("/workers")
     assert _worker(r.json(), me) is None, "a finished job leaves its worker's row"
 
@@ -58,11 +59,37 @@ async def test_an_announced_pool_is_listed_alive_and_idle(dash: Any, redis: Any,
         r = await dash.get("/workers")
         assert name in r.json()["processes"]["worker"]
         row = _worker(r.json(), name)
-        assert row == {"name": name, "alive": True, "jobs": []}
+        assert row == {"name": name, "alive": True, "jobs": [], "silent": []}
         assert set(r.json()["processes"]) == {"worker", "gate", "web"}
         assert r.json()["processes"]["web"], "the dashboard announces itself"
     r = await dash.get("/workers")
     assert name not in r.json()["processes"]["worker"], "a stopped pool leaves at once"
+
+
+async def test_a_silent_worker_is_flagged_on_its_row(
+    dash: Any, engine: Any, redis: Any, prefix: str, eventually: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool with room that claims nothing while its queue's head waits is flagged silent on that queue
+    (the threshold cut to 0.3 s here); the same pool busy (no free slot) is not."""
+    monkeypatch.setattr(presence, "SILENT_AFTER_S", 0.3)
+    q, calm = f"{prefix}.waiting", f"{prefix}.calm"
+    await engine.enqueue_batch([new_envelope(q, "k")])
+    name, busy = f"{prefix}-pool:78:{q}", f"{prefix}-busy:79:{q}"
+    load = {name: (0, 4), busy: (4, 4)}
+    async with (
+        Presence(redis, "worker", name, queues=[q, calm], load=lambda: load[name]),
+        Presence(redis, "worker", busy, queues=[q], load=lambda: load[busy]),
+    ):
+
+        async def rows() -> dict[str, Any]:
+            body = (await dash.get("/workers")).json()
+            return {w["name"]: w for w in body["workers"] if w["name"] in (name, busy)}
+
+        found = await eventually(rows, lambda r: r.get(name, {}).get("silent"), timeout_s=30)
+        assert found[name]["silent"] == [q], "the calm queue has nothing waiting"
+        assert found[busy]["silent"] == [], "every slot taken: not expected to claim"
+        html = await dash.get("/workers", as_json=False)
+        assert f"silent on {q}" in html.text
 
 
 async def test_scheduler_instances_and_the_queues_each_owns(dash: Any, engine: Any, prefix: str) -> None:
@@ -125,7 +152,7 @@ async def test_delayed_and_far_future_jobs_per_queue(dash: Any, engine: Any, pre
     html = await dash.get("/schedules", as_json=False)
     assert 'id="waiting-table"' in html.text
     assert f'data-queue="{q}"' in html.text
-    await engine.drop_far(q, [f"{prefix}-far"])
+    await engine.timers.drop_far(q, [f"{prefix}-far"])
 
 
 async def test_cron_schedules_pause_resume_and_trigger(
@@ -163,10 +190,10 @@ async def test_cron_schedules_pause_resume_and_trigger(
     job_id = r.json()["message"].split("job ")[1].split(" ")[0]
     assert job_id.startswith(f"cron:{name}:")
     assert job_id.endswith(":manual")
-    job = await engine.get_job(q, job_id)
+    job = await engine.reads.get_job(q, job_id)
     assert job is not None
     assert (job.kind, job.state) == ("report", "pending")
-    assert (await engine.depth(q)).pending == 1
+    assert (await engine.reads.depth(q)).pending == 1
 
     audit = (await dash.get("/audit", count=50)).json()["entries"]
     done = [(e["action"], e["outcome"]) for e in audit if e["target"] == name]

@@ -15,7 +15,7 @@ class HeldRounds:
     """Holds a pool's complete-and-claim rounds at the door to Redis until ``gate`` opens."""
 
     def __init__(self, engine: Engine) -> None:
-        self.real, self.gate, self.arrived = engine.settle_claim, asyncio.Event(), asyncio.Event()
+        self.real, self.gate, self.arrived = engine.jobs.settle_claim, asyncio.Event(), asyncio.Event()
 
     async def __call__(self, *args: Any, **kw: Any) -> Any:
         self.arrived.set()
@@ -27,6 +27,6 @@ def hold_rounds(pool: Pool) -> HeldRounds:
     """Put ``pool``'s rounds behind a :class:`HeldRounds` (before it starts)."""
     held = HeldRounds(pool.engine)
     pool.engine = copy.copy(pool.engine)
-    pool.engine.settle_claim = held  # type: ignore[method-assign]
+    pool.engine.jobs.settle_claim = held  # type: ignore[method-assign]
     pool._completions.engine = pool.engine
     return held

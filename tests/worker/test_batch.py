@@ -28,7 +28,7 @@ async def enqueue(engine: Engine, queue: str, kind: str, args: list[object]) -> 
 
 
 async def infos(engine: Engine, queue: str, ids: list[str]) -> list[JobInfo]:
-    got = [await engine.get_job(queue, i) for i in ids]
+    got = [await engine.reads.get_job(queue, i) for i in ids]
     assert all(g is not None for g in got)
     return [g for g in got if g is not None]
 
@@ -85,7 +85,7 @@ async def test_per_item_outcomes_beside_single_jobs_in_one_queue(
     assert [g.result for g in got[:4]] == ["0", None, None, None]
     assert got[4].result == "40"
     assert got[2].last_error == "bad row"
-    assert {j.id for j in await engine.dead_list(q)} == {ids[2], ids[6], synced[1]}
+    assert {j.id for j in await engine.reads.dead_list(q)} == {ids[2], ids[6], synced[1]}
     assert [h["outcome"] for h in got[1].history] == ["failed", "completed"]
     assert "Retry: again" in (got[1].history[0]["error"] or "")
     assert ((await infos(engine, q, [one]))[0].result) == '"single"'
@@ -171,16 +171,16 @@ async def test_a_long_batch_keeps_every_lease(engine: Engine, redis: aioredis.Re
 async def test_settle_checks_each_lease_and_answers_a_repeat_the_same(engine: Engine, prefix: str) -> None:
     q = f"{prefix}.b"
     await enqueue(engine, q, "rows", [1, 2, 3])
-    a, b, c = await engine.claim(q, 3)
+    a, b, c = await engine.jobs.claim(q, 3)
     items = [
         Settle((a.id, a.attempt, a.token), b"1"),
         Settle((b.id, b.attempt, b.token), None, "boom", 60_000),
         Settle((c.id, c.attempt, "not-the-token"), b"3"),
     ]
-    first = await engine.settle(q, items)
+    first = await engine.jobs.settle(q, items)
     assert [code for code, _ in first] == [Code.OK, Code.RETRY, Code.STALE]
     assert first[1][1] > 0
-    assert await engine.settle(q, items[:2]) == first[:2], "a write sent again gets its first answer"
+    assert await engine.jobs.settle(q, items[:2]) == first[:2], "a write sent again gets its first answer"
     got = await infos(engine, q, [a.id, b.id, c.id])
     assert [(g.state, g.result) for g in got] == [("completed", "1"), ("delayed", None), ("running", None)]
 

@@ -51,7 +51,7 @@ async def test_a_failing_handlers_traceback_is_in_the_workers_log_with_the_jobs_
     with Children(grace_s=10) as children:
         worker = children.start("worker", argv, output=log, env={**os.environ, **settings})
         assert await worker.exited(120) == 0, log.read_text()
-    job = await engine.get_job(queue, env.id)
+    job = await engine.reads.get_job(queue, env.id)
     assert job is not None
     assert job.state == "errored"
 

@@ -21,7 +21,7 @@ async def test_a_pool_with_a_filter_runs_only_matching_jobs(
     engine: Engine, redis: aioredis.Redis, prefix: str
 ) -> None:
     q, reg = f"{prefix}.f", Registry()
-    await engine.configure_queue(q, QueueConfig(filter_keys=("region",)))
+    await engine.admin.configure_queue(q, QueueConfig(filter_keys=("region",)))
     ran: list[str] = []
     eu_done = asyncio.Event()
 
@@ -36,16 +36,16 @@ async def test_a_pool_with_a_filter_runs_only_matching_jobs(
     async with Pool(reg, engine, PoolConfig([q], filter={"region": "eu"}), redis=redis):
         await asyncio.wait_for(eu_done.wait(), 30)
     assert sorted(ran) == ["eu", "eu"]
-    assert (await engine.depth(q)).pending == 1, "the us job waits for a pool that wants it"
+    assert (await engine.reads.depth(q)).pending == 1, "the us job waits for a pool that wants it"
 
 
 async def test_a_filter_on_an_unindexed_key_is_refused(
     engine: Engine, redis: aioredis.Redis, prefix: str
 ) -> None:
     q = f"{prefix}.f"
-    await engine.configure_queue(q, QueueConfig(filter_keys=("region",)))
+    await engine.admin.configure_queue(q, QueueConfig(filter_keys=("region",)))
     with pytest.raises(FilterInvalid, match="tier"):
-        await engine.claim(q, 1, filter={"tier": "gold"})
+        await engine.jobs.claim(q, 1, filter={"tier": "gold"})
     with pytest.raises(FilterInvalid, match="tier"):  # a pool says so at start instead of idling forever
         async with Pool(Registry(), engine, PoolConfig([q], filter={"tier": "gold"}), redis=redis):
             pass

@@ -64,7 +64,7 @@ async def test_hooks_run_once_each_in_order_and_handlers_see_their_state(
         assert pool.context is seen[0]
     assert calls == ["startup 1", "startup 2", "job", "shutdown 1 ['greeting', 'punct']", "shutdown 2"]
     assert (seen[0].queues, seen[0].pool.endswith(f":{q}")) == ((q,), True)
-    got_a, got_b = await engine.get_job(q, a), await engine.get_job(q, b)
+    got_a, got_b = await engine.reads.get_job(q, a), await engine.reads.get_job(q, b)
     assert got_a is not None
     assert got_b is not None
     assert (got_a.result, got_b.result) == ('"hello ada!"', '"hello bob"')
@@ -101,6 +101,6 @@ async def test_a_failing_startup_hook_claims_nothing_and_still_runs_the_shutdown
     assert calls == ["shutdown {'opened': True}"], "the shut-down hooks ran once, after the failed start"
     await pool.stop()  # stopped already: nothing runs again
     assert calls == ["shutdown {'opened': True}"]
-    got = await engine.get_job(q, job_id)
+    got = await engine.reads.get_job(q, job_id)
     assert got is not None
     assert (got.state, got.attempt) == ("pending", 0), "nothing was claimed"

@@ -66,7 +66,7 @@ async def test_concurrency_changes_while_the_pool_runs(
             pool.set_concurrency(1)  # the admin call: the three running jobs finish, one at a time follows
             second = [new_envelope(q, "work", [2]) for _ in range(3)]
             await engine.enqueue_batch(second)
-            assert (await engine.depth(q)).pending == 3  # a full pool claims none of them
+            assert (await engine.reads.depth(q)).pending == 3  # a full pool claims none of them
             gate.set()
             for _ in second:  # one at a time: each held while running, so a second one would show
                 ends[await asyncio.wait_for(started.get(), 30)].set()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -13,10 +12,12 @@ from prometheus_client import REGISTRY
 
 from examples.demo_app import cpu_hash
 from jqcore import metrics
+from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Snooze
 from jqcore.testsignal import enable_all
 from jqengine import Engine, JobInfo, QueueConfig
+from jqruntime.stores import presence
 from tests.worker.held import HeldRounds, hold_rounds
 from worker.pool import Pool, PoolConfig
 from worker.registry import Backoff, Registry, current_job
@@ -33,7 +34,7 @@ async def enqueue(engine: Engine, queue: str, kind: str, args: object = None, **
 
 
 async def info(engine: Engine, queue: str, job_id: str) -> JobInfo:
-    got = await engine.get_job(queue, job_id)
+    got = await engine.reads.get_job(queue, job_id)
     assert got is not None
     return got
 
@@ -84,7 +85,7 @@ async def test_failures_retry_with_backoff_then_dead_letter(
     assert (got.state, got.attempt) == ("errored", 3)
     assert "ValueError: broken on attempt 3" in (got.last_error or "")
     assert [h["outcome"] for h in got.history] == ["failed", "failed", "failed"]
-    assert [j.id for j in await engine.dead_list(q)] == [job_id]
+    assert [j.id for j in await engine.reads.dead_list(q)] == [job_id]
 
 
 async def test_cancel_and_snooze_from_handlers(engine: Engine, redis: aioredis.Redis, prefix: str) -> None:
@@ -229,7 +230,7 @@ async def test_a_fair_values_rate_holds_across_a_running_pool(
     a burst of 10). Its 25 jobs start no faster than the rate — measured by Redis's own stamps
     (``started_at``) — and the other tenant's jobs do not wait for it."""
     q, reg = f"{prefix}.fair", Registry()
-    await engine.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"noisy": 10}))
+    await engine.admin.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"noisy": 10}))
     done: list[str] = []
     all_done = asyncio.Event()
 
@@ -247,7 +248,7 @@ async def test_a_fair_values_rate_holds_across_a_running_pool(
     # The rate is judged in the claimers' views of Redis's clock (``NOW``), read before each call reaches
     # Redis; Redis stamps ``started_at`` when the script runs: up to a call's transit apart (under load,
     # tens of ms), hence the 200 ms allowance (unlimited, the 25 start within ~100 ms).
-    infos = await engine.get_jobs(q, [e.id for e in envs])
+    infos = await engine.reads.get_jobs(q, [e.id for e in envs])
     noisy = sorted(i.started_at for i in infos[:25] if i is not None and i.started_at is not None)
     quiet = [i.started_at for i in infos[25:] if i is not None and i.started_at is not None]
     assert (len(noisy), len(quiet)) == (25, 10)
@@ -313,7 +314,7 @@ async def test_a_stop_releases_the_jobs_a_round_on_its_way_brought(
 
     pool._cancel_fetcher = open_the_gate_once_stopping  # type: ignore[method-assign]
     await asyncio.wait_for(pool.stop(), 30)
-    states = sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j)
+    states = sorted((j.state, j.attempt) for j in await engine.reads.get_jobs(q, ids) if j)
     assert len(ran) == 1
     assert states == [("completed", 1), ("pending", 0), ("pending", 0)]
 
@@ -332,14 +333,14 @@ async def test_a_crash_before_a_rounds_answer_loses_nothing(
     got = await info(engine, q, first)
     assert (got.state, got.attempt) == ("completed", 2)
     assert sorted(set(ran)) == sorted(ids)
-    assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["completed"] * 3
+    assert [j.state for j in await engine.reads.get_jobs(q, ids) if j] == ["completed"] * 3
 
 
 async def test_a_pool_counts_its_claims_per_queue_from_zero(
     engine: Engine, redis: aioredis.Redis, prefix: str
 ) -> None:
-    """The silent-worker alert's metrics: every served queue's claims series exists from the start (a pool
-    that never claims shows as 0), and the last claim's time moves with each claimed job."""
+    """Every served queue's claims series exists from the start (a pool that never claims shows as 0); the
+    pool's presence record notes its last claim from each queue (the silent-worker judgment)."""
     q, idle, reg = f"{prefix}.w", f"{prefix}.idle", Registry()
 
     @reg.job("noop", queue=q)
@@ -348,11 +349,20 @@ async def test_a_pool_counts_its_claims_per_queue_from_zero(
 
     for _ in range(3):
         await enqueue(engine, q, "noop")
-    before = time.time()
     await drain(reg, engine, redis, q)
     assert metrics.WORKER_CLAIMS.labels(q)._value.get() == 3
-    assert metrics.WORKER_LAST_CLAIM._value.get() >= before
-    async with Pool(reg, engine, PoolConfig([idle], burst=True), redis=redis) as pool:
-        await asyncio.wait_for(pool.drained.wait(), 60)
+    pool = Pool(reg, engine, PoolConfig([idle, q]), redis=redis)
+    enable_all(pool.signals)
+    async with pool:
+        started = now_ms()
+        await asyncio.sleep(0.002)  # not a wait for anything: the claim below is stamped after the start
+        job_id = await enqueue(engine, q, "noop")
+        await pool.signals.finished.wait_for(lambda done: done[0] == job_id)
+        await pool._presence.beat()
+        (me,) = [c for c in await presence.claimers(redis, ["worker"]) if c.name == pool._presence.name]
+        assert me.last_claim[idle] <= started, "never claimed from: serving it since the start"
+        assert me.last_claim[q] > started
+        assert (me.busy, me.slots, me.filtered) == (0, pool._capacity(), False)
+    assert not [c for c in await presence.claimers(redis, ["worker"]) if c.name == me.name], "it left"
     assert REGISTRY.get_sample_value("jobq_worker_claims_total", {"queue": idle}) == 0
     assert REGISTRY.get_sample_value("jobq_jobs_in_flight", {"queue": idle}) == 0

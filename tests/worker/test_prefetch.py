@@ -44,11 +44,14 @@ async def test_a_held_job_starts_while_the_finished_ones_round_is_on_its_way(
         second = await asyncio.wait_for(started.get(), 30)  # ... and the next job has started meanwhile
         third = await asyncio.wait_for(started.get(), 30)
         assert sorted([first, second, third]) == sorted(ids)
-        assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["running"] * 3, (
+        assert [j.state for j in await engine.reads.get_jobs(q, ids) if j] == ["running"] * 3, (
             "no round got through"
         )
         held.gate.set()
-    assert sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j) == [("completed", 1)] * 3
+    assert (
+        sorted((j.state, j.attempt) for j in await engine.reads.get_jobs(q, ids) if j)
+        == [("completed", 1)] * 3
+    )
 
 
 async def test_a_stop_releases_held_jobs_unrun_with_their_attempts_refunded(
@@ -78,7 +81,7 @@ async def test_a_stop_releases_held_jobs_unrun_with_their_attempts_refunded(
     pool._cancel_fetcher = let_the_running_job_end_once_stopping  # type: ignore[method-assign]
     await asyncio.wait_for(pool.stop(), 30)
     assert len(ran) == 1, "a held job never starts once the pool stops"
-    states = sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j)
+    states = sorted((j.state, j.attempt) for j in await engine.reads.get_jobs(q, ids) if j)
     assert states == [("completed", 1)] + [("pending", 0)] * 3
 
 
@@ -96,16 +99,16 @@ async def test_a_held_job_without_a_slot_within_half_its_lease_goes_back(
     [waiting] = await _enqueue(engine, q, "slow", 1)
 
     async def tos() -> list[str]:
-        return [parse(e.value).to for e in await engine.events(q, 10_000) if e.job_id == waiting]
+        return [parse(e.value).to for e in await engine.events.read(q, 10_000) if e.job_id == waiting]
 
     async with Pool(reg, engine, PoolConfig([q], concurrency=1, prefetch=1, lease_ms=1_000), redis=redis):
         # held 0.5 s (half its 1 s lease) without a slot: released, unrun; held again, released again ...
         await eventually(tos, lambda seen: seen[:3] == ["pending", "running", "pending"], 30)
         go.set()
         await eventually(
-            lambda: engine.get_job(q, waiting), lambda j: j is not None and j.state == "completed"
+            lambda: engine.reads.get_job(q, waiting), lambda j: j is not None and j.state == "completed"
         )
-    got = await engine.get_job(q, waiting)
+    got = await engine.reads.get_job(q, waiting)
     assert got is not None
     assert got.attempt == 1, "every hand-back refunded its attempt"
 
@@ -130,8 +133,13 @@ async def test_held_jobs_of_a_crashed_pool_come_back_by_lease(
     await pool.start()
     await asyncio.wait_for(running.wait(), 30)
     await pool.hard_stop()
-    assert [j.state for j in await engine.get_jobs(q, ids) if j] == ["running"] * 3, "all claimed by the pool"
+    assert [j.state for j in await engine.reads.get_jobs(q, ids) if j] == ["running"] * 3, (
+        "all claimed by the pool"
+    )
     async with Pool(reg, engine, PoolConfig([q], burst=True, concurrency=3), redis=redis) as second:
         await asyncio.wait_for(second.drained.wait(), 60)
-    assert sorted((j.state, j.attempt) for j in await engine.get_jobs(q, ids) if j) == [("completed", 2)] * 3
+    assert (
+        sorted((j.state, j.attempt) for j in await engine.reads.get_jobs(q, ids) if j)
+        == [("completed", 2)] * 3
+    )
     assert len([a for _, a in ran if a == 1]) == 1, "the held jobs never ran in the crashed pool"

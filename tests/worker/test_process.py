@@ -58,7 +58,7 @@ async def until_state(
     """The job once it reached ``state`` (the worker process gives no other event: its record is watched,
     bounded)."""
     got: JobInfo = await eventually(
-        lambda: engine.get_job(queue, job_id),
+        lambda: engine.reads.get_job(queue, job_id),
         lambda job: job is not None and job.state == state,
         timeout_s,
     )
@@ -75,7 +75,7 @@ async def test_sigterm_releases_the_running_job_without_spending_its_attempt(
     await until_state(eventually, engine, q, env.id, "running")
     proc.signal(signal.SIGTERM)
     assert await proc.exited(60) == 0
-    got = await engine.get_job(q, env.id)
+    got = await engine.reads.get_job(q, env.id)
     assert got is not None
     assert (got.state, got.attempt) == ("pending", 0)
 
@@ -94,7 +94,7 @@ async def test_sigkill_loses_nothing_the_next_worker_runs_the_job(
     # a long lease for the job's second run: a stall of the loaded machine must not make it a third
     second = spawn("--queues", q, "--lease-ms", "30000", "--burst")
     assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
-    got = await engine.get_job(q, env.id)
+    got = await engine.reads.get_job(q, env.id)
     assert got is not None
     assert (got.state, got.attempt, got.result) == ("completed", 2, "3")
 
@@ -112,7 +112,7 @@ async def test_a_worker_killed_after_a_hand_off_before_starting_the_job_loses_no
     first.signal(signal.SIGSTOP)  # registered for hand-offs, and now unable to run anything
     env = new_envelope(q, "demo.noop")
     await engine.enqueue_batch([env])
-    handed = await engine.get_job(q, env.id)
+    handed = await engine.reads.get_job(q, env.id)
     assert handed is not None
     assert (handed.state, handed.attempt) == ("running", 1)  # claimed for the frozen worker by the enqueue
     first.signal(signal.SIGKILL)
@@ -120,7 +120,7 @@ async def test_a_worker_killed_after_a_hand_off_before_starting_the_job_loses_no
     # a long lease for the job's second run: a stall of the loaded machine must not make it a third
     second = spawn("--queues", q, "--lease-ms", "30000", "--burst")
     assert await second.exited(120) == 0, second.log.read_text() if second.log else ""
-    got = await engine.get_job(q, env.id)
+    got = await engine.reads.get_job(q, env.id)
     assert got is not None
     assert (got.state, got.attempt) == ("completed", 2)
 

@@ -19,7 +19,7 @@ from worker.pool import Pool, PoolConfig
 
 
 async def job(engine: Engine, queue: str, job_id: str) -> JobInfo:
-    found = await engine.get_job(queue, job_id)
+    found = await engine.reads.get_job(queue, job_id)
     assert found is not None, f"{queue}/{job_id}"
     return found
 
@@ -62,8 +62,8 @@ async def test_a_chain_of_tail_calls_across_cluster_slots_completes_the_first_jo
         assert (parent.state, parent.tail, parent.lease_deadline) == ("deferred", f"{q2}/{middle.id}", None)
         assert (middle.state, middle.tail) == ("deferred", f"{q1}/{spawned['third']}")
         assert middle.tail_of == f"{q1}/{env.id}"
-        assert (await engine.depth(q1)).running == 1
-        assert (await engine.depth(q2)).running == 0
+        assert (await engine.reads.depth(q1)).running == 1
+        assert (await engine.reads.depth(q2)).running == 0
         release.set()
         await pool.signals.finished.wait_for(lambda f: f == (spawned["third"], "succeeded"), 30)
     parent, middle = await job(engine, q1, env.id), await job(engine, q2, spawned["second"])
@@ -71,7 +71,7 @@ async def test_a_chain_of_tail_calls_across_cluster_slots_completes_the_first_jo
     assert (middle.state, middle.result) == ("completed", '{"n":50}')
     for q in (q1, q2):  # every hand-off done: the outboxes are empty
         assert not await redis_cluster.hlen(f"jobq:{{{q}}}:gdone")
-    events = [parse(e.value).to for e in await engine.events(q1) if e.job_id == env.id]
+    events = [parse(e.value).to for e in await engine.events.read(q1) if e.job_id == env.id]
     assert events == ["pending", "running", "deferred", "completed"]
 
 
@@ -119,18 +119,18 @@ async def test_a_crash_between_the_hand_offs_is_repaired_from_the_outbox(engine:
     (its report not handed on): the scheduler's repair round (``report_finished``) does both."""
     q1, q2 = f"{prefix}.tail-p", f"{prefix}.tail-c"
     await engine.enqueue_batch([parent := new_envelope(q1, "p")])
-    (claimed,) = await engine.claim(q1, 1)
+    (claimed,) = await engine.jobs.claim(q1, 1)
     child = new_envelope(q2, "c", [1], id="tail@crash1")
     owner = (claimed.id, claimed.attempt, claimed.token)
-    await engine.run_script(  # defer.lua alone: the worker died before spawning the child
-        "defer", engine._keys("defer", q1), [*owner, q2, child.id, encode(child), "fail", 0], None
+    await engine.core.run_script(  # defer.lua alone: the worker died before spawning the child
+        "defer", engine.core.keys_for("defer", q1), [*owner, q2, child.id, encode(child), "fail", 0], None
     )
-    assert await engine.get_job(q2, child.id) is None
+    assert await engine.reads.get_job(q2, child.id) is None
     assert (await job(engine, q1, parent.id)).state == "deferred"
     assert await engine.graphs.report_finished(q1) == 1  # the repair spawns it
-    (running,) = await engine.claim(q2, 1)
+    (running,) = await engine.jobs.claim(q2, 1)
     assert (running.id, (await job(engine, q2, child.id)).tail_of) == (child.id, f"{q1}/{parent.id}")
-    await engine.complete(q2, (running.id, running.attempt, running.token), b'"done"')  # died: no report
+    await engine.jobs.complete(q2, (running.id, running.attempt, running.token), b'"done"')  # died: no report
     assert (await job(engine, q1, parent.id)).state == "deferred"
     assert await engine.graphs.report_finished(q2) == 1
     done = await job(engine, q1, parent.id)
@@ -141,13 +141,13 @@ async def test_a_crash_between_the_hand_offs_is_repaired_from_the_outbox(engine:
 async def test_a_canceled_deferred_job_stays_canceled(engine: Engine, prefix: str) -> None:
     q = f"{prefix}.tail-x"
     await engine.enqueue_batch([parent := new_envelope(q, "p")])
-    (claimed,) = await engine.claim(q, 1)
+    (claimed,) = await engine.jobs.claim(q, 1)
     child = new_envelope(q, "c", id="tail@cancel1")
     assert await engine.tails.defer(q, (claimed.id, claimed.attempt, claimed.token), child) == "deferred"
-    assert (await engine.cancel(q, parent.id, "operator")).outcome == "canceled"
-    (running,) = await engine.claim(q, 1)
+    assert (await engine.admin.cancel(q, parent.id, "operator")).outcome == "canceled"
+    (running,) = await engine.jobs.claim(q, 1)
     assert running.id == child.id  # the child runs on
-    await engine.complete(q, (running.id, running.attempt, running.token), b"1")
+    await engine.jobs.complete(q, (running.id, running.attempt, running.token), b"1")
     assert await engine.graphs.report_finished(q, [child.id]) == 1  # handed on: it changes nothing
     got = await job(engine, q, parent.id)
     assert (got.state, got.result, got.reason) == ("canceled", None, "operator")

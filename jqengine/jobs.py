@@ -1,5 +1,6 @@
-"""The transitions of a running job, as the worker pools make them: claim (and hand-offs), extend,
-complete, fail, cancel, snooze, hand back, release."""
+"""``engine.jobs``: the transitions of a running job, as the worker pools (and the dispatcher, and the
+gateway for HTTP workers) make them: claim (and hand-offs, and the wait for work), extend, complete,
+fail, cancel running, snooze, hand back, release."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from redis.exceptions import NoScriptError
 from jqcore import metrics
 from jqcore.backoff import Backoff
 from jqengine import codes, replies, waiting
-from jqengine.core import EngineCore, Triple
+from jqengine.core import Part, Triple
 from jqengine.models import ClaimedJob, Failed, HandedBack, NotExtended, Released, Settle
 
-__all__ = ["MAX_ERROR_CHARS", "MAX_RESULT_BYTES", "WorkerTransitions"]
+__all__ = ["MAX_ERROR_CHARS", "MAX_RESULT_BYTES", "Jobs"]
 
 MAX_ERROR_CHARS = 4000
 MAX_RESULT_BYTES = 65_536
@@ -26,8 +27,8 @@ MAX_RESULT_BYTES = 65_536
 gateway's callbacks hold results to it before they write)."""
 
 
-class WorkerTransitions(EngineCore):
-    """What a worker pool does to the jobs it runs (a part of :class:`jqengine.Engine`)."""
+class Jobs(Part):
+    """What a worker pool does to the jobs it runs (``engine.jobs``)."""
 
     async def claim(
         self,
@@ -51,9 +52,9 @@ class WorkerTransitions(EngineCore):
         long — new jobs are then claimed for it by the transition that makes them ready
         (:meth:`wait_for_handoff`); any other claim naming ``waiter`` deregisters it."""
         pairs = "\n".join(f"{k}={v}" for k, v in sorted((filter or {}).items()))  # one cursor per filter
-        now = now_ms if now_ms is not None else await self.now()
+        now = now_ms if now_ms is not None else await self._core.now()
         args = [n, lease_ms, secrets.token_hex(8), pairs, worker, wait_ms, waiter]
-        return replies.claim(queue, await self._run("claim", queue, args, now), now)
+        return replies.claim(queue, await self._core.run("claim", queue, args, now), now)
 
     async def wait_for_handoff(self, queue: str, waiter: str, timeout_s: float) -> list[ClaimedJob] | None:
         """Block until jobs are handed to ``waiter`` (registered by a short :meth:`claim` with
@@ -62,7 +63,11 @@ class WorkerTransitions(EngineCore):
         message = await waiting.wait_for_handoff(self._client, queue, waiter, timeout_s)
         if message is None:
             return None
-        return replies.handed([message], self.clock.now()) if message else []
+        return replies.handed([message], self._core.clock.now()) if message else []
+
+    async def wait_for_work(self, queues: Sequence[str], timeout_s: float) -> str | None:
+        """Block until one of ``queues`` signals work; that queue, or None after ``timeout_s``."""
+        return await waiting.wait_for_work(self._client, queues, timeout_s)
 
     async def nudge(self, queue: str, waiter: str) -> None:
         """End ``waiter``'s blocking :meth:`wait_for_handoff` at once with no jobs (``[]``: claim again),
@@ -72,8 +77,8 @@ class WorkerTransitions(EngineCore):
     async def unwait(self, queue: str, waiter: str, *, now_ms: int | None = None) -> list[ClaimedJob]:
         """``waiter`` stops waiting for hand-offs in ``queue``: deregistered; returns the jobs handed to
         it meanwhile (leased to it: run or release them)."""
-        now = now_ms if now_ms is not None else await self.now()
-        return replies.handed((await self._run("unwait", queue, [waiter], now))[1:], now)
+        now = now_ms if now_ms is not None else await self._core.now()
+        return replies.handed((await self._core.run("unwait", queue, [waiter], now))[1:], now)
 
     async def extend(
         self, queue: str, owned: Sequence[Triple], lease_ms: int, *, now_ms: int | None = None
@@ -83,7 +88,7 @@ class WorkerTransitions(EngineCore):
         args: list[Any] = [lease_ms]
         for job_id, attempt, token in owned:
             args += [job_id, attempt, token]
-        reply = await self._run("extend", queue, args, now_ms)
+        reply = await self._core.run("extend", queue, args, now_ms)
         return replies.extend([t[0] for t in owned], reply)
 
     async def complete(
@@ -93,7 +98,7 @@ class WorkerTransitions(EngineCore):
         data = result.encode() if isinstance(result, str) else (result or b"")
         if len(data) > MAX_RESULT_BYTES:
             raise codes.ResultTooLarge(f"a result of {len(data)} bytes; at most {MAX_RESULT_BYTES} are kept")
-        replies.single(await self._run("complete", queue, [*job, data], now_ms), job[0], "complete")
+        replies.single(await self._core.run("complete", queue, [*job, data], now_ms), job[0], "complete")
 
     async def complete_many(
         self, queue: str, items: Sequence[tuple[Triple, bytes | None]], *, now_ms: int | None = None
@@ -105,10 +110,12 @@ class WorkerTransitions(EngineCore):
         if isinstance(self._client, RedisCluster):  # cluster pipelines do not load scripts: one call each
             one_by_one: list[codes.Code] = []
             for j, r in items:
-                one_by_one.append(replies.code(await self._run("complete", queue, [*j, r or b""], now_ms)))
+                one_by_one.append(
+                    replies.code(await self._core.run("complete", queue, [*j, r or b""], now_ms))
+                )
             return one_by_one
-        keys = self._keys("complete", queue)
-        now = now_ms if now_ms is not None else await self.now()
+        keys = self._core.keys_for("complete", queue)
+        now = now_ms if now_ms is not None else await self._core.now()
         started = time.perf_counter()
         calls = [[now, *job, b"" if len(r or b"") > MAX_RESULT_BYTES else (r or b"")] for job, r in items]
         async with codes.redis_errors("complete"):
@@ -131,7 +138,7 @@ class WorkerTransitions(EngineCore):
         ``CANCELED``, ``STALE``, ``MISSING``) and the retry's run_at (0 otherwise)."""
         if not items:
             return []
-        return replies.settled(await self._run("settle", queue, _settle_args(items), now_ms))
+        return replies.settled(await self._core.run("settle", queue, _settle_args(items), now_ms))
 
     async def settle_claim(
         self,
@@ -147,9 +154,9 @@ class WorkerTransitions(EngineCore):
         then up to ``n`` jobs claimed as an unfiltered :meth:`claim` claims them (none while the queue is
         paused; no hand-off registration is made or dropped). Returns the outcomes' codes and run_ats, in
         order, and the claimed jobs."""
-        now = now_ms if now_ms is not None else await self.now()
+        now = now_ms if now_ms is not None else await self._core.now()
         args = [*_settle_args(items), n, lease_ms, secrets.token_hex(8), worker]
-        reply = await self._run("settle_claim", queue, args, now)
+        reply = await self._core.run("settle_claim", queue, args, now)
         cut = 1 + 2 * len(items)
         return replies.settled(reply[:cut]), replies.claimed_rows(reply[cut:], now)
 
@@ -158,7 +165,7 @@ class WorkerTransitions(EngineCore):
         every execute, a second round trip.) Calls refused with NOSCRIPT (a restarted or flushed Redis)
         did not run: the script is loaded and only those are sent again."""
         assert isinstance(self._client, aioredis.Redis)
-        script = self._scripts[name]
+        script = self._core.scripts[name]
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for attempt in range(2):
@@ -190,19 +197,19 @@ class WorkerTransitions(EngineCore):
         """Record a failed attempt; returns ``retry``, ``errored`` or ``canceled``."""
         delay = Backoff().delay_ms(int(job[1])) if retry_delay_ms is None else max(0, retry_delay_ms)
         args = [*job, error[:MAX_ERROR_CHARS], delay, int(permanent)]
-        return replies.fail(await self._run("fail", queue, args, now_ms), job[0])
+        return replies.fail(await self._core.run("fail", queue, args, now_ms), job[0])
 
     async def cancel_running(
         self, queue: str, job: Triple, reason: str = "canceled by its handler", *, now_ms: int | None = None
     ) -> None:
         """The job's handler canceled it: its running attempt ends canceled, never retried (one
         transition; raises StaleLease / JobNotFound)."""
-        reply = await self._run("cancel_running", queue, [*job, reason[:MAX_ERROR_CHARS]], now_ms)
+        reply = await self._core.run("cancel_running", queue, [*job, reason[:MAX_ERROR_CHARS]], now_ms)
         replies.cancel_running(reply, job[0])
 
     async def snooze(self, queue: str, job: Triple, delay_ms: int, *, now_ms: int | None = None) -> int:
         """Put a running job back for ``delay_ms`` without spending its attempt; returns run_at."""
-        return replies.snooze(await self._run("snooze", queue, [*job, max(0, delay_ms)], now_ms), job[0])
+        return replies.snooze(await self._core.run("snooze", queue, [*job, max(0, delay_ms)], now_ms), job[0])
 
     async def hand_back(
         self, queue: str, job: Triple, delay_ms: int, dead_after_ms: int, *, now_ms: int | None = None
@@ -210,7 +217,9 @@ class WorkerTransitions(EngineCore):
         """Give back a job this pool has no handler for, attempt refunded, claimable again after
         ``delay_ms``; ``errored`` once pools kept handing it back for ``dead_after_ms``. Returns
         ``handed_back`` or ``errored``."""
-        reply = await self._run("hand_back", queue, [*job, max(0, delay_ms), max(0, dead_after_ms)], now_ms)
+        reply = await self._core.run(
+            "hand_back", queue, [*job, max(0, delay_ms), max(0, dead_after_ms)], now_ms
+        )
         return replies.hand_back(reply, job[0])
 
     async def release(
@@ -221,7 +230,7 @@ class WorkerTransitions(EngineCore):
         args: list[Any] = []
         for job_id, attempt, token, started in jobs:
             args += [job_id, attempt, token, int(started)]
-        reply = await self._run("release", queue, args, now_ms)
+        reply = await self._core.run("release", queue, args, now_ms)
         return replies.release([j[0] for j in jobs], reply)
 
 

@@ -1,0 +1,36 @@
+-- Move a job to a terminal state and schedule its removal after the retention period. The event's
+-- message is the reason unless `extra` says otherwise (a failure's error).
+-- uses: cfgnum, set_state, stat
+local function finish(id, key, state, reason, extra)
+  if reason then
+    redis.call('HSET', key, 'finished_at', NOW, 'reason', reason)
+  else
+    redis.call('HSET', key, 'finished_at', NOW)
+  end
+  redis.call('HDEL', key, 'token')
+  local retention
+  if state == 'errored' then
+    redis.call('ZADD', DEAD, NOW, id)
+    retention = cfgnum('dead_retention_ms', 7 * DAY)
+  else
+    retention = cfgnum('retention_ms', DAY)
+  end
+  redis.call('ZADD', DONE, NOW + retention, id)
+  stat(state)
+  -- A task graph's node: leave the outcome for its graph (another slot). The worker reports it right
+  -- after; the scheduler repairs a report a crash interrupted (jqengine.graphs).
+  -- A tail call's child (worker.defer_to) reports to the job that deferred to it the same way: field
+  -- 'parent' is "<parent queue>\t<parent id>"; jqengine.tails hands the outcome on (tail_done).
+  local link = redis.call('HMGET', key, 'graph', 'parent')
+  if (link[1] and link[1] ~= '') or (link[2] and link[2] ~= '') then
+    local f = redis.call('HMGET', key, 'attempt', 'result', 'last_error')
+    local err = reason or ''
+    if state == 'errored' and f[3] then err = f[3] end
+    local entry = {state = state, attempt = tonumber(f[1]) or 0, result = f[2] or '', error = err, at = NOW}
+    if link[1] and link[1] ~= '' then entry.graph = link[1] else entry.parent = link[2] end
+    redis.call('HSET', GDONE, id, cjson.encode(entry))
+  end
+  extra = extra or {}
+  if reason and extra.message == nil then extra.message = string.sub(reason, 1, 200) end
+  set_state(id, key, state, extra)
+end

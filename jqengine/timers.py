@@ -1,0 +1,46 @@
+"""``engine.timers``: the steps the scheduler takes when time passes — delayed jobs promoted when due,
+expired leases reaped, finished jobs collected, far-future index entries dropped — and the waits and
+checks it times them by."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jqengine import reads, replies, waiting
+from jqengine.core import Part
+from jqengine.models import Promoted
+
+__all__ = ["Timers"]
+
+
+class Timers(Part):
+    """Time-driven transitions (``engine.timers``)."""
+
+    async def promote_due(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> Promoted:
+        """Delayed → pending for due jobs, never early."""
+        return replies.promoted(await self._core.run("promote_due", queue, [limit], now_ms))
+
+    async def reap_expired(
+        self, queue: str, limit: int = 1000, *, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """Expired leases; returns (reaped, next lease deadline or -1)."""
+        return replies.timer(await self._core.run("reap_expired", queue, [limit], now_ms))
+
+    async def gc(self, queue: str, limit: int = 1000, *, now_ms: int | None = None) -> int:
+        """Finished jobs past their retention, deleted."""
+        return int(await self._core.run("gc", queue, [limit], now_ms))
+
+    async def drop_far(self, queue: str, ids: Sequence[str], *, now_ms: int | None = None) -> int:
+        """Forget index entries of far-future jobs whose records the schedule topic tombstoned."""
+        if not ids:
+            return 0
+        return int((await self._core.run("drop_far", queue, list(ids), now_ms))[1])
+
+    async def past_due(self, queue: str, late_ms: int = 1000, *, now: int | None = None) -> int:
+        """Delayed jobs past ``run_at`` and leases past their deadline by more than ``late_ms``."""
+        return await reads.past_due(self._client, queue, late_ms, now or await self._core.now())
+
+    async def wait_for_due(self, queues: Sequence[str], timeout_s: float) -> str | None:
+        """Block until a script signals an earlier due time in one of ``queues`` (that queue), or
+        ``timeout_s`` passed (None)."""
+        return await waiting.wait_for_due(self._client, queues, timeout_s)
