@@ -21,6 +21,7 @@ from jqrelay.main import RelayService
 from jqruntime.kafka import AsyncProducer, Record
 from jqstack.manager import Endpoints
 from jqstack.supervise import Child
+from jqweb.overview import held_rows
 
 Produce = Callable[..., Any]
 Pending = Callable[[str], Any]
@@ -64,6 +65,10 @@ async def test_a_paused_queue_steps_aside_and_its_neighbour_on_the_topic_flows(
         records = metrics.RELAY_LANE_RECORDS.labels(topic, slow)
         await eventually(lambda: records._value.get(), lambda n: n == 5000)  # the next snapshot's gauges
         assert metrics.RELAY_QUEUE_HELD.labels(topic, slow, "paused")._value.get() == 1
+        shown = await eventually(lambda: held_rows(relay.relays[0].redis), lambda rows: rows)  # jobq status
+        assert [(r["queue"], r["reason"], r["records"]) for r in shown if r["topic"] == topic] == [
+            (slow, "paused", 5000)
+        ]
 
         mark = signals.released.mark()
         consul_client.kv.delete(key)
