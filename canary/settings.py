@@ -36,11 +36,14 @@ class CanarySettings(BaseSettings):
         return self
 
     az: str = ""
-    """The canary's availability zone (it prefers the gateways of its own)."""
+    """The canary's availability zone (it prefers the gateways of its own). Set it in a deployment over
+    several zones."""
     interval_s: float = Field(60.0, gt=0)
-    """Seconds between two rounds of heartbeats."""
+    """Seconds between two rounds of heartbeats. Lower it to notice a stuck partition sooner (more heartbeat
+    jobs)."""
     late_after_s: float = Field(30.0, gt=0)
-    """A heartbeat not executed this long after it was sent flags its partition."""
+    """A heartbeat not executed this long after it was sent flags its partition. Set it to the delay your
+    users notice."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` (beating: a round sent within two intervals) and ``/metrics`` on
-    ``JOBQ_METRICS_HOST``:PORT."""
+    ``JOBQ_METRICS_HOST``:PORT. Set it so probes and Prometheus can reach the process."""

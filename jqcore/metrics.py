@@ -132,7 +132,7 @@ ENQUEUE_BATCH_SIZE = Histogram(
 QUEUE_DEPTH = Gauge(
     "jobq_queue_depth_jobs",
     "Jobs in a queue by state (pending, delayed, running, dead), sampled by the scheduler that keeps the "
-    "queue every JOBQ_SCHEDULER_SIGNALS_EVERY_S",
+    "queue every 5 s",
     ["queue", "state"],
 )
 QUEUE_OLDEST_PENDING_AGE = Gauge(

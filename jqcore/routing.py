@@ -83,10 +83,12 @@ class RoutingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", use_attribute_docstrings=True)
 
     routes: Annotated[list[Route], JsonText] = Field(default_factory=list)
-    """Routes as JSON, ``[{"queues": fnmatch pattern, "topic": name, "acks": "all" or "leader"}, ...]``;
-    the first match names a queue's topic."""
+    """Routes as JSON, ``[{"queues": fnmatch pattern, "topic": name, "acks": "all" or "leader"}, ...]``; the
+    first match names a queue's topic. Set it to give queues topics of their own (isolation, partitions,
+    acks)."""
     default_topic: str = DEFAULT_TOPIC
-    """Topic for queues no route matches; empty refuses them (``queue_unrouted``)."""
+    """Topic for queues no route matches; empty refuses them (``queue_unrouted``). Empty it when every queue
+    must be routed on purpose."""
     default_acks: Acks = "all"
     """Acks the gateway waits for on the default topic (``leader``: lower latency; a leader failure may
     lose the write)."""

@@ -40,6 +40,7 @@ from jqcore.errors import ConfigError
 from jqcore.settings import AuditSettings, EventSettings, FarSettings, load
 
 __all__ = [
+    "AUDIT_PARTITIONS",
     "JOB_PARTITIONS",
     "RETENTION_MS",
     "Inspection",
@@ -170,10 +171,14 @@ def schedule_topic(far: FarSettings) -> TopicSpec:
     return TopicSpec(far.topic, "schedule", far.partitions)
 
 
+AUDIT_PARTITIONS = 1
+"""The audit topic's partitions: one keeps the records in order (a few records a minute need no more)."""
+
+
 def audit_topic(audit: AuditSettings) -> TopicSpec:
     """The audit trail (:mod:`jqruntime.stores.audit`): kept ``retention_days`` (0: forever), by time only."""
     retention = str(audit.retention_days * 86_400_000) if audit.retention_days else "-1"
-    return TopicSpec(audit.topic, "audit", audit.partitions, {"retention.ms": retention})
+    return TopicSpec(audit.topic, "audit", AUDIT_PARTITIONS, {"retention.ms": retention})
 
 
 def declaration(

@@ -1,7 +1,7 @@
 """The dispatcher: claims the jobs of dispatch kinds and POSTs each to its kind's URL.
 
 * **Configuration**: a job of queue Q and kind K is pushed with (Q, K)'s dispatch configuration, else
-  (``*``, K)'s (:func:`jqruntime.dispatch.pick`); read every ``refresh_s``.
+  (``*``, K)'s (:func:`jqruntime.dispatch.pick`); read every :data:`REFRESH_S`.
 * **Egress**: each POST's host is resolved once, its addresses checked against the egress policy
   (``allow_nets``) and the connection pinned to them (:mod:`jqdispatch.egress`); a refused URL or auth
   fails the attempt without sending anything.
@@ -48,6 +48,12 @@ __all__ = ["Dispatcher", "DispatcherSignals"]
 
 log = get_logger("jqdispatch")
 
+REFRESH_S = 2.0
+"""Seconds between two reads of the dispatch kinds' configurations (a PUT takes effect within)."""
+CALLBACK_CHECK_S = 0.5
+"""Seconds between two looks at the jobs awaiting a callback (done by their callback, or overdue)."""
+IDLE_WAIT_S = 5.0
+"""Longest blocking wait for new work before claiming again (a claimable job wakes it earlier)."""
 WRITES_AT_ONCE = 32
 """Outcomes written to Redis at once: a burst of answers waits for a slot instead of taking a connection
 each (the process's pool is bounded: ``jqdispatch.main``)."""
@@ -180,14 +186,14 @@ class Dispatcher(Service):
 
     # ---- configuration --------------------------------------------------------------------------
     async def refresh(self) -> None:
-        """Read the dispatch kinds' configurations (a PUT /v1/kinds takes effect within refresh_s)."""
+        """Read the dispatch kinds' configurations (a PUT /v1/kinds takes effect within :data:`REFRESH_S`)."""
         mine = {*self.settings.queues, EVERY_QUEUE}
         stored = await dispatch_store.configs(self.redis)
         self.configs = load_configs({key: text for key, text in stored.items() if key[0] in mine})
 
     async def _refresh_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.refresh_s)
+            await asyncio.sleep(REFRESH_S)
             try:
                 await self.refresh()
             except Exception as exc:  # Redis away: keep the configurations read last
@@ -201,7 +207,7 @@ class Dispatcher(Service):
                 self._claim_error = None
                 if not full:
                     await self.engine.jobs.wait_for_work(
-                        self.settings.queues, self.engine.block_limit_s(self.settings.idle_wait_s)
+                        self.settings.queues, self.engine.block_limit_s(IDLE_WAIT_S)
                     )
             except Exception as exc:  # Redis away: back off, keep the held jobs going
                 log.warning("claim failed", error=repr(exc))
@@ -305,7 +311,7 @@ class Dispatcher(Service):
     # ---- awaiting callbacks ---------------------------------------------------------------------
     async def _callback_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.callback_check_s)
+            await asyncio.sleep(CALLBACK_CHECK_S)
             try:
                 await self.check_awaiting()
             except Exception as exc:

@@ -78,6 +78,8 @@ IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
 """Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
 1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
 to 10 ms on an idle one (≈100 cheap calls/s)."""
+GRAPH_KEYS_KEPT = 4
+"""Graph keys a relay verifies signatures with: the one in Consul and the last ones it held before."""
 
 
 class TopicRelay(Service):
@@ -102,9 +104,11 @@ class TopicRelay(Service):
         """Per-queue memory budgets, shared by the process's topics (None: only the global guard)."""
         self._routing = routing
         """Checks that each envelope's queue is routed to this topic (None: a topic no route names)."""
-        self._graph_key: bytes | None = None
-        """The deployment's graph key (``jqcore.admission``), read from Consul at each term's start and
-        again when a signed graph does not verify with it (it was made anew)."""
+        self._graph_keys: tuple[bytes, ...] = ()
+        """The deployment's graph key (``jqcore.admission``) first, then those this process held before
+        it (a record signed with one before it was made anew still enters): learnt before the first term
+        (a standby holds it too), read again at each term's start and when a signed graph does not
+        verify. A key Consul lost (an agent that came back empty) is put back, never made anew."""
         self._keys = ConfigStore(consul_client, kept_prefix)
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
         self.redis = redis
@@ -198,6 +202,8 @@ class TopicRelay(Service):
 
     async def _run(self) -> None:
         while not self._stopping:
+            if not self._graph_keys:
+                await self._first_graph_key()
             if await self._wait_role(Role.LEADER) is not Role.LEADER:
                 continue
             term = self.elector.trusted_term()
@@ -273,7 +279,7 @@ class TopicRelay(Service):
         )
         lane = None if self.settings.shadow else Lane(self, term)
         try:
-            self._graph_key = await self._keys.graph_key()
+            await self._learn_graph_key()
             if lane is not None:
                 await self.engine.raise_fence(
                     await self.engine.reads.queues(), fence=term.fence, source=self.topic
@@ -343,16 +349,32 @@ class TopicRelay(Service):
                 self._committed[tp.partition] = tp.offset
         self.signals.committed.signal(sum(self._committed.values()))
 
+    async def _first_graph_key(self) -> None:
+        """Learn the graph key before any term: a standby holds it too, to put back if Consul loses it
+        (Consul away: the next round tries again)."""
+        try:
+            await self._learn_graph_key()
+        except Exception as exc:
+            log.warning("graph key not read", topic=self.topic, error=repr(exc))
+
+    async def _learn_graph_key(self) -> None:
+        """Read the graph key from Consul, putting back the one held if Consul lost it."""
+        held = self._graph_keys
+        key = await self._keys.graph_key(known=held[0] if held else None)
+        if held and key != held[0]:
+            log.warning("Consul holds another graph key than this relay's: both verify", topic=self.topic)
+        self._graph_keys = (key, *(k for k in held if k != key))[:GRAPH_KEYS_KEPT]
+
     async def parse(self, msgs: Sequence[Message], *, lane: bool = False) -> Batch:
         """The batch of ``msgs`` (the topic's records, or with ``lane`` its holding lane's), admitted
         (:mod:`jqcore.admission`)."""
-        admission = Admission(self.topic, self._routing, self._graph_key)
+        admission = Admission(self.topic, self._routing, self._graph_keys)
         batch = parse_batch(self.topic, msgs, admission)
-        if admission.unsigned:  # a graph the key at hand refused: the key may have been made anew
-            key = await self._keys.graph_key()
-            if key != self._graph_key:
-                self._graph_key = key
-                admission = Admission(self.topic, self._routing, key)
+        if admission.unsigned:  # a graph no key at hand verifies: the key may have been made anew
+            held = self._graph_keys
+            await self._learn_graph_key()
+            if self._graph_keys != held:
+                admission = Admission(self.topic, self._routing, self._graph_keys)
                 batch = parse_batch(self.topic, msgs, admission)
         batch.lane = lane
         metrics.RELAY_MISROUTED.labels(self.topic).inc(admission.misrouted)

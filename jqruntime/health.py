@@ -41,6 +41,7 @@ from jqruntime.http import HttpError, error_middleware, json_response, serve_htt
 
 __all__ = [
     "BEAT_S",
+    "LOOP_STALE_S",
     "HealthServer",
     "Problem",
     "Readiness",
@@ -54,6 +55,10 @@ log = get_logger("jqruntime.health")
 
 BEAT_S = 0.5
 """How often the service's loop stamps its heartbeat."""
+LOOP_STALE_S = 10.0
+"""``/healthz`` answers 503 ``loop_stalled`` once the loop has not stamped its heartbeat for this long (a
+blocking call or a runaway handler wedged it); how many such answers restart a pod is the probe's
+``failureThreshold``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +124,12 @@ class HealthServer:
     names the readiness check; ``stop()`` stops the heartbeat and the server."""
 
     def __init__(
-        self, service: str, *, stale_s: float = 10.0, check_timeout_s: float = 3.0, beat_s: float = BEAT_S
+        self,
+        service: str,
+        *,
+        stale_s: float = LOOP_STALE_S,
+        check_timeout_s: float = 3.0,
+        beat_s: float = BEAT_S,
     ) -> None:
         if stale_s <= 2 * beat_s:
             raise ValueError(f"stale_s ({stale_s}) must exceed two heartbeats ({beat_s} s each)")

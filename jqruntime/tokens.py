@@ -201,10 +201,11 @@ class TokenSettings(BaseSettings):
     """Accept ``secret = "..."`` in the tokens file (development). Without it only a server listening on
     loopback accepts one; any other refuses to start (store ``sha256``: ``jobq tokens hash``)."""
     default_rate: str = "1000/s"
-    """The rate of each token of the file that names no ``rate`` (``COUNT/s``, ``/min``, ``/h``, ``/Ns``;
-    per gateway process, a burst of COUNT at most; 429 ``rate_limited`` beyond); ``off``: such tokens are
-    unlimited. A token's own ``rate = "off"`` makes it unlimited. The environment lists' tokens have only
-    the rate they name (``JOBQ_GATE_TOKENS``: ``secret:scopes@200/s``)."""
+    """The rate of each token of the file that names no ``rate`` (``COUNT/s``, ``/min``, ``/h``, ``/Ns``; per
+    gateway process, a burst of COUNT at most; 429 ``rate_limited`` beyond); ``off``: such tokens are
+    unlimited. A token's own ``rate = "off"`` makes it unlimited. The environment lists' tokens have only the
+    rate they name (``JOBQ_GATE_TOKENS``: ``secret:scopes@200/s``). Lower it to bound what a token without a
+    rate of its own may cost a gateway."""
 
     @field_validator("default_rate")
     @classmethod

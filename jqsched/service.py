@@ -65,6 +65,13 @@ EVENTS_RETRY_S = 1.0
 OBSERVE_EVERY_S = 5.0
 """How often a beat also samples the deployment-wide gauges: every scheduler group's live members and
 Redis's memory and eviction policy."""
+GRAPH_EVERY_S = 1.0
+"""Seconds between two graph repair rounds (every instance repairs task graphs: reports finished nodes'
+outcomes a crashed worker left in its owned queues, finishes releases a crash interrupted, ends graphs past
+their deadline and ships their events, for the open graphs it wins by rendezvous hashing)."""
+SIGNALS_EVERY_S = 5.0
+"""Seconds between two samples of the owned queues' depth, oldest pending age, pause and outcome counters
+for the metrics (``jobq_queue_*``: two pipelined Redis round trips for all of them)."""
 GRAPH_CREATE_GRACE_MS = 60_000
 """An indexed graph whose keys are missing is dropped from the index only after this long (its relay
 indexes it just before creating it)."""
@@ -171,9 +178,7 @@ class SchedulerService(Service):
         self._engine = engine = Engine(client)
         engine.graphs.signals = self.signals.graphs
         self._membership = Membership(client, s.group, s.name, stale_s=s.stale_s)
-        self._timers = Timers(
-            engine, max_idle_s=s.max_idle_s, gc_every_s=s.gc_every_s, batch=s.batch, on_step=self._observe
-        )
+        self._timers = Timers(engine, batch=s.batch, on_step=self._observe)
         self._timers.signals = self.signals.timers
         if s.cron:
             self.consul = consul_client(self.consul_settings)
@@ -334,7 +339,7 @@ class SchedulerService(Service):
                 if not failing:
                     log.warning("sampling queue signals failed", error=repr(exc))
                 failing = True
-            await asyncio.sleep(self.settings.signals_every_s)
+            await asyncio.sleep(SIGNALS_EVERY_S)
 
     async def sample_signals(self) -> None:
         """Set the owned queues' gauges (depth per state, oldest pending age, paused) and grow their
@@ -388,7 +393,7 @@ class SchedulerService(Service):
                 if not failing:
                     log.warning("graph repair failed; retrying", error=repr(exc))
                 failing = True
-            await asyncio.sleep(self.settings.graph_every_s)
+            await asyncio.sleep(GRAPH_EVERY_S)
 
     async def repair_graphs(self) -> int:
         """One round: outcomes left in the owned queues' ``gdone`` hashes (a worker died before reporting),

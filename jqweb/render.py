@@ -31,6 +31,8 @@ from jqweb.redirect import safe_next
 from jqweb.security import principal
 
 __all__ = [
+    "PAGE_SIZE",
+    "REFRESH_S",
     "act",
     "env",
     "form",
@@ -43,6 +45,10 @@ __all__ = [
 log = get_logger("jqweb")
 
 FLASH = "jobq_flash"
+REFRESH_S = 5
+"""How often the live parts of a page reload (seconds)."""
+PAGE_SIZE = 50
+"""Rows per page of job lists (the jobs page takes ``?limit=`` up to 500)."""
 
 
 def _clock(ms: int | float | None) -> str:
@@ -146,7 +152,7 @@ def page(
         base=w.base,
         me=p,
         flash=flash,
-        refresh_s=w.settings.refresh_s,
+        refresh_s=REFRESH_S,
         path=request.path,
         path_qs=request.path_qs,
     )

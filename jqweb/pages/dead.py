@@ -15,7 +15,7 @@ from jqruntime.authz import Policy, path_queue
 from jqruntime.http import HttpError
 from jqweb.context import WEB
 from jqweb.pages.jobs import BATCH, confirm_count, confirm_page, too_many
-from jqweb.render import act, form, page, query_int
+from jqweb.render import PAGE_SIZE, act, form, page, query_int
 from jqweb.routes import Pages
 from jqweb.search import job_row
 from jqweb.security import principal, query_queue, visible
@@ -36,7 +36,7 @@ async def dead(request: web.Request) -> web.Response:
     engine = w.engine
     queue = request.query.get("queue") or None
     offset = query_int(request, "offset", 0)
-    size = w.settings.page_size
+    size = PAGE_SIZE
     dead_per_queue = await engine.reads.dead_counts(visible(request, await engine.reads.queues()))
     counts = [{"queue": q, "dead": n} for q, n in dead_per_queue.items() if n or q == queue]
     if queue is not None and queue not in {c["queue"] for c in counts}:

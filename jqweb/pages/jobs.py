@@ -20,7 +20,7 @@ from jqruntime.http import HttpError
 from jqruntime.kafka import Record, schedule_key
 from jqruntime.tokens import Token
 from jqweb.context import WEB, Web
-from jqweb.render import act, form, page, query_int
+from jqweb.render import PAGE_SIZE, act, form, page, query_int
 from jqweb.routes import Pages
 from jqweb.search import (
     FIELDS,
@@ -41,6 +41,9 @@ routes = Pages()
 
 CANCELABLE = frozenset({"pending", "waiting", "parked", "delayed", "running", "deferred", "scheduled"})
 BATCH = 500
+SCAN_LIMIT = 5000
+"""Most live jobs one search request examines (``?scan=`` may ask fewer): a page of matches on a sparse
+filter may need several requests; the page says where it stopped and links the next."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ async def _exact(engine: Engine, f: Filters) -> list[dict[str, Any]]:
 
 async def _live(request: web.Request, w: Web, f: Filters, ctx: dict[str, Any]) -> None:
     limit, cursor = ctx["limit"], ctx["cursor"]
-    budget = query_int(request, "scan", w.settings.scan_limit, 1, w.settings.scan_limit)
+    budget = query_int(request, "scan", SCAN_LIMIT, 1, SCAN_LIMIT)
     engine = w.engine
     found = await live_page(engine, f, cursor, limit, budget)
     ctx.update(rows=found.rows, examined=found.examined, scan=budget, stopped_at=found.stopped_at)
@@ -158,7 +161,7 @@ async def jobs(request: web.Request) -> web.Response:
         "source": f.source,
         "states": [s for s in LIVE_STATES if s],
         "fields": list(FIELDS),
-        "limit": query_int(request, "limit", w.settings.page_size, 1, 500),
+        "limit": query_int(request, "limit", PAGE_SIZE, 1, 500),
         "cursor": request.query.get("cursor") or None,
         "rows": [],
         "exact": [],

@@ -1,7 +1,7 @@
 """Overview: rates over the last 24 h (kept by jobq itself: ``jqruntime.stores.series`` writes,
 ``jqweb.series`` reads), alerts, canaries per partition, the queues at a glance. The rates and the queues come
 from Redis and render at once; the live panel (alerts, canaries, relay lag: Kafka and Consul are read too)
-reloads every ``refresh_s``."""
+reloads every ``jqweb.render.REFRESH_S``."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ from jqruntime.consulconn import close_consul
 from jqruntime.consulconn import consul_client as aio_consul
 from jqruntime.stores.cron import CronStore
 from jqstack.manager import Endpoints
+from jqweb import render
 from jqweb.main import WebService
 from jqweb.overview import Sources
 from jqweb.settings import WebSettings
@@ -93,6 +94,7 @@ async def live(
     prefix: str,
     token: str,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Live]:
     from playwright.async_api import async_playwright
 
@@ -133,8 +135,8 @@ async def live(
         port=0,
         read_tokens=[SecretStr(f"viewer:{web_tokens['read']}")],
         admin_tokens=[SecretStr(f"admin:{web_tokens['admin']}")],
-        refresh_s=2,
     )
+    monkeypatch.setattr(render, "REFRESH_S", 2)
     async with (
         make_gate(sources.routing, redis_url=redis_url) as gate,
         make_relay(web_sources.relay.topics[0], redis_url=redis_url),
