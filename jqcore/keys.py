@@ -5,11 +5,13 @@ engine).
 Written with a plain client by their owners (one rule for every non-queue key): the canary's health hash
 (:data:`CANARY_HEALTH_KEY`), process presence (:func:`presence_key`), the scheduler's membership
 (:func:`members_key`), stage counters (:func:`stages_key`), the queues' rate samples (:func:`series_key`,
-the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqruntime.stores.audit``), the gateway's
-idempotency records (:func:`idempotency_key`), the far tier's scan markers (:func:`far_scanned_key`,
-:func:`far_scanning_key`), the push-dispatch configurations (:data:`DISPATCH_KEY`) and the dashboard's
-sessions and sign-in throttle (:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`,
-:func:`login_failures_key`, :data:`LOGIN_FAILURES_ALL_KEY`; ``jqweb.sessions``).
+the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqruntime.stores.audit``), the
+relays' shared queue memory samples, topic fences and held queues (:data:`QUEUE_MEMORY_KEY`,
+:data:`RELAY_FENCES_KEY`, :data:`RELAY_HELD_KEY`), the gateway's idempotency records
+(:func:`idempotency_key`), the far tier's scan markers (:func:`far_scanned_key`, :func:`far_scanning_key`),
+the push-dispatch configurations (:data:`DISPATCH_KEY`) and the dashboard's sessions and sign-in
+throttle (:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`, :func:`login_failures_key`,
+:data:`LOGIN_FAILURES_ALL_KEY`; ``jqweb.sessions``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ __all__ = [
     "DISPATCH_KEY",
     "LOGIN_FAILURES_ALL_KEY",
     "MEMBER_GROUPS_KEY",
+    "QUEUE_MEMORY_KEY",
+    "RELAY_FENCES_KEY",
+    "RELAY_HELD_KEY",
     "WEB_SESSIONS_KEY",
     "control_key",
     "far_scanned_key",
@@ -80,6 +85,20 @@ def members_key(group: str) -> str:
 def member_notes_key(group: str) -> str:
     """HASH member → what it reported at its last beat (a scheduler: how many queues it keeps)."""
     return f"jobq:members:{group}:notes"
+
+
+QUEUE_MEMORY_KEY = "jobq:relay:qmem"
+"""Hash: queue → ``<bytes>:<ms>``, the last estimate of the queue's memory by any relay process and when
+(``jqrelay.budgets``: every process counts the same big queues for the fair share)."""
+
+RELAY_FENCES_KEY = "jobq:relay:fences"
+"""Sorted set: topic → the newest relay term's fence (``ZADD GT``): a stale holder that wrote nothing fenced
+in a batch (it set every record aside) learns it is stale before it commits (``jqrelay.lane``)."""
+
+RELAY_HELD_KEY = "jobq:relay:held"
+"""Hash: topic → JSON of the queues its lock holder holds in the topic's holding lane (reason, since,
+records, oldest, drain rate), rewritten each second; a display cache (the truth is in Kafka) read by
+``jobq status``, the dashboard and ``GET /v1/queues/{queue}``."""
 
 
 def stages_key(topic: str) -> str:

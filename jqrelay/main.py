@@ -107,7 +107,14 @@ class RelayService(Service):
             client, self.settings.memory_slow_at, self.settings.memory_stop_at, signals=self.guard_signals
         )
         s, kafka, far = self.settings, self.kafka, self.far
-        self.budgets = QueueBudgets(engine, guard, s.queue_memory_share, signals=self.budget_signals)
+        self.budgets = QueueBudgets(
+            engine,
+            guard,
+            s.queue_memory_share,
+            s.queue_memory_pool,
+            signals=self.budget_signals,
+            shared=client,
+        )
         budgets = None if s.shadow else self.budgets
         routed = self.routing.topics()
         unchecked = [t for t in self.topics if t not in routed]
@@ -154,8 +161,8 @@ class RelayService(Service):
         }
 
     async def _preflight(self, client: RedisClient) -> None:
-        """Redis must not evict; the relay owns its topics' ``.retry``/``.dead`` and the schedule topic
-        (created when missing, if allowed) and checks its job topics against the declaration."""
+        """Redis must not evict; the relay owns its topics' ``.retry``/``.dead``/``.held`` and the schedule
+        topic (created when missing, if allowed) and checks its job topics against the declaration."""
         specs = job_topics(self.topics)
         owns = [s for s in specs if s.role != "jobs"] + (
             [schedule_topic(self.far)] if self.far.enabled else []
