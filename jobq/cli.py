@@ -20,6 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra, extra_for, install_hint, require
 from jqcore.imports import REDIS_UNUSED, STRUCTLOG_UNUSED, preload
+from jqcore.release import version
 from jqstack.errors import StackError
 
 __all__ = ["COMMANDS", "app", "main", "version"]
@@ -118,7 +119,8 @@ SUMMARIES = {
     ),
     "job": "One job by its ref <queue>/<id>: show it, wait for it, retry it (dead), cancel it, replay it.",
     "queue": (
-        "Queues: list them with their depths, show one's settings, pause, resume, purge its waiting jobs."
+        "Queues: list them with their depths, show one's settings, set its rate limit, pause, resume, purge "
+        "its waiting jobs."
     ),
     "dead": "Dead letters: list them grouped by error, retry or purge them by queue, kind, error or age.",
     "web": "Run the web dashboard: the pipeline from HTTP to execution, seen and repaired.",
@@ -206,16 +208,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-
-
-def version() -> str:
-    """This installation's version (the distribution's metadata: ``pyproject.toml``'s ``version``)."""
-    import importlib.metadata  # only when asked
-
-    try:
-        return importlib.metadata.version("jobq")
-    except importlib.metadata.PackageNotFoundError:  # a checkout run from PYTHONPATH without an install
-        return "unknown (not installed)"
 
 
 def _print_version(asked: bool) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -123,7 +124,10 @@ class Dispatcher(Service):
             process_name(",".join(settings.queues)),
             queues=settings.queues,
             load=lambda: (len(self.held), self.settings.concurrency),
+            facts=self._facts,
         )
+        self.processed = 0
+        """Jobs that left this dispatcher (answered, called back, timed out or lost), for its record."""
         self._stopping = False
         self._claim_error: str | None = None
 
@@ -299,9 +303,19 @@ class Dispatcher(Service):
                 except Exception as exc:
                     log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
 
+    def _facts(self) -> dict[str, Any]:
+        """What its presence record says (the dashboard's Workers page)."""
+        return {
+            "kind": "dispatcher",
+            "queues": list(self.settings.queues),
+            "processed": self.processed,
+            "state": "stopping" if self._stopping else "running",
+        }
+
     def _done(self, held: Held, outcome: str) -> None:
         if self.held.get(held.job.id) is held:
             del self.held[held.job.id]
+            self.processed += 1
         held.abandoned = True
         metrics.DISPATCH_IN_FLIGHT.set(len(self.held))
         self._slot_freed.set()

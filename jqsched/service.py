@@ -44,6 +44,7 @@ from jqruntime.preflight import preflight
 from jqruntime.stores import presence, series
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.membership import Membership, group_sizes, owned_by
+from jqruntime.stores.presence import Presence, process_name
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper, EventSignals
 from jqsched.far import FarMover, FarSignals
@@ -65,6 +66,8 @@ EVENTS_RETRY_S = 1.0
 OBSERVE_EVERY_S = 5.0
 """How often a beat also samples the deployment-wide gauges: every scheduler group's live members and
 Redis's memory and eviction policy."""
+FACT_QUEUES = 50
+"""The owned queues its presence record names (it counts them all)."""
 GRAPH_EVERY_S = 1.0
 """Seconds between two graph repair rounds (every instance repairs task graphs: reports finished nodes'
 outcomes a crashed worker left in its owned queues, finishes releases a crash interrupted, ends graphs past
@@ -124,6 +127,9 @@ class SchedulerService(Service):
         self._engine: Engine | None = None
         self._timers: Timers | None = None
         self._membership: Membership | None = None
+        self._presence: Presence | None = None
+        self.moved = 0
+        """Jobs this instance promoted (delayed → pending) or reaped (lease expired), for its record."""
         self.consul: consul.aio.Consul | None = None
         self.cron: CronFirer | None = None
         self.mover: FarMover | None = None
@@ -167,6 +173,9 @@ class SchedulerService(Service):
     def membership(self) -> Membership:
         return _started(self._membership)
 
+    def _presence_started(self) -> Presence:
+        return _started(self._presence)
+
     @property
     def owned(self) -> list[str]:
         return self._timers.queues if self._timers is not None else []
@@ -178,6 +187,7 @@ class SchedulerService(Service):
         self._engine = engine = Engine(client)
         engine.graphs.signals = self.signals.graphs
         self._membership = Membership(client, s.group, s.name, stale_s=s.stale_s)
+        self._presence = Presence(client, "scheduler", process_name(s.name), facts=self._facts)
         self._timers = Timers(engine, batch=s.batch, on_step=self._observe)
         self._timers.signals = self.signals.timers
         if s.cron:
@@ -196,6 +206,7 @@ class SchedulerService(Service):
         await self._preflight()
         await self.timers.start()
         self._task = asyncio.create_task(self._beat_loop(), name="scheduler:beat")
+        await self._presence_started().start()
         if self.cron is not None:
             self._cron_task = asyncio.create_task(self._cron_loop(), name="scheduler:cron")
         if self.mover is not None:
@@ -227,6 +238,8 @@ class SchedulerService(Service):
             await self.mover.close()
         await cancel_and_wait(self._cron_task)
         await cancel_and_wait(self._task)
+        if self._presence is not None:
+            await self._presence.stop()
         if self._membership is not None:
             with contextlib.suppress(Exception):  # Redis away: the others drop us after stale_s instead
                 await self._membership.leave()
@@ -417,7 +430,7 @@ class SchedulerService(Service):
             if self.shipper is not None and state != "missing":
                 await self.shipper.ship_graph(graph_id)
             if state != "running":
-                await graphs.forget_index(graph_id)
+                await graphs.forget_index(graph_id, ended=state != "missing")
                 self.signals.graph_closed.signal((graph_id, state))
         return repaired
 
@@ -477,7 +490,23 @@ class SchedulerService(Service):
             parts.append(f"{len(self.graphs_owned)} graphs")
         return ", ".join(parts)
 
+    def _facts(self) -> dict[str, Any]:
+        """What its presence record says (the dashboard's Workers page): its group, the queues it keeps
+        (the first :data:`FACT_QUEUES` named) and what its timers moved."""
+        owned = sorted(self.owned)
+        return {
+            "kind": "scheduler",
+            "group": self.settings.group,
+            "member": self.settings.name,
+            "queues": owned[:FACT_QUEUES],
+            "owned": len(owned),
+            "note": self._note() if self._timers is not None else "",
+            "processed": self.moved,
+            "state": "failing" if self._failing else "running",
+        }
+
     def _observe(self, step: StepResult) -> None:
+        self.moved += step.promoted + step.reaped
         if step.promoted:
             metrics.SCHEDULER_MOVED.labels(step.queue, "promoted").inc(step.promoted)
         if step.reaped:

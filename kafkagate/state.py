@@ -23,6 +23,7 @@ from jqcore.settings import (
     HistorySettings,
     KafkaSettings,
     QueueBounds,
+    RelayKeys,
     load,
 )
 from jqengine import POOL_HOLDER, Engine, QueueConfig, RedisClient
@@ -33,6 +34,7 @@ from jqruntime.stores import presence, stages
 from jqruntime.stores.config import ConfigStore
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.history import HistoryStore, QueryLimits
+from jqruntime.stores.rates import RateStore
 from kafkagate.limits import busy
 from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
@@ -100,6 +102,8 @@ class Gate:
     long_polls: LongPolls
     queue_bounds: QueueBounds = field(default_factory=lambda: load(QueueBounds))
     """What a queue's configuration may ask for (``JOBQ_QUEUE_MAX_*``)."""
+    relay_keys: RelayKeys = field(default_factory=RelayKeys)
+    """Where the relays watch the queues' rate limits (``JOBQ_RELAY_KV_PREFIX``)."""
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False
@@ -363,6 +367,10 @@ class Gate:
             except BackendUnavailable as exc:
                 log.warning("graph key not checked against Consul's", error=exc.message)
         return self._graph_key[1]
+
+    def rates(self) -> RateStore:
+        """The queues' live rate limits in Consul (:mod:`jqruntime.stores.rates`)."""
+        return RateStore(self._consul_client(), self.relay_keys)
 
     def configs(self) -> ConfigStore:
         """The durable copy of the queues' configurations and the kinds' options in Consul

@@ -111,6 +111,11 @@ topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
     def group(self, topic: str) -> str:
         return f"{self.group_prefix}.{topic}"
 
+    def lane_group(self, topic: str) -> str:
+        """The consumer group whose committed offsets (and their metadata) say what of the topic's holding
+        lane ``<topic>.held`` is drained and which queues wait there (``jqcore.lane``)."""
+        return f"{self.group_prefix}.{topic}.held"
+
 
 class CronSettings(BaseSettings):
     """Where cron schedules live (Consul KV ``<kv_prefix>/cron/<name>``): read by the scheduler service,
