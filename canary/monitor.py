@@ -28,6 +28,7 @@ from jqengine import RedisClient
 from jqruntime.client import JobqClient
 from jqruntime.health import Readiness, ping
 from jqruntime.lifecycle import Service
+from jqruntime.stores.presence import Presence, process_name
 
 __all__ = ["Canary", "Probe"]
 
@@ -65,14 +66,31 @@ class Canary(Service):
         """When the last round of heartbeats was sent (monotonic seconds; None before the first)."""
         self._round_done = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._presence = Presence(redis, "canary", process_name(), facts=self._facts)
+
+    def _facts(self) -> dict[str, Any]:
+        """What its presence record says (the dashboard's Workers page): the partitions it probes, how
+        many are healthy, the rounds it sent."""
+        topics = sorted(self.partitions)
+        return {
+            "kind": "canary",
+            "topics": topics,
+            "partitions": sum(len(p) for p in self.partitions.values()),
+            "healthy": sum(1 for h in self.health.values() if h.get("ok")),
+            "processed": self.rounds,
+            "interval_s": self.interval_s,
+            "state": "running" if self.sent_at is not None else "waiting for a gateway",
+        }
 
     async def _start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._send_loop(), name="canary:send"),
             asyncio.create_task(self._check_loop(), name="canary:check"),
         ]
+        await self._presence.start()
 
     async def _stop(self) -> None:
+        await self._presence.stop()
         for t in self._tasks:
             await cancel_and_wait(t)  # repeated: a cancel redis-py swallowed must not keep a loop alive
 

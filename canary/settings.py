@@ -15,9 +15,7 @@ class CanarySettings(BaseSettings):
     """The heartbeat canary (``canary``): a heartbeat job through the gateways to every partition of
     every routed topic each round, flagging the partitions whose heartbeat ran late."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_CANARY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CANARY_", extra="ignore", populate_by_name=True)
 
     gateways: CommaList = Field(default_factory=lambda: ["http://127.0.0.1:28080"])
     """Gateway URLs, comma-separated; ``url@az`` names a gateway's zone."""
@@ -36,11 +34,14 @@ class CanarySettings(BaseSettings):
         return self
 
     az: str = ""
-    """The canary's availability zone (it prefers the gateways of its own)."""
+    """The canary's availability zone (it prefers the gateways of its own). Set it in a deployment over
+    several zones."""
     interval_s: float = Field(60.0, gt=0)
-    """Seconds between two rounds of heartbeats."""
+    """Seconds between two rounds of heartbeats. Lower it to notice a stuck partition sooner (more heartbeat
+    jobs)."""
     late_after_s: float = Field(30.0, gt=0)
-    """A heartbeat not executed this long after it was sent flags its partition."""
+    """A heartbeat not executed this long after it was sent flags its partition. Set it to the delay your
+    users notice."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """Serve ``/healthz``, ``/readyz`` (beating: a round sent within two intervals) and ``/metrics`` on
-    ``JOBQ_METRICS_HOST``:PORT."""
+    ``JOBQ_METRICS_HOST``:PORT. Set it so probes and Prometheus can reach the process."""

@@ -229,11 +229,31 @@ def _redis(redis: Any, width: int) -> list[RenderableType]:
     flagged = [c for c in redis.get("claimers", []) if c["silent"] or not c["alive"]]
     if flagged:
         parts.append(_flagged(flagged, width))
+    if redis.get("held"):
+        parts.append(_held(redis["held"], width))
     if redis.get("switches"):
         parts.append(_switches(redis["switches"], width))
     parts.append(_schedulers(redis.get("schedulers", {}), width))
     parts.append(_canary(redis["canary"], width))
     return parts
+
+
+def _held(held: list[dict[str, Any]], width: int) -> RenderableType:
+    """The queues stepping aside into their topics' holding lanes (Kafka), and why."""
+    cols = [Col("queue", left=True), Col("topic", left=True), Col("why", left=True), Col("in lane", "lane")]
+    cols += [Col("oldest s", "age s"), Col("drained/s", "out/s")]
+    rows = [
+        [
+            escape(h["queue"]),
+            escape(h["topic"]),
+            f"[yellow]{escape(str(h['reason']))}[/]",
+            str(h["records"]),
+            _text(h.get("oldest_s")),
+            _text(h.get("drained_per_s")),
+        ]
+        for h in held
+    ]
+    return fit("Held queues (relay holding lanes, Kafka)", cols, rows, width)
 
 
 def _flagged(claimers: list[dict[str, Any]], width: int) -> RenderableType:

@@ -83,13 +83,14 @@ ROUTED_CACHE_MAX = 10_000
 
 class Admission:
     """The rules above for the records of one ``topic``: ``routing`` None is a topic no route names (its
-    queues are not checked), ``key`` None admits no graph (a reader without the deployment's key).
-    ``problem`` gives why a record may not enter, else None; ``misrouted`` and ``unsigned`` count the
-    refusals for a queue routed elsewhere and for a missing or bad signature (a key made anew: read it
-    again)."""
+    queues are not checked); a graph is admitted when signed with one of ``keys`` (none: no graph, a
+    reader without the deployment's key; a relay passes every key it has held, so a record signed
+    before the key was made anew still enters). ``problem`` gives why a record may not enter, else None;
+    ``misrouted`` and ``unsigned`` count the refusals for a queue routed elsewhere and for a missing or
+    bad signature (a key made anew: read it again)."""
 
-    def __init__(self, topic: str, routing: RoutingSettings | None, key: bytes | None) -> None:
-        self.topic, self.routing, self.key = topic, routing, key
+    def __init__(self, topic: str, routing: RoutingSettings | None, keys: Iterable[bytes]) -> None:
+        self.topic, self.routing, self.keys = topic, routing, tuple(keys)
         self._routed: dict[str, str | None] = {}
         self.misrouted = self.unsigned = 0
 
@@ -103,7 +104,7 @@ class Admission:
         return self._route(env.queue)
 
     def _graph(self, env: Envelope, value: bytes, headers: Headers) -> str | None:
-        if self.key is None or not signed(self.key, value, headers):
+        if not any(signed(key, value, headers) for key in self.keys):
             self.unsigned += 1
             return f"kind_reserved: {env.kind!r} is jobq's own and the record carries no gateway signature"
         try:

@@ -5,11 +5,13 @@ engine).
 Written with a plain client by their owners (one rule for every non-queue key): the canary's health hash
 (:data:`CANARY_HEALTH_KEY`), process presence (:func:`presence_key`), the scheduler's membership
 (:func:`members_key`), stage counters (:func:`stages_key`), the queues' rate samples (:func:`series_key`,
-the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqruntime.stores.audit``), the gateway's
-idempotency records (:func:`idempotency_key`), the far tier's scan markers (:func:`far_scanned_key`,
-:func:`far_scanning_key`), the push-dispatch configurations (:data:`DISPATCH_KEY`) and the dashboard's
-sessions and sign-in throttle (:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`,
-:func:`login_failures_key`, :data:`LOGIN_FAILURES_ALL_KEY`; ``jqweb.sessions``).
+the dashboard's 24 h charts), the audit trail (:data:`AUDIT_KEY`, ``jqruntime.stores.audit``), the
+relays' shared queue memory samples, topic fences and held queues (:data:`QUEUE_MEMORY_KEY`,
+:data:`RELAY_FENCES_KEY`, :data:`RELAY_HELD_KEY`), the gateway's idempotency records
+(:func:`idempotency_key`), the far tier's scan markers (:func:`far_scanned_key`, :func:`far_scanning_key`),
+the push-dispatch configurations (:data:`DISPATCH_KEY`) and the dashboard's sessions and sign-in
+throttle (:func:`web_session_key`, :data:`WEB_SESSIONS_KEY`, :func:`login_failures_key`,
+:data:`LOGIN_FAILURES_ALL_KEY`; ``jqweb.sessions``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ __all__ = [
     "DISPATCH_KEY",
     "LOGIN_FAILURES_ALL_KEY",
     "MEMBER_GROUPS_KEY",
+    "QUEUE_MEMORY_KEY",
+    "RELAY_FENCES_KEY",
+    "RELAY_HELD_KEY",
     "WEB_SESSIONS_KEY",
+    "control_key",
     "far_scanned_key",
     "far_scanning_key",
     "idempotency_key",
@@ -45,7 +51,8 @@ and the gateway's callbacks). The kind-only hash ``jobq:dispatch`` of earlier bu
 
 
 PRESENCE_KEY = "jobq:presence:{role}"
-"""Sorted set per role (``gate``, ``worker``): member = process name, score = last heartbeat (ms)."""
+"""Sorted set per role (``worker``, ``relay``, ``gate``...): member = process name, score = last heartbeat
+(ms)."""
 
 
 def presence_key(role: str) -> str:
@@ -53,10 +60,17 @@ def presence_key(role: str) -> str:
 
 
 def presence_record_key(role: str, name: str) -> str:
-    """HASH beside a claiming process's heartbeat (worker pools, dispatchers, HTTP workers): ``q:<queue>``
-    → when it last claimed from that queue (ms), its busy and total slots; expires with the process's
-    memory (``jqruntime.stores.presence``)."""
+    """HASH beside a live process's heartbeat: what it is (host, pid, start, version, what it serves, busy
+    and total slots, jobs processed, its state; each field a JSON value) and, for a claiming process
+    (worker pools, dispatchers, HTTP workers), ``q:<queue>`` → when it last claimed from that queue (ms);
+    expires with the process's memory (``jqruntime.stores.presence``)."""
     return f"{PRESENCE_KEY.format(role=role)}:{name}"
+
+
+def control_key(role: str, name: str) -> str:
+    """String per process asked to change course (JSON: ``quiet`` or ``stop``, by whom, for which start),
+    read at its heartbeat (``jqruntime.stores.presence``)."""
+    return f"jobq:control:{role}:{name}"
 
 
 MEMBER_GROUPS_KEY = "jobq:member-groups"
@@ -71,6 +85,20 @@ def members_key(group: str) -> str:
 def member_notes_key(group: str) -> str:
     """HASH member → what it reported at its last beat (a scheduler: how many queues it keeps)."""
     return f"jobq:members:{group}:notes"
+
+
+QUEUE_MEMORY_KEY = "jobq:relay:qmem"
+"""Hash: queue → ``<bytes>:<ms>``, the last estimate of the queue's memory by any relay process and when
+(``jqrelay.budgets``: every process counts the same big queues for the fair share)."""
+
+RELAY_FENCES_KEY = "jobq:relay:fences"
+"""Sorted set: topic → the newest relay term's fence (``ZADD GT``): a stale holder that wrote nothing fenced
+in a batch (it set every record aside) learns it is stale before it commits (``jqrelay.lane``)."""
+
+RELAY_HELD_KEY = "jobq:relay:held"
+"""Hash: topic → JSON of the queues its lock holder holds in the topic's holding lane (reason, since,
+records, oldest, drain rate), rewritten each second; a display cache (the truth is in Kafka) read by
+``jobq status``, the dashboard and ``GET /v1/queues/{queue}``."""
 
 
 def stages_key(topic: str) -> str:

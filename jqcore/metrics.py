@@ -66,9 +66,12 @@ __all__ = [
     "RELAY_HELD",
     "RELAY_HELD_TIME",
     "RELAY_LAG",
+    "RELAY_LANE_OLDEST",
+    "RELAY_LANE_RECORDS",
     "RELAY_LEADER",
     "RELAY_MISROUTED",
     "RELAY_QUEUE_BUDGET",
+    "RELAY_QUEUE_HELD",
     "RELAY_QUEUE_MEMORY",
     "RELAY_QUEUE_OVER",
     "RELAY_QUEUE_RATE_LIMIT",
@@ -129,7 +132,7 @@ ENQUEUE_BATCH_SIZE = Histogram(
 QUEUE_DEPTH = Gauge(
     "jobq_queue_depth_jobs",
     "Jobs in a queue by state (pending, delayed, running, dead), sampled by the scheduler that keeps the "
-    "queue every JOBQ_SCHEDULER_SIGNALS_EVERY_S",
+    "queue every 5 s",
     ["queue", "state"],
 )
 QUEUE_OLDEST_PENDING_AGE = Gauge(
@@ -225,9 +228,26 @@ RELAY_LAG = Gauge(
 RELAY_HELD = Gauge(
     "jobq_relay_held_batches",
     "Batches waiting right now before their write, by what holds them: memory (Redis memory above the "
-    "relay's slow/stop mark), queue_memory (a queue of the batch over its memory budget), redis (Redis "
-    "unreachable or refusing writes), rate_limit (the topic's), queue_rate_limit",
+    "relay's slow/stop mark), redis (Redis unreachable or refusing writes), replicas, rate_limit (the "
+    "topic's), lane (the holding lane's produce retried)",
     ["topic", "reason"],
+)
+RELAY_QUEUE_HELD = Gauge(
+    "jobq_relay_queue_held",
+    "1 while a queue steps aside into its topic's holding lane, by why: paused, rate (over its rate "
+    "limit), memory (over its memory budget, or Redis at the relay's ceiling), draining (nothing holds it "
+    "any more, the lane still has its records); reported by the topic's lock holder",
+    ["topic", "queue", "reason"],
+)
+RELAY_LANE_RECORDS = Gauge(
+    "jobq_relay_lane_records",
+    "A held queue's records waiting in its topic's holding lane (accepted, durable in Kafka, not in Redis)",
+    ["topic", "queue"],
+)
+RELAY_LANE_OLDEST = Gauge(
+    "jobq_relay_lane_oldest_seconds",
+    "Age of a held queue's oldest record waiting in the holding lane (since it stepped aside)",
+    ["topic", "queue"],
 )
 RELAY_HELD_TIME = Counter(
     "jobq_relay_held_seconds_total",
@@ -248,8 +268,8 @@ RELAY_QUEUE_BUDGET = Gauge(
 )
 RELAY_QUEUE_OVER = Gauge(
     "jobq_relay_queue_over_budget",
-    "1 while a queue is over its memory budget: the relay holds every batch carrying its jobs (Kafka keeps "
-    "them) until workers drained it below 90 % of the budget",
+    "1 while a queue is over its memory budget: its jobs step aside into the topic's holding lane (Kafka "
+    "keeps them) until workers drained it below 90 % of the budget",
     ["queue"],
 )
 

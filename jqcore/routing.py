@@ -17,11 +17,12 @@ from __future__ import annotations
 import fnmatch
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.errors import JobqError
 from jqcore.settings import CommaList, JsonText
+from jqcore.topics import SIDE_SUFFIXES
 
 __all__ = [
     "CANARY_KIND",
@@ -61,18 +62,33 @@ class Route(BaseModel):
     acks: Acks = "all"
     """``all`` (durable, the default) or ``leader`` (lower latency; a leader failure may lose the write)."""
 
+    @field_validator("topic")
+    @classmethod
+    def _not_a_side(cls, topic: str) -> str:
+        return _job_topic(topic)
+
+
+def _job_topic(topic: str) -> str:
+    """A job topic's name may not end as the relay's side topics do (``.retry``, ``.dead``, ``.held``):
+    such a name is another job topic's side."""
+    if topic.endswith(SIDE_SUFFIXES):
+        raise ValueError(f"a job topic may not end with {', '.join(SIDE_SUFFIXES)} (the relay's own topics)")
+    return topic
+
 
 class RoutingSettings(BaseSettings):
     """Queue → Kafka topic routing (``JOBQ_ROUTES``, ``JOBQ_DEFAULT_*``), read by every producer and the
     relay."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
 
     routes: Annotated[list[Route], JsonText] = Field(default_factory=list)
-    """Routes as JSON, ``[{"queues": fnmatch pattern, "topic": name, "acks": "all" or "leader"}, ...]``;
-    the first match names a queue's topic."""
+    """Routes as JSON, ``[{"queues": fnmatch pattern, "topic": name, "acks": "all" or "leader"}, ...]``; the
+    first match names a queue's topic. Set it to give queues topics of their own (isolation, partitions,
+    acks)."""
     default_topic: str = DEFAULT_TOPIC
-    """Topic for queues no route matches; empty refuses them (``queue_unrouted``)."""
+    """Topic for queues no route matches; empty refuses them (``queue_unrouted``). Empty it when every queue
+    must be routed on purpose."""
     default_acks: Acks = "all"
     """Acks the gateway waits for on the default topic (``leader``: lower latency; a leader failure may
     lose the write)."""
@@ -103,6 +119,11 @@ class RoutingSettings(BaseSettings):
     def allows(self, queue: str) -> bool:
         """Whether ``queue`` is one of ``queues_allowed`` (every queue when that is empty)."""
         return not self.queues_allowed or any(fnmatch.fnmatchcase(queue, g) for g in self.queues_allowed)
+
+    @field_validator("default_topic")
+    @classmethod
+    def _default_not_a_side(cls, topic: str) -> str:
+        return _job_topic(topic) if topic else topic
 
     def topics(self) -> list[str]:
         """Every topic a producer may write (what the relay and the canary cover)."""

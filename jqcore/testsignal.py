@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["KEEP", "TestSignal", "enable_all"]
+__all__ = ["CRASH_EXIT", "KEEP", "TestSignal", "crash_point", "enable_all"]
 
 T = TypeVar("T")
 
@@ -103,3 +105,18 @@ def enable_all(*groups: Any) -> None:
             value = getattr(group, f.name)
             if isinstance(value, TestSignal):
                 value.enable()
+
+
+CRASH_AT = os.environ.get("JOBQ_TEST_CRASH_AT", "")
+"""A crash point's name: the process dies there (``os._exit``) the first time it passes it — a test's
+``kill -9`` at an exact step. Empty (always, outside tests): :func:`crash_point` costs one comparison."""
+CRASH_EXIT = 86
+
+
+def crash_point(name: str) -> None:
+    """Die here, as a ``kill -9`` would (no cleanup, nothing flushed but this line), when
+    ``JOBQ_TEST_CRASH_AT`` names this point."""
+    if name == CRASH_AT:
+        sys.stderr.write(f"crash point {name}: exiting {CRASH_EXIT}\n")
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT)

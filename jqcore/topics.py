@@ -11,6 +11,11 @@ role       name                            cleanup
 jobs       every routed topic              delete after 7 days
 retry      ``<topic>.retry``               delete after 7 days
 dead       ``<topic>.dead``                delete after 7 days
+held       ``<topic>.held``                delete, ``retention.ms=-1``: the holding lane of a
+                                           queue that steps aside (``docs/relay.md``); never
+                                           compacted (a queue's records share a key), never
+                                           by time (a record waits there until drained); the
+                                           relay deletes what it drained
 events     ``JOBQ_EVENTS_TOPIC``           delete after 7 days
 schedule   ``JOBQ_FAR_TOPIC``              compact, ``retention.ms=-1``: a far-future job's only
                                            durable copy must never expire by time
@@ -35,6 +40,7 @@ from jqcore.errors import ConfigError
 from jqcore.settings import AuditSettings, EventSettings, FarSettings, load
 
 __all__ = [
+    "AUDIT_PARTITIONS",
     "JOB_PARTITIONS",
     "RETENTION_MS",
     "Inspection",
@@ -48,6 +54,7 @@ __all__ = [
     "declaration",
     "diff",
     "events_topic",
+    "held_topic",
     "job_topics",
     "min_isr",
     "replication_for",
@@ -60,11 +67,17 @@ JOB_PARTITIONS = 3
 RETENTION_MS = 7 * 86_400_000
 """Time retention of every topic but the schedule topic (the relay commits within seconds; the events
 topic is what ``jobq rebuild`` reads back)."""
+HELD_SEGMENT_MS = 3_600_000
+"""A holding lane rolls a segment an hour, so the space of drained records (deleted by the relay below
+what it drained) is returned within about an hour."""
 MAX_BROKER_RF = 3
 """The default replication factor is ``min(MAX_BROKER_RF, brokers)``."""
 CREATE = "run `jobq topics create`"
 
-Role = Literal["jobs", "retry", "dead", "events", "schedule", "audit"]
+Role = Literal["jobs", "retry", "dead", "held", "events", "schedule", "audit"]
+SIDE_SUFFIXES = (".retry", ".dead", ".held")
+"""The topics the relay keeps beside each job topic: a job topic may not end so (a route naming
+``jobs.x.held`` would be another topic's holding lane)."""
 
 
 class TopicsInvalid(ConfigError):
@@ -85,6 +98,12 @@ def retry_topic(topic: str) -> str:
     return f"{topic}.retry"
 
 
+def held_topic(topic: str) -> str:
+    """The holding lane: records of a queue that steps aside (paused, over its rate or its memory budget)
+    wait here, in order, until the relay drains them into Redis (``jqrelay.lane``)."""
+    return f"{topic}.held"
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
     """One declared topic: its name, role and partitions (when jobq creates it)."""
@@ -99,13 +118,20 @@ class TopicSpec:
     def compacted(self) -> bool:
         return self.role == "schedule"
 
+    @property
+    def never_by_time(self) -> bool:
+        """Its records must not expire by time: the schedule topic's and the holding lanes'."""
+        return self.role in ("schedule", "held")
+
     def config(self, replication: int) -> dict[str, str]:
         """The topic configs jobq creates it with and holds it to (``replication``: the cluster's RF)."""
+        lane = {"retention.bytes": "-1", "segment.ms": str(HELD_SEGMENT_MS)} if self.role == "held" else {}
         return {
             "cleanup.policy": "compact" if self.compacted else "delete",
-            "retention.ms": "-1" if self.compacted else str(RETENTION_MS),
+            "retention.ms": "-1" if self.never_by_time else str(RETENTION_MS),
             "min.insync.replicas": str(min_isr(replication)),
             "max.message.bytes": str(KAFKA_MAX_MESSAGE_BYTES),  # the broker's default (~1 MiB) is too small
+            **lane,
             **self.extra,
         }
 
@@ -123,8 +149,8 @@ def replication_for(setting: int | None, brokers: int) -> int:
 def job_topics(
     names: Iterable[str], partitions: int = JOB_PARTITIONS, *, sides: bool = True
 ) -> list[TopicSpec]:
-    """Each job topic, with its ``.retry`` and ``.dead`` unless ``sides`` is false (the relay writes
-    those; producers use only the job topics)."""
+    """Each job topic, with its ``.retry``, ``.dead`` and ``.held`` unless ``sides`` is false (the relay
+    writes those; producers use only the job topics)."""
     out = []
     for name in dict.fromkeys(names):
         out.append(TopicSpec(name, "jobs", partitions))
@@ -132,6 +158,7 @@ def job_topics(
             out += [
                 TopicSpec(retry_topic(name), "retry", partitions),
                 TopicSpec(dead_topic(name), "dead", partitions),
+                TopicSpec(held_topic(name), "held", partitions),
             ]
     return out
 
@@ -144,10 +171,14 @@ def schedule_topic(far: FarSettings) -> TopicSpec:
     return TopicSpec(far.topic, "schedule", far.partitions)
 
 
+AUDIT_PARTITIONS = 1
+"""The audit topic's partitions: one keeps the records in order (a few records a minute need no more)."""
+
+
 def audit_topic(audit: AuditSettings) -> TopicSpec:
     """The audit trail (:mod:`jqruntime.stores.audit`): kept ``retention_days`` (0: forever), by time only."""
     retention = str(audit.retention_days * 86_400_000) if audit.retention_days else "-1"
-    return TopicSpec(audit.topic, "audit", audit.partitions, {"retention.ms": retention})
+    return TopicSpec(audit.topic, "audit", AUDIT_PARTITIONS, {"retention.ms": retention})
 
 
 def declaration(
@@ -212,8 +243,6 @@ def diff(spec: TopicSpec, seen: Observed | None, replication: int) -> list[Probl
         if policy != "compact":
             why = "deletes old records" if "delete" in policy else "is not compacted"
             out.append(_config(spec, "cleanup_policy", f"has cleanup.policy={policy} ({why})", never))
-        if (ms := seen.config.get("retention.ms", "-1")) != "-1":
-            out.append(_config(spec, "retention", f"has retention.ms={ms} (deletes by time)", never))
     elif "compact" in policy:  # job records share keys (exclusivity values): compaction would drop jobs
         why = "compaction drops records that share a key"
         out.append(
@@ -221,6 +250,9 @@ def diff(spec: TopicSpec, seen: Observed | None, replication: int) -> list[Probl
                 spec, "cleanup_policy", f"has cleanup.policy={policy} ({why})", {"cleanup.policy": "delete"}
             )
         )
+    if spec.never_by_time and (ms := seen.config.get("retention.ms", "-1")) != "-1":
+        never = {"retention.ms": "-1", **({"cleanup.policy": "compact"} if spec.compacted else {})}
+        out.append(_config(spec, "retention", f"has retention.ms={ms} (deletes by time)", never))
     if spec.role == "audit":  # shortening the audit topic's retention would erase its records
         want = int(spec.config(replication)["retention.ms"])
         have = int(seen.config.get("retention.ms", str(RETENTION_MS)))

@@ -1,7 +1,7 @@
 """The dispatcher: claims the jobs of dispatch kinds and POSTs each to its kind's URL.
 
 * **Configuration**: a job of queue Q and kind K is pushed with (Q, K)'s dispatch configuration, else
-  (``*``, K)'s (:func:`jqruntime.dispatch.pick`); read every ``refresh_s``.
+  (``*``, K)'s (:func:`jqruntime.dispatch.pick`); read every :data:`REFRESH_S`.
 * **Egress**: each POST's host is resolved once, its addresses checked against the egress policy
   (``allow_nets``) and the connection pinned to them (:mod:`jqdispatch.egress`); a refused URL or auth
   fails the attempt without sending anything.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -48,6 +49,12 @@ __all__ = ["Dispatcher", "DispatcherSignals"]
 
 log = get_logger("jqdispatch")
 
+REFRESH_S = 2.0
+"""Seconds between two reads of the dispatch kinds' configurations (a PUT takes effect within)."""
+CALLBACK_CHECK_S = 0.5
+"""Seconds between two looks at the jobs awaiting a callback (done by their callback, or overdue)."""
+IDLE_WAIT_S = 5.0
+"""Longest blocking wait for new work before claiming again (a claimable job wakes it earlier)."""
 WRITES_AT_ONCE = 32
 """Outcomes written to Redis at once: a burst of answers waits for a slot instead of taking a connection
 each (the process's pool is bounded: ``jqdispatch.main``)."""
@@ -117,7 +124,10 @@ class Dispatcher(Service):
             process_name(",".join(settings.queues)),
             queues=settings.queues,
             load=lambda: (len(self.held), self.settings.concurrency),
+            facts=self._facts,
         )
+        self.processed = 0
+        """Jobs that left this dispatcher (answered, called back, timed out or lost), for its record."""
         self._stopping = False
         self._claim_error: str | None = None
 
@@ -180,14 +190,14 @@ class Dispatcher(Service):
 
     # ---- configuration --------------------------------------------------------------------------
     async def refresh(self) -> None:
-        """Read the dispatch kinds' configurations (a PUT /v1/kinds takes effect within refresh_s)."""
+        """Read the dispatch kinds' configurations (a PUT /v1/kinds takes effect within :data:`REFRESH_S`)."""
         mine = {*self.settings.queues, EVERY_QUEUE}
         stored = await dispatch_store.configs(self.redis)
         self.configs = load_configs({key: text for key, text in stored.items() if key[0] in mine})
 
     async def _refresh_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.refresh_s)
+            await asyncio.sleep(REFRESH_S)
             try:
                 await self.refresh()
             except Exception as exc:  # Redis away: keep the configurations read last
@@ -201,7 +211,7 @@ class Dispatcher(Service):
                 self._claim_error = None
                 if not full:
                     await self.engine.jobs.wait_for_work(
-                        self.settings.queues, self.engine.block_limit_s(self.settings.idle_wait_s)
+                        self.settings.queues, self.engine.block_limit_s(IDLE_WAIT_S)
                     )
             except Exception as exc:  # Redis away: back off, keep the held jobs going
                 log.warning("claim failed", error=repr(exc))
@@ -293,9 +303,19 @@ class Dispatcher(Service):
                 except Exception as exc:
                     log.warning("graph report left to the scheduler", job_id=job.id, error=repr(exc))
 
+    def _facts(self) -> dict[str, Any]:
+        """What its presence record says (the dashboard's Workers page)."""
+        return {
+            "kind": "dispatcher",
+            "queues": list(self.settings.queues),
+            "processed": self.processed,
+            "state": "stopping" if self._stopping else "running",
+        }
+
     def _done(self, held: Held, outcome: str) -> None:
         if self.held.get(held.job.id) is held:
             del self.held[held.job.id]
+            self.processed += 1
         held.abandoned = True
         metrics.DISPATCH_IN_FLIGHT.set(len(self.held))
         self._slot_freed.set()
@@ -305,7 +325,7 @@ class Dispatcher(Service):
     # ---- awaiting callbacks ---------------------------------------------------------------------
     async def _callback_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.callback_check_s)
+            await asyncio.sleep(CALLBACK_CHECK_S)
             try:
                 await self.check_awaiting()
             except Exception as exc:

@@ -18,16 +18,15 @@ class DispatcherSettings(BaseSettings):
     """The push dispatcher (``jqdispatch``, ``jobq dispatcher``, ``docs/dispatcher.md``): which queues it
     claims from, how many jobs it holds at once, where downstreams call back."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_DISPATCHER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_DISPATCHER_", extra="ignore", populate_by_name=True)
 
     queues: QueueNames
     """Queues this dispatcher claims from (comma-separated): queues of dispatch kinds only (a job of
     another kind is handed back for a worker pool)."""
     concurrency: int = Field(100, ge=1, le=100_000)
     """Jobs held at once: POSTs under way and 202s awaiting their callback (a kind's own limit is its
-    ``concurrency``, enforced across every claimer)."""
+    ``concurrency``, enforced across every claimer). Raise it when slow downstreams keep the dispatcher at its
+    limit while jobs wait."""
     callback_url: str = Field("http://127.0.0.1:28080", pattern=r"^https?://")
     """The gateway's base URL as the downstreams reach it: each job carries its callback URLs under it."""
     callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
@@ -38,21 +37,21 @@ class DispatcherSettings(BaseSettings):
     the secret is not in the environment, which the dispatcher's pods share with nothing else but still
     should not hold (the Helm chart's way)."""
     lease_ms: int = Field(30_000, ge=1000)
-    """Lease per claim (ms), renewed every third of it while a POST runs or a callback is awaited."""
-    refresh_s: float = Field(2.0, gt=0)
-    """Seconds between two reads of the dispatch kinds' configurations (a PUT takes effect within)."""
-    callback_check_s: float = Field(0.5, gt=0)
-    """Seconds between two looks at the jobs awaiting a callback (done by their callback, or overdue)."""
+    """Lease per claim (ms), renewed every third of it while a POST runs or a callback is awaited. Lower it
+    for a crashed dispatcher's jobs to come back sooner; raise it when Redis may pause longer than a third of
+    it."""
     unknown_kind_retry_s: float = Field(5.0, ge=0)
-    """Seconds before a job of a kind without dispatch configuration is claimable again (by a pool)."""
+    """Seconds before a job of a kind without dispatch configuration is claimable again (by a pool). Lower it
+    for such jobs to reach their pool sooner, raise it for fewer wasted claims."""
     unknown_kind_dead_after_s: float = Field(3600.0, ge=0)
-    """Seconds with nobody running a kind before its jobs are dead-lettered."""
-    idle_wait_s: float = Field(5.0, gt=0)
-    """Longest blocking wait for new work before claiming again."""
+    """Seconds with nobody running a kind before its jobs are dead-lettered. Raise it when a kind's consumer
+    may be absent longer (a slow rollout)."""
     grace_s: float = Field(30.0, ge=0)
-    """Seconds POSTs under way get to finish on SIGTERM; then they and the awaited jobs are released."""
+    """Seconds POSTs under way get to finish on SIGTERM; then they and the awaited jobs are released. Raise it
+    for downstreams that answer slowly; keep it under the pod's termination grace period."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
-    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT. Set it so probes and
+    Prometheus can reach the process."""
     allow_nets: CommaList = Field(default_factory=list)
     """Internal networks (CIDRs such as ``10.20.0.0/16``) and host names (``billing.internal``) the
     dispatcher may POST to, comma-separated. Without an entry, a URL whose host is or resolves to a

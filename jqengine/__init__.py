@@ -30,7 +30,7 @@ from jqengine.codes import (
 from jqengine.codes import check as check_code
 from jqengine.engine import Engine
 from jqengine.graphmodels import GraphInfo, NodeInfo, NodeInputs, ParentOutcome
-from jqengine.graphs import REPAIR_AFTER_MS, GraphSignals
+from jqengine.graphs import ENDED_GRAPHS_KEPT, REPAIR_AFTER_MS, GraphSignals
 from jqengine.jobs import MAX_RESULT_BYTES
 from jqengine.memory import QueueMemory, check_bounds
 from jqengine.models import (
@@ -60,6 +60,7 @@ from jqengine.switchrules import Switch
 from jqengine.tails import TAIL_ID_PREFIX
 
 __all__ = [
+    "ENDED_GRAPHS_KEPT",
     "MAX_RESULT_BYTES",
     "POOL_HOLDER",
     "REPAIR_AFTER_MS",

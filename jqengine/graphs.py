@@ -47,7 +47,7 @@ from jqengine.graphmodels import (
     parse_edges,
     parse_reply,
 )
-from jqengine.keys import GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
+from jqengine.keys import ENDED_GRAPHS_KEY, GRAPHS_KEY, GraphKeyName, GraphKeys, QueueKeys
 from jqengine.models import CancelResult, EnqueueOutcome, EnqueueResult, StreamEvent
 from jqengine.redisconn import RedisClient, text
 from jqengine.replication import ReplicaWait, first_step_replicated, recording_writes
@@ -69,6 +69,8 @@ REPLICA_WAIT_MS = 1000
 REPAIR_AFTER_MS = 2000
 """A release or report older than this without its second step is repaired by the scheduler (younger:
 the process that made it is most likely finishing it)."""
+ENDED_GRAPHS_KEPT = 10_000
+"""The ended graphs the dashboard can list (the newest; older ones are found by id while Redis keeps them)."""
 _TERMINAL_JOB = {"completed", "errored", "canceled", "expired"}
 
 
@@ -326,8 +328,10 @@ class Graphs:
             raise GraphConflict(f"graph {graph_id!r} is still running")
         if reply.code == codes.Code.FINAL:
             raise GraphConflict(f"graph {graph_id!r} completed: nothing to retry")
-        async with codes.redis_errors("graphs"):
-            await self._client.zadd(GRAPHS_KEY, {graph_id: now})
+        async with codes.redis_errors("graphs"), self._client.pipeline(transaction=False) as pipe:
+            pipe.zadd(GRAPHS_KEY, {graph_id: now})
+            pipe.zrem(ENDED_GRAPHS_KEY, graph_id)  # running again: open, not ended
+            await pipe.execute()
         await self._release(graph_id, reply.released)
         return reply.released
 
@@ -359,10 +363,21 @@ class Graphs:
             return "failed"
         return text(state)
 
-    async def forget_index(self, graph_id: str) -> None:
-        """Drop a finished (or vanished) graph from the open-graph index."""
+    async def ended_graphs(self, limit: int = ENDED_GRAPHS_KEPT) -> dict[str, int]:
+        """The graphs that ended most recently → when they left the open-graph index (ms), newest first."""
         async with codes.redis_errors("graphs"):
-            await self._client.zrem(GRAPHS_KEY, graph_id)
+            pairs: list[Any] = await self._client.zrevrange(ENDED_GRAPHS_KEY, 0, limit - 1, withscores=True)
+        return {text(g): int(score) for g, score in pairs}
+
+    async def forget_index(self, graph_id: str, *, ended: bool = True) -> None:
+        """Drop a finished (or, not ``ended``, vanished) graph from the open-graph index; a finished one
+        joins the index of ended graphs (the newest :data:`ENDED_GRAPHS_KEPT`)."""
+        async with codes.redis_errors("graphs"), self._client.pipeline(transaction=False) as pipe:
+            pipe.zrem(GRAPHS_KEY, graph_id)
+            if ended:
+                pipe.zadd(ENDED_GRAPHS_KEY, {graph_id: self._clock()})
+                pipe.zremrangebyrank(ENDED_GRAPHS_KEY, 0, -ENDED_GRAPHS_KEPT - 1)
+            await pipe.execute()
 
     async def events(self, graph_id: str, count: int = 1000) -> list[StreamEvent]:
         async with codes.redis_errors("graph events"):

@@ -47,6 +47,7 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple, get_args
 
 __all__ = [
+    "ENDED_GRAPHS_KEY",
     "GRAPHS_KEY",
     "GRAPH_KEY_DOCS",
     "GRAPH_KEY_NAMES",
@@ -184,6 +185,9 @@ GRAPH_KEY_DOCS: Mapping[GraphKeyName, KeyDoc] = MappingProxyType(
 
 GRAPHS_KEY = "jobq:graphs"
 """ZSET of graphs not finished yet: graph id → when submitted (ms); the scheduler's repair reads it."""
+ENDED_GRAPHS_KEY = "jobq:graphs:ended"
+"""ZSET of the graphs that ended most recently: graph id → when the scheduler swept it from
+:data:`GRAPHS_KEY` (ms), the newest ``ENDED_GRAPHS_KEPT`` kept (the dashboard lists them)."""
 
 QUEUES_KEY = "jobq:queues"
 KINDS_KEY = "jobq:kinds"

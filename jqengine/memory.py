@@ -3,9 +3,9 @@ per-queue memory budgets, ``jobq status``).
 
 Exact accounting would need a ``MEMORY USAGE`` of every job hash, or a byte counter kept by every Lua
 transition. Instead: the job records a queue holds (pending, delayed, running, blocked, finished until GC,
-dead), each state's at the mean ``MEMORY USAGE`` of a few of its own job hashes drawn at random
-(``ZRANDMEMBER``: a finished job, with its result and attempts, is often larger than a pending one), plus
-the queue's index and event keys (``MEMORY USAGE ... SAMPLES 5``). Two pipelined round trips on the
+dead), each state's at the mean ``MEMORY USAGE`` (every field counted) of a few of its own job hashes drawn
+at random (``ZRANDMEMBER``: a finished job, with its result and attempts, is often larger than a pending
+one), plus the queue's index and event keys (``MEMORY USAGE ... SAMPLES 5``). Two pipelined round trips on the
 queue's slot, whatever its size; ``tests/state/test_memory.py`` holds it within 20 % of the sum over the
 keys on a queue of similar jobs in mixed states.
 """
@@ -63,7 +63,8 @@ async def queue_memory(client: RedisClient, queue: str) -> QueueMemory:
         pipe.memory_usage(getattr(keys, name), samples=KEY_SAMPLES)
     for ids in samples:
         for job_id in ids:
-            pipe.memory_usage(keys.job(job_id))
+            pipe.memory_usage(keys.job(job_id), samples=0)  # every field: a sample of 5 of a job's ~16
+            # extrapolates the envelope's bytes (one field) to none or to three times the hash
     sizes = iter(await pipe.execute())
     index = sum(_int(next(sizes)) for _ in INDEX_KEYS)
     # stratified: each set's jobs at the mean size of its own sample (a finished job, with its result and

@@ -310,7 +310,7 @@ class QueueConfig:
     now). 0: no default delay."""
     enqueue_blocked: bool = False
     """The gateway refuses new jobs (``POST /v1/queues/{q}/jobs``: 423 ``queue_blocked``), read through
-    its cached configuration (``JOBQ_GATE_QUEUE_CONFIG_TTL_S``; with Redis unreachable it accepts). Jobs
+    its cached configuration (for 5 s; with Redis unreachable it accepts). Jobs
     already in Kafka still go in, and so do the other writers (the Spark writer, cron fires, replays, the
     rebuild, task graphs' nodes, tail calls); claims go on (``paused`` stops those)."""
 

@@ -106,7 +106,7 @@ SHIP_LINGER_MS: Final = 5
 class Cadences:
     """The scheduler's cadences the rebuild's window is told in (:func:`window`), given by the caller (the
     CLI reads them from ``jqsched``): its heartbeat (``JOBQ_SCHEDULER_BEAT_S``), how long a heartbeat
-    takes to go stale (``JOBQ_SCHEDULER_STALE_S``), the graph round (``JOBQ_SCHEDULER_GRAPH_EVERY_S``) and
+    takes to go stale (``JOBQ_SCHEDULER_STALE_S``), the graph round (``jqsched.service.GRAPH_EVERY_S``) and
     the event shipper's idle wait on the queues it watches (``jqsched.service.EVENTS_IDLE_S``)."""
 
     beat_s: float
@@ -280,7 +280,7 @@ async def rebuild_from_kafka(
     for report, records in read:
         reports.append(report)
         routed = routing if report.topic in routing.topics() else None
-        decided.append(_decide(report, records, index, far_tier, Admission(report.topic, routed, key)))
+        decided.append(_decide(report, records, index, far_tier, Admission(report.topic, routed, [key])))
     del read
     cron_report = CronReport()
     fires = cron_fires(index, keys, cron_report) if cron else {}

@@ -22,17 +22,17 @@ Problems are :class:`~jqrecover.errors.ReplayError` (with the command-line optio
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from jqcore.admission import Admission, reserved_problem
+from jqcore.durations import parse_ms
 from jqcore.envelope import Envelope, decode, new_envelope
 from jqcore.errors import EnvelopeError
 from jqcore.settings import KafkaSettings, RedisSettings
@@ -64,8 +64,6 @@ STALL_S = 30.0
 """A replay that reads nothing new for this long while records are still due fails (Kafka away)."""
 REPLAYABLE: Final = frozenset({"completed", "errored", "canceled", "expired"})
 """The states a job is replayed from as a new job (:func:`replayed`)."""
-_RELATIVE = re.compile(r"^-(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 @dataclass(frozen=True)
@@ -82,9 +80,12 @@ def parse_point(text: str, option: str) -> Point:
     text = text.strip()
     if text.isdigit():
         return Point(offset=int(text))
-    if m := _RELATIVE.match(text):
-        delta = timedelta(**{_UNITS[m[2]]: int(m[1])})
-        return Point(time_ms=int((datetime.now(UTC) - delta).timestamp() * 1000))
+    if text.startswith("-"):
+        try:
+            back = parse_ms(text[1:])
+        except ValueError as exc:
+            raise ReplayError(str(exc), code="point_invalid", option=option) from None
+        return Point(time_ms=int(datetime.now(UTC).timestamp() * 1000) - back)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:

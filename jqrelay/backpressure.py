@@ -66,6 +66,10 @@ class MemoryGuard:
         self.usage = 0.0
         self.maxmemory = 0
         """Redis's ``maxmemory`` at the last sample (0: no limit)."""
+        self.used_bytes = 0
+        """Redis's ``used_memory`` at the last sample."""
+        self.added = 0
+        """Bytes the relay projects it wrote since (``jqrelay.budgets``): reset by each sample."""
         self.stopped = False
         self.signals = signals if signals is not None else GuardSignals()
         self._sampled_at = 0.0
@@ -78,7 +82,7 @@ class MemoryGuard:
             metrics.redis_memory(info)
             used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
             self.usage = used / limit if limit else 0.0
-            self.maxmemory = limit
+            self.maxmemory, self.used_bytes, self.added = limit, used, 0
             self._sampled_at = now
         return self.usage
 

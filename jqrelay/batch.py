@@ -5,7 +5,7 @@ listens."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message
@@ -30,6 +30,8 @@ __all__ = [
     "ends_batch",
     "held_retries",
     "holds_batch",
+    "lane_record",
+    "origin_of",
     "parse_batch",
     "retriable",
     "set_aside",
@@ -82,10 +84,18 @@ class Batch:
     """Records whose queue failed the write for a job-specific reason: to ``<topic>.retry``."""
     far: list[Envelope] = field(default_factory=list)
     """Jobs due beyond the far-future horizon: in the schedule topic, only indexed in Redis."""
+    records: list[Message] = field(default_factory=list)
+    """The record of each envelope (same order)."""
+    aside: list[tuple[Message, str]] = field(default_factory=list)
+    """Records (and their queue) that step aside into the holding lane (``jqrelay.lane``)."""
+    topic: str = ""
+    lane: bool = False
+    """Read from the topic's holding lane: each record's origin is its ``jobq-source`` header."""
 
-    def queues(self) -> list[str]:
-        """The queue of each envelope, in order (repeats included: the rate limits count jobs)."""
-        return [e.queue for e in self.envelopes]
+    def origin(self, job_id: str) -> str:
+        """The Kafka record a job came from (``topic/partition/offset``): where the engine's dedup and the
+        dead letters say it was read — for a record drained from the holding lane, where it was first read."""
+        return origin_of(self.source[job_id], self.topic, lane=self.lane)
 
     def sizes(self) -> dict[str, tuple[int, int]]:
         """Per queue: its jobs in the batch and their records' bytes (the memory budgets project them)."""
@@ -108,6 +118,12 @@ class RelaySignals:
     """Redis stopped the relay once more: a batch write to be retried (``write``), a batch whose writes
     did not reach the replicas, written again (``replicas``), or a term that failed and starts over
     (``loop``)."""
+    held: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("queue held"))
+    """A queue started to step aside into the holding lane: (queue, why)."""
+    released: TestSignal[tuple[str, int]] = field(default_factory=lambda: TestSignal("queue released"))
+    """A queue's lane was drained and nothing holds it: (queue, records drained this term)."""
+    lane: TestSignal[dict[str, int]] = field(default_factory=lambda: TestSignal("lane drained"))
+    """The drain wrote a chunk of lane records: its stage counts after it."""
     limit: LimitSignals = field(default_factory=LimitSignals)
     """The topic's rate limit (its watch reports each limit it applies)."""
     queue_limits: LimitSignals = field(default_factory=LimitSignals)
@@ -119,7 +135,7 @@ def parse_batch(topic: str, msgs: Sequence[Message], admission: Admission | None
     offset; a record that is not an envelope, or one ``admission`` refuses (``jqcore.admission``), goes
     to ``dead`` with the reason. A consume error other than a partition's end is Kafka failing:
     :class:`BackendUnavailable`."""
-    batch = Batch([], [], {}, {})
+    batch = Batch([], [], {}, {}, topic=topic)
     for msg in msgs:
         err = msg.error()
         if err is not None:
@@ -139,13 +155,41 @@ def parse_batch(topic: str, msgs: Sequence[Message], admission: Admission | None
             batch.dead.append((msg, reason))
             continue
         batch.envelopes.append(env)
+        batch.records.append(msg)
         batch.source.setdefault(env.id, msg)
     return batch
 
 
-def set_aside(to: str, topic: str, dead: Sequence[tuple[Message, str]]) -> list[Record]:
+SOURCE_HEADER = "jobq-source"
+ASIDE_HEADER = "jobq-aside"
+ASIDE_AT_HEADER = "jobq-aside-at"
+
+
+def headers_of(msg: Message) -> list[tuple[str, bytes]]:
+    """A record's headers as (name, bytes) pairs (valueless ones left out)."""
+    raw = msg.headers() or ()
+    pairs = raw.items() if isinstance(raw, Mapping) else raw
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in pairs if v is not None]
+
+
+def header(msg: Message, name: str) -> bytes | None:
+    return next((value for key, value in headers_of(msg) if key == name), None)
+
+
+def origin_of(msg: Message, topic: str, *, lane: bool = False) -> str:
+    """Where ``msg`` was first read: its ``jobq-source`` header for a holding lane's record (``lane``),
+    else its own coordinates in ``topic``."""
+    if lane and (source := header(msg, SOURCE_HEADER)):
+        return source.decode()
+    return f"{topic}/{msg.partition()}/{msg.offset()}"
+
+
+def set_aside(
+    to: str, topic: str, dead: Sequence[tuple[Message, str]], *, lane: bool = False
+) -> list[Record]:
     """The records of ``topic`` to send on to ``to`` (``.dead`` or ``.retry``): bytes and key unchanged,
-    the reason and the source (``topic/partition/offset``) in headers."""
+    the reason and the source (``topic/partition/offset``; a holding lane's record keeps its first) in
+    headers."""
     return [
         Record(
             to,
@@ -153,11 +197,26 @@ def set_aside(to: str, topic: str, dead: Sequence[tuple[Message, str]]) -> list[
             msg.key(),
             [
                 ("jobq-reason", reason.encode()[:1000]),
-                ("jobq-source", f"{topic}/{msg.partition()}/{msg.offset()}".encode()),
+                (SOURCE_HEADER, origin_of(msg, topic, lane=lane).encode()),
             ],
         )
         for msg, reason in dead
     ]
+
+
+def lane_record(
+    lane: str, partition: int, topic: str, msg: Message, queue: str, reason: str, at: int
+) -> Record:
+    """A record of ``topic`` stepping aside into its holding lane ``lane``: bytes unchanged, keyed by its
+    queue, in the queue's lane ``partition``, with the source's headers and ``jobq-source`` (where it was
+    read: the job's origin when drained), ``jobq-aside`` (why) and ``jobq-aside-at`` (when, ms)."""
+    headers = [(k, v) for k, v in headers_of(msg) if k not in (SOURCE_HEADER, ASIDE_HEADER, ASIDE_AT_HEADER)]
+    headers += [
+        (SOURCE_HEADER, origin_of(msg, topic).encode()),
+        (ASIDE_HEADER, reason.encode()),
+        (ASIDE_AT_HEADER, str(at).encode()),
+    ]
+    return Record(lane, msg.value() or b"", queue.encode(), headers, partition)
 
 
 def held_retries(topic: str, signals: RelaySignals, retry: retry_base, stall: str) -> AsyncRetrying:

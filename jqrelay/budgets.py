@@ -1,36 +1,55 @@
-"""Per-queue Redis memory budgets: one queue's backlog holds only the batches that carry its jobs, never
-the whole relay (the isolation of many teams on one jobq).
+"""Per-queue Redis memory budgets, sized so that the relay's own writes never reach the global guard.
 
-Every queue has a budget: its own ``memory_budget`` (queue configuration, bytes) or else
-``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` of Redis's ``maxmemory`` (none without a ``maxmemory``). Before a batch is
-written, each queue it carries is checked against its budget with the engine's estimate of the queue's
-memory (:meth:`jqengine.Engine.memory`, sampled at most every :data:`SAMPLE_S` per queue). A queue at or
-over its budget holds the batch — Kafka keeps the jobs, the partition waits, the offsets stay uncommitted —
-until workers drained the queue below :data:`RESUME_AT` of its budget (hysteresis, so it does not flap).
-Relays of other topics, and batches of the same topic without that queue, keep flowing: isolation is per
-topic, so a tenant that must never wait on another's backlog gets a topic of its own (``JOBQ_ROUTES``), as
-with the queue rate limits. The global memory guard (:mod:`jqrelay.backpressure`) stays the last margin.
+Every queue has a cap: its own ``memory_budget`` (queue configuration, bytes) or else
+``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` (0.35) of Redis's ``maxmemory`` (none without a ``maxmemory``). Above the
+**pool** (``JOBQ_RELAY_QUEUE_MEMORY_POOL``, 0.70 of ``maxmemory``) there is fair-share pressure: a queue's
+budget is then at most ``(pool − rest) / n`` (n: the queues holding at least 1 % of ``maxmemory``, counted
+over every relay process through a shared hash; rest: what Redis holds besides them), so the big backlogs
+stop growing with Redis at the pool and the band up to the **ceiling**
+is left to the small queues. At the ceiling (``JOBQ_RELAY_MEMORY_SLOW_AT`` − :data:`CEILING_MARGIN`) the
+relay writes no job at all. Between two samples of Redis's memory, what the relay wrote counts too, so the
+relay's writes stop short of the global guard's slow mark (:mod:`jqrelay.backpressure`), which stays the
+last margin for what others write (graph releases, tails, the gateway's idempotency keys).
 
-While a queue is over, ``jobq_relay_queue_over_budget{queue}`` is 1 (the alert ``JobqQueueOverMemoryBudget``),
-and its held batches count as ``jobq_relay_held_batches{reason="queue_memory"}``.
+None of it blocks: a queue over its budget **steps aside** — its jobs go to the topic's holding lane in
+Kafka (:mod:`jqrelay.lane`) and come back when workers drained it below :data:`RESUME_AT` of its budget
+(hysteresis, so it does not flap) — and the other queues of the topic keep flowing. Queue estimates come
+from :meth:`jqengine.Engine.memory`, refreshed at most every :data:`SAMPLE_S` per queue before a batch is
+planned (:meth:`QueueBudgets.refresh`); the decisions themselves (:meth:`QueueBudgets.over_now`) are
+synchronous.
+
+While a queue is over, ``jobq_relay_queue_over_budget{queue}`` is 1 (the alert
+``JobqQueueOverMemoryBudget``), and the holding lane says it is held for ``memory``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
 from jqcore import metrics
+from jqcore.keys import QUEUE_MEMORY_KEY
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
-from jqengine import Engine
-from jqrelay.backpressure import MemoryGuard, held
+from jqengine import Engine, RedisClient
+from jqrelay.backpressure import MemoryGuard
+from jqrelay.settings import CEILING_MARGIN
 
-__all__ = ["RESUME_AT", "SAMPLE_S", "BudgetSignals", "QueueBudgets", "budget_of", "is_over", "projected"]
+__all__ = [
+    "BIG_SHARE",
+    "CEILING_MARGIN",
+    "RESUME_AT",
+    "SAMPLE_S",
+    "BudgetSignals",
+    "QueueBudgets",
+    "budget_of",
+    "effective_budget",
+    "is_over",
+    "projected",
+]
 
 log = get_logger("jqrelay.budgets")
 
@@ -41,13 +60,29 @@ RESUME_AT = 0.9
 JOB_OVERHEAD = 300
 """Bytes a job record takes in Redis beyond its envelope, at the least (its hash's other fields, the
 index entries): what a queue without a sample of its own is projected to grow by per job."""
+BIG_SHARE = 0.01
+"""Under pressure, the pool is shared by the queues holding at least this share of ``maxmemory``."""
+PRESSURE_ENDS_AT = 0.95
+"""Pressure, once on, lasts until Redis's memory is below this fraction of the pool."""
+SHARED_STALE_S = 30.0
+"""Another relay's sample of a queue counts for the fair share this long."""
 
 
 def budget_of(configured: int, share: float, maxmemory: int) -> int:
-    """The queue's budget in bytes: its own when configured, else ``share`` of ``maxmemory`` (0: none)."""
+    """The queue's cap in bytes: its own when configured, else ``share`` of ``maxmemory`` (0: none)."""
     if configured > 0:
         return configured
     return int(share * maxmemory) if maxmemory > 0 and share < 1 else 0
+
+
+def effective_budget(cap: int, pressure: bool, pool_bytes: int, big_queues: int) -> int:
+    """The budget a queue is held to now: its cap, or under pressure at most the fair level
+    ``pool_bytes / big_queues`` (``pool_bytes``: what of the pool is left to the big queues; a queue without
+    a cap gets the fair level then; 0: none)."""
+    if not pressure:
+        return cap
+    fair = max(1, pool_bytes // max(1, big_queues))
+    return min(cap, fair) if cap > 0 else fair
 
 
 def is_over(was_over: bool, used: int, budget: int) -> bool:
@@ -76,7 +111,7 @@ class _Sample:
     """Bytes per job record then (0: the queue held none)."""
     added: int = 0
     """Bytes the relay wrote into the queue since (projected: :func:`projected`)."""
-    budget: int = 0
+    cap: int = 0
     over: bool = False
 
 
@@ -96,19 +131,47 @@ class QueueBudgets:
         engine: Engine,
         guard: MemoryGuard,
         share: float,
+        pool: float = 0.70,
         sample_s: float = SAMPLE_S,
         signals: BudgetSignals | None = None,
+        shared: RedisClient | None = None,
     ) -> None:
-        self.engine, self.guard, self.share, self.sample_s = engine, guard, share, sample_s
+        """``shared``: the Redis client whose hash (:data:`jqcore.keys.QUEUE_MEMORY_KEY`) every relay process
+        publishes its samples to, so that all count the same queues for the fair share (None: this
+        process's samples only)."""
+        self.engine, self.guard, self.share, self.pool, self.sample_s = engine, guard, share, pool, sample_s
         self.signals = signals if signals is not None else BudgetSignals()
         self._samples: dict[str, _Sample] = {}
+        self._shared_client = shared
+        self._others: dict[str, int] = {}
+        """Other relays' latest samples (queue → bytes), read with this process's samples."""
+        self._others_at = float("-inf")
+        self.pressure = False
 
-    async def _refresh(self, queue: str, s: _Sample) -> None:
-        """A new estimate when the last is older than ``sample_s`` (on a Redis error the last stands: the
-        write will meet the error anyway)."""
+    @property
+    def ceiling(self) -> float:
+        """The share of ``maxmemory`` above which the relay writes no job."""
+        return max(self.pool, self.guard.slow_at - CEILING_MARGIN)
+
+    # ---- samples (async, before a batch is planned) ------------------------------------------------
+    async def refresh(self, queues: Iterable[str]) -> None:
+        """New estimates of ``queues`` whose last is older than ``sample_s`` (on a Redis error the last
+        stands: the write will meet the error anyway), then the pressure and the over-budget marks."""
         now = time.monotonic()
-        if now - s.at < self.sample_s:
-            return
+        stale = [
+            q
+            for q in dict.fromkeys(queues)
+            if now - self._samples.setdefault(q, _Sample()).at >= self.sample_s
+        ]
+        for queue in stale:
+            await self._sample(queue, self._samples[queue], now)
+        if stale:
+            await self._share(stale, now)
+        self._pressure()
+        for queue in stale:
+            self._judge(queue)
+
+    async def _sample(self, queue: str, s: _Sample, now: float) -> None:
         try:
             found = await self.engine.reads.memory(queue)
         except RedisError as exc:
@@ -116,57 +179,115 @@ class QueueBudgets:
             return
         s.at, s.used, s.added = now, found.bytes, 0
         s.per_job = found.bytes / found.jobs if found.jobs else 0.0
-        s.budget = budget_of(found.budget, self.share, self.guard.maxmemory)
+        s.cap = budget_of(found.budget, self.share, self.guard.maxmemory)
         metrics.child(metrics.RELAY_QUEUE_MEMORY, queue).set(found.bytes)
-        metrics.child(metrics.RELAY_QUEUE_BUDGET, queue).set(s.budget)
-        self.signals.sampled.signal((queue, found.bytes, s.budget))
+        metrics.child(metrics.RELAY_QUEUE_BUDGET, queue).set(self.budget(queue))
+        self.signals.sampled.signal((queue, found.bytes, self.budget(queue)))
 
-    async def _over(self, queue: str) -> bool:
-        """Whether ``queue`` is over its budget now (the last estimate plus what was written since)."""
-        s = self._samples.setdefault(queue, _Sample())
-        await self._refresh(queue, s)
-        over = is_over(s.over, s.used + s.added, s.budget)
+    async def _share(self, queues: list[str], now: float) -> None:
+        """Publish this process's fresh samples and, once per ``sample_s``, read every relay's."""
+        client = self._shared_client
+        if client is None or self.guard.maxmemory <= 0:
+            return
+        at_ms = int(time.time() * 1000)
+        try:
+            await client.hset(
+                QUEUE_MEMORY_KEY, mapping={q: f"{self._samples[q].used}:{at_ms}" for q in queues}
+            )
+            if now - self._others_at >= self.sample_s:
+                raw = await client.hgetall(QUEUE_MEMORY_KEY)
+                self._others_at = now
+                self._others = _fresh(raw, at_ms)
+        except RedisError as exc:
+            log.warning("shared queue memory samples not exchanged", error=repr(exc))
+
+    def _pressure(self) -> None:
+        pool = self.pool * self.guard.maxmemory
+        usage = self.guard.used_bytes + self.guard.added
+        if pool <= 0:
+            self.pressure = False
+        elif not self.pressure and usage >= pool:
+            self.pressure = True
+            log.warning(
+                "Redis memory over the queues' pool: big queues get a fair share", big=self.big_queues()
+            )
+        elif self.pressure and usage < PRESSURE_ENDS_AT * pool:
+            self.pressure = False
+            log.info("Redis memory back under the queues' pool")
+
+    def _big(self) -> list[int]:
+        """The memory of each queue holding at least :data:`BIG_SHARE` of ``maxmemory`` (every relay's
+        samples)."""
+        mine = {q: s.used + s.added for q, s in self._samples.items() if s.at > float("-inf")}
+        every = {**self._others, **mine}
+        floor = BIG_SHARE * self.guard.maxmemory
+        return [used for used in every.values() if used >= floor]
+
+    def big_queues(self) -> int:
+        """How many queues hold at least :data:`BIG_SHARE` of ``maxmemory`` (every relay's samples)."""
+        return len(self._big())
+
+    def budget(self, queue: str) -> int:
+        """The budget ``queue`` is held to now (its cap, or the fair share under pressure; 0: none). The big
+        queues share what of the pool the rest of Redis (its own overhead, the small queues, what the relay
+        does not write) leaves them, so that under pressure Redis stays near the pool, under the ceiling."""
+        s = self._samples.get(queue)
+        cap = s.cap if s is not None else budget_of(0, self.share, self.guard.maxmemory)
+        big = self._big()
+        rest = max(0, self.guard.used_bytes + self.guard.added - sum(big))
+        pool = max(0, int(self.pool * self.guard.maxmemory) - rest)
+        return effective_budget(cap, self.pressure, pool, len(big))
+
+    def _judge(self, queue: str) -> bool:
+        s = self._samples[queue]
+        used, budget = s.used + s.added, self.budget(queue)
+        over = is_over(s.over, used, budget)
         if over != s.over:
             s.over = over
             metrics.child(metrics.RELAY_QUEUE_OVER, queue).set(int(over))
             self.signals.over.signal((queue, over))
-            used = s.used + s.added
             if over:
                 log.warning(
                     "queue over its memory budget; its jobs wait in Kafka",
                     queue=queue,
                     used=used,
-                    budget=s.budget,
+                    budget=budget,
+                    pressure=self.pressure,
                 )
             else:
-                log.info(
-                    "queue back under its memory budget; relaying it again",
-                    queue=queue,
-                    used=used,
-                    budget=s.budget,
-                )
+                log.info("queue back under its memory budget", queue=queue, used=used, budget=budget)
         return over
 
-    async def over(self, queues: Iterable[str]) -> list[str]:
-        """The queues among ``queues`` that are over their budgets."""
-        return [q for q in sorted(set(queues)) if await self._over(q)]
+    # ---- decisions (synchronous) ---------------------------------------------------------------------
+    def over_now(self, queue: str) -> bool:
+        """Whether ``queue`` must step aside for memory now: over its budget (by the last sample plus what
+        was written since), or Redis at the ceiling."""
+        if queue in self._samples and self._judge(queue):
+            return True
+        return self.at_ceiling()
 
-    async def acquire(
-        self,
-        topic: str,
-        sizes: Mapping[str, tuple[int, int]],
-        keep_waiting: Callable[[], bool] = lambda: True,
-    ) -> bool:
-        """Wait until no queue of this batch (``sizes``: queue → its jobs and their record bytes) is over
-        its budget, then count the batch as written into each; False as soon as ``keep_waiting()`` says to
-        give up (the term ended, the relay stops). The wait counts as ``topic``'s batch held."""
-        if await self.over(sizes):
-            with held(topic, "queue_memory"):
-                while await self.over(sizes):
-                    if not keep_waiting():
-                        return False
-                    await asyncio.sleep(self.sample_s)
-        for queue, (jobs, size) in sizes.items():
-            s = self._samples[queue]
-            s.added += projected(jobs, size, s.per_job)
-        return True
+    def at_ceiling(self) -> bool:
+        """Whether Redis's memory (the last sample plus what the relay wrote since) reached the ceiling."""
+        limit = self.guard.maxmemory
+        return limit > 0 and self.guard.used_bytes + self.guard.added >= self.ceiling * limit
+
+    def account(self, queue: str, jobs: int, size: int) -> None:
+        """Count ``jobs`` jobs of ``size`` record bytes as written into ``queue`` (and into Redis)."""
+        s = self._samples.setdefault(queue, _Sample())
+        grown = projected(jobs, size, s.per_job)
+        s.added += grown
+        self.guard.added += grown
+
+
+def _fresh(raw: Mapping[bytes | str, bytes | str], now_ms: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k, v in raw.items():
+        queue = k.decode() if isinstance(k, bytes) else k
+        text = v.decode() if isinstance(v, bytes) else v
+        used, _, at = text.partition(":")
+        try:
+            if now_ms - int(at) <= SHARED_STALE_S * 1000:
+                out[queue] = int(used)
+        except ValueError:
+            continue
+    return out

@@ -1,33 +1,30 @@
-"""Live rate limits from Consul KV, applied without restart. Limiting only delays consumption.
+"""Live rate limits from Consul KV, applied without restart (texts: :mod:`jqcore.rates`).
 
-* per topic: ``<prefix>/rates/<topic>`` — every record of the topic passes the topic's limiter;
-* per queue: ``<prefix>/queue-rates/<queue>`` — jobs of that queue also pass the queue's limiter.
+* per topic: ``<prefix>/rates/<topic>`` — every record of the topic passes the topic's limiter, which
+  delays the whole topic (it limits every queue of it: there is no neighbour to protect);
+* per queue: ``<prefix>/queue-rates/<queue>`` — a queue's jobs pass its limiter **without waiting**: what
+  the limiter does not let through now, and every job of a paused queue, steps aside into the topic's
+  holding lane (:mod:`jqrelay.lane`) and is drained at the queue's rate; the topic's other queues flow.
 
-A value is jobs per second; absent or empty: unlimited; ``0``: paused. A bad value is logged and ignored
-(the previous limit stays). Each topic relay watches its topic key and the queue-rates folder with
-blocking queries, so a change applies within one Consul answer.
-
-A queue limit delays the batch that carries the queue's jobs, and with it the other queues of the same
-partitions (offsets are committed per partition, in order — a job is never skipped or parked). To limit a
-queue without slowing its neighbours, route it to a topic of its own (``JOBQ_ROUTES``).
+A bad value is logged and ignored (the previous limit stays). Each topic relay watches its topic key and
+the queue-rates folder with blocking queries, so a change applies within one Consul answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import Counter
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import consul.aio
-from aiolimiter import AsyncLimiter
 
 from jqcore import metrics
 from jqcore.aio import cancel_and_wait
 from jqcore.log import get_logger
-from jqcore.rates import parse_rate
+from jqcore.rates import Rate, parse_rate
 from jqcore.testsignal import TestSignal
 from jqrelay.backpressure import held
 from jqruntime.lifecycle import Service
@@ -41,24 +38,53 @@ PAUSED_RECHECK_S = 1.0
 
 
 class Limiter:
-    """A token bucket whose rate can change at any time (None: unlimited, 0: paused)."""
+    """A token bucket whose rate can change at any time (None: unlimited, 0: paused): ``burst`` tokens
+    at most (default: one second's worth, at least 1), refilled continuously at the rate."""
 
     def __init__(self) -> None:
         self.rate: float | None = None
-        self._bucket: AsyncLimiter | None = None
+        self.capacity = 1
+        self._tokens = 0.0
+        self._at = time.monotonic()
         self._changed = asyncio.Event()
 
-    def set(self, rate: float | None) -> bool:
-        """Apply a new rate; False when it is the current one."""
-        if rate == self.rate:
+    def set(self, rate: float | None, burst: int | None = None) -> bool:
+        """Apply a new rate (and burst); False when it is the current one. A new limit starts with a full
+        bucket (the burst it allows)."""
+        capacity = burst if burst is not None else max(1, int(rate or 0))
+        if rate == self.rate and capacity == self.capacity:
             return False
-        self.rate = rate
-        if not rate:
-            self._bucket = None
-        else:  # below 1/s: one job per 1/rate seconds
-            self._bucket = AsyncLimiter(rate, 1.0) if rate >= 1 else AsyncLimiter(1, 1 / rate)
+        self.rate, self.capacity = rate, capacity
+        self._tokens, self._at = float(capacity), time.monotonic()
         self._changed.set()
         return True
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        if self.rate:
+            self._tokens = min(float(self.capacity), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+
+    def try_take(self, n: int) -> int:
+        """How many of ``n`` jobs may pass now (taken from the bucket); never waits. Unlimited: all of
+        them; paused: none."""
+        if self.rate is None:
+            return n
+        if not self.rate:
+            return 0
+        self._refill()
+        took = min(n, int(self._tokens))
+        self._tokens -= took
+        return took
+
+    def wait_s(self, n: int) -> float:
+        """Seconds until ``min(n, capacity)`` tokens are there (0 unlimited; inf paused)."""
+        if self.rate is None:
+            return 0.0
+        if not self.rate:
+            return float("inf")
+        self._refill()
+        return max(0.0, (min(n, self.capacity) - self._tokens) / self.rate)
 
     def batch_cap(self, wanted: int) -> int:
         """How many records to take next so one batch is about one second's worth at most."""
@@ -67,25 +93,22 @@ class Limiter:
         return max(1, min(wanted, int(self.rate)))
 
     async def acquire(self, n: int, keep_waiting: Callable[[], bool] = lambda: True) -> bool:
-        """Wait until ``n`` jobs may pass; False as soon as ``keep_waiting()`` says to give up.
-
-        Large ``n`` is taken in chunks of the bucket's size; a pause (rate 0) waits for the next change,
-        asking ``keep_waiting`` every :data:`PAUSED_RECHECK_S`."""
+        """Wait until ``n`` jobs may pass; False as soon as ``keep_waiting()`` says to give up. A pause
+        (rate 0) waits for the next change, asking ``keep_waiting`` every :data:`PAUSED_RECHECK_S`."""
         left = n
         while left > 0:
             if self.rate is None:
                 return True
             if not keep_waiting():
                 return False
-            bucket = self._bucket
-            if bucket is None:  # paused
+            if not self.rate:  # paused
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), PAUSED_RECHECK_S)
                 continue
-            chunk = min(left, int(bucket.max_rate))
-            await bucket.acquire(chunk)
-            left -= chunk
+            left -= self.try_take(left)
+            if left:
+                await asyncio.sleep(min(PAUSED_RECHECK_S, max(0.001, self.wait_s(left))))
         return True
 
 
@@ -193,17 +216,29 @@ class RateLimit(_Watch):
 
 
 class QueueRateLimits(_Watch):
-    """Every queue's limit under ``<prefix>/queue-rates/`` (one blocking query on the folder)."""
+    """Every queue's limit under ``<prefix>/queue-rates/`` (one blocking query on the folder). Nothing
+    here waits: the holding lane asks each queue's limiter how many of its jobs may pass now."""
 
     def __init__(self, client: consul.aio.Consul, folder: str, topic: str, wait_s: int = 5) -> None:
         super().__init__(client, folder.rstrip("/") + "/", f"{topic}:queues", wait_s, recurse=True)
         self.topic = topic
         self.limiters: dict[str, Limiter] = {}
-        self.waiting: str | None = None
-        """The queue whose limiter the relay is waiting on right now (for status and tests)."""
+        self.limits: dict[str, Rate] = {}
+        """The limit in force per limited queue (as its text says)."""
+        self.listeners: list[Callable[[], None]] = []
+        """Called after an answer changed a limit (the holding lane's drain wakes up)."""
 
     def rates(self) -> dict[str, float]:
         return {q: lim.rate for q, lim in self.limiters.items() if lim.rate is not None}
+
+    def limiter(self, queue: str) -> Limiter | None:
+        """The queue's limiter; None while it is unlimited."""
+        limiter = self.limiters.get(queue)
+        return limiter if limiter is not None and limiter.rate is not None else None
+
+    def paused(self, queue: str) -> bool:
+        limiter = self.limiters.get(queue)
+        return limiter is not None and limiter.rate == 0
 
     def _in_force(self) -> object:
         return self.rates()
@@ -216,34 +251,22 @@ class QueueRateLimits(_Watch):
                 seen[queue] = _text(entry)
         for queue in set(self.limiters) - set(seen):  # key deleted: unlimited again
             seen[queue] = ""
+        changed = False
         for queue, text in seen.items():
             try:
-                rate = parse_rate(text)
+                limit = Rate.parse(text)
             except ValueError:
                 log.error("ignoring invalid queue rate limit", queue=queue, value=text)
                 continue
             limiter = self.limiters.setdefault(queue, Limiter())
-            if limiter.set(rate):
-                metrics.RELAY_QUEUE_RATE_LIMIT.labels(queue).set(-1 if rate is None else rate)
-                log.info("queue rate limit", topic=self.topic, queue=queue, jobs_per_s=rate)
-
-    def batch_cap(self, wanted: int) -> int:
-        """While any queue is limited, batches stay about one second of the slowest positive limit."""
-        positive = [r for r in self.rates().values() if r > 0]
-        return max(1, min(wanted, int(min(positive)))) if positive else wanted
-
-    async def acquire(self, queues: Iterable[str], keep_waiting: Callable[[], bool] = lambda: True) -> bool:
-        """Wait until every limited queue lets its jobs of this batch pass (queues in any order)."""
-        for queue, n in Counter(queues).items():
-            limiter = self.limiters.get(queue)
-            if limiter is None:
-                continue
-            self.waiting = queue
-            self.signals.held.signal(queue)
-            try:
-                with held(self.topic, "queue_rate_limit"):
-                    if not await limiter.acquire(n, keep_waiting):
-                        return False
-            finally:
-                self.waiting = None
-        return True
+            if limiter.set(limit.limit, limit.burst if limit.per_s is not None else None):
+                changed = True
+                metrics.RELAY_QUEUE_RATE_LIMIT.labels(queue).set(-1 if limit.limit is None else limit.limit)
+                log.info("queue rate limit", topic=self.topic, queue=queue, limit=limit.describe())
+            if limit.text:
+                self.limits[queue] = limit
+            else:
+                self.limits.pop(queue, None)
+        if changed:
+            for listener in self.listeners:
+                listener()

@@ -27,7 +27,7 @@ from jqcore.topics import job_topics, schedule_topic
 from jqengine import Engine, RedisClient, connect
 from jqrelay.backpressure import GuardSignals, MemoryGuard
 from jqrelay.budgets import BudgetSignals, QueueBudgets
-from jqrelay.elector import describe
+from jqrelay.elector import Role, describe
 from jqrelay.kept import restorer
 from jqrelay.settings import RelaySettings
 from jqrelay.topic import RelaySignals, TopicRelay
@@ -37,6 +37,7 @@ from jqruntime.kafka import AsyncProducer
 from jqruntime.lifecycle import Service, run_until_signal
 from jqruntime.preflight import preflight
 from jqruntime.stores.config import ConfigStore
+from jqruntime.stores.presence import Presence, process_name
 from jqruntime.tracing import setup_tracing
 
 __all__ = ["RelayService", "run"]
@@ -84,6 +85,7 @@ class RelayService(Service):
         self._consul: consul.aio.Consul | None = None
         self._dead_producer: AsyncProducer | None = None
         self._engine: Engine | None = None
+        self._presence: Presence | None = None
 
     @property
     def engine(self) -> Engine:
@@ -105,7 +107,14 @@ class RelayService(Service):
             client, self.settings.memory_slow_at, self.settings.memory_stop_at, signals=self.guard_signals
         )
         s, kafka, far = self.settings, self.kafka, self.far
-        self.budgets = QueueBudgets(engine, guard, s.queue_memory_share, signals=self.budget_signals)
+        self.budgets = QueueBudgets(
+            engine,
+            guard,
+            s.queue_memory_share,
+            s.queue_memory_pool,
+            signals=self.budget_signals,
+            shared=client,
+        )
         budgets = None if s.shadow else self.budgets
         routed = self.routing.topics()
         unchecked = [t for t in self.topics if t not in routed]
@@ -133,11 +142,27 @@ class RelayService(Service):
             )
         for relay in self.relays:
             await relay.start()
+        self._presence = Presence(client, "relay", process_name(s.holder), facts=self._facts)
+        await self._presence.start()
         log.info("relay started", topics=self.topics, holder=s.holder, shadow=s.shadow)
 
+    def _facts(self) -> dict[str, Any]:
+        """What its presence record says (the dashboard's Workers page): the topics it campaigns for and
+        those it holds, the records it wrote into Redis."""
+        held = [r.topic for r in self.relays if r.elector.role is Role.LEADER]
+        return {
+            "kind": "relay",
+            "topics": self.topics,
+            "held": held,
+            "busy": len(held),
+            "slots": len(self.topics),
+            "processed": sum(r.counts.get("written", 0) for r in self.relays),
+            "state": "shadow" if self.settings.shadow else "running",
+        }
+
     async def _preflight(self, client: RedisClient) -> None:
-        """Redis must not evict; the relay owns its topics' ``.retry``/``.dead`` and the schedule topic
-        (created when missing, if allowed) and checks its job topics against the declaration."""
+        """Redis must not evict; the relay owns its topics' ``.retry``/``.dead``/``.held`` and the schedule
+        topic (created when missing, if allowed) and checks its job topics against the declaration."""
         specs = job_topics(self.topics)
         owns = [s for s in specs if s.role != "jobs"] + (
             [schedule_topic(self.far)] if self.far.enabled else []
@@ -148,6 +173,8 @@ class RelayService(Service):
         )
 
     async def _stop(self) -> None:
+        if self._presence is not None:
+            await self._presence.stop()
         for relay in self.relays:
             await relay.stop()
         if self._dead_producer is not None:

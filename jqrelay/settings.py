@@ -10,15 +10,16 @@ from pydantic_settings import SettingsConfigDict
 
 from jqcore.settings import RelayKeys
 
+CEILING_MARGIN = 0.02
+"""The relay writes no job above ``memory_slow_at`` − this (never below the pool; ``jqrelay.budgets``)."""
+
 __all__ = ["RelaySettings"]
 
 
 class RelaySettings(RelayKeys):
     """Where the relay keeps its state (:class:`jqcore.settings.RelayKeys`) and how it runs."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_RELAY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
 
     holder: str = Field(
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",
@@ -37,10 +38,15 @@ class RelaySettings(RelayKeys):
     """Redis used/maxmemory above which the relay slows down..."""
     memory_stop_at: float = Field(0.90, gt=0, lt=1)
     """...and above which it stops writing until workers drained below ``memory_slow_at``."""
-    queue_memory_share: float = Field(0.5, gt=0, le=1)
+    queue_memory_share: float = Field(0.35, gt=0, le=1)
     """A queue's memory budget unless its configuration sets ``memory_budget``: this share of Redis's
-    ``maxmemory``; a queue over its budget holds only the batches carrying its jobs (1: no default budget,
-    only the global marks above)."""
+    ``maxmemory``; a queue over its budget steps aside into the topic's holding lane in Kafka, its
+    neighbours flow (1: no default budget). Two backlogs at this share stay within the pool."""
+    queue_memory_pool: float = Field(0.70, gt=0, lt=1)
+    """Above this share of ``maxmemory`` the big queues share the pool fairly: a queue holding more than
+    ``(pool − rest) / n`` (n: the queues holding 1 % or more; rest: what Redis holds besides them) steps
+    aside until workers drained it, so the room up to the ceiling (``memory_slow_at`` − 0.02, where the
+    relay writes no job) is left to the small queues and relayed jobs never reach the slow mark."""
     wait_replicas: int | None = Field(None, ge=0, le=16, json_schema_extra={"doc_default": "auto"})
     """Replicas that must hold a batch's writes (``WAIT`` on each Redis master the batch wrote) before its
     Kafka offsets are committed. Unset: 1 on each master that reports a connected replica (a Redis Cluster
@@ -56,4 +62,10 @@ class RelaySettings(RelayKeys):
     def _order(self) -> RelaySettings:
         if self.memory_slow_at >= self.memory_stop_at:
             raise ValueError("JOBQ_RELAY_MEMORY_SLOW_AT must be below JOBQ_RELAY_MEMORY_STOP_AT")
+        if self.queue_memory_pool >= self.memory_slow_at:
+            raise ValueError("JOBQ_RELAY_QUEUE_MEMORY_POOL must be below JOBQ_RELAY_MEMORY_SLOW_AT")
+        if self.queue_memory_share < 1 and self.queue_memory_share > self.queue_memory_pool:
+            raise ValueError(
+                "JOBQ_RELAY_QUEUE_MEMORY_SHARE must be at most JOBQ_RELAY_QUEUE_MEMORY_POOL (or 1: none)"
+            )
         return self

@@ -5,13 +5,16 @@ Per term (see :mod:`jqrelay.elector`):
 1. assign **all** partitions at the group's committed offsets (manual assignment: no group rebalances;
    the Consul lock decides who reads);
 2. raise the term's fence in every known queue before the first write;
-3. loop: wait for Redis memory room → consume a batch (capped by the live rate limits) → wait for the
-   topic's and the batch's queues' rate limiters (:mod:`jqrelay.limits`) and memory budgets
-   (:mod:`jqrelay.budgets`) → check the term is still trusted → write the batch with one engine call per
-   queue (fenced; Redis errors are retried with backoff forever, nothing is committed meanwhile) → wait
-   until the masters written hold the batch on their replicas (``WAIT``; else write it again) → send
-   malformed or refused records to ``<topic>.dead`` with the reason in headers (confirmed by Kafka) →
-   commit each partition's offset only now, after Redis accepted everything up to it.
+3. read the topic's holding lane back from Kafka and start its drain (:mod:`jqrelay.lane`);
+4. loop: wait for Redis memory room → consume a batch (capped by the topic's live rate limit) → plan it:
+   the records of queues that are held, paused, over their rate (:mod:`jqrelay.limits`) or over their
+   memory budgets (:mod:`jqrelay.budgets`) step aside → wait for the topic's rate limiter → check the
+   term is still trusted → write the rest with one engine call (fenced; Redis errors are retried with
+   backoff forever, nothing is committed meanwhile) → wait until the masters written hold the batch on
+   their replicas (``WAIT``; else write it again) → send malformed or refused records to
+   ``<topic>.dead`` with the reason in headers (confirmed by Kafka) → produce the records that step aside
+   to ``<topic>.held`` (confirmed by Kafka) and check the topic fence → commit each partition's offset
+   only now, after Redis and Kafka accepted everything up to it.
 
 A refused fence ends the term at once (someone newer writes). Record values are handed to Redis as the
 bytes Kafka holds; nothing is re-encoded.
@@ -20,6 +23,7 @@ bytes Kafka holds; nothing is re-encoded.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,7 +40,8 @@ from jqcore.errors import BackendUnavailable
 from jqcore.log import get_logger, kafka_logging
 from jqcore.routing import RoutingSettings
 from jqcore.settings import FarSettings, KafkaSettings
-from jqcore.topics import dead_topic, retry_topic
+from jqcore.testsignal import crash_point
+from jqcore.topics import dead_topic, held_topic, retry_topic
 from jqengine import Engine, EnqueueResult, FenceRejected, RedisClient, recording_writes
 from jqrelay.backpressure import MemoryGuard
 from jqrelay.batch import (
@@ -54,6 +59,7 @@ from jqrelay.batch import (
 from jqrelay.budgets import QueueBudgets
 from jqrelay.elector import Elector, ElectorConfig, Role, Term
 from jqrelay.lag import report_lag
+from jqrelay.lane import Lane, topic_fence
 from jqrelay.limits import QueueRateLimits, RateLimit
 from jqrelay.settings import RelaySettings
 from jqruntime import tracing
@@ -72,6 +78,8 @@ IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
 """Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
 1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
 to 10 ms on an idle one (≈100 cheap calls/s)."""
+GRAPH_KEYS_KEPT = 4
+"""Graph keys a relay verifies signatures with: the one in Consul and the last ones it held before."""
 
 
 class TopicRelay(Service):
@@ -96,9 +104,11 @@ class TopicRelay(Service):
         """Per-queue memory budgets, shared by the process's topics (None: only the global guard)."""
         self._routing = routing
         """Checks that each envelope's queue is routed to this topic (None: a topic no route names)."""
-        self._graph_key: bytes | None = None
-        """The deployment's graph key (``jqcore.admission``), read from Consul at each term's start and
-        again when a signed graph does not verify with it (it was made anew)."""
+        self._graph_keys: tuple[bytes, ...] = ()
+        """The deployment's graph key (``jqcore.admission``) first, then those this process held before
+        it (a record signed with one before it was made anew still enters): learnt before the first term
+        (a standby holds it too), read again at each term's start and when a signed graph does not
+        verify. A key Consul lost (an agent that came back empty) is put back, never made anew."""
         self._keys = ConfigStore(consul_client, kept_prefix)
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
         self.redis = redis
@@ -115,9 +125,13 @@ class TopicRelay(Service):
         self.limit = RateLimit(consul_client, settings.rate_key(topic), topic)
         self.queue_limits = QueueRateLimits(consul_client, settings.queue_rates_folder(), topic)
         self.counts: dict[str, int] = {}
+        self.lane_counts: dict[str, int] = {}
+        """The drain's stage counts (records read from the holding lane and what became of them)."""
+        self.lane: Lane | None = None
+        """The current term's holding lane (None between terms and in shadow mode)."""
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._unsaved: dict[str, int] = {}
+        self._unsaved: dict[str, dict[str, int]] = {}
         self.signals = signals if signals is not None else RelaySignals()
         self.limit.signals, self.queue_limits.signals = self.signals.limit, self.signals.queue_limits
         self._committed: dict[int, int] = {}
@@ -160,25 +174,36 @@ class TopicRelay(Service):
     def stopping(self) -> bool:
         return self._stopping
 
-    def _count(self, stage: str, n: int = 1) -> None:
+    def count(self, stage: str, n: int = 1, *, lane: bool = False) -> None:
+        """Count ``n`` records at ``stage``: the topic's, or with ``lane`` its holding lane's
+        (``<topic>.held``: what the drain read and what became of it)."""
         if n:
-            self.counts[stage] = self.counts.get(stage, 0) + n
-            self._unsaved[stage] = self._unsaved.get(stage, 0) + n
-            metrics.RELAY_RECORDS.labels(self.topic, stage).inc(n)
+            topic, counts = (held_topic(self.topic), self.lane_counts) if lane else (self.topic, self.counts)
+            counts[stage] = counts.get(stage, 0) + n
+            unsaved = self._unsaved.setdefault(topic, {})
+            unsaved[stage] = unsaved.get(stage, 0) + n
+            metrics.RELAY_RECORDS.labels(topic, stage).inc(n)
 
-    async def _save_counts(self) -> None:
-        """Add this batch's stage counts to the shared ones in Redis (kept for the next try on failure)."""
-        if not self._unsaved:
-            return
-        try:
-            await stages.add(self.redis, self.topic, self._unsaved)
-        except Exception as exc:
-            log.warning("stage counters not saved yet", topic=self.topic, error=repr(exc))
-            return
-        self._unsaved = {}
+    async def save_counts(self) -> None:
+        """Add the stage counts since the last save to the shared ones in Redis (kept for the next try on
+        failure)."""
+        for topic in list(self._unsaved):
+            unsaved = self._unsaved.pop(topic, None)  # taken before the await: the drain saves too
+            if not unsaved:
+                continue
+            try:
+                await stages.add(self.redis, topic, unsaved)
+            except Exception as exc:
+                log.warning("stage counters not saved yet", topic=topic, error=repr(exc))
+                again = self._unsaved.setdefault(topic, {})
+                for stage, n in unsaved.items():
+                    again[stage] = again.get(stage, 0) + n
+                return
 
     async def _run(self) -> None:
         while not self._stopping:
+            if not self._graph_keys:
+                await self._first_graph_key()
             if await self._wait_role(Role.LEADER) is not Role.LEADER:
                 continue
             term = self.elector.trusted_term()
@@ -215,7 +240,7 @@ class TopicRelay(Service):
         except TimeoutError:
             return None
 
-    def _trusted(self, term: Term) -> bool:
+    def trusted(self, term: Term) -> bool:
         return not self._stopping and self.elector.trusted_term() == term
 
     # ---- one term -------------------------------------------------------------------------------
@@ -252,56 +277,64 @@ class TopicRelay(Service):
         lag = asyncio.create_task(
             report_lag(self.topic, consumer, self._committed), name=f"relay-lag:{self.topic}"
         )
+        lane = None if self.settings.shadow else Lane(self, term)
         try:
-            self._graph_key = await self._keys.graph_key()
-            if not self.settings.shadow:
+            await self._learn_graph_key()
+            if lane is not None:
                 await self.engine.raise_fence(
                     await self.engine.reads.queues(), fence=term.fence, source=self.topic
                 )
+                await topic_fence(self.redis, self.topic, term.fence)
+                await lane.start()
+                self.lane = lane
             idle = IDLE_POLL_MIN_S
-            while self._trusted(term):
-                if not self.settings.shadow and not await self.guard.wait_for_room(
-                    lambda: self._trusted(term) and not self.stopping, self.topic
+            while self.trusted(term):
+                if lane is not None:
+                    lane.check()
+                if lane is not None and not await self.guard.wait_for_room(
+                    lambda: self.trusted(term) and not self.stopping, self.topic
                 ):
                     break
-                n = self.queue_limits.batch_cap(self.limit.batch_cap(self.settings.batch))
-                msgs = consumer.consume(n, 0)
+                msgs = consumer.consume(self.limit.batch_cap(self.settings.batch), 0)
                 if not msgs:
                     await asyncio.sleep(idle)
                     idle = min(idle * 1.5, IDLE_POLL_MAX_S)
                     continue
                 idle = IDLE_POLL_MIN_S
-                batch = await self._parse(msgs)
-                if not await self._may_write(batch, len(msgs), term):
-                    raise TermEnded
-                if self.settings.shadow:
-                    self._count("shadow", len(batch.envelopes))
+                batch = await self.parse(msgs)
+                if lane is None:
+                    self.count("shadow", len(batch.envelopes))
                 else:
-                    with recording_writes() as written:
-                        await self._write(batch, term)
-                        await self._replicated(batch, term, written)
-                    await self._dead_letter(batch.dead)
-                    await self._dead_letter(batch.retry, retry=True)
-                if not self._trusted(term):
+                    await self._relay(batch, term, lane)
+                if not self.trusted(term):
                     raise TermEnded
                 offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
                 consumer.commit(offsets=offsets, asynchronous=True)
-                await self._save_counts()
+                if lane is not None:
+                    lane.produced()
+                await self.save_counts()
                 self._signal_batch()
         finally:
+            self.lane = None
+            if lane is not None:
+                await lane.stop()
             await cancel_and_wait(lag)
             consumer.close()
 
-    async def _may_write(self, batch: Batch, records: int, term: Term) -> bool:
-        """Wait for the topic's and the queues' rate limits and the queues' memory budgets; False when the
-        term ended meanwhile (the limiters ask whether to keep waiting)."""
-        trusted = lambda: self._trusted(term)  # noqa: E731
-        return (
-            await self.limit.acquire(records, trusted)
-            and await self.queue_limits.acquire(batch.queues(), trusted)
-            and (self.budgets is None or await self.budgets.acquire(self.topic, batch.sizes(), trusted))
-            and self._trusted(term)
-        )
+    async def _relay(self, batch: Batch, term: Term, lane: Lane) -> None:
+        """Plan the batch (what steps aside), write the rest (fenced, replicated), send refused records on,
+        then set the rest aside (confirmed, topic fence checked): all before the caller commits."""
+        await lane.plan(batch)
+        if not await self.limit.acquire(len(batch.envelopes), lambda: self.trusted(term)):
+            raise TermEnded
+        with recording_writes() as written:
+            await self.write(batch, term)
+            await self.replicated(batch, term, written)
+        await self.dead_letter(batch.dead)
+        await self.dead_letter(batch.retry, retry=True)
+        if batch.aside:
+            crash_point("relay_after_direct")
+        await lane.set_aside(batch)
 
     def _signal_batch(self) -> None:
         if self.signals.batch.enabled:  # a copy of the counts per batch only while a test listens
@@ -316,20 +349,39 @@ class TopicRelay(Service):
                 self._committed[tp.partition] = tp.offset
         self.signals.committed.signal(sum(self._committed.values()))
 
-    async def _parse(self, msgs: Sequence[Message]) -> Batch:
-        admission = Admission(self.topic, self._routing, self._graph_key)
+    async def _first_graph_key(self) -> None:
+        """Learn the graph key before any term: a standby holds it too, to put back if Consul loses it
+        (Consul away: the next round tries again)."""
+        try:
+            await self._learn_graph_key()
+        except Exception as exc:
+            log.warning("graph key not read", topic=self.topic, error=repr(exc))
+
+    async def _learn_graph_key(self) -> None:
+        """Read the graph key from Consul, putting back the one held if Consul lost it."""
+        held = self._graph_keys
+        key = await self._keys.graph_key(known=held[0] if held else None)
+        if held and key != held[0]:
+            log.warning("Consul holds another graph key than this relay's: both verify", topic=self.topic)
+        self._graph_keys = (key, *(k for k in held if k != key))[:GRAPH_KEYS_KEPT]
+
+    async def parse(self, msgs: Sequence[Message], *, lane: bool = False) -> Batch:
+        """The batch of ``msgs`` (the topic's records, or with ``lane`` its holding lane's), admitted
+        (:mod:`jqcore.admission`)."""
+        admission = Admission(self.topic, self._routing, self._graph_keys)
         batch = parse_batch(self.topic, msgs, admission)
-        if admission.unsigned:  # a graph the key at hand refused: the key may have been made anew
-            key = await self._keys.graph_key()
-            if key != self._graph_key:
-                self._graph_key = key
-                admission = Admission(self.topic, self._routing, key)
+        if admission.unsigned:  # a graph no key at hand verifies: the key may have been made anew
+            held = self._graph_keys
+            await self._learn_graph_key()
+            if self._graph_keys != held:
+                admission = Admission(self.topic, self._routing, self._graph_keys)
                 batch = parse_batch(self.topic, msgs, admission)
+        batch.lane = lane
         metrics.RELAY_MISROUTED.labels(self.topic).inc(admission.misrouted)
-        self._count("read", len(batch.envelopes) + len(batch.dead))
+        self.count("read", len(batch.envelopes) + len(batch.dead), lane=lane)
         return batch
 
-    async def _write(self, batch: Batch, term: Term) -> None:
+    async def write(self, batch: Batch, term: Term) -> None:
         await self._split_far(batch, term)
         if not batch.envelopes:
             return
@@ -338,9 +390,10 @@ class TopicRelay(Service):
             result = await self._write_engine(batch, term)
             spans.outcomes(result.outcomes)
         written = result.count("stored") + result.count("delayed")
-        self._count("written", written)
-        self._count("duplicate", result.count("duplicate"))
-        self._count("unscheduled", result.count("canceled") + result.count("expired"))
+        lane = batch.lane
+        self.count("written", written, lane=lane)
+        self.count("duplicate", result.count("duplicate"), lane=lane)
+        self.count("unscheduled", result.count("canceled") + result.count("expired"), lane=lane)
         for o in result.outcomes:
             if o.outcome == "refused":
                 batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
@@ -349,7 +402,7 @@ class TopicRelay(Service):
         """One engine call for the batch; if a queue's state refuses it (a script failed on its keys, or
         this process failed on a job), queue by queue (a refusing queue's records are set aside for
         ``<topic>.retry``). Any other error of Redis holds the batch (:meth:`_enqueue`)."""
-        origins = {i: f"{self.topic}/{m.partition()}/{m.offset()}" for i, m in batch.source.items()}
+        origins = {i: batch.origin(i) for i in batch.source}
         try:
             return await self._enqueue(batch.envelopes, term, origins)
         except Exception as exc:  # one queue's state refuses the script: isolate it, keep the partition going
@@ -392,7 +445,7 @@ class TopicRelay(Service):
             with attempt:
                 await self.dead_producer.produce_many(records)
         await self._index_far(far, term)
-        self._count("scheduled", len(far))
+        self.count("scheduled", len(far), lane=batch.lane)
 
     async def _index_far(self, far: Sequence[Envelope], term: Term) -> None:
         by_queue: dict[str, list[tuple[str, int]]] = {}
@@ -403,11 +456,11 @@ class TopicRelay(Service):
                 retry=retry_if_exception(retriable), wait=wait_exponential(multiplier=0.1, max=5)
             ):
                 with attempt:
-                    if not self._trusted(term):
+                    if not self.trusted(term):
                         raise TermEnded
                     await self.engine.schedule_far(queue, items)
 
-    async def _replicated(self, batch: Batch, term: Term, written: set[str]) -> None:
+    async def replicated(self, batch: Batch, term: Term, written: set[str]) -> None:
         """Wait until the masters written hold the batch on their replicas (``JOBQ_RELAY_WAIT_REPLICAS``).
         Not in time (a replica behind, a master killed, its slots moved to the promoted replica): write
         the batch again — what Redis kept is a duplicate of the same record, what a failover lost is
@@ -418,7 +471,8 @@ class TopicRelay(Service):
                 if attempt.retry_state.attempt_number > 1:
                     await self._index_far(batch.far, term)
                     if batch.envelopes:  # the outcomes were counted the first time
-                        await self._write_engine(Batch(batch.envelopes, [], {}, batch.source), term)
+                        again = dataclasses.replace(batch, dead=[], retry=[], far=[], aside=[])
+                        await self._write_engine(again, term)
                 why = await self.replicas.confirm(written)
                 if why is not None:
                     log.warning("batch not on the replicas yet; writing it again", topic=self.topic, why=why)
@@ -431,7 +485,7 @@ class TopicRelay(Service):
         with an error that does not refuse these queues' jobs (:func:`holds_batch`)."""
         async for attempt in held_retries(self.topic, self.signals, retry_if_exception(holds_batch), "write"):
             with attempt:
-                if not self._trusted(term):
+                if not self.trusted(term):
                     raise TermEnded
                 with metrics.RELAY_BATCH_TIME.labels(self.topic).time():
                     return await self.engine.enqueue_batch(  # graphs: admitted by _parse
@@ -439,17 +493,20 @@ class TopicRelay(Service):
                     )
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
-    async def _dead_letter(self, dead: Sequence[tuple[Message, str]], *, retry: bool = False) -> None:
+    async def dead_letter(
+        self, dead: Sequence[tuple[Message, str]], *, retry: bool = False, lane: bool = False
+    ) -> None:
         """Malformed and refused records go to ``<topic>.dead``, bytes unchanged, reason in headers;
         Kafka must confirm before the offsets move past them (retried forever, like Redis writes)."""
         if not dead:
             return
-        records = set_aside(retry_topic(self.topic) if retry else dead_topic(self.topic), self.topic, dead)
+        to = retry_topic(self.topic) if retry else dead_topic(self.topic)
+        records = set_aside(to, self.topic, dead, lane=lane)
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(retriable), wait=wait_exponential(multiplier=0.1, max=5)
         ):
             with attempt:
                 await self.dead_producer.produce_many(records)
-        self._count("retried" if retry else "dead", len(records))
+        self.count("retried" if retry else "dead", len(records), lane=lane)
         for _, reason in dead:
             log.warning("record sent on", topic=self.topic, to=records[0].topic, reason=reason)

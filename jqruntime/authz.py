@@ -159,17 +159,20 @@ def queues_of(touches: Iterable[Touch]) -> str:
 _QUEUEISH = frozenset({"queue", "glob", "every_queue"})
 
 
-_POLICY: web.RequestKey[Policy | None] = web.RequestKey("jobq.policy")
+_POLICY: web.RequestKey[tuple[web.Application, Policy | None]] = web.RequestKey("jobq.policy")
 
 
 def policy_of(request: web.Request) -> Policy | None:
-    """The matched route's policy (None: no route matched, or a handler no table declared); looked up
-    once per request (each middleware of the door asks)."""
-    try:
-        return request[_POLICY]
-    except KeyError:
-        found = request[_POLICY] = request.config_dict.get(POLICIES, {}).get(request.match_info.handler)
-        return found
+    """The matched route's policy (None: no route matched, or a handler no table declared) as the
+    application whose middleware asks declares it (a mounted dashboard's own, not the gateway's); looked
+    up once per request and application (each middleware of the door asks)."""
+    app = request.match_info.current_app
+    memo: tuple[web.Application, Policy | None] | None = request.get(_POLICY)
+    if memo is not None and memo[0] is app:
+        return memo[1]
+    found = request.config_dict.get(POLICIES, {}).get(request.match_info.handler)
+    request[_POLICY] = (app, found)
+    return found
 
 
 def _refuse(code: str, token: Token, message: str, **details: str) -> HttpError:

@@ -11,7 +11,7 @@ A DuckDB query can take seconds and hundreds of megabytes. Run on the event loop
   single client cannot take the archive from the others. A slot is given back when the query's thread is
   done, not when the request goes away: a client that hangs up cannot start more than ``slots`` queries.
 * :class:`MissCache` remembers, per (queue, id) and for a few seconds, that the history has no such job
-  (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``): ``GET`` of unknown ids in a loop costs one query per id and TTL.
+  (:data:`MISS_TTL_S`): ``GET`` of unknown ids in a loop costs one query per id and TTL.
 
 The time limit of each query is the store's (``QueryLimits.timeout_s``: DuckDB is interrupted).
 """
@@ -26,10 +26,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["MISSES_MAX", "HistoryPool", "MissCache"]
+__all__ = ["MISSES_MAX", "MISS_TTL_S", "HistoryPool", "MissCache"]
 
 _T = TypeVar("_T")
 
+MISS_TTL_S = 5.0
+"""How long a ``GET`` of a job neither Redis nor the history has is answered 404 without asking the
+history again (per queue and id): unknown ids in a loop then cost no DuckDB query each, and a job the
+history takes in is found within seconds."""
 MISSES_MAX = 10_000
 """Archive misses remembered at most (the oldest is forgotten first): the keys come from requests."""
 
@@ -96,7 +100,7 @@ class MissCache:
     """Keys (queue, job id) the history had no row for, each remembered ``ttl_s`` seconds, at most
     :data:`MISSES_MAX` of them (0 s: nothing is remembered)."""
 
-    def __init__(self, ttl_s: float, max_entries: int = MISSES_MAX) -> None:
+    def __init__(self, ttl_s: float = MISS_TTL_S, max_entries: int = MISSES_MAX) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self._until: OrderedDict[tuple[str, str], float] = OrderedDict()

@@ -140,7 +140,7 @@ async def run_until_signal(
     health: HealthServer | None = None
     if health_port is not None:
         settings = load(MetricsSettings)
-        health = HealthServer(service.health_name, stale_s=settings.loop_stale_s)
+        health = HealthServer(service.health_name)
         await asyncio.to_thread(health.start, settings.host, health_port)
         health.watch(service.readiness)
     try:

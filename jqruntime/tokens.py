@@ -189,9 +189,7 @@ class TokenSet:
 class TokenSettings(BaseSettings):
     """Named, scoped tokens for the gateway and the dashboard (``JOBQ_TOKENS_*``, ``docs/security.md``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_TOKENS_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_TOKENS_", extra="ignore", populate_by_name=True)
 
     file: Path | None = None
     """A TOML file of ``[[token]]`` tables (``name``, ``sha256``, ``scopes``, ``queues``, ``kinds``,
@@ -201,10 +199,11 @@ class TokenSettings(BaseSettings):
     """Accept ``secret = "..."`` in the tokens file (development). Without it only a server listening on
     loopback accepts one; any other refuses to start (store ``sha256``: ``jobq tokens hash``)."""
     default_rate: str = "1000/s"
-    """The rate of each token of the file that names no ``rate`` (``COUNT/s``, ``/min``, ``/h``, ``/Ns``;
-    per gateway process, a burst of COUNT at most; 429 ``rate_limited`` beyond); ``off``: such tokens are
-    unlimited. A token's own ``rate = "off"`` makes it unlimited. The environment lists' tokens have only
-    the rate they name (``JOBQ_GATE_TOKENS``: ``secret:scopes@200/s``)."""
+    """The rate of each token of the file that names no ``rate`` (``COUNT/s``, ``/min``, ``/h``, ``/Ns``; per
+    gateway process, a burst of COUNT at most; 429 ``rate_limited`` beyond); ``off``: such tokens are
+    unlimited. A token's own ``rate = "off"`` makes it unlimited. The environment lists' tokens have only the
+    rate they name (``JOBQ_GATE_TOKENS``: ``secret:scopes@200/s``). Lower it to bound what a token without a
+    rate of its own may cost a gateway."""
 
     @field_validator("default_rate")
     @classmethod

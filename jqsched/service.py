@@ -44,6 +44,7 @@ from jqruntime.preflight import preflight
 from jqruntime.stores import presence, series
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.membership import Membership, group_sizes, owned_by
+from jqruntime.stores.presence import Presence, process_name
 from jqsched.cron import CronFirer
 from jqsched.events import EventShipper, EventSignals
 from jqsched.far import FarMover, FarSignals
@@ -65,6 +66,15 @@ EVENTS_RETRY_S = 1.0
 OBSERVE_EVERY_S = 5.0
 """How often a beat also samples the deployment-wide gauges: every scheduler group's live members and
 Redis's memory and eviction policy."""
+FACT_QUEUES = 50
+"""The owned queues its presence record names (it counts them all)."""
+GRAPH_EVERY_S = 1.0
+"""Seconds between two graph repair rounds (every instance repairs task graphs: reports finished nodes'
+outcomes a crashed worker left in its owned queues, finishes releases a crash interrupted, ends graphs past
+their deadline and ships their events, for the open graphs it wins by rendezvous hashing)."""
+SIGNALS_EVERY_S = 5.0
+"""Seconds between two samples of the owned queues' depth, oldest pending age, pause and outcome counters
+for the metrics (``jobq_queue_*``: two pipelined Redis round trips for all of them)."""
 GRAPH_CREATE_GRACE_MS = 60_000
 """An indexed graph whose keys are missing is dropped from the index only after this long (its relay
 indexes it just before creating it)."""
@@ -117,6 +127,9 @@ class SchedulerService(Service):
         self._engine: Engine | None = None
         self._timers: Timers | None = None
         self._membership: Membership | None = None
+        self._presence: Presence | None = None
+        self.moved = 0
+        """Jobs this instance promoted (delayed → pending) or reaped (lease expired), for its record."""
         self.consul: consul.aio.Consul | None = None
         self.cron: CronFirer | None = None
         self.mover: FarMover | None = None
@@ -160,6 +173,9 @@ class SchedulerService(Service):
     def membership(self) -> Membership:
         return _started(self._membership)
 
+    def _presence_started(self) -> Presence:
+        return _started(self._presence)
+
     @property
     def owned(self) -> list[str]:
         return self._timers.queues if self._timers is not None else []
@@ -171,9 +187,8 @@ class SchedulerService(Service):
         self._engine = engine = Engine(client)
         engine.graphs.signals = self.signals.graphs
         self._membership = Membership(client, s.group, s.name, stale_s=s.stale_s)
-        self._timers = Timers(
-            engine, max_idle_s=s.max_idle_s, gc_every_s=s.gc_every_s, batch=s.batch, on_step=self._observe
-        )
+        self._presence = Presence(client, "scheduler", process_name(s.name), facts=self._facts)
+        self._timers = Timers(engine, batch=s.batch, on_step=self._observe)
         self._timers.signals = self.signals.timers
         if s.cron:
             self.consul = consul_client(self.consul_settings)
@@ -191,6 +206,7 @@ class SchedulerService(Service):
         await self._preflight()
         await self.timers.start()
         self._task = asyncio.create_task(self._beat_loop(), name="scheduler:beat")
+        await self._presence_started().start()
         if self.cron is not None:
             self._cron_task = asyncio.create_task(self._cron_loop(), name="scheduler:cron")
         if self.mover is not None:
@@ -222,6 +238,8 @@ class SchedulerService(Service):
             await self.mover.close()
         await cancel_and_wait(self._cron_task)
         await cancel_and_wait(self._task)
+        if self._presence is not None:
+            await self._presence.stop()
         if self._membership is not None:
             with contextlib.suppress(Exception):  # Redis away: the others drop us after stale_s instead
                 await self._membership.leave()
@@ -334,7 +352,7 @@ class SchedulerService(Service):
                 if not failing:
                     log.warning("sampling queue signals failed", error=repr(exc))
                 failing = True
-            await asyncio.sleep(self.settings.signals_every_s)
+            await asyncio.sleep(SIGNALS_EVERY_S)
 
     async def sample_signals(self) -> None:
         """Set the owned queues' gauges (depth per state, oldest pending age, paused) and grow their
@@ -388,7 +406,7 @@ class SchedulerService(Service):
                 if not failing:
                     log.warning("graph repair failed; retrying", error=repr(exc))
                 failing = True
-            await asyncio.sleep(self.settings.graph_every_s)
+            await asyncio.sleep(GRAPH_EVERY_S)
 
     async def repair_graphs(self) -> int:
         """One round: outcomes left in the owned queues' ``gdone`` hashes (a worker died before reporting),
@@ -412,7 +430,7 @@ class SchedulerService(Service):
             if self.shipper is not None and state != "missing":
                 await self.shipper.ship_graph(graph_id)
             if state != "running":
-                await graphs.forget_index(graph_id)
+                await graphs.forget_index(graph_id, ended=state != "missing")
                 self.signals.graph_closed.signal((graph_id, state))
         return repaired
 
@@ -472,7 +490,23 @@ class SchedulerService(Service):
             parts.append(f"{len(self.graphs_owned)} graphs")
         return ", ".join(parts)
 
+    def _facts(self) -> dict[str, Any]:
+        """What its presence record says (the dashboard's Workers page): its group, the queues it keeps
+        (the first :data:`FACT_QUEUES` named) and what its timers moved."""
+        owned = sorted(self.owned)
+        return {
+            "kind": "scheduler",
+            "group": self.settings.group,
+            "member": self.settings.name,
+            "queues": owned[:FACT_QUEUES],
+            "owned": len(owned),
+            "note": self._note() if self._timers is not None else "",
+            "processed": self.moved,
+            "state": "failing" if self._failing else "running",
+        }
+
     def _observe(self, step: StepResult) -> None:
+        self.moved += step.promoted + step.reaped
         if step.promoted:
             metrics.SCHEDULER_MOVED.labels(step.queue, "promoted").inc(step.promoted)
         if step.reaped:

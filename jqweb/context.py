@@ -126,9 +126,9 @@ class Web:
         return self._history_pool
 
     def archive_misses(self) -> MissCache:
-        """(queue, id) pairs the history had no job for a moment ago (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+        """(queue, id) pairs the history had no job for the last few seconds (``historypool.MISS_TTL_S``)."""
         if self._archive_misses is None:
-            self._archive_misses = MissCache(self.sources.history.archive_miss_ttl_s)
+            self._archive_misses = MissCache()
         return self._archive_misses
 
     async def in_history(self, request: web.Request, fn: Callable[[], _T]) -> _T:

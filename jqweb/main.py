@@ -46,7 +46,9 @@ class WebService(Service):
         self._runner, self.port = await serve_http(make_app(self.web), self.settings.host, self.settings.port)
         with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals here
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_all)
-        self._presence = Presence(self.web.client, "web", process_name())
+        self._presence = Presence(
+            self.web.client, "web", process_name(), facts=lambda: {"kind": "dashboard", "port": self.port}
+        )
         await self._presence.start()
         log.info("dashboard serving", url=self.url)
 

@@ -50,6 +50,7 @@ __all__ = [
     "claimer_rows",
     "collect",
     "cron_state",
+    "held_rows",
     "history_state",
     "kafka_lag",
     "queue_row",
@@ -231,6 +232,34 @@ async def queue_rows(engine: Engine, queues: list[str]) -> list[dict[str, Any]]:
     return list(await asyncio.gather(*(one(q) for q in queues)))
 
 
+HELD_FRESH_MS = 10_000
+"""A topic's held-queues snapshot older than this is a holder's that is gone: not shown."""
+
+
+async def held_rows(client: RedisClient, now: int | None = None) -> list[dict[str, Any]]:
+    """The queues the relays hold in their topics' holding lanes, and why (``paused``, ``rate``, ``memory``,
+    ``draining``): each topic's lock holder rewrites its snapshot every second (``jqrelay.lane``)."""
+    now = now if now is not None else now_ms()
+    rows = []
+    for topic, raw in sorted((await client.hgetall(keys.RELAY_HELD_KEY)).items()):
+        snap = orjson.loads(raw)
+        if now - int(snap.get("at", 0)) > HELD_FRESH_MS:
+            continue
+        for queue, q in sorted(snap.get("queues", {}).items()):
+            oldest = q.get("oldest")
+            rows.append(
+                {
+                    "topic": topic.decode() if isinstance(topic, bytes) else topic,
+                    "queue": queue,
+                    "reason": q.get("reason"),
+                    "records": q.get("records", 0),
+                    "oldest_s": round((now - oldest) / 1000, 1) if oldest else None,
+                    "drained_per_s": q.get("drained_per_s", 0.0),
+                }
+            )
+    return rows
+
+
 async def redis_state(client: RedisClient) -> dict[str, Any]:
     engine = Engine(client)
     queues = await queue_rows(engine, await engine.reads.queues())
@@ -256,6 +285,7 @@ async def redis_state(client: RedisClient) -> dict[str, Any]:
             "policy": str(info.get("maxmemory_policy", "")) or None,
         },
         "switches": [sw.as_dict() for sw in await engine.admin.switches()],
+        "held": await held_rows(client),
     }
 
 

@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from jqcore.clock import now_ms
+from jqcore.durations import format_age, format_ms
 from jqcore.errors import JobqError
 from jqcore.log import get_logger
 from jqruntime.authz import TOUCHED, queues_of
@@ -31,6 +32,8 @@ from jqweb.redirect import safe_next
 from jqweb.security import principal
 
 __all__ = [
+    "PAGE_SIZE",
+    "REFRESH_S",
     "act",
     "env",
     "form",
@@ -43,22 +46,57 @@ __all__ = [
 log = get_logger("jqweb")
 
 FLASH = "jobq_flash"
+REFRESH_S = 5
+"""How often the live parts of a page reload (seconds)."""
+PAGE_SIZE = 50
+"""Rows per page of job lists (the jobs page takes ``?limit=`` up to 500)."""
 
 
-def _clock(ms: int | float | None) -> str:
+def _clock(ms: int | float | None) -> Markup:
+    """A time as ``<time>`` (UTC; ``app.js`` shows it in the browser's zone when the reader chose local
+    time in the header), its age as the title."""
     if not ms:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return Markup("")
+    at = datetime.fromtimestamp(ms / 1000, UTC)
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        at.isoformat(timespec="milliseconds"), _ago(ms), at.strftime("%Y-%m-%d %H:%M:%S")
+    )
 
 
 def _ago(ms: int | float | None) -> str:
+    """``3m12s ago`` / ``in 5h4m`` (``""`` for no time)."""
     if not ms:
         return ""
-    s = time.time() - ms / 1000
-    future = s < 0
-    s = abs(s)
-    text = f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
-    return f"in {text}" if future else f"{text} ago"
+    delta = time.time() * 1000 - ms
+    return f"in {format_age(-delta)}" if delta < 0 else f"{format_age(delta)} ago"
+
+
+def _duration(ms: int | float | None) -> str:
+    """A configured duration, exactly (``1d``, ``1h30m``, ``250ms``); ``""`` for none."""
+    return "" if ms is None else format_ms(int(ms))
+
+
+def _age(ms: int | float | None) -> str:
+    """A measured duration, roughly (``4.2s``, ``3m12s``); ``—`` for none."""
+    return "—" if ms is None else format_age(ms)
+
+
+def _priority(prio: int | None, enqueued_at: int | None) -> str:
+    """A job's priority (lower runs first) as people read it: its enqueue time is the default (FIFO); a
+    time is a deadline (earliest deadline first), said against the enqueue; a small number stands before
+    every job with a time."""
+    if prio is None:
+        return ""
+    if enqueued_at is not None and prio == enqueued_at:
+        return "default (FIFO: its enqueue time)"
+    if prio >= 10**11:  # a time in ms (past 1973): a deadline, earliest first
+        at = datetime.fromtimestamp(prio / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        if enqueued_at is None:
+            return f"deadline {at} UTC"
+        delta = prio - enqueued_at
+        side = "after" if delta >= 0 else "before"
+        return f"deadline {at} UTC ({format_age(abs(delta))} {side} its enqueue)"
+    return f"{prio} (a number: before every job ordered by time)"
 
 
 def _pretty(value: Any) -> str:
@@ -81,6 +119,11 @@ def _json_attr(value: Any) -> Markup:
     text = orjson.dumps(value).decode()
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return Markup(text)
+
+
+def _count(n: int | float | None) -> str:
+    """A count with thousands separators (``—`` for none)."""
+    return "—" if n is None else f"{n:,}"
 
 
 def _sparkline(points: list[float] | None, width: int = 120, height: int = 24) -> Markup:
@@ -108,6 +151,7 @@ def _make_env() -> Environment:
         lstrip_blocks=True,
     )
     e.filters.update(clock=_clock, ago=_ago, pretty=_pretty, json_data=_json_attr, spark=_sparkline)
+    e.filters.update(duration=_duration, age=_age, priority=_priority, count=_count)
     e.filters["q"] = lambda v: quote(str(v), safe="")
     return e
 
@@ -146,7 +190,7 @@ def page(
         base=w.base,
         me=p,
         flash=flash,
-        refresh_s=w.settings.refresh_s,
+        refresh_s=REFRESH_S,
         path=request.path,
         path_qs=request.path_qs,
     )

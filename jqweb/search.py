@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
+from jqcore.clock import now_ms
 from jqcore.envelope import decode
 from jqcore.errors import EnvelopeError
 from jqcore.events import STATES as EVENT_STATES
@@ -215,7 +218,32 @@ def error_summary(text: str | None, limit: int = 300) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
-def job_row(job: JobInfo) -> dict[str, Any]:
+ARGS_PREVIEW = 120
+"""Characters of a job's arguments (compact JSON) a list shows."""
+
+
+def args_preview(job: JobInfo) -> str | None:
+    """The job's arguments as compact JSON, cut to :data:`ARGS_PREVIEW` characters (None: no envelope in
+    Redis, e.g. a far-future job, or one that does not decode)."""
+    if job.envelope is None:
+        return None
+    try:
+        text = orjson.dumps(decode(job.envelope).args).decode()
+    except (EnvelopeError, TypeError):
+        return None
+    return text if len(text) <= ARGS_PREVIEW else text[: ARGS_PREVIEW - 1] + "…"
+
+
+def run_ms(started_at: int | None, finished_at: int | None, state: str, now: int) -> int | None:
+    """How long the job ran: its last attempt's start to its end, or to now while it runs."""
+    if started_at is None:
+        return None
+    if finished_at is not None and finished_at >= started_at:
+        return finished_at - started_at
+    return max(0, now - started_at) if state == "running" else None
+
+
+def job_row(job: JobInfo, now: int | None = None) -> dict[str, Any]:
     """A job as a list shows it."""
     return {
         "queue": job.queue,
@@ -227,6 +255,9 @@ def job_row(job: JobInfo) -> dict[str, Any]:
         "enqueued_at": job.enqueued_at,
         "run_at": job.run_at,
         "finished_at": job.finished_at,
+        "started_at": job.started_at,
+        "run_ms": run_ms(job.started_at, job.finished_at, job.state, now if now is not None else now_ms()),
+        "args": args_preview(job),
         "reason": job.reason,
         "error": error_summary(job.last_error),
     }
@@ -383,6 +414,9 @@ async def archive_page(
             "enqueued_at": j.accepted_at or j.first_at,
             "run_at": j.run_at or None,
             "finished_at": j.at_ms,
+            "started_at": None,
+            "run_ms": None,
+            "args": None,
             "reason": None,
             "error": error_summary(j.message) if j.error else "",
         }

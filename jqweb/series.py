@@ -37,14 +37,17 @@ class Rates:
     """Attempts that failed: retried plus errored (dead)."""
     wait_ms: list[float | None] = field(default_factory=list)
     """Mean start latency (ms) of the jobs claimed in the bucket; None when none was claimed."""
+    totals: dict[str, int] = field(default_factory=dict)
+    """How much each counter grew over every bucket (``failed``: retried plus errored attempts)."""
 
-    def as_dict(self) -> dict[str, list[int] | list[float] | list[float | None]]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "at_ms": self.at_ms,
             "enqueued": self.enqueued,
             "completed": self.completed,
             "failed": self.failed,
             "wait_ms": self.wait_ms,
+            "totals": self.totals,
         }
 
 
@@ -72,9 +75,12 @@ def combine(per_queue: Mapping[str, Sequence[dict[str, int]]]) -> Rates:
                 buckets[t] = (seconds, dict(grown))
             else:
                 buckets[t] = (max(have[0], seconds), {c: have[1][c] + grown[c] for c in COUNTERS})
-    rates = Rates()
+    rates = Rates(totals=dict.fromkeys((*COUNTERS, "failed"), 0))
     for t in sorted(buckets):
         seconds, grown = buckets[t]
+        for c in COUNTERS:
+            rates.totals[c] += grown[c]
+        rates.totals["failed"] += grown["retried"] + grown["errored"]
         rates.at_ms.append(t)
         rates.enqueued.append(round(grown["enqueued"] / seconds, 3))
         rates.completed.append(round(grown["completed"] / seconds, 3))

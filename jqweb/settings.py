@@ -15,12 +15,10 @@ __all__ = ["WebSettings"]
 class WebSettings(BaseSettings):
     """The dashboard (``jqweb``, ``jobq web``, ``docs/dashboard.md``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_WEB_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WEB_", extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
-    """The address the dashboard listens on."""
+    """The address the dashboard listens on. Set ``0.0.0.0`` (or the pod's address) to serve other hosts."""
     port: int = Field(28090, ge=0, lt=65536)
     """The port the dashboard listens on (0: a free one)."""
     read_tokens: CommaSecrets = Field(default_factory=list)
@@ -49,36 +47,35 @@ class WebSettings(BaseSettings):
     dashboard is served over HTTPS). Without it, that is done for every request not addressed to a
     loopback host; plain ``http://127.0.0.1`` gets a plain ``jobq_session`` cookie."""
     session_idle_s: int = Field(3600, ge=60, le=7 * 86_400)
-    """A dashboard session not used for this long ends (``docs/security.md``)."""
+    """A dashboard session not used for this long ends (``docs/security.md``). Set it to your sign-in
+    policy."""
     session_max_s: int = Field(43_200, ge=60, le=30 * 86_400)
-    """A dashboard session ends this long after its sign-in, however busy (sign in again)."""
+    """A dashboard session ends this long after its sign-in, however busy (sign in again). Set it to your
+    sign-in policy."""
     login_failures: int = Field(5, ge=1, le=1000)
-    """Failed token matches (sign-ins and ``Authorization: Bearer``) one client address may make with
-    tokens of one prefix (their first 4 characters) per ``login_window_s``; past it that address's sign-ins
-    and Bearer requests with such a token answer 429 (``login_throttled``, ``auth_throttled``) with
+    """Failed token matches (sign-ins and ``Authorization: Bearer``) one client address may make with tokens
+    of one prefix (their first 4 characters) per ``login_window_s``; past it that address's sign-ins and
+    Bearer requests with such a token answer 429 (``login_throttled``, ``auth_throttled``) with
     ``Retry-After``, before any token is compared. Keyed by the prefix too, so one client guessing behind a
-    shared address (a NAT, an untrusted proxy) does not lock out everyone else there."""
+    shared address (a NAT, an untrusted proxy) does not lock out everyone else there. Raise it when many
+    people sign in from behind one address."""
     login_failures_all: int = Field(100, ge=1, le=1_000_000)
-    """Failed token matches of every client together per ``login_window_s``; past it every sign-in and
-    Bearer request waits out the window (429): guesses spread over many addresses or prefixes slow everyone
-    instead of going on (sessions already signed in are not affected)."""
+    """Failed token matches of every client together per ``login_window_s``; past it every sign-in and Bearer
+    request waits out the window (429): guesses spread over many addresses or prefixes slow everyone instead
+    of going on (sessions already signed in are not affected). Raise it for a dashboard many people sign in to
+    at once."""
     login_window_s: int = Field(60, ge=1, le=86_400)
-    """The window failed token matches are counted in."""
+    """The window failed token matches are counted in. With the two counts it sets how fast tokens may be
+    guessed."""
     trusted_proxies: CommaList = Field(default_factory=list)
     """Addresses or CIDRs of the reverse proxies in front of the dashboard (comma-separated, e.g.
     ``10.0.0.0/8``). A request from one of them is counted against the client its ``X-Forwarded-For``
     names (the nearest hop that is not a trusted proxy) by the sign-in throttle and the audit trail; from
     any other peer that header is ignored. Empty: the direct peer is the client (behind a proxy: every
     client is the proxy)."""
-    refresh_s: float = Field(5.0, ge=1, le=300)
-    """How often the live parts of a page reload."""
-    page_size: int = Field(50, ge=10, le=500)
-    """Rows per page of job lists."""
-    scan_limit: int = Field(5000, ge=100, le=1_000_000)
-    """Most live jobs one search request examines (a page of matches may need several requests on a
-    sparse filter: the page says where it stopped and links the next)."""
     bulk_limit: int = Field(100_000, ge=1)
-    """Most jobs one bulk action changes (a larger match is refused with the count: narrow the filter)."""
+    """Most jobs one bulk action changes (a larger match is refused with the count: narrow the filter). Raise
+    it when repairs must change larger sets at once; lower it to bound one click's Redis work."""
 
     @field_validator("trusted_proxies")
     @classmethod

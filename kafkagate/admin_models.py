@@ -48,21 +48,49 @@ class QueueList(BaseModel):
     queues: list[str]
 
 
+class RateLimit(BaseModel):
+    """A queue's live rate limit, applied by the relays (``docs/relay.md``, "Holding lane")."""
+
+    model_config = shape({"limit": "50/s burst 200", "per_s": 50.0, "burst": 200, "paused": False})
+    limit: str
+    """The canonical text: ``unlimited``, ``paused``, ``50/s``, ``50/s burst 200``, ``paused 50/s``."""
+    per_s: float | None
+    """Jobs a second (null: unlimited)."""
+    burst: int | None
+    """Jobs at once (null: one second's worth)."""
+    paused: bool
+    """Held: the queue's jobs wait in its topic's holding lane in Kafka until resumed."""
+
+
+_RATE = {"limit": "unlimited", "per_s": None, "burst": None, "paused": False}
+
+
 class QueueInfo(BaseModel):
     model_config = shape(
-        {"queue": "default", "topic": "jobs", "acks": "all", "config": _CONFIG, "depth": example_of(Depth)}
+        {
+            "queue": "default",
+            "topic": "jobs",
+            "acks": "all",
+            "config": _CONFIG,
+            "depth": example_of(Depth),
+            "rate": _RATE,
+        }
     )
     queue: str
     topic: str
     acks: str
     config: QueueConfig
     depth: Depth
+    rate: RateLimit | None = None
+    """The relays' live limit (null: Consul did not answer)."""
 
 
 class QueueConfigured(BaseModel):
-    model_config = shape({"queue": "default", "config": _CONFIG})
+    model_config = shape({"queue": "default", "config": _CONFIG, "rate": _RATE})
     queue: str
     config: QueueConfig
+    rate: RateLimit | None = None
+    """The rate limit now (only when the request set ``rate``)."""
 
 
 class DeadJobs(BaseModel):

@@ -1,6 +1,6 @@
 """The archive (Rickover), as the gateway reads it: a job Redis forgot, from the history tables
 (``jqruntime.stores.history``, DuckDB on the process's history pool: ``jqruntime.historypool``), in the
-shape of a live ``GET``; a miss is remembered a few seconds (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+shape of a live ``GET``; a miss is remembered a few seconds (``jqruntime.historypool.MISS_TTL_S``)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def asker(request: web.Request) -> str:
 
 async def archived_snapshot(request: web.Request, queue: str, job_id: str) -> JobSnapshot | None:
     """The job's latest row in the history, or None (no history configured, or it never saw the job: a
-    miss is remembered for ``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+    miss is remembered for ``jqruntime.historypool.MISS_TTL_S``)."""
     gate: Gate = request.app[GATE]
     store = gate.history()
     if store is None:

@@ -34,6 +34,10 @@ __all__ = ["routes"]
 log = get_logger("kafkagate.claims")
 routes = Api()
 
+CLAIM_REPLY_MAX_BYTES = 16 * 1024 * 1024
+"""Largest claim answer in bytes (16 MiB, room for 16 of the largest jobs): a claim returns the jobs that
+fit (always at least one) and gives the rest back to the queue at once, unstarted, their attempt
+refunded."""
 INPUTS_AT_ONCE = 16
 """Graph nodes of one claim whose inputs are read at once (each read takes one of the process's Redis
 connections for its round trip)."""
@@ -88,7 +92,7 @@ def _claimed(job: ClaimedJob, inputs: NodeInputs | None) -> dict[str, Any]:
     "/v1/queues/{queue}/claims",
     policy=Policy("work", (path_queue, any_kind)),
     summary="claim jobs (batch, lease, filter, long-poll) for a named worker; a graph node's job carries"
-    " its parents' outcomes (graph); an answer holds at most JOBQ_GATE_CLAIM_REPLY_MAX_BYTES (the rest stay"
+    " its parents' outcomes (graph); an answer holds at most 16 MiB (the rest stay"
     " claimable)",
     body=ClaimBody,
     body_example={"n": 10, "lease_ms": 30000, "wait_ms": 20000, "worker": "billing-7"},
@@ -154,10 +158,10 @@ async def _inputs(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> list[NodeIn
 
 
 async def _reply(gate: Gate, queue: str, jobs: list[ClaimedJob]) -> web.Response:
-    """The claimed jobs that fit ``JOBQ_GATE_CLAIM_REPLY_MAX_BYTES`` (the first always does); the rest
+    """The claimed jobs that fit :data:`CLAIM_REPLY_MAX_BYTES` (the first always does); the rest
     are released at once: pending again, unstarted, their attempt refunded (never claimed and dropped)."""
     parts: list[bytes] = []
-    size, limit = 0, gate.settings.claim_reply_max_bytes
+    size, limit = 0, CLAIM_REPLY_MAX_BYTES
     inputs = await engine_call(_inputs(gate, queue, jobs)) if any(j.envelope.graph for j in jobs) else None
     for i, job in enumerate(jobs):
         part = orjson.dumps(_claimed(job, inputs[i] if inputs else None))

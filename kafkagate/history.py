@@ -4,7 +4,7 @@ the job search over them (``docs/history.md``).
 The tables are read through DuckDB (``jqruntime.stores.history``), never a Spark session, on the gateway's
 history pool (``jqruntime.historypool``: ``JOBQ_HISTORY_QUERY_SLOTS`` queries at once, half of them per
 token, a time limit each; past it a 429 ``gateway_busy``), never the executor ``/readyz`` uses. A ``GET``
-the history had no job for is remembered a few seconds (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``).
+the history had no job for is remembered a few seconds (``jqruntime.historypool.MISS_TTL_S``).
 The search covers every job the history has seen — live ones too, as of the history pipeline's last trigger
 (seconds behind Redis); ``GET`` of one job answers from Redis whenever Redis still has it. ``GET`` of an
 archived job shows the payload the history kept with its end (``jqruntime.stores.archive``: args, meta,

@@ -52,6 +52,7 @@ from jqcore.settings import (
     HistorySettings,
     KafkaSettings,
     RedisSettings,
+    RelayKeys,
     TraceSettings,
     load,
 )
@@ -118,9 +119,12 @@ class GateService(Service):
         *,
         slot: int | None = None,
         audit: AuditSettings | None = None,
+        relay_keys: RelayKeys | None = None,
     ) -> None:
+        """``relay_keys``: where the relays watch the queues' rate limits (default: ``JOBQ_RELAY_*``)."""
         super().__init__()
         self.audit = audit if audit is not None else load(AuditSettings)
+        self.relay_keys = relay_keys if relay_keys is not None else load(RelayKeys)
         self._audit: AuditTrail | None = None
         self.settings, self.routing, self.kafka, self.redis = settings, routing, kafka, redis
         self.consul, self.cron, self.far, self.history, self.trace = consul, cron, far, history, trace
@@ -167,6 +171,7 @@ class GateService(Service):
                 self.settings.long_polls_max,
                 share_of(self.settings.long_polls_max, share),
             ),
+            relay_keys=self.relay_keys,
         )
         self._audit = AuditTrail(client, self.kafka, self.audit)
         app = make_app(gate, self.mounts, audit=self._audit)
@@ -178,7 +183,8 @@ class GateService(Service):
         self._runner, self.port = await serve_http(
             app, self.settings.host, self.settings.port, reuse_port=self.slot is not None
         )
-        self._presence = Presence(client, "gate", process_name(self.settings.az))
+        facts = {"kind": "gateway", "az": self.settings.az, "port": self.port, "slot": self.slot}
+        self._presence = Presence(client, "gate", process_name(self.settings.az), facts=lambda: facts)
         await self._presence.start()
         log.info(
             "gateway serving", host=self.settings.host, port=self.port, az=self.settings.az, slot=self.slot

@@ -75,6 +75,9 @@ class QueuePatchBody(BaseModel):
     memory_budget: int | None = Field(None, ge=0, le=1 << 50)
     default_delay_ms: int | None = Field(None, ge=0, le=MAX_DELAY)
     enqueue_blocked: bool | None = None
+    rate: str | None = Field(None, max_length=100)
+    """The relays' live rate limit (Consul, not the queue's configuration): ``50/s``, ``3000/m``,
+    ``50/s burst 200``, ``paused`` (its jobs wait in the topic's holding lane), ``unlimited``."""
 
 
 class KindBody(BaseModel):

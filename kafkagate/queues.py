@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from jqcore.errors import FieldError
+from jqcore.errors import BackendUnavailable, FieldError
+from jqcore.rates import Rate
 from jqengine import QueueConfig, check_bounds
 from jqruntime.authz import Policy, path_queue
 from jqruntime.dispatch import EVERY_QUEUE, DispatchConfig, load_configs, pick
@@ -73,12 +74,17 @@ async def get_queue(request: web.Request) -> web.Response:
     config = await engine_call(gate.engine.reads.queue_config(queue))
     depth = await engine_call(gate.engine.reads.depth(queue, _filter(request) or None))
     topic, acks = gate.routing.route(queue)
+    try:
+        rate: dict[str, Any] | None = (await gate.rates().get(queue)).as_dict()
+    except BackendUnavailable:
+        rate = None  # the rest of the answer is Redis's: Consul down costs only this field
     body: dict[str, Any] = {
         "queue": queue,
         "topic": topic,
         "acks": acks,
         "config": config.as_dict(),
         "depth": depth.as_dict(),
+        "rate": rate,
     }
     return json_response(body)
 
@@ -122,24 +128,43 @@ async def put_queue(request: web.Request) -> web.Response:
     body=QueuePatchBody,
     body_example={"paused": True},
     answer=m.QueueConfigured,
-    errors={400: "queue_config_invalid: an inconsistent configuration"},
+    errors={
+        400: "queue_config_invalid: an inconsistent configuration; rate_invalid: a rate limit that is none",
+        503: "consul_unavailable: the rate limit (or the configuration's durable copy) not kept",
+    },
 )
 async def patch_queue(request: web.Request) -> web.Response:
-    """Change only the fields given (e.g. ``{"paused": true}``); the rest keep their current values."""
+    """Change only the fields given (e.g. ``{"paused": true}``); the rest keep their current values.
+    ``rate`` is the relays' live limit (``jqcore.rates``), kept in Consul and watched by every relay."""
     gate = request.app[GATE]
     queue = queue_of(request)
     body = await body_model(request, QueuePatchBody)
     changes = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
+    extra: dict[str, Any] = {}
+    if (text := changes.pop("rate", None)) is not None:
+        try:
+            rate = Rate.parse(text)
+        except ValueError as exc:
+            raise HttpError(400, "rate_invalid", str(exc)) from exc
+        await gate.rates().put(queue, rate)
+        request[DETAILS] = f"rate={rate.text or 'unlimited'}"
+        extra["rate"] = rate.as_dict()
     if "filter_keys" in changes:
         changes["filter_keys"] = tuple(changes["filter_keys"])
     if changes.get("fair_key") == "":  # "" turns fairness off
         changes["fair_key"] = None
     current = await engine_call(gate.engine.reads.queue_config(queue))
-    return await _configure(request, queue, replace(current, **changes), changes)
+    if extra and not changes:  # the rate alone: the configuration stays as it is
+        return json_response({"queue": queue, "config": current.as_dict(), **extra})
+    return await _configure(request, queue, replace(current, **changes), changes, extra)
 
 
 async def _configure(
-    request: web.Request, queue: str, config: QueueConfig, changes: Mapping[str, Any]
+    request: web.Request,
+    queue: str,
+    config: QueueConfig,
+    changes: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
 ) -> web.Response:
     """Store ``config`` as the queue's configuration (in force in Redis, then kept in Consul for a
     rebuild: Consul unreachable is a 503 with the change in force but not kept; send it again); answer
@@ -150,7 +175,7 @@ async def _configure(
     await engine_call(gate.engine.admin.configure_queue(queue, config))
     gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     await gate.configs().put_queue(queue, config)
-    return json_response({"queue": queue, "config": config.as_dict()})
+    return json_response({"queue": queue, "config": config.as_dict(), **(extra or {})})
 
 
 @routes.get(

@@ -20,21 +20,19 @@ class GateSettings(BaseSettings, ProduceBatching):
     """The gateway (``kafkagate``, ``jobq gate``, ``docs/gateway.md``): where it listens, whom it serves,
     its request limits, how its Kafka producer batches (``produce_*``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_GATE_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_GATE_", extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
-    """The address the gateway listens on."""
+    """The address the gateway listens on. Set ``0.0.0.0`` (or the pod's address) to serve other hosts."""
     port: int = Field(28080, ge=0, lt=65536)
     """The port the gateway listens on (0: a free one)."""
     processes: int = Field(1, ge=0, le=256)
-    """Gateway processes sharing ``host:port`` (``SO_REUSEPORT``: the kernel spreads connections over
-    them); 0 = one per CPU core it may use. Above 1 the process started is a supervisor serving nothing
-    itself: it starts that many gateway processes (each with its own Kafka producer), restarts one that
-    dies, stops them all gracefully on SIGTERM/SIGINT and exits 1 if they keep dying (``kafkagate.main``).
-    ``/metrics`` then sums every process (prometheus-client's multiprocess mode); ``/readyz`` is the
-    answering process's. Needs a fixed ``port``."""
+    """Gateway processes sharing ``host:port`` (``SO_REUSEPORT``: the kernel spreads connections over them); 0
+    = one per CPU core it may use. Above 1 the process started is a supervisor serving nothing itself: it
+    starts that many gateway processes (each with its own Kafka producer), restarts one that dies, stops them
+    all gracefully on SIGTERM/SIGINT and exits 1 if they keep dying (``kafkagate.main``). ``/metrics`` then
+    sums every process (prometheus-client's multiprocess mode); ``/readyz`` is the answering process's. Needs
+    a fixed ``port``. Raise it when one process's CPU limits the gateway's throughput."""
     az: str = "local"
     """The availability zone this gateway runs in (reported on /healthz; clients prefer their own AZ)."""
     tokens: CommaSecrets = Field(default_factory=list)
@@ -55,36 +53,43 @@ class GateSettings(BaseSettings, ProduceBatching):
     token cannot be guessed at the gateway's speed. Behind a proxy set ``trusted_proxies``, or every client
     of the proxy shares one budget."""
     trusted_proxies: CommaList = Field(default_factory=list)
-    """Addresses or CIDRs of the reverse proxies in front of the gateway (comma-separated). A request from
-    one of them is counted by ``auth_failures`` against the client its ``X-Forwarded-For`` names (the
-    nearest hop that is not a trusted proxy); from any other peer that header is ignored. Empty: the direct
-    peer is the client."""
+    """Addresses or CIDRs of the reverse proxies in front of the gateway (comma-separated). A request from one
+    of them is counted by ``auth_failures`` against the client its ``X-Forwarded-For`` names (the nearest hop
+    that is not a trusted proxy); from any other peer that header is ignored. Empty: the direct peer is the
+    client. Set it behind a reverse proxy, or every client of the proxy shares one budget."""
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Largest request body, before and after decompression (413 ``body_too_large`` beyond). At least one
     largest job (``MAX_ENVELOPE_BYTES``, 1 MiB), so every job the envelope allows can be sent; a job whose
-    record would exceed that is a 413 ``job_too_large`` whatever the body limit."""
+    record would exceed that is a 413 ``job_too_large`` whatever the body limit. Lower it to bound what one
+    request makes a gateway read; raise it for clients that send larger batches."""
     max_batch: int = Field(10_000, gt=0)
-    """Most jobs in one request (413 ``batch_too_large`` beyond)."""
+    """Most jobs in one request (413 ``batch_too_large`` beyond). Lower it to keep each request short; raise
+    it for bulk loaders."""
     produce_timeout_ms: int = Field(10_000, ge=1000)
-    """How long Kafka may take to confirm a write before the request gets a 503."""
+    """How long Kafka may take to confirm a write before the request gets a 503. Raise it when Kafka confirms
+    slowly on your network (brokers across zones, a failover) and clients would rather wait than retry."""
     idempotency_ttl_s: int = Field(86_400, gt=0, le=7 * 86_400)
     """How long an ``Idempotency-Key`` is remembered (at most a week: each key is one small Redis string
-    living this long, so their number is bounded by the enqueue rate times this)."""
+    living this long, so their number is bounded by the enqueue rate times this). Raise it when clients retry
+    an enqueue later than that; lower it to hold fewer keys in Redis."""
     claim_wait_max_ms: int = Field(30_000, ge=0)
-    """Cap on a long-poll claim's ``wait_ms``."""
+    """Cap on a long-poll claim's ``wait_ms``. Lower it below the idle timeout of a proxy or load balancer
+    between the workers and the gateway, which would cut a longer poll."""
     redis_connections: int = Field(100, gt=0)
-    """Redis connections one gateway process's requests share (per node on a Cluster). A request waits
-    up to 2 s for a free one, then gets a 429 ``gateway_busy`` with ``Retry-After`` (this process is
-    saturated; Redis is not down). Parked long-polls use none of them."""
+    """Redis connections one gateway process's requests share (per node on a Cluster). A request waits up to 2
+    s for a free one, then gets a 429 ``gateway_busy`` with ``Retry-After`` (this process is saturated; Redis
+    is not down). Parked long-polls use none of them. Raise it when a busy process answers ``gateway_busy``
+    while Redis has room (its ``maxclients``)."""
     long_polls_max: int = Field(1000, gt=0)
-    """Most long-poll claims parked at once in one gateway process; one more is a 429 ``gateway_busy``
-    with ``Retry-After``. Parked polls hold no Redis connection: one wait per process wakes them
-    (``kafkagate.longpoll``)."""
+    """Most long-poll claims parked at once in one gateway process; one more is a 429 ``gateway_busy`` with
+    ``Retry-After``. Parked polls hold no Redis connection: one wait per process wakes them
+    (``kafkagate.longpoll``). Raise it when more HTTP workers long-poll one process at once."""
     inflight_body_bytes: int = Field(64 * 1024 * 1024, ge=MAX_ENVELOPE_BYTES)
     """Request body bytes one gateway process reads and handles at once (each body counts its declared or
-    received size, and again its decompressed size, until its answer); a body that would pass the
-    budget is a 429 ``gateway_busy`` with ``Retry-After``. A body larger than the budget itself can never
-    fit: 413 ``body_too_large``."""
+    received size, and again its decompressed size, until its answer); a body that would pass the budget is a
+    429 ``gateway_busy`` with ``Retry-After``. A body larger than the budget itself can never fit: 413
+    ``body_too_large``. Raise it when concurrent large uploads get 429s and the pod has the memory; lower it
+    on a small pod."""
     token_share: float = Field(0.5, gt=0, le=1)
     """The part of each of this process's limits one token may hold at once: its parked long-polls
     (``long_polls_max``), its request body bytes in flight (``inflight_body_bytes``) and its Redis
@@ -93,13 +98,6 @@ class GateSettings(BaseSettings, ProduceBatching):
     part depends on who shares the gateway: half keeps one team's application from taking a limit from
     every other team (review M7); a gateway serving one application's token (or one trusted token) gives
     it everything with 1.0, or raises the limits themselves."""
-    claim_reply_max_bytes: int = Field(16 * 1024 * 1024, ge=4 * MAX_ENVELOPE_BYTES)
-    """Largest claim answer in bytes: a claim returns the jobs that fit (always at least one) and gives
-    the rest back to the queue at once, unstarted, their attempt refunded."""
-    queue_config_ttl_s: float = Field(5.0, ge=0)
-    """How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
-    without an exclusivity value, blocked queues refuse every job, ``id_from``); 0 reads it on every
-    enqueue."""
     callback_secret: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("JOBQ_CALLBACK_SECRET"))
     """The HMAC secret of dispatch callback tokens, shared with the dispatchers (``jobq dispatcher``,
     ``docs/dispatcher.md``); unset: ``POST /v1/callbacks/...`` is refused (403 ``callbacks_off``)."""

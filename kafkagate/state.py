@@ -12,7 +12,7 @@ import consul.aio
 from aiohttp import web
 
 from jqcore.aio import cancel_and_wait
-from jqcore.errors import JobqError
+from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.extras import MissingExtra
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
@@ -23,6 +23,7 @@ from jqcore.settings import (
     HistorySettings,
     KafkaSettings,
     QueueBounds,
+    RelayKeys,
     load,
 )
 from jqengine import POOL_HOLDER, Engine, QueueConfig, RedisClient
@@ -33,6 +34,7 @@ from jqruntime.stores import presence, stages
 from jqruntime.stores.config import ConfigStore
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.history import HistoryStore, QueryLimits
+from jqruntime.stores.rates import RateStore
 from kafkagate.limits import busy
 from kafkagate.longpoll import LongPolls
 from kafkagate.settings import GateSettings
@@ -50,6 +52,10 @@ PARTITIONS_RECHECK_S = 5.0
 have grown); a stream of bad partitions therefore costs at most one metadata request per topic per 5 s."""
 QUEUE_CONFIG_TIMEOUT_S = 0.5
 """Longest an enqueue waits for Redis to give a queue's configuration; beyond it the check is skipped."""
+QUEUE_CONFIG_TTL_S = 5.0
+"""How long the gateway reuses a queue's configuration read from Redis (exclusive queues refuse jobs
+without an exclusivity value, blocked queues refuse every job, ``id_from``); the gateway that changes it
+forgets it at once."""
 QUEUE_CONFIG_CACHE_MAX = 10_000
 WORKER_SEEN_EVERY_S = 5.0
 WORKER_NAMES_PER_TOKEN = 100
@@ -61,6 +67,8 @@ WORKER_NAME_FORGET_S = presence.FORGET_S
 WORKER_QUEUES_PER_NAME = 32
 """Queues one HTTP worker name's presence record notes per gateway process (a silent worker is judged per
 queue it claims from); a claim from one more still works, unnoted."""
+GRAPH_KEY_CHECK_S = 10.0
+"""How often a gateway checks the graph key it signs with against Consul's (at its next graph)."""
 READY_TTL_S = 1.0
 """How long ``/readyz``'s Kafka answer is reused: probes and anyone else asking cost at most one metadata
 look-up per routed topic per second per process, however often they ask."""
@@ -94,6 +102,8 @@ class Gate:
     long_polls: LongPolls
     queue_bounds: QueueBounds = field(default_factory=lambda: load(QueueBounds))
     """What a queue's configuration may ask for (``JOBQ_QUEUE_MAX_*``)."""
+    relay_keys: RelayKeys = field(default_factory=RelayKeys)
+    """Where the relays watch the queues' rate limits (``JOBQ_RELAY_KV_PREFIX``)."""
     _consul: consul.aio.Consul | None = None
     _history: HistoryStore | None = None
     _history_off: bool = False
@@ -108,7 +118,8 @@ class Gate:
     _config_lookups: dict[str, asyncio.Future[QueueConfig | None]] = field(default_factory=dict)
     _produced: dict[str, int] = field(default_factory=dict)
     _flusher: asyncio.Task[None] | None = None
-    _graph_key: bytes | None = None
+    _graph_key: tuple[float, bytes] | None = None
+    """When the graph key was last checked against Consul's, and the key."""
 
     async def report_node(self, queue: str, job_id: str) -> None:
         """The job ended here: when it is a graph node's (its id ``<graph>:<node>[@run]``), hand its outcome
@@ -174,21 +185,21 @@ class Gate:
         return count
 
     async def queue_config(self, queue: str) -> QueueConfig | None:
-        """The queue's configuration, reused for ``JOBQ_GATE_QUEUE_CONFIG_TTL_S``; None when Redis did
+        """The queue's configuration, reused for :data:`QUEUE_CONFIG_TTL_S`; None when Redis did
         not answer within :data:`QUEUE_CONFIG_TIMEOUT_S` (the caller skips its check: enqueues never
         depend on Redis). A failure is remembered like an answer, so an outage costs one wait per queue
         and TTL, not one per request. One look-up per queue at a time: concurrent requests share it, and
         once a queue was looked up, a request past the TTL is answered from the last one while the next is
-        under way (only a queue's first enqueue waits for Redis; with a TTL of 0 every request waits)."""
+        under way (only a queue's first enqueue waits for Redis)."""
         now = asyncio.get_running_loop().time()
         cached = self._queue_configs.get(queue)
-        if cached is not None and now - cached[0] < self.settings.queue_config_ttl_s:
+        if cached is not None and now - cached[0] < QUEUE_CONFIG_TTL_S:
             return cached[1]
         lookup = self._config_lookups.get(queue)
         if lookup is None:
             lookup = self._config_lookups[queue] = asyncio.ensure_future(self._look_up_config(queue))
             lookup.add_done_callback(lambda _: self._config_lookups.pop(queue, None))
-        if cached is not None and self.settings.queue_config_ttl_s > 0:
+        if cached is not None:
             return cached[1]
         return await asyncio.shield(lookup)
 
@@ -302,9 +313,9 @@ class Gate:
         return self._history_pool
 
     def archive_misses(self) -> MissCache:
-        """(queue, id) pairs the history had no job for a moment ago (``JOBQ_HISTORY_ARCHIVE_MISS_TTL_S``)."""
+        """(queue, id) pairs the history had no job for the last few seconds (``historypool.MISS_TTL_S``)."""
         if self._archive_misses is None:
-            self._archive_misses = MissCache(self.history_settings.archive_miss_ttl_s)
+            self._archive_misses = MissCache()
         return self._archive_misses
 
     async def readiness(self) -> dict[str, str]:
@@ -342,10 +353,24 @@ class Gate:
         return CronStore(self._consul_client(), self.cron_settings.kv_prefix)
 
     async def graph_key(self) -> bytes:
-        """The deployment's graph key (``jqcore.admission``), read from Consul once."""
+        """The deployment's graph key (``jqcore.admission``), read from Consul on first use and checked
+        against it again every :data:`GRAPH_KEY_CHECK_S`: put back if Consul lost it, taken from there if
+        it was made anew meanwhile. While Consul does not answer, the key at hand signs."""
+        now = asyncio.get_running_loop().time()
         if self._graph_key is None:
-            self._graph_key = await self.configs().graph_key()
-        return self._graph_key
+            self._graph_key = (now, await self.configs().graph_key())
+        elif now - self._graph_key[0] >= GRAPH_KEY_CHECK_S:
+            key = self._graph_key[1]
+            self._graph_key = (now, key)  # one check per period, however many graphs wait on it
+            try:
+                self._graph_key = (now, await self.configs().graph_key(known=key))
+            except BackendUnavailable as exc:
+                log.warning("graph key not checked against Consul's", error=exc.message)
+        return self._graph_key[1]
+
+    def rates(self) -> RateStore:
+        """The queues' live rate limits in Consul (:mod:`jqruntime.stores.rates`)."""
+        return RateStore(self._consul_client(), self.relay_keys)
 
     def configs(self) -> ConfigStore:
         """The durable copy of the queues' configurations and the kinds' options in Consul

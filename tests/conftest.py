@@ -40,6 +40,7 @@ from jqcore.settings import (
     HistorySettings,
     KafkaSettings,
     RedisSettings,
+    RelayKeys,
     TraceSettings,
     load,
 )
@@ -374,6 +375,7 @@ def make_gate(endpoints: Endpoints, cron_settings: CronSettings) -> Callable[...
             far or FarSettings(),
             history or HistorySettings(path="/nonexistent/jobq-history"),
             TraceSettings(),
+            relay_keys=RelayKeys(kv_prefix=cron_settings.kv_prefix),
         )
 
     return make

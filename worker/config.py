@@ -42,3 +42,5 @@ class PoolSignals:
     finished: TestSignal[tuple[str, str]] = field(default_factory=lambda: TestSignal("pool finished"))
     """A job's outcome was written and acknowledged by Redis (a graph node's also handed to its graph):
     (job id, its metric label: ``succeeded``, ``failed``, ``retried``, ``timeout``, ``canceled``...)."""
+    quiet: TestSignal[bool] = field(default_factory=lambda: TestSignal("pool quiet"))
+    """The claim loop went quiet (True: it left the hand-off list and claims nothing) or claims again."""

@@ -1,9 +1,11 @@
-"""Run a pool for an application's registry until a signal (``jobq worker``, ``python -m worker``).
+"""Run a pool for an application's registry until a signal (``jobq worker``, ``python -m worker``), a stop
+asked from the dashboard's Workers page, or a drained burst.
 
-SIGTERM or SIGINT stops claiming, lets running jobs finish within the grace period and releases the rest
-(no attempt spent); a second SIGINT/SIGTERM is a hard stop (nothing written back, leases expire and the
-reaper hands the jobs out again). ``burst`` exits 0 once the queues hold nothing to do. SIGHUP re-reads
-the ``settings_file`` (when set): a changed concurrency applies to the running pool at once.
+SIGTERM or SIGINT (or the dashboard's stop) stops claiming, lets running jobs finish within the grace
+period and releases the rest (no attempt spent); a second SIGINT/SIGTERM is a hard stop (nothing written
+back, leases expire and the reaper hands the jobs out again). ``burst`` exits 0 once the queues hold
+nothing to do. SIGHUP re-reads the ``settings_file`` (when set): a changed concurrency applies to the
+running pool at once.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
     try:
         await preflight(redis=(client, redis))  # an evicting Redis would drop the jobs it runs
         await run_until_signal(
-            pool, on_second_signal=pool.hard_stop, until=pool.drained, health_port=settings.metrics_port
+            pool, on_second_signal=pool.hard_stop, until=pool.done, health_port=settings.metrics_port
         )
     finally:
         await client.aclose()

@@ -31,6 +31,11 @@
 * **Shutdown** (:meth:`Pool.stop`): stop claiming, let running jobs finish within ``grace_s``, then
   cancel them and release them back to Redis (not counted as an attempt). :meth:`Pool.hard_stop` cancels
   without releasing: leases expire and the reaper hands the jobs out again, as after SIGKILL.
+* **Quiet and stop from the dashboard**: the pool's presence record (:mod:`jqruntime.stores.presence`)
+  says its queues, claimed jobs and capacity, jobs running, processed and its state; at each heartbeat it
+  reads the control the dashboard may have left for it. ``quiet``: claim nothing more (the hand-off
+  registration is left at once), finish what runs, claim again when the control is taken back; ``stop``:
+  quiet, then :attr:`Pool.done` is set and the process shuts down as on SIGTERM (``worker/main.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from jqcore.log import get_logger
 from jqengine import ClaimedJob, Engine, RedisClient, StaleLease
 from jqruntime.health import Readiness, ping
 from jqruntime.lifecycle import Service
-from jqruntime.stores.presence import Presence, process_name
+from jqruntime.stores.presence import Control, Presence, process_name
 from worker.batch import Batches
 from worker.checks import check_filter, queues_empty
 from worker.config import PoolConfig, PoolSignals
@@ -91,6 +96,15 @@ class Pool(Service):
         self._slot_freed = asyncio.Event()
         self._slots = HandlerSlots(lambda: self.concurrency)
         self.drained = asyncio.Event()
+        self.done = asyncio.Event()
+        """Set when the pool has nothing more to do: a burst pool drained its queues, or a stop was asked
+        from the dashboard (``worker/main.py`` stops the pool then, as on SIGTERM)."""
+        self.processed = 0
+        """Jobs whose outcome this pool wrote (its presence record shows it)."""
+        self._quiet = False
+        self._loud = asyncio.Event()
+        self._loud.set()
+        self._asked: Control | None = None
         self._threads: Executor | None = None
         self._processes: Executor | None = None
         self._fetcher: asyncio.Task[None] | None = None
@@ -107,6 +121,8 @@ class Pool(Service):
             queues=config.queues,
             load=lambda: (len(self.in_flight), self._capacity()),
             filtered=bool(config.filter),
+            facts=self._facts,
+            on_control=self.control,
         )
         handoff = len(config.queues) == 1 and not config.filter
         refill = (
@@ -145,6 +161,45 @@ class Pool(Service):
             metrics.child(metrics.JOBS_IN_FLIGHT, queue)
         self._completer = asyncio.create_task(self._completions.run(), name="worker:completer")
         self._fetcher = asyncio.create_task(self._fetch_loop(), name="worker:fetch")
+
+    def _facts(self) -> dict[str, Any]:
+        """What the pool's presence record says of it beside its load (claimed jobs held, capacity):
+        :mod:`jqruntime.stores.presence`."""
+        state = "stopping" if self._stopping or self.done.is_set() else "quiet" if self._quiet else "running"
+        return {
+            "kind": "worker pool",
+            "queues": list(self.config.queues),
+            "running": sum(1 for r in self.in_flight.values() if r.started),
+            "concurrency": self.concurrency,
+            "processed": self.processed,
+            "state": state,
+        }
+
+    def control(self, asked: Control | None) -> None:
+        """What the dashboard asks now (read at each heartbeat): ``quiet`` stops claiming, ``stop`` also
+        ends the pool (:attr:`done`), nothing (the control taken back) claims again."""
+        before, self._asked = self._asked, asked
+        action = asked.action if asked is not None else None
+        if action in ("quiet", "stop"):
+            self.quiet(True)
+            if action == "stop" and not self.done.is_set():
+                log.info("stop asked from the dashboard", by=asked.by if asked else "")
+                self.done.set()
+        elif before is not None and before.action == "quiet":
+            self.quiet(False)
+
+    def quiet(self, on: bool) -> None:
+        """Claim nothing more (``on``) and finish what runs, or claim again."""
+        if on == self._quiet:
+            return
+        self._quiet = on
+        log.info("pool quiet" if on else "pool claims again", queues=list(self.config.queues))
+        if on:
+            self._loud.clear()
+            self._resized.set()  # ends the wait for work at once
+            self._slot_freed.set()
+        else:
+            self._loud.set()
 
     async def _readiness(self, found: Readiness) -> None:
         """Ready: claiming — Redis answers, the claim loop is not failing, no stop has begun."""
@@ -245,10 +300,14 @@ class Pool(Service):
         Every Redis call of the loop is in here, so none of their errors can end the loop (a BLPOP on a
         Cluster node that just died used to end it, and the pool never claimed again)."""
         self._resized.clear()  # a change from here on ends the wait below
+        if self._quiet:
+            await self._hush()
+            return False
         if await self._fetch_once():
             return False
         if self.config.burst and not self.in_flight and await queues_empty(self.engine, self.config.queues):
             self.drained.set()
+            self.done.set()
             return True
         wait_s = self._wait_s()
         if self._waiter:
@@ -268,6 +327,16 @@ class Pool(Service):
             elif (error := wait_for_work.exception()) is not None:
                 raise error  # Redis away: the loop logs it and backs off (it was dropped unread)
         return False
+
+    async def _hush(self) -> None:
+        """Quiet: leave the hand-off list (jobs handed meanwhile are ours: they run), then wait until the
+        pool may claim again."""
+        if self._waiter:
+            for job in await self.engine.jobs.unwait(self.config.queues[0], self._waiter):
+                self._launch(job)
+        self.signals.quiet.signal(True)
+        await self._loud.wait()
+        self.signals.quiet.signal(False)
 
     async def _interrupted(self, wait: asyncio.Future[Any]) -> bool:
         """Wait for ``wait`` or a change of concurrency; True when the change came first."""
@@ -309,6 +378,8 @@ class Pool(Service):
         that came back short found the claimable jobs exhausted: the pool then blocks on the wake list
         instead of asking again (every enqueue, completion and promotion pushes a wake token)."""
         while len(self.in_flight) >= self._capacity():
+            if self._quiet:
+                return False
             self._slot_freed.clear()
             await self._slot_freed.wait()
         for queue in self.config.queues:
@@ -351,7 +422,7 @@ class Pool(Service):
         """Jobs to claim with the completions of ``finished`` jobs (complete-and-claim): one for each, up
         to the capacity they leave (none once the pool stops). The slots free before that are the claim
         loop's: the two never claim the same slot."""
-        if self._stopping:
+        if self._stopping or self._quiet:
             return 0
         return max(0, min(finished, self._capacity() - (len(self.in_flight) - finished)))
 
@@ -435,6 +506,8 @@ class Pool(Service):
             return
         del self.in_flight[run.job.id]
         self._slot_freed.set()
+        if label is not None:
+            self.processed += 1
         metrics.child(metrics.JOBS_IN_FLIGHT, run.job.queue).dec()
         if label is not None and self.signals.finished.enabled:  # nothing built unless a test listens
             self.signals.finished.signal((run.job.id, label))

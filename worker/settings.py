@@ -46,9 +46,7 @@ FilterPairs = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_filter)]
 class WorkerSettings(BaseSettings):
     """One worker pool: which code runs, for which queues, how many jobs at once."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_WORKER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WORKER_", extra="ignore", populate_by_name=True)
 
     app: str = Field(min_length=1)
     """``module[:attribute]`` of the application's ``worker.Registry`` (the attribute defaults to
@@ -56,27 +54,37 @@ class WorkerSettings(BaseSettings):
     queues: QueueNames
     """Queues this pool serves, in claim order (comma-separated)."""
     concurrency: int = Field(10, ge=1)
-    """Jobs run at once by this pool."""
+    """Jobs run at once by this pool. Raise it for handlers that mostly wait (I/O); lower it for ones that
+    load a shared resource."""
     prefetch: int = Field(0, ge=0)
     """Jobs claimed beyond the concurrency, each started the moment a handler's slot frees (no round trip
-    between one job's end and the next one's start); leased like running jobs, handed back (attempt
-    refunded) when no slot freed within half its lease."""
+    between one job's end and the next one's start); leased like running jobs, handed back (attempt refunded)
+    when no slot freed within half its lease. Set it when jobs are so short that the claim's round trip is a
+    noticeable part of each."""
     processes: int = Field(0, ge=0)
-    """Process-pool size for ``mode="process"`` handlers (0: the CPU count)."""
+    """Process-pool size for ``mode="process"`` handlers (0: the CPU count). Set it below the CPU count to
+    leave cores to the rest of the machine."""
     burst: bool = False
-    """Exit 0 once the queues hold nothing to do."""
+    """Exit 0 once the queues hold nothing to do. Set it for a pool run to completion (a CronJob, a CI
+    step)."""
     lease_ms: int | None = Field(None, ge=100)
-    """Lease per claim (ms), renewed every third of it; unset: the job's own, else the queue's."""
+    """Lease per claim (ms), renewed every third of it; unset: the job's own, else the queue's. Set it when
+    this pool's handlers need another lease than their queues give."""
     filter: FilterPairs = Field(default_factory=dict)
-    """Claim only jobs whose meta has these ``KEY=VALUE`` pairs (each KEY a filter key of the queue)."""
+    """Claim only jobs whose meta has these ``KEY=VALUE`` pairs (each KEY a filter key of the queue). Set it
+    to dedicate a pool to part of a queue (a region's, a tenant's jobs)."""
     unknown_kind_retry_s: float = Field(5.0, ge=0)
-    """Seconds before a job of a kind this pool lacks is claimable again (by a pool that has it)."""
+    """Seconds before a job of a kind this pool lacks is claimable again (by a pool that has it). Lower it for
+    such jobs to reach their pool sooner, raise it for fewer wasted claims."""
     unknown_kind_dead_after_s: float = Field(3600.0, ge=0)
-    """Seconds with no pool running a kind before its jobs are dead-lettered."""
+    """Seconds with no pool running a kind before its jobs are dead-lettered. Raise it when a kind's pool may
+    be absent longer (a slow rollout)."""
     grace_s: float = Field(30.0, ge=0)
-    """Seconds running jobs get to finish on SIGTERM before they are released."""
+    """Seconds running jobs get to finish on SIGTERM before they are released. Raise it for handlers that take
+    longer to finish; keep it under the pod's termination grace period."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
-    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT."""
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT. Set it so probes and
+    Prometheus can reach the process."""
     settings_file: Path | None = None
     """A dotenv file read at start and again on SIGHUP: its ``JOBQ_WORKER_CONCURRENCY`` replaces the
     pool's concurrency (over the environment and ``--concurrency``) while it runs, without a restart."""
@@ -94,9 +102,7 @@ class LiveSettings(BaseSettings):
     """What a running pool takes from its ``settings_file`` (at start and on SIGHUP): the file's values
     only, since a running process's environment never changes."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_WORKER_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WORKER_", extra="ignore")
 
     concurrency: int | None = Field(None, ge=1)
     """Jobs run at once by this pool (unset: unchanged)."""

@@ -8,7 +8,6 @@ tables up to date from the events topic (PySpark Structured Streaming). Readers 
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import threading
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from typer.core import TyperGroup
 from jobq.history_chart import chart
 from jqcore import metrics
 from jqcore.clock import now_ms
+from jqcore.durations import parse_ms
 from jqcore.errors import ConfigError
 from jqcore.log import configure, get_logger
 from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
@@ -58,16 +58,13 @@ def _console() -> Console:
     return Console()
 
 
-_SPAN = re.compile(r"^(\d+)\s*(s|m|h|d)$")
-_SPAN_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def since_ms(span: str, now: int | None = None) -> int:
-    """``2h`` / ``30m`` / ``7d`` / ``90s`` ago, in ms since the epoch."""
-    m = _SPAN.match(span.strip())
-    if not m:
-        raise typer.BadParameter(f"{span!r}: a number and a unit, e.g. 90s, 30m, 2h, 7d")
-    return (now if now is not None else now_ms()) - int(m.group(1)) * _SPAN_MS[m.group(2)]
+    """``2h`` / ``30m`` / ``7d`` / ``1h30m`` ago (:func:`jqcore.durations.parse_ms`), in epoch ms."""
+    try:
+        back = parse_ms(span)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return (now if now is not None else now_ms()) - back
 
 
 def _store() -> HistoryStore:

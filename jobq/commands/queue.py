@@ -1,4 +1,4 @@
-"""``jobq queue ls|show|pause|resume|purge``: the queues, through the gateway with ``JOBQ_TOKEN``
+"""``jobq queue ls|show|rate|pause|resume|purge``: the queues, through the gateway with ``JOBQ_TOKEN``
 (:mod:`jobq.commands.remote`): a token limited to some queues sees and changes only those."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from jqruntime.client import JobqClient
 __all__ = ["app"]
 
 app = typer.Typer(
-    help="Queues: list them with their depths, show one's settings, pause, resume, purge its waiting jobs.",
+    help="Queues: list them with their depths, show one's settings, set its rate limit, pause, resume, purge"
+    " its waiting jobs.",
     no_args_is_help=True,
 )
 
@@ -111,6 +112,41 @@ def show(queue: Queue, as_json: Json = False) -> None:
         "depth: "
         + ", ".join(f"{k} {v}" for k, v in depth.items() if k not in ("by_filter",) and v is not None)
     )
+    rate = info.get("rate")
+    console.print("rate: " + (escape(rate["limit"]) if rate else "unknown (Consul did not answer)"))
+
+
+@app.command("rate")
+def rate(
+    queue: Queue,
+    limit: Annotated[
+        str | None,
+        typer.Argument(
+            help="50/s, 3000/m, 100/h, '50/s burst 200', paused, unlimited; none: show the limit in force."
+        ),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Show or set a queue's live rate limit (kept in Consul; every relay applies it within a second).
+    Jobs over the rate, and every job while ``paused``, wait in order in the topic's holding lane in Kafka;
+    the topic's other queues keep flowing. (``jobq queue pause`` is another thing: jobs already in Redis do
+    not start.)"""
+    if limit is None:
+        info = run(lambda jq: jq.queue(queue))
+        shown = info.get("rate")
+    else:
+        said = limit
+        info = run(
+            lambda jq: jq.request("PATCH", f"/v1/queues/{queue}", json={"rate": said}, idempotent=True)
+        )
+        shown = info.get("rate")
+    if as_json:
+        print_json({"queue": queue, "rate": shown})
+    elif shown is None:
+        typer.echo(f"queue {queue}: rate limit unknown (Consul did not answer)")
+        raise typer.Exit(EXIT_NOT_OK)
+    else:
+        typer.echo(f"queue {queue}: rate {shown['limit']}")
 
 
 def _pause(queue: str, paused: bool, as_json: bool) -> None:

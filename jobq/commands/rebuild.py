@@ -21,16 +21,17 @@ from jqcore.errors import JobqError
 from jqcore.settings import EventSettings, load
 from jqrecover.rebuild import DEFAULT_MARGIN_S, Cadences, RebuildReport, rebuild_from_kafka
 from jqrecover.replay import Point, ReplayError, parse_point
-from jqsched.service import EVENTS_IDLE_S
+from jqsched.service import EVENTS_IDLE_S, GRAPH_EVERY_S
 from jqsched.settings import SchedulerSettings
 
 __all__ = ["cadences", "rebuild"]
 
 
 def cadences(s: SchedulerSettings) -> Cadences:
-    """The scheduler's cadences (``JOBQ_SCHEDULER_*``, the event shipper's idle wait) for the window."""
+    """The scheduler's cadences (``JOBQ_SCHEDULER_*``, its graph round, the event shipper's idle wait) for
+    the window."""
     return Cadences(
-        beat_s=s.beat_s, stale_s=s.stale_s, graph_every_s=s.graph_every_s, events_idle_s=EVENTS_IDLE_S
+        beat_s=s.beat_s, stale_s=s.stale_s, graph_every_s=GRAPH_EVERY_S, events_idle_s=EVENTS_IDLE_S
     )
 
 

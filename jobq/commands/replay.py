@@ -119,8 +119,8 @@ def _report(topic: str, ranges: list[PartitionRange], *, dry_run: bool, as_json:
 def _admission(topic: str, records: list[tuple[PartitionRange, Message]]) -> Admission:
     """The relay's rules for ``topic``'s records (``jqcore.admission``): its routing, and the graph key
     from Consul when a record carries a gateway's signature (a range without graphs needs no Consul)."""
-    key = None
+    keys = []
     if any(carries_signature(msg.headers()) for _, msg in records):
-        key = asyncio.run(read_graph_key(load(ConsulSettings), load(CronSettings).kv_prefix))
+        keys.append(asyncio.run(read_graph_key(load(ConsulSettings), load(CronSettings).kv_prefix)))
     routing = load(RoutingSettings)
-    return Admission(topic, routing if topic in routing.topics() else None, key)
+    return Admission(topic, routing if topic in routing.topics() else None, keys)

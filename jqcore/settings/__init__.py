@@ -73,10 +73,10 @@ __all__ = [
 class LogSettings(BaseSettings):
     """Logging (``JOBQ_LOG_LEVEL``, ``JOBQ_LOG_FORMAT``)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore")
 
     level: Literal["debug", "info", "warning", "error"] = "info"
-    """The lowest level logged."""
+    """The lowest level logged. ``debug`` to diagnose; ``warning`` for quieter logs."""
     format: Literal["console", "json"] = "console"
     """``json``: JSON lines, for production."""
 
@@ -85,9 +85,7 @@ class RelayKeys(BaseSettings):
     """Where the relays keep their state (``JOBQ_RELAY_*``): read by the relay itself (which adds its own
     settings, ``jqrelay.settings``) and by whoever shows or changes it (``jobq status``, the dashboard)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_RELAY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
 
     topics: CommaList = Field(default_factory=list)
     """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
@@ -113,19 +111,25 @@ topic) and ``<prefix>/queue-rates/<queue>`` (per queue)."""
     def group(self, topic: str) -> str:
         return f"{self.group_prefix}.{topic}"
 
+    def lane_group(self, topic: str) -> str:
+        """The consumer group whose committed offsets (and their metadata) say what of the topic's holding
+        lane ``<topic>.held`` is drained and which queues wait there (``jqcore.lane``)."""
+        return f"{self.group_prefix}.{topic}.held"
+
 
 class CronSettings(BaseSettings):
     """Where cron schedules live (Consul KV ``<kv_prefix>/cron/<name>``): read by the scheduler service,
     written by ``jobq cron`` and the gateway's ``/v1/cron`` routes. The same root keeps the queues'
     configurations and the kinds' options (``jqruntime.stores.config``; ``jobq rebuild`` restores them)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore")
 
     kv_prefix: str = Field("jobq", min_length=1)
     """Consul KV root: schedules at ``<prefix>/cron/<name>``, their state at ``<prefix>/cron-state/<name>``
-    (the scheduler, the gateway and ``jobq cron``); queue configurations at ``<prefix>/queue-config/<q>``
-    and kind options at ``<prefix>/kind-config/<kind>/<queue or *>`` (the gateway, the dashboard,
-    ``jobq rebuild``, and the relay: before its first write to a queue Redis does not know)."""
+    (the scheduler, the gateway and ``jobq cron``); queue configurations at ``<prefix>/queue-config/<q>`` and
+    kind options at ``<prefix>/kind-config/<kind>/<queue or *>`` (the gateway, the dashboard, ``jobq
+    rebuild``, and the relay: before its first write to a queue Redis does not know). Set it when several jobq
+    installations share one Consul."""
 
 
 class FarSettings(BaseSettings):
@@ -133,15 +137,18 @@ class FarSettings(BaseSettings):
     compacted ``topic`` instead of Redis. Relays split them off, scheduler instances
     move them into the engine once they are due within the horizon, the gateway unschedules them."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore")
 
     horizon_s: float = Field(3600.0, ge=0)
-    """Jobs due further ahead than this go to the tier (0: the tier is off, every job goes to Redis)."""
+    """Jobs due further ahead than this go to the tier (0: the tier is off, every job goes to Redis). Lower it
+    to keep less of a large far-future backlog in Redis's memory."""
     topic: str = Field("jobq.schedule", min_length=1)
-    """The compacted schedule topic, keyed ``<queue>/<id>``."""
+    """The compacted schedule topic, keyed ``<queue>/<id>``. Set it when several jobq installations share one
+    Kafka cluster."""
     partitions: int = Field(24, ge=1, le=1000)
-    """Partitions of the schedule topic when jobq creates it (the unit the schedulers share: many more
-    than instances, so rendezvous deals them evenly; a topic keeps the count it was created with)."""
+    """Partitions of the schedule topic when jobq creates it (the unit the schedulers share: many more than
+    instances, so rendezvous deals them evenly; a topic keeps the count it was created with). Raise it before
+    creating the topic when many scheduler instances will share the tier."""
 
     @property
     def enabled(self) -> bool:
@@ -153,24 +160,27 @@ class EventSettings(BaseSettings, ProduceBatching):
     stream by the script that makes it; scheduler instances ship each owned queue's stream to ``topic``
     (keyed by job id, batched as the ``produce_*`` settings say) and trim what Kafka acknowledged."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_EVENTS_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_EVENTS_", extra="ignore")
 
     topic: str = Field("jobq.events", min_length=1)
-    """The lifecycle events topic (``docs/history.md``), keyed by job id."""
+    """The lifecycle events topic (``docs/history.md``), keyed by job id. Set it when several jobq
+    installations share one Kafka cluster."""
     partitions: int = Field(6, ge=1, le=1000)
-    """Partitions of the events topic when jobq creates it."""
+    """Partitions of the events topic when jobq creates it. Raise it before creating the topic when the
+    events' readers need more parallel partitions."""
     batch: int = Field(1000, ge=1, le=100_000)
-    """Events read from one queue's stream and produced per round."""
+    """Events read from one queue's stream and produced per round. Raise it when a busy queue's events back up
+    in Redis (fewer, larger rounds); lower it to keep each round short."""
     payload_max_bytes: int = Field(65_536, ge=0, le=524_288)
     """The job's args, meta and result an event that ends it carries into the history (the archive,
-``docs/history.md``): each kept up to this many bytes of JSON; a longer one is cut there and named in the
-event's ``truncated`` (GET from the archive shows it; a job whose args or meta were cut cannot be replayed
-from the archive). 0: the history keeps no payload."""
+    ``docs/history.md``): each kept up to this many bytes of JSON; a longer one is cut there and named in the
+    event's ``truncated`` (GET from the archive shows it; a job whose args or meta were cut cannot be replayed
+    from the archive). 0: the history keeps no payload. Lower it (or 0) to keep less job data in the history
+    (storage, personal data); raise it to replay larger jobs from the archive."""
     produce_linger_ms: int = Field(5, ge=0, le=1000)
     """How long the shipper's producer waits for more events before it sends a batch (librdkafka's
-    ``linger.ms``): no request waits on it, so longer than the gateway's."""
+    ``linger.ms``): no request waits on it, so longer than the gateway's. Raise it for fewer, larger requests
+    when many events are shipped."""
 
 
 class AuditSettings(BaseSettings):
@@ -178,40 +188,43 @@ class AuditSettings(BaseSettings):
     a record in a capped Redis stream (what the dashboard's audit page reads) and also on ``topic`` in
     Kafka, which an admin of Redis cannot erase (``jqruntime.stores.audit``)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_AUDIT_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_AUDIT_", extra="ignore")
 
     topic: str = Field("jobq.audit", min_length=1)
     """The audit topic: one JSON record per action, keyed by its Redis stream id; retained by time (never
-    compacted: a tombstone could erase a record)."""
-    partitions: int = Field(1, ge=1, le=100)
-    """Partitions of the audit topic when jobq creates it (one keeps the records in order)."""
+    compacted: a tombstone could erase a record). Set it when several jobq installations share one Kafka
+    cluster."""
     retention_days: int = Field(365, ge=0, le=36_500)
-    """How long the audit topic keeps a record (0: forever)."""
+    """How long the audit topic keeps a record (0: forever). Set it to what your audit policy keeps."""
     who: str = ""
-    """Who the CLI's repair commands (rebuild, replay, reconcile) are recorded as; empty: the OS user."""
+    """Who the CLI's repair commands (rebuild, replay, reconcile) are recorded as; empty: the OS user. Set it
+    where the OS user does not name the person (a shared admin host, a CI job)."""
     ship_timeout_ms: int = Field(30_000, ge=1000, le=600_000)
     """How long the producer retries sending one audit record to Kafka before counting it failed
-    (``jobq_audit_shipped_total{outcome="failed"}``; the Redis record is kept either way)."""
+    (``jobq_audit_shipped_total{outcome="failed"}``; the Redis record is kept either way). Raise it when Kafka
+    may be away longer and the records must still reach it."""
 
 
 class HistorySettings(BaseSettings):
     """The history tables (``docs/history.md``): built by ``jobq history run`` (PySpark), read by the CLI
     and the gateway's archive through DuckDB."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_HISTORY_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_HISTORY_", extra="ignore")
 
     path: str = ""
-    """Folder of the tables ('' = the default local stack's: ``<JOBQ_HOME>/stacks/default/history``,
-    where `jobq demo` keeps the history of that stack's events)."""
+    """Folder of the tables ('' = the default local stack's: ``<JOBQ_HOME>/stacks/default/history``, where
+    `jobq demo` keeps the history of that stack's events). Set it to the shared folder the history job writes
+    and the servers read."""
     retention_days: int = Field(30, ge=1)
-    """Days of events kept in the historic table (and of finished jobs in the current table)."""
+    """Days of events kept in the historic table (and of finished jobs in the current table). Set it to how
+    far back your reports and replays must reach."""
     trigger_s: float = Field(5.0, gt=0)
-    """How often the streaming query picks up new events."""
+    """How often the streaming query picks up new events. Raise it for fewer, larger micro-batches (less Spark
+    work); lower it for a fresher history."""
     metrics_port: int | None = Field(None, ge=1, le=65_535)
     """``jobq history run`` serves Prometheus ``/metrics`` on ``JOBQ_METRICS_HOST``:PORT (the history's lag
-    behind the events topic: ``jobq_history_lag_records``, ``jobq_history_progress_timestamp_seconds``)."""
+    behind the events topic: ``jobq_history_lag_records``, ``jobq_history_progress_timestamp_seconds``). Set
+    it so Prometheus can watch the history's lag."""
     query_memory_mb: int = Field(256, ge=16, le=1_048_576)
     """Memory one history query may use (DuckDB's ``memory_limit``, MiB) before it spills to
     ``query_temp_dir`` or fails. Each query of the gateway's archive and job search, the dashboard and the
@@ -238,10 +251,6 @@ class HistorySettings(BaseSettings):
     gateway, ``history_busy`` on the dashboard) with ``Retry-After``. One token holds at most half of them
     (at least one), so one client cannot take the archive from the others. Raise it with
     ``query_memory_mb`` in mind."""
-    archive_miss_ttl_s: float = Field(5.0, ge=0, le=3600)
-    """How long a ``GET`` of a job neither Redis nor the history has is answered 404 without asking the
-    history again (per queue and id, at most 10,000 remembered; 0: never remembered). Unknown ids in a
-    loop then cost no DuckDB query each."""
 
     @property
     def root(self) -> Path:
@@ -261,15 +270,11 @@ class MetricsSettings(BaseSettings):
     command's ``--metrics-port``). Loopback by default; ``0.0.0.0`` in containers (probes come from
     outside)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_METRICS_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_METRICS_", extra="ignore")
 
     host: str = "127.0.0.1"
-    """The address the health and metrics routes are served on."""
-    loop_stale_s: float = Field(10.0, ge=2)
-    """``/healthz`` answers 503 ``loop_stalled`` once the process's event loop has not run for this long
-    (a blocking call or a runaway handler wedged it)."""
+    """The address the health and metrics routes are served on. Set ``0.0.0.0`` in a container, where probes
+    and Prometheus come from outside."""
 
 
 class QueueBounds(BaseSettings):
@@ -278,9 +283,7 @@ class QueueBounds(BaseSettings):
     ``queue_config_invalid`` naming the field and the bound), so a queue's admin cannot lift the limits that
     keep one tenant from filling Redis for everyone (``docs/security.md``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_QUEUE_MAX_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_QUEUE_MAX_", extra="ignore")
 
     retention_ms: int = Field(30 * 86_400_000, ge=0)
     """Longest a finished job's record stays in Redis. Raise it when teams must read finished jobs from
@@ -329,32 +332,35 @@ class TraceSettings(BaseSettings):
     (``JOBQ_TRACE_*``) are their aliases; the exporter reads its other ``OTEL_EXPORTER_OTLP_*`` settings
     (headers, timeout, compression, certificates) itself."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_TRACE_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_TRACE_", extra="ignore", populate_by_name=True)
 
     otlp_endpoint: str = Field(
         "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "JOBQ_TRACE_OTLP_ENDPOINT")
     )
-    """Collector base URL (``http://collector:4318``; ``/v1/traces`` is added unless given); '' = off."""
+    """Collector base URL (``http://collector:4318``; ``/v1/traces`` is added unless given); '' = off. Set it
+    to trace jobs across the hops."""
     service_name: str = Field(
         "", validation_alias=AliasChoices("OTEL_SERVICE_NAME", "JOBQ_TRACE_SERVICE_NAME")
     )
-    """``service.name`` of this process's spans ('' = the service's own: kafkagate, jqrelay, worker)."""
+    """``service.name`` of this process's spans ('' = the service's own: kafkagate, jqrelay, worker). Set it
+    to tell apart deployments that share a collector."""
     sampler: Sampler = Field(
         "parentbased_traceidratio", validation_alias=AliasChoices("OTEL_TRACES_SAMPLER", "JOBQ_TRACE_SAMPLER")
     )
-    """Which spans are recorded: ``parentbased_*`` follow a parent's decision and apply the rest to new
-    traces (a job's retry, whose new trace links to its first, is recorded whenever that one was);
-    ``always_on``/``always_off``/``traceidratio`` apply to every span, parent or not."""
+    """Which spans are recorded: ``parentbased_*`` follow a parent's decision and apply the rest to new traces
+    (a job's retry, whose new trace links to its first, is recorded whenever that one was);
+    ``always_on``/``always_off``/``traceidratio`` apply to every span, parent or not. Change it to record
+    every span of a service, or none, whatever its callers decided."""
     sample_ratio: float = Field(
         1.0, ge=0, le=1, validation_alias=AliasChoices("OTEL_TRACES_SAMPLER_ARG", "JOBQ_TRACE_SAMPLE_RATIO")
     )
-    """The ratio of the ``traceidratio`` samplers: the share of new traces recorded (the others ignore it)."""
+    """The ratio of the ``traceidratio`` samplers: the share of new traces recorded (the others ignore it).
+    Lower it to export fewer traces at high job rates."""
     sdk_disabled: bool = Field(
         False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "JOBQ_TRACE_DISABLED")
     )
-    """``true``: tracing stays off whatever else is set."""
+    """``true``: tracing stays off whatever else is set. Set it to switch tracing off without removing its
+    settings."""
 
     @field_validator("otlp_endpoint")
     @classmethod

@@ -10,7 +10,6 @@ from pydantic import (
     AfterValidator,
     AliasChoices,
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
@@ -76,7 +75,6 @@ class KafkaSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_KAFKA_",
         extra="ignore",
-        use_attribute_docstrings=True,
         populate_by_name=True,
         hide_input_in_errors=True,
     )
@@ -129,12 +127,14 @@ class KafkaSettings(BaseSettings):
     ssl_key_password_file: str | None = None
     """A file holding the key's passphrase instead (trailing newline stripped)."""
     config: Annotated[dict[str, str], JsonText, AfterValidator(_masked_config)] = Field(default_factory=dict)
-    """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}`` (they
-    win over the settings above; values of secret-looking keys are masked wherever the settings are shown)."""
+    """Extra librdkafka properties as a JSON object, e.g. ``{"socket.keepalive.enable": "true"}`` (they win
+    over the settings above; values of secret-looking keys are masked wherever the settings are shown). Set it
+    for a librdkafka option no setting here names (keepalives, timeouts your network needs)."""
 
     replication: int | None = Field(default=None, ge=1)
-    """Replication factor of every jobq topic (``jqcore/topics.py``), and the least an existing one may
-    have; ``min.insync.replicas`` is this − 1 (at least 1). Empty: ``min(3, brokers in the cluster)``."""
+    """Replication factor of every jobq topic (``jqcore/topics.py``), and the least an existing one may have;
+    ``min.insync.replicas`` is this − 1 (at least 1). Empty: ``min(3, brokers in the cluster)``. Set it when
+    your cluster's durability policy asks for another factor than that."""
     create_topics: bool = True
     """Services create the missing topics they own from the declaration (development). ``false`` (production;
     the Helm chart sets it): a missing topic stops the service at start-up, naming ``jobq topics create``."""
@@ -235,20 +235,21 @@ class ProduceBatching(BaseModel):
     ``batch.num.messages``, ``compression.type``): the fields of the settings classes of the services that
     produce a lot (the gateway, the event shipper). Delivery stays ``acks=all`` with idempotence."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
-
     produce_linger_ms: int = Field(2, ge=0, le=1000)
     """How long the producer waits for more records before it sends a batch to a partition's leader
     (librdkafka's ``linger.ms``): longer waits make fewer, larger requests (less CPU per record in the
     service and in Kafka) and add up to this much to each write's latency (the gateway's 202)."""
     produce_batch_bytes: int = Field(1_000_000, ge=1024, le=2_097_152)
-    """The largest batch of records the producer sends to one partition (librdkafka's ``batch.size``,
-    bytes). At most ``KAFKA_MAX_MESSAGE_BYTES`` (2 MiB), the largest request Kafka takes from jobq."""
+    """The largest batch of records the producer sends to one partition (librdkafka's ``batch.size``, bytes).
+    At most ``KAFKA_MAX_MESSAGE_BYTES`` (2 MiB), the largest request Kafka takes from jobq. Raise it (with the
+    linger) when full batches, not the linger, end the batches of a busy producer."""
     produce_batch_messages: int = Field(10_000, ge=1, le=1_000_000)
-    """The most records in one batch (librdkafka's ``batch.num.messages``)."""
+    """The most records in one batch (librdkafka's ``batch.num.messages``). Raise it when batches of small
+    records reach this count before their bytes limit."""
     produce_compression: Compression = "lz4"
     """How batches are compressed (librdkafka's ``compression.type``): ``none``, ``gzip``, ``snappy``,
-    ``lz4``, ``zstd``."""
+    ``lz4``, ``zstd``. ``zstd`` saves network and disk for more CPU; ``none`` saves CPU where bandwidth is
+    free."""
 
     def produce_options(self) -> dict[str, str | int]:
         """These settings as librdkafka producer options."""

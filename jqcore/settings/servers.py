@@ -30,7 +30,6 @@ class RedisSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_REDIS_",
         extra="ignore",
-        use_attribute_docstrings=True,
         populate_by_name=True,
         hide_input_in_errors=True,
     )
@@ -40,7 +39,8 @@ class RedisSettings(BaseSettings):
     password written in the URL are moved to ``JOBQ_REDIS_USERNAME``/``JOBQ_REDIS_PASSWORD`` (so the URL
     can be shown)."""
     cluster: bool = False
-    """Connect with the Redis Cluster protocol (``url`` names any one node)."""
+    """Connect with the Redis Cluster protocol (``url`` names any one node). Set it when Redis is a
+    Cluster."""
     username: str | None = None
     """Redis ACL user (unset: the ``default`` user)."""
     username_file: str | None = None
@@ -59,10 +59,12 @@ class RedisSettings(BaseSettings):
     tls_key_file: str | None = None
     """The client certificate's private key (a PEM path; unset: it is in ``JOBQ_REDIS_TLS_CERT_FILE``)."""
     socket_timeout_s: float = Field(35.0, gt=0)
-    """Per-command socket timeout; blocking waits stay 1 s below it (so idle workers block ~34 s)."""
+    """Per-command socket timeout; blocking waits stay 1 s below it (so idle workers block ~34 s). Raise it
+    when the network or a proxy to Redis stalls commands longer; lower it to find a dead Redis sooner."""
     allow_eviction: bool = False
     """Start even when Redis's ``maxmemory-policy`` is not ``noeviction`` (services refuse otherwise: an
-    evicting Redis drops jobs silently). A Redis that refuses ``CONFIG GET`` is trusted, with a warning."""
+    evicting Redis drops jobs silently). A Redis that refuses ``CONFIG GET`` is trusted, with a warning. Set
+    it only for a Redis whose policy you cannot change (a managed one), accepting that risk."""
 
     _blank = field_validator(
         "username",
@@ -159,7 +161,6 @@ class ConsulSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_CONSUL_",
         extra="ignore",
-        use_attribute_docstrings=True,
         populate_by_name=True,
         hide_input_in_errors=True,
     )
@@ -178,7 +179,8 @@ class ConsulSettings(BaseSettings):
     )
     """A file holding the ACL token instead (trailing newline stripped)."""
     scheme: Literal["http", "https"] = "http"
-    """How the agent's HTTP API is reached when ``JOBQ_CONSUL_ADDR`` names no scheme."""
+    """How the agent's HTTP API is reached when ``JOBQ_CONSUL_ADDR`` names no scheme. Set ``https`` when the
+    agent serves TLS and the address is written without a scheme."""
     ca_file: str | None = Field(None, validation_alias=AliasChoices("JOBQ_CONSUL_CA_FILE", "CONSUL_CACERT"))
     """CA bundle (a PEM path) checking the agent's certificate (unset: the system's CAs); needs https."""
     cert_file: str | None = Field(

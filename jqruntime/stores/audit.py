@@ -160,10 +160,14 @@ class AuditTrail:
             self._producer = None
 
 
-async def read(client: RedisClient, count: int = 100, before: str | None = None) -> list[AuditEntry]:
-    """The newest ``count`` entries (before stream id ``before``, exclusive), newest first."""
+async def read(
+    client: RedisClient, count: int = 100, before: str | None = None, since_ms: int | None = None
+) -> list[AuditEntry]:
+    """The newest ``count`` entries (before stream id ``before``, exclusive; recorded at ``since_ms`` or
+    later), newest first."""
     top = f"({before}" if before else "+"
-    rows = await client.xrevrange(AUDIT_KEY, top, "-", count=count) or []
+    bottom = f"{since_ms}-0" if since_ms is not None else "-"
+    rows = await client.xrevrange(AUDIT_KEY, top, bottom, count=count) or []
     out = []
     for entry_id, raw in rows:
         f = {text(k): text(v) for k, v in (raw or {}).items()}

@@ -63,15 +63,17 @@ class ConfigStore:
         except CONSUL_ERRORS as exc:
             raise BackendUnavailable(f"Consul {what}: {exc!r}", code="consul_unavailable") from exc
 
-    async def graph_key(self) -> bytes:
+    async def graph_key(self, known: bytes | None = None) -> bytes:
         """The deployment's graph key (``jqcore.admission``): made once, by whoever needs it first (a
-        check-and-set on a missing key: two makers agree on the first one written)."""
+        check-and-set on a missing key: two makers agree on the first one written). ``known`` is the key
+        the caller already holds: if Consul lost it (an agent that came back empty), that key is put back
+        rather than a new one made, so the graphs signed with it and not yet relayed stay valid."""
         key = f"{self.prefix}/keys/graphs"
         for _ in range(2):
             _, found = await self._call("get", self.client.kv.get(key))
             if found is not None and found.get("Value"):
                 return bytes.fromhex(found["Value"].decode())
-            made = secrets.token_hex(GRAPH_KEY_BYTES)
+            made = known.hex() if known else secrets.token_hex(GRAPH_KEY_BYTES)
             await self._call("put", self.client.kv.put(key, made, cas=0))
         raise BackendUnavailable(
             "Consul: the graph key was neither found nor made", code="consul_unavailable"

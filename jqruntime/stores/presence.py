@@ -1,19 +1,28 @@
-"""Processes announce themselves (gateways, worker pools, dispatchers, dashboards) so ``jobq status`` can
-count them: a heartbeat into a sorted set per role every :data:`BEAT_S`; members older than
-:data:`ALIVE_S` no longer count, members older than :data:`FORGET_S` are dropped by the next beat.
+"""Processes announce themselves so ``jobq status`` and the dashboard's Workers page can list them.
 
-**Silent workers.** A process that claims jobs — a worker pool, the push dispatcher, an HTTP worker (noted
-by the gateway it claims at, :func:`seen`) — keeps a *record* beside its heartbeat
-(:func:`jqcore.keys.presence_record_key`): for each queue it serves, when it last claimed a job from it
-(or began serving it), and its busy and total slots. A pool writes it with its heartbeat, in the same
-round trip (a claim only sets a number in memory); it expires :data:`FORGET_S` after the last beat, so the
-record of a process killed without leaving goes by itself.
+* **Heartbeat** (what counts a process alive): a sorted set per role (``jobq:presence:<role>``: ``worker``,
+  ``http-worker``, ``relay``, ``scheduler``, ``canary``, ``dispatcher``, ``gate``, ``web``), member = the
+  process's name, score = its last beat (ms), every :data:`BEAT_S`; members older than :data:`ALIVE_S` no
+  longer count, members older than :data:`FORGET_S` are dropped by the next beat.
+* **Record** (what the process is): beside the heartbeat, in the same round trip, a hash per process
+  (:func:`jqcore.keys.presence_record_key`): host, pid, when it started, jobq's version and what the
+  process adds of its own through ``facts`` (its queues or topics, busy and total slots, jobs processed,
+  its state), each a JSON value; a process that claims jobs also writes, per queue it serves, when it
+  last claimed from it (``q:<queue>``), its busy and total slots (``load``) and whether it is
+  ``filtered``. It expires :data:`FORGET_S` after the last beat, so the record of a process killed
+  without leaving goes by itself. Fields are added, never renamed: a reader takes what it knows.
+* **Control** (what the process is asked to do): a worker pool reads :func:`jqcore.keys.control_key` at
+  each beat (``quiet``: claim nothing more and finish what runs; ``stop``: shut down gracefully), written
+  by the dashboard (:func:`send_control`) for the process's own start (a later process of the same name
+  is not asked), and kept a week at most.
 
-:func:`silent_queues` is the one judgment of a silent worker, O(1) per worker and queue from that record
-and the queue's oldest pending age (:mod:`jqengine.signals`): ``jobq status``, the dashboard's Workers
-page and the scheduler's ``jobq_worker_silent_seconds`` (read by the alert ``JobqWorkerSilent``) all call
-it. A worker whose event loop is stuck stops beating as it stops claiming: its record, frozen at the last
-beat, is judged all the same (``docs/operations.md#jobqworkersilent``).
+**Silent workers.** :func:`silent_queues` is the one judgment of a silent worker, O(1) per worker and queue
+from the record of a claiming process (a worker pool, the push dispatcher, an HTTP worker noted by the
+gateway it claims at, :func:`seen`) and the queue's oldest pending age (:mod:`jqengine.signals`): ``jobq
+status``, the dashboard's Workers page and the scheduler's ``jobq_worker_silent_seconds`` (read by the
+alert ``JobqWorkerSilent``) all call it. A worker whose event loop is stuck stops beating as it stops
+claiming: its record, frozen at the last beat, is judged all the same
+(``docs/operations.md#jobqworkersilent``).
 """
 
 from __future__ import annotations
@@ -24,11 +33,15 @@ import os
 import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+import orjson
 
 from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
-from jqcore.keys import presence_key, presence_record_key
+from jqcore.keys import control_key, presence_key, presence_record_key
+from jqcore.log import get_logger
+from jqcore.release import version
 from jqengine import RedisClient, text
 from jqruntime.lifecycle import Service
 
@@ -36,17 +49,25 @@ __all__ = [
     "ALIVE_S",
     "BEAT_S",
     "CLAIMERS",
+    "CONTROLS",
     "FORGET_S",
     "SEEN_ALIVE_S",
     "SILENT_AFTER_S",
+    "Alive",
     "Claimer",
+    "Control",
     "Presence",
+    "alive",
+    "alive_s",
     "claimers",
     "count_alive",
     "process_name",
     "seen",
+    "send_control",
     "silent_queues",
 ]
+
+log = get_logger("jqruntime.presence")
 
 BEAT_S = 5.0
 """How often a process beats (and a claiming one writes its record)."""
@@ -66,6 +87,19 @@ CLAIMERS = ("worker", "dispatcher", "http-worker")
 
 _QUEUE = "q:"
 """A record's field per served queue: ``q:<queue>`` → when the process last claimed from it (ms)."""
+CONTROL_TTL_S = 7 * 86_400
+"""A control a process never read (it was gone) is dropped after a week."""
+Action = Literal["quiet", "stop"]
+CONTROLS: tuple[Action, ...] = ("quiet", "stop")
+
+
+@dataclass(frozen=True)
+class Control:
+    """What a process was asked to do, by whom and when."""
+
+    action: Action
+    by: str
+    at_ms: int
 
 
 def process_name(extra: str = "") -> str:
@@ -82,9 +116,11 @@ Load = Callable[[], tuple[int, int]]
 
 
 class Presence(Service):
-    """One process's heartbeat; with ``queues``, also its record (:func:`silent_queues`): :meth:`claimed`
-    at each claimed job, ``load`` read at each beat, ``filtered`` for a process that claims only some jobs
-    of its queues (a pool's ``filter``: it cannot be judged by their head)."""
+    """One process's heartbeat and record: ``facts`` (called at each beat) adds what the process says of
+    itself; with ``queues``, also what :func:`silent_queues` judges: :meth:`claimed` at each claimed job,
+    ``load`` read at each beat, ``filtered`` for a process that claims only some jobs of its queues (a
+    pool's ``filter``: it cannot be judged by their head); ``on_control`` (called at each beat) gets what
+    the process is asked to do now (None: nothing, or asked no more)."""
 
     def __init__(
         self,
@@ -95,11 +131,15 @@ class Presence(Service):
         queues: Sequence[str] = (),
         load: Load | None = None,
         filtered: bool = False,
+        facts: Callable[[], Mapping[str, Any]] | None = None,
+        on_control: Callable[[Control | None], None] | None = None,
     ) -> None:
         super().__init__()
         self.client, self.role, self.key, self.name = client, role, presence_key(role), name
         self.record = presence_record_key(role, name)
         self.queues, self._load, self.filtered = tuple(queues), load, filtered
+        self.facts, self.on_control = facts, on_control
+        self.started_ms = now_ms()
         self.last_claim: dict[str, int] = {}
         """Served queue → when this process last claimed a job from it (its start until the first)."""
         self._task: asyncio.Task[None] | None = None
@@ -114,25 +154,56 @@ class Presence(Service):
 
     async def _beat(self) -> None:
         while True:
-            with contextlib.suppress(Exception):  # Redis away: status will show us missing, nothing else
+            try:
                 await self.beat()
+            except Exception as exc:  # Redis away: status will show us missing, nothing else
+                log.debug("presence beat failed", role=self.role, error=repr(exc))
             await asyncio.sleep(BEAT_S)
 
+    def describe(self) -> dict[str, Any]:
+        """What the process says of itself (the record's JSON fields)."""
+        return {
+            "role": self.role,
+            "name": self.name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started_ms": self.started_ms,
+            "version": version(),
+            "every_s": BEAT_S,
+            **(self.facts() if self.facts is not None else {}),
+        }
+
     async def beat(self) -> None:
-        """One heartbeat (and the record): one pipelined round trip."""
+        """One heartbeat, the record and (with ``on_control``) the control read back: one round trip."""
         now, forget_ms = now_ms(), int(FORGET_S * 1000)
+        fields: dict[str, bytes | int] = {k: orjson.dumps(v) for k, v in self.describe().items()}
+        if self.queues:
+            fields |= {_QUEUE + q: at for q, at in self.last_claim.items()}
+            if self._load is not None:
+                fields["busy"], fields["slots"] = self._load()
+            if self.filtered:
+                fields["filtered"] = 1
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.zadd(self.key, {self.name: now})
             pipe.zremrangebyscore(self.key, "-inf", now - forget_ms)
-            if self.queues:
-                fields: dict[str, int] = {_QUEUE + q: at for q, at in self.last_claim.items()}
-                if self._load is not None:
-                    fields["busy"], fields["slots"] = self._load()
-                if self.filtered:
-                    fields["filtered"] = 1
-                pipe.hset(self.record, mapping=fields)  # type: ignore[arg-type]
-                pipe.pexpire(self.record, forget_ms)
-            await pipe.execute()
+            pipe.hset(self.record, mapping=fields)  # type: ignore[arg-type]
+            pipe.pexpire(self.record, forget_ms)
+            if self.on_control is not None:
+                pipe.get(control_key(self.role, self.name))
+            replies = await pipe.execute()
+        if self.on_control is not None:
+            self.on_control(self._control(replies[-1]))
+
+    def _control(self, raw: Any) -> Control | None:
+        if not raw:
+            return None
+        try:
+            doc = orjson.loads(raw)
+            if doc.get("started_ms") != self.started_ms or doc.get("action") not in CONTROLS:
+                return None  # for an earlier process of the same name, or nothing this one knows
+            return Control(doc["action"], str(doc.get("by", "")), int(doc.get("at_ms", 0)))
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+            return None
 
     async def _stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -140,6 +211,8 @@ class Presence(Service):
             async with self.client.pipeline(transaction=False) as pipe:
                 pipe.zrem(self.key, self.name)
                 pipe.delete(self.record)
+                if self.on_control is not None:
+                    pipe.delete(control_key(self.role, self.name))
                 await pipe.execute()
 
 
@@ -268,3 +341,69 @@ async def claimers(client: RedisClient, roles: Sequence[str] = CLAIMERS) -> list
             )
         )
     return sorted(out, key=lambda c: (c.role, c.name))
+
+
+@dataclass(frozen=True)
+class Alive:
+    """A live process as its heartbeat and record say: ``record`` holds its fields (JSON values read back;
+    ``{}`` for a process of an earlier release)."""
+
+    role: str
+    name: str
+    beat_ms: int
+    record: dict[str, Any] = field(default_factory=dict)
+    control: dict[str, Any] | None = None
+    """The control waiting for it (``action``, ``by``, ``at_ms``), if any."""
+
+
+async def alive(client: RedisClient, role: str) -> list[Alive]:
+    """The live processes of ``role`` (:func:`alive_s`) with their records and pending controls, by name
+    (two round trips)."""
+    since = now_ms() - int(alive_s(role) * 1000)
+    found: list[Any] = await client.zrangebyscore(presence_key(role), since, "+inf", withscores=True)
+    beats = sorted((text(m), int(score)) for m, score in found)
+    if not beats:
+        return []
+    async with client.pipeline(transaction=False) as pipe:
+        for name, _ in beats:
+            pipe.hgetall(presence_record_key(role, name))
+            pipe.get(control_key(role, name))
+        raw = await pipe.execute()
+    out = []
+    for i, (name, beat) in enumerate(beats):
+        record = {text(k): _value(v) for k, v in raw[2 * i].items()}
+        control = _json(raw[2 * i + 1])
+        mine = control if control and control.get("started_ms") == record.get("started_ms") else None
+        out.append(Alive(role, name, beat, record, mine))
+    return out
+
+
+def _value(raw: Any) -> Any:
+    """A record's field: its JSON value (a field written otherwise, as text)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return text(raw)
+
+
+def _json(raw: Any) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+async def send_control(
+    client: RedisClient, role: str, name: str, action: Action | None, started_ms: int, by: str
+) -> None:
+    """Ask the process ``name`` (the one that started at ``started_ms``) to ``quiet`` or ``stop`` at its
+    next beat; None takes a ``quiet`` back (the process claims again)."""
+    key = control_key(role, name)
+    if action is None:
+        await client.delete(key)
+        return
+    doc = {"action": action, "by": by, "at_ms": now_ms(), "started_ms": started_ms}
+    await client.set(key, orjson.dumps(doc), ex=CONTROL_TTL_S)

@@ -1,6 +1,7 @@
-"""Task graphs: the open ones (the engine's open-graph index) with their state and node counts, a lookup
-by id, and one graph drawn as its DAG (a server-side SVG: layers by longest path from a root, nodes
-coloured by state) with a table of its nodes' results and errors; an admin cancels or retries it."""
+"""Task graphs: the recent ones — open (the engine's open-graph index) and ended (the newest the scheduler
+swept from it) — with their state and node counts, a lookup by id, and one graph drawn as its DAG (a
+server-side SVG: layers by longest path from a root, nodes coloured by state) with a table of its nodes'
+results and errors; an admin cancels or retries it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from aiohttp import web
 
 from jqcore.envelope import validate_name
 from jqcore.errors import EnvelopeError, GraphNotFound
-from jqengine import GraphInfo, NodeInfo
+from jqengine import ENDED_GRAPHS_KEPT, GraphInfo, NodeInfo
 from jqruntime.authz import Policy, Touch, owner
 from jqruntime.http import HttpError
 from jqruntime.tokens import Token
@@ -35,6 +36,8 @@ SVG_MAX_NODES = 200
 BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 168, 34, 56, 12, 12
 LABEL_CHARS = 22
 FINAL_NODE = frozenset({"completed", "failed", "canceled", "skipped"})
+SHOW = {"all": "recent", "open": "open", "ended": "ended"}
+"""The list's filters (``?show=``): every indexed graph, the open ones, the ended ones."""
 
 
 def _graph_id(raw: str) -> str:
@@ -141,12 +144,20 @@ def _ordered(info: GraphInfo) -> list[NodeInfo]:
     return sorted(info.nodes, key=lambda n: (layer[n.name], _natural(n.name)))
 
 
-def _summary(graph_id: str, entered: int, info: GraphInfo | None) -> dict[str, Any]:
+def _summary(graph_id: str, entered: int, info: GraphInfo | None, ended_at: int | None) -> dict[str, Any]:
     if info is None:
-        return {"id": graph_id, "entered_at": entered, "state": "gone", "nodes": 0, "counts": {}}
+        return {
+            "id": graph_id,
+            "entered_at": entered,
+            "ended_at": ended_at,
+            "state": "gone",
+            "nodes": 0,
+            "counts": {},
+        }
     return {
         "id": graph_id,
         "entered_at": entered,
+        "ended_at": ended_at,
         "state": info.state,
         "queue": info.queue,
         "created_at": info.created_at,
@@ -171,7 +182,13 @@ async def graphs(request: web.Request) -> web.Response:
         raise web.HTTPSeeOther(f"{w.base}/graphs/{quote(_graph_id(wanted), safe='')}")
     offset = query_int(request, "offset", 0, 0, 10**6)
     count = query_int(request, "count", 50, 1, 500)
-    index = await w.engine.graphs.open_graphs(limit=100_000)
+    show = request.query.get("show", "all")
+    if show not in SHOW:
+        raise HttpError(400, "query_invalid", f"show must be one of {', '.join(SHOW)}, not {show[:20]!r}")
+    opened = await w.engine.graphs.open_graphs(limit=100_000)
+    ended = await w.engine.graphs.ended_graphs()
+    counts = {"all": len(opened.keys() | ended.keys()), "open": len(opened), "ended": len(ended)}
+    index = {**(ended if show != "open" else {}), **(opened if show != "ended" else {})}
     p = principal(request)
     if not everything(p):  # a token held to some queues lists the graphs of its queues
         homes = await w.engine.graphs.homes(list(index))
@@ -185,13 +202,23 @@ async def graphs(request: web.Request) -> web.Response:
     async def one(graph_id: str, entered: int) -> dict[str, Any]:
         async with gate:
             try:
-                return _summary(graph_id, entered, await w.engine.graphs.get(graph_id))
+                info: GraphInfo | None = await w.engine.graphs.get(graph_id)
             except GraphNotFound:  # indexed but gone (past its retention): shown as such
-                return _summary(graph_id, entered, None)
+                info = None
+            return _summary(graph_id, entered, info, None if graph_id in opened else entered)
 
     rows = await asyncio.gather(*(one(g, t) for g, t in shown))
     more = offset + count if offset + count < len(newest) else None
-    context = {"graphs": rows, "total": len(newest), "offset": offset, "count": count, "more": more}
+    context = {
+        "graphs": rows,
+        "total": len(newest),
+        "offset": offset,
+        "count": count,
+        "more": more,
+        "show": show,
+        "kept": ENDED_GRAPHS_KEPT,
+        "counts": counts if everything(p) else None,
+    }
     return page(request, "graphs.html", context)
 
 

@@ -1,9 +1,12 @@
 """Jobs: search (every filter in the URL; live jobs scanned a bounded number per request, or the history
-tables), and bulk actions on the selected jobs or on everything matching (retry, cancel, delete), each
-confirmed with the exact count first."""
+tables) with a tab per state and its count, each job's run time and a preview of its arguments; bulk
+actions on the selected jobs or on everything matching (retry, cancel, delete), each confirmed with the
+exact count first and offered only where the filter can match a job it changes (no "Cancel all" on
+finished jobs)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +23,7 @@ from jqruntime.http import HttpError
 from jqruntime.kafka import Record, schedule_key
 from jqruntime.tokens import Token
 from jqweb.context import WEB, Web
-from jqweb.render import act, form, page, query_int
+from jqweb.render import PAGE_SIZE, act, form, page, query_int
 from jqweb.routes import Pages
 from jqweb.search import (
     FIELDS,
@@ -33,7 +36,7 @@ from jqweb.search import (
     matching,
     parse_filters,
 )
-from jqweb.security import principal, search_queue
+from jqweb.security import principal, search_queue, visible
 
 __all__ = ["ACTIONS", "cancel_one", "confirm_page", "routes"]
 
@@ -41,6 +44,29 @@ routes = Pages()
 
 CANCELABLE = frozenset({"pending", "waiting", "parked", "delayed", "running", "deferred", "scheduled"})
 BATCH = 500
+COUNTS_AT_ONCE = 32
+LIST_STATES: dict[str, frozenset[str]] = {
+    "pending": frozenset({"pending", "waiting", "parked"}),
+    "delayed": frozenset({"delayed", "deferred"}),
+    "far": frozenset({"scheduled"}),
+    "running": frozenset({"running"}),
+    "done": FINISHED,
+    "dead": frozenset({"errored"}),
+}
+"""The job states each listed state's jobs may be in (what a bulk action on them can change)."""
+TABS = (
+    ("", "all", ""),
+    ("pending", "pending", "pending"),
+    ("delayed", "delayed", "delayed"),
+    ("far", "far future", "far"),
+    ("running", "running", "running"),
+    ("done", "finished", "finished"),
+    ("dead", "dead", "errored"),
+)
+"""The state tabs: ``state=``, its label, and the depth field that counts it (``""``: the sum)."""
+SCAN_LIMIT = 5000
+"""Most live jobs one search request examines (``?scan=`` may ask fewer): a page of matches on a sparse
+filter may need several requests; the page says where it stopped and links the next."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +149,7 @@ async def _exact(engine: Engine, f: Filters) -> list[dict[str, Any]]:
 
 async def _live(request: web.Request, w: Web, f: Filters, ctx: dict[str, Any]) -> None:
     limit, cursor = ctx["limit"], ctx["cursor"]
-    budget = query_int(request, "scan", w.settings.scan_limit, 1, w.settings.scan_limit)
+    budget = query_int(request, "scan", SCAN_LIMIT, 1, SCAN_LIMIT)
     engine = w.engine
     found = await live_page(engine, f, cursor, limit, budget)
     ctx.update(rows=found.rows, examined=found.examined, scan=budget, stopped_at=found.stopped_at)
@@ -148,6 +174,53 @@ async def _archive(request: web.Request, w: Web, f: Filters, ctx: dict[str, Any]
         ctx["next_url"] = _url(w.base, {**f.raw, "limit": str(ctx["limit"]), "cursor": after})
 
 
+def possible_states(f: Filters) -> frozenset[str]:
+    """The job states the filter's jobs may be in."""
+    if f.accepted is not None:
+        return f.accepted
+    return frozenset().union(*(LIST_STATES[s] for s in f.lists))
+
+
+def offered(f: Filters) -> list[str]:
+    """The bulk actions that can change a job this search matches (live jobs only)."""
+    if f.source != "live":
+        return []
+    states = possible_states(f)
+    return [name for name, a in ACTIONS.items() if a.applies & states]
+
+
+async def _depths(engine: Engine, queues: Sequence[str]) -> dict[str, int]:
+    """Jobs per depth field summed over ``queues`` (the tabs' counts)."""
+    gate = asyncio.Semaphore(COUNTS_AT_ONCE)
+
+    async def one(queue: str) -> dict[str, Any]:
+        async with gate:
+            return (await engine.reads.depth(queue)).as_dict()
+
+    total: dict[str, int] = defaultdict(int)
+    for d in await asyncio.gather(*(one(q) for q in queues)):
+        for field in ("pending", "delayed", "far", "running", "finished", "errored"):
+            total[field] += int(d.get(field) or 0)
+    total["finished"] += total["errored"]  # depth's "finished" leaves the dead out; the done list has them
+    return total
+
+
+async def tabs(request: web.Request, w: Web, f: Filters) -> list[dict[str, Any]]:
+    """A tab per listed state with its count (over the filter's queue, else every visible queue), each
+    linking to the same search in that state."""
+    known = visible(request, await w.engine.reads.queues())
+    queues = [f.queue] if f.queue else known
+    counts = await _depths(w.engine, [q for q in queues if q in known]) if f.source == "live" else {}
+    base = {k: v for k, v in f.raw.items() if k not in ("state", "cursor")}
+    out = []
+    for state, label, field in TABS:
+        every = sum(counts.get(x, 0) for x in ("pending", "delayed", "far", "running", "finished"))
+        n = counts.get(field) if field else every
+        url = _url(w.base, {**base, **({"state": state} if state else {})})
+        out.append({"state": state, "label": label, "count": n if counts else None, "url": url})
+    return out
+
+
 @routes.get("/jobs", policy=Policy("read", (search_queue,)))
 async def jobs(request: web.Request) -> web.Response:
     w = request.app[WEB]
@@ -158,7 +231,7 @@ async def jobs(request: web.Request) -> web.Response:
         "source": f.source,
         "states": [s for s in LIVE_STATES if s],
         "fields": list(FIELDS),
-        "limit": query_int(request, "limit", w.settings.page_size, 1, 500),
+        "limit": query_int(request, "limit", PAGE_SIZE, 1, 500),
         "cursor": request.query.get("cursor") or None,
         "rows": [],
         "exact": [],
@@ -169,6 +242,9 @@ async def jobs(request: web.Request) -> web.Response:
         "next_url": None,
         "archive_missing": False,
         "can_act": principal(request).admin,
+        "actions": offered(f),
+        "tabs": await tabs(request, w, f),
+        "queues": visible(request, await w.engine.reads.queues()),
     }
     if f.source == "archive":
         await _archive(request, w, f, ctx)
@@ -253,12 +329,16 @@ def confirm_page(
     action: str,
     question: str,
     count: int,
-    matched: int,
+    matched: int | None,
     url: str,
     fields: Sequence[tuple[str, str]],
     next_url: str,
+    button: str = "",
+    confirm: str = "",
 ) -> web.Response:
-    """The confirmation: what would change and how many, and the form that does it (``confirm=count``)."""
+    """The confirmation: what would change and how many, and the form that does it (``confirm=count``,
+    or ``confirm``'s word for an action that changes no jobs); ``button``: what its button says
+    (default ``Yes, <action> <count> jobs``)."""
     base = request.app[WEB].base
     if not next_url.startswith(f"{base}/") or next_url.startswith("//") or "\\" in next_url:
         next_url = f"{base}/jobs"  # shown as a link: only a page of the dashboard
@@ -267,8 +347,9 @@ def confirm_page(
         "count": count,
         "matched": matched,
         "question": question,
+        "button": button or f"Yes, {action} {count:,} jobs",
         "url": url,
-        "fields": [[k, v] for k, v in fields] + [["next", next_url], ["confirm", str(count)]],
+        "fields": [[k, v] for k, v in fields] + [["next", next_url], ["confirm", confirm or str(count)]],
         "next": next_url,
     }
     return page(request, "confirm.html", {"confirm": info})

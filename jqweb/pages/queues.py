@@ -1,7 +1,9 @@
 """Queues: every queue's depth per state, oldest pending age, pause and throughput over the last hour;
-one queue's configuration, lifetime counters, job types and rate limit. Actions: pause, resume, block and
-unblock enqueues, and the settings an operator tunes (lease, attempts, retention, the lifecycle events'
-cap, the default delay); each change is kept in Consul too (:mod:`jqruntime.stores.config`)."""
+one queue's configuration, lifetime counters, the kinds seen (counts, failure rate and run times of its
+newest finished jobs, what runs now, each kind's options) and rate limit. Actions: pause, resume, block
+and unblock enqueues, and the settings an operator tunes (lease, attempts, retention, the lifecycle
+events' cap, the default delay: durations are written ``30s``, ``24h``, ``1h30m`` or in ms); each change
+is kept in Consul too (:mod:`jqruntime.stores.config`)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from jqcore.clock import now_ms
-from jqengine import QueueConfig, RedisClient, check_bounds
+from jqcore.durations import format_ms, parse_ms
+from jqengine import Engine, QueueConfig, RedisClient, check_bounds
 from jqruntime.authz import Policy, path_queue
 from jqruntime.http import HttpError
 from jqruntime.stores.config import ConfigStore
@@ -31,6 +34,11 @@ routes = Pages()
 
 HOUR_MS = 3600 * 1000
 SAMPLE_READS_AT_ONCE = 32
+KINDS_SAMPLE = 1000
+"""The newest finished jobs a queue's page reads for its kinds' counts, failure rates and run times (one
+pipelined read of five fields each), and the running jobs read for what runs now."""
+DURATIONS = frozenset({"lease_ms", "retention_ms", "dead_retention_ms", "default_delay_ms"})
+"""The settings that are durations: shown ``30s``, ``1d``; posted as a duration or in ms."""
 
 SETTINGS: dict[str, tuple[int, int]] = {
     "lease_ms": (100, 86_400_000 * 365),
@@ -84,6 +92,76 @@ async def _known(w: Web, queue: str) -> str:
     return queue
 
 
+def _percentile(values: list[int], p: float) -> int | None:
+    """The ``p`` quantile (nearest rank) of ``values``; None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p * len(ordered) + 0.5) - 1))]
+
+
+def _int(raw: bytes | None) -> int | None:
+    return int(raw) if raw else None
+
+
+async def kinds_seen(engine: Engine, queue: str, sample: int = KINDS_SAMPLE) -> dict[str, Any]:
+    """What ran in ``queue``, by kind, from what Redis keeps anyway: the newest ``sample`` finished jobs
+    (the done list, until their retention) — how many completed, died, were canceled or expired; the
+    share of their attempts that failed (every attempt but a completed job's last one); p50/p95 run
+    time of their last attempt — and the kinds of the jobs running now. No counter is written for it."""
+    ids, finished = await engine.reads.list_ids(queue, "done", 0, sample, newest=True)
+    fields = ("kind", "state", "attempt", "started_at", "finished_at")
+    rows = await engine.reads.job_fields(queue, ids, fields)
+    running_ids, running_total = await engine.reads.list_ids(queue, "running", 0, sample)
+    running = await engine.reads.job_fields(queue, running_ids, ("kind",))
+    by_kind: dict[str, dict[str, Any]] = {}
+
+    def entry(kind: str) -> dict[str, Any]:
+        return by_kind.setdefault(
+            kind,
+            {
+                "kind": kind,
+                "finished": 0,
+                "completed": 0,
+                "errored": 0,
+                "canceled": 0,
+                "expired": 0,
+                "attempts": 0,
+                "failed_attempts": 0,
+                "running": 0,
+                "_ms": [],
+            },
+        )
+
+    for kind_b, state_b, attempt_b, started, ended in rows:
+        if kind_b is None or state_b is None:
+            continue  # collected between the two reads
+        e, state, attempts = entry(kind_b.decode()), state_b.decode(), _int(attempt_b) or 0
+        e["finished"] += 1
+        if state in ("completed", "errored", "canceled", "expired"):
+            e[state] += 1
+        e["attempts"] += attempts
+        e["failed_attempts"] += max(0, attempts - 1) if state == "completed" else attempts
+        if (s := _int(started)) and (f := _int(ended)) and f >= s:
+            e["_ms"].append(f - s)
+    for (kind_b,) in running:
+        if kind_b is not None:
+            entry(kind_b.decode())["running"] += 1
+    out = []
+    for e in sorted(by_kind.values(), key=lambda e: (-e["finished"] - e["running"], e["kind"])):
+        ms = e.pop("_ms")
+        e["failure_rate"] = round(e["failed_attempts"] / e["attempts"], 4) if e["attempts"] else None
+        e["p50_ms"], e["p95_ms"] = _percentile(ms, 0.5), _percentile(ms, 0.95)
+        out.append(e)
+    return {
+        "kinds": out,
+        "sampled": len(ids),
+        "finished": finished,
+        "running": running_total,
+        "sample": sample,
+    }
+
+
 async def _kinds(w: Web, queue: str) -> list[dict[str, Any]]:
     """The job types with options in this queue (or defaults for every queue)."""
     out = []
@@ -94,6 +172,28 @@ async def _kinds(w: Web, queue: str) -> list[dict[str, Any]]:
     return out
 
 
+def merged_kinds(seen: list[dict[str, Any]], configured: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every kind seen or configured: what ran (empty counts for a configured kind not seen) and its
+    options (None: the queue's settings)."""
+    options = {k["kind"]: k for k in configured}
+    rows = [{**k, "config": options.pop(k["kind"], None)} for k in seen]
+    empty = {"finished": 0, "completed": 0, "errored": 0, "canceled": 0, "expired": 0, "attempts": 0}
+    for kind, conf in sorted(options.items()):
+        rows.append(
+            {
+                "kind": kind,
+                **empty,
+                "failed_attempts": 0,
+                "running": 0,
+                "failure_rate": None,
+                "p50_ms": None,
+                "p95_ms": None,
+                "config": conf,
+            }
+        )
+    return rows
+
+
 @routes.get("/queues/{queue}", policy=Policy("read", (path_queue,)))
 async def queue_page(request: web.Request) -> web.Response:
     w = request.app[WEB]
@@ -102,14 +202,20 @@ async def queue_page(request: web.Request) -> web.Response:
     row["throughput"] = (await _sparks(w.client, [queue]))[queue]
     _, entry = await w.consul.kv.get(w.sources.relay.queue_rate_key(queue))
     rate_text = ((entry or {}).get("Value") or b"").decode()
+    seen = await kinds_seen(w.engine, queue)
+    stats = await w.engine.reads.queue_stats(queue)
     context = {
         "queue": row,
         "config": (await w.engine.reads.queue_config(queue)).as_dict(),
-        "stats": await w.engine.reads.queue_stats(queue),
-        "kinds": await _kinds(w, queue),
+        "stats": stats,
+        "mean_wait_ms": round(stats["wait_ms"] / stats["claimed"]) if stats.get("claimed") else None,
+        "kinds": merged_kinds(seen.pop("kinds"), await _kinds(w, queue)),
+        "kinds_sample": seen,
         "rate": describe_rate(rate_text),
         "topic": topic_of(w.sources.routing, queue),
-        "settings": {k: {"low": lo, "high": hi} for k, (lo, hi) in SETTINGS.items()},
+        "settings": {
+            k: {"low": lo, "high": hi, "duration": k in DURATIONS} for k, (lo, hi) in SETTINGS.items()
+        },
     }
     return page(request, "queue.html", context)
 
@@ -180,19 +286,26 @@ async def resume(request: web.Request) -> web.Response:
     return await _pause(request, False)
 
 
+def _shown(name: str, value: int) -> str:
+    return format_ms(value) if name in DURATIONS else f"{value:,}"
+
+
 def settings_changes(fields: dict[str, str]) -> dict[str, Any]:
-    """The settings posted (empty or absent: unchanged), checked; 400 ``form_invalid`` naming the field."""
+    """The settings posted (empty or absent: unchanged), checked; 400 ``form_invalid`` naming the field.
+    A duration (:data:`DURATIONS`) is ``30s``, ``24h``, ``1h30m`` or a number of ms."""
     changes: dict[str, Any] = {}
     for name, (low, high) in SETTINGS.items():
         raw = fields.get(name, "").strip()
         if raw == "":
             continue
         try:
-            value = int(raw)
-        except ValueError:
-            raise HttpError(400, "form_invalid", f"{name} must be an integer, not {raw!r}") from None
+            value = parse_ms(raw, plain_ms=True) if name in DURATIONS else int(raw)
+        except ValueError as exc:
+            what = str(exc) if name in DURATIONS else f"an integer, not {raw[:40]!r}"
+            raise HttpError(400, "form_invalid", f"{name}: {what}", details={"field": name}) from None
         if not low <= value <= high:
-            raise HttpError(400, "form_invalid", f"{name} must be {low}..{high}, not {value}")
+            a, b, v = (_shown(name, x) for x in (low, high, value))
+            raise HttpError(400, "form_invalid", f"{name} must be {a}..{b}, not {v}", details={"field": name})
         changes[name] = value
     return changes
 
@@ -211,7 +324,10 @@ async def settings(request: web.Request) -> web.Response:
         await _keep(w, queue)
         return 0
 
-    said = ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed"
+    said = (
+        ", ".join(f"{k}={format_ms(v) if k in DURATIONS else v}" for k, v in changes.items())
+        or "nothing changed"
+    )
     return await act(
         request,
         "queue.settings",

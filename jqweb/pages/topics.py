@@ -1,12 +1,15 @@
 """Topics: per topic its partitions (end and committed offsets, lag in records and seconds), the relay
 that holds its lock (holder, for how long, fence = Consul's lock index, session), and the live rate limits
 per topic and per queue, each editable. A limit is a Consul KV key the relays watch: a change applies
-within one Consul answer, without a restart (``jqrelay.limits``)."""
+within one Consul answer, without a restart (``jqrelay.limits``). Pausing (a limit of ``0``) holds the
+jobs in Kafka: it is asked for by a button of its own, and confirmed first whichever way it comes
+(``confirm=pause``), so a 0 typed into the limit's box pauses nothing by itself."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -18,6 +21,7 @@ from jqruntime.tokens import Token
 from jqweb.context import WEB, Web
 from jqweb.narrow import everything, narrow, own_topics
 from jqweb.overview import collect
+from jqweb.pages.jobs import confirm_page
 from jqweb.render import act, form, page
 from jqweb.routes import Pages
 from jqweb.security import READ, Principal, principal
@@ -111,8 +115,29 @@ def _rate_field(fields: dict[str, str]) -> tuple[str, float | None]:
         raise HttpError(
             400,
             "rate_invalid",
-            f"rate must be empty (unlimited), 0 (paused) or jobs per second, not {text!r}",
+            f"rate must be empty (unlimited), 0 (paused) or jobs per second, not {text[:40]!r}",
         ) from None
+
+
+def _pause_unconfirmed(
+    request: web.Request, rate: float | None, fields: dict[str, str], what: str, url: str, back: str
+) -> web.Response | None:
+    """A pause (rate 0) not confirmed yet: the confirmation page (JSON: its context) instead of the
+    change; None when the request changes no pause or confirms it."""
+    if rate != 0 or fields.get("confirm") == "pause":
+        return None
+    return confirm_page(
+        request,
+        action="pause",
+        question=f"Pause relaying {what}? Its jobs stay in Kafka until it is resumed.",
+        count=1,
+        matched=None,
+        url=url,
+        fields=[("rate", "0")],
+        next_url=fields.get("next") or back,
+        button="Yes, pause relaying",
+        confirm="pause",
+    )
 
 
 def _said(rate: float | None) -> str:
@@ -140,6 +165,12 @@ async def set_topic_rate(request: web.Request) -> web.Response:
         raise HttpError(404, "topic_not_found", f"no topic {topic!r} among the relays' topics")
     fields = await form(request)
     text, rate = _rate_field(fields)
+    back = f"{w.base}/topics"
+    asked = _pause_unconfirmed(
+        request, rate, fields, f"topic {topic}", f"/topics/{quote(topic, safe='')}/rate", back
+    )
+    if asked is not None:
+        return asked
     return await act(
         request,
         "rate.topic",
@@ -167,6 +198,11 @@ async def set_queue_rate(request: web.Request) -> web.Response:
         raise HttpError(404, "queue_not_found", f"no queue {queue!r}")
     fields = await form(request)
     text, rate = _rate_field(fields)
+    back = f"{w.base}/topics"
+    url = f"/queues/{quote(queue, safe='')}/rate"
+    asked = _pause_unconfirmed(request, rate, fields, f"queue {queue}", url, back)
+    if asked is not None:
+        return asked
     return await act(
         request,
         "rate.queue",

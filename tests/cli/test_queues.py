@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import consul
 import orjson
 import pytest
 
@@ -23,8 +24,10 @@ from tests.cli.conftest import TEAMA, VIEWER, Ops, refused
 
 
 def doc(result: Any) -> Any:
+    """The command's one JSON line (the in-process relay's log lines share the captured stdout)."""
     assert result.exit_code == 0, (result.exit_code, result.output)
-    return orjson.loads(result.stdout)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    return orjson.loads(line)
 
 
 async def fill(ops: Ops, queue: str, pending: int, delayed: int) -> None:
@@ -62,6 +65,46 @@ async def test_ls_show_pause_and_resume(ops: Ops) -> None:
     assert doc(await ops.jobq("queue", "show", q, "--json"))["config"]["paused"] is True
     resumed = await ops.jobq("queue", "resume", q, "--json")
     assert doc(resumed)["config"]["paused"] is False
+
+
+async def test_rate_sets_shows_and_lifts_a_queues_live_limit_and_the_relay_applies_it(
+    ops: Ops, consul_client: consul.Consul
+) -> None:
+    """``jobq queue rate`` over ``PATCH /v1/queues/{queue} {"rate": ...}``: kept in Consul where the
+    relays watch, applied by the running relay, audited, refused to tokens without admin on the queue and
+    for a text that is no rate."""
+    q = ops.queue
+    key = f"jobq-test/{ops.prefix}/queue-rates/{q}"
+    refused(await ops.jobq("queue", "rate", q, "50/s", token=VIEWER), "scope_missing")
+    refused(await ops.jobq("queue", "rate", q, "50/s", token=TEAMA), "queue_forbidden")
+    refused(await ops.jobq("queue", "rate", q, "fast"), "rate_invalid")
+    assert consul_client.kv.get(key)[1] is None, "nothing kept for a refused call"
+
+    applied = ops.relay.signals[ops.topic].queue_limits.applied
+    mark = applied.mark()
+    set_ = await ops.jobq("queue", "rate", q, "3000/m burst 20")
+    assert set_.exit_code == 0, set_.output
+    assert f"queue {q}: rate 50/s burst 20" in set_.stdout
+    assert consul_client.kv.get(key)[1]["Value"] == b"50/s burst 20"
+    await applied.wait_for(lambda r: r.get(q) == 50.0, after=mark)
+    shown = await ops.jobq("queue", "show", q, token=VIEWER)
+    assert "rate: 50/s burst 20" in shown.stdout
+    assert doc(await ops.jobq("queue", "rate", q, "--json", token=VIEWER))["rate"] == {
+        "limit": "50/s burst 20",
+        "per_s": 50.0,
+        "burst": 20,
+        "paused": False,
+    }
+    entry = next(e for e in await audit.read(ops.redis, 200) if e.target == q and "PATCH" in e.action)
+    assert "rate=50/s burst 20" in entry.details
+
+    paused = doc(await ops.jobq("queue", "rate", q, "paused", "--json"))
+    assert paused["rate"]["paused"] is True
+    await applied.wait_for(lambda r: r.get(q) == 0, after=mark)
+    lifted = await ops.jobq("queue", "rate", q, "unlimited")
+    assert f"queue {q}: rate unlimited" in lifted.stdout
+    assert consul_client.kv.get(key)[1] is None, "unlimited: the key deleted"
+    await applied.wait_for(lambda r: q not in r, after=mark)
 
 
 async def test_purge_names_the_count_asks_and_cancels_what_waits(

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from jqcore.routing import Route, RoutingSettings
 from jqcore.testsignal import enable_all
+from jqdispatch import service as dispatch_service
 from jqdispatch.service import Dispatcher, DispatcherSignals
 from jqdispatch.settings import DispatcherSettings
 from jqengine import Engine
@@ -81,7 +82,7 @@ class Rig(Pipeline):
         return self.dispatcher.signals
 
     async def refresh(self) -> None:
-        """Make the dispatcher read the kinds just configured (else within its refresh_s)."""
+        """Make the dispatcher read the kinds just configured (else within REFRESH_S)."""
         assert self.dispatcher is not None
         await self.dispatcher.refresh()
 
@@ -125,17 +126,24 @@ async def pipeline(
         yield Pipeline(f"{prefix}.hooks", client, http, gate.url, engine, redis)
 
 
+@pytest.fixture(autouse=True)
+def fast_dispatcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process dispatchers of these tests refresh, check callbacks and wait for work faster than
+    a deployed one (:data:`jqdispatch.service.REFRESH_S` and its neighbours)."""
+    monkeypatch.setattr(dispatch_service, "REFRESH_S", 0.2)
+    monkeypatch.setattr(dispatch_service, "CALLBACK_CHECK_S", 0.1)
+    monkeypatch.setattr(dispatch_service, "IDLE_WAIT_S", 1.0)
+
+
 def dispatcher_settings(queue: str, gate_url: str, **more: Any) -> DispatcherSettings:
-    """A test dispatcher's settings: fast refreshes, checks and retries."""
+    """A test dispatcher's settings (its refreshes, checks and idle waits are made fast by
+    :func:`fast_dispatcher`)."""
     return DispatcherSettings(
         queues=[queue],
         concurrency=10,
         callback_url=gate_url,
         callback_secret=SECRET,
         lease_ms=3000,
-        refresh_s=0.2,
-        callback_check_s=0.1,
-        idle_wait_s=1.0,
         grace_s=1.0,
         **more,
     )

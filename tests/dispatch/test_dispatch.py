@@ -13,6 +13,7 @@ from aiohttp import web
 from jqcore.clock import now_ms
 from jqruntime.stores import dispatch as dispatch_store
 from jqruntime.stores import presence
+from jqruntime.stores.presence import alive
 from tests.dispatch.conftest import Rig
 
 FAST = {"base_s": 0.05, "factor": 1, "cap_s": 0.05}
@@ -112,6 +113,21 @@ async def test_answers_at_once_succeed_fail_and_time_out(
     ]
     assert me.last_claim[rig.queue] >= before
     assert (me.busy, me.slots) == (0, d.settings.concurrency)
+
+    # what the dashboard's Workers page reads of it: its presence record, beside its heartbeat
+    assert rig.dispatcher is not None
+    announced = rig.dispatcher._presence
+    await announced.beat()
+    (mine,) = [a for a in await alive(rig.redis, "dispatcher") if a.name == announced.name]
+    slots = rig.dispatcher.settings.concurrency
+    assert (mine.record["kind"], mine.record["queues"], mine.record["slots"]) == (
+        "dispatcher",
+        [rig.queue],
+        slots,
+    )
+    assert mine.record["processed"] >= len(ids), "each job's last attempt at least"
+    assert mine.record["version"]
+    assert mine.record["started_ms"] <= now_ms()
 
 
 async def test_202_then_callbacks_late_ones_refused(rig: Rig, prefix: str) -> None:

@@ -52,7 +52,7 @@ def deployment(
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     yield env
-    names = [f"{prefix}.{t}" for t in ("jobs", "jobs.retry", "jobs.dead", "events", "schedule")]
+    names = [f"{prefix}.{t}" for t in ("jobs", "jobs.retry", "jobs.dead", "jobs.held", "events", "schedule")]
     for fut in kafka_admin.delete_topics(names, operation_timeout=15).values():
         with contextlib.suppress(Exception):
             fut.result(20)
@@ -86,12 +86,14 @@ async def test_topics_create_fixes_a_schedule_topic_that_deletes_and_services_re
 
     done = await asyncio.to_thread(jobq, "topics", "create")
     assert done.exit_code == 0, done.output
-    for suffix in ("jobs", "jobs.retry", "jobs.dead", "events"):
+    for suffix in ("jobs", "jobs.retry", "jobs.dead", "jobs.held", "events"):
         assert f"created {prefix}.{suffix}" in done.output
     assert f"altered {schedule}" in done.output
     conf = topic_config(kafka_admin, schedule)
     assert (conf["cleanup.policy"], conf["retention.ms"]) == ("compact", "-1")
     assert topic_config(kafka_admin, f"{prefix}.events")["cleanup.policy"] == "delete"
+    held = topic_config(kafka_admin, f"{prefix}.jobs.held")  # the holding lane never expires by time
+    assert (held["cleanup.policy"], held["retention.ms"]) == ("delete", "-1")
 
     async with make_scheduler(f"{prefix}-s0", far=far) as service:
         assert service.mover is not None

@@ -120,7 +120,7 @@ async def test_every_topic_gets_rf_3_and_min_isr_2_on_three_brokers(
     assert f"created {jobs}\n" in done.output
     assert "altered" not in done.output, "the services created theirs as declared"
 
-    names = [jobs, f"{jobs}.retry", f"{jobs}.dead", events, schedule]
+    names = [jobs, f"{jobs}.retry", f"{jobs}.dead", f"{jobs}.held", events, schedule]
     got = described(admin, names, eventually_sync)
     assert {n: (t["rf"], t["min.insync.replicas"]) for n, t in got.items()} == {n: (3, "2") for n in names}
     assert (got[schedule]["cleanup.policy"], got[schedule]["retention.ms"]) == ("compact", "-1")

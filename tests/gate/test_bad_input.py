@@ -286,8 +286,8 @@ async def test_an_exclusive_queue_refuses_jobs_without_an_exclusivity_value(
         status, _, body = await send(gw, "POST", jobs_path(gw), ok)
         assert status == 202, body
 
-    # a gateway that caches nothing sees a queue turn exclusive at once
-    async with make_gate(routing_for(gw.topic), queue_config_ttl_s=0) as svc:
+    # the gateway that takes the PUT forgets the configuration it cached: the queue is exclusive at once
+    async with make_gate(routing_for(gw.topic)) as svc:
         gw.service = svc
         later = f"{gw.queue}.later"
         status, _, body = await send(gw, "POST", f"/v1/queues/{later}/jobs", job())

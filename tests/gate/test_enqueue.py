@@ -12,6 +12,8 @@ import pytest
 
 from jqcore.envelope import content_id, decode
 from jqcore.routing import Route, RoutingSettings
+from jqruntime.stores.config import ConfigStore
+from kafkagate import state
 from kafkagate.main import GateService
 
 
@@ -257,3 +259,20 @@ async def test_content_ids_make_identical_work_one_job(gw: Any) -> None:
     ):
         status, body = await gw.call("POST", path + query, json=job)
         assert (status, body["error"]["code"]) == (400, code), (query, job, body)
+
+
+async def test_the_graph_key_consul_lost_is_put_back_and_one_made_anew_taken(
+    gw: Any, consul_store: ConfigStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway signs graphs with the key it read once; it checks it against Consul's every
+    ``GRAPH_KEY_CHECK_S`` (0 here: at every graph), so an agent back empty gets it back and a key made anew
+    meanwhile is the one it signs with next (the relays verify it)."""
+    gate, where = gw.service.gate, f"{consul_store.prefix}/keys/graphs"
+    held = await gate.graph_key()
+    monkeypatch.setattr(state, "GRAPH_KEY_CHECK_S", 0.0)
+    await consul_store.client.kv.delete(where)  # Consul came back empty
+    assert await gate.graph_key() == held
+    assert await consul_store.graph_key() == held, "put back"
+    made_anew = b"\1" * 32
+    await consul_store.client.kv.put(where, made_anew.hex())
+    assert await gate.graph_key() == made_anew

@@ -23,6 +23,7 @@ from jqengine import POOL_HOLDER, Engine, connect
 from jqengine.redisconn import WaitingPool
 from jqruntime.tokens import load_tokens
 from jqstack.manager import Endpoints
+from kafkagate import claims
 from kafkagate.limits import BODY_BUDGET, BodyBudget
 from kafkagate.main import GateService
 
@@ -251,10 +252,12 @@ async def test_a_claim_reply_is_capped_in_bytes_and_the_rest_stays_claimable(
     token: str,
     engine: Engine,
     put: Callable[..., Awaitable[str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Jobs of ~0.7 MB (~1.6 MB each in a reply) under the smallest cap (4 MiB): a claim of 10 gets 2;
-    the others are pending again with their attempt refunded, and the next claims get them."""
-    service = make_gate(routing_for(make_topic("jobs")), claim_reply_max_bytes=4 << 20)
+    """Jobs of ~0.7 MB (~1.6 MB each in a reply) under a cap of 4 MiB: a claim of 10 gets 2; the others
+    are pending again with their attempt refunded, and the next claims get them."""
+    monkeypatch.setattr(claims, "CLAIM_REPLY_MAX_BYTES", 4 << 20)
+    service = make_gate(routing_for(make_topic("jobs")))
     q = f"{prefix}.big"
     ids = {await put(q, args="z" * 700_000) for _ in range(5)}
     auth = {"Authorization": f"Bearer {token}"}

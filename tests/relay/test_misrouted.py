@@ -124,3 +124,49 @@ async def test_jobq_kinds_and_graph_fields_enter_only_as_a_gateway_signed_them(
     assert await pending(theirs) == 1, "the signed graph's node, released into its queue"
     assert (await engine.graphs.get(f"{prefix}-signed")).queue == home
     assert await engine.graphs.home(f"{prefix}-unsigned") is None
+
+
+async def test_a_graph_key_consul_lost_is_put_back_and_one_made_anew_verifies_beside_it(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    producer: AsyncProducer,
+    pending: Callable[[str], Awaitable[int]],
+    eventually: Callable[..., Awaitable[Any]],
+    consul_store: ConfigStore,
+) -> None:
+    """The fault suite's ``consul-kill`` (a Consul agent back empty): the relay's next term made a new key
+    while the gateways went on signing with theirs, and every graph sent after it was dead-lettered as
+    unsigned. A relay that holds the key puts it back; a key someone else made anew meanwhile verifies
+    beside the one it held (graphs signed before the change still enter)."""
+    topic = make_topic("jobs")
+    queue = f"{prefix}.q"
+    routing = RoutingSettings(routes=[Route(queues=f"{prefix}.*", topic=topic)], default_topic="")
+    held = await consul_store.graph_key()
+
+    def signed_graph(name: str, key: bytes) -> Record:
+        g = Graph(f"{prefix}-{name}", queue=queue)
+        g.add("a", "k")
+        value = encode(graph_envelope(g.spec()))
+        return Record(topic, value, g.spec().id.encode(), [(SIGNATURE_HEADER, sign(key, value))])
+
+    async with make_relay(topic, routing=routing) as relay:
+        topic_relay = relay.relays[0]
+        await producer.produce_many([signed_graph("before", held)])
+        await topic_relay.signals.committed.wait_for(lambda n: n >= 1)
+        term = topic_relay.elector.trusted_term()
+        await consul_store.client.kv.delete(f"{consul_store.prefix}/keys/graphs")  # Consul came back empty
+        topic_relay.elector.step_down()  # its lock lost with it: the relay's next term reads the key again
+        await eventually(topic_relay.elector.trusted_term, lambda t: t is not None and t != term)
+        await producer.produce_many([signed_graph("after", held)])
+        await topic_relay.signals.committed.wait_for(lambda n: n >= 2)
+        assert await consul_store.graph_key() == held, "the key the relay held, put back"
+        assert await pending(queue) == 2, "the graph signed after Consul lost the key entered"
+
+        made_anew = b"\1" * 32  # a process that never held the key made one while Consul was empty
+        await consul_store.client.kv.put(f"{consul_store.prefix}/keys/graphs", made_anew.hex())
+        await producer.produce_many([signed_graph("new", made_anew)])  # the relay reads the key again
+        await topic_relay.signals.committed.wait_for(lambda n: n >= 3)
+        await producer.produce_many([signed_graph("old", held)])  # signed before the change, relayed after
+        await topic_relay.signals.committed.wait_for(lambda n: n >= 4)
+        assert await pending(queue) == 4, "both keys verify: the one made anew and the one held before it"

@@ -402,7 +402,7 @@ def test_bad_worker_values_name_the_variable(
 
 def test_scheduler_defaults_and_which_queues_a_group_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load(SchedulerSettings)
-    assert (settings.group, settings.beat_s, settings.stale_s, settings.max_idle_s) == ("default", 1, 3, 5)
+    assert (settings.group, settings.beat_s, settings.stale_s) == ("default", 1, 3)
     assert settings.keeps("anything")
     monkeypatch.setenv("JOBQ_SCHEDULER_QUEUES", "emails.*,reports")
     narrowed = load(SchedulerSettings)

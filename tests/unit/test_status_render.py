@@ -102,6 +102,16 @@ DOC: dict[str, Any] = {
                 "silent": [],
             },
         ],
+        "held": [  # rows of jqweb.overview.held_rows
+            {
+                "topic": "jobq.jobs",
+                "queue": "reports.nightly",
+                "reason": "paused",
+                "records": 50_000,
+                "oldest_s": 812.4,
+                "drained_per_s": 0.0,
+            }
+        ],
         "switches": [
             {
                 "name": "stop-bad-kind",
@@ -162,6 +172,8 @@ def test_status_is_whole_at_any_width(width: int) -> None:
     for value in ("host-b:4242:emails", "731", "1/8", "billing-go:pod-7f9c", "95"):
         assert value in flat, (value, width)
     assert "host-c:99" not in flat, "a worker claiming is not flagged"
+    for value in ("reports.nightly", "paused", "50000", "812.4"):  # a held queue, why, its lane
+        assert value in flat, (value, width)
 
 
 def test_the_layout_narrows_from_full_headers_to_abbreviations_to_split_tables_to_a_block_per_row() -> None:

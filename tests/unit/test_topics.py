@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from jqcore.routing import RoutingSettings
 from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load
 from jqcore.topics import (
     Observed,
@@ -43,9 +44,11 @@ def test_the_declaration_names_every_topic_once_with_its_role() -> None:
         ("jobs.a", "jobs"),
         ("jobs.a.retry", "retry"),
         ("jobs.a.dead", "dead"),
+        ("jobs.a.held", "held"),
         ("jobs.b", "jobs"),
         ("jobs.b.retry", "retry"),
         ("jobs.b.dead", "dead"),
+        ("jobs.b.held", "held"),
         ("jobq.events", "events"),
         ("jobq.audit", "audit"),
         ("jobq.schedule", "schedule"),
@@ -65,6 +68,34 @@ def test_the_schedule_topic_is_compacted_and_never_expires_the_others_delete() -
     }
     assert JOBS.config(1)["cleanup.policy"] == "delete"
     assert int(JOBS.config(1)["retention.ms"]) > 0
+
+
+def test_a_holding_lane_deletes_never_by_time_and_is_held_to_it() -> None:
+    (lane,) = [s for s in job_topics(["jobs.a"]) if s.role == "held"]
+    assert lane.name == "jobs.a.held"
+    config = lane.config(3)
+    assert (config["cleanup.policy"], config["retention.ms"], config["retention.bytes"]) == (
+        "delete",
+        "-1",
+        "-1",
+    )
+    assert int(config["segment.ms"]) == 3_600_000
+    assert diff(lane, seen(lane, 3, min_insync_replicas="2", retention_ms="-1"), 3) == []
+    timed = diff(lane, seen(lane, 3, min_insync_replicas="2", retention_ms="604800000"), 3)
+    assert [(p.code, dict(p.fix)) for p in timed] == [("retention", {"retention.ms": "-1"})]
+    compacted = diff(
+        lane, seen(lane, 3, min_insync_replicas="2", cleanup_policy="compact", retention_ms="-1"), 3
+    )
+    assert [(p.code, dict(p.fix)) for p in compacted] == [("cleanup_policy", {"cleanup.policy": "delete"})]
+
+
+@pytest.mark.parametrize("topic", ["jobs.a.held", "jobs.a.retry", "jobs.a.dead"])
+def test_no_route_or_default_topic_may_name_a_side_topic(topic: str) -> None:
+    with pytest.raises(ValueError, match="may not end with"):
+        RoutingSettings.model_validate({"routes": [{"queues": "q*", "topic": topic}]})
+    with pytest.raises(ValueError, match="may not end with"):
+        RoutingSettings.model_validate({"default_topic": topic})
+    assert RoutingSettings.model_validate({"default_topic": ""}).topics() == []
 
 
 def test_a_matching_topic_has_no_problem() -> None:

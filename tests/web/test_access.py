@@ -61,7 +61,7 @@ async def test_login_sets_a_strict_cookie_and_logout_clears_it(dash: Any, web_to
     # the cookie now signs the browser in (no Authorization header)
     async with dash.session.get(dash.url + "/audit", headers={"Accept": "text/html"}) as page:
         assert page.status == 200
-        assert "viewer · read" in await page.text()
+        assert "signed in as <strong>viewer</strong> (read only)" in await page.text()
     r = await dash.post("/login", {"token": admin, "next": "//evil.example/"}, token=None, as_json=False)
     assert r.headers["Location"] == "/"  # never redirected off the dashboard
     r = await dash.post("/logout", token=None, as_json=False)
@@ -102,6 +102,41 @@ async def test_audit_page_lists_entries_newest_first_and_pages(dash: Any) -> Non
     assert (bad.status, bad.code) == (400, "query_invalid")
 
 
+async def test_audit_page_filters_by_who_action_and_age(dash: Any) -> None:
+    """Filters narrow what a page lists (read past the entries they skip), the older link keeps them, a
+    sign-in counts no jobs, and a bad age is a 400."""
+    client = connect(dash.sources.redis)
+    p, trail, now = dash.prefix, AuditTrail(client, None), now_ms()
+    await trail.record(AuditEntry(now - 3 * 86_400_000, f"{p}-ann", "queue.pause", f"{p}-old", 0))
+    await trail.record(AuditEntry(now, f"{p}-ann", "queue.pause", f"{p}-q1", 0))
+    await trail.record(AuditEntry(now, f"{p}-bob", "queue.resume", f"{p}-q1", 0))
+    await trail.record(AuditEntry(now, f"{p}-ann", "dead.retry", f"{p}-q2", 4))
+    await trail.record(AuditEntry(now, f"{p}-ann", "session.login", "127.0.0.1", 1))
+    for i in range(3):  # others' entries a filtered page reads past
+        await trail.record(AuditEntry(now, "someone", "queue.pause", f"{p}-noise-{i}", 0))
+    await client.aclose()
+
+    async def targets(**params: Any) -> list[str]:
+        r = await dash.get("/audit", **params)
+        assert r.status == 200, r.text
+        return [e["target"] for e in r.json()["entries"]]
+
+    assert await targets(who=f"{p}-ann", action="queue.") == [f"{p}-q1", f"{p}-old"]
+    assert await targets(who=f"{p}-ann", action="queue.", since="1d") == [f"{p}-q1"]
+    assert await targets(who=f"{p}-bob") == [f"{p}-q1"]
+    assert await targets(who=f"{p}-ann", action="dead.retry") == [f"{p}-q2"]
+    first = await dash.get("/audit", who=f"{p}-ann", count=1)
+    assert [e["target"] for e in first.json()["entries"]] == ["127.0.0.1"]
+    older = await targets(who=f"{p}-ann", count=3, before=first.json()["more"])
+    assert older == [f"{p}-q2", f"{p}-q1", f"{p}-old"]
+    html = (await dash.get("/audit", who=f"{p}-ann", count=1, as_json=False)).text
+    assert f"who={p}-ann" in html, "the older link keeps the filters"
+    assert 'id="audit-filters"' in html
+    assert '<td class="num">—</td>' in html, "a sign-in changed no jobs"
+    bad = await dash.get("/audit", since="yesterday")
+    assert (bad.status, bad.code) == (400, "query_invalid")
+
+
 async def test_overview_renders_and_its_live_panel_reads_every_backend(dash: Any) -> None:
     r = await dash.get("/")
     assert r.status == 200
@@ -112,6 +147,7 @@ async def test_overview_renders_and_its_live_panel_reads_every_backend(dash: Any
         "completed",
         "failed",
         "wait_ms",
+        "totals",
         "since_ms",
         "until_ms",
     }

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -30,6 +31,7 @@ from jqengine import Engine, Switch
 from jqruntime.authz import AUTH_CODES
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.stores.cron import CronStore
+from jqruntime.stores.presence import Presence
 from jqruntime.tokens import hash_line
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
@@ -122,6 +124,9 @@ class W:
 
     def graph(self, side: str) -> str:
         return f"{self.p}-{side}-graph"
+
+    def pool(self, side: str) -> str:
+        return f"{self.p}-{side}-pool:1:{self.q(side)}"
 
 
 def per(side_path: Callable[[W, str], str], body: Callable[[W, str], Any] | Any = None) -> dict[str, Any]:
@@ -305,6 +310,10 @@ def dash_specs() -> dict[tuple[str, str], Spec]:
         )
     for end in ("retry", "purge"):
         specs["POST", f"/dead/{{queue}}/{end}"] = Spec("admin", per(q(f"/dead/{{queue}}/{end}"), {}))
+    for end in ("quiet", "resume", "stop"):
+        specs["POST", f"/workers/{{name}}/{end}"] = Spec(
+            "admin", per(lambda w, s, end=end: f"/workers/{quote(w.pool(s), safe='')}/{end}", {})
+        )
     for end in ("pause", "resume", "trigger"):
         specs["POST", f"/schedules/{{name}}/{end}"] = Spec(
             "admin", per(lambda w, s, end=end: f"/schedules/{w.cron(s)}/{end}", {})
@@ -378,11 +387,12 @@ def tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str) -> None
     monkeypatch.setenv("JOBQ_TOKENS_FILE", str(path))
 
 
-async def make_world(w: W, engine: Engine, crons: CronStore) -> None:
-    """Each side's queue (with a job), switch, cron schedule and graph, made again before each route (an
-    action let through may have removed them)."""
+async def make_world(w: W, engine: Engine, crons: CronStore, redis: Any) -> None:
+    """Each side's queue (with a job), switch, cron schedule, graph and worker pool serving the queue, made
+    again before each route (an action let through may have removed them)."""
     for side in ("a", "b"):
         queue = w.q(side)
+        await Presence(redis, "worker", w.pool(side), facts=lambda q=queue: {"queues": [q]}).beat()
         await engine.enqueue_batch([new_envelope(queue, KIND, {}, id=w.job(side))])
         switch = Switch(name=w.switch(side), action="park", queue=queue, kind="never", meta={}, set_at_ms=1)
         await engine.admin.set_switch(switch)
@@ -420,14 +430,14 @@ async def run_matrix(
 
 @pytest.fixture
 async def world(
-    prefix: str, engine: Engine, endpoints: Endpoints, cron_settings: CronSettings
+    prefix: str, engine: Engine, endpoints: Endpoints, cron_settings: CronSettings, redis: Any
 ) -> AsyncIterator[Any]:
     """Team A's and team B's objects, and the call that makes them again (before each route)."""
     w = W(prefix)
     consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
     crons = CronStore(consul, cron_settings.kv_prefix)
     try:
-        yield w, lambda: make_world(w, engine, crons)
+        yield w, lambda: make_world(w, engine, crons, redis)
     finally:
         await close_consul(consul)
 

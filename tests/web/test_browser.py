@@ -27,6 +27,7 @@ from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.graphs import Step, group, pipeline
+from jqcore.release import version
 from jqcore.settings import RedisSettings
 from jqengine import Engine
 from jqruntime.client import JobqClient
@@ -34,6 +35,7 @@ from jqruntime.consulconn import close_consul
 from jqruntime.consulconn import consul_client as aio_consul
 from jqruntime.stores.cron import CronStore
 from jqstack.manager import Endpoints
+from jqweb import render
 from jqweb.main import WebService
 from jqweb.overview import Sources
 from jqweb.settings import WebSettings
@@ -93,6 +95,7 @@ async def live(
     prefix: str,
     token: str,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Live]:
     from playwright.async_api import async_playwright
 
@@ -133,8 +136,8 @@ async def live(
         port=0,
         read_tokens=[SecretStr(f"viewer:{web_tokens['read']}")],
         admin_tokens=[SecretStr(f"admin:{web_tokens['admin']}")],
-        refresh_s=2,
     )
+    monkeypatch.setattr(render, "REFRESH_S", 2)
     async with (
         make_gate(sources.routing, redis_url=redis_url) as gate,
         make_relay(web_sources.relay.topics[0], redis_url=redis_url),
@@ -229,8 +232,30 @@ async def test_operator_paths_in_a_real_browser(
         assert not live.errors, f"{name}: {live.errors}"
     assert sorted(p.stem for p in live.shots.iterdir()) == sorted(name for name, _, _ in pages)
 
+    # an ended graph stays listed (open until the scheduler sweeps it, ended after)
+    await live.open("/graphs", f"#graphs-table tr[data-graph='{p}-reports'][data-state=failed]")
+
+    # the Workers page lists every process of the pipeline with its version and uptime, the pool with its
+    # busy / total slots; quieting the pool lets the running job finish and claims nothing more
+    async def workers_say(selector: str, *words: str) -> bool:
+        await live.open("/workers", "#processes-table")
+        found = await page.query_selector(selector)
+        said = await found.inner_text() if found is not None else ""
+        return found is not None and all(w in said for w in words)
+
+    pool = "#processes-table tr.process[data-role=worker]"
+    for role in ("worker", "relay", "scheduler", "canary", "gate", "web"):
+        assert await workers_say(f"#processes-table tr.process[data-role={role}]", version()), role
+    await until(lambda: workers_say(f"{pool}[data-state=running]", "1 / 4"))  # render_video (at a beat)
+    await page.click(f"{pool} button[data-action=quiet]")
+    await until(lambda: workers_say(f"{pool}[data-state=quiet]"))  # the pool read it at its beat
+    waiting = await live.client.enqueue_one(ok_q, "send_email", {"to": "later@example.com"})
     live.release.set()
-    await until(lambda: _state_is(live.engine, ok_q, video["id"], "completed"))
+    await until(lambda: _state_is(live.engine, ok_q, video["id"], "completed"))  # what ran, finishes
+    assert await _state_is(live.engine, ok_q, waiting["id"], "pending"), "a quiet pool claims nothing"
+    await live.open("/workers", "#processes-table")
+    await page.click(f"{pool} button[data-action=resume]")
+    await until(lambda: _state_is(live.engine, ok_q, waiting["id"], "completed"))
 
     # markup in args and errors is text: shown escaped, never run
     await live.open(f"/jobs/{flaky_q}/{bad['id']}", "pre.value")
@@ -277,8 +302,23 @@ async def test_operator_paths_in_a_real_browser(
     # every action above is in the audit log, by the signed-in admin
     await live.open("/audit", "#audit")
     log = await page.inner_text("#audit")
-    for action in ("dead.retry", "queue.pause", "queue.resume", "rate.topic"):
+    actions = ("dead.retry", "queue.pause", "queue.resume", "rate.topic", "worker.quiet", "worker.resume")
+    for action in actions:
         assert action in log
+    await page.fill("#f-action", "worker.")  # filtered by action (a prefix): the URL carries it
+    await page.click("#audit-filter")
+    await page.wait_for_url(re.compile(r".*action=worker[.].*"))
+    log = await page.inner_text("#audit")
+    assert "worker.quiet" in log
+    assert "queue.pause" not in log
+
+    # stopping a pool asks first, then the pool shuts down gracefully and leaves the page
+    await live.open("/workers", "#processes-table")
+    await page.click(f"{pool} button[data-action=stop]")
+    await page.wait_for_selector("#confirm-form")
+    assert "Stop worker pool" in await page.inner_text("main")
+    await page.click("#confirm-form button[type=submit]")
+    await until(lambda: workers_say(f"{pool}[data-state=stopping]"))
     assert not live.errors, live.errors
 
 

@@ -103,3 +103,43 @@ async def test_read_token_may_not_act(dash: Any, engine: Any, prefix: str) -> No
         r = await dash.post(path, form, token="read")
         assert (r.status, r.code) == (403, "admin_required"), path
     assert (await engine.reads.depth(q)).errored == 1
+
+
+async def test_dead_letters_grouped_by_error_and_retried_by_group(
+    dash: Any, engine: Any, prefix: str
+) -> None:
+    """Grouped by the error's digest (the one ``jobq history errors`` shows), the most frequent first;
+    "retry these" retries exactly one error's dead jobs, "purge these" confirms that count first."""
+    from jqcore.events import failure
+
+    q = f"{prefix}.q"
+    key_error = "Traceback (most recent call last):\n  File x\nKeyError: 'user'"
+    timeout = "TimeoutError: upstream took 30s"
+    keyed = await _dead(engine, q, 3, error=key_error)
+    slow = await _dead(engine, q, 2, error=timeout)
+    body = (await dash.get("/dead", queue=q)).json()
+    groups = [(g["error"], g["message"], g["count"], g["digest"]) for g in body["groups"]]
+    assert groups == [
+        ("KeyError", "'user'", 3, failure(key_error).digest),
+        ("TimeoutError", "upstream took 30s", 2, failure(timeout).digest),
+    ]
+    assert body["groups"][0]["kinds"] == ["resize"]
+    digest = failure(timeout).digest
+    one = (await dash.get("/dead", queue=q, digest=digest)).json()
+    assert {r["id"] for r in one["rows"]} == set(slow)
+    html = (await dash.get("/dead", queue=q, as_json=False, token="admin")).text
+    assert f'id="retry-digest-{digest}"' in html
+    r = await dash.post(f"/dead/{q}/retry", {"digest": digest})
+    assert (r.status, r.json()["count"], r.json()["target"]) == (200, 2, f"{q}: error {digest}"), r.text
+    assert {(await engine.reads.get_job(q, i)).state for i in slow} == {"pending"}
+    assert {(await engine.reads.get_job(q, i)).state for i in keyed} == {"errored"}, "the other error's stay"
+    keyed_digest = failure(key_error).digest
+    asked = (await dash.post(f"/dead/{q}/purge", {"digest": keyed_digest})).json()["confirm"]
+    assert asked["count"] == 3
+    done = await dash.post(f"/dead/{q}/purge", dict(asked["fields"]))
+    assert done.json()["count"] == 3
+    assert (await engine.reads.depth(q)).errored == 0
+    bad = await dash.post(f"/dead/{q}/retry", {"digest": "not-a-digest"})
+    assert (bad.status, bad.code) == (400, "form_invalid")
+    bad = await dash.get("/dead", queue=q, digest="xyz")
+    assert (bad.status, bad.code) == (400, "query_invalid")

@@ -4,6 +4,7 @@ errors (escaped), cancel and retry from the dashboard, refusals."""
 from __future__ import annotations
 
 import html as htmllib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -120,6 +121,38 @@ async def test_open_graphs_are_listed_and_found_by_id(dash: Any, engine: Any, pr
     for bad in ({"count": "0"}, {"offset": "x"}, {"id": "no spaces"}):
         r = await dash.get("/graphs", **bad)
         assert r.status == 400, bad
+    await engine.graphs.cancel(gid)
+
+
+async def test_ended_graphs_stay_browsable_after_the_scheduler_sweeps_them(
+    dash: Any, engine: Any, failed_graph: str, make_scheduler: Callable[..., Any]
+) -> None:
+    """The scheduler's repair round sweeps an ended graph from the open index: it is listed under ended
+    (with its state and when it ended) rather than lost; retried, it is open again."""
+    gid = failed_graph
+
+    async def listed(show: str) -> dict[str, Any]:
+        r = await dash.get("/graphs", show=show, count=500)
+        assert r.status == 200, r.text
+        return {g["id"]: g for g in r.json()["graphs"]}
+
+    assert gid in await listed("open")
+    assert gid not in await listed("ended")
+    async with make_scheduler(f"{dash.prefix}-s0") as scheduler:
+        await scheduler.signals.graph_closed.wait_for(lambda g: g[0] == gid)
+    assert gid not in await listed("open")
+    row = (await listed("ended"))[gid]
+    assert (row["state"], row["nodes"]) == ("failed", 4)
+    assert row["ended_at"]
+    assert gid in await listed("all")
+    html = (await dash.get("/graphs", show="ended", count=500, as_json=False)).text
+    assert f'href="/graphs/{gid}"' in html
+    assert 'data-show="ended" class="here"' in html
+    assert (await dash.get("/graphs", show="closed")).code == "query_invalid"
+
+    await engine.graphs.retry(gid)
+    assert gid in await listed("open")
+    assert gid not in await listed("ended"), "running again: open, not ended"
     await engine.graphs.cancel(gid)
 
 

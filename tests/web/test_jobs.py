@@ -328,3 +328,38 @@ async def test_attacker_text_is_shown_as_text(dash: Any, engine: Any, prefix: st
     page = await dash.get(f"/jobs/{q}/{prefix}-x", as_json=False)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
     assert "&lt;img src=x onerror=alert(1)&gt;" in page.text
+
+
+async def test_state_tabs_run_times_args_and_the_actions_a_state_allows(
+    dash: Any, engine: Any, prefix: str
+) -> None:
+    """A tab per state with its count; each row's run time and arguments; bulk actions only where the
+    search can match a job they change: no "Cancel all" on finished jobs, no "Retry" on running ones."""
+    q = f"{prefix}.q"
+    await engine.enqueue_batch(
+        [_env(q, f"{prefix}-{i}", args={"to": f"user{i}@example.com"}) for i in range(6)]
+    )
+    await _finish(engine, q, 2)
+    await _kill(engine, q, 1)
+    (running,) = await engine.jobs.claim(q, 1)
+    body = (await dash.get("/jobs", queue=q)).json()
+    tabs = {t["state"]: t["count"] for t in body["tabs"]}
+    assert tabs == {"": 6, "pending": 2, "delayed": 0, "far": 0, "running": 1, "done": 3, "dead": 1}
+    rows = {r["id"]: r for r in body["rows"]}
+    assert rows[running.id]["state"] == "running"
+    assert rows[running.id]["run_ms"] is not None
+    assert rows[f"{prefix}-0"]["args"] == '{"to":"user0@example.com"}'
+    assert all(r["run_ms"] is not None for r in rows.values() if r["state"] == "completed")
+    assert body["actions"] == ["retry", "cancel", "delete"]
+    assert (await dash.get("/jobs", queue=q, state="done")).json()["actions"] == ["retry", "delete"]
+    assert (await dash.get("/jobs", queue=q, state="completed")).json()["actions"] == ["delete"]
+    assert (await dash.get("/jobs", queue=q, state="running")).json()["actions"] == ["cancel"]
+    done = (await dash.get("/jobs", as_json=False, token="admin", queue=q, state="completed")).text
+    assert 'id="bulk-all-delete"' in done
+    assert 'id="bulk-all-cancel"' not in done
+    assert 'id="bulk-cancel"' not in done
+    assert 'class="here" aria-current="true">finished' not in done  # "completed" is no tab of its own
+    html = (await dash.get("/jobs", as_json=False, queue=q, state="running")).text
+    assert 'data-state="running" class="here"' in html
+    assert "so far" in html
+    assert f'<option value="{q}">' in html  # the queue box offers the queues

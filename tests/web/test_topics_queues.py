@@ -9,6 +9,7 @@ from jqcore import metrics
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.rates import parse_rate
+from jqengine import QueueConfig
 from jqrelay.limits import parse_rate as relay_parse_rate
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.kafka import Record
@@ -79,8 +80,17 @@ async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
         gauge = metrics.RELAY_RATE_LIMIT.labels(dash.topic)
         applied, queue_applied = topic_relay.limit.signals.applied, topic_relay.queue_limits.signals.applied
 
-        mark = applied.mark()
+        # a 0 in the box pauses nothing by itself: it asks first (the page's pause button too)
         r = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "0"})
+        assert r.status == 200, r.text
+        asked = r.json()["confirm"]
+        assert asked["action"] == "pause"
+        assert ["confirm", "pause"] in asked["fields"]
+        assert (await _topic(dash))["rate"]["state"] == "unlimited", "not paused before the confirmation"
+        html = await dash.post(f"/topics/{dash.topic}/rate", {"rate": "0"}, as_json=False)
+        assert "Yes, pause relaying" in html.text
+        mark = applied.mark()
+        r = await dash.post(f"/topics/{dash.topic}/rate", dict(asked["fields"]))
         assert r.status == 200, r.text
         assert r.json()["action"] == "rate.topic"
         await applied.wait_for(lambda rate: rate == 0, after=mark)
@@ -113,6 +123,10 @@ async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
         assert (await dash.get(f"/queues/{queue}")).json()["rate"]["rate"] == 5
         html = await dash.get("/topics", as_json=False, token="admin")
         assert f'id="queue-rate-form-{queue}"' in html.text
+        assert f'id="queue-rate-form-{queue}-pause"' in html.text
+        r = await dash.post(f"/queues/{queue}/rate", {"rate": "0"})
+        assert r.json()["confirm"]["action"] == "pause"
+        assert (await dash.get(f"/queues/{queue}")).json()["rate"]["rate"] == 5, "asked, not paused"
         mark = queue_applied.mark()
         r = await dash.post(f"/queues/{queue}/rate", {"rate": ""})
         await queue_applied.wait_for(lambda rates: rates == {}, after=mark)
@@ -171,7 +185,8 @@ async def test_queues_page_shows_depth_and_throughput(dash: Any, engine: Any) ->
     await engine.admin.configure_kind("k", queues=[queue], concurrency=2)
     kinds = (await dash.get(f"/queues/{queue}")).json()["kinds"]
     (k,) = [k for k in kinds if k["kind"] == "k"]
-    assert (k["options"]["concurrency"], k["options"]["running"]) == (2, 0)
+    assert (k["config"]["options"]["concurrency"], k["config"]["options"]["running"]) == (2, 0)
+    assert (k["finished"], k["running"]) == (0, 0), "configured, not run yet"
     page = await dash.get(f"/queues/{queue}", as_json=False, token="admin")
     assert f"/jobs?queue={queue}&amp;state=pending" in page.text
     assert f"/dead?queue={queue}" in page.text
@@ -181,6 +196,42 @@ async def test_queues_page_shows_depth_and_throughput(dash: Any, engine: Any) ->
     assert f'id="pause-{queue}"' not in viewer.text
     missing = await dash.get(f"/queues/{dash.prefix}.nope")
     assert (missing.status, missing.code) == (404, "queue_not_found")
+
+
+async def test_a_queue_page_shows_the_kinds_that_ran(dash: Any, engine: Any) -> None:
+    """Two kinds ran, none configured: each kind seen, with its counts, failure rate and run times, from
+    the finished jobs Redis keeps (no "no job type configured")."""
+    queue = f"{dash.prefix}.q"
+    await engine.admin.configure_queue(queue, QueueConfig(max_attempts=2))
+    envs = [new_envelope(queue, "send", {"i": i}) for i in range(4)]
+    envs += [new_envelope(queue, "render", {"i": i}) for i in range(2)]
+    await engine.enqueue_batch(envs)
+    t0 = now_ms()
+    for job in await engine.jobs.claim(queue, 10, now_ms=t0):
+        took = 100 if job.envelope.kind == "send" else 2000
+        if job.envelope.kind == "render" and job.envelope.args["i"] == 0:  # fails once, then dies
+            await engine.jobs.fail(
+                queue, (job.id, job.attempt, job.token), "Boom", retry_delay_ms=0, now_ms=t0 + took
+            )
+        else:
+            await engine.jobs.complete(queue, (job.id, job.attempt, job.token), now_ms=t0 + took)
+    await engine.timers.promote_due(queue, now_ms=t0 + 3000)  # the scheduler's step
+    (again,) = await engine.jobs.claim(queue, 10, now_ms=t0 + 3000)
+    await engine.jobs.fail(queue, (again.id, again.attempt, again.token), "Boom", now_ms=t0 + 3500)
+    body = (await dash.get(f"/queues/{queue}")).json()
+    kinds = {k["kind"]: k for k in body["kinds"]}
+    assert set(kinds) == {"send", "render"}
+    send, render = kinds["send"], kinds["render"]
+    assert (send["finished"], send["completed"], send["errored"], send["failure_rate"]) == (4, 4, 0, 0.0)
+    assert send["p50_ms"] <= send["p95_ms"] <= 100  # from started_at (the claim's) to finished_at
+    assert (render["finished"], render["completed"], render["errored"]) == (2, 1, 1)
+    assert (render["failed_attempts"], render["attempts"]) == (2, 3)
+    assert 1000 < render["p95_ms"] <= 3500
+    assert body["kinds_sample"]["sampled"] == 6
+    html = (await dash.get(f"/queues/{queue}", as_json=False)).text
+    assert 'data-kind="render"' in html
+    assert "66.7 %" in html
+    assert "No job type configured" not in html
 
 
 async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: Sources) -> None:
@@ -208,13 +259,17 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
     assert not (await engine.reads.queue_config(queue)).enqueue_blocked
 
     before = await engine.reads.queue_config(queue)
-    r = await dash.post(
+    r = await dash.post(  # durations in ms (as the field always took them) or written as durations
         f"/queues/{queue}/settings",
-        {"lease_ms": "5000", "max_attempts": "3", "events_cap": "", "default_delay_ms": "2000"},
+        {"lease_ms": "5000", "max_attempts": "3", "events_cap": "", "default_delay_ms": "1h30m"},
     )
     assert r.status == 200, r.text
     after = await engine.reads.queue_config(queue)
-    assert (after.lease_ms, after.max_attempts, after.default_delay_ms) == (5000, 3, 2000)
+    assert (after.lease_ms, after.max_attempts, after.default_delay_ms) == (5000, 3, 5_400_000)
+    html = await dash.get(f"/queues/{queue}", as_json=False, token="admin")
+    assert '<input type="text" name="lease_ms" value="5s"' in html.text
+    assert "<dt>lease</dt><dd>5s</dd>" in html.text
+    assert "finished jobs 1d, dead ones 7d" in html.text  # the defaults, in days
     consul = consul_client(web_sources.consul)
     kept, _ = await ConfigStore(consul, web_sources.cron.kv_prefix).queue_configs()
     await consul.kv.delete(web_sources.cron.kv_prefix + "/", recurse=True)
@@ -226,11 +281,16 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
         before.mode,
     )
     assert await _audit(
-        dash, "queue.settings", f"{queue}: lease_ms=5000, max_attempts=3, default_delay_ms=2000"
+        dash, "queue.settings", f"{queue}: lease_ms=5s, max_attempts=3, default_delay_ms=1h30m"
     )
+    r = await dash.post(f"/queues/{queue}/settings", {"retention_ms": "2d", "dead_retention_ms": "14d"})
+    after = await engine.reads.queue_config(queue)
+    assert (after.retention_ms, after.dead_retention_ms) == (2 * 86_400_000, 14 * 86_400_000)
     for field, bad in (
         ("lease_ms", "50"),
+        ("lease_ms", "50ms"),
         ("lease_ms", "x"),
+        ("lease_ms", "5 parsecs"),
         ("max_attempts", "0"),
         ("max_attempts", "1001"),
         ("retention_ms", "-1"),

@@ -4,18 +4,25 @@ triggered from the dashboard)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.envelope import new_envelope
+from jqcore.testsignal import enable_all
 from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.lifecycle import run_until_signal
 from jqruntime.stores import presence
 from jqruntime.stores.cron import CronStore
 from jqruntime.stores.membership import Membership
 from jqruntime.stores.presence import Presence
+from jqweb.pages.workers import ROLES
+from worker.pool import Pool, PoolConfig
+from worker.registry import Registry
 
 pytestmark = pytest.mark.asyncio
 
@@ -60,10 +67,112 @@ async def test_an_announced_pool_is_listed_alive_and_idle(dash: Any, redis: Any,
         assert name in r.json()["processes"]["worker"]
         row = _worker(r.json(), name)
         assert row == {"name": name, "alive": True, "jobs": [], "silent": []}
-        assert set(r.json()["processes"]) == {"worker", "gate", "web"}
+        assert set(r.json()["processes"]) == set(ROLES)
         assert r.json()["processes"]["web"], "the dashboard announces itself"
+        (mine,) = [p for p in r.json()["rows"] if p["name"] == name]
+        assert (mine["kind"], mine["queues"], mine["state"]) == (
+            "worker pool",
+            [f"{prefix}.a", f"{prefix}.b"],
+            "running",
+        )
+        assert mine["version"]
+        assert mine["can_control"] is False, "a read token"
     r = await dash.get("/workers")
     assert name not in r.json()["processes"]["worker"], "a stopped pool leaves at once"
+
+
+async def test_a_pool_is_quieted_resumed_and_stopped_from_the_workers_page(
+    dash: Any, engine: Any, redis: Any, prefix: str
+) -> None:
+    """Quiet: the pool claims nothing more and finishes what it runs; resume: it claims again; stop
+    (confirmed): it shuts down as on SIGTERM. Each reaches the pool at its heartbeat, each is audited,
+    and the page shows the pool's slots, processed count and state as its record says."""
+    q, reg = f"{prefix}.pool", Registry()
+    release, started = asyncio.Event(), asyncio.Event()
+
+    @reg.job("slow", queue=q)
+    async def slow() -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    @reg.job("fast", queue=q)
+    async def fast() -> str:
+        return "done"
+
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=2), redis=redis)
+    enable_all(pool.signals)
+    running = asyncio.create_task(run_until_signal(pool, until=pool.done))
+    beat = pool._presence.beat  # the heartbeat, on the test's cue instead of every 5 s
+    try:
+        a = new_envelope(q, "slow")
+        await engine.enqueue_batch([a])
+        await asyncio.wait_for(started.wait(), 30)
+        await beat()
+        (row,) = [
+            p
+            for p in (await dash.get("/workers", token="admin")).json()["rows"]
+            if p["name"] == pool.context.pool
+        ]
+        assert (row["busy"], row["slots"], row["processed"], row["state"]) == (1, 2, 0, "running")
+        assert row["can_control"] is True
+        assert row["uptime_ms"] >= 0
+        url = f"/workers/{quote(pool.context.pool, safe='')}"
+        html = (await dash.get("/workers", as_json=False, token="admin")).text
+        assert f'action="{url}/quiet"' in html
+
+        r = await dash.post(f"{url}/quiet")
+        assert (r.status, r.json()["action"]) == (200, "worker.quiet"), r.text
+        mark = pool.signals.quiet.mark()
+        await beat()  # reads the control
+        await pool.signals.quiet.wait_for(lambda on: on is True, after=mark)
+        b = new_envelope(q, "fast")
+        await engine.enqueue_batch([b])
+        release.set()
+        await pool.signals.finished.wait_for(lambda f: f == (a.id, "succeeded"))  # what ran, finishes
+        assert (await engine.reads.get_job(q, b.id)).state == "pending", "a quiet pool claims nothing"
+        await beat()
+        (row,) = [p for p in (await dash.get("/workers")).json()["rows"] if p["name"] == pool.context.pool]
+        assert (row["state"], row["processed"]) == ("quiet", 1)
+
+        r = await dash.post(f"{url}/resume")
+        assert r.json()["action"] == "worker.resume"
+        await beat()
+        await pool.signals.finished.wait_for(lambda f: f == (b.id, "succeeded"))
+
+        asked = (await dash.post(f"{url}/stop")).json()["confirm"]  # stop asks first
+        assert not pool.done.is_set()
+        r = await dash.post(f"{url}/stop", dict(asked["fields"]))
+        assert r.json()["action"] == "worker.stop"
+        await beat()
+        await asyncio.wait_for(running, 30)  # the process's main loop ends: a graceful stop
+    finally:
+        release.set()
+        if not running.done():
+            await pool.stop()
+            await running
+    names = (await dash.get("/workers")).json()["processes"]["worker"]
+    assert pool.context.pool not in names, "a stopped pool leaves"
+    log = (await dash.get("/audit")).json()["entries"]
+    assert [e["action"] for e in log if e["target"] == pool.context.pool][:3] == [
+        "worker.stop",
+        "worker.resume",
+        "worker.quiet",
+    ]
+
+
+async def test_pool_controls_refuse_read_tokens_and_unknown_pools(dash: Any, redis: Any, prefix: str) -> None:
+    name = f"{prefix}-pool:78:{prefix}.a"
+    async with Presence(redis, "worker", name, facts=lambda: {"queues": [f"{prefix}.a"]}) as announced:
+        await announced.beat()
+        url = f"/workers/{quote(name, safe='')}"
+        r = await dash.post(f"{url}/quiet", token="read")
+        assert (r.status, r.code) == (403, "admin_required")
+        r = await dash.post(f"/workers/{prefix}-nope:1:x/quiet")
+        assert (r.status, r.code) == (404, "worker_not_found")
+        for action in ("quiet", "resume", "stop"):
+            r = await dash.post(f"/workers/{prefix}-nope:1:x/{action}")
+            assert r.code == "worker_not_found", action
 
 
 async def test_a_silent_worker_is_flagged_on_its_row(

@@ -27,6 +27,7 @@ def hold_rounds(pool: Pool) -> HeldRounds:
     """Put ``pool``'s rounds behind a :class:`HeldRounds` (before it starts)."""
     held = HeldRounds(pool.engine)
     pool.engine = copy.copy(pool.engine)
+    pool.engine.jobs = copy.copy(pool.engine.jobs)  # the pool's part only: the test's engine rounds freely
     pool.engine.jobs.settle_claim = held  # type: ignore[method-assign]
     pool._completions.engine = pool.engine
     return held
