@@ -15,9 +15,7 @@ class CanarySettings(BaseSettings):
     """The heartbeat canary (``canary``): a heartbeat job through the gateways to every partition of
     every routed topic each round, flagging the partitions whose heartbeat ran late."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_CANARY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CANARY_", extra="ignore", populate_by_name=True)
 
     gateways: CommaList = Field(default_factory=lambda: ["http://127.0.0.1:28080"])
     """Gateway URLs, comma-separated; ``url@az`` names a gateway's zone."""

@@ -5,15 +5,20 @@
 
 The classes are the source: each field's environment variable (``env_prefix`` + name, or its aliases),
 type and constraints, default (with the unit its name ends in: ``_ms``, ``_s``, ``_bytes``, ``_days``) and
-its attribute docstring (``use_attribute_docstrings``) as the meaning. Only the text between
+its attribute docstring (the string below it, read from the source here: the classes do not ask pydantic to
+read it at import, ~50 ms a class) as the meaning. Only the text between
 :data:`BEGIN` and :data:`END` is generated; the prose around it is kept. Not shipped (docs/ is no package).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -164,6 +169,33 @@ def own_fields(cls: type[BaseSettings]) -> Iterator[tuple[str, FieldInfo]]:
             yield name, field
 
 
+@functools.cache
+def docstrings(cls: type) -> dict[str, str]:
+    """Each attribute's docstring, the string right below it, in ``cls`` and the classes it extends (the
+    nearest wins), as pydantic's ``use_attribute_docstrings`` reads them."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.partition(".")[0] in {"builtins", "typing", "pydantic", "pydantic_settings"}:
+            continue
+        (node,) = ast.parse(textwrap.dedent(inspect.getsource(klass))).body
+        assert isinstance(node, ast.ClassDef)
+        for field, doc in zip(node.body, node.body[1:], strict=False):
+            if (
+                isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant)
+                and isinstance(doc.value.value, str)
+            ):
+                found[field.target.id] = inspect.cleandoc(doc.value.value)
+    return found
+
+
+def meaning(cls: type[BaseSettings], name: str, field: FieldInfo) -> str | None:
+    """What the setting ``name`` of ``cls`` does: its ``description``, or else its attribute docstring."""
+    return field.description or docstrings(cls).get(name)
+
+
 def table(cls: type[BaseSettings], module: str) -> list[str]:
     """``cls``'s section; its heading names ``module``, where the class is imported from (its CLASSES path:
     ``jqcore.settings``, not the package's inner module that defines it)."""
@@ -177,7 +209,7 @@ def table(cls: type[BaseSettings], module: str) -> list[str]:
         first, *others = env_names(cls, name, field)
         var = f"`{first}`" + (f" ({', '.join(f'`{o}`' for o in others)})" if others else "")
         typ = ", ".join([kind(field), *bounds(field)])
-        lines.append(f"| {var} | {typ} | {default(name, field)} | {text(field.description)} |")
+        lines.append(f"| {var} | {typ} | {default(name, field)} | {text(meaning(cls, name, field))} |")
     return lines
 
 

@@ -19,9 +19,11 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-import structlog
-
+from jqcore.imports import STRUCTLOG_UNUSED, hidden
 from jqcore.settings import LogSettings
+
+with hidden(*STRUCTLOG_UNUSED):  # rich's pretty exceptions: format_exc_info formats them (configure)
+    import structlog
 
 __all__ = ["KAFKA_LOGGER", "configure", "get_logger", "kafka_logging"]
 
@@ -64,7 +66,9 @@ def configure(settings: LogSettings | None = None) -> None:
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if settings.format == "json"
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     )
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(

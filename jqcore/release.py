@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 
 __all__ = ["version"]
 
@@ -11,6 +10,8 @@ __all__ = ["version"]
 @functools.cache
 def version() -> str:
     """The distribution's metadata (``pyproject.toml``'s ``version``)."""
+    import importlib.metadata  # here: `jobq --help` and whoever never asks do not import it
+
     try:
         return importlib.metadata.version("jobq")
     except importlib.metadata.PackageNotFoundError:  # a checkout run from PYTHONPATH without an install

@@ -80,7 +80,7 @@ class RoutingSettings(BaseSettings):
     """Queue → Kafka topic routing (``JOBQ_ROUTES``, ``JOBQ_DEFAULT_*``), read by every producer and the
     relay."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
 
     routes: Annotated[list[Route], JsonText] = Field(default_factory=list)
     """Routes as JSON, ``[{"queues": fnmatch pattern, "topic": name, "acks": "all" or "leader"}, ...]``; the

@@ -18,9 +18,7 @@ class DispatcherSettings(BaseSettings):
     """The push dispatcher (``jqdispatch``, ``jobq dispatcher``, ``docs/dispatcher.md``): which queues it
     claims from, how many jobs it holds at once, where downstreams call back."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_DISPATCHER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_DISPATCHER_", extra="ignore", populate_by_name=True)
 
     queues: QueueNames
     """Queues this dispatcher claims from (comma-separated): queues of dispatch kinds only (a job of

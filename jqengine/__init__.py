@@ -11,6 +11,7 @@ Kafka or Consul client, and nothing of a running process (:mod:`jqruntime` stand
 way round).
 """
 
+import jqengine._redis  # noqa: F401  (first: redis-py without what it imports for nothing)
 from jqengine.codes import (
     Code,
     FenceRejected,

@@ -19,9 +19,7 @@ __all__ = ["RelaySettings"]
 class RelaySettings(RelayKeys):
     """Where the relay keeps its state (:class:`jqcore.settings.RelayKeys`) and how it runs."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_RELAY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
 
     holder: str = Field(
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",

@@ -22,6 +22,8 @@ Every 503 is the one error body of :mod:`jqruntime.http` (``{"error": {"code", "
 
 :func:`liveness` and :func:`readiness_answer` are the pure judgements (unit-tested); :class:`HealthServer`
 serves them; :func:`jqruntime.lifecycle.run_until_signal` starts one when a main passes ``health_port``.
+aiohttp is imported when a server is made or an answer formed, never by importing this module: a process
+without a metrics port (a worker pool by default) does not pay for it at start.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from jqcore import metrics
 from jqcore.log import get_logger
-from jqruntime.http import HttpError, error_middleware, json_response, serve_http
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from jqruntime.http import HttpError
 
 __all__ = [
     "BEAT_S",
@@ -103,6 +107,8 @@ def readiness_error(
 ) -> HttpError:
     """The 503 for ``problems``: code ``not_ready`` (or the one problem's own code), a message naming each,
     and the list of problems in the body."""
+    from jqruntime.http import HttpError  # aiohttp: only when there is an answer to form
+
     message = "; ".join(p.message for p in problems)
     code = problems[0].code if len(problems) == 1 else "not_ready"
     details = {"service": service, "problems": [p.as_dict() for p in problems], **(facts or {})}
@@ -164,6 +170,10 @@ class HealthServer:
 
     # ---- the server's side ----------------------------------------------------------------------
     def app(self) -> web.Application:
+        from aiohttp import web  # here, not at import (the module doc)
+
+        from jqruntime.http import error_middleware
+
         app = web.Application(middlewares=[error_middleware(f"the {self.service}'s health server")])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -171,6 +181,8 @@ class HealthServer:
         return app
 
     async def _healthz(self, _: web.Request) -> web.Response:
+        from jqruntime.http import HttpError, json_response
+
         problem = liveness(self.beat_at, time.monotonic(), self.stale_s)
         if problem is not None:
             raise HttpError(503, problem.code, problem.message, details={"service": self.service})
@@ -199,14 +211,20 @@ class HealthServer:
             return Readiness([Problem("check_timeout", message)])
 
     async def _readyz(self, _: web.Request) -> web.Response:
+        from jqruntime.http import json_response
+
         return json_response(readiness_answer(self.service, await self.evaluate()))
 
     async def _metrics(self, _: web.Request) -> web.Response:
+        from aiohttp import web
+
         await self.evaluate()  # jobq_service_ready as of this scrape
         return web.Response(body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
     def start(self, host: str, port: int) -> int:
         """Serve on ``host:port`` from a daemon thread; the port bound."""
+        from jqruntime.http import serve_http
+
         ready = threading.Event()
         failed: list[BaseException] = []
 

@@ -189,9 +189,7 @@ class TokenSet:
 class TokenSettings(BaseSettings):
     """Named, scoped tokens for the gateway and the dashboard (``JOBQ_TOKENS_*``, ``docs/security.md``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_TOKENS_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_TOKENS_", extra="ignore", populate_by_name=True)
 
     file: Path | None = None
     """A TOML file of ``[[token]]`` tables (``name``, ``sha256``, ``scopes``, ``queues``, ``kinds``,

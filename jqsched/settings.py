@@ -19,9 +19,7 @@ class SchedulerSettings(BaseSettings):
     retries, expired leases, garbage collection), cron, the far-future tier, event shipping and graph
     repair of the queues its group keeps."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_SCHEDULER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_SCHEDULER_", extra="ignore", populate_by_name=True)
 
     name: str = Field(
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",

@@ -14,6 +14,7 @@ every module (nothing is resolved at build time, and a missing entry fails the b
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -30,10 +31,12 @@ from jqstack.paths import (
     home,
 )
 from jqstack.procs import run_step
+from jqstack.progress import step
 
 __all__ = [
     "build_go_tool",
     "ensure_consul",
+    "ensure_kafka_cds",
     "ensure_kafka_jars",
     "ensure_promtool",
     "ensure_redis",
@@ -170,6 +173,41 @@ def ensure_kafka_jars() -> Path:
         f"fetching Kafka {KAFKA_VERSION}'s broker jars with Maven (~56 MB)",
         "first run only, ~1-2 min",
     )
+
+
+def ensure_kafka_cds(libs: Path) -> Path | None:
+    """Kafka's class-data-sharing archive for this JVM and these jars (AppCDS; ``KafkaBroker`` and the
+    storage format map it: :func:`jqstack.servers.jvm_cds`), made once per Kafka version, jar list and JDK
+    build under ``JOBQ_HOME/kafka-<version>/``: a throwaway broker runs until its metadata answers and
+    dumps the classes it loaded when it stops (``-XX:ArchiveClassesAtExit``, ~10 s once). None when it
+    cannot be made (the brokers then start without it, as before)."""
+    java = shutil.which("java")
+    if java is None:
+        return None
+    archive = libs.parent / f"cds-{_cds_key(Path(java), libs)}.jsa"
+    if archive.is_file():
+        return archive
+    for old in libs.parent.glob("cds-*.jsa"):  # another JDK build's or jar list's: never valid again
+        old.unlink(missing_ok=True)
+    from jqstack.servers import dump_kafka_cds  # a broker run: servers and the supervisor
+
+    with step("making Kafka's class-data-sharing archive (faster broker starts)", "once per Kafka and JDK"):
+        made = dump_kafka_cds(libs, archive)
+    return archive if made else None
+
+
+def _cds_key(java: Path, libs: Path) -> str:
+    """What an archive is valid for: the JVM build (its ``libjvm.so``, found without starting a JVM) and
+    the jar list Maven's copy was checked against (``.complete``)."""
+    real = java.resolve()
+    parts = [str(real)]
+    for jvm in (real.parent.parent / "lib" / "server" / "libjvm.so",):
+        with contextlib.suppress(OSError):
+            st = jvm.stat()
+            parts += [str(st.st_size), str(st.st_mtime_ns)]
+    with contextlib.suppress(OSError):
+        parts.append((libs / ".complete").read_text())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
 def ensure_spark_jars() -> Path:

@@ -7,9 +7,14 @@ never an open port.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
+import tempfile
 import urllib.request
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +30,8 @@ __all__ = [
     "RedisServer",
     "ServerSpec",
     "broker_zone",
+    "dump_kafka_cds",
+    "jvm_cds",
     "kafka_ready",
 ]
 
@@ -54,6 +61,14 @@ class ServerSpec:
         return self.data_dir / "server.log"
 
 
+BROKER_SESSION_MS = 6000
+"""The local brokers' ``broker.session.timeout.ms`` (Kafka's default is 9 s): how long the controller keeps
+a silent broker's registration — a crashed broker's new run can register only once it expired. Not
+lower: on a loaded 2-core machine a 3 s session expired under a busy controller (a live broker fenced)."""
+BROKER_HEARTBEAT_MS = 1000
+"""``broker.heartbeat.interval.ms`` (default 2 s): six heartbeats per session (Kafka's defaults: 4.5)."""
+
+
 def kafka_ready(
     bootstrap: str, expected_brokers: int, timeout_s: float = 2.0, security: dict[str, str] | None = None
 ) -> bool:
@@ -68,6 +83,17 @@ def kafka_ready(
     admin = AdminClient({**conf, **(security or {})})
     meta = admin.list_topics(timeout=timeout_s)
     return len(meta.brokers) >= expected_brokers
+
+
+def jvm_cds(archive: Path | None) -> list[str]:
+    """The JVM options that map Kafka's class-data-sharing archive
+    (:func:`jqstack.provision.ensure_kafka_cds`): the classes a broker loads at start come parsed and
+    verified from it (a broker is ready ~0.5 s sooner and spends ~40 % less CPU getting there).
+    ``-Xshare:auto``: an archive this JVM cannot use (another JDK build, other jars) is skipped, never
+    fatal. None: no archive."""
+    if archive is None:
+        return []
+    return [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
 
 def broker_zone(node_id: int) -> str:
@@ -109,6 +135,11 @@ class KafkaBroker:
                 f"transaction.state.log.replication.factor={min(3, voters.count('@'))}",
                 "transaction.state.log.min.isr=1",
                 "group.initial.rebalance.delay.ms=0",
+                # a broker killed (-9) and started again is refused by the controller (a duplicate
+                # registration) until the session of its previous run expired: 9 s by default, so a restart
+                # right after a crash took up to 9 s longer than the broker's start
+                f"broker.session.timeout.ms={BROKER_SESSION_MS}",
+                f"broker.heartbeat.interval.ms={BROKER_HEARTBEAT_MS}",
                 "auto.create.topics.enable=false",
                 "log.retention.hours=168",
                 f"message.max.bytes={BROKER_MESSAGE_MAX_BYTES}",
@@ -145,9 +176,11 @@ class KafkaBroker:
         voters: str,
         cluster_id: str,
         secure: SecureFiles | None = None,
+        cds: Path | None = None,
     ) -> Path:
         """Write ``server.properties`` (0600: a secure broker's holds its SCRAM password) and format the
-        storage once (a secure stack's SCRAM users are created then: ``--add-scram``)."""
+        storage once (a secure stack's SCRAM users are created then: ``--add-scram``); ``cds``: the class
+        archive the format's JVM maps too (:func:`jvm_cds`)."""
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         props = spec.data_dir / "server.properties"
         props.touch(mode=0o600)
@@ -160,6 +193,7 @@ class KafkaBroker:
                 f"formatting Kafka storage for {spec.name}",
                 [
                     "java",
+                    *jvm_cds(cds),
                     "-cp",
                     f"{libs}/*",
                     "kafka.tools.StorageTool",
@@ -175,7 +209,11 @@ class KafkaBroker:
         return props
 
     @staticmethod
-    def command(spec: ServerSpec, libs: Path) -> list[str]:
+    def command(
+        spec: ServerSpec, libs: Path, cds: Path | None = None, *, jvm: Sequence[str] = ()
+    ) -> list[str]:
+        """The broker's command line; ``cds``: the class archive to map (:func:`jvm_cds`), ``jvm``: more JVM
+        options (the archive's own dump run)."""
         log4j = spec.data_dir / "log4j2.properties"
         log4j.write_text(
             "rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"
@@ -189,6 +227,8 @@ class KafkaBroker:
             "-Xmx768m",
             "-XX:+UseG1GC",
             "-XX:TieredStopAtLevel=1",
+            *jvm_cds(cds),
+            *jvm,
             f"-Dlog4j2.configurationFile={log4j}",
             f"-Dkafka.logs.dir={spec.data_dir}",
             "-cp",
@@ -196,6 +236,44 @@ class KafkaBroker:
             "kafka.Kafka",
             str(spec.data_dir / "server.properties"),
         ]
+
+
+def dump_kafka_cds(libs: Path, archive: Path, timeout_s: float = 120.0) -> bool:
+    """Write Kafka's class-data-sharing archive to ``archive``: a throwaway single-node broker (free ports, a
+    temporary folder beside ``archive``) runs until its metadata answers and is stopped with SIGTERM; its JVM
+    dumps every class it loaded as it exits (``-XX:ArchiveClassesAtExit``). False when any of it failed
+    (nothing is written then)."""
+    from jqstack.errors import StackError
+    from jqstack.procs import free_port
+    from jqstack.supervise import spawn, stop_pids, wait_until
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cds-", dir=archive.parent) as tmp:
+        folder = str(Path(tmp) / "kafka")
+        spec = ServerSpec("kafka-cds", "kafka", free_port(), folder, {"controller": free_port()})
+        voters = f"1@127.0.0.1:{spec.extra_ports['controller']}"
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        dumped = Path(tmp) / "classes.jsa"
+        try:
+            KafkaBroker.prepare(spec, libs, 1, voters, cluster_id)
+            cmd = KafkaBroker.command(spec, libs, jvm=[f"-XX:ArchiveClassesAtExit={dumped}"])
+            pid = spawn(cmd, log=spec.log, cwd=spec.data_dir)
+            try:
+                wait_until(
+                    lambda: kafka_ready(f"127.0.0.1:{spec.port}", 1),
+                    what="the archive's broker",
+                    timeout_s=timeout_s,
+                    pid=pid,
+                    log=spec.log,
+                )
+            finally:
+                stop_pids([pid], grace_s=60)  # SIGTERM: a normal exit, which writes the archive
+        except StackError:
+            return False
+        if not dumped.is_file() or dumped.stat().st_size == 0:
+            return False
+        os.replace(dumped, archive)
+    return True
 
 
 class ConsulServer:

@@ -15,9 +15,7 @@ __all__ = ["WebSettings"]
 class WebSettings(BaseSettings):
     """The dashboard (``jqweb``, ``jobq web``, ``docs/dashboard.md``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_WEB_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WEB_", extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
     """The address the dashboard listens on. Set ``0.0.0.0`` (or the pod's address) to serve other hosts."""

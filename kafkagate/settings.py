@@ -20,9 +20,7 @@ class GateSettings(BaseSettings, ProduceBatching):
     """The gateway (``kafkagate``, ``jobq gate``, ``docs/gateway.md``): where it listens, whom it serves,
     its request limits, how its Kafka producer batches (``produce_*``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_GATE_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_GATE_", extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
     """The address the gateway listens on. Set ``0.0.0.0`` (or the pod's address) to serve other hosts."""

@@ -85,6 +85,22 @@ def stack() -> Iterator[SessionStack]:
 
 
 @pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session (local[2], loopback, no UI) shared by every test of the run that runs Spark
+    in this process (``tests/spark``, the history benchmark's smoke test, which uses the running session
+    rather than start its own): it takes ~10 s to start, and a JVM per test would eat the CI budget."""
+    from jqspark import spark_session
+    from jqstack.provision import ensure_spark_jars
+
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"}
+    session = spark_session("jobq-tests", jars=ensure_spark_jars(), conf=conf)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
 def endpoints(stack: SessionStack) -> Endpoints:
     """The session stack's addresses; its audit topic (``JOBQ_AUDIT_TOPIC``, default ``jobq.audit``) is
     created once, as ``jobq topics create`` would, so every gateway, dashboard and CLI command of the run

@@ -46,9 +46,7 @@ FilterPairs = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_filter)]
 class WorkerSettings(BaseSettings):
     """One worker pool: which code runs, for which queues, how many jobs at once."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_WORKER_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WORKER_", extra="ignore", populate_by_name=True)
 
     app: str = Field(min_length=1)
     """``module[:attribute]`` of the application's ``worker.Registry`` (the attribute defaults to
@@ -104,9 +102,7 @@ class LiveSettings(BaseSettings):
     """What a running pool takes from its ``settings_file`` (at start and on SIGHUP): the file's values
     only, since a running process's environment never changes."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_WORKER_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_WORKER_", extra="ignore")
 
     concurrency: int | None = Field(None, ge=1)
     """Jobs run at once by this pool (unset: unchanged)."""

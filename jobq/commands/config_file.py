@@ -11,6 +11,7 @@ its schema (pydantic: an error names the file, the table and the field), reading
     excl_key = "tenant"
     lease_ms = "2m"                    # *_ms fields take milliseconds or a duration: 30s, 5m, 2h, 1d
     paused = false                     # ... but paused and enqueue_blocked, left as they are unless named
+    rate = "50/s burst 200"            # the relays' limit: or "paused", "unlimited"; left alone unless named
 
     [queues."billing.invoices".kinds."invoice.render"]   # a job type's options in this queue
     concurrency = 4
@@ -54,6 +55,7 @@ from jobq.commands.remote import duration_ms
 from jqcore import envelope_rules
 from jqcore.cron import CronSchedule
 from jqcore.errors import ConfigError, JobqError
+from jqcore.rates import Rate
 from jqengine import Switch
 from jqruntime.dispatch import DispatchConfig
 from kafkagate.queue_bodies import QueueConfigBody, QueuePatchBody, SwitchBody
@@ -79,6 +81,8 @@ VERSION: Literal[1] = 1
 QUEUE_FIELDS = tuple(QueueConfigBody.model_fields)
 """A queue's configuration fields (``PUT /v1/queues/{queue}``)."""
 MS_FIELDS = tuple(f for f in QUEUE_FIELDS if f.endswith("_ms"))
+UNLIMITED = "unlimited"
+"""A queue's rate as the file and the plan say no limit (the relays' key deleted)."""
 TOGGLES = frozenset({"paused", "enqueue_blocked"})
 """The queue fields an operator flips during an incident (``jobq queue pause``): managed only when the file
 names them, so an apply does not undo a pause nobody wrote down."""
@@ -146,9 +150,15 @@ class QueueTable(QueuePatchBody):
     def _durations(cls, value: Any) -> Any:
         return _duration(value)
 
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        """The relays' live limit (``50/s burst 200``, ``paused``, ``unlimited``), kept canonical."""
+        return None if value is None else Rate.parse(value).text or UNLIMITED
+
     def config(self) -> dict[str, Any]:
         """The whole configuration the file asks for (validated as the gateway's PUT body)."""
-        named = self.model_dump(include=self.model_fields_set - {"kinds"})
+        named = self.model_dump(include=self.model_fields_set - {"kinds", "rate"})
         return QueueConfigBody.model_validate(named).model_dump()
 
     def managed(self) -> set[str]:

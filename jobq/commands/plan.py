@@ -26,9 +26,11 @@ from jobq.commands.config_file import (
     QUEUE_FIELDS,
     SWITCH_FIELDS,
     TOGGLES,
+    UNLIMITED,
     ConfigFile,
     CronTable,
     KindTable,
+    QueueTable,
     tomlable,
 )
 from jobq.commands.remote import format_duration
@@ -54,6 +56,8 @@ class Live:
 
     queues: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     """Every queue → its configuration (None: not read, out of the file's scope)."""
+    rates: dict[str, str | None] = field(default_factory=dict)
+    """A read queue → its relays' rate limit, canonical (None: Consul did not answer, not compared)."""
     kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
     """kind → ``defaults`` (options for every queue, or None), ``dispatch`` (every queue's, or None),
     ``queues`` (queue → its options, ``dispatch`` the one its jobs are pushed with)."""
@@ -78,7 +82,10 @@ async def read_live(jq: JobqClient, wanted: Callable[[str], bool]) -> Live:
     type, schedule and switch — of what the token may see."""
     live = Live()
     for name in (await jq.request("GET", "/v1/queues"))["queues"]:
-        live.queues[name] = (await jq.queue(name))["config"] if wanted(name) else None
+        answer = await jq.queue(name) if wanted(name) else None
+        live.queues[name] = None if answer is None else answer["config"]
+        if answer is not None:
+            live.rates[name] = None if answer.get("rate") is None else answer["rate"]["limit"]
     for entry in (await jq.request("GET", "/v1/kinds"))["kinds"]:
         live.kinds[entry["kind"]] = entry
     for row in (await jq.request("GET", "/v1/cron"))["schedules"]:
@@ -192,18 +199,30 @@ def _queue_changes(doc: ConfigFile, live: Live, plan: Plan) -> None:
     for name, table in doc.queues.items():
         wanted, managed = table.config(), table.managed()
         current = live.queues.get(name)
+        path = f"/v1/queues/{name}"
         if name not in live.queues or current is None:
             fields = _without_defaults({k: wanted[k] for k in QUEUE_FIELDS if k in managed}, QUEUE_DEFAULTS)
-            plan.changes.append(
-                Change("create", "queue", name, None, fields, "PUT", f"/v1/queues/{name}", wanted)
-            )
+            plan.changes.append(Change("create", "queue", name, None, fields, "PUT", path, wanted))
+            _rate_change(table, UNLIMITED, "create", plan, path)
             continue
         fields = _diff(current, wanted, [k for k in QUEUE_FIELDS if k in managed])
-        if not fields:
+        if fields:
+            body = {**wanted, **{k: current[k] for k in TOGGLES if k not in managed and k in current}}
+            plan.changes.append(Change("update", "queue", name, None, fields, "PUT", path, body))
+        rate_changed = _rate_change(table, live.rates.get(name), "update", plan, path)
+        if not fields and not rate_changed:
             plan.unchanged += 1
-            continue
-        body = {**wanted, **{k: current[k] for k in TOGGLES if k not in managed and k in current}}
-        plan.changes.append(Change("update", "queue", name, None, fields, "PUT", f"/v1/queues/{name}", body))
+
+
+def _rate_change(table: QueueTable, current: str | None, action: Action, plan: Plan, path: str) -> bool:
+    """The relays' rate limit of a queue whose table names one (a toggle, as ``paused``: an apply leaves a
+    limit set during an incident alone unless the file says it), set by its own ``PATCH``. Not compared
+    when Consul did not answer the read (``current`` None): set again, idempotently."""
+    if table.rate is None or table.rate == current:
+        return False
+    name, fields = path.rsplit("/", 1)[1], {"rate": (current, table.rate)}
+    plan.changes.append(Change(action, "queue", name, None, fields, "PATCH", path, {"rate": table.rate}))
+    return True
 
 
 def _kind_changes(doc: ConfigFile, live: Live, plan: Plan) -> None:
@@ -404,6 +423,8 @@ def export_doc(
     for name, config in sorted(live.queues.items()):
         if config is not None and fnmatch.fnmatchcase(name, pattern):
             queues[name] = _queue_table(config)
+            if live.rates.get(name) not in (None, UNLIMITED):
+                queues[name]["rate"] = live.rates[name]
             kinds = _queue_kinds(live, name, left_out)
             if kinds:
                 queues[name]["kinds"] = kinds

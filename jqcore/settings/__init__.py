@@ -73,7 +73,7 @@ __all__ = [
 class LogSettings(BaseSettings):
     """Logging (``JOBQ_LOG_LEVEL``, ``JOBQ_LOG_FORMAT``)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_LOG_", extra="ignore")
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     """The lowest level logged. ``debug`` to diagnose; ``warning`` for quieter logs."""
@@ -85,9 +85,7 @@ class RelayKeys(BaseSettings):
     """Where the relays keep their state (``JOBQ_RELAY_*``): read by the relay itself (which adds its own
     settings, ``jqrelay.settings``) and by whoever shows or changes it (``jobq status``, the dashboard)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_RELAY_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
 
     topics: CommaList = Field(default_factory=list)
     """Topics to relay (comma-separated); empty: every topic of the routes (JOBQ_ROUTES)."""
@@ -124,7 +122,7 @@ class CronSettings(BaseSettings):
     written by ``jobq cron`` and the gateway's ``/v1/cron`` routes. The same root keeps the queues'
     configurations and the kinds' options (``jqruntime.stores.config``; ``jobq rebuild`` restores them)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_CRON_", extra="ignore")
 
     kv_prefix: str = Field("jobq", min_length=1)
     """Consul KV root: schedules at ``<prefix>/cron/<name>``, their state at ``<prefix>/cron-state/<name>``
@@ -139,7 +137,7 @@ class FarSettings(BaseSettings):
     compacted ``topic`` instead of Redis. Relays split them off, scheduler instances
     move them into the engine once they are due within the horizon, the gateway unschedules them."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_FAR_", extra="ignore")
 
     horizon_s: float = Field(3600.0, ge=0)
     """Jobs due further ahead than this go to the tier (0: the tier is off, every job goes to Redis). Lower it
@@ -162,9 +160,7 @@ class EventSettings(BaseSettings, ProduceBatching):
     stream by the script that makes it; scheduler instances ship each owned queue's stream to ``topic``
     (keyed by job id, batched as the ``produce_*`` settings say) and trim what Kafka acknowledged."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_EVENTS_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_EVENTS_", extra="ignore")
 
     topic: str = Field("jobq.events", min_length=1)
     """The lifecycle events topic (``docs/history.md``), keyed by job id. Set it when several jobq
@@ -192,7 +188,7 @@ class AuditSettings(BaseSettings):
     a record in a capped Redis stream (what the dashboard's audit page reads) and also on ``topic`` in
     Kafka, which an admin of Redis cannot erase (``jqruntime.stores.audit``)."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_AUDIT_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="JOBQ_AUDIT_", extra="ignore")
 
     topic: str = Field("jobq.audit", min_length=1)
     """The audit topic: one JSON record per action, keyed by its Redis stream id; retained by time (never
@@ -213,9 +209,7 @@ class HistorySettings(BaseSettings):
     """The history tables (``docs/history.md``): built by ``jobq history run`` (PySpark), read by the CLI
     and the gateway's archive through DuckDB."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_HISTORY_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_HISTORY_", extra="ignore")
 
     path: str = ""
     """Folder of the tables ('' = the default local stack's: ``<JOBQ_HOME>/stacks/default/history``, where
@@ -276,9 +270,7 @@ class MetricsSettings(BaseSettings):
     command's ``--metrics-port``). Loopback by default; ``0.0.0.0`` in containers (probes come from
     outside)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_METRICS_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_METRICS_", extra="ignore")
 
     host: str = "127.0.0.1"
     """The address the health and metrics routes are served on. Set ``0.0.0.0`` in a container, where probes
@@ -291,9 +283,7 @@ class QueueBounds(BaseSettings):
     ``queue_config_invalid`` naming the field and the bound), so a queue's admin cannot lift the limits that
     keep one tenant from filling Redis for everyone (``docs/security.md``)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_QUEUE_MAX_", extra="ignore", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_QUEUE_MAX_", extra="ignore")
 
     retention_ms: int = Field(30 * 86_400_000, ge=0)
     """Longest a finished job's record stays in Redis. Raise it when teams must read finished jobs from
@@ -342,9 +332,7 @@ class TraceSettings(BaseSettings):
     (``JOBQ_TRACE_*``) are their aliases; the exporter reads its other ``OTEL_EXPORTER_OTLP_*`` settings
     (headers, timeout, compression, certificates) itself."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JOBQ_TRACE_", extra="ignore", use_attribute_docstrings=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JOBQ_TRACE_", extra="ignore", populate_by_name=True)
 
     otlp_endpoint: str = Field(
         "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "JOBQ_TRACE_OTLP_ENDPOINT")

@@ -10,7 +10,6 @@ from pydantic import (
     AfterValidator,
     AliasChoices,
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
@@ -76,7 +75,6 @@ class KafkaSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_KAFKA_",
         extra="ignore",
-        use_attribute_docstrings=True,
         populate_by_name=True,
         hide_input_in_errors=True,
     )
@@ -236,8 +234,6 @@ class ProduceBatching(BaseModel):
     """How a service's Kafka producer batches its records (librdkafka's ``linger.ms``, ``batch.size``,
     ``batch.num.messages``, ``compression.type``): the fields of the settings classes of the services that
     produce a lot (the gateway, the event shipper). Delivery stays ``acks=all`` with idempotence."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
 
     produce_linger_ms: int = Field(2, ge=0, le=1000)
     """How long the producer waits for more records before it sends a batch to a partition's leader

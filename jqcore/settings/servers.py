@@ -30,7 +30,6 @@ class RedisSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_REDIS_",
         extra="ignore",
-        use_attribute_docstrings=True,
         populate_by_name=True,
         hide_input_in_errors=True,
     )
@@ -162,7 +161,6 @@ class ConsulSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="JOBQ_CONSUL_",
         extra="ignore",
-        use_attribute_docstrings=True,
         populate_by_name=True,
         hide_input_in_errors=True,
     )

@@ -106,7 +106,13 @@ class Load:
     @property
     def fair_rates(self) -> dict[str, float]:
         """The load queue's per-tenant start rates (jobs/s) the load is sent under."""
-        return {RATED_TENANT: self.rate / RATED_EVERY * RATED_HEADROOM}
+        return self.rates(self.rate)
+
+    @staticmethod
+    def rates(rate: float) -> dict[str, float]:
+        """The per-tenant start rates a load of ``rate`` requests/s is sent under (the queue is set up with
+        them before the load starts)."""
+        return {RATED_TENANT: rate / RATED_EVERY * RATED_HEADROOM}
 
     def acked_since(self, t: float) -> int:
         return sum(1 for r in self.requests if r.acked and r.sent >= t)

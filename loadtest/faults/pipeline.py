@@ -221,6 +221,11 @@ class FaultPipeline:
                 raise TimeoutError(f"{name} wrote nothing in {timeout_s:.0f}s (see {log})")
             await asyncio.sleep(0.2)
 
+    async def up(self, timeout_s: float = 60.0) -> None:
+        """Until every process's current run has logged its first line: the one a fault started again may
+        still be importing when the next scenario on this path begins (a pool sent SIGTERM then exits 1)."""
+        await asyncio.gather(*(self.logged(name, timeout_s) for name in self.children))
+
     def dead(self) -> list[str]:
         return [f"{n} (exit {c.returncode})" for n, c in self.children.items() if c.returncode is not None]
 

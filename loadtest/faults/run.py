@@ -35,12 +35,40 @@ from loadtest.faults.load import GRAPH_SHAPE, Load
 from loadtest.faults.ordering import Claim
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
-__all__ = ["Drill", "Scenario", "run_scenario"]
+__all__ = ["Drill", "PipelineKey", "Pipelines", "Scenario", "run_scenario"]
 
 Servers = Literal["shared", "own", "kafka3", "cluster", "disk"]
 """What a scenario runs on: the caller's servers (it kills no server), a private single-node stack (it kills
 or wipes a server), a private stack with three Kafka brokers, a private six-node Redis Cluster, or a
 private single-node stack whose Redis and Kafka keep their data on small tmpfs mounts."""
+
+
+@dataclass
+class RanIds:
+    """The ids of the jobs the handlers recorded a run of under ``folder`` (``exec-*.jsonl``), read as the
+    files grow: a path that served earlier scenarios has their runs too, and the polls that wait for flow
+    would parse all of them four times a second."""
+
+    folder: Path
+    prefix: str = ""
+    """Only ids starting with it (the scenario's own jobs)."""
+    _ids: set[str] = field(default_factory=set)
+    _read: dict[Path, int] = field(default_factory=dict)
+
+    def __call__(self) -> set[str]:
+        for path in sorted(self.folder.glob("exec-*.jsonl")):
+            at = self._read.get(path, 0)
+            with path.open("rb") as f:
+                f.seek(at)
+                chunk = f.read()
+            whole = chunk.rfind(b"\n") + 1  # a torn last line is read once it is whole
+            for line in chunk[:whole].splitlines():
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    doc = orjson.loads(line)
+                    if "id" in doc and str(doc["id"]).startswith(self.prefix):
+                        self._ids.add(str(doc["id"]))
+            self._read[path] = at + whole
+        return self._ids
 
 
 @dataclass
@@ -51,6 +79,9 @@ class Drill:
     pipe: FaultPipeline
     load: Load
     stack: Stack | None
+    run: str = ""
+    """This scenario's own prefix: every job id it sends starts with ``<run>-`` (the path it runs on may have
+    served earlier scenarios: :class:`Pipelines`)."""
     proxy: FaultProxy | None = None
     """The fault proxy the scenario's ``links`` go through (proxies named ``<process>-<service>``; Kafka's
     are ``kafka-<n>``, one per broker, shared by every process sent through them)."""
@@ -61,6 +92,13 @@ class Drill:
     """The fault proxy's listening port per link name."""
     afterwards: list[Callable[[], None]] = field(default_factory=list)
     """Evidence read once the path is quiet (what processes logged of a fault can come seconds later)."""
+    _ran: RanIds | None = field(default=None, init=False, repr=False)
+
+    def ran(self) -> set[str]:
+        """The ids of this scenario's jobs that ran so far."""
+        if self._ran is None:
+            self._ran = RanIds(self.pipe.executions, f"{self.run}-" if self.run else "")
+        return self._ran()
 
     def evidence(self, what: str, ok: bool, **facts: Any) -> bool:
         """Record whether the fault did ``what`` (with the facts that say so): the scenario fails when a
@@ -85,7 +123,7 @@ class Drill:
         since = time.time()
         deadline = time.monotonic() + timeout_s
         while True:
-            ran = {e.id for e in read_executions(self.pipe.executions)}
+            ran = self.ran()
             ok = sum(1 for r in list(self.load.requests) if r.acked and r.sent >= since and r.id in ran)
             if ok >= n:
                 return time.time() - since
@@ -140,12 +178,15 @@ class Scenario:
     replication: int = 1
     topic_config: dict[str, str] = field(default_factory=dict)
     rate: float = 100.0
-    warm: int = 200
-    """Jobs that must go through before anything is measured (the first also wait for the path's start)."""
+    warm: int = 100
+    """Jobs that must go through before anything is measured (the first also wait for the path's start:
+    it works end to end). 200 until 2026-12: the checks count jobs, and every invariant has enough to
+    judge with half (the suite's verdicts judge the same checks, none ``n/a``)."""
     baseline: int = 100
     """Jobs after the warm-up whose answers and runs say what "normal" is (1 s of load at 100 jobs/s)."""
-    after: int = 200
-    """Jobs that must go through after the heal (the flow is steady again) before the load stops."""
+    after: int = 100
+    """Jobs that must go through after the heal (the flow is steady again) before the load stops (200
+    until 2026-12, as ``warm``)."""
     graceful: bool = False
     """The fault only stops processes gracefully (no lease expires, nothing dies holding a job): any job
     that ran twice is an illegal duplicate."""
@@ -245,9 +286,10 @@ def _ready_at(job: JobInfo) -> float | None:
     return job.enqueued_at / 1000
 
 
-async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
+async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> bool:
     """Until every acked job ran and the queue holds nothing ready, delayed or running — or nothing new ran
-    for ``idle_s`` (what is missing then is lost), or ``cap_s`` passed."""
+    for ``idle_s`` (what is missing then is lost), or ``cap_s`` passed. True: it ended quiet (every acked
+    job ran, the queues are empty)."""
     pipe = drill.pipe
     canceled = {c.id for c in drill.load.cancels if c.stops_the_job or not c.outcome}
     acked = {r.id for r in drill.load.requests if r.acked} - canceled
@@ -255,15 +297,153 @@ async def _quiesce(drill: Drill, idle_s: float, cap_s: float) -> None:
     seen = -1
     async with drill.engine() as engine:
         while time.monotonic() - started < cap_s:
-            ran = {e.id for e in read_executions(pipe.executions)}
+            ran = drill.ran()
             if len(ran) != seen:
                 seen, last_change = len(ran), time.monotonic()
             depths = [await engine.reads.depth(q) for q in pipe.queues]
             if acked <= ran and sum(d.pending + d.delayed + d.running for d in depths) == 0:
-                return
+                return True
             if time.monotonic() - last_change > idle_s:
-                return
+                return False
             await asyncio.sleep(0.5)
+    return False
+
+
+@dataclass(frozen=True)
+class PipelineKey:
+    """What a running path is made of: scenarios with the same key can run on the same processes."""
+
+    servers: Servers
+    stack: str
+    acks: str
+    roles: Roles
+    replication: int
+    topic_config: tuple[tuple[str, str], ...]
+    links: tuple[tuple[str, Service], ...]
+    rate: float
+    """The load's rate: the queue's fair rates are set up for it."""
+
+    @classmethod
+    def of(cls, scenario: Scenario, ep: Endpoints) -> PipelineKey:
+        return cls(
+            scenario.servers,
+            ep.kafka_bootstrap,
+            scenario.acks,
+            scenario.roles,
+            scenario.replication,
+            tuple(sorted(scenario.topic_config.items())),
+            scenario.links,
+            scenario.rate,
+        )
+
+
+@dataclass
+class _Path:
+    """A running path and its fault proxy (when its processes' links go through one)."""
+
+    key: PipelineKey
+    pipe: FaultPipeline
+    proxy: FaultProxy | None
+    ports: dict[str, int]
+    base: dict[str, dict[str, str]]
+    """The processes' overrides as the links set them (a scenario's own are undone before reuse)."""
+
+    async def stop(self) -> None:
+        try:
+            await self.pipe.stop()
+        finally:
+            if self.proxy is not None:
+                self.proxy.close()
+
+
+class Pipelines:
+    """Paths kept running across scenarios (the fault suite's biggest fixed cost was each scenario starting
+    and stopping its own eight service processes: ~6 s and ~8 CPU-s apiece).
+
+    A scenario gets the path the previous one left running when both need the same processes
+    (:class:`PipelineKey`: the same servers, acks, roles, replication, topic settings and links) and that
+    one ended clean: no exception, no process dead, every acked job ran and the queues emptied. The faults
+    restart what they kill and heal what they cut, so the next scenario meets the path as a fresh one
+    would, warm; its jobs carry its own prefix and it is judged on them only (its requests, their runs and
+    records, the relays' terms that overlap it). One path runs at a time: a scenario with another key stops
+    the previous path first."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._current: _Path | None = None
+        self.started = 0
+        """Paths started (for the report: how many starts the reuse saved)."""
+
+    async def leave(self, key: PipelineKey | None = None) -> None:
+        """Stop the running path unless it has ``key``."""
+        if self._current is not None and self._current.key != key:
+            current, self._current = self._current, None
+            await current.stop()
+
+    async def leave_servers(self, servers: Servers) -> None:
+        """Stop the running path unless it runs on ``servers``' kind of stack (before another stack of
+        the fault suite is started and this one's stopped: its processes would only log errors)."""
+        if self._current is not None and self._current.key.servers != servers:
+            await self.leave()
+
+    async def take(self, scenario: Scenario, ep: Endpoints) -> tuple[_Path, bool]:
+        """A path for ``scenario`` (the running one when it fits, else a new one, started); whether it is
+        new. The caller gives it back with :meth:`give_back`."""
+        key = PipelineKey.of(scenario, ep)
+        await self.leave(key)
+        if self._current is not None:
+            path, self._current = self._current, None
+            path.pipe.overrides = {k: dict(v) for k, v in path.base.items()}
+            await path.pipe.configure_queue()
+            return path, False
+        tag = f"{scenario.name}-{uuid.uuid4().hex[:6]}"
+        path = await _start_path(scenario, ep, self.folder / tag, tag)
+        self.started += 1
+        return path, True
+
+    async def give_back(self, path: _Path, clean: bool) -> None:
+        """Keep ``path`` running for the next scenario if it ended ``clean`` and every process runs; else
+        stop it."""
+        if clean and not path.pipe.dead() and path.pipe.overrides == path.base:
+            self._current = path
+        else:
+            await path.stop()
+
+    async def close(self) -> None:
+        await self.leave()
+
+
+async def _start_path(scenario: Scenario, ep: Endpoints, folder: Path, tag: str) -> _Path:
+    pipe = FaultPipeline(
+        ep,
+        tag,
+        folder,
+        acks=scenario.acks,
+        roles=scenario.roles,
+        replication=scenario.replication,
+        topic_config=scenario.topic_config,
+    )
+    pipe.fair_rates = Load.rates(scenario.rate)
+    proxy: FaultProxy | None = None
+    ports: dict[str, int] = {}
+    try:
+        if scenario.links:
+            (folder / "logs").mkdir(parents=True, exist_ok=True)
+            proxy = FaultProxy(folder / "logs")
+            ports = _route_links(scenario, pipe, proxy)
+        base = {k: dict(v) for k, v in pipe.overrides.items()}
+        await pipe.start()
+    except BaseException:
+        await pipe.stop()
+        if proxy is not None:
+            proxy.close()
+        raise
+    return _Path(PipelineKey.of(scenario, ep), pipe, proxy, ports, base)
+
+
+def _relay_logs(pipe: FaultPipeline) -> dict[Path, int]:
+    """Each relay log of ``pipe`` with its size now (where this scenario's lines begin)."""
+    return {log: log.stat().st_size for log in sorted((pipe.folder / "logs").glob("relay-*.log"))}
 
 
 async def run_scenario(
@@ -274,69 +454,101 @@ async def run_scenario(
     stack: Stack | None = None,
     idle_s: float = 30.0,
     cap_s: float = 180.0,
+    pipelines: Pipelines | None = None,
 ) -> Verdict:
-    """Run ``scenario`` on ``ep`` (``stack``: the servers it may kill); the verdict (also in ``folder``)."""
-    tag = f"{scenario.name}-{uuid.uuid4().hex[:6]}"
-    pipe = FaultPipeline(
-        ep,
-        tag,
-        folder,
-        acks=scenario.acks,
-        roles=scenario.roles,
-        replication=scenario.replication,
-        topic_config=scenario.topic_config,
-    )
+    """Run ``scenario`` on ``ep`` (``stack``: the servers it may kill); the verdict (also in ``folder``).
+    ``pipelines``: the running paths it may use (else it starts and stops a path of its own)."""
+    if pipelines is not None:
+        path, new = await pipelines.take(scenario, ep)
+    else:
+        path, new = await _start_path(scenario, ep, folder, f"{scenario.name}-{uuid.uuid4().hex[:6]}"), True
+    run = f"{scenario.name}-{uuid.uuid4().hex[:6]}"  # the prefix of this scenario's own job ids
+    pipe = path.pipe
     load = Load(
-        pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, tag, rate=scenario.rate, graphs=scenario.graphs
+        pipe.gate_urls, pipe.queue, TOKEN, pipe.xqueue, run, rate=scenario.rate, graphs=scenario.graphs
     )
-    pipe.fair_rates = load.fair_rates
-    drill = Drill(pipe, load, stack)
+    drill = Drill(pipe, load, stack, run=run, proxy=path.proxy, proxy_ports=dict(path.ports))
+    clean = False
     try:
-        if scenario.links:
-            (folder / "logs").mkdir(parents=True, exist_ok=True)
-            drill.proxy = FaultProxy(folder / "logs")
-            drill.proxy_ports = _route_links(scenario, pipe, drill.proxy)
-        await pipe.start()
-        load.urls = pipe.gate_urls
-        load.start()
-        await drill.flowing(scenario.warm)  # the path is up (the first jobs also wait for its start-up)
-        baseline_from = time.time()
-        await drill.flowing(scenario.baseline)  # steady flow: what "normal" means for this run
-        fault_at = time.time()
-        await scenario.fault(drill)
-        drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
-        await load.stop()
-        await _quiesce(drill, idle_s, cap_s)
-        for look in drill.afterwards:
-            await asyncio.to_thread(look)
-        records, dues, claims = await _records(drill)
+        logs_at = _relay_logs(pipe)
+        fault_at, baseline_from, quiet = await _drive(scenario, drill, idle_s, cap_s)
+        records = await _records(drill)
+        clean = quiet
     finally:
         await load.stop()
         drill.notes["exited"] = pipe.dead()
-        await pipe.stop()
-        if drill.proxy is not None:
-            drill.proxy.close()
+        if pipelines is not None:
+            await pipelines.give_back(path, clean)
+        else:
+            await path.stop()
+    return _judge(scenario, drill, folder, logs_at, records, fault_at, baseline_from, reused=not new)
+
+
+async def _drive(scenario: Scenario, drill: Drill, idle_s: float, cap_s: float) -> tuple[float, float, bool]:
+    """Load on, the fault in and out, load off, quiet: (the fault's time, the baseline's start, whether it
+    ended quiet)."""
+    await drill.pipe.up()
+    drill.load.start()
+    # the path is up (on a new path the first jobs also wait for its start-up), then steady flow: what
+    # "normal" means for this run
+    await drill.flowing(scenario.warm)
+    baseline_from = time.time()
+    await drill.flowing(scenario.baseline)
+    fault_at = time.time()
+    await scenario.fault(drill)
+    drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)
+    await drill.load.stop()
+    quiet = await _quiesce(drill, idle_s, cap_s)
+    for look in drill.afterwards:
+        await asyncio.to_thread(look)
+    return fault_at, baseline_from, quiet
+
+
+def _judge(
+    scenario: Scenario,
+    drill: Drill,
+    folder: Path,
+    logs_at: dict[Path, int],
+    records: tuple[dict[str, Record | None], dict[str, Due], list[Claim]],
+    fault_at: float,
+    baseline_from: float,
+    *,
+    reused: bool,
+) -> Verdict:
+    """The checker's verdict on one scenario's own history (its jobs, their runs, the relays' terms that
+    overlap it); saved in ``folder`` with its requests."""
+    load, pipe = drill.load, drill.pipe
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "requests.jsonl").write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in load.requests))
-    relay_logs = [log.read_text() for log in sorted((folder / "logs").glob("relay-*.log"))]
-    drill.notes["fence_refusals"] = sum(text.count("fence refused; stepping down") for text in relay_logs)
-    if rewrites := sum(text.count("batch not on the replicas yet") for text in relay_logs):
+    if reused or pipe.folder != folder:
+        drill.notes["path"] = {"logs": str(pipe.folder / "logs"), "reused": reused}
+    texts, mine = [], []
+    for log in sorted((pipe.folder / "logs").glob("relay-*.log")):
+        text = log.read_bytes()
+        texts.append(text.decode(errors="replace"))
+        mine.append(text[logs_at.get(log, 0) :].decode(errors="replace"))
+    drill.notes["fence_refusals"] = sum(text.count("fence refused; stepping down") for text in mine)
+    if rewrites := sum(text.count("batch not on the replicas yet") for text in mine):
         drill.notes["replica_rewrites"] = (
             rewrites  # batches written again: WAIT found no replica holding them
         )
+    ended = time.time()
+    terms = [t for t in relay_terms(texts) if t.end >= drill.started and t.start <= ended]
+    mine_only = f"{drill.run}-"
     verdict = judge(
         scenario.name,
         load.requests,
-        read_executions(pipe.executions),
+        [e for e in read_executions(pipe.executions) if e.id.startswith(mine_only)],
         fault_at=fault_at,
         baseline_from=baseline_from,
-        terms=relay_terms(relay_logs),
+        terms=terms,
         notes=drill.notes,
-        dues=dues,
+        dues=records[1],
         cancels=load.cancels,
-        records=records,
+        records=records[0],
         graph=GRAPH_SHAPE if scenario.graphs else None,
         skipped=load.skipped,
-        claims=claims,
+        claims=records[2],
         rates=load.fair_rates,
         controls=load.controls,
     )

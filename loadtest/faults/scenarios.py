@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -158,8 +158,8 @@ async def relay_kill_held(d: Drill) -> None:
         d.evidence("the next holder kept the queue held", kept >= killed_at, holder=successor)
         d.notes["neighbour_flowing_s"] = round(await d.flowing(100), 2)
         off = time.time()
+    finally:  # released, also when the drill failed (the running path may serve the next scenario)
         await client.kv.delete(key)
-    finally:
         await close_consul(client)
     d.load.controls.append(Control("lane", d.pipe.xqueue, on, off))
     drained = await _lane(d, lambda _, __, q: q is None)
@@ -201,7 +201,7 @@ result not kept)."""
 async def poison_jobs(d: Drill) -> None:
     """Three of each poison kind enqueued into the loaded queue; each must reach its final state while the
     load's jobs keep running (``fault.exit`` kills the worker's process pool each attempt)."""
-    ids = {f"{d.pipe.tag}-poison-{kind}-{i}": kind for kind in POISON for i in range(3)}
+    ids = {f"{d.run}-poison-{kind}-{i}": kind for kind in POISON for i in range(3)}
     headers = {"Authorization": f"Bearer {TOKEN}"}
     url = f"{d.pipe.gate_urls[0]}/v1/queues/{d.pipe.queue}/jobs"
     async with aiohttp.ClientSession(headers=headers) as http:
@@ -371,10 +371,13 @@ CUT_SEEN_S = 30.0
 whose Redis went away logs the failure when its client gives up, seconds after)."""
 
 
-async def _cut(d: Drill, names: list[str], seconds: float, who: str) -> None:
-    """Cut the links ``names`` for ``seconds``; the evidence: each proxy refused connections meanwhile,
-    and the processes ``who`` names (a role or one process) logged problems from the cut to
-    ``CUT_SEEN_S`` after the heal (read once the path is quiet: a client may notice late)."""
+async def _cut(
+    d: Drill, names: list[str], seconds: float | Callable[[], Awaitable[object]], who: str
+) -> None:
+    """Cut the links ``names`` for ``seconds`` (or until the awaitable it makes is done: the event the cut
+    waits for); the evidence: each proxy refused connections meanwhile, and the processes ``who`` names (a
+    role or one process) logged problems from the cut to ``CUT_SEEN_S`` after the heal (read once the path
+    is quiet: a client may notice late)."""
     proxy = d.faults()
     d.notes["cut"] = names
     cut_at = time.time()
@@ -382,7 +385,7 @@ async def _cut(d: Drill, names: list[str], seconds: float, who: str) -> None:
         await asyncio.to_thread(proxy.cut, name)
     for name in names:
         d.evidence(f"{name} refused connections", await asyncio.to_thread(refused, d.proxy_ports[name]))
-    await d.hold(seconds)
+    await (d.hold(seconds) if isinstance(seconds, float | int) else seconds())
     for name in names:
         await asyncio.to_thread(proxy.restore, name)
     healed = time.time()
@@ -422,25 +425,48 @@ async def gateways_cut_from_kafka(d: Drill) -> None:
     await _cut(d, d.links("gate", "kafka"), NET_HOLD_S, "gate")
 
 
+SESSION_GONE_S = 60.0
+"""How long a cut holder's session may take to expire (a TTL of 10 s: Consul drops it between 10 and 20 s
+after its last renewal)."""
+
+
+async def _session_gone(d: Drill, session: str) -> None:
+    """Until Consul has dropped ``session`` (its TTL ran out: nobody renewed it); the evidence, with how
+    long after the cut it went."""
+    client = consul_client(ConsulSettings.model_validate({"addr": d.pipe.ep.consul_addr}))
+    started = time.monotonic()
+    try:
+        while (await client.session.info(session))[1] is not None:
+            if time.monotonic() - started > SESSION_GONE_S:
+                raise TimeoutError(f"the cut holder's session outlived {SESSION_GONE_S:.0f} s")
+            await asyncio.sleep(0.25)
+    finally:
+        await close_consul(client)
+    took = round(time.monotonic() - started, 2)
+    d.evidence("the cut holder's session expired", True, session=session, after_s=took)
+
+
 async def holder_cut_from_consul(d: Drill) -> None:
-    """The lock holder loses Consul (not Redis, not Kafka) for longer than its session's TTL: it must stop
-    writing within its trust window; the other relay takes the lock once the session expired."""
+    """The lock holder loses Consul (not Redis, not Kafka) until its session's TTL ran out and Consul
+    dropped it: it must stop writing within its trust window; the other relay takes the lock (after the
+    lock-delay), or the holder again once healed, with a new session."""
     holder, session = await _lock_holder(d)
     d.notes["holder"] = holder
-    await _cut(d, d.links(holder, "consul"), 20.0, holder)
+    await _cut(d, d.links(holder, "consul"), lambda: _session_gone(d, session), holder)
     successor, new_session = await _lock_holder(d)
     d.notes["lock_after"] = successor
     d.notes["new_session"] = new_session != session
 
 
 async def holder_isolated(d: Drill) -> None:
-    """The lock holder's host partitioned from Consul and Redis at once (Kafka still reachable) for longer
-    than its session's TTL: its batch writes fail and are held, its session expires and it stops writing
+    """The lock holder's host partitioned from Consul and Redis at once (Kafka still reachable) until its
+    session's TTL ran out and Consul dropped it: its batch writes fail and are held, it stops writing
     within its trust window (the held batch dropped, its offsets never committed); a new session takes the
     lock — the other relay's, or its own again once healed — and goes on from the committed offsets."""
     holder, session = await _lock_holder(d)
     d.notes["holder"] = holder
-    await _cut(d, [*d.links(holder, "consul"), *d.links(holder, "redis")], 20.0, holder)
+    cut = [*d.links(holder, "consul"), *d.links(holder, "redis")]
+    await _cut(d, cut, lambda: _session_gone(d, session), holder)
     successor, new_session = await _lock_holder(d)
     d.notes["lock_after"] = successor
     d.evidence("a new session holds the lock", new_session != session, old=session, new=new_session)
@@ -494,7 +520,7 @@ async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None
     await asyncio.gather(*(_kill_server(d, n, sig) for n in names))
     back = asyncio.Event()
     # a leader gone: another broker leads its partition once the controller noticed (the broker session
-    # timeout, 9 s: often after the hold, while the broker starts again — watched until it is back)
+    # timeout: often after the hold, while the broker starts again — watched until it is back)
     watch = asyncio.create_task(_leader_moved(d, names[0], back)) if len(names) == 1 else None
     await d.hold(KAFKA_HOLD_S)
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
@@ -547,13 +573,20 @@ def _assignment(d: Drill) -> dict[int, tuple[list[int], int]]:
     return {p: (list(m.replicas), m.leader) for p, m in parts.items()}
 
 
-def _reassigned(d: Drill, plan: dict[int, list[int]]) -> bool:
-    """Every partition holds exactly its planned replicas, all in sync."""
+def _reassigned(d: Drill, plan: dict[int, list[int]]) -> dict[int, tuple[list[int], int]] | None:
+    """One metadata answer's assignment (as :func:`_assignment`) when it shows every partition on exactly its
+    planned replicas, all in sync, led by one of them; else None. The evidence is judged on this same
+    answer: each KRaft broker answers from its own copy of the metadata log, and a second request may reach
+    one that has not applied the last changes yet (it still names the old assignment or an old leader)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
     parts = admin.list_topics(d.pipe.topic, timeout=20).topics[d.pipe.topic].partitions
-    return all(list(parts[p].replicas) == r and set(parts[p].isrs) == set(r) for p, r in plan.items())
+    done = all(
+        list(parts[p].replicas) == r and set(parts[p].isrs) == set(r) and parts[p].leader in r
+        for p, r in plan.items()
+    )
+    return {p: (list(m.replicas), m.leader) for p, m in parts.items()} if done else None
 
 
 async def kafka_reassign(d: Drill) -> None:
@@ -575,15 +608,14 @@ async def kafka_reassign(d: Drill) -> None:
     plan_file.write_bytes(orjson.dumps(doc))
     started = time.monotonic()
     await asyncio.to_thread(reassign_partitions, d.pipe.ep.kafka_bootstrap, plan_file)
-    while not await asyncio.to_thread(_reassigned, d, plan):
+    while (after := await asyncio.to_thread(_reassigned, d, plan)) is None:
         if time.monotonic() - started > 120:
             raise TimeoutError("the reassignment did not complete in 120 s")
         await asyncio.sleep(0.25)
     d.notes["reassigned_s"] = round(time.monotonic() - started, 2)
-    after = await asyncio.to_thread(_assignment, d)
     d.evidence(
-        "every partition on its new replicas, its old leader gone from them",
-        all(after[p][0] == plan[p] and before[p][1] not in after[p][0] for p in plan),
+        "every partition on its new replicas, its old leader gone from them, led by one of them",
+        all(after[p][0] == r and before[p][1] not in r and after[p][1] in r for p, r in plan.items()),
         leaders={str(p): [before[p][1], after[p][1]] for p in plan},
     )
 
@@ -653,6 +685,7 @@ UNCLEAN = {"unclean.leader.election.enable": "true"}
 
 
 SCENARIOS: list[Scenario] = [
+    # in runs of the same servers and settings: each run shares one running path (run.Pipelines)
     Scenario("kill-worker", "kill -9 of a worker pool, restarted 3 s later", worker_kill),
     Scenario(
         "worker-scale-in",
@@ -669,24 +702,38 @@ SCENARIOS: list[Scenario] = [
         relay_kill_held,
     ),
     Scenario("poison", "poison jobs: raise, overrun, os._exit, 100 MB result", poison_jobs),
+    Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
     Scenario(
         "clock-skew",
         "a worker 5 min behind and the scheduler 5 min ahead (libfaketime)",
         clock_skew,
         roles=Roles(schedulers=1),
     ),
-    Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
-    Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
     Scenario(
         "redis-lost",
         "Redis lost with its data, started empty 3 s later, `jobq rebuild` from Kafka",
         redis_lost,
         "own",
     ),
+    Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
+    Scenario(
+        "consul-kill",
+        "kill -9 of the Consul agent, restarted empty 3 s later",
+        consul_kill,
+        "own",
+        consul_state_lost=True,
+    ),
     Scenario(
         "net-relays-redis-cut",
         "both relays cut from Redis for 5 s",
         relays_cut_from_redis,
+        "own",
+        links=(("relay", "redis"),),
+    ),
+    Scenario(
+        "net-relays-redis-slow",
+        "relay-to-Redis link 100 ms slower each way for 10 s",
+        relays_redis_slow,
         "own",
         links=(("relay", "redis"),),
     ),
@@ -706,33 +753,26 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "net-holder-consul-cut",
-        "the lock holder cut from Consul for 20 s (its session expires)",
+        "the lock holder cut from Consul until its session expired",
         holder_cut_from_consul,
         "own",
         links=(("relay-1", "consul"), ("relay-2", "consul")),
     ),
     Scenario(
         "net-holder-isolated",
-        "the lock holder cut from Consul and Redis at once for 20 s (its session expires)",
+        "the lock holder cut from Consul and Redis at once until its session expired",
         holder_isolated,
         "own",
         links=tuple((relay, service) for relay in ("relay-1", "relay-2") for service in ("consul", "redis")),
     ),
-    Scenario(
-        "net-relays-redis-slow",
-        "relay-to-Redis link 100 ms slower each way for 10 s",
-        relays_redis_slow,
-        "own",
-        links=(("relay", "redis"),),
-    ),
     Scenario("redis-disk-full", "Redis's disk full for 8 s (its AOF cannot grow)", redis_disk_full, "disk"),
     Scenario("kafka-disk-full", "the broker's disk full for 8 s", kafka_disk_full, "disk"),
     Scenario(
-        "consul-kill",
-        "kill -9 of the Consul agent, restarted empty 3 s later",
-        consul_kill,
-        "own",
-        consul_state_lost=True,
+        "redis-cluster-failover",
+        "kill -9 of the queue's Redis Cluster master during graph fan-ins; its replica promoted",
+        redis_master_kill,
+        "cluster",
+        graphs=True,
     ),
     Scenario(
         "kafka-leader-kill",
@@ -763,14 +803,6 @@ SCENARIOS: list[Scenario] = [
         replication=3,
     ),
     Scenario(
-        "kafka-all-down-unclean",
-        "kill -9 of all three brokers, back 5 s later (unclean election on)",
-        kafka_all_down,
-        "kafka3",
-        replication=3,
-        topic_config=UNCLEAN,
-    ),
-    Scenario(
         "kafka-rolling-restart",
         "each broker stopped gracefully and started in turn",
         kafka_rolling_restart,
@@ -785,13 +817,6 @@ SCENARIOS: list[Scenario] = [
         replication=2,
     ),
     Scenario(
-        "redis-cluster-failover",
-        "kill -9 of the queue's Redis Cluster master during graph fan-ins; its replica promoted",
-        redis_master_kill,
-        "cluster",
-        graphs=True,
-    ),
-    Scenario(
         "kafka-leader-kill-acks-leader",
         "kill -9 of a partition leader, acks=leader (Slack's trade)",
         kafka_leader_kill,
@@ -799,6 +824,14 @@ SCENARIOS: list[Scenario] = [
         acks="leader",
         loss_allowed=True,
         replication=3,
+    ),
+    Scenario(
+        "kafka-all-down-unclean",
+        "kill -9 of all three brokers, back 5 s later (unclean election on)",
+        kafka_all_down,
+        "kafka3",
+        replication=3,
+        topic_config=UNCLEAN,
     ),
 ]
 

@@ -31,8 +31,12 @@ TIMEOUT_MS = 120_000
 
 broker = RedisBroker(url=common.QUEUE_REDIS)
 backend = ResultBackend(url=common.QUEUE_REDIS)
-broker.add_middleware(Results(backend=backend))
+# GroupCallbacks before Results: dramatiq runs the after_process_message hooks in reverse order of the list
+# (``Broker.emit_after``), so Results stores a child's result before GroupCallbacks counts the barrier down
+# and enqueues ``tsum``; the other way round, the last child's result could still be missing when another
+# worker thread ran ``tsum`` (ResultMissing: the fan-out failed, rarely, more often on a loaded machine)
 broker.add_middleware(GroupCallbacks(RateLimitBackend(url=common.QUEUE_REDIS)))
+broker.add_middleware(Results(backend=backend))
 dramatiq.set_broker(broker)
 
 

@@ -5,6 +5,7 @@ and its plot are written (no speed asserted)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,9 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.mark.timeout(600)  # ~1.5 min alone; Spark's first batch is slow on a busy machine
-def test_history_scenario_runs_on_the_session_stack(endpoints: Endpoints) -> None:
+def test_history_scenario_runs_on_the_session_stack(endpoints: Endpoints, spark: Any) -> None:
+    """``spark``: the run's session, which the benchmark uses instead of starting (and stopping) its own."""
+    assert spark is not None
     report = history_bench.run(quick=True, endpoints=endpoints)
     folder = report.save()
     figures = {

@@ -1,9 +1,10 @@
 """Configuration as code against the real stack: ``jobq export`` of a configured stack applied back is a
-plan without a change; a file applied to an empty stack recreates its queues, job types, schedules and
-switches exactly (``export`` before and after compared); a plan is field by field, ``--prune`` removes
-only its scope's schedules and switches, and every change goes through the gateway with the token given
-(refused as over HTTP, audited). The gateway here keeps its queues in a Redis database of their own
-(:data:`DB`, emptied first): job types' every-queue options reach every queue of that database only."""
+plan without a change; a file applied to an empty stack recreates its queues, job types, schedules,
+switches and rate limits exactly (``export`` before and after compared); a plan is field by field,
+``--prune`` removes only its scope's schedules and switches, and every change goes through the gateway with
+the token given (refused as over HTTP, audited). The gateway here keeps its queues in a Redis database of
+their own (:data:`DB`, emptied first): job types' every-queue options reach every queue of that database
+only."""
 
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ async def configure(ops: Ops) -> None:
             {"filter_keys": ["region"], "fair_key": "tenant", "fair_weights": {"a": 3}},
         ),
         ("PATCH", f"/v1/queues/{p}.q2", {"paused": True, "retention_ms": 3_600_000}),
+        ("PATCH", f"/v1/queues/{p}.q1", {"rate": "50/s burst 200"}),
         ("PUT", "/v1/kinds/report.build", {"concurrency": 2, "priority": 0}),
         ("PUT", "/v1/kinds/invoice.render", {"queues": [f"{p}.q1"], "concurrency": 3, "max_attempts": 4}),
         (
@@ -139,6 +141,7 @@ async def test_export_of_a_configured_stack_applied_back_changes_nothing(own: Ow
         f'[queues."{p}.q1"]',
         'mode = "exclusive"',
         'lease_ms = "1m"',
+        'rate = "50/s burst 200"',
         f'[queues."{p}.q1".kinds."invoice.render"]',
         "paused = true",
         'retention_ms = "1h"',
@@ -171,16 +174,18 @@ async def test_a_file_applied_to_an_empty_stack_recreates_it_exactly(
     ops = own
     await configure(ops)
     before = await export(ops)
+    rate_key = ops.gate.gate.relay_keys.queue_rate_key(f"{ops.prefix}.q1")
     await ops.gate.stop()
     await ops.redis.flushdb()  # an empty stack: no queue, job type or switch (Redis), no schedule (Consul)
     await asyncio.to_thread(consul_client.kv.delete, cron_settings.kv_prefix, recurse=True)
+    await asyncio.to_thread(consul_client.kv.delete, rate_key)
     async with ops.make_gate() as fresh:  # a gateway that never saw the old stack
         ops.gate = fresh
         assert await export(ops) == before.split("\n\n[")[0] + "\n", "nothing is left"
         made = await apply(ops, before)
         assert made.exit_code == 0, made.output
-        assert plan_line(made) == "plan: 8 to create, 0 to update, 0 to delete, 0 unchanged"
-        assert "applied 8 change(s)" in made.stdout
+        assert plan_line(made) == "plan: 9 to create, 0 to update, 0 to delete, 0 unchanged"  # a rate's own
+        assert "applied 9 change(s)" in made.stdout
         assert await export(ops) == before
         assert plan_line(await apply(ops, before, "--dry-run")).startswith("plan: 0 to create, 0 to update")
 
@@ -260,6 +265,9 @@ kind = "poison"
     assert "applied 0 of 4 change(s) before the error" in teama.stderr  # (it sees none of them)
     bad = refused(await apply(ops, file.replace("every_s = 600", "every_s = 0")), "config_invalid")
     assert bad.startswith(f"error (config_invalid): <stdin>: [cron.{p}-a] every_s: Input should be greater")
+    fast = refused(await apply(ops, file.replace('lease_ms = "1m"', 'rate = "fast"')), "config_invalid")
+    assert f'[queues."{q}"] rate' in fast
+    assert "not a rate: 'fast'" in fast
 
 
 def doc_of(result: Result, *, toml: bool = False) -> Any:

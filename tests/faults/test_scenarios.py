@@ -3,12 +3,15 @@ gateway → Kafka → relay → Redis → worker (+ scheduler) path, judged by t
 
 Scenarios that kill no server run on the session's servers; the others get a private stack per shape
 (one node of each; three Kafka brokers; a six-node Redis Cluster), shared by the tests of that shape and
-purged after the package (``tests/faults/conftest.py``). The verdicts of the session are saved as a report
-(``JOBQ_HOME/results/faults-<time>/``).
+purged after the package (``tests/faults/conftest.py``). Consecutive scenarios with the same servers and
+settings run on one path of processes (:class:`loadtest.faults.run.Pipelines`: each faults, restarts and
+heals what it touched, and is judged on its own jobs only). The verdicts of the session are saved as a
+report (``JOBQ_HOME/results/faults-<time>/``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import pytest
 from jqstack.manager import Stack
 from jqstack.testing.backends import SessionStack
 from loadtest.faults.report import FaultReport
-from loadtest.faults.run import Scenario, Servers, run_scenario
+from loadtest.faults.run import Pipelines, Scenario, Servers, run_scenario
 from loadtest.faults.scenarios import SCENARIOS
 from loadtest.faults.stacks import can_mount
 
@@ -32,21 +35,32 @@ def fault_report() -> Iterator[FaultReport]:
         print(f"\nfault report: {report.save()}")
 
 
+@pytest.fixture(scope="module")
+def pipelines(
+    tmp_path_factory: pytest.TempPathFactory, private_stacks: Callable[[Servers], Stack]
+) -> Iterator[Pipelines]:
+    """The running paths the module's scenarios share (stopped before the private stacks go)."""
+    paths = Pipelines(tmp_path_factory.mktemp("paths"))
+    yield paths
+    asyncio.run(paths.close())
+    print(f"\nfault paths started: {paths.started} for the module's scenarios")
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 async def test_scenario(
     scenario: Scenario,
     stack: SessionStack,
     private_stacks: Callable[[Servers], Stack],
+    pipelines: Pipelines,
     fault_report: FaultReport,
     tmp_path: Path,
 ) -> None:
     if scenario.servers == "disk" and not can_mount():
         pytest.skip("the disk scenarios mount a small tmpfs per server: that needs root (CI has it)")
-    if scenario.servers == "shared":
-        verdict = await run_scenario(scenario, stack.endpoints, tmp_path)
-    else:
-        own = private_stacks(scenario.servers)
-        verdict = await run_scenario(scenario, own.endpoints, tmp_path, stack=own)
+    await pipelines.leave_servers(scenario.servers)  # before another shape's stack stops this one's
+    own = None if scenario.servers == "shared" else private_stacks(scenario.servers)
+    ep = own.endpoints if own is not None else stack.endpoints
+    verdict = await run_scenario(scenario, ep, tmp_path, stack=own, pipelines=pipelines)
     fault_report.add_verdict(scenario, verdict)
     print(verdict)
     assert verdict.acked > 0

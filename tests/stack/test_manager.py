@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jqstack import provision
+from jqstack import provision, servers
 from jqstack.manager import Stack, StackSpec
 from jqstack.supervise import alive
 from jqstack.testing.backends import NativeTestStack, SessionStack
@@ -51,7 +51,12 @@ def test_warm_provisioning_runs_nothing(stack: SessionStack, monkeypatch: pytest
         raise AssertionError(f"warm provisioning ran a step: {args}")
 
     monkeypatch.setattr(provision, "run_step", refuse)
-    assert provision.ensure_kafka_jars().is_dir()
+    monkeypatch.setattr(servers, "dump_kafka_cds", refuse)
+    libs = provision.ensure_kafka_jars()
+    assert libs.is_dir()
+    cds = provision.ensure_kafka_cds(libs)  # made by the session stack's start
+    assert cds is not None, "Kafka's class-data-sharing archive"
+    assert cds.is_file()
     assert provision.ensure_consul().is_file()
     assert provision.ensure_redis().is_file()
 

@@ -40,7 +40,7 @@ from typer.core import TyperGroup
 import jqcore.metrics  # noqa: F401  (registers every jobq metric in REGISTRY)
 from canary.main import gateways
 from canary.settings import CanarySettings
-from jobq.cli import app
+from jobq.cli import Later, app
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
 from jqcore.settings import load
 from jqrelay.settings import RelaySettings
@@ -294,6 +294,8 @@ def parse_command(cli: TyperGroup, argv: list[str]) -> tuple[list[str], dict[str
         assert sub is not None, (
             f"`jobq {' '.join([*path, name])}`: no such command; known: {list(group.commands)}"
         )
+        if isinstance(sub, Later):  # listed by jobq.cli, its module imported when it runs
+            sub = sub.load()
         path.append(name)
         if not isinstance(sub, TyperGroup):
             break

@@ -26,7 +26,7 @@ def test_a_late_canary_without_stage_times_renders() -> None:
         "cron": [],
     }
     html = env.get_template("overview_live.html").render(
-        alerts=[], snapshot=snapshot, now=0.0, base="", me=None, refresh_s=5, path="/", path_qs="/"
+        alerts=[], snapshot=snapshot, now=0.0, now_ms=0, base="", me=None, refresh_s=5, path="/", path_qs="/"
     )
     assert "late: not in Redis" in html
     assert '<td class="num">20</td>' in html

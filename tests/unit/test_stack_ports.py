@@ -26,6 +26,7 @@ from jqstack.ports import (
     ephemeral_range,
     loose_port,
 )
+from jqstack.procs import free_port
 
 
 @pytest.fixture
@@ -106,6 +107,7 @@ def test_a_named_stack_planned_on_the_default_ports_moves_to_a_block(home: Path)
 def test_a_taken_port_is_named_with_its_holder_before_anything_starts(home: Path) -> None:
     stack = Stack(StackSpec(name="clash"))
     kafka = stack.of_kind("kafka")[0]
+    kafka.port = free_port()  # not the block's port: a stack or process of this machine may hold that one
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", kafka.port))
         squatter.listen()
@@ -124,6 +126,9 @@ def test_a_taken_port_is_named_with_its_holder_before_anything_starts(home: Path
 def test_a_port_held_by_another_stack_names_that_stack_and_server(home: Path) -> None:
     default = Stack(StackSpec())
     squatted = default.of_kind("redis")[0]
+    # the recorded port is one free now, not the documented 26379: a default stack the user left running
+    # (`./run demo --once` leaves it up) holds that one; the holder is still found by its pid in state.json
+    squatted.port = free_port()
     squatted.pid = os.getpid()  # as if this process were the default stack's Redis
     default._save()
     clash = Stack(StackSpec(name="clash"))

@@ -50,6 +50,15 @@ def test_fault_listeners_advertise_the_proxy_port(tmp_path: Path, brokers: int) 
     assert [broker_zone(n) for n in (1, 2, 3)] == ["az-a", "az-a", "az-b"]
 
 
+def test_a_crashed_broker_registers_again_within_seconds(tmp_path: Path) -> None:
+    """The controller refuses a killed broker's new run until its old session expired (Kafka's 9 s default
+    made every restart after a crash up to 9 s longer): the local brokers' session is 6 s, heartbeats 1 s."""
+    stack = Stack(StackSpec(name="n", fixed_ports=False), root=tmp_path)
+    props = KafkaBroker.properties(stack.of_kind("kafka")[0], 1, "1@127.0.0.1:1")
+    assert "broker.session.timeout.ms=6000\n" in props
+    assert "broker.heartbeat.interval.ms=1000\n" in props
+
+
 def test_no_fault_listener_unless_asked(tmp_path: Path) -> None:
     stack = Stack(StackSpec(name="n", fixed_ports=False), root=tmp_path)
     assert stack.endpoints.kafka_fault_links == []

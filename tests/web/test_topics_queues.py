@@ -220,8 +220,8 @@ async def test_a_queue_page_shows_the_kinds_that_ran(dash: Any, engine: Any) -> 
     (again,) = await engine.jobs.claim(queue, 10, now_ms=t0 + 3000)
     await engine.jobs.fail(queue, (again.id, again.attempt, again.token), "Boom", now_ms=t0 + 3500)
     body = (await dash.get(f"/queues/{queue}")).json()
-    kinds = {k["kind"]: k for k in body["kinds"]}
-    assert set(kinds) == {"send", "render"}
+    kinds = {k["kind"]: k for k in body["kinds"]}  # (and kinds configured for every queue by other tests)
+    assert {kind for kind, k in kinds.items() if k.get("finished")} == {"send", "render"}
     send, render = kinds["send"], kinds["render"]
     assert (send["finished"], send["completed"], send["errored"], send["failure_rate"]) == (4, 4, 0, 0.0)
     assert send["p50_ms"] <= send["p95_ms"] <= 100  # from started_at (the claim's) to finished_at
