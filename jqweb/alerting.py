@@ -20,6 +20,7 @@ __all__ = [
     "FAILURE_MIN",
     "FAILURE_RATIO",
     "FAILURE_WINDOW_S",
+    "HELD_AGE_S",
     "LOCAL",
     "MEMORY_HIGH",
     "RULES",
@@ -39,6 +40,8 @@ FAILURE_WINDOW_S = 600
 """... within this window."""
 MEMORY_HIGH = 0.85
 """JobqRedisMemoryHigh: Redis used_memory over maxmemory."""
+HELD_AGE_S = 1800
+"""JobqQueueHeld: a held queue's oldest record has waited in its topic's holding lane longer than this."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ RULES: dict[str, Rule] = {
     "JobqRelayHeldByMemory": Rule("page", _RELAY),
     "JobqQueueOverMemoryBudget": Rule("ticket", _RELAY),
     "JobqRelayHeldByRateLimit": Rule("ticket", _RELAY),
+    "JobqQueueHeld": Rule("ticket"),  # both read the lock holder's snapshot (jqrelay.lane)
     "JobqRelayLagGrowing": Rule("ticket"),
     "JobqQueueBacklogOld": Rule("page"),
     "JobqJobFailureRate": Rule("ticket"),

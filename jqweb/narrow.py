@@ -67,6 +67,7 @@ def narrow(snap: dict[str, Any], p: Principal, topics: list[str]) -> dict[str, A
             **redis,
             "queues": [r for r in redis["queues"] if p.allows_queue(r["queue"])],
             "switches": [sw for sw in redis.get("switches", []) if p.allows_queue(sw.get("queue", ""))],
+            "held": [h for h in redis.get("held", []) if p.allows_queue(h["queue"])],
             **{role: unnamed(role, redis[role]) for role in PROCESS_LISTS if role in redis},
         }
     rates = snap.get("rates")

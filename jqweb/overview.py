@@ -374,9 +374,10 @@ def alerts(
     """What needs a person: late or failing canaries, relay lag, topics without a relay, dead letters
     growing (``dead_growth``: queue → dead letters added in the last hour, from :mod:`jqweb.series`),
     failing attempts (``outcomes``: queue → completed/retried/errored grown over the last
-    :data:`~jqweb.alerting.FAILURE_WINDOW_S`), queues waiting too long, Redis memory, eviction and
-    maxmemory, scheduler groups without a member, queues no scheduler keeps, unreachable backends. Each
-    names its rule (:mod:`jqweb.alerting`: the Prometheus rules' names and severities)."""
+    :data:`~jqweb.alerting.FAILURE_WINDOW_S`), queues waiting too long, queues held in their topic's
+    holding lane too long, Redis memory, eviction and maxmemory, scheduler groups without a member, queues
+    no scheduler keeps, unreachable backends. Each names its rule (:mod:`jqweb.alerting`: the Prometheus
+    rules' names and severities)."""
     out: list[Alert] = []
     for part in ("kafka", "locks", "redis", "rates", "cron"):
         got = snapshot.get(part)
@@ -418,6 +419,7 @@ def _redis_alerts(redis: dict[str, Any]) -> list[Alert]:
             )
     out += _memory_alerts(redis.get("memory") or {})
     out += _queue_alerts(redis["queues"])
+    out += _held_alerts(redis.get("held", []))
     for sw in redis.get("switches", []):
         what = " ".join(p for p in (sw["queue"], sw["kind"] or "every kind", _meta_text(sw["meta"])) if p)
         by = f" by {sw['by']}" if sw.get("by") else ""
@@ -448,6 +450,20 @@ def _queue_alerts(queues: list[dict[str, Any]]) -> list[Alert]:
                 _raise("JobqQueuePastDue", f"queue {q['queue']} past due", f"{q['past_due']} timers late")
             )
     return out
+
+
+def _held_alerts(held: list[dict[str, Any]]) -> list[Alert]:
+    """A queue whose oldest record has waited in its topic's holding lane longer than
+    :data:`~jqweb.alerting.HELD_AGE_S` (rows of :func:`held_rows`), with why it is held."""
+    return [
+        _raise(
+            "JobqQueueHeld",
+            f"queue {h['queue']} held ({h['reason']})",
+            f"{h['records']} records in {h['topic']}.held, the oldest for {h['oldest_s']:.0f} s",
+        )
+        for h in held
+        if h["records"] and (h.get("oldest_s") or 0) > alerting.HELD_AGE_S
+    ]
 
 
 def _scheduler_alerts(redis: dict[str, Any]) -> list[Alert]:

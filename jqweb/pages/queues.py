@@ -22,7 +22,7 @@ from jqruntime.http import HttpError
 from jqruntime.stores.config import ConfigStore
 from jqweb import series
 from jqweb.context import WEB, Web
-from jqweb.overview import queue_row, queue_rows
+from jqweb.overview import held_rows, queue_row, queue_rows
 from jqweb.pages.topics import describe_rate, topic_of
 from jqweb.render import act, form, page
 from jqweb.routes import Pages
@@ -81,9 +81,17 @@ async def queues_page(request: web.Request) -> web.Response:
     queues = [q for q in visible(request, await w.engine.reads.queues()) if match in q]
     rows = await queue_rows(w.engine, queues)
     sparks = await _sparks(w.client, queues)
+    held = await _held(w, queues)
     for row in rows:
         row["throughput"] = sparks[row["queue"]]
+        row["held"] = held.get(row["queue"])
     return page(request, "queues.html", {"queues": rows, "q": match})
+
+
+async def _held(w: Web, queues: list[str]) -> dict[str, dict[str, Any]]:
+    """Queue → its row of :func:`jqweb.overview.held_rows` (what ``jobq status`` shows), for the held ones."""
+    wanted = set(queues)
+    return {h["queue"]: h for h in await held_rows(w.client) if h["queue"] in wanted}
 
 
 async def _known(w: Web, queue: str) -> str:
@@ -200,6 +208,7 @@ async def queue_page(request: web.Request) -> web.Response:
     queue = await _known(w, request.match_info["queue"])
     row = await queue_row(w.engine, queue)
     row["throughput"] = (await _sparks(w.client, [queue]))[queue]
+    row["held"] = (await _held(w, [queue])).get(queue)
     _, entry = await w.consul.kv.get(w.sources.relay.queue_rate_key(queue))
     rate_text = ((entry or {}).get("Value") or b"").decode()
     seen = await kinds_seen(w.engine, queue)

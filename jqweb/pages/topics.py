@@ -1,6 +1,7 @@
 """Topics: per topic its partitions (end and committed offsets, lag in records and seconds), the relay
-that holds its lock (holder, for how long, fence = Consul's lock index, session), and the live rate limits
-per topic and per queue, each editable. A limit is a Consul KV key the relays watch: a change applies
+that holds its lock (holder, for how long, fence = Consul's lock index, session), the queues held in its
+holding lane (why, how many records, the oldest's age), and the live rate limits per topic and per queue,
+each editable. A limit is a Consul KV key the relays watch: a change applies
 within one Consul answer, without a restart (``jqrelay.limits``). Pausing (a limit of ``0``) holds the
 jobs in Kafka: it is asked for by a button of its own, and confirmed first whichever way it comes
 (``confirm=pause``), so a 0 typed into the limit's box pauses nothing by itself."""
@@ -20,7 +21,7 @@ from jqruntime.http import HttpError
 from jqruntime.tokens import Token
 from jqweb.context import WEB, Web
 from jqweb.narrow import everything, narrow, own_topics
-from jqweb.overview import collect
+from jqweb.overview import collect, held_rows
 from jqweb.pages.jobs import confirm_page
 from jqweb.render import act, form, page
 from jqweb.routes import Pages
@@ -54,7 +55,7 @@ def _problem(part: Any) -> str | None:
     return str(part["error"]) if isinstance(part, dict) and "error" in part else None
 
 
-def _topic_rows(snap: dict[str, Any], topics: list[str]) -> list[dict[str, Any]]:
+def _topic_rows(snap: dict[str, Any], topics: list[str], held: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kafka = snap.get("kafka") if isinstance(snap.get("kafka"), list) else []
     locks = snap.get("locks") if isinstance(snap.get("locks"), list) else []
     rates = snap.get("rates") if _problem(snap.get("rates")) is None else {}
@@ -71,21 +72,25 @@ def _topic_rows(snap: dict[str, Any], topics: list[str]) -> list[dict[str, Any]]
                 "lag_s": max(lags) if lags else 0.0,
                 "lock": by_lock.get(topic),
                 "rate": describe_rate((rates or {}).get("topics", {}).get(topic, "")),
+                "held": [h for h in held if h["topic"] == topic],
             }
         )
     return rows
 
 
 async def _queue_rates(
-    w: Web, p: Principal, topics: list[str], set_rates: dict[str, str]
+    w: Web, p: Principal, topics: list[str], set_rates: dict[str, str], held: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Every queue the token may see routed to one of ``topics`` or with a limit set, its topic and limit."""
-    wanted = set(topics)
+    """Every queue the token may see routed to one of ``topics``, with a limit set or held, its topic, limit
+    and holding lane row (:func:`jqweb.overview.held_rows`, None when not held)."""
+    wanted, lanes = set(topics), {h["queue"]: h for h in held}
     out = []
-    for queue in sorted(q for q in set(await w.engine.reads.queues()) | set(set_rates) if p.allows_queue(q)):
+    every = set(await w.engine.reads.queues()) | set(set_rates) | set(lanes)
+    for queue in sorted(q for q in every if p.allows_queue(q)):
         topic = topic_of(w.sources.routing, queue)
-        if topic in wanted or queue in set_rates:
-            out.append({"queue": queue, "topic": topic, "rate": describe_rate(set_rates.get(queue, ""))})
+        if topic in wanted or queue in set_rates or queue in lanes:
+            rate = describe_rate(set_rates.get(queue, ""))
+            out.append({"queue": queue, "topic": topic, "rate": rate, "held": lanes.get(queue)})
     return out
 
 
@@ -96,9 +101,11 @@ async def topics_page(request: web.Request) -> web.Response:
     snap = narrow(await collect(w.sources, w.client, parts=("kafka", "locks", "rates")), p, topics)
     rates = snap.get("rates")
     set_rates = dict(rates.get("queues", {})) if _problem(rates) is None and isinstance(rates, dict) else {}
+    shown = set(topics)
+    held = [h for h in await held_rows(w.client) if h["topic"] in shown and p.allows_queue(h["queue"])]
     context = {
-        "topics": _topic_rows(snap, topics),
-        "queue_rates": await _queue_rates(w, p, topics, set_rates),
+        "topics": _topic_rows(snap, topics, held),
+        "queue_rates": await _queue_rates(w, p, topics, set_rates, held),
         "problems": {p: _problem(snap.get(p)) for p in ("kafka", "locks", "rates") if _problem(snap.get(p))},
         "at": snap.get("at"),
         "topic_admin": everything(p),  # a topic's limit holds every queue on it: not a scoped admin's

@@ -343,6 +343,7 @@ def invariants(
         rate_within(claims or (), rates or {}),
         controls_held(claims or (), controls, "switch"),
         controls_held(claims or (), controls, "pause"),
+        controls_held(claims or (), controls, "lane"),
         history_agrees(runs, records or {}),
         nodes_once(nodes),
         callbacks_once(fired, finished),

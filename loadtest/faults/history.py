@@ -73,9 +73,10 @@ class Cancel:
 
 @dataclass(frozen=True)
 class Control:
-    """A kill switch (``switch``: on the load queue's ``meta.sw`` jobs) or a pause (``pause``: of a whole
-    queue) the client put in force: from the answer that put it in force (``on``) to the send of the first
-    request that lifted it (``off``), no claim may hand out a job it covers."""
+    """A kill switch (``switch``: on the load queue's ``meta.sw`` jobs), a pause (``pause``: of a whole
+    queue) or a queue held at the relay (``lane``: its new jobs wait in the topic's holding lane) put in
+    force: from the answer that put it in force (``on``) to the send of the first request that lifted it
+    (``off``), no claim may hand out a job it covers."""
 
     what: str
     queue: str

@@ -202,7 +202,9 @@ def controls_held(
 ) -> Check:
     """While a control of kind ``what`` was in force — from the answer that put it in force to the send of
     the first request lifting it — no claim (as Redis dated it) handed out a job it covers: a ``pause``
-    covers its queue's jobs, a ``switch`` the switched jobs of its queue. Offender: the job claimed. The
+    covers its queue's jobs, a ``switch`` the switched jobs of its queue, a ``lane`` (the queue held at the
+    relay: its rate ``paused``, from the relay reporting it held) the jobs of its queue acknowledged since
+    (they wait in the topic's holding lane; those in Redis before may run). Offender: the job claimed. The
     detail ``held``: covered jobs acknowledged while it was in force and claimed only after (what shows
     it bit)."""
     mine = [w for w in controls if w.what == what]
@@ -210,7 +212,9 @@ def controls_held(
     held = 0
     for w in mine:
         for c in claims:
-            if c.queue != w.queue or not (what == "pause" or c.switched):
+            if c.queue != w.queue or not (what == "pause" or c.switched or what == "lane"):
+                continue
+            if what == "lane" and (c.acked_at is None or c.acked_at <= w.on):
                 continue
             if w.on + tolerance_s < c.claimed_at < w.off - tolerance_s:
                 bad.append(c.id)

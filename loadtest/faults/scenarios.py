@@ -11,10 +11,12 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
 
+from jqcore.keys import RELAY_HELD_KEY
 from jqcore.settings import ConsulSettings, RelayKeys
 from jqruntime.consulconn import close_consul, consul_client
 from jqstack.supervise import alive, python_m
@@ -32,6 +34,7 @@ from loadtest.faults.bites import (
     skewed,
     slowed,
 )
+from loadtest.faults.history import Control
 from loadtest.faults.invariants import REDIS_WIPED
 from loadtest.faults.pipeline import TOKEN, Roles
 from loadtest.faults.run import Drill, Scenario
@@ -40,6 +43,8 @@ __all__ = ["SCENARIOS", "by_name"]
 
 HOLD_S = 3.0
 """How long a killed process stays dead before it is started again (systemd's ``RestartSec``)."""
+LANE_BACKLOG = 20
+"""relay-kill-held: the held queue's records in the holding lane before its relay is killed."""
 
 
 async def _kill_and_restart(d: Drill, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
@@ -109,6 +114,56 @@ async def relay_kill(d: Drill) -> None:
     await _kill_and_restart(d, holder)
     successor, _ = await _lock_holder(d)
     d.notes["lock_after"] = successor
+
+
+Seen = Callable[[int, str, dict[str, Any] | None], bool]
+"""What the drill waits for in the snapshot: (written at, ms; by which holder; the queue's entry or None)."""
+
+
+async def _lane(d: Drill, seen: Seen, timeout_s: float = 120.0) -> float:
+    """Wait until the relays' held-queues snapshot of the topic (``jobq:relay:held``, written each second by
+    the lock holder: ``jqrelay.lane``) shows what ``seen`` waits for, of the exclusive queue; when."""
+    deadline = time.monotonic() + timeout_s
+    async with d.engine() as engine:
+        while time.monotonic() < deadline:
+            raw = await engine._client.hget(RELAY_HELD_KEY, d.pipe.topic)
+            snap = orjson.loads(raw) if raw else {}
+            held = snap.get("queues", {}).get(d.pipe.xqueue)
+            if seen(int(snap.get("at", 0)), str(snap.get("holder", "")), held):
+                return time.time()
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"the holding lane of {d.pipe.topic} never showed what the drill waits for")
+
+
+async def relay_kill_held(d: Drill) -> None:
+    """The exclusive queue paused at the relay (its rate ``paused``): its new jobs step aside into the
+    topic's holding lane while the load queue on the same topic flows. With a backlog in the lane, kill -9
+    of the lock holder, restarted 3 s later: the next holder keeps the queue held (its backlog still in the
+    lane) and the neighbour flows; then the pause is lifted and the lane drains in order. The checker's
+    ``lane-held`` judges that no job acknowledged while it was held ran before the release."""
+    key = RelayKeys.model_validate({"kv_prefix": f"jobq-faults/{d.pipe.tag}"}).queue_rate_key(d.pipe.xqueue)
+    client = consul_client(ConsulSettings.model_validate({"addr": d.pipe.ep.consul_addr}))
+    try:
+        await client.kv.put(key, "paused")
+        on = await _lane(d, lambda _, __, q: q is not None and q["reason"] == "paused")
+        await _lane(d, lambda _, __, q: q is not None and q["records"] >= LANE_BACKLOG)
+        await relay_kill(d)
+        killed_at, successor = time.time(), d.notes["lock_after"]
+        fresh = int(killed_at * 1000)  # the next term's snapshot (the successor may be the one restarted)
+
+        def next_term_holds(at: int, holder: str, q: dict[str, Any] | None) -> bool:
+            return at > fresh and holder == successor and q is not None and q["records"] >= LANE_BACKLOG
+
+        kept = await _lane(d, next_term_holds)
+        d.evidence("the next holder kept the queue held", kept >= killed_at, holder=successor)
+        d.notes["neighbour_flowing_s"] = round(await d.flowing(100), 2)
+        off = time.time()
+    finally:  # released, also when the drill failed (the running path may serve the next scenario)
+        await client.kv.delete(key)
+        await close_consul(client)
+    d.load.controls.append(Control("lane", d.pipe.xqueue, on, off))
+    drained = await _lane(d, lambda _, __, q: q is None)
+    d.evidence("released, the lane drained", drained > off, drain_s=round(drained - off, 2))
 
 
 async def relay_session_destroyed(d: Drill) -> None:
@@ -641,6 +696,11 @@ SCENARIOS: list[Scenario] = [
     Scenario("kill-gateway", "kill -9 of a gateway, restarted 3 s later", gateway_kill),
     Scenario("kill-relay", "kill -9 of the relay holding the lock, restarted 3 s later", relay_kill),
     Scenario("kill-scheduler", "kill -9 of a scheduler, restarted 3 s later", scheduler_kill),
+    Scenario(
+        "kill-relay-held",
+        "kill -9 of the lock holder while a queue waits in the holding lane (its neighbour flows), released",
+        relay_kill_held,
+    ),
     Scenario("poison", "poison jobs: raise, overrun, os._exit, 100 MB result", poison_jobs),
     Scenario("consul-session-lost", "the lock holder's Consul session destroyed", relay_session_destroyed),
     Scenario(

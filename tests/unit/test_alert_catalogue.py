@@ -66,6 +66,7 @@ def test_shared_thresholds_are_the_rules_thresholds() -> None:
     assert failure.count(window) == 3
     assert f"> {alerting.MEMORY_HIGH}" in exprs["JobqRedisMemoryHigh"]
     assert "[1h]" in exprs["JobqDeadLettersGrowing"]  # the dashboard's dead_growth window (an hour)
+    assert f"jobq_relay_lane_oldest_seconds) > {alerting.HELD_AGE_S}" in exprs["JobqQueueHeld"]
 
 
 def everything_wrong() -> tuple[dict[str, Any], dict[str, int], dict[str, dict[str, int]]]:
@@ -74,8 +75,14 @@ def everything_wrong() -> tuple[dict[str, Any], dict[str, int], dict[str, dict[s
     now = int(time.time() * 1000)
     old = now - 600_000
     queue = {"queue": "emails", "oldest_pending_age_ms": 601_000, "paused": False, "past_due": 3}
-    queues = [queue, {"queue": "held", "oldest_pending_age_ms": 900_000, "paused": True}]
-    idle = Claimer("worker", "pool-1", now, {"emails": old, "held": old}, busy=0, slots=4)
+    queues = [queue, {"queue": "stopped", "oldest_pending_age_ms": 900_000, "paused": True}]
+    idle = Claimer("worker", "pool-1", now, {"emails": old, "stopped": old}, busy=0, slots=4)
+    lane = {"topic": "jobs", "records": 40, "drained_per_s": 0.0}
+    held = [  # rows of jqweb.overview.held_rows: one waited past the mark, one not yet, one drained
+        {**lane, "queue": "reports", "reason": "paused", "oldest_s": alerting.HELD_AGE_S + 1.0},
+        {**lane, "queue": "young", "reason": "rate", "oldest_s": alerting.HELD_AGE_S - 1.0},
+        {**lane, "queue": "drained", "reason": "memory", "records": 0, "oldest_s": None},
+    ]
     snapshot = {
         "cron": {"error": "ConnectionError: Consul away"},
         "redis": {
@@ -84,6 +91,7 @@ def everything_wrong() -> tuple[dict[str, Any], dict[str, int], dict[str, dict[s
             "canary": {"jobs/0": {"ok": False, "problem": "late"}, "jobs/1": {"ok": True, "at": old}},
             "memory": {"used": 90, "max": 0, "ratio": 0.9, "policy": "allkeys-lru"},
             "switches": [{"name": "s", "queue": "*", "kind": "pdf", "meta": {}, "action": "park"}],
+            "held": held,
             "schedulers": {"default": {"sched-1": ""}},
             "scheduler_groups": {"default": 1, "reports": 0},
         },
@@ -108,7 +116,10 @@ def test_the_dashboard_raises_each_alert_it_shares_with_the_rules_at_its_severit
     assert by_rule == (shared | set(alerting.LOCAL)) - {"JobqSchedulerAbsent"}  # groups live: absent is not
     for a in raised:
         assert a.level == ("critical" if _severity(a.rule) == "page" else "warning"), a
-    assert not [a for a in raised if "held" in a.what + a.detail], "a paused queue waits on purpose"
+    assert not [a for a in raised if "stopped" in a.what + a.detail], "a paused queue waits on purpose"
+    (held,) = [a for a in raised if a.rule == "JobqQueueHeld"]  # not the young lane, nor the drained one
+    assert held.what == "queue reports held (paused)"
+    assert held.detail == "40 records in jobs.held, the oldest for 1801 s"
     assert not [a for a in raised if "fine" in a.what], "1 % failing is not an alert"
     # no scheduler at all: the absent alert (and no group is called empty on top)
     snapshot["redis"]["schedulers"] = {}

@@ -65,6 +65,7 @@ def test_a_clean_history_passes_what_it_exercises_and_the_rest_is_not_applicable
         "rate-within": "n/a",
         "switch-held": "n/a",
         "pause-held": "n/a",
+        "lane-held": "n/a",
         "history-agrees": "pass",
         "graph-node-once": "n/a",
         "graph-callback-once": "n/a",
@@ -361,3 +362,17 @@ def test_exclusive_jobs_in_flight_across_a_redis_wipe_are_left_out_and_counted()
     c = exclusive_in_order(runs, offsets, across)
     assert (c.status, c.checked, c.detail["across_loss"]) == ("pass", 1, 2)
     assert exclusive_one_at_a_time(runs, across).detail == {"keys": 1, "across_loss": 2}
+
+
+def test_a_job_acked_while_its_queue_was_held_in_the_lane_and_claimed_before_the_release_is_caught() -> None:
+    lane = Control("lane", "x", on=100.0, off=110.0)  # held from the relay's report to the release
+    claims = [
+        Claim("in-redis-before", 1, None, 105.0, queue="x", acked_at=99.0),  # already in Redis: may run
+        Claim("neighbour", 1, None, 105.0, queue="q", acked_at=101.0),  # the other queue flows
+        Claim("drained-after", 1, None, 110.5, queue="x", acked_at=101.0),
+    ]
+    assert controls_held(claims, [lane], "lane").status == "pass"
+    assert controls_held(claims, [lane], "lane").detail == {"held": 1}
+    early = [*claims, Claim("ran-while-held", 1, None, 106.0, queue="x", acked_at=102.0)]
+    assert controls_held(early, [lane], "lane").ids == ("ran-while-held",)
+    assert controls_held(claims, [lane], "pause").status == "n/a", "a lane is not a pause"

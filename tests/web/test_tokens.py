@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
+from jqcore import keys
 from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.envelope import new_envelope
@@ -22,6 +24,7 @@ from jqengine import Engine
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.stores.cron import CronStore
 from jqruntime.tokens import hash_line
+from jqweb import alerting
 from jqweb.main import WebService
 from jqweb.overview import Sources
 from jqweb.settings import WebSettings
@@ -132,9 +135,10 @@ async def test_a_queue_scoped_admin_sees_and_limits_only_its_own_topics_and_queu
 ) -> None:
     """Shared parts are narrowed: the topics page and the overview's live panel show the topics that carry
     the token's queues; a topic's rate (it holds every queue on the topic) and another team's queue rate
-    are refused."""
+    are refused. Of the queues held in a topic's holding lane, it sees its own only (not its neighbour's on
+    the same topic, nor that one's alert)."""
     mine, theirs = web_sources.relay.topics[0], make_topic("pay-topic", partitions=1)
-    billing, payments = f"{prefix}.billing.x", f"{prefix}.payments"
+    billing, payments, neighbour = f"{prefix}.billing.x", f"{prefix}.payments", f"{prefix}.neighbour"
     sources = dataclasses.replace(
         web_sources,
         routing=RoutingSettings(
@@ -144,6 +148,10 @@ async def test_a_queue_scoped_admin_sees_and_limits_only_its_own_topics_and_queu
         relay=web_sources.relay.model_copy(update={"topics": [mine, theirs]}),
     )
     await engine.enqueue_batch([new_envelope(billing, "k"), new_envelope(payments, "k")])
+    old = now_ms() - (alerting.HELD_AGE_S + 60) * 1000
+    lane = {"reason": "paused", "records": 5, "oldest": old, "drained_per_s": 0.0}
+    held = {"at": now_ms() + 30_000, "queues": {billing: lane, neighbour: lane}}  # the lock holder's snapshot
+    await engine._client.hset(keys.RELAY_HELD_KEY, mine, orjson.dumps(held))
     path = tmp_path / "tokens.toml"
     path.write_text(
         f'[[token]]\nname = "billing-admin"\n{hash_line(ADMIN)}\nscopes = ["read", "admin"]\n'
@@ -169,8 +177,11 @@ async def test_a_queue_scoped_admin_sees_and_limits_only_its_own_topics_and_queu
         assert theirs not in topics
         assert payments not in topics
         assert f"rate-form-{mine}" not in topics, "no topic rate form for a scoped admin"
+        assert (billing in topics, neighbour in topics) == (True, False)
         live = await get("/overview/live")
         assert theirs not in live
+        assert (f"queue {billing} held (paused)" in live, neighbour in live) == (True, False)
+        await engine._client.hdel(keys.RELAY_HELD_KEY, mine)
         status, body = await post(f"/topics/{mine}/rate")
         assert (status, "queue_forbidden" in body, "every queue" in body) == (403, True, True), body
         status, body = await post(f"/queues/{payments}/rate")

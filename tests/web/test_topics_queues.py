@@ -119,6 +119,7 @@ async def test_a_rate_limit_set_on_the_dashboard_is_followed_live_by_the_relay(
             "queue": queue,
             "topic": dash.topic,
             "rate": {"text": "5", "rate": 5.0, "state": "limited"},
+            "held": None,
         } in shown
         assert (await dash.get(f"/queues/{queue}")).json()["rate"]["rate"] == 5
         html = await dash.get("/topics", as_json=False, token="admin")
@@ -311,3 +312,44 @@ async def test_pause_resume_and_settings(dash: Any, engine: Any, web_sources: So
         assert (r.status, r.code) == (403, "admin_required"), action
     assert not (await engine.reads.queue_config(queue)).paused
     assert (await engine.reads.queue_config(queue)).lease_ms == 5000
+
+
+async def test_a_held_queue_is_shown_with_why_and_what_waits_in_its_lane(
+    dash: Any, make_relay: Any, engine: Any, producer: Any, eventually: Any
+) -> None:
+    """Paused from the dashboard, a queue's jobs step aside into ``<topic>.held`` (a real relay): the
+    queues, queue and topics pages say it is held, why and how much waits there — the lock holder's
+    snapshot ``jobq status`` reads (``jqweb.overview.held_rows``) — and its neighbour is not held."""
+    slow, fast = f"{dash.prefix}.slow", f"{dash.prefix}.fast"
+    await engine.enqueue_batch([new_envelope(q, "k", {}) for q in (slow, fast)])  # both known to Redis
+    async with make_relay(dash.topic) as relay:
+        signals = relay.signals[dash.topic]
+        asked = (await dash.post(f"/queues/{slow}/rate", {"rate": "0"})).json()["confirm"]
+        r = await dash.post(f"/queues/{slow}/rate", dict(asked["fields"]))
+        assert r.status == 200, r.text
+        await _produce(producer, dash.topic, slow, 7)
+        await _produce(producer, dash.topic, fast, 3)
+        await signals.held.wait_for(lambda v: v == (slow, "paused"))
+
+        def lane(row: dict[str, Any] | None) -> tuple[Any, ...] | None:
+            return row and (row["topic"], row["reason"], row["records"])
+
+        async def shown() -> dict[str, Any]:
+            rows = (await dash.get("/queues", q=dash.prefix)).json()["queues"]
+            return {q["queue"]: q["held"] for q in rows}
+
+        queues = await eventually(shown, lambda h: lane(h[slow]) == (dash.topic, "paused", 7))
+        assert queues[fast] is None
+        assert (await dash.get(f"/queues/{slow}")).json()["queue"]["held"]["reason"] == "paused"
+        assert (await dash.get(f"/queues/{fast}")).json()["queue"]["held"] is None
+        topics = (await dash.get("/topics")).json()
+        (row,) = [t for t in topics["topics"] if t["topic"] == dash.topic]
+        assert [lane(h) for h in row["held"]] == [(dash.topic, "paused", 7)]
+        assert [h["queue"] for h in row["held"]] == [slow]
+        rates = {r["queue"]: r for r in topics["queue_rates"]}
+        assert lane(rates[slow]["held"]) == (dash.topic, "paused", 7)
+        assert rates[fast]["held"] is None
+        for path in ("/queues", f"/queues/{slow}", "/topics"):
+            html = (await dash.get(path, as_json=False, q=dash.prefix)).text
+            assert "held: paused</span> 7 in the holding lane" in html, path
+        assert "held: paused" not in (await dash.get(f"/queues/{fast}", as_json=False)).text
