@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 import jobq
+from canary.main import _line
 from canary.monitor import Canary
 from jqcore.routing import CANARY_PREFIX, Route, RoutingSettings
 from jqcore.testsignal import enable_all
@@ -192,6 +193,13 @@ async def test_canary_reaches_every_partition_and_flags_a_dead_hop(
         await canary.send_round()
         assert {k[1] for k in canary.outstanding} == {0, 1, 2}
         await ran(pool, canary)
+        once = Canary(pipeline.client, redis, parts, late_after_s=60)  # `jobq canary --once` (helm test)
+        health = await once.one_round(gateway_wait_s=30)  # a round on its own, waited for
+        assert all(health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), health
+        assert not once.outstanding
+        assert _line(pipeline.topic, 0, health[(pipeline.topic, 0)]).startswith(
+            f"{pipeline.topic}[0] ok: gate "
+        )
     assert all(canary.health[(pipeline.topic, p)]["ok"] for p in (0, 1, 2)), canary.health
     assert all(canary.health[(pipeline.topic, p)]["ms"]["total"] >= 0 for p in (0, 1, 2))
 
