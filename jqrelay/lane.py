@@ -227,12 +227,7 @@ class Lane:
             scanner.assign([TopicPartition(self.name, p, start)])
             last, idle = start - 1, POLL_MIN_S
             while last < end - 1:
-                msgs = scanner.consume(SCAN_BATCH, 0)
-                if not msgs:
-                    await asyncio.sleep(idle)
-                    idle = min(idle * 1.5, POLL_MAX_S)
-                    continue
-                idle = POLL_MIN_S
+                msgs, idle = await _poll(scanner, SCAN_BATCH, idle)
                 for msg in msgs:
                     _check(msg, self.name)
                     offset = msg.offset() or 0
@@ -433,12 +428,7 @@ class Lane:
         got: list[Message] = []
         idle = POLL_MIN_S
         while len(got) < k and self._trusted():
-            msgs = reader.consume(k - len(got), 0)
-            if not msgs:
-                await asyncio.sleep(idle)
-                idle = min(idle * 1.5, POLL_MAX_S)
-                continue
-            idle = POLL_MIN_S
+            msgs, idle = await _poll(reader, k - len(got), idle)
             for msg in msgs:
                 _check(msg, self.name)
                 offset = msg.offset() or 0
@@ -624,6 +614,16 @@ def _remove_gauges(topic: str, queue: str) -> None:
         (metrics.RELAY_LANE_OLDEST, (topic, queue)),
     ):
         metrics.forget(gauge, *labels)
+
+
+async def _poll(consumer: Consumer, n: int, idle: float) -> tuple[list[Message], float]:
+    """Up to ``n`` records there now, and the next idle pause; none after an idle pause of ``idle`` s,
+    each empty answer waiting longer (up to :data:`POLL_MAX_S`)."""
+    msgs = consumer.consume(n, 0)
+    if msgs:
+        return msgs, POLL_MIN_S
+    await asyncio.sleep(idle)
+    return [], min(idle * 1.5, POLL_MAX_S)
 
 
 def _check(msg: Message, lane: str) -> None:
