@@ -48,19 +48,24 @@ def bench(
     minutes: Annotated[
         float, typer.Option("--minutes", min=0.1, max=600, help="faults --chaos: about how long.")
     ] = 5.0,
+    backlog: Annotated[
+        int | None,
+        typer.Option("--backlog", min=1, help="neighbours: the held queue's backlog (50,000; quick 300)."),
+    ] = None,
     slots: Annotated[
         int | None,
         typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
     ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
-    _only(scenario, web=(jobs, history_rows, requests), drain=batch, chaos=(chaos, seed))
-    if scenario != "peers" and slots is not None:
-        raise typer.BadParameter("--slots: peers only")
+    owned = {"--batch": ("drain", batch), "--slots": ("peers", slots), "--backlog": ("neighbours", backlog)}
+    _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
     elif scenario == "drain":
         report = registry.drain(quick, batch=batch or 0)
+    elif scenario == "neighbours":
+        report = registry.neighbours(quick, backlog=backlog)
     elif scenario == "peers":
         report = registry.peers(quick, slots=slots)
     elif scenario == "web":
@@ -83,16 +88,22 @@ def bench(
 
 
 def _only(
-    scenario: str, *, web: tuple[int | None, ...], drain: int | None, chaos: tuple[bool, int | None]
+    scenario: str,
+    *,
+    web: tuple[int | None, ...],
+    owned: dict[str, tuple[str, int | None]],
+    chaos: tuple[bool, int | None],
 ) -> None:
-    """Refuse an unknown scenario and options of another scenario."""
+    """Refuse an unknown scenario and options of another scenario (``owned``: an option → the one scenario
+    it belongs to, and its value)."""
     if scenario not in SCENARIO_NAMES:
         raise typer.BadParameter(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIO_NAMES)}")
     sizes = dict(zip(("--jobs", "--history-rows", "--requests"), web, strict=True))
     if scenario != "web" and any(v is not None for v in sizes.values()):
         raise typer.BadParameter(f"{', '.join(k for k, v in sizes.items() if v is not None)}: web only")
-    if scenario != "drain" and drain is not None:
-        raise typer.BadParameter("--batch: drain only")
+    for option, (owner, value) in owned.items():
+        if scenario != owner and value is not None:
+            raise typer.BadParameter(f"{option}: {owner} only")
     if scenario != "faults" and (chaos[0] or chaos[1] is not None):
         raise typer.BadParameter("--chaos, --seed: faults only")
     if chaos[1] is not None and not chaos[0]:

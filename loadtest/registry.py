@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "peers", "web"]
+__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -82,6 +82,13 @@ def peers(quick: bool, *, slots: int | None = None) -> Report:
     return peers_bench.run(quick=quick) if slots is None else peers_bench.run(quick=quick, slots=slots)
 
 
+def neighbours(quick: bool, *, backlog: int | None = None) -> Report:
+    """``./run bench neighbours``; ``--backlog N``: the held queue's backlog (default 50,000; quick 300)."""
+    from loadtest import neighbours_bench
+
+    return neighbours_bench.run(quick=quick, backlog=backlog)
+
+
 def _history(quick: bool) -> Report:
     from loadtest import history_bench
 
@@ -143,6 +150,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "e2e": _e2e,
     "floors": _floors,
     "peers": peers,
+    "neighbours": neighbours,
     "history": _history,
     "graphs": _graphs,
     "web": web,
