@@ -6,8 +6,9 @@ rate, and a **held** exclusive queue (100 exclusivity values) with a backlog of 
 default, the issue's number), held in each of three ways in turn:
 
 * ``memory``: over its memory budget — its workers' claims paused (its jobs pile up in Redis), its own
-  ``memory_budget`` a quarter of what its backlog takes; on a stack of its own Redis's ``maxmemory`` is set
-  so that the whole backlog in Redis would fill it (the global guard stops at 90 %);
+  ``memory_budget`` an eighth of what its backlog takes (at the bytes per job the neighbour's records
+  measure); on a stack of its own Redis's ``maxmemory`` is set so that the whole backlog in Redis would
+  fill it (the global guard stops at 90 %);
 * ``paused``: paused at the relay (its Consul rate ``paused``, as ``jobq queue pause`` writes it);
 * ``rate``: limited to 5 jobs/s (``5/s``), its holding lane draining at that rate meanwhile.
 
@@ -17,8 +18,9 @@ holding lane), then the neighbour **beside** it for ``window_s`` while the held 
 the neighbour's rate. The neighbour's **accepted → started** of each job: from its envelope's stamp (the
 producer's, as the gateway stamps a job it accepts; the Kafka hop and the relay's are inside) to the
 ``started_at`` Redis dated its claim with — the Redis-dated ``enqueued_at`` (the relay's write) cannot be
-the start, as the relay is the hop a held queue could slow. Reported: p50 and p99 of each window, and the
-p99 beside over the p99 alone (the promise: at most 1.5×).
+the start, as the relay is the hop a held queue could slow. Reported: p50 and p99 of each window, the
+p99 beside over the p99 alone (the promise: at most 1.5×), and the p99 of its two hops split at the
+Redis-dated write: the relay's (accepted → written) and the claim's (written → started).
 
 Then the case is **released** (budget lifted and claims resumed; the pause lifted; the limit lifted) and the
 held queue's every job must run: its handler (:mod:`loadtest.neighbours_app`) pushes each run's job id on a
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import secrets
 import tempfile
 import time
@@ -74,8 +77,6 @@ little but the backlog to come."""
 LIMIT = "5/s"
 BOUND = 1.5
 """The promise: the neighbour's p99 beside a held queue at most this many times its p99 alone."""
-BYTES_PER_JOB = 450
-"""A job's size in Redis, at the least (its record and index entries): sizes the memory case."""
 NEIGHBOUR_CONCURRENCY, HELD_CONCURRENCY = 16, 32
 PRODUCE_CHUNK = 5000
 
@@ -213,10 +214,22 @@ async def _until(what: str, check: Callable[[], Awaitable[bool]], bench: Bench, 
         await asyncio.sleep(0.05)
 
 
-async def _neighbour_window(bench: Bench, n: int, rate: float, held: Held | None) -> list[float]:
+@dataclass
+class Waits:
+    """The neighbour's jobs of one window, each split at its Redis-dated write (ms)."""
+
+    total: list[float]
+    """accepted → started."""
+    relay: list[float]
+    """accepted → written (``enqueued_at``): the Kafka hop and the relay's."""
+    claim: list[float]
+    """written → started: the wait for a worker's claim."""
+
+
+async def _neighbour_window(bench: Bench, n: int, rate: float, held: Held | None) -> Waits:
     """``n`` neighbour jobs open loop at ``rate`` (job ``i`` sent at ``t0 + i / rate`` whatever happened to
-    the others), with one job of ``held`` beside each when given; each neighbour job's accepted → started
-    (ms) once all have started."""
+    the others), with one job of ``held`` beside each when given; each neighbour job's waits once all have
+    started."""
     loop = asyncio.get_running_loop()
     t0 = loop.time() + 0.05
     stamps: dict[str, int] = {}
@@ -233,17 +246,21 @@ async def _neighbour_window(bench: Bench, n: int, rate: float, held: Held | None
         sends.append(asyncio.create_task(bench.producer.produce_many(records)))
     await asyncio.gather(*sends)
     ids = list(stamps)
-    started: dict[str, int] = {}
+    times: dict[str, tuple[int, int]] = {}
 
     async def all_started() -> bool:
-        missing = [i for i in ids if i not in started]
+        missing = [i for i in ids if i not in times]
         for job in await bench.engine.reads.get_jobs(bench.neighbour, missing):
             if job is not None and job.started_at:
-                started[job.id] = job.started_at
-        return len(started) == len(ids)
+                times[job.id] = (job.enqueued_at or 0, job.started_at)
+        return len(times) == len(ids)
 
     await _until("the neighbour's jobs started", all_started, bench, 60 + n / 50)
-    return [float(started[i] - stamps[i]) for i in ids]
+    return Waits(
+        [float(times[i][1] - stamps[i]) for i in ids],
+        [float(times[i][0] - stamps[i]) for i in ids],
+        [float(times[i][1] - times[i][0]) for i in ids],
+    )
 
 
 def _caught_up(bench: Bench) -> bool:
@@ -289,21 +306,23 @@ class MemoryHold:
     peak_usage: float = 0.0
 
 
-async def _hold(bench: Bench, held: Held, sizes: Sizes) -> MemoryHold | None:
+async def _hold(bench: Bench, held: Held, sizes: Sizes, per_job: float) -> MemoryHold | None:
+    """Hold ``held`` as its case says; ``per_job``: Redis bytes a job takes (sizes the memory case)."""
     queue = held.queue
     if held.case == "paused":
         bench.consul.kv.put(bench.rate_key(queue), "paused")
     elif held.case == "rate":
         bench.consul.kv.put(bench.rate_key(queue), LIMIT)
     else:
-        need = sizes.backlog * BYTES_PER_JOB
-        config = QueueConfig(mode="exclusive", excl_key="excl", memory_budget=need // 4)
+        need = int(sizes.backlog * per_job)
+        config = QueueConfig(mode="exclusive", excl_key="excl", memory_budget=need // 8)
         await bench.engine.admin.configure_queue(queue, config)
         await bench.engine.admin.pause(queue)
         info = await memory_info(bench.client)
         before, used = int(info.get("maxmemory", 0)), int(info["used_memory"])
-        # the whole backlog would fill Redis; set only where Redis holds little else (below the relay's pool)
-        maxmemory = used + need if bench.own_stack and need >= 3 * used else 0
+        # the whole backlog would fill Redis; set only where Redis holds little else, so that the queue at
+        # its budget (overshot by up to a batch) and the neighbour stay well below the relay's pool (70 %)
+        maxmemory = used + need if bench.own_stack and need >= 5 * used else 0
         if maxmemory:
             await bench.client.config_set("maxmemory", maxmemory)
         return MemoryHold(before, maxmemory)
@@ -368,11 +387,25 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-async def _case(bench: Bench, case: str, sizes: Sizes) -> dict[str, float | str]:
+async def _forks(bench: Bench) -> int:
+    """Forks Redis made so far (AOF rewrites: a child copying the data set, on this machine's cores)."""
+    return int((await bench.client.info("stats"))["total_forks"])
+
+
+async def _window(bench: Bench, n: int, rate: float, held: Held | None) -> tuple[Waits, float, int]:
+    """:func:`_neighbour_window`, with what else loaded the machine: the 1-minute load average at its end
+    and the forks Redis made during it."""
+    forks = await _forks(bench)
+    waits = await _neighbour_window(bench, n, rate, held)
+    return waits, os.getloadavg()[0], await _forks(bench) - forks
+
+
+async def _case(bench: Bench, case: str, sizes: Sizes, arrivals: bool) -> dict[str, float | str]:
     n = max(1, int(sizes.rate * sizes.window_s))
-    alone = await _neighbour_window(bench, n, sizes.rate, None)
+    alone, load_alone, forks_alone = await _window(bench, n, sizes.rate, None)
     held = Held(case, bench.held_queue(case))
-    memory = await _hold(bench, held, sizes)
+    found = await bench.engine.reads.memory(bench.neighbour)  # its records and their events
+    memory = await _hold(bench, held, sizes, found.bytes / max(1, found.jobs))
     sampler = asyncio.create_task(_sample_usage(bench, memory)) if memory and memory.maxmemory else None
     try:
         started = time.perf_counter()
@@ -386,7 +419,7 @@ async def _case(bench: Bench, case: str, sizes: Sizes) -> dict[str, float | str]
             60 + sizes.backlog / 500,
         )
         aside_s = time.perf_counter() - started
-        beside = await _neighbour_window(bench, n, sizes.rate, held)
+        beside, load_beside, forks_beside = await _window(bench, n, sizes.rate, held if arrivals else None)
         reason = await _held_for(bench, held.queue)
         guard_s = await _guard_held_s(bench)
     finally:
@@ -398,13 +431,21 @@ async def _case(bench: Bench, case: str, sizes: Sizes) -> dict[str, float | str]
     ran = await _ran(bench, held, 120 + held.produced / 100)
     return {
         "held for": reason,
-        "alone p50": _pct(alone, 50),
-        "alone p99": _pct(alone, 99),
-        "beside p50": _pct(beside, 50),
-        "beside p99": _pct(beside, 99),
-        "p99 ratio": _pct(beside, 99) / max(_pct(alone, 99), 1.0),
+        "alone p50": _pct(alone.total, 50),
+        "alone p99": _pct(alone.total, 99),
+        "beside p50": _pct(beside.total, 50),
+        "beside p99": _pct(beside.total, 99),
+        "p99 ratio": _pct(beside.total, 99) / max(_pct(alone.total, 99), 1.0),
+        "relay hop p99 alone": _pct(alone.relay, 99),
+        "relay hop p99 beside": _pct(beside.relay, 99),
+        "claim hop p99 alone": _pct(alone.claim, 99),
+        "claim hop p99 beside": _pct(beside.claim, 99),
         "backlog read past": aside_s,
         "drained after release": time.perf_counter() - released,
+        "load average alone": load_alone,
+        "load average beside": load_beside,
+        "Redis forks alone": forks_alone,
+        "Redis forks beside": forks_beside,
         "held jobs": ran.jobs,
         "missing": ran.missing,
         "duplicated": ran.duplicated,
@@ -421,8 +462,16 @@ UNITS = {
     "beside p50": "ms",
     "beside p99": "ms",
     "p99 ratio": "×",
+    "relay hop p99 alone": "ms",
+    "relay hop p99 beside": "ms",
+    "claim hop p99 alone": "ms",
+    "claim hop p99 beside": "ms",
     "backlog read past": "s",
     "drained after release": "s",
+    "load average alone": "",
+    "load average beside": "",
+    "Redis forks alone": "forks",
+    "Redis forks beside": "forks",
     "held jobs": "jobs",
     "missing": "jobs",
     "duplicated": "runs",
@@ -434,14 +483,17 @@ UNITS = {
 """Each figure of a case (``<case>: <name>``) and its unit."""
 
 
-def _summary(results: dict[str, dict[str, float | str]], sizes: Sizes) -> str:
+def _summary(results: dict[str, dict[str, float | str]], sizes: Sizes, held_idle: bool) -> str:
+    arrivals = "receiving no more" if held_idle else f"receiving {sizes.rate:g} jobs/s more meanwhile"
     lines = [
         f"Neighbour at {sizes.rate:g} jobs/s for {sizes.window_s:g} s alone, then beside a queue held "
-        f"with a {sizes.backlog:,}-job backlog; accepted → started in ms.",
+        f"with a {sizes.backlog:,}-job backlog ({arrivals}); accepted → started in ms, and its two hops' "
+        "p99 alone → beside (relay: accepted → written to Redis; claim: written → started); the machine's "
+        "load average and Redis's forks (AOF rewrites) alone → beside.",
         "",
         "| case | held for | alone p50 | alone p99 | beside p50 | beside p99 | p99 beside / alone "
-        "| held jobs | ran once, in order | guard held (s) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| relay hop p99 | claim hop p99 | load | forks | held jobs | ran once, in order | guard held (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for case, r in results.items():
         ok = r["missing"] == r["duplicated"] == r["out of order"] == 0
@@ -452,18 +504,36 @@ def _summary(results: dict[str, dict[str, float | str]], sizes: Sizes) -> str:
         )
         within = "" if float(r["p99 ratio"]) <= BOUND else f" (over {BOUND:g}×)"
         cells = [case, r["held for"], *(f"{r[k]:.0f}" for k in ("alone p50", "alone p99", "beside p50"))]
-        cells += [f"{r['beside p99']:.0f}", f"{r['p99 ratio']:.2f}×{within}", f"{r['held jobs']:,}", facts]
+        cells += [f"{r['beside p99']:.0f}", f"{r['p99 ratio']:.2f}×{within}"]
+        cells += [
+            f"{r[f'{hop} hop p99 alone']:.0f} → {r[f'{hop} hop p99 beside']:.0f}"
+            for hop in ("relay", "claim")
+        ]
+        cells += [f"{r['load average alone']:.1f} → {r['load average beside']:.1f}"]
+        cells += [
+            f"{r['Redis forks alone']:.0f} → {r['Redis forks beside']:.0f}",
+            f"{r['held jobs']:,}",
+            facts,
+        ]
         lines.append(f"| {' | '.join(str(c) for c in cells)} | {r['guard held']:g} |")
     return "\n".join(lines)
 
 
-def run(quick: bool = False, endpoints: Endpoints | None = None, backlog: int | None = None) -> Report:
+def run(
+    quick: bool = False,
+    endpoints: Endpoints | None = None,
+    backlog: int | None = None,
+    *,
+    held_idle: bool = False,
+) -> Report:
+    """``held_idle``: the held queue receives no jobs during the window beside it (its backlog only)."""
     base = QUICK if quick else FULL
     sizes = Sizes(backlog if backlog is not None else base.backlog, base.rate, base.window_s)
     report = Report(
         "neighbours",
         {
             "quick": quick,
+            "held_idle": held_idle,
             "backlog": sizes.backlog,
             "rate": sizes.rate,
             "window_s": sizes.window_s,
@@ -477,7 +547,7 @@ def run(quick: bool = False, endpoints: Endpoints | None = None, backlog: int | 
     async def main(ep: Endpoints) -> None:
         async with _pipeline(ep, own_stack=endpoints is None) as bench:
             for case in CASES:
-                results[case] = await _case(bench, case, sizes)
+                results[case] = await _case(bench, case, sizes, arrivals=not held_idle)
 
     with bench_stack("neighbours", endpoints) as ep:
         asyncio.run(main(ep))
@@ -497,6 +567,6 @@ def run(quick: bool = False, endpoints: Endpoints | None = None, backlog: int | 
         "one relay process, a worker process per queue (concurrency 16 and 32), 3 partitions; "
         "every process and server on this machine"
     )
-    report.summary = _summary(results, sizes)
+    report.summary = _summary(results, sizes, held_idle)
     report.sections.append("## Neighbours\n\n" + report.summary)
     return report
