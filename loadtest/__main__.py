@@ -52,10 +52,6 @@ def bench(
         int | None,
         typer.Option("--backlog", min=1, help="neighbours: the held queue's backlog (50,000; quick 300)."),
     ] = None,
-    held_idle: Annotated[
-        bool,
-        typer.Option("--held-idle", help="neighbours: the held queue gets no jobs beside the neighbour's."),
-    ] = False,
     slots: Annotated[
         int | None,
         typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
@@ -63,14 +59,14 @@ def bench(
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
-    owned |= {"--backlog": ("neighbours", backlog), "--held-idle": ("neighbours", held_idle or None)}
+    owned["--backlog"] = ("neighbours", backlog)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
     elif scenario == "drain":
         report = registry.drain(quick, batch=batch or 0)
     elif scenario == "neighbours":
-        report = registry.neighbours(quick, backlog=backlog, held_idle=held_idle)
+        report = registry.neighbours(quick, backlog=backlog)
     elif scenario == "peers":
         report = registry.peers(quick, slots=slots)
     elif scenario == "web":

@@ -12,15 +12,20 @@ default, the issue's number), held in each of three ways in turn:
 * ``paused``: paused at the relay (its Consul rate ``paused``, as ``jobq queue pause`` writes it);
 * ``rate``: limited to 5 jobs/s (``5/s``), its holding lane draining at that rate meanwhile.
 
-For each case, alternately: the neighbour **alone** (nothing else on the topic) for ``window_s``, then the
-held queue's backlog is produced and the relay has read past it (every record written or set aside into the
-holding lane), then the neighbour **beside** it for ``window_s`` while the held queue keeps receiving jobs at
-the neighbour's rate. The neighbour's **accepted → started** of each job: from its envelope's stamp (the
-producer's, as the gateway stamps a job it accepts; the Kafka hop and the relay's are inside) to the
-``started_at`` Redis dated its claim with — the Redis-dated ``enqueued_at`` (the relay's write) cannot be
-the start, as the relay is the hop a held queue could slow. Reported: p50 and p99 of each window, the
-p99 beside over the p99 alone (the promise: at most 1.5×), and the p99 of its two hops split at the
-Redis-dated write: the relay's (accepted → written) and the claim's (written → started).
+For each case: the held queue is held, its backlog produced, and the relay reads past it (every record
+written or set aside into the holding lane); then the neighbour runs **alone** (the held queue receives
+nothing, and its paused or over-budget jobs move nowhere; a limited one's lane drains at 5/s) and
+**beside** the held queue's arrivals (as many jobs/s as the neighbour's, each stepping aside), ``window_s``
+each, alternately in ``slices`` slices (alone, beside; beside, alone; ...) so that both sides see the same
+machine — on a shared machine, back-to-back windows differ by more than the promise.
+
+The neighbour's **accepted → started** of each job: from its envelope's stamp (the producer's, as the
+gateway stamps a job it accepts; the Kafka hop and the relay's are inside) to the ``started_at`` Redis
+dated its claim with — the Redis-dated ``enqueued_at`` (the relay's write) cannot be the start, as the relay
+is the hop a held queue could slow. Reported: p50 and p99 of each side, the p99 beside over the p99 alone
+(the promise: at most 1.5×), the p99 of its two hops split at the Redis-dated write (the relay's: accepted
+→ written; the claim's: written → started), and what else loaded the machine meanwhile (the load average,
+Redis's forks).
 
 Then the case is **released** (budget lifted and claims resumed; the pause lifted; the limit lifted) and the
 held queue's every job must run: its handler (:mod:`loadtest.neighbours_app`) pushes each run's job id on a
@@ -35,6 +40,7 @@ Everything — the load generator, Kafka, Redis, the relay and the workers — s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import secrets
@@ -88,10 +94,12 @@ class Sizes:
     rate: float
     """The neighbour's jobs per second (and the held queue's, during that window)."""
     window_s: float
+    """The neighbour's time alone and beside, each (alternately, in ``slices`` slices)."""
+    slices: int
 
 
-FULL = Sizes(50_000, 200.0, 10.0)
-QUICK = Sizes(300, 40.0, 0.25)
+FULL = Sizes(50_000, 200.0, 10.0, 5)
+QUICK = Sizes(300, 50.0, 0.2, 1)
 
 
 @dataclass
@@ -152,8 +160,9 @@ class Bench:
 
 
 @asynccontextmanager
-async def _pipeline(ep: Endpoints, own_stack: bool) -> AsyncIterator[Bench]:
-    """The topic (with its holding lane), the held queues' configuration, a relay and two worker pools."""
+async def _pipeline(ep: Endpoints, own_stack: bool, warm_up: int) -> AsyncIterator[Bench]:
+    """The topic (with its holding lane), the held queues' configuration, a relay and two worker pools;
+    ``warm_up`` neighbour jobs through them (the lock taken, the workers claiming, a job's bytes known)."""
     tag = f"nb{secrets.token_hex(3)}"
     scope = Scope("bench", tag)
     kafka = KafkaSettings(bootstrap=ep.kafka_bootstrap)
@@ -196,7 +205,7 @@ async def _pipeline(ep: Endpoints, own_stack: bool) -> AsyncIterator[Bench]:
         for name, argv, env in roles:
             procs.start(name, argv, output=log_dir / f"{name}.log", env=env)
         await procs.members[0].wait_ready_async(http_ok(bench.metrics_url), timeout_s=60)
-        await _neighbour_window(bench, 1, 1.0, None)  # warm-up: the lock taken, the workers claiming
+        await _neighbour_window(bench, warm_up, 100.0, None)
         yield bench
     finally:
         await asyncio.to_thread(procs.stop)
@@ -289,6 +298,8 @@ async def _guard_held_s(bench: Bench) -> float:
     """Seconds the relay's global memory guard held the topic's batches (its ``/metrics``)."""
     async with aiohttp.ClientSession() as http, http.get(bench.metrics_url) as r:
         text = await r.text()
+    if "# TYPE jobq_relay_held_seconds_total counter" not in text:
+        raise RuntimeError(f"the relay's /metrics has no jobq_relay_held_seconds_total: {text[:200]!r}")
     total = 0.0
     for line in text.splitlines():
         labels = ('reason="memory"', f'topic="{bench.topic}"')
@@ -320,9 +331,13 @@ async def _hold(bench: Bench, held: Held, sizes: Sizes, per_job: float) -> Memor
         await bench.engine.admin.pause(queue)
         info = await memory_info(bench.client)
         before, used = int(info.get("maxmemory", 0)), int(info["used_memory"])
-        # the whole backlog would fill Redis; set only where Redis holds little else, so that the queue at
-        # its budget (overshot by up to a batch) and the neighbour stay well below the relay's pool (70 %)
-        maxmemory = used + need if bench.own_stack and need >= 5 * used else 0
+        # The whole backlog would fill Redis. Set only where what Redis will hold — what it holds now, the
+        # queue at its budget (overshot by up to a batch: twice it, say) and the neighbour's records still
+        # to come (kept for the queue's retention) — stays under half of it, below the relay's pool (70 %):
+        # under that pressure a queue is held to a fair share of the pool, and the neighbour's finished
+        # records alone would hold it until they are collected.
+        later = 2 * sizes.rate * sizes.window_s * per_job
+        maxmemory = used + need if bench.own_stack and used + need // 4 + later <= (used + need) / 2 else 0
         if maxmemory:
             await bench.client.config_set("maxmemory", maxmemory)
         return MemoryHold(before, maxmemory)
@@ -392,21 +407,32 @@ async def _forks(bench: Bench) -> int:
     return int((await bench.client.info("stats"))["total_forks"])
 
 
-async def _window(bench: Bench, n: int, rate: float, held: Held | None) -> tuple[Waits, float, int]:
-    """:func:`_neighbour_window`, with what else loaded the machine: the 1-minute load average at its end
-    and the forks Redis made during it."""
-    forks = await _forks(bench)
-    waits = await _neighbour_window(bench, n, rate, held)
-    return waits, os.getloadavg()[0], await _forks(bench) - forks
+@dataclass
+class Side:
+    """One side of a case (the neighbour alone, or beside the held queue's arrivals) over its slices."""
+
+    waits: Waits = field(default_factory=lambda: Waits([], [], []))
+    loads: list[float] = field(default_factory=list)
+    forks: int = 0
+
+    async def slice(self, bench: Bench, n: int, rate: float, held: Held | None) -> None:
+        forks = await _forks(bench)
+        waits = await _neighbour_window(bench, n, rate, held)
+        self.forks += await _forks(bench) - forks
+        self.loads.append(os.getloadavg()[0])
+        self.waits.total += waits.total
+        self.waits.relay += waits.relay
+        self.waits.claim += waits.claim
 
 
-async def _case(bench: Bench, case: str, sizes: Sizes, arrivals: bool) -> dict[str, float | str]:
-    n = max(1, int(sizes.rate * sizes.window_s))
-    alone, load_alone, forks_alone = await _window(bench, n, sizes.rate, None)
+async def _case(bench: Bench, case: str, sizes: Sizes) -> dict[str, float | str]:
+    n = max(1, int(sizes.rate * sizes.window_s / sizes.slices))
     held = Held(case, bench.held_queue(case))
     found = await bench.engine.reads.memory(bench.neighbour)  # its records and their events
     memory = await _hold(bench, held, sizes, found.bytes / max(1, found.jobs))
     sampler = asyncio.create_task(_sample_usage(bench, memory)) if memory and memory.maxmemory else None
+    alone, beside = Side(), Side()
+    shown: asyncio.Task[str] | None = None
     try:
         started = time.perf_counter()
         for first in range(0, sizes.backlog, PRODUCE_CHUNK):
@@ -419,33 +445,37 @@ async def _case(bench: Bench, case: str, sizes: Sizes, arrivals: bool) -> dict[s
             60 + sizes.backlog / 500,
         )
         aside_s = time.perf_counter() - started
-        beside, load_beside, forks_beside = await _window(bench, n, sizes.rate, held if arrivals else None)
-        reason = await _held_for(bench, held.queue)
+        shown = asyncio.create_task(_held_for(bench, held.queue))  # the snapshot is rewritten each second
+        for k in range(sizes.slices):  # alone, beside; beside, alone; ...: both see the same machine
+            for side in (alone, beside) if k % 2 == 0 else (beside, alone):
+                await side.slice(bench, n, sizes.rate, held if side is beside else None)
+        reason = await shown
         guard_s = await _guard_held_s(bench)
     finally:
-        if sampler is not None:
-            sampler.cancel()
+        for task in (sampler, shown):
+            if task is not None:
+                task.cancel()
     peak = memory.peak_usage if memory else 0.0
     await _release(bench, held, memory)
     released = time.perf_counter()
     ran = await _ran(bench, held, 120 + held.produced / 100)
     return {
         "held for": reason,
-        "alone p50": _pct(alone.total, 50),
-        "alone p99": _pct(alone.total, 99),
-        "beside p50": _pct(beside.total, 50),
-        "beside p99": _pct(beside.total, 99),
-        "p99 ratio": _pct(beside.total, 99) / max(_pct(alone.total, 99), 1.0),
-        "relay hop p99 alone": _pct(alone.relay, 99),
-        "relay hop p99 beside": _pct(beside.relay, 99),
-        "claim hop p99 alone": _pct(alone.claim, 99),
-        "claim hop p99 beside": _pct(beside.claim, 99),
+        "alone p50": _pct(alone.waits.total, 50),
+        "alone p99": _pct(alone.waits.total, 99),
+        "beside p50": _pct(beside.waits.total, 50),
+        "beside p99": _pct(beside.waits.total, 99),
+        "p99 ratio": _pct(beside.waits.total, 99) / max(_pct(alone.waits.total, 99), 1.0),
+        "relay hop p99 alone": _pct(alone.waits.relay, 99),
+        "relay hop p99 beside": _pct(beside.waits.relay, 99),
+        "claim hop p99 alone": _pct(alone.waits.claim, 99),
+        "claim hop p99 beside": _pct(beside.waits.claim, 99),
         "backlog read past": aside_s,
         "drained after release": time.perf_counter() - released,
-        "load average alone": load_alone,
-        "load average beside": load_beside,
-        "Redis forks alone": forks_alone,
-        "Redis forks beside": forks_beside,
+        "load average alone": sum(alone.loads) / len(alone.loads),
+        "load average beside": sum(beside.loads) / len(beside.loads),
+        "Redis forks alone": alone.forks,
+        "Redis forks beside": beside.forks,
         "held jobs": ran.jobs,
         "missing": ran.missing,
         "duplicated": ran.duplicated,
@@ -483,13 +513,14 @@ UNITS = {
 """Each figure of a case (``<case>: <name>``) and its unit."""
 
 
-def _summary(results: dict[str, dict[str, float | str]], sizes: Sizes, held_idle: bool) -> str:
-    arrivals = "receiving no more" if held_idle else f"receiving {sizes.rate:g} jobs/s more meanwhile"
+def _summary(results: dict[str, dict[str, float | str]], sizes: Sizes) -> str:
     lines = [
-        f"Neighbour at {sizes.rate:g} jobs/s for {sizes.window_s:g} s alone, then beside a queue held "
-        f"with a {sizes.backlog:,}-job backlog ({arrivals}); accepted → started in ms, and its two hops' "
-        "p99 alone → beside (relay: accepted → written to Redis; claim: written → started); the machine's "
-        "load average and Redis's forks (AOF rewrites) alone → beside.",
+        f"The neighbour at {sizes.rate:g} jobs/s, {sizes.window_s:g} s alone and {sizes.window_s:g} s "
+        f"beside the held queue's arrivals ({sizes.rate:g} jobs/s more on the topic), alternately in "
+        f"{sizes.slices} slices each, once the held queue's {sizes.backlog:,}-job backlog was read past: "
+        "accepted → started in ms, its two hops' p99 alone → beside (relay: accepted → written to Redis; "
+        "claim: written → started), the machine's load average and Redis's forks (AOF rewrites) alone → "
+        "beside.",
         "",
         "| case | held for | alone p50 | alone p99 | beside p50 | beside p99 | p99 beside / alone "
         "| relay hop p99 | claim hop p99 | load | forks | held jobs | ran once, in order | guard held (s) |",
@@ -523,17 +554,14 @@ def run(
     quick: bool = False,
     endpoints: Endpoints | None = None,
     backlog: int | None = None,
-    *,
-    held_idle: bool = False,
 ) -> Report:
-    """``held_idle``: the held queue receives no jobs during the window beside it (its backlog only)."""
     base = QUICK if quick else FULL
-    sizes = Sizes(backlog if backlog is not None else base.backlog, base.rate, base.window_s)
+    sizes = dataclasses.replace(base, backlog=base.backlog if backlog is None else backlog)
     report = Report(
         "neighbours",
         {
             "quick": quick,
-            "held_idle": held_idle,
+            "slices": sizes.slices,
             "backlog": sizes.backlog,
             "rate": sizes.rate,
             "window_s": sizes.window_s,
@@ -545,9 +573,10 @@ def run(
     results: dict[str, dict[str, float | str]] = {}
 
     async def main(ep: Endpoints) -> None:
-        async with _pipeline(ep, own_stack=endpoints is None) as bench:
+        warm_up = int(sizes.rate * sizes.window_s / sizes.slices)
+        async with _pipeline(ep, own_stack=endpoints is None, warm_up=warm_up) as bench:
             for case in CASES:
-                results[case] = await _case(bench, case, sizes, arrivals=not held_idle)
+                results[case] = await _case(bench, case, sizes)
 
     with bench_stack("neighbours", endpoints) as ep:
         asyncio.run(main(ep))
@@ -567,6 +596,6 @@ def run(
         "one relay process, a worker process per queue (concurrency 16 and 32), 3 partitions; "
         "every process and server on this machine"
     )
-    report.summary = _summary(results, sizes, held_idle)
+    report.summary = _summary(results, sizes)
     report.sections.append("## Neighbours\n\n" + report.summary)
     return report

@@ -82,12 +82,11 @@ def peers(quick: bool, *, slots: int | None = None) -> Report:
     return peers_bench.run(quick=quick) if slots is None else peers_bench.run(quick=quick, slots=slots)
 
 
-def neighbours(quick: bool, *, backlog: int | None = None, held_idle: bool = False) -> Report:
-    """``./run bench neighbours``; ``--backlog N``: the held queue's backlog (default 50,000; quick 300);
-    ``--held-idle``: the held queue receives no jobs beside the neighbour's window (its backlog only)."""
+def neighbours(quick: bool, *, backlog: int | None = None) -> Report:
+    """``./run bench neighbours``; ``--backlog N``: the held queue's backlog (default 50,000; quick 300)."""
     from loadtest import neighbours_bench
 
-    return neighbours_bench.run(quick=quick, backlog=backlog, held_idle=held_idle)
+    return neighbours_bench.run(quick=quick, backlog=backlog)
 
 
 def _history(quick: bool) -> Report:
