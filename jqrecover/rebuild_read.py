@@ -12,7 +12,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, M
 
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
-from jqcore.events import TERMINAL, Event, parse
+from jqcore.events import TERMINAL, Event, parse_record
 from jqcore.settings import KafkaSettings
 from jqrecover.errors import RebuildError, ReplayError
 from jqrecover.replay import PartitionRange, Point, iter_records, plan, tool_consumer
@@ -73,19 +73,24 @@ class EventIndex:
         """Set when retention deleted events the read wanted: the events begin then."""
 
     def add_record(self, msg: Message) -> None:
-        self.read += 1
+        """A record of the events topic: its events, in order (``read`` counts events; a record that is
+        not one counts once, as read and malformed)."""
         try:
-            event = parse(msg.value() or b"")
+            events = parse_record(msg.value() or b"")
         except (ValueError, KeyError, TypeError):
+            self.read += 1
             self.malformed += 1
             return
         produced = timestamp_ms(msg)
         if produced:
             self.newest_ms = max(self.newest_ms, produced)
-            delay = max(0, produced - event.at)
-            self.delays[bisect.bisect_left(_DELAY_BOUNDS_MS, delay)] += 1
-            self.max_delay_ms = max(self.max_delay_ms, delay)
-        self.add(event)
+        for event in events:
+            self.read += 1
+            if produced:
+                delay = max(0, produced - event.at)
+                self.delays[bisect.bisect_left(_DELAY_BOUNDS_MS, delay)] += 1
+                self.max_delay_ms = max(self.max_delay_ms, delay)
+            self.add(event)
 
     def add(self, event: Event) -> None:
         key = (event.queue, event.id)

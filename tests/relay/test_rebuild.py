@@ -24,7 +24,7 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, fire_id
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.errors import GraphNotFound
-from jqcore.events import FIELDS
+from jqcore.events import FIELDS, pack
 from jqcore.graphs import Step, chain, graph_envelope, parse
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
@@ -303,7 +303,11 @@ async def test_a_dry_run_decides_from_the_latest_event_of_each_job_and_writes_no
         _event("f", q, "pending", 1, before - 2, f"{topic}/0/998"),
         _event("f", q, "completed", 2, before - 1),
     ]
-    await producer.produce_many([Record(events_topic, orjson.dumps(e), e["id"].encode()) for e in events])
+    # a and b as a scheduler shipped them before events were batched (a record each, keyed by job id), the
+    # rest as one does now (JSON arrays, jqcore.events.pack): the rebuild reads both
+    old, new = events[:6], [(e["id"], orjson.dumps(e)) for e in events[6:]]
+    records = [Record(events_topic, orjson.dumps(e), e["id"].encode()) for e in old]
+    await producer.produce_many(records + [Record(events_topic, v, partition=p) for p, v in pack(new, 1)])
     code, doc = await rebuild_cli(
         "--topic", topic, "--events-topic", events_topic, "--from=-1h", "--dry-run", "--json"
     )
