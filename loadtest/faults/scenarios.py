@@ -297,7 +297,17 @@ async def redis_lost(d: Drill) -> None:
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     await d.pipe.configure_queue()
     d.notes.setdefault(REDIS_WIPED, []).append([wiped, time.time()])
+    configured = await _mode(d)
     await _rebuild(d, since=d.started - 10)
+    rebuilt = await _mode(d)
+    ok = configured == rebuilt == "exclusive"
+    d.evidence("the exclusive queue exclusive again", ok, configured=configured, rebuilt=rebuilt)
+
+
+async def _mode(d: Drill) -> str:
+    """The exclusive queue's mode as Redis holds it now."""
+    async with d.engine() as engine:
+        return (await engine.reads.queue_config(d.pipe.xqueue)).mode
 
 
 async def _rebuild(d: Drill, since: float) -> None:
