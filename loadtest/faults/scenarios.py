@@ -322,6 +322,7 @@ async def _rebuild(d: Drill, since: float) -> None:
         raise RuntimeError(f"jobq rebuild failed ({proc.returncode}): {err.decode()[-2000:]}")
     report = orjson.loads(out)
     d.notes["rebuild"] = {k: v for k, v in report["topics"][0].items() if isinstance(v, int | dict)}
+    d.notes["rebuild"]["configs"] = report.get("configs")
 
 
 async def consul_kill(d: Drill) -> None:
