@@ -16,9 +16,11 @@ topic by the schedulers) what became of each job:
    counts when its version is higher than the latest one's or its time is later than every event seen
    of that job (a re-shipped duplicate is neither; a job written again after an earlier Redis loss
    starts at version 1 again, later). Only the jobs of the records read (and cron fires) are kept.
-3. **Decision per record**: a record waiting undrained in the topic's holding lane (``<topic>.held``, from
-   the lane group's committed offsets to its end: :func:`jqrecover.rebuild_read.in_lane`) is left to the
-   relay's drain, which writes it in order once its queue is released. Otherwise it is skipped when the
+3. **Decision per record**: a record of a queue with records waiting undrained in the topic's holding lane
+   (``<topic>.held``, from the lane group's committed offsets to its end), from the first of them on, is
+   the lane's (set aside, or to be: the queue stays held while the lane holds any of it) and is left to
+   the relay's drain, which writes it in order once the queue is released
+   (:func:`jqrecover.rebuild_read.held_from`). Otherwise it is skipped when the
    job's latest event is final (``completed``, ``errored`` — dead —, ``canceled``, ``expired``,
    ``deleted``; a graph's ``completed``, ``failed``, ``canceled``) **and** that record belongs to the
    finished run: its own enqueue event says so (the event's ``origin`` is the record), or it was produced
@@ -195,7 +197,8 @@ def _decide(
         if admission.problem(env, msg.value() or b"", msg.headers()) is not None:  # as the relay would
             r.refused += 1
             continue
-        if origin_of(msg) in report.in_lane:  # the relay's drain writes it, in order, once it is released
+        start = report.held_from.get((env.queue, r.partition))
+        if start is not None and (msg.offset() or 0) >= start:  # the lane's: its drain writes it
             report.held += 1
             continue
         produced = timestamp_ms(msg) or env.enqueued_at

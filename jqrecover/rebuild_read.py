@@ -146,8 +146,10 @@ class TopicReport:
     held: int = 0
     """Records not written because they wait undrained in the topic's holding lane (``<topic>.held``):
     the relay writes them, in order and at their queue's rate, once the queue is released."""
-    in_lane: frozenset[str] = field(default=frozenset(), repr=False)
-    """The origins (``topic/partition/offset``) of the records waiting undrained in the holding lane."""
+    held_from: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
+    """Per (queue, source partition) with records waiting undrained in the holding lane, the source offset
+    of its first: that queue's records from there on are the lane's (set aside, or to be: a queue with
+    records in the lane is held until the lane holds none of it)."""
     retention_cut_ms: int | None = None
     """Set when retention deleted records the read wanted: the topic's records begin then."""
 
@@ -241,7 +243,7 @@ def read_jobs(
                     records.append((r, msg, None))
             report.retention_cut_ms = cut.since_ms
             if held_topic(topic) in found:
-                report.in_lane = in_lane(kafka, held_topic(topic), keys.lane_group(topic))
+                report.held_from = held_from(kafka, topic, keys.lane_group(topic))
             out.append((report, records))
         return out
     except (ReplayError, KafkaException) as exc:
@@ -250,17 +252,26 @@ def read_jobs(
         consumer.close()
 
 
-def in_lane(kafka: KafkaSettings, lane: str, group: str) -> frozenset[str]:
-    """The origins of the records waiting undrained in the holding lane ``lane``: from the lane group's
-    committed offset of each partition (what the relay drained is below it) to its end."""
+def held_from(kafka: KafkaSettings, topic: str, group: str) -> dict[tuple[str, int], int]:
+    """:attr:`TopicReport.held_from` of ``topic``: its holding lane read from the lane group's committed
+    offset of each partition (what the relay drained is below it) to its end."""
+    lane = held_topic(topic)
     reader = Consumer({**kafka.client_config(), "group.id": group, "enable.auto.commit": False})
+    out: dict[tuple[str, int], int] = {}
     try:
         md = reader.list_topics(lane, timeout=10).topics[lane]
         ranges = []
         for tp in committed_offsets(reader, [TopicPartition(lane, p) for p in sorted(md.partitions)]):
             low, high = reader.get_watermark_offsets(tp, timeout=10)
             ranges.append(PartitionRange(tp.partition, max(low, tp.offset), high))
-        return frozenset(source for _, msg in iter_records(reader, lane, ranges) if (source := _source(msg)))
+        for _, msg in iter_records(reader, lane, ranges):
+            source, queue = _source(msg), (msg.key() or b"").decode()
+            if source is None or not source.startswith(f"{topic}/"):
+                continue
+            partition, offset = (int(x) for x in source.rsplit("/", 2)[1:])
+            at = out.setdefault((queue, partition), offset)
+            out[(queue, partition)] = min(at, offset)
+        return out
     finally:
         reader.close()
 

@@ -429,7 +429,8 @@ async def test_a_held_queues_records_are_left_to_the_lane(
 ) -> None:
     """A queue held at the relay (its rate ``paused``) has its records waiting in ``<topic>.held``: after a
     Redis loss the rebuild leaves them there (the relay's drain writes them, in order and at the queue's
-    rate, once it is released) and writes its neighbour's."""
+    rate, once it is released) — and the queue's records the relay has not read yet, which it will set
+    aside too — and writes its neighbour's."""
     t0 = now_ms()
     topic, events_topic = make_topic("jobs", partitions=1), make_topic("events", partitions=1)
     slow, fast = f"{prefix}.slow", f"{prefix}.fast"
@@ -442,6 +443,7 @@ async def test_a_held_queues_records_are_left_to_the_lane(
             batch = relay.signals[topic].batch
             await batch.wait_for(lambda c: c.get("written", 0) >= 2 and c.get("aside", 0) >= 3)
             keys = relay.settings
+        held += await produce_jobs(topic, slow, ["s4"])  # not read by the relay yet
         redis = aioredis.Redis.from_url(lost_db)
         await redis.flushdb()  # Redis lost everything
         engine = Engine(redis)
@@ -458,9 +460,9 @@ async def test_a_held_queues_records_are_left_to_the_lane(
             relay_keys=keys,
         )
         [totals] = report.as_dict()["topics"]
-        assert (totals["held"], totals["rebuilt"]) == (3, 2)
+        assert (totals["held"], totals["rebuilt"]) == (4, 2)
         assert all([await engine.reads.get_job(fast, i) for i in flowed])
-        assert [await engine.reads.get_job(slow, i) for i in held] == [None] * 3, "left to the drain"
+        assert [await engine.reads.get_job(slow, i) for i in held] == [None] * 4, "left to the drain"
         await redis.aclose()
     finally:
         await consul.kv.delete(f"jobq-test/{prefix}/", recurse=True)
