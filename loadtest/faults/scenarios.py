@@ -297,7 +297,17 @@ async def redis_lost(d: Drill) -> None:
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     await d.pipe.configure_queue()
     d.notes.setdefault(REDIS_WIPED, []).append([wiped, time.time()])
+    configured = await _mode(d)
     await _rebuild(d, since=d.started - 10)
+    rebuilt = await _mode(d)
+    ok = configured == rebuilt == "exclusive"
+    d.evidence("the exclusive queue exclusive again", ok, configured=configured, rebuilt=rebuilt)
+
+
+async def _mode(d: Drill) -> str:
+    """The exclusive queue's mode as Redis holds it now."""
+    async with d.engine() as engine:
+        return (await engine.reads.queue_config(d.pipe.xqueue)).mode
 
 
 async def _rebuild(d: Drill, since: float) -> None:
@@ -312,6 +322,7 @@ async def _rebuild(d: Drill, since: float) -> None:
         raise RuntimeError(f"jobq rebuild failed ({proc.returncode}): {err.decode()[-2000:]}")
     report = orjson.loads(out)
     d.notes["rebuild"] = {k: v for k, v in report["topics"][0].items() if isinstance(v, int | dict)}
+    d.notes["rebuild"]["configs"] = report.get("configs")
 
 
 async def consul_kill(d: Drill) -> None:
