@@ -3,8 +3,12 @@
 Every Lua script that changes a job (``jqengine/lua``) bumps the job's ``version`` and appends one
 event to its queue's stream (``jobq:{q}:events``) in the same script, through ``emit``
 (``jqengine/lua/lib/emit.lua``): no transition without its event, no event without its transition.
-Scheduler instances ship each owned queue's stream to the events topic (value: the JSON object below, key:
-the job id) and trim what Kafka acknowledged. Delivery is at least once; readers keep one event per
+Scheduler instances ship each owned queue's stream to the events topic and trim what Kafka acknowledged.
+A record's value is a JSON array of events (the objects below): a shipping round's events that belong on
+one partition, in the order they happened (:func:`pack`; a job's events go to the partition of its id,
+:func:`partition_of`, so they stay in order). Records shipped before events were batched hold one event
+object each; every reader decodes a record with :func:`decode_record`, which takes both. Delivery is at
+least once (a record shipped again repeats each of its events); readers keep one event per
 ``(queue, id, v)``.
 
 Every field is always present in Kafka (``""`` / ``0`` when it does not apply), so Spark and DuckDB read
@@ -40,6 +44,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -50,12 +56,17 @@ __all__ = [
     "ENDS",
     "FIELDS",
     "PAYLOAD_FIELDS",
+    "RECORD_MAX_BYTES",
     "STATES",
     "TERMINAL",
     "Event",
     "Failure",
+    "decode_record",
     "failure",
+    "pack",
     "parse",
+    "parse_record",
+    "partition_of",
 ]
 
 STATES: Final = (
@@ -158,8 +169,58 @@ class Event:
 
 
 def parse(raw: bytes | str) -> Event:
-    """One event from its JSON bytes (a stream entry's or a Kafka record's value)."""
+    """One event from its JSON bytes (a stream entry's; a Kafka record's: :func:`parse_record`)."""
     return Event.from_mapping(orjson.loads(raw))
+
+
+# ---- the events topic's records ----------------------------------------------------------------------
+RECORD_MAX_BYTES: Final = 1_000_000
+"""An events record's value at most (:func:`pack`): below Kafka's default ``max.message.bytes`` (1 MiB), so
+a topic made outside jobq takes it too. A larger round splits; an event larger alone is a record alone."""
+
+
+def partition_of(job_id: str, partitions: int) -> int:
+    """The events topic's partition of a job's events: the CRC-32 of its id modulo the partitions, where
+    librdkafka's default partitioner (``consistent_random``) put a record keyed by the id before events
+    were batched, so a job's events stay on one partition across the upgrade."""
+    return zlib.crc32(job_id.encode()) % partitions
+
+
+def pack(
+    events: Iterable[tuple[str, bytes]], partitions: int, max_bytes: int = RECORD_MAX_BYTES
+) -> list[tuple[int, bytes]]:
+    """The events topic's records of a shipping round: ``events`` (job id, the event's JSON) in the order
+    they happened, grouped by :func:`partition_of` into JSON arrays, each at most ``max_bytes`` (a larger
+    group splits, in order). Returns ``(partition, value)``, each partition's records in order."""
+    groups: dict[int, list[list[bytes]]] = {}
+    sizes: dict[int, int] = {}
+    for job_id, value in events:
+        p = partition_of(job_id, partitions)
+        chunks = groups.setdefault(p, [[]])
+        size = sizes.get(p, 1)  # "[", then each event with the "," or "]" after it
+        if chunks[-1] and size + len(value) + 1 > max_bytes:
+            chunks.append([])
+            size = 1
+        chunks[-1].append(value)
+        sizes[p] = size + len(value) + 1
+    return [(p, b"[" + b",".join(chunk) + b"]") for p, chunks in groups.items() for chunk in chunks]
+
+
+def decode_record(raw: bytes | str) -> list[dict[str, Any]]:
+    """The events of one record of the events topic: a JSON array of events, or one event object (a record
+    shipped before events were batched). Raises ValueError when it is neither."""
+    data = orjson.loads(raw)
+    if isinstance(data, dict):
+        return [data]
+    if isinstance(data, list) and all(isinstance(e, dict) for e in data):
+        return data
+    raise ValueError("not an events record: neither an event object nor an array of them")
+
+
+def parse_record(raw: bytes | str) -> list[Event]:
+    """The :class:`Event` s of one record of the events topic (:func:`decode_record`); raises ValueError,
+    KeyError or TypeError when the record or one of its events is not one."""
+    return [Event.from_mapping(d) for d in decode_record(raw)]
 
 
 class Failure(NamedTuple):

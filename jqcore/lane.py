@@ -28,6 +28,7 @@ import orjson
 
 __all__ = [
     "METADATA_MAX_BYTES",
+    "SOURCE_HEADER",
     "Hold",
     "LanePartition",
     "LaneState",
@@ -42,6 +43,11 @@ METADATA_MAX_BYTES = 3000
 default): when the held queues of a partition do not fit, those with the lowest first offsets are kept
 and S lowered to the first one left out — what lies above it is scanned again by the next term (slower,
 never wrong)."""
+
+
+SOURCE_HEADER = "jobq-source"
+"""The header naming where a record set aside (into a holding lane, or dead) was first read:
+``topic/partition/offset`` — the job's origin when it is written."""
 
 
 def lane_partition(queue: str, partitions: int) -> int:

@@ -293,7 +293,8 @@ EVENTS_DROPPED = Gauge(
 )
 HISTORY_LAG = Gauge(
     "jobq_history_lag_records",
-    "Events the history query has not read yet (latest offsets minus its last batch's end, all partitions)",
+    "Records of the events topic the history query has not read yet (latest offsets minus its last batch's "
+    "end, all partitions)",
 )
 HISTORY_PROGRESS_TIME = Gauge(
     "jobq_history_progress_timestamp_seconds",

@@ -210,8 +210,8 @@ class JobInfo:
 
 class StreamEvent:
     """One lifecycle event waiting in a queue's stream: its stream entry id (what the shipper trims up
-    to; the events of one script call share one entry), the job id (the Kafka key) and the event's JSON
-    (``jqcore.events``; the Kafka value)."""
+    to; the events of one script call share one entry), the job id (what picks its partition of the events
+    topic) and the event's JSON (``jqcore.events``; an element of a Kafka record's array)."""
 
     __slots__ = ("_value", "entry", "fields", "job_id")
 

@@ -25,8 +25,11 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
     parse_url,
 )
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, MaxConnectionsError
+from redis.retry import Retry as SyncRetry
 
 from jqcore.settings import RedisSettings
 
@@ -184,6 +187,15 @@ class WaitingPool(BlockingConnectionPool):
             del self._users[holder], self._shares[holder]
 
 
+def _stale_once() -> dict[str, Any]:
+    """A command whose pooled connection the server closed (Redis restarted, failed over, or dropped an
+    idle client) is sent once more on a new connection before its error reaches the caller: without it the
+    first command on each pooled connection after a restart fails although Redis answers. Only a broken
+    connection is retried, at once (a Redis still down refuses the new one and the caller sees the outage);
+    never a timeout, whose command may have run."""
+    return {"retry": Retry(NoBackoff(), 1, (RedisConnectionError,))}
+
+
 def connect(
     settings: RedisSettings,
     *,
@@ -210,6 +222,7 @@ def connect(
     connection_class = _BY_SCHEME.get(urlsplit(url).scheme, cast("type[AbstractConnection]", default))
     if max_connections is not None:
         options["max_connections"] = max_connections
+    options |= _stale_once()
     pool: ConnectionPool
     if wait_s is not None:
         pool = WaitingPool(
@@ -222,11 +235,12 @@ def connect(
 
 def connect_sync(settings: RedisSettings) -> SyncRedisClient:
     """A synchronous client for ``settings``, configured exactly as :func:`connect`'s (redis-py's own
-    connection classes: its synchronous ones already pack with hiredis)."""
+    connection classes: its synchronous ones already pack with hiredis; a broken pooled connection retried
+    once at once, as there, instead of redis-py's default three times with backoff)."""
     url, kwargs = settings.client_url(), settings.client_kwargs()
     if settings.cluster:
         return redis.cluster.RedisCluster.from_url(url, **kwargs)
-    return redis.Redis.from_url(url, **kwargs)
+    return redis.Redis.from_url(url, retry=SyncRetry(NoBackoff(), 1, (RedisConnectionError,)), **kwargs)
 
 
 def text(value: object) -> str:

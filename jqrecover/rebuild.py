@@ -16,13 +16,17 @@ topic by the schedulers) what became of each job:
    counts when its version is higher than the latest one's or its time is later than every event seen
    of that job (a re-shipped duplicate is neither; a job written again after an earlier Redis loss
    starts at version 1 again, later). Only the jobs of the records read (and cron fires) are kept.
-3. **Decision per record**: it is skipped when the job's latest event is final (``completed``,
-   ``errored`` — dead —, ``canceled``, ``expired``, ``deleted``; a graph's ``completed``, ``failed``,
-   ``canceled``) **and** that record belongs to the finished run: its own enqueue event says so (the
-   event's ``origin`` is the record), or it was produced before the finish (a duplicate that run
-   absorbed). A record produced after the finish is a new run of the id (the default dedup policy
-   ``active``) and comes back; so does a job whose latest event is not final (a job re-enqueued after it
-   finished, a running one: at least once).
+3. **Decision per record**: a record of a queue with records waiting undrained in the topic's holding lane
+   (``<topic>.held``, from the lane group's committed offsets to its end), from the first of them on, is
+   the lane's (set aside, or to be: the queue stays held while the lane holds any of it) and is left to
+   the relay's drain, which writes it in order once the queue is released
+   (:func:`jqrecover.rebuild_read.held_from`). Otherwise it is skipped when the
+   job's latest event is final (``completed``, ``errored`` — dead —, ``canceled``, ``expired``,
+   ``deleted``; a graph's ``completed``, ``failed``, ``canceled``) **and** that record belongs to the
+   finished run: its own enqueue event says so (the event's ``origin`` is the record), or it was produced
+   before the finish (a duplicate that run absorbed). A record produced after the finish is a new run of
+   the id (the default dedup policy ``active``) and comes back; so does a job whose latest event is not
+   final (a job re-enqueued after it finished, a running one: at least once).
 4. **Writing** goes through the engine like a replay (unfenced, the record bytes as stored, each record's
    coordinates as its origin): dedup keeps one job per id. Delayed jobs keep their ``run_at``; jobs due
    beyond the far-future horizon go to the tier as the relay sends them, the schedule topic read first
@@ -193,6 +197,10 @@ def _decide(
         if admission.problem(env, msg.value() or b"", msg.headers()) is not None:  # as the relay would
             r.refused += 1
             continue
+        start = report.held_from.get((env.queue, r.partition))
+        if start is not None and (msg.offset() or 0) >= start:  # the lane's: its drain writes it
+            report.held += 1
+            continue
         produced = timestamp_ms(msg) or env.enqueued_at
         final = final_state(index.jobs.get((env.queue, env.id)), origin_of(msg), produced)
         if final is None and far.unscheduled(env):
@@ -249,6 +257,7 @@ async def rebuild_from_kafka(
     consul: ConsulSettings | None = None,
     cron_settings: CronSettings | None = None,
     routing: RoutingSettings | None = None,
+    relay_keys: RelayKeys | None = None,
     cadences: Cadences,
 ) -> RebuildReport:
     """Rebuild the pending state from Kafka after a Redis loss (see the module's text): the job topics'
@@ -265,7 +274,9 @@ async def rebuild_from_kafka(
         raise RebuildError("no job topic: pass --topic or set JOBQ_RELAY_TOPICS / JOBQ_ROUTES")
     if margin_s < 0:
         raise RebuildError(f"the margin must not be negative; got {margin_s}")
-    read = await asyncio.to_thread(read_jobs, kafka, topics, events_settings.topic, since_ms)
+    read = await asyncio.to_thread(
+        read_jobs, kafka, topics, events_settings.topic, since_ms, relay_keys or load(RelayKeys)
+    )
     keys = {(env.queue, env.id) for _, records in read for _, _, env in records if env is not None}
     index = EventIndex(lambda key: key in keys or key[1].startswith("cron:"))
     events_from = since_ms - int(margin_s * 1000)

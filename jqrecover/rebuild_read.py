@@ -6,16 +6,19 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, Message, TopicPartition
 
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
-from jqcore.events import TERMINAL, Event, parse
-from jqcore.settings import KafkaSettings
+from jqcore.events import TERMINAL, Event, parse_record
+from jqcore.lane import SOURCE_HEADER
+from jqcore.settings import KafkaSettings, RelayKeys
+from jqcore.topics import held_topic
 from jqrecover.errors import RebuildError, ReplayError
 from jqrecover.replay import PartitionRange, Point, iter_records, plan, tool_consumer
+from jqruntime.kafka import committed_offsets
 
 __all__ = [
     "FINISHED",
@@ -73,19 +76,24 @@ class EventIndex:
         """Set when retention deleted events the read wanted: the events begin then."""
 
     def add_record(self, msg: Message) -> None:
-        self.read += 1
+        """A record of the events topic: its events, in order (``read`` counts events; a record that is
+        not one counts once, as read and malformed)."""
         try:
-            event = parse(msg.value() or b"")
+            events = parse_record(msg.value() or b"")
         except (ValueError, KeyError, TypeError):
+            self.read += 1
             self.malformed += 1
             return
         produced = timestamp_ms(msg)
         if produced:
             self.newest_ms = max(self.newest_ms, produced)
-            delay = max(0, produced - event.at)
-            self.delays[bisect.bisect_left(_DELAY_BOUNDS_MS, delay)] += 1
-            self.max_delay_ms = max(self.max_delay_ms, delay)
-        self.add(event)
+        for event in events:
+            self.read += 1
+            if produced:
+                delay = max(0, produced - event.at)
+                self.delays[bisect.bisect_left(_DELAY_BOUNDS_MS, delay)] += 1
+                self.max_delay_ms = max(self.max_delay_ms, delay)
+            self.add(event)
 
     def add(self, event: Event) -> None:
         key = (event.queue, event.id)
@@ -140,6 +148,13 @@ class TopicReport:
     """Of those, task graphs (a graph not known finished is created again and runs whole)."""
     skipped: dict[str, int] = field(default_factory=dict)
     """Records not written because their job had finished, by its final state."""
+    held: int = 0
+    """Records not written because they wait undrained in the topic's holding lane (``<topic>.held``):
+    the relay writes them, in order and at their queue's rate, once the queue is released."""
+    held_from: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
+    """Per (queue, source partition) with records waiting undrained in the holding lane, the source offset
+    of its first: that queue's records from there on are the lane's (set aside, or to be: a queue with
+    records in the lane is held until the lane holds none of it)."""
     retention_cut_ms: int | None = None
     """Set when retention deleted records the read wanted: the topic's records begin then."""
 
@@ -157,6 +172,7 @@ class TopicReport:
             "graphs": self.graphs,
             "skipped": sum(self.skipped.values()),
             "skipped_by_state": dict(sorted(self.skipped.items())),
+            "held": self.held,
             "duplicate": sums["duplicate"],
             "unscheduled": sums["unscheduled"],
             "refused": sums["refused"],
@@ -205,11 +221,11 @@ class RetentionCut:
 
 
 def read_jobs(
-    kafka: KafkaSettings, topics: Sequence[str], events_topic: str, since_ms: int
+    kafka: KafkaSettings, topics: Sequence[str], events_topic: str, since_ms: int, keys: RelayKeys
 ) -> list[tuple[TopicReport, list[Read]]]:
     consumer = tool_consumer(kafka)
     try:
-        found = existing_topics(consumer, [*topics, events_topic])
+        found = existing_topics(consumer, [*topics, events_topic, *map(held_topic, topics)])
         missing = [t for t in topics if t not in found]
         if missing:
             raise RebuildError(f"topic(s) {', '.join(map(repr, missing))} do not exist", code="topic_missing")
@@ -231,12 +247,44 @@ def read_jobs(
                 except EnvelopeError:
                     records.append((r, msg, None))
             report.retention_cut_ms = cut.since_ms
+            if held_topic(topic) in found:
+                report.held_from = held_from(kafka, topic, keys.lane_group(topic))
             out.append((report, records))
         return out
     except (ReplayError, KafkaException) as exc:
         raise kafka_error(exc) from exc
     finally:
         consumer.close()
+
+
+def held_from(kafka: KafkaSettings, topic: str, group: str) -> dict[tuple[str, int], int]:
+    """:attr:`TopicReport.held_from` of ``topic``: its holding lane read from the lane group's committed
+    offset of each partition (what the relay drained is below it) to its end."""
+    lane = held_topic(topic)
+    reader = Consumer({**kafka.client_config(), "group.id": group, "enable.auto.commit": False})
+    out: dict[tuple[str, int], int] = {}
+    try:
+        md = reader.list_topics(lane, timeout=10).topics[lane]
+        ranges = []
+        for tp in committed_offsets(reader, [TopicPartition(lane, p) for p in sorted(md.partitions)]):
+            low, high = reader.get_watermark_offsets(tp, timeout=10)
+            ranges.append(PartitionRange(tp.partition, max(low, tp.offset), high))
+        for _, msg in iter_records(reader, lane, ranges):
+            source, queue = _source(msg), (msg.key() or b"").decode()
+            if source is None or not source.startswith(f"{topic}/"):
+                continue
+            partition, offset = (int(x) for x in source.rsplit("/", 2)[1:])
+            at = out.setdefault((queue, partition), offset)
+            out[(queue, partition)] = min(at, offset)
+        return out
+    finally:
+        reader.close()
+
+
+def _source(msg: Message) -> str | None:
+    """A lane record's ``jobq-source`` header (its records' headers come as a list of pairs)."""
+    value = dict(cast("list[tuple[str, bytes | None]]", msg.headers() or [])).get(SOURCE_HEADER)
+    return value.decode() if value is not None else None
 
 
 def read_events(kafka: KafkaSettings, topic: str, from_ms: int, index: EventIndex) -> None:

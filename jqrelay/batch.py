@@ -15,6 +15,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_base, wait_exponential
 from jqcore.admission import Admission
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
+from jqcore.lane import SOURCE_HEADER
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
 from jqengine import FenceRejected, refused_by_script
@@ -160,7 +161,6 @@ def parse_batch(topic: str, msgs: Sequence[Message], admission: Admission | None
     return batch
 
 
-SOURCE_HEADER = "jobq-source"
 ASIDE_HEADER = "jobq-aside"
 ASIDE_AT_HEADER = "jobq-aside-at"
 

@@ -1,10 +1,13 @@
 """The event shipper: moves the owned queues' lifecycle events from their Redis streams to Kafka.
 
 Every transition script appends its event to the queue's stream (``jqcore.events``); this instance reads
-the oldest entries of each queue it owns, produces them to the events topic (key: the job id, so one
-job's events stay in order on one partition) and trims the stream up to the last entry Kafka
-acknowledged. At least once: a crash between the acknowledgement and the trim, or two instances briefly
-owning one queue during a re-deal, ships an event twice; readers keep one per (queue, id, v). While Kafka
+the oldest entries of each queue it owns, produces them to the events topic and trims the stream up to the
+last entry Kafka acknowledged. A round's events of one queue travel as one record per partition
+(``jqcore.events.pack``: a JSON array; the partition is the one of the job's id, so one job's events stay
+in order on one partition), not one record per event: a script call's entry holds events of many jobs
+(a claim of 50), which belong on many partitions, so the partition is the unit that keeps the order. At
+least once: a crash between the acknowledgement and the trim, or two instances briefly owning one queue
+during a re-deal, ships an event twice; readers keep one per (queue, id, v). While Kafka
 is away nothing is trimmed: the stream grows to the queue's ``events_cap`` and each event past it is
 counted in the queue's ``events_dropped`` stat (``jobq status``, ``jobq_events_dropped``).
 
@@ -18,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
 from jqcore import metrics
-from jqcore.events import ENDS
+from jqcore.events import ENDS, pack
 from jqcore.settings import EventSettings, KafkaSettings
 from jqcore.testsignal import TestSignal
 from jqengine import Engine, StreamEvent
@@ -35,6 +39,9 @@ __all__ = ["EventShipper", "EventSignals"]
 
 _RECORD_FIELDS = ("env", "result", "version")
 """What the shipper reads of a job's record for the payload of its ending."""
+PARTITIONS_TTL_S = 60.0
+"""How long the shipper trusts the events topic's partition count (a topic given more partitions moves
+new events of a job, as Kafka's own key partitioning would)."""
 
 
 @dataclass
@@ -60,6 +67,8 @@ class EventShipper:
         """Events this instance had acknowledged by Kafka (tests and benches wait on it)."""
         self.signals = EventSignals()
         self._observed: set[str] = set()
+        self._partitions = (0, 0.0)
+        """The events topic's partition count, and when it was read (monotonic)."""
 
     async def close(self) -> None:
         await asyncio.to_thread(self.producer.close, 5.0)
@@ -73,18 +82,28 @@ class EventShipper:
             if not batch:
                 continue
             values = await self.with_payloads(queue, batch)
-            await self.producer.produce_many(
-                [
-                    Record(self.settings.topic, v, key=e.job_id.encode())
-                    for e, v in zip(batch, values, strict=True)
-                ]
-            )
+            await self.produce(zip((e.job_id for e in batch), values, strict=True))
             await self.engine.events.trim(queue, batch)
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
             total += len(batch)
         self.shipped += total
         self.signals.shipped.signal(total)
         return total
+
+    async def produce(self, events: Iterable[tuple[str, bytes]]) -> None:
+        """Produce ``events`` (job id, JSON; in the order they happened) as the events topic's records
+        (``jqcore.events.pack``: one per partition). Raises when Kafka did not acknowledge them."""
+        topic = self.settings.topic
+        records = [Record(topic, v, partition=p) for p, v in pack(events, await self.partition_count())]
+        await self.producer.produce_many(records)
+
+    async def partition_count(self) -> int:
+        """The events topic's partitions, read from Kafka at most every :data:`PARTITIONS_TTL_S`."""
+        count, read_at = self._partitions
+        if not count or time.monotonic() - read_at > PARTITIONS_TTL_S:
+            count = len(await asyncio.to_thread(self.producer.partitions, self.settings.topic))
+            self._partitions = (count, time.monotonic())
+        return count
 
     async def with_payloads(self, queue: str, batch: Sequence[StreamEvent]) -> list[bytes]:
         """The Kafka values of ``batch``: the events as stored, those ending a job with its payload (a
@@ -114,9 +133,7 @@ class EventShipper:
         if not batch:
             self.signals.graph_shipped.signal((graph_id, 0))
             return 0
-        await self.producer.produce_many(
-            [Record(self.settings.topic, e.value, key=e.job_id.encode()) for e in batch]
-        )
+        await self.produce((e.job_id, e.value) for e in batch)
         await self.engine.graphs.trim_events(graph_id, batch[-1].entry)
         self.shipped += len(batch)
         self.signals.graph_shipped.signal((graph_id, len(batch)))

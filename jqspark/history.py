@@ -1,8 +1,9 @@
 """The history pipeline: lifecycle events from Kafka into Parquet tables, with Structured Streaming.
 
-``jobq history run`` starts :func:`run_history`. The query reads the events topic (``jqcore.events``: JSON
-values, one per transition, keyed by job id), parses each value with a fixed schema and hands every
-micro-batch to :class:`HistoryBatches` (``foreachBatch``), which writes under the history root:
+``jobq history run`` starts :func:`run_history`. The query reads the events topic (``jqcore.events``: each
+value a JSON array of events, or one event object in a record shipped before events were batched), parses
+each value with a fixed schema into one row per event and hands every micro-batch to :class:`HistoryBatches`
+(``foreachBatch``), which writes under the history root:
 
 * ``events/day=YYYY-MM-DD/batch=<tag>/``: the batch's events (one copy of each ``(queue, id, v)``), one
   folder per UTC day of ``at``;
@@ -50,7 +51,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
 from jqcore import metrics
 from jqcore.events import FIELDS, PAYLOAD_FIELDS, TERMINAL
@@ -71,6 +72,7 @@ __all__ = [
     "CURRENT_SCHEMA",
     "EVENT_SCHEMA",
     "QUERY_NAME",
+    "RECORD_SCHEMA",
     "HistoryBatches",
     "expire_days",
     "latest_per_job",
@@ -104,14 +106,19 @@ CURRENT_SCHEMA = StructType(
 ``PAYLOAD_COLUMNS``)."""
 
 
+RECORD_SCHEMA = ArrayType(EVENT_SCHEMA)
+"""An events record's value (``jqcore.events.decode_record``): a JSON array of events. Spark's ``from_json``
+reads a single event object (a record shipped before events were batched) as an array of one."""
+
+
 def parse_events(records: DataFrame) -> DataFrame:
-    """Kafka records (a ``value`` column) -> event rows with the tables' column names plus ``day`` (the
-    UTC date of ``at_ms``, independent of the session's time zone). A value that is not an event (no
-    ``id``, ``queue``, ``v`` or ``at``) is skipped; a missing optional field becomes ``""`` / ``0`` (the
-    payload fields, too, on the events that carry none)."""
-    parsed = records.select(sf.from_json(sf.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select(
-        "e.*"
-    )
+    """Kafka records (a ``value`` column) -> event rows, one per event of each record
+    (:data:`RECORD_SCHEMA`), with the tables' column names plus ``day`` (the UTC date of ``at_ms``,
+    independent of the session's time zone). A value that is not an event (no ``id``, ``queue``, ``v`` or
+    ``at``) is skipped; a missing optional field becomes ``""`` / ``0`` (the payload fields, too, on the
+    events that carry none)."""
+    events = sf.explode(sf.from_json(sf.col("value").cast("string"), RECORD_SCHEMA))
+    parsed = records.select(events.alias("e")).select("e.*")
     required = sf.col("id").isNotNull() & sf.col("queue").isNotNull()
     required = required & sf.col("v").isNotNull() & sf.col("at").isNotNull()
     columns = [
@@ -287,7 +294,7 @@ def start_history(
 
 
 def progress_lag(progress: Mapping[str, Any]) -> tuple[int | None, float | None]:
-    """From a streaming query's progress report: the events not read yet (each source's ``latestOffset``
+    """From a streaming query's progress report: the records not read yet (each source's ``latestOffset``
     minus its ``endOffset``, summed over partitions; None when Spark did not say) and the report's Unix
     time."""
     lag: int | None = None
@@ -324,9 +331,10 @@ def observe_progress(progress: Any) -> None:
 
 STOP_POLL_S = 1
 """How often a running history checks its ``stop`` event."""
-MAX_PER_BATCH = 50_000
-"""Events per micro-batch at most when ``run_history`` catches up on a long topic: the tables grow batch
-by batch (readers see progress) instead of in one long first batch."""
+MAX_PER_BATCH = 10_000
+"""Records per micro-batch at most when ``run_history`` catches up on a long topic: the tables grow batch
+by batch (readers see progress) instead of in one long first batch. A record holds a shipping round's
+events of one partition (up to ``JOBQ_EVENTS_BATCH``; one in a record of before events were batched)."""
 
 
 def run_history(

@@ -14,7 +14,8 @@ jqsched``, every duty on as shipped: timers, cron, far tier, graphs) ships the q
   clock. Reported (HDR histograms): **accepted → started** (from the moment the client had the 202, i.e.
   Kafka had the job; a worker may start a job before the client has read its answer — those count as 0
   and their share is reported), **enqueue → started** (from the due time: the client's whole view), and
-  p50 of each hop (gateway, relay, worker).
+  p50 of each hop (gateway, relay, worker); and the events topic's records per job (the scheduler's,
+  counted once it shipped every event of the run: ≈ 3 events a job, a record per partition and round).
 * **Sustained throughput** (on a fresh pipeline; ``--quick``: on the latency phase's, whose jobs have
   all finished by then): 4 clients post batches of 1,000 jobs as fast as the gateway answers, for
   ``seconds``; the jobs finished are counted after a warm-up third and at the end, and their rate over
@@ -81,6 +82,7 @@ from loadtest.cpu import redis_cpu_s
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
 from loadtest.stacks import bench_stack
+from loadtest.topics import end_offsets
 
 __all__ = ["Pipeline", "pipeline", "run"]
 
@@ -110,6 +112,10 @@ class Pipeline:
     @property
     def jobs_url(self) -> str:
         return f"{self.url}/v1/queues/{self.queue}/jobs"
+
+    @property
+    def events_topic(self) -> str:
+        return f"{self.topic}.events"  # the scope's (jqstack.pipeline.Scope)
 
     def check(self) -> None:
         if dead := self.procs.dead():
@@ -171,13 +177,18 @@ async def _warm_up(pipe: Pipeline) -> None:
         if r.status != 202:
             raise RuntimeError(f"warm-up enqueue refused: {r.status} {await r.text()}")
     await _wait_finished(pipe, client, 1, 60)
-    deadline = time.monotonic() + 60
+    await _wait_shipped(pipe, client, 60)
+    await client.aclose()
+
+
+async def _wait_shipped(pipe: Pipeline, client: aioredis.Redis, timeout_s: float) -> None:
+    """Until the scheduler shipped every event of the queue (its stream is empty)."""
+    deadline = time.monotonic() + timeout_s
     while await client.xlen(QueueKeys(pipe.queue).events):
         pipe.check()
         if time.monotonic() > deadline:
-            raise RuntimeError("the scheduler shipped none of the warm-up job's events in 60 s")
+            raise RuntimeError(f"the scheduler left events of {pipe.queue} unshipped for {timeout_s:g} s")
         await asyncio.sleep(0.1)
-    await client.aclose()
 
 
 async def _finished(client: aioredis.Redis, queue: str) -> int:
@@ -252,6 +263,7 @@ async def latency(
     stage handles every job once, so none is charged for another's backlog)."""
     client = aioredis.Redis.from_url(pipe.ep.redis_url or "")
     before = await _finished(client, pipe.queue)
+    records = await asyncio.to_thread(end_offsets, pipe.ep.kafka_bootstrap, pipe.events_topic)
     start = await asyncio.to_thread(meter.read) if meter is not None else None
     sent = await _open_loop(pipe, rate, seconds)
     await _wait_finished(pipe, client, before + len(sent), 120)
@@ -259,6 +271,9 @@ async def latency(
     if meter is not None and start is not None:
         used = CpuMeter.used(start, await asyncio.to_thread(meter.read))
         steady = {f"steady {k}": v for k, v in _cost_figures(per_unit_us(used, len(sent))).items()}
+    await _wait_shipped(pipe, client, 60)
+    records = await asyncio.to_thread(end_offsets, pipe.ep.kafka_bootstrap, pipe.events_topic) - records
+    steady[f"events topic records per job at {rate:g}/s"] = records / len(sent)
     times = await _job_times(client, pipe.queue, [s.id for s in sent])
     await client.aclose()
     accepted, total = _hist(), _hist()
@@ -443,6 +458,8 @@ def _unit(name: str) -> str:
         return "jobs/s"
     if name.startswith(("cpu ", "steady cpu ")):
         return "µs/job"
+    if name.startswith("events topic records"):
+        return "records/job"
     return "%" if name.startswith("started before") else "ms"
 
 

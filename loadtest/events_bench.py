@@ -9,7 +9,8 @@ process's CPU:
 * **rounds**: a pool's rounds, one ``settle_claim`` call completing the last round's 50 jobs and claiming
   50 more: a ``running`` and a ``completed`` event each;
 * **ship**: the shipper's side without Kafka — the oldest 1,000 events read (``Engine.events``), each
-  one's Kafka value made, then trimmed, until the stream is empty.
+  one's Kafka value made and packed into the round's records (``jqcore.events.pack``, 6 partitions), then
+  trimmed, until the stream is empty.
 
 Also the stream's entries and its memory after the rounds (``MEMORY USAGE``). Events off (``events_cap``
 0) is the same run's floor: what the events themselves cost is the difference.
@@ -25,6 +26,7 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
+from jqcore.events import pack
 from jqengine import Engine, QueueConfig, Settle
 from jqengine.keys import QueueKeys
 from loadtest.report import Report
@@ -38,6 +40,8 @@ ROUND = 50
 """Jobs a pool's round completes and claims (a pool of concurrency 50)."""
 SHIP = 1_000
 """Events the shipper reads at a time (``JOBQ_EVENTS_BATCH``'s default)."""
+PARTITIONS = 6
+"""The events topic's partitions (``JOBQ_EVENTS_PARTITIONS``' default): a round's records."""
 
 
 async def _redis_cpu(client: aioredis.Redis) -> tuple[float, float]:
@@ -113,9 +117,9 @@ async def _one(url: str, queue: str, n: int, events: bool) -> dict[str, float]:
         shipped = 0
         async with _Timer(client) as timer:
             while batch := await engine.events.read(queue, SHIP):
-                values = [e.value for e in batch]  # each event's Kafka value
+                pack(((e.job_id, e.value) for e in batch), PARTITIONS)  # the Kafka records' values
                 await engine.events.trim(queue, batch)
-                shipped += len(values)
+                shipped += len(batch)
         if shipped != 3 * n:
             raise RuntimeError(f"shipped {shipped} of {3 * n} events")
         out |= timer.figures("ship", shipped)

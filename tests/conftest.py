@@ -30,6 +30,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from jqcore.events import Event, parse_record
 from jqcore.routing import RoutingSettings
 from jqcore.settings import (
     AuditSettings,
@@ -271,6 +272,22 @@ TopicReader = Callable[..., list[Any]]
 @pytest.fixture
 def topic_reader(endpoints: Endpoints) -> TopicReader:
     return lambda topic, n, timeout_s=60: read_topic(endpoints.kafka_bootstrap, topic, n, timeout_s)
+
+
+def read_events(bootstrap: str, topic: str, timeout_s: float = 60) -> list[tuple[Any, Event]]:
+    """Every event the events topic ``topic`` holds now (``jqcore.events.parse_record``), each with its
+    record, in each partition's order."""
+    records = read_topic(bootstrap, topic, end_offsets(bootstrap, topic), timeout_s)
+    return [(rec, e) for rec in records for e in parse_record(rec.value())]
+
+
+TopicEvents = Callable[[str], list[tuple[Any, Event]]]
+"""``topic_events(topic)``: the events an events topic holds, with their records (blocking)."""
+
+
+@pytest.fixture
+def topic_events(endpoints: Endpoints) -> TopicEvents:
+    return lambda topic: read_events(endpoints.kafka_bootstrap, topic)
 
 
 @pytest.fixture

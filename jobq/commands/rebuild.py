@@ -130,13 +130,13 @@ def _print(report: RebuildReport) -> None:
     title = f"jobq rebuild from {_when(report.since_ms)}" + (
         " (dry run: nothing written)" if report.dry_run else ""
     )
-    cols = ["topic", "read", "rebuilt", "far tier", "graphs", "skipped (finished)", "duplicate"]
-    table = Table(*cols, "unscheduled", "refused", "malformed", title=title)
+    cols = ["topic", "read", "rebuilt", "far tier", "graphs", "skipped (finished)", "in the lane"]
+    table = Table(*cols, "duplicate", "unscheduled", "refused", "malformed", title=title)
     for t in report.topics:
         d = t.totals()
         skipped = ", ".join(f"{s} {n}" for s, n in d["skipped_by_state"].items()) or "0"
         rebuilt = f"{d['kept']} to write" if report.dry_run else str(d["rebuilt"])
-        row = [t.topic, d["read"], rebuilt, d["far"], d["graphs"], skipped, d["duplicate"]]
+        row = [t.topic, d["read"], rebuilt, d["far"], d["graphs"], skipped, d["held"], d["duplicate"]]
         table.add_row(*(str(v) for v in [*row, d["unscheduled"], d["refused"], d["malformed"]]))
     console.print(table)
     ev, w, c = report.events, report.window, report.configs

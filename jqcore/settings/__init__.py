@@ -158,19 +158,20 @@ class FarSettings(BaseSettings):
 class EventSettings(BaseSettings, ProduceBatching):
     """Lifecycle events (``docs/history.md``): every transition of a job is recorded in its queue's Redis
     stream by the script that makes it; scheduler instances ship each owned queue's stream to ``topic``
-    (keyed by job id, batched as the ``produce_*`` settings say) and trim what Kafka acknowledged."""
+    (a record per partition and round: a JSON array of the events, each on its job id's partition;
+    ``jqcore.events.pack``) and trim what Kafka acknowledged."""
 
     model_config = SettingsConfigDict(env_prefix="JOBQ_EVENTS_", extra="ignore")
 
     topic: str = Field("jobq.events", min_length=1)
-    """The lifecycle events topic (``docs/history.md``), keyed by job id. Set it when several jobq
-    installations share one Kafka cluster."""
+    """The lifecycle events topic (``docs/history.md``): records of JSON arrays of events, each on its job
+    id's partition. Set it when several jobq installations share one Kafka cluster."""
     partitions: int = Field(6, ge=1, le=1000)
     """Partitions of the events topic when jobq creates it. Raise it before creating the topic when the
     events' readers need more parallel partitions."""
     batch: int = Field(1000, ge=1, le=100_000)
-    """Events read from one queue's stream and produced per round. Raise it when a busy queue's events back up
-    in Redis (fewer, larger rounds); lower it to keep each round short."""
+    """Events read from one queue's stream and produced per round (a record per partition). Raise it when a
+    busy queue's events back up in Redis (fewer, larger rounds); lower it to keep each round short."""
     payload_max_bytes: int = Field(65_536, ge=0, le=524_288)
     """The job's args, meta and result an event that ends it carries into the history (the archive,
     ``docs/history.md``): each kept up to this many bytes of JSON; a longer one is cut there and named in the

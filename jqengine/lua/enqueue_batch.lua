@@ -1,7 +1,8 @@
 #!lua
 -- enqueue_batch: store new jobs of one queue, idempotent by job id, refused for a stale fence.
 -- Called by the relay (and tools). The envelope bytes are stored verbatim; Python passes the fields the
--- engine routes on. The queue is created with default configuration on first use.
+-- engine routes on. The queue is created with default configuration on first use (a job's, not a fence
+-- raise's: a new term's raise never makes a queue Redis lost look configured).
 -- Dedup (the queue's 'dedup' policy): an id that is delayed, pending, waiting, parked or running is
 -- always a duplicate. A finished id (completed, errored, canceled, expired) is a duplicate when the
 -- record carries the same origin (the same Kafka record read again: a relay re-read or a replay), when
@@ -67,7 +68,7 @@ if source ~= '' then
   if fence > newest then redis.call('HSET', FENCES, source, fence) end
 end
 local created = 0
-if redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
+if n > 0 and redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
   created = 1
   -- the kill switches in force (the engine read them before the call) hold this first batch already: a
   -- switch set before the queue existed (or before Redis lost it) reached no queue list, and the engine

@@ -17,7 +17,9 @@ import aiohttp
 import orjson
 
 from jqcore.keys import RELAY_HELD_KEY
+from jqcore.lane import lane_partition
 from jqcore.settings import ConsulSettings, RelayKeys
+from jqcore.topics import held_topic
 from jqruntime.consulconn import close_consul, consul_client
 from jqstack.supervise import alive, python_m
 from jqstack.testing.kafkatools import reassign_partitions
@@ -135,11 +137,10 @@ async def _lane(d: Drill, seen: Seen, timeout_s: float = 120.0) -> float:
     raise TimeoutError(f"the holding lane of {d.pipe.topic} never showed what the drill waits for")
 
 
-async def relay_kill_held(d: Drill) -> None:
+async def _held_through(d: Drill, fault: Callable[[Drill], Awaitable[None]]) -> None:
     """The exclusive queue paused at the relay (its rate ``paused``): its new jobs step aside into the
-    topic's holding lane while the load queue on the same topic flows. With a backlog in the lane, kill -9
-    of the lock holder, restarted 3 s later: the next holder keeps the queue held (its backlog still in the
-    lane) and the neighbour flows; then the pause is lifted and the lane drains in order. The checker's
+    topic's holding lane while the load queue on the same topic flows. With a backlog in the lane, the
+    ``fault``; then the neighbour flows, the pause is lifted and the lane drains in order. The checker's
     ``lane-held`` judges that no job acknowledged while it was held ran before the release."""
     key = RelayKeys.model_validate({"kv_prefix": f"jobq-faults/{d.pipe.tag}"}).queue_rate_key(d.pipe.xqueue)
     client = consul_client(ConsulSettings.model_validate({"addr": d.pipe.ep.consul_addr}))
@@ -147,15 +148,7 @@ async def relay_kill_held(d: Drill) -> None:
         await client.kv.put(key, "paused")
         on = await _lane(d, lambda _, __, q: q is not None and q["reason"] == "paused")
         await _lane(d, lambda _, __, q: q is not None and q["records"] >= LANE_BACKLOG)
-        await relay_kill(d)
-        killed_at, successor = time.time(), d.notes["lock_after"]
-        fresh = int(killed_at * 1000)  # the next term's snapshot (the successor may be the one restarted)
-
-        def next_term_holds(at: int, holder: str, q: dict[str, Any] | None) -> bool:
-            return at > fresh and holder == successor and q is not None and q["records"] >= LANE_BACKLOG
-
-        kept = await _lane(d, next_term_holds)
-        d.evidence("the next holder kept the queue held", kept >= killed_at, holder=successor)
+        await fault(d)
         d.notes["neighbour_flowing_s"] = round(await d.flowing(100), 2)
         off = time.time()
     finally:  # released, also when the drill failed (the running path may serve the next scenario)
@@ -164,6 +157,45 @@ async def relay_kill_held(d: Drill) -> None:
     d.load.controls.append(Control("lane", d.pipe.xqueue, on, off))
     drained = await _lane(d, lambda _, __, q: q is None)
     d.evidence("released, the lane drained", drained > off, drain_s=round(drained - off, 2))
+
+
+async def _still_held(d: Drill, since: float, holder: str | None = None) -> float:
+    """When a snapshot written after ``since`` (by ``holder``, if named) still held the queue's backlog."""
+    fresh = int(since * 1000)
+
+    def held(at: int, by: str, q: dict[str, Any] | None) -> bool:
+        return at > fresh and by == (holder or by) and q is not None and q["records"] >= LANE_BACKLOG
+
+    return await _lane(d, held)
+
+
+async def relay_kill_held(d: Drill) -> None:
+    """kill -9 of the lock holder while the exclusive queue waits in the holding lane (``_held_through``),
+    restarted 3 s later: the next holder keeps the queue held, its backlog still in the lane."""
+
+    async def fault(d: Drill) -> None:
+        await relay_kill(d)
+        killed_at, successor = time.time(), d.notes["lock_after"]
+        kept = await _still_held(d, killed_at, successor)  # the successor may be the one restarted
+        d.evidence("the next holder kept the queue held", kept >= killed_at, holder=successor)
+
+    await _held_through(d, fault)
+
+
+async def redis_lost_held(d: Drill) -> None:
+    """Redis lost with its data (``redis-lost``: the settings applied again, ``jobq rebuild``) while the
+    exclusive queue waits in the holding lane (``_held_through``): the rebuild leaves the queue's records to
+    the lane, the relay keeps it held, and nothing of it runs before the release."""
+
+    async def fault(d: Drill) -> None:
+        await redis_lost(d)
+        left = d.notes["rebuild"].get("held", 0)
+        d.evidence("the rebuild left the held queue's records to the lane", left >= LANE_BACKLOG, held=left)
+        repaired = time.time()
+        kept = await _still_held(d, repaired)
+        d.evidence("the relay kept the queue held", kept >= repaired)
+
+    await _held_through(d, fault)
 
 
 async def relay_session_destroyed(d: Drill) -> None:
@@ -297,7 +329,17 @@ async def redis_lost(d: Drill) -> None:
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     await d.pipe.configure_queue()
     d.notes.setdefault(REDIS_WIPED, []).append([wiped, time.time()])
+    configured = await _mode(d)
     await _rebuild(d, since=d.started - 10)
+    rebuilt = await _mode(d)
+    ok = configured == rebuilt == "exclusive"
+    d.evidence("the exclusive queue exclusive again", ok, configured=configured, rebuilt=rebuilt)
+
+
+async def _mode(d: Drill) -> str:
+    """The exclusive queue's mode as Redis holds it now."""
+    async with d.engine() as engine:
+        return (await engine.reads.queue_config(d.pipe.xqueue)).mode
 
 
 async def _rebuild(d: Drill, since: float) -> None:
@@ -312,6 +354,7 @@ async def _rebuild(d: Drill, since: float) -> None:
         raise RuntimeError(f"jobq rebuild failed ({proc.returncode}): {err.decode()[-2000:]}")
     report = orjson.loads(out)
     d.notes["rebuild"] = {k: v for k, v in report["topics"][0].items() if isinstance(v, int | dict)}
+    d.notes["rebuild"]["configs"] = report.get("configs")
 
 
 async def consul_kill(d: Drill) -> None:
@@ -488,13 +531,25 @@ async def relays_redis_slow(d: Drill) -> None:
 KAFKA_HOLD_S = 5.0
 
 
-def _leader(d: Drill, partition: int = 0) -> str:
-    """The stack's name of the broker leading ``partition`` of the scenario's topic."""
+def _leader(d: Drill, partition: int = 0, topic: str = "") -> str:
+    """The stack's name of the broker leading ``partition`` of ``topic`` (default: the scenario's)."""
     from confluent_kafka.admin import AdminClient
 
+    topic = topic or d.pipe.topic
     admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
-    meta = admin.list_topics(d.pipe.topic, timeout=20)
-    return f"kafka-{meta.topics[d.pipe.topic].partitions[partition].leader}"
+    meta = admin.list_topics(topic, timeout=20)
+    return f"kafka-{meta.topics[topic].partitions[partition].leader}"
+
+
+def _lane_partition(d: Drill) -> tuple[str, int]:
+    """The holding lane and its partition the exclusive queue's records go to (none waiting yet)."""
+    from confluent_kafka.admin import AdminClient
+
+    lane = held_topic(d.pipe.topic)
+    admin = AdminClient({"bootstrap.servers": d.pipe.ep.kafka_bootstrap, "log_level": 0})
+    return lane, lane_partition(
+        d.pipe.xqueue, len(admin.list_topics(lane, timeout=20).topics[lane].partitions)
+    )
 
 
 def _in_sync(d: Drill) -> bool:
@@ -515,13 +570,17 @@ async def _wait_in_sync(d: Drill, timeout_s: float = 180.0) -> float:
     return round(time.monotonic() - started, 2)
 
 
-async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None:
+async def _brokers_down(
+    d: Drill, names: list[str], sig: signal.Signals, watched: tuple[str, int] = ("", 0)
+) -> None:
+    """``names`` down (``sig``) for the hold and started again; one broker: ``watched`` (topic — default
+    the scenario's — and partition) is the partition it led, whose leader must move."""
     d.notes["brokers"] = names
     await asyncio.gather(*(_kill_server(d, n, sig) for n in names))
     back = asyncio.Event()
     # a leader gone: another broker leads its partition once the controller noticed (the broker session
     # timeout: often after the hold, while the broker starts again — watched until it is back)
-    watch = asyncio.create_task(_leader_moved(d, names[0], back)) if len(names) == 1 else None
+    watch = asyncio.create_task(_leader_moved(d, names[0], back, watched)) if len(names) == 1 else None
     await d.hold(KAFKA_HOLD_S)
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
     back.set()
@@ -530,18 +589,34 @@ async def _brokers_down(d: Drill, names: list[str], sig: signal.Signals) -> None
     d.notes["in_sync_s"] = await _wait_in_sync(d)
 
 
-async def _leader_moved(d: Drill, gone: str, back: asyncio.Event) -> None:
-    """Watch partition 0's leader move off ``gone`` until it moved or ``back`` is set; the evidence."""
-    now = gone
+async def _leader_moved(d: Drill, gone: str, back: asyncio.Event, watched: tuple[str, int]) -> None:
+    """Watch the ``watched`` partition's leader move off ``gone`` until it moved or ``back`` is set; the
+    evidence."""
+    (topic, partition), now = watched, gone
     while not moved(gone, now) and not back.is_set():
         with contextlib.suppress(Exception):  # the metadata may be unreachable for a moment
-            now = await asyncio.to_thread(_leader, d)
+            now = await asyncio.to_thread(_leader, d, partition, topic)
         await asyncio.sleep(0.25)
-    d.evidence("partition 0's leader moved", moved(gone, now), before=gone, after=now)
+    d.evidence(f"partition {partition}'s leader moved", moved(gone, now), topic=topic, before=gone, after=now)
 
 
 async def kafka_leader_kill(d: Drill) -> None:
     await _brokers_down(d, [await asyncio.to_thread(_leader, d)], signal.SIGKILL)
+
+
+async def kafka_leader_kill_held(d: Drill) -> None:
+    """kill -9 of the broker leading the holding lane's partition the exclusive queue waits in
+    (``_held_through``), back 5 s later: the relay keeps the queue held, its backlog still in the lane."""
+
+    async def fault(d: Drill) -> None:
+        lane, partition = await asyncio.to_thread(_lane_partition, d)
+        leader = await asyncio.to_thread(_leader, d, partition, lane)
+        await _brokers_down(d, [leader], signal.SIGKILL, (lane, partition))
+        back = time.time()
+        kept = await _still_held(d, back)
+        d.evidence("the relay kept the queue held", kept >= back)
+
+    await _held_through(d, fault)
 
 
 async def kafka_leader_stop(d: Drill) -> None:
@@ -715,6 +790,12 @@ SCENARIOS: list[Scenario] = [
         redis_lost,
         "own",
     ),
+    Scenario(
+        "redis-lost-held",
+        "Redis lost with its data and rebuilt while a queue waits in the holding lane, released",
+        redis_lost_held,
+        "own",
+    ),
     Scenario("redis-kill", "kill -9 of Redis (AOF everysec), restarted 3 s later", redis_kill, "own"),
     Scenario(
         "consul-kill",
@@ -778,6 +859,13 @@ SCENARIOS: list[Scenario] = [
         "kafka-leader-kill",
         "kill -9 of a partition leader, back 5 s later",
         kafka_leader_kill,
+        "kafka3",
+        replication=3,
+    ),
+    Scenario(
+        "kafka-leader-kill-held",
+        "kill -9 of the broker leading a held queue's lane partition, back 5 s later, released",
+        kafka_leader_kill_held,
         "kafka3",
         replication=3,
     ),

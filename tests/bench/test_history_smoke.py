@@ -35,6 +35,7 @@ def test_history_scenario_runs_on_the_session_stack(endpoints: Endpoints, spark:
     ):
         assert figures[name] > 0, name
     assert figures["events per job (enqueue, claim, complete)"] == 3
+    assert figures["events per Kafka record"] > 10, "a backlog ships in full rounds, a record per partition"
     assert figures["events dropped at the cap"] == 0
     assert figures["history lag max" + at] >= figures["history lag p50" + at]
     assert figures["all events visible after the flow" + at] >= 0

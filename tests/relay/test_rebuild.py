@@ -24,7 +24,7 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule, fire_id
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.errors import GraphNotFound
-from jqcore.events import FIELDS
+from jqcore.events import FIELDS, pack
 from jqcore.graphs import Step, chain, graph_envelope, parse
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import (
@@ -303,7 +303,11 @@ async def test_a_dry_run_decides_from_the_latest_event_of_each_job_and_writes_no
         _event("f", q, "pending", 1, before - 2, f"{topic}/0/998"),
         _event("f", q, "completed", 2, before - 1),
     ]
-    await producer.produce_many([Record(events_topic, orjson.dumps(e), e["id"].encode()) for e in events])
+    # a and b as a scheduler shipped them before events were batched (a record each, keyed by job id), the
+    # rest as one does now (JSON arrays, jqcore.events.pack): the rebuild reads both
+    old, new = events[:6], [(e["id"], orjson.dumps(e)) for e in events[6:]]
+    records = [Record(events_topic, orjson.dumps(e), e["id"].encode()) for e in old]
+    await producer.produce_many(records + [Record(events_topic, v, partition=p) for p, v in pack(new, 1)])
     code, doc = await rebuild_cli(
         "--topic", topic, "--events-topic", events_topic, "--from=-1h", "--dry-run", "--json"
     )
@@ -416,3 +420,54 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     await consul.kv.delete(cron_settings.kv_prefix + "/", recurse=True)
     await close_consul(consul)
     await redis.aclose()
+
+
+async def test_a_held_queues_records_are_left_to_the_lane(
+    prefix: str,
+    endpoints: Endpoints,
+    lost_db: str,
+    cron_settings: CronSettings,
+    make_topic: MakeTopic,
+    make_relay: Callable[..., RelayService],
+    produce_jobs: Produce,
+) -> None:
+    """A queue held at the relay (its rate ``paused``) has its records waiting in ``<topic>.held``: after a
+    Redis loss the rebuild leaves them there (the relay's drain writes them, in order and at the queue's
+    rate, once it is released) — and the queue's records the relay has not read yet, which it will set
+    aside too — and writes its neighbour's."""
+    t0 = now_ms()
+    topic, events_topic = make_topic("jobs", partitions=1), make_topic("events", partitions=1)
+    slow, fast = f"{prefix}.slow", f"{prefix}.fast"
+    consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    await consul.kv.put(f"jobq-test/{prefix}/queue-rates/{slow}", "paused")
+    try:
+        held = await produce_jobs(topic, slow, ["s1", "s2", "s3"])
+        flowed = await produce_jobs(topic, fast, ["f1", "f2"])
+        async with make_relay(topic, redis_url=lost_db) as relay:
+            batch = relay.signals[topic].batch
+            await batch.wait_for(lambda c: c.get("written", 0) >= 2 and c.get("aside", 0) >= 3)
+            keys = relay.settings
+        held += await produce_jobs(topic, slow, ["s4"])  # not read by the relay yet
+        redis = aioredis.Redis.from_url(lost_db)
+        await redis.flushdb()  # Redis lost everything
+        engine = Engine(redis)
+        report = await rebuild_from_kafka(
+            t0 - 1000,
+            [topic],
+            kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+            redis=RedisSettings(url=lost_db),
+            events=EventSettings(topic=events_topic),
+            far=FarSettings.model_validate({"horizon_s": 0}),
+            consul=ConsulSettings(addr=endpoints.consul_addr),
+            cron_settings=cron_settings,
+            cadences=cadences(SchedulerSettings()),
+            relay_keys=keys,
+        )
+        [totals] = report.as_dict()["topics"]
+        assert (totals["held"], totals["rebuilt"]) == (4, 2)
+        assert all([await engine.reads.get_job(fast, i) for i in flowed])
+        assert [await engine.reads.get_job(slow, i) for i in held] == [None] * 4, "left to the drain"
+        await redis.aclose()
+    finally:
+        await consul.kv.delete(f"jobq-test/{prefix}/", recurse=True)
+        await close_consul(consul)

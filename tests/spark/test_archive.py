@@ -27,6 +27,7 @@ from jqsched.service import SchedulerService
 from jqspark.history import start_history
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
+from tests.conftest import TopicEvents
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -49,7 +50,7 @@ async def test_a_job_gone_from_redis_answers_from_the_archive(
     redis: aioredis.Redis,
     token: str,
     eventually: Eventually,
-    topic_end: Callable[[str], int],
+    topic_events: TopicEvents,
 ) -> None:
     jobs_topic, events_topic = make_topic("jobs", partitions=2), make_topic("events", partitions=2)
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=jobs_topic)], default_topic="")
@@ -79,7 +80,9 @@ async def test_a_job_gone_from_redis_answers_from_the_archive(
         infos = [i for i in await engine.reads.get_jobs(q, ids) if i is not None]
         n_events = sum(i.version for i in infos)
         await eventually(lambda: engine.events.backlog([q]), lambda b: b[q] == 0, 60)
-        await eventually(lambda: asyncio.to_thread(topic_end, events_topic), lambda n: n >= n_events, 60)
+        await eventually(
+            lambda: asyncio.to_thread(topic_events, events_topic), lambda e: len(e) >= n_events, 60
+        )
 
         query = start_history(
             spark,

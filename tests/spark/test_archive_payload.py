@@ -26,6 +26,7 @@ from jqsched.service import SchedulerService
 from jqspark.history import start_history
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
+from tests.conftest import TopicEvents
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
@@ -48,7 +49,7 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
     redis: aioredis.Redis,
     token: str,
     eventually: Eventually,
-    topic_end: Callable[[str], int],
+    topic_events: TopicEvents,
 ) -> None:
     jobs_topic, events_topic = make_topic("jobs", partitions=1), make_topic("events", partitions=1)
     routing = RoutingSettings(routes=[Route(queues=f"{prefix}*", topic=jobs_topic)], default_topic="")
@@ -94,7 +95,9 @@ async def test_the_archive_shows_the_payload_and_replays_it_after_gc(
         )
         n_events = sum(i.version for i in infos)
         await eventually(lambda: engine.events.backlog([q]), lambda backlog: backlog[q] == 0, 60)
-        await eventually(lambda: asyncio.to_thread(topic_end, events_topic), lambda n: n >= n_events, 60)
+        await eventually(
+            lambda: asyncio.to_thread(topic_events, events_topic), lambda e: len(e) >= n_events, 60
+        )
         query = start_history(
             spark,
             bootstrap=endpoints.kafka_bootstrap,

@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from jqcore.backoff import Backoff
-from jqcore.events import Event, parse
+from jqcore.events import Event, partition_of
 from jqcore.routing import Route, RoutingSettings
 from jqcore.settings import EventSettings
 from jqengine import Engine, JobInfo
@@ -33,13 +33,13 @@ from jqsched.service import SchedulerService
 from jqspark.history import start_history
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService
+from tests.conftest import TopicEvents
 from worker.pool import Pool, PoolConfig
 from worker.registry import Registry, current_job
 
 pytestmark = pytest.mark.spark
 
 Eventually = Callable[..., Awaitable[Any]]
-TopicReader = Callable[..., list[Any]]
 
 N_OK, N_FLAKY, N_DEAD, N_CANCELED, N_EXPIRED = 120, 60, 30, 15, 15
 """~960 events: several of the scheduler's batches of 300 over 3 partitions (the checks are per job: the
@@ -77,8 +77,7 @@ async def test_every_job_has_its_whole_story_in_the_events_topic_and_the_history
     engine: Engine,
     redis: aioredis.Redis,
     eventually: Eventually,
-    topic_reader: TopicReader,
-    topic_end: Callable[[str], int],
+    topic_events: TopicEvents,
 ) -> None:
     client, jobs_topic, events_topic = events_path
     q = f"{prefix}.q"
@@ -141,13 +140,14 @@ async def test_every_job_has_its_whole_story_in_the_events_topic_and_the_history
     }
     n_events = sum(i.version for i in infos.values())
     await eventually(lambda: engine.events.backlog([q, q_exp]), lambda b: not any(b.values()), 60)
-    await eventually(lambda: asyncio.to_thread(topic_end, events_topic), lambda n: n >= n_events, 60)
-    records = await asyncio.to_thread(topic_reader, events_topic, topic_end(events_topic))
+    shipped = await eventually(
+        lambda: asyncio.to_thread(topic_events, events_topic), lambda got: len(got) >= n_events, 60
+    )
 
     by_job: dict[str, dict[int, Event]] = defaultdict(dict)
-    for rec in records:
-        e = parse(rec.value())
-        assert rec.key() == e.id.encode(), "keyed by job id: one job's events on one partition"
+    for rec, e in shipped:  # each partition's records in order
+        assert rec.partition() == partition_of(e.id, 3), "partitioned by job id: one job's events on one"
+        assert e.v >= max(by_job[e.id], default=0) or e.v in by_job[e.id], "a job's events in order"
         by_job[e.id].setdefault(e.v, e)  # at least once: keep one per (id, v)
     assert set(by_job) == set(ids) | set(exp_ids)
     for job_id, by_v in by_job.items():

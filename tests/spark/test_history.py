@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from jqcore.events import FIELDS
+from jqcore.events import FIELDS, pack
 from jqruntime.stores.history import HistoryStore
 from jqspark.history import start_history
 from jqstack.manager import Endpoints
@@ -75,10 +75,18 @@ def synthetic_events(now: datetime) -> tuple[list[dict[str, Any]], list[dict[str
     return events, expired
 
 
-def produce(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> None:
+def produce(bootstrap: str, topic: str, events: list[dict[str, Any]], per_record: int = 0) -> None:
+    """``events`` as a scheduler ships them: ``per_record`` in each record (a JSON array,
+    ``jqcore.events.pack``) or, with 0, a record each holding the event's object (as before events were
+    batched)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "log_level": 0})
-    for event in events:
-        producer.produce(topic, key=event["id"].encode(), value=orjson.dumps(event))
+    for i in range(0, len(events), per_record or 1):
+        part = events[i : i + (per_record or 1)]
+        if per_record:
+            [(_, value)] = pack([(e["id"], orjson.dumps(e)) for e in part], 1)
+            producer.produce(topic, value=value)
+        else:
+            producer.produce(topic, key=part[0]["id"].encode(), value=orjson.dumps(part[0]))
     assert producer.flush(30) == 0
 
 
@@ -102,7 +110,11 @@ def test_history_is_exactly_the_deduplicated_events_through_replays_and_compacti
     topic, root = make_topic("events"), tmp_path / "history"
     events, expired = synthetic_events(datetime.now(UTC))
     duplicates = events[::9]
-    produce(endpoints.kafka_bootstrap, topic, expired + events + duplicates)
+    # half as shipped before events were batched, half and the duplicates (re-shipped) in arrays
+    half = len(events) // 2
+    produce(endpoints.kafka_bootstrap, topic, expired + events[:half])
+    produce(endpoints.kafka_bootstrap, topic, events[half:], per_record=10)
+    produce(endpoints.kafka_bootstrap, topic, duplicates, per_record=4)
 
     def run(checkpoint: str, compact_after: int = 1000) -> None:
         query = start_history(

@@ -50,6 +50,16 @@ async def test_stale_fence_is_refused_whole_batch(engine: Engine, q: str, job: J
         await engine.enqueue_batch([job(q, id="e")], fence=7, source="topic-a", now_ms=t0)
 
 
+async def test_a_fence_raise_creates_no_queue(engine: Engine, q: str, job: Job, t0: int) -> None:
+    """A new term raises its fence in every listed queue; one Redis lost the configuration of stays without
+    one, so the relay's first write still restores its kept settings (``jqrelay/kept.py``)."""
+    await engine.raise_fence([q], fence=3, source="topic-a")
+    assert await engine.reads.configured([q]) == set()
+    assert not await engine._client.hexists(f"jobq:{{{q}}}:config", "created_at")
+    with pytest.raises(FenceRejected):
+        await engine.enqueue_batch([job(q, id="a")], fence=2, source="topic-a", now_ms=t0)
+
+
 async def test_claim_takes_lowest_priority_first_fifo_by_default(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
