@@ -35,3 +35,9 @@ def test_jobq_bench_without_loadtest_says_so_in_one_line(tmp_path: Path) -> None
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == NOT_INSTALLED
     assert done.stdout == ""
+
+
+def test_backlog_is_for_the_neighbours_only() -> None:
+    result = CliRunner().invoke(bench_cli.app, ["relay", "--backlog", "10"])
+    assert result.exit_code == 2
+    assert "--backlog: neighbours only" in result.output
