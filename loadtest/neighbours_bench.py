@@ -24,8 +24,8 @@ gateway stamps a job it accepts; the Kafka hop and the relay's are inside) to th
 dated its claim with — the Redis-dated ``enqueued_at`` (the relay's write) cannot be the start, as the relay
 is the hop a held queue could slow. Reported: p50 and p99 of each side, the p99 beside over the p99 alone
 (the promise: at most 1.5×), the p99 of its two hops split at the Redis-dated write (the relay's: accepted
-→ written; the claim's: written → started), and what else loaded the machine meanwhile (the load average,
-Redis's forks).
+→ written; the claim's: written → started), the relay process's CPU (% of a core), and what else loaded
+the machine meanwhile (the load average, Redis's forks).
 
 Then the case is **released** (budget lifted and claims resumed; the pause lifted; the limit lifted) and the
 held queue's every job must run: its handler (:mod:`loadtest.neighbours_app`) pushes each run's job id on a
@@ -67,6 +67,7 @@ from jqstack.pipeline import PipelineEnv, Scope, service_argv, worker_argv
 from jqstack.procs import free_port
 from jqstack.supervise import Children, http_ok
 from jqweb.overview import held_rows
+from loadtest.costs import process_clock
 from loadtest.neighbours_app import NOOP, RECORDED, ran_key
 from loadtest.report import Report
 from loadtest.stacks import bench_stack
@@ -414,10 +415,15 @@ class Side:
     waits: Waits = field(default_factory=lambda: Waits([], [], []))
     loads: list[float] = field(default_factory=list)
     forks: int = 0
+    seconds: float = 0.0
+    relay_cpu_s: float = 0.0
 
     async def slice(self, bench: Bench, n: int, rate: float, held: Held | None) -> None:
-        forks = await _forks(bench)
+        forks, relay_cpu = await _forks(bench), process_clock(bench.procs.members[0].pid)
+        cpu, started = relay_cpu(), time.perf_counter()
         waits = await _neighbour_window(bench, n, rate, held)
+        self.relay_cpu_s += relay_cpu() - cpu
+        self.seconds += time.perf_counter() - started
         self.forks += await _forks(bench) - forks
         self.loads.append(os.getloadavg()[0])
         self.waits.total += waits.total
@@ -474,6 +480,8 @@ async def _case(bench: Bench, case: str, sizes: Sizes) -> dict[str, float | str]
         "drained after release": time.perf_counter() - released,
         "load average alone": sum(alone.loads) / len(alone.loads),
         "load average beside": sum(beside.loads) / len(beside.loads),
+        "relay CPU alone": alone.relay_cpu_s / alone.seconds * 100,
+        "relay CPU beside": beside.relay_cpu_s / beside.seconds * 100,
         "Redis forks alone": alone.forks,
         "Redis forks beside": beside.forks,
         "held jobs": ran.jobs,
@@ -500,6 +508,8 @@ UNITS = {
     "drained after release": "s",
     "load average alone": "",
     "load average beside": "",
+    "relay CPU alone": "% of a core",
+    "relay CPU beside": "% of a core",
     "Redis forks alone": "forks",
     "Redis forks beside": "forks",
     "held jobs": "jobs",
@@ -519,12 +529,13 @@ def _summary(results: dict[str, dict[str, float | str]], sizes: Sizes) -> str:
         f"beside the held queue's arrivals ({sizes.rate:g} jobs/s more on the topic), alternately in "
         f"{sizes.slices} slices each, once the held queue's {sizes.backlog:,}-job backlog was read past: "
         "accepted → started in ms, its two hops' p99 alone → beside (relay: accepted → written to Redis; "
-        "claim: written → started), the machine's load average and Redis's forks (AOF rewrites) alone → "
-        "beside.",
+        "claim: written → started), the relay process's CPU, the machine's load average and Redis's forks "
+        "(AOF rewrites) alone → beside.",
         "",
         "| case | held for | alone p50 | alone p99 | beside p50 | beside p99 | p99 beside / alone "
-        "| relay hop p99 | claim hop p99 | load | forks | held jobs | ran once, in order | guard held (s) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| relay hop p99 | claim hop p99 | relay CPU % | load | forks | held jobs | ran once, in order "
+        "| guard held (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for case, r in results.items():
         ok = r["missing"] == r["duplicated"] == r["out of order"] == 0
@@ -540,6 +551,7 @@ def _summary(results: dict[str, dict[str, float | str]], sizes: Sizes) -> str:
             f"{r[f'{hop} hop p99 alone']:.0f} → {r[f'{hop} hop p99 beside']:.0f}"
             for hop in ("relay", "claim")
         ]
+        cells += [f"{r['relay CPU alone']:.0f} → {r['relay CPU beside']:.0f}"]
         cells += [f"{r['load average alone']:.1f} → {r['load average beside']:.1f}"]
         cells += [
             f"{r['Redis forks alone']:.0f} → {r['Redis forks beside']:.0f}",
