@@ -44,6 +44,7 @@ import dataclasses
 import math
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -213,6 +214,7 @@ async def _pipeline(ep: Endpoints, own_stack: bool, warm_up: int) -> AsyncIterat
         await asyncio.to_thread(offsets.close)
         bench.producer.close()
         await client.aclose()
+    shutil.rmtree(log_dir)  # the processes' logs are kept (and named in the error) only when a run fails
 
 
 async def _until(what: str, check: Callable[[], Awaitable[bool]], bench: Bench, timeout_s: float) -> None:
