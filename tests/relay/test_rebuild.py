@@ -36,7 +36,7 @@ from jqcore.settings import (
     RedisSettings,
 )
 from jqengine import Engine
-from jqrecover.rebuild import rebuild_from_kafka
+from jqrecover.rebuild import RebuildReport, rebuild_from_kafka
 from jqrelay.main import RelayService
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.kafka import AsyncProducer, Record, schedule_key
@@ -387,17 +387,7 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     await consul.kv.put(broken, "{not json")  # written by hand: named, not restored, nothing stops
 
     async def rebuild() -> Any:
-        return await rebuild_from_kafka(
-            t0 - 1000,
-            [topic],
-            kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
-            redis=RedisSettings(url=lost_db),
-            events=EventSettings(topic=events_topic),
-            far=FarSettings.model_validate({"horizon_s": 0}),
-            consul=ConsulSettings(addr=endpoints.consul_addr),
-            cron_settings=cron_settings,
-            cadences=cadences(SchedulerSettings()),
-        )
+        return await _rebuild(t0, topic, events_topic, endpoints, lost_db, cron_settings)
 
     report = await rebuild()
     restored = {"queues": [q], "kinds": [f"{kind}@{q}"], "kept": 0, "unreadable": [broken]}
@@ -451,18 +441,7 @@ async def test_a_held_queues_records_are_left_to_the_lane(
         redis = aioredis.Redis.from_url(lost_db)
         await redis.flushdb()  # Redis lost everything
         engine = Engine(redis)
-        report = await rebuild_from_kafka(
-            t0 - 1000,
-            [topic],
-            kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
-            redis=RedisSettings(url=lost_db),
-            events=EventSettings(topic=events_topic),
-            far=FarSettings.model_validate({"horizon_s": 0}),
-            consul=ConsulSettings(addr=endpoints.consul_addr),
-            cron_settings=cron_settings,
-            cadences=cadences(SchedulerSettings()),
-            relay_keys=keys,
-        )
+        report = await _rebuild(t0, topic, events_topic, endpoints, lost_db, cron_settings, relay_keys=keys)
         [totals] = report.as_dict()["topics"]
         assert (totals["held"], totals["rebuilt"]) == (4, 2)
         assert all([await engine.reads.get_job(fast, i) for i in flowed])
@@ -471,3 +450,27 @@ async def test_a_held_queues_records_are_left_to_the_lane(
     finally:
         await consul.kv.delete(f"jobq-test/{prefix}/", recurse=True)
         await close_consul(consul)
+
+
+async def _rebuild(
+    t0: int,
+    topic: str,
+    events_topic: str,
+    endpoints: Endpoints,
+    lost_db: str,
+    cron_settings: CronSettings,
+    **kw: Any,
+) -> RebuildReport:
+    """``jobq rebuild`` of ``topic`` from just before ``t0`` into the lost database (no far-future tier)."""
+    return await rebuild_from_kafka(
+        t0 - 1000,
+        [topic],
+        kafka=KafkaSettings(bootstrap=endpoints.kafka_bootstrap),
+        redis=RedisSettings(url=lost_db),
+        events=EventSettings(topic=events_topic),
+        far=FarSettings.model_validate({"horizon_s": 0}),
+        consul=ConsulSettings(addr=endpoints.consul_addr),
+        cron_settings=cron_settings,
+        cadences=cadences(SchedulerSettings()),
+        **kw,
+    )
