@@ -257,7 +257,7 @@ RELAY_HELD_TIME = Counter(
 
 RELAY_QUEUE_MEMORY = Gauge(
     "jobq_relay_queue_memory_bytes",
-    "A queue's estimated share of Redis memory, sampled by the relay that writes its jobs",
+    "A queue's unfinished jobs' estimated Redis memory (what its budget counts), sampled by the relay",
     ["queue"],
 )
 RELAY_QUEUE_BUDGET = Gauge(

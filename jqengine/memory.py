@@ -41,6 +41,11 @@ class QueueMemory:
     """Estimated bytes of the queue's keys (job hashes and indexes)."""
     budget: int
     """The queue's configured ``memory_budget`` (0: none of its own)."""
+    retained: int = 0
+    """Of ``bytes``, what no worker drains: the finished jobs (kept until GC, ``retention_ms``) with their
+    indexes, and the lifecycle events waiting to be shipped (at most ``events_cap``). A memory budget does
+    not count it: holding the queue would not free it."""
+    finished_jobs: int = 0
 
 
 def _int(value: Any) -> int:
@@ -66,19 +71,21 @@ async def queue_memory(client: RedisClient, queue: str) -> QueueMemory:
             pipe.memory_usage(keys.job(job_id), samples=0)  # every field: a sample of 5 of a job's ~16
             # extrapolates the envelope's bytes (one field) to none or to three times the hash
     sizes = iter(await pipe.execute())
-    index = sum(_int(next(sizes)) for _ in INDEX_KEYS)
+    indexes = {name: _int(next(sizes)) for name in INDEX_KEYS}
     # stratified: each set's jobs at the mean size of its own sample (a finished job, with its result and
     # attempts, is often larger than a pending one); blocked jobs at the mean of all
-    total, means = 0.0, []
-    for n, ids in zip(counts, samples, strict=True):
+    total, means, retained = 0.0, [], float(indexes["done"] + indexes["dead"] + indexes["events"])
+    for name, n, ids in zip(JOB_SETS, counts, samples, strict=True):
         found = [_int(size) for size in (next(sizes) for _ in ids) if size is not None]  # GC may take one
         if found:
             means.append(sum(found) / len(found))
             total += n * means[-1]
+            retained += n * means[-1] if name == "done" else 0
     jobs = sum(counts) + max(0, _int(blocked))
     if means:
         total += max(0, _int(blocked)) * sum(means) / len(means)
-    return QueueMemory(queue, jobs, index + round(total), _int(budget))
+    done = counts[JOB_SETS.index("done")]
+    return QueueMemory(queue, jobs, sum(indexes.values()) + round(total), _int(budget), round(retained), done)
 
 
 async def check_bounds(client: RedisClient, bounds: QueueBounds, changes: Mapping[str, Any]) -> None:

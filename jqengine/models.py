@@ -299,9 +299,10 @@ class QueueConfig:
     """Value → jobs per second it may start (0.001-1,000,000; a burst of one second's worth, at least 1),
     across every worker: a value over its rate waits out of the round until its next job may start."""
     memory_budget: int = 0
-    """Bytes of Redis memory the queue may hold (estimated, :mod:`jqengine.memory`): above it the
-    relay holds the batches that carry the queue's jobs until workers drained it below 90 % of it (0: the
-    relay's default, ``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` of Redis's ``maxmemory``)."""
+    """Bytes of Redis memory the queue's unfinished jobs may hold (estimated, :mod:`jqengine.memory`;
+    finished jobs kept until GC do not count: holding the queue would not free them): above it the relay
+    sets the queue's jobs aside until workers drained it below 90 % of it (0: the relay's default,
+    ``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` of Redis's ``maxmemory``)."""
     default_delay_ms: int = 0
     """Timestone's default invisibility: a job that comes without ``run_at`` or ``delay_ms`` becomes
     visible this long after it was accepted (its ``enqueued_at``), never earlier. Applied where every

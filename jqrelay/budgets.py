@@ -1,5 +1,9 @@
 """Per-queue Redis memory budgets, sized so that the relay's own writes never reach the global guard.
 
+A queue's memory here is its unfinished jobs' (pending, delayed, running, blocked; their records and
+indexes): its finished ones wait for GC (``retention_ms``), not for workers, so holding the queue would not
+free them — they count in the rest of Redis, like anything else the relay does not write.
+
 Every queue has a cap: its own ``memory_budget`` (queue configuration, bytes) or else
 ``JOBQ_RELAY_QUEUE_MEMORY_SHARE`` (0.35) of Redis's ``maxmemory`` (none without a ``maxmemory``). Above the
 **pool** (``JOBQ_RELAY_QUEUE_MEMORY_POOL``, 0.70 of ``maxmemory``) there is fair-share pressure: a queue's
@@ -177,12 +181,15 @@ class QueueBudgets:
         except RedisError as exc:
             log.warning("queue memory not sampled", queue=queue, error=repr(exc))
             return
-        s.at, s.used, s.added = now, found.bytes, 0
-        s.per_job = found.bytes / found.jobs if found.jobs else 0.0
+        # what holding the queue can change: its unfinished jobs (finished ones wait for GC, events for
+        # the shipper: not for its workers)
+        unfinished, jobs = found.bytes - found.retained, found.jobs - found.finished_jobs
+        s.at, s.used, s.added = now, unfinished, 0
+        s.per_job = unfinished / jobs if jobs > 0 else 0.0
         s.cap = budget_of(found.budget, self.share, self.guard.maxmemory)
-        metrics.child(metrics.RELAY_QUEUE_MEMORY, queue).set(found.bytes)
+        metrics.child(metrics.RELAY_QUEUE_MEMORY, queue).set(unfinished)
         metrics.child(metrics.RELAY_QUEUE_BUDGET, queue).set(self.budget(queue))
-        self.signals.sampled.signal((queue, found.bytes, self.budget(queue)))
+        self.signals.sampled.signal((queue, unfinished, self.budget(queue)))
 
     async def _share(self, queues: list[str], now: float) -> None:
         """Publish this process's fresh samples and, once per ``sample_s``, read every relay's."""

@@ -138,3 +138,32 @@ async def test_two_backlogs_at_the_default_share_never_reach_the_global_guard(
             assert metrics.RELAY_HELD_TIME.labels(topic, "memory")._value.get() == 0, "nor slowed down"
     finally:
         await client.aclose()
+
+
+async def test_finished_jobs_kept_until_gc_do_not_count_against_a_budget(
+    prefix: str,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    engine: Engine,
+    produce_jobs: Produce,
+    pending: Pending,
+    eventually: Callable[..., Awaitable[Any]],
+) -> None:
+    """A queue whose finished jobs (kept a day by default) and their unshipped events hold more than its
+    budget is not held: holding it would not free them, and its workers could never bring it back under."""
+    topic, q = make_topic("jobs"), f"{prefix}.done"
+    await engine.admin.configure_queue(q, QueueConfig(memory_budget=BUDGET))
+    await engine.enqueue_batch([new_envelope(q, "k", {"i": i, "pad": "x" * 1000}) for i in range(60)])
+    claimed = await engine.jobs.claim(q, 60)
+    await engine.jobs.complete_many(q, [((j.id, j.attempt, j.token), b"r" * 500) for j in claimed])
+    found = await engine.reads.memory(q)
+    assert found.retained > 2 * BUDGET, found
+    assert found.finished_jobs == 60, found
+    relay = make_relay(topic, batch=10)
+    async with relay:
+        assert relay.budgets is not None
+        relay.budgets.sample_s = 0.05
+        await produce_jobs(topic, q, 20)
+        await eventually(lambda: pending(q), lambda n: n == 20)
+        assert metrics.RELAY_QUEUE_OVER.labels(q)._value.get() == 0
+        assert all(queue != q for queue, _ in relay.signals[topic].held.values), "never held"
