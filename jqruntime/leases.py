@@ -72,6 +72,8 @@ class LeaseKeeper(Service):
         self._ends: dict[str, float] = {}
         """job id → monotonic time at which its lease ends at the latest: when the claim was seen or the
         last acknowledged extend was sent, plus the lease (Redis's deadline is no later)."""
+        self._extended: set[str] = set()
+        """The jobs whose leases Redis acknowledged an extend of (their claims' deadlines are past)."""
         self.signals = LeaseSignals()
 
     async def _start(self) -> None:
@@ -100,6 +102,7 @@ class LeaseKeeper(Service):
             if job_id not in live:
                 del self._due[job_id]
                 self._ends.pop(job_id, None)
+                self._extended.discard(job_id)
         for job_id, (job, started_at) in live.items():
             if job_id not in self._due:
                 self._due[job_id] = started_at + _lease_s(job.lease_ms) / 3
@@ -150,8 +153,13 @@ class LeaseKeeper(Service):
             elif self._ends.get(job_id) != math.inf:
                 self._due[job_id] = sent + _lease_s(lease) / 3
                 self._ends[job_id] = sent + _lease_s(lease)
+                self._extended.add(job_id)
                 extended.append(job_id)
         return extended
+
+    def extended(self, job_id: str) -> bool:
+        """Whether Redis acknowledged an extend of the job's lease (its claim's deadline no longer counts)."""
+        return job_id in self._extended
 
 
 def _lease_s(lease_ms: int) -> float:

@@ -457,16 +457,30 @@ class Pool(Service):
             self._processes = ProcessPoolExecutor(max_workers=self.config.process_workers or None)
         return self._processes
 
+    async def _admit(self, run: Running) -> tuple[bool, bool]:
+        """Whether ``run``'s handler starts now, and whether it holds a slot. With more jobs held than run at
+        once it waits for a slot (handed back unstarted if none comes within half its lease; held unrun for
+        its release if the stop began meanwhile). A job whose claim's lease ended before its handler could
+        start (the loop was held up) is given up unrun: it may be another attempt's already."""
+        job, slot = run.job, False
+        if self._capacity() > self.concurrency:
+            slot = await self._slots.take(max(job.lease_ms, 1_000) / 2000)
+            if not slot:
+                await hand_back_unstarted(self.engine, run)
+                return False, False
+            if self._stopping:
+                return False, True
+        if not self._keeper.extended(job.id) and self.engine.core.clock.now() >= job.lease_deadline_ms:
+            self.abandon(job.id, "lease ended before its handler started")
+            return False, slot
+        return True, slot
+
     async def _execute(self, run: Running) -> None:
         job, label, slot = run.job, None, False
         try:
-            if self._capacity() > self.concurrency:  # more jobs held than run at once: wait for a slot
-                slot = await self._slots.take(max(job.lease_ms, 1_000) / 2000)
-                if not slot:
-                    await hand_back_unstarted(self.engine, run)
-                    return
-                if self._stopping:  # a slot came as the stop began: held for its release, unrun
-                    return
+            start, slot = await self._admit(run)
+            if not start:
+                return
             run.started = True
             graph = job.envelope.graph
             inputs = await self.engine.graphs.inputs(graph["id"], graph["node"]) if graph else None

@@ -366,3 +366,27 @@ async def test_a_pool_counts_its_claims_per_queue_from_zero(
     assert not [c for c in await presence.claimers(redis, ["worker"]) if c.name == me.name], "it left"
     assert REGISTRY.get_sample_value("jobq_worker_claims_total", {"queue": idle}) == 0
     assert REGISTRY.get_sample_value("jobq_jobs_in_flight", {"queue": idle}) == 0
+
+
+async def test_a_job_whose_claim_lease_ended_before_its_start_is_given_up_unrun(
+    engine: Engine, redis: aioredis.Redis, prefix: str
+) -> None:
+    """The loop held up between a claim and its handler's start past the claim's lease (seen under CI load:
+    the job was handed out again and ran twice at once): the handler never starts and nothing is written
+    back; the next claim runs it once."""
+    q, reg, ran = f"{prefix}.late", Registry(), []
+
+    @reg.job("k", queue=q)
+    async def k() -> None:
+        ran.append(current_job().attempt)
+
+    await enqueue(engine, q, "k")
+    [late] = await engine.jobs.claim(q, 1, lease_ms=1000, now_ms=now_ms() - 5_000)  # its lease ended 4 s ago
+    async with Pool(reg, engine, PoolConfig([f"{q}.none"], concurrency=1), redis=redis) as pool:
+        pool._launch(late)  # as its fetch loop would (it claims elsewhere: only this run is in the test)
+        run = pool.in_flight[late.id]
+        assert run.task is not None
+        await asyncio.gather(run.task, return_exceptions=True)
+        assert (run.abandoned, run.started, ran) == (True, False, [])
+    await drain(reg, engine, redis, q)
+    assert ran == [2], "the next claim ran it, once"
