@@ -159,14 +159,19 @@ async def _held_through(d: Drill, fault: Callable[[Drill], Awaitable[None]]) -> 
     d.evidence("released, the lane drained", drained > off, drain_s=round(drained - off, 2))
 
 
-async def _still_held(d: Drill, since: float, holder: str | None = None) -> float:
-    """When a snapshot written after ``since`` (by ``holder``, if named) still held the queue's backlog."""
-    fresh = int(since * 1000)
+async def _still_held(d: Drill, since: float) -> tuple[float, str]:
+    """When a snapshot written after ``since`` still held the queue's backlog, and its holder (after a kill
+    that is the successor, whichever relay took the lock: the lock read right after the restart may still
+    name the dead session's)."""
+    fresh, seen = int(since * 1000), {"holder": ""}
 
     def held(at: int, by: str, q: dict[str, Any] | None) -> bool:
-        return at > fresh and by == (holder or by) and q is not None and q["records"] >= LANE_BACKLOG
+        if at > fresh and q is not None and q["records"] >= LANE_BACKLOG:
+            seen["holder"] = by
+            return True
+        return False
 
-    return await _lane(d, held)
+    return await _lane(d, held), seen["holder"]
 
 
 async def relay_kill_held(d: Drill) -> None:
@@ -175,9 +180,9 @@ async def relay_kill_held(d: Drill) -> None:
 
     async def fault(d: Drill) -> None:
         await relay_kill(d)
-        killed_at, successor = time.time(), d.notes["lock_after"]
-        kept = await _still_held(d, killed_at, successor)  # the successor may be the one restarted
-        d.evidence("the next holder kept the queue held", kept >= killed_at, holder=successor)
+        killed_at = time.time()
+        kept, holder = await _still_held(d, killed_at)  # the successor may be the one restarted
+        d.evidence("the next holder kept the queue held", kept >= killed_at, holder=holder)
 
     await _held_through(d, fault)
 
@@ -192,8 +197,8 @@ async def redis_lost_held(d: Drill) -> None:
         left = d.notes["rebuild"].get("held", 0)
         d.evidence("the rebuild left the held queue's records to the lane", left >= LANE_BACKLOG, held=left)
         repaired = time.time()
-        kept = await _still_held(d, repaired)
-        d.evidence("the relay kept the queue held", kept >= repaired)
+        kept, holder = await _still_held(d, repaired)
+        d.evidence("the relay kept the queue held", kept >= repaired, holder=holder)
 
     await _held_through(d, fault)
 
@@ -613,8 +618,8 @@ async def kafka_leader_kill_held(d: Drill) -> None:
         leader = await asyncio.to_thread(_leader, d, partition, lane)
         await _brokers_down(d, [leader], signal.SIGKILL, (lane, partition))
         back = time.time()
-        kept = await _still_held(d, back)
-        d.evidence("the relay kept the queue held", kept >= back)
+        kept, holder = await _still_held(d, back)
+        d.evidence("the relay kept the queue held", kept >= back, holder=holder)
 
     await _held_through(d, fault)
 

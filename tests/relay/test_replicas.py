@@ -44,7 +44,9 @@ async def test_offsets_wait_for_the_replica_and_the_batch_is_written_again_meanw
             await signals.stalled.wait_for(lambda why: why == "replicas", after=stalls)
             await signals.stalled.wait_for(lambda why: why == "replicas", after=signals.stalled.mark())
             assert await offsets(topic) == (50, 100), "nothing committed while the replica lags"
-            assert (await relay.engine.reads.depth(queue)).pending == 100, "written to the master, once"
+            # the stalled batch is on the master (written again at each try, once): all 50, or the part of
+            # them its read had when it began (the rest waits behind it, unread)
+            assert 50 < (await relay.engine.reads.depth(queue)).pending <= 100, "written to the master"
             async with aioredis.Redis.from_url(url) as other:  # a client that wrote none of it checks too
                 why = await ReplicaWait(other, None, WAIT_MS).confirm([f"jobq:{{{queue}}}:ready"])
             assert why == f"redis: 0 of 1 replicas in {WAIT_MS} ms"
