@@ -7,6 +7,7 @@ import ``loadtest``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -56,10 +57,20 @@ def bench(
         int | None,
         typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            exists=True,
+            file_okay=False,
+            help="startup: another checkout's root, its jobq measured beside this one's.",
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
     owned["--backlog"] = ("neighbours", backlog)
+    owned["--baseline"] = ("startup", baseline)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
@@ -69,6 +80,8 @@ def bench(
         report = registry.neighbours(quick, backlog=backlog)
     elif scenario == "peers":
         report = registry.peers(quick, slots=slots)
+    elif scenario == "startup":
+        report = registry.startup(quick, baseline=baseline)
     elif scenario == "web":
         report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
     else:
