@@ -1,8 +1,8 @@
 """``./run bench startup``: what a process pays before it works (issue 58: a worker claims its first job
 ≤ 0.3 s after spawn, ``jobq --help`` ≤ 0.3 s), in a minute instead of ``floors``' seventeen.
 
-On one Redis (a throw-away one of its own unless ``redis_url`` is given), each repetition runs, in an
-order that rotates between repetitions (a drift of the shared machine touches each alike):
+On a throw-away Redis of its own, each repetition runs, in an order that rotates between repetitions (a
+drift of the shared machine touches each alike):
 
 * **spawn → first claim**: one no-op job waits in a fresh queue (:mod:`loadtest.floors.jobq_app`'s,
   one ``INCR``); a ``jobq worker --concurrency 16 --burst`` process is spawned and the queue's ready set
@@ -28,8 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -170,20 +169,6 @@ def _round(
     return out
 
 
-@contextmanager
-def _redis(
-    url: str | None, reps: int, one: Callable[[str, int], dict[str, float]]
-) -> Iterator[dict[str, list[float]]]:
-    if url is None:
-        yield redis_rounds("startup", reps, one)
-        return
-    samples: dict[str, list[float]] = {}
-    for rep in range(reps):
-        for name, value in one(url, rep).items():
-            samples.setdefault(name, []).append(value)
-    yield samples
-
-
 def _table(samples: dict[str, list[float]], systems: tuple[str, ...]) -> str:
     lines = [
         "## Start-up (medians, seconds; the ratio is per repetition, then its median)",
@@ -202,10 +187,10 @@ def _table(samples: dict[str, list[float]], systems: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool = False, baseline: Path | None = None, redis_url: str | None = None) -> Report:
-    """``quick``: 2 repetitions (a smoke run), else 9; ``baseline``: another checkout's root, run beside
-    this one; ``redis_url``: a Redis to use (default: a throw-away one)."""
-    reps = 2 if quick else 9
+def run(quick: bool = False, baseline: Path | None = None) -> Report:
+    """``quick``: 1 repetition (a smoke run), else 9; ``baseline``: another checkout's root, run beside
+    this one."""
+    reps = 1 if quick else 9
     systems = (*SYSTEMS, "baseline") if baseline is not None else SYSTEMS
     report = Report(
         "startup", {"reps": reps, "baseline": str(baseline or ""), "slots": SLOTS, "quick": quick}
@@ -215,12 +200,11 @@ def run(quick: bool = False, baseline: Path | None = None, redis_url: str | None
     load = [os.getloadavg()[0]]
 
     def one(url: str, rep: int) -> dict[str, float]:
-        if rep == 0:  # unmeasured: byte-compiles and warms every tree's files
+        if rep == 0:  # unmeasured: every process once, its files then in the page cache
             _round(url, "warm", 0, systems, baseline)
         return _round(url, f"r{rep}", rep, systems, baseline)
 
-    with _redis(redis_url, reps, one) as samples:
-        pass
+    samples = redis_rounds("startup", reps, one)
     load.append(os.getloadavg()[0])
     for name, values in samples.items():
         report.add(name, "CPU s" if ", CPU" in name else "s", values)
