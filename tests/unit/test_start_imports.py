@@ -103,7 +103,8 @@ def test_an_engine_makes_a_script_when_it_is_first_called() -> None:
     scripts = Engine(Redis()).core.scripts
     assert dict(scripts) == {}
     claim = scripts["claim"]
-    assert dict(scripts) == {"claim": claim} and scripts["claim"] is claim
+    assert dict(scripts) == {"claim": claim}
+    assert scripts["claim"] is claim
     with pytest.raises(KeyError):
         _ = scripts["no_such_script"]
 
