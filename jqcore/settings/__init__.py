@@ -110,14 +110,16 @@ _MODULES = {
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    """A name of :data:`__all__` from its module, imported now if it was not yet (PEP 562)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # the type checker sees the names themselves (above): a misspelt one stays an error
+
+    def __getattr__(name: str) -> Any:
+        """A name of :data:`__all__` from its module, imported now if it was not yet (PEP 562)."""
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
