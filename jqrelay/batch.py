@@ -137,27 +137,35 @@ def parse_batch(topic: str, msgs: Sequence[Message], admission: Admission | None
     to ``dead`` with the reason. A consume error other than a partition's end is Kafka failing:
     :class:`BackendUnavailable`."""
     batch = Batch([], [], {}, {}, topic=topic)
+    offsets, envelopes, records, source, dead = (
+        batch.offsets,
+        batch.envelopes,
+        batch.records,
+        batch.source,
+        batch.dead,
+    )
     for msg in msgs:
         err = msg.error()
         if err is not None:
             if err.code() != KafkaError._PARTITION_EOF:
                 raise BackendUnavailable(f"consume error on {topic}: {err.str()}")
             continue
-        batch.offsets[msg.partition() or 0] = max(
-            batch.offsets.get(msg.partition() or 0, -1), msg.offset() or 0
-        )
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        if offset > offsets.get(partition, -1):
+            offsets[partition] = offset
+        value = msg.value() or b""
         try:
-            env = decode(msg.value() or b"")
+            env = decode(value)
         except EnvelopeError as exc:
-            batch.dead.append((msg, f"{exc.code}: {exc.message}"))
+            dead.append((msg, f"{exc.code}: {exc.message}"))
             continue
-        reason = admission.problem(env, msg.value() or b"", msg.headers()) if admission else None
+        reason = admission.problem(env, value, msg.headers()) if admission else None
         if reason is not None:
-            batch.dead.append((msg, reason))
+            dead.append((msg, reason))
             continue
-        batch.envelopes.append(env)
-        batch.records.append(msg)
-        batch.source.setdefault(env.id, msg)
+        envelopes.append(env)
+        records.append(msg)
+        source.setdefault(env.id, msg)
     return batch
 
 

@@ -349,6 +349,11 @@ class Lane:
         await self._fence()
         self.relay.count("aside", len(records))
 
+    @property
+    def pending(self) -> bool:
+        """Records set aside whose source offsets are not committed yet."""
+        return bool(self._pending)
+
     def produced(self) -> None:
         """The batch's source offsets are committed: its lane records count as waiting now (the drain may
         take them)."""

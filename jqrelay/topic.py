@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -78,8 +79,23 @@ IDLE_POLL_MIN_S, IDLE_POLL_MAX_S = 0.001, 0.01
 """Pause between non-blocking consume calls while nothing arrives (librdkafka prefetches meanwhile):
 1 ms right after records came (a busy topic waits ~0.5 ms on average), growing by half per empty poll
 to 10 ms on an idle one (≈100 cheap calls/s)."""
+COMMIT_EVERY_S = 0.05
+"""Least seconds between two commits of the topic's offsets (and saves of its stage counts) while batches
+without aside records follow each other: at a trickle a batch holds a job or two, and a commit and a
+Redis call per batch cost more than the batch. A commit waits at most this long (plus one idle poll);
+what a failover re-reads meanwhile is written once (deduplicated). A batch that set records aside is
+committed at once (the drain may take them only then)."""
 GRAPH_KEYS_KEPT = 4
 """Graph keys a relay verifies signatures with: the one in Consul and the last ones it held before."""
+
+
+@dataclasses.dataclass
+class Uncommitted:
+    """A term's offsets written and confirmed but not committed yet: each partition's last, since the
+    commit sent ``at`` (monotonic seconds)."""
+
+    at: float
+    offsets: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class TopicRelay(Service):
@@ -109,6 +125,7 @@ class TopicRelay(Service):
         it (a record signed with one before it was made anew still enters): learnt before the first term
         (a standby holds it too), read again at each term's start and when a signed graph does not
         verify. A key Consul lost (an agent that came back empty) is put back, never made anew."""
+        self._admitting: Admission | None = None
         self._keys = ConfigStore(consul_client, kept_prefix)
         self.topic, self.settings, self.kafka, self.engine = topic, settings, kafka, engine
         self.redis = redis
@@ -182,7 +199,7 @@ class TopicRelay(Service):
             counts[stage] = counts.get(stage, 0) + n
             unsaved = self._unsaved.setdefault(topic, {})
             unsaved[stage] = unsaved.get(stage, 0) + n
-            metrics.RELAY_RECORDS.labels(topic, stage).inc(n)
+            metrics.child(metrics.RELAY_RECORDS, topic, stage).inc(n)
 
     async def save_counts(self) -> None:
         """Add the stage counts since the last save to the shared ones in Redis (kept for the next try on
@@ -278,6 +295,7 @@ class TopicRelay(Service):
             report_lag(self.topic, consumer, self._committed), name=f"relay-lag:{self.topic}"
         )
         lane = None if self.settings.shadow else Lane(self, term)
+        uncommitted = Uncommitted(at=time.monotonic())
         try:
             await self._learn_graph_key()
             if lane is not None:
@@ -297,6 +315,7 @@ class TopicRelay(Service):
                     break
                 msgs = consumer.consume(self.limit.batch_cap(self.settings.batch), 0)
                 if not msgs:
+                    await self._settle(consumer, uncommitted, lane)
                     await asyncio.sleep(idle)
                     idle = min(idle * 1.5, IDLE_POLL_MAX_S)
                     continue
@@ -308,18 +327,45 @@ class TopicRelay(Service):
                     await self._relay(batch, term, lane)
                 if not self.trusted(term):
                     raise TermEnded
-                offsets = [TopicPartition(self.topic, p, o + 1) for p, o in batch.offsets.items()]
-                consumer.commit(offsets=offsets, asynchronous=True)
-                if lane is not None:
-                    lane.produced()
-                await self.save_counts()
+                uncommitted.offsets.update(batch.offsets)
+                await self._settle(consumer, uncommitted, lane, now=lane is None or lane.pending)
                 self._signal_batch()
         finally:
+            await self._settle_last(consumer, uncommitted, lane, term)
             self.lane = None
             if lane is not None:
                 await lane.stop()
             await cancel_and_wait(lag)
             consumer.close()
+
+    async def _settle(
+        self, consumer: Consumer, uncommitted: Uncommitted, lane: Lane | None, *, now: bool = False
+    ) -> None:
+        """With ``now`` or :data:`COMMIT_EVERY_S` after the last commit: commit the offsets past the
+        batches written since (asynchronously: a lost commit only means a re-read), let the lane's drain
+        take what they set aside, and save the stage counts."""
+        at = time.monotonic()
+        if not uncommitted.offsets or not (now or at - uncommitted.at >= COMMIT_EVERY_S):
+            return
+        offsets = [TopicPartition(self.topic, p, o + 1) for p, o in uncommitted.offsets.items()]
+        uncommitted.offsets.clear()
+        uncommitted.at = at
+        consumer.commit(offsets=offsets, asynchronous=True)
+        if lane is not None:
+            lane.produced()
+        await self.save_counts()
+
+    async def _settle_last(
+        self, consumer: Consumer, uncommitted: Uncommitted, lane: Lane | None, term: Term
+    ) -> None:
+        """At the term's end: commit what its batches wrote (and confirmed) since the last commit, while
+        the term is still this relay's (else the next leader re-reads it: deduplicated)."""
+        if self.elector.trusted_term() != term:
+            return
+        try:
+            await self._settle(consumer, uncommitted, lane, now=True)
+        except Exception as exc:  # a lost commit only means a re-read (deduplicated)
+            log.warning("last offsets not committed", topic=self.topic, error=repr(exc))
 
     async def _relay(self, batch: Batch, term: Term, lane: Lane) -> None:
         """Plan the batch (what steps aside), write the rest (fenced, replicated), send refused records on,
@@ -365,19 +411,31 @@ class TopicRelay(Service):
             log.warning("Consul holds another graph key than this relay's: both verify", topic=self.topic)
         self._graph_keys = (key, *(k for k in held if k != key))[:GRAPH_KEYS_KEPT]
 
+    def _admission(self) -> Admission:
+        """The topic's admission with the graph keys held now, its refusal counts at zero: kept from batch
+        to batch (it remembers each queue's route)."""
+        admission = self._admitting
+        if admission is None or admission.keys != self._graph_keys:
+            admission = self._admitting = Admission(self.topic, self._routing, self._graph_keys)
+        admission.misrouted = admission.unsigned = 0
+        return admission
+
     async def parse(self, msgs: Sequence[Message], *, lane: bool = False) -> Batch:
         """The batch of ``msgs`` (the topic's records, or with ``lane`` its holding lane's), admitted
         (:mod:`jqcore.admission`)."""
-        admission = Admission(self.topic, self._routing, self._graph_keys)
+        admission = self._admission()
         batch = parse_batch(self.topic, msgs, admission)
-        if admission.unsigned:  # a graph no key at hand verifies: the key may have been made anew
+        misrouted, unsigned = admission.misrouted, admission.unsigned
+        if unsigned:  # a graph no key at hand verifies: the key may have been made anew
             held = self._graph_keys
             await self._learn_graph_key()
             if self._graph_keys != held:
-                admission = Admission(self.topic, self._routing, self._graph_keys)
+                admission = self._admission()
                 batch = parse_batch(self.topic, msgs, admission)
+                misrouted = admission.misrouted
         batch.lane = lane
-        metrics.RELAY_MISROUTED.labels(self.topic).inc(admission.misrouted)
+        if misrouted:
+            metrics.child(metrics.RELAY_MISROUTED, self.topic).inc(misrouted)
         self.count("read", len(batch.envelopes) + len(batch.dead), lane=lane)
         return batch
 
@@ -465,14 +523,19 @@ class TopicRelay(Service):
         Not in time (a replica behind, a master killed, its slots moved to the promoted replica): write
         the batch again — what Redis kept is a duplicate of the same record, what a failover lost is
         stored again — and wait again, with backoff, for as long as it takes (nothing is committed)."""
+        why = await self.replicas.confirm(written)  # the first try without tenacity (see _enqueue)
+        if why is None:
+            return
+        log.warning("batch not on the replicas yet; writing it again", topic=self.topic, why=why)
         behind = retry_if_exception_type(ReplicasBehind)
         async for attempt in held_retries(self.topic, self.signals, behind, "replicas"):
             with attempt:
-                if attempt.retry_state.attempt_number > 1:
-                    await self._index_far(batch.far, term)
-                    if batch.envelopes:  # the outcomes were counted the first time
-                        again = dataclasses.replace(batch, dead=[], retry=[], far=[], aside=[])
-                        await self._write_engine(again, term)
+                if attempt.retry_state.attempt_number == 1:  # the first try's answer, waited after
+                    raise ReplicasBehind(why)
+                await self._index_far(batch.far, term)
+                if batch.envelopes:  # the outcomes were counted the first time
+                    again = dataclasses.replace(batch, dead=[], retry=[], far=[], aside=[])
+                    await self._write_engine(again, term)
                 why = await self.replicas.confirm(written)
                 if why is not None:
                     log.warning("batch not on the replicas yet; writing it again", topic=self.topic, why=why)
@@ -483,15 +546,28 @@ class TopicRelay(Service):
     ) -> EnqueueResult:
         """One fenced engine call, retried with backoff for as long as Redis is unreachable or answers
         with an error that does not refuse these queues' jobs (:func:`holds_batch`)."""
+        try:  # the first try without tenacity's machinery (built per batch, it cost more than a small one)
+            return await self._enqueue_once(envelopes, term, origins)
+        except Exception as exc:
+            first = exc
         async for attempt in held_retries(self.topic, self.signals, retry_if_exception(holds_batch), "write"):
             with attempt:
-                if not self.trusted(term):
-                    raise TermEnded
-                with metrics.RELAY_BATCH_TIME.labels(self.topic).time():
-                    return await self.engine.enqueue_batch(  # graphs: admitted by _parse
-                        envelopes, fence=term.fence, source=self.topic, origins=origins, graphs=True
-                    )
+                if (
+                    attempt.retry_state.attempt_number == 1
+                ):  # the first try's failure, judged as tenacity does
+                    raise first
+                return await self._enqueue_once(envelopes, term, origins)
         raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+    async def _enqueue_once(
+        self, envelopes: Sequence[Envelope], term: Term, origins: Mapping[str, str]
+    ) -> EnqueueResult:
+        if not self.trusted(term):
+            raise TermEnded
+        with metrics.child(metrics.RELAY_BATCH_TIME, self.topic).time():
+            return await self.engine.enqueue_batch(  # graphs: admitted by _parse
+                envelopes, fence=term.fence, source=self.topic, origins=origins, graphs=True
+            )
 
     async def dead_letter(
         self, dead: Sequence[tuple[Message, str]], *, retry: bool = False, lane: bool = False
