@@ -112,7 +112,8 @@ class RelaySignals:
     """What a relay reports to a test that listens (:mod:`jqcore.testsignal`)."""
 
     batch: TestSignal[dict[str, int]] = field(default_factory=lambda: TestSignal("relay batch"))
-    """A batch written and its offsets' commit sent: the relay's stage counts after it."""
+    """A batch written (its offsets' commit sent with it, or within ``COMMIT_EVERY_S`` of
+    :mod:`jqrelay.topic`): the relay's stage counts after it."""
     committed: TestSignal[int] = field(default_factory=lambda: TestSignal("relay committed"))
     """Kafka confirmed a commit: the sum over partitions of the committed offsets (records behind them)."""
     stalled: TestSignal[str] = field(default_factory=lambda: TestSignal("relay stalled"))

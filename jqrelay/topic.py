@@ -14,7 +14,8 @@ Per term (see :mod:`jqrelay.elector`):
    their replicas (``WAIT``; else write it again) → send malformed or refused records to
    ``<topic>.dead`` with the reason in headers (confirmed by Kafka) → produce the records that step aside
    to ``<topic>.held`` (confirmed by Kafka) and check the topic fence → commit each partition's offset
-   only now, after Redis and Kafka accepted everything up to it.
+   only now, after Redis and Kafka accepted everything up to it (batches that set nothing aside are
+   committed together, at most every :data:`COMMIT_EVERY_S`).
 
 A refused fence ends the term at once (someone newer writes). Record values are handed to Redis as the
 bytes Kafka holds; nothing is re-encoded.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -447,14 +449,17 @@ class TopicRelay(Service):
         with tracing.relay_write_spans(self.topic, batch.envelopes) as spans:
             result = await self._write_engine(batch, term)
             spans.outcomes(result.outcomes)
-        written = result.count("stored") + result.count("delayed")
+        tally = Counter(o.outcome for o in result.outcomes)
         lane = batch.lane
-        self.count("written", written, lane=lane)
-        self.count("duplicate", result.count("duplicate"), lane=lane)
-        self.count("unscheduled", result.count("canceled") + result.count("expired"), lane=lane)
-        for o in result.outcomes:
-            if o.outcome == "refused":
-                batch.dead.append((batch.source[o.id], f"refused: {o.reason}"))
+        self.count("written", tally["stored"] + tally["delayed"], lane=lane)
+        self.count("duplicate", tally["duplicate"], lane=lane)
+        self.count("unscheduled", tally["canceled"] + tally["expired"], lane=lane)
+        if tally["refused"]:
+            batch.dead += [
+                (batch.source[o.id], f"refused: {o.reason}")
+                for o in result.outcomes
+                if o.outcome == "refused"
+            ]
 
     async def _write_engine(self, batch: Batch, term: Term) -> EnqueueResult:
         """One engine call for the batch; if a queue's state refuses it (a script failed on its keys, or
@@ -488,8 +493,10 @@ class TopicRelay(Service):
         bytes unchanged, ``run_at`` in a header for the schedulers' index; Kafka must confirm, retried
         forever like Redis writes) and get only an index entry in Redis; the rest of the batch stays for
         the engine. The offsets move past them only afterwards."""
+        if not self.far.enabled:
+            return
         cut = now_ms() + int(self.far.horizon_s * 1000)
-        far = [e for e in batch.envelopes if self.far.enabled and e.run_at is not None and e.run_at > cut]
+        far = [e for e in batch.envelopes if e.run_at is not None and e.run_at > cut]
         if not far:
             return
         batch.envelopes, batch.far = [e for e in batch.envelopes if e.run_at is None or e.run_at <= cut], far

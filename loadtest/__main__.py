@@ -7,6 +7,7 @@ import ``loadtest``."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from loadtest import registry
+from loadtest.report import Report
 
 __all__ = ["SCENARIO_NAMES", "app", "bench", "main"]
 
@@ -57,6 +59,10 @@ def bench(
         int | None,
         typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
     ] = None,
+    hop: Annotated[
+        str | None,
+        typer.Option("--hop", help="floors: only this hop (gateway, relay, worker, start-up, path)."),
+    ] = None,
     baseline: Annotated[
         Path | None,
         typer.Option(
@@ -71,21 +77,20 @@ def bench(
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
     owned["--backlog"] = ("neighbours", backlog)
     owned["--baseline"] = ("startup", baseline)
+    owned["--hop"] = ("floors", hop)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
+    runs: dict[str, Callable[[], Report]] = {
+        "drain": lambda: registry.drain(quick, batch=batch or 0),
+        "floors": lambda: registry.floors(quick, hop=hop),
+        "neighbours": lambda: registry.neighbours(quick, backlog=backlog),
+        "peers": lambda: registry.peers(quick, slots=slots),
+        "startup": lambda: registry.startup(quick, baseline=baseline),
+        "web": lambda: registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests),
+    }
     if chaos:
         report = registry.chaos(seed, minutes)
-    elif scenario == "drain":
-        report = registry.drain(quick, batch=batch or 0)
-    elif scenario == "neighbours":
-        report = registry.neighbours(quick, backlog=backlog)
-    elif scenario == "peers":
-        report = registry.peers(quick, slots=slots)
-    elif scenario == "startup":
-        report = registry.startup(quick, baseline=baseline)
-    elif scenario == "web":
-        report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
     else:
-        report = registry.SCENARIOS[scenario](quick)
+        report = runs.get(scenario, lambda: registry.SCENARIOS[scenario](quick))()
     folder = report.save()
     if as_json:
         typer.echo(json.dumps({**report.as_dict(), "report_dir": str(folder)}))

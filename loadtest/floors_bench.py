@@ -46,7 +46,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path as Folder
 
@@ -99,6 +99,8 @@ RELAY_BATCH = 500
 SYSTEMS = ("jobq", "floor")
 HOPS = ("gateway", "relay", "worker", "start-up", "path, 1 job/request", "path, batched")
 PROFILE_S = 10.0
+ROUNDS = ("gateway", "relay", "worker", "start-up", "path")
+"""What ``--hop`` may pick to run alone (``worker`` runs the relay hop first: it drains what it wrote)."""
 
 
 @dataclass(frozen=True)
@@ -345,14 +347,18 @@ def _worker_one(ep: Endpoints, queue: str, system: str, n: int) -> dict[str, flo
     }
 
 
-def _relay_and_worker_round(ep: Endpoints, tag: str, n: int, figures: Figures, rep: int) -> None:
+def _relay_and_worker_round(
+    ep: Endpoints, tag: str, n: int, figures: Figures, rep: int, *, worker: bool = True
+) -> None:
     scope = Scope("bench", f"{tag}r")
     _topic(ep, scope.name)
     _produce(ep, scope.name, scope.name, n)
     order = SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]
     relay = {system: _relay_one(ep, scope, system, n) for system in order}
-    worker = {system: _worker_one(ep, scope.name, system, n) for system in order}
-    for hop, got in (("relay", relay), ("worker", worker)):
+    drained = {system: _worker_one(ep, scope.name, system, n) for system in order} if worker else {}
+    for hop, got in (("relay", relay), ("worker", drained)):
+        if not got:
+            continue
         for measure in got["jobq"]:
             unit = "jobs/s" if measure.startswith("jobs/s") else "s" if "→" in measure else "µs/job"
             figures.add(hop, measure, unit, got["jobq"][measure], got["floor"][measure])
@@ -633,18 +639,53 @@ def _table(figures: Figures) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool | None = None) -> Report:
-    """The scenario; ``profile`` (default: not ``quick``) adds the py-spy profiles."""
+def _round(
+    ep: Endpoints,
+    tag: str,
+    rep: int,
+    sizes: Sizes,
+    figures: Figures,
+    gates: dict[str, Gate],
+    kafka: list[int],
+    on: Callable[[str], bool],
+    profile: tuple[float, Folder] | None,
+) -> dict[str, Profile]:
+    """One repetition of every hop ``on`` says to run; the path's profiles when ``profile`` is given."""
+    if gates:
+        _gateway_round(gates, kafka, sizes.gate_s, figures)
+    if on("relay") or on("worker"):
+        _relay_and_worker_round(ep, tag, sizes.jobs, figures, rep, worker=on("worker"))
+    if on("start-up"):
+        _startup_round(figures)
+    return asyncio.run(_path_round(ep, tag, sizes, figures, rep, profile)) if on("path") else {}
+
+
+def run(
+    quick: bool = False,
+    endpoints: Endpoints | None = None,
+    profile: bool | None = None,
+    hop: str | None = None,
+) -> Report:
+    """The scenario; ``profile`` (default: not ``quick``) adds the py-spy profiles; ``hop`` (one of
+    :data:`ROUNDS`) runs that hop alone."""
+    if hop is not None and hop not in ROUNDS:
+        raise ValueError(f"unknown hop {hop!r}; known: {', '.join(ROUNDS)}")
+
+    def on(name: str) -> bool:
+        return hop is None or hop == name
+
     sizes = QUICK if quick else FULL
     profile = not quick if profile is None else profile
-    report = Report("floors", {**sizes.__dict__, "quick": quick, "slots": SLOTS, "profile": profile})
+    params = {**sizes.__dict__, "quick": quick, "slots": SLOTS, "profile": profile, "hop": hop or "all"}
+    report = Report("floors", params)
     figures = Figures()
     loads: list[str] = []
     profiles: dict[str, Profile] = {}
     folder = Folder(tempfile.mkdtemp(prefix="jobq-bench-floors-"))
     tag = f"floors{os.getpid()}"
     try:
-        with bench_stack("floors", endpoints) as ep, _gateways(ep, tag) as gates:
+        with bench_stack("floors", endpoints) as ep, ExitStack() as stack:
+            gates = stack.enter_context(_gateways(ep, tag)) if on("gateway") else {}
             kafka = _kafka_pids(ep)
             for (
                 gate
@@ -652,23 +693,11 @@ def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool |
                 asyncio.run(_closed_loop(gate, 0.5 if quick else 2.0))
             for rep in range(sizes.reps):
                 load = f"{_loadavg():.1f}"
-                _gateway_round(gates, kafka, sizes.gate_s, figures)
-                _relay_and_worker_round(ep, f"{tag}r{rep}", sizes.jobs, figures, rep)
-                _startup_round(figures)
                 last = rep == sizes.reps - 1
-                recorded = asyncio.run(
-                    _path_round(
-                        ep,
-                        f"{tag}r{rep}",
-                        sizes,
-                        figures,
-                        rep,
-                        (PROFILE_S, folder) if profile and last else None,
-                    )
-                )
-                profiles |= recorded
+                at = (PROFILE_S, folder) if profile and last else None
+                profiles |= _round(ep, f"{tag}r{rep}", rep, sizes, figures, gates, kafka, on, at)
                 loads.append(f"{load} → {_loadavg():.1f}")
-            if profile:
+            if profile and gates:
                 profiles = asyncio.run(_gateway_profiles(gates, PROFILE_S, folder)) | profiles
     finally:
         shutil.rmtree(folder, ignore_errors=True)

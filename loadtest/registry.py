@@ -12,7 +12,7 @@ from pathlib import Path
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "startup", "web"]
+__all__ = ["SCENARIOS", "drain", "floors", "neighbours", "peers", "startup", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -70,10 +70,12 @@ def _scheduler(quick: bool) -> Report:
     return scheduler_bench.run(quick=quick)
 
 
-def _floors(quick: bool) -> Report:
+def floors(quick: bool, *, hop: str | None = None) -> Report:
+    """``./run bench floors``; ``--hop NAME``: only that hop (and what it needs: the worker hop drains the
+    jobs the relay hop wrote)."""
     from loadtest import floors_bench
 
-    return floors_bench.run(quick=quick)
+    return floors_bench.run(quick=quick, hop=hop)
 
 
 def peers(quick: bool, *, slots: int | None = None) -> Report:
@@ -156,7 +158,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "scheduler": _scheduler,
     "spark": _spark,
     "e2e": _e2e,
-    "floors": _floors,
+    "floors": floors,
     "startup": startup,
     "peers": peers,
     "neighbours": neighbours,

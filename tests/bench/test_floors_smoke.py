@@ -81,3 +81,15 @@ def test_slots_are_for_the_peers_only() -> None:
     result = CliRunner().invoke(bench_cli.app, ["gate", "--slots", "4"])
     assert result.exit_code == 2
     assert "--slots: peers only" in result.output
+
+
+def test_one_hop_runs_alone(endpoints: Endpoints) -> None:
+    report = floors_bench.run(quick=True, endpoints=endpoints, hop="relay")
+    hops = {f.name.split(": ", 1)[0] for f in report.figures}
+    assert hops == {"relay"}
+
+
+def test_hop_is_for_the_floors_only() -> None:
+    result = CliRunner().invoke(bench_cli.app, ["gate", "--hop", "relay"])
+    assert result.exit_code == 2
+    assert "--hop: floors only" in result.output
