@@ -55,6 +55,10 @@ class Outcome:
     on_failure: Policy = "fail"
 
 
+_SUCCEEDED = Outcome("success", "succeeded")
+"""A success without a result kept (outcomes are frozen: one shared)."""
+
+
 def _context(
     job: ClaimedJob,
     spec: JobSpec[Any, Any] | None,
@@ -133,15 +137,17 @@ async def run_handler(
     # the jobq's own kinds (the canary's) run without the application's middleware
     layers = registry.job_middleware if registry.get(spec.kind) is spec else []
 
-    def handler() -> Any:  # the innermost call: the kind's timeout bounds the handler, not the middleware
-        return asyncio.wait_for(_call(spec, job, executor_for, inputs, ctx), spec.timeout_s)
+    async def handler() -> Any:  # the innermost call: the kind's timeout bounds the handler, not the middleware
+        # asyncio.timeout, not wait_for: on 3.11 wait_for runs the handler in a task of its own (a task,
+        # two futures and a callback per job); the timeout cancels the handler where it awaits alike
+        async with asyncio.timeout(spec.timeout_s):
+            return await _call(spec, job, executor_for, inputs, ctx)
 
     current = set_current_job(ctx)  # the handler's and the middleware's current_job()
     try:
-        with (
-            tracing.run_span(job.envelope, job.attempt) as span,  # off: a shared no-op
-            structlog.contextvars.bound_contextvars(**log_fields(job, span)),
-        ):
+        with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
+            # bound, then reset by token (bound_contextvars reads every context variable to restore)
+            bound = structlog.contextvars.bind_contextvars(**log_fields(job, span))
             started = time.perf_counter()
             try:
                 outcome = _classified(spec, await run_through(layers, ctx, handler), graph=inputs is not None)
@@ -153,6 +159,7 @@ async def run_handler(
             finally:
                 elapsed = time.perf_counter() - started
                 metrics.child(metrics.JOB_RUN_TIME, job.queue, spec.kind).observe(elapsed)
+                structlog.contextvars.reset_contextvars(**bound)
             tracing.run_outcome(span, outcome.label)
     finally:
         current.var.reset(current)
@@ -167,7 +174,7 @@ def _classified(spec: JobSpec[Any, Any], value: Any, *, graph: bool) -> Outcome:
         error = f"ResultInvalid: the result is not JSON or exceeds {MAX_RESULT_BYTES} bytes"
         log.error("job attempt failed: its result is invalid", final=True, outcome="failed", error=error)
         return Outcome("failure", "failed", error=error, permanent=True)
-    return Outcome("success", "succeeded", result=kept)
+    return Outcome("success", "succeeded", result=kept) if kept is not None else _SUCCEEDED
 
 
 def log_fields(job: ClaimedJob, span: Any = None) -> dict[str, Any]:

@@ -316,8 +316,7 @@ class Pool(Service):
             if await self._interrupted(wait):  # resized: wake our own blocking pop (nothing is lost)
                 await self.engine.jobs.nudge(queue, self._waiter)
             handed = await self._within_limit(await wait or [])
-            for job in handed:
-                self._launch(job)
+            self._launch(handed)
             if handed:
                 await asyncio.sleep(0)  # the jobs start before the next claim is packed and sent
         else:
@@ -332,8 +331,7 @@ class Pool(Service):
         """Quiet: leave the hand-off list (jobs handed meanwhile are ours: they run), then wait until the
         pool may claim again."""
         if self._waiter:
-            for job in await self.engine.jobs.unwait(self.config.queues[0], self._waiter):
-                self._launch(job)
+            self._launch(await self.engine.jobs.unwait(self.config.queues[0], self._waiter))
         self.signals.quiet.signal(True)
         await self._loud.wait()
         self.signals.quiet.signal(False)
@@ -395,8 +393,7 @@ class Pool(Service):
                 waiter=self._waiter,
                 wait_ms=self._handoff_ms(),
             )
-            for job in jobs:
-                self._launch(job)
+            self._launch(jobs)
             if len(jobs) == free:
                 return True
         return False
@@ -429,23 +426,32 @@ class Pool(Service):
     def _launch_all(self, jobs: list[ClaimedJob]) -> None:
         """A round's claimed jobs: started; once a stop began, held for its release (a hard stop leaves
         them to their leases, as a crash would)."""
-        for job in jobs:
-            if not self._stopping:
-                self._launch(job)
-            elif not self._hard:
+        if not self._stopping:
+            self._launch(jobs)
+        elif not self._hard:
+            for job in jobs:
                 self.in_flight[job.id] = Running(job)
 
-    def _launch(self, job: ClaimedJob) -> None:
-        run = Running(job)
-        self.in_flight[job.id] = run
-        metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
-        metrics.child(metrics.WORKER_CLAIMS, job.queue).inc()
+    def _launch(self, jobs: list[ClaimedJob]) -> None:
+        """Start a round's claimed jobs: a task each (a batch kind's gather), their queue wait observed
+        per job; the claim and in-flight series counted once per queue and round."""
+        if not jobs:
+            return
         now = time.time()
-        self._presence.claimed(job.queue, int(now * 1000))
-        due = job.envelope.run_at or job.envelope.enqueued_at
-        metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, now - due / 1000))
-        if not self._batches.add(run):
-            run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
+        per_queue: dict[str, int] = {}
+        for job in jobs:
+            run = Running(job)
+            self.in_flight[job.id] = run
+            queue = job.queue
+            per_queue[queue] = per_queue.get(queue, 0) + 1
+            due = job.envelope.run_at or job.envelope.enqueued_at
+            metrics.child(metrics.JOB_QUEUE_WAIT, queue).observe(max(0.0, now - due / 1000))
+            if not self._batches.add(run):
+                run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
+        for queue, n in per_queue.items():
+            metrics.child(metrics.JOBS_IN_FLIGHT, queue).inc(n)
+            metrics.child(metrics.WORKER_CLAIMS, queue).inc(n)
+            self._presence.claimed(queue, int(now * 1000))
 
     # ---- running --------------------------------------------------------------------------------
     def _executor(self, mode: str) -> Executor:

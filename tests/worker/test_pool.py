@@ -383,7 +383,7 @@ async def test_a_job_whose_claim_lease_ended_before_its_start_is_given_up_unrun(
     await enqueue(engine, q, "k")
     [late] = await engine.jobs.claim(q, 1, lease_ms=1000, now_ms=now_ms() - 5_000)  # its lease ended 4 s ago
     async with Pool(reg, engine, PoolConfig([f"{q}.none"], concurrency=1), redis=redis) as pool:
-        pool._launch(late)  # as its fetch loop would (it claims elsewhere: only this run is in the test)
+        pool._launch([late])  # as its fetch loop would (it claims elsewhere: only this run is in the test)
         run = pool.in_flight[late.id]
         assert run.task is not None
         await asyncio.gather(run.task, return_exceptions=True)
