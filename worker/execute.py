@@ -15,7 +15,7 @@ import contextvars
 import functools
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -101,6 +101,13 @@ async def _call(
     return await loop.run_in_executor(executor_for("process"), functools.partial(spec.fn, *args, **kwargs))
 
 
+async def _bounded(call: Awaitable[Any], timeout_s: float) -> Any:
+    """``call`` cancelled after ``timeout_s`` (TimeoutError). asyncio.timeout, not wait_for: on 3.11 wait_for
+    runs the call in a task of its own (a task, two futures and callbacks per job)."""
+    async with asyncio.timeout(timeout_s):
+        return await call
+
+
 def result_bytes(value: Any) -> bytes | None:
     """A handler's return value as the JSON kept with its job (pydantic models and dataclasses included);
     None when it is not JSON or larger than ``MAX_RESULT_BYTES``."""
@@ -137,11 +144,9 @@ async def run_handler(
     # the jobq's own kinds (the canary's) run without the application's middleware
     layers = registry.job_middleware if registry.get(spec.kind) is spec else []
 
-    async def handler() -> Any:  # the innermost call: the kind's timeout bounds the handler, not the middleware
-        # asyncio.timeout, not wait_for: on 3.11 wait_for runs the handler in a task of its own (a task,
-        # two futures and a callback per job); the timeout cancels the handler where it awaits alike
-        async with asyncio.timeout(spec.timeout_s):
-            return await _call(spec, job, executor_for, inputs, ctx)
+    def handler() -> Awaitable[Any]:  # innermost: the kind's timeout bounds the handler, not the layers
+        call = _call(spec, job, executor_for, inputs, ctx)
+        return call if spec.timeout_s is None else _bounded(call, spec.timeout_s)
 
     current = set_current_job(ctx)  # the handler's and the middleware's current_job()
     try:
