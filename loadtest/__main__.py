@@ -56,10 +56,17 @@ def bench(
         int | None,
         typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
     ] = None,
+    hop: Annotated[
+        str | None,
+        typer.Option(
+            "--hop", help="floors: only this hop (worker: on a Redis of its own, no Kafka; minutes, not 17)."
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
     owned["--backlog"] = ("neighbours", backlog)
+    owned["--hop"] = ("floors", hop)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
@@ -67,6 +74,8 @@ def bench(
         report = registry.drain(quick, batch=batch or 0)
     elif scenario == "neighbours":
         report = registry.neighbours(quick, backlog=backlog)
+    elif scenario == "floors":
+        report = registry.floors(quick, hop=hop)
     elif scenario == "peers":
         report = registry.peers(quick, slots=slots)
     elif scenario == "web":
@@ -109,6 +118,12 @@ def _only(
         raise typer.BadParameter("--chaos, --seed: faults only")
     if chaos[1] is not None and not chaos[0]:
         raise typer.BadParameter("--seed: with --chaos")
+    hop = owned["--hop"][1]
+    if hop is not None:
+        from loadtest.floors_bench import ALONE
+
+        if hop not in ALONE:
+            raise typer.BadParameter(f"--hop {hop!r}: only {', '.join(ALONE)} runs alone")
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

@@ -69,10 +69,11 @@ def _scheduler(quick: bool) -> Report:
     return scheduler_bench.run(quick=quick)
 
 
-def _floors(quick: bool) -> Report:
+def floors(quick: bool, *, hop: str | None = None) -> Report:
+    """``./run bench floors``; ``--hop worker``: that hop alone (on a Redis of its own, no Kafka)."""
     from loadtest import floors_bench
 
-    return floors_bench.run(quick=quick)
+    return floors_bench.run(quick=quick, hop=hop)
 
 
 def peers(quick: bool, *, slots: int | None = None) -> Report:
@@ -148,7 +149,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "scheduler": _scheduler,
     "spark": _spark,
     "e2e": _e2e,
-    "floors": _floors,
+    "floors": floors,
     "peers": peers,
     "neighbours": neighbours,
     "history": _history,
