@@ -136,13 +136,14 @@ async def run_handler(
     """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors.
     ``inputs``: a graph node's view of its graph (fed to the handler, ``current_job().graph``); ``worker``:
     the pool's context (``current_job().worker``)."""
-    spec = registry.get(job.envelope.kind) or builtin.get(job.envelope.kind)
+    own = registry.get(job.envelope.kind)
+    spec = own or builtin.get(job.envelope.kind)
     if spec is None:  # a rolling deploy: another pool (or the next version) knows this kind
         return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
     metrics.child(metrics.JOBS_STARTED, job.queue, spec.kind).inc()
     ctx = _context(job, spec, inputs, worker)
     # the jobq's own kinds (the canary's) run without the application's middleware
-    layers = registry.job_middleware if registry.get(spec.kind) is spec else []
+    layers = registry.job_middleware if own is not None else []
 
     def handler() -> Awaitable[Any]:  # innermost: the kind's timeout bounds the handler, not the layers
         call = _call(spec, job, executor_for, inputs, ctx)
@@ -155,7 +156,8 @@ async def run_handler(
             bound = structlog.contextvars.bind_contextvars(**log_fields(job, span))
             started = time.perf_counter()
             try:
-                outcome = _classified(spec, await run_through(layers, ctx, handler), graph=inputs is not None)
+                value = await (run_through(layers, ctx, handler) if layers else handler())
+                outcome = _classified(spec, value, graph=inputs is not None)
             except Exception as exc:
                 outcome = outcome_of(exc, spec, job)
                 if outcome.kind == "failure":

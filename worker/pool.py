@@ -464,27 +464,35 @@ class Pool(Service):
         return self._processes
 
     async def _admit(self, run: Running) -> tuple[bool, bool]:
-        """Whether ``run``'s handler starts now, and whether it holds a slot. With more jobs held than run at
-        once it waits for a slot (handed back unstarted if none comes within half its lease; held unrun for
-        its release if the stop began meanwhile). A job whose claim's lease ended before its handler could
-        start (the loop was held up) is given up unrun: it may be another attempt's already."""
-        job, slot = run.job, False
-        if self._capacity() > self.concurrency:
-            slot = await self._slots.take(max(job.lease_ms, 1_000) / 2000)
-            if not slot:
-                await hand_back_unstarted(self.engine, run)
-                return False, False
-            if self._stopping:
-                return False, True
+        """With more jobs held than run at once: whether ``run``'s handler starts now, once it has a slot
+        (handed back unstarted if none comes within half its lease; held unrun for its release if the stop
+        began meanwhile), and whether it holds one. A job whose claim's lease ended before its handler could
+        start (the loop was held up) is given up unrun: it may be another attempt's already
+        (:meth:`_in_lease`, also without prefetch)."""
+        job = run.job
+        slot = await self._slots.take(max(job.lease_ms, 1_000) / 2000)
+        if not slot:
+            await hand_back_unstarted(self.engine, run)
+            return False, False
+        if self._stopping:
+            return False, True
+        return self._in_lease(run), True
+
+    def _in_lease(self, run: Running) -> bool:
+        """Whether ``run``'s lease still holds for its handler to start (else it is given up unrun)."""
+        job = run.job
         if not self._keeper.extended(job.id) and self.engine.core.clock.now() >= job.lease_deadline_ms:
             self.abandon(job.id, "lease ended before its handler started")
-            return False, slot
-        return True, slot
+            return False
+        return True
 
     async def _execute(self, run: Running) -> None:
         job, label, slot = run.job, None, False
         try:
-            start, slot = await self._admit(run)
+            if self._capacity() > self.concurrency:  # more held than run: wait for a slot
+                start, slot = await self._admit(run)
+            else:
+                start = self._in_lease(run)
             if not start:
                 return
             run.started = True
