@@ -47,7 +47,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -92,6 +91,7 @@ from loadtest.floors.lease import write as floor_write
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
 from loadtest.stacks import bench_stack, redis_only
+from loadtest.startup_bench import command_cost
 
 __all__ = ["ALONE", "HOPS", "SYSTEMS", "Sizes", "run"]
 
@@ -427,15 +427,9 @@ def _worker_alone_round(ep: Endpoints, tag: str, n: int, figures: Figures, rep: 
     _add_hop(figures, "worker", {system: _worker_one(ep, queue, system, n) for system in order})
 
 
-def _help_s(argv: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)
-    return time.perf_counter() - started
-
-
 def _startup_round(figures: Figures) -> None:
-    jobq = statistics.median(_help_s(python_m("jobq", "--help")) for _ in range(3))
-    floor = statistics.median(_help_s(python_m("loadtest.floors.worker", "--help")) for _ in range(3))
+    jobq = statistics.median(command_cost(python_m("jobq", "--help"))[0] for _ in range(3))
+    floor = statistics.median(command_cost(python_m("loadtest.floors.worker", "--help"))[0] for _ in range(3))
     figures.add("start-up", "--help (jobq; the floor worker)", "s", jobq, floor)
 
 

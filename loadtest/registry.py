@@ -8,10 +8,11 @@ contracts see.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "web"]
+__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "startup", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -90,6 +91,13 @@ def neighbours(quick: bool, *, backlog: int | None = None) -> Report:
     return neighbours_bench.run(quick=quick, backlog=backlog)
 
 
+def startup(quick: bool, *, baseline: Path | None = None) -> Report:
+    """``./run bench startup``; ``--baseline ROOT``: another checkout's jobq measured beside this one's."""
+    from loadtest import startup_bench
+
+    return startup_bench.run(quick=quick, baseline=baseline)
+
+
 def _history(quick: bool) -> Report:
     from loadtest import history_bench
 
@@ -150,6 +158,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "spark": _spark,
     "e2e": _e2e,
     "floors": floors,
+    "startup": startup,
     "peers": peers,
     "neighbours": neighbours,
     "history": _history,
