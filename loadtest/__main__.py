@@ -7,7 +7,6 @@ import ``loadtest``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -61,7 +60,10 @@ def bench(
     ] = None,
     hop: Annotated[
         str | None,
-        typer.Option("--hop", help="floors: only this hop (gateway, relay, worker, start-up, path)."),
+        typer.Option(
+            "--hop",
+            help="floors: only this hop (worker: on a Redis of its own, no Kafka; minutes, not 17; relay).",
+        ),
     ] = None,
     baseline: Annotated[
         Path | None,
@@ -76,21 +78,30 @@ def bench(
     """Run a benchmark scenario; the report folder is printed at the end."""
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
     owned["--backlog"] = ("neighbours", backlog)
-    owned["--baseline"] = ("startup", baseline)
     owned["--hop"] = ("floors", hop)
+    owned["--baseline"] = ("startup", baseline)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
-    runs: dict[str, Callable[[], Report]] = {
-        "drain": lambda: registry.drain(quick, batch=batch or 0),
-        "floors": lambda: registry.floors(quick, hop=hop),
-        "neighbours": lambda: registry.neighbours(quick, backlog=backlog),
-        "peers": lambda: registry.peers(quick, slots=slots),
-        "startup": lambda: registry.startup(quick, baseline=baseline),
-        "web": lambda: registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests),
-    }
     if chaos:
         report = registry.chaos(seed, minutes)
+    elif scenario == "drain":
+        report = registry.drain(quick, batch=batch or 0)
+    elif scenario == "neighbours":
+        report = registry.neighbours(quick, backlog=backlog)
+    elif scenario == "floors":
+        report = registry.floors(quick, hop=hop)
+    elif scenario == "peers":
+        report = registry.peers(quick, slots=slots)
+    elif scenario == "startup":
+        report = registry.startup(quick, baseline=baseline)
+    elif scenario == "web":
+        report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
     else:
-        report = runs.get(scenario, lambda: registry.SCENARIOS[scenario](quick))()
+        report = registry.SCENARIOS[scenario](quick)
+    _show(report, scenario, as_json)
+
+
+def _show(report: Report, scenario: str, as_json: bool) -> None:
+    """Save ``report`` and print it (a table, or one JSON object), with where it was saved."""
     folder = report.save()
     if as_json:
         typer.echo(json.dumps({**report.as_dict(), "report_dir": str(folder)}))
@@ -127,6 +138,12 @@ def _only(
         raise typer.BadParameter("--chaos, --seed: faults only")
     if chaos[1] is not None and not chaos[0]:
         raise typer.BadParameter("--seed: with --chaos")
+    hop = owned["--hop"][1]
+    if hop is not None:
+        from loadtest.floors_bench import ALONE
+
+        if hop not in ALONE:
+            raise typer.BadParameter(f"--hop {hop!r}: only {', '.join(ALONE)} runs alone")
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

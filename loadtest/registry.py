@@ -12,7 +12,7 @@ from pathlib import Path
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "floors", "neighbours", "peers", "startup", "web"]
+__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "startup", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -71,8 +71,7 @@ def _scheduler(quick: bool) -> Report:
 
 
 def floors(quick: bool, *, hop: str | None = None) -> Report:
-    """``./run bench floors``; ``--hop NAME``: only that hop (and what it needs: the worker hop drains the
-    jobs the relay hop wrote)."""
+    """``./run bench floors``; ``--hop worker``: that hop alone (on a Redis of its own, no Kafka)."""
     from loadtest import floors_bench
 
     return floors_bench.run(quick=quick, hop=hop)
