@@ -16,10 +16,13 @@ from rich.table import Table
 
 from loadtest import registry
 
-__all__ = ["SCENARIO_NAMES", "app", "bench", "main"]
+__all__ = ["HOP_NAMES", "SCENARIO_NAMES", "app", "bench", "main"]
 
 SCENARIO_NAMES = tuple(registry.SCENARIOS)
 """Every scenario (``registry`` imports a scenario's module only when it runs)."""
+HOP_NAMES = ("gateway", "relay", "worker", "start-up", "path")
+"""What ``--hop`` may name (``loadtest.floors_bench.ROUNDS``; not imported: the scenario's libraries load
+only when it runs)."""
 
 
 def bench(
@@ -56,10 +59,19 @@ def bench(
         int | None,
         typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
     ] = None,
+    hop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hop",
+            help=f"floors: only this hop's round ({', '.join(HOP_NAMES)}; repeatable; the relay and "
+            "worker hops are one round).",
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
     owned["--backlog"] = ("neighbours", backlog)
+    owned["--hop"] = ("floors", hop or None)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
@@ -67,6 +79,8 @@ def bench(
         report = registry.drain(quick, batch=batch or 0)
     elif scenario == "neighbours":
         report = registry.neighbours(quick, backlog=backlog)
+    elif scenario == "floors":
+        report = registry.floors(quick, hops=hop or ())
     elif scenario == "peers":
         report = registry.peers(quick, slots=slots)
     elif scenario == "web":
@@ -109,6 +123,10 @@ def _only(
         raise typer.BadParameter("--chaos, --seed: faults only")
     if chaos[1] is not None and not chaos[0]:
         raise typer.BadParameter("--seed: with --chaos")
+    hops = owned["--hop"][1]
+    unknown = sorted(set(hops if isinstance(hops, list) else ()) - set(HOP_NAMES))
+    if unknown:
+        raise typer.BadParameter(f"--hop {', '.join(unknown)}: one of {', '.join(HOP_NAMES)}")
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

@@ -46,7 +46,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path as Folder
@@ -87,7 +87,7 @@ from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
 from loadtest.stacks import bench_stack
 
-__all__ = ["HOPS", "SYSTEMS", "Sizes", "run"]
+__all__ = ["HOPS", "ROUNDS", "SYSTEMS", "Sizes", "run"]
 
 TOKEN = e2e_bench.TOKEN
 PARTITIONS = 3
@@ -98,6 +98,15 @@ RELAY_BATCH = 500
 """Records per relay batch: jqrelay's default (``JOBQ_RELAY_BATCH``), given to the floor too."""
 SYSTEMS = ("jobq", "floor")
 HOPS = ("gateway", "relay", "worker", "start-up", "path, 1 job/request", "path, batched")
+ROUNDS = {
+    "gateway": ("gateway",),
+    "relay": ("relay", "worker"),
+    "worker": ("relay", "worker"),
+    "start-up": ("start-up",),
+    "path": ("path, 1 job/request", "path, batched"),
+}
+"""What ``--hop`` may name → the hops its round measures (the worker drains the jobs the relays wrote:
+they are one round)."""
 PROFILE_S = 10.0
 
 
@@ -106,6 +115,9 @@ class Sizes:
     reps: int
     gate_s: float
     """Seconds of each gateway's closed loop."""
+    warm_s: float
+    """Seconds of each gateway's warm-up loop (not measured: the first connections, the broker's first
+    writes)."""
     jobs: int
     """Jobs through the relay and worker hops."""
     rate: float
@@ -115,8 +127,8 @@ class Sizes:
     """Seconds of the path's batched phase (the window is its last two thirds)."""
 
 
-QUICK = Sizes(reps=1, gate_s=1.0, jobs=3_000, rate=200.0, rate_s=1.0, batch_s=3.0)
-FULL = Sizes(reps=3, gate_s=10.0, jobs=50_000, rate=1000.0, rate_s=10.0, batch_s=30.0)
+QUICK = Sizes(reps=1, gate_s=1.0, warm_s=0.5, jobs=3_000, rate=200.0, rate_s=1.0, batch_s=3.0)
+FULL = Sizes(reps=3, gate_s=10.0, warm_s=2.0, jobs=50_000, rate=1000.0, rate_s=10.0, batch_s=30.0)
 
 
 @dataclass
@@ -639,43 +651,54 @@ def _table(figures: Figures) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool | None = None) -> Report:
-    """The scenario; ``profile`` (default: not ``quick``) adds the py-spy profiles."""
+def _rounds(
+    ep: Endpoints, sizes: Sizes, measured: set[str], figures: Figures, loads: list[str], folder: Folder | None
+) -> dict[str, Profile]:
+    """Each repetition's rounds of the ``measured`` hops, then (``folder``: where) their profiles."""
+    profiles: dict[str, Profile] = {}
+    tag = f"floors{os.getpid()}"
+    with _gateways(ep, tag) as gates:
+        kafka = _kafka_pids(ep)
+        if "gateway" in measured:
+            for gate in gates.values():
+                asyncio.run(_closed_loop(gate, sizes.warm_s))
+        for rep in range(sizes.reps):
+            load = f"{_loadavg():.1f}"
+            if "gateway" in measured:
+                _gateway_round(gates, kafka, sizes.gate_s, figures)
+            if "relay" in measured:
+                _relay_and_worker_round(ep, f"{tag}r{rep}", sizes.jobs, figures, rep)
+            if "start-up" in measured:
+                _startup_round(figures)
+            if "path, batched" in measured:
+                last = folder is not None and rep == sizes.reps - 1
+                at = (PROFILE_S, folder) if folder is not None and last else None
+                profiles |= asyncio.run(_path_round(ep, f"{tag}r{rep}", sizes, figures, rep, at))
+            loads.append(f"{load} → {_loadavg():.1f}")
+        if folder is not None and "gateway" in measured:
+            profiles = asyncio.run(_gateway_profiles(gates, PROFILE_S, folder)) | profiles
+    return profiles
+
+
+def run(
+    quick: bool = False,
+    endpoints: Endpoints | None = None,
+    profile: bool | None = None,
+    hops: Sequence[str] = (),
+) -> Report:
+    """The scenario; ``profile`` (default: not ``quick``) adds the py-spy profiles (of the hops measured);
+    ``hops`` (names of :data:`ROUNDS`; none: every hop) the rounds to run."""
     sizes = QUICK if quick else FULL
     profile = not quick if profile is None else profile
-    report = Report("floors", {**sizes.__dict__, "quick": quick, "slots": SLOTS, "profile": profile})
+    measured = {h for name in hops for h in ROUNDS[name]} if hops else set(HOPS)
+    params = {**sizes.__dict__, "quick": quick, "slots": SLOTS, "profile": profile}
+    report = Report("floors", {**params, "hops": [h for h in HOPS if h in measured]})
     figures = Figures()
     loads: list[str] = []
-    profiles: dict[str, Profile] = {}
     folder = Folder(tempfile.mkdtemp(prefix="jobq-bench-floors-"))
-    tag = f"floors{os.getpid()}"
     try:
-        with bench_stack("floors", endpoints) as ep, _gateways(ep, tag) as gates:
-            kafka = _kafka_pids(ep)
-            for (
-                gate
-            ) in gates.values():  # warm-up, not measured: the first connections, the broker's first writes
-                asyncio.run(_closed_loop(gate, 0.5 if quick else 2.0))
-            for rep in range(sizes.reps):
-                load = f"{_loadavg():.1f}"
-                _gateway_round(gates, kafka, sizes.gate_s, figures)
-                _relay_and_worker_round(ep, f"{tag}r{rep}", sizes.jobs, figures, rep)
-                _startup_round(figures)
-                last = rep == sizes.reps - 1
-                recorded = asyncio.run(
-                    _path_round(
-                        ep,
-                        f"{tag}r{rep}",
-                        sizes,
-                        figures,
-                        rep,
-                        (PROFILE_S, folder) if profile and last else None,
-                    )
-                )
-                profiles |= recorded
-                loads.append(f"{load} → {_loadavg():.1f}")
-            if profile:
-                profiles = asyncio.run(_gateway_profiles(gates, PROFILE_S, folder)) | profiles
+        with bench_stack("floors", endpoints) as ep:
+            profiles = _rounds(ep, sizes, measured, figures, loads, folder if profile else None)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     for (hop, measure, system), values in figures.samples.items():

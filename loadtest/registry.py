@@ -7,11 +7,11 @@ contracts see.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "web"]
+__all__ = ["SCENARIOS", "drain", "floors", "neighbours", "peers", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -69,10 +69,11 @@ def _scheduler(quick: bool) -> Report:
     return scheduler_bench.run(quick=quick)
 
 
-def _floors(quick: bool) -> Report:
+def floors(quick: bool, *, hops: Sequence[str] = ()) -> Report:
+    """``./run bench floors``; ``--hop NAME`` (repeatable): only those hops' rounds (none: every hop)."""
     from loadtest import floors_bench
 
-    return floors_bench.run(quick=quick)
+    return floors_bench.run(quick=quick, hops=hops)
 
 
 def peers(quick: bool, *, slots: int | None = None) -> Report:
@@ -148,7 +149,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "scheduler": _scheduler,
     "spark": _spark,
     "e2e": _e2e,
-    "floors": _floors,
+    "floors": floors,
     "peers": peers,
     "neighbours": neighbours,
     "history": _history,

@@ -42,6 +42,27 @@ def test_floors_report_every_hop_beside_its_floor_with_a_ratio(endpoints: Endpoi
     assert "| hop | measure | unit | jobq | floor | jobq / floor |" in table
 
 
+def test_one_hop_runs_alone(endpoints: Endpoints) -> None:
+    """``--hop gateway``: the gateway's round and nothing else, printed and saved like a full run."""
+    report = floors_bench.run(quick=True, endpoints=endpoints, profile=False, hops=("gateway",))
+    figures = json.loads((report.save() / "results.json").read_text())["figures"]
+    assert {name.split(": ", 1)[0] for name in figures} == {"gateway"}
+    for system in (*floors_bench.SYSTEMS, "ratio"):
+        assert figures[f"gateway: requests/s — {system}"]["median"] > 0
+    assert report.params["hops"] == ["gateway"]
+
+
+def test_hop_names_are_the_rounds() -> None:
+    assert set(bench_cli.HOP_NAMES) == set(floors_bench.ROUNDS)
+    assert {h for hops in floors_bench.ROUNDS.values() for h in hops} == set(floors_bench.HOPS)
+    result = CliRunner().invoke(bench_cli.app, ["floors", "--hop", "gate"])
+    assert result.exit_code == 2
+    assert "--hop gate: one of gateway" in result.output
+    result = CliRunner().invoke(bench_cli.app, ["gate", "--hop", "gateway"])
+    assert result.exit_code == 2
+    assert "--hop: floors only" in result.output
+
+
 def test_the_floor_lease_queue_keeps_its_promise(endpoints: Endpoints) -> None:
     """Claimed with a deadline and a token, completed only by that token, claimed again once the lease
     ran out (the floors are yardsticks, but they must keep the promise they are measured by)."""
