@@ -178,9 +178,9 @@ async def take_body(request: web.Request) -> Held | None:
     if len(request.match_info.apps) > 1:  # a mounted sub-app (the dashboard at /ui: its sign-in form)
         return None
     limits = _limits_of(request)
-    limit = limits.max_bytes
-    if request.content_length is not None and request.content_length > limit:
-        message = f"Content-Length {request.content_length} exceeds the limit of {limit} bytes"
+    limit, length = limits.max_bytes, request.content_length
+    if length is not None and length > limit:
+        message = f"Content-Length {length} exceeds the limit of {limit} bytes"
         raise HttpError(413, "body_too_large", message)
     if not request.body_exists:
         request[BODY] = b""
@@ -195,10 +195,10 @@ async def take_body(request: web.Request) -> Held | None:
         return None
     held, holder = 0, request.get(TOKEN_NAME, ANONYMOUS)
     try:  # the bytes of this body count against the process's budget (and its token's share) until answered
-        if request.content_length is not None:
-            held += budget.take(request.content_length, holder)
+        if length is not None:
+            held += budget.take(length, holder)
         raw = await _read(request, limits)
-        if request.content_length is None:
+        if length is None:
             held += budget.take(len(raw), holder)
         request[BODY] = decoded = inflate(raw, coding, limit)
         if coding != "identity":
