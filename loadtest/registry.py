@@ -7,11 +7,12 @@ contracts see.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from pathlib import Path
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "floors", "neighbours", "peers", "web"]
+__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "startup", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -69,11 +70,12 @@ def _scheduler(quick: bool) -> Report:
     return scheduler_bench.run(quick=quick)
 
 
-def floors(quick: bool, *, hops: Sequence[str] = ()) -> Report:
-    """``./run bench floors``; ``--hop NAME`` (repeatable): only those hops' rounds (none: every hop)."""
+def floors(quick: bool, *, hop: str | None = None) -> Report:
+    """``./run bench floors``; ``--hop gateway`` or ``worker``: that hop alone (the worker's on a Redis of its
+    own, no Kafka)."""
     from loadtest import floors_bench
 
-    return floors_bench.run(quick=quick, hops=hops)
+    return floors_bench.run(quick=quick, hop=hop)
 
 
 def peers(quick: bool, *, slots: int | None = None) -> Report:
@@ -88,6 +90,13 @@ def neighbours(quick: bool, *, backlog: int | None = None) -> Report:
     from loadtest import neighbours_bench
 
     return neighbours_bench.run(quick=quick, backlog=backlog)
+
+
+def startup(quick: bool, *, baseline: Path | None = None) -> Report:
+    """``./run bench startup``; ``--baseline ROOT``: another checkout's jobq measured beside this one's."""
+    from loadtest import startup_bench
+
+    return startup_bench.run(quick=quick, baseline=baseline)
 
 
 def _history(quick: bool) -> Report:
@@ -150,6 +159,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "spark": _spark,
     "e2e": _e2e,
     "floors": floors,
+    "startup": startup,
     "peers": peers,
     "neighbours": neighbours,
     "history": _history,

@@ -42,25 +42,22 @@ def test_floors_report_every_hop_beside_its_floor_with_a_ratio(endpoints: Endpoi
     assert "| hop | measure | unit | jobq | floor | jobq / floor |" in table
 
 
-def test_one_hop_runs_alone(endpoints: Endpoints) -> None:
-    """``--hop gateway``: the gateway's round and nothing else, printed and saved like a full run."""
-    report = floors_bench.run(quick=True, endpoints=endpoints, profile=False, hops=("gateway",))
+def test_the_worker_hop_runs_alone_on_redis(endpoints: Endpoints) -> None:
+    """``--hop worker``: the worker hop's figures, both systems and their ratio, no other hop's."""
+    report = floors_bench.run(quick=True, endpoints=endpoints, hop="worker")
     figures = json.loads((report.save() / "results.json").read_text())["figures"]
-    assert {name.split(": ", 1)[0] for name in figures} == {"gateway"}
+    assert {n.split(": ", 1)[0] for n in figures} == {"worker"}
     for system in (*floors_bench.SYSTEMS, "ratio"):
-        assert figures[f"gateway: requests/s — {system}"]["median"] > 0
-    assert report.params["hops"] == ["gateway"]
+        assert figures[f"worker: worker CPU — {system}"]["median"] > 0, system
 
 
-def test_hop_names_are_the_rounds() -> None:
-    assert set(bench_cli.HOP_NAMES) == set(floors_bench.ROUNDS)
-    assert {h for hops in floors_bench.ROUNDS.values() for h in hops} == set(floors_bench.HOPS)
-    result = CliRunner().invoke(bench_cli.app, ["floors", "--hop", "gate"])
-    assert result.exit_code == 2
-    assert "--hop gate: one of gateway" in result.output
-    result = CliRunner().invoke(bench_cli.app, ["gate", "--hop", "gateway"])
-    assert result.exit_code == 2
-    assert "--hop: floors only" in result.output
+def test_the_gateway_hop_runs_alone(endpoints: Endpoints) -> None:
+    """``--hop gateway``: the gateway's figures, both systems and their ratio, no other hop's."""
+    report = floors_bench.run(quick=True, endpoints=endpoints, profile=False, hop="gateway")
+    figures = json.loads((report.save() / "results.json").read_text())["figures"]
+    assert {n.split(": ", 1)[0] for n in figures} == {"gateway"}
+    for system in (*floors_bench.SYSTEMS, "ratio"):
+        assert figures[f"gateway: requests/s — {system}"]["median"] > 0, system
 
 
 def test_the_floor_lease_queue_keeps_its_promise(endpoints: Endpoints) -> None:
@@ -102,3 +99,10 @@ def test_slots_are_for_the_peers_only() -> None:
     result = CliRunner().invoke(bench_cli.app, ["gate", "--slots", "4"])
     assert result.exit_code == 2
     assert "--slots: peers only" in result.output
+
+
+def test_hop_is_for_the_floors_and_a_hop_that_runs_alone() -> None:
+    result = CliRunner().invoke(bench_cli.app, ["gate", "--hop", "worker"])
+    assert (result.exit_code, "--hop: floors only" in result.output) == (2, True)
+    result = CliRunner().invoke(bench_cli.app, ["floors", "--hop", "relay"])
+    assert (result.exit_code, "only gateway, worker runs alone" in result.output) == (2, True)
