@@ -780,9 +780,9 @@ def _report(
     *,
     hop: str | None,
 ) -> Report:
-    for (hop, measure, system), values in figures.samples.items():
-        unit = "x" if system == "ratio" else figures.units[hop, measure]
-        report.add(f"{hop}: {measure} — {system}", unit, values)
+    for (measured, measure, system), values in figures.samples.items():
+        unit = "x" if system == "ratio" else figures.units[measured, measure]
+        report.add(f"{measured}: {measure} — {system}", unit, values)
     report.params["load average (1 min) at each repetition's start → end"] = loads
     gateway = f"gateway: 64 connections, closed loop, {sizes.gate_s:g} s each"
     shapes = (

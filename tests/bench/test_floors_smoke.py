@@ -56,6 +56,7 @@ def test_the_gateway_hop_runs_alone(endpoints: Endpoints) -> None:
     report = floors_bench.run(quick=True, endpoints=endpoints, profile=False, hop="gateway")
     figures = json.loads((report.save() / "results.json").read_text())["figures"]
     assert {n.split(": ", 1)[0] for n in figures} == {"gateway"}
+    assert any(note.startswith("the gateway hop alone") for note in report.notes), report.notes
     for system in (*floors_bench.SYSTEMS, "ratio"):
         assert figures[f"gateway: requests/s — {system}"]["median"] > 0, system
 
