@@ -62,7 +62,7 @@ def bench(
         str | None,
         typer.Option(
             "--hop",
-            help="floors: only this hop (worker: on a Redis of its own, no Kafka; minutes, not 17; relay).",
+            help="floors: only this hop, minutes not 17 (gateway; relay; worker: own Redis, no Kafka).",
         ),
     ] = None,
     baseline: Annotated[
