@@ -3,10 +3,11 @@
 -- answer gets the first answer again). Returns 'ok' | 'stale' | 'missing' and the jobs it made ready (the
 -- caller wakes workers for those, once per script call). Keeps an optional small result (none when the
 -- kind has ignore_result), frees the kind slot and exclusivity value, leaves the record as the dedup marker.
--- The record is read once (one HMGET) and written once (one HSET, with HDEL token).
+-- The record is read once (one HMGET) and written once (one HSET, with HDEL token). `ended`: lists the
+-- caller writes to RUNNING and DONE itself, for many jobs at once (settle_jobs; see finish).
 -- uses: acked, finish, jkey, owned, record_attempt, release_excl, release_slot
 local keeps_result = {}  -- kind -> false when it has ignore_result, read once per call
-local function complete_job(id, attempt, token, result)
+local function complete_job(id, attempt, token, result, ended)
   local key = jkey(id)
   local r = redis.call('HMGET', key, 'kind', 'attempt', 'worker', 'state', 'version', 'token', 'fairrun', 'excl',
     'history', 'graph', 'parent')
@@ -16,7 +17,7 @@ local function complete_job(id, attempt, token, result)
     if acked(key, attempt, token, r[9]) == 'completed' then return 'ok', 0 end
     return 'stale', 0
   end
-  redis.call('ZREM', RUNNING, id)
+  if ended then ended.running[#ended.running + 1] = id else redis.call('ZREM', RUNNING, id) end
   local freed = release_slot(key, {r[1], r[7]})
   local fields = {}
   if result ~= '' then
@@ -28,6 +29,6 @@ local function complete_job(id, attempt, token, result)
     if keep then fields = {'result', result} end
   end
   record_attempt(key, 'completed', nil, token, 'completed', {r[9], r[2]}, fields)
-  finish(id, key, 'completed', nil, nil, r, fields)
+  finish(id, key, 'completed', nil, nil, r, fields, ended)
   return 'ok', freed + release_excl(id, key, r[8])
 end

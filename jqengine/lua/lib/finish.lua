@@ -1,10 +1,11 @@
 -- Move a job to a terminal state and schedule its removal after the retention period. The event's
 -- message is the reason unless `extra` says otherwise (a failure's error). A caller that read the record
 -- passes `r` (kind, attempt, worker, state, version, as transit takes it, with graph and parent at 10 and
--- 11) and `fields`, what else its transition writes: one HSET writes them with the state.
+-- 11) and `fields`, what else its transition writes: one HSET writes them with the state. `ended`: the
+-- caller adds the job to DONE itself (ended.done: score, id, ...), with other jobs in one ZADD.
 -- uses: cfgnum, set_state, stat, transit
 local retention_of = {}  -- retention (ms) by terminal state, read once per call
-local function finish(id, key, state, reason, extra, r, fields)
+local function finish(id, key, state, reason, extra, r, fields, ended)
   fields = fields or {}
   fields[#fields + 1] = 'finished_at'
   fields[#fields + 1] = NOW
@@ -23,7 +24,12 @@ local function finish(id, key, state, reason, extra, r, fields)
     end
     retention_of[state] = retention
   end
-  redis.call('ZADD', DONE, NOW + retention, id)
+  if ended then
+    ended.done[#ended.done + 1] = NOW + retention
+    ended.done[#ended.done + 1] = id
+  else
+    redis.call('ZADD', DONE, NOW + retention, id)
+  end
   stat(state)
   -- A task graph's node: leave the outcome for its graph (another slot). The worker reports it right
   -- after; the scheduler repairs a report a crash interrupted (jqengine.graphs).
