@@ -3,7 +3,7 @@
 -- answer gets the first answer again). Returns 'ok' | 'stale' | 'missing' and the jobs it made ready (the
 -- caller wakes workers for those, once per script call). Keeps an optional small result (none when the
 -- kind has ignore_result), frees the kind slot and exclusivity value, leaves the record as the dedup marker.
--- The record is read once (one HMGET) and written once (one HSET, with HDEL token). `ended`: lists the
+-- The record is read once (one HMGET) and written once (one HSET). `ended`: lists the
 -- caller writes to RUNNING and DONE itself, for many jobs at once (settle_jobs; see finish).
 -- uses: acked, finish, jkey, owned, record_attempt, release_excl, release_slot
 local keeps_result = {}  -- kind -> false when it has ignore_result, read once per call

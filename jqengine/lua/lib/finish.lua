@@ -7,13 +7,13 @@
 local retention_of = {}  -- retention (ms) by terminal state, read once per call
 local function finish(id, key, state, reason, extra, r, fields, ended)
   fields = fields or {}
-  fields[#fields + 1] = 'finished_at'
-  fields[#fields + 1] = NOW
+  -- the lease token ends with the lease ('' reads as none: queries.leases, owned); the history keeps the
+  -- token a worker's write came with (acked)
+  for _, v in ipairs({'finished_at', NOW, 'token', ''}) do fields[#fields + 1] = v end
   if reason then
     fields[#fields + 1] = 'reason'
     fields[#fields + 1] = reason
   end
-  redis.call('HDEL', key, 'token')
   if state == 'errored' then redis.call('ZADD', DEAD, NOW, id) end
   local retention = retention_of[state]
   if retention == nil then
