@@ -248,21 +248,24 @@ def _invoked(argv: list[str]) -> str:
 
 def main() -> None:
     """Entry point: jobq errors become one readable line and exit code 2, never a traceback; so does a
-    library of an extra that is not installed (which extra to install, in one line)."""
-    from rich.console import Console
-    from rich.markup import escape
-
+    library of an extra that is not installed (which extra to install, in one line). rich, which prints
+    them, is imported when there is one to print."""
     try:
         app()
     except ImportError as exc:
         extra = extra_for(exc)
         if extra is None:
             raise
+        from rich.console import Console
+        from rich.markup import escape
+
         what = exc.what if isinstance(exc, MissingExtra) and exc.what.startswith("jobq ") else None
         line = f"{what or _invoked(sys.argv[1:])} needs the {extra} extra: {install_hint(extra)}"
         Console(stderr=True, soft_wrap=True).print(f"[red]error[/] (missing_extra): {escape(line)}")
         sys.exit(2)
     except (JobqError, StackError) as exc:
+        from rich.console import Console
+
         Console(stderr=True).print(f"[red]error[/] ({exc.code}): {exc.message}")
         sys.exit(2)
 

@@ -4,8 +4,8 @@ only to offer a feature jobq does not use is imported with that one hidden.
 Every service process paid for two such imports at start (~0.15 s of CPU of its ~0.8 s; the fault suite
 starts ~200 service processes): structlog imports rich (and pygments through ``rich.traceback``) to pretty-
 print exceptions, which jobq's log set-up formats itself (``format_exc_info`` comes before every renderer);
-redis-py 8 imports OpenTelemetry's metrics SDK for one type annotation (``redis.observability.providers``;
-its metrics use the OpenTelemetry API, imported when they are turned on).
+redis-py 8 imports OpenTelemetry's metrics SDK and API for type annotations (``redis.observability``: its
+metrics collector, which jobq never turns on, then says OpenTelemetry is not installed).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ __all__ = ["REDIS_UNUSED", "STRUCTLOG_UNUSED", "hidden", "preload"]
 
 STRUCTLOG_UNUSED = ("rich", "rich.traceback", "rich.pretty")
 """What structlog imports to pretty-print exceptions and locals (``structlog.dev``, ``.tracebacks``)."""
-REDIS_UNUSED = ("opentelemetry.sdk.metrics",)
-"""What redis-py's ``observability.providers`` imports for a type annotation."""
+REDIS_UNUSED = ("opentelemetry.sdk.metrics", "opentelemetry.metrics")
+"""What redis-py's ``observability`` imports for type annotations (``providers``: the SDK's; ``metrics``:
+the API's, for its metrics collector, which jobq never makes)."""
 
 
 @contextmanager

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jqcore.settings import QueueBounds
 from jqengine.codes import QueueConfigInvalid
 from jqengine.keys import QueueKeys
 from jqengine.redisconn import RedisClient, memory_info
+
+if TYPE_CHECKING:
+    from jqcore.settings import QueueBounds
 
 __all__ = ["QueueMemory", "check_bounds", "queue_memory"]
 

@@ -261,7 +261,7 @@ def held_from(kafka: KafkaSettings, topic: str, group: str) -> dict[tuple[str, i
     """:attr:`TopicReport.held_from` of ``topic``: its holding lane read from the lane group's committed
     offset of each partition (what the relay drained is below it) to its end."""
     lane = held_topic(topic)
-    reader = Consumer({**kafka.client_config(), "group.id": group, "enable.auto.commit": False})
+    reader = tool_consumer(kafka, group)
     out: dict[tuple[str, int], int] = {}
     try:
         md = reader.list_topics(lane, timeout=10).topics[lane]

@@ -114,12 +114,13 @@ class PartitionRange:
     malformed: int = 0
 
 
-def tool_consumer(kafka: KafkaSettings) -> Consumer:
-    """A consumer of a throw-away group that commits nothing (the relay's offsets are never touched)."""
+def tool_consumer(kafka: KafkaSettings, group: str | None = None) -> Consumer:
+    """A consumer that commits nothing (the relay's offsets are never touched): of a throw-away group, or
+    of ``group`` to read that group's committed offsets (it assigns partitions, never joins the group)."""
     return Consumer(
         {
             **kafka.client_config(),
-            "group.id": f"jobq-replay-{uuid.uuid4().hex[:8]}",
+            "group.id": group or f"jobq-replay-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,
             "auto.offset.reset": "earliest",

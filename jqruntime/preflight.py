@@ -22,7 +22,7 @@ import socket
 import ssl
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from redis.asyncio.cluster import RedisCluster
@@ -32,9 +32,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore.errors import BackendUnavailable, ConfigError
 from jqcore.log import get_logger
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
 from jqcore.topics import TopicSpec
 from jqengine import RedisClient, text
+
+if TYPE_CHECKING:
+    from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
 
 __all__ = ["EvictionRefused", "ProtocolRefused", "check_redis", "eviction_policies", "preflight", "takes_tls"]
 

@@ -7,6 +7,7 @@ import ``loadtest``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,6 +16,7 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from loadtest import registry
+from loadtest.report import Report
 
 __all__ = ["SCENARIO_NAMES", "app", "bench", "main"]
 
@@ -56,10 +58,27 @@ def bench(
         int | None,
         typer.Option("--slots", min=1, help="peers: slots per worker process in the one-shape table (16)."),
     ] = None,
+    hop: Annotated[
+        str | None,
+        typer.Option(
+            "--hop", help="floors: only this hop (worker: on a Redis of its own, no Kafka; minutes, not 17)."
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            exists=True,
+            file_okay=False,
+            help="startup: another checkout's root, its jobq measured beside this one's.",
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
     owned["--backlog"] = ("neighbours", backlog)
+    owned["--hop"] = ("floors", hop)
+    owned["--baseline"] = ("startup", baseline)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
@@ -67,12 +86,21 @@ def bench(
         report = registry.drain(quick, batch=batch or 0)
     elif scenario == "neighbours":
         report = registry.neighbours(quick, backlog=backlog)
+    elif scenario == "floors":
+        report = registry.floors(quick, hop=hop)
     elif scenario == "peers":
         report = registry.peers(quick, slots=slots)
+    elif scenario == "startup":
+        report = registry.startup(quick, baseline=baseline)
     elif scenario == "web":
         report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
     else:
         report = registry.SCENARIOS[scenario](quick)
+    _show(report, scenario, as_json)
+
+
+def _show(report: Report, scenario: str, as_json: bool) -> None:
+    """Save ``report`` and print it (a table, or one JSON object), with where it was saved."""
     folder = report.save()
     if as_json:
         typer.echo(json.dumps({**report.as_dict(), "report_dir": str(folder)}))
@@ -109,6 +137,12 @@ def _only(
         raise typer.BadParameter("--chaos, --seed: faults only")
     if chaos[1] is not None and not chaos[0]:
         raise typer.BadParameter("--seed: with --chaos")
+    hop = owned["--hop"][1]
+    if hop is not None:
+        from loadtest.floors_bench import ALONE
+
+        if hop not in ALONE:
+            raise typer.BadParameter(f"--hop {hop!r}: only {', '.join(ALONE)} runs alone")
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

@@ -29,6 +29,10 @@ ratio is taken per repetition (jobq / floor) and its median reported.
   after a warm-up third, per job finished in it). CPU µs per job of every process on the path — the
   pipeline's processes from ``/proc`` with their trees, Kafka's JVM and Consul by their ports, Redis's
   ``INFO cpu`` —, their sum (the system total), and the end-to-end jobs/s of the batched phase.
+* ``--hop worker`` (``./run bench floors --hop worker``): the worker hop alone, on a Redis of its own (no
+  Kafka, no Consul: a run of minutes, not a quarter of an hour): both queues are filled directly, jobq's
+  through the engine as its relay writes them, the floor's lease queue as its relay does, then drained as
+  above, the systems alternately, ``reps`` times.
 * **profiles** (not ``--quick``): after the measured repetitions, ``py-spy`` records each gateway under
   the same closed loop, and jobq's relay, one worker and the scheduler under the batched path load.
 
@@ -43,11 +47,10 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path as Folder
 
@@ -61,6 +64,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.settings import KafkaSettings
 from jqcore.topics import job_topics
+from jqengine import Engine
 from jqengine.keys import QueueKeys
 from jqruntime.topicadmin import ensure
 from jqstack.manager import Endpoints
@@ -83,11 +87,13 @@ from loadtest.cpu import redis_cpu_s, tree_cpu_s
 from loadtest.floors import jobq_app
 from loadtest.floors.lease import count_key
 from loadtest.floors.lease import keys as floor_keys
+from loadtest.floors.lease import write as floor_write
 from loadtest.rawhttp import RawHttp
 from loadtest.report import Report
-from loadtest.stacks import bench_stack
+from loadtest.stacks import bench_stack, redis_only
+from loadtest.startup_bench import command_cost
 
-__all__ = ["HOPS", "SYSTEMS", "Sizes", "run"]
+__all__ = ["ALONE", "HOPS", "SYSTEMS", "Sizes", "run"]
 
 TOKEN = e2e_bench.TOKEN
 PARTITIONS = 3
@@ -98,7 +104,11 @@ RELAY_BATCH = 500
 """Records per relay batch: jqrelay's default (``JOBQ_RELAY_BATCH``), given to the floor too."""
 SYSTEMS = ("jobq", "floor")
 HOPS = ("gateway", "relay", "worker", "start-up", "path, 1 job/request", "path, batched")
+ALONE = ("worker",)
+"""The hops ``--hop`` may run alone."""
 PROFILE_S = 10.0
+WORKER_PROFILE_S = 4.0
+"""Seconds of each worker's profile with ``--hop worker`` (its drain of :attr:`Sizes.jobs` lasts longer)."""
 
 
 @dataclass(frozen=True)
@@ -313,12 +323,7 @@ def _worker_one(ep: Endpoints, queue: str, system: str, n: int) -> dict[str, flo
     url = ep.redis_url or ""
     client = redis.Redis.from_url(url)
     key, counter = _pending_key(system, queue), count_key(queue)
-    if system == "jobq":
-        env = PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker()
-        argv = worker_argv(queue, app="loadtest.floors.jobq_app:registry", concurrency=SLOTS, burst=True)
-    else:
-        env = dict(os.environ)
-        argv = python_m("loadtest.floors.worker", url, queue, "--slots", str(SLOTS), "--burst")
+    argv, env = _worker_command(url, queue, system)
 
     def done() -> int:
         return int(client.get(counter) or 0)
@@ -327,7 +332,7 @@ def _worker_one(ep: Endpoints, queue: str, system: str, n: int) -> dict[str, flo
     with Children(grace_s=30.0) as procs:
         spawned = time.perf_counter()
         child = procs.start(f"{system}-worker", argv, env=env)
-        _wait(child, lambda: int(client.zcard(key)) < n, 120, 0.002, "first claim")
+        _first_claim(child, client, key, n)
         claimed = time.perf_counter()
         _wait(child, lambda: done() >= max(1, n // 100), 120, 0.005, "1 % done")
         first = _mark(client, child.pid, done)
@@ -345,28 +350,86 @@ def _worker_one(ep: Endpoints, queue: str, system: str, n: int) -> dict[str, flo
     }
 
 
+def _first_claim(child: Child, client: redis.Redis, key: str, n: int) -> None:
+    """Wait until the worker ``child`` claimed one of the ``n`` jobs pending under ``key``."""
+    _wait(child, lambda: int(client.zcard(key)) < n, 120, 0.002, "first claim")
+
+
+def _worker_command(url: str, queue: str, system: str) -> tuple[list[str], dict[str, str]]:
+    """``system``'s worker on ``queue`` (one process, :data:`SLOTS`, burst): its argv and environment."""
+    if system == "jobq":
+        env = PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker()
+        return worker_argv(queue, app="loadtest.floors.jobq_app:registry", concurrency=SLOTS, burst=True), env
+    argv = python_m("loadtest.floors.worker", url, queue, "--slots", str(SLOTS), "--burst")
+    return argv, dict(os.environ)
+
+
+def _worker_profiles(ep: Endpoints, tag: str, n: int, seconds: float, folder: Folder) -> dict[str, Profile]:
+    """Each system's worker draining ``n`` fresh jobs while py-spy records it for ``seconds`` (from its
+    first claim; one system after the other)."""
+    url = ep.redis_url or ""
+    queue = Scope("bench", f"{tag}wp").name
+    _fill(url, queue, n)
+    client = redis.Redis.from_url(url)
+    out: dict[str, Profile] = {}
+    for system in SYSTEMS:
+        argv, env = _worker_command(url, queue, system)
+        with Children(grace_s=30.0) as procs:
+            child = procs.start(f"{system}-worker", argv, env=env)
+            _first_claim(child, client, _pending_key(system, queue), n)
+            out |= asyncio.run(record_profiles({f"{system} worker": child.pid}, seconds, folder / system))
+            child.wait(600)
+    client.close()
+    return out
+
+
 def _relay_and_worker_round(ep: Endpoints, tag: str, n: int, figures: Figures, rep: int) -> None:
     scope = Scope("bench", f"{tag}r")
     _topic(ep, scope.name)
     _produce(ep, scope.name, scope.name, n)
     order = SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]
-    relay = {system: _relay_one(ep, scope, system, n) for system in order}
-    worker = {system: _worker_one(ep, scope.name, system, n) for system in order}
-    for hop, got in (("relay", relay), ("worker", worker)):
-        for measure in got["jobq"]:
-            unit = "jobs/s" if measure.startswith("jobs/s") else "s" if "→" in measure else "µs/job"
-            figures.add(hop, measure, unit, got["jobq"][measure], got["floor"][measure])
+    _add_hop(figures, "relay", {system: _relay_one(ep, scope, system, n) for system in order})
+    _add_hop(figures, "worker", {system: _worker_one(ep, scope.name, system, n) for system in order})
 
 
-def _help_s(argv: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)
-    return time.perf_counter() - started
+def _add_hop(figures: Figures, hop: str, got: dict[str, dict[str, float]]) -> None:
+    for measure in got["jobq"]:
+        unit = "jobs/s" if measure.startswith("jobs/s") else "s" if "→" in measure else "µs/job"
+        figures.add(hop, measure, unit, got["jobq"][measure], got["floor"][measure])
+
+
+def _fill(url: str, queue: str, n: int) -> None:
+    """``n`` no-op jobs pending in jobq's ``queue`` and in the floor's lease queue of that name, written as
+    their relays write them (jobq: the engine's ``enqueue_batch``; the floor: :func:`lease.write`)."""
+    at = now_ms()
+    envs = [new_envelope(queue, jobq_app.KIND, None, id=f"f{i}", at_ms=at) for i in range(n)]
+
+    async def jobq() -> None:
+        client = aioredis.Redis.from_url(url, socket_timeout=90)
+        engine = Engine(client)
+        for i in range(0, n, RELAY_BATCH):
+            await engine.enqueue_batch(envs[i : i + RELAY_BATCH])
+        await client.aclose()
+
+    asyncio.run(jobq())
+    with redis.Redis.from_url(url) as client:
+        for i in range(0, n, RELAY_BATCH):
+            pipe = client.pipeline(transaction=False)
+            floor_write(pipe, queue, [(record_key(e), encode(e)) for e in envs[i : i + RELAY_BATCH]], at)
+            pipe.execute()
+
+
+def _worker_alone_round(ep: Endpoints, tag: str, n: int, figures: Figures, rep: int) -> None:
+    """The worker hop on jobs written straight into Redis (``--hop worker``: no relay, no Kafka)."""
+    queue = Scope("bench", f"{tag}w").name
+    _fill(ep.redis_url or "", queue, n)
+    order = SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]
+    _add_hop(figures, "worker", {system: _worker_one(ep, queue, system, n) for system in order})
 
 
 def _startup_round(figures: Figures) -> None:
-    jobq = statistics.median(_help_s(python_m("jobq", "--help")) for _ in range(3))
-    floor = statistics.median(_help_s(python_m("loadtest.floors.worker", "--help")) for _ in range(3))
+    jobq = statistics.median(command_cost(python_m("jobq", "--help"))[0] for _ in range(3))
+    floor = statistics.median(command_cost(python_m("loadtest.floors.worker", "--help"))[0] for _ in range(3))
     figures.add("start-up", "--help (jobq; the floor worker)", "s", jobq, floor)
 
 
@@ -639,17 +702,44 @@ def _table(figures: Figures) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool | None = None) -> Report:
-    """The scenario; ``profile`` (default: not ``quick``) adds the py-spy profiles."""
+def _worker_alone(
+    endpoints: Endpoints | None, sizes: Sizes, figures: Figures, loads: list[str], folder: Folder | None
+) -> dict[str, Profile]:
+    """``--hop worker``: the worker hop's repetitions on a Redis of its own (``endpoints``' when given),
+    then (``folder``) each worker's profile."""
+    tag = f"floors{os.getpid()}"
+    with nullcontext(endpoints.redis_url) if endpoints else redis_only("floors") as url:
+        ep = Endpoints(kafka_bootstrap="", consul_addr="", redis_url=url)
+        for rep in range(sizes.reps):
+            load = f"{_loadavg():.1f}"
+            _worker_alone_round(ep, f"{tag}r{rep}", sizes.jobs, figures, rep)
+            loads.append(f"{load} → {_loadavg():.1f}")
+        return {} if folder is None else _worker_profiles(ep, tag, sizes.jobs, WORKER_PROFILE_S, folder)
+
+
+def run(
+    quick: bool = False,
+    endpoints: Endpoints | None = None,
+    profile: bool | None = None,
+    hop: str | None = None,
+) -> Report:
+    """The scenario; ``profile`` (default: not ``quick``) adds the py-spy profiles; ``hop`` (one of
+    :data:`ALONE`): that hop alone."""
+    if hop is not None and hop not in ALONE:
+        raise ValueError(f"hop {hop!r}: only {', '.join(ALONE)} runs alone")
     sizes = QUICK if quick else FULL
     profile = not quick if profile is None else profile
-    report = Report("floors", {**sizes.__dict__, "quick": quick, "slots": SLOTS, "profile": profile})
+    params = {**sizes.__dict__, "quick": quick, "slots": SLOTS, "profile": profile, "hop": hop or "every hop"}
+    report = Report("floors", params)
     figures = Figures()
     loads: list[str] = []
     profiles: dict[str, Profile] = {}
     folder = Folder(tempfile.mkdtemp(prefix="jobq-bench-floors-"))
     tag = f"floors{os.getpid()}"
     try:
+        if hop == "worker":
+            profiles = _worker_alone(endpoints, sizes, figures, loads, folder if profile else None)
+            return _report(report, figures, loads, profiles, sizes, alone=True)
         with bench_stack("floors", endpoints) as ep, _gateways(ep, tag) as gates:
             kafka = _kafka_pids(ep)
             for (
@@ -676,19 +766,37 @@ def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool |
                 loads.append(f"{load} → {_loadavg():.1f}")
             if profile:
                 profiles = asyncio.run(_gateway_profiles(gates, PROFILE_S, folder)) | profiles
+        return _report(report, figures, loads, profiles, sizes, alone=False)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _report(
+    report: Report,
+    figures: Figures,
+    loads: list[str],
+    profiles: dict[str, Profile],
+    sizes: Sizes,
+    *,
+    alone: bool,
+) -> Report:
     for (hop, measure, system), values in figures.samples.items():
         unit = "x" if system == "ratio" else figures.units[hop, measure]
         report.add(f"{hop}: {measure} — {system}", unit, values)
     report.params["load average (1 min) at each repetition's start → end"] = loads
-    report.notes += [
-        f"load average (1 min) at each repetition's start → end: {'; '.join(loads)}",
-        f"gateway: 64 connections, closed loop, {sizes.gate_s:g} s each; relay and worker: {sizes.jobs:,} "
-        f"jobs, one process each, the worker {SLOTS} slots (burst); the path: 2 workers × "
+    shapes = (
+        f"the worker hop alone: {sizes.jobs:,} jobs written straight into a Redis of its own, one process "
+        f"each, {SLOTS} slots (burst)"
+        if alone
+        else f"gateway: 64 connections, closed loop, {sizes.gate_s:g} s each; relay and worker: "
+        f"{sizes.jobs:,} jobs, one process each, the worker {SLOTS} slots (burst); the path: 2 workers × "
         f"{e2e_bench.CONCURRENCY}, jobq's with its scheduler shipping events and Consul, "
         f"{sizes.rate:g} single requests/s for {sizes.rate_s:g} s, then 4 × 1,000-job requests for "
-        f"{sizes.batch_s:g} s (window: the last two thirds)",
+        f"{sizes.batch_s:g} s (window: the last two thirds)"
+    )
+    report.notes += [
+        f"load average (1 min) at each repetition's start → end: {'; '.join(loads)}",
+        shapes,
         "the job everywhere: one Redis round trip (INCR) that counts it; Redis CPU from INFO cpu (the "
         "path's with its forks), processes from /proc with their trees, Kafka's JVM by its port",
     ]
@@ -699,11 +807,14 @@ def run(quick: bool = False, endpoints: Endpoints | None = None, profile: bool |
         report.artifacts[file] = _writer(profiles[name].raw)
     if profiles:
         intro = (
-            f"py-spy record --nonblocking, {PROFILE_S:g} s at 250 Hz: each gateway alone under the gateway "
-            "hop's closed loop; the path's processes (jobq: gateway, relay, one worker, the scheduler; "
-            "floor: gateway, relay, one worker) under the batched load of the last repetition, after its "
-            "CPU window. Self % = samples with the function on top of the stack; total % = anywhere on it."
-        )
+            f"py-spy record --nonblocking, {WORKER_PROFILE_S:g} s at 250 Hz from its first claim: each "
+            f"worker draining {sizes.jobs:,} fresh jobs, one after the other."
+            if alone
+            else f"py-spy record --nonblocking, {PROFILE_S:g} s at 250 Hz: each gateway alone under the "
+            "gateway hop's closed loop; the path's processes (jobq: gateway, relay, one worker, the "
+            "scheduler; floor: gateway, relay, one worker) under the batched load of the last repetition, "
+            "after its CPU window."
+        ) + " Self % = samples with the function on top of the stack; total % = anywhere on it."
         report.sections.append(
             "\n".join(["## Profiles", "", intro, profile_section(list(profiles.values()), files=files)])
         )

@@ -50,7 +50,7 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,7 +72,7 @@ from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.procs import free_port
 from jqstack.supervise import Children
 from loadtest import peers_bench
-from loadtest.report import Report
+from loadtest.report import Report, until
 from worker.registry import Registry, current_job
 
 __all__ = ["FULL", "PEERS", "QUICK", "SHAPES", "SYSTEMS", "Sizes", "registry", "run"]
@@ -161,14 +161,12 @@ class Times:
     """jobq: seconds the ``graphs.create`` call took (the graph's ``submit``)."""
 
 
-async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float, procs: Children) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
+def _alive(procs: Children) -> Callable[[], None]:
+    def check() -> None:
         if dead := procs.dead():
-            raise RuntimeError(f"a worker exited while waiting for {what}: {dead}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not done after {timeout_s:g}s")
-        await asyncio.sleep(POLL_S)
+            raise RuntimeError(f"a worker exited: {dead}")
+
+    return check
 
 
 class JobqRun:
@@ -197,7 +195,7 @@ class JobqRun:
         async def ended() -> bool:
             return await self.client.hget(key, "state") not in (b"running", None)
 
-        await _until(ended, f"graph {graph_id}", 60, self.procs)
+        await until(ended, f"graph {graph_id}", 60, alive=_alive(self.procs), poll_s=POLL_S)
         return await self.engine.graphs.get(graph_id)
 
     async def _finished(self) -> int:
@@ -213,7 +211,7 @@ class JobqRun:
 
         started = now_ms()
         await self.engine.enqueue_batch(first)
-        await _until(done, f"plain jobs {ids[0]}…", 60, self.procs)
+        await until(done, f"plain jobs {ids[0]}…", 60, alive=_alive(self.procs), poll_s=POLL_S)
         jobs = await self.engine.reads.get_jobs(QUEUE, ids)
         if any(j is None or j.state != "completed" or j.finished_at is None for j in jobs):
             raise RuntimeError(f"plain jobs {ids[0]}…: not all completed")

@@ -47,7 +47,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +70,7 @@ from jqstack.supervise import Children, http_ok
 from jqweb.overview import held_rows
 from loadtest.costs import process_clock
 from loadtest.neighbours_app import NOOP, RECORDED, ran_key
-from loadtest.report import Report
+from loadtest.report import Report, until
 from loadtest.stacks import bench_stack
 
 __all__ = ["CASES", "Sizes", "run"]
@@ -217,15 +217,6 @@ async def _pipeline(ep: Endpoints, own_stack: bool, warm_up: int) -> AsyncIterat
     shutil.rmtree(log_dir)  # the processes' logs are kept (and named in the error) only when a run fails
 
 
-async def _until(what: str, check: Callable[[], Awaitable[bool]], bench: Bench, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        bench.check()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {timeout_s:g} s (logs in {bench.log_dir})")
-        await asyncio.sleep(0.05)
-
-
 @dataclass
 class Waits:
     """The neighbour's jobs of one window, each split at its Redis-dated write (ms)."""
@@ -267,7 +258,7 @@ async def _neighbour_window(bench: Bench, n: int, rate: float, held: Held | None
                 times[job.id] = (job.enqueued_at or 0, job.started_at)
         return len(times) == len(ids)
 
-    await _until("the neighbour's jobs started", all_started, bench, 60 + n / 50)
+    await until(all_started, "the neighbour's jobs started", 60 + n / 50, alive=bench.check)
     return Waits(
         [float(times[i][1] - stamps[i]) for i in ids],
         [float(times[i][0] - stamps[i]) for i in ids],
@@ -293,7 +284,7 @@ async def _held_for(bench: Bench, queue: str) -> str:
         reasons[:] = [r["reason"] for r in rows if r["topic"] == bench.topic and r["queue"] == queue]
         return bool(reasons)
 
-    await _until(f"{queue} shown held", listed, bench, 30)
+    await until(listed, f"{queue} shown held", 30, alive=bench.check)
     return reasons[0]
 
 
@@ -382,7 +373,7 @@ async def _ran(bench: Bench, held: Held, timeout_s: float) -> Ran:
     async def all_ran() -> bool:
         return int(await bench.client.llen(key)) >= held.produced
 
-    await _until(f"{held.queue}: every job ran after the release", all_ran, bench, timeout_s)
+    await until(all_ran, f"{held.queue}: every job ran after the release", timeout_s, alive=bench.check)
     ids = [int(raw[1:]) for raw in await bench.client.lrange(key, 0, -1)]
     last: dict[int, int] = {}
     out_of_order = 0
@@ -446,11 +437,11 @@ async def _case(bench: Bench, case: str, sizes: Sizes) -> dict[str, float | str]
         for first in range(0, sizes.backlog, PRODUCE_CHUNK):
             chunk = min(PRODUCE_CHUNK, sizes.backlog - first)
             await bench.producer.produce_many([held.record(bench.topic) for _ in range(chunk)])
-        await _until(
-            f"{case}: the relay past the backlog",
+        await until(
             lambda: asyncio.to_thread(_caught_up, bench),
-            bench,
+            f"{case}: the relay past the backlog",
             60 + sizes.backlog / 500,
+            alive=bench.check,
         )
         aside_s = time.perf_counter() - started
         shown = asyncio.create_task(_held_for(bench, held.queue))  # the snapshot is rewritten each second

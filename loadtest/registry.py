@@ -8,10 +8,11 @@ contracts see.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "web"]
+__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "startup", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -69,10 +70,11 @@ def _scheduler(quick: bool) -> Report:
     return scheduler_bench.run(quick=quick)
 
 
-def _floors(quick: bool) -> Report:
+def floors(quick: bool, *, hop: str | None = None) -> Report:
+    """``./run bench floors``; ``--hop worker``: that hop alone (on a Redis of its own, no Kafka)."""
     from loadtest import floors_bench
 
-    return floors_bench.run(quick=quick)
+    return floors_bench.run(quick=quick, hop=hop)
 
 
 def peers(quick: bool, *, slots: int | None = None) -> Report:
@@ -87,6 +89,13 @@ def neighbours(quick: bool, *, backlog: int | None = None) -> Report:
     from loadtest import neighbours_bench
 
     return neighbours_bench.run(quick=quick, backlog=backlog)
+
+
+def startup(quick: bool, *, baseline: Path | None = None) -> Report:
+    """``./run bench startup``; ``--baseline ROOT``: another checkout's jobq measured beside this one's."""
+    from loadtest import startup_bench
+
+    return startup_bench.run(quick=quick, baseline=baseline)
 
 
 def _history(quick: bool) -> Report:
@@ -148,7 +157,8 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "scheduler": _scheduler,
     "spark": _spark,
     "e2e": _e2e,
-    "floors": _floors,
+    "floors": floors,
+    "startup": startup,
     "peers": peers,
     "neighbours": neighbours,
     "history": _history,

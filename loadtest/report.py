@@ -7,12 +7,13 @@ root is ``JOBQ_RESULTS_DIR`` or ``JOBQ_HOME/results``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -52,6 +53,24 @@ def repeat(fn: Callable[[], dict[str, float]], times: int) -> dict[str, list[flo
         for key, value in fn().items():
             out.setdefault(key, []).append(value)
     return out
+
+
+async def until(
+    check: Callable[[], Awaitable[bool]],
+    what: str,
+    timeout_s: float,
+    *,
+    alive: Callable[[], None] = lambda: None,
+    poll_s: float = 0.05,
+) -> None:
+    """Wait until ``check()`` is true, polling every ``poll_s``; ``alive()`` raises when what the bench
+    runs has died meanwhile. A :class:`RuntimeError` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not done within {timeout_s:g} s")
+        await asyncio.sleep(poll_s)
 
 
 def _version(dist: str) -> str:

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from jqstack.manager import Stack, StackSpec
 from jqstack.paths import home, repo_root
 from jqstack.pipeline import checkout_env
 from jqstack.supervise import stop_pids
+from loadtest.report import until
 
 __all__ = ["main", "pages", "take"]
 
@@ -152,14 +153,6 @@ def running_demo(stack_name: str, folder: Path, keep_stack: bool) -> Iterator[De
             stack.down(purge=True)
 
 
-async def _until(probe: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        await asyncio.sleep(1)
-
-
 async def _state(client: JobqClient, queue: str, job_id: str) -> str | None:
     job = await client.get_job(queue, job_id)
     return None if job is None else str(job["state"])
@@ -173,7 +166,7 @@ async def workload(client: JobqClient, demo: Demo, warmup_s: float) -> str:
         states = [await _state(client, q, i) for q, i, _ in demo.jobs]
         return states == [expected for _, _, expected in demo.jobs]
 
-    await _until(demo_done, 300, "the demo's jobs")
+    await until(demo_done, "the demo's jobs", 300, poll_s=1)
     report = f"report-{int(time.time())}"
     graphs = [
         pipeline(
@@ -219,7 +212,7 @@ async def shoot(demo: Demo, out: Path, graph_id: str, client: JobqClient) -> lis
     async def running() -> bool:
         return await _state(client, QUEUE, long) == "running"
 
-    await _until(running, 60, "a job running for the workers page")
+    await until(running, "a job running for the workers page", 60, poll_s=1)
     written: list[Path] = []
     await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
     async with async_playwright() as pw:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from jqstack.manager import Endpoints, Stack, StackSpec
 from jqstack.supervise import alive
 
-__all__ = ["bench_stack", "redis_rounds", "up_timed"]
+__all__ = ["bench_stack", "redis_only", "redis_rounds", "up_timed"]
 
 
 def up_timed(stack: Stack, timeout_s: float = 90.0) -> dict[str, float]:
@@ -48,20 +48,27 @@ def bench_stack(scenario: str, endpoints: Endpoints | None = None) -> Iterator[E
         stack.down(purge=True)
 
 
+@contextmanager
+def redis_only(scenario: str) -> Iterator[str]:
+    """A throw-away single Redis of its own (no Kafka, no Consul): its URL. Stopped and its data removed
+    whatever happens."""
+    stack = Stack(StackSpec(name=f"bench-{scenario}-{os.getpid()}", redis_mode="single", fixed_ports=False))
+    stack.servers = [s for s in stack.servers if s.kind == "redis"]
+    try:
+        up_timed(stack)
+        yield f"redis://127.0.0.1:{stack.servers[0].port}/0"
+    finally:
+        stack.down(purge=True)
+
+
 def redis_rounds(
     scenario: str, reps: int, one_round: Callable[[str, int], dict[str, float]]
 ) -> dict[str, list[float]]:
-    """On a throw-away single Redis of its own: ``one_round(url, rep)`` ``reps`` times; each figure's
-    samples. The Redis is stopped and its data removed whatever happens."""
-    stack = Stack(StackSpec(name=f"bench-{scenario}-{os.getpid()}", redis_mode="single", fixed_ports=False))
-    stack.servers = [s for s in stack.servers if s.kind == "redis"]
+    """On a throw-away single Redis of its own (:func:`redis_only`): ``one_round(url, rep)`` ``reps`` times;
+    each figure's samples."""
     samples: dict[str, list[float]] = {}
-    try:
-        up_timed(stack)
-        url = f"redis://127.0.0.1:{stack.servers[0].port}/0"
+    with redis_only(scenario) as url:
         for rep in range(reps):
             for name, value in one_round(url, rep).items():
                 samples.setdefault(name, []).append(value)
-    finally:
-        stack.down(purge=True)
     return samples

@@ -15,7 +15,7 @@ import contextvars
 import functools
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -53,6 +53,10 @@ class Outcome:
     child: Envelope | None = None
     """A tail call's job (``defer``: :func:`worker.defer_to`); ``delay_ms`` is the retry delay then."""
     on_failure: Policy = "fail"
+
+
+_SUCCEEDED = Outcome("success", "succeeded")
+"""A success without a result kept (outcomes are frozen: one shared)."""
 
 
 def _context(
@@ -97,6 +101,13 @@ async def _call(
     return await loop.run_in_executor(executor_for("process"), functools.partial(spec.fn, *args, **kwargs))
 
 
+async def _bounded(call: Awaitable[Any], timeout_s: float) -> Any:
+    """``call`` cancelled after ``timeout_s`` (TimeoutError). asyncio.timeout, not wait_for: on 3.11 wait_for
+    runs the call in a task of its own (a task, two futures and callbacks per job)."""
+    async with asyncio.timeout(timeout_s):
+        return await call
+
+
 def result_bytes(value: Any) -> bytes | None:
     """A handler's return value as the JSON kept with its job (pydantic models and dataclasses included);
     None when it is not JSON or larger than ``MAX_RESULT_BYTES``."""
@@ -125,26 +136,28 @@ async def run_handler(
     """Run the job's handler (with its timeout) and classify the result. Never raises for handler errors.
     ``inputs``: a graph node's view of its graph (fed to the handler, ``current_job().graph``); ``worker``:
     the pool's context (``current_job().worker``)."""
-    spec = registry.get(job.envelope.kind) or builtin.get(job.envelope.kind)
+    own = registry.get(job.envelope.kind)
+    spec = own or builtin.get(job.envelope.kind)
     if spec is None:  # a rolling deploy: another pool (or the next version) knows this kind
         return Outcome("unhandled", "handed_back", error=f"no handler for kind {job.envelope.kind!r}")
     metrics.child(metrics.JOBS_STARTED, job.queue, spec.kind).inc()
     ctx = _context(job, spec, inputs, worker)
     # the jobq's own kinds (the canary's) run without the application's middleware
-    layers = registry.job_middleware if registry.get(spec.kind) is spec else []
+    layers = registry.job_middleware if own is not None else []
 
-    def handler() -> Any:  # the innermost call: the kind's timeout bounds the handler, not the middleware
-        return asyncio.wait_for(_call(spec, job, executor_for, inputs, ctx), spec.timeout_s)
+    def handler() -> Awaitable[Any]:  # innermost: the kind's timeout bounds the handler, not the layers
+        call = _call(spec, job, executor_for, inputs, ctx)
+        return call if spec.timeout_s is None else _bounded(call, spec.timeout_s)
 
     current = set_current_job(ctx)  # the handler's and the middleware's current_job()
     try:
-        with (
-            tracing.run_span(job.envelope, job.attempt) as span,  # off: a shared no-op
-            structlog.contextvars.bound_contextvars(**log_fields(job, span)),
-        ):
+        with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
+            # bound, then reset by token (bound_contextvars reads every context variable to restore)
+            bound = structlog.contextvars.bind_contextvars(**log_fields(job, span))
             started = time.perf_counter()
             try:
-                outcome = _classified(spec, await run_through(layers, ctx, handler), graph=inputs is not None)
+                value = await (run_through(layers, ctx, handler) if layers else handler())
+                outcome = _classified(spec, value, graph=inputs is not None)
             except Exception as exc:
                 outcome = outcome_of(exc, spec, job)
                 if outcome.kind == "failure":
@@ -153,6 +166,7 @@ async def run_handler(
             finally:
                 elapsed = time.perf_counter() - started
                 metrics.child(metrics.JOB_RUN_TIME, job.queue, spec.kind).observe(elapsed)
+                structlog.contextvars.reset_contextvars(**bound)
             tracing.run_outcome(span, outcome.label)
     finally:
         current.var.reset(current)
@@ -167,7 +181,7 @@ def _classified(spec: JobSpec[Any, Any], value: Any, *, graph: bool) -> Outcome:
         error = f"ResultInvalid: the result is not JSON or exceeds {MAX_RESULT_BYTES} bytes"
         log.error("job attempt failed: its result is invalid", final=True, outcome="failed", error=error)
         return Outcome("failure", "failed", error=error, permanent=True)
-    return Outcome("success", "succeeded", result=kept)
+    return Outcome("success", "succeeded", result=kept) if kept is not None else _SUCCEEDED
 
 
 def log_fields(job: ClaimedJob, span: Any = None) -> dict[str, Any]:

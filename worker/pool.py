@@ -316,8 +316,7 @@ class Pool(Service):
             if await self._interrupted(wait):  # resized: wake our own blocking pop (nothing is lost)
                 await self.engine.jobs.nudge(queue, self._waiter)
             handed = await self._within_limit(await wait or [])
-            for job in handed:
-                self._launch(job)
+            self._launch(handed)
             if handed:
                 await asyncio.sleep(0)  # the jobs start before the next claim is packed and sent
         else:
@@ -332,8 +331,7 @@ class Pool(Service):
         """Quiet: leave the hand-off list (jobs handed meanwhile are ours: they run), then wait until the
         pool may claim again."""
         if self._waiter:
-            for job in await self.engine.jobs.unwait(self.config.queues[0], self._waiter):
-                self._launch(job)
+            self._launch(await self.engine.jobs.unwait(self.config.queues[0], self._waiter))
         self.signals.quiet.signal(True)
         await self._loud.wait()
         self.signals.quiet.signal(False)
@@ -395,8 +393,7 @@ class Pool(Service):
                 waiter=self._waiter,
                 wait_ms=self._handoff_ms(),
             )
-            for job in jobs:
-                self._launch(job)
+            self._launch(jobs)
             if len(jobs) == free:
                 return True
         return False
@@ -429,23 +426,32 @@ class Pool(Service):
     def _launch_all(self, jobs: list[ClaimedJob]) -> None:
         """A round's claimed jobs: started; once a stop began, held for its release (a hard stop leaves
         them to their leases, as a crash would)."""
-        for job in jobs:
-            if not self._stopping:
-                self._launch(job)
-            elif not self._hard:
+        if not self._stopping:
+            self._launch(jobs)
+        elif not self._hard:
+            for job in jobs:
                 self.in_flight[job.id] = Running(job)
 
-    def _launch(self, job: ClaimedJob) -> None:
-        run = Running(job)
-        self.in_flight[job.id] = run
-        metrics.child(metrics.JOBS_IN_FLIGHT, job.queue).inc()
-        metrics.child(metrics.WORKER_CLAIMS, job.queue).inc()
+    def _launch(self, jobs: list[ClaimedJob]) -> None:
+        """Start a round's claimed jobs: a task each (a batch kind's gather), their queue wait observed
+        per job; the claim and in-flight series counted once per queue and round."""
+        if not jobs:
+            return
         now = time.time()
-        self._presence.claimed(job.queue, int(now * 1000))
-        due = job.envelope.run_at or job.envelope.enqueued_at
-        metrics.child(metrics.JOB_QUEUE_WAIT, job.queue).observe(max(0.0, now - due / 1000))
-        if not self._batches.add(run):
-            run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
+        per_queue: dict[str, int] = {}
+        for job in jobs:
+            run = Running(job)
+            self.in_flight[job.id] = run
+            queue = job.queue
+            per_queue[queue] = per_queue.get(queue, 0) + 1
+            due = job.envelope.run_at or job.envelope.enqueued_at
+            metrics.child(metrics.JOB_QUEUE_WAIT, queue).observe(max(0.0, now - due / 1000))
+            if not self._batches.add(run):
+                run.task = asyncio.create_task(self._execute(run), name=f"job:{job.id}")
+        for queue, n in per_queue.items():
+            metrics.child(metrics.JOBS_IN_FLIGHT, queue).inc(n)
+            metrics.child(metrics.WORKER_CLAIMS, queue).inc(n)
+            self._presence.claimed(queue, int(now * 1000))
 
     # ---- running --------------------------------------------------------------------------------
     def _executor(self, mode: str) -> Executor:
@@ -458,27 +464,35 @@ class Pool(Service):
         return self._processes
 
     async def _admit(self, run: Running) -> tuple[bool, bool]:
-        """Whether ``run``'s handler starts now, and whether it holds a slot. With more jobs held than run at
-        once it waits for a slot (handed back unstarted if none comes within half its lease; held unrun for
-        its release if the stop began meanwhile). A job whose claim's lease ended before its handler could
-        start (the loop was held up) is given up unrun: it may be another attempt's already."""
-        job, slot = run.job, False
-        if self._capacity() > self.concurrency:
-            slot = await self._slots.take(max(job.lease_ms, 1_000) / 2000)
-            if not slot:
-                await hand_back_unstarted(self.engine, run)
-                return False, False
-            if self._stopping:
-                return False, True
+        """With more jobs held than run at once: whether ``run``'s handler starts now, once it has a slot
+        (handed back unstarted if none comes within half its lease; held unrun for its release if the stop
+        began meanwhile), and whether it holds one. A job whose claim's lease ended before its handler could
+        start (the loop was held up) is given up unrun: it may be another attempt's already
+        (:meth:`_in_lease`, also without prefetch)."""
+        job = run.job
+        slot = await self._slots.take(max(job.lease_ms, 1_000) / 2000)
+        if not slot:
+            await hand_back_unstarted(self.engine, run)
+            return False, False
+        if self._stopping:
+            return False, True
+        return self._in_lease(run), True
+
+    def _in_lease(self, run: Running) -> bool:
+        """Whether ``run``'s lease still holds for its handler to start (else it is given up unrun)."""
+        job = run.job
         if not self._keeper.extended(job.id) and self.engine.core.clock.now() >= job.lease_deadline_ms:
             self.abandon(job.id, "lease ended before its handler started")
-            return False, slot
-        return True, slot
+            return False
+        return True
 
     async def _execute(self, run: Running) -> None:
         job, label, slot = run.job, None, False
         try:
-            start, slot = await self._admit(run)
+            if self._capacity() > self.concurrency:  # more held than run: wait for a slot
+                start, slot = await self._admit(run)
+            else:
+                start = self._in_lease(run)
             if not start:
                 return
             run.started = True

@@ -11,7 +11,7 @@ from jqengine import ClaimedJob
 __all__ = ["Running"]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Running:
     job: ClaimedJob
     task: asyncio.Task[None] | None = None

@@ -30,10 +30,11 @@ async def write_back(
     """``complete``: the pool's coalesced completion; ``unknown_kind``: (retry after, dead after) ms."""
     owner = (job.id, job.attempt, job.token)
     kind, queue = job.envelope.kind, job.queue
-    metrics.child(metrics.JOBS_FINISHED, queue, kind, outcome.label).inc()
-    if outcome.kind == "success":
+    if outcome.kind == "success":  # counted with its round (Completions), a series' total at once
         await complete(job, outcome.result)
-    elif outcome.kind == "defer" and outcome.child is not None:
+        return
+    metrics.child(metrics.JOBS_FINISHED, queue, kind, outcome.label).inc()
+    if outcome.kind == "defer" and outcome.child is not None:
         deferred = await engine.tails.defer(
             queue, owner, outcome.child, on_failure=outcome.on_failure, retry_delay_ms=outcome.delay_ms or 0
         )
@@ -112,7 +113,8 @@ class Completions:
         self.idle.set()
 
     async def complete(self, job: ClaimedJob, result: bytes | None) -> None:
-        """Complete ``job`` in the next batch (raises StaleLease / JobNotFound)."""
+        """Complete ``job`` in the next batch (raises StaleLease / JobNotFound); its round counts it
+        ``succeeded`` (``jobq_jobs_finished_total``) as it is sent."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending.append((job, result, fut))
         self.idle.clear()
@@ -137,6 +139,11 @@ class Completions:
         self, queue: str, items: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]]
     ) -> None:
         outcomes = [Settle((j.id, j.attempt, j.token), r) for j, r, _ in items]
+        succeeded: dict[str, int] = {}  # per kind: the round's successes, counted as write_back would
+        for j, _, _ in items:
+            succeeded[j.envelope.kind] = succeeded.get(j.envelope.kind, 0) + 1
+        for kind, n in succeeded.items():
+            metrics.child(metrics.JOBS_FINISHED, queue, kind, "succeeded").inc(n)
         refill = self.refill if self.refill is not None and self.refill.queue == queue else None
         n = refill.room(len(items)) if refill is not None else 0
         try:

@@ -42,6 +42,15 @@ def test_floors_report_every_hop_beside_its_floor_with_a_ratio(endpoints: Endpoi
     assert "| hop | measure | unit | jobq | floor | jobq / floor |" in table
 
 
+def test_the_worker_hop_runs_alone_on_redis(endpoints: Endpoints) -> None:
+    """``--hop worker``: the worker hop's figures, both systems and their ratio, no other hop's."""
+    report = floors_bench.run(quick=True, endpoints=endpoints, hop="worker")
+    figures = json.loads((report.save() / "results.json").read_text())["figures"]
+    assert {n.split(": ", 1)[0] for n in figures} == {"worker"}
+    for system in (*floors_bench.SYSTEMS, "ratio"):
+        assert figures[f"worker: worker CPU — {system}"]["median"] > 0, system
+
+
 def test_the_floor_lease_queue_keeps_its_promise(endpoints: Endpoints) -> None:
     """Claimed with a deadline and a token, completed only by that token, claimed again once the lease
     ran out (the floors are yardsticks, but they must keep the promise they are measured by)."""
@@ -81,3 +90,10 @@ def test_slots_are_for_the_peers_only() -> None:
     result = CliRunner().invoke(bench_cli.app, ["gate", "--slots", "4"])
     assert result.exit_code == 2
     assert "--slots: peers only" in result.output
+
+
+def test_hop_is_for_the_floors_and_a_hop_that_runs_alone() -> None:
+    result = CliRunner().invoke(bench_cli.app, ["gate", "--hop", "worker"])
+    assert (result.exit_code, "--hop: floors only" in result.output) == (2, True)
+    result = CliRunner().invoke(bench_cli.app, ["floors", "--hop", "relay"])
+    assert (result.exit_code, "only worker runs alone" in result.output) == (2, True)

@@ -15,6 +15,7 @@ from loadtest import (
     relay_bench,
     scheduler_bench,
     script_ab,
+    startup_bench,
 )
 
 
@@ -67,6 +68,16 @@ def test_script_ab_compares_two_trees_on_one_redis() -> None:
     assert all(f.median > 0 for f in report.figures)
     figures = {f.name: f.median for f in report.figures}
     assert figures["script bytes: this"] == figures["script bytes: baseline"], "the same scripts"
+
+
+def test_startup_times_each_system_and_a_baseline_checkout() -> None:
+    report = startup_bench.run(quick=True, baseline=Path(__file__).parents[2])  # this checkout against itself
+    systems = (*startup_bench.SYSTEMS, "baseline")
+    measures = ("spawn → first claim, wall", "spawn → first claim, CPU", "--help, wall", "--help, CPU")
+    figures = {f.name: f.median for f in report.figures}
+    assert set(figures) == {f"{m}: {s}" for m in measures for s in systems}
+    assert all(value > 0 for value in figures.values()), figures
+    assert "jobq / baseline" in report.summary
 
 
 def test_gate_relay_and_e2e_scenarios_run_on_the_session_stack(endpoints: Endpoints) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import tomllib
 from pathlib import Path
@@ -10,7 +11,7 @@ from types import ModuleType
 import pytest
 from pydantic_settings import BaseSettings
 
-import jobq.cli  # noqa: F401  (imports every service, so every settings class is loaded)
+import jqcore.settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,6 +27,10 @@ def gen() -> ModuleType:
 
 
 def product_settings_classes() -> set[type[BaseSettings]]:
+    for name in jqcore.settings.__all__:  # each module of the package, imported when a name is asked for
+        getattr(jqcore.settings, name)
+    for path in ROOT.glob("*/settings.py"):  # each service's
+        importlib.import_module(f"{path.parent.name}.settings")
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     ours = {p.rstrip("*").rstrip(".") for p in include["include"]}
     found: set[type[BaseSettings]] = set()

@@ -6,6 +6,7 @@ design, not timings (``loadtest/floors_bench.py`` measures the seconds)."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import subprocess
@@ -38,8 +39,9 @@ HEAVY = [
 WORKER_UNUSED = [
     "aiohttp",  # the health server's, imported when a metrics port is set (jqruntime.health)
     "jqruntime.http",
-    "opentelemetry.sdk",  # tracing's, imported when it is on (jqruntime.tracing)
-    "opentelemetry.trace",
+    "opentelemetry",  # tracing's, imported when it is on (jqruntime.tracing); redis-py's (jqcore.imports)
+    "jqcore.settings.kafka",  # the settings a pool never builds (jqcore.settings imports a name's module
+    "jqcore.settings.pipeline",  # when the name is asked for)
     "rich",
     "typer",
     "confluent_kafka",
@@ -69,8 +71,42 @@ def test_the_listing_imports_no_command_and_none_of_their_libraries() -> None:
     assert _imported(LISTING, HEAVY) == []
 
 
+JOBQ_WORKER = """
+import typer
+from jobq.cli import app
+typer.main.get_command(app).commands["worker"].load()
+"""
+"""What ``jobq worker`` imports before it runs: the command line's (typer, jobq.cli's error types) besides."""
+
+
 def test_a_worker_pool_imports_only_what_it_uses() -> None:
     assert _imported("import worker.main, worker.settings, jqruntime.lifecycle", WORKER_UNUSED) == []
+    unused = [name for name in WORKER_UNUSED if name not in ("typer", "jqstack")]
+    assert _imported(JOBQ_WORKER, unused) == []
+
+
+def test_each_settings_name_comes_from_its_module() -> None:
+    import jqcore.settings as settings
+
+    assert sorted(settings._WHERE) == sorted(settings.__all__)
+    for name, module in settings._WHERE.items():
+        assert getattr(settings, name) is getattr(importlib.import_module(f"jqcore.settings.{module}"), name)
+    with pytest.raises(AttributeError):
+        _ = settings.NoSuchSettings
+
+
+def test_an_engine_makes_a_script_when_it_is_first_called() -> None:
+    from redis.asyncio import Redis
+
+    from jqengine import Engine
+
+    scripts = Engine(Redis()).core.scripts
+    assert dict(scripts) == {}
+    claim = scripts["claim"]
+    assert dict(scripts) == {"claim": claim}
+    assert scripts["claim"] is claim
+    with pytest.raises(KeyError):
+        _ = scripts["no_such_script"]
 
 
 def _listed() -> dict[str, str]:

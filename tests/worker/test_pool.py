@@ -340,7 +340,9 @@ async def test_a_pool_counts_its_claims_per_queue_from_zero(
     engine: Engine, redis: aioredis.Redis, prefix: str
 ) -> None:
     """Every served queue's claims series exists from the start (a pool that never claims shows as 0); the
-    pool's presence record notes its last claim from each queue (the silent-worker judgment)."""
+    pool's presence record notes its last claim from each queue (the silent-worker judgment). A job's
+    series count it once each, whether per job or per round: claimed, in flight, started, finished, its
+    queue wait and run time."""
     q, idle, reg = f"{prefix}.w", f"{prefix}.idle", Registry()
 
     @reg.job("noop", queue=q)
@@ -350,7 +352,13 @@ async def test_a_pool_counts_its_claims_per_queue_from_zero(
     for _ in range(3):
         await enqueue(engine, q, "noop")
     await drain(reg, engine, redis, q)
+    sample = REGISTRY.get_sample_value
     assert metrics.WORKER_CLAIMS.labels(q)._value.get() == 3
+    assert sample("jobq_jobs_in_flight", {"queue": q}) == 0
+    assert sample("jobq_jobs_started_total", {"queue": q, "kind": "noop"}) == 3
+    assert sample("jobq_jobs_finished_total", {"queue": q, "kind": "noop", "outcome": "succeeded"}) == 3
+    assert sample("jobq_job_queue_wait_seconds_count", {"queue": q}) == 3
+    assert sample("jobq_job_run_seconds_count", {"queue": q, "kind": "noop"}) == 3
     pool = Pool(reg, engine, PoolConfig([idle, q]), redis=redis)
     enable_all(pool.signals)
     async with pool:
@@ -383,7 +391,7 @@ async def test_a_job_whose_claim_lease_ended_before_its_start_is_given_up_unrun(
     await enqueue(engine, q, "k")
     [late] = await engine.jobs.claim(q, 1, lease_ms=1000, now_ms=now_ms() - 5_000)  # its lease ended 4 s ago
     async with Pool(reg, engine, PoolConfig([f"{q}.none"], concurrency=1), redis=redis) as pool:
-        pool._launch(late)  # as its fetch loop would (it claims elsewhere: only this run is in the test)
+        pool._launch([late])  # as its fetch loop would (it claims elsewhere: only this run is in the test)
         run = pool.in_flight[late.id]
         assert run.task is not None
         await asyncio.gather(run.task, return_exceptions=True)
