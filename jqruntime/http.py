@@ -12,8 +12,9 @@ with a stable machine-readable ``code``:
 * a body whose framing broke (bad chunks) is a 400 ``body_undecodable`` that closes the connection;
 * anything unexpected is a 500 ``internal_error`` whose traceback is logged, never shown.
 
-**The middleware** (:func:`error_middleware`) answers that body as JSON, or hands the answer to a
-``render`` function (the dashboard shows browsers an HTML page with the same status and code).
+**The middleware** (:func:`error_middleware`; :func:`error_response` for a door of its own) answers that
+body as JSON, or hands the answer to a ``render`` function (the dashboard shows browsers an HTML page with
+the same status and code).
 
 **Serving** (:func:`serve_http`): ``AppRunner`` + ``TCPSite``; the runner's ``cleanup()`` stops
 accepting, lets running requests finish for :data:`SHUTDOWN_TIMEOUT_S`, then runs the app's cleanup.
@@ -42,6 +43,7 @@ __all__ = [
     "answer_for",
     "error_body",
     "error_middleware",
+    "error_response",
     "error_status",
     "json_response",
     "serve_http",
@@ -216,10 +218,26 @@ def answer_for(exc: Exception, server: str = "the server") -> ErrorAnswer:
 Render = Callable[[web.Request, ErrorAnswer], web.StreamResponse]
 
 
+def error_response(
+    request: web.Request, exc: Exception, server: str = "the server", render: Render | None = None
+) -> web.StreamResponse:
+    """The answer to an exception a handler raised, by :func:`answer_for`: as JSON, or through ``render``
+    (which may answer JSON itself with ``answer.response()``). ``server`` names the service in the message
+    of a 500, whose traceback is logged. An ``HTTPException`` below 400 (a redirect, raised by design) is
+    the caller's to raise again."""
+    if not isinstance(exc, JobqError | web.RequestPayloadError | web.HTTPException):
+        log.exception(
+            "unexpected error answering a request", server=server, method=request.method, path=request.path
+        )
+    answer = answer_for(exc, server)
+    response = render(request, answer) if render is not None else answer.response()
+    if answer.close:
+        response.force_close()
+    return response
+
+
 def error_middleware(server: str = "the server", render: Render | None = None) -> Middleware:
-    """Answer every exception a handler raises by :func:`answer_for`: as JSON, or through ``render`` (which
-    may answer JSON itself with ``answer.response()``). ``server`` names the service in the message of a
-    500, whose traceback is logged."""
+    """Answer every exception a handler raises by :func:`error_response` (a redirect is raised on)."""
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -228,20 +246,9 @@ def error_middleware(server: str = "the server", render: Render | None = None) -
         except web.HTTPException as exc:
             if exc.status < 400:  # a redirect, raised by design
                 raise
-            answer = answer_for(exc, server)
+            return error_response(request, exc, server, render)
         except Exception as exc:
-            if not isinstance(exc, JobqError | web.RequestPayloadError):
-                log.exception(
-                    "unexpected error answering a request",
-                    server=server,
-                    method=request.method,
-                    path=request.path,
-                )
-            answer = answer_for(exc, server)
-        response = render(request, answer) if render is not None else answer.response()
-        if answer.close:
-            response.force_close()
-        return response
+            return error_response(request, exc, server, render)
 
     return errors
 

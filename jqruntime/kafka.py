@@ -1,7 +1,8 @@
 """An asyncio face for confluent-kafka's producer: ``await produce(...)`` resolves on the delivery report.
 
 librdkafka batches and retries internally; one background thread serves delivery callbacks and hands
-each result to the event loop. ``acks="all"`` producers are idempotent (no duplicates from internal
+the results of each round of them to the event loop at once (one wake-up of the loop for every call
+settled in the round, not one per call). ``acks="all"`` producers are idempotent (no duplicates from internal
 retries, order kept per partition); ``acks="leader"`` trades that for latency (a leader failure before
 replication can lose the write) and is only used for queues that opt in.
 """
@@ -9,6 +10,7 @@ replication can lose the write) and is only used for queues that opt in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -167,6 +169,7 @@ class AsyncProducer:
         }
         self._producer = Producer(conf)
         self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._settled = _Settled()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="kafka-delivery", daemon=True)
         self._thread.start()
@@ -174,6 +177,7 @@ class AsyncProducer:
     def _serve(self) -> None:
         while not self._stop.is_set():
             self._producer.poll(0.05)
+            self._settled.hand_over()
 
     async def produce(self, record: Record) -> Delivered:
         return (await self.produce_many([record]))[0]
@@ -186,9 +190,11 @@ class AsyncProducer:
         The delivery thread collects the reports of one call and wakes the event loop once, when the
         last arrives (not once per record: a 1,000-job request is one wake-up)."""
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop, len(records))
+        waiter = _Waiter(loop, len(records), self._settled)
         for i, rec in enumerate(records):
-            await self._enqueue(rec, waiter.callback(i), i)
+            callback = waiter.callback(i)
+            if not self._enqueue(rec, callback, i):
+                await self._enqueue_when_room(rec, callback, i)
         # librdkafka reports every record within its delivery timeout; this only guards a stuck call (a
         # timer, not asyncio.wait_for: this is every enqueue's path, and wait_for costs a task's worth)
         timer = loop.call_later(self._delivery_timeout_s + REPORT_GRACE_S, _late, waiter.future)
@@ -197,31 +203,41 @@ class AsyncProducer:
         finally:
             timer.cancel()
 
-    async def _enqueue(self, rec: Record, callback: Any, index: int) -> None:
+    def _enqueue(self, rec: Record, callback: Any, index: int) -> bool:
+        """Hand the record to librdkafka (False: its local queue is full, try again shortly)."""
         kwargs: dict[str, Any] = {"value": rec.value, "key": rec.key, "on_delivery": callback}
         if rec.headers:
             kwargs["headers"] = list(rec.headers)
         if rec.partition is not None:
             kwargs["partition"] = rec.partition
+        try:
+            self._producer.produce(rec.topic, **kwargs)
+        except BufferError:
+            return False
+        except KafkaException as exc:
+            err = exc.args[0]
+            raise _refusal(err, rec.topic, index, len(rec.value or b""), rec.partition) or ProduceFailed(
+                f"produce to {rec.topic!r} refused: {exc}"
+            ) from exc
+        return True
+
+    async def _enqueue_when_room(self, rec: Record, callback: Any, index: int) -> None:
+        """librdkafka's local queue is full: try again while the delivery thread drains it."""
         while True:
-            try:
-                self._producer.produce(rec.topic, **kwargs)
+            await asyncio.sleep(0.005)
+            if self._enqueue(rec, callback, index):
                 return
-            except BufferError:  # librdkafka's local queue is full: let the delivery thread drain it
-                await asyncio.sleep(0.005)
-            except KafkaException as exc:
-                err = exc.args[0]
-                raise _refusal(err, rec.topic, index, len(rec.value or b""), rec.partition) or ProduceFailed(
-                    f"produce to {rec.topic!r} refused: {exc}"
-                ) from exc
 
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait for outstanding writes; returns how many are still undelivered."""
         deadline = time.monotonic() + timeout_s
-        while True:  # short waits only (see CONSUME_WAIT_S): long ones were seen to hang
-            left = int(self._producer.flush(min(CONSUME_WAIT_S, max(0.0, deadline - time.monotonic()))))
-            if not left or time.monotonic() >= deadline:
-                return left
+        try:
+            while True:  # short waits only (see CONSUME_WAIT_S): long ones were seen to hang
+                left = int(self._producer.flush(min(CONSUME_WAIT_S, max(0.0, deadline - time.monotonic()))))
+                if not left or time.monotonic() >= deadline:
+                    return left
+        finally:
+            self._settled.hand_over()  # the reports flush served on this thread
 
     def close(self, timeout_s: float = 10.0) -> None:
         self.flush(timeout_s)
@@ -244,12 +260,43 @@ class AsyncProducer:
         return sorted(t.partitions)
 
 
+class _Settled:
+    """The calls whose last delivery report came in this round of the delivery thread: handed to their
+    event loops together when the round ends (one ``call_soon_threadsafe`` a loop, not one a call)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[list[Delivered]], Outcome]] = []
+
+    def add(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[list[Delivered]], outcome: Outcome
+    ) -> None:
+        with self.lock:
+            self.calls.append((loop, future, outcome))
+
+    def hand_over(self) -> None:
+        if not self.calls:
+            return
+        with self.lock:
+            calls, self.calls = self.calls, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[list[Delivered]], Outcome]]] = {}
+        for loop, future, outcome in calls:
+            by_loop.setdefault(loop, []).append((future, outcome))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody awaits its calls now
+                loop.call_soon_threadsafe(_settle_all, settled)
+
+
+Outcome = list[Delivered] | Exception
+
+
 class _Waiter:
     """The delivery reports of one ``produce_many`` call, gathered on the delivery thread."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, n: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int, settled: _Settled) -> None:
         self.loop = loop
         self.future: asyncio.Future[list[Delivered]] = loop.create_future()
+        self.settled = settled
         self.results: list[Delivered | None] = [None] * n
         self.left = n
         self.error: Exception | None = None
@@ -272,8 +319,8 @@ class _Waiter:
                 self.left -= 1
                 if self.left:
                     return
-            outcome: list[Delivered] | Exception = self.error or [r for r in self.results if r is not None]
-            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+            outcome: Outcome = self.error or [r for r in self.results if r is not None]
+            self.settled.add(self.loop, self.future, outcome)
 
         return done
 
@@ -301,7 +348,12 @@ def _late(fut: asyncio.Future[list[Delivered]]) -> None:
     _settle(fut, ProduceFailed("Kafka gave no delivery report in time"))
 
 
-def _settle(fut: asyncio.Future[list[Delivered]], result: list[Delivered] | Exception) -> None:
+def _settle_all(settled: list[tuple[asyncio.Future[list[Delivered]], Outcome]]) -> None:
+    for fut, outcome in settled:
+        _settle(fut, outcome)
+
+
+def _settle(fut: asyncio.Future[list[Delivered]], result: Outcome) -> None:
     if fut.done():
         return
     if isinstance(result, Exception):

@@ -1,4 +1,5 @@
-"""The gateway's aiohttp application: routes, middlewares, health/readiness, metrics, OpenAPI.
+"""The gateway's aiohttp application: routes, its door (:mod:`kafkagate.door`), health/readiness, metrics,
+OpenAPI.
 
 ``/readyz`` answers 503 while Kafka is unreachable or a routed topic is missing (a load balancer then
 sends enqueues to another gateway); ``/healthz`` only says the process serves.
@@ -6,27 +7,25 @@ sends enqueues to another gateway); ``/healthz`` only says the process serves.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
 from typing import Any
 
-import structlog
 from aiohttp import web
 
 from jqcore import metrics
 from jqcore.buckets import Buckets, Rate
 from jqcore.settings import load
 from jqruntime.authz import OPEN, POLICIES, Policy
-from jqruntime.http import TOKEN_NAME, HttpError, error_middleware, json_response
+from jqruntime.http import HttpError, json_response
 from jqruntime.stores.audit import AuditTrail
 from jqruntime.tokens import TokenSettings, TokenSource
 from kafkagate import callbacks, claims, cron, graphs, history, jobs, queues, running, switches
 from kafkagate import models as m
 from kafkagate.api import Api
-from kafkagate.audit import AUDIT, audit_middleware
-from kafkagate.auth import TOKENS, authenticate, authorize_middleware
-from kafkagate.body import body_middleware
+from kafkagate.audit import AUDIT
+from kafkagate.auth import TOKENS
+from kafkagate.door import Door
 from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, BodyBudget, CallbackLimits, share_of
 from kafkagate.openapi import build
 from kafkagate.state import GATE, Gate
@@ -34,24 +33,6 @@ from kafkagate.state import GATE, Gate
 __all__ = ["TABLES", "document", "make_app", "policy_for"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    resource = request.match_info.route.resource
-    route = resource.canonical if resource is not None else "unmatched"
-    started = time.perf_counter()
-    status = 500
-    bound = structlog.contextvars.bind_contextvars(token="anonymous")  # auth names the token
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    finally:
-        structlog.contextvars.reset_contextvars(**bound)
-        token = request.get(TOKEN_NAME, "anonymous")  # only configured names: a bounded label
-        metrics.child(metrics.GATE_REQUESTS, route, request.method, str(status), token).inc()
-        metrics.child(metrics.GATE_REQUEST_TIME, route).observe(time.perf_counter() - started)
 
 
 probes = Api("probes")
@@ -138,17 +119,13 @@ def make_app(
     app = web.Application(
         client_max_size=gate.settings.max_body_bytes,
         middlewares=[
-            metrics_middleware,
-            error_middleware("the gateway"),
-            authenticate(
+            Door(
                 tokens,
                 list(mounts),
                 failures=Buckets(Rate.parse(gate.settings.auth_failures)),
                 proxies=gate.settings.proxy_networks(),
-            ),
-            *([audit_middleware(audit, list(mounts))] if audit is not None else []),
-            body_middleware,
-            authorize_middleware,
+                trail=audit,
+            ).middleware
         ],
         # bodies are decoded by kafkagate.body, which answers every coding with a JSON status; aiohttp's
         # parser would refuse br/zstd with a text page before any middleware and pass unknown ones through

@@ -18,28 +18,25 @@ the call, as on the dashboard: no admin action goes unrecorded without its calle
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable
 
 import orjson
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqruntime.authz import TOUCHED, Touch, policy_of, queues_of
+from jqruntime.authz import TOUCHED, Policy, Touch, queues_of
 from jqruntime.http import TOKEN_NAME
 from jqruntime.stores.audit import AuditEntry, AuditTrail
 from kafkagate.body import BODY
 
-__all__ = ["AUDIT", "DETAILS", "audit_middleware", "count_of", "described", "record_callback"]
+__all__ = ["AUDIT", "DETAILS", "audited", "count_of", "described", "record_callback", "recorded"]
 
 AUDIT = web.AppKey("jobq.audit", AuditTrail)
 """Where the gateway records its actions (set when it has a trail: ``kafkagate.app.make_app``)."""
 DETAILS = web.RequestKey("jobq.audit_details", str)
 """What a handler adds to its audit entry (secret-free: e.g. a dispatch URL's host, never its auth)."""
 DETAILS_MAX = 500
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 COUNT_KEYS = ("count", "retried", "deleted", "purged", "canceled", "released", "changed")
 """The fields of an answer that say how many jobs (or records) a call changed, in order of preference."""
@@ -62,49 +59,49 @@ def count_of(response: web.StreamResponse) -> int:
     return 1 if ok else 0
 
 
-def audit_middleware(trail: AuditTrail, mounted: Sequence[str] = ()) -> Middleware:
-    """``mounted``: the prefixes of sub-applications (the dashboard at ``/ui``), which record their own
-    actions (and whose sign-in is no admin call)."""
-    prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
+def recorded(request: web.Request, policy: Policy | None) -> bool:
+    """Whether the gateway's door records the request: a matched route whose policy is ``admin``, called
+    with another method than ``GET``, ``HEAD``, ``OPTIONS`` (a mounted application records its own)."""
+    return (
+        policy is not None
+        and policy.scope == "admin"
+        and request.method not in ("GET", "HEAD", "OPTIONS")
+        and request.match_info.route.resource is not None
+    )
 
-    @web.middleware
-    async def audit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        resource = request.match_info.route.resource
-        if request.method in ("GET", "HEAD", "OPTIONS") or resource is None:
-            return await handler(request)
-        if prefixes and request.path.startswith(prefixes):
-            return await handler(request)
-        template = resource.canonical
-        policy = policy_of(request)
-        if policy is None or policy.scope != "admin":
-            return await handler(request)
-        target = "/".join(request.match_info.values())
-        count, outcome = 0, "ok"
-        try:
-            response = await handler(request)
-            count = count_of(response)
-            if response.status >= 400:
-                outcome = f"http {response.status}"
-            return response
-        except JobqError as exc:
-            outcome = f"{exc.code}: {exc.message}"
-            raise
-        except web.HTTPException as exc:
-            outcome = f"http {exc.status}: {exc.reason}"
-            raise
-        except Exception as exc:
-            outcome = f"error: {type(exc).__name__}: {exc}"
-            raise
-        finally:
-            who = request.get(TOKEN_NAME, "anonymous")
-            action = f"gate.{request.method} {template}"
-            queues, details = described(request)
-            entry = AuditEntry(
-                now_ms(), who, action, target, count, outcome, token=who, queues=queues, details=details
-            )
-            await trail.record(entry)
 
-    return audit
+async def audited(
+    trail: AuditTrail, request: web.Request, answer: Awaitable[web.StreamResponse]
+) -> web.StreamResponse:
+    """``answer`` (the rest of the request: its body, its authorization, its handler), recorded on
+    ``trail`` once it ran — its answer's count and status, or the error it raised."""
+    resource = request.match_info.route.resource
+    template = resource.canonical if resource is not None else request.path
+    target = "/".join(request.match_info.values())
+    count, outcome = 0, "ok"
+    try:
+        response = await answer
+        count = count_of(response)
+        if response.status >= 400:
+            outcome = f"http {response.status}"
+        return response
+    except JobqError as exc:
+        outcome = f"{exc.code}: {exc.message}"
+        raise
+    except web.HTTPException as exc:
+        outcome = f"http {exc.status}: {exc.reason}"
+        raise
+    except Exception as exc:
+        outcome = f"error: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        who = request.get(TOKEN_NAME, "anonymous")
+        action = f"gate.{request.method} {template}"
+        queues, details = described(request)
+        entry = AuditEntry(
+            now_ms(), who, action, target, count, outcome, token=who, queues=queues, details=details
+        )
+        await trail.record(entry)
 
 
 def described(request: web.Request) -> tuple[str, str]:

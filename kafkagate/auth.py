@@ -1,16 +1,18 @@
 """The gateway's door: who is asking (authentication) and whether they may (one policy, ``jqruntime.authz``).
 
-Two middlewares around every route of the gateway's own tables (the mounted dashboard has its own door):
+Two steps of the gateway's door (:mod:`kafkagate.door`) on every route of its own tables (the mounted
+dashboard has its own door):
 
-* :func:`authenticate` runs **before the body is read**: it matches the bearer token (a client address
-  that presented too many tokens not accepted is refused first, 429 ``auth_throttled``), names it on the
-  request (:data:`~jqruntime.http.TOKEN_NAME`, and ``token=`` on every log line of the request), spends one
-  request of its rate (429 ``rate_limited``) and checks the route's scope (403 ``scope_missing``) — an
-  unauthenticated or unentitled sender never makes the gateway buffer a body;
-* :func:`authorize` runs **after** it, last before the handler: every touch the route's policy finds — the
-  path's queue, the queues and kinds its body names (each job, each graph node), the owner of the stored
-  object it names (a switch, a cron schedule, a graph) — must be the token's (403 ``queue_forbidden`` /
-  ``kind_forbidden``). Handlers check nothing of this themselves; lists are narrowed with :func:`visible`.
+* :func:`bearer` and :func:`entitle` run **before the body is read**: the bearer token is matched (a client
+  address that presented too many tokens not accepted is refused first, 429 ``auth_throttled``) and named
+  on the request (:data:`~jqruntime.http.TOKEN_NAME`, and ``token=`` on every log line of the request),
+  one request of its rate is spent (429 ``rate_limited``) and the route's scope checked (403
+  ``scope_missing``) — an unauthenticated or unentitled sender never makes the gateway buffer a body;
+* :func:`~jqruntime.authz.authorize` runs **after** the body is read, last before the handler: every touch
+  the route's policy finds — the path's queue, the queues and kinds its body names (each job, each graph
+  node), the owner of the stored object it names (a switch, a cron schedule, a graph) — must be the
+  token's (403 ``queue_forbidden`` / ``kind_forbidden``). Handlers check nothing of this themselves; lists
+  are narrowed with :func:`visible`.
 
 The finds below are the gateway's: what each kind of request touches. A route declares its policy beside
 its handler (``kafkagate.api``); errors, their statuses and their JSON body are :mod:`jqruntime.http`'s.
@@ -19,26 +21,21 @@ its handler (``kafkagate.api``); errors, their statuses and their JSON body are 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable
 
 import structlog
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from jqcore.buckets import Buckets
 from jqcore.log import get_logger
-from jqengine import POOL_HOLDER
 from jqruntime.authz import (
     EVERY_QUEUE,
-    TOUCHED,
     Policy,
     Touch,
     auth_throttled,
-    authorize,
     glob,
     kind,
     owner,
-    policy_of,
     queue,
     require_scope,
 )
@@ -46,7 +43,7 @@ from jqruntime.clientaddr import Networks, request_address
 from jqruntime.http import TOKEN_NAME, HttpError
 from jqruntime.tokens import Token, TokenSource, retry_after
 from kafkagate.archive import archived_snapshot
-from kafkagate.body import ANONYMOUS, read_body
+from kafkagate.body import read_body
 from kafkagate.enqueue import documents
 from kafkagate.queue_bodies import KindBody, SwitchBody
 from kafkagate.requests import (
@@ -64,10 +61,10 @@ from kafkagate.state import GATE
 __all__ = [
     "TOKEN",
     "TOKENS",
-    "authenticate",
-    "authorize_middleware",
+    "bearer",
     "cron_owner",
     "cron_put",
+    "entitle",
     "graph_body",
     "graph_owner",
     "job_kinds",
@@ -79,8 +76,6 @@ __all__ = [
     "token_of",
     "visible",
 ]
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 log = get_logger("kafkagate.auth")
 
@@ -122,55 +117,30 @@ def _match(
     return token
 
 
-def authenticate(
-    source: TokenSource,
-    mounted: Sequence[str] = (),
-    *,
-    failures: Buckets | None = None,
-    proxies: Networks = (),
-) -> Middleware:
-    """Bearer tokens of ``source.current`` (read per request: a reload takes effect at the next one);
-    routes whose policy is ``open`` or ``signed`` pass, and so do the ``mounted`` sub-applications'
-    prefixes (the dashboard checks its own tokens). A path no route matches needs a token too (then 404).
+def bearer(
+    request: web.Request, source: TokenSource, failures: Buckets | None = None, proxies: Networks = ()
+) -> Token:
+    """The request's bearer token of ``source.current`` (read per request: a reload takes effect at the next
+    one), named on the request (:data:`TOKEN`, :data:`~jqruntime.http.TOKEN_NAME`) and on its log lines
+    (``token=``); 401 ``unauthenticated`` without one, ``token_invalid`` for one not accepted.
 
     ``failures``: a bucket per client address (``proxies``: the trusted ones whose ``X-Forwarded-For`` is
     read, ``jqruntime.clientaddr``) spent by each bearer token not accepted; an address with none left is
     refused before its token is compared (429 ``auth_throttled``)."""
-    prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
-
-    @web.middleware
-    async def authenticate_request(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if prefixes and request.path.startswith(prefixes):
-            return await handler(request)
-        policy = policy_of(request)
-        if policy is not None and not policy.checked:  # (signed callbacks: together, one token's share)
-            return await _holding(ANONYMOUS, handler(request))
-        header = request.headers.get("Authorization", "")
-        scheme, _, secret = header.partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
-            raise HttpError(401, "unauthenticated", "send Authorization: Bearer <token>")
-        token = _match(request, secret, source, failures, proxies)
-        request[TOKEN] = token
-        request[TOKEN_NAME] = token.name
-        structlog.contextvars.bind_contextvars(token=token.name)  # reset by metrics_middleware
-        return await _holding(token.name, _entitled(request, handler, source, token, policy))
-
-    return authenticate_request
+    header = request.headers.get("Authorization", "")
+    scheme, _, secret = header.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise HttpError(401, "unauthenticated", "send Authorization: Bearer <token>")
+    token = _match(request, secret, source, failures, proxies)
+    request[TOKEN] = token
+    request[TOKEN_NAME] = token.name
+    structlog.contextvars.bind_contextvars(token=token.name)  # reset by the door (kafkagate.door)
+    return token
 
 
-async def _holding(holder: str, answer: Awaitable[web.StreamResponse]) -> web.StreamResponse:
-    """``answer`` with the Redis connections it takes counted in ``holder``'s share of the pool."""
-    holding = POOL_HOLDER.set(holder)
-    try:
-        return await answer
-    finally:
-        POOL_HOLDER.reset(holding)  # (a keep-alive connection's next request may run in this same task)
-
-
-async def _entitled(
-    request: web.Request, handler: Handler, source: TokenSource, token: Token, policy: Policy | None
-) -> web.StreamResponse:
-    """The token's rate and the route's scope, then the handler."""
+def entitle(request: web.Request, source: TokenSource, token: Token, policy: Policy | None) -> None:
+    """The token's rate (429 ``rate_limited``, one request spent) and the route's scope (403
+    ``scope_missing``)."""
     wait = source.throttle(token)
     if wait > 0 and token.rate is not None:
         after = retry_after(wait)
@@ -185,16 +155,6 @@ async def _entitled(
     if policy is not None and policy.checked and not token.has(policy.scope):
         resource = request.match_info.route.resource
         require_scope(token, policy, f"{request.method} {resource.canonical if resource else request.path}")
-    return await handler(request)
-
-
-@web.middleware
-async def authorize_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every touch of the route's policy, checked against the request's token before the handler."""
-    policy = policy_of(request)
-    if policy is not None and policy.checked:
-        request[TOUCHED] = await authorize(request, token_of(request), policy)
-    return await handler(request)
 
 
 # ---- what requests touch ------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 The gateway decodes request bodies itself (aiohttp's automatic decompression is off, see
 :func:`kafkagate.app.make_app`): aiohttp refuses a coding it cannot decode (``br`` without Brotli,
 ``zstd``) in its HTTP parser, before any middleware, with a text page, and passes an unknown one through
-as if it were identity. Here every body of a matched route passes :func:`body_middleware` before its
-handler runs, and a request the API cannot read is a 4xx with a code:
+as if it were identity. Here every body of a matched route passes :func:`take_body` (in the gateway's
+door, :mod:`kafkagate.door`) before its handler runs, and a request the API cannot read is a 4xx with a code:
 
 * ``Content-Type`` other than the route's media types (a missing one means JSON), or a charset other
   than UTF-8 (JSON is UTF-8, RFC 8259) ⇒ 415 ``content_type_unsupported``;
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -36,9 +35,7 @@ from aiohttp import hdrs, web
 from jqruntime.http import TOKEN_NAME, HttpError
 from kafkagate.limits import BODY_BUDGET, CALLBACK_LIMITS, CALLBACK_PREFIX, BodyBudget
 
-__all__ = ["ENCODINGS", "JSON", "NDJSON", "body_middleware", "inflate", "read_body"]
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+__all__ = ["ENCODINGS", "JSON", "NDJSON", "Held", "inflate", "read_body", "take_body"]
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -160,21 +157,34 @@ async def _read(request: web.Request, limits: _Limits) -> bytes:
         ) from None
 
 
-@web.middleware
-async def body_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Check a matched route's body headers, then read and decode the body once for its handler."""
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The bytes of the body budget one request's body holds until it is answered."""
+
+    budget: BodyBudget
+    bytes: int
+    holder: str
+
+    def give(self) -> None:
+        self.budget.give(self.bytes, self.holder)
+
+
+async def take_body(request: web.Request) -> Held | None:
+    """Check a matched route's body headers, then read and decode the body once for its handler
+    (:func:`read_body`); the budget it holds, to :meth:`~Held.give` back once the request is answered (None:
+    nothing held — no body, no budget, a route without a body, or a mounted sub-app's route)."""
     if request.match_info.http_exception is not None or request.method not in BODY_METHODS:
-        return await handler(request)
+        return None
     if len(request.match_info.apps) > 1:  # a mounted sub-app (the dashboard at /ui: its sign-in form)
-        return await handler(request)
+        return None
     limits = _limits_of(request)
-    limit = limits.max_bytes
-    if request.content_length is not None and request.content_length > limit:
-        message = f"Content-Length {request.content_length} exceeds the limit of {limit} bytes"
+    limit, length = limits.max_bytes, request.content_length
+    if length is not None and length > limit:
+        message = f"Content-Length {length} exceeds the limit of {limit} bytes"
         raise HttpError(413, "body_too_large", message)
     if not request.body_exists:
         request[BODY] = b""
-        return await handler(request)
+        return None
     resource = request.match_info.route.resource
     template = resource.canonical if resource is not None else request.path
     check_content_type(request, accepted_types(request.method, template))
@@ -182,23 +192,24 @@ async def body_middleware(request: web.Request, handler: Handler) -> web.StreamR
     budget = limits.budget
     if budget is None:
         request[BODY] = inflate(await _read(request, limits), coding, limit)
-        return await handler(request)
+        return None
     held, holder = 0, request.get(TOKEN_NAME, ANONYMOUS)
     try:  # the bytes of this body count against the process's budget (and its token's share) until answered
-        if request.content_length is not None:
-            held += budget.take(request.content_length, holder)
+        if length is not None:
+            held += budget.take(length, holder)
         raw = await _read(request, limits)
-        if request.content_length is None:
+        if length is None:
             held += budget.take(len(raw), holder)
         request[BODY] = decoded = inflate(raw, coding, limit)
         if coding != "identity":
             held += budget.take(len(decoded), holder)
-        return await handler(request)
-    finally:
+    except BaseException:
         budget.give(held, holder)
+        raise
+    return Held(budget, held, holder)
 
 
 async def read_body(request: web.Request) -> bytes:
-    """The request body, decoded by :func:`body_middleware`."""
+    """The request body, decoded by :func:`take_body`."""
     body = request.get(BODY)
     return body if body is not None else await request.read()

@@ -222,8 +222,8 @@ def _one(
 ) -> tuple[Envelope, int | None]:
     if not isinstance(doc, dict):
         raise EnvelopeError(FieldError("$", "a job must be a JSON object"))
-    unknown = sorted(set(doc) - CLIENT_FIELDS)
-    if unknown:
+    if not CLIENT_FIELDS.issuperset(doc):
+        unknown = sorted(set(doc) - CLIENT_FIELDS)
         raise EnvelopeError([FieldError(k, "unknown field") for k in unknown])
     if "kind" not in doc:
         raise EnvelopeError(FieldError("kind", "required"))
@@ -330,10 +330,11 @@ async def produce(gate: Gate, parsed: Parsed, records: list[Record], acks: Acks)
         raise
 
 
-async def check_blocked(gate: Gate, queue: str, what: str = "") -> None:
+async def check_blocked(gate: Gate, queue: str, what: str = "") -> QueueConfig | None:
     """423 ``queue_blocked`` when the queue's ``enqueue_blocked`` flag is set (the cached configuration;
     Redis not answering: accepted, enqueues never depend on Redis). ``what``: whose queue it is, named
-    first in the message (a graph's node)."""
+    first in the message (a graph's node). The configuration it read (the request's other checks use
+    it: one look-up a request)."""
     config = await gate.queue_config(queue)
     if config is not None and config.enqueue_blocked:
         raise HttpError(
@@ -343,3 +344,4 @@ async def check_blocked(gate: Gate, queue: str, what: str = "") -> None:
             f" queues are not affected; an operator lifts it with PATCH /v1/queues/{queue}"
             ' {"enqueue_blocked": false}',
         )
+    return config

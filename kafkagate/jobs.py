@@ -11,6 +11,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import decode, validate_name
 from jqcore.errors import EnvelopeError, FieldError
 from jqcore.log import get_logger
+from jqengine import QueueConfig
 from jqrecover.replay import REPLAYABLE, ReplayError, replayed, replayed_from_archive
 from jqruntime import tracing
 from jqruntime.authz import Policy, path_queue
@@ -73,9 +74,10 @@ async def _idempotency(request: web.Request, gate: Gate, queue: str, body: bytes
     return digest
 
 
-async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
+def _content_ids(request: web.Request, config: QueueConfig | None) -> bool:
     """Whether jobs without an id get content ids: ``?id_from=content|random``, else the queue's
-    ``id_from`` policy (cached; Redis not answering: random ids, enqueues never depend on Redis)."""
+    ``id_from`` policy (its cached ``config``; None, Redis not answering: random ids, enqueues never
+    depend on Redis)."""
     asked = request.query.get("id_from")
     if asked is not None:
         if asked not in ("content", "random"):
@@ -84,7 +86,6 @@ async def _content_ids(request: web.Request, gate: Gate, queue: str) -> bool:
                 400, "id_from_invalid", f"id_from must be content or random, not {asked!r}", [problem]
             )
         return asked == "content"
-    config = await gate.queue_config(queue)
     return config is not None and config.id_from == "content"
 
 
@@ -124,9 +125,9 @@ async def enqueue(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     queue = queue_of(request)
     body = await read_body(request)
-    await check_blocked(gate, queue)
+    config = await check_blocked(gate, queue)
     digest = await _idempotency(request, gate, queue, body)
-    content = await _content_ids(request, gate, queue)
+    content = _content_ids(request, config)
     with tracing.enqueue_spans(request.headers) as spans:  # off: a shared no-op, envelopes untouched
         parsed = parse_jobs(
             queue,
@@ -142,7 +143,7 @@ async def enqueue(request: web.Request) -> web.Response:
         wanted = [p for p in parsed.partitions if p is not None]
         check_partitions(parsed, await gate.partition_count(records[0].topic, wanted))  # also: topic exists
         if needs_exclusivity(parsed):
-            check_exclusive(parsed, await gate.queue_config(queue))
+            check_exclusive(parsed, config)
         delivered = await produce(gate, parsed, records, acks)
         spans.delivered(delivered)
     metrics.child(metrics.GATE_JOBS_PRODUCED, queue, records[0].topic).inc(len(records))

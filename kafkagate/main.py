@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import os
 import shutil
 import signal
@@ -236,6 +237,12 @@ def _process_header(slot: str) -> Callable[[web.Request, web.StreamResponse], Aw
     return add
 
 
+GC_YOUNG_THRESHOLD = 10_000
+"""Allocations between two collections of the youngest generation (CPython's default: 700). With 64 requests
+in flight, most of what a request allocates is freed by its end; collecting ten times as seldom walks the
+objects of requests still in flight ten times less often (the gateway's CPU per request; issue 58)."""
+
+
 def run(settings: GateSettings | None = None, mounts: Mapping[str, web.Application] | None = None) -> None:
     """Serve the gateway until SIGTERM/SIGINT: in this process, or as the supervisor of
     ``settings.process_count()`` gateway processes (exit status 1 when they could not be kept running).
@@ -253,6 +260,8 @@ def run(settings: GateSettings | None = None, mounts: Mapping[str, web.Applicati
             raise SystemExit(code)
         return
     service = GateService(settings, *parts, *more, mounts, slot=int(slot) if slot is not None else None)
+    gc.freeze()  # what start-up made (modules, classes, settings) is never garbage: no collection walks it
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     asyncio.run(_serve(service))
 
 

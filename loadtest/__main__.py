@@ -61,7 +61,8 @@ def bench(
     hop: Annotated[
         str | None,
         typer.Option(
-            "--hop", help="floors: only this hop (worker: on a Redis of its own, no Kafka; minutes, not 17)."
+            "--hop",
+            help="floors: only this hop, minutes not 17 (gateway; worker: on a Redis of its own, no Kafka).",
         ),
     ] = None,
     baseline: Annotated[

@@ -33,6 +33,7 @@ ratio is taken per repetition (jobq / floor) and its median reported.
   Kafka, no Consul: a run of minutes, not a quarter of an hour): both queues are filled directly, jobq's
   through the engine as its relay writes them, the floor's lease queue as its relay does, then drained as
   above, the systems alternately, ``reps`` times.
+* ``--hop gateway``: the gateway hop alone (a stack, both gateways, their repetitions and profiles: minutes).
 * **profiles** (not ``--quick``): after the measured repetitions, ``py-spy`` records each gateway under
   the same closed loop, and jobq's relay, one worker and the scheduler under the batched path load.
 
@@ -104,7 +105,7 @@ RELAY_BATCH = 500
 """Records per relay batch: jqrelay's default (``JOBQ_RELAY_BATCH``), given to the floor too."""
 SYSTEMS = ("jobq", "floor")
 HOPS = ("gateway", "relay", "worker", "start-up", "path, 1 job/request", "path, batched")
-ALONE = ("worker",)
+ALONE = ("gateway", "worker")
 """The hops ``--hop`` may run alone."""
 PROFILE_S = 10.0
 WORKER_PROFILE_S = 4.0
@@ -702,6 +703,17 @@ def _table(figures: Figures) -> str:
     return "\n".join(lines)
 
 
+def _other_rounds(
+    ep: Endpoints, tag: str, sizes: Sizes, figures: Figures, rep: int, folder: Folder | None
+) -> dict[str, Profile]:
+    """A repetition's rounds after the gateway's: relay and worker, start-up, the whole path (profiled in
+    the last repetition when ``folder`` is given)."""
+    _relay_and_worker_round(ep, tag, sizes.jobs, figures, rep)
+    _startup_round(figures)
+    at = (PROFILE_S, folder) if folder is not None and rep == sizes.reps - 1 else None
+    return asyncio.run(_path_round(ep, tag, sizes, figures, rep, at))
+
+
 def _worker_alone(
     endpoints: Endpoints | None, sizes: Sizes, figures: Figures, loads: list[str], folder: Folder | None
 ) -> dict[str, Profile]:
@@ -739,34 +751,22 @@ def run(
     try:
         if hop == "worker":
             profiles = _worker_alone(endpoints, sizes, figures, loads, folder if profile else None)
-            return _report(report, figures, loads, profiles, sizes, alone=True)
+            return _report(report, figures, loads, profiles, sizes, hop=hop)
         with bench_stack("floors", endpoints) as ep, _gateways(ep, tag) as gates:
             kafka = _kafka_pids(ep)
-            for (
-                gate
-            ) in gates.values():  # warm-up, not measured: the first connections, the broker's first writes
+            for gate in gates.values():  # a warm-up, not measured: the first connections, the broker's writes
                 asyncio.run(_closed_loop(gate, 0.5 if quick else 2.0))
             for rep in range(sizes.reps):
                 load = f"{_loadavg():.1f}"
                 _gateway_round(gates, kafka, sizes.gate_s, figures)
-                _relay_and_worker_round(ep, f"{tag}r{rep}", sizes.jobs, figures, rep)
-                _startup_round(figures)
-                last = rep == sizes.reps - 1
-                recorded = asyncio.run(
-                    _path_round(
-                        ep,
-                        f"{tag}r{rep}",
-                        sizes,
-                        figures,
-                        rep,
-                        (PROFILE_S, folder) if profile and last else None,
+                if hop is None:
+                    profiles |= _other_rounds(
+                        ep, f"{tag}r{rep}", sizes, figures, rep, folder if profile else None
                     )
-                )
-                profiles |= recorded
                 loads.append(f"{load} → {_loadavg():.1f}")
             if profile:
                 profiles = asyncio.run(_gateway_profiles(gates, PROFILE_S, folder)) | profiles
-        return _report(report, figures, loads, profiles, sizes, alone=False)
+        return _report(report, figures, loads, profiles, sizes, hop=hop)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -778,17 +778,20 @@ def _report(
     profiles: dict[str, Profile],
     sizes: Sizes,
     *,
-    alone: bool,
+    hop: str | None,
 ) -> Report:
-    for (hop, measure, system), values in figures.samples.items():
-        unit = "x" if system == "ratio" else figures.units[hop, measure]
-        report.add(f"{hop}: {measure} — {system}", unit, values)
+    for (measured, measure, system), values in figures.samples.items():
+        unit = "x" if system == "ratio" else figures.units[measured, measure]
+        report.add(f"{measured}: {measure} — {system}", unit, values)
     report.params["load average (1 min) at each repetition's start → end"] = loads
+    gateway = f"gateway: 64 connections, closed loop, {sizes.gate_s:g} s each"
     shapes = (
         f"the worker hop alone: {sizes.jobs:,} jobs written straight into a Redis of its own, one process "
         f"each, {SLOTS} slots (burst)"
-        if alone
-        else f"gateway: 64 connections, closed loop, {sizes.gate_s:g} s each; relay and worker: "
+        if hop == "worker"
+        else f"the gateway hop alone: {gateway}"
+        if hop == "gateway"
+        else f"{gateway}; relay and worker: "
         f"{sizes.jobs:,} jobs, one process each, the worker {SLOTS} slots (burst); the path: 2 workers × "
         f"{e2e_bench.CONCURRENCY}, jobq's with its scheduler shipping events and Consul, "
         f"{sizes.rate:g} single requests/s for {sizes.rate_s:g} s, then 4 × 1,000-job requests for "
@@ -809,7 +812,7 @@ def _report(
         intro = (
             f"py-spy record --nonblocking, {WORKER_PROFILE_S:g} s at 250 Hz from its first claim: each "
             f"worker draining {sizes.jobs:,} fresh jobs, one after the other."
-            if alone
+            if hop == "worker"
             else f"py-spy record --nonblocking, {PROFILE_S:g} s at 250 Hz: each gateway alone under the "
             "gateway hop's closed loop; the path's processes (jobq: gateway, relay, one worker, the "
             "scheduler; floor: gateway, relay, one worker) under the batched load of the last repetition, "

@@ -71,7 +71,8 @@ def _scheduler(quick: bool) -> Report:
 
 
 def floors(quick: bool, *, hop: str | None = None) -> Report:
-    """``./run bench floors``; ``--hop worker``: that hop alone (on a Redis of its own, no Kafka)."""
+    """``./run bench floors``; ``--hop gateway`` or ``worker``: that hop alone (the worker's on a Redis of its
+    own, no Kafka)."""
     from loadtest import floors_bench
 
     return floors_bench.run(quick=quick, hop=hop)

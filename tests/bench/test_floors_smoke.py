@@ -51,6 +51,16 @@ def test_the_worker_hop_runs_alone_on_redis(endpoints: Endpoints) -> None:
         assert figures[f"worker: worker CPU — {system}"]["median"] > 0, system
 
 
+def test_the_gateway_hop_runs_alone(endpoints: Endpoints) -> None:
+    """``--hop gateway``: the gateway's figures, both systems and their ratio, no other hop's."""
+    report = floors_bench.run(quick=True, endpoints=endpoints, profile=False, hop="gateway")
+    figures = json.loads((report.save() / "results.json").read_text())["figures"]
+    assert {n.split(": ", 1)[0] for n in figures} == {"gateway"}
+    assert any(note.startswith("the gateway hop alone") for note in report.notes), report.notes
+    for system in (*floors_bench.SYSTEMS, "ratio"):
+        assert figures[f"gateway: requests/s — {system}"]["median"] > 0, system
+
+
 def test_the_floor_lease_queue_keeps_its_promise(endpoints: Endpoints) -> None:
     """Claimed with a deadline and a token, completed only by that token, claimed again once the lease
     ran out (the floors are yardsticks, but they must keep the promise they are measured by)."""
@@ -96,4 +106,4 @@ def test_hop_is_for_the_floors_and_a_hop_that_runs_alone() -> None:
     result = CliRunner().invoke(bench_cli.app, ["gate", "--hop", "worker"])
     assert (result.exit_code, "--hop: floors only" in result.output) == (2, True)
     result = CliRunner().invoke(bench_cli.app, ["floors", "--hop", "relay"])
-    assert (result.exit_code, "only worker runs alone" in result.output) == (2, True)
+    assert (result.exit_code, "only gateway, worker runs alone" in result.output) == (2, True)

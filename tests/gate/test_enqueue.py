@@ -3,6 +3,7 @@ whole with every field named, auth, idempotency keys, routing, Kafka unreachable
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,24 @@ async def test_one_job_is_in_kafka_when_the_202_comes(
     assert msg.key() == job_id.encode()
     assert dict(msg.headers() or [])["jobq-queue"] == gw.queue.encode()
     assert (msg.partition(), msg.offset()) == (body["jobs"][0]["partition"], body["jobs"][0]["offset"])
+
+
+async def test_concurrent_enqueues_each_answer_their_own_jobs_record(
+    gw: Any, topic_reader: Callable[..., list[Any]]
+) -> None:
+    """The producer's delivery thread hands a round's settled calls to the event loop together: each of
+    many requests in flight at once gets its own job's partition and offset."""
+    calls = [
+        gw.call("POST", f"/v1/queues/{gw.queue}/jobs", json={"kind": "k", "id": f"c-{i}"}) for i in range(64)
+    ]
+    answers = await asyncio.gather(*calls)
+    assert [status for status, _ in answers] == [202] * 64, answers
+    placed = {
+        body["ids"][0]: (body["jobs"][0]["partition"], body["jobs"][0]["offset"]) for _, body in answers
+    }
+    assert sorted(placed) == sorted(f"c-{i}" for i in range(64))
+    records = topic_reader(gw.topic, 64)
+    assert {decode(m.value()).id: (m.partition(), m.offset()) for m in records} == placed
 
 
 async def test_batch_and_ndjson_and_exclusive_keys(gw: Any, topic_reader: Callable[..., list[Any]]) -> None:
