@@ -86,8 +86,8 @@ _TRANSITIONS = (
     _declare("unwait", "prefix waiters"),
     _declare(
         "extend",
-        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
-        " events gdone",
+        "prefix ready running done dead config kinds kindrun fairring fairrun fairtime counts stats xhead"
+        " wake events gdone",
     ),
     _declare(
         "complete",
@@ -111,8 +111,8 @@ _TRANSITIONS = (
     ),
     _declare(
         "defer",
-        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
-        " events gdone",
+        "prefix ready running done dead config kinds kindrun fairring fairrun fairtime counts stats xhead"
+        " wake events gdone",
     ),
     _declare(
         "tail_done",
@@ -121,17 +121,17 @@ _TRANSITIONS = (
     ),
     _declare(
         "cancel_running",
-        "prefix ready running done dead config kindrun fairring fairrun fairtime counts stats xhead wake"
-        " events gdone",
+        "prefix ready running done dead config kinds kindrun fairring fairrun fairtime counts stats xhead"
+        " wake events gdone",
     ),
     _declare(
         "snooze",
-        "prefix ready delayed running config kindrun fairring fairrun fairtime counts stats wake sched"
+        "prefix ready delayed running config kinds kindrun fairring fairrun fairtime counts stats wake sched"
         " events",
     ),
     _declare(
         "hand_back",
-        "prefix ready delayed running done dead config kindrun fairring fairrun fairtime counts stats"
+        "prefix ready delayed running done dead config kinds kindrun fairring fairrun fairtime counts stats"
         " xhead wake sched events gdone",
     ),
     _declare(

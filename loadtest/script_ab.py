@@ -11,7 +11,10 @@ same ``KEYS`` and ``ARGV`` (true when only Lua changed).
 Per tree, per run (6 a sample, the trees' order alternating), on a fresh queue: 20,000 no-op jobs stored
 in calls of 2,000 (``enqueue_batch``), then run in pool rounds of 50 (``settle_claim``: the last round's
 completions and the next claims in one call); events off (``events_cap`` 0) and on. The figure is Redis's
-time in the script calls (``INFO commandstats``, ``evalsha``), µs per job.
+time in the script calls (``INFO commandstats``, ``evalsha``), µs per job. Beside them, the worker floor's
+lease queue (:mod:`loadtest.floors.lease`) runs as many jobs the same way — written in batches of 2,000
+(two commands, no script), run in rounds of 50 by its one call (``SETTLE_CLAIM``) — the least Lua a lease
+queue's promise needs: ``rounds: floor`` is the figure a tree's rounds compare with.
 
 A script call's fixed cost, per tree: 2,000 ``complete`` calls for jobs that do not exist (pipelined;
 each binds its keys, defines what it is sent, reads one record and answers ``MISSING``), µs per call.
@@ -33,10 +36,13 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from jqcore.clock import now_ms
 from jqengine import Engine, QueueConfig
 from jqengine.keys import QueueKeys
 from jqengine.scripts import SCRIPT_NAMES, source
 from loadtest.events_bench import CALL, ROUND, run_in_rounds, store
+from loadtest.floors.lease import SETTLE_CLAIM
+from loadtest.floors.lease import keys as floor_keys
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 
@@ -109,6 +115,34 @@ async def _phases(
     return enqueue / jobs, rounds / jobs
 
 
+async def _floor_rounds(client: aioredis.Redis, queue: str, jobs: int) -> float:
+    """The floor's script µs per job: ``jobs`` written to its lease queue in batches of :data:`CALL`, then
+    run in rounds of :data:`ROUND` (each call settling the last round's jobs and claiming the next)."""
+    keys = floor_keys(queue)
+    pending, _, records, _, _ = keys
+    payload = b"x" * 200  # about a no-op job's envelope
+    for i in range(0, jobs, CALL):
+        ids = [f"e{j}" for j in range(i, min(jobs, i + CALL))]
+        pipe = client.pipeline(transaction=False)
+        pipe.hset(records, mapping=dict.fromkeys(ids, payload))
+        pipe.zadd(pending, {job_id: i for job_id in ids}, nx=True)
+        await pipe.execute()
+    settle_claim = client.register_script(SETTLE_CLAIM)
+    done: list[bytes] = []
+    start, ran = await _script_usec(client), 0
+    while True:
+        reply = await settle_claim(keys, [now_ms(), 60_000, ROUND, *done])
+        ran += int(reply[0])
+        done = [x for i in range(1, len(reply), 3) for x in (reply[i], reply[i + 1])]
+        if not done:
+            break
+    usec = await _script_usec(client) - start
+    await client.delete(*keys)
+    if ran != jobs:
+        raise RuntimeError(f"the floor's rounds settled {ran} of {jobs} jobs")
+    return usec / jobs
+
+
 def _ab(url: str, sources: dict[str, dict[str, str]], jobs: int, reps: int) -> dict[str, float]:
     async def both() -> dict[str, float]:
         client = aioredis.Redis.from_url(url, socket_timeout=120)
@@ -129,6 +163,8 @@ def _ab(url: str, sources: dict[str, dict[str, str]], jobs: int, reps: int) -> d
                     call = await _call_usec(engines[tree], client, f"ab{tree}{rep}call")
                     key = f"complete, missing job: {tree}"
                     sums[key] = sums.get(key, 0.0) + call / reps
+                floor = await _floor_rounds(client, f"abfloor{rep}", jobs)
+                sums["rounds: floor"] = sums.get("rounds: floor", 0.0) + floor / reps
                 for events in (False, True):
                     for tree in order:
                         on = "on" if events else "off"

@@ -13,7 +13,10 @@
 -- Events are built lean (lib/store_event.lua): a single one is completed here with every field of the
 -- schema (its JSON goes to Kafka as it is), an array's events by their reader. The loader puts the
 -- schema's defaults (jqcore.events.DEFAULTS, but `queue`: the stream's) in place of the marker line below.
+-- Counters (lib/tally.lua: the lifetime stats, a kind's running jobs) wait in counter_sink (hash key ->
+-- field -> sum) the same way: one HINCRBY a counter once the transition ended, not one per job.
 local event_sink = {events = {}, stream = nil, stats = nil, waiting = 0, queue = ''}
+local counter_sink = {}
 --@EVENT_DEFAULTS
 local function transition()
 --@TRANSITION
@@ -31,5 +34,10 @@ elseif #stored > 1 then
   redis.call('XADD', event_sink.stream, '*', 'n', #stored, 'e', cjson.encode(stored))
 end
 if #stored > 0 then redis.call('HSET', event_sink.stats, 'events_waiting', event_sink.waiting) end
+for h, counts in pairs(counter_sink) do
+  for field, n in pairs(counts) do
+    if n ~= 0 and redis.call('HINCRBY', h, field, n) < 0 then redis.call('HSET', h, field, 0) end
+  end
+end
 if not ok then error(result, 0) end
 return result

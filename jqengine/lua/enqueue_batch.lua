@@ -59,8 +59,8 @@
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
 --       or {C_FENCE_STALE, newest_fence} when the fence is older than the newest seen for this source.
--- uses: admit, cfg, cfgnum, fairness, finish, hand_off, jkey, server_now, set_state, split_lines, stat,
---       to_ready, wake, wake_scheduler
+-- uses: admit, cfg, cfgnum, fairness, finish, hand_off, jkey, server_now, split_lines, stat, to_ready, transit,
+--       wake, wake_scheduler
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
   local newest = tonumber(redis.call('HGET', FENCES, source) or '0')
@@ -121,11 +121,9 @@ local function kind_options(kind)
   end
   return o
 end
--- Stats counted per call, added once at the end. Touched first: a damaged stats hash (WRONGTYPE) fails
+-- Stats (stat: summed, written once the call ends). Touched first: a damaged stats hash (WRONGTYPE) fails
 -- the call before any job is written, so nothing of the batch is stored behind an error.
-local tally = {}
-local function count(field) tally[field] = (tally[field] or 0) + 1 end
-if n > 0 then stat('enqueued', 0) end
+if n > 0 then redis.call('HINCRBY', STATS, 'enqueued', 0) end
 
 local rows = n > 0 and cmsgpack.unpack(ARGV[5]) or {}
 for i = 1, n do
@@ -147,10 +145,11 @@ for i = 1, n do
   if exclusive and excl == '' and excl_key ~= '' and meta[excl_key] then excl = meta[excl_key] end
   local key = jkey(id)
   if has_far then redis.call('HDEL', FAR, id) end
-  local existing = redis.call('HMGET', key, 'state', 'tombstone')
+  local existing = redis.call('HMGET', key, 'state', 'tombstone', 'version')
+  local prior, version = existing[1], existing[3]  -- a reopened job's: its event's 'from', its version
   if existing[1] ~= false and existing[2] ~= '1' and reopens(key, existing[1], origin) then
     reopen(id, key)
-    count('reopened')
+    stat('reopened')
     existing = {false}
   end
   if existing[1] ~= false then
@@ -162,43 +161,52 @@ for i = 1, n do
       redis.call('HSET', key, 'dup_at', NOW)
       out[#out + 1] = 'duplicate'
     end
-    count('duplicates')
+    stat('duplicates')
   elseif exclusive and excl == '' then
     out[#out + 1] = 'refused:exclusive queue needs an exclusivity value (excl or meta.' .. excl_key .. ')'
-    count('refused')
+    stat('refused')
   else
     local opts = kind_options(kind)
     if attempts == '' then attempts = opts.attempts end
     if prio == stamps.accepted_at and opts.prio then prio = opts.prio end
     local stored_excl = exclusive and excl or ''
-    redis.call('HSET', key, 'env', env, 'prio', prio, 'kind', kind, 'excl', stored_excl,
-      'idx', table.concat(idx, '\n'), 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
-      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', math.max(NOW, server_now()), 'updated_at', NOW,
-      'origin', origin, 'accepted_at', stamps.accepted_at)
-    if row[13] ~= '' then redis.call('HSET', key, 'graph', row[13]) end
-    if row[14] ~= '' then redis.call('HSET', key, 'parent', row[14]) end
-    if fair_key ~= '' then redis.call('HSET', key, 'fair', meta[fair_key] or '') end
-    count('enqueued')
+    local index = table.concat(idx, '\n')
+    local fields = {'env', env, 'prio', prio, 'kind', kind, 'excl', stored_excl,
+      'idx', index, 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
+      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', math.max(NOW, server_now()),
+      'origin', origin, 'accepted_at', stamps.accepted_at}
+    if row[13] ~= '' then fields[#fields + 1] = 'graph' fields[#fields + 1] = row[13] end
+    if row[14] ~= '' then fields[#fields + 1] = 'parent' fields[#fields + 1] = row[14] end
+    local fair = false
+    if fair_key ~= '' then
+      fair = meta[fair_key] or ''
+      fields[#fields + 1] = 'fair'
+      fields[#fields + 1] = fair
+    end
+    -- what a first transition of the new record reads of it, known here: written with its state, one HSET
+    local r = {kind, 0, false, prior, version}
+    stat('enqueued')
     if expires_at and expires_at <= NOW then
+      redis.call('HSET', key, unpack(fields))
       finish(id, key, 'expired', 'expired before it was enqueued', stamps)
       out[#out + 1] = 'expired'
     elseif run_at and run_at > NOW then
       redis.call('ZADD', DELAYED, run_at, id)
       stamps.run_at = run_at
-      set_state(id, key, 'delayed', stamps)
+      transit(id, key, r, 'delayed', stamps, fields)
       if earliest_delayed == nil or run_at < earliest_delayed then earliest_delayed = run_at end
       out[#out + 1] = 'delayed'
     elseif stored_excl == '' then -- admit() without reading back what was just written
-      to_ready(id, key, prio, stamps)
+      to_ready(id, key, prio, stamps, {index, fair}, r, fields)
       ready = ready + 1
       out[#out + 1] = 'stored'
     else
+      redis.call('HSET', key, unpack(fields))
       ready = ready + admit(id, key, stamps)
       out[#out + 1] = 'stored'
     end
   end
 end
-for field, c in pairs(tally) do stat(field, c) end
 local handed, freed = hand_off()
 wake(ready - handed + freed)
 if earliest_delayed and (prev_earliest < 0 or earliest_delayed < prev_earliest) then wake_scheduler() end

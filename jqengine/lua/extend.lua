@@ -7,16 +7,17 @@
 -- KEYS[4] done     ZSET terminal jobs, score = when GC removes them (ms)
 -- KEYS[5] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
 -- KEYS[6] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
--- KEYS[7] kindrun  HASH kind -> jobs of that kind running
--- KEYS[8] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[9] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
--- KEYS[10] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[11] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
--- KEYS[12] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
--- KEYS[13] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[14] wake     LIST wake tokens for waiting workers (at most 64)
--- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
--- KEYS[16] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+-- KEYS[7] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
+-- KEYS[8] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[10] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
+-- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[12] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[13] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[15] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[16] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[17] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
 --                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] lease_ms (0 = each job's own lease_ms, else the queue's default)

@@ -10,17 +10,18 @@
 -- KEYS[5] done     ZSET terminal jobs, score = when GC removes them (ms)
 -- KEYS[6] dead     ZSET errored jobs (the dead-letter list), score = when they died (ms)
 -- KEYS[7] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
--- KEYS[8] kindrun  HASH kind -> jobs of that kind running
--- KEYS[9] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[10] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
--- KEYS[11] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[12] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
--- KEYS[13] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
--- KEYS[14] xhead    HASH exclusivity value -> the job allowed to run
--- KEYS[15] wake     LIST wake tokens for waiting workers (at most 64)
--- KEYS[16] sched    LIST wake token for the scheduler (an earlier due time appeared)
--- KEYS[17] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
--- KEYS[18] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
+-- KEYS[8] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
+-- KEYS[9] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[10] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[11] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
+-- KEYS[12] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[13] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[14] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[15] xhead    HASH exclusivity value -> the job allowed to run
+-- KEYS[16] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[17] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[18] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[19] gdone    HASH cross-slot outbox: the outcomes of graph nodes' and tail children's jobs (job id ->
 --                        JSON), tail children to enqueue ('>' child id -> JSON)
 -- derived: job:<id>, idx:<key>=<value>, xq:<excl>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms  [6] dead after ms

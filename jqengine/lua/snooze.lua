@@ -5,15 +5,16 @@
 -- KEYS[3] delayed  ZSET invisible jobs, score = run_at (ms)
 -- KEYS[4] running  ZSET claimed jobs, score = lease deadline (ms)
 -- KEYS[5] config   HASH queue configuration (jqengine.models.QueueConfig), created_at, switches
--- KEYS[6] kindrun  HASH kind -> jobs of that kind running
--- KEYS[7] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
--- KEYS[8] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
--- KEYS[9] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
--- KEYS[10] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
--- KEYS[11] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
--- KEYS[12] wake     LIST wake tokens for waiting workers (at most 64)
--- KEYS[13] sched    LIST wake token for the scheduler (an earlier due time appeared)
--- KEYS[14] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
+-- KEYS[6] kinds    HASH per-kind options: <kind>|limit, |attempts, |delivery, |prio, |noresult
+-- KEYS[7] kindrun  HASH kind -> jobs of that kind running
+-- KEYS[8] fairring ZSET fair queues: fair_key values with ready jobs, score = pass
+-- KEYS[9] fairrun  HASH fair queues: a value with a fair_limits entry -> its jobs running
+-- KEYS[10] fairtime ZSET fair queues: values out of the ring for their rate, score = next start
+-- KEYS[11] counts   HASH blocked: jobs waiting behind an exclusivity value or parked (kind limit, switch)
+-- KEYS[12] stats    HASH lifetime counters (enqueued, claimed, ...) and events_waiting (events in the stream)
+-- KEYS[13] wake     LIST wake tokens for waiting workers (at most 64)
+-- KEYS[14] sched    LIST wake token for the scheduler (an earlier due time appeared)
+-- KEYS[15] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: job:<id>, idx:<key>=<value>, parked:<kind>, fair:<value>
 -- ARGV: [1] now  [2] id  [3] attempt  [4] token  [5] delay ms
 -- returns: {C_OK, run_at} | {C_STALE} | {C_MISSING}.

@@ -50,3 +50,25 @@ async def test_a_paused_queue_takes_the_outcomes_and_hands_out_nothing(
     assert (answers[0][0], claimed) == (Code.RETRY, [])
     depth = await engine.reads.depth(q)
     assert (depth.running, depth.pending + depth.delayed) == (0, 3)
+
+
+async def test_a_kind_without_a_limit_counts_its_running_jobs_and_a_limit_set_later_starts_from_them(
+    engine: Engine, q: str, job: Callable[..., Envelope]
+) -> None:
+    async def running() -> int:
+        return int((await engine.reads.kinds([q]))["free"]["queues"][q]["running"])
+
+    await engine.admin.configure_kind("free", queues=[q], max_attempts=3)  # listed, without a limit
+    await engine.enqueue_batch([job(q, "free") for _ in range(6)])
+    _, claimed = await engine.jobs.settle_claim(q, [], 3)
+    assert await running() == 3
+    _, more = await engine.jobs.settle_claim(q, [Settle((c.id, c.attempt, c.token)) for c in claimed[:2]], 1)
+    assert (len(more), await running()) == (1, 2), "counted once per call, the outcomes and the claims"
+    await engine.admin.configure_kind("free", queues=[q], concurrency=2)
+    _, none = await engine.jobs.settle_claim(q, [], 2)
+    assert none == [], "the limit counts the jobs claimed before it was set"
+    assert (await engine.reads.depth(q)).blocked == 2
+    _, freed = await engine.jobs.settle_claim(
+        q, [Settle((claimed[2].id, claimed[2].attempt, claimed[2].token))], 2
+    )
+    assert (len(freed), await running()) == (1, 2), "the slot it freed, and only that one, is taken"

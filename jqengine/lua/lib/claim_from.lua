@@ -11,7 +11,7 @@
 -- first entry not read, scan.last the last entry read that stayed in src (nil: none), scan.done true
 -- when src was read to its end.
 -- uses: cfgnum, fair_asleep, fair_full, fair_round, fair_take, fair_wake, fairness, finish, from_ready, jkey,
---       k, release_excl, server_now, set_state, stat, switched, wake_scheduler
+--       k, kind_limit, release_excl, server_now, set_state, stat, switched, tally, transit, wake_scheduler
 local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
   local default_lease = cfgnum('lease_ms', 30000)
   local claimed, scanned, offset, freed, waited = 0, 0, 0, 0, 0
@@ -20,13 +20,21 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
   local new_earliest = nil
   local fc = fairness()
   local fair = fc.key ~= ''
+  local started = {}  -- limited kind -> jobs claimed by this call: KINDRUN counts them once, at the end
+  -- Jobs taken out of READY and leases given, written with one ZREM / ZADD a chunk (at most 500 jobs)
+  local taken, leased = {}, {}
+  local function flush()
+    if #taken > 0 then redis.call('ZREM', READY, unpack(taken)) taken = {} end
+    if #leased > 0 then redis.call('ZADD', RUNNING, unpack(leased)) leased = {} end
+  end
   if fair and fc.rated then fair_wake(fc) end
 
   -- One job met on the way: claimed, or moved out of the ready set (gone, expired, switched, parked);
   -- true when it stays where it is (filtered out, or its fair value is at its limit).
   local function visit(id)
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt', 'enqueued_at', 'run_at', 'fair')
+    local f = redis.call('HMGET', key, 'kind', 'expires_at', 'prio', 'lease_ms', 'attempt', 'enqueued_at', 'run_at',
+      'fair', 'idx', 'env', 'state', 'version')
     if f[1] == false then
       redis.call('ZREM', src, id)
       redis.call('ZREM', READY, id)
@@ -36,9 +44,9 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       redis.call('ZREM', FAIRRING, f[8])  -- it enters again when one of its jobs finishes / it wakes
       return true
     end
-    from_ready(id, key)
+    from_ready(id, key, {f[9], f[8]}, taken)
     local kind, expires = f[1], tonumber(f[2])
-    local limit = tonumber(redis.call('HGET', KINDS, kind .. '|limit') or '')
+    local limit = kind_limit(kind)
     local sw = switched(key, kind)
     if expires and expires <= NOW then
       finish(id, key, 'expired', 'expires_at passed before it ran')
@@ -53,7 +61,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
         finish(id, key, 'errored', 'kill switch ' .. sw.name)
         freed = freed + release_excl(id, key)
       end
-    elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') >= limit then
+    elseif limit and tonumber(redis.call('HGET', KINDRUN, kind) or '0') + (started[kind] or 0) >= limit then
       redis.call('ZADD', k('parked:' .. kind), tonumber(f[3]), id)
       set_state(id, key, 'parked')
       redis.call('HINCRBY', COUNTS, 'blocked', 1)
@@ -63,11 +71,12 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       local deadline = NOW + lease
       local attempt = tonumber(f[5]) + 1
       local token = token_prefix .. ':' .. claimed
-      redis.call('HSET', key, 'attempt', attempt, 'token', token, 'lease_deadline', deadline,
-        'started_at', math.max(NOW, server_now()), 'worker', worker)
-      set_state(id, key, 'running')
-      redis.call('ZADD', RUNNING, deadline, id)
-      redis.call('HINCRBY', KINDRUN, kind, 1)
+      transit(id, key, {kind, attempt, worker, f[11], f[12]}, 'running', nil, {'attempt', attempt, 'token', token,
+        'lease_deadline', deadline, 'started_at', math.max(NOW, server_now()), 'worker', worker})
+      leased[#leased + 1] = deadline
+      leased[#leased + 1] = id
+      if #leased >= 1000 then flush() end
+      if limit then started[kind] = (started[kind] or 0) + 1 else tally(KINDRUN, kind, 1) end
       if fair and f[8] then  -- the ring loop below charges the value's pass
         if fc.limits[f[8]] then  -- a limited value counts its running jobs (release_slot gives back)
           redis.call('HSET', key, 'fairrun', f[8])
@@ -81,11 +90,12 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       if since < NOW then waited = waited + (NOW - since) end
       if new_earliest == nil or deadline < new_earliest then new_earliest = deadline end
       out[#out + 1] = id
-      out[#out + 1] = redis.call('HGET', key, 'env')
+      out[#out + 1] = f[10]
       out[#out + 1] = attempt
       out[#out + 1] = token
       out[#out + 1] = deadline
     end
+    if #taken >= 500 then flush() end
     return false
   end
 
@@ -98,6 +108,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       if visit(ids[1]) then return nil end  -- v is at its limit: out of the ring until a job of it ends
       return claimed > before
     end, function() return claimed < n and scanned < n * 4 + 32 end) do end
+    flush()
   end
   -- Priority order: every claim of a plain queue, a filtered claim, and what a fair queue has outside its
   -- ring (jobs enqueued before it had fair_key; a value held at its limit is skipped in place).
@@ -133,8 +144,10 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       end
       if claimed >= n or scanned >= budget then break end
     end
+    flush()  -- before the next chunk is read: its ranks count the jobs that stay only
   end
   if scan then scan.next = offset end
+  for kind, c in pairs(started) do redis.call('HINCRBY', KINDRUN, kind, c) end
   if claimed > 0 then
     stat('claimed', claimed)
     if waited > 0 then stat('wait_ms', waited) end

@@ -1,9 +1,10 @@
 -- Record a job's transition as its lifecycle event (store_event), the record's version bumped: `extra`,
--- the event's fields beyond the common ones; `f`, the record's kind, attempt and worker when the caller
--- read them (set_state), updated_at set too.
+-- the event's fields beyond the common ones. A caller that read the record (set_state, transit) passes
+-- `f`, its kind, attempt and worker (HMGET order), and `v`, the version it wrote; without them the version
+-- is bumped, updated_at set and the fields read here.
 -- uses: store_event
-local function emit(id, key, from, to, extra, f)
-  local v = redis.call('HINCRBY', key, 'version', 1)
+local function emit(id, key, from, to, extra, f, v)
+  if v == nil then v = redis.call('HINCRBY', key, 'version', 1) end
   if f == nil then
     redis.call('HSET', key, 'updated_at', NOW)
     f = redis.call('HMGET', key, 'kind', 'attempt', 'worker')

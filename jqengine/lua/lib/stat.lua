@@ -1,5 +1,5 @@
--- Add n (default 1) to a lifetime counter of the queue (STATS).
--- uses: none
+-- Add n (default 1) to a lifetime counter of the queue (STATS), written once the call ended (tally).
+-- uses: tally
 local function stat(field, n)
-  redis.call('HINCRBY', STATS, field, n or 1)
+  tally(STATS, field, n or 1)
 end
