@@ -86,7 +86,7 @@ class EventShipper:
             await self.engine.events.trim(queue, batch)
             metrics.EVENTS_SHIPPED.labels(queue).inc(len(batch))
             total += len(batch)
-        self.shipped += total
+            self.shipped += len(batch)  # as each batch leaves its stream, not at the round's end
         self.signals.shipped.signal(total)
         return total
 
