@@ -12,7 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
 from jqengine import Engine, Switch, SwitchNotFound
-from jqengine.keys import QueueKeys
+from jqengine.keys import QUEUES_KEY, QueueKeys
 
 Job = Callable[..., Envelope]
 
@@ -119,6 +119,30 @@ async def test_a_switch_set_before_its_queue_existed_holds_the_first_batch(
     handed = await engine.jobs.wait_for_handoff(q, "pool", 1.0)
     assert [j.id for j in handed or []] == ["free"]
     info = await engine.reads.get_job(q, "held")
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
+
+
+async def test_a_queue_lost_after_its_first_batch_is_announced_again_before_its_next(
+    engine: Engine, prefix: str, job: Job, t0: int, lift_after: list[str]
+) -> None:
+    """The engine announces a queue before its first write only (then the script alone): a queue whose
+    configuration and listing were lost since (Redis lost them) is not created by the next write, which
+    announces it again — listed, and born with the switch set while it was gone."""
+    q = f"{prefix}.lost"
+    await engine.enqueue_batch([job(q, "k", id="first")], now_ms=t0)
+    keys = QueueKeys(q)
+    await engine._client.delete(keys.config, keys.ready, keys.job("first"), keys.stats, keys.events)
+    await engine._client.srem(QUEUES_KEY, q)
+    assert await engine.admin.set_switch(Switch(f"{prefix}-lost", queue=q, kind="poison")) == []
+    lift_after.append(f"{prefix}-lost")
+    assert await engine.jobs.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
+    result = await engine.enqueue_batch([job(q, "poison", id="p"), job(q, "ok", id="free")], now_ms=t0 + 1)
+    assert result.created_queues == [q], "the write created the queue again, after announcing it"
+    assert q in await engine.core.queues()
+    handed = await engine.jobs.wait_for_handoff(q, "pool", 1.0)
+    assert [j.id for j in handed or []] == ["free"]
+    info = await engine.reads.get_job(q, "p")
     assert info is not None
     assert (info.state, info.attempt) == ("parked", 0)
 
