@@ -11,8 +11,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
-from jqengine import Engine, Switch, SwitchNotFound
-from jqengine.keys import QUEUES_KEY, QueueKeys
+from jqengine import Engine, QueueConfig, Switch, SwitchNotFound
+from jqengine.keys import QueueKeys
+
+from .conftest import lose_queue
 
 Job = Callable[..., Envelope]
 
@@ -129,13 +131,10 @@ async def test_a_queue_lost_after_its_first_batch_is_announced_again_before_its_
     """The engine announces a queue before its first write only (then the script alone): a queue whose
     configuration and listing were lost since (Redis lost them) is not created by the next write, which
     announces it again — listed, and born with the switch set while it was gone."""
-    q = f"{prefix}.lost"
+    q = f"{prefix}.gone"
     await engine.enqueue_batch([job(q, "k", id="first")], now_ms=t0)
-    keys = QueueKeys(q)
-    await engine._client.delete(keys.config, keys.ready, keys.job("first"), keys.stats, keys.events)
-    await engine._client.srem(QUEUES_KEY, q)
-    assert await engine.admin.set_switch(Switch(f"{prefix}-lost", queue=q, kind="poison")) == []
-    lift_after.append(f"{prefix}-lost")
+    await lose_queue(engine, q)
+    assert await _set(engine, lift_after, Switch(f"{prefix}-gone", queue=q, kind="poison")) == []
     assert await engine.jobs.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
     result = await engine.enqueue_batch([job(q, "poison", id="p"), job(q, "ok", id="free")], now_ms=t0 + 1)
     assert result.created_queues == [q], "the write created the queue again, after announcing it"
@@ -143,6 +142,29 @@ async def test_a_queue_lost_after_its_first_batch_is_announced_again_before_its_
     handed = await engine.jobs.wait_for_handoff(q, "pool", 1.0)
     assert [j.id for j in handed or []] == ["free"]
     info = await engine.reads.get_job(q, "p")
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
+
+
+@pytest.mark.parametrize("first", ["configured", "paused"])
+async def test_a_queue_configured_again_after_redis_lost_it_gets_the_switches_in_force(
+    engine: Engine, prefix: str, job: Job, t0: int, lift_after: list[str], first: str
+) -> None:
+    """Redis lost a queue this engine had written: a switch set then reaches no queue list, and the
+    operator's configuring (or pausing) the queue again creates it — under the switches in force, so the
+    jobs of the relay's next batch, which no longer creates the queue, are held."""
+    q = f"{prefix}.lost"
+    await engine.enqueue_batch([job(q, "k", id="before")], now_ms=t0)
+    await lose_queue(engine, q)
+    assert await _set(engine, lift_after, Switch(f"{prefix}-lost", queue=q, meta={"sw": "1"})) == []
+    if first == "configured":
+        await engine.admin.configure_queue(q, QueueConfig())
+    else:
+        await engine.admin.pause(q, False)
+    result = await engine.enqueue_batch([job(q, "k", id="held", meta={"sw": "1"})], now_ms=t0 + 1)
+    assert result.created_queues == [], "the configuration created the queue, not this batch"
+    assert await engine.jobs.claim(q, 5, worker="w", now_ms=t0 + 2) == []
+    info = await engine.reads.get_job(q, "held")
     assert info is not None
     assert (info.state, info.attempt) == ("parked", 0)
 
