@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from prometheus_client import REGISTRY
 
 from jqcore.clock import now_ms
@@ -116,3 +117,20 @@ async def test_utf8_envelope_bytes_are_stored_verbatim(engine: Engine, q: str, t
     [claimed] = await engine.jobs.claim(q, 1, now_ms=t0)
     assert claimed.envelope.raw == raw
     assert claimed.envelope.meta == {"who": "zoë"}
+
+
+async def test_a_batch_ended_by_an_error_leaves_no_stored_job_outside_the_ready_set(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """A batch's plain jobs enter the ready set in one ZADD at the end: a call that fails midway (a damaged
+    record key) still adds the jobs it stored before the failure, as a job a ZADD did."""
+    await engine.enqueue_batch([job(q, id="seed")], now_ms=t0)
+    keys = QueueKeys(q)
+    await engine._client.set(keys.job("bad"), "not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await engine.enqueue_batch([job(q, id="a"), job(q, id="bad"), job(q, id="c")], now_ms=t0)
+    info = await engine.reads.get_job(q, "a")
+    assert info is not None
+    assert info.state == "pending"
+    assert await engine._client.zscore(keys.ready, "a") is not None, "stored, so claimable"
+    assert await engine.reads.get_job(q, "c") is None
