@@ -6,7 +6,6 @@ design, not timings (``loadtest/floors_bench.py`` measures the seconds)."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import subprocess
@@ -40,8 +39,8 @@ WORKER_UNUSED = [
     "aiohttp",  # the health server's, imported when a metrics port is set (jqruntime.health)
     "jqruntime.http",
     "opentelemetry",  # tracing's, imported when it is on (jqruntime.tracing); redis-py's (jqcore.imports)
-    "jqcore.settings.kafka",  # the settings a pool never builds (jqcore.settings imports a name's module
-    "jqcore.settings.pipeline",  # when the name is asked for)
+    "jqcore.settings.kafka",  # the settings a pool never builds (jqcore.settings re-exports nothing: each
+    "jqcore.settings.pipeline",  # name is imported from its own module)
     "rich",
     "typer",
     "confluent_kafka",
@@ -83,16 +82,6 @@ def test_a_worker_pool_imports_only_what_it_uses() -> None:
     assert _imported("import worker.main, worker.settings, jqruntime.lifecycle", WORKER_UNUSED) == []
     unused = [name for name in WORKER_UNUSED if name not in ("typer", "jqstack")]
     assert _imported(JOBQ_WORKER, unused) == []
-
-
-def test_each_settings_name_comes_from_its_module() -> None:
-    import jqcore.settings as settings
-
-    assert sorted(settings._WHERE) == sorted(settings.__all__)
-    for name, module in settings._WHERE.items():
-        assert getattr(settings, name) is getattr(importlib.import_module(f"jqcore.settings.{module}"), name)
-    with pytest.raises(AttributeError):
-        _ = settings.NoSuchSettings
 
 
 def test_an_engine_makes_a_script_when_it_is_first_called() -> None:
