@@ -39,6 +39,7 @@ WORKER_UNUSED = [
     "aiohttp",  # the health server's, imported when a metrics port is set (jqruntime.health)
     "jqruntime.http",
     "opentelemetry",  # tracing's, imported when it is on (jqruntime.tracing); redis-py's (jqcore.imports)
+    "concurrent.futures.process",  # mode="process" handlers' pool, imported when one first runs
     "jqcore.settings.kafka",  # the settings a pool never builds (jqcore.settings re-exports nothing: each
     "jqcore.settings.pipeline",  # name is imported from its own module)
     "rich",
@@ -82,6 +83,37 @@ def test_a_worker_pool_imports_only_what_it_uses() -> None:
     assert _imported("import worker.main, worker.settings, jqruntime.lifecycle", WORKER_UNUSED) == []
     unused = [name for name in WORKER_UNUSED if name not in ("typer", "jqstack")]
     assert _imported(JOBQ_WORKER, unused) == []
+
+
+COLLECTOR = """
+import gc, json, sys
+import jobq.commands.worker as command
+from jobq import cli
+
+seen = []
+command.run = lambda settings: seen.append([gc.isenabled(), gc.get_freeze_count()])
+sys.argv = ["jobq", *sys.argv[1:]]
+try:
+    cli.main()
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print(json.dumps({"after": gc.isenabled(), "seen": seen}))
+"""
+"""``jobq`` with this script's arguments, the worker pool replaced by a note of the collector's state."""
+
+
+@pytest.mark.parametrize("argv", [["worker", "--app", "app:registry", "--queues", "q"], ["--version"]])
+def test_the_collector_is_paused_for_start_up_only(argv: list[str]) -> None:
+    """``jobq``'s start-up runs without the cyclic collector: the command runs with it on again and with
+    what the imports made frozen out of its reach; a command that ends before its module is imported
+    (``--version``) leaves it on too."""
+    run = subprocess.run([sys.executable, "-c", COLLECTOR, *argv], capture_output=True, text=True, check=True)
+    found = json.loads(run.stdout.splitlines()[-1])
+    assert found["after"], "main() left the collector off"
+    if argv[0] == "worker":
+        ((enabled, frozen),) = found["seen"]
+        assert enabled, "the command ran without the collector"
+        assert frozen > 10_000, "the start-up heap is not frozen"
 
 
 def test_an_engine_makes_a_script_when_it_is_first_called() -> None:
