@@ -65,7 +65,7 @@ from hdrh.histogram import HdrHistogram
 
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import job_topics
 from jqengine import Engine
 from jqengine.keys import QueueKeys
