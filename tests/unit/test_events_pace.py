@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqsched.service import EVENTS_GATHER_S, SchedulerService
 from jqsched.settings import SchedulerSettings
 
