@@ -6,8 +6,9 @@ queue's configuration carries the list that applies to it (field ``switches``, :
 which its claim script reads: setting or lifting a switch rewrites that list in every known queue before
 it returns, so no claim that starts after the call answered hands out a matching job — hand-offs to
 waiting pools included. A queue born later (or again, after Redis lost it) gets the list from the call
-that creates it — the engine reads the switches before each ``enqueue_batch`` — and again when it
-registers (:meth:`jqengine.core.Core.register`)."""
+that creates it — the engine reads the switches before its first ``enqueue_batch`` to a queue, and the
+script creates a queue only then (:meth:`jqengine.core.Core.unannounced`) — and again when it registers
+(:meth:`jqengine.core.Core.register`)."""
 
 from __future__ import annotations
 

@@ -67,6 +67,8 @@ class Code(IntEnum):
     """A failed attempt is retried later."""
     RUNNING = 6
     """The graph is still running (a retry needs a finished graph)."""
+    UNANNOUNCED = -7
+    """A write to a queue with no configuration that the caller did not announce: nothing written."""
 
 
 class StaleLease(JobqError):

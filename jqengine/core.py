@@ -25,6 +25,9 @@ __all__ = ["Core", "Part", "Scripts", "Triple"]
 Triple = tuple[str, int, str]
 """(job id, attempt, lease token): what proves a worker owns a running job."""
 
+ANNOUNCE_EVERY_S = 10.0
+"""How long an engine writes to a queue it announced (:meth:`Core.announce`) before announcing it again."""
+
 
 class Scripts(dict[str, AsyncScript]):
     """The engine's scripts by name, each made (its source linked, its SHA1 taken) when first asked for: a
@@ -51,6 +54,7 @@ class Core:
         """Redis's clock: the ``now`` of every transition a caller does not give one."""
         self.scripts = Scripts(client)
         self._known_queues: set[str] = set()
+        self._announced: dict[str, float] = {}
         self.before_new_queues: Callable[[list[str]], Awaitable[Sequence[str]]] | None = None
         """Called by an enqueue with the queues Redis has no configuration of — new ones, or ones lost
         with Redis's data — before any of their jobs is written; returns those it configured. The relay
@@ -106,6 +110,18 @@ class Core:
             metrics.child(metrics.SCRIPT_CALLS, name, outcome).inc()
             metrics.child(metrics.SCRIPT_TIME, name).observe(time.perf_counter() - started)
 
+    def unannounced(self, queues: Iterable[str]) -> list[str]:
+        """The queues of a write that :meth:`announce` must list first: those this engine has not announced
+        in the last :data:`ANNOUNCE_EVERY_S`. The others are written without it (``enqueue_batch.lua``
+        without its switches argument) and the race with :meth:`set_switch` stays closed: such a queue was
+        listed before, so a switch set since reached it through the list; and the script creates no queue
+        there — a queue whose configuration is gone (Redis lost it, or it was deleted) is answered
+        ``UNANNOUNCED`` with nothing written, and announced then. Announcing again after a while lists
+        again a queue whose entry was lost while its configuration was not (in a Cluster they live in
+        different slots), as announcing every batch did."""
+        since = time.monotonic() - ANNOUNCE_EVERY_S
+        return [q for q in queues if self._announced.get(q, since) <= since]
+
     async def announce(self, queues: Sequence[str]) -> list[Switch]:
         """Before writing jobs to ``queues``: list them in the queue list, then read the kill switches in
         force. The order closes a race with :meth:`set_switch`, which writes the switch first and then
@@ -126,6 +142,8 @@ class Core:
                 for queue in queues:
                     pipe.hexists(QueueKeys(queue).config, "created_at")
             _, raw, *present = await pipe.execute()
+        at = time.monotonic()
+        self._announced.update((q, at) for q in queues)
         unknown = [q for q, known in zip(queues, present, strict=False) if not known]
         if hook is not None and unknown:
             configured = list(await hook(unknown))

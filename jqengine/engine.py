@@ -36,6 +36,7 @@ from jqcore.envelope import Envelope, encode
 from jqcore.graphs import GRAPH_KIND
 from jqengine import replies, waiting
 from jqengine.admin import Admin
+from jqengine.codes import Code
 from jqengine.core import Core, Triple
 from jqengine.graphs import REPLICA_WAIT_MS, Graphs
 from jqengine.jobs import Jobs
@@ -142,13 +143,15 @@ class Engine:
             else:
                 outcomes.append(EnqueueOutcome(env.id, env.queue, "refused", f"kind_reserved: {why}"))
         created: list[str] = []
-        switches = await self.core.announce(list(by_queue)) if by_queue else []
+        announce = self.core.unannounced(by_queue)
+        switches = await self.core.announce(announce) if announce else []
         for queue, batch in by_queue.items():
-            rows = _job_rows(batch, origins or {}, parents or {})
-            listed = queue_list(queue, switches)
-            reply = await self.core.run(
-                "enqueue_batch", queue, [source, fence, len(batch), rows, listed], now_ms
-            )
+            args = [source, fence, len(batch), _job_rows(batch, origins or {}, parents or {})]
+            listed = [queue_list(queue, switches)] if queue in announce else []
+            reply = await self.core.run("enqueue_batch", queue, [*args, *listed], now_ms)
+            if replies.code(reply) == Code.UNANNOUNCED:  # its configuration is gone: announce it again
+                listed = [queue_list(queue, await self.core.announce([queue]))]
+                reply = await self.core.run("enqueue_batch", queue, [*args, *listed], now_ms)
             new, stored = replies.enqueue(batch, reply, source, fence)
             if new:
                 created.append(queue)

@@ -31,5 +31,6 @@ local C_FLAGGED = 3         -- a running job was flagged for cancellation (its w
 local C_TOMBSTONED = 4      -- an id not in Redis yet: a canceled record waits for it
 local C_RETRY = 5           -- a failed attempt is retried later (its run_at follows)
 local C_RUNNING = 6         -- the graph is still running (a retry needs a finished graph)
+local C_UNANNOUNCED = -7     -- a write to a queue with no configuration the caller did not announce: nothing written
 
 local DAY = 86400000

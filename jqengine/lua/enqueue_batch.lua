@@ -48,8 +48,12 @@
 --       (One string for the batch instead of 14 arguments a job: Redis builds two objects, not 28,000,
 --       for a 2,000-job batch; cmsgpack is built into Redis's Lua.) A kind's options are read once per
 --       call and the stats counted once per call.
---       [6] the kill switches that apply to the queue (its config 'switches' list, '' none): set only when
---       this call creates the queue, before any of its jobs is made ready or handed off.
+--       [6] the kill switches that apply to the queue (its config 'switches' list, '' none), when the caller
+--       announced the queue (jqengine.core.Core.announce: listed it, then read the switches): set only when
+--       this call creates the queue, before any of its jobs is made ready or handed off. Absent: the caller
+--       did not announce it (it did before and saw the queue exist) — a queue without a configuration (Redis
+--       lost it, or it was deleted) is then not created: nothing is written and the call answers
+--       C_UNANNOUNCED, for the caller to announce the queue and call again.
 -- A job whose priority is its enqueued_at (the default: none given) takes its kind's default priority
 -- when the kind has one (kinds <kind>|prio).
 -- A job without run_at ('') in a queue with config default_delay_ms > 0 gets run_at = accepted_at +
@@ -58,8 +62,16 @@
 -- returns: {C_OK, created(0|1), outcome_1 … outcome_N} with outcome one of
 --          'stored' | 'delayed' | 'duplicate' | 'canceled' (a tombstone was waiting) | 'expired' |
 --          'refused:<reason>'   ('stored'/'delayed' also for a reopened finished job)
---       or {C_FENCE_STALE, newest_fence} when the fence is older than the newest seen for this source.
--- uses: admit, cfg, cfgnum, fairness, finish, hand_off, jkey, server_now, split_lines, stat, to_ready, transit,
+--       or {C_FENCE_STALE, newest_fence} when the fence is older than the newest seen for this source,
+--       or {C_UNANNOUNCED} (ARGV[6] absent and the queue has no configuration: nothing written).
+-- A record holds the fields its job has: excl, idx, lease_ms, run_at and expires_at are left out when
+-- empty (every reader takes a missing field as none), as graph, parent and fair are; accepted_at is the
+-- enqueue event's (and the envelope's enqueued_at), not the record's: nothing reads it there.
+-- What a job costs Redis here (the relay's hop, docs/benchmarks.md): its HMGET (is the id known), one HSET
+-- of its record, its event; a plain job (no filter index, no fairness, no exclusivity, due now) enters the
+-- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (one HMGET),
+-- the kind's options, the counters, the wake-ups.
+-- uses: admit, fairness, finish, hand_off, jkey, server_now, split_lines, stat, to_ready, transit,
 --       wake, wake_scheduler
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
@@ -68,22 +80,28 @@ if source ~= '' then
   if fence > newest then redis.call('HSET', FENCES, source, fence) end
 end
 local created = 0
-if n > 0 and redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
+if n > 0 and ARGV[6] == nil then
+  -- not announced: the caller saw this queue listed and configured; if that is no longer so, it announces
+  if redis.call('HEXISTS', CONFIG, 'created_at') == 0 then return {C_UNANNOUNCED} end
+elseif n > 0 and redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
   created = 1
   -- the kill switches in force (the engine read them before the call) hold this first batch already: a
   -- switch set before the queue existed (or before Redis lost it) reached no queue list, and the engine
   -- registers the queue only after this call (a list a switch change wrote meanwhile is kept)
-  if (ARGV[6] or '') ~= '' then redis.call('HSETNX', CONFIG, 'switches', ARGV[6]) end
+  if ARGV[6] ~= '' then redis.call('HSETNX', CONFIG, 'switches', ARGV[6]) end
 end
-local exclusive = cfg('mode', 'simple') == 'exclusive'
-local excl_key = cfg('excl_key', '')
+-- the configuration this call reads, in one HMGET (a command a field was ~7 % of a one-job call)
+local conf = redis.call('HMGET', CONFIG, 'mode', 'excl_key', 'filter_keys', 'max_attempts', 'dedup',
+  'dedup_window_ms', 'default_delay_ms')
+local exclusive = conf[1] == 'exclusive'
+local excl_key = conf[2] or ''
 local filter_keys = {}
-for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do filter_keys[name] = true end
-local default_attempts = cfgnum('max_attempts', 10)
+for _, name in ipairs(split_lines(string.gsub(conf[3] or '', ',', '\n'))) do filter_keys[name] = true end
+local default_attempts = tonumber(conf[4]) or 10
 local fair_key = fairness().key
-local dedup_finished = cfg('dedup', 'active') == 'finished'
-local dedup_window = cfgnum('dedup_window_ms', DAY)
-local default_delay = cfgnum('default_delay_ms', 0)
+local dedup_finished = conf[5] == 'finished'
+local dedup_window = tonumber(conf[6]) or DAY
+local default_delay = tonumber(conf[7]) or 0
 local TERMINAL = {completed = true, errored = true, canceled = true, expired = true}
 
 -- May this existing record be enqueued again as a new run? (see the header)
@@ -102,14 +120,13 @@ local function reopen(id, key)
   redis.call('ZREM', DEAD, id)
   redis.call('HDEL', key, 'result', 'reason', 'last_error', 'finished_at', 'started_at', 'cancel',
     'tombstone', 'token', 'lease_deadline', 'dups', 'dup_at', 'unhandled_since', 'tail', 'tail_policy',
-    'tail_delay', 'parent')
+    'tail_delay', 'parent', 'excl', 'idx', 'lease_ms', 'run_at', 'expires_at')
 end
 
 local out = {C_OK, created}
 local has_far = redis.call('EXISTS', FAR) == 1
 local ready, earliest_delayed = 0, nil
-local first_delayed = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
-local prev_earliest = tonumber(first_delayed[2] or '-1')
+local prev_earliest = nil  -- the earliest delayed job before this call's: read at the first delayed job
 -- A kind's options (default attempts, default priority), read once per call.
 local kind_opts = {}
 local function kind_options(kind)
@@ -125,8 +142,16 @@ end
 -- the call before any job is written, so nothing of the batch is stored behind an error.
 if n > 0 then redis.call('HINCRBY', STATS, 'enqueued', 0) end
 
+-- Plain jobs' ready-set entries (score, id, ...): one ZADD for the batch, written before the hand-offs
+-- read the set, and also when the loop ends in an error (no record left pending outside the ready set).
+local plain = {}
+local function add_plain()
+  for j = 1, #plain, 1000 do redis.call('ZADD', READY, unpack(plain, j, math.min(j + 999, #plain))) end
+  plain = {}
+end
+
 local rows = n > 0 and cmsgpack.unpack(ARGV[5]) or {}
-for i = 1, n do
+local function store(i)
   local row = rows[i]
   local id, env, prio = row[1], row[2], tonumber(row[3])
   local run_at, expires_at, excl = tonumber(row[4]), tonumber(row[5]), row[6]
@@ -136,11 +161,13 @@ for i = 1, n do
     run_at = (stamps.accepted_at > 0 and stamps.accepted_at or NOW) + default_delay
   end
   local idx, meta = {}, {}
-  for _, pair in ipairs(split_lines(row[10])) do
-    local eq = string.find(pair, '=', 1, true)
-    local mk = string.sub(pair, 1, eq - 1)
-    meta[mk] = string.sub(pair, eq + 1)
-    if filter_keys[mk] then idx[#idx + 1] = pair end
+  if row[10] ~= '' then
+    for _, pair in ipairs(split_lines(row[10])) do
+      local eq = string.find(pair, '=', 1, true)
+      local mk = string.sub(pair, 1, eq - 1)
+      meta[mk] = string.sub(pair, eq + 1)
+      if filter_keys[mk] then idx[#idx + 1] = pair end
+    end
   end
   if exclusive and excl == '' and excl_key ~= '' and meta[excl_key] then excl = meta[excl_key] end
   local key = jkey(id)
@@ -171,12 +198,21 @@ for i = 1, n do
     if prio == stamps.accepted_at and opts.prio then prio = opts.prio end
     local stored_excl = exclusive and excl or ''
     local index = table.concat(idx, '\n')
-    local fields = {'env', env, 'prio', prio, 'kind', kind, 'excl', stored_excl,
-      'idx', index, 'attempt', 0, 'max_attempts', attempts, 'lease_ms', lease,
-      'run_at', run_at or '', 'expires_at', expires_at or '', 'enqueued_at', math.max(NOW, server_now()),
-      'origin', origin, 'accepted_at', stamps.accepted_at}
-    if row[13] ~= '' then fields[#fields + 1] = 'graph' fields[#fields + 1] = row[13] end
-    if row[14] ~= '' then fields[#fields + 1] = 'parent' fields[#fields + 1] = row[14] end
+    local fields = {'env', env, 'prio', prio, 'kind', kind, 'attempt', 0, 'max_attempts', attempts,
+      'enqueued_at', math.max(NOW, server_now()), 'origin', origin}
+    local function field(name, value)
+      if value ~= '' and value ~= nil then
+        fields[#fields + 1] = name
+        fields[#fields + 1] = value
+      end
+    end
+    field('excl', stored_excl)
+    field('idx', index)
+    field('lease_ms', lease)
+    field('run_at', run_at)
+    field('expires_at', expires_at)
+    field('graph', row[13])
+    field('parent', row[14])
     local fair = false
     if fair_key ~= '' then
       fair = meta[fair_key] or ''
@@ -191,11 +227,20 @@ for i = 1, n do
       finish(id, key, 'expired', 'expired before it was enqueued', stamps)
       out[#out + 1] = 'expired'
     elseif run_at and run_at > NOW then
+      if prev_earliest == nil then
+        prev_earliest = tonumber(redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')[2] or '-1')
+      end
       redis.call('ZADD', DELAYED, run_at, id)
       stamps.run_at = run_at
       transit(id, key, r, 'delayed', stamps, fields)
       if earliest_delayed == nil or run_at < earliest_delayed then earliest_delayed = run_at end
       out[#out + 1] = 'delayed'
+    elseif stored_excl == '' and index == '' and not fair then -- to_ready(), its ZADD with the batch's
+      plain[#plain + 1] = prio
+      plain[#plain + 1] = id
+      transit(id, key, r, 'pending', stamps, fields)
+      ready = ready + 1
+      out[#out + 1] = 'stored'
     elseif stored_excl == '' then -- admit() without reading back what was just written
       to_ready(id, key, prio, stamps, {index, fair}, r, fields)
       ready = ready + 1
@@ -207,6 +252,11 @@ for i = 1, n do
     end
   end
 end
+local stored_all, why = pcall(function()
+  for i = 1, n do store(i) end
+end)
+add_plain()
+if not stored_all then error(why, 0) end
 local handed, freed = hand_off()
 wake(ready - handed + freed)
 if earliest_delayed and (prev_earliest < 0 or earliest_delayed < prev_earliest) then wake_scheduler() end

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from prometheus_client import REGISTRY
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
+from jqcore.events import parse
 from jqengine import Engine
+from jqengine.keys import QueueKeys
 
 Job = Callable[..., Envelope]
 
@@ -71,7 +74,27 @@ async def test_every_row_field_arrives(engine: Engine, q: str, job: Job, t0: int
     assert info is not None
     assert (info.run_at, info.origin, info.enqueued_at) == (t0 + 5_000, "topic/2/17", t0)
     [fields] = await engine.reads.job_fields(q, ["full"], ["expires_at", "lease_ms", "accepted_at", "fair"])
-    assert fields == [str(t0 + 9_000).encode(), b"1234", str(env.enqueued_at).encode(), None]
+    assert fields == [str(t0 + 9_000).encode(), b"1234", None, None], (
+        "accepted_at: the event's, not the record"
+    )
+    [event] = [parse(e.value) for e in await engine.events.read(q)]
+    assert (event.accepted_at, event.origin, event.run_at) == (env.enqueued_at, "topic/2/17", t0 + 5_000)
+
+
+async def test_a_record_holds_only_the_fields_its_job_has(engine: Engine, q: str, job: Job, t0: int) -> None:
+    """A plain job's record leaves out the fields it has no value for (every reader takes a missing field
+    as none); a finished job enqueued again under its id drops its old run's."""
+    await engine.enqueue_batch([job(q, id="p")], origins={"p": "t/0/1"}, now_ms=t0)
+    names = {k.decode() for k in await engine._client.hkeys(QueueKeys(q).job("p"))}
+    has = {"env", "kind", "prio", "attempt", "max_attempts", "origin", "enqueued_at"}
+    assert names == has | {"state", "updated_at", "version"}
+    once = job(q, id="x", run_at=t0 + 5_000, expires_at=t0 + 9_000, lease_ms=1234)
+    await engine.enqueue_batch([once], origins={"x": "t/0/2"}, now_ms=t0)
+    await engine.admin.cancel(q, "x")
+    [again] = (await engine.enqueue_batch([job(q, id="x")], origins={"x": "t/0/3"}, now_ms=t0 + 2)).outcomes
+    assert again.outcome == "stored", "a finished id, a new record: a new run"
+    [fields] = await engine.reads.job_fields(q, ["x"], ["run_at", "expires_at", "lease_ms", "state"])
+    assert fields == [None, None, None, b"pending"], "the old run's fields are gone"
 
 
 async def test_a_record_is_never_dated_before_redis_stored_it(engine: Engine, q: str, job: Job) -> None:
@@ -94,3 +117,20 @@ async def test_utf8_envelope_bytes_are_stored_verbatim(engine: Engine, q: str, t
     [claimed] = await engine.jobs.claim(q, 1, now_ms=t0)
     assert claimed.envelope.raw == raw
     assert claimed.envelope.meta == {"who": "zoë"}
+
+
+async def test_a_batch_ended_by_an_error_leaves_no_stored_job_outside_the_ready_set(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """A batch's plain jobs enter the ready set in one ZADD at the end: a call that fails midway (a damaged
+    record key) still adds the jobs it stored before the failure, as a job a ZADD did."""
+    await engine.enqueue_batch([job(q, id="seed")], now_ms=t0)
+    keys = QueueKeys(q)
+    await engine._client.set(keys.job("bad"), "not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await engine.enqueue_batch([job(q, id="a"), job(q, id="bad"), job(q, id="c")], now_ms=t0)
+    info = await engine.reads.get_job(q, "a")
+    assert info is not None
+    assert info.state == "pending"
+    assert await engine._client.zscore(keys.ready, "a") is not None, "stored, so claimable"
+    assert await engine.reads.get_job(q, "c") is None

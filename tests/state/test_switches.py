@@ -11,8 +11,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
-from jqengine import Engine, QueueConfig, Switch, SwitchNotFound
-from jqengine.keys import QueueKeys
+from jqengine import Engine, QueueConfig, Switch, SwitchNotFound, core
+from jqengine.keys import QUEUES_KEY, QueueKeys
 
 from .conftest import lose_queue
 
@@ -123,6 +123,43 @@ async def test_a_switch_set_before_its_queue_existed_holds_the_first_batch(
     info = await engine.reads.get_job(q, "held")
     assert info is not None
     assert (info.state, info.attempt) == ("parked", 0)
+
+
+async def test_a_queue_lost_after_its_first_batch_is_announced_again_before_its_next(
+    engine: Engine, prefix: str, job: Job, t0: int, lift_after: list[str]
+) -> None:
+    """The engine announces a queue before its first write only (then the script alone): a queue whose
+    configuration and listing were lost since (Redis lost them) is not created by the next write, which
+    announces it again — listed, and born with the switch set while it was gone."""
+    q = f"{prefix}.gone"
+    await engine.enqueue_batch([job(q, "k", id="first")], now_ms=t0)
+    await lose_queue(engine, q)
+    assert await _set(engine, lift_after, Switch(f"{prefix}-gone", queue=q, kind="poison")) == []
+    assert await engine.jobs.claim(q, 5, worker="w", waiter="pool", wait_ms=60_000, now_ms=t0) == []  # waits
+    result = await engine.enqueue_batch([job(q, "poison", id="p"), job(q, "ok", id="free")], now_ms=t0 + 1)
+    assert result.created_queues == [q], "the write created the queue again, after announcing it"
+    assert q in await engine.core.queues()
+    handed = await engine.jobs.wait_for_handoff(q, "pool", 1.0)
+    assert [j.id for j in handed or []] == ["free"]
+    info = await engine.reads.get_job(q, "p")
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
+
+
+async def test_a_queue_whose_listing_alone_was_lost_is_listed_again_within_the_announce_period(
+    engine: Engine, prefix: str, job: Job, t0: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue list and a queue's configuration can be lost apart (a Cluster keeps them in different
+    slots): a queue still configured is written without announcing, and listed again once
+    ANNOUNCE_EVERY_S passed since its last announce — where a switch set later finds it."""
+    q = f"{prefix}.unlisted"
+    await engine.enqueue_batch([job(q, "k", id="a")], now_ms=t0)
+    await engine._client.srem(QUEUES_KEY, q)
+    await engine.enqueue_batch([job(q, "k", id="b")], now_ms=t0)
+    assert q not in await engine.core.queues(), "within the period: the script alone"
+    monkeypatch.setattr(core, "ANNOUNCE_EVERY_S", 0.0)  # the period passed
+    await engine.enqueue_batch([job(q, "k", id="c")], now_ms=t0)
+    assert q in await engine.core.queues()
 
 
 @pytest.mark.parametrize("first", ["configured", "paused"])

@@ -4,6 +4,5 @@ local function wake(n)
   if n <= 0 then return end
   local args = {}
   for i = 1, math.min(n, 64) do args[i] = '1' end
-  redis.call('LPUSH', WAKE, unpack(args))
-  redis.call('LTRIM', WAKE, 0, 63)
+  if redis.call('LPUSH', WAKE, unpack(args)) > 64 then redis.call('LTRIM', WAKE, 0, 63) end
 end
