@@ -2,11 +2,11 @@
 -- line first and, in place of the marker line below, the binding of its KEYS, _base.lua, the functions of
 -- lib/ it uses and the script's body: the whole transition is one function, run under pcall.
 --
--- The call's lifecycle events (lib/store_event.lua) wait in event_sink and are written here, once
--- the transition ended, as ONE entry of the queue's events stream — also when it ended in an error after
--- some writes (Redis keeps a script's writes up to the error), so no transition is ever without its
--- event. One entry per call instead of one per event: a call that claims or settles 50 jobs makes one
--- XADD and one cjson.encode of the batch, not 100 (issue 38, docs/benchmarks.md).
+-- The call's lifecycle events (lib/store_event.lua: each its JSON text) wait in event_sink and are
+-- written here, once the transition ended, as ONE entry of the queue's events stream — also when it
+-- ended in an error after some writes (Redis keeps a script's writes up to the error), so no transition
+-- is ever without its event. One entry per call instead of one per event: a call that claims or settles 50 jobs makes one
+-- XADD of the events' texts joined, not 100 (issue 38, docs/benchmarks.md).
 --   single event: XADD <events> * i <job id> e <event JSON>
 --   more:         XADD <events> * n <count>  e <JSON array of the events, in the order they happened>
 -- then stats events_waiting = the events the stream holds now (what store_event counts against the cap).
@@ -24,14 +24,14 @@ end
 local ok, result = pcall(transition)
 local stored = event_sink.events
 if #stored == 1 then
-  local e = stored[1]
+  local e = cjson.decode(stored[1])
   for name, value in pairs(EVENT_DEFAULTS) do
     if e[name] == nil then e[name] = value end
   end
   e.queue = event_sink.queue
   redis.call('XADD', event_sink.stream, '*', 'i', e.id, 'e', cjson.encode(e))
 elseif #stored > 1 then
-  redis.call('XADD', event_sink.stream, '*', 'n', #stored, 'e', cjson.encode(stored))
+  redis.call('XADD', event_sink.stream, '*', 'n', #stored, 'e', '[' .. table.concat(stored, ',') .. ']')
 end
 if #stored > 0 then redis.call('HSET', event_sink.stats, 'events_waiting', event_sink.waiting) end
 for h, counts in pairs(counter_sink) do

@@ -3,13 +3,14 @@
 -- passes `r` (kind, attempt, worker, state, version, as transit takes it, with graph and parent at 10 and
 -- 11) and `fields`, what else its transition writes: one HSET writes them with the state. `ended`: the
 -- caller adds the job to DONE itself (ended.done: score, id, ...), with other jobs in one ZADD.
--- uses: cfgnum, set_state, stat, transit
+-- uses: cfgnum, istr, set_state, stat, transit
 local retention_of = {}  -- retention (ms) by terminal state, read once per call
 local function finish(id, key, state, reason, extra, r, fields, ended)
   fields = fields or {}
   -- the lease token ends with the lease ('' reads as none: queries.leases, owned); the history keeps the
   -- token a worker's write came with (acked)
-  for _, v in ipairs({'finished_at', NOW, 'token', ''}) do fields[#fields + 1] = v end
+  local n = #fields
+  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'finished_at', istr(NOW), 'token', ''
   if reason then
     fields[#fields + 1] = 'reason'
     fields[#fields + 1] = reason
@@ -25,10 +26,10 @@ local function finish(id, key, state, reason, extra, r, fields, ended)
     retention_of[state] = retention
   end
   if ended then
-    ended.done[#ended.done + 1] = NOW + retention
+    ended.done[#ended.done + 1] = istr(NOW + retention)
     ended.done[#ended.done + 1] = id
   else
-    redis.call('ZADD', DONE, NOW + retention, id)
+    redis.call('ZADD', DONE, istr(NOW + retention), id)
   end
   stat(state)
   -- A task graph's node: leave the outcome for its graph (another slot). The worker reports it right

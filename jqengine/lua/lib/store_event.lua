@@ -1,4 +1,5 @@
--- Keep event e for the frame to write once the call ends (at the cap: count it dropped).
+-- Keep event e (its JSON text; a table is encoded here) for the frame to write once the call ends (at the
+-- cap: count it dropped).
 -- Lifecycle events (jqcore/events.py; the shipper moves them to Kafka). Every call bumps the job's
 -- version, so each version is exactly one event: no transition without its event, none without its
 -- transition. A call's events are kept in `event_sink` (the loader's frame, _frame.lua) and written
@@ -28,6 +29,7 @@ local function store_event(e)
     queue_name = string.match(P, '{(.*)}') or P
     event_sink.queue = queue_name
   end
+  if type(e) == 'table' then e = cjson.encode(e) end
   event_sink.events[#event_sink.events + 1] = e
   events_len = events_len + 1
   event_sink.waiting = events_len
