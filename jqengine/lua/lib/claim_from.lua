@@ -45,7 +45,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       redis.call('ZREM', FAIRRING, f[8])  -- it enters again when one of its jobs finishes / it wakes
       return true
     end
-    from_ready(id, key, {f[9], f[8]}, taken)
+    from_ready(id, key, f[9], f[8], taken)
     local kind, expires = f[1], tonumber(f[2])
     local limit = kind_limit(kind)
     local sw = switched(key, kind)

@@ -36,17 +36,24 @@ local function finish(id, key, state, reason, extra, r, fields, ended)
   -- after; the scheduler repairs a report a crash interrupted (jqengine.graphs).
   -- A tail call's child (worker.defer_to) reports to the job that deferred to it the same way: field
   -- 'parent' is "<parent queue>\t<parent id>"; jqengine.tails hands the outcome on (tail_done).
-  local link = r and {r[10], r[11]} or redis.call('HMGET', key, 'graph', 'parent')
-  if (link[1] and link[1] ~= '') or (link[2] and link[2] ~= '') then
+  local graph, parent
+  if r then
+    graph, parent = r[10], r[11]
+  else
+    graph, parent = unpack(redis.call('HMGET', key, 'graph', 'parent'))
+  end
+  if (graph and graph ~= '') or (parent and parent ~= '') then
     redis.call('HSET', key, unpack(fields))  -- the result and error read below
     local f = redis.call('HMGET', key, 'attempt', 'result', 'last_error')
     local err = reason or ''
     if state == 'errored' and f[3] then err = f[3] end
     local entry = {state = state, attempt = tonumber(f[1]) or 0, result = f[2] or '', error = err, at = NOW}
-    if link[1] and link[1] ~= '' then entry.graph = link[1] else entry.parent = link[2] end
+    if graph and graph ~= '' then entry.graph = graph else entry.parent = parent end
     redis.call('HSET', GDONE, id, cjson.encode(entry))
   end
-  extra = extra or {}
-  if reason and extra.message == nil then extra.message = string.sub(reason, 1, 200) end
+  if reason and (extra == nil or extra.message == nil) then
+    extra = extra or {}
+    extra.message = string.sub(reason, 1, 200)
+  end
   if r then transit(id, key, r, state, extra, fields) else set_state(id, key, state, extra, fields) end
 end
