@@ -8,7 +8,9 @@ from typing import Any
 from canary.monitor import Canary
 from canary.settings import CanarySettings
 from jqcore.routing import RoutingSettings
-from jqcore.settings import KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.servers import RedisSettings
 from jqcore.topics import job_topics
 from jqengine import connect
 from jqruntime.client import Gateway, JobqClient

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from jqcore.settings import CommaList
-from jqcore.settings.common import _blank_is_unset, _read_secret_file
+from jqcore.settings.common import CommaList, _blank_is_unset, _read_secret_file
 
 __all__ = ["CanarySettings"]
 

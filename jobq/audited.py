@@ -20,7 +20,10 @@ from rich.markup import escape
 
 from jqcore.clock import now_ms
 from jqcore.errors import JobqError
-from jqcore.settings import AuditSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import connect
 from jqruntime.stores.audit import AuditEntry, AuditTrail, cli_who
 

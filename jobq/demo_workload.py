@@ -20,7 +20,10 @@ import orjson
 from jobq.commands.stack import StackTokens
 from jqcore.errors import JobqError
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, HistorySettings, KafkaSettings, RedisSettings, RelayKeys, load_env
+from jqcore.settings.common import load_env
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import HistorySettings, RelayKeys
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqruntime.client import Gateway, JobqClient
 from jqruntime.stores.history import HistoryStore
 from jqstack.pipeline import PipelineEnv, Role

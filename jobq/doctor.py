@@ -27,7 +27,9 @@ import orjson
 
 from jobq.commands.stack import DEV_TOKEN, DEV_WEB_ADMIN, DEV_WEB_READ
 from jqcore import keys
-from jqcore.settings import AuditSettings, ConsulSettings, EventSettings, FarSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.pipeline import AuditSettings, EventSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings
 from jqcore.topics import Inspection, declaration
 from jqengine import RedisClient, connect, text
 from jqruntime.consulconn import consul_sync_client

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from jqcore.settings import RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.servers import RedisSettings
 from jqengine import Engine, connect
 
 __all__ = ["with_engine"]

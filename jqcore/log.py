@@ -20,7 +20,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from jqcore.imports import STRUCTLOG_UNUSED, hidden
-from jqcore.settings import LogSettings
+from jqcore.settings.observe import LogSettings
 
 with hidden(*STRUCTLOG_UNUSED):  # rich's pretty exceptions: format_exc_info formats them (configure)
     import structlog

@@ -386,7 +386,8 @@ _POLICIES: set[str] = set()
 
 def serve(port: int) -> None:
     """Serve this process's metrics on ``JOBQ_METRICS_HOST:port`` (a background thread)."""
-    from jqcore.settings import MetricsSettings, load
+    from jqcore.settings.common import load
+    from jqcore.settings.observe import MetricsSettings
 
     start_http_server(port, addr=load(MetricsSettings).host)
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.errors import JobqError
-from jqcore.settings import CommaList, JsonText
+from jqcore.settings.common import CommaList, JsonText
 from jqcore.topics import SIDE_SUFFIXES
 
 __all__ = [

@@ -39,7 +39,7 @@ from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
 from jqcore.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jqcore.settings import AuditSettings, EventSettings, FarSettings
+    from jqcore.settings.pipeline import AuditSettings, EventSettings, FarSettings
 
 __all__ = [
     "AUDIT_PARTITIONS",
@@ -193,7 +193,8 @@ def declaration(
 ) -> list[TopicSpec]:
     """Every topic of a deployment: the job topics (with their ``.retry``/``.dead``), the events topic,
     the audit topic and, when the far-future tier is on, the schedule topic."""
-    from jqcore.settings import AuditSettings, load  # the settings a worker never builds: when asked
+    from jqcore.settings.common import load
+    from jqcore.settings.pipeline import AuditSettings  # settings a worker never builds: when asked
 
     specs = [*job_topics(job_topic_names, partitions), events_topic(events)]
     specs.append(audit_topic(audit if audit is not None else load(AuditSettings)))

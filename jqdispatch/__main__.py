@@ -2,7 +2,7 @@
 docs/settings.md); ``jobq dispatcher`` is the same with command-line options. A missing or malformed setting
 stops it with exit code 2 and one line naming the variable (:func:`jqruntime.lifecycle.service_main`)."""
 
-from jqcore.settings import load
+from jqcore.settings.common import load
 from jqdispatch.main import run
 from jqdispatch.settings import DispatcherSettings
 from jqruntime.lifecycle import service_main

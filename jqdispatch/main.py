@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from jqcore.log import get_logger
-from jqcore.settings import RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.servers import RedisSettings
 from jqdispatch.service import Dispatcher
 from jqdispatch.settings import DispatcherSettings
 from jqengine import Engine, connect

@@ -7,8 +7,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from jqcore.settings import CommaList, QueueNames
-from jqcore.settings.common import _blank_is_unset, _read_secret_file
+from jqcore.settings.common import CommaList, QueueNames, _blank_is_unset, _read_secret_file
 from jqdispatch.egress import EgressPolicy
 
 __all__ = ["DispatcherSettings"]

@@ -68,8 +68,7 @@ class Admin(Part):
         fairness re-indexes its ready jobs (:data:`FAIR_INDEX_CHUNK` a call)."""
         fields = _config_fields(config)
         before = await reads.queue_config(self._client, queue)
-        await self._core.run("configure_queue", queue, [x for kv in fields.items() for x in kv], None)
-        await self._core.register([queue])
+        await self._configure(queue, [x for kv in fields.items() for x in kv])
         if _fairness(config) != _fairness(before):
             offset = 0
             while True:
@@ -79,7 +78,15 @@ class Admin(Part):
 
     async def pause(self, queue: str, paused: bool = True) -> None:
         """Stop (or resume) claims; enqueues are still accepted while paused."""
-        await self._core.run("configure_queue", queue, ["paused", "1" if paused else "0"], None)
+        await self._configure(queue, ["paused", "1" if paused else "0"])
+
+    async def _configure(self, queue: str, pairs: list[str]) -> None:
+        """Write configuration fields; a queue the write creates (new to Redis, or Redis lost it while this
+        engine knew it) is registered again: listed, and given the kill switches in force and the kinds'
+        defaults before its first job (the relay's first batch no longer creates it, which is where a new
+        queue gets them otherwise)."""
+        created = int(await self._core.run("configure_queue", queue, pairs, None))
+        await self._core.register([queue], again=[queue] if created else ())
 
     async def configure_kind(
         self,

@@ -21,7 +21,7 @@ from jqengine.keys import QueueKeys
 from jqengine.redisconn import RedisClient, memory_info
 
 if TYPE_CHECKING:
-    from jqcore.settings import QueueBounds
+    from jqcore.settings.pipeline import QueueBounds
 
 __all__ = ["QueueMemory", "check_bounds", "queue_memory"]
 
@@ -92,8 +92,8 @@ async def queue_memory(client: RedisClient, queue: str) -> QueueMemory:
 
 async def check_bounds(client: RedisClient, bounds: QueueBounds, changes: Mapping[str, Any]) -> None:
     """:class:`~jqengine.codes.QueueConfigInvalid` naming each value of a queue configuration's
-    ``changes`` past the operator's bounds (``jqcore.settings.QueueBounds``; a memory budget against this
-    Redis's ``maxmemory``)."""
+    ``changes`` past the operator's bounds (``jqcore.settings.pipeline.QueueBounds``; a memory budget
+    against this Redis's ``maxmemory``)."""
     maxmemory = int((await memory_info(client)).get("maxmemory", 0)) if "memory_budget" in changes else 0
     problems = bounds.problems(changes, maxmemory)
     if problems:

@@ -1,8 +1,8 @@
 """Connecting to Redis: the client type every Redis user names, and the one place that turns
-:class:`~jqcore.settings.RedisSettings` into a client (asyncio or sync, single node or Cluster; TLS, ACL
-user). It imports no other module of the engine; the facade (:mod:`jqengine`) re-exports :data:`RedisClient`,
-:func:`connect` and :func:`memory_info` for every Redis user outside it (the stores, the services, the relay's
-memory guard)."""
+:class:`~jqcore.settings.servers.RedisSettings` into a client (asyncio or sync, single node or Cluster;
+TLS, ACL user). It imports no other module of the engine; the facade (:mod:`jqengine`) re-exports
+:data:`RedisClient`, :func:`connect` and :func:`memory_info` for every Redis user outside it (the stores,
+the services, the relay's memory guard)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, MaxConnectionsError
 from redis.retry import Retry as SyncRetry
 
-from jqcore.settings import RedisSettings
+from jqcore.settings.servers import RedisSettings
 
 __all__ = [
     "POOL_HOLDER",

@@ -52,16 +52,10 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.graphs import GRAPH_KIND
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-    RelayKeys,
-    load,
-)
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings, RelayKeys
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine import Engine, connect
 from jqrecover.errors import RebuildError
 from jqrecover.rebuild_cron import CronReport, cron_fires, refire, schedules_of

@@ -8,7 +8,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from jqcore.cron import CronSchedule
-from jqcore.settings import ConsulSettings, CronSettings
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings
 from jqengine import Engine
 from jqrecover.rebuild_read import FINISHED, EventIndex, Key
 from jqruntime.consulconn import close_consul, consul_client

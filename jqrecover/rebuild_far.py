@@ -9,7 +9,8 @@ from collections.abc import Collection
 from confluent_kafka import KafkaException
 
 from jqcore.envelope import Envelope
-from jqcore.settings import FarSettings, KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import FarSettings
 from jqcore.topics import schedule_topic
 from jqengine import Engine
 from jqrecover.errors import ReplayError

@@ -14,7 +14,8 @@ from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError, JobqError
 from jqcore.events import TERMINAL, Event, parse_record
 from jqcore.lane import SOURCE_HEADER
-from jqcore.settings import KafkaSettings, RelayKeys
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import RelayKeys
 from jqcore.topics import held_topic
 from jqrecover.errors import RebuildError, ReplayError
 from jqrecover.replay import PartitionRange, Point, iter_records, plan, tool_consumer

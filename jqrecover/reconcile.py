@@ -22,7 +22,9 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
-from jqcore.settings import KafkaSettings, RedisSettings, RelayKeys
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import RelayKeys
+from jqcore.settings.servers import RedisSettings
 from jqengine import Engine, connect
 from jqruntime.stores import stages
 

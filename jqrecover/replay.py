@@ -35,7 +35,8 @@ from jqcore.admission import Admission, reserved_problem
 from jqcore.durations import parse_ms
 from jqcore.envelope import Envelope, decode, new_envelope
 from jqcore.errors import EnvelopeError
-from jqcore.settings import KafkaSettings, RedisSettings
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import Engine, Forgotten, JobInfo, connect
 from jqrecover.errors import ReplayError
 from jqruntime.kafka import CONSUME_WAIT_S

@@ -14,15 +14,11 @@ import consul.aio
 from jqcore.errors import ConfigError
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-    TraceSettings,
-    load,
-)
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.pipeline import CronSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.topics import job_topics, schedule_topic
 from jqengine import Engine, RedisClient, connect
 from jqrelay.backpressure import GuardSignals, MemoryGuard

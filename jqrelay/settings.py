@@ -8,7 +8,7 @@ import socket
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from jqcore.settings import RelayKeys
+from jqcore.settings.pipeline import RelayKeys
 
 CEILING_MARGIN = 0.02
 """The relay writes no job above ``memory_slow_at`` − this (never below the pool; ``jqrelay.budgets``)."""
@@ -17,7 +17,7 @@ __all__ = ["RelaySettings"]
 
 
 class RelaySettings(RelayKeys):
-    """Where the relay keeps its state (:class:`jqcore.settings.RelayKeys`) and how it runs."""
+    """Where the relay keeps its state (:class:`jqcore.settings.pipeline.RelayKeys`) and how it runs."""
 
     model_config = SettingsConfigDict(env_prefix="JOBQ_RELAY_", extra="ignore", populate_by_name=True)
 

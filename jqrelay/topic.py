@@ -42,7 +42,8 @@ from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
 from jqcore.log import get_logger, kafka_logging
 from jqcore.routing import RoutingSettings
-from jqcore.settings import FarSettings, KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import FarSettings
 from jqcore.testsignal import crash_point
 from jqcore.topics import dead_topic, held_topic, retry_topic
 from jqengine import Engine, EnqueueResult, FenceRejected, RedisClient, recording_writes

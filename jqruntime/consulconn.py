@@ -1,12 +1,12 @@
-"""Connecting to Consul: the one place that turns :class:`~jqcore.settings.ConsulSettings` into a py-consul
-client (asyncio or sync: scheme, CA, client certificate, token), and closing one."""
+"""Connecting to Consul: the one place that turns :class:`~jqcore.settings.servers.ConsulSettings` into a
+py-consul client (asyncio or sync: scheme, CA, client certificate, token), and closing one."""
 
 from __future__ import annotations
 
 import consul
 import consul.aio
 
-from jqcore.settings import ConsulSettings
+from jqcore.settings.servers import ConsulSettings
 
 __all__ = ["close_consul", "consul_client", "consul_sync_client"]
 

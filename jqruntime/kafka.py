@@ -23,7 +23,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, Envelope, encode, record_key
 from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.log import kafka_logging
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 
 CONSUME_WAIT_S = 0.19
 """Longest wait per blocking librdkafka call (``consume``, ``flush``, ``list_topics``). confluent-kafka

@@ -17,7 +17,8 @@ from typing import Any, Self
 from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra, extra_for
 from jqcore.log import configure, get_logger
-from jqcore.settings import LogSettings, MetricsSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.observe import LogSettings, MetricsSettings
 from jqruntime.health import HealthServer, Readiness
 
 __all__ = ["Service", "run_until_signal"]

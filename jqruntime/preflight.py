@@ -36,7 +36,8 @@ from jqcore.topics import TopicSpec
 from jqengine import RedisClient, text
 
 if TYPE_CHECKING:
-    from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
+    from jqcore.settings.kafka import KafkaSettings
+    from jqcore.settings.servers import ConsulSettings, RedisSettings
 
 __all__ = ["EvictionRefused", "ProtocolRefused", "check_redis", "eviction_policies", "preflight", "takes_tls"]
 

@@ -24,7 +24,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from jqcore.errors import BackendUnavailable
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import (
     CREATE,
     Inspection,

@@ -1,6 +1,6 @@
 """Traces across the hops (OpenTelemetry): gateway → Kafka → relay → Redis → worker, one place for all of it.
 
-Opt-in (:class:`~jqcore.settings.TraceSettings`: OpenTelemetry's ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+Opt-in (:class:`~jqcore.settings.observe.TraceSettings`: OpenTelemetry's ``OTEL_EXPORTER_OTLP_ENDPOINT``,
 ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``, ``OTEL_TRACES_SAMPLER_ARG``, ``OTEL_SDK_DISABLED``; jobq's
 ``JOBQ_TRACE_*`` names as aliases). Off, nothing is installed: the
 OpenTelemetry API keeps its no-op tracer, the helpers below return shared do-nothing objects after one
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from jqcore.envelope import Envelope
 from jqcore.extras import require
 from jqcore.log import get_logger
-from jqcore.settings import TraceSettings
+from jqcore.settings.observe import TraceSettings
 
 if TYPE_CHECKING:  # the tracing extra's: imported where a span is made, i.e. only once tracing is on
     from opentelemetry.context import Context

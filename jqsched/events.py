@@ -29,7 +29,8 @@ import orjson
 
 from jqcore import metrics
 from jqcore.events import ENDS, pack
-from jqcore.settings import EventSettings, KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import EventSettings
 from jqcore.testsignal import TestSignal
 from jqengine import Engine, StreamEvent
 from jqruntime.kafka import AsyncProducer, Record

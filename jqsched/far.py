@@ -35,7 +35,8 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope, decode
 from jqcore.errors import BackendUnavailable, EnvelopeError
 from jqcore.log import get_logger
-from jqcore.settings import FarSettings, KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import FarSettings
 from jqcore.testsignal import TestSignal
 from jqengine import Engine, RedisClient
 from jqruntime.kafka import AsyncProducer, Record

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from jqcore.errors import BackendUnavailable
 from jqcore.log import kafka_logging
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 
 __all__ = ["GAP", "Fetcher", "schedule_consumer"]
 

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-    load,
-)
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqruntime.lifecycle import run_until_signal
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings

@@ -24,16 +24,10 @@ from jqcore import metrics
 from jqcore.aio import cancel_and_wait
 from jqcore.clock import now_ms
 from jqcore.log import get_logger
-from jqcore.settings import (
-    AuditSettings,
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-    load,
-)
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings, CronSettings, EventSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.testsignal import TestSignal
 from jqcore.topics import audit_topic, events_topic, schedule_topic
 from jqengine import REPAIR_AFTER_MS, Engine, GraphSignals, QueueSignals, RedisClient, connect, memory_info

@@ -9,7 +9,7 @@ import socket
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from jqcore.settings import CommaList
+from jqcore.settings.common import CommaList
 
 __all__ = ["SchedulerSettings"]
 

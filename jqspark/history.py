@@ -56,7 +56,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from jqcore import metrics
 from jqcore.events import FIELDS, PAYLOAD_FIELDS, TERMINAL
 from jqcore.log import get_logger
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqruntime.stores.history import (
     COLUMN_OF,
     CURRENT_COLUMNS,

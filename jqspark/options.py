@@ -1,5 +1,5 @@
 """Spark's Kafka options from jobq's Kafka settings: the one mapping of
-:class:`~jqcore.settings.KafkaSettings` to the Java client inside Spark's Kafka connector (its
+:class:`~jqcore.settings.kafka.KafkaSettings` to the Java client inside Spark's Kafka connector (its
 ``kafka.``-prefixed options), used by the history reader (:func:`jqspark.history.start_history`) and the
 sink (:func:`jqspark.write_batch`, :func:`jqspark.write_stream`).
 
@@ -7,8 +7,9 @@ It translates the librdkafka configuration the services use (:meth:`KafkaSetting
 ``JOBQ_KAFKA_CONFIG`` counts too) into the Java client's terms: SASL credentials become a JAAS
 ``sasl.jaas.config``, OAUTHBEARER over OIDC the login callback handler and token endpoint, GSSAPI a
 ``Krb5LoginModule`` with the keytab; a PEM CA bundle a PEM truststore; a client certificate and key a PEM
-keystore. The result is a :class:`~jqcore.settings.ClientConfig`: its ``repr`` masks the JAAS config, the
-key and the passwords (and :func:`jqspark.spark_session` adds them to Spark's own redaction).
+keystore. The result is a :class:`~jqcore.settings.common.ClientConfig`: its ``repr`` masks the JAAS
+config, the key and the passwords (and :func:`jqspark.spark_session` adds them to Spark's own
+redaction).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from jqcore.errors import ConfigError
-from jqcore.settings import ClientConfig, KafkaSettings
+from jqcore.settings.common import ClientConfig
+from jqcore.settings.kafka import KafkaSettings
 
 __all__ = ["OAUTH_CALLBACK_HANDLER", "jaas_config", "kafka_settings", "spark_kafka_options"]
 

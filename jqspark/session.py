@@ -19,7 +19,7 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from jqcore.errors import JobqError
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 
 __all__ = [
     "BOOTSTRAP_CONF",

@@ -20,7 +20,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES
-from jqcore.settings import ClientConfig, KafkaSettings
+from jqcore.settings.common import ClientConfig
+from jqcore.settings.kafka import KafkaSettings
 from jqspark.options import kafka_settings, spark_kafka_options
 from jqspark.records import RECORD_COLUMNS
 from jqspark.session import SparkSetupError, session_kafka

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from jqcore import metrics
 from jqcore.log import get_logger
-from jqcore.settings import load
+from jqcore.settings.common import load
 from jqruntime.authz import OPEN, POLICIES
 from jqruntime.health import Readiness, ping, readiness_answer
 from jqruntime.http import error_middleware, json_response

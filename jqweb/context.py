@@ -12,7 +12,8 @@ from typing import TypeVar
 import consul.aio
 from aiohttp import web
 
-from jqcore.settings import QueueBounds, load
+from jqcore.settings.common import load
+from jqcore.settings.pipeline import QueueBounds
 from jqengine import Engine, RedisClient, connect
 from jqruntime.clientaddr import Networks, request_address
 from jqruntime.consulconn import close_consul, consul_client

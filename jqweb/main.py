@@ -10,7 +10,7 @@ from aiohttp import web
 
 from jqcore.errors import ConfigError
 from jqcore.log import get_logger
-from jqcore.settings import load
+from jqcore.settings.common import load
 from jqruntime.http import serve_http
 from jqruntime.lifecycle import Service, run_until_signal
 from jqruntime.stores.presence import Presence, process_name

@@ -24,16 +24,10 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 from jqcore import keys
 from jqcore.clock import now_ms
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
-    AuditSettings,
-    ConsulSettings,
-    CronSettings,
-    HistorySettings,
-    KafkaSettings,
-    RedisSettings,
-    RelayKeys,
-    load,
-)
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings, CronSettings, HistorySettings, RelayKeys
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine import Engine, RedisClient, connect, memory_info
 from jqruntime.consulconn import close_consul, consul_client, consul_sync_client
 from jqruntime.stores import membership, presence

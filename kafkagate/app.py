@@ -15,7 +15,7 @@ from aiohttp import web
 
 from jqcore import metrics
 from jqcore.buckets import Buckets, Rate
-from jqcore.settings import load
+from jqcore.settings.common import load
 from jqruntime.authz import OPEN, POLICIES, Policy
 from jqruntime.http import HttpError, json_response
 from jqruntime.stores.audit import AuditTrail

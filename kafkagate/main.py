@@ -45,18 +45,11 @@ from jqcore.aio import cancel_and_wait
 from jqcore.errors import JobqError
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
-    AuditSettings,
-    ConsulSettings,
-    CronSettings,
-    FarSettings,
-    HistorySettings,
-    KafkaSettings,
-    RedisSettings,
-    RelayKeys,
-    TraceSettings,
-    load,
-)
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.pipeline import AuditSettings, CronSettings, FarSettings, HistorySettings, RelayKeys
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.topics import audit_topic, job_topics, schedule_topic
 from jqengine import Engine, RedisClient, connect
 from jqruntime.http import serve_http

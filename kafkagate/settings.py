@@ -9,8 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jqcore.buckets import Rate
 from jqcore.envelope import MAX_ENVELOPE_BYTES
-from jqcore.settings import CommaList, CommaSecrets, ProduceBatching
-from jqcore.settings.common import _blank_is_unset, _read_secret_file
+from jqcore.settings.common import CommaList, CommaSecrets, _blank_is_unset, _read_secret_file
+from jqcore.settings.kafka import ProduceBatching
 from jqruntime.clientaddr import Networks, parse_networks
 
 __all__ = ["GateSettings"]

@@ -16,16 +16,10 @@ from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.extras import MissingExtra
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    FarSettings,
-    HistorySettings,
-    KafkaSettings,
-    QueueBounds,
-    RelayKeys,
-    load,
-)
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, FarSettings, HistorySettings, QueueBounds, RelayKeys
+from jqcore.settings.servers import ConsulSettings
 from jqengine import POOL_HOLDER, Engine, QueueConfig, RedisClient
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.historypool import HistoryPool, MissCache

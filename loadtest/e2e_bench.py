@@ -57,7 +57,7 @@ import redis
 import redis.asyncio as aioredis
 from hdrh.histogram import HdrHistogram
 
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import job_topics
 from jqengine import Engine
 from jqengine.keys import QueueKeys

@@ -25,10 +25,11 @@ ratio is taken per repetition (jobq / floor) and its median reported.
 * **whole path**: jobq's pipeline as ``./run bench e2e`` runs it (gateway, relay, 2 workers × 50, a
   scheduler shipping the lifecycle events; Consul) against the floors' (gateway, relay, 2 floor workers ×
   50), the same job: one job per HTTP request at a fixed rate (open loop; CPU from the first request to the
-  last job done), then batches of 1,000 jobs per request from 4 clients (closed loop; CPU over the window
-  after a warm-up third, per job finished in it). CPU µs per job of every process on the path — the
-  pipeline's processes from ``/proc`` with their trees, Kafka's JVM and Consul by their ports, Redis's
-  ``INFO cpu`` —, their sum (the system total), and the end-to-end jobs/s of the batched phase.
+  last job done), then batches of 1,000 jobs per request from 4 clients (closed loop, at most
+  :data:`BACKLOG` jobs waiting in the path; CPU over the window after a warm-up third, per job finished in
+  it). CPU µs per job of every process on the path — the pipeline's processes from ``/proc`` with their
+  trees, Kafka's JVM and Consul by their ports, Redis's ``INFO cpu`` —, their sum (the system total), and
+  the end-to-end jobs/s of the batched phase.
 * ``--hop worker`` (``./run bench floors --hop worker``): the worker hop alone, on a Redis of its own (no
   Kafka, no Consul: a run of minutes, not a quarter of an hour): both queues are filled directly, jobq's
   through the engine as its relay writes them, the floor's lease queue as its relay does, then drained as
@@ -64,7 +65,7 @@ from hdrh.histogram import HdrHistogram
 
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import job_topics
 from jqengine import Engine
 from jqengine.keys import QueueKeys
@@ -109,6 +110,10 @@ HOPS = ("gateway", "relay", "worker", "start-up", "path, 1 job/request", "path, 
 ALONE = ("gateway", "relay", "worker")
 """The hops ``--hop`` may run alone."""
 PROFILE_S = 10.0
+BACKLOG = 8_000
+"""Jobs the batched phase lets wait in the path (answered, not yet done; 8 requests): beyond it its posters
+wait. Without a bound the gateways answer faster than the pipeline finishes, and the CPU of the jobs
+accepted into the growing backlog (the gateway's, Kafka's) is charged to the fewer jobs finished."""
 WORKER_PROFILE_S = 4.0
 """Seconds of each worker's profile with ``--hop worker`` (its drain of :attr:`Sizes.jobs` lasts longer)."""
 
@@ -607,21 +612,38 @@ async def _rate_phase(path: Path, rate: float, seconds: float) -> dict[str, floa
 async def _batched_phase(
     path: Path, seconds: float, profile: tuple[float, Folder] | None = None, clients: int = 4
 ) -> tuple[dict[str, float], dict[str, Profile]]:
-    """4 clients posting 1,000 jobs a request as fast as answered; over the window after a warm-up third:
-    jobs finished per second and CPU µs per job finished, by process. ``profile`` (seconds, folder): then
-    py-spy records the path's :attr:`Path.profiled` processes while the load goes on."""
+    """4 clients posting 1,000 jobs a request as fast as answered while fewer than :data:`BACKLOG` jobs
+    wait in the path; over the window after a warm-up third: jobs finished per second and CPU µs per job
+    finished, by process. ``profile`` (seconds, folder): then py-spy records the path's
+    :attr:`Path.profiled` processes while the load goes on."""
     client = aioredis.Redis.from_url(path.redis_url)
     meter = _meter(path)
     body = orjson.dumps({"jobs": [{"kind": jobq_app.KIND} for _ in range(1000)]})
-    stop = asyncio.Event()
+    stop, room = asyncio.Event(), asyncio.Event()
+    posted = done = int(await client.get(count_key(path.queue)) or 0)
     marks: list[tuple[float, int, dict[str, float]]] = []
     profiles: dict[str, Profile] = {}
     started = time.perf_counter()
 
     async def poster(http: RawHttp) -> None:
+        nonlocal posted
         request = http.request("POST", f"/v1/queues/{path.queue}/jobs", body)
         while not stop.is_set():
+            await room.wait()
+            posted += 1000
             await http.send(request)
+
+    async def backlog() -> None:
+        """Open the posters' way while the jobs answered and not yet done are fewer than BACKLOG."""
+        nonlocal done
+        while not stop.is_set():
+            done = int(await client.get(count_key(path.queue)) or 0)
+            if posted - done < BACKLOG:
+                room.set()
+            else:
+                room.clear()
+            await asyncio.sleep(0.01)
+        room.set()
 
     async def window() -> None:
         nonlocal profiles
@@ -638,6 +660,7 @@ async def _batched_phase(
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with RawHttp(*path.address, clients, headers) as http, asyncio.TaskGroup() as tasks:
         tasks.create_task(window())
+        tasks.create_task(backlog())
         for _ in range(clients):
             tasks.create_task(poster(http))
     path.check()

@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 import orjson
 from hdrh.histogram import HdrHistogram
 
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import job_topics
 from jqruntime.topicadmin import ensure
 from jqstack.manager import Endpoints

@@ -64,7 +64,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from jqcore.envelope import new_envelope
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import TopicSpec
 from jqengine import Engine, QueueConfig
 from jqengine.keys import QUEUES_KEY, QueueKeys

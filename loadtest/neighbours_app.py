@@ -6,7 +6,8 @@ order they ran)."""
 
 from __future__ import annotations
 
-from jqcore.settings import RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.servers import RedisSettings
 from jqengine import RedisClient, connect
 from worker.registry import Registry, current_job
 

@@ -58,7 +58,7 @@ import redis.asyncio as aioredis
 from confluent_kafka import Consumer, TopicPartition
 
 from jqcore.envelope import encode, new_envelope, record_key
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import job_topics
 from jqengine import Engine, QueueConfig, memory_info
 from jqruntime.kafka import AsyncProducer, Record

@@ -20,7 +20,11 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope, record_key
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, FarSettings, KafkaSettings, RedisSettings, TraceSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.pipeline import FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine import Engine
 from jqrelay.elector import Role
 from jqrelay.main import RelayService

@@ -34,7 +34,7 @@ import redis.asyncio as aioredis
 
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import TopicSpec
 from jqengine import Engine, RedisClient
 from jqengine.keys import QueueKeys

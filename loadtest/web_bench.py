@@ -64,14 +64,9 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.envelope import new_envelope
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    HistorySettings,
-    KafkaSettings,
-    RedisSettings,
-    RelayKeys,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, HistorySettings, RelayKeys
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.topics import job_topics
 from jqengine import Engine, QueueConfig
 from jqruntime.consulconn import close_consul, consul_client

@@ -32,19 +32,18 @@ from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, s
 
 from jqcore.events import Event, parse_record
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.pipeline import (
     AuditSettings,
-    ConsulSettings,
     CronSettings,
     EventSettings,
     FarSettings,
     HistorySettings,
-    KafkaSettings,
-    RedisSettings,
     RelayKeys,
-    TraceSettings,
-    load,
 )
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.testsignal import enable_all
 from jqcore.topics import audit_topic
 from jqengine import Engine

@@ -5,7 +5,7 @@ A missing or malformed setting stops it with exit code 2 and one line naming the
 (:func:`jqruntime.lifecycle.service_main`).
 """
 
-from jqcore.settings import load
+from jqcore.settings.common import load
 from jqruntime.lifecycle import service_main
 from worker.main import run
 from worker.settings import WorkerSettings

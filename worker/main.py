@@ -17,7 +17,9 @@ from pathlib import Path
 
 from jqcore.errors import ConfigError
 from jqcore.log import get_logger
-from jqcore.settings import RedisSettings, TraceSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import Engine, connect
 from jqruntime.lifecycle import run_until_signal
 from jqruntime.preflight import preflight

@@ -44,7 +44,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from jqcore import metrics
@@ -459,7 +459,9 @@ class Pool(Service):
             if self._threads is None:
                 self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="jobq")
             return self._threads
-        if self._processes is None:
+        if self._processes is None:  # multiprocessing's machinery: imported when a handler first needs it
+            from concurrent.futures import ProcessPoolExecutor
+
             self._processes = ProcessPoolExecutor(max_workers=self.config.process_workers or None)
         return self._processes
 

@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from jqcore.settings import QueueNames
+from jqcore.settings.common import QueueNames
 
 __all__ = ["LiveSettings", "WorkerSettings", "parse_filter"]
 

@@ -8,7 +8,7 @@ import typer
 
 from jqcore.extras import require
 from jqcore.log import configure
-from jqcore.settings import load
+from jqcore.settings.common import load
 
 __all__ = ["canary"]
 

@@ -15,7 +15,9 @@ from rich.table import Table
 from jqcore.clock import now_ms
 from jqcore.cron import check_name, parse_schedule
 from jqcore.errors import CronInvalid, CronNotFound, FieldError
-from jqcore.settings import ConsulSettings, CronSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine import Engine, connect
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.stores.cron import CronStore, fire_now, overview

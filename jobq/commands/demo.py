@@ -44,7 +44,8 @@ from jobq.commands.stack import (
     stack_tokens,
 )
 from jobq.commands.status import collect, render
-from jqcore.settings import KafkaSettings, load_env
+from jqcore.settings.common import load_env
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import job_topics
 from jqruntime.client import Gateway
 from jqruntime.topicadmin import ensure

@@ -41,7 +41,9 @@ from rich.markup import escape
 from jobq.commands.stack import existing_stack, open_stack, print_status, stack_tokens
 from jobq.devapp import AppInfo, ProbeFailed, curl_line, probe, python_line
 from jqcore.routing import QueueUnrouted, RoutingSettings
-from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load_env
+from jqcore.settings.common import load_env
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings, EventSettings, FarSettings
 from jqcore.topics import declaration
 from jqruntime.topicadmin import apply
 from jqstack.errors import StackError

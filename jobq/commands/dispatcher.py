@@ -7,7 +7,8 @@ from typing import Annotated, Any
 import typer
 
 from jqcore.log import configure
-from jqcore.settings import LogSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.observe import LogSettings
 from jqdispatch.main import run
 from jqdispatch.settings import DispatcherSettings
 

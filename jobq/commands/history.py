@@ -27,7 +27,10 @@ from jqcore.clock import now_ms
 from jqcore.durations import parse_ms
 from jqcore.errors import ConfigError
 from jqcore.log import configure, get_logger
-from jqcore.settings import EventSettings, HistorySettings, KafkaSettings, LogSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import LogSettings
+from jqcore.settings.pipeline import EventSettings, HistorySettings
 from jqcore.topics import events_topic
 from jqruntime.preflight import preflight
 from jqruntime.stores.history import HistoryStore, QueryLimits, Rows, TimelineEntry

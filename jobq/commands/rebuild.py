@@ -18,7 +18,8 @@ from rich.table import Table
 
 from jobq.audited import Note, audited
 from jqcore.errors import JobqError
-from jqcore.settings import EventSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.pipeline import EventSettings
 from jqrecover.rebuild import DEFAULT_MARGIN_S, Cadences, RebuildReport, rebuild_from_kafka
 from jqrecover.replay import Point, ReplayError, parse_point
 from jqsched.service import EVENTS_IDLE_S, GRAPH_EVERY_S

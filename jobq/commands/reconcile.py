@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from jqcore.routing import RoutingSettings
-from jqcore.settings import KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.servers import RedisSettings
 from jqrecover.reconcile import RELAY_STAGES, collect
 from jqrelay.settings import RelaySettings
 

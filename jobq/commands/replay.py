@@ -18,7 +18,10 @@ from rich.table import Table
 from jobq.audited import audited
 from jqcore.admission import Admission, carries_signature
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqrecover.replay import (
     PartitionRange,
     Point,

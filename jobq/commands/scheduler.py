@@ -8,7 +8,8 @@ import typer
 
 from jqcore.extras import require
 from jqcore.log import configure
-from jqcore.settings import LogSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.observe import LogSettings
 
 __all__ = ["scheduler"]
 

@@ -23,7 +23,8 @@ from rich.console import Console
 
 from jqcore.envelope import validate_name
 from jqcore.routing import RoutingSettings
-from jqcore.settings import KafkaSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import job_topics
 from jqruntime.topicadmin import ensure
 from jqstack.paths import home

@@ -8,7 +8,9 @@ import typer
 from rich.console import Console
 
 from jqcore.routing import RoutingSettings
-from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings, EventSettings, FarSettings
 from jqcore.topics import JOB_PARTITIONS, declaration, min_isr
 from jqruntime.topicadmin import apply
 

@@ -15,7 +15,10 @@ from rich.table import Table
 from jqcore.clock import now_ms
 from jqcore.extras import require
 from jqcore.log import configure
-from jqcore.settings import AuditSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import connect
 from jqruntime.stores.audit import AuditEntry, AuditTrail, cli_who
 from jqweb.sessions import MIN_REF, Session, SessionStore, select

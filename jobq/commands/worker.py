@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from jqcore.log import configure
-from jqcore.settings import LogSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.observe import LogSettings
 from worker.main import run
 from worker.settings import WorkerSettings
 

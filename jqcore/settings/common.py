@@ -1,6 +1,6 @@
 """The shared parts of the settings classes: comma-separated and JSON-text settings, :class:`ClientConfig`
 and secret masking, ``*_FILE`` secrets, blank-is-unset, environment names, the local stack's default
-addresses, and :func:`load`/:func:`load_env` (``jqcore.settings`` re-exports what other modules use)."""
+addresses, and :func:`load`/:func:`load_env` (imported from here: ``jqcore.settings`` re-exports nothing)."""
 
 from __future__ import annotations
 

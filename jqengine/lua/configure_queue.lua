@@ -6,9 +6,9 @@
 -- KEYS[3] wake     LIST wake tokens for waiting workers (at most 64)
 -- derived: none
 -- ARGV: [1] now  then field, value pairs ('' value = back to the default).
--- returns: C_OK.
+-- returns: 1 when this call created the queue's configuration (a queue new to Redis, or Redis lost it), else 0.
 -- uses: wake
-redis.call('HSETNX', CONFIG, 'created_at', NOW)
+local created = redis.call('HSETNX', CONFIG, 'created_at', NOW)
 local resumed = false
 for i = 2, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
@@ -16,4 +16,4 @@ for i = 2, #ARGV, 2 do
   if value == '' then redis.call('HDEL', CONFIG, field) else redis.call('HSET', CONFIG, field, value) end
 end
 if resumed then wake(redis.call('ZCARD', READY)) end
-return C_OK
+return created

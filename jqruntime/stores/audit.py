@@ -30,7 +30,9 @@ from jqcore.errors import BackendUnavailable, JobqError
 from jqcore.extras import require
 from jqcore.keys import AUDIT_KEY
 from jqcore.log import get_logger
-from jqcore.settings import AuditSettings, KafkaSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings
 from jqengine import RedisClient, text
 
 if TYPE_CHECKING:  # the server extra's (Kafka); loaded when the first entry is shipped

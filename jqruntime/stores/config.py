@@ -28,7 +28,7 @@ import orjson
 
 from jqcore.admission import GRAPH_KEY_BYTES
 from jqcore.errors import BackendUnavailable
-from jqcore.settings import ConsulSettings
+from jqcore.settings.servers import ConsulSettings
 from jqengine import Engine, QueueConfig
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.stores.cron import CONSUL_ERRORS

@@ -45,7 +45,7 @@ import orjson
 from jqcore.errors import BackendUnavailable, QueryInvalid, QueryTimeout
 from jqcore.events import FIELDS, PAYLOAD_FIELDS
 from jqcore.extras import require
-from jqcore.settings import HistorySettings
+from jqcore.settings.pipeline import HistorySettings
 from jqruntime.stores.archive import ArchivedPayload
 
 if TYPE_CHECKING:  # the history extra's; imported where a table is read

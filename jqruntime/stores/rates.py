@@ -11,7 +11,7 @@ import consul.aio
 
 from jqcore.errors import BackendUnavailable
 from jqcore.rates import Rate
-from jqcore.settings import RelayKeys
+from jqcore.settings.pipeline import RelayKeys
 from jqruntime.stores.cron import CONSUL_ERRORS
 
 __all__ = ["RateStore"]

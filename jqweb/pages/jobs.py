@@ -15,7 +15,8 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from jqcore.settings import FarSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.pipeline import FarSettings
 from jqengine import Engine, Forgotten, JobInfo
 from jqruntime.authz import EVERY_QUEUE, Policy, Touch
 from jqruntime.authz import queue as queue_touch

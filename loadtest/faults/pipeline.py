@@ -18,7 +18,7 @@ from typing import Literal
 
 import aiohttp
 
-from jqcore.settings import KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
 from jqcore.topics import TopicSpec, job_topics
 from jqruntime.topicadmin import apply
 from jqstack.manager import Endpoints

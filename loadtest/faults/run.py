@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
-from jqcore.settings import RedisSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import Engine, connect
 from jqengine.models import JobInfo
 from jqstack.manager import Endpoints, Stack

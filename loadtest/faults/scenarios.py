@@ -18,7 +18,8 @@ import orjson
 
 from jqcore.keys import RELAY_HELD_KEY
 from jqcore.lane import lane_partition
-from jqcore.settings import ConsulSettings, RelayKeys
+from jqcore.settings.pipeline import RelayKeys
+from jqcore.settings.servers import ConsulSettings
 from jqcore.topics import held_topic
 from jqruntime.consulconn import close_consul, consul_client
 from jqstack.supervise import alive, python_m

@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from click.testing import Result
 
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import CronSettings
+from jqcore.settings.pipeline import CronSettings
 from jqengine import Engine
 from jqruntime.stores import audit
 from jqstack.manager import Endpoints

@@ -15,7 +15,7 @@ import pytest
 from jobq.commands import remote
 from jqcore.clock import now_ms
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import FarSettings
+from jqcore.settings.pipeline import FarSettings
 from jqrelay.main import RelayService
 from jqruntime.client import JobqClient
 from jqruntime.stores import audit

@@ -18,7 +18,8 @@ from jobq.cli import app
 from jqcore.clock import now_ms
 from jqcore.cron import parse_schedule
 from jqcore.routing import RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings
 from jqengine import Engine
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.stores.cron import CronStore

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from jobq.cli import app
 from jqcore.routing import RoutingSettings
-from jqcore.settings import EventSettings, FarSettings, KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import EventSettings, FarSettings
 from jqcore.topics import TopicsInvalid
 from jqruntime.preflight import EvictionRefused, eviction_policies
 from jqsched.service import SchedulerService

@@ -17,7 +17,8 @@ import redis.asyncio as aioredis
 from jqcore.clock import now_ms
 from jqcore.envelope import encode, new_envelope
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import FarSettings, KafkaSettings
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import FarSettings
 from jqengine import Engine
 from jqrelay.main import RelayService
 from jqruntime.client import JobqClient

@@ -253,7 +253,8 @@ async def test_stopping_the_relay_turns_the_canary_red_and_a_new_relay_green_aga
 async def test_reconcile_accounts_for_every_job_end_to_end(
     pipeline: Pipeline, endpoints: Endpoints, eventually: Eventually
 ) -> None:
-    from jqcore.settings import KafkaSettings, RedisSettings
+    from jqcore.settings.kafka import KafkaSettings
+    from jqcore.settings.servers import RedisSettings
     from jqrecover.reconcile import collect
 
     done = asyncio.Event()

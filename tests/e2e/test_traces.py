@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from jqcore.backoff import Backoff
 from jqcore.envelope import decode
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import TraceSettings
+from jqcore.settings.observe import TraceSettings
 from jqcore.testsignal import enable_all
 from jqengine import Engine
 from jqrelay.main import RelayService

@@ -17,15 +17,10 @@ from typer.testing import CliRunner
 
 from jobq.cli import app
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-    TraceSettings,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.topics import TopicsInvalid
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings

@@ -25,15 +25,10 @@ from aiohttp.test_utils import TestServer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jqcore.envelope import KAFKA_MAX_MESSAGE_BYTES, MAX_ENVELOPE_BYTES, decode
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    FarSettings,
-    HistorySettings,
-    KafkaSettings,
-    RedisSettings,
-    TraceSettings,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.pipeline import CronSettings, FarSettings, HistorySettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqruntime.http import error_middleware
 from jqstack.manager import Endpoints
 from kafkagate.main import GateService

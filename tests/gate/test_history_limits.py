@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from jqcore.routing import RoutingSettings
-from jqcore.settings import HistorySettings
+from jqcore.settings.pipeline import HistorySettings
 from jqruntime.stores.history import SearchPage
 from kafkagate.main import GateService
 from kafkagate.state import READY_TTL_S

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from redis.exceptions import MaxConnectionsError
 
 from jqcore.routing import RoutingSettings
-from jqcore.settings import RedisSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import POOL_HOLDER, Engine, connect
 from jqengine.redisconn import WaitingPool
 from jqruntime.tokens import load_tokens

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from jqcore.settings import ConsulSettings, CronSettings
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings
 from jqengine import Engine
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.stores.config import ConfigStore, KindEntry

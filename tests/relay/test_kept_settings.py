@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jqcore.settings import ConsulSettings, CronSettings
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings
 from jqengine import Engine, QueueConfig
 from jqrelay.main import RelayService
 from jqruntime.consulconn import close_consul, consul_client

@@ -27,14 +27,9 @@ from jqcore.errors import GraphNotFound
 from jqcore.events import FIELDS, pack
 from jqcore.graphs import Step, chain, graph_envelope, parse
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine import Engine
 from jqrecover.rebuild import RebuildReport, rebuild_from_kafka
 from jqrelay.main import RelayService

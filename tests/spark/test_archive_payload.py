@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import EventSettings, HistorySettings
+from jqcore.settings.pipeline import EventSettings, HistorySettings
 from jqengine import Engine
 from jqrelay.main import RelayService
 from jqruntime.client import ApiRefused, JobqClient

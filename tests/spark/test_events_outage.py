@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from jqcore.envelope import new_envelope
-from jqcore.settings import EventSettings
+from jqcore.settings.pipeline import EventSettings
 from jqengine import Engine, QueueConfig
 from jqruntime.stores.history import HistoryStore
 from jqsched.service import SchedulerService

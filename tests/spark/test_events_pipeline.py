@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from jqcore.backoff import Backoff
 from jqcore.events import Event, partition_of
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import EventSettings
+from jqcore.settings.pipeline import EventSettings
 from jqengine import Engine, JobInfo
 from jqrelay.main import RelayService
 from jqruntime.client import JobqClient

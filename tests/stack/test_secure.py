@@ -33,7 +33,10 @@ from redis.retry import Retry
 
 from jobq import demo_workload
 from jqcore.errors import BackendUnavailable
-from jqcore.settings import HistorySettings, KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import HistorySettings
+from jqcore.settings.servers import RedisSettings
 from jqcore.topics import TopicSpec
 from jqengine import connect
 from jqruntime.preflight import ProtocolRefused, check_redis

@@ -11,6 +11,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from jqcore.envelope import Envelope, new_envelope
 from jqengine import Engine
+from jqengine.keys import QUEUES_KEY, QueueKeys
 from jqstack.manager import Endpoints
 
 T0 = 1_900_000_000_000
@@ -57,3 +58,27 @@ def job() -> Callable[..., Envelope]:
 @pytest.fixture
 def t0() -> int:
     return T0
+
+
+async def lose_queue(engine: Engine, queue: str) -> None:
+    """What a Redis that lost its data lost of ``queue``: its keys and its place in the queue list (the
+    engine's own memory of the queue is kept, as a running process keeps it)."""
+    client = engine._client
+    pattern = QueueKeys(queue).prefix + "*"
+    nodes = client.get_primaries() if isinstance(client, RedisCluster) else [None]
+    for node in nodes:
+        kw = {"target_nodes": node} if node is not None else {}
+        batch: list[bytes] = []
+        async for key in client.scan_iter(match=pattern, count=1000, **kw):
+            batch.append(key)
+            if len(batch) == 1000:
+                await _unlink(client, batch)
+                batch = []
+        await _unlink(client, batch)
+    await client.srem(QUEUES_KEY, queue)
+
+
+async def _unlink(client: Any, keys: list[bytes]) -> None:
+    """One UNLINK for the batch (per key on a Cluster: the keys of one queue share a slot anyway)."""
+    if keys:
+        await client.unlink(*keys)

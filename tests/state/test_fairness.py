@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
@@ -14,6 +13,8 @@ from jqcore.envelope import Envelope
 from jqengine import Engine, QueueConfig, QueueConfigInvalid
 from jqengine.keys import QueueKeys
 
+from .conftest import lose_queue
+
 Job = Callable[..., Envelope]
 
 
@@ -21,24 +22,7 @@ Job = Callable[..., Envelope]
 async def dropped(engine: Engine, q: str) -> AsyncIterator[None]:
     """The queue's keys are deleted after the test (its backlog would weigh on the session's Redis)."""
     yield
-    client = engine._client
-    pattern = QueueKeys(q).prefix + "*"
-    nodes = client.get_primaries() if isinstance(client, RedisCluster) else [None]
-    for node in nodes:
-        kw = {"target_nodes": node} if node is not None else {}
-        batch: list[bytes] = []
-        async for key in client.scan_iter(match=pattern, count=1000, **kw):
-            batch.append(key)
-            if len(batch) == 1000:
-                await _unlink(client, batch)
-        await _unlink(client, batch)
-
-
-async def _unlink(client: Any, keys: list[bytes]) -> None:
-    """One UNLINK for the batch (per key on a Cluster: the keys of one queue share a slot anyway)."""
-    if keys:
-        await client.unlink(*keys)
-        keys.clear()
+    await lose_queue(engine, q)
 
 
 async def _enqueue(engine: Engine, jobs: list[Envelope], t0: int) -> None:

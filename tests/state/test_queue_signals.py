@@ -10,14 +10,9 @@ from prometheus_client import REGISTRY
 
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    KafkaSettings,
-    RedisSettings,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine import Engine
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings

@@ -7,7 +7,7 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from jqcore.settings import RedisSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine.redisconn import connect, connect_sync
 from jqstack.manager import Endpoints
 

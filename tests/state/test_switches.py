@@ -11,8 +11,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
-from jqengine import Engine, Switch, SwitchNotFound
+from jqengine import Engine, QueueConfig, Switch, SwitchNotFound
 from jqengine.keys import QueueKeys
+
+from .conftest import lose_queue
 
 Job = Callable[..., Envelope]
 
@@ -118,6 +120,29 @@ async def test_a_switch_set_before_its_queue_existed_holds_the_first_batch(
     assert result.created_queues == [q], "this batch created the queue"
     handed = await engine.jobs.wait_for_handoff(q, "pool", 1.0)
     assert [j.id for j in handed or []] == ["free"]
+    info = await engine.reads.get_job(q, "held")
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
+
+
+@pytest.mark.parametrize("first", ["configured", "paused"])
+async def test_a_queue_configured_again_after_redis_lost_it_gets_the_switches_in_force(
+    engine: Engine, prefix: str, job: Job, t0: int, lift_after: list[str], first: str
+) -> None:
+    """Redis lost a queue this engine had written: a switch set then reaches no queue list, and the
+    operator's configuring (or pausing) the queue again creates it — under the switches in force, so the
+    jobs of the relay's next batch, which no longer creates the queue, are held."""
+    q = f"{prefix}.lost"
+    await engine.enqueue_batch([job(q, "k", id="before")], now_ms=t0)
+    await lose_queue(engine, q)
+    assert await _set(engine, lift_after, Switch(f"{prefix}-lost", queue=q, meta={"sw": "1"})) == []
+    if first == "configured":
+        await engine.admin.configure_queue(q, QueueConfig())
+    else:
+        await engine.admin.pause(q, False)
+    result = await engine.enqueue_batch([job(q, "k", id="held", meta={"sw": "1"})], now_ms=t0 + 1)
+    assert result.created_queues == [], "the configuration created the queue, not this batch"
+    assert await engine.jobs.claim(q, 5, worker="w", now_ms=t0 + 2) == []
     info = await engine.reads.get_job(q, "held")
     assert info is not None
     assert (info.state, info.attempt) == ("parked", 0)

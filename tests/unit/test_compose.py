@@ -42,7 +42,7 @@ from canary.main import gateways
 from canary.settings import CanarySettings
 from jobq.cli import Later, app
 from jqcore.routing import CANARY_PREFIX, RoutingSettings
-from jqcore.settings import load
+from jqcore.settings.common import load
 from jqrelay.settings import RelaySettings
 from jqruntime.tokens import load_tokens
 from jqstack.paths import CONSUL_VERSION, KAFKA_VERSION
@@ -442,7 +442,8 @@ def test_every_jobq_service_routes_the_same_topics(
 def test_backends_are_addressed_by_their_service_names(
     services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings
+    from jqcore.settings.kafka import KafkaSettings
+    from jqcore.settings.servers import ConsulSettings, RedisSettings
 
     for name, service in jobq_services(services).items():
         with environment(monkeypatch, env_of(service)):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jqcore.errors import QueryTimeout
-from jqcore.settings import HistorySettings
+from jqcore.settings.pipeline import HistorySettings
 from jqruntime.historypool import HistoryPool, MissCache
 from jqruntime.http import HttpError
 from jqruntime.stores.history import SPILL_DIR, HistoryStore, QueryLimits

@@ -8,7 +8,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from jqcore.errors import BackendUnavailable, EnvelopeError, FieldError
-from jqcore.settings import ConsulSettings
+from jqcore.settings.servers import ConsulSettings
 from jqruntime.consulconn import close_consul, consul_client
 from jqruntime.http import ErrorAnswer, HttpError, answer_for, error_middleware, serve_http
 

@@ -17,7 +17,7 @@ from jobq import Registry
 from jqcore.envelope import new_envelope
 from jqcore.errors import Retry
 from jqcore.log import configure, get_logger
-from jqcore.settings import LogSettings
+from jqcore.settings.observe import LogSettings
 from jqengine import ClaimedJob
 from worker.execute import run_handler
 

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from jqcore.log import configure, get_logger, kafka_logging
-from jqcore.settings import LogSettings
+from jqcore.settings.observe import LogSettings
 from jqstack.procs import free_port
 
 

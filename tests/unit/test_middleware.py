@@ -18,7 +18,7 @@ from jobq import JobContext, Registry, current_job
 from jqcore.envelope import new_envelope
 from jqcore.errors import Cancel, Retry, Snooze
 from jqcore.log import configure
-from jqcore.settings import LogSettings
+from jqcore.settings.observe import LogSettings
 from jqengine import ClaimedJob
 from worker.execute import Outcome, run_handler
 from worker.middleware import CallNext, is_failure

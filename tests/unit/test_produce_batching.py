@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from jqcore.settings import EventSettings
+from jqcore.settings.pipeline import EventSettings
 from kafkagate.settings import GateSettings
 
 

@@ -1,9 +1,10 @@
 """The operator's bounds on what a queue's configuration may ask for (security review M3): a queue's admin
-cannot lift its own memory budget, retention or events cap past them (``jqcore.settings.QueueBounds``)."""
+cannot lift its own memory budget, retention or events cap past them
+(``jqcore.settings.pipeline.QueueBounds``)."""
 
 from __future__ import annotations
 
-from jqcore.settings import QueueBounds
+from jqcore.settings.pipeline import QueueBounds
 
 
 def test_each_value_past_its_bound_is_named_with_the_setting_that_raises_it() -> None:

@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from jqcore.settings import RedisSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine.redisconn import FastConnection, connect, pack_command
 
 CASES: list[tuple[Any, ...]] = [

@@ -15,7 +15,9 @@ from pydantic_settings import BaseSettings
 
 from canary.settings import CanarySettings
 from jqcore.errors import ConfigError
-from jqcore.settings import KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.servers import RedisSettings
 from jqdispatch.service import Dispatcher
 from jqdispatch.settings import DispatcherSettings
 from jqweb.settings import WebSettings

@@ -24,7 +24,10 @@ from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocket
 
 from jqcore import log
 from jqcore.errors import ConfigError
-from jqcore.settings import MASK, ConsulSettings, KafkaSettings, LogSettings, RedisSettings, load
+from jqcore.settings.common import MASK, load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import LogSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine.redisconn import FastConnection, connect, connect_sync
 from jqruntime.consulconn import close_consul, consul_client, consul_sync_client
 from jqruntime.kafka import AsyncProducer

@@ -14,16 +14,10 @@ import pytest
 
 from canary.monitor import Canary
 from jqcore.routing import RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    EventSettings,
-    FarSettings,
-    HistorySettings,
-    KafkaSettings,
-    RedisSettings,
-    TraceSettings,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import TraceSettings
+from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings, HistorySettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqdispatch.service import Dispatcher
 from jqdispatch.settings import DispatcherSettings
 from jqengine import Engine, connect

@@ -11,16 +11,10 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
 from jqcore.errors import ConfigError
-from jqcore.settings import (
-    DEFAULT_CONSUL_ADDR,
-    DEFAULT_KAFKA_BOOTSTRAP,
-    DEFAULT_REDIS_URL,
-    ConsulSettings,
-    KafkaSettings,
-    LogSettings,
-    RedisSettings,
-    load,
-)
+from jqcore.settings.common import DEFAULT_CONSUL_ADDR, DEFAULT_KAFKA_BOOTSTRAP, DEFAULT_REDIS_URL, load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.observe import LogSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqsched.settings import SchedulerSettings
 from worker.main import pool_config
 from worker.settings import WorkerSettings

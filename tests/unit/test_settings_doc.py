@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -27,8 +28,8 @@ def gen() -> ModuleType:
 
 
 def product_settings_classes() -> set[type[BaseSettings]]:
-    for name in jqcore.settings.__all__:  # each module of the package, imported when a name is asked for
-        getattr(jqcore.settings, name)
+    for module in pkgutil.iter_modules(jqcore.settings.__path__):  # the shared ones, a module per concern
+        importlib.import_module(f"jqcore.settings.{module.name}")
     for path in ROOT.glob("*/settings.py"):  # each service's
         importlib.import_module(f"{path.parent.name}.settings")
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]

@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 from canary.settings import CanarySettings
 from jobq.cli import app
 from jobq.commands.stack import DEV_TOKEN
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqstack.manager import DEFAULT_PORTS, Stack, StackSpec
 from kafkagate.settings import GateSettings
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jqcore.settings import HistorySettings
+from jqcore.settings.pipeline import HistorySettings
 from jqstack import paths
 
 

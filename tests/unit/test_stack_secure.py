@@ -12,7 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from jobq.cli import app
-from jqcore.settings import ConsulSettings, KafkaSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqstack.manager import Stack, StackSpec
 from jqstack.secure import KAFKA_ACLS, REDIS_RULES, ROLES, SecureFiles
 from jqstack.servers import KafkaBroker, RedisServer

@@ -6,7 +6,6 @@ design, not timings (``loadtest/floors_bench.py`` measures the seconds)."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import subprocess
@@ -40,8 +39,9 @@ WORKER_UNUSED = [
     "aiohttp",  # the health server's, imported when a metrics port is set (jqruntime.health)
     "jqruntime.http",
     "opentelemetry",  # tracing's, imported when it is on (jqruntime.tracing); redis-py's (jqcore.imports)
-    "jqcore.settings.kafka",  # the settings a pool never builds (jqcore.settings imports a name's module
-    "jqcore.settings.pipeline",  # when the name is asked for)
+    "concurrent.futures.process",  # mode="process" handlers' pool, imported when one first runs
+    "jqcore.settings.kafka",  # the settings a pool never builds (jqcore.settings re-exports nothing: each
+    "jqcore.settings.pipeline",  # name is imported from its own module)
     "rich",
     "typer",
     "confluent_kafka",
@@ -85,14 +85,35 @@ def test_a_worker_pool_imports_only_what_it_uses() -> None:
     assert _imported(JOBQ_WORKER, unused) == []
 
 
-def test_each_settings_name_comes_from_its_module() -> None:
-    import jqcore.settings as settings
+COLLECTOR = """
+import gc, json, sys
+import jobq.commands.worker as command
+from jobq import cli
 
-    assert sorted(settings._WHERE) == sorted(settings.__all__)
-    for name, module in settings._WHERE.items():
-        assert getattr(settings, name) is getattr(importlib.import_module(f"jqcore.settings.{module}"), name)
-    with pytest.raises(AttributeError):
-        _ = settings.NoSuchSettings
+seen = []
+command.run = lambda settings: seen.append([gc.isenabled(), gc.get_freeze_count()])
+sys.argv = ["jobq", *sys.argv[1:]]
+try:
+    cli.main()
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print(json.dumps({"after": gc.isenabled(), "seen": seen}))
+"""
+"""``jobq`` with this script's arguments, the worker pool replaced by a note of the collector's state."""
+
+
+@pytest.mark.parametrize("argv", [["worker", "--app", "app:registry", "--queues", "q"], ["--version"]])
+def test_the_collector_is_paused_for_start_up_only(argv: list[str]) -> None:
+    """``jobq``'s start-up runs without the cyclic collector: the command runs with it on again and with
+    what the imports made frozen out of its reach; a command that ends before its module is imported
+    (``--version``) leaves it on too."""
+    run = subprocess.run([sys.executable, "-c", COLLECTOR, *argv], capture_output=True, text=True, check=True)
+    found = json.loads(run.stdout.splitlines()[-1])
+    assert found["after"], "main() left the collector off"
+    if argv[0] == "worker":
+        ((enabled, frozen),) = found["seen"]
+        assert enabled, "the command ran without the collector"
+        assert frozen > 10_000, "the start-up heap is not frozen"
 
 
 def test_an_engine_makes_a_script_when_it_is_first_called() -> None:

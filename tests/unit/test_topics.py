@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jqcore.routing import RoutingSettings
-from jqcore.settings import AuditSettings, EventSettings, FarSettings, KafkaSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import AuditSettings, EventSettings, FarSettings
 from jqcore.topics import (
     Observed,
     TopicSpec,

@@ -12,7 +12,8 @@ import pytest
 
 from jqcore.envelope import encode, new_envelope
 from jqcore.errors import ConfigError
-from jqcore.settings import TraceSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.observe import TraceSettings
 from jqruntime import tracing
 from kafkagate.enqueue import parse_jobs
 
@@ -47,7 +48,8 @@ def test_off_no_sdk_provider_is_installed_nor_the_sdk_imported() -> None:
         from opentelemetry import trace
         from jqruntime import tracing
         from jqcore.envelope import new_envelope
-        from jqcore.settings import TraceSettings, load
+        from jqcore.settings.common import load
+        from jqcore.settings.observe import TraceSettings
         import kafkagate.main, jqrelay.main, worker.main  # noqa: F401 - the services' modules
 
         for service in ("kafkagate", "jqrelay", "worker"):
@@ -222,7 +224,8 @@ def test_the_gateways_span_keeps_the_requests_tracestate() -> None:
         f"""
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
         from jqcore.envelope import new_envelope
-        from jqcore.settings import TraceSettings, load
+        from jqcore.settings.common import load
+        from jqcore.settings.observe import TraceSettings
         from jqruntime import tracing
 
         exporter = InMemorySpanExporter()

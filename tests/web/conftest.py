@@ -14,14 +14,9 @@ import pytest
 from pydantic import SecretStr
 
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import (
-    ConsulSettings,
-    CronSettings,
-    HistorySettings,
-    KafkaSettings,
-    RedisSettings,
-    RelayKeys,
-)
+from jqcore.settings.kafka import KafkaSettings
+from jqcore.settings.pipeline import CronSettings, HistorySettings, RelayKeys
+from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqstack.manager import Endpoints
 from jqweb.main import WebService
 from jqweb.overview import Sources

@@ -26,7 +26,8 @@ from jqcore.cron import CronSchedule
 from jqcore.envelope import new_envelope
 from jqcore.graphs import Graph
 from jqcore.routing import Route, RoutingSettings
-from jqcore.settings import ConsulSettings, CronSettings
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings
 from jqengine import Engine, Switch
 from jqruntime.authz import AUTH_CODES
 from jqruntime.consulconn import close_consul, consul_client

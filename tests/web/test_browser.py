@@ -28,7 +28,7 @@ from jqcore.clock import now_ms
 from jqcore.cron import CronSchedule
 from jqcore.graphs import Step, group, pipeline
 from jqcore.release import version
-from jqcore.settings import RedisSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import Engine
 from jqruntime.client import JobqClient
 from jqruntime.consulconn import close_consul
@@ -323,7 +323,7 @@ async def test_operator_paths_in_a_real_browser(
 
 
 def live_consul(endpoints: Endpoints) -> Any:
-    from jqcore.settings import ConsulSettings
+    from jqcore.settings.servers import ConsulSettings
 
     return ConsulSettings(addr=endpoints.consul_addr)
 

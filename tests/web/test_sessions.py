@@ -19,7 +19,9 @@ from yarl import URL
 
 from jqcore.envelope import new_envelope
 from jqcore.keys import LOGIN_FAILURES_ALL_KEY, login_failures_key, web_session_key
-from jqcore.settings import AuditSettings, RedisSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.pipeline import AuditSettings
+from jqcore.settings.servers import RedisSettings
 from jqengine import connect
 from jqruntime.tokens import hash_line, reload_all
 from jqweb.main import WebService
@@ -470,7 +472,7 @@ async def test_a_kafka_that_does_not_confirm_costs_no_redis_record_and_is_counte
     the producer, then counted as failed; ``record`` never waited for it."""
     from prometheus_client import REGISTRY
 
-    from jqcore.settings import KafkaSettings
+    from jqcore.settings.kafka import KafkaSettings
     from jqruntime.stores.audit import AuditEntry, AuditTrail
 
     redis = connect(RedisSettings(url=endpoints.redis_url or ""))

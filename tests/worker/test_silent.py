@@ -28,7 +28,7 @@ from prometheus_client import REGISTRY
 
 from jqcore.clock import now_ms
 from jqcore.envelope import new_envelope
-from jqcore.settings import RedisSettings
+from jqcore.settings.servers import RedisSettings
 from jqcore.testsignal import enable_all
 from jqengine import Engine, connect
 from jqruntime.stores import presence

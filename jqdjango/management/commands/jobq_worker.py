@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jqcore.errors import ConfigError
 from jqcore.log import configure
-from jqcore.settings import LogSettings, load
+from jqcore.settings.common import load
+from jqcore.settings.observe import LogSettings
 from jqdjango.backend import JobqBackend
 from jqdjango.compat import task_backends
 from worker.main import run
