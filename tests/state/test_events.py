@@ -142,16 +142,19 @@ async def test_any_worker_name_and_error_text_keep_their_text_in_events_and_hist
     worker = 'host "a\\b"\n:é'
     err = 'ValueError: a "quoted" \\ path\n'
     await engine.enqueue_batch([job(q, id=i, kind="mail") for i in ("a", "b", "c")], now_ms=t0)
-    a, b = await engine.jobs.claim(q, 2, worker=worker, now_ms=t0 + 10)
+    a, _ = await engine.jobs.claim(q, 2, worker=worker, now_ms=t0 + 10)
     [c] = await engine.jobs.claim(q, 1, worker=worker, now_ms=t0 + 20)
-    assert await engine.jobs.fail(q, (c.id, c.attempt, c.token), err, retry_delay_ms=100, now_ms=t0 + 30) == "retry"
+    failed = await engine.jobs.fail(q, (c.id, c.attempt, c.token), err, retry_delay_ms=100, now_ms=t0 + 30)
+    assert failed == "retry"
     await engine.jobs.complete(q, (a.id, a.attempt, a.token), now_ms=t0 + 40)
 
     by_job = await assert_complete_sequences(engine, q)
     assert {e.worker for j in "abc" for e in by_job[j] if e.to == "running"} == {worker}
-    assert [(e.to, e.worker, e.message) for e in by_job["c"][2:]] == [("delayed", worker, 'a "quoted" \\ path')]
+    delayed = [(e.to, e.worker, e.message) for e in by_job["c"][2:]]
+    assert delayed == [("delayed", worker, 'a "quoted" \\ path')]
     info_a, info_c = await engine.reads.get_job(q, "a"), await engine.reads.get_job(q, "c")
-    assert info_a is not None and info_c is not None
+    assert info_a is not None
+    assert info_c is not None
     assert [(h["outcome"], h["attempt"], h["at"]) for h in info_a.history] == [("completed", 1, t0 + 40)]
     assert [(h["outcome"], h["error"]) for h in info_c.history] == [("failed", err)]
 
