@@ -227,21 +227,69 @@ def new_envelope(
         "args": args,
         "priority": now if priority is None else priority,
         "enqueued_at": now,
-        "run_at": run_at,
-        "expires_at": expires_at,
-        "max_attempts": max_attempts,
-        "lease_ms": lease_ms,
-        # a non-object (a string, a list) is passed on for the checks to refuse by name: dict("ab") raised
-        "meta": (dict(meta) or None) if isinstance(meta, Mapping) else meta,
-        "excl": excl,
-        "graph": dict(graph) if graph is not None else None,
-        "trace": trace,
-        "canary": canary or None,
     }
-    doc = {k: v for k, v in doc.items() if v is not None or k == "args"}
+    _set_times(doc, run_at, expires_at, max_attempts, lease_ms)  # the optional fields that are set, in order
+    _set_others(doc, meta, excl, graph, trace, canary)  # (built key by key: most jobs set none)
     if not rules.fields_pass(doc, args_json):
         return _from_doc(doc, raw=None)  # raises, naming every problem (or accepts what msgspec cannot)
-    return Envelope(**doc)
+    return _assembled(
+        doc["id"],
+        queue,
+        kind,
+        args,
+        doc["priority"],
+        now,
+        run_at,
+        expires_at,
+        max_attempts,
+        lease_ms,
+        doc.get("meta", {}),
+        excl,
+        doc.get("graph"),
+        trace,
+        bool(canary),
+        VERSION,
+        None,
+    )
+
+
+def _set_times(
+    doc: dict[str, Any],
+    run_at: int | None,
+    expires_at: int | None,
+    max_attempts: int | None,
+    lease_ms: int | None,
+) -> None:
+    if run_at is not None:
+        doc["run_at"] = run_at
+    if expires_at is not None:
+        doc["expires_at"] = expires_at
+    if max_attempts is not None:
+        doc["max_attempts"] = max_attempts
+    if lease_ms is not None:
+        doc["lease_ms"] = lease_ms
+
+
+def _set_others(
+    doc: dict[str, Any],
+    meta: Mapping[str, str] | None,
+    excl: str | None,
+    graph: Mapping[str, Any] | None,
+    trace: str | None,
+    canary: bool,
+) -> None:
+    # a non-object (a string, a list) is passed on for the checks to refuse by name: dict("ab") raised
+    given = (dict(meta) or None) if isinstance(meta, Mapping) else meta
+    if given is not None:
+        doc["meta"] = given
+    if excl is not None:
+        doc["excl"] = excl
+    if graph is not None:
+        doc["graph"] = dict(graph)
+    if trace is not None:
+        doc["trace"] = trace
+    if canary:
+        doc["canary"] = canary
 
 
 def encoded(env: Envelope) -> Envelope:

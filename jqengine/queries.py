@@ -1,6 +1,7 @@
 """``engine.reads``: what the queues hold, read with plain commands that change nothing (over the
-functions of :mod:`jqengine.reads`): jobs, depths, lists, dead letters, configuration, counters, memory,
-signals, and the jobs' leases (what a dispatcher's callbacks check)."""
+functions of :mod:`jqengine.reads`; many records' fields with one read-only script): jobs, depths, lists,
+dead letters, configuration, counters, memory, signals, and the jobs' leases (what a dispatcher's callbacks
+check)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,15 @@ class Reads(Part):
     async def job_fields(
         self, queue: str, ids: Sequence[str], names: Sequence[str]
     ) -> list[list[bytes | None]]:
-        """Raw fields of the jobs' records (None where absent), one pipelined read."""
-        return await reads.job_fields(self._client, queue, ids, names)
+        """Raw fields of the jobs' records (None where absent, or no record), one script call
+        (``job_fields.lua``: one command on the wire, not one a job)."""
+        if not ids:
+            return []
+        flat = await self._core.run("job_fields", queue, [len(names), *names, *ids], None)
+        n = len(names)
+        return [
+            [v if isinstance(v, bytes) else None for v in flat[i : i + n]] for i in range(0, len(flat), n)
+        ]
 
     async def far_jobs(self, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:
         """Far-future jobs by id (``list_ids(queue, "far")``), ``scheduled`` with their ``run_at``."""

@@ -28,7 +28,6 @@ __all__ = [
     "far_jobs",
     "get_job",
     "get_jobs",
-    "job_fields",
     "kinds",
     "past_due",
     "queue_config",
@@ -97,20 +96,6 @@ async def get_jobs(
             pipe.hgetall(keys.job(job_id))
         out += [_job_info(queue, j, raw) for j, raw in zip(part, await pipe.execute(), strict=True)]
     return out
-
-
-async def job_fields(
-    client: RedisClient, queue: str, ids: Sequence[str], names: Sequence[str]
-) -> list[list[bytes | None]]:
-    """The raw values of fields ``names`` of each job's record (None: no such field, or no record), one
-    pipelined round trip: the event shipper's read of the payload it adds to a job's ending."""
-    if not ids:
-        return []
-    keys = QueueKeys(queue)
-    pipe = client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hmget(keys.job(job_id), list(names))
-    return [[_b(v) for v in row] for row in await pipe.execute()]
 
 
 async def far_jobs(client: RedisClient, queue: str, ids: Sequence[str]) -> list[JobInfo | None]:

@@ -172,6 +172,7 @@ _TRANSITIONS = (
     _declare("fair_index", "prefix ready config fairring fairrun fairtime"),
     _declare("events_read", "events"),
     _declare("events_trim", "stats events"),
+    _declare("job_fields", "prefix"),
     _declare_graph("graph_create", "graph nodes kids parents nstate pending times rel gevents"),
     _declare_graph("graph_report", _ALL_GRAPH_KEYS),
     _declare_graph("graph_cancel", _ALL_GRAPH_KEYS),

@@ -105,12 +105,14 @@ class Cadences:
     """The scheduler's cadences the rebuild's window is told in (:func:`window`), given by the caller (the
     CLI reads them from ``jqsched``): its heartbeat (``JOBQ_SCHEDULER_BEAT_S``), how long a heartbeat
     takes to go stale (``JOBQ_SCHEDULER_STALE_S``), the graph round (``jqsched.service.GRAPH_EVERY_S``) and
-    the event shipper's idle wait on the queues it watches (``jqsched.service.EVENTS_IDLE_S``)."""
+    the event shipper's idle wait on the queues it watches (``jqsched.service.EVENTS_IDLE_S``) and how long
+    its rounds gather events while the streams are light (``jqsched.service.EVENTS_GATHER_S``)."""
 
     beat_s: float
     stale_s: float
     graph_every_s: float
     events_idle_s: float
+    events_gather_s: float
 
 
 @dataclass
@@ -148,8 +150,9 @@ class RebuildReport:
 def window(cadences: Cadences, events: EventIndex | None = None) -> dict[str, Any]:
     """When the rebuild's guarantee holds: a job whose final event reached Kafka before the loss is never
     run again; one whose final event was still in Redis runs again. Events wait in their queue's stream
-    until a scheduler ships them (``jqsched.events``): on a queue an instance already watches, at once
-    (the shipper blocks on the streams; its producer lingers 5 ms, then Kafka acknowledges); a new
+    until a scheduler ships them (``jqsched.events``): on a queue an instance already watches, within its
+    rounds' gathering (``events_gather_s``; the first events after an idle wait at once: the shipper blocks
+    on the streams), then its producer lingers 5 ms and Kafka acknowledges; a new
     queue's first events wait for the next heartbeat (``beat_s``) plus the shipper's idle
     wait on the queues it watched before (``events_idle_s``); after the instance owning a queue died, its
     heartbeat must go stale first (``stale_s``); a graph's own events wait for the graph
@@ -160,7 +163,7 @@ def window(cadences: Cadences, events: EventIndex | None = None) -> dict[str, An
     out: dict[str, Any] = {
         "holds_for": "jobs whose final event reached Kafka before the loss, within both topics' retention",
         "shipping_s": {
-            "watched_queue": SHIP_LINGER_MS / 1000,
+            "watched_queue": s.events_gather_s + SHIP_LINGER_MS / 1000,
             "new_queue": s.beat_s + s.events_idle_s,
             "after_scheduler_death": s.stale_s + s.beat_s + s.events_idle_s,
             "graph_events": s.graph_every_s,

@@ -184,11 +184,26 @@ def _covers(token: Token, pattern: str) -> bool:
 
 
 def check(token: Token, touch: Touch) -> None:
-    """Raise the 403 for a touch ``token`` may not make (see the module's rules)."""
+    """Raise the 403 for a touch ``token`` may not make (see the module's rules); the refusal's words are
+    made only for a refusal (this runs for every touch of every request)."""
+    if touch.what == "queue":
+        allowed = token.allows_queue(touch.name)
+    elif touch.what == "glob":
+        allowed = _covers(token, touch.name)
+    elif touch.what == "kind":
+        allowed = token.allows_kind(touch.name)
+    elif touch.what == "every_queue":
+        allowed = token.every_queue
+    else:
+        allowed = touch.what != "every_kind" or token.every_kind
+    if not allowed:
+        _refuse_touch(token, touch)
+
+
+def _refuse_touch(token: Token, touch: Touch) -> None:
     at = f" ({touch.where})" if touch.where else ""
     limited = f"its queues: {', '.join(token.queues)}"
-    allowed = _covers(token, touch.name) if touch.what == "glob" else token.allows_queue(touch.name)
-    if touch.what in ("queue", "glob") and not allowed:
+    if touch.what in ("queue", "glob"):
         if touch.stored:
             message = f"token {token.name!r} may not act on {touch.where}: it belongs to another queue"
             raise _refuse("queue_forbidden", token, f"{message} ({limited})")
@@ -199,21 +214,21 @@ def check(token: Token, touch: Touch) -> None:
             f"token {token.name!r} may not use queue {touch.name!r}{at}{rule} ({limited})",
             queue=touch.name,
         )
-    if touch.what == "every_queue" and not token.every_queue:
+    if touch.what == "every_queue":
         raise _refuse(
             "queue_forbidden",
             token,
             f"token {token.name!r} is limited to some queues ({limited}); this acts on every queue{at}",
             queue="*",
         )
-    if touch.what == "kind" and not token.allows_kind(touch.name):
+    if touch.what == "kind":
         raise _refuse(
             "kind_forbidden",
             token,
             f"token {token.name!r} may not use kind {touch.name!r}{at} (its kinds: {', '.join(token.kinds)})",
             kind=touch.name,
         )
-    if touch.what == "every_kind" and not token.every_kind:
+    if touch.what == "every_kind":
         raise _refuse(
             "kind_forbidden",
             token,

@@ -12,9 +12,9 @@ is away nothing is trimmed: the stream grows to the queue's ``events_cap`` and e
 counted in the queue's ``events_dropped`` stat (``jobq status``, ``jobq_events_dropped``).
 
 An event that ends a job (``jqcore.events.ENDS``) leaves with the job's payload (args, meta, result, the
-envelope fields a replay keeps), read from the job's record when the batch is shipped (one pipelined read
-per batch) and cut to ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES`` per field (``jqruntime.stores.archive``): the history
-keeps what a ``GET`` or a replay needs once Redis forgot the job.
+envelope fields a replay keeps), read from the job's record when the batch is shipped (one call of
+``job_fields.lua`` per batch) and cut to ``JOBQ_EVENTS_PAYLOAD_MAX_BYTES`` per field
+(``jqruntime.stores.archive``): the history keeps what a ``GET`` or a replay needs once Redis forgot the job.
 """
 
 from __future__ import annotations

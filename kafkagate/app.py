@@ -116,11 +116,13 @@ def make_app(
     mounts = dict(mounts or {})
     if tokens is None:
         tokens = TokenSource(load(TokenSettings), gate=gate.settings.tokens, host=gate.settings.host)
+    policies = {op.handler: op.policy for table in TABLES for op in table.operations}
     app = web.Application(
         client_max_size=gate.settings.max_body_bytes,
         middlewares=[
             Door(
                 tokens,
+                policies,
                 list(mounts),
                 failures=Buckets(Rate.parse(gate.settings.auth_failures)),
                 proxies=gate.settings.proxy_networks(),
@@ -142,7 +144,7 @@ def make_app(
     if audit is not None:
         app[AUDIT] = audit
     app[TOKENS] = tokens
-    app[POLICIES] = {op.handler: op.policy for table in TABLES for op in table.operations}
+    app[POLICIES] = policies
     for table in TABLES:
         app.router.add_routes(table)
     for prefix, sub in mounts.items():

@@ -100,15 +100,14 @@ def _match(
 ) -> Token:
     """The token of ``secret`` (401 ``token_invalid``: none); with ``failures``, the client's address is
     refused first when it has no failure left (429 ``auth_throttled``), and a failed match spends one."""
-    if failures is None:
-        token = source.current.match(secret)
-    else:
-        address, now = request_address(request, proxies), time.monotonic()
-        wait = failures.wait_s(address, now)
+    if failures:  # some address failed lately (none did: no address is refused, none looked up)
+        wait = failures.wait_s(request_address(request, proxies), time.monotonic())
         if wait > 0:
             raise auth_throttled(int(retry_after(wait)))
-        token = source.current.match(secret)
-        if token is None and failures.take(address, now) == 0.0 and failures.wait_s(address, now) > 0:
+    token = source.current.match(secret)
+    if token is None and failures is not None:
+        address, now = request_address(request, proxies), time.monotonic()
+        if failures.take(address, now) == 0.0 and failures.wait_s(address, now) > 0:
             log.warning(
                 "bearer tokens not accepted: client throttled", address=address, rate=str(failures.rate)
             )

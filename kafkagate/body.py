@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 
 from aiohttp import hdrs, web
@@ -59,8 +58,15 @@ def accepted_types(method: str, path_template: str) -> tuple[str, ...]:
     return (JSON,)
 
 
+_ACCEPTED: set[tuple[str, tuple[str, ...]]] = set()
+"""(``Content-Type`` as sent, the route's media types) found acceptable: a client sends the same header on
+every request, parsed and checked once (bounded: :data:`_ACCEPTED_MAX`)."""
+_ACCEPTED_MAX = 256
+
+
 def check_content_type(request: web.Request, accepted: tuple[str, ...]) -> None:
-    if not request.headers.get(hdrs.CONTENT_TYPE, "").strip():
+    raw = request.headers.get(hdrs.CONTENT_TYPE, "")
+    if (raw, accepted) in _ACCEPTED or not raw.strip():
         return  # no Content-Type: the body is read as JSON
     if request.content_type not in accepted:
         raise HttpError(
@@ -72,10 +78,14 @@ def check_content_type(request: web.Request, accepted: tuple[str, ...]) -> None:
     charset = request.charset
     if charset is not None and charset.lower() not in CHARSETS:
         raise HttpError(415, "content_type_unsupported", f"charset {charset!r}: JSON bodies must be UTF-8")
+    if len(_ACCEPTED) < _ACCEPTED_MAX:
+        _ACCEPTED.add((raw, accepted))
 
 
 def content_encoding(request: web.Request) -> str:
     """The body's one content coding (``identity`` when none is named); 415 for any other."""
+    if hdrs.CONTENT_ENCODING not in request.headers:
+        return "identity"
     given = ",".join(request.headers.getall(hdrs.CONTENT_ENCODING, []))
     coding = given.strip().lower() or "identity"
     if coding not in ENCODINGS:
@@ -122,28 +132,32 @@ class _Limits:
     read_timeout_s: float | None = None
 
 
+_SHARED: dict[int, _Limits] = {}
+"""The shared limits by body limit (made once, not on every request; checked to be this app's budget)."""
+
+
 def _limits_of(request: web.Request) -> _Limits:
     """The shared limits, or a callback's own (its source address's rate spent here: 429 past it)."""
     app = request.app  # the gateway's (a mounted application's requests are not read here)
     if request.path.startswith(CALLBACK_PREFIX) and (callbacks := app.get(CALLBACK_LIMITS)) is not None:
         callbacks.admit(request.remote)
         return _Limits(callbacks.max_body_bytes, callbacks.budget, callbacks.read_timeout_s)
-    return _Limits(request.client_max_size, app.get(BODY_BUDGET))
-
-
-def _read_timeout(limits: _Limits) -> AbstractAsyncContextManager[object]:
-    if limits.read_timeout_s is None:
-        return nullcontext()
-    return asyncio.timeout(limits.read_timeout_s)
+    max_bytes, budget = request.client_max_size, app.get(BODY_BUDGET)
+    limits = _SHARED.get(max_bytes)
+    if limits is None or limits.budget is not budget:
+        limits = _SHARED[max_bytes] = _Limits(max_bytes, budget)
+    return limits
 
 
 async def _read(request: web.Request, limits: _Limits) -> bytes:
     """The raw body, at most ``max_bytes`` (413 beyond, also for a body of no declared length), within the
     read timeout (408 ``body_timeout``)."""
+    if limits.max_bytes >= request.client_max_size and limits.read_timeout_s is None:
+        return await request.read()  # aiohttp's own limit (client_max_size) is the one
     try:
-        async with _read_timeout(limits):
+        async with asyncio.timeout(limits.read_timeout_s):
             if limits.max_bytes >= request.client_max_size:
-                return await request.read()  # aiohttp's own limit (client_max_size) is the one
+                return await request.read()
             chunks, size = [], 0
             async for chunk in request.content.iter_any():
                 size += len(chunk)

@@ -15,15 +15,15 @@
 6. **authorization** (:func:`jqruntime.authz.authorize`) — every touch of the route's policy is the token's;
 7. the handler.
 
-One middleware, not one per concern: the door's steps are plain calls (two coroutines a request: the
-door and what lies past its metrics and errors), where six aiohttp middlewares cost a frame, a coroutine
-and a ``partial`` each on every request.
+One middleware, not one per concern: the door's steps are plain calls in one coroutine, where six aiohttp
+middlewares cost a frame, a coroutine and a ``partial`` each on every request; a route's policy is looked
+up in the door's own table (by handler, as :func:`jqruntime.authz.policy_of` finds it).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 from aiohttp import web
@@ -31,7 +31,7 @@ from aiohttp import web
 from jqcore import metrics
 from jqcore.buckets import Buckets
 from jqengine import POOL_HOLDER
-from jqruntime.authz import TOUCHED, Policy, authorize, policy_of
+from jqruntime.authz import TOUCHED, Policy, authorize
 from jqruntime.clientaddr import Networks
 from jqruntime.http import TOKEN_NAME, error_response
 from jqruntime.stores.audit import AuditTrail
@@ -50,13 +50,15 @@ SERVER = "the gateway"
 
 class Door:
     """The gateway's door (:meth:`middleware`, ``make_app``'s only middleware). ``tokens``: the accepted
-    tokens; ``mounted``: the prefixes of sub-applications, which check their own tokens, read their own
-    bodies and record their own actions; ``failures``/``proxies``: see :func:`kafkagate.auth.bearer`;
-    ``trail``: where admin calls are recorded (None: nowhere)."""
+    tokens; ``policies``: each route handler's policy (a handler not in it: no route matched, a token is
+    needed, then 404); ``mounted``: the prefixes of sub-applications, which check their own tokens, read
+    their own bodies and record their own actions; ``failures``/``proxies``: see
+    :func:`kafkagate.auth.bearer`; ``trail``: where admin calls are recorded (None: nowhere)."""
 
     def __init__(
         self,
         tokens: TokenSource,
+        policies: Mapping[Handler, Policy],
         mounted: Sequence[str] = (),
         *,
         failures: Buckets | None = None,
@@ -64,6 +66,7 @@ class Door:
         trail: AuditTrail | None = None,
     ) -> None:
         self.tokens = tokens
+        self.policies = policies
         self.prefixes = tuple(f"{m.rstrip('/')}/" for m in mounted)
         self.failures = failures
         self.proxies = proxies
@@ -71,15 +74,32 @@ class Door:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """The door (``make_app`` gives aiohttp this bound method)."""
-        resource = request.match_info.route.resource
+        """The door (``make_app`` gives aiohttp this bound method): metrics and errors around
+        authentication, then (audited when it is an admin call) the body, authorization, the handler."""
+        match = request.match_info
+        resource = match.route.resource
         route = resource.canonical if resource is not None else "unmatched"
         started = time.perf_counter()
         status = 500
         bound = structlog.contextvars.bind_contextvars(token=ANONYMOUS)  # bearer() names the token
+        holding = None
         try:
             try:
-                response = await self._enter(request, handler)
+                if self.prefixes and request.path.startswith(self.prefixes):
+                    response = await handler(request)  # a mounted application's door
+                else:
+                    policy = self.policies.get(match.handler)
+                    token = None  # (signed callbacks: none; together, one token's share of the pool)
+                    if policy is None or policy.checked:  # a path no route matches needs a token too (404)
+                        token = bearer(request, self.tokens, self.failures, self.proxies)
+                        holding = POOL_HOLDER.set(token.name)
+                        entitle(request, self.tokens, token, policy)
+                    else:
+                        holding = POOL_HOLDER.set(ANONYMOUS)
+                    if self.trail is not None and recorded(request, policy):
+                        response = await audited(self.trail, request, _pass(request, handler, token, policy))
+                    else:
+                        response = await _pass(request, handler, token, policy)
             except web.HTTPException as exc:
                 if exc.status < 400:  # a redirect, raised by design
                     raise
@@ -89,28 +109,12 @@ class Door:
             status = response.status
             return response
         finally:
+            if holding is not None:
+                POOL_HOLDER.reset(holding)  # (a keep-alive connection's next request may run in this task)
             structlog.contextvars.reset_contextvars(**bound)
-            token = request.get(TOKEN_NAME, ANONYMOUS)  # only configured names: a bounded label
-            metrics.child(metrics.GATE_REQUESTS, route, request.method, str(status), token).inc()
+            token_name = request.get(TOKEN_NAME, ANONYMOUS)  # only configured names: a bounded label
+            metrics.child(metrics.GATE_REQUESTS, route, request.method, str(status), token_name).inc()
             metrics.child(metrics.GATE_REQUEST_TIME, route).observe(time.perf_counter() - started)
-
-    async def _enter(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Authentication, then (audited when it is an admin call) the body, authorization, the handler."""
-        if self.prefixes and request.path.startswith(self.prefixes):
-            return await handler(request)  # a mounted application's door
-        policy = policy_of(request)
-        token = None  # (signed callbacks: none; together, one token's share of the pool)
-        if policy is None or policy.checked:  # a path no route matches needs a token too (then 404)
-            token = bearer(request, self.tokens, self.failures, self.proxies)
-        holding = POOL_HOLDER.set(token.name if token is not None else ANONYMOUS)
-        try:
-            if token is not None:
-                entitle(request, self.tokens, token, policy)
-            if self.trail is not None and recorded(request, policy):
-                return await audited(self.trail, request, _pass(request, handler, token, policy))
-            return await _pass(request, handler, token, policy)
-        finally:
-            POOL_HOLDER.reset(holding)  # (a keep-alive connection's next request may run in this same task)
 
 
 async def _pass(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
@@ -158,16 +159,15 @@ class Gate:
         """Refuse fast (TopicMissing) when a routed topic does not exist, instead of letting the write
         wait out its delivery timeout; returns its partition count (partitions are ``0..n-1``). What was
         learnt in the last ``max_age_s`` is not looked up again."""
-        loop = asyncio.get_running_loop()
         seen = self._topics.get(topic)
-        if seen is not None and loop.time() - seen[0] < max_age_s:
+        if seen is not None and time.monotonic() - seen[0] < max_age_s:
             return seen[1]
         lookup = asyncio.to_thread(self.producer("all").partitions, topic, METADATA_TIMEOUT_S)
         try:  # librdkafka honours its timeout; this bound only guards the request against a stuck call
             partitions = await asyncio.wait_for(lookup, METADATA_TIMEOUT_S + 2)
         except TimeoutError:
             raise ProduceFailed(f"no metadata for {topic!r} from Kafka in time") from None
-        self._topics[topic] = (loop.time(), len(partitions))
+        self._topics[topic] = (time.monotonic(), len(partitions))
         return len(partitions)
 
     async def partition_count(self, topic: str, wanted: Collection[int]) -> int:
@@ -185,7 +185,7 @@ class Gate:
         and TTL, not one per request. One look-up per queue at a time: concurrent requests share it, and
         once a queue was looked up, a request past the TTL is answered from the last one while the next is
         under way (only a queue's first enqueue waits for Redis)."""
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         cached = self._queue_configs.get(queue)
         if cached is not None and now - cached[0] < QUEUE_CONFIG_TTL_S:
             return cached[1]
@@ -205,7 +205,7 @@ class Gate:
             log.warning("queue configuration unavailable; check skipped", queue=queue, error=repr(exc))
         if len(self._queue_configs) >= QUEUE_CONFIG_CACHE_MAX:  # queue names come from requests
             self._queue_configs.clear()
-        self._queue_configs[queue] = (asyncio.get_running_loop().time(), config)
+        self._queue_configs[queue] = (time.monotonic(), config)
         return config
 
     async def saw_worker(
@@ -219,7 +219,7 @@ class Gate:
         them per process at once (a name silent for :data:`WORKER_NAME_FORGET_S` frees its place), each
         with at most :data:`WORKER_QUEUES_PER_NAME` queues; past either the claim still works, unnoted,
         and the names' cap is logged once until the token has room again."""
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         names = self._workers_seen.setdefault(token, {})
         seen = names.get(name)
         if seen is None:
@@ -317,7 +317,7 @@ class Gate:
         ``kafka_unavailable``); empty when ready. Learnt at most every :data:`READY_TTL_S` (concurrent
         askers share one look-up), on the default executor, never the history's; the error text of Kafka's
         client is logged, not returned."""
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         if self._ready is not None and now - self._ready[0] < READY_TTL_S:
             return self._ready[1]
         if self._ready_lookup is None or self._ready_lookup.done():
@@ -333,7 +333,7 @@ class Gate:
             except JobqError as exc:
                 log.warning("topic not ready", topic=topic, code=exc.code, error=exc.message)
                 problems[topic] = exc.code
-        self._ready = (asyncio.get_running_loop().time(), problems)
+        self._ready = (time.monotonic(), problems)
         return problems
 
     def _consul_client(self) -> consul.aio.Consul:
@@ -350,7 +350,7 @@ class Gate:
         """The deployment's graph key (``jqcore.admission``), read from Consul on first use and checked
         against it again every :data:`GRAPH_KEY_CHECK_S`: put back if Consul lost it, taken from there if
         it was made anew meanwhile. While Consul does not answer, the key at hand signs."""
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         if self._graph_key is None:
             self._graph_key = (now, await self.configs().graph_key())
         elif now - self._graph_key[0] >= GRAPH_KEY_CHECK_S:

@@ -22,17 +22,21 @@ from jqcore.settings.common import load
 from jqcore.settings.pipeline import EventSettings
 from jqrecover.rebuild import DEFAULT_MARGIN_S, Cadences, RebuildReport, rebuild_from_kafka
 from jqrecover.replay import Point, ReplayError, parse_point
-from jqsched.service import EVENTS_IDLE_S, GRAPH_EVERY_S
+from jqsched.service import EVENTS_GATHER_S, EVENTS_IDLE_S, GRAPH_EVERY_S
 from jqsched.settings import SchedulerSettings
 
 __all__ = ["cadences", "rebuild"]
 
 
 def cadences(s: SchedulerSettings) -> Cadences:
-    """The scheduler's cadences (``JOBQ_SCHEDULER_*``, its graph round, the event shipper's idle wait) for
-    the window."""
+    """The scheduler's cadences (``JOBQ_SCHEDULER_*``, its graph round, the event shipper's idle wait and
+    gathering) for the window."""
     return Cadences(
-        beat_s=s.beat_s, stale_s=s.stale_s, graph_every_s=GRAPH_EVERY_S, events_idle_s=EVENTS_IDLE_S
+        beat_s=s.beat_s,
+        stale_s=s.stale_s,
+        graph_every_s=GRAPH_EVERY_S,
+        events_idle_s=EVENTS_IDLE_S,
+        events_gather_s=EVENTS_GATHER_S,
     )
 
 
@@ -168,7 +172,7 @@ def _print(report: RebuildReport) -> None:
     delay, ship = w.get("measured_delay_ms") or {}, w["shipping_s"]
     console.print(
         "window: a job whose final event had not reached Kafka when Redis was lost runs again. Events "
-        f"ship {ship['watched_queue']:g} s after a transition on a watched queue, up to "
+        f"ship within {ship['watched_queue']:g} s of a transition on a watched queue, up to "
         f"{ship['new_queue']:g} s for a new queue, {ship['after_scheduler_death']:g} s after a scheduler "
         f"died, {ship['graph_events']:g} s for graphs; measured on the events read: p99 ≤ "
         f"{delay.get('p99_at_most')} ms, max {delay.get('max')} ms."

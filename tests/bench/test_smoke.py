@@ -15,6 +15,7 @@ from loadtest import (
     relay_bench,
     scheduler_bench,
     script_ab,
+    ship_ab,
     startup_bench,
 )
 
@@ -68,6 +69,17 @@ def test_script_ab_compares_two_trees_on_one_redis() -> None:
     assert all(f.median > 0 for f in report.figures)
     figures = {f.name: f.median for f in report.figures}
     assert figures["script bytes: this"] == figures["script bytes: baseline"], "the same scripts"
+
+
+def test_ship_ab_measures_two_schedulers_and_one_with_its_shipper_off(endpoints: Endpoints) -> None:
+    root = Path(__file__).parents[2]  # this checkout against itself
+    report = ship_ab.run(root, quick=True, off=True, endpoints=endpoints)
+    figures = {f.name: f.median for f in report.figures}
+    for tree in ("this", "baseline"):
+        assert figures[f"scheduler CPU: {tree}"] > 0, figures
+        assert figures[f"events records: {tree}"] > 0, "the events reached Kafka"
+        assert figures[f"stream reads: {tree}"] > 0, figures
+    assert figures["events records: shipper off"] == 0, figures
 
 
 def test_startup_times_each_system_and_a_baseline_checkout() -> None:

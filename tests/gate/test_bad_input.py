@@ -250,6 +250,9 @@ async def test_media_types_the_api_does_not_read_are_a_415(gw: Any) -> None:
         reply = await send(gw, method, path, b"{}", **{"Content-Type": "text/plain"})
         error = refused(reply, 415, "content_type_unsupported")
         assert "application/x-ndjson" not in error["message"]
+    # a Content-Type one route took (NDJSON, at the enqueue above) is still refused where it is not read
+    reply = await send(gw, "PUT", f"/v1/queues/{gw.queue}", b"{}", **{"Content-Type": "application/x-ndjson"})
+    refused(reply, 415, "content_type_unsupported")
     status, _, body = await send(
         gw,
         "PATCH",

@@ -190,6 +190,16 @@ async def test_one_entry_per_call_read_whole_until_the_count(
     assert await engine.events.backlog([q]) == {q: 1}
 
 
+async def test_the_payload_read_gives_each_jobs_fields_in_order_and_none_where_missing(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """The shipper's read of the records its endings carry (``job_fields.lua``: one call for the batch)."""
+    await engine.enqueue_batch([job(q, id="a", kind="mail"), job(q, id="b", kind="sms")], now_ms=t0)
+    rows = await engine.reads.job_fields(q, ["b", "gone", "a"], ["kind", "no such field", "version"])
+    assert rows == [[b"sms", None, b"1"], [None, None, None], [b"mail", None, b"1"]]
+    assert await engine.reads.job_fields(q, [], ["kind"]) == []
+
+
 async def test_a_stream_of_one_entry_per_event_is_read_and_counted(
     engine: Engine, q: str, job: Job, t0: int
 ) -> None:
