@@ -133,6 +133,32 @@ async def test_every_kind_of_transition_emits_and_nothing_else_does(
     assert stats.get("events_dropped", 0) == 0
 
 
+async def test_any_worker_name_and_error_text_keep_their_text_in_events_and_history(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """Events and a first history entry are written as JSON text (lib/emit.lua, lib/record_attempt.lua):
+    what a worker or an error may hold (quotes, backslashes, a newline, non-ASCII) comes back as it was,
+    from an entry of several events and from an entry of one."""
+    worker = 'host "a\\b"\n:é'
+    err = 'ValueError: a "quoted" \\ path\n'
+    await engine.enqueue_batch([job(q, id=i, kind="mail") for i in ("a", "b", "c")], now_ms=t0)
+    a, _ = await engine.jobs.claim(q, 2, worker=worker, now_ms=t0 + 10)
+    [c] = await engine.jobs.claim(q, 1, worker=worker, now_ms=t0 + 20)
+    failed = await engine.jobs.fail(q, (c.id, c.attempt, c.token), err, retry_delay_ms=100, now_ms=t0 + 30)
+    assert failed == "retry"
+    await engine.jobs.complete(q, (a.id, a.attempt, a.token), now_ms=t0 + 40)
+
+    by_job = await assert_complete_sequences(engine, q)
+    assert {e.worker for j in "abc" for e in by_job[j] if e.to == "running"} == {worker}
+    delayed = [(e.to, e.worker, e.message) for e in by_job["c"][2:]]
+    assert delayed == [("delayed", worker, 'a "quoted" \\ path')]
+    info_a, info_c = await engine.reads.get_job(q, "a"), await engine.reads.get_job(q, "c")
+    assert info_a is not None
+    assert info_c is not None
+    assert [(h["outcome"], h["attempt"], h["at"]) for h in info_a.history] == [("completed", 1, t0 + 40)]
+    assert [(h["outcome"], h["error"]) for h in info_c.history] == [("failed", err)]
+
+
 async def test_the_stream_is_capped_and_every_drop_counted(engine: Engine, q: str, job: Job, t0: int) -> None:
     await engine.admin.configure_queue(q, QueueConfig(events_cap=3))
     await engine.enqueue_batch([job(q, id=f"j{i}") for i in range(5)], now_ms=t0)

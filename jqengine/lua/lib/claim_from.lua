@@ -10,8 +10,9 @@
 -- opening the job (one ZMSCORE per other index per chunk of 64). On return scan.next is the rank of the
 -- first entry not read, scan.last the last entry read that stayed in src (nil: none), scan.done true
 -- when src was read to its end.
--- uses: cfgnum, fair_asleep, fair_full, fair_round, fair_take, fair_wake, fairness, finish, from_ready, jkey,
---       k, kind_limit, release_excl, server_now, set_state, stat, switched, tally, transit, wake_scheduler
+-- uses: cfgnum, fair_asleep, fair_full, fair_round, fair_take, fair_wake, fairness, finish, from_ready, istr,
+--       jkey, k, kind_limit, release_excl, server_now, set_state, snum, stat, switched, tally, transit,
+--       wake_scheduler
 local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
   local default_lease = cfgnum('lease_ms', 30000)
   local claimed, scanned, offset, freed, waited = 0, 0, 0, 0, 0
@@ -44,7 +45,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       redis.call('ZREM', FAIRRING, f[8])  -- it enters again when one of its jobs finishes / it wakes
       return true
     end
-    from_ready(id, key, {f[9], f[8]}, taken)
+    from_ready(id, key, f[9], f[8], taken)
     local kind, expires = f[1], tonumber(f[2])
     local limit = kind_limit(kind)
     local sw = switched(key, kind)
@@ -69,11 +70,12 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       local lease = lease_arg
       if lease == 0 then lease = tonumber(f[4]) or default_lease end
       local deadline = NOW + lease
-      local attempt = tonumber(f[5]) + 1
+      local attempt = snum(f[5]) + 1
       local token = token_prefix .. ':' .. claimed
-      transit(id, key, {kind, attempt, worker, f[11], f[12]}, 'running', nil, {'attempt', attempt, 'token', token,
-        'lease_deadline', deadline, 'started_at', math.max(NOW, server_now()), 'worker', worker})
-      leased[#leased + 1] = deadline
+      transit(id, key, {kind, attempt, worker, f[11], f[12]}, 'running', nil, {'attempt', istr(attempt),
+        'token', token, 'lease_deadline', istr(deadline), 'started_at', istr(math.max(NOW, server_now())),
+        'worker', worker})
+      leased[#leased + 1] = istr(deadline)
       leased[#leased + 1] = id
       if #leased >= 1000 then flush() end
       if limit then started[kind] = (started[kind] or 0) + 1 else tally(KINDRUN, kind, 1) end

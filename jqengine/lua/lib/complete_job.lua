@@ -11,14 +11,14 @@ local function complete_job(id, attempt, token, result, ended)
   local key = jkey(id)
   local r = redis.call('HMGET', key, 'kind', 'attempt', 'worker', 'state', 'version', 'token', 'fairrun', 'excl',
     'history', 'graph', 'parent')
-  local own = owned(key, attempt, token, {r[4], r[2], r[6]})
+  local own = owned(key, attempt, token, r[4], r[2], r[6])
   if own == 'missing' then return 'missing', 0 end
   if own == 'stale' then
     if acked(key, attempt, token, r[9]) == 'completed' then return 'ok', 0 end
     return 'stale', 0
   end
   if ended then ended.running[#ended.running + 1] = id else redis.call('ZREM', RUNNING, id) end
-  local freed = release_slot(key, {r[1], r[7]})
+  local freed = release_slot(key, r[1], r[7])
   local fields = {}
   if result ~= '' then
     local keep = keeps_result[r[1]]

@@ -1,10 +1,11 @@
 -- A running job left the running set: free its kind slot, unpark one job of that kind. Returns jobs made ready.
--- `f`: its fields kind and fairrun when the caller read them (HMGET order), else read here.
+-- `kind`, `counted`: its fields kind and fairrun when the caller read them (false: none), else (kind nil)
+-- read here.
 -- A kind without a limit has nothing parked (kind_limit) and no reader of its count in this call: its
 -- count goes down once the call ended (tally).
 -- uses: fair_enter, fairness, jkey, k, kind_limit, tally, to_ready
-local function release_slot(key, f)
-  local kind, counted = unpack(f or redis.call('HMGET', key, 'kind', 'fairrun'))
+local function release_slot(key, kind, counted)
+  if kind == nil then kind, counted = unpack(redis.call('HMGET', key, 'kind', 'fairrun')) end
   local limited = kind_limit(kind)
   if not limited then
     tally(KINDRUN, kind, -1)

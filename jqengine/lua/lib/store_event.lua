@@ -1,4 +1,6 @@
--- Keep event e for the frame to write once the call ends (at the cap: count it dropped).
+-- Keep event e for the frame to write once the call ends (at the cap: count it dropped): a table (encoded
+-- here) or the text of its JSON in pieces, e .. id .. rest (emit: the rest is the same text for a call's
+-- jobs of one kind going one way; the frame joins all the pieces once).
 -- Lifecycle events (jqcore/events.py; the shipper moves them to Kafka). Every call bumps the job's
 -- version, so each version is exactly one event: no transition without its event, none without its
 -- transition. A call's events are kept in `event_sink` (the loader's frame, _frame.lua) and written
@@ -12,7 +14,7 @@
 -- events_dropped instead of stored, never dropped silently.
 -- uses: cfgnum, stat
 local queue_name, events_cap, events_len = nil, nil, nil
-local function store_event(e)
+local function store_event(e, id, rest)
   if events_cap == nil then events_cap = cfgnum('events_cap', 100000) end
   if events_cap <= 0 then return end
   if events_len == nil then
@@ -28,7 +30,18 @@ local function store_event(e)
     queue_name = string.match(P, '{(.*)}') or P
     event_sink.queue = queue_name
   end
-  event_sink.events[#event_sink.events + 1] = e
+  local parts = event_sink.parts
+  local n = #parts
+  if n > 0 then
+    parts[n + 1] = ','
+    n = n + 1
+  end
+  if type(e) == 'table' then
+    parts[n + 1] = cjson.encode(e)
+  else
+    parts[n + 1], parts[n + 2], parts[n + 3] = e, id, rest
+  end
+  event_sink.count = event_sink.count + 1
   events_len = events_len + 1
   event_sink.waiting = events_len
 end
