@@ -66,6 +66,10 @@ async def test_a_queue_over_its_memory_budget_steps_aside_while_its_topic_flows(
         assert metrics.RELAY_QUEUE_OVER.labels(big)._value.get() == 0
 
 
+BACKLOG = 3200
+"""Jobs of ~8.1 kB (as Redis holds them) in each backlog of the two-backlogs test: ~26 MB."""
+
+
 @pytest.fixture
 def small_redis(tmp_path: Path) -> Iterator[str]:
     """A Redis of this test's own with ``maxmemory`` 64 MiB (``noeviction``, as jobq needs)."""
@@ -104,16 +108,17 @@ async def test_two_backlogs_at_the_default_share_never_reach_the_global_guard(
     producer: AsyncProducer,
     small_redis: str,
 ) -> None:
-    """The issue's case: two queues nobody drains, ~24 MiB of jobs each in a 64 MiB Redis. Each stops at
-    0.35 of maxmemory and steps aside; a third queue of the same topic is written meanwhile; the guard
-    never slows down or stops."""
+    """The issue's case: two queues nobody drains, ~26 MB of jobs each in a 64 MiB Redis (each past its
+    0.35 share, 23.5 MB, by a margin: a leaner record must not bring a backlog under it). Each stops at its
+    share and steps aside; a third queue of the same topic is written meanwhile; the guard never slows down
+    or stops."""
     topic = make_topic("jobs")
     a, b, small = f"{prefix}.a", f"{prefix}.b", f"{prefix}.small"
     pad = "x" * 8000
     records = [
         Record(topic, encode(e), record_key(e))
         for q in (a, b)
-        for e in (new_envelope(q, "k", {"i": i, "pad": pad}) for i in range(2600))
+        for e in (new_envelope(q, "k", {"i": i, "pad": pad}) for i in range(BACKLOG))
     ]
     records += [
         Record(topic, encode(e), record_key(e)) for e in (new_envelope(small, "k", i) for i in range(200))
@@ -126,7 +131,7 @@ async def test_two_backlogs_at_the_default_share_never_reach_the_global_guard(
             assert relay.budgets is not None
             relay.budgets.sample_s = 0.05
             signals = relay.signals[topic]
-            await signals.batch.wait_for(lambda c: c.get("read", 0) >= 5400, timeout_s=120)
+            await signals.batch.wait_for(lambda c: c.get("read", 0) >= 2 * BACKLOG + 200, timeout_s=120)
             small_engine = Engine(client)
             assert (await small_engine.reads.depth(small)).pending == 200, "the neighbour flowed"
             held = {q for q, why in signals.held.values if why == "memory"}
