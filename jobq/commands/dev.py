@@ -310,6 +310,9 @@ def dev(
     everything."""
     console = Console(soft_wrap=True)
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends it as Ctrl-C does: everything stopped
+    # Ctrl-C stops everything even when started where SIGINT is ignored (a background job of a script:
+    # Python keeps an inherited SIG_IGN instead of raising KeyboardInterrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     folder = (workdir or home() / "dev" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     given = tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None

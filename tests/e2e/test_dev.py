@@ -133,7 +133,8 @@ async def test_jobq_dev_runs_the_app_reloads_it_on_change_and_stops_clean(
     (app_dir / "tinyapp" / "__init__.py").write_text("")
     _write_app(app_dir / "tinyapp", queue, "v1")
     work, out = tmp_path / "work", tmp_path / "dev.out"
-    argv = [
+    argv = [  # started as a script's background job is: SIGINT ignored (Ctrl-C must still stop it)
+        *("sh", "-c", 'trap "" INT; exec "$@"', "sh"),
         *(sys.executable, "-m", "jobq", "dev", "--app", "tinyapp.jobs:registry"),
         *("--stack", stack.stack.spec.name, "--workdir", str(work)),
         *("--port", str(free_port()), "--web-port", str(free_port()), "--debounce-ms", "200"),
