@@ -251,7 +251,8 @@ def _invoked(argv: list[str]) -> str:
 
 
 def main() -> None:
-    """Entry point: jobq errors become one readable line and exit code 2, never a traceback; so does a
+    """Entry point: jobq errors become one readable line and exit code 2 (1 when trying again later may
+    succeed: a server did not answer, as ``python -m <service>``), never a traceback; so does a
     library of an extra that is not installed (which extra to install, in one line). rich, which prints
     them, is imported when there is one to print.
 
@@ -277,7 +278,7 @@ def main() -> None:
         from rich.console import Console
 
         Console(stderr=True).print(f"[red]error[/] ({exc.code}): {exc.message}")
-        sys.exit(2)
+        sys.exit(1 if isinstance(exc, JobqError) and exc.retriable else 2)  # 1: a supervisor tries again
     finally:
         gc.enable()  # a command that ended before its module was imported (--help, --version, an error)
 

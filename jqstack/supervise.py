@@ -381,6 +381,18 @@ def start(
     return Child(name, proc, output if isinstance(output, Path) else None)
 
 
+RESTARTS = 5
+"""How many times :meth:`Children.revive` starts one child again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    argv: Sequence[str]
+    output: Output
+    env: Mapping[str, str] | None
+    cwd: Path | None
+
+
 @dataclass
 class Children:
     """Children started together and stopped together with one shared grace deadline.
@@ -390,6 +402,8 @@ class Children:
 
     grace_s: float = 15.0
     members: list[Child] = field(default_factory=list)
+    _launches: list[_Launch] = field(default_factory=list)
+    _restarts: list[int] = field(default_factory=list)
 
     def start(
         self,
@@ -403,7 +417,25 @@ class Children:
         """Start one more child (see :func:`start`); it is stopped with the others."""
         child = start(name, argv, output=output, env=env, cwd=cwd)
         self.members.append(child)
+        self._launches.append(_Launch(argv, output, env, cwd))
+        self._restarts.append(0)
         return child
+
+    def revive(self) -> list[str]:
+        """Start again, as it was started, each child that exited with status 1 — a server it needs did
+        not answer (the retriable exit of every jobq service and command) — as a supervisor that restarts
+        on failure would, up to :data:`RESTARTS` times each; the names started again. Any other exit, or
+        one more, is left for :meth:`dead`."""
+        again = []
+        for i, child in enumerate(self.members):
+            if child.returncode == 1 and self._restarts[i] < RESTARTS:
+                launch = self._launches[i]
+                self._restarts[i] += 1
+                self.members[i] = start(
+                    child.name, launch.argv, output=launch.output, env=launch.env, cwd=launch.cwd
+                )
+                again.append(child.name)
+        return again
 
     def __iter__(self) -> Iterator[Child]:
         return iter(self.members)

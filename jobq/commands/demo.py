@@ -291,6 +291,9 @@ class _Follow:
         console.print(
             f"demo jobs in the history in that state: {archived}/{len(jobs)} (`jobq history JOB_ID`)"
         )
+        if again := self.procs.revive():
+            _write_atomic(self.procs.folder / "pids.json", orjson.dumps(self.procs.pids()))
+            console.print(f"[yellow]started again:[/] {', '.join(again)} (a server it needs did not answer)")
         if dead := self.procs.dead():
             console.print(f"[red]a process exited:[/] {', '.join(dead)} (see its log in {self.procs.folder})")
             return None

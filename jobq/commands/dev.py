@@ -393,6 +393,8 @@ def _run(
 
 
 def _check(loop: DevLoop) -> None:
+    if again := loop.services.revive():
+        loop.console.print(f"[yellow]started again:[/] {', '.join(again)} (a server it needs did not answer)")
     dead = loop.dead_service()
     if dead:
         loop.console.print(f"[red]a process exited:[/] {dead} (see its log in {loop.folder})")

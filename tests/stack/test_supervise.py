@@ -16,7 +16,7 @@ import pytest
 
 from jqstack.errors import StackError
 from jqstack.procs import free_port
-from jqstack.supervise import ChildExited, Children, alive, python_m, start, tcp_open, wait_until
+from jqstack.supervise import RESTARTS, ChildExited, Children, alive, python_m, start, tcp_open, wait_until
 
 IGNORES_TERM = (
     "import signal\n"
@@ -161,6 +161,25 @@ def test_children_stop_together_and_name_the_killed(tmp_path: Path) -> None:
         _until(_says(log, "ready"), "the stubborn child's SIGTERM handler")
         assert children.stop() == ["stubborn"]
     assert sorted(children.dead()) == ["polite (exit -15)", "stubborn (exit -9)"]
+
+
+def test_a_child_that_exits_1_is_started_again_and_one_that_exits_otherwise_is_not(tmp_path: Path) -> None:
+    """Status 1 is a server that did not answer (a supervisor tries again): ``revive`` starts the child
+    again with its argv, environment and log, up to RESTARTS times; status 2 (a refusal) stays dead."""
+    runs = tmp_path / "runs.log"
+    exits_1 = "import os, sys; print(os.environ['WHO'], flush=True); sys.exit(1)"
+    with Children(grace_s=5) as children:
+        children.start("flaky", [sys.executable, "-c", exits_1], output=runs, env={**os.environ, "WHO": "f"})
+        refused = children.start("refused", [sys.executable, "-c", "raise SystemExit(2)"])
+        assert refused.wait(30) == 2
+        for _ in range(RESTARTS):
+            assert children.members[0].wait(30) == 1
+            assert children.revive() == ["flaky"]
+            assert children.members[1] is refused
+        assert children.members[0].wait(30) == 1
+        assert children.revive() == []
+        assert sorted(children.dead()) == ["flaky (exit 1)", "refused (exit 2)"]
+    assert runs.read_text() == "f\n" * (RESTARTS + 1)
 
 
 def test_python_m_runs_this_interpreter() -> None:
