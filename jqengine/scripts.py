@@ -17,6 +17,7 @@ exactly those, transitively, each once, each after the ones it uses (:func:`link
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,13 +32,16 @@ from jqengine.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
 __all__ = [
     "SCRIPTS",
     "SCRIPT_NAMES",
+    "FunctionLibrary",
     "LibFunction",
     "Script",
+    "call_state",
+    "flags",
+    "function_library",
     "library",
     "link",
     "local_name",
     "pulled",
-    "source",
     "uses_of",
 ]
 
@@ -295,14 +299,28 @@ def link(roots: Iterable[str], lib: Mapping[str, LibFunction]) -> tuple[tuple[st
 
 @cache
 def pulled(name: str) -> tuple[str, ...]:
-    """The library functions script ``name`` is sent with, in the order it is sent them."""
+    """The library functions script ``name`` uses, transitively, in the order they are defined."""
     return link(uses_of(_read(name), f"{name}.lua"), library())[0]
 
 
-_MARKER = "--@TRANSITION\n"
-"""The line of ``_frame.lua`` the transition takes the place of."""
-_DEFAULTS_MARKER = "--@EVENT_DEFAULTS\n"
-"""The line of ``_frame.lua`` the event schema's defaults take the place of."""
+_STATE = re.compile(r"^local ([a-z_][a-z0-9_]*(?:, [a-z_][a-z0-9_]*)*) = (.+)$", re.M)
+"""A ``lua/lib/`` file's per-call state: a lower-case local that is not a function, on one line (a memo, a
+list kept for one call). Upper-case locals are constants."""
+
+
+@cache
+def call_state(name: str) -> tuple[tuple[str, str], ...]:
+    """The per-call state of the library functions transition ``name`` uses: ``(names, value)`` pairs,
+    each assigned afresh at the start of each of its calls."""
+    lib = library()
+    return tuple((m[1], m[2]) for u in pulled(name) for m in _STATE.finditer(lib[u].text))
+
+
+_MARKERS = ("--@EVENT_DEFAULTS\n", "--@LIBRARY\n", "--@UNBIND\n", "--@TRANSITIONS\n")
+"""The lines of ``_frame.lua`` the loader fills: the event schema's defaults, ``lua/lib/``, the line that
+unbinds the key locals once a call ended, the transitions."""
+_NAME = "<jobq library>"
+"""Where the library's name stands in its text until the text's hash names it."""
 
 
 def _event_defaults() -> str:
@@ -313,24 +331,79 @@ def _event_defaults() -> str:
     return f"local EVENT_DEFAULTS = {{{pairs}}}\n"
 
 
-@cache
-def source(name: str) -> str:
-    """The script text sent to Redis: shebang line, then ``_frame.lua`` around the transition — the
-    binding of its declared ``KEYS``, ``_base.lua`` (``NOW``, the codes), the library functions it uses
-    (:func:`link`) and the transition body, as one function whose lifecycle events the frame writes once
-    it ended."""
-    text = _read(name)
-    shebang, _, body = text.partition("\n")
+def _flags(name: str, shebang: str) -> tuple[str, ...]:
+    """The flags on a script's ``#!lua flags=a,b`` line (Redis's script flags, the same for functions)."""
     if not shebang.startswith("#!lua"):
         raise ValueError(f"{name}.lua must start with a '#!lua' shebang line")
+    _, _, flags = shebang.partition("flags=")
+    return tuple(f for f in flags.strip().split(",") if f)
+
+
+def flags(name: str) -> tuple[str, ...]:
+    """Transition ``name``'s flags (``no-writes``: called by ``FCALL_RO``; ``allow-oom``)."""
+    return _flags(name, _read(name).partition("\n")[0])
+
+
+def _transition(name: str) -> str:
+    """Transition ``name`` in the library: its body as the function ``transition`` and its registration,
+    whose callback binds the call's ``KEYS``, ``ARGV`` and ``NOW`` and starts its per-call state afresh."""
+    shebang, _, body = _read(name).partition("\n")
     script = SCRIPTS[name]
     names = ", ".join(local_name(k) for k in script.keys)
-    values = ", ".join(f"KEYS[{i}]" for i in range(1, len(script.keys) + 1))
-    _, libs = link(uses_of(text, f"{name}.lua"), library())
+    values = ", ".join(f"keys[{i}]" for i in range(1, len(script.keys) + 1))
+    state = "".join(f"  {names} = {value}\n" for names, value in call_state(name))
+    lua_flags = ", ".join(f"'{f}'" for f in _flags(name, shebang))
+    lib, words = library(), set(re.findall(r"\w+", body))
+    shared = [local_name(k) for k in script.keys] + ["ARGV", "NOW"]
+    shared += [n for n in pulled(name) if lib[n].function]
+    hot = ", ".join(n for n in shared if n in words)
+    bind = f"local {hot} = {hot}\n" if hot else ""
+    return (
+        f"do\nlocal function transition()\n{bind}{body}\nend\n"
+        f"redis.register_function{{function_name = '{_NAME}_{name}', flags = {{{lua_flags}}},\n"
+        f"  callback = function(keys, args)\n  {names} = {values}\n  ARGV, NOW = args, tonumber(args[1])\n"
+        f"{state}  return run(transition)\nend}}\nend\n"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionLibrary:
+    """The engine's Lua as one Redis Functions library: its name (``jobq_`` and a hash of its text, so
+    two versions of jobq loaded in one Redis never replace each other's) and the text ``FUNCTION LOAD``
+    is sent."""
+
+    name: str
+    text: str
+
+    def function(self, script: str) -> str:
+        """The name transition ``script`` is registered under (function names are one namespace in a
+        Redis, across libraries: each carries its library's)."""
+        return f"{self.name}_{script}"
+
+
+def _key_locals() -> list[str]:
+    return list(dict.fromkeys(local_name(k) for k in (*KEY_NAMES, *GRAPH_KEY_NAMES)))
+
+
+@cache
+def function_library() -> FunctionLibrary:
+    """The library: the shebang (``#!lua name=...``), the key locals and ``ARGV``, ``_base.lua`` (``NOW``,
+    the codes), then ``_frame.lua`` with every function of ``lua/lib/`` (:func:`link`: each once, each
+    after the ones it uses) and every transition (:func:`_transition`) in place of its marker lines."""
     frame = _read("_frame")
-    for marker in (_MARKER, _DEFAULTS_MARKER):
+    for marker in _MARKERS:
         if frame.count(marker) != 1:
             raise ValueError(f"_frame.lua must hold the line {marker!r} once")
-    frame = frame.replace(_DEFAULTS_MARKER, _event_defaults())
-    transition = f"local {names} = {values}\n{_read('_base')}\n{libs}\n{body}\n"
-    return f"{shebang}\n" + frame.replace(_MARKER, transition)
+    keys = _key_locals()
+    _, libs = link(library(), library())
+    fill = {
+        _MARKERS[0]: _event_defaults(),
+        _MARKERS[1]: libs,
+        _MARKERS[2]: f"  {', '.join(keys)}, ARGV = nil\n",
+        _MARKERS[3]: "".join(_transition(n) for n in SCRIPT_NAMES),
+    }
+    for marker, text in fill.items():
+        frame = frame.replace(marker, text)
+    text = f"#!lua name={_NAME}\nlocal {', '.join(keys)}\nlocal ARGV\n{_read('_base')}\n{frame}"
+    name = f"jobq_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    return FunctionLibrary(name, text.replace(_NAME, name))
