@@ -192,6 +192,7 @@ def local_name(key: KeyName | GraphKeyName) -> str:
     return "P" if key == "prefix" else key.upper()
 
 
+@cache
 def _read(name: str) -> str:
     return resources.files("jqengine").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
@@ -210,6 +211,11 @@ def uses_of(text: str, where: str) -> tuple[str, ...]:
     return () if names == ("none",) else names
 
 
+_DEFINES = re.compile(r"^local (?:function (\w+)\(|(\w+) =)", re.M)
+"""A top-level ``local function <name>(`` or ``local <name> =`` (one pattern for every file: compiling
+one a name cost a process ~10 ms at its first call)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LibFunction:
     """One file of ``lua/lib/``: the local it defines (its file's name), its text, what it uses."""
@@ -225,7 +231,7 @@ class LibFunction:
 
     @classmethod
     def parse(cls, name: str, text: str) -> LibFunction:
-        defines = re.findall(rf"^local (?:function {name}\(|{name} =)", text, re.M)
+        defines = [a or b for a, b in _DEFINES.findall(text) if name in (a, b)]
         if len(defines) != 1:
             raise ValueError(f"lua/lib/{name}.lua must define the local {name} once")
         return cls(name, text, uses_of(text, f"lua/lib/{name}.lua"))
@@ -298,22 +304,50 @@ def link(roots: Iterable[str], lib: Mapping[str, LibFunction]) -> tuple[tuple[st
 
 
 @cache
+def _reaches(name: str) -> frozenset[str]:
+    """Library function ``name`` and every one it uses, transitively."""
+    lib, seen, todo = library(), {name}, [name]
+    while todo:
+        for used in lib[todo.pop()].uses:
+            if used not in seen:
+                seen.add(used)
+                todo.append(used)
+    return frozenset(seen)
+
+
+@cache
+def _order() -> tuple[str, ...]:
+    """Every library function, each after those it uses (the library's order)."""
+    return link(library(), library())[0]
+
+
+@cache
 def pulled(name: str) -> tuple[str, ...]:
-    """The library functions script ``name`` uses, transitively, in the order they are defined."""
-    return link(uses_of(_read(name), f"{name}.lua"), library())[0]
+    """The library functions script ``name`` uses, transitively, in the library's order."""
+    lib = library()
+    reached = set().union(*(_reaches(u) for u in uses_of(_read(name), f"{name}.lua") if u in lib))
+    unknown = set(uses_of(_read(name), f"{name}.lua")) - set(lib)
+    if unknown:
+        raise ValueError(f"{name}.lua uses {sorted(unknown)}: no such function in lua/lib/")
+    return tuple(n for n in _order() if n in reached)
 
 
-_STATE = re.compile(r"^local ([a-z_][a-z0-9_]*(?:, [a-z_][a-z0-9_]*)*) = (.+)$", re.M)
+_STATE = re.compile(r"local ([a-z_][a-z0-9_]*(?:, [a-z_][a-z0-9_]*)*) = (.+)$")
 """A ``lua/lib/`` file's per-call state: a lower-case local that is not a function, on one line (a memo, a
 list kept for one call). Upper-case locals are constants."""
+
+
+@cache
+def _state_of(name: str) -> tuple[tuple[str, str], ...]:
+    lines = (x for x in library()[name].text.splitlines() if x.startswith("local ") and x[6:7].islower())
+    return tuple((m[1], m[2]) for m in map(_STATE.match, lines) if m)
 
 
 @cache
 def call_state(name: str) -> tuple[tuple[str, str], ...]:
     """The per-call state of the library functions transition ``name`` uses: ``(names, value)`` pairs,
     each assigned afresh at the start of each of its calls."""
-    lib = library()
-    return tuple((m[1], m[2]) for u in pulled(name) for m in _STATE.finditer(lib[u].text))
+    return tuple(s for u in pulled(name) for s in _state_of(u))
 
 
 _MARKERS = ("--@EVENT_DEFAULTS\n", "--@LIBRARY\n", "--@UNBIND\n", "--@TRANSITIONS\n")
@@ -353,10 +387,10 @@ def _transition(name: str) -> str:
     values = ", ".join(f"keys[{i}]" for i in range(1, len(script.keys) + 1))
     state = "".join(f"  {names} = {value}\n" for names, value in call_state(name))
     lua_flags = ", ".join(f"'{f}'" for f in _flags(name, shebang))
-    lib, words = library(), set(re.findall(r"\w+", body))
+    lib = library()
     shared = [local_name(k) for k in script.keys] + ["ARGV", "NOW"]
     shared += [n for n in pulled(name) if lib[n].function]
-    hot = ", ".join(n for n in shared if n in words)
+    hot = ", ".join(n for n in shared if n in body)  # a substring will do: a copy too many costs a move
     bind = f"local {hot} = {hot}\n" if hot else ""
     return (
         f"do\nlocal function transition()\n{bind}{body}\nend\n"
