@@ -1,17 +1,18 @@
 """The Lua transitions, each declared once: its file in ``lua/`` and the ``KEYS`` it receives; and the
-loader that composes what Redis is sent.
+loader that builds what Redis is sent: one Redis Functions library (:func:`function_library`).
 
 A declaration names, in :data:`jqengine.keys.KEY_NAMES` order, every key the script touches at a
 fixed name (BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order,
 is the script's header (``-- KEYS[i] <name> <TYPE> <what>``, generated from the declaration and
 :data:`jqengine.keys.KEY_DOCS` by :mod:`jqengine.luaheaders`; ``python -m jqengine.luaheaders`` rewrites
-the files), what :meth:`jqengine.keys.QueueKeys.for_script` passes, and the binding the loader puts first:
-``local P, READY, ... = KEYS[1], KEYS[2], ...``.
+the files), what :meth:`jqengine.keys.QueueKeys.for_script` passes, and the binding each call of the
+transition's function makes first: ``P, READY, ... = keys[1], keys[2], ...``.
 
 The shared Lua lives in ``lua/lib/``, one local function a file named after it (two files define a table
 instead: ``released``, ``to_cancel``, the graph scripts' answer lists). A script's header and each library
-file name the library functions they call on a ``-- uses:`` line; :func:`source` sends a script with
-exactly those, transitively, each once, each after the ones it uses (:func:`link`).
+file name the library functions they call on a ``-- uses:`` line (:func:`pulled`: what a transition
+reaches, transitively); the library defines each once, each after the ones it uses (:func:`link`), and a
+call starts afresh the per-call state of those its transition reaches (:func:`call_state`).
 ``tests/state/test_lua_contract.py`` checks the declarations against each other and against the code.
 """
 
@@ -373,6 +374,7 @@ def _flags(name: str, shebang: str) -> tuple[str, ...]:
     return tuple(f for f in flags.strip().split(",") if f)
 
 
+@cache
 def flags(name: str) -> tuple[str, ...]:
     """Transition ``name``'s flags (``no-writes``: called by ``FCALL_RO``; ``allow-oom``)."""
     return _flags(name, _read(name).partition("\n")[0])
