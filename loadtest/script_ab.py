@@ -27,16 +27,31 @@ What loading the Lua costs, per tree: the bytes of all its scripts as ``SCRIPT L
 its library as ``FUNCTION LOAD`` does (sent once, and again after Redis lost it), and Redis's time to
 compile them all (``script|load`` or ``function|load`` µs, each run loading them :data:`LOADS` times, each
 time as a text Redis has not seen: a trailing comment differs, so nothing comes from its script cache).
+
+``--instructions``: the same two trees counted in **instructions**, not time (the machine's load does not
+move them): a Redis of its own under ``valgrind --tool=callgrind``, counting only inside the script
+commands (``FCALL``, ``FCALL_RO``, ``EVALSHA``, ``EVAL``: not the event loop), zeroed before a phase and
+dumped after it (``callgrind_control``); :data:`INSTR_RUNS` runs a tree, interleaved, events on. The
+phases (:func:`_counted`): one-job ``claim``, ``enqueue_batch`` and missing-job ``complete`` calls (k
+instructions a call), ``settle_claim`` rounds of 7 and 50 and an ``enqueue_batch`` of 500 (a job).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import glob
 import json
 import os
+import secrets
+import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +59,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from jqcore.clock import now_ms
-from jqengine import Engine, QueueConfig
+from jqcore.envelope import new_envelope
+from jqengine import Engine, QueueConfig, Settle
 from jqengine.core import Functions
 from jqengine.keys import QueueKeys
 from jqengine.scripts import SCRIPT_NAMES, FunctionLibrary, function_library
@@ -260,12 +276,161 @@ def run(baseline_root: Path, quick: bool = False) -> Report:
     return report
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2 or not Path(sys.argv[1], "jqengine").is_dir():
-        sys.exit("usage: python -m loadtest.script_ab BASELINE (a checkout's root, with jqengine/)")
-    result = run(Path(sys.argv[1]))
+INSTR_RUNS = 3
+"""Runs a tree in ``--instructions`` (interleaved with the other tree's)."""
+_COUNTED = ("fcallCommand", "fcallroCommand", "evalShaCommand", "evalCommand")
+"""Redis 7.0's functions for the script commands: callgrind counts inside them only."""
+
+
+@contextmanager
+def _callgrind_redis() -> Iterator[tuple[str, int, Path]]:
+    """A throw-away Redis under callgrind, counting nothing outside the script commands: its URL, its
+    process id (``callgrind_control``'s) and the folder its dumps go to."""
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        raise RuntimeError("--instructions needs valgrind (apt-get install valgrind)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = Path(tempfile.mkdtemp(prefix="script-ab-cg-"))
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.%p"]
+    valgrind += [f"--toggle-collect={f}" for f in _COUNTED]
+    redis = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(folder)]
+    server = subprocess.Popen(
+        [*valgrind, *redis],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(600):
+            if (
+                subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout
+                == b"PONG\n"
+            ):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("Redis under callgrind did not answer in 60 s")
+        yield f"redis://127.0.0.1:{port}/0", server.pid, folder
+    finally:
+        server.terminate()
+        server.wait(60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _zero(pid: int) -> None:
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+
+
+def _dump(pid: int, folder: Path) -> int:
+    """Instructions since :func:`_zero` (a dump's ``summary:``)."""
+    before = set(glob.glob(f"{folder}/cg.*"))
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    for _ in range(600):
+        for path in set(glob.glob(f"{folder}/cg.*")) - before:
+            lines = Path(path).read_text().splitlines()
+            total = [x for x in lines if x.startswith(("summary:", "totals:"))]
+            if total:
+                os.remove(path)
+                return int(total[0].split()[1])
+        time.sleep(0.05)
+    raise RuntimeError("callgrind wrote no dump")
+
+
+async def _counted(engine: Engine, pid: int, folder: Path, quick: bool) -> dict[str, float]:
+    """One run of the phases on fresh queues: k instructions a call or a job."""
+    calls, jobs, batch = (3, 70, 50) if quick else (20, 700, 500)
+    q, t, out = f"cg{secrets.token_hex(4)}", now_ms(), {}
+
+    def jobs_of(queue: str, n: int, tag: str) -> list[Any]:
+        return [new_envelope(queue, "noop", None, id=f"{tag}{j}", at_ms=t) for j in range(n)]
+
+    await engine.admin.configure_queue(q, QueueConfig(events_cap=10_000_000))
+    await engine.enqueue_batch(jobs_of(q, 1, "warm"))  # the tree's Lua loaded, the queue announced
+    await engine.jobs.claim(q, 1, lease_ms=60_000)
+    _zero(pid)
+    for i in range(calls):
+        await engine.enqueue_batch(jobs_of(q, 1, f"one{i}-"))
+    out["enqueue_batch of 1, a call"] = _dump(pid, folder) / calls
+    _zero(pid)
+    for _ in range(calls):
+        await engine.jobs.claim(q, 1, lease_ms=60_000)
+    out["claim of 1, a call"] = _dump(pid, folder) / calls
+    _zero(pid)
+    for i in range(calls):
+        await engine.jobs.complete_many(q, [((f"missing{i}", 1, "token"), None)])
+    out["complete, missing job, a call"] = _dump(pid, folder) / calls
+    for size in (7, ROUND):
+        rq = f"{q}r{size}"
+        await engine.admin.configure_queue(rq, QueueConfig(events_cap=10_000_000))
+        await engine.enqueue_batch(jobs_of(rq, jobs, "r"))
+        _zero(pid)
+        done, (_, claimed) = 0, await engine.jobs.settle_claim(rq, [], size, lease_ms=60_000, worker="ab")
+        while claimed:
+            items = [Settle((c.envelope.id, c.attempt, c.token)) for c in claimed]
+            _, claimed = await engine.jobs.settle_claim(rq, items, size, lease_ms=60_000, worker="ab")
+            done += len(items)
+        out[f"settle_claim rounds of {size}, a job"] = _dump(pid, folder) / done
+    bq = f"{q}b"
+    await engine.admin.configure_queue(bq, QueueConfig(events_cap=10_000_000))
+    await engine.enqueue_batch(jobs_of(bq, 1, "warm"))
+    _zero(pid)
+    await engine.enqueue_batch(jobs_of(bq, batch, "b"))
+    out[f"enqueue_batch of {batch}, a job"] = _dump(pid, folder) / batch
+    return {k: v / 1000 for k, v in out.items()}
+
+
+def instructions(baseline_root: Path, quick: bool = False) -> Report:
+    """``--instructions`` (``quick``: tiny sizes, one run a tree)."""
+    runs = 1 if quick else INSTR_RUNS
+    sources = {"this": this_tree(), "baseline": baseline_sources(baseline_root)}
+
+    async def both(url: str, pid: int, folder: Path) -> dict[str, list[float]]:
+        client = aioredis.Redis.from_url(url, socket_timeout=600)
+        engines = {tree: Engine(client) for tree in sources}
+        engines["baseline"].core.functions = _caller(client, sources["baseline"])
+        samples: dict[str, list[float]] = {}
+        try:
+            for rep in range(runs):
+                for tree in list(engines) if rep % 2 == 0 else list(reversed(engines)):
+                    for name, value in (await _counted(engines[tree], pid, folder, quick)).items():
+                        samples.setdefault(f"{name}: {tree}", []).append(value)
+        finally:
+            await client.aclose()
+        return samples
+
+    report = Report("script-ab-instructions", {"baseline": str(baseline_root), "runs": runs})
+    with _callgrind_redis() as (url, pid, folder):
+        samples = asyncio.run(both(url, pid, folder))
+    for name, values in sorted(samples.items()):
+        report.add(name, "k instructions", values)
+    report.notes.append(
+        f"Redis under callgrind, counting inside {', '.join(_COUNTED)} only; {runs} runs a tree, the trees "
+        "interleaved on one Redis; events on"
+    )
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.script_ab",
+        description="This checkout's Lua against another checkout's, on one throw-away Redis.",
+    )
+    parser.add_argument("baseline", type=Path, help="a checkout's root, with jqengine/ (git archive REV)")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count Redis's instructions in the script commands under callgrind (valgrind), not time",
+    )
+    args = parser.parse_args()
+    if not Path(args.baseline, "jqengine").is_dir():
+        parser.error(f"{args.baseline} has no jqengine/")
+    result = instructions(args.baseline) if args.instructions else run(args.baseline)
     for figure in result.figures:
-        print(f"{figure.name:<36} {figure.median:8.2f} {figure.unit}  ±{figure.spread:.1%}")
+        print(f"{figure.name:<44} {figure.median:10.2f} {figure.unit}  ±{figure.spread:.1%}")
     for note in result.notes:
         print(f"- {note}")
     print(f"report: {result.save()}")
+
+
+if __name__ == "__main__":
+    main()
