@@ -396,8 +396,9 @@ def _transition(name: str) -> str:
     bind = f"local {hot} = {hot}\n" if hot else ""
     return (
         f"do\nlocal function transition()\n{bind}{body}\nend\n"
-        f"redis.register_function{{function_name = '{_NAME}_{name}', flags = {{{lua_flags}}},\n"
-        f"  callback = function(keys, args)\n  {names} = {values}\n  ARGV, NOW = args, tonumber(args[1])\n"
+        f"register_function{{function_name = '{_NAME}_{name}', flags = {{{lua_flags}}},\n"
+        f"  callback = function(keys, args)\n  bind_globals()\n  {names} = {values}\n"
+        f"  ARGV, NOW = args, tonumber(args[1])\n"
         f"{state}  return run(transition)\nend}}\nend\n"
     )
 
@@ -415,6 +416,23 @@ class FunctionLibrary:
         """The name transition ``script`` is registered under (function names are one namespace in a
         Redis, across libraries: each carries its library's)."""
         return f"{self.name}_{script}"
+
+
+_LUA_GLOBALS = (
+    "redis, cjson, cmsgpack, string, table, math, tonumber, tostring, type, pairs, ipairs, next, unpack,"
+    " pcall, error"
+)
+_GLOBALS = (
+    "local register_function = redis.register_function\n"
+    f"local function runtime_globals() return {_LUA_GLOBALS} end\n"
+    f"local {_LUA_GLOBALS}\n"
+    f"local function bind_globals() if not redis then {_LUA_GLOBALS} = runtime_globals() end end\n"
+)
+"""The library's first lines: the globals its code reads, as locals of the library (upvalues of its
+functions), set at its first call. A function's global is looked up in Redis's globals table, found
+missing there and then in the table its ``__index`` names (Redis 7.0 swaps that table between a library's
+load, which sees ``redis.register_function`` and no ``cjson``, and its calls): two lookups and a
+metamethod for each ``tonumber``, ``redis.call``..."""
 
 
 def _key_locals() -> list[str]:
@@ -440,6 +458,6 @@ def function_library() -> FunctionLibrary:
     }
     for marker, text in fill.items():
         frame = frame.replace(marker, text)
-    text = f"#!lua name={_NAME}\nlocal {', '.join(keys)}\nlocal ARGV\n{_read('_base')}\n{frame}"
+    text = f"#!lua name={_NAME}\n{_GLOBALS}local {', '.join(keys)}\nlocal ARGV\n{_read('_base')}\n{frame}"
     name = f"jobq_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
     return FunctionLibrary(name, text.replace(_NAME, name))

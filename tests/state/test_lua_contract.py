@@ -193,7 +193,7 @@ def _defined(text: str) -> list[str]:
 def _callback(name: str) -> str:
     """Transition ``name``'s callback in the library, up to where it runs the transition."""
     lib = function_library()
-    registered = f"redis.register_function{{function_name = '{lib.function(name)}', flags = {{"
+    registered = f"register_function{{function_name = '{lib.function(name)}', flags = {{"
     assert lib.text.count(registered) == 1, f"{name}: registered once"
     return lib.text.split(registered)[1].split("},", 1)[1].split("return run(transition)")[0]
 
@@ -336,7 +336,8 @@ def test_scripts_return_named_codes_their_header_lists(name: str) -> None:
 def test_the_loaded_function_binds_the_declared_keys_in_order(name: str) -> None:
     callback = _callback(name)
     assert callback.startswith("\n  callback = function(keys, args)\n")
-    binding = callback.splitlines()[2]
+    assert callback.splitlines()[2] == "  bind_globals()"
+    binding = callback.splitlines()[3]
     names, values = binding.strip().split(" = ")
     declared = SCRIPTS[name].keys
     assert names.split(", ") == [local_name(n) for n in declared]
