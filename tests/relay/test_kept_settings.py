@@ -102,3 +102,35 @@ async def test_a_switch_redis_lost_holds_the_relays_next_job_and_one_lifted_mean
             await engine.admin.lift_switch(poison.name)
         await consul.kv.delete(f"{cron_settings.kv_prefix}/", recurse=True)
         await close_consul(consul)
+
+
+async def test_a_relay_starting_on_a_redis_that_lost_its_switches_puts_them_back(
+    prefix: str,
+    endpoints: Endpoints,
+    cron_settings: CronSettings,
+    make_topic: Callable[..., str],
+    make_relay: Callable[..., RelayService],
+    engine: Engine,
+) -> None:
+    """Before any write: a Redis started empty has its switches back once a relay started; one set before
+    switches were kept (only in Redis) is kept from then on."""
+    consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
+    store = ConfigStore(consul, cron_settings.kv_prefix)
+    kept, older = (
+        Switch(f"{prefix}-kept", queue=f"{prefix}.*", kind="k"),
+        Switch(f"{prefix}-older", queue=f"{prefix}.*", kind="o"),
+    )
+    try:
+        await store.put_switch(kept)
+        await engine._client.delete(SWITCHES_KEY)  # Redis lost its data
+        await engine.admin.set_switch(older)  # in Redis alone, as before this release
+        async with make_relay(make_topic("jobs", partitions=1)):
+            assert [s.name for s in await engine.admin.switches()] == sorted([kept.name, older.name])
+            assert sorted(s.name for s in (await store.switches())[0]) == sorted([kept.name, older.name])
+            assert await engine.admin.switches_restored()
+    finally:
+        for switch in (kept, older):
+            with contextlib.suppress(SwitchNotFound):
+                await engine.admin.lift_switch(switch.name)
+        await consul.kv.delete(f"{cron_settings.kv_prefix}/", recurse=True)
+        await close_consul(consul)
