@@ -13,16 +13,17 @@ from pathlib import Path
 
 import redis
 
-__all__ = ["TICK", "cpu_s", "redis_cpu_s", "run_s", "tree_cpu_s"]
+__all__ = ["TICK", "cpu_s", "redis_cpu_s", "run_s", "thread_cpu_s", "tree_cpu_s"]
 
 TICK = os.sysconf("SC_CLK_TCK")
 """Clock ticks per second: the unit of the CPU times in ``/proc/<pid>/stat``."""
 
 
-def _stat(pid: int) -> list[str]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (``fields[11]`` is utime); OSError when
-    the process is gone."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _stat(pid: int, tid: int | None = None) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` (of its thread ``tid``: ``/proc/<pid>/task/<tid>/stat``) after the
+    command name (``fields[11]`` is utime); OSError when the process or thread is gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    return Path(path).read_text().rsplit(")", 1)[1].split()
 
 
 def cpu_s(pid: int | None) -> float:
@@ -31,6 +32,17 @@ def cpu_s(pid: int | None) -> float:
         return 0.0
     try:
         fields = _stat(pid)
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def thread_cpu_s(pid: int, tid: int | None = None) -> float:
+    """User + system CPU seconds of one thread of process ``pid`` so far (``tid`` None: its main thread, where
+    an asyncio service runs its event loop); 0 when gone. What a process's other threads (librdkafka's,
+    a delivery-report thread) spent is ``cpu_s(pid)`` minus the threads counted apart."""
+    try:
+        fields = _stat(pid, pid if tid is None else tid)
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICK
