@@ -187,10 +187,14 @@ _PIPELINE_ERROR = "caused error: "
 
 def refused_by_script(exc: BaseException) -> bool:
     """A script ran and failed on what it found — a key of the wrong type, a record Lua cannot read (Redis
-    ends such a reply with ``script: <sha>, on @user_script:<line>.``): the data of the keys it was given
-    refuses the write, and only those. Anything else Redis answers (an ACL refusal, a reply redis-py
-    wraps or names, a command it does not know) says nothing about the data: not this."""
-    return type(exc) is ResponseError and "@user_script:" in server_reply(exc)
+    ends such a reply with ``script: <function>, on @user_function:<line>.``, ``… @user_script:<line>.``
+    for a script sent by ``EVALSHA``): the data of the keys it was given refuses the write, and only those.
+    Anything else Redis answers (an ACL refusal, a reply redis-py wraps or names, a command it does not
+    know, a function Redis lacks) says nothing about the data: not this."""
+    if type(exc) is not ResponseError:
+        return False
+    reply = server_reply(exc)
+    return "@user_function:" in reply or "@user_script:" in reply
 
 
 @asynccontextmanager

@@ -9,7 +9,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from redis.commands.core import AsyncScript
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 from jqcore import metrics
 from jqcore.clock import ServerClock
@@ -17,10 +19,10 @@ from jqengine import codes
 from jqengine.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY, KeyName, QueueKeys
 from jqengine.redisconn import RedisClient, text
 from jqengine.replication import ReplicaWait, note_write
-from jqengine.scripts import SCRIPTS, source
+from jqengine.scripts import SCRIPTS, FunctionLibrary, flags, function_library
 from jqengine.switchrules import Switch, queue_list, switches_of
 
-__all__ = ["Core", "Part", "Scripts", "Triple"]
+__all__ = ["Core", "Functions", "Part", "Triple"]
 
 Triple = tuple[str, int, str]
 """(job id, attempt, lease token): what proves a worker owns a running job."""
@@ -29,20 +31,83 @@ ANNOUNCE_EVERY_S = 10.0
 """How long an engine writes to a queue it announced (:meth:`Core.announce`) before announcing it again."""
 
 
-class Scripts(dict[str, AsyncScript]):
-    """The engine's scripts by name, each made (its source linked, its SHA1 taken) when first asked for: a
-    process makes the few it calls — a worker its claim and completions — not the 33 at start (~15 ms of
-    CPU). redis-py calls it by its SHA1 (``EVALSHA``), loading it first where Redis says it lacks it."""
+def _lacks_function(reply: object) -> bool:
+    """Redis's answer to ``FCALL`` of a function it does not have (a Redis restarted without the
+    library, ``FUNCTION FLUSH``, a wiped or new node)."""
+    return isinstance(reply, ResponseError) and str(reply).startswith("Function not found")
 
-    def __init__(self, client: RedisClient) -> None:
-        super().__init__()
+
+class Functions:
+    """How the engine's transitions reach Redis: one Redis Functions library
+    (:func:`jqengine.scripts.function_library`), loaded once (``FUNCTION LOAD``, on every primary of a
+    Cluster) and called by ``FCALL`` (``FCALL_RO`` for a ``no-writes`` transition). Where Redis answers
+    that it lacks the function, the library is loaded (:meth:`load`) and the call sent again. The
+    library's text is made when first needed."""
+
+    def __init__(self, client: RedisClient, library: FunctionLibrary | None = None) -> None:
         self._client = client
+        self._library = library
+        """``None``: this checkout's (:func:`~jqengine.scripts.function_library`); a bench may give another
+        checkout's."""
 
-    def __missing__(self, name: str) -> AsyncScript:
-        if name not in SCRIPTS:
-            raise KeyError(name)
-        script = self[name] = self._client.register_script(source(name))
-        return script
+    @property
+    def library(self) -> FunctionLibrary:
+        return self._library or function_library()
+
+    @staticmethod
+    def _command(name: str) -> str:
+        return "FCALL_RO" if "no-writes" in flags(name) else "FCALL"
+
+    async def load(self) -> None:
+        """``FUNCTION LOAD`` of the library; on a Cluster, on each primary in turn (all done before the call
+        is sent again: redis-py's own fan-out stops at the first node that answers an error). Not
+        ``REPLACE``: a library of this name is this text (the name is its hash), and Redis refuses a second
+        load of a name it has before compiling anything (~30 µs, not the 15–45 ms of a compile), so the
+        processes that all met a Redis without it do not compile it once each."""
+        text = self.library.text
+        nodes = self._client.get_primaries() if isinstance(self._client, RedisCluster) else [None]
+        for node in nodes:
+            try:
+                if node is None:
+                    await self._client.execute_command("FUNCTION LOAD", text)
+                else:
+                    await self._client.execute_command("FUNCTION LOAD", text, target_nodes=node)
+            except ResponseError as e:
+                if "already exists" not in str(e):
+                    raise
+
+    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Transition ``name`` on ``keys`` with ``args``."""
+        command = (self._command(name), self.library.function(name), len(keys), *keys, *args)
+        try:
+            return await self._client.execute_command(*command)
+        except ResponseError as e:
+            if not _lacks_function(e):
+                raise
+        await self.load()
+        return await self._client.execute_command(*command)
+
+    async def pipelined(self, name: str, keys: Sequence[str], calls: Sequence[Sequence[Any]]) -> list[Any]:
+        """One round trip of calls of transition ``name`` on ``keys`` (a single Redis's client), each
+        reply or error in order. Calls refused because Redis lacks the function did not run: the library
+        is loaded and only those are sent again."""
+        assert isinstance(self._client, aioredis.Redis)
+        command, function = self._command(name), self.library.function(name)
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for attempt in range(2):
+            pipe = self._client.pipeline(transaction=False)
+            for i in todo:
+                pipe.execute_command(command, function, len(keys), *keys, *calls[i])
+            got = await pipe.execute(raise_on_error=False)
+            again = [i for i, r in zip(todo, got, strict=True) if _lacks_function(r) and not attempt]
+            for i, reply in zip(todo, got, strict=True):
+                replies[i] = reply
+            if not again:
+                break
+            await self.load()
+            todo = again
+        return replies
 
 
 class Core:
@@ -52,7 +117,8 @@ class Core:
         self.client = client
         self.clock = ServerClock()
         """Redis's clock: the ``now`` of every transition a caller does not give one."""
-        self.scripts = Scripts(client)
+        self.functions = Functions(client)
+        """How transitions reach Redis (a bench may put another caller of the same two methods here)."""
         self._known_queues: set[str] = set()
         self._announced: dict[str, float] = {}
         self.before_new_queues: Callable[[list[str]], Awaitable[Sequence[str]]] | None = None
@@ -102,7 +168,7 @@ class Core:
             note_write(keys[0])  # every key of a script shares its slot
         try:
             async with codes.redis_errors(name):
-                return await self.scripts[name](keys=keys, args=[now or await self.now(), *args])
+                return await self.functions.call(name, keys, [now or await self.now(), *args])
         except Exception:
             outcome = "error"
             raise

@@ -9,9 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError
 
 from jqcore import metrics
 from jqcore.backoff import Backoff
@@ -104,7 +102,7 @@ class Jobs(Part):
         self, queue: str, items: Sequence[tuple[Triple, bytes | None]], *, now_ms: int | None = None
     ) -> list[codes.Code]:
         """Complete several running jobs of one queue in one round trip (a pipeline of the ``complete``
-        script, each call still atomic on its own). Returns each job's code for :func:`codes.check`."""
+        transition, each call still atomic on its own). Returns each job's code for :func:`codes.check`."""
         if not items:
             return []
         if isinstance(self._client, RedisCluster):  # cluster pipelines do not load scripts: one call each
@@ -119,7 +117,7 @@ class Jobs(Part):
         started = time.perf_counter()
         calls = [[now, *job, b"" if len(r or b"") > MAX_RESULT_BYTES else (r or b"")] for job, r in items]
         async with codes.redis_errors("complete"):
-            answers = await self._pipelined("complete", keys, calls)
+            answers = await self._core.functions.pipelined("complete", keys, calls)
         metrics.child(metrics.SCRIPT_CALLS, "complete", "ok").inc(len(items))
         metrics.child(metrics.SCRIPT_TIME, "complete").observe(time.perf_counter() - started)
         out: list[codes.Code] = []
@@ -159,30 +157,6 @@ class Jobs(Part):
         reply = await self._core.run("settle_claim", queue, args, now)
         cut = 1 + 2 * len(items)
         return replies.settled(reply[:cut]), replies.claimed_rows(reply[cut:], now)
-
-    async def _pipelined(self, name: str, keys: Sequence[str], calls: Sequence[Sequence[Any]]) -> list[Any]:
-        """One round trip of EVALSHA calls. (redis-py's own script pipelining asks SCRIPT EXISTS before
-        every execute, a second round trip.) Calls refused with NOSCRIPT (a restarted or flushed Redis)
-        did not run: the script is loaded and only those are sent again."""
-        assert isinstance(self._client, aioredis.Redis)
-        script = self._core.scripts[name]
-        replies: list[Any] = [None] * len(calls)
-        todo = list(range(len(calls)))
-        for attempt in range(2):
-            pipe = self._client.pipeline(transaction=False)
-            for i in todo:
-                pipe.evalsha(script.sha, len(keys), *keys, *calls[i])
-            got = await pipe.execute(raise_on_error=False)
-            again = [
-                i for i, r in zip(todo, got, strict=True) if isinstance(r, NoScriptError) and not attempt
-            ]
-            for i, reply in zip(todo, got, strict=True):
-                replies[i] = reply
-            if not again:
-                break
-            await self._client.script_load(script.script)
-            todo = again
-        return replies
 
     async def fail(
         self,

@@ -36,6 +36,7 @@ from jqcore.settings.servers import RedisSettings
 
 __all__ = [
     "POOL_HOLDER",
+    "Cluster",
     "FastConnection",
     "RedisClient",
     "SyncRedisClient",
@@ -188,6 +189,17 @@ class WaitingPool(BlockingConnectionPool):
             del self._users[holder], self._shares[holder]
 
 
+class Cluster(RedisCluster):
+    """redis-py's asyncio Cluster client, routing ``FCALL``/``FCALL_RO`` as it routes ``EVALSHA``: by the
+    keys the call names (``FCALL <function> <numkeys> <keys...>``). redis-py's own asks the server (a
+    ``COMMAND GETKEYS`` round trip) for every call of a command whose keys it cannot place, as FCALL's."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if command.upper() in ("FCALL", "FCALL_RO") and len(args) >= 2 and int(args[1]) > 0:
+            return await super()._determine_slot("EVALSHA", *args)
+        return await super()._determine_slot(command, *args)
+
+
 _DRIVER = DriverInfo(lib_version=redis.__version__)
 """What every connection tells Redis of its library (``CLIENT SETINFO``): redis-py's version as its package
 states it, given once. Left to redis-py, each new connection reads it from the installed distribution's
@@ -223,8 +235,8 @@ def connect(
     url, kwargs = settings.client_url(), {**settings.client_kwargs(), "driver_info": _DRIVER}
     if settings.cluster:  # rediss:// makes redis-py's cluster client use TLS (ssl=True) with the ssl_* files
         if max_connections is not None:
-            return RedisCluster.from_url(url, max_connections=max_connections, **kwargs)
-        return RedisCluster.from_url(url, **kwargs)
+            return Cluster.from_url(url, max_connections=max_connections, **kwargs)
+        return Cluster.from_url(url, **kwargs)
     options = dict(parse_url(url))  # what Redis.from_url does, with our connection classes
     default = options.pop("connection_class", Connection)
     connection_class = _BY_SCHEME.get(urlsplit(url).scheme, cast("type[AbstractConnection]", default))

@@ -1,22 +1,24 @@
 """The Lua transitions, each declared once: its file in ``lua/`` and the ``KEYS`` it receives; and the
-loader that composes what Redis is sent.
+loader that builds what Redis is sent: one Redis Functions library (:func:`function_library`).
 
 A declaration names, in :data:`jqengine.keys.KEY_NAMES` order, every key the script touches at a
 fixed name (BullMQ's contract: nothing it touches is hidden from Redis). The same list, in the same order,
 is the script's header (``-- KEYS[i] <name> <TYPE> <what>``, generated from the declaration and
 :data:`jqengine.keys.KEY_DOCS` by :mod:`jqengine.luaheaders`; ``python -m jqengine.luaheaders`` rewrites
-the files), what :meth:`jqengine.keys.QueueKeys.for_script` passes, and the binding the loader puts first:
-``local P, READY, ... = KEYS[1], KEYS[2], ...``.
+the files), what :meth:`jqengine.keys.QueueKeys.for_script` passes, and the binding each call of the
+transition's function makes first: ``P, READY, ... = keys[1], keys[2], ...``.
 
 The shared Lua lives in ``lua/lib/``, one local function a file named after it (two files define a table
 instead: ``released``, ``to_cancel``, the graph scripts' answer lists). A script's header and each library
-file name the library functions they call on a ``-- uses:`` line; :func:`source` sends a script with
-exactly those, transitively, each once, each after the ones it uses (:func:`link`).
+file name the library functions they call on a ``-- uses:`` line (:func:`pulled`: what a transition
+reaches, transitively); the library defines each once, each after the ones it uses (:func:`link`), and a
+call starts afresh the per-call state of those its transition reaches (:func:`call_state`).
 ``tests/state/test_lua_contract.py`` checks the declarations against each other and against the code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,13 +33,16 @@ from jqengine.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
 __all__ = [
     "SCRIPTS",
     "SCRIPT_NAMES",
+    "FunctionLibrary",
     "LibFunction",
     "Script",
+    "call_state",
+    "flags",
+    "function_library",
     "library",
     "link",
     "local_name",
     "pulled",
-    "source",
     "uses_of",
 ]
 
@@ -188,6 +193,7 @@ def local_name(key: KeyName | GraphKeyName) -> str:
     return "P" if key == "prefix" else key.upper()
 
 
+@cache
 def _read(name: str) -> str:
     return resources.files("jqengine").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
@@ -206,6 +212,11 @@ def uses_of(text: str, where: str) -> tuple[str, ...]:
     return () if names == ("none",) else names
 
 
+_DEFINES = re.compile(r"^local (?:function (\w+)\(|(\w+) =)", re.M)
+"""A top-level ``local function <name>(`` or ``local <name> =`` (one pattern for every file: compiling
+one a name cost a process ~10 ms at its first call)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LibFunction:
     """One file of ``lua/lib/``: the local it defines (its file's name), its text, what it uses."""
@@ -221,7 +232,7 @@ class LibFunction:
 
     @classmethod
     def parse(cls, name: str, text: str) -> LibFunction:
-        defines = re.findall(rf"^local (?:function {name}\(|{name} =)", text, re.M)
+        defines = [a or b for a, b in _DEFINES.findall(text) if name in (a, b)]
         if len(defines) != 1:
             raise ValueError(f"lua/lib/{name}.lua must define the local {name} once")
         return cls(name, text, uses_of(text, f"lua/lib/{name}.lua"))
@@ -294,15 +305,57 @@ def link(roots: Iterable[str], lib: Mapping[str, LibFunction]) -> tuple[tuple[st
 
 
 @cache
+def _reaches(name: str) -> frozenset[str]:
+    """Library function ``name`` and every one it uses, transitively."""
+    lib, seen, todo = library(), {name}, [name]
+    while todo:
+        for used in lib[todo.pop()].uses:
+            if used not in seen:
+                seen.add(used)
+                todo.append(used)
+    return frozenset(seen)
+
+
+@cache
+def _order() -> tuple[str, ...]:
+    """Every library function, each after those it uses (the library's order)."""
+    return link(library(), library())[0]
+
+
+@cache
 def pulled(name: str) -> tuple[str, ...]:
-    """The library functions script ``name`` is sent with, in the order it is sent them."""
-    return link(uses_of(_read(name), f"{name}.lua"), library())[0]
+    """The library functions script ``name`` uses, transitively, in the library's order."""
+    lib = library()
+    reached = set().union(*(_reaches(u) for u in uses_of(_read(name), f"{name}.lua") if u in lib))
+    unknown = set(uses_of(_read(name), f"{name}.lua")) - set(lib)
+    if unknown:
+        raise ValueError(f"{name}.lua uses {sorted(unknown)}: no such function in lua/lib/")
+    return tuple(n for n in _order() if n in reached)
 
 
-_MARKER = "--@TRANSITION\n"
-"""The line of ``_frame.lua`` the transition takes the place of."""
-_DEFAULTS_MARKER = "--@EVENT_DEFAULTS\n"
-"""The line of ``_frame.lua`` the event schema's defaults take the place of."""
+_STATE = re.compile(r"local ([a-z_][a-z0-9_]*(?:, [a-z_][a-z0-9_]*)*) = (.+)$")
+"""A ``lua/lib/`` file's per-call state: a lower-case local that is not a function, on one line (a memo, a
+list kept for one call). Upper-case locals are constants."""
+
+
+@cache
+def _state_of(name: str) -> tuple[tuple[str, str], ...]:
+    lines = (x for x in library()[name].text.splitlines() if x.startswith("local ") and x[6:7].islower())
+    return tuple((m[1], m[2]) for m in map(_STATE.match, lines) if m)
+
+
+@cache
+def call_state(name: str) -> tuple[tuple[str, str], ...]:
+    """The per-call state of the library functions transition ``name`` uses: ``(names, value)`` pairs,
+    each assigned afresh at the start of each of its calls."""
+    return tuple(s for u in pulled(name) for s in _state_of(u))
+
+
+_MARKERS = ("--@EVENT_DEFAULTS\n", "--@LIBRARY\n", "--@UNBIND\n", "--@TRANSITIONS\n")
+"""The lines of ``_frame.lua`` the loader fills: the event schema's defaults, ``lua/lib/``, the line that
+unbinds the key locals once a call ended, the transitions."""
+_NAME = "<jobq library>"
+"""Where the library's name stands in its text until the text's hash names it."""
 
 
 def _event_defaults() -> str:
@@ -313,24 +366,98 @@ def _event_defaults() -> str:
     return f"local EVENT_DEFAULTS = {{{pairs}}}\n"
 
 
-@cache
-def source(name: str) -> str:
-    """The script text sent to Redis: shebang line, then ``_frame.lua`` around the transition — the
-    binding of its declared ``KEYS``, ``_base.lua`` (``NOW``, the codes), the library functions it uses
-    (:func:`link`) and the transition body, as one function whose lifecycle events the frame writes once
-    it ended."""
-    text = _read(name)
-    shebang, _, body = text.partition("\n")
+def _flags(name: str, shebang: str) -> tuple[str, ...]:
+    """The flags on a script's ``#!lua flags=a,b`` line (Redis's script flags, the same for functions)."""
     if not shebang.startswith("#!lua"):
         raise ValueError(f"{name}.lua must start with a '#!lua' shebang line")
+    _, _, flags = shebang.partition("flags=")
+    return tuple(f for f in flags.strip().split(",") if f)
+
+
+@cache
+def flags(name: str) -> tuple[str, ...]:
+    """Transition ``name``'s flags (``no-writes``: called by ``FCALL_RO``; ``allow-oom``)."""
+    return _flags(name, _read(name).partition("\n")[0])
+
+
+def _transition(name: str) -> str:
+    """Transition ``name`` in the library: its body as the function ``transition`` and its registration,
+    whose callback binds the call's ``KEYS``, ``ARGV`` and ``NOW`` and starts its per-call state afresh."""
+    shebang, _, body = _read(name).partition("\n")
     script = SCRIPTS[name]
     names = ", ".join(local_name(k) for k in script.keys)
-    values = ", ".join(f"KEYS[{i}]" for i in range(1, len(script.keys) + 1))
-    _, libs = link(uses_of(text, f"{name}.lua"), library())
+    values = ", ".join(f"keys[{i}]" for i in range(1, len(script.keys) + 1))
+    state = "".join(f"  {names} = {value}\n" for names, value in call_state(name))
+    lua_flags = ", ".join(f"'{f}'" for f in _flags(name, shebang))
+    lib = library()
+    shared = [local_name(k) for k in script.keys] + ["ARGV", "NOW"]
+    shared += [n for n in pulled(name) if lib[n].function]
+    hot = ", ".join(n for n in shared if n in body)  # a substring will do: a copy too many costs a move
+    bind = f"local {hot} = {hot}\n" if hot else ""
+    return (
+        f"do\nlocal function transition()\n{bind}{body}\nend\n"
+        f"register_function{{function_name = '{_NAME}_{name}', flags = {{{lua_flags}}},\n"
+        f"  callback = function(keys, args)\n  bind_globals()\n  {names} = {values}\n"
+        f"  ARGV, NOW = args, tonumber(args[1])\n"
+        f"{state}  return run(transition)\nend}}\nend\n"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionLibrary:
+    """The engine's Lua as one Redis Functions library: its name (``jobq_`` and a hash of its text, so
+    two versions of jobq loaded in one Redis never replace each other's) and the text ``FUNCTION LOAD``
+    is sent."""
+
+    name: str
+    text: str
+
+    def function(self, script: str) -> str:
+        """The name transition ``script`` is registered under (function names are one namespace in a
+        Redis, across libraries: each carries its library's)."""
+        return f"{self.name}_{script}"
+
+
+_LUA_GLOBALS = (
+    "redis, cjson, cmsgpack, string, table, math, tonumber, tostring, type, pairs, ipairs, next, unpack,"
+    " pcall, error"
+)
+_GLOBALS = (
+    "local register_function = redis.register_function\n"
+    f"local function runtime_globals() return {_LUA_GLOBALS} end\n"
+    f"local {_LUA_GLOBALS}\n"
+    f"local function bind_globals() if not redis then {_LUA_GLOBALS} = runtime_globals() end end\n"
+)
+"""The library's first lines: the globals its code reads, as locals of the library (upvalues of its
+functions), set at its first call. A function's global is looked up in Redis's globals table, found
+missing there and then in the table its ``__index`` names (Redis 7.0 swaps that table between a library's
+load, which sees ``redis.register_function`` and no ``cjson``, and its calls): two lookups and a
+metamethod for each ``tonumber``, ``redis.call``..."""
+
+
+def _key_locals() -> list[str]:
+    return list(dict.fromkeys(local_name(k) for k in (*KEY_NAMES, *GRAPH_KEY_NAMES)))
+
+
+@cache
+def function_library() -> FunctionLibrary:
+    """The library: the shebang (``#!lua name=...``), the key locals and ``ARGV``, ``_base.lua`` (``NOW``,
+    the codes), then ``_frame.lua`` with every function of ``lua/lib/`` (:func:`link`: each once, each
+    after the ones it uses) and every transition (:func:`_transition`) in place of its marker lines."""
     frame = _read("_frame")
-    for marker in (_MARKER, _DEFAULTS_MARKER):
+    for marker in _MARKERS:
         if frame.count(marker) != 1:
             raise ValueError(f"_frame.lua must hold the line {marker!r} once")
-    frame = frame.replace(_DEFAULTS_MARKER, _event_defaults())
-    transition = f"local {names} = {values}\n{_read('_base')}\n{libs}\n{body}\n"
-    return f"{shebang}\n" + frame.replace(_MARKER, transition)
+    keys = _key_locals()
+    _, libs = link(library(), library())
+    fill = {
+        _MARKERS[0]: _event_defaults(),
+        _MARKERS[1]: libs,
+        _MARKERS[2]: f"  {', '.join(keys)}, ARGV = nil\n",
+        _MARKERS[3]: "".join(_transition(n) for n in SCRIPT_NAMES),
+    }
+    for marker, text in fill.items():
+        frame = frame.replace(marker, text)
+    text = f"#!lua name={_NAME}\n{_GLOBALS}local {', '.join(keys)}\nlocal ARGV\n{_read('_base')}\n{frame}"
+    name = f"jobq_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    return FunctionLibrary(name, text.replace(_NAME, name))

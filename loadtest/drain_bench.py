@@ -53,12 +53,15 @@ async def fill(url: str, queue: str, n: int, kind: str = "demo.noop") -> None:
     await client.aclose()
 
 
+_SCRIPT_CALLS = ("cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_eval")
+
+
 async def _redis_cpu(url: str) -> tuple[float, int]:
     """Redis's CPU seconds (user + system) and the script calls it answered, so far."""
     client = aioredis.Redis.from_url(url)
     info, stats = await client.info("cpu"), await client.info("commandstats")
     await client.aclose()
-    calls = sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+    calls = sum(int(v["calls"]) for k, v in stats.items() if k in _SCRIPT_CALLS)
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"]), calls
 
 

@@ -47,6 +47,7 @@ from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.testsignal import enable_all
 from jqcore.topics import audit_topic
 from jqengine import Engine
+from jqengine.redisconn import Cluster
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqruntime import consulconn
@@ -211,7 +212,7 @@ async def scheduler(
 @pytest.fixture
 async def redis_cluster(endpoints: Endpoints) -> AsyncIterator[RedisCluster]:
     nodes = [ClusterNode(h, int(p)) for h, p in (n.rsplit(":", 1) for n in endpoints.redis_cluster_nodes)]
-    client = RedisCluster(startup_nodes=nodes, decode_responses=False)
+    client = Cluster(startup_nodes=nodes, decode_responses=False)
     try:
         yield client
     finally:

@@ -1,20 +1,20 @@
--- _base.lua: what every script gets, after the binding of its KEYS and before the library functions it
--- uses (jqengine.scripts.source). Locals only; it runs nothing on its own.
+-- _base.lua: what every transition of the library sees, after the key locals and before lib/ and
+-- _frame.lua (jqengine.scripts.function_library). Locals only; it runs nothing on its own.
 --
--- The composed script: the shebang line, then _frame.lua around the transition, which is the binding of
--- the script's declared KEYS to upper-case locals (P for the prefix, READY, DELAYED, ...: the names of
--- jqengine.keys.KEY_NAMES, or GRAPH_KEY_NAMES for a graph script), this file, the functions of lib/ the
--- script uses (its "-- uses:" line, transitively; each once, each after those it uses), then its body.
--- A library function reads the key locals its callers' declarations bind (the contract test checks that
--- every script declares exactly the keys it touches, through the functions it uses); it builds derived
--- keys from P (same hash tag: each script touches one Cluster slot), named on each script's
--- "-- derived:" line (the families: jqengine/keys.py).
+-- The library (one Redis Functions library, loaded once): the key locals (P for the prefix, READY,
+-- DELAYED, ...: the names of jqengine.keys.KEY_NAMES and GRAPH_KEY_NAMES), ARGV, this file, the functions
+-- of lib/ (each once, each after those it uses), then _frame.lua, which registers each transition: its
+-- callback binds the transition's declared KEYS to the key locals (the others are nil), ARGV and NOW, and
+-- runs its body. A library function reads the key locals its callers' declarations bind (the contract
+-- test checks that every script declares exactly the keys it touches, through the functions it uses); it
+-- builds derived keys from P (same hash tag: each script touches one Cluster slot), named on each
+-- script's "-- derived:" line (the families: jqengine/keys.py).
 -- Job states: delayed, pending, waiting (behind an exclusivity value), parked (kind at its limit, or a
 --   kill switch: the job's 'switch' field names it), running, deferred (its handler handed its completion
 --   to a job it spawned: defer.lua, tail_done.lua), completed, canceled, errored, expired.
 
--- ARGV[1] of every script: now (ms since epoch, from the caller).
-local NOW = tonumber(ARGV[1])
+-- ARGV[1] of every call: now (ms since epoch, from the caller); set by each call's binding.
+local NOW
 
 -- Return codes, mirrored by jqengine.codes.Code (one meaning per number); each script's "-- returns:"
 -- line names the ones it returns.

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from jqstack.manager import Endpoints
 from loadtest import (
@@ -69,6 +72,21 @@ def test_script_ab_compares_two_trees_on_one_redis() -> None:
     assert all(f.median > 0 for f in report.figures)
     figures = {f.name: f.median for f in report.figures}
     assert figures["script bytes: this"] == figures["script bytes: baseline"], "the same scripts"
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="no valgrind on this machine")
+def test_script_ab_counts_two_trees_instructions_under_callgrind() -> None:
+    report = script_ab.instructions(Path(__file__).parents[2], quick=True)  # this checkout against itself
+    figures = {f.name: f.median for f in report.figures}
+    phases = {n.rsplit(": ", 1)[0] for n in figures}
+    assert {"claim of 1, a call", "settle_claim rounds of 7, a job", "enqueue_batch of 50, a job"} <= phases
+    assert {f"{p}: {t}" for p in phases for t in ("this", "baseline")} == set(figures)
+    assert all(v > 10 for v in figures.values()), figures  # k instructions: each phase ran Lua
+    same = (
+        figures["settle_claim rounds of 50, a job: this"]
+        / figures["settle_claim rounds of 50, a job: baseline"]
+    )
+    assert 0.8 < same < 1.25, "the same library counted twice"
 
 
 def test_ship_ab_measures_two_schedulers_and_one_with_its_shipper_off(endpoints: Endpoints) -> None:

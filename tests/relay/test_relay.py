@@ -241,7 +241,7 @@ async def test_a_redis_error_that_says_nothing_about_the_jobs_holds_the_batch(
             one = relay.relays[0]
             await produce_jobs(topic, queue, 5)
             await one.signals.batch.wait_for(lambda c: c.get("written", 0) >= 5)
-            await client.acl_setuser(user, commands=["-evalsha", "-eval"])
+            await client.acl_setuser(user, commands=["-fcall", "-fcall_ro"])
             mark = one.signals.stalled.mark()
             await produce_jobs(topic, queue, 10)
             await one.signals.stalled.wait_for(lambda stage: stage == "write", after=mark)

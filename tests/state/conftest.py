@@ -12,6 +12,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from jqcore.envelope import Envelope, new_envelope
 from jqengine import Engine
 from jqengine.keys import QUEUES_KEY, QueueKeys
+from jqengine.redisconn import Cluster
 from jqstack.manager import Endpoints
 
 T0 = 1_900_000_000_000
@@ -31,7 +32,7 @@ async def engine(request: pytest.FixtureRequest, endpoints: Endpoints) -> AsyncI
         if not endpoints.redis_cluster_nodes:
             pytest.skip("no Redis Cluster in this stack")
         nodes = [ClusterNode(h, int(p)) for h, p in (n.rsplit(":", 1) for n in endpoints.redis_cluster_nodes)]
-        client = RedisCluster(startup_nodes=nodes)
+        client = Cluster(startup_nodes=nodes)
     try:
         yield Engine(client)
     finally:

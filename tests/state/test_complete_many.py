@@ -26,12 +26,12 @@ async def test_completes_each_job_and_reports_stale_and_missing_ones(
     assert states[0].result == '"ok"'
 
 
-async def test_a_flushed_script_cache_is_reloaded_and_each_job_completed_once(
+async def test_a_flushed_library_is_loaded_again_and_each_job_completed_once(
     engine: Engine, q: str, job: Callable[..., Envelope]
 ) -> None:
     await engine.enqueue_batch([job(q) for _ in range(3)])
     claimed = await engine.jobs.claim(q, 3, lease_ms=30_000)
-    await engine._client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
+    await engine._client.function_flush()  # as after a Redis restart without it: "Function not found"
     owners = [(c.id, c.attempt, c.token) for c in claimed]
     codes = await engine.jobs.complete_many(q, [(o, None) for o in owners])
     assert all(c not in (Code.STALE, Code.MISSING) for c in codes)

@@ -8,8 +8,8 @@
 * it returns named codes (``C_*`` of ``_base.lua``) only, named on its ``-- returns:`` line, and those
   constants equal :class:`jqengine.codes.Code`, one meaning per number;
 * the library (``lua/lib/``, one function a file) and the scripts name what they call on their
-  ``-- uses:`` lines, and a script is sent to Redis with exactly the library functions it calls,
-  transitively, each once, each defined before the functions that call it.
+  ``-- uses:`` lines; the Redis Functions library defines each library function once, each before the
+  functions that call it, and each call starts afresh the per-call state of the functions it uses.
 """
 
 from __future__ import annotations
@@ -24,7 +24,18 @@ import redis.asyncio as aioredis
 from jqengine import Code
 from jqengine.keys import GRAPH_KEY_DOCS, GRAPH_KEY_NAMES, KEY_DOCS, KEY_NAMES, GraphKeys, QueueKeys
 from jqengine.luaheaders import keys_header, with_keys_header
-from jqengine.scripts import SCRIPT_NAMES, SCRIPTS, LibFunction, library, link, local_name, source, uses_of
+from jqengine.scripts import (
+    SCRIPT_NAMES,
+    SCRIPTS,
+    LibFunction,
+    call_state,
+    flags,
+    function_library,
+    library,
+    link,
+    local_name,
+    uses_of,
+)
 
 LUA = Path(__file__).parents[2] / "jqengine" / "lua"
 FAMILIES = {
@@ -173,32 +184,49 @@ def test_the_uses_line_names_the_library_functions_the_code_calls(name: str) -> 
     )
 
 
-def _sent(text: str) -> list[str]:
-    """The library functions (and tables) a composed script defines, in the order it defines them."""
+def _defined(text: str) -> list[str]:
+    """The library functions (and tables) a text defines, in the order it defines them."""
     defined = re.findall(r"^(?:local function (\w+)\(|function (\w+)\(|local (\w+) = )", text, re.M)
     return [n for groups in defined for n in groups if n in UNITS]
 
 
-@pytest.mark.parametrize("name", SCRIPT_NAMES)
-def test_a_script_is_sent_with_exactly_the_library_functions_it_calls_each_after_what_it_calls(
-    name: str,
-) -> None:
-    text = source(name)
-    sent = _sent(text)
-    body = _read(name)
-    needed = _calls(body) | {n for u in _calls(body) for n in _needs(u)}
-    assert len(sent) == len(set(sent)), (
-        f"{name}: sent twice: {sorted({n for n in sent if sent.count(n) > 1})}"
-    )
-    assert set(sent) == needed, (
-        f"{name}: sent {len(sent)} library functions, uses {len(needed)}; "
-        f"unused: {sorted(set(sent) - needed)}, missing: {sorted(needed - set(sent))}"
-    )
+def _callback(name: str) -> str:
+    """Transition ``name``'s callback in the library, up to where it runs the transition."""
+    lib = function_library()
+    registered = f"register_function{{function_name = '{lib.function(name)}', flags = {{"
+    assert lib.text.count(registered) == 1, f"{name}: registered once"
+    return lib.text.split(registered)[1].split("},", 1)[1].split("return run(transition)")[0]
+
+
+def test_the_library_defines_every_library_function_once_each_after_what_it_calls() -> None:
+    text = function_library().text
+    defined = _defined(text)
+    assert sorted(defined) == UNITS, f"defined twice or missing: {sorted(set(UNITS) ^ set(defined))}"
+    assert len(defined) == len(set(defined))
     forward = {n for line in re.findall(r"^local (\w+(?:, \w+)+)$", text, re.M) for n in line.split(", ")}
-    for i, unit in enumerate(sent):
-        late = _calls(_unit(unit), unit) - set(sent[:i]) - forward
-        assert not late, f"{name}: {unit} is sent before {sorted(late)}, which it calls"
-    assert text.count(body.partition("\n")[2]) == 1, "the script's body, once"
+    for i, unit in enumerate(defined):
+        late = _calls(_unit(unit), unit) - set(defined[:i]) - forward
+        assert not late, f"{unit} is defined before {sorted(late)}, which it calls"
+    for name in SCRIPT_NAMES:
+        assert text.count(_read(name).partition("\n")[2]) == 1, f"{name}: its body, once"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_a_call_starts_afresh_the_state_of_every_library_function_it_uses(name: str) -> None:
+    """A lib/ file's lower-case locals that are not functions live as long as the library: each call
+    assigns those of the functions it uses (transitively) before its body runs, so no call sees a
+    memo or list of another's (another queue's kind limits, switches, retention...)."""
+    needed = _calls(_read(name)) | {n for u in _calls(_read(name)) for n in _needs(u)}
+    state = {
+        n
+        for u in needed
+        for line in re.findall(r"^local ([a-z_][\w, ]*) = ", _unit(u), re.M)
+        for n in line.split(", ")
+    }
+    assigned = {n for names, _ in call_state(name) for n in names.split(", ")}
+    assert assigned == state
+    callback = _callback(name)
+    assert all(f"  {names} = {value}\n" in callback for names, value in call_state(name))
 
 
 def test_functions_that_call_each_other_are_declared_before_either_is_defined() -> None:
@@ -236,9 +264,13 @@ async def test_mutually_recursive_functions_run_in_redis(redis: aioredis.Redis) 
     assert await redis.eval(f"{text}return {{even(6), even(7)}}", 0) == [1, 0]
 
 
-async def test_every_composed_script_compiles_in_redis(redis: aioredis.Redis) -> None:
-    for name in SCRIPT_NAMES:
-        assert await redis.script_load(source(name)), name
+async def test_the_library_loads_in_redis_with_every_transition_and_its_flags(redis: aioredis.Redis) -> None:
+    lib = function_library()
+    assert await redis.function_load(lib.text, replace=True) == lib.name.encode()
+    (listed,) = await redis.function_list(library=lib.name)
+    found = dict(zip(listed[::2], listed[1::2], strict=True))
+    functions = {f[1].decode(): sorted(x.decode() for x in f[5]) for f in found[b"functions"]}
+    assert functions == {lib.function(n): sorted(flags(n)) for n in SCRIPT_NAMES}
 
 
 def test_every_key_is_described_once() -> None:
@@ -301,13 +333,15 @@ def test_scripts_return_named_codes_their_header_lists(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
-def test_the_loaded_script_binds_the_declared_keys_in_order(name: str) -> None:
-    lines = source(name).splitlines()
-    binding = lines[lines.index("local function transition()") + 1]  # _frame.lua's marker line
-    names, values = binding.removeprefix("local ").split(" = ")
+def test_the_loaded_function_binds_the_declared_keys_in_order(name: str) -> None:
+    callback = _callback(name)
+    assert callback.startswith("\n  callback = function(keys, args)\n")
+    assert callback.splitlines()[2] == "  bind_globals()"
+    binding = callback.splitlines()[3]
+    names, values = binding.strip().split(" = ")
     declared = SCRIPTS[name].keys
     assert names.split(", ") == [local_name(n) for n in declared]
-    assert values.split(", ") == [f"KEYS[{i}]" for i in range(1, len(declared) + 1)]
+    assert values.split(", ") == [f"keys[{i}]" for i in range(1, len(declared) + 1)]
     if SCRIPTS[name].graph:
         assert GraphKeys("g").for_script(declared) == [f"jobq:graph:{{g}}:{n}" for n in declared]  # type: ignore[arg-type]
         return

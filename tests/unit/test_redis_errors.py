@@ -73,6 +73,8 @@ async def test_a_server_state_as_redis_py_names_it_is_retriable(error: ResponseE
 
 
 SCRIPT = "script: 15a2ab925a6c12468a90ee82f4f4bf220b6c19ba, on @user_script:1."
+FUNCTION = "script: jobq_0123456789abcdef_claim, on @user_function:1130."
+"""What Redis 7 ends a failed function's error with (``FCALL``; ``SCRIPT``: ``EVALSHA``'s)."""
 
 
 @pytest.mark.parametrize(
@@ -84,6 +86,11 @@ SCRIPT = "script: 15a2ab925a6c12468a90ee82f4f4bf220b6c19ba, on @user_script:1."
             True,
         ),
         (ResponseError(f"ERR value is not an integer or out of range {SCRIPT}"), True),
+        (
+            ResponseError(f"WRONGTYPE Operation against a key holding the wrong kind of value {FUNCTION}"),
+            True,
+        ),
+        (ResponseError(f"ERR user_function:1130: attempt to compare nil with number {FUNCTION}"), True),
         (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
         (NoPermissionError("this user has no permissions to run the 'evalsha' command"), False),
         (NoPermissionError(f"this user has no permissions to access one of the keys {SCRIPT}"), False),
@@ -99,6 +106,8 @@ SCRIPT = "script: 15a2ab925a6c12468a90ee82f4f4bf220b6c19ba, on @user_script:1."
         "wrongtype-in-a-script",
         "lua-error",
         "command-error-in-a-script",
+        "wrongtype-in-a-function",
+        "lua-error-in-a-function",
         "wrongtype-outside-a-script",
         "acl-command",
         "acl-keys-in-a-script",

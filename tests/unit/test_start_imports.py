@@ -118,18 +118,15 @@ def test_the_collector_is_paused_for_start_up_only(argv: list[str]) -> None:
         assert frozen > 10_000, "the start-up heap is not frozen"
 
 
-def test_an_engine_makes_a_script_when_it_is_first_called() -> None:
+def test_an_engine_makes_its_functions_library_when_first_called() -> None:
     from redis.asyncio import Redis
 
     from jqengine import Engine
+    from jqengine.scripts import function_library
 
-    scripts = Engine(Redis()).core.scripts
-    assert dict(scripts) == {}
-    claim = scripts["claim"]
-    assert dict(scripts) == {"claim": claim}
-    assert scripts["claim"] is claim
-    with pytest.raises(KeyError):
-        _ = scripts["no_such_script"]
+    function_library.cache_clear()
+    Engine(Redis())
+    assert function_library.cache_info().currsize == 0, "the library's text is made at the first call"
 
 
 def _listed() -> dict[str, str]:
