@@ -21,7 +21,7 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Mapping, Sequence
 
-from jqcore.envelope import Envelope
+from jqcore.envelope import RESERVED_PREFIX, Envelope
 from jqcore.errors import GraphInvalid
 from jqcore.graphs import spec_of
 from jqcore.routing import CANARY_KIND, CANARY_PREFIX, QueueNotAllowed, QueueUnrouted, RoutingSettings
@@ -37,7 +37,6 @@ __all__ = [
     "signed",
 ]
 
-RESERVED_PREFIX = "jobq."
 SIGNATURE_HEADER = "jobq-sig"
 GRAPH_KEY_BYTES = 32
 

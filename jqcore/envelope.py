@@ -38,10 +38,13 @@ from jqcore.envelope_rules import VERSION
 from jqcore.errors import EnvelopeError, FieldError
 
 __all__ = [
+    "CANARY_KIND",
+    "CANARY_PREFIX",
     "CONTENT_ID_PREFIX",
     "KAFKA_MAX_MESSAGE_BYTES",
     "MAX_DEDUP_KEY",
     "MAX_ENVELOPE_BYTES",
+    "RESERVED_PREFIX",
     "Envelope",
     "content_id",
     "decode",
@@ -168,6 +171,12 @@ def new_job_id() -> str:
 
 CONTENT_ID_PREFIX = "c-"
 MAX_DEDUP_KEY = 200
+RESERVED_PREFIX = "jobq."
+"""Kinds under it are jobq's own: what a producer may send of them, :mod:`jqcore.admission` says."""
+CANARY_KIND = "jobq.canary"
+"""The heartbeat job's kind (every worker pool runs it without registering it), sent into a queue under
+:data:`CANARY_PREFIX` (:mod:`jqcore.routing`)."""
+CANARY_PREFIX = "canary."
 
 
 def content_id(queue: str, kind: str, args: Any, dedup_key: str | None = None) -> str:

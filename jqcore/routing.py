@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jqcore.envelope import CANARY_KIND, CANARY_PREFIX
 from jqcore.errors import JobqError
 from jqcore.settings.common import CommaList, JsonText
 from jqcore.topics import SIDE_SUFFIXES
@@ -35,9 +36,6 @@ __all__ = [
 ]
 
 DEFAULT_TOPIC = "jobs.default"
-CANARY_PREFIX = "canary."
-CANARY_KIND = "jobq.canary"
-"""The heartbeat job's kind (every worker pool runs it without registering it)."""
 Acks = Literal["all", "leader"]
 
 

@@ -8,7 +8,8 @@ it returns, so no claim that starts after the call answered hands out a matching
 waiting pools included. A queue born later (or again, after Redis lost it) gets the list from the call
 that creates it — the engine reads the switches before its first ``enqueue_batch`` to a queue, and the
 script creates a queue only then (:meth:`jqengine.core.Core.unannounced`) — and again when it registers
-(:meth:`jqengine.core.Core.register`)."""
+(:meth:`jqengine.core.Core.register`). Consul keeps a copy of the switches (``jqruntime.stores.config``),
+which :meth:`Admin.restore_switches` puts back after Redis lost them."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from jqengine.core import Part, _encode_kind
 from jqengine.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY
 from jqengine.models import CancelResult, Forgotten, QueueConfig
 from jqengine.redisconn import text
-from jqengine.switchrules import Switch, queue_list, switch_from_json
+from jqengine.switchrules import RESTORED_FIELD, Switch, queue_list, switch_from_json, switches_of
 
 __all__ = ["FAIR_INDEX_CHUNK", "LIFT_BATCH", "MAX_SWITCHES", "MAX_SWITCHES_PER_QUEUE", "Admin"]
 
@@ -131,7 +132,7 @@ class Admin(Part):
         """Every switch in force, by name."""
         async with codes.redis_errors("switches"):
             raw = await self._client.hgetall(SWITCHES_KEY)
-        return sorted((switch_from_json(v) for v in raw.values()), key=lambda s: s.name)
+        return sorted(switches_of(raw), key=lambda s: s.name)
 
     async def set_switch(self, switch: Switch) -> list[str]:
         """Put ``switch`` in force (a switch of the same name is replaced); the known queues it applies to.
@@ -167,7 +168,7 @@ class Admin(Part):
         """Lift switch ``name``: jobs it parked become pending again (no attempt spent on them); how many.
         Raises :class:`codes.SwitchNotFound` when no such switch is in force."""
         async with codes.redis_errors("switch"):
-            raw = await self._client.hget(SWITCHES_KEY, name)
+            raw = None if name == RESTORED_FIELD else await self._client.hget(SWITCHES_KEY, name)
             if raw is None or not await self._client.hdel(SWITCHES_KEY, name):
                 raise codes.SwitchNotFound(f"no kill switch named {name!r} is in force")
         lifted = switch_from_json(raw)
@@ -177,6 +178,30 @@ class Admin(Part):
             if lifted.applies_to(queue):
                 moved += await self._rewrite(queue, every, lift=name)
         return moved
+
+    async def switches_restored(self) -> bool:
+        """Whether the kept switches were put back in this Redis (:meth:`restore_switches`) since it last
+        lost its data: then the switches it holds are those in force, and one it lacks was lifted."""
+        async with codes.redis_errors("switches"):
+            return bool(await self._client.hexists(SWITCHES_KEY, RESTORED_FIELD))
+
+    async def restore_switches(self, kept: Iterable[Switch]) -> list[str]:
+        """Put back the kept switches (Consul's copy) Redis lacks — it lost them with its data — and give
+        every known queue they apply to its list (as :meth:`set_switch` does), then mark the switches
+        restored (:meth:`switches_restored`); a switch Redis has is left as it is (it is in force). The
+        names put back. Called once after a loss, before a restored queue is configured or written
+        (``jqruntime.stores.config.restore_switches``: the relay, the gateway, ``jobq rebuild``)."""
+        async with codes.redis_errors("switch"):
+            back = [s for s in kept if await self._client.hsetnx(SWITCHES_KEY, s.name, s.to_json())]
+        if back:
+            every = await self.switches()
+            for queue in await self._core.queues():
+                if any(s.applies_to(queue) for s in back):
+                    await self._rewrite(queue, every)
+        at = await self._core.now()
+        async with codes.redis_errors("switch"):
+            await self._client.hset(SWITCHES_KEY, RESTORED_FIELD, str(at))
+        return sorted(s.name for s in back)
 
     async def _rewrite(self, queue: str, every: list[Switch], lift: str = "") -> int:
         """Give ``queue`` its switch list; with ``lift``, move the jobs that switch parked back (all of

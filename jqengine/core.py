@@ -18,7 +18,7 @@ from jqengine.keys import KINDS_KEY, QUEUES_KEY, SWITCHES_KEY, KeyName, QueueKey
 from jqengine.redisconn import RedisClient, text
 from jqengine.replication import ReplicaWait, note_write
 from jqengine.scripts import SCRIPTS, source
-from jqengine.switchrules import Switch, queue_list, switch_from_json
+from jqengine.switchrules import Switch, queue_list, switches_of
 
 __all__ = ["Core", "Part", "Scripts", "Triple"]
 
@@ -131,7 +131,10 @@ class Core:
         :attr:`before_new_queues` set, the same round trip asks which queues Redis has a configuration
         of; the others are handed to it first, and those it configured get the switches in force and the
         kinds' defaults (:meth:`register`) before their first job — a configured queue is no longer
-        created by the enqueue, which is where a new queue gets them otherwise."""
+        created by the enqueue, which is where a new queue gets them otherwise. The hook may put back kill
+        switches Redis lost (:meth:`jqengine.admin.Admin.restore_switches`, after the read above): they
+        reach these queues as a switch set now would — the queues are listed already, and the restore
+        rewrites every listed queue's list."""
         hook = self.before_new_queues
         async with codes.redis_errors("register"):
             note_write(QUEUES_KEY)
@@ -148,7 +151,7 @@ class Core:
         if hook is not None and unknown:
             configured = list(await hook(unknown))
             await self.register(configured, again=configured)
-        return [switch_from_json(v) for v in raw.values()]
+        return switches_of(raw)
 
     async def register(self, queues: Iterable[str], again: Iterable[str] = ()) -> None:
         """Add queues to the queue list once per engine; ``again``: queues whose configuration the write
@@ -161,7 +164,7 @@ class Core:
             note_write(QUEUES_KEY)
             await self.client.sadd(QUEUES_KEY, *new)
             defaults = await self.client.hgetall(KINDS_KEY)
-            switches = [switch_from_json(v) for v in (await self.client.hgetall(SWITCHES_KEY)).values()]
+            switches = switches_of(await self.client.hgetall(SWITCHES_KEY))
         for queue in new:
             # a kind configured for this queue already (before its first job created the queue's
             # configuration) keeps its own options: the defaults only fill in the kinds it lacks

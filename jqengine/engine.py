@@ -31,8 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 import msgspec
 
 from jqcore import metrics
-from jqcore.admission import RESERVED_PREFIX, reserved_problem
-from jqcore.envelope import Envelope, encode
+from jqcore.envelope import RESERVED_PREFIX, Envelope, encode
 from jqcore.graphs import GRAPH_KIND
 from jqengine import replies, waiting
 from jqengine.admin import Admin
@@ -50,6 +49,14 @@ from jqengine.tails import Tails
 from jqengine.timers import Timers
 
 __all__ = ["Engine", "Triple"]
+
+
+def _reserved_problem(kind: str, queue: str) -> str | None:
+    """:func:`jqcore.admission.reserved_problem`, imported when a ``jobq.*`` kind comes (admission imports
+    the routing's settings, which a worker's start-up has no use for)."""
+    from jqcore.admission import reserved_problem
+
+    return reserved_problem(kind, queue)
 
 
 class Engine:
@@ -138,7 +145,7 @@ class Engine:
                 by_queue[env.queue].append(env)
             elif graphs and env.kind == GRAPH_KIND:
                 outcomes.append(await self.graphs.create_from(env.id, env.queue, env.args, env.enqueued_at))
-            elif (why := reserved_problem(env.kind, env.queue)) is None:  # the canary's heartbeat
+            elif (why := _reserved_problem(env.kind, env.queue)) is None:  # the canary's heartbeat
                 by_queue[env.queue].append(env)
             else:
                 outcomes.append(EnqueueOutcome(env.id, env.queue, "refused", f"kind_reserved: {why}"))

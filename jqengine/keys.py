@@ -192,7 +192,8 @@ ENDED_GRAPHS_KEY = "jobq:graphs:ended"
 QUEUES_KEY = "jobq:queues"
 KINDS_KEY = "jobq:kinds"
 SWITCHES_KEY = "jobq:switches"
-"""HASH of the kill switches in force: name → JSON (:mod:`jqengine.switchrules`)."""
+"""HASH of the kill switches in force: name → JSON (:mod:`jqengine.switchrules`); its field ``.`` is no
+switch: the mark that the switches Consul keeps were put back (``RESTORED_FIELD``)."""
 
 
 @dataclass(frozen=True, slots=True)

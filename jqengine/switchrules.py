@@ -21,7 +21,16 @@ import orjson
 
 from jqengine.codes import SwitchInvalid
 
-__all__ = ["ACTIONS", "MAX_META_PAIRS", "Switch", "SwitchAction", "queue_list", "switch_from_json"]
+__all__ = [
+    "ACTIONS",
+    "MAX_META_PAIRS",
+    "RESTORED_FIELD",
+    "Switch",
+    "SwitchAction",
+    "queue_list",
+    "switch_from_json",
+    "switches_of",
+]
 
 SwitchAction = Literal["park", "dead"]
 ACTIONS: tuple[SwitchAction, ...] = ("park", "dead")
@@ -30,6 +39,11 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _KIND_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _QUEUE_GLOB_RE = re.compile(r"[a-z0-9*?\[\]][a-z0-9._\-*?\[\]]{0,63}")
 _META_KEY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+RESTORED_FIELD = "."
+"""A field of the switches' hash that is no switch (a name starts alphanumeric): present once the kept
+switches (Consul's copy) were put back in this Redis, so gone with the switches when Redis loses its
+data — what tells a Redis that lost them from one where they were lifted
+(:meth:`jqengine.admin.Admin.restore_switches`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +63,7 @@ class Switch:
 
     def __post_init__(self) -> None:
         problems = []
-        if not _NAME_RE.fullmatch(self.name):
+        if not self.valid_name(self.name):
             problems.append(f"name {self.name!r} must be 1-64 of A-Z a-z 0-9 _ . - (starting alphanumeric)")
         if self.action not in ACTIONS:
             problems.append(f"action must be one of {', '.join(ACTIONS)}, not {self.action!r}")
@@ -66,6 +80,11 @@ class Switch:
             problems.append("it would stop every job of every queue: name a kind, meta pairs or queues")
         if problems:
             raise SwitchInvalid("kill switch: " + "; ".join(problems))
+
+    @staticmethod
+    def valid_name(name: str) -> bool:
+        """Whether ``name`` can name a switch (what a lookup by a name checks first)."""
+        return _NAME_RE.fullmatch(name) is not None
 
     def applies_to(self, queue: str) -> bool:
         return fnmatch.fnmatchcase(queue, self.queue)
@@ -96,6 +115,11 @@ def switch_from_json(raw: bytes | str) -> Switch:
         set_at_ms=int(data.get("set_at_ms", 0)),
         by=data.get("by", ""),
     )
+
+
+def switches_of(raw: Mapping[Any, Any]) -> list[Switch]:
+    """The switches of the hash's fields (``HGETALL``), the :data:`RESTORED_FIELD` mark left out."""
+    return [switch_from_json(v) for k, v in raw.items() if k not in (RESTORED_FIELD, RESTORED_FIELD.encode())]
 
 
 def queue_list(queue: str, switches: Iterable[Switch]) -> str:

@@ -4,10 +4,11 @@
 died with Redis). The rebuild asks the lifecycle events first (``jqcore.events``, shipped to the events
 topic by the schedulers) what became of each job:
 
-0. **Configurations first**: the queues' configurations and the job types' options kept in Consul
-   (:mod:`jqruntime.stores.config`, written by the gateway and the dashboard) go back into Redis before any
-   job, where Redis lacks them, so an exclusive queue is exclusive again and a kind's options (attempts,
-   concurrency, priority) are in force when its jobs are written.
+0. **Configurations first**: the kill switches, the queues' configurations and the job types' options kept
+   in Consul (:mod:`jqruntime.stores.config`, written by the gateway, the dashboard and ``jobq switch``) go
+   back into Redis before any job, where Redis lacks them, so a switched-off kind stays off, an exclusive
+   queue is exclusive again and a kind's options (attempts, concurrency, priority) are in force when its
+   jobs are written.
 1. **Job records**: every record of the job topics (default: every routed topic, like the relay) from
    ``since_ms`` (``--from``, a time) to the end offsets seen at start, read with a throw-away consumer
    (:mod:`jqrecover.replay`'s reading; :mod:`jqrecover.rebuild_read`).

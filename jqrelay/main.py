@@ -24,7 +24,7 @@ from jqengine import Engine, RedisClient, connect
 from jqrelay.backpressure import GuardSignals, MemoryGuard
 from jqrelay.budgets import BudgetSignals, QueueBudgets
 from jqrelay.elector import Role, describe
-from jqrelay.kept import restorer
+from jqrelay.kept import restorer, switches_at_start
 from jqrelay.settings import RelaySettings
 from jqrelay.topic import RelaySignals, TopicRelay
 from jqruntime.consulconn import close_consul, consul_client
@@ -98,7 +98,9 @@ class RelayService(Service):
         self._dead_producer = dead = AsyncProducer(self.kafka)
         self._engine = engine = Engine(client)
         if not self.settings.shadow:
-            engine.before_new_queues = restorer(ConfigStore(consul, self.kept.kv_prefix), engine)
+            kept = ConfigStore(consul, self.kept.kv_prefix)
+            engine.before_new_queues = restorer(kept, engine)
+            await switches_at_start(kept, engine)
         guard = MemoryGuard(
             client, self.settings.memory_slow_at, self.settings.memory_stop_at, signals=self.guard_signals
         )

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
+from jqcore.aio import cancel_and_wait
 from jqcore.errors import JobqError
 from jqcore.extras import MissingExtra, extra_for
 from jqcore.log import configure, get_logger
@@ -133,29 +134,45 @@ async def run_until_signal(
     on_second_signal: Callable[[], Coroutine[Any, Any, None]] | None = None,
     until: asyncio.Event | None = None,
     health_port: int | None = None,
+    health_after: asyncio.Event | None = None,
 ) -> None:
     """Start ``service``, wait for SIGINT/SIGTERM (or ``until``), stop it; a second signal calls
     ``on_second_signal``. ``health_port``: serve ``/healthz``, ``/readyz`` and ``/metrics`` on
-    ``JOBQ_METRICS_HOST``:PORT meanwhile (:class:`jqruntime.health.HealthServer`, from before the start
-    to after the stop)."""
-    health: HealthServer | None = None
-    if health_port is not None:
+    ``JOBQ_METRICS_HOST``:PORT meanwhile (:class:`jqruntime.health.HealthServer`), from before the start
+    to after the stop — or, with ``health_after``, from when the started service sets that event (a
+    worker pool: its first claim round ended; making the server, aiohttp's import above all, costs more
+    CPU than the rest of a worker's start-up after its imports and would delay that claim). A server that
+    cannot start then stops the service and raises, as it does before a start."""
+    health: list[HealthServer] = []
+
+    async def serve_health() -> None:
+        assert health_port is not None
         settings = load(MetricsSettings)
-        health = HealthServer(service.health_name)
-        await asyncio.to_thread(health.start, settings.host, health_port)
-        health.watch(service.readiness)
+        server = HealthServer(service.health_name)
+        await asyncio.to_thread(server.start, settings.host, health_port)
+        health.append(server)
+        server.watch(service.readiness)
+
+    async def serve_health_after(event: asyncio.Event) -> None:
+        await event.wait()
+        await serve_health()
+
+    if health_port is not None and health_after is None:
+        await serve_health()
+    beside = serve_health_after(health_after) if health_port is not None and health_after else None
     try:
-        await _run(service, on_second_signal, until)
+        await _run(service, on_second_signal, until, beside)
     finally:
-        if health is not None:
-            health.unwatch()  # on this loop: its timer is cancelled where it runs
-            await asyncio.to_thread(health.stop)
+        for server in health:
+            server.unwatch()  # on this loop: its timer is cancelled where it runs
+            await asyncio.to_thread(server.stop)
 
 
 async def _run(
     service: Service,
     on_second_signal: Callable[[], Coroutine[Any, Any, None]] | None,
     until: asyncio.Event | None,
+    beside: Coroutine[Any, Any, None] | None,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop_requested = until or asyncio.Event()
@@ -170,14 +187,34 @@ async def _run(
         loop.add_signal_handler(sig, handle)
     try:
         async with service:
-            await stop_requested.wait()
+            await _wait_beside(stop_requested, beside)
     finally:
+        if beside is not None:
+            beside.close()  # never started: the start failed
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
         for task in hard_tasks:
             with contextlib.suppress(Exception):
                 await task
+
+
+async def _wait_beside(stop: asyncio.Event, beside: Coroutine[Any, Any, None] | None) -> None:
+    """Wait for ``stop`` while ``beside`` runs (a task of its own, ended here); an error of ``beside`` ends
+    the wait and is raised."""
+    if beside is None:
+        await stop.wait()
+        return
+    side = asyncio.ensure_future(beside)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([side, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if side.done():
+            side.result()  # its error, if any
+            await stopped
+    finally:
+        await cancel_and_wait(side)
+        await cancel_and_wait(stopped)
 
 
 def service_main(run: Callable[[], None] | str) -> None:

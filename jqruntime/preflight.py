@@ -32,12 +32,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jqcore.errors import BackendUnavailable, ConfigError
 from jqcore.log import get_logger
-from jqcore.topics import TopicSpec
 from jqengine import RedisClient, text
 
 if TYPE_CHECKING:
     from jqcore.settings.kafka import KafkaSettings
     from jqcore.settings.servers import ConsulSettings, RedisSettings
+    from jqcore.topics import TopicSpec
 
 __all__ = ["EvictionRefused", "ProtocolRefused", "check_redis", "eviction_policies", "preflight", "takes_tls"]
 

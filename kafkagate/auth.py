@@ -193,9 +193,21 @@ async def graph_owner(request: web.Request, _: Token) -> Iterable[Touch]:
 
 
 async def _switch_owner(request: web.Request) -> list[Touch]:
+    """The queue of switch ``name`` in force — or kept in Consul, while Redis lost its switches and they
+    are not back yet: lifting or replacing such a switch changes its kept copy, its owner's as much. Consul
+    is not asked for a token of every queue (it owns every switch: a switch set in an incident while Consul
+    does not answer is in force, reported not kept), nor once the switches are back (Consul then keeps no
+    switch Redis lacks)."""
     name = request.match_info["name"]
-    switches = await engine_call(request.app[GATE].engine.admin.switches())
-    return [owner(s.queue, f"switch {name!r}") for s in switches if s.name == name]
+    engine, configs = request.app[GATE].engine, request.app[GATE].configs
+    switches = [s for s in await engine_call(engine.admin.switches()) if s.name == name]
+    if (
+        not switches
+        and not token_of(request).every_queue
+        and not await engine_call(engine.admin.switches_restored())
+    ):
+        switches = [kept] if (kept := await configs().kept_switch(name)) is not None else []
+    return [owner(s.queue, f"switch {name!r}") for s in switches]
 
 
 async def switch_put(request: web.Request, _: Token) -> Iterable[Touch]:

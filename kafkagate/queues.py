@@ -15,6 +15,7 @@ from jqruntime.authz import Policy, path_queue
 from jqruntime.dispatch import EVERY_QUEUE, DispatchConfig, load_configs, pick
 from jqruntime.http import HttpError, json_response
 from jqruntime.stores import dispatch as dispatch_store
+from jqruntime.stores.config import restore_switches
 from kafkagate import admin_models as m
 from kafkagate.api import Api, Param
 from kafkagate.audit import DETAILS
@@ -172,6 +173,8 @@ async def _configure(
     bounds (``JOBQ_QUEUE_MAX_*``)."""
     gate = request.app[GATE]
     await check_bounds(gate.redis_client, gate.queue_bounds, changes)
+    # a queue this creates after Redis lost its data is created with the kill switches kept in Consul
+    await engine_call(restore_switches(gate.configs(), gate.engine))
     await engine_call(gate.engine.admin.configure_queue(queue, config))
     gate.forget_queue_config(queue)  # this gateway's next enqueue reads it (others within the TTL)
     await gate.configs().put_queue(queue, config)

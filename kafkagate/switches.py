@@ -1,6 +1,7 @@
 """Kill switches over HTTP: ``PUT /v1/switches/{name}`` puts one in force (admin), ``DELETE`` lifts it,
 ``GET /v1/switches`` lists them. A switch stops matching jobs from starting from the moment the PUT
-answers (see :mod:`jqengine.switchrules`)."""
+answers (see :mod:`jqengine.switchrules`). Consul keeps a copy of each switch in force, so a switch survives
+Redis losing its data (:mod:`jqruntime.stores.config`: set in Redis first, then kept; lifted there first)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from aiohttp import web
 from jqengine import Switch
 from jqruntime.authz import Policy
 from jqruntime.http import TOKEN_NAME, json_response
+from jqruntime.stores.config import lift_switch, set_switch
 from kafkagate import admin_models as m
 from kafkagate.api import Api
 from kafkagate.auth import switch_owner, switch_put, token_of
@@ -46,6 +48,8 @@ async def list_switches(request: web.Request) -> web.Response:
     errors={
         400: "switch_invalid: an invalid switch (each problem named)",
         409: "switches_full: no room for another switch (in all, or on its queue or glob)",
+        503: "consul_unavailable: the switch is in force but Consul did not keep it (a Redis loss would lose"
+        " it): send it again",
     },
 )
 async def put_switch(request: web.Request) -> web.Response:
@@ -60,7 +64,7 @@ async def put_switch(request: web.Request) -> web.Response:
         set_at_ms=await engine_call(gate.engine.now()),
         by=request.get(TOKEN_NAME, ""),
     )
-    queues = await engine_call(gate.engine.admin.set_switch(switch))
+    queues = await engine_call(set_switch(gate.configs(), gate.engine, switch))
     return json_response({"switch": switch.as_dict(), "queues": queues})
 
 
@@ -69,10 +73,13 @@ async def put_switch(request: web.Request) -> web.Response:
     policy=Policy("admin", (switch_owner,)),
     summary="lift a kill switch: the jobs it parked are pending again",
     answer=m.SwitchLifted,
-    errors={404: "switch_not_found: no such switch in force"},
+    errors={
+        404: "switch_not_found: no such switch in force (nor kept)",
+        503: "consul_unavailable: Consul did not answer; nothing lifted (the switch is still in force)",
+    },
 )
 async def delete_switch(request: web.Request) -> web.Response:
     gate = request.app[GATE]
     name = request.match_info["name"]
-    moved = await engine_call(gate.engine.admin.lift_switch(name))
+    moved = await engine_call(lift_switch(gate.configs(), gate.engine, name))
     return json_response({"name": name, "lifted": True, "jobs_released": moved})

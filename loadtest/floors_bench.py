@@ -10,7 +10,8 @@ ratio is taken per repetition (jobq / floor) and its median reported.
   bench's generator; ``hey -c 64`` does the same), one job per request, against one ``python -m
   kafkagate`` process and one :mod:`loadtest.floors.gateway` process, each producing to a topic of its own
   (3 partitions, acks=all, idempotent): requests/s, p50/p99 of each request's round trip, CPU µs per
-  request of the gateway process and of Kafka's JVM.
+  request of the gateway process, of its event loop's thread alone (the main thread: HTTP, the handler,
+  every ``produce`` call; librdkafka's and the delivery-report threads are the rest) and of Kafka's JVM.
 * **relay**: ``jobs`` jobq envelopes of the no-op ``floor.noop`` are produced to a fresh topic first; then
   ``python -m jqrelay`` (Consul lock, fenced writes) and :mod:`loadtest.floors.relay` (its own consumer
   group) each move all of them into Redis — jobq's queue, the floor's lease queue: jobs/s from the first
@@ -55,6 +56,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path as Folder
 
 import orjson
@@ -86,7 +88,7 @@ from loadtest.costs import (
     profile_section,
     record_profiles,
 )
-from loadtest.cpu import redis_cpu_s, tree_cpu_s
+from loadtest.cpu import redis_cpu_s, thread_cpu_s, tree_cpu_s
 from loadtest.floors import jobq_app
 from loadtest.floors.lease import count_key
 from loadtest.floors.lease import keys as floor_keys
@@ -227,7 +229,11 @@ def _gateway_round(gates: dict[str, Gate], kafka: list[int], seconds: float, fig
     got: dict[str, dict[str, float]] = {}
     for system in SYSTEMS:
         gate = gates[system]
-        clocks = {"gateway": process_clock(gate.pid), "kafka": process_clock(*kafka)}
+        clocks: dict[str, CpuClock] = {
+            "gateway": process_clock(gate.pid),
+            "gateway event loop": partial(thread_cpu_s, gate.pid),
+            "kafka": process_clock(*kafka),
+        }
         meter = CpuMeter({k: v for k, v in clocks.items() if k != "kafka" or kafka})
         before = meter.read()
         done, elapsed, hist = asyncio.run(_closed_loop(gate, seconds))

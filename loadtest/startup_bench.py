@@ -7,9 +7,10 @@ drift of the shared machine touches each alike):
 * **spawn → first claim**: one no-op job waits in a fresh queue (:mod:`loadtest.floors.jobq_app`'s,
   one ``INCR``); a ``jobq worker --concurrency 16 --burst`` process is spawned and the queue's ready set
   polled every :data:`POLL_S` until the job has left it: the wall seconds since the spawn and the CPU
-  seconds (user + system, ``/proc``) the process has spent by then — its interpreter, imports, settings,
-  connection and first claim. The same for the floor worker (:mod:`loadtest.floors.worker`, the least
-  code that keeps a lease queue's promise) on its own queue.
+  seconds the process has run by then (its threads' ``/proc`` schedstat, to the nanosecond:
+  :func:`loadtest.cpu.run_s`) — its interpreter, imports, settings, connection and first claim. The same
+  for the floor worker (:mod:`loadtest.floors.worker`, the least code that keeps a lease queue's promise)
+  on its own queue.
 * **--help**: ``jobq --help`` and the floor worker's ``--help`` to their exit, wall and CPU seconds.
 
 ``baseline``: another checkout's root (``git worktree add /tmp/base main``, or ``git archive``), run
@@ -40,7 +41,7 @@ from jqengine import Engine
 from jqengine.keys import QueueKeys
 from jqstack.pipeline import PipelineEnv, worker_argv
 from jqstack.supervise import Children, python_m
-from loadtest.cpu import cpu_s
+from loadtest.cpu import run_s
 from loadtest.floors import jobq_app
 from loadtest.floors.lease import keys as floor_keys
 from loadtest.floors.lease import write as floor_write
@@ -141,7 +142,7 @@ def first_claim(url: str, system: str, queue: str, baseline: Path | None = None)
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"{child.name}: no claim in 60 s")
             time.sleep(POLL_S)
-        wall, cpu = time.perf_counter() - spawned, cpu_s(child.pid)
+        wall, cpu = time.perf_counter() - spawned, run_s(child.pid)
         child.wait(60)  # burst: it runs the job and exits
     return wall, cpu
 

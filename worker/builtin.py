@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jqcore.clock import now_ms
-from jqcore.routing import CANARY_KIND
+from jqcore.envelope import CANARY_KIND
 from worker.registry import Registry, current_job
 
 __all__ = ["CANARY_KIND", "builtin"]

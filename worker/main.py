@@ -68,8 +68,9 @@ def pool_config(settings: WorkerSettings) -> PoolConfig:
 
 async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSettings) -> None:
     """Load the application, connect to Redis and run one pool until a signal (or a drained burst),
-    serving its health and metrics on ``settings.metrics_port`` (one endpoint per pool process: the
-    processes of ``mode="process"`` handlers serve none, their jobs are counted by the pool)."""
+    serving its health and metrics on ``settings.metrics_port`` from its first claim round on (one
+    endpoint per pool process: the processes of ``mode="process"`` handlers serve none, their jobs are
+    counted by the pool)."""
     registry = load_registry(settings.app)
     setup_tracing("worker", trace)  # off unless JOBQ_TRACE_OTLP_ENDPOINT is set
     client = connect(redis)
@@ -81,7 +82,11 @@ async def serve(settings: WorkerSettings, redis: RedisSettings, trace: TraceSett
     try:
         await preflight(redis=(client, redis))  # an evicting Redis would drop the jobs it runs
         await run_until_signal(
-            pool, on_second_signal=pool.hard_stop, until=pool.done, health_port=settings.metrics_port
+            pool,
+            on_second_signal=pool.hard_stop,
+            until=pool.done,
+            health_port=settings.metrics_port,
+            health_after=pool.claimed_once,
         )
     finally:
         await client.aclose()

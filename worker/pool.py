@@ -96,6 +96,9 @@ class Pool(Service):
         self._slot_freed = asyncio.Event()
         self._slots = HandlerSlots(lambda: self.concurrency)
         self.drained = asyncio.Event()
+        self.claimed_once = asyncio.Event()
+        """Set when the pool's first claim round has ended (or failed, or found the pool quiet): its health
+        routes are served from then on (``worker/main.py``), their server's making never delaying it."""
         self.done = asyncio.Event()
         """Set when the pool has nothing more to do: a burst pool drained its queues, or a stop was asked
         from the dashboard (``worker/main.py`` stops the pool then, as on SIGTERM)."""
@@ -301,10 +304,14 @@ class Pool(Service):
         Cluster node that just died used to end it, and the pool never claimed again)."""
         self._resized.clear()  # a change from here on ends the wait below
         if self._quiet:
+            self.claimed_once.set()
             await self._hush()
             return False
-        if await self._fetch_once():
-            return False
+        try:
+            if await self._fetch_once():
+                return False
+        finally:
+            self.claimed_once.set()
         if self.config.burst and not self.in_flight and await queues_empty(self.engine, self.config.queues):
             self.drained.set()
             self.done.set()

@@ -79,8 +79,8 @@ def rebuild(
     configs: Annotated[
         bool,
         typer.Option(
-            help="Restore first the queue configurations and job type options kept in Consul (where Redis "
-            "lacks them)."
+            help="Restore first the kill switches, queue configurations and job type options kept in Consul "
+            "(where Redis lacks them)."
         ),
     ] = True,
     dry_run: Annotated[bool, typer.Option(help="Read and decide; write nothing.")] = False,
@@ -146,7 +146,8 @@ def _print(report: RebuildReport) -> None:
     console.print(table)
     ev, w, c = report.events, report.window, report.configs
     console.print(
-        f"configurations from Consul: {len(c.queues)} queues and {len(c.kinds)} job type options "
+        f"configurations from Consul: {len(c.switches)} kill switches, {len(c.queues)} queues and "
+        f"{len(c.kinds)} job type options "
         f"{'kept there (Redis not read)' if report.dry_run else 'restored'}, {c.kept} left as Redis had them"
         + (
             f", [yellow]{len(c.unreadable)} unreadable[/]: {escape(', '.join(c.unreadable))}"

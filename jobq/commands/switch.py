@@ -1,11 +1,13 @@
 """``jobq switch``: kill switches — stop a poison kind (or tenant, or queue) from starting anywhere,
-without a deploy; lift them when the fix is out."""
+without a deploy; lift them when the fix is out. Each switch in force is kept in Consul too (JOBQ_CONSUL_*,
+under JOBQ_CRON_KV_PREFIX), so it survives Redis losing its data (:mod:`jqruntime.stores.config`)."""
 
 from __future__ import annotations
 
 import getpass
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import orjson
 import typer
@@ -13,7 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 from jobq.engine_call import with_engine
+from jqcore.settings.common import load
+from jqcore.settings.pipeline import CronSettings
+from jqcore.settings.servers import ConsulSettings
 from jqengine import SWITCH_ACTIONS, Engine, Switch, SwitchInvalid
+from jqruntime.consulconn import close_consul, consul_client
+from jqruntime.stores import config as kept
 
 __all__ = ["app"]
 
@@ -21,6 +28,20 @@ app = typer.Typer(
     help="Kill switches: jobs matching one are not started (parked until it lifts, or dead-lettered).",
     no_args_is_help=True,
 )
+T = TypeVar("T")
+
+
+def _with_kept(action: Callable[[kept.ConfigStore, Engine], Awaitable[T]]) -> T:
+    """``action`` with the engine and Consul's copy of the switches (both closed after)."""
+
+    async def go(engine: Engine) -> T:
+        client = consul_client(load(ConsulSettings))
+        try:
+            return await action(kept.ConfigStore(client, load(CronSettings).kv_prefix), engine)
+        finally:
+            await close_consul(client)
+
+    return with_engine(go)
 
 
 def _pairs(values: list[str]) -> dict[str, str]:
@@ -45,23 +66,25 @@ def set_switch(
         str, typer.Option(help=f"{' | '.join(SWITCH_ACTIONS)}: park (wait, no attempt spent) or dead-letter.")
     ] = "park",
 ) -> None:
-    """Put a kill switch in force: from now on no claim starts a matching job (running jobs finish)."""
+    """Put a kill switch in force: from now on no claim starts a matching job (running jobs finish). It is
+    kept in Consul too; Consul unreachable: in force, not kept (exit 1) — set it again."""
     pairs = _pairs(meta or [])
 
-    async def go(engine: Engine) -> tuple[Switch, list[str]]:
+    async def go(store: kept.ConfigStore, engine: Engine) -> tuple[Switch, list[str]]:
         at = await engine.now()
         switch = Switch(name, action, queue, kind, pairs, set_at_ms=at, by=getpass.getuser())  # type: ignore[arg-type]
-        return switch, await engine.admin.set_switch(switch)
+        return switch, await kept.set_switch(store, engine, switch)
 
-    switch, queues = with_engine(go)
+    switch, queues = _with_kept(go)
     where = f"{len(queues)} queue(s) now: {', '.join(queues)}" if queues else "no queue yet (new ones get it)"
     Console().print(f"switch {switch.name} in force ({switch.action}) on {where}")
 
 
 @app.command("lift")
 def lift(name: Annotated[str, typer.Argument(help="The switch to lift.")]) -> None:
-    """Lift a kill switch: the jobs it parked are pending again, in priority order."""
-    moved = with_engine(lambda engine: engine.admin.lift_switch(name))
+    """Lift a kill switch: the jobs it parked are pending again, in priority order. Consul's copy goes
+    first: Consul unreachable lifts nothing (exit 1)."""
+    moved = _with_kept(lambda store, engine: kept.lift_switch(store, engine, name))
     Console().print(f"switch {name} lifted; {moved} parked job(s) pending again")
 
 

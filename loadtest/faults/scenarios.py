@@ -21,6 +21,7 @@ from jqcore.lane import lane_partition
 from jqcore.settings.pipeline import RelayKeys
 from jqcore.settings.servers import ConsulSettings
 from jqcore.topics import held_topic
+from jqengine.keys import QueueKeys
 from jqruntime.consulconn import close_consul, consul_client
 from jqstack.supervise import alive, python_m
 from jqstack.testing.kafkatools import reassign_partitions
@@ -321,10 +322,42 @@ async def redis_kill(d: Drill) -> None:
     d.notes["restart_s"] = round(await asyncio.to_thread(_restart_servers, d), 2)
 
 
+SWITCHED_KIND = "fault.switched"
+"""redis-lost: the kind a kill switch stops before the wipe (none of the load's jobs is of it)."""
+
+
+async def _gate(d: Drill, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """One admin request to the first gateway: its status and answer."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.request(method, d.pipe.gate_urls[0] + path, json=body) as r,
+    ):
+        return r.status, await r.json()
+
+
+async def _switched(d: Drill, name: str) -> dict[str, bool]:
+    """Whether switch ``name`` is in force in Redis, and in the loaded queue's list (what its claims read)."""
+    async with d.engine() as engine:
+        listed = await engine._client.hget(QueueKeys(d.pipe.queue).config, "switches")
+        return {
+            "in_force": name in [s.name for s in await engine.admin.switches()],
+            "on_the_queue": name in [row["name"] for row in orjson.loads(listed or b"[]")],
+        }
+
+
 async def redis_lost(d: Drill) -> None:
     """Redis lost with its data (killed, data directory deleted, started empty 3 s later); the operator then
     applies the queue's settings again and runs ``jobq rebuild`` from before the run began: pending jobs
-    come back from Kafka, finished ones (the events topic says which) do not run again."""
+    come back from Kafka, finished ones (the events topic says which) do not run again. A kill switch set
+    before the wipe (on a kind the load does not send) is in force after it, from Consul's copy."""
+    switch = f"{d.run or 'run'}-stop-switched"
+    status, answer = await _gate(
+        d, "PUT", f"/v1/switches/{switch}", {"queue": d.pipe.queue, "kind": SWITCHED_KIND}
+    )
+    if status != 200:
+        raise RuntimeError(f"the kill switch not set: {status} {answer}")
+    d.evidence("the kill switch in force before the wipe", all((await _switched(d, switch)).values()))
     redis = d.server().server("redis")
     pid = redis.pid
     await asyncio.to_thread(d.server().wipe, "redis")
@@ -340,6 +373,10 @@ async def redis_lost(d: Drill) -> None:
     rebuilt = await _mode(d)
     ok = configured == rebuilt == "exclusive"
     d.evidence("the exclusive queue exclusive again", ok, configured=configured, rebuilt=rebuilt)
+    after = await _switched(d, switch)
+    d.evidence("the kill switch set before the wipe in force after it", all(after.values()), **after)
+    status, _ = await _gate(d, "DELETE", f"/v1/switches/{switch}")
+    d.evidence("the kill switch lifted after the rebuild", status == 200, status=status)
 
 
 async def _mode(d: Drill) -> str:

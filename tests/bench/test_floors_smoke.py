@@ -59,6 +59,11 @@ def test_the_gateway_hop_runs_alone(endpoints: Endpoints) -> None:
     assert any(note.startswith("the gateway hop alone") for note in report.notes), report.notes
     for system in (*floors_bench.SYSTEMS, "ratio"):
         assert figures[f"gateway: requests/s — {system}"]["median"] > 0, system
+        # the event loop's thread apart from the process: a part of it, never more
+        loop = figures[f"gateway: gateway event loop CPU — {system}"]["median"]
+        assert loop > 0, system
+        if system != "ratio":
+            assert loop <= figures[f"gateway: gateway CPU — {system}"]["median"], system
 
 
 def test_the_floor_lease_queue_keeps_its_promise(endpoints: Endpoints) -> None:

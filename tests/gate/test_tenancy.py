@@ -16,7 +16,9 @@ from jqcore.graphs import Graph
 from jqcore.routing import Route, RoutingSettings
 from jqengine import Engine, Switch
 from jqengine.admin import MAX_SWITCHES_PER_QUEUE
+from jqengine.keys import SWITCHES_KEY
 from jqruntime.stores import audit
+from jqruntime.stores.config import ConfigStore
 from jqruntime.tokens import hash_line
 from kafkagate.main import GateService
 
@@ -102,6 +104,25 @@ async def test_l5_kill_switches_are_capped_per_queue(gate: GateService, engine: 
     assert status == 200, "replacing one of its own is no new switch"
     for i in range(MAX_SWITCHES_PER_QUEUE):
         await engine.admin.lift_switch(f"{prefix}-s{i}")
+
+
+async def test_h3_a_switch_redis_lost_is_still_its_owners(
+    gate: GateService, engine: Engine, prefix: str, consul_store: ConfigStore
+) -> None:
+    """H3 after Redis lost its data: team B's switch, kept in Consul and not back in Redis yet, is still
+    B's — team A can neither lift its kept copy nor take its name."""
+    name, payments = f"{prefix}-hold-refunds", {"queue": f"{prefix}.payments", "kind": "refund.issue"}
+    status, body = await call(gate, ROOT, "PUT", f"/v1/switches/{name}", payments)
+    assert status == 200, body
+    await engine._client.delete(SWITCHES_KEY)  # Redis lost its data
+    status, body = await call(gate, A_ADMIN, "DELETE", f"/v1/switches/{name}")
+    assert status == 403, body
+    mine = {"queue": f"{prefix}.teama.jobs", "kind": "noop"}
+    status, body = await call(gate, A_ADMIN, "PUT", f"/v1/switches/{name}", mine)
+    assert status == 403, body
+    assert [(s.name, s.queue) for s in (await consul_store.switches())[0]] == [(name, payments["queue"])]
+    status, body = await call(gate, ROOT, "DELETE", f"/v1/switches/{name}")
+    assert (status, body["jobs_released"]) == (200, 0), body
 
 
 async def test_l4_an_admin_call_is_audited_with_the_queues_it_touched_and_what_it_changed(

@@ -31,6 +31,7 @@ from jqcore.settings.kafka import KafkaSettings
 from jqcore.settings.pipeline import CronSettings, EventSettings, FarSettings
 from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqengine import Engine
+from jqengine.keys import SWITCHES_KEY
 from jqrecover.rebuild import RebuildReport, rebuild_from_kafka
 from jqrelay.main import RelayService
 from jqruntime.consulconn import close_consul, consul_client
@@ -350,9 +351,10 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     make_gate: Callable[..., GateService],
     token: str,
 ) -> None:
-    """Configured through the gateway (kept in Consul too), lost with the queue's Redis keys: the rebuild
-    writes the configuration and the kind's options back first, so the jobs come back into an exclusive
-    queue (one job per account runs) with their kind's attempts."""
+    """Configured through the gateway (kept in Consul too), lost with the queue's Redis keys and the kill
+    switches: the rebuild writes the switches, the configuration and the kind's options back first, so the
+    jobs come back into an exclusive queue (one job per account runs) with their kind's attempts, and the
+    switched account's job is held."""
     t0 = now_ms()
     topic, events_topic = make_topic("jobs", partitions=1), make_topic("events", partitions=1)
     q, kind = f"{prefix}.x", f"{prefix}.k"
@@ -367,6 +369,7 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
         for method, path, body in [
             ("PUT", f"/v1/queues/{q}", {"mode": "exclusive", "excl_key": "account", "lease_ms": 5000}),
             ("PUT", f"/v1/kinds/{kind}", {"queues": [q], "max_attempts": 3, "priority": 7}),
+            ("PUT", f"/v1/switches/{prefix}-y", {"queue": q, "meta": {"account": "y"}}),
             ("POST", f"/v1/queues/{q}/jobs", {"jobs": jobs}),
         ]:
             async with http.request(method, path, json=body) as resp:
@@ -375,7 +378,7 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
     engine = Engine(redis)
     lost = [key async for key in redis.scan_iter(match=f"jobq:{{{q}}}:*")]
     assert lost, "the gateway configured the queue in this database"
-    await redis.delete(*lost)
+    await redis.delete(*lost, SWITCHES_KEY)
     assert (await engine.reads.queue_config(q)).mode == "simple", "Redis lost it"
     consul = consul_client(ConsulSettings(addr=endpoints.consul_addr))
     broken = f"{cron_settings.kv_prefix}/queue-config/{q}.broken"
@@ -385,7 +388,13 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
         return await _rebuild(t0, topic, events_topic, endpoints, lost_db, cron_settings)
 
     report = await rebuild()
-    restored = {"queues": [q], "kinds": [f"{kind}@{q}"], "kept": 0, "unreadable": [broken]}
+    restored = {
+        "switches": [f"{prefix}-y"],
+        "queues": [q],
+        "kinds": [f"{kind}@{q}"],
+        "kept": 0,
+        "unreadable": [broken],
+    }
     assert report.as_dict()["configs"] == restored
     (t,) = report.topics
     assert t.totals()["rebuilt"] == 3
@@ -398,10 +407,13 @@ async def test_a_rebuild_restores_queue_configurations_and_kind_options_before_a
         assert info is not None
         assert (info.max_attempts, info.priority) == (3, 7), job_id
     claimed = sorted(c.id for c in await engine.jobs.claim(q, 10))
-    assert claimed in (["a1", "b1"], ["a2", "b1"]), "written into an exclusive queue: one per account"
+    assert claimed in (["a1"], ["a2"]), "an exclusive queue (one per account), account y switched off"
+    info = await engine.reads.get_job(q, "b1")
+    assert info is not None
+    assert info.state == "parked"
 
     again = (await rebuild()).configs  # what Redis has now is left alone
-    assert (again.queues, again.kinds, again.kept) == ([], [], 2)
+    assert (again.switches, again.queues, again.kinds, again.kept) == ([], [], [], 2)
     await consul.kv.delete(cron_settings.kv_prefix + "/", recurse=True)
     await close_consul(consul)
     await redis.aclose()

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from jqcore.envelope import Envelope
+from jqcore.envelope import CANARY_KIND, CANARY_PREFIX, Envelope
 from jqengine import Engine, FenceRejected, QueueConfig
 
 Job = Callable[..., Envelope]
@@ -151,3 +151,15 @@ async def test_a_claim_is_stamped_no_earlier_than_redis_handed_it_out(
     assert info is not None
     assert info.started_at is not None
     assert info.started_at >= before
+
+
+async def test_kinds_under_jobq_are_refused_but_the_canary_s_heartbeat(
+    engine: Engine, prefix: str, job: Job, t0: int
+) -> None:
+    """A ``jobq.*`` kind is jobq's own: refused (``kind_reserved``), but for the canary's heartbeat into a
+    canary queue (``jqcore.admission``, which the engine imports when such a kind first comes)."""
+    plain, canary = f"{prefix}.jobs", f"{CANARY_PREFIX}{prefix}"
+    sent = [job(plain, "jobq.x", id="a"), job(plain, CANARY_KIND, id="b"), job(canary, CANARY_KIND, id="c")]
+    got = await engine.enqueue_batch(sent, now_ms=t0)
+    assert [(o.id, o.outcome) for o in got.outcomes] == [("a", "refused"), ("b", "refused"), ("c", "stored")]
+    assert all((o.reason or "").startswith("kind_reserved: ") for o in got.outcomes[:2])

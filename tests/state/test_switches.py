@@ -12,7 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 from jqcore.envelope import Envelope
 from jqcore.errors import BackendUnavailable
 from jqengine import Engine, QueueConfig, Switch, SwitchNotFound, core
-from jqengine.keys import QUEUES_KEY, QueueKeys
+from jqengine.keys import QUEUES_KEY, SWITCHES_KEY, QueueKeys
 
 from .conftest import lose_queue
 
@@ -183,6 +183,50 @@ async def test_a_queue_configured_again_after_redis_lost_it_gets_the_switches_in
     info = await engine.reads.get_job(q, "held")
     assert info is not None
     assert (info.state, info.attempt) == ("parked", 0)
+
+
+async def test_switches_redis_lost_come_back_before_the_first_job_of_a_queue_written_again(
+    engine: Engine, prefix: str, job: Job, t0: int, lift_after: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis lost its data, the switches with it. The kept ones put back by the hook an enqueue calls for a
+    queue Redis does not know (the relay's: it reads them from Consul) hold that very batch: the queue was
+    listed before the hook ran, and the restore gives every listed queue its list. Restored once: from then
+    on Redis's switches are those in force (the mark), and the mark is no switch to list or lift."""
+    q = f"{prefix}.wiped"
+    poison = Switch(f"{prefix}-poison", queue=q, meta={"sw": "1"})
+    await _set(engine, lift_after, poison)
+    await engine.enqueue_batch([job(q, "k", id="before")], now_ms=t0)
+    await lose_queue(engine, q)
+    await engine._client.delete(SWITCHES_KEY)  # lost with the rest
+    assert not await engine.admin.switches_restored()
+    put_back: list[list[str]] = []
+
+    async def hook(queues: list[str]) -> list[str]:
+        assert queues == [q]
+        put_back.append(await engine.admin.restore_switches([poison]))
+        return []
+
+    async def not_yet(*_: object, **__: object) -> None:
+        """The engine registers the queues a batch created after it (switches again among them): a claim
+        may come first — the switches must hold the jobs from the write on."""
+
+    monkeypatch.setattr(engine.core, "before_new_queues", hook)
+    monkeypatch.setattr(core, "ANNOUNCE_EVERY_S", 0.0)  # this engine announces the queue again
+    with monkeypatch.context() as m:
+        m.setattr(engine.core, "register", not_yet)
+        result = await engine.enqueue_batch([job(q, "k", id="held", meta={"sw": "1"})], now_ms=t0 + 1)
+    assert put_back == [[poison.name]]
+    assert result.created_queues == [q]
+    assert await engine.jobs.claim(q, 5, worker="w", now_ms=t0 + 2) == []
+    info = await engine.reads.get_job(q, "held")
+    assert info is not None
+    assert (info.state, info.attempt) == ("parked", 0)
+    assert await engine.admin.switches_restored()
+    assert [s.name for s in await engine.admin.switches()] == [poison.name]
+    with pytest.raises(SwitchNotFound):
+        await engine.admin.lift_switch(".")
+    assert await engine.admin.switches_restored()
+    assert await engine.admin.restore_switches([poison]) == [], "one Redis has is left as it is"
 
 
 def test_a_switch_refuses_what_it_cannot_match() -> None:

@@ -4,6 +4,8 @@ by self and total time, frame names, CPU clocks over a window, the cost table.""
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
 
@@ -18,6 +20,7 @@ from loadtest.costs import (
     profile_section,
     summarise,
 )
+from loadtest.cpu import cpu_s, thread_cpu_s
 
 RAW = """\
 <module> (kafkagate/__main__.py:4);run (asyncio/runners.py:190);_run_once (asyncio/base_events.py:1922);\
@@ -83,6 +86,28 @@ def test_cpu_meter_reads_clocks_and_costs_divide_by_the_work() -> None:
     assert used["me"] >= 0
     assert per_unit_us({"fake": 2.5}, 1000) == {"fake": pytest.approx(2500.0)}
     assert per_unit_us({"fake": 2.5}, 0) == {}
+
+
+def test_a_thread_clock_counts_that_thread_alone() -> None:
+    """The gateway hop splits its process's CPU: the event loop's thread (the main one) apart from the
+    threads librdkafka and the delivery reports run on."""
+    pid = os.getpid()
+    main_before, process_before = thread_cpu_s(pid), cpu_s(pid)
+    own: list[float] = []
+
+    def spin() -> None:  # CPU of this thread only, while the main thread waits in join()
+        started = time.thread_time()
+        while time.thread_time() - started < 0.3:
+            pass
+        own.append(thread_cpu_s(pid, threading.get_native_id()))
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    worker.join()
+    assert own[0] >= 0.2  # the spinning thread's clock
+    assert cpu_s(pid) - process_before >= 0.2  # the process counts it
+    assert thread_cpu_s(pid) - main_before < 0.1  # its main thread does not
+    assert thread_cpu_s(pid, 999_999_999) == 0.0  # no such thread
 
 
 def test_cost_table_shares_are_of_the_total() -> None:

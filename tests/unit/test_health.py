@@ -1,10 +1,13 @@
 """The health logic (``jqruntime/health.py``): the pure judgements, and a :class:`HealthServer` on loopback
 answering for a service on this test's event loop — ready, not ready, starting, stopping, a check that
-hangs or raises, and a wedged loop that fails ``/healthz`` while the server's own thread still answers."""
+hangs or raises, and a wedged loop that fails ``/healthz`` while the server's own thread still answers; a
+server started once the service says so (a worker pool: its first claim round ended)."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -16,7 +19,7 @@ import pytest
 
 from jqruntime.health import HealthServer, Problem, Readiness, liveness, readiness_answer
 from jqruntime.http import HttpError
-from jqruntime.lifecycle import Service
+from jqruntime.lifecycle import Service, run_until_signal
 
 
 def get(port: int, path: str) -> tuple[int, dict[str, Any] | str]:
@@ -167,3 +170,70 @@ async def test_a_wedged_loop_fails_healthz_while_the_server_still_answers(
     # the loop runs again: its overdue stamp comes at once
     await eventually(lambda: server.beat_at, lambda at: at != stalled_at, timeout_s=5)
     assert (await answer(server.port, "/healthz"))[0] == 200
+
+
+class Started(Fake):
+    """A service that says when it started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+
+    async def _start(self) -> None:
+        self.started.set()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+async def test_health_after_serves_the_routes_once_the_started_service_sets_it() -> None:
+    """A worker pool's routes come once its first claim round ended (``health_after``): making their
+    server must not delay that claim. Until then nothing listens; from then to the stop they answer."""
+    service, port, after, until = Started(), _free_port(), asyncio.Event(), asyncio.Event()
+    running = asyncio.create_task(
+        run_until_signal(service, until=until, health_port=port, health_after=after)
+    )
+    await asyncio.wait_for(service.started.wait(), 10)
+    await asyncio.sleep(0.1)
+    assert await asyncio.to_thread(_refused, port), "served before the event"
+    after.set()
+    for _ in range(500):
+        if not await asyncio.to_thread(_refused, port):
+            break
+        await asyncio.sleep(0.01)
+    assert (await answer(port, "/readyz"))[0] == 200
+    until.set()
+    await running
+    assert await asyncio.to_thread(_refused, port), "served after the stop"
+
+
+async def test_a_health_server_that_cannot_start_after_the_start_stops_the_service() -> None:
+    service, after, until = Started(), asyncio.Event(), asyncio.Event()
+    after.set()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        running = asyncio.create_task(
+            run_until_signal(service, until=until, health_port=port, health_after=after)
+        )
+        await asyncio.wait([running], timeout=10)
+    until.set()  # (a run that did not end: let it)
+    assert running.done(), "the service runs on without its health routes"
+    failed = running.exception()
+    assert isinstance(failed, OSError)
+    assert failed.errno == errno.EADDRINUSE, repr(failed)
+    assert service.started.is_set(), "started"
+    assert not service.running, "then stopped"

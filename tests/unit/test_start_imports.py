@@ -42,6 +42,8 @@ WORKER_UNUSED = [
     "concurrent.futures.process",  # mode="process" handlers' pool, imported when one first runs
     "jqcore.settings.kafka",  # the settings a pool never builds (jqcore.settings re-exports nothing: each
     "jqcore.settings.pipeline",  # name is imported from its own module)
+    "jqcore.admission",  # what a record from Kafka must be: the engine imports it for a jobq.* kind only
+    "jqcore.routing",  # the routing's settings (the canary's kind is the envelope's)
     "rich",
     "typer",
     "confluent_kafka",

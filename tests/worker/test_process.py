@@ -1,10 +1,15 @@
-"""The worker as a real process (``jobq worker``): SIGTERM releases, SIGKILL loses nothing, bad input."""
+"""The worker as a real process (``jobq worker``): SIGTERM releases, SIGKILL loses nothing, bad input, its
+health routes."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -145,3 +150,27 @@ def test_bad_options_are_named(args: list[str], needle: str) -> None:
     )
     assert out.returncode == 2
     assert needle in out.stdout + out.stderr
+
+
+def _readyz(port: int) -> int:
+    """``GET /readyz``'s status; 0 while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+async def test_a_worker_serves_its_health_routes_once_its_first_claim_round_ended(
+    prefix: str, spawn: Spawn, eventually: Eventually
+) -> None:
+    """The routes come after the first claim round (``worker/main.py``), so with nothing to claim too."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = spawn("--queues", f"{prefix}.idle", "--metrics-port", str(port))
+    await eventually(lambda: asyncio.to_thread(_readyz, port), lambda status: status == 200, 90)
+    proc.signal(signal.SIGTERM)
+    assert await proc.exited(60) == 0
