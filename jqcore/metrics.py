@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -412,10 +412,10 @@ def child(metric: _Metric, *labels: str) -> _Metric:
     """``metric.labels(*labels)``, looked up once per label set: prometheus-client's ``labels()`` checks
     and hashes its arguments under a lock on every call, which per job was a tenth of a worker's CPU."""
     key = (id(metric), labels)
-    got = _CHILDREN.get(key)
+    got: _Metric | None = _CHILDREN.get(key)  # typed here, not by cast(): a call per look-up
     if got is None:
         got = _CHILDREN[key] = metric.labels(*labels)
-    return cast("_Metric", got)
+    return got
 
 
 def forget(metric: Counter | Gauge | Histogram, *labels: str) -> None:

@@ -66,17 +66,17 @@ def _context(
     worker: WorkerContext | None = None,
 ) -> JobContext:
     env = job.envelope
-    return JobContext(
-        id=env.id,
-        queue=env.queue,
-        kind=env.kind,
-        attempt=job.attempt,
-        max_attempts=env.max_attempts or (spec.max_attempts if spec else None),
-        meta=env.meta,
-        enqueued_at=env.enqueued_at,
-        deadline_s=spec.timeout_s if spec else None,
-        graph=inputs,
-        worker=worker if worker is not None else WorkerContext(),
+    return JobContext(  # by position: a third cheaper than by keyword, per job
+        env.id,
+        env.queue,
+        env.kind,
+        job.attempt,
+        env.max_attempts or (spec.max_attempts if spec else None),
+        env.meta,
+        env.enqueued_at,
+        spec.timeout_s if spec else None,
+        inputs,
+        worker if worker is not None else WorkerContext(),
     )
 
 
@@ -152,8 +152,7 @@ async def run_handler(
     current = set_current_job(ctx)  # the handler's and the middleware's current_job()
     try:
         with tracing.run_span(job.envelope, job.attempt) as span:  # off: a shared no-op
-            # bound, then reset by token (bound_contextvars reads every context variable to restore)
-            bound = structlog.contextvars.bind_contextvars(**log_fields(job, span))
+            bound = _bind(log_fields(job, span))
             started = time.perf_counter()
             try:
                 value = await (run_through(layers, ctx, handler) if layers else handler())
@@ -166,7 +165,8 @@ async def run_handler(
             finally:
                 elapsed = time.perf_counter() - started
                 metrics.child(metrics.JOB_RUN_TIME, job.queue, spec.kind).observe(elapsed)
-                structlog.contextvars.reset_contextvars(**bound)
+                for token in reversed(bound):
+                    token.var.reset(token)
             tracing.run_outcome(span, outcome.label)
     finally:
         current.var.reset(current)
@@ -182,6 +182,27 @@ def _classified(spec: JobSpec[Any, Any], value: Any, *, graph: bool) -> Outcome:
         log.error("job attempt failed: its result is invalid", final=True, outcome="failed", error=error)
         return Outcome("failure", "failed", error=error, permanent=True)
     return Outcome("success", "succeeded", result=kept) if kept is not None else _SUCCEEDED
+
+
+_LOG_VARS: dict[str, contextvars.ContextVar[Any]] = {}
+"""structlog's context variable of each job field, once it was bound (:func:`_bind`)."""
+
+
+def _bind(fields: dict[str, Any]) -> list[contextvars.Token[Any]]:
+    """Bind ``fields`` into structlog's context variables (``structlog.contextvars``: a handler, its
+    middleware and an application's own structlog configuration see them), set directly once known: its
+    ``bind_contextvars`` and ``reset_contextvars`` name each variable again per call (~2 µs a job). Reset
+    the tokens in reverse order (``bound_contextvars`` would read every context variable to restore)."""
+    tokens = []
+    for key, value in fields.items():
+        var = _LOG_VARS.get(key)
+        if var is None:  # the first job: structlog makes (or finds) the key's variable
+            token = structlog.contextvars.bind_contextvars(**{key: value})[key]
+            _LOG_VARS[key] = token.var
+            tokens.append(token)
+        else:
+            tokens.append(var.set(value))
+    return tokens
 
 
 def log_fields(job: ClaimedJob, span: Any = None) -> dict[str, Any]:

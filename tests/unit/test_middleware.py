@@ -303,6 +303,28 @@ async def test_middleware_runs_in_the_jobs_context_which_a_thread_handler_shares
     assert seen["fields"] == {"job_id": job.id, "queue": "q", "kind": "k", "attempt": 1}
 
 
+async def test_each_job_binds_its_own_log_fields_and_leaves_none_behind() -> None:
+    seen: list[dict[str, Any]] = []
+    registry = Registry()
+
+    @registry.job("k")
+    async def handler() -> None:
+        seen.append(structlog.contextvars.get_contextvars())
+
+    async def in_a_fresh_context() -> dict[str, Any]:
+        traced = new_envelope("q", "k", None, at_ms=1, trace="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01")
+        first, second = _job(), ClaimedJob(traced, 2, "tok", 0)
+        await run_handler(registry, first, _executor)
+        await run_handler(registry, second, _executor)
+        assert seen == [
+            {"job_id": first.id, "queue": "q", "kind": "k", "attempt": 1},
+            {"job_id": second.id, "queue": "q", "kind": "k", "attempt": 2, "trace_id": "ab" * 16},
+        ]
+        return structlog.contextvars.get_contextvars()
+
+    assert await asyncio.create_task(in_a_fresh_context(), context=contextvars.Context()) == {}
+
+
 async def test_the_canary_kind_runs_without_the_applications_middleware() -> None:
     calls: list[str] = []
     registry = Registry(middleware=[Recorder("A", calls, sync=True)])
