@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
-
-import pytest
 
 from jqstack.manager import Endpoints
 from loadtest import (
@@ -17,9 +13,6 @@ from loadtest import (
     gate_bench,
     relay_bench,
     scheduler_bench,
-    script_ab,
-    ship_ab,
-    startup_bench,
 )
 
 
@@ -60,54 +53,6 @@ def test_events_scenario_writes_one_stream_entry_per_script_call() -> None:
     # 4,000 jobs: 2 enqueue calls and 81 rounds of 50 — one entry each, not one per event (12,000)
     assert figures["stream entries per 1k jobs"] < 25, figures
     assert all(v > 0 for k, v in figures.items() if k.startswith(("ship", "rounds, events on"))), figures
-
-
-def test_script_ab_compares_two_trees_on_one_redis() -> None:
-    report = script_ab.run(Path(__file__).parents[2], quick=True)  # this checkout against itself
-    names = {f.name for f in report.figures}
-    trees = ("this", "baseline")
-    per_job = {f"{p}, events {e}" for p in ("enqueue", "rounds") for e in ("on", "off")}
-    others = {"load all scripts", "script bytes", "complete, missing job"}
-    assert {f"{figure}: {t}" for figure in per_job | others for t in trees} | {"rounds: floor"} == names
-    assert all(f.median > 0 for f in report.figures)
-    figures = {f.name: f.median for f in report.figures}
-    assert figures["script bytes: this"] == figures["script bytes: baseline"], "the same scripts"
-
-
-@pytest.mark.skipif(not shutil.which("valgrind"), reason="no valgrind on this machine")
-def test_script_ab_counts_two_trees_instructions_under_callgrind() -> None:
-    report = script_ab.instructions(Path(__file__).parents[2], quick=True)  # this checkout against itself
-    figures = {f.name: f.median for f in report.figures}
-    phases = {n.rsplit(": ", 1)[0] for n in figures}
-    assert {"claim of 1, a call", "settle_claim rounds of 7, a job", "enqueue_batch of 50, a job"} <= phases
-    assert {f"{p}: {t}" for p in phases for t in ("this", "baseline")} == set(figures)
-    assert all(v > 10 for v in figures.values()), figures  # k instructions: each phase ran Lua
-    same = (
-        figures["settle_claim rounds of 50, a job: this"]
-        / figures["settle_claim rounds of 50, a job: baseline"]
-    )
-    assert 0.8 < same < 1.25, "the same library counted twice"
-
-
-def test_ship_ab_measures_two_schedulers_and_one_with_its_shipper_off(endpoints: Endpoints) -> None:
-    root = Path(__file__).parents[2]  # this checkout against itself
-    report = ship_ab.run(root, quick=True, off=True, endpoints=endpoints)
-    figures = {f.name: f.median for f in report.figures}
-    for tree in ("this", "baseline"):
-        assert figures[f"scheduler CPU: {tree}"] > 0, figures
-        assert figures[f"events records: {tree}"] > 0, "the events reached Kafka"
-        assert figures[f"stream reads: {tree}"] > 0, figures
-    assert figures["events records: shipper off"] == 0, figures
-
-
-def test_startup_times_each_system_and_a_baseline_checkout() -> None:
-    report = startup_bench.run(quick=True, baseline=Path(__file__).parents[2])  # this checkout against itself
-    systems = (*startup_bench.SYSTEMS, "baseline")
-    measures = ("spawn → first claim, wall", "spawn → first claim, CPU", "--help, wall", "--help, CPU")
-    figures = {f.name: f.median for f in report.figures}
-    assert set(figures) == {f"{m}: {s}" for m in measures for s in systems}
-    assert all(value > 0 for value in figures.values()), figures
-    assert "jobq / baseline" in report.summary
 
 
 def test_gate_relay_and_e2e_scenarios_run_on_the_session_stack(endpoints: Endpoints) -> None:
