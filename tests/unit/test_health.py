@@ -205,8 +205,7 @@ async def test_health_after_serves_the_routes_once_the_started_service_sets_it()
     running = asyncio.create_task(
         run_until_signal(service, until=until, health_port=port, health_after=after)
     )
-    await asyncio.wait_for(service.started.wait(), 10)
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(service.started.wait(), 10)  # a server made before the start listens by now
     assert await asyncio.to_thread(_refused, port), "served before the event"
     after.set()
     for _ in range(500):
