@@ -25,7 +25,7 @@ from jqcore.settings.observe import LogSettings
 with hidden(*STRUCTLOG_UNUSED):  # rich's pretty exceptions: format_exc_info formats them (configure)
     import structlog
 
-__all__ = ["KAFKA_LOGGER", "configure", "get_logger", "kafka_logging"]
+__all__ = ["KAFKA_LOGGER", "STDERR", "configure", "get_logger", "kafka_logging"]
 
 KAFKA_LOGGER = logging.getLogger("librdkafka")
 """Where librdkafka's own log lines go (instead of its plain-text stderr)."""
@@ -52,7 +52,8 @@ class _CurrentStderr:
         return sys.stderr.isatty()
 
 
-_STDERR = _CurrentStderr()
+STDERR = _CurrentStderr()
+"""The stderr of the moment of each write, as a file for loggers."""
 
 
 class _JobqHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -81,11 +82,11 @@ def configure(settings: LogSettings | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=_STDERR),  # type: ignore[arg-type]
+        logger_factory=structlog.PrintLoggerFactory(file=STDERR),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     # the standard library's records: the same renderer, with the logger's name as ``component``
-    handler = _JobqHandler(_STDERR)
+    handler = _JobqHandler(STDERR)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[

@@ -24,12 +24,14 @@ from typing import Any
 import consul
 import pytest
 import redis.asyncio as aioredis
+import structlog
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis import Redis as SyncRedis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from jqcore import log
 from jqcore.events import Event, parse_record
 from jqcore.routing import RoutingSettings
 from jqcore.settings.common import load
@@ -71,8 +73,14 @@ def _interrupt(_signum: int, _frame: object) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """A terminated run (a CI timeout, ``kill``) ends like Ctrl-C: the fixtures' teardowns still stop every
-    process and server the session started, instead of leaving them running."""
+    process and server the session started, instead of leaving them running.
+
+    structlog's lines go to the current stderr, as every service's main sends them (``jqcore.log``): by
+    default they went to ``sys.stdout``, which a ``CliRunner`` swaps for the command's own output while it
+    runs, so an in-process relay's line could land inside ``jobq … --json``'s document. Only the stream is
+    set here: tests that configure logging themselves (JSON lines, a level) still see their own set-up."""
     signal.signal(signal.SIGTERM, _interrupt)
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=log.STDERR))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")
