@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -151,9 +152,11 @@ class Core:
         await self.client.aclose()
 
     @staticmethod
-    def keys_for(name: str, queue: str) -> list[str]:
-        """The keys of script ``name`` for ``queue``, in its ``KEYS`` order."""
-        return QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys))
+    @functools.lru_cache(maxsize=4096)
+    def keys_for(name: str, queue: str) -> tuple[str, ...]:
+        """The keys of script ``name`` for ``queue``, in its ``KEYS`` order: made once per (script, queue)
+        (~20 names formatted, ~10 µs, on every call before)."""
+        return tuple(QueueKeys(queue).for_script(cast("tuple[KeyName, ...]", SCRIPTS[name].keys)))
 
     async def run(self, name: str, queue: str, args: Sequence[Any], now: int | None) -> Any:
         """Script ``name`` on ``queue``'s keys (:meth:`run_script`)."""
