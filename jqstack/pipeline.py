@@ -67,6 +67,12 @@ KEPT = (
     *("JOBQ_REDIS_ALLOW_EVICTION", "JOBQ_REDIS_SOCKET_TIMEOUT_S"),
 )
 """Inherited all the same: what the deployment wants, not how it connects."""
+LOCAL_SPARK = {"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1"}
+"""The Spark driver of a history run on this machine (the demo's, a drill's) compiles with C1 only: a
+small workload beside a dozen processes on a few cores, where the optimising compiler's threads cost more
+CPU than they win back (tests/spark's queries: -32 % CPU, 154 → 104 s). A deployment's history keeps the
+JVM's default."""
+
 LOCAL_DOWNSTREAMS = "127.0.0.0/8"
 """What a local stack's dispatcher may POST to beyond public addresses (``JOBQ_DISPATCHER_ALLOW_NETS``):
 the demo's downstream listens on loopback, which a dispatcher refuses by default."""
@@ -236,4 +242,4 @@ class PipelineEnv:
         return {**self._env("web"), "JOBQ_WEB_PORT": str(port)}
 
     def history(self, *, trigger_s: float) -> dict[str, str]:
-        return {**self._env("history"), "JOBQ_HISTORY_TRIGGER_S": f"{trigger_s:g}"}
+        return {**self._env("history"), "JOBQ_HISTORY_TRIGGER_S": f"{trigger_s:g}", **LOCAL_SPARK}

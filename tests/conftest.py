@@ -59,6 +59,7 @@ from jqruntime.topicadmin import apply
 from jqsched.service import SchedulerService
 from jqsched.settings import SchedulerSettings
 from jqstack.manager import Endpoints
+from jqstack.pipeline import LOCAL_SPARK
 from jqstack.procs import free_port
 from jqstack.supervise import Child, Children
 from jqstack.testing.backends import SessionStack, start_test_stack
@@ -101,7 +102,11 @@ def spark() -> Iterator[Any]:
     from jqspark import spark_session
     from jqstack.provision import ensure_spark_jars
 
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"}
+    conf = {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": LOCAL_SPARK["SPARK_SUBMIT_OPTS"],  # C1 only: −32 % CPU here
+    }
     session = spark_session("jobq-tests", jars=ensure_spark_jars(), conf=conf)
     try:
         yield session
