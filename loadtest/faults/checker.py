@@ -388,6 +388,24 @@ def callbacks(
     return fired, finished
 
 
+def fan_ins_half_done(
+    nodes: Sequence[NodeRun], shape: Mapping[str, Sequence[str]], skipped: Iterable[tuple[str, int, str]]
+) -> int:
+    """Graph generations half done now: a parent of a node ended while the node (not one the graph skips)
+    has not started, so a fault struck now meets an open fan-in (:func:`fan_ins_across` judges it after)."""
+    started = {(r.graph, r.generation, r.node) for r in nodes}
+    skip = set(skipped)
+    return len(
+        {
+            (r.graph, r.generation)
+            for r in nodes
+            if r.run.end is not None
+            for node, parents in shape.items()
+            if r.node in parents and (key := (r.graph, r.generation, node)) not in started and key not in skip
+        }
+    )
+
+
 def fan_ins_across(nodes: Sequence[NodeRun], shape: Mapping[str, Sequence[str]], at: float) -> int:
     """Fan-ins open when the fault struck: graph generations where a node with parents first started
     after ``at`` while one of its parents had ended before it (the fault met the graph half done)."""

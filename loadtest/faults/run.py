@@ -29,7 +29,16 @@ from jqengine import Engine, connect
 from jqengine.models import JobInfo
 from jqstack.manager import Endpoints, Stack
 from jqstack.testing.faultproxy import FaultProxy
-from loadtest.faults.checker import Due, Record, Verdict, judge, read_executions, relay_terms
+from loadtest.faults.checker import (
+    Due,
+    Record,
+    Verdict,
+    fan_ins_half_done,
+    judge,
+    node_runs,
+    read_executions,
+    relay_terms,
+)
 from loadtest.faults.invariants import REDIS_WRITES_LOST
 from loadtest.faults.load import GRAPH_SHAPE, Load
 from loadtest.faults.ordering import Claim
@@ -129,6 +138,20 @@ class Drill:
                 return time.time() - since
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {ok}/{n} new jobs went through within {timeout_s:.0f}s")
+            await asyncio.sleep(0.25)
+
+    async def fan_in_open(self, timeout_s: float = 60.0) -> None:
+        """Wait until one of the load's graphs is half done (a parent ended, its fan-in not started): the
+        fault must meet one (the checker's evidence), and on a loaded machine the moment the baseline ends
+        may fall between graphs."""
+        deadline = time.monotonic() + timeout_s
+        prefix = f"{self.run}-" if self.run else ""
+        while True:
+            runs = [e for e in read_executions(self.pipe.executions) if e.id.startswith(prefix)]
+            if fan_ins_half_done(node_runs(runs), GRAPH_SHAPE, self.load.skipped):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no graph of the load was half done within {timeout_s:.0f}s")
             await asyncio.sleep(0.25)
 
     def links(self, process: str, service: Service) -> list[str]:
@@ -494,6 +517,8 @@ async def _drive(scenario: Scenario, drill: Drill, idle_s: float, cap_s: float) 
     await drill.flowing(scenario.warm)
     baseline_from = time.time()
     await drill.flowing(scenario.baseline)
+    if scenario.graphs:
+        await drill.fan_in_open()
     fault_at = time.time()
     await scenario.fault(drill)
     drill.notes["steady_after_heal_s"] = round(await drill.flowing(scenario.after, timeout_s=180), 2)

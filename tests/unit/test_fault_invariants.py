@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from loadtest.faults.checker import across_wipes, invariants, judge
+from loadtest.faults.checker import across_wipes, fan_ins_across, fan_ins_half_done, invariants, judge
 from loadtest.faults.history import Cancel, Control, Due, Execution, Record, Request
 from loadtest.faults.invariants import (
     acked_not_lost,
@@ -255,6 +255,22 @@ def test_a_node_that_starts_before_a_parent_ended_is_caught() -> None:
     rerun = [*ok, node("join", 104)]  # only the first start is judged
     assert after_parents(rerun, shape).status == "pass"
     assert after_parents(ok, {}).status == "n/a"
+
+
+def test_a_fault_waits_for_a_half_done_graph_and_is_judged_by_the_fan_ins_it_met() -> None:
+    def node(graph: str, name: str, at: float, end: float | None = -1) -> NodeRun:
+        return NodeRun(graph, 0, name, run(1, at, end=end))
+
+    shape = {"a": (), "b": (), "join": ("a", "b")}
+    running = [node("g1", "a", 100, end=None)]  # no parent ended yet
+    assert fan_ins_half_done(running, shape, ()) == 0
+    half = [*running, node("g2", "a", 100), node("g2", "b", 100, end=None)]  # g2's a ended, its join waits
+    assert fan_ins_half_done(half, shape, ()) == 1
+    assert fan_ins_half_done(half, shape, [("g2", 0, "join")]) == 0  # a join the graph skips never opens
+    assert fan_ins_half_done([*half, node("g2", "join", 100.5)], shape, ()) == 0  # already started
+    # struck at 100.1 (g2 half done), its join started after: the checker counts the fan-in it met
+    assert fan_ins_across([*half, node("g2", "join", 101)], shape, 100.1) == 1
+    assert fan_ins_across([*half, node("g2", "join", 101)], shape, 99) == 0  # struck before any parent ended
 
 
 def test_the_loads_graphs_are_judged_from_their_nodes_job_ids() -> None:
