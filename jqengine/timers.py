@@ -10,7 +10,14 @@ from jqengine import reads, replies, waiting
 from jqengine.core import Part
 from jqengine.models import Promoted
 
-__all__ = ["Timers"]
+__all__ = ["STEP_HORIZON_MS", "Timers"]
+
+STEP_HORIZON_MS = 10_000
+"""A scheduler steps every queue it keeps at least this often (``jqsched.timers``), so a script wakes it
+(the queue's ``sched`` token) only for a due time sooner than this: a claim's lease deadline further out is
+read at the next step, which is still before it (``STEP_HORIZON`` in ``lua/_base.lua`` mirrors it). At a
+trickle of short jobs the running set empties between claims, and a claim into an empty set woke the
+scheduler for a full step every job (issue 58)."""
 
 
 class Timers(Part):

@@ -1,7 +1,8 @@
 """The timers of a set of queues (promote due delayed jobs, reap expired leases, collect garbage), run by
 the scheduler service over the engine: they sleep until the next due time (a delayed job's ``run_at``, a
-lease deadline, the next GC) or until a script tells them an earlier one appeared
-(:meth:`jqengine.Engine.wait_for_due`). Idle timers cost one blocking command per ``max_idle_s``.
+lease deadline, the next GC, :data:`jqengine.timers.STEP_HORIZON_MS` at the latest) or until a script tells
+them an earlier one appeared (:meth:`jqengine.Engine.wait_for_due`). Idle timers cost one blocking command
+per ``max_idle_s`` and a step of each queue per horizon.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
 from jqengine import Engine
+from jqengine.timers import STEP_HORIZON_MS
 from jqruntime.lifecycle import Service
 
 __all__ = ["StepResult", "TimerSignals", "Timers"]
@@ -173,5 +175,6 @@ class Timers(Service):
         self.signals.stepped.signal(step)
         if promoted >= self.batch or reaped >= self.batch:
             return now  # more is due: step again at once
+        # at the horizon at the latest: a lease given since, further out, woke nobody (STEP_HORIZON_MS)
         due = [t for t in (next_due, next_deadline + 1 if next_deadline >= 0 else -1, next_gc) if t >= 0]
-        return min(due)
+        return min(*due, now + STEP_HORIZON_MS)

@@ -34,3 +34,6 @@ local C_RUNNING = 6         -- the graph is still running (a retry needs a finis
 local C_UNANNOUNCED = -7     -- a write to a queue with no configuration the caller did not announce: nothing written
 
 local DAY = 86400000
+-- A scheduler steps every queue it keeps at least this often (ms; jqengine.timers.STEP_HORIZON_MS): a due
+-- time further out needs no wake token, the next step reads it in time.
+local STEP_HORIZON = 10000

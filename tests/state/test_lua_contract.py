@@ -36,6 +36,7 @@ from jqengine.scripts import (
     local_name,
     uses_of,
 )
+from jqengine.timers import STEP_HORIZON_MS
 
 LUA = Path(__file__).parents[2] / "jqengine" / "lua"
 FAMILIES = {
@@ -154,6 +155,9 @@ def test_every_script_file_is_declared_and_every_declared_script_exists() -> Non
 def test_lua_code_constants_equal_the_python_enum() -> None:
     assert _lua_constants() == {c.name: c.value for c in Code}
     assert len(set(_lua_constants().values())) == len(_lua_constants()), "one meaning per number"
+    horizon = re.search(r"^local STEP_HORIZON = (\d+)$", _read("_base"), re.M)
+    assert horizon, "_base.lua names the scheduler's step horizon"
+    assert int(horizon.group(1)) == STEP_HORIZON_MS
 
 
 @pytest.mark.parametrize("part", [*PARTS, *(f"lib/{u}" for u in UNITS)])
