@@ -259,5 +259,7 @@ add_plain()
 if not stored_all then error(why, 0) end
 local handed, freed = hand_off()
 wake(ready - handed + freed)
-if earliest_delayed and (prev_earliest < 0 or earliest_delayed < prev_earliest) then wake_scheduler() end
+if earliest_delayed and (prev_earliest < 0 or earliest_delayed < prev_earliest) then
+  wake_scheduler(earliest_delayed)
+end
 return out

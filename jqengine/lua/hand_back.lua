@@ -59,6 +59,6 @@ local first = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 redis.call('ZADD', DELAYED, run_at, id)
 redis.call('HSET', key, 'run_at', run_at)
 set_state(id, key, 'delayed', {run_at = run_at, message = why})
-if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
+if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler(run_at) end
 wake(freed)
 return {C_OK, run_at}

@@ -38,7 +38,7 @@ else
   redis.call('ZADD', DELAYED, run_at, id)
   redis.call('HSET', key, 'run_at', run_at)
   set_state(id, key, 'delayed', {run_at = run_at, message = 'snoozed'})
-  if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
+  if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler(run_at) end
 end
 stat('snoozed')
 wake(freed)

@@ -61,7 +61,7 @@ else
     e.run_at = run_at
     set_state(id, key, 'delayed', e)
     stat('retried')
-    if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
+    if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler(run_at) end
     out = {C_RETRY, run_at}
   else
     finish(id, key, 'errored', err, e)

@@ -12,6 +12,7 @@ from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
 from jqcore.settings.servers import RedisSettings
 from jqengine import Engine, RedisMemoryFull, connect
+from jqengine.timers import STEP_HORIZON_MS
 from jqsched.timers import Timers
 from jqstack.manager import Endpoints
 
@@ -74,6 +75,27 @@ async def test_scheduler_reaps_an_expired_lease(engine: Engine, q: str, job: Job
         [again] = await engine.jobs.claim(q, 1)
     assert (again.id, again.attempt) == ("a", 2)
     assert now_ms() >= first.lease_deadline_ms
+
+
+async def test_a_due_time_wakes_the_scheduler_only_within_its_step_horizon(
+    engine: Engine, q: str, job: Job
+) -> None:
+    """A claim into an empty running set, a delayed job into an empty delayed set: a token for the
+    scheduler only when the due time comes before its next step could read it (issue 58: at a trickle
+    every claim woke it for a whole step)."""
+    far = STEP_HORIZON_MS + 60_000
+    await engine.enqueue_batch([job(q, id=i, at_ms=now_ms()) for i in ("long", "short")])
+    await engine.enqueue_batch([job(q, id="later", run_at=now_ms() + far, at_ms=now_ms())])
+    await engine.jobs.claim(q, 1, lease_ms=far)
+    assert await engine.timers.wait_for_due([q], timeout_s=0.05) is None
+    await engine.jobs.claim(q, 1, lease_ms=2_000)  # earlier than the running set's earliest, and soon
+    assert await engine.timers.wait_for_due([q], timeout_s=5) == q
+    await engine.enqueue_batch([job(q, id="soon", run_at=now_ms() + 2_000, at_ms=now_ms())])
+    assert await engine.timers.wait_for_due([q], timeout_s=5) == q
+    # and the scheduler steps a queue within the horizon however far its due times are (its next GC: 60 s)
+    idle, now = f"{q}.idle", now_ms()
+    await engine.enqueue_batch([job(idle, id="x", run_at=now + far, at_ms=now)])
+    assert await Timers(engine, [idle], clock=lambda: now)._step(idle, now) == now + STEP_HORIZON_MS
 
 
 async def test_claims_work_at_maxmemory_while_enqueue_is_refused(

@@ -154,9 +154,6 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
     stat('claimed', claimed)
     if waited > 0 then stat('wait_ms', waited) end
   end
-  -- a deadline further out than STEP_HORIZON is read by the scheduler's next step, in time
-  if new_earliest and (earliest < 0 or new_earliest < earliest) and new_earliest < NOW + STEP_HORIZON then
-    wake_scheduler()
-  end
+  if new_earliest and (earliest < 0 or new_earliest < earliest) then wake_scheduler(new_earliest) end
   return claimed, freed
 end

@@ -46,6 +46,6 @@ local function fail_job(id, attempt, token, err, delay, permanent)
   e.run_at = run_at
   set_state(id, key, 'delayed', e)
   stat('retried')
-  if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler() end
+  if first[2] == nil or run_at < tonumber(first[2]) then wake_scheduler(run_at) end
   return 'retry', freed, run_at
 end

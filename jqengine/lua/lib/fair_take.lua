@@ -18,5 +18,5 @@ local function fair_take(v, fc)
   redis.call('ZREM', FAIRRING, v)
   local first = redis.call('ZRANGE', FAIRTIME, 0, 0, 'WITHSCORES')
   redis.call('ZADD', FAIRTIME, at, v)
-  if #first == 0 or at < tonumber(first[2]) then wake_scheduler() end
+  if #first == 0 or at < tonumber(first[2]) then wake_scheduler(at) end
 end
