@@ -58,12 +58,14 @@ from jqengine.signals import QueueSignals
 from jqengine.switchrules import ACTIONS as SWITCH_ACTIONS
 from jqengine.switchrules import Switch
 from jqengine.tails import TAIL_ID_PREFIX
+from jqengine.timers import STEP_HORIZON_MS
 
 __all__ = [
     "ENDED_GRAPHS_KEPT",
     "MAX_RESULT_BYTES",
     "POOL_HOLDER",
     "REPAIR_AFTER_MS",
+    "STEP_HORIZON_MS",
     "SWITCH_ACTIONS",
     "TAIL_ID_PREFIX",
     "CancelOutcome",

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
-from jqengine import Engine
-from jqengine.timers import STEP_HORIZON_MS
+from jqengine import STEP_HORIZON_MS, Engine
 from jqruntime.lifecycle import Service
 
 __all__ = ["StepResult", "TimerSignals", "Timers"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from jqengine import Code
+from jqengine import STEP_HORIZON_MS, Code
 from jqengine.keys import GRAPH_KEY_DOCS, GRAPH_KEY_NAMES, KEY_DOCS, KEY_NAMES, GraphKeys, QueueKeys
 from jqengine.luaheaders import keys_header, with_keys_header
 from jqengine.scripts import (
@@ -36,7 +36,6 @@ from jqengine.scripts import (
     local_name,
     uses_of,
 )
-from jqengine.timers import STEP_HORIZON_MS
 
 LUA = Path(__file__).parents[2] / "jqengine" / "lua"
 FAMILIES = {

@@ -11,8 +11,7 @@ import redis.asyncio as aioredis
 from jqcore.clock import now_ms
 from jqcore.envelope import Envelope
 from jqcore.settings.servers import RedisSettings
-from jqengine import Engine, RedisMemoryFull, connect
-from jqengine.timers import STEP_HORIZON_MS
+from jqengine import STEP_HORIZON_MS, Engine, RedisMemoryFull, connect
 from jqsched.timers import Timers
 from jqstack.manager import Endpoints
 
