@@ -78,6 +78,8 @@ COMPLETIONS_WAIT_S = 5.0
 then releases with the rest) before it releases what it holds."""
 HANDOFF_MARGIN_MS = 1_000
 """A hand-off registration outlives the blocking pop it is for by this much (the pop's round trip)."""
+HANDOFF_MIN_WAIT_S = 0.05
+"""A registration with less time left than this is renewed by a claim rather than waited on."""
 
 
 class Pool(Service):
@@ -150,6 +152,10 @@ class Pool(Service):
         self._hooks_started = False
         self._waiter = f"{self._presence.name}/{secrets.token_hex(4)}" if handoff else ""
         """This pool's id for hand-off claims ('' = none: several queues or a filter)."""
+        self._registered = (0, 0.0)
+        """Slots this pool's hand-off registration has left, and until when (monotonic) it may wait on it
+        without a claim: a hand-off of fewer jobs than the slots leaves the rest registered
+        (``lua/lib/hand_off.lua``), so at a trickle the pool pops job after job with no claim between."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -307,8 +313,9 @@ class Pool(Service):
             self.claimed_once.set()
             await self._hush()
             return False
+        slots, until = self._registered
         try:
-            if await self._fetch_once():
+            if not (slots > 0 and until - time.monotonic() > HANDOFF_MIN_WAIT_S) and await self._fetch_once():
                 return False
         finally:
             self.claimed_once.set()
@@ -318,11 +325,15 @@ class Pool(Service):
             return True
         wait_s = self._wait_s()
         if self._waiter:
-            queue = self.config.queues[0]
+            queue, (slots, until) = self.config.queues[0], self._registered
+            wait_s = min(wait_s, max(0.0, until - time.monotonic()))
             wait = asyncio.ensure_future(self.engine.jobs.wait_for_handoff(queue, self._waiter, wait_s))
             if await self._interrupted(wait):  # resized: wake our own blocking pop (nothing is lost)
                 await self.engine.jobs.nudge(queue, self._waiter)
-            handed = await self._within_limit(await wait or [])
+            got = await wait or []
+            # what the registration has left, as the hand-off counted it down (nothing: claim again)
+            self._registered = (slots - len(got), until) if got else (0, 0.0)
+            handed = await self._within_limit(got)
             self._launch(handed)
             if handed:
                 await asyncio.sleep(0)  # the jobs start before the next claim is packed and sent
@@ -338,6 +349,7 @@ class Pool(Service):
         """Quiet: leave the hand-off list (jobs handed meanwhile are ours: they run), then wait until the
         pool may claim again."""
         if self._waiter:
+            self._registered = (0, 0.0)
             self._launch(await self.engine.jobs.unwait(self.config.queues[0], self._waiter))
         self.signals.quiet.signal(True)
         await self._loud.wait()
@@ -391,6 +403,7 @@ class Pool(Service):
             free = self._capacity() - len(self.in_flight)
             if free <= 0:
                 return True
+            wait_ms, asked = self._handoff_ms(), time.monotonic()
             jobs = await self.engine.jobs.claim(
                 queue,
                 free,
@@ -398,8 +411,12 @@ class Pool(Service):
                 filter=self.config.filter,
                 worker=self._presence.name,
                 waiter=self._waiter,
-                wait_ms=self._handoff_ms(),
+                wait_ms=wait_ms,
             )
+            # a short claim registered the pool for hand-offs of its free slots (unless jobs handed earlier
+            # wait in its inbox: then it is not registered, and the wake token of the next job says so)
+            registered = free - len(jobs) if self._waiter and len(jobs) < free else 0
+            self._registered = (registered, asked + (wait_ms - HANDOFF_MARGIN_MS) / 1000)
             self._launch(jobs)
             if len(jobs) == free:
                 return True

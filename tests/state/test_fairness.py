@@ -149,7 +149,7 @@ async def test_the_scheduler_step_hands_a_rated_tenants_next_job_to_a_waiting_po
     """A pool waiting for a hand-off gets the rated tenant's next job from promote_due (no poll), and
     lifting the rate lets the tenant in at once."""
     await engine.admin.configure_queue(q, QueueConfig(fair_key="tenant", fair_rates={"slow": 1}))
-    await engine.enqueue_batch([job(q, id=f"s{i}", meta={"tenant": "slow"}) for i in range(4)], now_ms=t0)
+    await engine.enqueue_batch([job(q, id=f"s{i}", meta={"tenant": "slow"}) for i in range(5)], now_ms=t0)
     assert [j.id for j in await engine.jobs.claim(q, 5, now_ms=t0)] == ["s0"]
     assert await engine.jobs.claim(q, 5, waiter="pool-a", wait_ms=60_000, now_ms=t0 + 1) == []
     assert (await engine.timers.promote_due(q, now_ms=t0 + 999)).next_run_at == t0 + 1000, "not yet"
@@ -159,9 +159,14 @@ async def test_the_scheduler_step_hands_a_rated_tenants_next_job_to_a_waiting_po
     wake = QueueKeys(q).wake
     await engine._client.delete(wake)
     await engine.timers.promote_due(q, now_ms=t0 + 2000)
+    handed = await engine.jobs.wait_for_handoff(q, "pool-a", 5)
+    assert [j.id for j in handed or []] == ["s2"], "the rest of its slots stayed registered"
+    assert await engine._client.llen(wake) == 0
+    assert await engine.jobs.unwait(q, "pool-a") == []
+    await engine.timers.promote_due(q, now_ms=t0 + 3000)
     assert await engine._client.llen(wake) == 1, "no pool registered: the step wakes the waiting workers"
-    assert [j.id for j in await engine.jobs.claim(q, 5, now_ms=t0 + 2000)] == ["s2"]
+    assert [j.id for j in await engine.jobs.claim(q, 5, now_ms=t0 + 3000)] == ["s3"]
     await engine.admin.configure_queue(
         q, QueueConfig(fair_key="tenant")
     )  # the rate lifted: it enters at once
-    assert [j.id for j in await engine.jobs.claim(q, 5, now_ms=t0 + 2001)] == ["s3"]
+    assert [j.id for j in await engine.jobs.claim(q, 5, now_ms=t0 + 3001)] == ["s4"]

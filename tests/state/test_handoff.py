@@ -40,8 +40,15 @@ async def test_an_enqueued_job_is_handed_to_the_waiting_pool_leased(
     info = await engine.reads.get_job(q, "b")
     assert info is not None
     assert (info.state, info.worker) == ("running", "w-a")
-    assert not await engine._client.hexists(QueueKeys(q).waiters, "pool-a")  # one hand-off per registration
     assert await engine._client.llen(QueueKeys(q).wake) == 0  # nobody else was woken for them
+    # the rest of its slots stay registered: the next job is handed to it too, with a token of its own
+    raw = await engine._client.hget(QueueKeys(q).waiters, "pool-a")
+    assert (raw.decode() if isinstance(raw, bytes) else str(raw)).startswith("3|")
+    await engine.enqueue_batch([job(q, id="c")], now_ms=t0 + 1)
+    [c] = await engine.jobs.wait_for_handoff(q, "pool-a", 5) or []
+    assert c.id == "c"
+    assert c.token not in {j.token for j in handed}
+    handed.append(c)
     for j in handed:
         await engine.jobs.complete(q, (j.id, j.attempt, j.token), now_ms=t0 + 2)
     assert (await engine.reads.get_job(q, "a")).state == "completed"  # type: ignore[union-attr]

@@ -398,3 +398,32 @@ async def test_a_job_whose_claim_lease_ended_before_its_start_is_given_up_unrun(
         assert (run.abandoned, run.started, ran) == (True, False, [])
     await drain(reg, engine, redis, q)
     assert ran == [2], "the next claim ran it, once"
+
+
+async def test_a_pool_at_a_trickle_is_handed_job_after_job_on_one_registration(
+    engine: Engine, redis: aioredis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs one at a time to an idle pool of 4 slots: its short claim registered the slots for hand-offs,
+    and a hand-off of one job leaves the rest registered, so the pool pops job after job with no claim
+    call between (issue 58: at a trickle a claim a job was a third of a worker's script calls)."""
+    q, reg = f"{prefix}.w", Registry()
+
+    @reg.job("noop", queue=q)
+    async def noop() -> None:
+        return None
+
+    claims, real = [], engine.jobs.claim
+
+    async def counted(queue: str, n: int, **kw: Any) -> Any:
+        claims.append(n)
+        return await real(queue, n, **kw)
+
+    monkeypatch.setattr(engine.jobs, "claim", counted)
+    pool = Pool(reg, engine, PoolConfig([q], concurrency=4), redis=redis)
+    enable_all(pool.signals)
+    async with pool:
+        await pool.claimed_once.wait()
+        for _ in range(3):
+            job_id = await enqueue(engine, q, "noop")
+            await pool.signals.finished.wait_for(lambda done, i=job_id: done == (i, "succeeded"))
+    assert claims == [4]
