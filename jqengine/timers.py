@@ -12,12 +12,13 @@ from jqengine.models import Promoted
 
 __all__ = ["STEP_HORIZON_MS", "Timers"]
 
-STEP_HORIZON_MS = 10_000
+STEP_HORIZON_MS = 30_000
 """A scheduler steps every queue it keeps at least this often (``jqsched.timers``), so a script wakes it
 (the queue's ``sched`` token) only for a due time sooner than this: a claim's lease deadline further out is
 read at the next step, which is still before it (``STEP_HORIZON`` in ``lua/_base.lua`` mirrors it). At a
 trickle of short jobs the running set empties between claims, and a claim into an empty set woke the
-scheduler for a full step every job (issue 58)."""
+scheduler for a full step every job (issue 58). As long as the default lease (30 s), so that a claim with
+it never wakes the scheduler; an idle queue costs a step (two script calls) per horizon."""
 
 
 class Timers(Part):

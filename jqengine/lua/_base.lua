@@ -36,4 +36,4 @@ local C_UNANNOUNCED = -7     -- a write to a queue with no configuration the cal
 local DAY = 86400000
 -- A scheduler steps every queue it keeps at least this often (ms; jqengine.timers.STEP_HORIZON_MS): a due
 -- time further out needs no wake token, the next step reads it in time.
-local STEP_HORIZON = 10000
+local STEP_HORIZON = 30000
