@@ -43,7 +43,8 @@ local out = {C_OK}
 local woken = settle_jobs(3, count, out, CODE)
 local c = 3 + count * 7
 local n, lease_arg, token_prefix, worker = tonumber(ARGV[c]), tonumber(ARGV[c + 1]), ARGV[c + 2], ARGV[c + 3]
-if n > 0 and cfg('paused', '0') ~= '1' then
+-- at a trickle nothing is ready (each job was handed to a waiting pool): one ZCARD instead of a claim's reads
+if n > 0 and redis.call('ZCARD', READY) > 0 and cfg('paused', '0') ~= '1' then
   local claimed, freed = claim_from(READY, n, lease_arg, token_prefix, worker, nil, out)
   woken = woken + freed
   if claimed < n and redis.call('ZCARD', READY) > 0 then woken = woken + 1 end
