@@ -72,7 +72,8 @@ log = get_logger("worker.pool")
 
 HANDOFF_WAIT_S = 5.0
 """A pool registered for hand-offs waits at most this long before it claims (and registers) again: a
-pool killed while registered is handed at most one batch, within this window."""
+pool killed while registered is handed at most its registered slots' jobs, within this window (a pool
+killed at full load holds as many); they come back when their leases expire."""
 COMPLETIONS_WAIT_S = 5.0
 """A stopping pool waits this long for its completions on their way (they may bring claimed jobs, which it
 then releases with the rest) before it releases what it holds."""

@@ -18,7 +18,7 @@
 -- back short (no filter) registers it in 'waiters' with its free slots until now + wait_ms — unless its
 -- inbox still holds jobs handed to it (they fill those slots); any other claim naming it deregisters it.
 -- A registered pool blocks on its inbox and the wake list (jqengine/waiting.py); enqueue_batch and
--- promote_due claim jobs for it (lib/hand_off.lua).
+-- promote_due claim jobs for it (lib/hand_off.lua), leaving the slots they did not fill registered.
 -- KEYS[1] prefix   "jobq:{q}:", the prefix derived keys are built from (same slot; not a key)
 -- KEYS[2] ready    ZSET pending jobs claimable now, score = priority (lower first)
 -- KEYS[3] running  ZSET claimed jobs, score = lease deadline (ms)
