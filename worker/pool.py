@@ -327,7 +327,8 @@ class Pool(Service):
         wait_s = self._wait_s()
         if self._waiter:
             queue, (slots, until) = self.config.queues[0], self._registered
-            wait_s = min(wait_s, max(0.0, until - time.monotonic()))
+            if slots > 0:  # no longer than the registration lasts (0 would be a BLPOP without end)
+                wait_s = min(wait_s, max(HANDOFF_MIN_WAIT_S, until - time.monotonic()))
             wait = asyncio.ensure_future(self.engine.jobs.wait_for_handoff(queue, self._waiter, wait_s))
             if await self._interrupted(wait):  # resized: wake our own blocking pop (nothing is lost)
                 await self.engine.jobs.nudge(queue, self._waiter)
