@@ -10,7 +10,9 @@ drift of the shared machine touches each alike):
   seconds the process has run by then (its threads' ``/proc`` schedstat, to the nanosecond:
   :func:`loadtest.cpu.run_s`) — its interpreter, imports, settings, connection and first claim. The same
   for the floor worker (:mod:`loadtest.floors.worker`, the least code that keeps a lease queue's promise)
-  on its own queue.
+  on its own queue. And ``jobq`` as deployed (``jobq-port``): the same worker with a metrics port
+  (``JOBQ_WORKER_METRICS_PORT``, which every worker the Helm chart runs has for its probes; its health
+  server starts after the first claim round).
 * **--help**: ``jobq --help`` and the floor worker's ``--help`` to their exit, wall and CPU seconds.
 
 ``baseline``: another checkout's root (``git worktree add /tmp/base main``, or ``git archive``), run
@@ -40,6 +42,7 @@ from jqcore.envelope import new_envelope
 from jqengine import Engine
 from jqengine.keys import QueueKeys
 from jqstack.pipeline import PipelineEnv, worker_argv
+from jqstack.procs import free_port
 from jqstack.supervise import Children, python_m
 from loadtest.cpu import run_s
 from loadtest.floors import jobq_app
@@ -56,8 +59,9 @@ SLOTS = 16
 """The workers' slots (as ``floors``' worker hop)."""
 POLL_S = 0.002
 """How often the queue is looked at while a worker starts."""
-SYSTEMS = ("jobq", "floor")
-"""Measured every repetition; ``baseline`` joins them when a baseline checkout is given."""
+SYSTEMS = ("jobq", "jobq-port", "floor")
+"""Measured every repetition; ``baseline`` joins them when a baseline checkout is given. ``jobq-port``
+has no ``--help`` of its own (the same command)."""
 
 
 def command_cost(
@@ -124,6 +128,8 @@ def _worker(
         )
     root = baseline if system == "baseline" and baseline is not None else HERE
     env = {**PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker(), "PYTHONPATH": str(root)}
+    if system == "jobq-port":
+        env["JOBQ_WORKER_METRICS_PORT"] = str(free_port())
     argv = worker_argv(queue, app=f"{jobq_app.__name__}:registry", concurrency=SLOTS, burst=True)
     return argv, env, root
 
@@ -163,7 +169,7 @@ def _round(
         wall, cpu = first_claim(url, system, f"startup{os.getpid()}{tag}{system}", baseline)
         out[f"spawn → first claim, wall: {system}"] = wall
         out[f"spawn → first claim, CPU: {system}"] = cpu
-    for system in order:
+    for system in [s for s in order if s != "jobq-port"]:
         wall, cpu = _help(system, baseline)
         out[f"--help, wall: {system}"] = wall
         out[f"--help, CPU: {system}"] = cpu
@@ -179,8 +185,8 @@ def _table(samples: dict[str, list[float]], systems: tuple[str, ...]) -> str:
         "|---|" + "---:|" * (len(systems) + 1 + ("baseline" in systems)),
     ]
     for measure in ("spawn → first claim, wall", "spawn → first claim, CPU", "--help, wall", "--help, CPU"):
-        got = {s: samples[f"{measure}: {s}"] for s in systems}
-        cells = [f"{statistics.median(got[s]):.3f}" for s in systems]
+        got = {s: samples.get(f"{measure}: {s}", []) for s in systems}
+        cells = [f"{statistics.median(got[s]):.3f}" if got[s] else "—" for s in systems]
         for other in ("floor", "baseline")[: 1 + ("baseline" in systems)]:
             ratios = [j / o for j, o in zip(got["jobq"], got[other], strict=True) if o]
             cells.append(f"{statistics.median(ratios):.2f}×" if ratios else "—")
