@@ -315,8 +315,13 @@ class Pool(Service):
             await self._hush()
             return False
         slots, until = self._registered
+        # still registered for slots it has free (a refill may have filled some): wait again without a claim
+        registered = (
+            0 < slots <= self._capacity() - len(self.in_flight)
+            and until - time.monotonic() > HANDOFF_MIN_WAIT_S
+        )
         try:
-            if not (slots > 0 and until - time.monotonic() > HANDOFF_MIN_WAIT_S) and await self._fetch_once():
+            if not registered and await self._fetch_once():
                 return False
         finally:
             self.claimed_once.set()
