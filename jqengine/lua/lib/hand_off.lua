@@ -21,17 +21,17 @@ local function hand_off()
     local slots, lease, deadline, prefix, worker = string.match(all[i + 1], '^(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
     redis.call('HDEL', WAITERS, waiter)
     if slots and tonumber(deadline) >= NOW then
-      local out = {}
-      local claimed, more = claim_from(READY, tonumber(slots), tonumber(lease), prefix .. slots, worker, nil, out)
+      local out, n = {}, tonumber(slots)
+      local claimed, more = claim_from(READY, n, tonumber(lease), prefix .. slots, worker, nil, out)
       freed = freed + more
       if claimed > 0 then
         local inbox = k('inbox:' .. waiter)
         redis.call('RPUSH', inbox, cjson.encode(out))
         redis.call('PEXPIRE', inbox, tonumber(deadline) - NOW + 600000)
         handed = handed + claimed
-        if claimed < tonumber(slots) then
+        if claimed < n then
           redis.call('HSET', WAITERS, waiter,
-            (tonumber(slots) - claimed) .. '|' .. lease .. '|' .. deadline .. '|' .. prefix .. '|' .. worker)
+            (n - claimed) .. '|' .. lease .. '|' .. deadline .. '|' .. prefix .. '|' .. worker)
         end
       else
         redis.call('HSET', WAITERS, waiter, all[i + 1])  -- nothing it may run (kind limits): keep waiting
