@@ -167,8 +167,12 @@ class Lane:
         for p, start, end in tails:
             await self._scan(p, start, end)
         if self.state.held:
-            log.info(
-                "holding lane read back", lane=self.name, held=sorted(self.state.held), records=self._total()
+            log.info(  # records: those found in the tails; the listed ranges are scanned in the background
+                "holding lane read back",
+                lane=self.name,
+                held=sorted(self.state.held),
+                records=self._total(),
+                scanning=[f"{p}:[{start},{end})" for p, start, end in listed],
             )
         self._tasks = [
             asyncio.create_task(self._scan_listed(*x), name=f"lane-scan:{self.name}") for x in listed
