@@ -71,7 +71,7 @@ def bench(
             "--baseline",
             exists=True,
             file_okay=False,
-            help="startup: another checkout's root, its jobq measured beside this one's.",
+            help="startup, trickle: another checkout's root, its jobq measured beside this one's.",
         ),
     ] = None,
 ) -> None:
@@ -79,7 +79,7 @@ def bench(
     owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
     owned["--backlog"] = ("neighbours", backlog)
     owned["--hop"] = ("floors", hop)
-    owned["--baseline"] = ("startup", baseline)
+    owned["--baseline"] = ("startup, trickle", baseline)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
@@ -93,6 +93,8 @@ def bench(
         report = registry.peers(quick, slots=slots)
     elif scenario == "startup":
         report = registry.startup(quick, baseline=baseline)
+    elif scenario == "trickle":
+        report = registry.trickle(quick, baseline=baseline)
     elif scenario == "web":
         report = registry.web(quick, jobs=jobs, history_rows=history_rows, requests=requests)
     else:
@@ -132,7 +134,7 @@ def _only(
     if scenario != "web" and any(v is not None for v in sizes.values()):
         raise typer.BadParameter(f"{', '.join(k for k, v in sizes.items() if v is not None)}: web only")
     for option, (owner, value) in owned.items():
-        if scenario != owner and value is not None:
+        if scenario not in owner.split(", ") and value is not None:
             raise typer.BadParameter(f"{option}: {owner} only")
     if scenario != "faults" and (chaos[0] or chaos[1] is not None):
         raise typer.BadParameter("--chaos, --seed: faults only")

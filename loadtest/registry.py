@@ -12,7 +12,7 @@ from pathlib import Path
 
 from loadtest.report import Report
 
-__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "startup", "web"]
+__all__ = ["SCENARIOS", "drain", "neighbours", "peers", "startup", "trickle", "web"]
 
 
 def _stack(quick: bool) -> Report:
@@ -99,6 +99,13 @@ def startup(quick: bool, *, baseline: Path | None = None) -> Report:
     return startup_bench.run(quick=quick, baseline=baseline)
 
 
+def trickle(quick: bool, *, baseline: Path | None = None) -> Report:
+    """``./run bench trickle``; ``--baseline ROOT``: another checkout's jobq measured beside this one's."""
+    from loadtest import trickle_bench
+
+    return trickle_bench.run(quick=quick, baseline=baseline)
+
+
 def _history(quick: bool) -> Report:
     from loadtest import history_bench
 
@@ -160,6 +167,7 @@ SCENARIOS: dict[str, Callable[[bool], Report]] = {
     "e2e": _e2e,
     "floors": floors,
     "startup": startup,
+    "trickle": trickle,
     "peers": peers,
     "neighbours": neighbours,
     "history": _history,

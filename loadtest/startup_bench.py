@@ -51,7 +51,7 @@ from loadtest.floors.lease import write as floor_write
 from loadtest.report import Report
 from loadtest.stacks import redis_rounds
 
-__all__ = ["POLL_S", "SYSTEMS", "command_cost", "run"]
+__all__ = ["POLL_S", "SYSTEMS", "command_cost", "compile_tree", "run", "worker_command"]
 
 HERE = Path(__file__).resolve().parents[1]
 """This checkout's root."""
@@ -116,28 +116,26 @@ def _one_waiting(url: str, system: str, queue: str) -> Callable[[], bool]:
     return lambda: int(client.zcard(pending)) == 0
 
 
-def _worker(
-    url: str, system: str, queue: str, baseline: Path | None
+def worker_command(
+    url: str, system: str, queue: str, baseline: Path | None, *, slots: int = SLOTS, burst: bool = True
 ) -> tuple[list[str], dict[str, str], Path]:
-    """``system``'s worker on ``queue``: argv, environment, working folder."""
+    """``system``'s worker on ``queue`` (``jobq``, ``jobq-port``, ``floor`` or ``baseline``): argv,
+    environment, working folder."""
     if system == "floor":
-        return (
-            python_m("loadtest.floors.worker", url, queue, "--slots", str(SLOTS), "--burst"),
-            _tree_env(HERE),
-            HERE,
-        )
+        argv = python_m("loadtest.floors.worker", url, queue, "--slots", str(slots))
+        return [*argv, "--burst"] if burst else argv, _tree_env(HERE), HERE
     root = baseline if system == "baseline" and baseline is not None else HERE
     env = {**PipelineEnv({"JOBQ_REDIS_URL": url}, log_level="warning").worker(), "PYTHONPATH": str(root)}
     if system == "jobq-port":
         env["JOBQ_WORKER_METRICS_PORT"] = str(free_port())
-    argv = worker_argv(queue, app=f"{jobq_app.__name__}:registry", concurrency=SLOTS, burst=True)
+    argv = worker_argv(queue, app=f"{jobq_app.__name__}:registry", concurrency=slots, burst=burst)
     return argv, env, root
 
 
 def first_claim(url: str, system: str, queue: str, baseline: Path | None = None) -> tuple[float, float]:
     """Spawn ``system``'s worker with one job waiting in ``queue``: wall and CPU seconds to its claim."""
     claimed = _one_waiting(url, system, queue)
-    argv, env, cwd = _worker(url, system, queue, baseline)
+    argv, env, cwd = worker_command(url, system, queue, baseline)
     with Children(grace_s=30.0) as procs:
         spawned = time.perf_counter()
         child = procs.start(f"{system}-worker", argv, env=env, cwd=cwd)

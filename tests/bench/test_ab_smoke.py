@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jqstack.manager import Endpoints
-from loadtest import script_ab, ship_ab, startup_bench
+from loadtest import script_ab, ship_ab, startup_bench, trickle_bench
 
 
 def test_script_ab_compares_two_trees_on_one_redis() -> None:
@@ -62,3 +62,16 @@ def test_startup_times_each_system_and_a_baseline_checkout() -> None:
     }
     assert all(value > 0 for value in figures.values()), figures
     assert "jobq / baseline" in report.summary
+
+
+def test_trickle_measures_each_system_and_a_baseline_checkout_per_job() -> None:
+    report = trickle_bench.run(quick=True, baseline=Path(__file__).parents[2])  # this checkout against itself
+    figures = {f.name: f.median for f in report.figures}
+    systems = ("jobq", "floor", "baseline")
+    assert set(figures) == {f"{m}: {s}" for m in trickle_bench.MEASURES for s in systems}
+    for tree in ("jobq", "baseline"):  # each job: its enqueue's call, at least; the worker ran them
+        assert figures[f"script calls/job: {tree}"] >= 1, figures
+        assert figures[f"worker CPU, µs/job: {tree}"] > 0, figures
+    assert figures["Redis commands/job: floor"] >= 3, figures  # its write (2) and the job's INCR
+    assert "jobq / baseline" in report.summary
+    assert any("**floor**: " in section and "incrby 1.00" in section for section in report.sections)
