@@ -69,10 +69,10 @@
 -- enqueue event's (and the envelope's enqueued_at), not the record's: nothing reads it there.
 -- What a job costs Redis here (the relay's hop, docs/benchmarks.md): its HMGET (is the id known), one HSET
 -- of its record, its event; a plain job (no filter index, no fairness, no exclusivity, due now) enters the
--- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (one HMGET),
+-- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (one HGETALL),
 -- the kind's options, the counters, the wake-ups.
--- uses: admit, fairness, finish, hand_off, jkey, server_now, split_lines, stat, to_ready, transit,
---       wake, wake_scheduler
+-- uses: admit, cfg, cfgnum, fairness, finish, hand_off, jkey, server_now, split_lines, stat, to_ready,
+--       transit, wake, wake_scheduler
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
   local newest = tonumber(redis.call('HGET', FENCES, source) or '0')
@@ -82,7 +82,7 @@ end
 local created = 0
 if n > 0 and ARGV[6] == nil then
   -- not announced: the caller saw this queue listed and configured; if that is no longer so, it announces
-  if redis.call('HEXISTS', CONFIG, 'created_at') == 0 then return {C_UNANNOUNCED} end
+  if cfg('created_at') == nil then return {C_UNANNOUNCED} end
 elseif n > 0 and redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
   created = 1
   -- the kill switches in force (the engine read them before the call) hold this first batch already: a
@@ -90,18 +90,16 @@ elseif n > 0 and redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
   -- registers the queue only after this call (a list a switch change wrote meanwhile is kept)
   if ARGV[6] ~= '' then redis.call('HSETNX', CONFIG, 'switches', ARGV[6]) end
 end
--- the configuration this call reads, in one HMGET (a command a field was ~7 % of a one-job call)
-local conf = redis.call('HMGET', CONFIG, 'mode', 'excl_key', 'filter_keys', 'max_attempts', 'dedup',
-  'dedup_window_ms', 'default_delay_ms')
-local exclusive = conf[1] == 'exclusive'
-local excl_key = conf[2] or ''
+-- the configuration (cfg: read whole once, after the writes above)
+local exclusive = cfg('mode') == 'exclusive'
+local excl_key = cfg('excl_key', '')
 local filter_keys = {}
-for _, name in ipairs(split_lines(string.gsub(conf[3] or '', ',', '\n'))) do filter_keys[name] = true end
-local default_attempts = tonumber(conf[4]) or 10
+for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do filter_keys[name] = true end
+local default_attempts = cfgnum('max_attempts', 10)
 local fair_key = fairness().key
-local dedup_finished = conf[5] == 'finished'
-local dedup_window = tonumber(conf[6]) or DAY
-local default_delay = tonumber(conf[7]) or 0
+local dedup_finished = cfg('dedup') == 'finished'
+local dedup_window = cfgnum('dedup_window_ms', DAY)
+local default_delay = cfgnum('default_delay_ms', 0)
 local TERMINAL = {completed = true, errored = true, canceled = true, expired = true}
 
 -- May this existing record be enqueued again as a new run? (see the header)

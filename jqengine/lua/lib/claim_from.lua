@@ -124,6 +124,7 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       if scan then scan.done = true end
       break
     end
+    local freed_before = freed
     local passed = {}  -- chunk positions of entries missing from another pair's index
     if scan then
       for _, other in ipairs(scan.others) do
@@ -147,6 +148,8 @@ local function claim_from(src, n, lease_arg, token_prefix, worker, scan, out)
       if claimed >= n or scanned >= budget then break end
     end
     flush()  -- before the next chunk is read: its ranks count the jobs that stay only
+    -- a short chunk read src to its end: a next read would find only the jobs this one made ready
+    if scan == nil and #ids < want and freed == freed_before then break end
   end
   if scan then scan.next = offset end
   for kind, c in pairs(started) do redis.call('HINCRBY', KINDRUN, kind, c) end
