@@ -76,10 +76,13 @@ def bench(
     ] = None,
 ) -> None:
     """Run a benchmark scenario; the report folder is printed at the end."""
-    owned: dict[str, tuple[str, object]] = {"--batch": ("drain", batch), "--slots": ("peers", slots)}
-    owned["--backlog"] = ("neighbours", backlog)
-    owned["--hop"] = ("floors", hop)
-    owned["--baseline"] = ("startup, trickle", baseline)
+    owned: dict[str, tuple[tuple[str, ...], object]] = {
+        "--batch": (("drain",), batch),
+        "--slots": (("peers",), slots),
+    }
+    owned["--backlog"] = (("neighbours",), backlog)
+    owned["--hop"] = (("floors",), hop)
+    owned["--baseline"] = (("startup", "trickle"), baseline)
     _only(scenario, web=(jobs, history_rows, requests), owned=owned, chaos=(chaos, seed))
     if chaos:
         report = registry.chaos(seed, minutes)
@@ -123,19 +126,19 @@ def _only(
     scenario: str,
     *,
     web: tuple[int | None, ...],
-    owned: dict[str, tuple[str, object]],
+    owned: dict[str, tuple[tuple[str, ...], object]],
     chaos: tuple[bool, int | None],
 ) -> None:
-    """Refuse an unknown scenario and options of another scenario (``owned``: an option → the one scenario
-    it belongs to, and its value)."""
+    """Refuse an unknown scenario and options of another scenario (``owned``: an option → the scenarios it
+    belongs to, and its value)."""
     if scenario not in SCENARIO_NAMES:
         raise typer.BadParameter(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIO_NAMES)}")
     sizes = dict(zip(("--jobs", "--history-rows", "--requests"), web, strict=True))
     if scenario != "web" and any(v is not None for v in sizes.values()):
         raise typer.BadParameter(f"{', '.join(k for k, v in sizes.items() if v is not None)}: web only")
-    for option, (owner, value) in owned.items():
-        if scenario not in owner.split(", ") and value is not None:
-            raise typer.BadParameter(f"{option}: {owner} only")
+    for option, (owners, value) in owned.items():
+        if scenario not in owners and value is not None:
+            raise typer.BadParameter(f"{option}: {', '.join(owners)} only")
     if scenario != "faults" and (chaos[0] or chaos[1] is not None):
         raise typer.BadParameter("--chaos, --seed: faults only")
     if chaos[1] is not None and not chaos[0]:

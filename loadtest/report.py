@@ -13,14 +13,14 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Figure", "Report", "machine_facts", "repeat", "results_root"]
+__all__ = ["Figure", "Report", "machine_facts", "ratio_table", "repeat", "results_root"]
 
 
 @dataclass
@@ -165,3 +165,26 @@ class Report:
         for name, write in self.artifacts.items():
             write(folder / name)
         return folder
+
+
+def ratio_table(
+    title: str, samples: dict[str, list[float]], measures: Sequence[str], systems: Sequence[str], digits: int
+) -> str:
+    """A markdown table of each measure's median per system (``samples`` named ``"<measure>: <system>"``;
+    "—" where a system has none), then jobq over the floor and over a baseline where they ran: the ratio
+    per repetition, then its median."""
+    others = [s for s in ("floor", "baseline") if s in systems]
+    lines = [
+        title,
+        "",
+        f"| measure | {' | '.join(systems)} |" + "".join(f" jobq / {o} |" for o in others),
+        "|---|" + "---:|" * (len(systems) + len(others)),
+    ]
+    for measure in measures:
+        got = {s: samples.get(f"{measure}: {s}", []) for s in systems}
+        cells = [f"{statistics.median(got[s]):.{digits}f}" if got[s] else "—" for s in systems]
+        for other in others:
+            ratios = [j / o for j, o in zip(got["jobq"], got[other], strict=True) if o]
+            cells.append(f"{statistics.median(ratios):.2f}×" if ratios else "—")
+        lines.append(f"| {measure} | {' | '.join(cells)} |")
+    return "\n".join(lines)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -48,7 +47,7 @@ from loadtest.cpu import run_s
 from loadtest.floors import jobq_app
 from loadtest.floors.lease import keys as floor_keys
 from loadtest.floors.lease import write as floor_write
-from loadtest.report import Report
+from loadtest.report import Report, ratio_table
 from loadtest.stacks import redis_rounds
 
 __all__ = ["POLL_S", "SYSTEMS", "command_cost", "compile_tree", "run", "worker_command"]
@@ -174,24 +173,6 @@ def _round(
     return out
 
 
-def _table(samples: dict[str, list[float]], systems: tuple[str, ...]) -> str:
-    lines = [
-        "## Start-up (medians, seconds; the ratio is per repetition, then its median)",
-        "",
-        f"| measure | {' | '.join(systems)} | jobq / floor |"
-        + (" jobq / baseline |" if "baseline" in systems else ""),
-        "|---|" + "---:|" * (len(systems) + 1 + ("baseline" in systems)),
-    ]
-    for measure in ("spawn → first claim, wall", "spawn → first claim, CPU", "--help, wall", "--help, CPU"):
-        got = {s: samples.get(f"{measure}: {s}", []) for s in systems}
-        cells = [f"{statistics.median(got[s]):.3f}" if got[s] else "—" for s in systems]
-        for other in ("floor", "baseline")[: 1 + ("baseline" in systems)]:
-            ratios = [j / o for j, o in zip(got["jobq"], got[other], strict=True) if o]
-            cells.append(f"{statistics.median(ratios):.2f}×" if ratios else "—")
-        lines.append(f"| {measure} | {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
 def run(quick: bool = False, baseline: Path | None = None) -> Report:
     """``quick``: 1 repetition (a smoke run), else 9; ``baseline``: another checkout's root, run beside
     this one."""
@@ -218,6 +199,12 @@ def run(quick: bool = False, baseline: Path | None = None) -> Report:
         f"queue polled every {POLL_S * 1000:g} ms; load average (1 min) {load[0]:.1f} → {load[1]:.1f}",
         f"python {sys.version.split()[0]}; baseline: {baseline or '(none)'}",
     ]
-    report.summary = _table(samples, systems)
+    report.summary = ratio_table(
+        "## Start-up (medians, seconds; the ratio is per repetition, then its median)",
+        samples,
+        ("spawn → first claim, wall", "spawn → first claim, CPU", "--help, wall", "--help, CPU"),
+        systems,
+        3,
+    )
     report.sections.append(report.summary)
     return report

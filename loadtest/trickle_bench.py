@@ -20,7 +20,6 @@ enqueue (a hand-off); the floor's idle worker polls every 5 ms.
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ import redis
 from jqstack.supervise import Child, Children
 from loadtest.cpu import cpu_s, redis_cpu_s
 from loadtest.floors.lease import count_key
-from loadtest.report import Report
+from loadtest.report import Report, ratio_table
 from loadtest.stacks import redis_rounds
 from loadtest.startup_bench import HERE, compile_tree, worker_command
 
@@ -138,24 +137,6 @@ def trickle(
     return figures, per_job
 
 
-def _table(samples: dict[str, list[float]], systems: tuple[str, ...]) -> str:
-    others = [s for s in ("floor", "baseline") if s in systems]
-    lines = [
-        f"## At a trickle ({RATE:g} jobs/s, each written alone; medians per job)",
-        "",
-        f"| measure | {' | '.join(systems)} |" + "".join(f" jobq / {o} |" for o in others),
-        "|---|" + "---:|" * (len(systems) + len(others)),
-    ]
-    for measure in MEASURES:
-        got = {s: samples.get(f"{measure}: {s}", []) for s in systems}
-        cells = [f"{statistics.median(got[s]):.2f}" if got[s] else "—" for s in systems]
-        for other in others:
-            ratios = [j / o for j, o in zip(got["jobq"], got[other], strict=True) if o]
-            cells.append(f"{statistics.median(ratios):.2f}×" if ratios else "—")
-        lines.append(f"| {measure} | {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
 def _by_command(commands: dict[str, dict[str, float]]) -> str:
     """Each system's Redis commands per job by name, in the last repetition (those ≥ 0.01 a job)."""
     lines = ["## Redis commands per job, by name (the last repetition; a script's own commands counted)", ""]
@@ -196,6 +177,7 @@ def run(quick: bool = False, baseline: Path | None = None) -> Report:
         f"{SLOTS} slots; load average (1 min) {load[0]:.1f} → {load[1]:.1f}",
         f"python {sys.version.split()[0]}; baseline: {baseline or '(none)'}",
     ]
-    report.summary = _table(samples, systems)
+    title = f"## At a trickle ({RATE:g} jobs/s, each written alone; medians per job)"
+    report.summary = ratio_table(title, samples, MEASURES, systems, 2)
     report.sections += [report.summary, _by_command(commands)]
     return report
