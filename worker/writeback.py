@@ -134,6 +134,8 @@ class Completions:
                 await self._send(queue, items)
             if not self._pending:
                 self.idle.set()
+            else:  # the jobs just answered leave the pool (their tasks resume) before the next round counts
+                await asyncio.sleep(0)  # the slots it refills: else it claims fewer, the claim loop the rest
 
     async def _send(
         self, queue: str, items: list[tuple[ClaimedJob, bytes | None, asyncio.Future[int]]]

@@ -269,6 +269,7 @@ async def test_a_busy_pools_completions_carry_its_next_claims(
 
     @reg.job("tick", queue=q)
     async def tick(n: int) -> None:
+        await redis.incr(f"{q}:ticks")  # a round trip: the jobs of a round end at different moments
         ran.append(n)
 
     await engine.enqueue_batch([new_envelope(q, "tick", {"n": i}) for i in range(300)])
@@ -277,7 +278,9 @@ async def test_a_busy_pools_completions_carry_its_next_claims(
     claims, rounds = _script_calls("claim") - claims, _script_calls("settle_claim") - rounds
     assert sorted(ran) == list(range(300))
     assert rounds > 0
-    assert claims < rounds, f"{claims} claim calls beside {rounds} rounds: the rounds did not claim"
+    # the claim loop claims at the start and when a round comes back short (the queue's end): a few calls,
+    # not one every other round (a round that counted its room before the last round's jobs had left)
+    assert claims <= 5, f"{claims} claim calls beside {rounds} rounds: the rounds did not claim"
 
 
 async def _held_pool(
