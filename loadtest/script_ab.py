@@ -33,7 +33,9 @@ move them): a Redis of its own under ``valgrind --tool=callgrind``, counting onl
 commands (``FCALL``, ``FCALL_RO``, ``EVALSHA``, ``EVAL``: not the event loop), zeroed before a phase and
 dumped after it (``callgrind_control``); :data:`INSTR_RUNS` runs a tree, interleaved, events on. The
 phases (:func:`_counted`): one-job ``claim``, ``enqueue_batch`` and missing-job ``complete`` calls (k
-instructions a call), ``settle_claim`` rounds of 7 and 50 and an ``enqueue_batch`` of 500 (a job).
+instructions a call), ``settle_claim`` rounds of 7 and 50 and an ``enqueue_batch`` of 500 (a job); beside
+them the floor's rounds of 50 (a job), what a tree's rounds of 50 compare with: the Redis-CPU ratio of
+``./run bench floors --hop worker`` without the machine's noise.
 """
 
 from __future__ import annotations
@@ -189,9 +191,8 @@ async def _phases(
     return enqueue / jobs, rounds / jobs
 
 
-async def _floor_rounds(client: aioredis.Redis, queue: str, jobs: int) -> float:
-    """The floor's script µs per job: ``jobs`` written to its lease queue in batches of :data:`CALL`, then
-    run in rounds of :data:`ROUND` (each call settling the last round's jobs and claiming the next)."""
+async def _floor_fill(client: aioredis.Redis, queue: str, jobs: int) -> list[str]:
+    """``jobs`` written to the floor's lease queue in batches of :data:`CALL`; its keys."""
     keys = floor_keys(queue)
     pending, _, records, _, _ = keys
     payload = b"x" * 200  # about a no-op job's envelope
@@ -201,20 +202,32 @@ async def _floor_rounds(client: aioredis.Redis, queue: str, jobs: int) -> float:
         pipe.hset(records, mapping=dict.fromkeys(ids, payload))
         pipe.zadd(pending, {job_id: i for job_id in ids}, nx=True)
         await pipe.execute()
+    return keys
+
+
+async def _floor_drain(client: aioredis.Redis, keys: list[str], jobs: int) -> None:
+    """The floor's ``jobs`` run in rounds of :data:`ROUND`, each call settling the last round's jobs and
+    claiming the next."""
     settle_claim = client.register_script(SETTLE_CLAIM)
     done: list[bytes] = []
-    start, ran = await _script_usec(client), 0
+    ran = 0
     while True:
         reply = await settle_claim(keys, [now_ms(), 60_000, ROUND, *done])
         ran += int(reply[0])
         done = [x for i in range(1, len(reply), 3) for x in (reply[i], reply[i + 1])]
         if not done:
             break
-    usec = await _script_usec(client) - start
     await client.delete(*keys)
     if ran != jobs:
         raise RuntimeError(f"the floor's rounds settled {ran} of {jobs} jobs")
-    return usec / jobs
+
+
+async def _floor_rounds(client: aioredis.Redis, queue: str, jobs: int) -> float:
+    """The floor's script µs per job (:func:`_floor_fill`, then :func:`_floor_drain`)."""
+    keys = await _floor_fill(client, queue, jobs)
+    start = await _script_usec(client)
+    await _floor_drain(client, keys, jobs)
+    return (await _script_usec(client) - start) / jobs
 
 
 def _ab(url: str, sources: dict[str, dict[str, str]], jobs: int, reps: int) -> dict[str, float]:
@@ -394,10 +407,18 @@ def instructions(baseline_root: Path, quick: bool = False) -> Report:
                 for tree in list(engines) if rep % 2 == 0 else list(reversed(engines)):
                     for name, value in (await _counted(engines[tree], pid, folder, quick)).items():
                         samples.setdefault(f"{name}: {tree}", []).append(value)
+            for _ in range(runs):  # the floor's rounds (module doc), beside the trees' rounds of ROUND
+                keys = await _floor_fill(client, f"cgfloor{secrets.token_hex(4)}", floor_jobs)
+                _zero(pid)
+                await _floor_drain(client, keys, floor_jobs)
+                samples.setdefault(f"settle_claim rounds of {ROUND}, a job: floor", []).append(
+                    _dump(pid, folder) / floor_jobs / 1000
+                )
         finally:
             await client.aclose()
         return samples
 
+    floor_jobs = 70 if quick else 700
     report = Report("script-ab-instructions", {"baseline": str(baseline_root), "runs": runs})
     with _callgrind_redis() as (url, pid, folder):
         samples = asyncio.run(both(url, pid, folder))

@@ -29,10 +29,12 @@ def test_script_ab_compares_two_trees_on_one_redis() -> None:
 def test_script_ab_counts_two_trees_instructions_under_callgrind() -> None:
     report = script_ab.instructions(Path(__file__).parents[2], quick=True)  # this checkout against itself
     figures = {f.name: f.median for f in report.figures}
+    floor = figures.pop("settle_claim rounds of 50, a job: floor")
     phases = {n.rsplit(": ", 1)[0] for n in figures}
     assert {"claim of 1, a call", "settle_claim rounds of 7, a job", "enqueue_batch of 50, a job"} <= phases
     assert {f"{p}: {t}" for p in phases for t in ("this", "baseline")} == set(figures)
     assert all(v > 10 for v in figures.values()), figures  # k instructions: each phase ran Lua
+    assert 0 < floor < figures["settle_claim rounds of 50, a job: this"], "the floor's least Lua counted"
     same = (
         figures["settle_claim rounds of 50, a job: this"]
         / figures["settle_claim rounds of 50, a job: baseline"]
