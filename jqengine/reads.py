@@ -329,10 +329,11 @@ async def stream_events(client: RedisClient, key: str, count: int) -> list[Strea
 
 
 def decode_entry(entry: Any, fields: Mapping[Any, Any] | Sequence[Any], queue: str = "") -> list[StreamEvent]:
-    """The events of one stream entry (``_frame.lua``): ``i <id> e <JSON>`` holds one (every field of the
-    schema), ``n <count> e <JSON array>`` a script call's several, each with only the fields that apply:
-    completed here from :data:`jqcore.events.DEFAULTS` and ``queue`` (the stream's). ``fields`` as XRANGE
-    gives them: a mapping (redis-py) or the flat list a script returns."""
+    """The events of one stream entry: ``n <count> e <JSON array>`` a script call's (``_frame.lua``),
+    each with only the fields that apply: completed here from :data:`jqcore.events.DEFAULTS` and ``queue``
+    (the stream's); ``i <id> e <JSON>`` one with every field of the schema (a graph's stream, and a queue's
+    written before its calls' single events became arrays of one). ``fields`` as XRANGE gives them: a
+    mapping (redis-py) or the flat list a script returns."""
     if not isinstance(fields, Mapping):
         fields = dict(zip(fields[::2], fields[1::2], strict=True))
     f = {_opt(k): v for k, v in fields.items()}

@@ -27,7 +27,6 @@ from importlib import resources
 from types import MappingProxyType
 from typing import cast
 
-from jqcore.events import DEFAULTS
 from jqengine.keys import GRAPH_KEY_NAMES, KEY_NAMES, GraphKeyName, KeyName
 
 __all__ = [
@@ -351,19 +350,11 @@ def call_state(name: str) -> tuple[tuple[str, str], ...]:
     return tuple(s for u in pulled(name) for s in _state_of(u))
 
 
-_MARKERS = ("--@EVENT_DEFAULTS\n", "--@LIBRARY\n", "--@UNBIND\n", "--@TRANSITIONS\n")
-"""The lines of ``_frame.lua`` the loader fills: the event schema's defaults, ``lua/lib/``, the line that
+_MARKERS = ("--@LIBRARY\n", "--@UNBIND\n", "--@TRANSITIONS\n")
+"""The lines of ``_frame.lua`` the loader fills: ``lua/lib/``, the line that
 unbinds the key locals once a call ended, the transitions."""
 _NAME = "<jobq library>"
 """Where the library's name stands in its text until the text's hash names it."""
-
-
-def _event_defaults() -> str:
-    """``local EVENT_DEFAULTS = {...}``: :data:`jqcore.events.DEFAULTS` as Lua (``queue`` left out: the
-    frame sets the stream's), what the frame completes a single lean event with."""
-    lua = {k: "''" if isinstance(v, str) else str(v) for k, v in DEFAULTS.items() if k != "queue"}
-    pairs = ", ".join(f"['{k}'] = {v}" for k, v in lua.items())
-    return f"local EVENT_DEFAULTS = {{{pairs}}}\n"
 
 
 def _flags(name: str, shebang: str) -> tuple[str, ...]:
@@ -451,10 +442,9 @@ def function_library() -> FunctionLibrary:
     keys = _key_locals()
     _, libs = link(library(), library())
     fill = {
-        _MARKERS[0]: _event_defaults(),
-        _MARKERS[1]: libs,
-        _MARKERS[2]: f"  {', '.join(keys)}, ARGV = nil\n",
-        _MARKERS[3]: "".join(_transition(n) for n in SCRIPT_NAMES),
+        _MARKERS[0]: libs,
+        _MARKERS[1]: f"  {', '.join(keys)}, ARGV = nil\n",
+        _MARKERS[2]: "".join(_transition(n) for n in SCRIPT_NAMES),
     }
     for marker, text in fill.items():
         frame = frame.replace(marker, text)

@@ -11,36 +11,27 @@
 -- written here, once the transition ended, as ONE entry of the queue's events stream — also when it
 -- ended in an error after some writes (Redis keeps a function's writes up to the error), so no transition
 -- is ever without its event. One entry per call instead of one per event: a call that claims or settles
--- 50 jobs makes one XADD of the events' texts joined, not 100 (issue 38, docs/benchmarks.md).
---   single event: XADD <events> * i <job id> e <event JSON>
---   more:         XADD <events> * n <count>  e <JSON array of the events, in the order they happened>
+-- 50 jobs makes one XADD of the events' texts joined, not 100 (issue 38, docs/benchmarks.md):
+--   XADD <events> * n <count> e <JSON array of the events, in the order they happened>
 -- then stats events_waiting = the events the stream holds now (what store_event counts against the cap).
--- Events are built lean (lib/store_event.lua): a single one is completed here with every field of the
--- schema (its JSON goes to Kafka as it is), an array's events by their reader. The loader puts the
--- schema's defaults (jqcore.events.DEFAULTS, but `queue`: the stream's) in place of the marker line below.
+-- Events are built lean (lib/store_event.lua) and completed by their reader (jqengine.reads.decode_entry:
+-- jqcore.events.DEFAULTS and the stream's queue), a call's only event too: completing it here (a cjson
+-- decode and encode a call) cost a one-job call a sixth of its Redis instructions.
 -- Counters (lib/tally.lua: the lifetime stats, a kind's running jobs) wait in counter_sink (hash key ->
 -- field -> sum) the same way: one HINCRBY a counter once the transition ended, not one per job.
 -- Once a call ended, every key local and ARGV is nil again: no call sees another's keys.
 local event_sink, counter_sink
---@EVENT_DEFAULTS
 --@LIBRARY
 local function run(transition)
-  event_sink = {parts = {}, count = 0, stream = nil, stats = nil, waiting = 0, queue = ''}
+  event_sink = {parts = {}, count = 0, stream = nil, stats = nil, waiting = 0}
   counter_sink = {}
   local ok, result = pcall(transition)
 --@UNBIND
   local stored = event_sink.count
-  if stored == 1 then
-    local e = cjson.decode(table.concat(event_sink.parts))
-    for name, value in pairs(EVENT_DEFAULTS) do
-      if e[name] == nil then e[name] = value end
-    end
-    e.queue = event_sink.queue
-    redis.call('XADD', event_sink.stream, '*', 'i', e.id, 'e', cjson.encode(e))
-  elseif stored > 1 then
+  if stored > 0 then
     redis.call('XADD', event_sink.stream, '*', 'n', stored, 'e', '[' .. table.concat(event_sink.parts) .. ']')
+    redis.call('HSET', event_sink.stats, 'events_waiting', event_sink.waiting)
   end
-  if stored > 0 then redis.call('HSET', event_sink.stats, 'events_waiting', event_sink.waiting) end
   for h, counts in pairs(counter_sink) do
     for field, n in pairs(counts) do
       if n ~= 0 and redis.call('HINCRBY', h, field, n) < 0 then redis.call('HSET', h, field, 0) end

@@ -5,8 +5,8 @@
 -- KEYS[1] events   STREAM lifecycle events not shipped to Kafka yet, an entry per call (config events_cap)
 -- derived: none
 -- ARGV: [1] now  [2] count (events; at least one entry is read)
--- returns: the entries, as XRANGE gives them ({id, {field, value, ...}}; field 'n' first when it holds more
---   than one event)
+-- returns: the entries, as XRANGE gives them ({id, {field, value, ...}}; field 'n' first: its count of
+--   events; an entry written before a call's single event became an array of one has 'i' first)
 -- uses: none
 local want = tonumber(ARGV[2])
 -- XRANGE copies every entry it returns into Lua: ask for few at first (1, 2, 4 …), and never for more

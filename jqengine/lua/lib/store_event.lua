@@ -4,16 +4,15 @@
 -- Lifecycle events (jqcore/events.py; the shipper moves them to Kafka). Every call bumps the job's
 -- version, so each version is exactly one event: no transition without its event, none without its
 -- transition. A call's events are kept in `event_sink` (the loader's frame, _frame.lua) and written
--- once it ends, as ONE stream entry: fields i <id> e <event JSON> for a single event, n <count>
--- e <JSON array> for more (jqengine.reads.decode_entry). An event is built with the fields that say
--- something: `worker`, `error`, `digest`, `message`, `run_at`, `origin` and `accepted_at` only when they
--- apply, `queue` not at all — the frame completes a single event, the reader of an array completes its
--- events (jqcore.events.DEFAULTS), so Kafka's records still carry every field. The queue's stream holds
+-- once it ends, as ONE stream entry: fields n <count> e <JSON array> (jqengine.reads.decode_entry). An
+-- event is built with the fields that say something: `worker`, `error`, `digest`, `message`, `run_at`,
+-- `origin` and `accepted_at` only when they apply, `queue` not at all — the reader completes them
+-- (jqcore.events.DEFAULTS), so Kafka's records still carry every field. The queue's stream holds
 -- at most config events_cap events (default 100000; 0 = events off), counted in stats events_waiting (set
 -- by the frame, lowered by events_trim.lua once they are shipped): at the cap an event is counted in stats
 -- events_dropped instead of stored, never dropped silently.
 -- uses: cfgnum, stat
-local queue_name, events_cap, events_len = nil, nil, nil
+local events_cap, events_len = nil, nil
 local function store_event(e, id, rest)
   if events_cap == nil then events_cap = cfgnum('events_cap', 100000) end
   if events_cap <= 0 then return end
@@ -25,10 +24,6 @@ local function store_event(e, id, rest)
   if events_len >= events_cap then
     stat('events_dropped')
     return
-  end
-  if queue_name == nil then
-    queue_name = string.match(P, '{(.*)}') or P
-    event_sink.queue = queue_name
   end
   local parts = event_sink.parts
   local n = #parts
