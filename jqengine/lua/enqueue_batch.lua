@@ -71,7 +71,7 @@
 -- of its record, its event; a plain job (no filter index, no fairness, no exclusivity, due now) enters the
 -- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (one HGETALL),
 -- the kind's options, the counters, the wake-ups.
--- uses: admit, cfg, cfgnum, fairness, finish, hand_off, jkey, server_now, split_lines, stat, to_ready,
+-- uses: admit, cfg, cfgnum, fairness, finish, hand_off, istr, jkey, server_now, split_lines, stat, to_ready,
 --       transit, wake, wake_scheduler
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
@@ -196,12 +196,13 @@ local function store(i)
     if prio == stamps.accepted_at and opts.prio then prio = opts.prio end
     local stored_excl = exclusive and excl or ''
     local index = table.concat(idx, '\n')
-    local fields = {'env', env, 'prio', prio, 'kind', kind, 'attempt', 0, 'max_attempts', attempts,
-      'enqueued_at', math.max(NOW, server_now()), 'origin', origin}
+    local fields = {'env', env, 'prio', istr(prio), 'kind', kind, 'attempt', '0',
+      'max_attempts', type(attempts) == 'number' and istr(attempts) or attempts,
+      'enqueued_at', istr(math.max(NOW, server_now())), 'origin', origin}
     local function field(name, value)
       if value ~= '' and value ~= nil then
         fields[#fields + 1] = name
-        fields[#fields + 1] = value
+        fields[#fields + 1] = type(value) == 'number' and istr(value) or value
       end
     end
     field('excl', stored_excl)
@@ -234,7 +235,7 @@ local function store(i)
       if earliest_delayed == nil or run_at < earliest_delayed then earliest_delayed = run_at end
       out[#out + 1] = 'delayed'
     elseif stored_excl == '' and index == '' and not fair then -- to_ready(), its ZADD with the batch's
-      plain[#plain + 1] = prio
+      plain[#plain + 1] = istr(prio)
       plain[#plain + 1] = id
       transit(id, key, r, 'pending', stamps, fields)
       ready = ready + 1

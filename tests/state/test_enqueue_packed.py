@@ -40,6 +40,19 @@ async def test_each_kind_gets_its_own_options_in_one_call(engine: Engine, q: str
     }
 
 
+async def test_any_int64_priority_reads_back_and_orders_the_ready_set(
+    engine: Engine, q: str, job: Job, t0: int
+) -> None:
+    """A priority is any int64; Lua holds it as a double, written whole (not as '9.2e+18', which the job
+    view could not read back) and ordering the ready set."""
+    edges = {"low": -(2**63), "high": 2**63 - 1, "big": 2**62, "small": -5}
+    await engine.enqueue_batch([job(q, id=i, priority=p) for i, p in edges.items()], now_ms=t0)
+    got = {i: await engine.reads.get_job(q, i) for i in edges}
+    assert {i: j.priority for i, j in got.items() if j} == {i: int(float(p)) for i, p in edges.items()}
+    ready = await engine.core.client.zrange(QueueKeys(q).ready, 0, -1)
+    assert [r.decode() for r in ready] == ["low", "small", "big", "high"]
+
+
 def _enqueued_metric(queue: str, outcome: str) -> float:
     return REGISTRY.get_sample_value("jobq_jobs_enqueued_total", {"queue": queue, "outcome": outcome}) or 0.0
 
