@@ -69,7 +69,7 @@
 -- enqueue event's (and the envelope's enqueued_at), not the record's: nothing reads it there.
 -- What a job costs Redis here (the relay's hop, docs/benchmarks.md): its HMGET (is the id known), one HSET
 -- of its record, its event; a plain job (no filter index, no fairness, no exclusivity, due now) enters the
--- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (one HGETALL),
+-- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (an HGET a field),
 -- the kind's options, the counters, the wake-ups.
 -- uses: admit, cfg, cfgnum, fairness, finish, hand_off, istr, jkey, server_now, split_lines, stat, to_ready,
 --       transit, wake, wake_scheduler
@@ -90,7 +90,7 @@ elseif n > 0 and redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
   -- registers the queue only after this call (a list a switch change wrote meanwhile is kept)
   if ARGV[6] ~= '' then redis.call('HSETNX', CONFIG, 'switches', ARGV[6]) end
 end
--- the configuration (cfg: read whole once, after the writes above)
+-- the configuration (cfg: a field once a call, after the writes above)
 local exclusive = cfg('mode') == 'exclusive'
 local excl_key = cfg('excl_key', '')
 local filter_keys = {}
