@@ -111,8 +111,8 @@ FIELDS: Final[tuple[tuple[str, type], ...]] = (
 """The event's fields in schema order (Spark's and DuckDB's column order)."""
 
 DEFAULTS: Final[dict[str, Any]] = {name: "" if kind is str else 0 for name, kind in FIELDS}
-"""Each field's value when it does not apply. The stream keeps an event of a script call's several without
-the fields at these values (and without ``queue``: the stream's own), :func:`jqengine.reads.decode_entry`
+"""Each field's value when it does not apply. A queue's stream keeps a script call's events without the
+fields at these values (and without ``queue``: the stream's own), :func:`jqengine.reads.decode_entry`
 puts them back; Kafka's records carry every field."""
 
 PAYLOAD_FIELDS: Final[tuple[tuple[str, type], ...]] = (
