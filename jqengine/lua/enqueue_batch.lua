@@ -69,9 +69,9 @@
 -- enqueue event's (and the envelope's enqueued_at), not the record's: nothing reads it there.
 -- What a job costs Redis here (the relay's hop, docs/benchmarks.md): its HMGET (is the id known), one HSET
 -- of its record, its event; a plain job (no filter index, no fairness, no exclusivity, due now) enters the
--- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (an HGET a field),
+-- ready set in one ZADD with the batch's others. Once per call: the fence, the configuration (one HMGET),
 -- the kind's options, the counters, the wake-ups.
--- uses: admit, cfg, cfgnum, fairness, finish, hand_off, istr, jkey, server_now, split_lines, stat, to_ready,
+-- uses: admit, cfg, fairness, finish, hand_off, istr, jkey, server_now, split_lines, stat, to_ready,
 --       transit, wake, wake_scheduler
 local source, fence, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if source ~= '' then
@@ -90,16 +90,19 @@ elseif n > 0 and redis.call('HSETNX', CONFIG, 'created_at', NOW) == 1 then
   -- registers the queue only after this call (a list a switch change wrote meanwhile is kept)
   if ARGV[6] ~= '' then redis.call('HSETNX', CONFIG, 'switches', ARGV[6]) end
 end
--- the configuration (cfg: a field once a call, after the writes above)
-local exclusive = cfg('mode') == 'exclusive'
-local excl_key = cfg('excl_key', '')
+-- the configuration this call reads, in one HMGET (after the writes above; an HGET a field cost a one-job
+-- call ~7 k instructions each: lib/cfg.lua's reads are for the few fields a transition looks at)
+local conf = redis.call('HMGET', CONFIG, 'mode', 'excl_key', 'filter_keys', 'max_attempts', 'dedup',
+  'dedup_window_ms', 'default_delay_ms')
+local exclusive = conf[1] == 'exclusive'
+local excl_key = conf[2] or ''
 local filter_keys = {}
-for _, name in ipairs(split_lines(string.gsub(cfg('filter_keys', ''), ',', '\n'))) do filter_keys[name] = true end
-local default_attempts = cfgnum('max_attempts', 10)
+for _, name in ipairs(split_lines(string.gsub(conf[3] or '', ',', '\n'))) do filter_keys[name] = true end
+local default_attempts = tonumber(conf[4]) or 10
 local fair_key = fairness().key
-local dedup_finished = cfg('dedup') == 'finished'
-local dedup_window = cfgnum('dedup_window_ms', DAY)
-local default_delay = cfgnum('default_delay_ms', 0)
+local dedup_finished = conf[5] == 'finished'
+local dedup_window = tonumber(conf[6]) or DAY
+local default_delay = tonumber(conf[7]) or 0
 local TERMINAL = {completed = true, errored = true, canceled = true, expired = true}
 
 -- May this existing record be enqueued again as a new run? (see the header)

@@ -2,9 +2,8 @@
 -- first look, kept for the call (false: none). A transition that writes CONFIG does so before its first
 -- look.
 -- uses: none
-local config = nil
+local config = {}
 local function cfg(field, default)
-  if config == nil then config = {} end
   local v = config[field]
   if v == nil then
     v = redis.call('HGET', CONFIG, field)
