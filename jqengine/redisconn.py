@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -30,6 +31,7 @@ from redis.backoff import NoBackoff
 from redis.driver_info import DriverInfo
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, MaxConnectionsError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry as SyncRetry
 
 from jqcore.settings.servers import RedisSettings
@@ -72,20 +74,57 @@ def pack_command(*args: Any) -> list[bytes]:
         raise DataError(str(exc)) from exc
 
 
-class _HiredisPacking:
+class _Fast(AbstractConnection):
+    """Packs with hiredis and sends without a task."""
+
     def pack_command(self, *args: Any) -> list[bytes]:
         return pack_command(*args)
 
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        """redis-py's, without its ``asyncio.wait_for`` around the write. On Python 3.11 that call swallows
+        a cancellation arriving as the write ends (gh-86296): the cancelled task went on to read the reply,
+        of a blocking command for its whole timeout, and returned it as though never cancelled (half of the
+        cancellations of a ``BLPOP`` in a loop; a scheduler's stop waited out its idle wait). It also made a
+        task for every command. The write waits, within ``socket_timeout``, only while the socket's buffer
+        is full (a slow reader); no timer is set for a write the kernel took whole."""
+        if not self.is_connected:
+            await self.connect_check_health(check_health=False)
+        if check_health:
+            await self.check_health()  # type: ignore[no-untyped-call]
+        writer = self._writer
+        try:
+            if writer is None:
+                raise OSError("not connected")
+            if isinstance(command, str):
+                command = command.encode()
+            writer.writelines([command] if isinstance(command, bytes) else command)
+            if writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(self.socket_timeout or None):
+                    await writer.drain()
+            else:
+                await writer.drain()  # does not wait; raises for a lost connection
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as e:
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(f"Error while writing to socket: {e}.") from e
+        except BaseException:  # a write cut short leaves the stream unusable, as redis-py's does
+            await self.disconnect(nowait=True)
+            raise
 
-class FastConnection(_HiredisPacking, Connection):
-    """A TCP connection whose commands are packed by hiredis."""
+
+class FastConnection(_Fast, Connection):
+    """A TCP connection whose commands are packed by hiredis and sent without a task."""
 
 
-class _FastSSLConnection(_HiredisPacking, SSLConnection):
+class _FastSSLConnection(_Fast, SSLConnection):
     pass
 
 
-class _FastUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
+class _FastUnixConnection(_Fast, UnixDomainSocketConnection):
     pass
 
 
@@ -192,7 +231,16 @@ class WaitingPool(BlockingConnectionPool):
 class Cluster(RedisCluster):
     """redis-py's asyncio Cluster client, routing ``FCALL``/``FCALL_RO`` as it routes ``EVALSHA``: by the
     keys the call names (``FCALL <function> <numkeys> <keys...>``). redis-py's own asks the server (a
-    ``COMMAND GETKEYS`` round trip) for every call of a command whose keys it cannot place, as FCALL's."""
+    ``COMMAND GETKEYS`` round trip) for every call of a command whose keys it cannot place, as FCALL's.
+    Its nodes' connections are ours (:class:`FastConnection` or its TLS twin), which redis-py's cluster
+    client does not let a caller choose."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        fast = _FastSSLConnection if kwargs.get("ssl") else FastConnection
+        self.connection_kwargs["connection_class"] = fast  # the nodes it learns of later (a shared dict)
+        for node in self.startup_nodes:
+            node.connection_class = fast
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("FCALL", "FCALL_RO") and len(args) >= 2 and int(args[1]) > 0:
@@ -226,7 +274,8 @@ def connect(
     """An asyncio client for ``settings``; with ``cluster`` the URL names any one node of the cluster.
     TLS comes from the URL's scheme (:meth:`RedisSettings.client_url`: ``rediss://`` when
     ``JOBQ_REDIS_TLS`` is on), the files, user and password from :meth:`RedisSettings.client_kwargs`.
-    A single node's commands are packed by hiredis (:class:`FastConnection` and its TLS and unix twins).
+    Commands are packed by hiredis and sent without a task (:class:`FastConnection` and its TLS and unix
+    twins).
 
     ``max_connections`` caps the pool (per node on a Cluster; redis-py's default: 100); with ``wait_s``
     a single node's command waits that long for a free connection (:class:`WaitingPool`) instead of

@@ -20,7 +20,7 @@ import redis.connection
 import structlog
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
-from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
 from jqcore import log
 from jqcore.errors import ConfigError
@@ -543,7 +543,8 @@ async def test_a_tls_cluster_client_gets_tls_and_the_files(
     )
     client = connect(load(RedisSettings))  # asyncio Cluster: connects lazily
     node = client.startup_nodes[0]  # type: ignore[union-attr]
-    assert node.connection_class is SSLConnection
+    assert issubclass(node.connection_class, SSLConnection)
+    assert node.connection_class.send_packed_command is FastConnection.send_packed_command
     assert node.connection_kwargs["ssl_ca_certs"] == pem("ca")
     assert node.connection_kwargs["password"] == SECRET
     node.connection_class(**node.connection_kwargs)
@@ -553,7 +554,7 @@ async def test_a_tls_cluster_client_gets_tls_and_the_files(
 def test_a_plain_cluster_client_is_plain() -> None:
     client = connect(load(RedisSettings, url="redis://127.0.0.1:7001", cluster=True))
     node = client.startup_nodes[0]  # type: ignore[union-attr]
-    assert node.connection_class is Connection
+    assert node.connection_class is FastConnection
 
 
 @pytest.mark.parametrize(
