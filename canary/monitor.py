@@ -110,7 +110,8 @@ class Canary(Service):
     async def wait_round(self, timeout_s: float) -> None:
         """Wait until every partition's heartbeat of a round came back (or was flagged)."""
         self._round_done.clear()
-        await asyncio.wait_for(self._round_done.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await self._round_done.wait()
 
     async def one_round(self, gateway_wait_s: float = 60.0) -> dict[tuple[str, int], dict[str, Any]]:
         """One round on its own (``jobq canary --once``, the Helm chart's test): wait for a gateway, send a

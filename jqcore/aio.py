@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-__all__ = ["RECANCEL_S", "cancel_and_wait"]
+__all__ = ["RECANCEL_S", "cancel_and_wait", "wait_event"]
 
 RECANCEL_S = 0.5
 """How often :func:`cancel_and_wait` repeats a cancel a task did not act on."""
@@ -20,7 +20,8 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None, every_s: float = REC
     cancellation into an ordinary exception (redis-py can, mid-command) lets a ``while True`` loop that
     suppresses errors carry on — seen as a gateway whose presence heartbeat kept it from ever stopping;
     and on Python 3.11 a cancel that meets ``asyncio.wait_for`` as its future completes is lost (redis-py
-    sets up a fresh connection under one), so the task goes on to its next step."""
+    sets up a fresh connection under one), so the task goes on to its next step (jobq's own code and
+    connections no longer use it: :func:`wait_event`, :class:`jqengine.redisconn.FastConnection`)."""
     if task is None:
         return
     while not task.done():
@@ -28,3 +29,13 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None, every_s: float = REC
         await asyncio.wait([task], timeout=every_s)
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Until ``event`` is set (True) or ``timeout_s`` passed (False). Not ``asyncio.wait_for``, which the
+    project's lint refuses: on Python 3.11 it loses a cancellation that arrives as its future completes
+    (gh-86296), and the cancelled task carries on."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    return event.is_set()

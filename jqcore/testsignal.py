@@ -23,6 +23,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from jqcore.aio import wait_event
+
 __all__ = ["CRASH_EXIT", "KEEP", "TestSignal", "crash_point", "enable_all"]
 
 T = TypeVar("T")
@@ -92,10 +94,7 @@ class TestSignal(Generic[T]):
             if remaining <= 0:
                 last = values[-1] if values else None
                 raise AssertionError(f"test signal {self.name!r} not reached in {timeout_s}s; last: {last!r}")
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except TimeoutError:
-                continue
+            await wait_event(self._changed, remaining)
 
 
 def enable_all(*groups: Any) -> None:

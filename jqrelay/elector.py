@@ -43,7 +43,7 @@ import consul
 import consul.aio
 import orjson
 
-from jqcore.aio import cancel_and_wait
+from jqcore.aio import cancel_and_wait, wait_event
 from jqcore.log import get_logger
 from jqruntime.lifecycle import Service
 
@@ -132,7 +132,8 @@ class Elector(Service):
                 await self._changed.wait_for(lambda: self.role in roles)
                 return self.role
 
-        return await asyncio.wait_for(until(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            return await until()
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def _start(self) -> None:
@@ -199,9 +200,7 @@ class Elector(Service):
         next_renewal = self.clock() + self.config.ttl_s / 3
         self._step_down.clear()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._step_down.wait(), max(0.0, next_renewal - self.clock()))
-            if self._step_down.is_set():
+            if await wait_event(self._step_down, max(0.0, next_renewal - self.clock())):
                 return
             outcome = await self._renew()
             if outcome is True:

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
 
 from jqcore import metrics
-from jqcore.aio import cancel_and_wait
+from jqcore.aio import cancel_and_wait, wait_event
 from jqcore.clock import now_ms
 from jqcore.errors import BackendUnavailable
 from jqcore.keys import RELAY_FENCES_KEY, RELAY_HELD_KEY
@@ -199,7 +199,8 @@ class Lane:
             and self.relay.elector.trusted_term() == self.term
         ):
             try:
-                await asyncio.wait_for(self._commit(final=True), 10)
+                async with asyncio.timeout(10):
+                    await self._commit(final=True)
             except Exception as exc:
                 log.warning(
                     "holding lane state not committed at the term's end", lane=self.name, error=repr(exc)
@@ -397,8 +398,7 @@ class Lane:
             picked = self._pick()
             if picked is None:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), IDLE_S)
+                await wait_event(self._wake, IDLE_S)
                 continue
             queue, p, run, k = picked
             msgs = await self._read(queue, p, run, k)

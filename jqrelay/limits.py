@@ -13,7 +13,6 @@ the queue-rates folder with blocking queries, so a change applies within one Con
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import Any
 import consul.aio
 
 from jqcore import metrics
-from jqcore.aio import cancel_and_wait
+from jqcore.aio import cancel_and_wait, wait_event
 from jqcore.log import get_logger
 from jqcore.rates import Rate, parse_rate
 from jqcore.testsignal import TestSignal
@@ -103,8 +102,7 @@ class Limiter:
                 return False
             if not self.rate:  # paused
                 self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), PAUSED_RECHECK_S)
+                await wait_event(self._changed, PAUSED_RECHECK_S)
                 continue
             left -= self.try_take(left)
             if left:
@@ -145,8 +143,7 @@ class _Watch(Service):
 
     async def _start(self) -> None:
         self._task = asyncio.create_task(self._watch(), name=f"rate:{self.name}")
-        with contextlib.suppress(TimeoutError):  # Consul away: start unlimited, apply when it answers
-            await asyncio.wait_for(self._loaded.wait(), 5)
+        await wait_event(self._loaded, 5)  # Consul away: start unlimited, apply when it answers
 
     async def _stop(self) -> None:
         await cancel_and_wait(self._task)

@@ -204,7 +204,8 @@ class HealthServer:
             return Readiness([stalled])
         future = asyncio.run_coroutine_threadsafe(_call(check), loop)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.check_timeout_s)
+            async with asyncio.timeout(self.check_timeout_s):
+                return await asyncio.wrap_future(future)
         except TimeoutError:
             future.cancel()
             message = f"the readiness check did not finish within {self.check_timeout_s:g} s"
@@ -275,7 +276,8 @@ async def ping(
     """Await ``call`` (a dependency's cheapest request) within ``timeout_s``; on failure add a problem
     ``code`` naming ``what`` to ``found``. True when it answered."""
     try:
-        await asyncio.wait_for(call, timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await call
     except Exception as exc:
         found.add(code, f"{what} does not answer ({type(exc).__name__}: {exc})")
         return False

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from jqcore.aio import wait_event
 from jqcore.log import get_logger
 from jqcore.testsignal import TestSignal
 from jqengine import STEP_HORIZON_MS, Engine
@@ -145,8 +146,7 @@ class Timers(Service):
         """Until a queue's ``sched`` token (that queue), a change of the queue set, or ``timeout_s``."""
         queues = list(self._next)
         if not queues:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout_s)
+            await wait_event(self._changed, timeout_s)
             return None
         signal = asyncio.ensure_future(self.engine.timers.wait_for_due(queues, timeout_s))
         changed = asyncio.ensure_future(self._changed.wait())

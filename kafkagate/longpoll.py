@@ -112,7 +112,8 @@ class LongPolls:
         waiters.append(future)
         self._ensure_watcher()
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(future)
             return True
         except TimeoutError:
             return False

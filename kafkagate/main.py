@@ -41,7 +41,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from jqcore.aio import cancel_and_wait
+from jqcore.aio import cancel_and_wait, wait_event
 from jqcore.errors import JobqError
 from jqcore.log import get_logger
 from jqcore.routing import RoutingSettings
@@ -398,8 +398,7 @@ class Supervisor:
             log.error(
                 "gateway process died; restarting it", slot=slot, pid=proc.pid, exit_code=code, in_s=delay
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+            await wait_event(self._stop, delay)
             delay = min(delay * 2, RESTART_MAX_S)
 
     async def _stop_children(self, keepers: list[asyncio.Task[None]]) -> list[int | None]:

@@ -164,7 +164,8 @@ class Gate:
             return seen[1]
         lookup = asyncio.to_thread(self.producer("all").partitions, topic, METADATA_TIMEOUT_S)
         try:  # librdkafka honours its timeout; this bound only guards the request against a stuck call
-            partitions = await asyncio.wait_for(lookup, METADATA_TIMEOUT_S + 2)
+            async with asyncio.timeout(METADATA_TIMEOUT_S + 2):
+                partitions = await lookup
         except TimeoutError:
             raise ProduceFailed(f"no metadata for {topic!r} from Kafka in time") from None
         self._topics[topic] = (time.monotonic(), len(partitions))
@@ -200,7 +201,8 @@ class Gate:
     async def _look_up_config(self, queue: str) -> QueueConfig | None:
         config: QueueConfig | None = None
         try:
-            config = await asyncio.wait_for(self.engine.reads.queue_config(queue), QUEUE_CONFIG_TIMEOUT_S)
+            async with asyncio.timeout(QUEUE_CONFIG_TIMEOUT_S):
+                config = await self.engine.reads.queue_config(queue)
         except Exception as exc:  # Redis down, slow or refusing: skip the check, never the enqueue
             log.warning("queue configuration unavailable; check skipped", queue=queue, error=repr(exc))
         if len(self._queue_configs) >= QUEUE_CONFIG_CACHE_MAX:  # queue names come from requests
@@ -384,7 +386,8 @@ class Gate:
         await cancel_and_wait(self._flusher)
         self._flusher = None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._flush(), 2.0)
+            async with asyncio.timeout(2.0):
+                await self._flush()
         for p in self._producers.values():
             await asyncio.to_thread(p.close, 5.0)
         self._producers.clear()

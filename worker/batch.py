@@ -207,7 +207,8 @@ class Batches:
         with structlog.contextvars.bound_contextvars(queue=queue, kind=spec.kind, batch=len(items)):
             try:
                 if items:
-                    await asyncio.wait_for(self._invoke(spec, items), spec.timeout_s)
+                    async with asyncio.timeout(spec.timeout_s):
+                        await self._invoke(spec, items)
                 for item in items:
                     outcomes[item.id] = item.outcome(spec)
             except Exception as exc:

@@ -41,14 +41,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from jqcore import metrics
-from jqcore.aio import cancel_and_wait
+from jqcore.aio import cancel_and_wait, wait_event
 from jqcore.log import get_logger
 from jqengine import ClaimedJob, Engine, RedisClient, StaleLease
 from jqruntime.health import Readiness, ping
@@ -258,8 +257,7 @@ class Pool(Service):
         if tasks:  # asyncio.wait, not wait_for(gather): a timeout must not cancel the jobs themselves
             await asyncio.wait(tasks, timeout=self.config.grace_s)
         if not self._hard:  # a round on its way may bring claimed jobs: release them too
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._completions.idle.wait(), COMPLETIONS_WAIT_S)
+            await wait_event(self._completions.idle, COMPLETIONS_WAIT_S)
         await release_rest(self.engine, list(self.in_flight.values()))
         for run in [r for r in self.in_flight.values() if r.task is not None]:  # released unrun: gone
             self._done(run, None)
