@@ -10,13 +10,11 @@ scheduler service's (:mod:`jqsched.timers`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from jqcore.aio import cancel_and_wait
 from jqengine.keys import QueueKeys
 from jqengine.redisconn import RedisClient, text
 
@@ -60,25 +58,13 @@ async def wait_for_due(client: RedisClient, queues: Sequence[str], timeout_s: fl
     return None if index is None else queues[index]
 
 
-WAIT_RECANCEL_S = 0.02
-"""How often a wait that did not act on its cancel is cancelled again (see :func:`_stop`)."""
-
-
 async def _stop(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """End the per-key waits still running on a Cluster, each until it has really ended. A cancel that
-    reaches redis-py while it sets up a fresh connection is lost on Python 3.11 (inside
-    ``asyncio.wait_for``), and the wait went on to block for its whole timeout — with the caller awaiting
-    it: a worker whose first queue was idle saw its other queue's wake tokens only every other time, else
-    after its 30 s idle wait (found by the fault suite after a Redis Cluster failover). So the cancel is
-    repeated until the task ends; the command it then reaches answers the cancel at once. (A wait
-    cancelled the moment its token arrived may still take that token: the claim that follows every wake
-    claims from every queue, so only a token arriving in that instant is missed.)"""
-
-    async def stop(task: asyncio.Future[Any]) -> None:
-        with contextlib.suppress(Exception):  # its error, if any, is not this wait's answer
-            await cancel_and_wait(task, WAIT_RECANCEL_S)
-
-    await asyncio.gather(*(stop(t) for t in tasks))
+    """End the per-key waits still running on a Cluster, each until it has ended. (A wait cancelled the
+    moment its token arrived may still take that token: the claim that follows every wake claims from every
+    queue, so only a token arriving in that instant is missed.)"""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)  # an error is not this wait's answer
 
 
 async def _first_signal(client: RedisClient, keys: Sequence[str], timeout_s: float) -> int | None:
