@@ -48,6 +48,11 @@ class Timers(Part):
         """Delayed jobs past ``run_at`` and leases past their deadline by more than ``late_ms``."""
         return await reads.past_due(self._client, queue, late_ms, now or await self._core.now())
 
+    async def wake(self, queue: str) -> None:
+        """Signal an earlier due time in ``queue`` as a script does: a token a scheduler took for a queue
+        it no longer keeps, given back to the one that does."""
+        await waiting.wake_due(self._client, queue)
+
     async def wait_for_due(self, queues: Sequence[str], timeout_s: float) -> str | None:
         """Block until a script signals an earlier due time in one of ``queues`` (that queue), or
         ``timeout_s`` passed (None)."""

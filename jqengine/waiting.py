@@ -18,7 +18,15 @@ from redis.asyncio.cluster import RedisCluster
 from jqengine.keys import QueueKeys
 from jqengine.redisconn import RedisClient, text
 
-__all__ = ["block_limit_s", "nudge", "wait_for_due", "wait_for_events", "wait_for_handoff", "wait_for_work"]
+__all__ = [
+    "block_limit_s",
+    "nudge",
+    "wait_for_due",
+    "wait_for_events",
+    "wait_for_handoff",
+    "wait_for_work",
+    "wake_due",
+]
 
 REDIS_PY_DEFAULT_TIMEOUT_S = 5.0
 NUDGE_TTL_MS = 600_000
@@ -56,6 +64,15 @@ async def wait_for_due(client: RedisClient, queues: Sequence[str], timeout_s: fl
     return that queue, or None after ``timeout_s``."""
     index = await _first_signal(client, [QueueKeys(q).sched for q in queues], timeout_s)
     return None if index is None else queues[index]
+
+
+async def wake_due(client: RedisClient, queue: str) -> None:
+    """``queue``'s ``sched`` token, as ``lib/wake_scheduler.lua`` leaves it (one, however many signals)."""
+    key = QueueKeys(queue).sched
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.lpush(key, "1")
+        pipe.ltrim(key, 0, 0)
+        await pipe.execute()
 
 
 async def _stop(tasks: Sequence[asyncio.Future[Any]]) -> None:

@@ -86,15 +86,17 @@ class Timers(Service):
         return sorted(self._next)
 
     def set_queues(self, queues: Iterable[str]) -> None:
-        """Keep exactly ``queues`` from now on: new ones are stepped at once, dropped ones no more."""
+        """Keep exactly ``queues`` from now on: new ones are stepped at once, dropped ones no more. Either
+        change ends the current wait: a dropped queue's wake-ups are its new keeper's to take."""
         wanted = set(queues)
-        for queue in [q for q in self._next if q not in wanted]:
+        dropped = [q for q in self._next if q not in wanted]
+        for queue in dropped:
             del self._next[queue]
             self._next_gc.pop(queue, None)
         added = wanted - self._next.keys()
         for queue in added:
             self._next[queue] = 0
-        if added:
+        if added or dropped:
             self._changed.set()
 
     async def _start(self) -> None:
@@ -137,8 +139,10 @@ class Timers(Service):
             # Redis times blocked clients out at its own tick (~100 ms at hz 10): wake a little early and
             # finish the wait in the next round with a precise local sleep.
             woken = await self._wait(timeout_s - PRECISE_SLEEP_S)
-            if woken is not None and woken in self._next:
+            if woken in self._next:
                 self._next[woken] = 0
+            elif woken is not None:  # dropped as the token came: its keeper's (else stepped at its horizon)
+                await self.engine.timers.wake(woken)
         elif timeout_s > 0:
             await asyncio.sleep(timeout_s)
 

@@ -49,7 +49,7 @@ from jqcore.settings.servers import ConsulSettings, RedisSettings
 from jqcore.testsignal import enable_all
 from jqcore.topics import audit_topic
 from jqengine import Engine
-from jqengine.redisconn import Cluster
+from jqengine.redisconn import Cluster, connect
 from jqrelay.main import RelayService
 from jqrelay.settings import RelaySettings
 from jqruntime import consulconn
@@ -156,7 +156,7 @@ async def redis(endpoints: Endpoints) -> AsyncIterator[aioredis.Redis]:
 async def engine(endpoints: Endpoints) -> AsyncIterator[Engine]:
     """The Redis engine on the session's single Redis (``tests/state`` also runs it on the cluster)."""
     assert endpoints.redis_url
-    client = aioredis.Redis.from_url(endpoints.redis_url)
+    client = connect(RedisSettings(url=endpoints.redis_url))  # the services' connections, as they make them
     try:
         eng = Engine(client)
         enable_all(eng.graphs.signals)  # tests wait on what happened through it (a graph's end)

@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from jqcore.envelope import Envelope, new_envelope
+from jqcore.settings.servers import RedisSettings
 from jqengine import Engine
 from jqengine.keys import QUEUES_KEY, QueueKeys
-from jqengine.redisconn import Cluster
+from jqengine.redisconn import Cluster, connect
 from jqstack.manager import Endpoints
 
 T0 = 1_900_000_000_000
@@ -27,7 +27,7 @@ async def engine(request: pytest.FixtureRequest, endpoints: Endpoints) -> AsyncI
     client: Any
     if request.param == "single":
         assert endpoints.redis_url
-        client = aioredis.Redis.from_url(endpoints.redis_url)
+        client = connect(RedisSettings(url=endpoints.redis_url))  # the services' connections
     else:
         if not endpoints.redis_cluster_nodes:
             pytest.skip("no Redis Cluster in this stack")
