@@ -389,17 +389,28 @@ def callbacks(
 
 
 def fan_ins_half_done(
-    nodes: Sequence[NodeRun], shape: Mapping[str, Sequence[str]], skipped: Iterable[tuple[str, int, str]]
+    nodes: Sequence[NodeRun],
+    shape: Mapping[str, Sequence[str]],
+    skipped: Iterable[tuple[str, int, str]],
+    held_by: tuple[str, float] | None = None,
 ) -> int:
     """Graph generations half done now: a parent of a node ended while the node (not one the graph skips)
-    has not started, so a fault struck now meets an open fan-in (:func:`fan_ins_across` judges it after)."""
+    has not started, so a fault struck now meets an open fan-in (:func:`fan_ins_across` judges it after).
+    ``held_by`` (a parent, a time): only those where that parent, started at that time or later, still
+    runs — its work keeps the fan-in open a while yet."""
     started = {(r.graph, r.generation, r.node) for r in nodes}
     skip = set(skipped)
+    holding = (
+        None
+        if held_by is None
+        else {(r.graph, r.generation) for r in nodes if r.node == held_by[0] and r.run.at >= held_by[1]}
+        - {(r.graph, r.generation) for r in nodes if r.node == held_by[0] and r.run.end is not None}
+    )
     return len(
         {
             (r.graph, r.generation)
             for r in nodes
-            if r.run.end is not None
+            if r.run.end is not None and (holding is None or (r.graph, r.generation) in holding)
             for node, parents in shape.items()
             if r.node in parents and (key := (r.graph, r.generation, node)) not in started and key not in skip
         }

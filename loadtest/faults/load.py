@@ -35,7 +35,7 @@ import orjson
 from jqcore.graphs.spec import node_job_id
 from loadtest.faults.history import Cancel, Control, Request
 
-__all__ = ["GRAPH_SHAPE", "Load"]
+__all__ = ["GRAPH_SHAPE", "SLOW_PARENT", "SLOW_PARENT_S", "Load"]
 
 Call = tuple[str, str, object]
 """A request of the load: method, path under ``/v1/``, JSON body."""
@@ -66,6 +66,7 @@ CONTROL_EVERY_S = 2.0
 CONTROL_HOLD_S = 1.0
 FAIL_EVERY = 4
 """Every fourth graph has a failing parent (the rest keep fan-ins open for the faults to meet)."""
+SLOW_PARENT = f"p{FANOUT}"
 SLOW_PARENT_S = 1.0
 """The last parent's work: about 4 fan-ins are half done at any moment at 100 requests/s (every scenario's
 quiet end waits for the last graph's, so longer costs the suite time)."""
@@ -261,7 +262,7 @@ class Load:
             self.cancels.append(Cancel(job_id, sent, time.time(), outcome))
 
     async def _graph(self, http: aiohttp.ClientSession, i: int, graph: str) -> None:
-        slow, failing = f"p{FANOUT}", "p1" if (i // GRAPH_EVERY) % FAIL_EVERY == 1 else ""
+        slow, failing = SLOW_PARENT, "p1" if (i // GRAPH_EVERY) % FAIL_EVERY == 1 else ""
         nodes = [
             {
                 "name": name,

@@ -40,11 +40,14 @@ from loadtest.faults.checker import (
     relay_terms,
 )
 from loadtest.faults.invariants import REDIS_WRITES_LOST
-from loadtest.faults.load import GRAPH_SHAPE, Load
+from loadtest.faults.load import GRAPH_SHAPE, SLOW_PARENT, SLOW_PARENT_S, Load
 from loadtest.faults.ordering import Claim
 from loadtest.faults.pipeline import TOKEN, FaultPipeline, Roles
 
 __all__ = ["Drill", "PipelineKey", "Pipelines", "Scenario", "run_scenario"]
+
+STRIKE_WITHIN_S = 0.5
+"""A fault strikes a half-done graph's fan-in within this of the drill's look (:meth:`Drill.fan_in_open`)."""
 
 Servers = Literal["shared", "own", "kafka3", "cluster", "disk"]
 """What a scenario runs on: the caller's servers (it kills no server), a private single-node stack (it kills
@@ -141,14 +144,17 @@ class Drill:
             await asyncio.sleep(0.25)
 
     async def fan_in_open(self, timeout_s: float = 60.0) -> None:
-        """Wait until one of the load's graphs is half done (a parent ended, its fan-in not started): the
-        fault must meet one (the checker's evidence), and on a loaded machine the moment the baseline ends
-        may fall between graphs."""
+        """Wait until one of the load's graphs is half done (a parent ended, its fan-in not started) and
+        stays so a while: its slow parent started less than ``SLOW_PARENT_S - STRIKE_WITHIN_S`` ago. The
+        fault must meet one (the checker's evidence); on a loaded machine the moment the baseline ends may
+        fall between graphs, and a graph seen half done in a stale read may have closed by the strike
+        (a CI run's kill met none: the machine stalled between the read and the kill)."""
         deadline = time.monotonic() + timeout_s
         prefix = f"{self.run}-" if self.run else ""
         while True:
             runs = [e for e in read_executions(self.pipe.executions) if e.id.startswith(prefix)]
-            if fan_ins_half_done(node_runs(runs), GRAPH_SHAPE, self.load.skipped):
+            held_by = (SLOW_PARENT, time.time() - (SLOW_PARENT_S - STRIKE_WITHIN_S))
+            if fan_ins_half_done(node_runs(runs), GRAPH_SHAPE, self.load.skipped, held_by):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no graph of the load was half done within {timeout_s:.0f}s")

@@ -268,6 +268,11 @@ def test_a_fault_waits_for_a_half_done_graph_and_is_judged_by_the_fan_ins_it_met
     assert fan_ins_half_done(half, shape, ()) == 1
     assert fan_ins_half_done(half, shape, [("g2", 0, "join")]) == 0  # a join the graph skips never opens
     assert fan_ins_half_done([*half, node("g2", "join", 100.5)], shape, ()) == 0  # already started
+    # held open by b only while b (started at 100 or later) still runs
+    assert fan_ins_half_done(half, shape, (), ("b", 100)) == 1
+    assert fan_ins_half_done(half, shape, (), ("b", 100.2)) == 0  # b started too long ago: may end any moment
+    closed = [*running, node("g2", "a", 100), node("g2", "b", 100)]  # b ended: the join may start now
+    assert fan_ins_half_done(closed, shape, (), ("b", 99)) == 0
     # struck at 100.1 (g2 half done), its join started after: the checker counts the fan-in it met
     assert fan_ins_across([*half, node("g2", "join", 101)], shape, 100.1) == 1
     assert fan_ins_across([*half, node("g2", "join", 101)], shape, 99) == 0  # struck before any parent ended
