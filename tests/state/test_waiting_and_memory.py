@@ -14,6 +14,7 @@ from jqcore.settings.servers import RedisSettings
 from jqengine import STEP_HORIZON_MS, Engine, RedisMemoryFull, connect
 from jqsched.timers import Timers
 from jqstack.manager import Endpoints
+from tests.conftest import Eventually
 
 Job = Callable[..., Envelope]
 
@@ -77,7 +78,7 @@ async def test_scheduler_reaps_an_expired_lease(engine: Engine, q: str, job: Job
 
 
 async def test_a_queue_handed_to_another_scheduler_is_woken_there(
-    endpoints: Endpoints, redis: aioredis.Redis, prefix: str, job: Job
+    endpoints: Endpoints, redis: aioredis.Redis, prefix: str, job: Job, eventually: Eventually
 ) -> None:
     """Schedulers hand a queue over when a member joins or leaves. The one that gave it up went on
     waiting on the queue's token until its idle wait ended, took the token a delayed job moved in
@@ -86,19 +87,24 @@ async def test_a_queue_handed_to_another_scheduler_is_woken_there(
     in its ``blocked_clients``.)"""
     client, q = connect(RedisSettings(url=endpoints.redis_url or "")), f"{prefix}.handed"
     engine = Engine(client)
-    blocked = int((await redis.info("clients"))["blocked_clients"])
-    async with Timers(engine, [q], max_idle_s=60) as giver, Timers(engine, [], max_idle_s=60) as keeper:
-        while int((await redis.info("clients"))["blocked_clients"]) <= blocked:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)  # until the giver waits on the queue's token (Redis's state)
-        keeper.signals.stepped.enable()
-        giver.set_queues([])
-        keeper.set_queues([q])
-        await keeper.signals.stepped.wait_for(lambda step: step.queue == q, timeout_s=30)
-        run_at = now_ms() + 300
-        await engine.enqueue_batch([job(q, id="soon", run_at=run_at, at_ms=now_ms())])
-        assert await engine.jobs.wait_for_work([q], timeout_s=20) == q, "not promoted: the token was lost"
-        assert [c.id for c in await engine.jobs.claim(q, 1)] == ["soon"]
-    await client.aclose()
+
+    async def blocked() -> int:
+        return int((await redis.info("clients"))["blocked_clients"])
+
+    before = await blocked()
+    try:
+        async with Timers(engine, [q], max_idle_s=60) as giver, Timers(engine, [], max_idle_s=60) as keeper:
+            await eventually(blocked, lambda n: n > before, timeout_s=30)  # the giver waits on the token
+            keeper.signals.stepped.enable()
+            giver.set_queues([])
+            keeper.set_queues([q])
+            await keeper.signals.stepped.wait_for(lambda step: step.queue == q, timeout_s=30)
+            run_at = now_ms() + 300
+            await engine.enqueue_batch([job(q, id="soon", run_at=run_at, at_ms=now_ms())])
+            assert await engine.jobs.wait_for_work([q], timeout_s=20) == q, "not promoted: the token was lost"
+            assert [c.id for c in await engine.jobs.claim(q, 1)] == ["soon"]
+    finally:
+        await client.aclose()
 
 
 async def test_a_due_time_wakes_the_scheduler_only_within_its_step_horizon(
