@@ -19,9 +19,9 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None, every_s: float = REC
     The cancel is repeated every ``every_s`` while the task runs on: a library that turns a
     cancellation into an ordinary exception (redis-py can, mid-command) lets a ``while True`` loop that
     suppresses errors carry on — seen as a gateway whose presence heartbeat kept it from ever stopping;
-    and on Python 3.11 a cancel that meets ``asyncio.wait_for`` as its future completes is lost (redis-py
-    sets up a fresh connection under one), so the task goes on to its next step (jobq's own code and
-    connections no longer use it: :func:`wait_event`, :class:`jqengine.redisconn.FastConnection`)."""
+    and on Python 3.11 a cancel that meets ``asyncio.wait_for`` as its future completes is lost, so the
+    task goes on to its next step (jobq's own code no longer calls ``wait_for``, nor do its Redis
+    connections: :func:`wait_event`, :class:`jqengine.redisconn.FastConnection`)."""
     if task is None:
         return
     while not task.done():

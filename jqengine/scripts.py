@@ -351,8 +351,8 @@ def call_state(name: str) -> tuple[tuple[str, str], ...]:
 
 
 _MARKERS = ("--@LIBRARY\n", "--@UNBIND\n", "--@TRANSITIONS\n")
-"""The lines of ``_frame.lua`` the loader fills: ``lua/lib/``, the line that
-unbinds the key locals once a call ended, the transitions."""
+"""The lines of ``_frame.lua`` the loader fills: ``lua/lib/``, the line that unbinds the key locals once a
+call ended, the transitions."""
 _NAME = "<jobq library>"
 """Where the library's name stands in its text until the text's hash names it."""
 
