@@ -198,7 +198,9 @@ def _refused(port: int) -> bool:
     return False
 
 
-async def test_health_after_serves_the_routes_once_the_started_service_sets_it() -> None:
+async def test_health_after_serves_the_routes_once_the_started_service_sets_it(
+    eventually: Callable[..., Any],
+) -> None:
     """A worker pool's routes come once its first claim round ended (``health_after``): making their
     server must not delay that claim. Until then nothing listens; from then to the stop they answer."""
     service, port, after, until = Started(), _free_port(), asyncio.Event(), asyncio.Event()
@@ -208,10 +210,7 @@ async def test_health_after_serves_the_routes_once_the_started_service_sets_it()
     await asyncio.wait_for(service.started.wait(), 10)  # a server made before the start listens by now
     assert await asyncio.to_thread(_refused, port), "served before the event"
     after.set()
-    for _ in range(500):
-        if not await asyncio.to_thread(_refused, port):
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: asyncio.to_thread(_refused, port), lambda refused: not refused, 5)
     assert (await answer(port, "/readyz"))[0] == 200
     until.set()
     await running

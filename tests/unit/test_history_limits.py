@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,17 +103,16 @@ async def test_the_pool_refuses_past_its_slots_and_past_half_of_them_for_one_tok
         pool.close()
 
 
-async def test_one_slot_is_one_token_s_and_is_held_until_its_thread_is_done() -> None:
+async def test_one_slot_is_one_token_s_and_is_held_until_its_thread_is_done(
+    eventually: Callable[..., Any],
+) -> None:
     """A client hanging up frees nothing: the query runs on, so its slot stays taken until it ends."""
     pool = HistoryPool(1, busy, setting="JOBQ_HISTORY_QUERY_SLOTS")
     work = Blocked()
     try:
         assert pool.per_token == 1
         first = asyncio.create_task(pool.run("alice", work))
-        for _ in range(500):
-            if work.started:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: work.started, bool, 5)
         assert work.started == 1
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -120,10 +121,7 @@ async def test_one_slot_is_one_token_s_and_is_held_until_its_thread_is_done() ->
         with pytest.raises(HttpError):
             await pool.run("bob", work)
         work.release.set()
-        for _ in range(200):
-            if pool.used == 0:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: pool.used, lambda used: used == 0, 5)
         assert pool.used == 0
         assert await pool.run("bob", lambda: "ok") == "ok"
     finally:
